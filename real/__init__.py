@@ -1,0 +1,1 @@
+"""Real engines (pure-PyTorch, vLLM plugin) that run the same policies as the simulator."""

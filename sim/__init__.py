@@ -1,0 +1,1 @@
+"""hybridspec simulator: the single home of everything the simulator and the real engines share."""

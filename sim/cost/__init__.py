@@ -1,0 +1,1 @@
+"""Step-cost models: analytic roofline and profiled tables behind one interface."""

@@ -1,0 +1,1 @@
+"""Drafters: exact n-gram lookup, model drafter (synthetic profile or recorded), n-gram calibration."""

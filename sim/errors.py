@@ -1,0 +1,23 @@
+"""Typed errors for bad user input; CLIs print them as one line and exit non-zero, never a traceback."""
+from __future__ import annotations
+
+
+class HybridSpecError(Exception):
+    """Base class of every error caused by user input (a trace, a name, a config)."""
+
+
+class ConfigError(HybridSpecError):
+    """An impossible or unknown configuration: unknown policy/model/GPU name, bad numbers."""
+
+
+class TraceError(HybridSpecError):
+    """A malformed trace or input file. Carries where: file, line (1-based, or None) and field (or None)."""
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None, field: str | None = None):
+        self.file, self.line, self.field, self.reason = file, line, field, message
+        where = file or "<input>"
+        if line is not None:
+            where += f":{line}"
+        if field is not None:
+            where += f": field '{field}'"
+        super().__init__(f"{where}: {message}")

@@ -1,0 +1,75 @@
+"""The contract between engines and allocation policies: what a policy sees each step and what it returns.
+
+Every engine (the simulator, the torch engine, the vLLM plugin) builds one `StepBatch` per decode step
+and calls a policy from the registry (`sim.policies.registry`). A policy is a pure function over batched
+tensors: no `.item()`, no `.cpu()`, no Python loop over requests, so the same code runs on the CPU in the
+simulator and inside an asynchronous GPU step.
+
+Shapes: R running requests that decode this step, K_m model-chain length, K_n n-gram chain length.
+Units: costs in milliseconds, probabilities in [0, 1].
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+CHAIN_NONE = 0
+CHAIN_MODEL = 1
+CHAIN_NGRAM = 2
+
+
+@dataclass
+class StepBatch:
+    """Everything a policy may look at for one decode step.
+
+    model_conf[r, j]    current conditional acceptance estimate of model-chain token j (float, [R, K_m]);
+                        the DSpark confidence head's output, calibrated.
+    model_len[r]        valid length of the model chain (int64, [R]); slots j >= model_len are absent.
+    ngram_conf[r, j]    calibrated conditional acceptance estimate of n-gram token j (float, [R, K_n]),
+                        produced by the n-gram calibrator from the proposal's features.
+    ngram_len[r]        length of the n-gram chain (int64, [R]); 0 means no match this step.
+    stale_model_conf    the model confidences of the previous step (one step old), [R, K_m]; adaptive
+                        verification chooses its budget from these on the CPU, as vLLM does.
+    stale_ngram_conf    likewise for the n-gram chain, [R, K_n].
+    stale_model_len, stale_ngram_len   the chain lengths that go with the stale confidences.
+    num_nondraft_tokens T: tokens in the step that are not draft slots (one per decoding request plus any
+                        prefill tokens batched with it), int.
+    verify_cost_ms[t]   target verify time of a step with t tokens in total, t = 0..len-1 (float [T_max+1]).
+                        Monotone. Policies must clamp indices to the table's last entry.
+    draft_cost_ms       time of the drafters this step (float scalar tensor or python float).
+    true_model_acc[r], true_ngram_acc[r]: number of leading chain tokens the target will accept (int64 [R]).
+                        Only the `oracle` policy may read them; engines that cannot know them pass None.
+    """
+
+    model_conf: torch.Tensor
+    model_len: torch.Tensor
+    ngram_conf: torch.Tensor
+    ngram_len: torch.Tensor
+    stale_model_conf: torch.Tensor
+    stale_model_len: torch.Tensor
+    stale_ngram_conf: torch.Tensor
+    stale_ngram_len: torch.Tensor
+    num_nondraft_tokens: int
+    verify_cost_ms: torch.Tensor
+    draft_cost_ms: float
+    true_model_acc: Optional[torch.Tensor] = None
+    true_ngram_acc: Optional[torch.Tensor] = None
+
+    @property
+    def num_reqs(self) -> int:
+        return self.model_conf.shape[0]
+
+
+@dataclass
+class Allocation:
+    """A policy's decision: per request, which chain is verified and how many of its leading tokens.
+
+    chain[r]     CHAIN_NONE, CHAIN_MODEL or CHAIN_NGRAM (int64 [R]).
+    admitted[r]  number of draft tokens of that chain verified this step (int64 [R]); 0 when chain is NONE,
+                 never more than that chain's length.
+    """
+
+    chain: torch.Tensor
+    admitted: torch.Tensor
