@@ -1,0 +1,182 @@
+"""Calibrated acceptance estimates for the n-gram drafter, fitted once on general text.
+
+An n-gram chain has no confidence of its own. The calibrator g maps features of a proposal at output
+position i and chain depth j (1-based) to the conditional acceptance probability
+    p_ij = P(token j accepted | tokens 1..j-1 accepted) = sigmoid(w . phi(i, j)),
+a logistic model on smooth features (so sparse regions borrow strength from their neighbours):
+    phi = [1, h_1(log1p ext), ..., h_m(log1p ext), log j, log1p(ext) * log j, n / n_max, in_prompt,
+           log1p occ, prev_hit]
+where h_k are hinge functions max(0, x - knot_k) over a fixed knot grid (a piecewise-linear curve in the
+log of the match length), ext is the match length extended backwards past n_max, occ how often the
+suffix occurred before, in_prompt whether the copy source lies in the prompt, and prev_hit whether the
+n-gram continuation at the previous output position was the token actually emitted.
+
+Censoring: depth j is observed only when tokens 1..j-1 were accepted, so the fit uses exactly the rows
+{(i, j) : j <= length_i and acc_i >= j - 1} with label 1{acc_i >= j} (a discrete-time hazard model); the
+survival a_ij = prod_{l <= j} p_il then estimates P(acc_i >= j).
+
+Quality is reported as ECE of the prefix survival (15 equal-width bins, weighted by count) against the
+label 1{acc_i >= j} over all slots j <= length_i, and the AUC of the same.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.special import expit
+
+from sim.drafters.ngram import NgramConfig, NgramTable
+from sim.errors import ConfigError
+
+CALIBRATOR_DIR = Path(__file__).resolve().parents[2] / "models" / "calibrators"
+DEFAULT_CALIBRATOR = "ngram-general"
+_KNOTS = (0.0, 1.0, 1.7, 2.3, 2.9, 3.5, 4.2, 5.0)  # in log1p(ext): ext ~ 0, 2, 4.5, 9, 17, 32, 66, 147
+
+
+def prev_hit(table: NgramTable) -> np.ndarray:
+    """Whether the n-gram continuation at the previous output position was the emitted token."""
+    ph = np.zeros(len(table), dtype=np.float64)
+    if len(table) > 1:
+        ph[1:] = table.acc_len[:-1] >= 1
+    return ph
+
+
+def features(table: NgramTable, cfg: NgramConfig, depth: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Design matrix phi for the slots (rows[s], depth[s]) of one request; depth is 1-based."""
+    le = np.log1p(table.ext[rows].astype(np.float64))
+    lj = np.log(depth.astype(np.float64))
+    cols = [np.ones_like(le)]
+    cols += [np.maximum(0.0, le - k) for k in _KNOTS]
+    cols += [
+        lj,
+        le * lj,
+        table.n[rows] / cfg.n_max,
+        table.in_prompt[rows].astype(np.float64),
+        np.log1p(table.occ[rows].astype(np.float64)),
+        prev_hit(table)[rows],
+    ]
+    return np.stack(cols, axis=1)
+
+
+def _slots(table: NgramTable) -> tuple[np.ndarray, np.ndarray]:
+    """All (row, depth) slot pairs with depth <= chain length."""
+    rows = np.repeat(np.arange(len(table)), table.length)
+    starts = np.repeat(np.cumsum(table.length) - table.length, table.length)
+    depth = np.arange(len(rows)) - starts + 1
+    return rows, depth
+
+
+@dataclass
+class NgramCalibrator:
+    """A fitted calibrator: weights w over the features above, for a drafter config."""
+
+    weights: np.ndarray
+    cfg: NgramConfig
+    fitted_on: str = ""
+
+    def conditional(self, table: NgramTable, k: int | None = None) -> np.ndarray:
+        """p[i, j-1] for every output position i and depth j <= k (0 beyond the chain length); float32 [L, k]."""
+        k = k or self.cfg.k
+        out = np.zeros((len(table), k), dtype=np.float32)
+        rows, depth = _slots(table)
+        keep = depth <= k
+        rows, depth = rows[keep], depth[keep]
+        if len(rows):
+            out[rows, depth - 1] = expit(features(table, self.cfg, depth, rows) @ self.weights)
+        return out
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({
+            "kind": "logistic-hinge",
+            "knots": list(_KNOTS),
+            "weights": [round(float(w), 8) for w in self.weights],
+            "ngram": {"n_min": self.cfg.n_min, "n_max": self.cfg.n_max, "k": self.cfg.k, "ext_max": self.cfg.ext_max},
+            "fitted_on": self.fitted_on,
+        }, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, name_or_path: str | Path = DEFAULT_CALIBRATOR) -> "NgramCalibrator":
+        p = Path(name_or_path)
+        if not p.suffix:
+            p = CALIBRATOR_DIR / f"{name_or_path}.json"
+        if not p.exists():
+            known = ", ".join(sorted(x.stem for x in CALIBRATOR_DIR.glob("*.json")))
+            raise ConfigError(f"unknown n-gram calibrator '{name_or_path}'; choose one of: {known or '(none fitted yet)'}")
+        raw = json.loads(p.read_text())
+        if tuple(raw.get("knots", ())) != _KNOTS:
+            raise ConfigError(f"calibrator {p} was fitted with another feature set; refit with python -m sim.calibrate")
+        return cls(np.asarray(raw["weights"], dtype=np.float64), NgramConfig(**raw["ngram"]), raw.get("fitted_on", ""))
+
+
+def censored_rows(tables: list[NgramTable], cfg: NgramConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Design matrix and labels of every observed slot (the censoring rule in the module docstring)."""
+    Xs, ys = [], []
+    for tab in tables:
+        rows, depth = _slots(tab)
+        obs = tab.acc_len[rows] >= depth - 1
+        rows, depth = rows[obs], depth[obs]
+        if len(rows) == 0:
+            continue
+        Xs.append(features(tab, cfg, depth, rows))
+        ys.append((tab.acc_len[rows] >= depth).astype(np.float64))
+    if not Xs:
+        raise ConfigError("no n-gram proposals to fit the calibrator on")
+    return np.concatenate(Xs), np.concatenate(ys)
+
+
+def fit_calibrator(tables: list[NgramTable], cfg: NgramConfig, l2: float = 1e-3, fitted_on: str = "") -> NgramCalibrator:
+    """Maximum-likelihood logistic fit (L-BFGS, small ridge) on the censored slots of `tables`."""
+    X, y = censored_rows(tables, cfg)
+    n = len(y)
+
+    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+        z = X @ w
+        p = expit(z)
+        nll = np.sum(np.logaddexp(0.0, z) - y * z) / n + 0.5 * l2 * np.dot(w[1:], w[1:])
+        g = X.T @ (p - y) / n
+        g[1:] += l2 * w[1:]
+        return nll, g
+
+    res = minimize(loss, np.zeros(X.shape[1]), jac=True, method="L-BFGS-B", options={"maxiter": 500})
+    return NgramCalibrator(res.x, cfg, fitted_on)
+
+
+def survival_labels(tables: list[NgramTable], conds: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted prefix survival a_ij and label 1{acc_i >= j} for every slot j <= length_i."""
+    preds, labels = [], []
+    for tab, p in zip(tables, conds):
+        surv = np.cumprod(p.astype(np.float64), axis=1)
+        rows, depth = _slots(tab)
+        keep = depth <= p.shape[1]
+        rows, depth = rows[keep], depth[keep]
+        preds.append(surv[rows, depth - 1])
+        labels.append((tab.acc_len[rows] >= depth).astype(np.float64))
+    return np.concatenate(preds), np.concatenate(labels)
+
+
+def ece(pred: np.ndarray, label: np.ndarray, bins: int = 15) -> float:
+    """Expected calibration error: sum over equal-width bins of (share of slots) x |mean pred - mean label|."""
+    if len(pred) == 0:
+        return float("nan")
+    b = np.minimum((pred * bins).astype(np.int64), bins - 1)
+    cnt = np.bincount(b, minlength=bins)
+    sp = np.bincount(b, weights=pred, minlength=bins)
+    sl = np.bincount(b, weights=label, minlength=bins)
+    nz = cnt > 0
+    return float(np.sum(np.abs(sp[nz] - sl[nz])) / len(pred))
+
+
+def auc(pred: np.ndarray, label: np.ndarray) -> float:
+    """Area under the ROC curve (rank statistic with ties averaged)."""
+    from scipy.stats import rankdata
+
+    pos = label > 0.5
+    n1, n0 = int(pos.sum()), int((~pos).sum())
+    if n1 == 0 or n0 == 0:
+        return float("nan")
+    r = rankdata(pred)
+    return float((r[pos].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))

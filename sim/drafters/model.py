@@ -1,0 +1,127 @@
+"""Model-based drafter (DSpark-like block drafter): synthetic chains from a profile, or recorded ones.
+
+Synthetic acceptance model (a Gaussian copula with shared token difficulty), per request:
+  every output token t has a difficulty Z_t ~ N(0, 1), shared by every chain that covers it;
+  the chain drafted at output position i proposes block K tokens; its j-th token (j = 1..K) lands on
+  t = i + j - 1 and is accepted, given tokens 1..j-1 were, iff
+        X_ij = rho * Z_t + sqrt(1 - rho^2) * E_ij < theta_j(copy_t),   E_ij ~ N(0, 1)
+  with theta_j(c) = Phi^-1(q_j(c)); q_j(c) = q1[c] * decay[c]^(j-1) is the conditional acceptance at depth j,
+  c = 1 on tokens the output copies from its context (an exact n-gram continuation inside a match of at
+  least `copy_min_ext` tokens), else 0. Because X_ij involves only token t's difficulty, the acceptance of
+  token j is independent of tokens 1..j-1 and the conditional probability is exactly q_j.
+  The confidence head sees X through noise, W = X + sigma * N_ij, and reports the posterior
+        c_ij = P(X < theta | W) = Phi((theta - W / (1 + sigma^2)) / sqrt(sigma^2 / (1 + sigma^2))),
+  calibrated by construction; sigma sets its discrimination (AUC) and `conf_temperature` T distorts it,
+  c' = sigmoid(logit(c) / T), to model a head before (T != 1) or after (T = 1) temperature scaling.
+  Accepted length of chain i = number of leading accepted tokens (at most the remaining output).
+
+Temperature > 0 (an approximation, documented): the same model with q scaled by `temp_scale ** temperature`.
+
+Recorded drafts (from a real engine, replayed exactly) use the sidecar format in docs/traces.md:
+one JSON object per request {"id", "model_conf": [[...K]...L], "model_acc": [...L]}.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy.special import ndtr, ndtri
+
+from sim.errors import ConfigError
+
+MODELS_DIR = Path(__file__).resolve().parents[2] / "models" / "drafters"
+
+
+@dataclass(frozen=True)
+class ModelDrafterProfile:
+    """Synthetic DSpark-like drafter profile (see module docstring for the model)."""
+
+    name: str
+    block: int = 7
+    q1: tuple[float, float] = (0.80, 0.97)        # conditional acceptance at depth 1: (normal, copied) tokens
+    decay: tuple[float, float] = (0.985, 0.995)   # per-depth multiplicative decay: (normal, copied)
+    rho: float = 0.7                               # weight of the shared token difficulty
+    sigma: float = 0.8                             # confidence-head noise (higher = lower AUC)
+    conf_temperature: float = 1.0                  # 1 = calibrated head
+    copy_min_ext: int = 4                          # match length that marks a copied span
+    temp_scale: float = 0.93                       # acceptance scale per unit of sampling temperature
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.block <= 64:
+            raise ConfigError(f"drafter profile {self.name}: block must be in 1..64, got {self.block}")
+        for v in (*self.q1, *self.decay, self.temp_scale):
+            if not 0.0 < v <= 1.0:
+                raise ConfigError(f"drafter profile {self.name}: probabilities must be in (0, 1], got {v}")
+        if not 0.0 <= self.rho < 1.0 or self.sigma <= 0 or self.conf_temperature <= 0:
+            raise ConfigError(f"drafter profile {self.name}: need 0 <= rho < 1, sigma > 0, conf_temperature > 0")
+
+    def q(self) -> np.ndarray:
+        """q[c, j]: conditional acceptance at depth j+1 for copy flag c (array [2, block])."""
+        j = np.arange(self.block)
+        return np.stack([self.q1[c] * self.decay[c] ** j for c in (0, 1)]).clip(1e-6, 1 - 1e-6)
+
+
+def list_drafter_profiles() -> list[str]:
+    return sorted(p.stem for p in MODELS_DIR.glob("*.json") if not p.stem.endswith("-cost"))
+
+
+def load_drafter_profile(name: str) -> ModelDrafterProfile:
+    """Load models/drafters/NAME.json; unknown names raise ConfigError listing the known ones."""
+    path = MODELS_DIR / f"{name}.json"
+    if not path.exists() or name.endswith("-cost"):
+        raise ConfigError(f"unknown drafter profile '{name}'; choose one of: {', '.join(list_drafter_profiles())}")
+    raw = json.loads(path.read_text())
+    fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in ModelDrafterProfile.__dataclass_fields__}
+    return ModelDrafterProfile(**fields)
+
+
+@dataclass
+class ModelChains:
+    """Model-drafter chains at every output position of one request: conf [L, K] and acc_len [L]."""
+
+    conf: np.ndarray
+    acc_len: np.ndarray
+    extras: dict = field(default_factory=dict)
+
+
+def request_seed(seed: int, request_id: str) -> np.random.Generator:
+    """A generator that depends only on (seed, request id), so draws do not depend on trace order."""
+    digest = hashlib.sha256(f"{seed}:{request_id}".encode()).digest()
+    return np.random.default_rng(np.frombuffer(digest[:16], dtype=np.uint64))
+
+
+def synth_model_chains(
+    profile: ModelDrafterProfile,
+    copy_mask: np.ndarray,
+    rng: np.random.Generator,
+    temperature: float = 0.0,
+) -> ModelChains:
+    """Draw the model drafter's chains for one request of L = len(copy_mask) output tokens."""
+    L = len(copy_mask)
+    K = profile.block
+    q = profile.q()
+    if temperature > 0:
+        q = q * profile.temp_scale**temperature
+    theta = ndtri(q)  # [2, K]
+    Z = rng.standard_normal(L + K)
+    E = rng.standard_normal((L, K))
+    noise = rng.standard_normal((L, K))
+    t = np.arange(L)[:, None] + np.arange(K)[None, :]  # token each slot lands on
+    inside = t < L
+    copy = np.zeros(L + K, dtype=np.int64)
+    copy[:L] = copy_mask.astype(np.int64)
+    th = theta[copy[t], np.arange(K)[None, :]]
+    X = profile.rho * Z[t] + np.sqrt(1 - profile.rho**2) * E
+    accept = (X < th) & inside
+    acc_len = np.cumprod(accept, axis=1).sum(axis=1)
+    s2 = profile.sigma**2
+    W = X + profile.sigma * noise
+    conf = ndtr((th - W / (1 + s2)) / np.sqrt(s2 / (1 + s2)))
+    if profile.conf_temperature != 1.0:
+        lg = np.log(conf.clip(1e-6, 1 - 1e-6)) - np.log1p(-conf.clip(1e-6, 1 - 1e-6))
+        conf = 1.0 / (1.0 + np.exp(-lg / profile.conf_temperature))
+    return ModelChains(conf=conf.astype(np.float32), acc_len=acc_len.astype(np.int64))

@@ -1,0 +1,163 @@
+"""Per-request, per-position draft tables: the precomputed input of every engine step.
+
+At temperature 0 the target output is fixed, so what each drafter proposes at output position i, and how
+much of it the target accepts, depends only on i (DESIGN.md section 5). `build_draft_tables` computes,
+once per trace, for every request r and output position i (row = offsets[r] + i):
+  ng_len, ng_acc, ng_start   n-gram chain length, exact accepted length, source index in the token sequence
+  ng_conf [K_n]              calibrated conditional acceptance estimates of the n-gram tokens
+  m_conf [K_m], m_acc        model-drafter confidences and accepted length (synthetic profile or recorded)
+An engine step then only gathers rows, which keeps policies comparable on identical draws.
+Length-only requests (no token ids) borrow contiguous segments of the tables of a bundled trace of the
+same workload (a block bootstrap of its empirical acceptance; `stat_profile` below).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from sim.drafters.calibration import NgramCalibrator
+from sim.drafters.model import ModelDrafterProfile, request_seed, synth_model_chains
+from sim.drafters.ngram import NgramConfig, ngram_tables
+from sim.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class DraftTables:
+    """Flat per-position tables of a whole trace (see module docstring); rows of request r are
+    offsets[r] .. offsets[r+1]-1. tokens holds each request's prompt+output at tok_offsets[r]."""
+
+    offsets: np.ndarray
+    out_len: np.ndarray
+    prompt_len: np.ndarray
+    ng_len: np.ndarray
+    ng_acc: np.ndarray
+    ng_start: np.ndarray
+    ng_conf: np.ndarray
+    m_conf: np.ndarray
+    m_acc: np.ndarray
+    tokens: np.ndarray
+    tok_offsets: np.ndarray
+    synthetic_rows: int = 0  # rows drawn from a statistical profile (length-only requests)
+
+    @property
+    def k_model(self) -> int:
+        return self.m_conf.shape[1]
+
+    @property
+    def k_ngram(self) -> int:
+        return self.ng_conf.shape[1]
+
+
+def copy_mask(tab, min_ext: int) -> np.ndarray:
+    """Output tokens that continue an exact copy: the n-gram continuation is right inside a long match."""
+    return (tab.acc_len >= 1) & (tab.ext >= min_ext)
+
+
+def build_draft_tables(
+    requests: list,
+    ngram_cfg: NgramConfig,
+    profile: ModelDrafterProfile,
+    calibrator: NgramCalibrator,
+    seed: int = 0,
+    progress: bool = False,
+) -> DraftTables:
+    """Precompute the draft tables of `requests` (sim.trace.Request objects)."""
+    if calibrator.cfg.n_min != ngram_cfg.n_min or calibrator.cfg.n_max != ngram_cfg.n_max:
+        raise ConfigError(
+            f"the n-gram calibrator was fitted for n in [{calibrator.cfg.n_min}, {calibrator.cfg.n_max}] "
+            f"but the drafter uses [{ngram_cfg.n_min}, {ngram_cfg.n_max}]; refit it with python -m sim.calibrate"
+        )
+    parts: dict[str, list] = {k: [] for k in ("ng_len", "ng_acc", "ng_start", "ng_conf", "m_conf", "m_acc", "tokens")}
+    out_len, prompt_len = [], []
+    synthetic = 0
+    it = tqdm(requests, desc="draft tables", unit="req", disable=not progress, leave=False)
+    for req in it:
+        if req.output_ids is None:
+            rows = stat_profile(req, ngram_cfg, profile, calibrator, seed)
+            synthetic += req.output_len
+        else:
+            toks = np.concatenate([req.prompt_ids, req.output_ids]).astype(np.int64)
+            tab = ngram_tables(toks, len(req.prompt_ids), ngram_cfg)
+            chains = synth_model_chains(profile, copy_mask(tab, profile.copy_min_ext), request_seed(seed, req.id), req.temperature)
+            ng_acc = tab.acc_len
+            if req.temperature > 0:
+                ng_acc = _thin_acceptance(ng_acc, profile.temp_scale**req.temperature, request_seed(seed + 1, req.id))
+            rows = dict(ng_len=tab.length, ng_acc=ng_acc, ng_start=tab.start, ng_conf=calibrator.conditional(tab, ngram_cfg.k),
+                        m_conf=chains.conf, m_acc=chains.acc_len, tokens=toks)
+        for k in parts:
+            parts[k].append(rows[k])
+        out_len.append(len(rows["m_acc"]))
+        prompt_len.append(len(rows["tokens"]) - len(rows["m_acc"]))
+    out = np.asarray(out_len, dtype=np.int64)
+    tok_lens = np.asarray([len(t) for t in parts["tokens"]], dtype=np.int64)
+    return DraftTables(
+        offsets=np.concatenate([[0], np.cumsum(out)]).astype(np.int64),
+        out_len=out,
+        prompt_len=np.asarray(prompt_len, dtype=np.int64),
+        ng_len=np.concatenate(parts["ng_len"]).astype(np.int64),
+        ng_acc=np.concatenate(parts["ng_acc"]).astype(np.int64),
+        ng_start=np.concatenate(parts["ng_start"]).astype(np.int64),
+        ng_conf=np.concatenate(parts["ng_conf"]).astype(np.float32),
+        m_conf=np.concatenate(parts["m_conf"]).astype(np.float32),
+        m_acc=np.concatenate(parts["m_acc"]).astype(np.int64),
+        tokens=np.concatenate(parts["tokens"]).astype(np.int64),
+        tok_offsets=np.concatenate([[0], np.cumsum(tok_lens)]).astype(np.int64),
+        synthetic_rows=synthetic,
+    )
+
+
+def _thin_acceptance(acc: np.ndarray, keep: float, rng: np.random.Generator) -> np.ndarray:
+    """Temperature > 0 approximation: each matching n-gram token survives rejection sampling with
+    probability `keep`; the accepted length is cut at the first rejected token."""
+    if len(acc) == 0:
+        return acc
+    K = int(acc.max()) if len(acc) else 0
+    if K == 0:
+        return acc
+    u = rng.random((len(acc), K)) < keep
+    return np.minimum(acc, np.cumprod(u, axis=1).sum(axis=1))
+
+
+_PROFILE_CACHE: dict[tuple, dict] = {}
+
+
+def stat_profile(req, ngram_cfg: NgramConfig, profile: ModelDrafterProfile, calibrator: NgramCalibrator, seed: int) -> dict:
+    """Rows for a length-only request: a block bootstrap from the bundled trace of its workload
+    (codeedit for 'codeedit'/'code*', chat otherwise). Token ids are synthetic placeholders: the
+    n-gram sources point into a private token buffer whose tokens equal the output where accepted."""
+    workload = "codeedit" if (req.workload or "").startswith("code") else "chat"
+    key = (workload, ngram_cfg, profile, id(calibrator), seed)
+    if key not in _PROFILE_CACHE:
+        from sim.trace import load_trace
+
+        path = REPO / "traces" / f"{workload}.jsonl"
+        if not path.exists():
+            raise ConfigError(f"length-only request '{req.id}' needs the bundled trace {path} as its statistical profile")
+        base = build_draft_tables(load_trace(str(path), limit=200).requests, ngram_cfg, profile, calibrator, seed)
+        _PROFILE_CACHE[key] = {"tables": base}
+    base: DraftTables = _PROFILE_CACHE[key]["tables"]
+    rng = request_seed(seed, "len:" + req.id)
+    L = req.output_len
+    idx = []
+    while len(idx) < L:
+        r = int(rng.integers(len(base.out_len)))
+        a, b = base.offsets[r], base.offsets[r + 1]
+        s = int(rng.integers(a, b))
+        idx.extend(range(s, b))
+    idx = np.asarray(idx[:L], dtype=np.int64)
+    P = req.prompt_len
+    # Synthetic token buffer: prompt of zeros, output of distinct ids; n-gram proposals copy the output
+    # itself so the engine's lossless check holds by construction for replayed acceptance.
+    out_tokens = np.arange(1, L + 1, dtype=np.int64)
+    toks = np.concatenate([np.zeros(P, dtype=np.int64), out_tokens])
+    pos = np.arange(L)
+    ng_len = np.minimum(base.ng_len[idx], np.maximum(L - pos, 0))
+    ng_acc = np.minimum(base.ng_acc[idx], ng_len)
+    ng_start = np.where(ng_len > 0, P + pos, -1)
+    return dict(ng_len=ng_len, ng_acc=ng_acc, ng_start=ng_start, ng_conf=base.ng_conf[idx], m_conf=base.m_conf[idx],
+                m_acc=base.m_acc[idx], tokens=toks)

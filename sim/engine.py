@@ -1,0 +1,353 @@
+"""The simpy discrete-event engine: arrivals, continuous batching, chunked prefill, KV capacity with
+preemption, and asynchronous scheduling, around one speculative-decoding step per event.
+
+Time model of one step (all ms). The GPU runs
+    gpu = draft + ngram + alloc + verify + sample
+and the CPU prepares the next step (cpu). Under asynchronous scheduling the CPU work of step t+1 overlaps
+the GPU work of step t, so step = max(gpu, cpu); a policy or drafter that needs a host sync (reads GPU
+results on the CPU before the next step, e.g. a CPU n-gram drafter) serialises them: step = gpu + cpu.
+bubble = step - gpu is the time the GPU waits.
+
+Scheduling (vLLM V1 style): at most `batch_size` running requests; each step has a token budget
+`max_num_batched_tokens`; decoding requests take 1 + (admitted draft) tokens, and prompts are prefilled in
+chunks with what is left. The step that finishes a prompt samples the first output token. KV usage is
+counted in blocks of `block_size` tokens; when the next step would not fit, the most recently admitted
+request is preempted (recompute: its KV is freed and its prompt plus generated tokens are prefilled again
+later; no token is lost or emitted twice).
+
+Emission: a decoding request at output position i verifies the admitted prefix of its chosen chain and
+emits (accepted + 1) tokens: the accepted draft tokens (for an n-gram chain, copied from the context
+exactly as the drafter proposed them) and the target's bonus token output[i + accepted]. The emitted
+tokens are written into a buffer and compared with the trace output at the end (`lossless`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+import torch
+from tqdm import tqdm
+
+from sim.cost.base import CostModel
+from sim.drafters.tables import DraftTables
+from sim.errors import ConfigError, HybridSpecError
+from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, StepBatch
+
+WAITING, RUNNING, DONE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine settings. batch_size: max running requests; max_num_batched_tokens: per-step token budget;
+    block_size: KV block (tokens); kv_capacity_tokens: None = the cost model's; async_scheduling: overlap
+    CPU and GPU; rate: Poisson arrivals per second (None = use the trace's arrival_s, absent = all at 0)."""
+
+    batch_size: int = 4
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    kv_capacity_tokens: int | None = None
+    async_scheduling: bool = True
+    rate: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"batch size must be >= 1, got {self.batch_size}")
+        if self.max_num_batched_tokens < 1:
+            raise ConfigError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")
+        if self.block_size < 1:
+            raise ConfigError(f"block_size must be >= 1, got {self.block_size}")
+        if self.rate is not None and not self.rate > 0:
+            raise ConfigError(f"arrival rate must be > 0 requests/s, got {self.rate}")
+
+
+class LosslessError(HybridSpecError):
+    """Emitted tokens differ from the trace output: a bug in a policy or drafter, never acceptable."""
+
+
+@dataclass
+class RunResult:
+    """Everything one simulated run produced."""
+
+    requests: dict  # column name -> array, one entry per request
+    steps: dict  # column name -> array, one entry per engine step
+    sim_time_s: float
+    lossless: bool
+    extras: dict = field(default_factory=dict)
+
+
+STEP_COLUMNS = ("t_start_ms", "step_ms", "num_decode", "prefill_tokens", "verified_model", "verified_ngram",
+                "accepted_model", "accepted_ngram", "emitted", "draft_ms", "ngram_ms", "alloc_ms", "verify_ms",
+                "sample_ms", "cpu_ms", "bubble_ms", "kv_tokens", "preempted")
+
+
+class Engine:
+    """One simulated serving engine running one policy over one trace's draft tables."""
+
+    def __init__(self, tables: DraftTables, arrivals_s: np.ndarray, policy, cost: CostModel,
+                 cfg: EngineConfig, progress: bool = False, device: str = "cpu"):
+        self.tb, self.policy, self.cost, self.cfg = tables, policy, cost, cfg
+        n = len(tables.out_len)
+        self.n = n
+        if cfg.rate is not None:
+            rng = np.random.default_rng(cfg.seed)
+            self.arrival = np.cumsum(rng.exponential(1.0 / cfg.rate, size=n)) - 0.0
+        else:
+            self.arrival = np.asarray(arrivals_s, dtype=np.float64)
+        self.kv_cap = cfg.kv_capacity_tokens if cfg.kv_capacity_tokens is not None else cost.kv_capacity_tokens
+        bs = cfg.block_size
+        need = -(-(tables.prompt_len + tables.out_len + tables.k_ngram + 1) // bs) * bs
+        worst = int(np.argmax(need)) if n else 0
+        if n and need[worst] > self.kv_cap:
+            raise ConfigError(
+                f"request {worst} needs {int(need[worst])} KV tokens but the cache holds {self.kv_cap}: "
+                "it can never run on this model/GPU; use a larger GPU or a smaller --limit/trace")
+        self.progress = progress
+        self.device = device
+        # per-request state
+        self.state = np.full(n, WAITING, dtype=np.int8)
+        self.pos = np.zeros(n, dtype=np.int64)          # output tokens emitted
+        self.prev_pos = np.zeros(n, dtype=np.int64)     # position of the previous decode step (stale rows)
+        self.prefilled = np.zeros(n, dtype=np.int64)    # tokens of the current prefill target processed
+        self.prefill_target = tables.prompt_len.copy()  # prompt (+ generated, after a preemption)
+        self.t_first = np.full(n, np.nan)
+        self.t_done = np.full(n, np.nan)
+        self.n_steps = np.zeros(n, dtype=np.int64)
+        self.n_preempt = np.zeros(n, dtype=np.int64)
+        self.emitted_tokens = np.full(int(tables.out_len.sum()), -1, dtype=np.int64)
+        self.running: list[int] = []
+        self.waiting: list[int] = []
+        self.steps: dict[str, list] = {c: [] for c in STEP_COLUMNS}
+        self._bar = None
+
+    # ----------------------------------------------------------------------------------------- utils
+    def _kv_need(self, r: int, extra: int) -> int:
+        bs = self.cfg.block_size
+        return -(-(int(self.tb.prompt_len[r]) + int(self.pos[r]) + extra) // bs) * bs
+
+    def _kv_used(self, kmax: int) -> int:
+        """KV tokens the running requests hold after this step, rounded up to whole blocks."""
+        if not self.running:
+            return 0
+        r = np.asarray(self.running)
+        bs = self.cfg.block_size
+        return int((-(-(self.tb.prompt_len[r] + self.pos[r] + kmax + 1) // bs) * bs).sum())
+
+    def _emit(self, reqs: np.ndarray, counts: np.ndarray, src: np.ndarray | None = None) -> None:
+        """Write `counts[k]` tokens for request reqs[k] starting at its position; tokens come from the
+        token buffer at src[k] (n-gram copies) or the trace output (bonus/model tokens)."""
+        tb = self.tb
+        if len(reqs) == 0:
+            return
+        total = int(counts.sum())
+        if total == 0:
+            return
+        rep = np.repeat(np.arange(len(reqs)), counts)
+        within = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        dst = tb.offsets[reqs][rep] + self.pos[reqs][rep] + within
+        out_src = tb.tok_offsets[reqs][rep] + tb.prompt_len[reqs][rep] + self.pos[reqs][rep] + within
+        if src is not None:
+            s = src[rep]
+            out_src = np.where(s >= 0, tb.tok_offsets[reqs][rep] + s + within, out_src)
+        self.emitted_tokens[dst] = tb.tokens[out_src]
+
+    # ----------------------------------------------------------------------------------------- simpy
+    def _arrivals(self, env: simpy.Environment, wake: list):
+        order = np.argsort(self.arrival, kind="stable")
+        for r in order:
+            dt = self.arrival[r] - env.now / 1000.0
+            if dt > 0:
+                yield env.timeout(dt * 1000.0)
+            self.waiting.append(int(r))
+            if not wake[0].triggered:
+                wake[0].succeed()
+
+    def _engine(self, env: simpy.Environment, wake: list):
+        done = 0
+        while done < self.n:
+            if not self.running and not self.waiting:
+                wake[0] = env.event()
+                yield wake[0]
+                continue
+            step_ms, finished = self._step(env.now)
+            yield env.timeout(step_ms)
+            for r in finished:
+                self.t_done[r] = env.now / 1000.0
+            done += len(finished)
+            if self._bar is not None and finished:
+                self._bar.update(len(finished))
+
+    def run(self) -> RunResult:
+        env = simpy.Environment()
+        wake = [env.event()]
+        env.process(self._arrivals(env, wake))
+        env.process(self._engine(env, wake))
+        if self.progress:
+            self._bar = tqdm(total=self.n, desc=f"{self.policy.name} bs={self.cfg.batch_size}", unit="req", leave=False)
+        env.run()
+        if self._bar is not None:
+            self._bar.close()
+        lossless = self.check_lossless()
+        tb = self.tb
+        t0 = float(self.arrival.min()) if self.n else 0.0
+        sim_time = float(np.nanmax(self.t_done)) - t0 if self.n else 0.0
+        reqs = {
+            "request": np.arange(self.n), "prompt_len": tb.prompt_len, "output_len": tb.out_len,
+            "arrival_s": self.arrival, "first_token_s": self.t_first, "finish_s": self.t_done,
+            "ttft_s": self.t_first - self.arrival,
+            "tpot_s": np.where(tb.out_len > 1, (self.t_done - self.t_first) / np.maximum(tb.out_len - 1, 1), np.nan),
+            "decode_steps": self.n_steps, "preemptions": self.n_preempt,
+        }
+        steps = {k: np.asarray(v) for k, v in self.steps.items()}
+        return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=lossless)
+
+    def check_lossless(self) -> bool:
+        tb = self.tb
+        expect = np.concatenate([tb.tokens[tb.tok_offsets[r] + tb.prompt_len[r]: tb.tok_offsets[r + 1]] for r in range(self.n)]) \
+            if self.n else np.zeros(0, dtype=np.int64)
+        ok = bool(np.array_equal(expect, self.emitted_tokens)) and bool(np.all(self.pos == tb.out_len))
+        if not ok:
+            bad = np.nonzero(expect != self.emitted_tokens)[0]
+            where = int(np.searchsorted(tb.offsets, bad[0], side="right") - 1) if len(bad) else -1
+            raise LosslessError(f"policy {self.policy.name}: emitted tokens differ from the trace output (request {where})")
+        return ok
+
+    # ----------------------------------------------------------------------------------------- step
+    def _schedule(self) -> tuple[list[int], list[tuple[int, int]], int]:
+        """Admit waiting requests and split the token budget: (decoding, [(prefilling, chunk)], preempted)."""
+        cfg = self.cfg
+        kmax = max(self.tb.k_model, self.tb.k_ngram) if self.policy.uses_model or self.policy.uses_ngram else 0
+        while self.waiting and len(self.running) < cfg.batch_size:
+            r = self.waiting[0]
+            if self.running and self._kv_used(kmax) + self._kv_need(r, kmax + 1) > self.kv_cap:
+                break
+            self.waiting.pop(0)
+            self.running.append(r)
+            self.state[r] = RUNNING
+        # Preempt (LIFO) while the running set would overflow the cache this step.
+        preempted = 0
+        while len(self.running) > 1 and self._kv_used(kmax) > self.kv_cap:
+            r = self.running.pop()
+            self.state[r] = WAITING
+            self.prefill_target[r] = self.tb.prompt_len[r] + self.pos[r]
+            self.prefilled[r] = 0
+            self.n_preempt[r] += 1
+            self.waiting.insert(0, r)
+            preempted += 1
+        budget = cfg.max_num_batched_tokens
+        decoding = [r for r in self.running if self.prefilled[r] >= self.prefill_target[r]]
+        budget -= len(decoding) * (1 + kmax)
+        prefilling = []
+        for r in self.running:
+            left = int(self.prefill_target[r] - self.prefilled[r])
+            if left > 0 and budget > 0:
+                chunk = min(left, budget)
+                prefilling.append((r, chunk))
+                budget -= chunk
+        return decoding, prefilling, preempted
+
+    def _step(self, now_ms: float) -> tuple[float, list[int]]:
+        tb, cost, pol = self.tb, self.cost, self.policy
+        decoding, prefilling, preempted = self._schedule()
+        finished: list[int] = []
+        # ---- prefill chunks: the chunk that completes a fresh prompt samples output token 0
+        prefill_tokens = sum(c for _, c in prefilling)
+        kv_tokens = 0
+        first_tok = []
+        for r, c in prefilling:
+            kv_tokens += int(self.prefilled[r]) + c
+            self.prefilled[r] += c
+            if self.prefilled[r] >= self.prefill_target[r] and self.pos[r] == 0:
+                first_tok.append(r)
+        # ---- decode with speculation
+        R = len(decoding)
+        verified = [0, 0]
+        accepted = [0, 0]
+        emitted = 0
+        draft_ms = ngram_ms = alloc_ms = 0.0
+        if R:
+            reqs = np.asarray(decoding, dtype=np.int64)
+            rows = tb.offsets[reqs] + self.pos[reqs]
+            srows = tb.offsets[reqs] + self.prev_pos[reqs]
+            kv_tokens += int((tb.prompt_len[reqs] + self.pos[reqs]).sum())
+            T = R + prefill_tokens
+            Kmax = R * max(tb.k_model, tb.k_ngram)
+            table = cost.verify_table(T + Kmax + 1, kv_tokens, R + len(prefilling))
+            if pol.uses_model:
+                draft_ms = cost.draft_ms(R, tb.k_model)
+            if pol.uses_ngram:
+                ngram_ms = cost.ngram_ms(R, on_gpu=not pol.host_sync)
+            if pol.uses_model or pol.uses_ngram:
+                alloc_ms = cost.alloc_ms(R)
+            m_len = np.minimum(tb.k_model, tb.out_len[reqs] - self.pos[reqs])
+            batch = StepBatch(
+                model_conf=torch.from_numpy(tb.m_conf[rows]),
+                model_len=torch.from_numpy(m_len),
+                ngram_conf=torch.from_numpy(tb.ng_conf[rows]),
+                ngram_len=torch.from_numpy(tb.ng_len[rows]),
+                stale_model_conf=torch.from_numpy(tb.m_conf[srows]),
+                stale_model_len=torch.from_numpy(np.minimum(tb.k_model, tb.out_len[reqs] - self.prev_pos[reqs])),
+                stale_ngram_conf=torch.from_numpy(tb.ng_conf[srows]),
+                stale_ngram_len=torch.from_numpy(tb.ng_len[srows]),
+                num_nondraft_tokens=T,
+                verify_cost_ms=torch.from_numpy(table),
+                draft_cost_ms=draft_ms + ngram_ms + alloc_ms,
+                true_model_acc=torch.from_numpy(tb.m_acc[rows]) if pol.needs_truth else None,
+                true_ngram_acc=torch.from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
+            )
+            alloc = pol(batch)
+            chain = alloc.chain.numpy()
+            adm = alloc.admitted.numpy().astype(np.int64)
+            is_m = chain == CHAIN_MODEL
+            is_n = chain == CHAIN_NGRAM
+            adm = np.where(is_m, np.minimum(adm, m_len), np.where(is_n, np.minimum(adm, tb.ng_len[rows]), 0))
+            acc = np.where(is_m, np.minimum(adm, tb.m_acc[rows]), np.where(is_n, np.minimum(adm, tb.ng_acc[rows]), 0))
+            left = tb.out_len[reqs] - self.pos[reqs]
+            n_emit = np.minimum(acc + 1, left)
+            src = np.where(is_n & (acc > 0), tb.ng_start[rows], -1)
+            # n-gram tokens are copied from the context; the bonus token comes from the target.
+            n_copy = np.where(src >= 0, np.minimum(acc, n_emit), 0)
+            self._emit(reqs, n_copy, src)
+            self.pos[reqs] += n_copy
+            self._emit(reqs, n_emit - n_copy)
+            self.prev_pos[reqs] = rows - tb.offsets[reqs]
+            self.pos[reqs] += n_emit - n_copy
+            self.n_steps[reqs] += 1
+            verified = [int(adm[is_m].sum()), int(adm[is_n].sum())]
+            accepted = [int(acc[is_m].sum()), int(acc[is_n].sum())]
+            emitted = int(n_emit.sum())
+            total_tokens = T + int(adm.sum())
+            verify_ms = float(table[min(total_tokens, len(table) - 1)])
+            num_seqs = R + len(prefilling)
+        else:
+            total_tokens = prefill_tokens
+            num_seqs = len(prefilling)
+            verify_ms = float(cost.verify_ms(total_tokens, kv_tokens, num_seqs)) if total_tokens else 0.0
+        for r in first_tok:
+            self._emit(np.asarray([r]), np.asarray([1]))
+            self.pos[r] = 1
+            self.prev_pos[r] = 0
+            emitted += 1
+        sample_ms = cost.sample_ms(total_tokens) if total_tokens else 0.0
+        cpu_ms = cost.cpu_ms(len(self.running), total_tokens)
+        gpu_ms = draft_ms + ngram_ms + alloc_ms + verify_ms + sample_ms
+        sync = pol.host_sync or not self.cfg.async_scheduling
+        step_ms = gpu_ms + cpu_ms if sync else max(gpu_ms, cpu_ms)
+        end_s = (now_ms + step_ms) / 1000.0
+        for r in first_tok:
+            if np.isnan(self.t_first[r]):
+                self.t_first[r] = end_s
+        for r in list(self.running):
+            if self.pos[r] >= tb.out_len[r] and self.prefilled[r] >= self.prefill_target[r]:
+                self.running.remove(r)
+                self.state[r] = DONE
+                finished.append(r)
+        st = self.steps
+        for k, v in (("t_start_ms", now_ms), ("step_ms", step_ms), ("num_decode", R), ("prefill_tokens", prefill_tokens),
+                     ("verified_model", verified[0]), ("verified_ngram", verified[1]), ("accepted_model", accepted[0]),
+                     ("accepted_ngram", accepted[1]), ("emitted", emitted), ("draft_ms", draft_ms), ("ngram_ms", ngram_ms),
+                     ("alloc_ms", alloc_ms), ("verify_ms", verify_ms), ("sample_ms", sample_ms), ("cpu_ms", cpu_ms),
+                     ("bubble_ms", step_ms - gpu_ms), ("kv_tokens", kv_tokens), ("preempted", preempted)):
+            st[k].append(v)
+        return step_ms, finished

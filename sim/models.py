@@ -1,0 +1,375 @@
+"""Data files in models/ loaded by name: LLM architectures, GPU specs and drafter cost shapes.
+
+    get_llm("qwen3-8b") -> LLMSpec        models/llms/<name>.json
+    get_gpu("h100-sxm") -> GPUSpec        models/gpus/<name>.json
+    get_drafter_cost("dspark-cost")        models/drafters/<name>.json  (-> DrafterCostSpec)
+    list_llms(), list_gpus()
+
+Every spec is a frozen, validated dataclass. Unknown names, missing or unknown fields and impossible
+numbers raise ConfigError with one clear message (the valid names, or the file and field at fault).
+Units: bytes, FLOPs, milliseconds (ms), microseconds (us) as the field names say; memory in GiB (2**30 B),
+bandwidth in TB/s (1e12 B/s), compute in TFLOP/s (1e12 FLOP/s).
+The directory can be overridden with the HYBRIDSPEC_MODELS_DIR environment variable (used by tests).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ConfigError
+
+GIB = 1 << 30
+
+DEFAULT_LLM = "qwen3-8b"
+DEFAULT_GPU = "h100-sxm"
+DEFAULT_DRAFTER_COST = "dspark-cost"
+
+# Fields every data file may carry that are documentation, not model inputs.
+_DOC_FIELDS = {"name", "source", "licence", "license", "hf_id", "notes"}
+
+
+def models_dir() -> Path:
+    """Root of the data files (repo/models unless HYBRIDSPEC_MODELS_DIR is set)."""
+    env = os.environ.get("HYBRIDSPEC_MODELS_DIR")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "models"
+
+
+# --------------------------------------------------------------------------------------------- specs
+@dataclass(frozen=True)
+class LLMSpec:
+    """A dense decoder-only transformer (Llama/Qwen3 shape: GQA attention, SwiGLU MLP).
+
+    Derived quantities (all exact for this architecture family; norms and biases are ignored in the
+    per-step traffic because they are < 0.01% of the weights):
+      layer_params          = h*(H*d) + 2*h*(KV*d) + (H*d)*h + 3*h*I      (q, k, v, o, gate, up, down)
+      linear_params         = L*layer_params + V*h                        (every GEMM weight incl. LM head)
+      weight_bytes_per_step = linear_params * dtype_bytes                 (read once per forward pass;
+                              the input embedding is a row gather, negligible)
+      flops_per_token       = 2 * linear_params                           (one multiply-add per weight)
+      kv_bytes_per_token    = L * KV * d * 2 (K and V) * dtype_bytes      (qwen3-8b: 147456 B = 144 KiB)
+      attn_flops_per_pair   = 4 * L * H * d                               (QK^T and PV for one query
+                              position against one cached position)
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    tied_embeddings: bool
+    dtype_bytes: int
+    num_params: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("num_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_kv_heads",
+                  "head_dim", "vocab_size"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ConfigError(f"llm '{self.name}': {f} must be a positive integer, got {v!r}")
+        if self.dtype_bytes not in (1, 2, 4):
+            raise ConfigError(f"llm '{self.name}': dtype_bytes must be 1, 2 or 4, got {self.dtype_bytes!r}")
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ConfigError(f"llm '{self.name}': num_attention_heads ({self.num_attention_heads}) must be a "
+                              f"multiple of num_kv_heads ({self.num_kv_heads})")
+        if not (isinstance(self.num_params, (int, float)) and self.num_params > 0):
+            raise ConfigError(f"llm '{self.name}': num_params must be a positive number, got {self.num_params!r}")
+        arch = self.architecture_params
+        if abs(arch / self.num_params - 1.0) > 0.03:
+            raise ConfigError(f"llm '{self.name}': num_params {self.num_params:.4g} disagrees with the "
+                              f"architecture ({arch:.4g} parameters from its widths); check the data file")
+
+    # derived ------------------------------------------------------------------------------------
+    @property
+    def layer_params(self) -> int:
+        h, d = self.hidden_size, self.head_dim
+        return (h * self.num_attention_heads * d + 2 * h * self.num_kv_heads * d
+                + self.num_attention_heads * d * h + 3 * h * self.intermediate_size)
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def architecture_params(self) -> int:
+        """Parameter count implied by the widths (layers + embeddings + LM head unless tied)."""
+        head = 0 if self.tied_embeddings else self.embedding_params
+        return self.num_layers * self.layer_params + self.embedding_params + head
+
+    @property
+    def linear_params(self) -> int:
+        return self.num_layers * self.layer_params + self.embedding_params  # LM head (== embedding if tied)
+
+    @property
+    def weight_bytes(self) -> float:
+        """Resident weights in GPU memory (bytes)."""
+        return float(self.num_params) * self.dtype_bytes
+
+    @property
+    def weight_bytes_per_step(self) -> float:
+        return float(self.linear_params) * self.dtype_bytes
+
+    @property
+    def flops_per_token(self) -> float:
+        return 2.0 * self.linear_params
+
+    @property
+    def kv_bytes_per_token_per_layer(self) -> int:
+        return self.num_kv_heads * self.head_dim * 2 * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.num_layers * self.kv_bytes_per_token_per_layer
+
+    @property
+    def attn_flops_per_pair(self) -> float:
+        return 4.0 * self.num_layers * self.num_attention_heads * self.head_dim
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """Host (CPU) costs of one engine step. cpu_ms = cpu_sched_ms + R*cpu_sched_us_per_req/1e3 +
+    T*cpu_sched_us_per_token/1e3; a host sync (CPU n-gram, CPU-side selection) costs host_sync_ms."""
+
+    cpu_sched_ms: float
+    cpu_sched_us_per_req: float
+    cpu_sched_us_per_token: float
+    host_sync_ms: float
+    ngram_cpu_us_per_req: float
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Small GPU kernels: n-gram lookup, allocation (survival + top-B), sampling/rejection.
+    sample_ms(T) = sample_ms + T * vocab * 4 B * sample_logit_passes / achievable bandwidth."""
+
+    ngram_gpu_ms: float
+    ngram_gpu_us_per_req: float
+    alloc_ms: float
+    alloc_us_per_req: float
+    sample_ms: float
+    sample_logit_passes: float
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One GPU: datasheet peaks plus fitted efficiencies (see models/README.md for the fit).
+
+    memory_gib               capacity the driver reports (GiB)
+    memory_bandwidth_tbps    peak HBM bandwidth (1e12 B/s)
+    bf16_tflops              dense BF16 tensor-core peak (1e12 FLOP/s)
+    bandwidth_efficiency     achievable fraction of the bandwidth when streaming weights / KV
+    flops_efficiency         achievable fraction of bf16_tflops for large GEMMs (sets the per-token slope)
+    attention_flops_efficiency  achievable fraction of bf16_tflops in attention kernels
+    exposed_weight_fraction  fraction of the weight-streaming time still exposed once a step is
+                             compute-bound (sets where the knee is)
+    step_overhead_ms, layer_overhead_us  fixed per-step launch/overhead time: step + per layer
+    non_torch_memory_gib     CUDA context, graphs, NCCL: memory outside the KV pool and the weights
+    cuda_graph_max_tokens    largest CUDA-graph capture size (vLLM default capture sizes go up to 512)
+    """
+
+    name: str
+    memory_gib: float
+    memory_bandwidth_tbps: float
+    bf16_tflops: float
+    bandwidth_efficiency: float
+    flops_efficiency: float
+    attention_flops_efficiency: float
+    exposed_weight_fraction: float
+    step_overhead_ms: float
+    layer_overhead_us: float
+    non_torch_memory_gib: float
+    cuda_graph_max_tokens: int
+    host: HostSpec
+    kernels: KernelSpec
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("memory_gib", "memory_bandwidth_tbps", "bf16_tflops"):
+            if not getattr(self, f) > 0:
+                raise ConfigError(f"gpu '{self.name}': {f} must be > 0, got {getattr(self, f)!r}")
+        for f in ("bandwidth_efficiency", "flops_efficiency", "attention_flops_efficiency"):
+            v = getattr(self, f)
+            if not 0.0 < v <= 1.0:
+                raise ConfigError(f"gpu '{self.name}': {f} must be in (0, 1], got {v!r}")
+        if not 0.0 <= self.exposed_weight_fraction < 1.0:
+            raise ConfigError(f"gpu '{self.name}': exposed_weight_fraction must be in [0, 1), "
+                              f"got {self.exposed_weight_fraction!r}")
+        for f in ("step_overhead_ms", "layer_overhead_us", "non_torch_memory_gib"):
+            if getattr(self, f) < 0:
+                raise ConfigError(f"gpu '{self.name}': {f} must be >= 0, got {getattr(self, f)!r}")
+        if not isinstance(self.cuda_graph_max_tokens, int) or self.cuda_graph_max_tokens < 0:
+            raise ConfigError(f"gpu '{self.name}': cuda_graph_max_tokens must be a non-negative integer")
+        for sub in (self.host, self.kernels):
+            for f in dataclasses.fields(sub):
+                if getattr(sub, f.name) < 0:
+                    raise ConfigError(f"gpu '{self.name}': {f.name} must be >= 0")
+
+    @property
+    def bytes_per_ms(self) -> float:
+        """Achievable memory bandwidth in bytes per millisecond."""
+        return self.memory_bandwidth_tbps * 1e12 * self.bandwidth_efficiency / 1e3
+
+    @property
+    def flops_per_ms(self) -> float:
+        """Achievable GEMM throughput in FLOPs per millisecond."""
+        return self.bf16_tflops * 1e12 * self.flops_efficiency / 1e3
+
+    @property
+    def attn_flops_per_ms(self) -> float:
+        return self.bf16_tflops * 1e12 * self.attention_flops_efficiency / 1e3
+
+
+@dataclass(frozen=True)
+class DrafterCostSpec:
+    """Cost shape of a model-based block drafter (DSpark) relative to its target LLM.
+
+    draft_layers      decoder layers of the target's own shape
+    fusion_inputs     target hidden states concatenated into the drafter's input projection
+                      (fusion_inputs*h x h weights; 0 = none)
+    include_lm_head   the drafter evaluates a target-sized LM head (V x h) at every block position
+    overhead_ms, layer_overhead_us   its own launch overhead: per step + per drafter layer
+    caches_context_kv the drafter keeps K/V of the context for its layers (costs KV memory and reads)
+    """
+
+    name: str
+    draft_layers: int = 2
+    fusion_inputs: int = 3
+    include_lm_head: bool = True
+    overhead_ms: float = 0.15
+    layer_overhead_us: float = 30.0
+    caches_context_kv: bool = True
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.draft_layers, int) or isinstance(self.draft_layers, bool) or self.draft_layers < 0:
+            raise ConfigError(f"drafter '{self.name}': draft_layers must be a non-negative integer, "
+                              f"got {self.draft_layers!r}")
+        if not isinstance(self.fusion_inputs, int) or self.fusion_inputs < 0:
+            raise ConfigError(f"drafter '{self.name}': fusion_inputs must be a non-negative integer")
+        if self.overhead_ms < 0 or self.layer_overhead_us < 0:
+            raise ConfigError(f"drafter '{self.name}': overheads must be >= 0")
+
+    def params(self, llm: LLMSpec) -> int:
+        """GEMM weights the drafter reads per forward pass (LM head included if it evaluates one)."""
+        h = llm.hidden_size
+        p = self.draft_layers * llm.layer_params + self.fusion_inputs * h * h
+        if self.include_lm_head:
+            p += llm.vocab_size * h
+        return p
+
+    def resident_params(self, llm: LLMSpec) -> int:
+        """Extra weights in GPU memory (the LM head is shared with the target, as EAGLE-style drafters do)."""
+        h = llm.hidden_size
+        return self.draft_layers * llm.layer_params + self.fusion_inputs * h * h
+
+    def kv_bytes_per_token(self, llm: LLMSpec) -> int:
+        return self.draft_layers * llm.kv_bytes_per_token_per_layer if self.caches_context_kv else 0
+
+
+# --------------------------------------------------------------------------------------------- loading
+def _key(name: object) -> str:
+    if not isinstance(name, str):
+        raise ConfigError(f"a model/gpu/drafter name must be a string, got {name!r}")
+    return name.strip().lower()
+
+
+def _names(kind: str) -> list[str]:
+    d = models_dir() / kind
+    return sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
+
+
+def list_llms() -> list[str]:
+    return _names("llms")
+
+
+def list_gpus() -> list[str]:
+    return _names("gpus")
+
+
+def _read(kind: str, what: str, name: str, valid: list[str]) -> tuple[Path, dict[str, Any]]:
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{what} name must be a non-empty string; choose one of: {', '.join(valid)}")
+    key = name.strip().lower()
+    path = models_dir() / kind / f"{key}.json"
+    if not path.is_file():
+        raise ConfigError(f"unknown {what} '{name}'; choose one of: {', '.join(valid) or '(none found)'}")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read {what} data file: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    data.setdefault("name", key)
+    return path, data
+
+
+def _build(cls, path: Path, data: dict[str, Any], nested: dict[str, type] | None = None):
+    nested = nested or {}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(data) - set(fields) - _DOC_FIELDS
+    if unknown:
+        raise ConfigError(f"{path}: unknown field(s) {', '.join(sorted(unknown))}; "
+                          f"expected: {', '.join(sorted(fields))}")
+    kw: dict[str, Any] = {}
+    for fname, f in fields.items():
+        if fname in data:
+            v = data[fname]
+            if fname in nested:
+                if not isinstance(v, dict):
+                    raise ConfigError(f"{path}: field '{fname}' must be an object")
+                v = _build(nested[fname], path, v)
+            kw[fname] = v
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+            raise ConfigError(f"{path}: missing field '{fname}'")
+    try:
+        return cls(**kw)
+    except TypeError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+@lru_cache(maxsize=None)
+def _get_llm(name: str, root: str) -> LLMSpec:
+    path, data = _read("llms", "model", name, list_llms())
+    return _build(LLMSpec, path, data)
+
+
+@lru_cache(maxsize=None)
+def _get_gpu(name: str, root: str) -> GPUSpec:
+    path, data = _read("gpus", "gpu", name, list_gpus())
+    return _build(GPUSpec, path, data, nested={"host": HostSpec, "kernels": KernelSpec})
+
+
+@lru_cache(maxsize=None)
+def _get_drafter_cost(name: str, root: str) -> DrafterCostSpec:
+    valid = [n for n in _names("drafters") if n.endswith("-cost")]
+    path, data = _read("drafters", "drafter cost spec", name, valid)
+    return _build(DrafterCostSpec, path, data)
+
+
+def get_llm(name: str = DEFAULT_LLM) -> LLMSpec:
+    """The LLM architecture `name` (models/llms/<name>.json); ConfigError listing valid names if unknown."""
+    return _get_llm(_key(name), str(models_dir()))
+
+
+def get_gpu(name: str = DEFAULT_GPU) -> GPUSpec:
+    """The GPU `name` (models/gpus/<name>.json); ConfigError listing valid names if unknown."""
+    return _get_gpu(_key(name), str(models_dir()))
+
+
+def get_drafter_cost(name: str = DEFAULT_DRAFTER_COST) -> DrafterCostSpec:
+    """The drafter cost shape `name` (models/drafters/<name>.json)."""
+    return _get_drafter_cost(_key(name), str(models_dir()))
+
+
+__all__ = ["LLMSpec", "GPUSpec", "HostSpec", "KernelSpec", "DrafterCostSpec", "get_llm", "get_gpu",
+           "get_drafter_cost", "list_llms", "list_gpus", "models_dir", "GIB", "DEFAULT_LLM", "DEFAULT_GPU",
+           "DEFAULT_DRAFTER_COST"]

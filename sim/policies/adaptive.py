@@ -1,0 +1,61 @@
+"""Adaptive verification over the model chain: vLLM 0.33's budget + global top-B, and DSpark's early stop.
+
+`adaptive` (the baseline every result is compared to), as vLLM's `enable_adaptive_verification`:
+  1. Budget, on the CPU from one-step-old (stale) confidences, in float64 like vLLM's numpy code:
+       S = all stale survivals cumprod(stale_model_conf) of slots j < stale_model_len, sorted descending
+       B* = argmax_{B = 0..|S|} (N + S_1 + ... + S_B) / (draft_ms + verify_ms[T + B])     [tokens/ms]
+     (first maximum on ties; table index clamped).
+  2. Allocation, on the GPU from the current confidences: survival a = cumprod(model_conf), slots
+     j >= model_len at -inf, global top-B* over the flattened [R, K_m] matrix, admitted[r] = row count.
+  Here B* stays a 0-d tensor and top-B is "stable sort, rank < B*", so there is no host sync at all.
+  Note: vLLM masks the stale survivals with the *current* scheduled draft count; a DSpark chain always
+  has K_m slots, so that equals stale_model_len, which is what the StepBatch contract provides.
+
+`adaptive:early-stop`: the DSpark paper's Algorithm 1. Slots are taken in descending *current*
+  survival while each one raises the goodput G_B; it stops at the first slot that does not
+  (B_es <= B* of the same confidences). Budget and allocation both use current values.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import torch
+
+from sim.policies.base import Allocation, StepBatch
+from sim.policies.common import (CHAIN_MODEL, best_budget, early_stop_budget, finish, rank_scores,
+                                 survival, top_b_counts)
+from sim.policies.registry import Policy, register
+
+
+def stale_model_budget(batch: StepBatch) -> torch.Tensor:
+    """B* from the stale model confidences (the part vLLM computes on the CPU), 0-d int64."""
+    surv = survival(batch.stale_model_conf, batch.stale_model_len, dtype=torch.float64)
+    budget, _ = best_budget(batch, rank_scores(surv, batch.stale_model_len))
+    return budget
+
+
+def alloc_adaptive(batch: StepBatch) -> Allocation:
+    """vLLM adaptive verification: stale budget B*, current global top-B* of model-chain survivals."""
+    budget = stale_model_budget(batch)
+    scores = rank_scores(survival(batch.model_conf, batch.model_len), batch.model_len)
+    admitted = top_b_counts(scores, budget)
+    return finish(torch.full_like(admitted, CHAIN_MODEL), admitted)
+
+
+def alloc_adaptive_early_stop(batch: StepBatch) -> Allocation:
+    """DSpark Algorithm 1: greedy over current survivals, stop at the first slot that does not raise G."""
+    scores = rank_scores(survival(batch.model_conf, batch.model_len), batch.model_len)
+    budget = early_stop_budget(batch, scores)
+    admitted = top_b_counts(scores, budget)
+    return finish(torch.full_like(admitted, CHAIN_MODEL), admitted)
+
+
+@register("adaptive", "adaptive[:early-stop]",
+          "DSpark/vLLM adaptive verification of the model chain (stale budget, current top-B); "
+          "':early-stop' = DSpark Algorithm 1")
+def _adaptive(params: List[str]) -> Policy:
+    if not params:
+        return Policy("adaptive", alloc_adaptive, uses_model=True, uses_ngram=False)
+    if params == ["early-stop"]:
+        return Policy("adaptive:early-stop", alloc_adaptive_early_stop, uses_model=True, uses_ngram=False)
+    raise ValueError(f"unknown adaptive variant '{':'.join(params)}' (only 'early-stop')")

@@ -1,0 +1,140 @@
+"""Shared tensor helpers of the allocation policies: survival, step cost, goodput, budgets, top-B masks.
+
+Everything here is batched torch with no host synchronisation (no `.item()`, `.cpu()`, `.tolist()`,
+no branch on tensor values), so it runs unchanged on the CPU in the simulator, on the GPU inside an
+asynchronous step, and under `torch.compile(fullgraph=True)`.
+
+Notation (units): R requests, K slots per chain; survival a_j = p_1 * ... * p_j (probability, no unit);
+costs in milliseconds; goodput G = expected emitted tokens per millisecond of step time:
+
+    G = (N + sum of admitted survivals) / (draft_ms + verify_ms[T + admitted slots])   [tokens / ms]
+
+where N = R (every decoding request emits its bonus token) and T = non-draft tokens of the step.
+"""
+from __future__ import annotations
+
+from typing import Union
+
+import torch
+
+from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, CHAIN_NONE, Allocation, StepBatch
+
+Scalar = Union[float, torch.Tensor]
+
+
+_CONST: dict = {}
+
+
+def arange(n: int, device) -> torch.Tensor:
+    """torch.arange(n), cached per (n, device) in eager mode: the simulator calls policies thousands of
+    times per second on tiny tensors, where each op's dispatch dominates. Never modify the result."""
+    if torch.compiler.is_compiling():
+        return torch.arange(n, device=device)
+    key = ("arange", n, str(device))
+    out = _CONST.get(key)
+    if out is None:
+        out = _CONST[key] = torch.arange(n, device=device)
+    return out
+
+
+def slot_valid(length: torch.Tensor, num_slots: int) -> torch.Tensor:
+    """valid[..., j] = j < length[...]  (bool [..., K])."""
+    return arange(num_slots, length.device) < length.unsqueeze(-1)
+
+
+def survival(conf: torch.Tensor, length: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Survival a[..., j] = prod_{i<=j} p[..., i] of the valid slots, 0 on slots j >= length[...].
+
+    Confidences are clamped to [0, 1] so that survival is non-increasing along every row, which is
+    what makes "best slots of a chain" always a prefix. Shape [..., K], dtype of `conf` (or `dtype`).
+    """
+    if dtype is not None:
+        conf = conf.to(dtype)
+    surv = torch.cumprod(conf.clamp(0.0, 1.0), dim=-1)
+    return surv * slot_valid(length, conf.shape[-1])
+
+
+def rank_scores(surv: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
+    """Survival with out-of-range slots at -inf, the ranking score of a global top-B ([..., K]).
+    (Real slots have survival >= 0, so `score >= 0` tells them apart.)"""
+    return surv.masked_fill(~slot_valid(length, surv.shape[-1]), float("-inf"))
+
+
+def verify_ms(batch: StepBatch, num_slots: torch.Tensor) -> torch.Tensor:
+    """verify_cost_ms[T + num_slots], index clamped to the table (any shape of `num_slots`) [ms]."""
+    table = batch.verify_cost_ms
+    return table[(num_slots + batch.num_nondraft_tokens).clamp(0, table.shape[0] - 1)]
+
+
+def goodput(batch: StepBatch, gain: torch.Tensor, num_slots: torch.Tensor) -> torch.Tensor:
+    """G = (N + gain) / (draft_ms + verify_ms[T + num_slots])  [tokens/ms], elementwise (broadcasting).
+
+    gain = sum of the admitted slots' survivals (expected accepted draft tokens), num_slots = admitted
+    slots; N = number of requests (each emits one bonus token).
+    """
+    step_ms = verify_ms(batch, num_slots).to(gain.dtype) + batch.draft_cost_ms
+    return (gain + batch.num_reqs) / step_ms
+
+
+def _budget_curve(batch: StepBatch, scores: torch.Tensor):
+    """Sorted scores (descending, over the last two dims flattened) and G_B for B = 0..M ([..., M+1])."""
+    sorted_scores = torch.sort(scores.flatten(-2), dim=-1, descending=True).values
+    gains = torch.cumsum(sorted_scores.clamp(min=0.0), -1)
+    gains = torch.nn.functional.pad(gains, (1, 0))  # gains[B] = S_1 + ... + S_B
+    g = goodput(batch, gains, arange(gains.shape[-1], gains.device))
+    return sorted_scores, g
+
+
+def best_budget(batch: StepBatch, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Adaptive verification's budget: B* = argmax_{B=0..M} (N + S_1 + ... + S_B) / (D + V[T + B]).
+
+    `scores` [..., R, K] holds survivals with -inf on absent slots; S is all real scores sorted
+    descending. B ranges over 0..(number of real slots); ties go to the smallest B (first maximum, as
+    numpy's argmax). Returns (B* int64 [...], the scores sorted descending [..., R*K], -inf last).
+    """
+    sorted_scores, g = _budget_curve(batch, scores)
+    # B beyond the real slots is unreachable: sorted[B-1] = -inf there
+    reachable = torch.nn.functional.pad(sorted_scores >= 0, (1, 0), value=True)
+    g = g.masked_fill(~reachable, float("-inf"))
+    return torch.argmax(g, dim=-1), sorted_scores
+
+
+def early_stop_budget(batch: StepBatch, scores: torch.Tensor) -> torch.Tensor:
+    """DSpark Algorithm 1: B = number of leading slots (descending survival) each of which raises G.
+
+    G_B as in `best_budget`; B_es = max{B : G_1 > G_0, G_2 > G_1, ..., G_B > G_{B-1}} (int64 [...]).
+    """
+    sorted_scores, g = _budget_curve(batch, scores)
+    rises = (g[..., 1:] > g[..., :-1]) & (sorted_scores >= 0)
+    return torch.cumprod(rises.to(torch.int64), -1).sum(-1)
+
+
+def top_b_counts(scores: torch.Tensor, budget: torch.Tensor) -> torch.Tensor:
+    """Admitted count per request of the global top-`budget` slots of `scores` [R, K] (-inf = absent).
+
+    Host-sync free top-B with a tensor B: stable descending sort of all slots, admit rank < B, drop
+    absent slots. Survival is non-increasing along a row and the sort is stable, so the admitted slots
+    of each row form a prefix and the count says it all. Returns int64 [R].
+    """
+    flat = scores.flatten()
+    order = torch.argsort(flat, descending=True, stable=True)
+    win = torch.zeros_like(flat, dtype=torch.bool).scatter(0, order, arange(flat.shape[0], flat.device) < budget)
+    return (win & (flat >= 0)).view(scores.shape).sum(1)
+
+
+def finish(chain: torch.Tensor, admitted: torch.Tensor) -> Allocation:
+    """Normalise an allocation: int64, and chain = NONE wherever nothing is admitted."""
+    admitted = admitted.to(torch.int64)
+    chain = torch.where(admitted > 0, chain.to(torch.int64), torch.full_like(admitted, CHAIN_NONE))
+    return Allocation(chain=chain, admitted=admitted)
+
+
+def full_chain(length: torch.Tensor, which: int) -> Allocation:
+    """Verify the whole chain `which` (CHAIN_MODEL or CHAIN_NGRAM) of every request."""
+    return finish(torch.full_like(length, which), length)
+
+
+__all__ = [
+    "CHAIN_MODEL", "CHAIN_NGRAM", "CHAIN_NONE", "arange", "slot_valid", "survival", "rank_scores", "verify_ms",
+    "goodput", "best_budget", "early_stop_budget", "top_b_counts", "finish", "full_chain",
+]

@@ -1,0 +1,223 @@
+"""The seed's method, `hybrid-price`: both drafters' chains on one scale via a price per verified slot.
+
+Math (DESIGN section 1). Survivals a^m = cumprod(model_conf), a^n = cumprod(ngram_conf), 0 past each
+chain's length. Given a price lambda (a survival, i.e. expected accepted tokens per slot), request r
+takes for each chain the prefix l = #{j : a_j > lambda} and its value V = sum_{j<=l} (a_j - lambda)
+= sum_j relu(a_j - lambda), and keeps the chain with the larger V (ties -> model). The batch goodput
+of the result is G = (N + sum admitted survivals) / (draft_ms + verify_ms[T + admitted slots]) [tokens/ms].
+At the optimum lambda = G* x (marginal step cost of one slot): a slot pays only if its survival beats
+what the slot would earn elsewhere in the batch.
+
+How lambda is found (`hybrid-price:METHOD`); all batched torch, no host sync, a fixed op count:
+  model-opt    lambda = the survival of the first slot *left out* by adaptive's model-only optimum
+               B* (computed from current values): on a batch with no n-gram match this reproduces
+               adaptive's top-B* exactly.
+  fixed-point  lambda_0 = model-opt, then FP_ITERS times: allocate at lambda -> total slots S and G;
+               lambda <- G x secant slope of verify_ms over [T+S, T+S+w], w = max(FP_MIN_WINDOW, S/2).
+               A step-function table (CUDA-graph buckets) has zero marginal cost inside a bucket, so a
+               one-slot difference would give lambda = 0 or a spike; the secant averages over buckets.
+               Every iterate is scored and the best G is kept (never worse than model-opt).
+  sweep        (default) evaluate G at a fixed set of candidate prices in one batched pass and keep the
+               best. With at most SWEEP_EXACT_MAX slots in the batch the candidates are every slot's
+               survival and 0, i.e. every allocation the threshold rule can produce (exact over the
+               family). Above that, a two-stage grid with no sort: SWEEP_COARSE prices exp(-u), u
+               log-spaced in [1e-3, 12], plus 0; then SWEEP_FINE prices linear in u between the two
+               neighbours of the best one. Counts per chain are binary searches (searchsorted) on the
+               survival rows and prefix sums are gathers, so a pass costs O(S R C log K), not O(S R C K).
+               Measured against brute force it is the best of the three (tests/test_policies_optimality.py).
+
+Budget consistency (what runs where in vLLM, `hybrid-price:METHOD`, the default):
+  * CPU, stale values (one-step-old model and n-gram confidences and lengths, as adaptive's budget):
+    run METHOD and take its total admitted slots as the step's draft budget B. Like adaptive's B*, this is what sizes
+    the verify forward pass (the number of tokens must be known on the host before launch).
+  * GPU, current values: run METHOD to get each request's chain choice (larger V; if both V are 0, the
+    chain with the larger first survival, then model), then admit the global top-B slots of the chosen
+    chains by current survival (the same stable-sort top-B kernel as adaptive). B is already paid for, so
+    the GPU fills it even if the current lambda would take fewer slots.
+  Here both sides are stacked into one [2, ...] pass of the same ops (same dtype as the current
+  confidences), which halves the per-call op count in the simulator; in vLLM the stale side is the same
+  function on the host copy of the confidences, so nothing waits on the GPU.
+  `hybrid-price:METHOD:current` skips the stale budget and admits the current lambda-prefixes directly
+  (the idealised allocation; its token count is data dependent, so in vLLM it would need a host sync or
+  padding to the maximum). The optimality tests measure this core.
+"""
+from __future__ import annotations
+
+import math
+from typing import List
+
+import torch
+
+from sim.policies.base import Allocation, StepBatch
+from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, finish, goodput, rank_scores,
+                                 survival, top_b_counts, verify_ms)
+from sim.policies.registry import Policy, register
+
+METHODS = ("model-opt", "fixed-point", "sweep")
+DEFAULT_METHOD = "sweep"
+FP_ITERS = 4
+FP_MIN_WINDOW = 4
+SWEEP_EXACT_MAX = 256  # up to this many slots, the sweep tries every survival as the price (exact)
+SWEEP_COARSE = 48
+SWEEP_FINE = 32
+
+
+class Chains:
+    """Both chains' survivals for S "sides" at once (S = 1: current values; S = 2: current and stale,
+    evaluated by the same ops in one pass). surv_m [S, R, K_m] and surv_n [S, R, K_n] (0 on absent
+    slots); neg_* = -survival (ascending along a row, for searchsorted); cs_* = prefix sums with a
+    leading 0, so cs[..., l] = sum of the first l survivals."""
+
+    def __init__(self, batch: StepBatch, with_stale: bool):
+        if with_stale:
+            dt = batch.model_conf.dtype
+            conf_m = torch.stack([batch.model_conf, batch.stale_model_conf.to(dt)])
+            conf_n = torch.stack([batch.ngram_conf.to(dt), batch.stale_ngram_conf.to(dt)])
+            self.len_m = torch.stack([batch.model_len, batch.stale_model_len])
+            self.len_n = torch.stack([batch.ngram_len, batch.stale_ngram_len])
+        else:
+            conf_m, conf_n = batch.model_conf[None], batch.ngram_conf[None].to(batch.model_conf.dtype)
+            self.len_m, self.len_n = batch.model_len[None], batch.ngram_len[None]
+        self.surv_m = survival(conf_m, self.len_m)
+        self.surv_n = survival(conf_n, self.len_n)
+        self.neg_m, self.neg_n = -self.surv_m, -self.surv_n
+        self.cs_m = torch.nn.functional.pad(torch.cumsum(self.surv_m, -1), (1, 0))
+        self.cs_n = torch.nn.functional.pad(torch.cumsum(self.surv_n, -1), (1, 0))
+
+    def all_survivals(self) -> torch.Tensor:
+        """[S, R * (K_m + K_n)]: every slot's survival (0 for absent slots)."""
+        return torch.cat([self.surv_m, self.surv_n], -1).flatten(1)
+
+
+def evaluate(batch: StepBatch, ch: Chains, lam: torch.Tensor):
+    """Allocation at candidate prices lam [S, C]: returns (use_ngram [S, R, C] bool, admitted
+    [S, R, C] int64, goodput [S, C]). Per chain l = #{j : a_j > lam} (a binary search, since a is
+    non-increasing), gain = a_1 + ... + a_l and V = gain - l * lam; the chain with the larger V wins
+    (ties -> model). Cost O(S R C log K), so large candidate sets stay cheap."""
+    lam_r = lam[:, None, :].expand(-1, ch.surv_m.shape[1], -1)  # [S, R, C]
+    neg = -lam_r
+    l_m = torch.searchsorted(ch.neg_m, neg)  # #{-a < -lam} = #{a > lam}
+    l_n = torch.searchsorted(ch.neg_n, neg)
+    g_m = ch.cs_m.gather(-1, l_m)
+    g_n = ch.cs_n.gather(-1, l_n)
+    use_ngram = (g_n - l_n * lam_r) > (g_m - l_m * lam_r)
+    admitted = torch.where(use_ngram, l_n, l_m)
+    g = goodput(batch, torch.where(use_ngram, g_n, g_m).sum(1), admitted.sum(1))
+    return use_ngram, admitted, g
+
+
+def _pick(use_ngram, admitted, g):
+    """The candidate with the best goodput on each side: ([S, R] bool, [S, R] int64)."""
+    best = torch.argmax(g, dim=-1)[:, None, None].expand(-1, use_ngram.shape[1], 1)
+    return use_ngram.gather(2, best)[..., 0], admitted.gather(2, best)[..., 0]
+
+
+def model_opt_lambda(batch: StepBatch, ch: Chains) -> torch.Tensor:
+    """lambda = survival of the first slot left out by the model-only optimum B* (0 if all are in): [S, 1]."""
+    budget, sorted_scores = best_budget(batch, rank_scores(ch.surv_m, ch.len_m))
+    padded = torch.nn.functional.pad(sorted_scores.clamp(min=0.0), (0, 1))
+    return padded.gather(-1, budget[:, None])
+
+
+def lambda_model_opt(batch: StepBatch, ch: Chains):
+    return _pick(*evaluate(batch, ch, model_opt_lambda(batch, ch)))
+
+
+def lambda_fixed_point(batch: StepBatch, ch: Chains, iters: int = FP_ITERS):
+    lam = model_opt_lambda(batch, ch)
+    uses, adms, gs = [], [], []
+    for _ in range(iters + 1):  # fixed trip count: unrolled under compile, no data-dependent control
+        use_ngram, admitted, g = evaluate(batch, ch, lam)
+        uses.append(use_ngram)
+        adms.append(admitted)
+        gs.append(g)
+        total = admitted.sum(1)  # [S, 1]
+        window = torch.clamp(total // 2, min=FP_MIN_WINDOW)
+        slope = (verify_ms(batch, total + window) - verify_ms(batch, total)) / window
+        lam = (g * slope.to(g.dtype)).clamp(0.0, 1.0)
+    return _pick(torch.cat(uses, 2), torch.cat(adms, 2), torch.cat(gs, 1))
+
+
+def lambda_sweep(batch: StepBatch, ch: Chains):
+    if ch.surv_m[0].numel() + ch.surv_n[0].numel() <= SWEEP_EXACT_MAX:
+        # every survival (and 0) as the price: all allocations of the threshold family are tried
+        lam = torch.nn.functional.pad(ch.all_survivals(), (0, 1))
+        return _pick(*evaluate(batch, ch, lam))
+    return _two_stage_sweep(batch, ch)
+
+
+def _price_grid(n: int, device, dtype) -> torch.Tensor:
+    """SWEEP_COARSE prices lambda = exp(-u), u log-spaced in [1e-3, 12], plus lambda = 0 (cached)."""
+    key = ("price-grid", n, str(device), dtype)
+    out = None if torch.compiler.is_compiling() else _CONST.get(key)
+    if out is None:
+        u = torch.logspace(-3.0, math.log10(12.0), n - 1, dtype=torch.float64)
+        out = torch.cat([torch.exp(-u), torch.zeros(1, dtype=torch.float64)]).to(device=device, dtype=dtype)
+        if not torch.compiler.is_compiling():
+            _CONST[key] = out
+    return out
+
+
+def _two_stage_sweep(batch: StepBatch, ch: Chains):
+    """Stage 1: SWEEP_COARSE fixed prices lambda = exp(-u), u log-spaced in [1e-3, 12] (lambda from
+    0.999 down to 6e-6), plus 0; stage 2: SWEEP_FINE prices spaced linearly in u between the two
+    neighbours of the best stage-1 price. No sort, fixed shapes, no host sync."""
+    dt, dev = ch.surv_m.dtype, ch.surv_m.device
+    grid = _price_grid(SWEEP_COARSE, dev, dt)
+    lam1 = grid[None, :].expand(ch.surv_m.shape[0], -1)
+    use1, adm1, g1 = evaluate(batch, ch, lam1)
+    best = torch.argmax(g1, -1, keepdim=True)  # [S, 1]
+    u = -torch.log(grid.clamp(min=1e-12))  # price 0 -> u = 27.6 (a finite stand-in)
+    u_lo = u[(best - 1).clamp(min=0)]
+    u_hi = u[(best + 1).clamp(max=grid.shape[0] - 1)]
+    q = torch.linspace(0.0, 1.0, SWEEP_FINE, device=dev, dtype=dt)
+    use2, adm2, g2 = evaluate(batch, ch, torch.exp(-(u_lo + q * (u_hi - u_lo))))
+    return _pick(torch.cat([use1, use2], 2), torch.cat([adm1, adm2], 2), torch.cat([g1, g2], 1))
+
+
+LAMBDA_METHODS = {"model-opt": lambda_model_opt, "fixed-point": lambda_fixed_point, "sweep": lambda_sweep}
+
+
+def _chain_ids(use_ngram: torch.Tensor) -> torch.Tensor:
+    return use_ngram.to(torch.int64) * (CHAIN_NGRAM - CHAIN_MODEL) + CHAIN_MODEL
+
+
+def price_core(batch: StepBatch, method: str = DEFAULT_METHOD) -> Allocation:
+    """The idealised allocation: each request's lambda-prefix of its better chain, current values only."""
+    use_ngram, admitted = LAMBDA_METHODS[method](batch, Chains(batch, with_stale=False))
+    return finish(_chain_ids(use_ngram[0]), admitted[0])
+
+
+def price_with_budget(batch: StepBatch, method: str = DEFAULT_METHOD) -> Allocation:
+    """vLLM-consistent hybrid: stale budget B (CPU part), current chain choice by price + global top-B
+    of the chosen chains' current survivals (GPU part). Both sides run through the same ops at once."""
+    ch = Chains(batch, with_stale=True)
+    use_ngram, admitted = LAMBDA_METHODS[method](batch, ch)
+    budget = admitted[1].sum()  # the stale side's total: the step's draft budget B
+    # both prefixes empty at the current price: the chain with the better first slot, then model
+    use_ngram = torch.where(admitted[0] == 0, ch.surv_n[0, :, 0] > ch.surv_m[0, :, 0], use_ngram[0])
+    scores_m = rank_scores(ch.surv_m[0], ch.len_m[0]).masked_fill(use_ngram[:, None], float("-inf"))
+    scores_n = rank_scores(ch.surv_n[0], ch.len_n[0]).masked_fill(~use_ngram[:, None], float("-inf"))
+    scores = torch.cat([scores_m, scores_n], 1)
+    return finish(_chain_ids(use_ngram), top_b_counts(scores, budget))
+
+
+@register("hybrid-price", "hybrid-price[:METHOD][:current]",
+          f"the seed's price per verified slot over both chains; METHOD in {', '.join(METHODS)} "
+          f"(default {DEFAULT_METHOD}); ':current' = no stale budget (idealised)")
+def _hybrid_price(params: List[str]) -> Policy:
+    method, current = DEFAULT_METHOD, False
+    rest = list(params)
+    if rest and rest[-1] == "current":
+        current = True
+        rest.pop()
+    if len(rest) > 1:
+        raise ValueError("'hybrid-price' takes [METHOD][:current]")
+    if rest:
+        if rest[0] not in METHODS:
+            raise ValueError(f"unknown lambda method '{rest[0]}' (one of {', '.join(METHODS)})")
+        method = rest[0]
+    name = "hybrid-price" + ("" if not rest else f":{method}") + (":current" if current else "")
+    fn = (lambda b: price_core(b, method)) if current else (lambda b: price_with_budget(b, method))
+    return Policy(name, fn, uses_model=True, uses_ngram=True)
+

@@ -1,0 +1,63 @@
+"""Shared test helpers: a small linear cost model and random request/trace builders."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sim.cost.base import CostModel  # noqa: E402
+from sim.trace.schema import Request  # noqa: E402
+
+
+class LinearCost(CostModel):
+    """A transparent cost model for engine tests: 5 ms + 0.02 ms/token + 1e-5 ms per KV token."""
+
+    name = "linear"
+
+    def __init__(self, kv_capacity: int = 10**7):
+        self._cap = kv_capacity
+
+    def verify_ms(self, num_tokens, kv_tokens, num_seqs):
+        return 5.0 + 0.02 * np.asarray(num_tokens, dtype=float) + 1e-5 * kv_tokens
+
+    def draft_ms(self, num_reqs, block):
+        return 0.5 + 0.001 * num_reqs * block
+
+    def ngram_ms(self, num_reqs, on_gpu=True):
+        return 0.03 if on_gpu else 0.3 + 0.01 * num_reqs
+
+    def alloc_ms(self, num_reqs):
+        return 0.02
+
+    def sample_ms(self, num_tokens):
+        return 0.001 * num_tokens
+
+    def cpu_ms(self, num_reqs, num_tokens):
+        return 0.2 + 0.004 * num_reqs
+
+    @property
+    def kv_capacity_tokens(self):
+        return self._cap
+
+
+def random_requests(rng: np.random.Generator, n: int, vocab: int = 6, max_prompt: int = 40, max_out: int = 60,
+                    copy: bool = True) -> list[Request]:
+    """Requests over a tiny vocabulary (so n-grams match often), some outputs copying their prompt."""
+    reqs = []
+    for i in range(n):
+        P = int(rng.integers(1, max_prompt))
+        prompt = rng.integers(0, vocab, P).astype(np.int32)
+        L = int(rng.integers(1, max_out))
+        if copy and rng.random() < 0.5:
+            out = np.resize(prompt, L).astype(np.int32)
+        else:
+            out = rng.integers(0, vocab, L).astype(np.int32)
+        reqs.append(Request(id=f"r{i}", prompt_ids=prompt, output_ids=out, prompt_len=P, output_len=L))
+    return reqs
+
+
+@pytest.fixture
+def linear_cost():
+    return LinearCost()

@@ -1,0 +1,71 @@
+"""Data files in models/: every LLM / GPU / drafter cost spec loads, validates and errors clearly."""
+import json
+
+import pytest
+
+from sim.errors import ConfigError
+from sim.models import get_drafter_cost, get_gpu, get_llm, list_gpus, list_llms
+
+REQUIRED_LLMS = {"qwen3-8b", "qwen3-4b", "qwen3-14b", "llama-3.1-8b", "smollm2-135m"}
+REQUIRED_GPUS = {"a100-80g", "h100-sxm", "h200"}
+
+
+def test_all_required_names_present_and_load():
+    assert REQUIRED_LLMS <= set(list_llms())
+    assert REQUIRED_GPUS <= set(list_gpus())
+    for n in list_llms():
+        m = get_llm(n)
+        assert m.source and m.dtype_bytes == 2
+        assert abs(m.architecture_params / m.num_params - 1) < 0.01
+    for n in list_gpus():
+        g = get_gpu(n)
+        assert g.source and g.cuda_graph_max_tokens == 512
+
+
+def test_kv_bytes_per_token():
+    assert get_llm("qwen3-8b").kv_bytes_per_token == 147456 == 144 * 1024
+    assert get_llm("llama-3.1-8b").kv_bytes_per_token == 131072
+    assert get_llm("smollm2-135m").kv_bytes_per_token == 30 * 3 * 64 * 2 * 2
+
+
+def test_names_case_insensitive_and_defaults():
+    assert get_llm("Qwen3-8B") is get_llm("qwen3-8b") is get_llm()
+    assert get_gpu(" H100-SXM ") is get_gpu()
+    assert get_drafter_cost().draft_layers == 2
+
+
+@pytest.mark.parametrize("fn,kind", [(get_llm, "model"), (get_gpu, "gpu")])
+def test_unknown_name_lists_valid(fn, kind):
+    with pytest.raises(ConfigError) as e:
+        fn("gpt-17")
+    msg = str(e.value)
+    assert f"unknown {kind} 'gpt-17'" in msg and "choose one of:" in msg
+    for n in (list_llms() if fn is get_llm else list_gpus()):
+        assert n in msg
+    with pytest.raises(ConfigError):
+        fn(3)
+
+
+def _tmp_models(tmp_path, monkeypatch, llm: dict):
+    (tmp_path / "llms").mkdir(parents=True)
+    (tmp_path / "llms" / "x.json").write_text(json.dumps(llm))
+    monkeypatch.setenv("HYBRIDSPEC_MODELS_DIR", str(tmp_path))
+
+
+def test_bad_data_files(tmp_path, monkeypatch):
+    base = json.loads((__import__("sim.models", fromlist=["models_dir"]).models_dir() / "llms" / "qwen3-8b.json")
+                      .read_text())
+    bad = dict(base, name="x")
+    del bad["num_layers"]
+    _tmp_models(tmp_path, monkeypatch, bad)
+    with pytest.raises(ConfigError, match="missing field 'num_layers'"):
+        get_llm("x")
+    _tmp_models(tmp_path / "b", monkeypatch, dict(base, name="x", num_layerz=3))
+    with pytest.raises(ConfigError, match="unknown field"):
+        get_llm("x")
+    _tmp_models(tmp_path / "c", monkeypatch, dict(base, name="x", num_params=1e9))
+    with pytest.raises(ConfigError, match="disagrees with the architecture"):
+        get_llm("x")
+    _tmp_models(tmp_path / "d", monkeypatch, dict(base, name="x", num_kv_heads=5))
+    with pytest.raises(ConfigError, match="multiple of num_kv_heads"):
+        get_llm("x")

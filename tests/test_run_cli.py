@@ -1,0 +1,70 @@
+"""python -m sim.run end to end on a tiny trace: the table, --out files, determinism, and bad input."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl")
+
+
+def run(*args, cwd=ROOT):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "sim.run", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_table_and_outputs(tmp_path):
+    r = run("--trace", TINY, "--batch-size", "2", "--batch-size", "8", "--out", str(tmp_path / "o"), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    for p in ("none", "adaptive", "hybrid-price", "oracle", "ngram-first", "suffix-threshold"):
+        assert p in r.stdout
+    rows = json.loads((tmp_path / "o" / "summary.json").read_text())
+    need = {"policy", "batch_size", "trace", "model", "gpu", "requests", "output_tokens", "sim_time_s",
+            "output_throughput_tok_s", "mean_tokens_per_step", "speedup_vs_baseline", "lossless"}
+    assert all(need <= set(row) for row in rows)
+    assert all(row["lossless"] for row in rows)
+    assert {row["batch_size"] for row in rows} == {2, 8}
+    base = [row for row in rows if row["policy"] == "adaptive"]
+    assert all(abs(row["speedup_vs_baseline"] - 1.0) < 1e-12 for row in base)
+    for name in ("requests.csv", "steps.csv", "report.html"):
+        assert (tmp_path / "o" / name).stat().st_size > 0
+    assert "plotly" in (tmp_path / "o" / "report.html").read_text()[:200000].lower()
+
+
+def test_same_seed_same_numbers(tmp_path):
+    outs = []
+    for d in ("a", "b"):
+        r = run("--trace", TINY, "--policy", "hybrid-price", "--batch-size", "4", "--seed", "7", "--out", str(tmp_path / d), "--no-progress")
+        assert r.returncode == 0, r.stderr
+        rows = json.loads((tmp_path / d / "summary.json").read_text())
+        outs.append([(x["policy"], x["output_throughput_tok_s"], x["sim_time_s"]) for x in rows])
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--policy", "bogus"], "unknown policy 'bogus'"),
+    (["--model", "gpt-9"], "gpt-9"),
+    (["--gpu", "tpu"], "tpu"),
+    (["--cost", "magic"], "magic"),
+    (["--batch-size", "0"], "batch-size"),
+    (["--drafter", "nope"], "unknown drafter profile"),
+])
+def test_bad_names_one_line(args, needle):
+    r = run("--trace", TINY, *args, "--no-progress")
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    assert needle in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bad_trace_one_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "prompt": "x", "output": "y"}\n{not json}\n')
+    r = run("--trace", str(bad), "--no-progress")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "bad.jsonl:2" in r.stderr
+    r = run("--trace", str(tmp_path / "missing.jsonl"), "--no-progress")
+    assert r.returncode != 0 and "Traceback" not in r.stderr and "missing.jsonl" in r.stderr
