@@ -185,7 +185,12 @@ class Engine:
         env.process(self._engine(env, wake))
         if self.progress:
             self._bar = tqdm(total=self.n, desc=f"{self.policy.name} bs={self.cfg.batch_size}", unit="req", leave=False)
-        env.run()
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # tiny per-step tensors: more threads only add wake-ups and contention
+        try:
+            env.run()
+        finally:
+            torch.set_num_threads(threads)
         if self._bar is not None:
             self._bar.close()
         lossless = self.check_lossless()

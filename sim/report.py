@@ -70,3 +70,419 @@ def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Pat
     html += [_fig_html(f, i == 0) for i, f in enumerate(figs)]
     html.append("</body></html>")
     Path(path).write_text("\n".join(html))
+
+
+# ================================================================================== sweep reports
+# python -m sim.report SWEEP_DIR_OR_RESULTS -o reports/  ->  index.html, tables.md, paper.md
+
+SWEEP_USAGE = """python -m sim.report SWEEP_DIR_OR_RESULTS [-o reports/]: the report of a `python -m sim.sweep` run."""
+
+HYBRID = "hybrid-price"
+ORACLE = "oracle"
+BASE = "adaptive"
+# The seed's published hybrid-price / adaptive throughput ranges (DESIGN.md section 1): workload -> {bs: (lo, hi)};
+# None = every batch size.
+PUBLISHED = {"codeedit": {4: (1.10, 1.62), 128: (1.04, 1.27)}, "chat": {None: (0.97, 1.01)}}
+CONTEXT_BINS = 4  # prompt-length quantile bins of the context-length heatmap
+_SETUP_KEYS = ("trace", "model", "gpu", "cost", "drafter", "calibrator", "ngram_k", "temperature", "seed", "limit",
+               "rate", "kv_capacity_tokens", "max_num_batched_tokens")
+
+
+def load_sweep(path) -> tuple["pd.DataFrame", "pd.DataFrame"]:
+    """(results, requests) of a sweep directory, or of a results.parquet/.csv file (requests next to it)."""
+    import pandas as pd
+
+    from sim.errors import ConfigError
+
+    p = Path(path)
+    d = p if p.is_dir() else p.parent
+    if p.is_dir():
+        cand = [d / "results.parquet", d / "results.csv"]
+        p = next((c for c in cand if c.is_file()), None)
+        if p is None:
+            raise ConfigError(f"{path}: no results.parquet or results.csv (run python -m sim.sweep --out {path} first)")
+    elif not p.is_file():
+        raise ConfigError(f"{path}: no such sweep directory or results file")
+
+    def read(f: Path):
+        try:
+            return pd.read_parquet(f) if f.suffix == ".parquet" else pd.read_csv(f, keep_default_na=True)
+        except ImportError:
+            return pd.read_csv(f.with_suffix(".csv"))
+
+    df = read(p)
+    need = {"policy", "batch_size", "trace", "status", "output_throughput_tok_s"}
+    if not need <= set(df.columns):
+        raise ConfigError(f"{p}: not a sweep results table (missing {', '.join(sorted(need - set(df.columns)))})")
+    rq = next((f for f in (d / "requests.parquet", d / "requests.csv") if f.is_file()), None)
+    req = read(rq) if rq is not None else pd.DataFrame(columns=["cell_id", "prompt_len", "output_len", "decode_s"])
+    return df, req
+
+
+def _workloads(df) -> list[tuple[str, "pd.DataFrame"]]:
+    """Split ok rows by setup (everything but policy and batch size); label each by the trace's stem plus
+    whatever else differs between the setups."""
+    import pandas as pd
+
+    keys = [k for k in _SETUP_KEYS if k in df.columns]
+    ok = df[df["status"] == "ok"].copy()
+    if ok.empty:
+        return []
+    ok["_setup"] = [repr(tuple(t)) for t in ok[keys].itertuples(index=False)]
+    varying = [k for k in keys if k != "trace" and ok[k].astype(str).nunique() > 1]
+    out = []
+    for _, g in ok.groupby("_setup", sort=False):
+        r = g.iloc[0]
+        label = Path(str(r["trace"])).stem
+        extra = [f"{k}={r[k]}" for k in varying if not (isinstance(r[k], float) and pd.isna(r[k]))]
+        out.append((" · ".join([label] + extra), g.drop(columns="_setup")))
+    return out
+
+
+def _policies(g) -> list[str]:
+    order = list(dict.fromkeys(g["policy"]))
+    return sorted(order, key=lambda p: (p != BASE, not p.startswith(HYBRID), p == ORACLE, order.index(p)))
+
+
+def _hybrid_name(g) -> str | None:
+    pols = list(dict.fromkeys(g["policy"]))
+    return HYBRID if HYBRID in pols else next((p for p in pols if p.startswith(HYBRID)), None)
+
+
+def _ratio_table(g, num: str, den: str):
+    """throughput(num) / throughput(den) per batch size (a pandas Series), NaN where either is missing."""
+    t = g.pivot_table(index="batch_size", columns="policy", values="output_throughput_tok_s", aggfunc="first")
+    if num not in t or den not in t:
+        return None
+    return (t[num] / t[den]).sort_index()
+
+
+def context_bins(g, req, hybrid: str, base: str = BASE, nbins: int = CONTEXT_BINS):
+    """Per-request decode-speed ratio hybrid/base by prompt-length bin and batch size.
+
+    Within one mixed-batch run, a bin's decode speed = sum over its requests of (output_len - 1) / sum of their
+    decode times (first token to last token); the heatmap shows that speed under `hybrid` over that under
+    `base`, for the same requests, batch size and setup. Bins: prompt-length quantiles of the trace.
+    Returns (ratio DataFrame [bin label x batch size], bin labels) or None without per-request data."""
+    import numpy as np
+    import pandas as pd
+
+    if req is None or req.empty or "cell_id" not in g:
+        return None
+    cells = g[g["policy"].isin([hybrid, base])][["cell_id", "policy", "batch_size"]]
+    r = req.merge(cells, on="cell_id")
+    if r.empty:
+        return None
+    pl = r.drop_duplicates("cell_id")["cell_id"].iloc[0]
+    lens = r.loc[r["cell_id"] == pl, "prompt_len"].to_numpy()
+    edges = np.unique(np.quantile(lens, np.linspace(0, 1, nbins + 1)).round())
+    if len(edges) < 2:
+        edges = np.array([lens.min(), lens.max() + 1])
+    edges[-1] = edges[-1] + 1  # last bin closed
+    labels = [f"{int(edges[i])}-{int(edges[i + 1]) - 1}" for i in range(len(edges) - 1)]
+    r = r.assign(bin=pd.cut(r["prompt_len"], edges, right=False, labels=labels),
+                 tok=(r["output_len"] - 1).clip(lower=0), dec=pd.to_numeric(r["decode_s"], errors="coerce"))
+    r = r[(r["tok"] > 0) & (r["dec"] > 0)]
+    agg = r.groupby(["policy", "batch_size", "bin"], observed=False)[["tok", "dec"]].sum()
+    speed = (agg["tok"] / agg["dec"]).unstack("policy")
+    if hybrid not in speed or base not in speed:
+        return None
+    ratio = (speed[hybrid] / speed[base]).unstack("batch_size")
+    counts = r[r["cell_id"] == pl].groupby("bin", observed=False).size()
+    ylabels = [f"{b} tok (n={int(counts.get(b, 0))})" for b in ratio.index]
+    return ratio, ylabels
+
+
+def _div_id(name: str) -> str:
+    return "fig-" + "".join(ch if ch.isalnum() else "-" for ch in name)
+
+
+def _sweep_figures(df, req) -> list[tuple[str, str, list]]:
+    """[(section title, explanation, [(figure id, go.Figure)])]."""
+    from sim.metrics import BREAKDOWN
+
+    wl = _workloads(df)
+    sections = []
+    logx = dict(type="log", dtick=np.log10(2), tickformat="d")
+
+    # 1. throughput and speedup against batch size
+    figs = []
+    for name, g in wl:
+        fig = make_subplots(rows=1, cols=2, subplot_titles=["output throughput (tokens/s)", "throughput / adaptive"])
+        for i, p in enumerate(_policies(g)):
+            rs = g[g["policy"] == p].sort_values("batch_size")
+            color = _COLORS[i % len(_COLORS)]
+            dash = "dot" if p == ORACLE else None
+            fig.add_trace(go.Scatter(x=rs["batch_size"], y=rs["output_throughput_tok_s"], name=p, mode="lines+markers",
+                                     legendgroup=p, line=dict(color=color, dash=dash)), row=1, col=1)
+            fig.add_trace(go.Scatter(x=rs["batch_size"], y=rs["speedup_vs_baseline"], name=p, mode="lines+markers",
+                                     legendgroup=p, showlegend=False, line=dict(color=color, dash=dash)), row=1, col=2)
+        fig.add_hline(y=1.0, line_dash="dot", line_color="gray", row=1, col=2)
+        fig.update_xaxes(title_text="batch size (max running requests)", **logx)
+        fig.update_yaxes(title_text="output tokens/s", row=1, col=1)
+        fig.update_yaxes(title_text="x adaptive", row=1, col=2)
+        fig.update_layout(title=f"{name}: throughput against batch size", legend_title="policy", height=460)
+        figs.append((f"thr-{name}", fig))
+    sections.append(("Throughput against batch size", "Output tokens per simulated second, every request of the "
+                     "trace run to completion; right: the same over adaptive verification (the baseline) at that batch size.", figs))
+
+    # 2. context-length heatmap
+    figs, notes = [], []
+    for name, g in wl:
+        hyb = _hybrid_name(g)
+        got = context_bins(g, req, hyb) if hyb and BASE in set(g["policy"]) else None
+        if got is None:
+            notes.append(name)
+            continue
+        ratio, ylabels = got
+        z = ratio.to_numpy(dtype=float)
+        text = [[("" if np.isnan(v) else f"{v:.2f}") for v in row] for row in z]
+        span = max(0.1, float(np.nanmax(np.abs(z - 1.0))) if np.isfinite(z).any() else 0.1)
+        fig = go.Figure(go.Heatmap(z=z, x=[str(b) for b in ratio.columns], y=ylabels, text=text,
+                                   texttemplate="%{text}", colorscale="RdBu", zmin=1.0 - span, zmax=1.0 + span,
+                                   colorbar=dict(title=f"{hyb}<br>/ adaptive")))
+        fig.update_layout(title=f"{name}: {hyb} over adaptive, per-request decode speed by prompt length",
+                          xaxis_title="batch size", yaxis_title="prompt length bin (quartiles)", height=420,
+                          xaxis_type="category")
+        figs.append((f"ctx-{name}", fig))
+    expl = ("Requests grouped by prompt length (quartiles of the trace). A cell is the decode speed of that group's "
+            "requests (their output tokens after the first over their first-to-last-token time) under hybrid-price "
+            "divided by the same under adaptive, in the same full mixed-batch run: how much faster requests of that "
+            "context length finish their decoding. It is not a throughput of a trace made only of such requests.")
+    if notes:
+        expl += f" (No per-request data for: {', '.join(notes)}.)"
+    sections.append(("Hybrid-price over adaptive by context length", expl, figs))
+
+    # 3. drafter shares
+    figs = []
+    for name, g in wl:
+        fig = make_subplots(rows=1, cols=2, subplot_titles=["n-gram share of verified draft tokens",
+                                                            "n-gram share of accepted draft tokens"], shared_yaxes=True)
+        for i, p in enumerate(_policies(g)):
+            rs = g[g["policy"] == p].sort_values("batch_size")
+            color = _COLORS[i % len(_COLORS)]
+            for col, key in ((1, "ngram_share_verified"), (2, "ngram_share_accepted")):
+                fig.add_trace(go.Scatter(x=rs["batch_size"], y=rs[key], name=p, mode="lines+markers", legendgroup=p,
+                                         showlegend=col == 1, line=dict(color=color)), row=1, col=col)
+        fig.update_xaxes(title_text="batch size", **logx)
+        fig.update_yaxes(title_text="share (rest: model drafter)", tickformat=".0%", range=[-0.03, 1.03], row=1, col=1)
+        fig.update_yaxes(tickformat=".0%", range=[-0.03, 1.03], row=1, col=2)
+        fig.update_layout(title=f"{name}: which drafter's tokens are verified and accepted", legend_title="policy",
+                          height=440)
+        figs.append((f"share-{name}", fig))
+    sections.append(("Per-drafter share of verified and accepted tokens", "n-gram drafter tokens over all draft "
+                     "tokens the target verified (left) and accepted (right); the rest are the model drafter's.", figs))
+
+    # 4. step-time breakdown
+    figs = []
+    parts = [k.removesuffix("_ms") for k in BREAKDOWN]
+    for name, g in wl:
+        sizes = sorted(set(g["batch_size"]))
+        pick = sorted({sizes[round(i * (len(sizes) - 1) / 3)] for i in range(4)}) if len(sizes) > 4 else sizes
+        fig = make_subplots(rows=1, cols=len(pick), subplot_titles=[f"batch size {b}" for b in pick], shared_yaxes=False)
+        pols = _policies(g)
+        for ci, b in enumerate(pick, start=1):
+            rs = g[g["batch_size"] == b].set_index("policy").reindex(pols)
+            for j, part in enumerate(parts):
+                fig.add_trace(go.Bar(name=part, x=pols, y=rs["mean_step_ms"] * rs["share_" + part], legendgroup=part,
+                                     showlegend=ci == 1, marker_color=_COLORS[j % len(_COLORS)]), row=1, col=ci)
+        fig.update_layout(title=f"{name}: mean step time by part (ms per engine step)", barmode="stack",
+                          legend_title="part", height=480)
+        fig.update_yaxes(title_text="ms per step", row=1, col=1)
+        fig.update_xaxes(tickangle=-45)
+        figs.append((f"steps-{name}", fig))
+    sections.append(("Step-time breakdown", "Mean engine step split into drafting (model drafter, n-gram), allocation "
+                     "(the policy), target verification, sampling, CPU scheduling and bubbles; a few batch sizes "
+                     "(all of them are in tables.md).", figs))
+    return sections
+
+
+_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#7f7f7f", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+           "#bcbd22"]
+
+
+def _fmt(v, f: str) -> str:
+    try:
+        if v is None or (isinstance(v, float) and np.isnan(v)):
+            return "-"
+        return f.format(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _pivot_md(g, value: str, fmt: str, pols: list[str]) -> str:
+    t = g.pivot_table(index="policy", columns="batch_size", values=value, aggfunc="first").reindex(pols)
+    return _md_table(["policy"] + [f"bs {b}" for b in t.columns], [[p] + [_fmt(v, fmt) for v in t.loc[p]] for p in t.index])
+
+
+def _setup_line(g) -> str:
+    r = g.iloc[0]
+    s = (f"`{r['trace']}`, {int(r['requests'])} requests, {int(r['output_tokens'])} output tokens; {r['model']} on "
+         f"{r['gpu']} ({r['cost']} cost model); drafter {r['drafter']}, n-gram k={r['ngram_k']}; seed {r['seed']}")
+    t = r.get("temperature")
+    s += "; temperature " + ("from the trace" if t is None or (isinstance(t, float) and np.isnan(t)) else f"{t:g}")
+    lim = r.get("limit")
+    if lim is not None and not (isinstance(lim, float) and np.isnan(lim)):
+        s += f"; first {int(lim)} requests only (--limit)"
+    return s
+
+
+def sweep_tables_md(df, req) -> str:
+    out = ["# hybridspec sweep: tables", "",
+           "Generated by `python -m sim.report`. Throughput is output tokens per simulated second; ratios are per "
+           "batch size within one setup.", ""]
+    err = df[df["status"] != "ok"]
+    if len(err):
+        out += [f"**{len(err)} of {len(df)} cells failed** (see the `error` column of results.csv):", ""]
+        for _, r in err.head(20).iterrows():
+            out.append(f"- {r['policy']} bs={r['batch_size']} {r['trace']}: {r['error']}")
+        out.append("")
+    for name, g in _workloads(df):
+        pols = _policies(g)
+        out += [f"## {name}", "", _setup_line(g), ""]
+        out += ["### Output throughput (tokens/s)", "", _pivot_md(g, "output_throughput_tok_s", "{:.0f}", pols), ""]
+        out += ["### Throughput / adaptive", "", _pivot_md(g, "speedup_vs_baseline", "{:.3f}", pols), ""]
+        if ORACLE in pols:
+            t = g.pivot_table(index="policy", columns="batch_size", values="output_throughput_tok_s", aggfunc="first")
+            g2 = g.assign(_vs_oracle=[r["output_throughput_tok_s"] / t.loc[ORACLE, r["batch_size"]]
+                                      if r["batch_size"] in t.columns else np.nan for _, r in g.iterrows()])
+            out += ["### Throughput / oracle (gap to the upper bound)", "", _pivot_md(g2, "_vs_oracle", "{:.3f}", pols), ""]
+        out += ["### Mean emitted tokens per request-step", "", _pivot_md(g, "mean_tokens_per_step", "{:.2f}", pols), ""]
+        out += ["### n-gram share of verified / accepted draft tokens", "",
+                _md_table(["policy"] + [f"bs {b}" for b in sorted(set(g["batch_size"]))],
+                          [[p] + [f"{_fmt(r['ngram_share_verified'], '{:.0%}')} / {_fmt(r['ngram_share_accepted'], '{:.0%}')}"
+                                  for _, r in g[g["policy"] == p].sort_values("batch_size").iterrows()] for p in pols]), ""]
+        out += ["### Step-time breakdown", ""]
+        from sim.metrics import BREAKDOWN
+
+        parts = [k.removesuffix("_ms") for k in BREAKDOWN]
+        rows = []
+        for b in sorted(set(g["batch_size"])):
+            for p in pols:
+                rs = g[(g["batch_size"] == b) & (g["policy"] == p)]
+                if len(rs):
+                    r = rs.iloc[0]
+                    rows.append([p, str(b), _fmt(r["mean_step_ms"], "{:.2f}")] + [_fmt(r["share_" + k], "{:.0%}") for k in parts])
+        out += [_md_table(["policy", "bs", "step ms"] + [f"{k}%" for k in parts], rows), ""]
+        hyb = _hybrid_name(g)
+        got = context_bins(g, req, hyb) if hyb and BASE in set(g["policy"]) else None
+        if got is not None:
+            ratio, ylabels = got
+            out += [f"### {hyb} / adaptive per-request decode speed by prompt length", "",
+                    _md_table(["prompt length"] + [f"bs {b}" for b in ratio.columns],
+                              [[lab] + [_fmt(v, "{:.3f}") for v in ratio.iloc[i]] for i, lab in enumerate(ylabels)]), ""]
+    return "\n".join(out)
+
+
+def paper_md(df, command: str | None = None) -> str:
+    """The simulator's hybrid-price / adaptive (and oracle / adaptive) throughput ratios on the bundled code-editing
+    and chat traces beside the seed's published ranges, and every policy's gap to the oracle."""
+    out = ["# hybridspec: simulated speedups beside the seed's published figures", "",
+           "Throughput ratios over adaptive verification (vLLM 0.33 `enable_adaptive_verification`, the baseline) at "
+           "the same batch size, from the discrete-event simulator (output tokens per simulated second, every "
+           "request of the trace run to completion). Published: the seed's claims (DESIGN.md section 1): code "
+           "editing 1.10-1.62x at batch size 4 and 1.04-1.27x at 128; chat at temperature 0 0.97-1.01x. "
+           "`in range` compares only where a published range exists; oracle (knows the true accepted lengths) is "
+           "the upper bound no realisable policy can beat.", ""]
+    if command:
+        out += ["Regenerate (see docs/sweeps.md):", "", "    " + command, ""]
+    wl = _workloads(df)
+    found = False
+    for key, title in (("codeedit", "Code editing"), ("chat", "Chat")):
+        for name, g in wl:
+            if Path(str(g.iloc[0]["trace"])).stem != key:
+                continue
+            found = True
+            pub = PUBLISHED[key]
+            hyb = _hybrid_name(g)
+            out += [f"## {title} ({name})", "", _setup_line(g), ""]
+            r_h = _ratio_table(g, hyb, BASE) if hyb else None
+            r_o = _ratio_table(g, ORACLE, BASE)
+            sizes = sorted(set(g["batch_size"]))
+            rows = []
+            for b in sizes:
+                rng = pub.get(b, pub.get(None))
+                hv = r_h.get(b) if r_h is not None else None
+                ov = r_o.get(b) if r_o is not None else None
+                inr = "-" if rng is None or hv is None or np.isnan(hv) else (
+                    "yes" if rng[0] <= hv <= rng[1] else ("above" if hv > rng[1] else "below"))
+                rows.append([str(b), _fmt(hv, "{:.3f}"), "-" if rng is None else f"{rng[0]:.2f}-{rng[1]:.2f}", inr,
+                             _fmt(ov, "{:.3f}"), _fmt(hv / ov if hv is not None and ov else None, "{:.1%}")])
+            out += [_md_table(["batch size", f"{hyb} / adaptive", "published", "in range", "oracle / adaptive",
+                               f"{hyb} / oracle"], rows), ""]
+            pols = _policies(g)
+            if ORACLE in pols:
+                t = g.pivot_table(index="policy", columns="batch_size", values="output_throughput_tok_s", aggfunc="first")
+                gap = (t / t.loc[ORACLE]).reindex(pols)
+                out += ["Gap to the oracle (throughput / oracle's):", "",
+                        _md_table(["policy"] + [f"bs {b}" for b in gap.columns],
+                                  [[p] + [_fmt(v, "{:.3f}") for v in gap.loc[p]] for p in gap.index]), ""]
+    if not found:
+        out += ["No code-editing or chat rows in this sweep (traces/codeedit.jsonl, traces/chat.jsonl): run the "
+                "paper preset.", ""]
+    err = df[df["status"] != "ok"]
+    if len(err):
+        out += [f"Note: {len(err)} of {len(df)} cells failed and are missing above (see tables.md).", ""]
+    return "\n".join(out)
+
+
+PAPER_COMMAND = "python -m sim.sweep --preset paper --out out/paper && python -m sim.report out/paper -o reports/"
+
+
+def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND) -> list[Path]:
+    """index.html (plotly.js inlined once), tables.md and paper.md in out_dir."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sections = _sweep_figures(df, req)
+    ok = df[df["status"] == "ok"]
+    setups = sorted({f"{Path(str(r['trace'])).stem}: {r['model']} on {r['gpu']}" for _, r in ok.iterrows()})
+    html = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>hybridspec sweep</title>",
+            "<style>body{font-family:sans-serif;margin:2em;max-width:1400px} p.note{color:#444;max-width:1100px}"
+            " nav a{margin-right:1.2em}</style></head><body>",
+            "<h1>hybridspec sweep</h1>",
+            f"<p>{len(df)} cells ({len(ok)} ok, {len(df) - len(ok)} failed); setups: {', '.join(setups) or 'none'}. "
+            "Baseline: adaptive. Numbers: tables.md; published comparison: paper.md.</p>",
+            "<nav>" + "".join(f"<a href='#sec{i}'>{t}</a>" for i, (t, _, _) in enumerate(sections)) + "</nav>"]
+    first = True
+    for i, (title, expl, figs) in enumerate(sections):
+        html += [f"<h2 id='sec{i}'>{title}</h2>", f"<p class='note'>{expl}</p>"]
+        if not figs:
+            html.append("<p><i>no data</i></p>")
+        for fid, fig in figs:
+            fig.update_layout(template="plotly_white", margin=dict(t=80))
+            html.append(fig.to_html(full_html=False, include_plotlyjs=True if first else False, div_id=_div_id(fid),
+                                    config={"displaylogo": False}))
+            first = False
+    if first:
+        html.append("<p><i>No successful cells to plot.</i></p>")
+    html.append("</body></html>")
+    paths = [out_dir / "index.html", out_dir / "tables.md", out_dir / "paper.md"]
+    paths[0].write_text("\n".join(html))
+    paths[1].write_text(sweep_tables_md(df, req) + "\n")
+    paths[2].write_text(paper_md(df, command) + "\n")
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m sim.report", description=SWEEP_USAGE)
+    ap.add_argument("sweep", help="a sweep output directory (results.parquet/.csv, requests.parquet/.csv) or results file")
+    ap.add_argument("-o", "--out", default="reports", help="output directory (default reports/)")
+    a = ap.parse_args(argv)
+    df, req = load_sweep(a.sweep)
+    paths = write_sweep_report(df, req, a.out)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    from sim.cli_util import run_cli
+
+    run_cli(main)

@@ -21,7 +21,7 @@ import pandas as pd
 from sim.cli_util import run_cli
 from sim.cost import make_cost_model
 from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
-from sim.drafters.model import ModelDrafterProfile, load_drafter_profile
+from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
 from sim.drafters.ngram import NgramConfig
 from sim.drafters.tables import DraftTables, build_draft_tables
 from sim.engine import Engine, EngineConfig, RunResult
@@ -52,6 +52,7 @@ class SimSetup:
     max_num_batched_tokens: int = 8192
     rate: float | None = None
     kv_capacity_tokens: int | None = None
+    drafts: str | None = None  # recorded model drafts (sidecar JSONL), replayed instead of the profile
     extras: dict = field(default_factory=dict)
 
 
@@ -83,7 +84,12 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
             raise ConfigError(f"--temperature must be >= 0, got {setup.temperature}")
         for r in reqs:
             r.temperature = setup.temperature
-    tables = build_draft_tables(reqs, ngram_cfg, profile, calib, seed=setup.seed, progress=progress)
+    recorded = load_recorded_drafts(setup.drafts, profile.block) if setup.drafts else None
+    if recorded is not None:
+        unknown = sorted(set(recorded) - {r.id for r in reqs})
+        if unknown:
+            raise ConfigError(f"{setup.drafts}: recorded drafts for {len(unknown)} request(s) not in the trace, e.g. '{unknown[0]}'")
+    tables = build_draft_tables(reqs, ngram_cfg, profile, calib, seed=setup.seed, progress=progress, recorded=recorded)
     arrivals = np.asarray([r.arrival_s or 0.0 for r in reqs], dtype=np.float64)
     return Prepared(setup, tables, arrivals, cost, bool(trace.length_only), trace.skipped)
 
@@ -166,6 +172,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--gpu", default="h100-sxm")
     ap.add_argument("--cost", default="roofline", help="cost model: roofline or profiled")
     ap.add_argument("--drafter", default="dspark-qwen3-b7", help="model-drafter profile in models/drafters/")
+    ap.add_argument("--drafts", default=None, help="recorded model drafts (JSONL sidecar) to replay exactly")
     ap.add_argument("--calibrator", default=DEFAULT_CALIBRATOR, help="n-gram calibrator in models/calibrators/")
     ap.add_argument("--ngram-k", type=int, default=16, help="n-gram chain length")
     ap.add_argument("--temperature", type=float, default=None, help="override every request's temperature")
@@ -195,9 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--limit must be >= 1, got {a.limit}")
     setup = SimSetup(trace=a.trace, model=a.model, gpu=a.gpu, cost=a.cost, drafter=a.drafter, calibrator=a.calibrator,
                      ngram_k=a.ngram_k, seed=a.seed, limit=a.limit, temperature=a.temperature,
-                     max_num_batched_tokens=a.max_num_batched_tokens, rate=a.rate, kv_capacity_tokens=a.kv_capacity_tokens)
+                     max_num_batched_tokens=a.max_num_batched_tokens, rate=a.rate, kv_capacity_tokens=a.kv_capacity_tokens,
+                     drafts=a.drafts)
     progress = not a.no_progress and sys.stderr.isatty()
     prep = prepare(setup, progress=progress)
+    if prep.tables.replayed_requests:
+        print(f"note: {prep.tables.replayed_requests} of {len(prep.tables.out_len)} requests replay recorded drafts; "
+              "the rest use the drafter profile", file=sys.stderr)
     if prep.length_only:
         print("note: length-only requests: acceptance drawn from the bundled traces' statistical profile", file=sys.stderr)
     rows, results = [], []

@@ -19,7 +19,7 @@ PROFILE = ModelDrafterProfile(name="t", block=4)
 
 def _calib():
     # a fixed, plausible calibrator: acceptance rises with the match length, falls with depth
-    w = np.zeros(len(_KNOTS) + 7)
+    w = np.zeros(len(_KNOTS) + 11)
     w[0], w[1], w[1 + len(_KNOTS)] = -0.5, 1.0, -0.3
     return NgramCalibrator(w, CFG)
 

@@ -5,11 +5,12 @@ position i and chain depth j (1-based) to the conditional acceptance probability
     p_ij = P(token j accepted | tokens 1..j-1 accepted) = sigmoid(w . phi(i, j)),
 a logistic model on smooth features (so sparse regions borrow strength from their neighbours):
     phi = [1, h_1(log1p ext), ..., h_m(log1p ext), log j, log1p(ext) * log j, n / n_max, in_prompt,
-           log1p occ, prev_hit]
+           log1p occ, prev_hit, log r_all, log r_recent, log r_all * log1p ext, log r_recent * log1p ext]
 where h_k are hinge functions max(0, x - knot_k) over a fixed knot grid (a piecewise-linear curve in the
 log of the match length), ext is the match length extended backwards past n_max, occ how often the
 suffix occurred before, in_prompt whether the copy source lies in the prompt, and prev_hit whether the
-n-gram continuation at the previous output position was the token actually emitted.
+n-gram continuation at the previous output position was the token actually emitted, and r_all / r_recent
+the share of earlier output positions (all of them, smoothed; the last 32) where it was (`copy_history`).
 
 Censoring: depth j is observed only when tokens 1..j-1 were accepted, so the fit uses exactly the rows
 {(i, j) : j <= length_i and acc_i >= j - 1} with label 1{acc_i >= j} (a discrete-time hazard model); the
@@ -33,6 +34,7 @@ from sim.errors import ConfigError
 
 CALIBRATOR_DIR = Path(__file__).resolve().parents[2] / "models" / "calibrators"
 DEFAULT_CALIBRATOR = "ngram-general"
+FEATURE_SET = "hinge8+history2"
 _KNOTS = (0.0, 1.0, 1.7, 2.3, 2.9, 3.5, 4.2, 5.0)  # in log1p(ext): ext ~ 0, 2, 4.5, 9, 17, 32, 66, 147
 
 
@@ -42,6 +44,19 @@ def prev_hit(table: NgramTable) -> np.ndarray:
     if len(table) > 1:
         ph[1:] = table.acc_len[:-1] >= 1
     return ph
+
+
+def copy_history(table: NgramTable, window: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """How much of the output so far continued an n-gram match: over all earlier output positions
+    (smoothed, (hits + 1) / (i + 2)) and over the last `window` of them. A request that has been copying
+    its input (an edit, a rewrite) keeps copying; both are known to the engine before the step."""
+    hit = (table.acc_len >= 1).astype(np.float64)
+    c = np.concatenate([[0.0], np.cumsum(hit)])  # c[i] = hits before position i
+    i = np.arange(len(table))
+    overall = (c[i] + 1.0) / (i + 2.0)
+    lo = np.maximum(i - window, 0)
+    recent = (c[i] - c[lo] + 0.5) / (i - lo + 1.0)
+    return overall, recent
 
 
 def features(table: NgramTable, cfg: NgramConfig, depth: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -58,6 +73,9 @@ def features(table: NgramTable, cfg: NgramConfig, depth: np.ndarray, rows: np.nd
         np.log1p(table.occ[rows].astype(np.float64)),
         prev_hit(table)[rows],
     ]
+    overall, recent = copy_history(table)
+    lo, lr = np.log(overall[rows]), np.log(recent[rows])
+    cols += [lo, lr, lo * le, lr * le]
     return np.stack(cols, axis=1)
 
 
@@ -92,6 +110,7 @@ class NgramCalibrator:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({
             "kind": "logistic-hinge",
+            "features": FEATURE_SET,
             "knots": list(_KNOTS),
             "weights": [round(float(w), 8) for w in self.weights],
             "ngram": {"n_min": self.cfg.n_min, "n_max": self.cfg.n_max, "k": self.cfg.k, "ext_max": self.cfg.ext_max},
@@ -107,7 +126,7 @@ class NgramCalibrator:
             known = ", ".join(sorted(x.stem for x in CALIBRATOR_DIR.glob("*.json")))
             raise ConfigError(f"unknown n-gram calibrator '{name_or_path}'; choose one of: {known or '(none fitted yet)'}")
         raw = json.loads(p.read_text())
-        if tuple(raw.get("knots", ())) != _KNOTS:
+        if tuple(raw.get("knots", ())) != _KNOTS or raw.get("features") != FEATURE_SET:
             raise ConfigError(f"calibrator {p} was fitted with another feature set; refit with python -m sim.calibrate")
         return cls(np.asarray(raw["weights"], dtype=np.float64), NgramConfig(**raw["ngram"]), raw.get("fitted_on", ""))
 

@@ -17,7 +17,7 @@ Synthetic acceptance model (a Gaussian copula with shared token difficulty), per
 
 Temperature > 0 (an approximation, documented): the same model with q scaled by `temp_scale ** temperature`.
 
-Recorded drafts (from a real engine, replayed exactly) use the sidecar format in docs/traces.md:
+Recorded drafts (from a real engine, replayed exactly) use the sidecar format in docs/simulator.md (`load_recorded_drafts`):
 one JSON object per request {"id", "model_conf": [[...K]...L], "model_acc": [...L]}.
 """
 from __future__ import annotations
@@ -86,6 +86,54 @@ class ModelChains:
     conf: np.ndarray
     acc_len: np.ndarray
     extras: dict = field(default_factory=dict)
+
+
+def load_recorded_drafts(path: str, block: int | None = None) -> dict[str, ModelChains]:
+    """Read a recorded-drafts sidecar (JSONL, one request per line):
+        {"id": "r1", "model_conf": [[c_1, ..., c_K], ...one row per output position...],
+         "model_acc": [a_0, a_1, ...one accepted length per output position...]}
+    model_conf[i][j] is the confidence the real drafter gave token j+1 of the chain it drafted at output
+    position i; model_acc[i] is how many of that chain's tokens the target accepted. Errors name the
+    file, line and field (TraceError)."""
+    from sim.errors import TraceError
+
+    out: dict[str, ModelChains] = {}
+    try:
+        fh = open(path, "rb")
+    except OSError:
+        raise TraceError("cannot read recorded drafts file", path) from None
+    with fh:
+        for ln, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise TraceError(f"not valid JSON ({exc.__class__.__name__})", path, ln) from None
+            if not isinstance(obj, dict):
+                raise TraceError("expected a JSON object", path, ln)
+            rid = obj.get("id")
+            if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+                raise TraceError("missing or not a string", path, ln, "id")
+            rid = str(rid)
+            if rid in out:
+                raise TraceError(f"duplicate id '{rid}'", path, ln, "id")
+            try:
+                conf = np.asarray(obj["model_conf"], dtype=np.float64)
+                acc = np.asarray(obj["model_acc"], dtype=np.float64)
+            except KeyError as exc:
+                raise TraceError("missing", path, ln, exc.args[0]) from None
+            except (TypeError, ValueError):
+                raise TraceError("must be numbers (a list of lists for model_conf)", path, ln, "model_conf") from None
+            if conf.ndim != 2 or (block is not None and conf.shape[1] != block):
+                raise TraceError(f"must be a [positions x {block or 'K'}] list of lists", path, ln, "model_conf")
+            if not np.all(np.isfinite(conf)) or conf.min(initial=0) < 0 or conf.max(initial=0) > 1:
+                raise TraceError("confidences must be finite and in [0, 1]", path, ln, "model_conf")
+            if acc.ndim != 1 or len(acc) != len(conf) or not np.all(np.isfinite(acc)) or np.any(acc < 0) \
+                    or np.any(acc != np.round(acc)) or np.any(acc > conf.shape[1]):
+                raise TraceError("must be one integer in [0, K] per row of model_conf", path, ln, "model_acc")
+            out[rid] = ModelChains(conf=conf.astype(np.float32), acc_len=acc.astype(np.int64))
+    return out
 
 
 def request_seed(seed: int, request_id: str) -> np.random.Generator:

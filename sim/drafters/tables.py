@@ -43,6 +43,7 @@ class DraftTables:
     tokens: np.ndarray
     tok_offsets: np.ndarray
     synthetic_rows: int = 0  # rows drawn from a statistical profile (length-only requests)
+    replayed_requests: int = 0  # requests whose model chains were replayed from recorded drafts
 
     @property
     def k_model(self) -> int:
@@ -65,8 +66,11 @@ def build_draft_tables(
     calibrator: NgramCalibrator,
     seed: int = 0,
     progress: bool = False,
+    recorded: dict | None = None,
 ) -> DraftTables:
-    """Precompute the draft tables of `requests` (sim.trace.Request objects)."""
+    """Precompute the draft tables of `requests` (sim.trace.Request objects). `recorded` maps request
+    ids to ModelChains recorded by a real engine (sim.drafters.model.load_recorded_drafts); those
+    requests replay them exactly instead of drawing synthetic chains."""
     if calibrator.cfg.n_min != ngram_cfg.n_min or calibrator.cfg.n_max != ngram_cfg.n_max:
         raise ConfigError(
             f"the n-gram calibrator was fitted for n in [{calibrator.cfg.n_min}, {calibrator.cfg.n_max}] "
@@ -74,7 +78,7 @@ def build_draft_tables(
         )
     parts: dict[str, list] = {k: [] for k in ("ng_len", "ng_acc", "ng_start", "ng_conf", "m_conf", "m_acc", "tokens")}
     out_len, prompt_len = [], []
-    synthetic = 0
+    synthetic = replayed = 0
     it = tqdm(requests, desc="draft tables", unit="req", disable=not progress, leave=False)
     for req in it:
         if req.output_ids is None:
@@ -83,7 +87,14 @@ def build_draft_tables(
         else:
             toks = np.concatenate([req.prompt_ids, req.output_ids]).astype(np.int64)
             tab = ngram_tables(toks, len(req.prompt_ids), ngram_cfg)
-            chains = synth_model_chains(profile, copy_mask(tab, profile.copy_min_ext), request_seed(seed, req.id), req.temperature)
+            if recorded is not None and req.id in recorded:
+                chains = recorded[req.id]
+                if len(chains.acc_len) != req.output_len or chains.conf.shape[1] != profile.block:
+                    raise ConfigError(f"recorded drafts of request '{req.id}' have {len(chains.acc_len)} positions x "
+                                      f"{chains.conf.shape[1]} tokens; the trace needs {req.output_len} x {profile.block}")
+                replayed += 1
+            else:
+                chains = synth_model_chains(profile, copy_mask(tab, profile.copy_min_ext), request_seed(seed, req.id), req.temperature)
             ng_acc = tab.acc_len
             if req.temperature > 0:
                 ng_acc = _thin_acceptance(ng_acc, profile.temp_scale**req.temperature, request_seed(seed + 1, req.id))
@@ -108,6 +119,7 @@ def build_draft_tables(
         tokens=np.concatenate(parts["tokens"]).astype(np.int64),
         tok_offsets=np.concatenate([[0], np.cumsum(tok_lens)]).astype(np.int64),
         synthetic_rows=synthetic,
+        replayed_requests=replayed,
     )
 
 

@@ -1,0 +1,505 @@
+"""Parameter sweeps: run a grid of simulator cells in parallel and collect one tidy results table.
+
+    python -m sim.sweep --trace traces/codeedit.jsonl --policy adaptive --policy hybrid-price \
+        --batch-size 4 --batch-size 128 --ngram-k 16 --ngram-k 32 --out out/sweep
+    python -m sim.sweep --grid my_grid.toml --workers 2
+    python -m sim.sweep --preset paper --out out/paper        # the grid behind reports/paper.md
+    python -m sim.sweep ... --ray [ADDRESS]                    # run the cells on Ray (pip install -e ".[ray]")
+
+A *cell* is one simulation: (trace, model, gpu, cost, drafter, ngram_k, temperature, seed, limit) -- the
+*prepare key*, which fixes the draft tables -- plus (policy, batch_size, rate, kv_capacity_tokens,
+max_num_batched_tokens). Every combination of the grid's lists is a cell. Cells are sent to the workers in
+prepare-key order and each worker process keeps the draft tables it built, so the tables of a key are
+built at most once per worker, however many policies and batch sizes run on them.
+
+Outputs in --out (default out/sweep): results.parquet and results.csv (a row per cell: the grid keys,
+`status` 'ok'/'error', `error`, `cell_id`, then sim.run's summary-row keys and `speedup_vs_baseline`),
+requests.parquet/.csv (per-request prompt length, output length and decode time of every ok cell, for
+the context-length view of `python -m sim.report`), grid.json, and cells/<cell_id>.json: the cache. A
+cell's id hashes its config, the trace file's bytes and the simulator's code and data (sim/, models/), so
+an interrupted sweep resumes where it stopped and a code change never serves stale numbers. A failing cell
+is recorded with its error message and does not stop the others (failures are not cached: a rerun retries
+them). Grid file (TOML): top-level keys give lists (or scalars) for the whole grid; optional [[grid]] tables
+are sub-grids that override them, the sweep being the union of the sub-grids. See docs/sweeps.md.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+import tomllib
+from collections import OrderedDict
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass
+from itertools import product
+from pathlib import Path
+
+import pandas as pd
+from tqdm import tqdm
+
+from sim.cli_util import run_cli
+from sim.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE = "adaptive"
+
+# grid key -> (default list, parser of one value). Order = column order of the results table.
+PREP_KEYS = ("trace", "model", "gpu", "cost", "drafter", "calibrator", "ngram_k", "temperature", "seed", "limit")
+RUN_KEYS = ("policy", "batch_size", "rate", "kv_capacity_tokens", "max_num_batched_tokens")
+GRID_KEYS = PREP_KEYS + RUN_KEYS
+
+
+def _defaults() -> dict[str, list]:
+    from sim.run import DEFAULT_BATCH_SIZES, DEFAULT_POLICIES, SimSetup
+
+    s = SimSetup()
+    return {"trace": [s.trace], "model": [s.model], "gpu": [s.gpu], "cost": [s.cost], "drafter": [s.drafter],
+            "calibrator": [s.calibrator], "ngram_k": [s.ngram_k], "temperature": [None], "seed": [s.seed],
+            "limit": [None], "policy": list(DEFAULT_POLICIES), "batch_size": list(DEFAULT_BATCH_SIZES),
+            "rate": [None], "kv_capacity_tokens": [None], "max_num_batched_tokens": [s.max_num_batched_tokens]}
+
+
+_INT_KEYS = {"ngram_k", "seed", "limit", "batch_size", "kv_capacity_tokens", "max_num_batched_tokens"}
+_FLOAT_KEYS = {"temperature", "rate"}
+
+# Preset grids (the same structure as a TOML grid file).
+PAPER_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+PAPER_POLICIES = ["adaptive", "hybrid-price", "ngram-first", "suffix-threshold", "oracle", "model-fixed:7",
+                  "ngram-fixed:16"]
+PRESETS: dict[str, dict] = {
+    # reports/paper.md and reports/index.html: both bundled workloads at temperature 0, qwen3-8b on H100.
+    "paper": {"trace": ["traces/codeedit.jsonl", "traces/chat.jsonl"], "model": ["qwen3-8b"], "gpu": ["h100-sxm"],
+              "temperature": [0.0], "policy": PAPER_POLICIES, "batch_size": PAPER_BATCH_SIZES},
+    # a one-minute smoke test of the whole pipeline
+    "smoke": {"trace": ["traces/codeedit.jsonl", "traces/chat.jsonl"], "limit": [24], "temperature": [0.0],
+              "policy": ["adaptive", "hybrid-price", "oracle"], "batch_size": [4, 16]},
+}
+
+
+# ------------------------------------------------------------------------------------------------ cells
+@dataclass(frozen=True)
+class Cell:
+    trace: str
+    model: str
+    gpu: str
+    cost: str
+    drafter: str
+    calibrator: str
+    ngram_k: int
+    temperature: float | None
+    seed: int
+    limit: int | None
+    policy: str
+    batch_size: int
+    rate: float | None
+    kv_capacity_tokens: int | None
+    max_num_batched_tokens: int
+
+    def prep_key(self) -> tuple:
+        return tuple(getattr(self, k) for k in PREP_KEYS)
+
+    def setup(self):
+        from sim.run import SimSetup
+
+        return SimSetup(**{k: getattr(self, k) for k in PREP_KEYS + RUN_KEYS[2:]})
+
+
+def _coerce(key: str, v):
+    if key not in GRID_KEYS:
+        raise ConfigError(f"unknown grid key '{key}' (valid: {', '.join(GRID_KEYS)})")
+    if v is None or (isinstance(v, str) and v.lower() in ("none", "default", "")):
+        if key in ("limit", "temperature", "rate", "kv_capacity_tokens"):
+            return None
+        raise ConfigError(f"grid key '{key}' needs a value")
+    try:
+        if key in _INT_KEYS:
+            if isinstance(v, float) and not v.is_integer():
+                raise ValueError
+            return int(v)
+        if key in _FLOAT_KEYS:
+            return float(v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"grid key '{key}': bad value {v!r}") from None
+    return str(v)
+
+
+def _as_list(key: str, v) -> list:
+    vals = v if isinstance(v, list) else [v]
+    if not vals:
+        raise ConfigError(f"grid key '{key}' has an empty list")
+    return list(dict.fromkeys(_coerce(key, x) for x in vals))
+
+
+def expand(grid: dict, add_baseline: bool = True) -> list[Cell]:
+    """Cells of a grid: {key: value or list, ..., optional "grid": [sub-grid, ...]} -> the union of the
+    sub-grids' Cartesian products (each sub-grid over the top-level keys over the defaults)."""
+    top = {k: v for k, v in grid.items() if k != "grid"}
+    subs = grid.get("grid") or [{}]
+    if not isinstance(subs, list) or not all(isinstance(s, dict) for s in subs):
+        raise ConfigError("'grid' must be an array of tables ([[grid]] in TOML)")
+    cells: dict[Cell, None] = {}
+    for sub in subs:
+        spec = _defaults()
+        for k, v in {**top, **sub}.items():
+            spec[k] = _as_list(k, v)
+        if add_baseline and BASELINE not in spec["policy"]:
+            spec["policy"] = [BASELINE] + spec["policy"]
+        for combo in product(*(spec[k] for k in GRID_KEYS)):
+            cells[Cell(**dict(zip(GRID_KEYS, combo)))] = None
+    return list(cells)
+
+
+def validate(cells: list[Cell]) -> None:
+    """Check every name up front (policies, models, GPUs, cost models, drafters, calibrators, traces) and
+    the numbers, so a typo fails in a second with one line instead of in the middle of a sweep."""
+    from sim.cost import make_cost_model
+    from sim.drafters.calibration import NgramCalibrator
+    from sim.drafters.model import load_drafter_profile
+    from sim.policies import get_policy
+
+    seen: set = set()
+
+    def once(what, fn, *args):
+        if (what, args) not in seen:
+            seen.add((what, args))
+            fn(*args)
+
+    for c in cells:
+        once("policy", get_policy, c.policy)
+        once("cost", lambda cost, m, g: make_cost_model(cost, llm=m, gpu=g), c.cost, c.model, c.gpu)
+        once("drafter", load_drafter_profile, c.drafter)
+        once("calibrator", NgramCalibrator.load, c.calibrator)
+        if not Path(c.trace).is_file():
+            raise ConfigError(f"trace not found: {c.trace}")
+        for k in ("batch_size", "limit", "ngram_k", "kv_capacity_tokens", "max_num_batched_tokens"):
+            v = getattr(c, k)
+            if v is not None and v < 1:
+                raise ConfigError(f"--{k.replace('_', '-')} must be >= 1, got {v}")
+        for k in ("temperature", "rate"):
+            v = getattr(c, k)
+            if v is not None and (v < 0 or (k == "rate" and v == 0)):
+                raise ConfigError(f"--{k} must be {'> 0' if k == 'rate' else '>= 0'}, got {v}")
+
+
+_HASH_CACHE: dict = {}
+
+
+def _file_digest(path: str) -> str:
+    p = Path(path).resolve()
+    st = p.stat()
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    if key not in _HASH_CACHE:
+        _HASH_CACHE[key] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return _HASH_CACHE[key]
+
+
+def code_fingerprint() -> str:
+    """Hash of what decides a cell's numbers: the simulator's sources and its data files (models/).
+    The sweep and report modules are left out (they do not change results)."""
+    h = hashlib.sha256()
+    files = sorted(p for p in (ROOT / "sim").rglob("*.py") if p.name not in ("sweep.py", "report.py"))
+    files += sorted(p for p in (ROOT / "models").rglob("*") if p.is_file())
+    for p in files:
+        h.update(str(p.relative_to(ROOT)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def cell_id(cell: Cell, code: str) -> str:
+    d = asdict(cell)
+    d["trace_sha256"] = _file_digest(cell.trace)
+    d["code"] = code
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
+
+
+# ------------------------------------------------------------------------------------------------ worker
+_PREP_CACHE: OrderedDict = OrderedDict()
+_PREP_CACHE_SIZE = 2  # draft tables kept per worker process (a few hundred MB at most for the bundled traces)
+
+
+def _worker_init() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _prepared(cell: Cell):
+    from sim.run import prepare
+
+    key = cell.prep_key()
+    if key in _PREP_CACHE:
+        _PREP_CACHE.move_to_end(key)
+    else:
+        try:
+            _PREP_CACHE[key] = prepare(cell.setup())
+        except Exception as exc:  # noqa: BLE001 -- recorded on every cell of this key
+            _PREP_CACHE[key] = exc
+        while len(_PREP_CACHE) > _PREP_CACHE_SIZE:
+            _PREP_CACHE.popitem(last=False)
+    got = _PREP_CACHE[key]
+    if isinstance(got, Exception):
+        raise got
+    return got
+
+
+def run_cell(cell: Cell) -> dict:
+    """Run one cell; never raises for a cell's own failure (returns status 'error' and the message)."""
+    from sim.run import run_one
+
+    t0 = time.perf_counter()
+    out: dict = {"cell": asdict(cell), "pid": os.getpid()}
+    try:
+        prep = _prepared(cell)
+        prep = dataclasses.replace(prep, setup=dataclasses.replace(
+            prep.setup, rate=cell.rate, kv_capacity_tokens=cell.kv_capacity_tokens,
+            max_num_batched_tokens=cell.max_num_batched_tokens))
+        row, res = run_one(prep, cell.policy, cell.batch_size)
+        rq = res.requests
+        out.update(status="ok", error="", row=row, requests={
+            "prompt_len": [int(x) for x in rq["prompt_len"]], "output_len": [int(x) for x in rq["output_len"]],
+            "decode_s": [None if math.isnan(x) else round(float(x), 9) for x in (rq["finish_s"] - rq["first_token_s"])],
+        })
+    except Exception as exc:  # noqa: BLE001 -- a failing cell must not stop the sweep
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        out.update(status="error", error=f"{type(exc).__name__}: {msg}"[:500], row={}, requests=None)
+    out["cell_wall_s"] = time.perf_counter() - t0
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ driver
+def _order(cells: list[Cell]) -> list[Cell]:
+    """Prepare keys in grid order; inside a key the slow cells (small batch sizes) first, so the tail of
+    the sweep is made of short cells and the workers finish together."""
+    keys = list(dict.fromkeys(c.prep_key() for c in cells))
+    rank = {k: i for i, k in enumerate(keys)}
+    return sorted(cells, key=lambda c: (rank[c.prep_key()], c.batch_size, c.policy))
+
+
+def _save(cells_dir: Path, cid: str, result: dict) -> None:
+    tmp = cells_dir / f".{cid}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(result, default=float))
+    tmp.replace(cells_dir / f"{cid}.json")
+
+
+def _run_local(todo: list[tuple[str, Cell]], workers: int, on_done) -> None:
+    if workers <= 1:
+        _worker_init()
+        for cid, cell in todo:
+            on_done(cid, run_cell(cell))
+        return
+    ex = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
+    try:
+        pending = {ex.submit(run_cell, cell): cid for cid, cell in todo}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                on_done(pending.pop(f), f.result())
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_ray(todo: list[tuple[str, Cell]], address: str | None, on_done) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError('--ray needs Ray: pip install -e ".[ray]"  (or: pip install "ray>=2.30")') from None
+    if not ray.is_initialized():
+        env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}}
+        ray.init(address=address or None, runtime_env=env, log_to_driver=False, include_dashboard=False)
+
+    def task(cell: Cell) -> dict:
+        _worker_init()
+        return run_cell(cell)
+
+    remote = ray.remote(num_cpus=1)(task)
+    pending = {remote.remote(cell): cid for cid, cell in todo}
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                on_done(pending.pop(ref), ray.get(ref))
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+
+
+def _rows(results: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows, reqs = [], []
+    for res in results:
+        r = dict(res["cell"])
+        r["cell_id"] = res["cell_id"]
+        r["status"], r["error"] = res["status"], res["error"]
+        policy_name = res["row"].get("policy")
+        for k, v in res["row"].items():
+            if k not in r:
+                r[k] = v
+        r["policy_name"] = policy_name if policy_name is not None else r["policy"]
+        r["cell_wall_s"] = res.get("cell_wall_s", float("nan"))
+        rows.append(r)
+        if res.get("requests"):
+            q = pd.DataFrame(res["requests"])
+            q.insert(0, "cell_id", res["cell_id"])
+            reqs.append(q)
+    df = pd.DataFrame(rows)
+    if len(df):
+        base_keys = [k for k in GRID_KEYS if k != "policy"]
+        df["speedup_vs_baseline"] = float("nan")
+        if "output_throughput_tok_s" in df:
+            ok = df["status"] == "ok"
+            key = pd.Series([repr(tuple(t)) for t in df[base_keys].itertuples(index=False)], index=df.index)
+            base = df[ok & (df["policy"] == BASELINE)].assign(_k=key).set_index("_k")["output_throughput_tok_s"]
+            base = base[~base.index.duplicated()]
+            df["speedup_vs_baseline"] = df["output_throughput_tok_s"] / key.map(base)
+        for k in ("temperature", "limit", "rate", "kv_capacity_tokens"):
+            df[k] = pd.to_numeric(df[k], errors="coerce").astype(float)
+        first = list(GRID_KEYS) + ["status", "error", "cell_id"]
+        df = df[first + [c for c in df.columns if c not in first]]
+    req = pd.concat(reqs, ignore_index=True) if reqs else pd.DataFrame(columns=["cell_id", "prompt_len", "output_len", "decode_s"])
+    return df, req
+
+
+def write_tables(out: Path, df: pd.DataFrame, req: pd.DataFrame) -> list[str]:
+    written = []
+    for name, frame in (("results", df), ("requests", req)):
+        frame.to_csv(out / f"{name}.csv", index=False)
+        written.append(f"{name}.csv")
+        try:
+            frame.to_parquet(out / f"{name}.parquet", index=False)
+            written.append(f"{name}.parquet")
+        except ImportError:
+            print(f"note: pyarrow is not installed; wrote {name}.csv only (pip install pyarrow)", file=sys.stderr)
+    return written
+
+
+def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_address: str | None = None,
+              use_ray: bool = False, fresh: bool = False, progress: bool = True) -> pd.DataFrame:
+    """Run (or resume) the cells; write the results tables in `out`; return the results table."""
+    out = Path(out)
+    cells_dir = out / "cells"
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    code = code_fingerprint()
+    ids = [(cell_id(c, code), c) for c in _order(cells)]
+    (out / "grid.json").write_text(json.dumps({"code": code, "cells": [dict(asdict(c), cell_id=i) for i, c in ids]},
+                                              indent=1) + "\n")
+    results: dict[str, dict] = {}
+    todo = []
+    for cid, c in ids:
+        f = cells_dir / f"{cid}.json"
+        if not fresh and f.is_file():
+            try:
+                results[cid] = json.loads(f.read_text())
+                continue
+            except json.JSONDecodeError:
+                pass
+        todo.append((cid, c))
+    n_cached = len(results)
+    bar = tqdm(total=len(ids), initial=n_cached, desc="cells", unit="cell", disable=not progress, smoothing=0.05)
+    errors = []
+
+    def on_done(cid: str, res: dict) -> None:
+        res["cell_id"] = cid
+        results[cid] = res
+        if res["status"] == "ok":
+            _save(cells_dir, cid, res)
+        else:
+            errors.append(res)
+            bar.write(f"cell failed: {res['cell']['policy']} bs={res['cell']['batch_size']} "
+                      f"{res['cell']['trace']}: {res['error']}")
+        bar.update(1)
+
+    t0 = time.perf_counter()
+    try:
+        if todo:
+            if use_ray:
+                _run_ray(todo, ray_address, on_done)
+            else:
+                _run_local(todo, workers or os.cpu_count() or 1, on_done)
+    finally:
+        bar.close()
+        df, req = _rows([results[cid] for cid, _ in ids if cid in results])
+        written = write_tables(out, df, req)
+        print(f"{len(todo)} cells run ({n_cached} cached, {len(errors)} failed) in {time.perf_counter() - t0:.1f} s; "
+              f"wrote {out}/{', '.join(written)}", file=sys.stderr)
+    return df
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+_FLAG_KEYS = {"trace": str, "policy": str, "batch_size": int, "model": str, "gpu": str, "cost": str, "drafter": str,
+              "calibrator": str, "ngram_k": int, "temperature": float, "seed": int, "limit": int, "rate": float,
+              "kv_capacity_tokens": int, "max_num_batched_tokens": int}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m sim.sweep", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="Grid flags are repeatable; every combination runs. Flags override the keys "
+                                        "of --grid/--preset.")
+    for k, typ in _FLAG_KEYS.items():
+        ap.add_argument("--" + k.replace("_", "-"), dest=k, action="append", type=typ, help=f"grid values of {k}")
+    ap.add_argument("--grid", type=Path, help="TOML grid file")
+    ap.add_argument("--preset", choices=sorted(PRESETS), help="a built-in grid (paper: the grid of reports/)")
+    ap.add_argument("--out", type=Path, default=Path("out/sweep"), help="output directory (default out/sweep)")
+    ap.add_argument("--workers", type=int, default=None, help="local worker processes (default: CPU cores)")
+    ap.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                    help="run on Ray: a local instance, or the cluster at ADDRESS (needs the 'ray' extra)")
+    ap.add_argument("--fresh", action="store_true", help="ignore cached cells and recompute everything")
+    ap.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    ap.add_argument("--no-progress", action="store_true")
+    return ap.parse_args(argv)
+
+
+def load_grid(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: bad TOML: {exc}") from None
+
+
+def grid_from_args(a: argparse.Namespace) -> dict:
+    grid: dict = {}
+    if a.preset:
+        grid.update(json.loads(json.dumps(PRESETS[a.preset])))
+    if a.grid:
+        grid.update(load_grid(a.grid))
+    for k in _FLAG_KEYS:
+        if getattr(a, k):
+            grid[k] = getattr(a, k)
+            for sub in grid.get("grid") or []:
+                sub.pop(k, None)
+    return grid
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    if a.workers is not None and a.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {a.workers}")
+    if a.ray is not None:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ConfigError('--ray needs Ray, which is not installed: pip install -e ".[ray]"') from None
+    cells = expand(grid_from_args(a))
+    validate(cells)
+    if a.dry_run:
+        for c in _order(cells):
+            print(" ".join(f"{k}={getattr(c, k)}" for k in GRID_KEYS))
+        print(f"{len(cells)} cells")
+        return 0
+    progress = not a.no_progress
+    df = run_sweep(cells, a.out, workers=a.workers, use_ray=a.ray is not None, ray_address=a.ray or None,
+                   fresh=a.fresh, progress=progress)
+    n_err = int((df["status"] != "ok").sum()) if len(df) else 0
+    if n_err:
+        print(f"warning: {n_err} of {len(df)} cells failed; see the status and error columns of {a.out}/results.csv",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

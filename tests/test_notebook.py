@@ -1,0 +1,26 @@
+"""notebooks/policy_tuning.ipynb runs top to bottom on a few requests and prints the best setting."""
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NB = ROOT / "notebooks" / "policy_tuning.ipynb"
+
+
+def test_policy_tuning_notebook(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    monkeypatch.setenv("HYBRIDSPEC_NB_LIMIT", "6")
+    monkeypatch.setenv("HYBRIDSPEC_NB_OUT", str(tmp_path / "out"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    nb = nbformat.read(NB, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                                     resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    client.execute()
+    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                     if o.get("output_type") == "stream")
+    assert "best: --policy hybrid-price" in text and "0 failed" in text
+    assert any("application/vnd.plotly.v1+json" in o.get("data", {})
+               for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
