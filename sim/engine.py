@@ -118,7 +118,8 @@ class Engine:
         self.emitted_tokens = np.full(int(tables.out_len.sum()), -1, dtype=np.int64)
         self.running: list[int] = []
         self.waiting: list[int] = []
-        self.steps: dict[str, list] = {c: [] for c in STEP_COLUMNS}
+        self._last_draft = 0  # draft slots verified in the previous step (the next step's reservation)
+        self.steps: list[tuple] = []  # one STEP_COLUMNS tuple per step
         self._bar = None
 
     # ----------------------------------------------------------------------------------------- utils
@@ -204,7 +205,8 @@ class Engine:
             "tpot_s": np.where(tb.out_len > 1, (self.t_done - self.t_first) / np.maximum(tb.out_len - 1, 1), np.nan),
             "decode_steps": self.n_steps, "preemptions": self.n_preempt,
         }
-        steps = {k: np.asarray(v) for k, v in self.steps.items()}
+        cols = list(zip(*self.steps)) if self.steps else [()] * len(STEP_COLUMNS)
+        steps = {k: np.asarray(v) for k, v in zip(STEP_COLUMNS, cols)}
         return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=lossless)
 
     def check_lossless(self) -> bool:
@@ -219,10 +221,10 @@ class Engine:
         return ok
 
     # ----------------------------------------------------------------------------------------- step
-    def _schedule(self) -> tuple[list[int], list[tuple[int, int]], int]:
+    def _schedule(self) -> tuple[np.ndarray, list[tuple[int, int]], int]:
         """Admit waiting requests and split the token budget: (decoding, [(prefilling, chunk)], preempted)."""
         cfg = self.cfg
-        kmax = max(self.tb.k_model, self.tb.k_ngram) if self.policy.uses_model or self.policy.uses_ngram else 0
+        kmax = max(self.tb.k_model if self.policy.uses_model else 0, self.tb.k_ngram if self.policy.uses_ngram else 0)
         while self.waiting and len(self.running) < cfg.batch_size:
             r = self.waiting[0]
             if self.running and self._kv_used(kmax) + self._kv_need(r, kmax + 1) > self.kv_cap:
@@ -241,15 +243,20 @@ class Engine:
             self.waiting.insert(0, r)
             preempted += 1
         budget = cfg.max_num_batched_tokens
-        decoding = [r for r in self.running if self.prefilled[r] >= self.prefill_target[r]]
-        budget -= len(decoding) * (1 + kmax)
+        run = np.asarray(self.running, dtype=np.int64)
+        pending = self.prefill_target[run] - self.prefilled[run]
+        decoding = run[pending <= 0]
+        # Decoding requests take one token each plus the draft slots; like adaptive verification's
+        # CPU-side budget, the reservation is the previous step's verified draft count (known to the
+        # host under async scheduling), capped at the chains' full length.
+        budget -= len(decoding) + min(self._last_draft, len(decoding) * kmax)
         prefilling = []
-        for r in self.running:
-            left = int(self.prefill_target[r] - self.prefilled[r])
-            if left > 0 and budget > 0:
-                chunk = min(left, budget)
-                prefilling.append((r, chunk))
-                budget -= chunk
+        for r, left in zip(run[pending > 0].tolist(), pending[pending > 0].tolist()):
+            if budget <= 0:
+                break
+            chunk = min(left, budget)
+            prefilling.append((r, chunk))
+            budget -= chunk
         return decoding, prefilling, preempted
 
     def _step(self, now_ms: float) -> tuple[float, list[int]]:
@@ -272,7 +279,7 @@ class Engine:
         emitted = 0
         draft_ms = ngram_ms = alloc_ms = 0.0
         if R:
-            reqs = np.asarray(decoding, dtype=np.int64)
+            reqs = decoding
             rows = tb.offsets[reqs] + self.pos[reqs]
             srows = tb.offsets[reqs] + self.prev_pos[reqs]
             kv_tokens += int((tb.prompt_len[reqs] + self.pos[reqs]).sum())
@@ -320,6 +327,7 @@ class Engine:
             self.pos[reqs] += n_emit - n_copy
             self.n_steps[reqs] += 1
             verified = [int(adm[is_m].sum()), int(adm[is_n].sum())]
+            self._last_draft = verified[0] + verified[1]
             accepted = [int(acc[is_m].sum()), int(acc[is_n].sum())]
             emitted = int(n_emit.sum())
             total_tokens = T + int(adm.sum())
@@ -343,16 +351,13 @@ class Engine:
         for r in first_tok:
             if np.isnan(self.t_first[r]):
                 self.t_first[r] = end_s
-        for r in list(self.running):
-            if self.pos[r] >= tb.out_len[r] and self.prefilled[r] >= self.prefill_target[r]:
-                self.running.remove(r)
-                self.state[r] = DONE
-                finished.append(r)
-        st = self.steps
-        for k, v in (("t_start_ms", now_ms), ("step_ms", step_ms), ("num_decode", R), ("prefill_tokens", prefill_tokens),
-                     ("verified_model", verified[0]), ("verified_ngram", verified[1]), ("accepted_model", accepted[0]),
-                     ("accepted_ngram", accepted[1]), ("emitted", emitted), ("draft_ms", draft_ms), ("ngram_ms", ngram_ms),
-                     ("alloc_ms", alloc_ms), ("verify_ms", verify_ms), ("sample_ms", sample_ms), ("cpu_ms", cpu_ms),
-                     ("bubble_ms", step_ms - gpu_ms), ("kv_tokens", kv_tokens), ("preempted", preempted)):
-            st[k].append(v)
+        run = np.asarray(self.running, dtype=np.int64)
+        done = (self.pos[run] >= tb.out_len[run]) & (self.prefilled[run] >= self.prefill_target[run])
+        if done.any():
+            finished = run[done].tolist()
+            self.running = run[~done].tolist()
+            self.state[finished] = DONE
+        self.steps.append((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0], accepted[1],
+                           emitted, draft_ms, ngram_ms, alloc_ms, verify_ms, sample_ms, cpu_ms, step_ms - gpu_ms,
+                           kv_tokens, preempted))
         return step_ms, finished

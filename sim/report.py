@@ -84,7 +84,7 @@ BASE = "adaptive"
 # None = every batch size.
 PUBLISHED = {"codeedit": {4: (1.10, 1.62), 128: (1.04, 1.27)}, "chat": {None: (0.97, 1.01)}}
 CONTEXT_BINS = 4  # prompt-length quantile bins of the context-length heatmap
-_SETUP_KEYS = ("trace", "model", "gpu", "cost", "drafter", "calibrator", "ngram_k", "temperature", "seed", "limit",
+_SETUP_KEYS = ("trace", "model", "gpu", "cost", "drafter", "calibrator", "ngram_k", "temperature", "seed", "limit", "drafts",
                "rate", "kv_capacity_tokens", "max_num_batched_tokens")
 
 
@@ -271,7 +271,9 @@ def _sweep_figures(df, req) -> list[tuple[str, str, list]]:
                           height=440)
         figs.append((f"share-{name}", fig))
     sections.append(("Per-drafter share of verified and accepted tokens", "n-gram drafter tokens over all draft "
-                     "tokens the target verified (left) and accepted (right); the rest are the model drafter's.", figs))
+                     "tokens the target verified (left) and accepted (right); the rest are the model drafter's. adaptive and "
+                     "model-fixed use the model drafter only (0%, drawn on top of each other), ngram-fixed the n-gram "
+                     "drafter only (100%).", figs))
 
     # 4. step-time breakdown
     figs = []

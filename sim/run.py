@@ -30,7 +30,7 @@ from sim.metrics import summarize
 from sim.policies import get_policy
 
 BASELINE = "adaptive"
-DEFAULT_POLICIES = ("none", "model-fixed:7", "ngram-fixed:16", "adaptive", "ngram-first", "suffix-threshold",
+DEFAULT_POLICIES = ("none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold",
                     "hybrid-price", "oracle")
 DEFAULT_BATCH_SIZES = (4, 128)
 
@@ -45,7 +45,7 @@ class SimSetup:
     cost: str = "roofline"
     drafter: str = "dspark-qwen3-b7"
     calibrator: str = DEFAULT_CALIBRATOR
-    ngram_k: int = 16
+    ngram_k: int = 32
     seed: int = 0
     limit: int | None = None
     temperature: float | None = None
@@ -174,7 +174,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--drafter", default="dspark-qwen3-b7", help="model-drafter profile in models/drafters/")
     ap.add_argument("--drafts", default=None, help="recorded model drafts (JSONL sidecar) to replay exactly")
     ap.add_argument("--calibrator", default=DEFAULT_CALIBRATOR, help="n-gram calibrator in models/calibrators/")
-    ap.add_argument("--ngram-k", type=int, default=16, help="n-gram chain length")
+    ap.add_argument("--ngram-k", type=int, default=32, help="n-gram chain length")
     ap.add_argument("--temperature", type=float, default=None, help="override every request's temperature")
     ap.add_argument("--rate", type=float, default=None, help="Poisson arrivals (req/s) instead of all at t=0")
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192)

@@ -49,7 +49,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BASELINE = "adaptive"
 
 # grid key -> (default list, parser of one value). Order = column order of the results table.
-PREP_KEYS = ("trace", "model", "gpu", "cost", "drafter", "calibrator", "ngram_k", "temperature", "seed", "limit")
+PREP_KEYS = ("trace", "model", "gpu", "cost", "drafter", "calibrator", "ngram_k", "temperature", "seed", "limit",
+             "drafts")
 RUN_KEYS = ("policy", "batch_size", "rate", "kv_capacity_tokens", "max_num_batched_tokens")
 GRID_KEYS = PREP_KEYS + RUN_KEYS
 
@@ -60,7 +61,7 @@ def _defaults() -> dict[str, list]:
     s = SimSetup()
     return {"trace": [s.trace], "model": [s.model], "gpu": [s.gpu], "cost": [s.cost], "drafter": [s.drafter],
             "calibrator": [s.calibrator], "ngram_k": [s.ngram_k], "temperature": [None], "seed": [s.seed],
-            "limit": [None], "policy": list(DEFAULT_POLICIES), "batch_size": list(DEFAULT_BATCH_SIZES),
+            "limit": [None], "drafts": [None], "policy": list(DEFAULT_POLICIES), "batch_size": list(DEFAULT_BATCH_SIZES),
             "rate": [None], "kv_capacity_tokens": [None], "max_num_batched_tokens": [s.max_num_batched_tokens]}
 
 
@@ -70,7 +71,7 @@ _FLOAT_KEYS = {"temperature", "rate"}
 # Preset grids (the same structure as a TOML grid file).
 PAPER_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 PAPER_POLICIES = ["adaptive", "hybrid-price", "ngram-first", "suffix-threshold", "oracle", "model-fixed:7",
-                  "ngram-fixed:16"]
+                  "ngram-fixed:32"]
 PRESETS: dict[str, dict] = {
     # reports/paper.md and reports/index.html: both bundled workloads at temperature 0, qwen3-8b on H100.
     "paper": {"trace": ["traces/codeedit.jsonl", "traces/chat.jsonl"], "model": ["qwen3-8b"], "gpu": ["h100-sxm"],
@@ -94,6 +95,7 @@ class Cell:
     temperature: float | None
     seed: int
     limit: int | None
+    drafts: str | None
     policy: str
     batch_size: int
     rate: float | None
@@ -113,7 +115,7 @@ def _coerce(key: str, v):
     if key not in GRID_KEYS:
         raise ConfigError(f"unknown grid key '{key}' (valid: {', '.join(GRID_KEYS)})")
     if v is None or (isinstance(v, str) and v.lower() in ("none", "default", "")):
-        if key in ("limit", "temperature", "rate", "kv_capacity_tokens"):
+        if key in ("limit", "temperature", "rate", "kv_capacity_tokens", "drafts"):
             return None
         raise ConfigError(f"grid key '{key}' needs a value")
     try:
@@ -176,6 +178,8 @@ def validate(cells: list[Cell]) -> None:
         once("calibrator", NgramCalibrator.load, c.calibrator)
         if not Path(c.trace).is_file():
             raise ConfigError(f"trace not found: {c.trace}")
+        if c.drafts is not None and not Path(c.drafts).is_file():
+            raise ConfigError(f"recorded drafts not found: {c.drafts}")
         for k in ("batch_size", "limit", "ngram_k", "kv_capacity_tokens", "max_num_batched_tokens"):
             v = getattr(c, k)
             if v is not None and v < 1:
@@ -213,6 +217,8 @@ def code_fingerprint() -> str:
 def cell_id(cell: Cell, code: str) -> str:
     d = asdict(cell)
     d["trace_sha256"] = _file_digest(cell.trace)
+    if cell.drafts:
+        d["drafts_sha256"] = _file_digest(cell.drafts)
     d["code"] = code
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -430,7 +436,7 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
 
 # ------------------------------------------------------------------------------------------------ CLI
 _FLAG_KEYS = {"trace": str, "policy": str, "batch_size": int, "model": str, "gpu": str, "cost": str, "drafter": str,
-              "calibrator": str, "ngram_k": int, "temperature": float, "seed": int, "limit": int, "rate": float,
+              "calibrator": str, "ngram_k": int, "temperature": float, "seed": int, "limit": int, "drafts": str, "rate": float,
               "kv_capacity_tokens": int, "max_num_batched_tokens": int}
 
 

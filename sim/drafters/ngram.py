@@ -35,7 +35,7 @@ class NgramConfig:
 
     n_min: int = 2
     n_max: int = 5
-    k: int = 16
+    k: int = 32
     ext_max: int = 1024
 
     def __post_init__(self) -> None:
