@@ -313,11 +313,17 @@ class Engine:
             adm = alloc.admitted.numpy().astype(np.int64)
             is_m = chain == CHAIN_MODEL
             is_n = chain == CHAIN_NGRAM
-            adm = np.where(is_m, np.minimum(adm, m_len), np.where(is_n, np.minimum(adm, tb.ng_len[rows]), 0))
-            acc = np.where(is_m, np.minimum(adm, tb.m_acc[rows]), np.where(is_n, np.minimum(adm, tb.ng_acc[rows]), 0))
+            sec = alloc.second.numpy().astype(np.int64) if alloc.second is not None else np.zeros_like(adm)
+            # Slots verified from each chain (a tree policy verifies the other chain as a second branch).
+            adm_m = np.minimum(np.where(is_m, adm, np.where(is_n, sec, 0)), m_len)
+            adm_n = np.minimum(np.where(is_n, adm, np.where(is_m, sec, 0)), tb.ng_len[rows])
+            acc_m = np.minimum(adm_m, tb.m_acc[rows])
+            acc_n = np.minimum(adm_n, tb.ng_acc[rows])
+            from_n = acc_n > acc_m  # the branch whose tokens are kept (ties: the model's, same tokens)
+            acc = np.maximum(acc_m, acc_n)
             left = tb.out_len[reqs] - self.pos[reqs]
             n_emit = np.minimum(acc + 1, left)
-            src = np.where(is_n & (acc > 0), tb.ng_start[rows], -1)
+            src = np.where(from_n, tb.ng_start[rows], -1)
             # n-gram tokens are copied from the context; the bonus token comes from the target.
             n_copy = np.where(src >= 0, np.minimum(acc, n_emit), 0)
             self._emit(reqs, n_copy, src)
@@ -326,11 +332,11 @@ class Engine:
             self.prev_pos[reqs] = rows - tb.offsets[reqs]
             self.pos[reqs] += n_emit - n_copy
             self.n_steps[reqs] += 1
-            verified = [int(adm[is_m].sum()), int(adm[is_n].sum())]
+            verified = [int(adm_m.sum()), int(adm_n.sum())]
             self._last_draft = verified[0] + verified[1]
-            accepted = [int(acc[is_m].sum()), int(acc[is_n].sum())]
+            accepted = [int(acc[~from_n].sum()), int(acc[from_n].sum())]
             emitted = int(n_emit.sum())
-            total_tokens = T + int(adm.sum())
+            total_tokens = T + self._last_draft
             verify_ms = float(table[min(total_tokens, len(table) - 1)])
             num_seqs = R + len(prefilling)
         else:

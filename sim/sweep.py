@@ -70,8 +70,8 @@ _FLOAT_KEYS = {"temperature", "rate"}
 
 # Preset grids (the same structure as a TOML grid file).
 PAPER_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-PAPER_POLICIES = ["adaptive", "hybrid-price", "ngram-first", "suffix-threshold", "oracle", "model-fixed:7",
-                  "ngram-fixed:32"]
+PAPER_POLICIES = ["adaptive", "hybrid-price", "hybrid-tree", "ngram-first", "suffix-threshold", "oracle",
+                  "model-fixed:7", "ngram-fixed:32"]
 PRESETS: dict[str, dict] = {
     # reports/paper.md and reports/index.html: both bundled workloads at temperature 0, qwen3-8b on H100.
     "paper": {"trace": ["traces/codeedit.jsonl", "traces/chat.jsonl"], "model": ["qwen3-8b"], "gpu": ["h100-sxm"],

@@ -12,7 +12,8 @@ from sim.engine import Engine, EngineConfig, LosslessError
 from sim.errors import ConfigError
 from sim.policies import get_policy
 
-POLICIES = ["none", "model-fixed:3", "ngram-fixed:4", "adaptive", "ngram-first", "suffix-threshold", "hybrid-price", "oracle"]
+POLICIES = ["none", "model-fixed:3", "ngram-fixed:4", "adaptive", "ngram-first", "suffix-threshold", "hybrid-price",
+            "hybrid-tree", "oracle"]
 CFG = NgramConfig(n_min=1, n_max=3, k=6, ext_max=16)
 PROFILE = ModelDrafterProfile(name="t", block=4)
 

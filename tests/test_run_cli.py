@@ -68,3 +68,15 @@ def test_bad_trace_one_line(tmp_path):
     assert "bad.jsonl:2" in r.stderr
     r = run("--trace", str(tmp_path / "missing.jsonl"), "--no-progress")
     assert r.returncode != 0 and "Traceback" not in r.stderr and "missing.jsonl" in r.stderr
+
+
+def test_length_only_trace_runs_and_says_so(tmp_path):
+    t = tmp_path / "lens.jsonl"
+    t.write_text("".join(f'{{"id": "L{i}", "prompt_len": {50 + 10 * i}, "output_len": {40 + 7 * i}, '
+                         f'"workload": "{"codeedit" if i % 2 else "chat"}"}}\n' for i in range(8)))
+    r = run("--trace", str(t), "--policy", "hybrid-price", "--batch-size", "4", "--out", str(tmp_path / "o"), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "length-only" in r.stderr and "statistical profile" in r.stderr
+    rows = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert all(row["lossless"] and row["length_only"] for row in rows)
+    assert rows[0]["output_tokens"] == sum(40 + 7 * i for i in range(8))

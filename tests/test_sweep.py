@@ -128,7 +128,7 @@ def test_paper_preset_grid():
     from sim.sweep import PRESETS, expand
 
     cells = expand(PRESETS["paper"])
-    assert len(cells) == 7 * 9 * 2
+    assert len(cells) == 8 * 9 * 2
     assert {c.batch_size for c in cells} == {1, 2, 4, 8, 16, 32, 64, 128, 256}
 
 

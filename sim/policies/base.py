@@ -69,7 +69,11 @@ class Allocation:
     chain[r]     CHAIN_NONE, CHAIN_MODEL or CHAIN_NGRAM (int64 [R]).
     admitted[r]  number of draft tokens of that chain verified this step (int64 [R]); 0 when chain is NONE,
                  never more than that chain's length.
+    second[r]    optional (tree policies): leading tokens of the *other* chain verified in the same pass as
+                 a second branch of a two-branch tree (int64 [R]); 0 where chain is NONE. The request then
+                 emits max(accepted of either branch) + 1 tokens. None for single-chain policies.
     """
 
     chain: torch.Tensor
     admitted: torch.Tensor
+    second: Optional[torch.Tensor] = None

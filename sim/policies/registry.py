@@ -60,7 +60,7 @@ def register(name: str, usage: str, summary: str):
 
 def _load() -> None:
     # The families register themselves on import.
-    from sim.policies import simple, adaptive, hybrid  # noqa: F401,I001  (listing order)
+    from sim.policies import simple, adaptive, hybrid, tree  # noqa: F401,I001  (listing order)
 
 
 def list_policies() -> List[str]:

@@ -1,0 +1,81 @@
+"""`hybrid-tree`: beyond the seed -- verify both chains as a two-branch tree when extra slots are cheap.
+
+The primary branch is exactly `hybrid-price:METHOD:current` (chain choice and prefix by the price rule).
+The other chain may then add a second branch to the same verification pass. With independent branches
+the request accepts max(A_p, A_s) tokens, and
+    E[max(A_p, A_s)] = sum_j P(A_p >= j or A_s >= j) = sum_j [a^p_j + a^s_j (1 - a^p_j)]
+(a^p_j taken as 0 past the primary prefix), so slot j of the second branch adds v_j = a^s_j (1 - a^p_j)
+expected tokens. It is admitted, as a prefix, while v_j * DISCOUNT > lambda, where lambda is the price of
+a slot at the primary allocation:
+    lambda = G x (verify_ms[T + S + w] - verify_ms[T + S]) / w,   w = max(4, S / 2)
+(G the primary allocation's goodput, S its slots; a secant, since CUDA-graph buckets make the table a
+step function). DISCOUNT < 1 hedges the independence assumption: a model chain inside a copied span
+proposes much the same tokens as the n-gram chain, so the branches fail together more often than
+independence says. In a memory-bound step lambda is near 0 and both chains are verified almost whole;
+in a compute-bound step the second branch is rarely worth its slots.
+All batched torch, no host sync, fixed op count. Like `hybrid-price:current`, its token count is decided
+from current values on the GPU, so in vLLM the verify pass is padded to its maximum (or the CPU-side budget
+of hybrid-price bounds it); the simulator charges the slots actually admitted. A real engine also needs
+tree attention (two branches off the last accepted token), which vLLM's tree speculative decoding provides.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import torch
+
+from sim.policies.base import Allocation, StepBatch
+from sim.policies.common import CHAIN_MODEL, CHAIN_NGRAM, finish, goodput, verify_ms
+from sim.policies.hybrid import DEFAULT_METHOD, LAMBDA_METHODS, METHODS, NGRAM_MARGIN, Chains
+from sim.policies.registry import Policy, parse_float, register
+
+DISCOUNT = 0.5
+SECANT_MIN = 4
+
+
+def tree_alloc(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
+               discount: float = DISCOUNT) -> Allocation:
+    ch = Chains(batch, with_stale=False)
+    use_ngram, adm = LAMBDA_METHODS[method](batch, ch, margin)
+    use_ngram, adm = use_ngram[0], adm[0]  # [R]
+    surv_p = torch.where(use_ngram[:, None], _pad(ch.surv_n[0], ch.surv_m[0]), _pad(ch.surv_m[0], ch.surv_n[0]))
+    surv_s = torch.where(use_ngram[:, None], _pad(ch.surv_m[0], ch.surv_n[0]), _pad(ch.surv_n[0], ch.surv_m[0]))
+    K = surv_p.shape[-1]
+    j = torch.arange(K, device=adm.device)
+    in_primary = j[None, :] < adm[:, None]
+    a_p = torch.where(in_primary, surv_p, torch.zeros_like(surv_p))
+    total = adm.sum(-1, keepdim=True)  # [1]: a 0-d index would be a data-dependent scalar under compile
+    gain = a_p.sum(-1).sum(-1, keepdim=True)
+    g = goodput(batch, gain, total)
+    w = torch.clamp(total // 2, min=SECANT_MIN)
+    lam = g * (verify_ms(batch, total + w) - verify_ms(batch, total)).to(g.dtype) / w
+    v = surv_s * (1.0 - a_p) * discount
+    second = torch.cumprod((v > lam).to(torch.int64), dim=-1).sum(-1)
+    second = torch.where(adm > 0, second, torch.zeros_like(second))
+    chain = torch.where(use_ngram, torch.full_like(adm, CHAIN_NGRAM), torch.full_like(adm, CHAIN_MODEL))
+    out = finish(chain, adm)
+    return Allocation(chain=out.chain, admitted=out.admitted, second=second)
+
+
+def _pad(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """Right-pad x with zeros to the width of the wider of the two chains."""
+    width = max(x.shape[-1], other.shape[-1])
+    return torch.nn.functional.pad(x, (0, width - x.shape[-1]))
+
+
+@register("hybrid-tree", "hybrid-tree[:METHOD][:discount=D]",
+          "beyond the seed: hybrid-price's chain plus the other chain as a second tree branch where its "
+          f"slots pay for themselves (discount D for correlated branches, default {DISCOUNT})")
+def _hybrid_tree(params: List[str]) -> Policy:
+    method, discount = DEFAULT_METHOD, DISCOUNT
+    rest = list(params)
+    if rest and rest[-1].startswith("discount="):
+        discount = parse_float(rest.pop()[len("discount="):], "discount")
+        if discount > 1:
+            raise ValueError("discount must be in [0, 1]")
+    if len(rest) > 1 or (rest and rest[0] not in METHODS):
+        raise ValueError(f"'hybrid-tree' takes [METHOD][:discount=D], METHOD in {', '.join(METHODS)}")
+    if rest:
+        method = rest[0]
+    name = "hybrid-tree" + (f":{method}" if rest else "") + ("" if discount == DISCOUNT else f":discount={discount:g}")
+    return Policy(name, lambda b: tree_alloc(b, method, NGRAM_MARGIN, discount), uses_model=True, uses_ngram=True)
