@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from sim.cli_util import run_cli
 from sim.cost import make_cost_model
@@ -31,7 +34,7 @@ from sim.policies import get_policy
 
 BASELINE = "adaptive"
 DEFAULT_POLICIES = ("none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold",
-                    "hybrid-price", "oracle")
+                    "hybrid-price", "hybrid-tree", "oracle")
 DEFAULT_BATCH_SIZES = (4, 128)
 
 
@@ -112,6 +115,35 @@ def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False
     return row, res
 
 
+_PREP: Prepared | None = None  # the parent's tables, inherited by forked workers
+
+
+def _run_combo(combo: tuple[str, int]) -> tuple[dict, RunResult]:
+    return run_one(_PREP, *combo)
+
+
+def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None = None,
+             progress: bool = False) -> list[tuple[dict, RunResult]]:
+    """run_one for every (policy, batch size), in parallel on forked processes that inherit the draft
+    tables (no copy). Slow runs (small batches, no speculation) start first. Results keep `combos` order."""
+    global _PREP
+    workers = min(workers or os.cpu_count() or 1, len(combos))
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [run_one(prep, p, b, progress=progress) for p, b in combos]
+    order = sorted(range(len(combos)), key=lambda i: (combos[i][1], combos[i][0] != "none"))
+    _PREP = prep
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            it = pool.imap(_run_combo, [combos[i] for i in order], chunksize=1)
+            done = list(tqdm(it, total=len(combos), desc="runs", unit="run", disable=not progress, leave=False))
+    finally:
+        _PREP = None
+    out: list = [None] * len(combos)
+    for i, res in zip(order, done):
+        out[i] = res
+    return out
+
+
 def add_speedups(rows: list[dict], baseline: str = BASELINE) -> None:
     """speedup_vs_baseline = throughput / the baseline's throughput at the same batch size and setup."""
     keys = ("batch_size", "trace", "model", "gpu", "cost", "drafter", "ngram_k", "seed")
@@ -182,6 +214,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=None, help="use the first N requests")
     ap.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html")
+    ap.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU cores)")
     ap.add_argument("--no-progress", action="store_true")
     return ap.parse_args(argv)
 
@@ -198,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     for b in sizes:
         if b < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {b}")
+    if a.workers is not None and a.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {a.workers}")
     if a.limit is not None and a.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {a.limit}")
     setup = SimSetup(trace=a.trace, model=a.model, gpu=a.gpu, cost=a.cost, drafter=a.drafter, calibrator=a.calibrator,
@@ -211,12 +246,9 @@ def main(argv: list[str] | None = None) -> int:
               "the rest use the drafter profile", file=sys.stderr)
     if prep.length_only:
         print("note: length-only requests: acceptance drawn from the bundled traces' statistical profile", file=sys.stderr)
-    rows, results = [], []
-    for b in sizes:
-        for p in policies:
-            row, res = run_one(prep, p, b, progress=progress)
-            rows.append(row)
-            results.append((row, res))
+    combos = [(p, b) for b in sizes for p in policies]
+    results = run_many(prep, combos, workers=a.workers, progress=progress)
+    rows = [row for row, _ in results]
     add_speedups(rows)
     print(f"trace {a.trace}: {rows[0]['requests']} requests, {rows[0]['output_tokens']} output tokens; "
           f"{a.model} on {a.gpu} ({a.cost}); baseline {BASELINE}")
