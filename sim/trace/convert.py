@@ -158,9 +158,9 @@ def _sharegpt(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
             yield {"id": f"{cid}/{j}", "prompt": render_chat(messages[:j]), "output": value}
 
 
-def _vllm_custom(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
-    file = ctx.file
-    default_len = opts.get("output_len", 256)
+def _jsonl_rows(text: str, ctx: _Ctx, parse: Callable[[dict, int], dict | None]) -> Iterator[dict]:
+    """Rows of a JSONL input: parse(obj, line) turns each JSON object into a row (None: a row the format
+    itself drops, counted). A bad line (not JSON, not an object, or rejected by parse) goes to ctx.bad."""
     for line, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
@@ -168,25 +168,39 @@ def _vllm_custom(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
             try:
                 obj = json.loads(raw)
             except json.JSONDecodeError as exc:
-                raise TraceError(f"not valid JSON: {exc.msg}", file, line) from None
+                raise TraceError(f"not valid JSON: {exc.msg}", ctx.file, line) from None
             if not isinstance(obj, dict):
-                raise TraceError("expected a JSON object", file, line)
-            prompt = obj.get("prompt")
-            if prompt is None:
-                raise TraceError("missing field", file, line, "prompt")
-            if not isinstance(prompt, str) or not prompt:
-                raise TraceError("must be a non-empty string", file, line, "prompt")
-            row = {"id": str(obj.get("id", f"vllm-{line}")), "prompt": prompt}
-            if isinstance(obj.get("output"), str) and obj["output"]:
-                row["output"] = obj["output"]
-            elif "output_tokens" in obj:
-                row["output_len"] = _int_field(obj["output_tokens"], file, line, "output_tokens", minimum=1)
-            else:
-                row["output_len"] = default_len
+                raise TraceError("expected a JSON object", ctx.file, line)
+            row = parse(obj, line)
         except TraceError as exc:
             ctx.bad(exc)
             continue
+        if row is None:
+            ctx.dropped += 1
+            continue
         yield row
+
+
+def _vllm_custom(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
+    file = ctx.file
+    default_len = opts.get("output_len", 256)
+
+    def parse(obj: dict, line: int) -> dict:
+        prompt = obj.get("prompt")
+        if prompt is None:
+            raise TraceError("missing field", file, line, "prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise TraceError("must be a non-empty string", file, line, "prompt")
+        row = {"id": str(obj.get("id", f"vllm-{line}")), "prompt": prompt}
+        if isinstance(obj.get("output"), str) and obj["output"]:
+            row["output"] = obj["output"]
+        elif "output_tokens" in obj:
+            row["output_len"] = _int_field(obj["output_tokens"], file, line, "output_tokens", minimum=1)
+        else:
+            row["output_len"] = default_len
+        return row
+
+    return _jsonl_rows(text, ctx, parse)
 
 
 def _csv_rows(text: str, ctx: _Ctx, required: list[str]) -> Iterator[tuple[int, dict]]:
@@ -245,31 +259,21 @@ def _burstgpt(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
 
 def _mooncake(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
     f = ctx.file
-    for line, raw in enumerate(text.split("\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"not valid JSON: {exc.msg}", f, line) from None
-            if not isinstance(obj, dict):
-                raise TraceError("expected a JSON object", f, line)
-            for key in ("timestamp", "input_length", "output_length"):
-                if key not in obj:
-                    raise TraceError("missing field", f, line, key)
-            ts = _float_field(obj["timestamp"], f, line, "timestamp") / 1000.0
-            p = _int_field(obj["input_length"], f, line, "input_length", minimum=1)
-            o = _int_field(obj["output_length"], f, line, "output_length")
-            if "hash_ids" in obj and not isinstance(obj["hash_ids"], list):
-                raise TraceError("must be a list", f, line, "hash_ids")
-        except TraceError as exc:
-            ctx.bad(exc)
-            continue
-        if o == 0:
-            ctx.dropped += 1
-            continue
-        yield {"id": f"mooncake-{line}", "prompt_len": p, "output_len": o, "_ts": ts}
+
+    def parse(obj: dict, line: int) -> dict | None:
+        for key in ("timestamp", "input_length", "output_length"):
+            if key not in obj:
+                raise TraceError("missing field", f, line, key)
+        ts = _float_field(obj["timestamp"], f, line, "timestamp") / 1000.0
+        p = _int_field(obj["input_length"], f, line, "input_length", minimum=1)
+        o = _int_field(obj["output_length"], f, line, "output_length")
+        if "hash_ids" in obj and not isinstance(obj["hash_ids"], list):
+            raise TraceError("must be a list", f, line, "hash_ids")
+        if o == 0:  # nothing generated: dropped and counted
+            return None
+        return {"id": f"mooncake-{line}", "prompt_len": p, "output_len": o, "_ts": ts}
+
+    return _jsonl_rows(text, ctx, parse)
 
 
 FORMATS: dict[str, tuple[Callable, bool, str]] = {
