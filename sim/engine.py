@@ -86,25 +86,24 @@ class Engine:
     """One simulated serving engine running one policy over one trace's draft tables."""
 
     def __init__(self, tables: DraftTables, arrivals_s: np.ndarray, policy, cost: CostModel,
-                 cfg: EngineConfig, progress: bool = False, device: str = "cpu"):
+                 cfg: EngineConfig, progress: bool = False):
         self.tb, self.policy, self.cost, self.cfg = tables, policy, cost, cfg
         n = len(tables.out_len)
         self.n = n
         if cfg.rate is not None:
             rng = np.random.default_rng(cfg.seed)
-            self.arrival = np.cumsum(rng.exponential(1.0 / cfg.rate, size=n)) - 0.0
+            self.arrival = np.cumsum(rng.exponential(1.0 / cfg.rate, size=n))
         else:
             self.arrival = np.asarray(arrivals_s, dtype=np.float64)
         self.kv_cap = cfg.kv_capacity_tokens if cfg.kv_capacity_tokens is not None else cost.kv_capacity_tokens
         bs = cfg.block_size
-        need = -(-(tables.prompt_len + tables.out_len + tables.k_ngram + 1) // bs) * bs
+        need = -(-(tables.prompt_len + tables.out_len + max(tables.k_model, tables.k_ngram) + 1) // bs) * bs
         worst = int(np.argmax(need)) if n else 0
         if n and need[worst] > self.kv_cap:
             raise ConfigError(
                 f"request {worst} needs {int(need[worst])} KV tokens but the cache holds {self.kv_cap}: "
                 "it can never run on this model/GPU; use a larger GPU or a smaller --limit/trace")
         self.progress = progress
-        self.device = device
         # per-request state
         self.state = np.full(n, WAITING, dtype=np.int8)
         self.pos = np.zeros(n, dtype=np.int64)          # output tokens emitted

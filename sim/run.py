@@ -108,7 +108,7 @@ def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False
     wall = time.perf_counter() - t0
     row = {"policy": pol.name, "batch_size": batch_size, "trace": s.trace, "model": s.model, "gpu": s.gpu,
            "cost": s.cost, "drafter": s.drafter, "ngram_k": s.ngram_k, "seed": s.seed}
-    row.update(summarize(res))
+    row.update(summarize(res, batch_size))
     row["wall_s"] = wall
     row["sim_tok_per_wall_s"] = row["output_tokens"] / wall if wall > 0 else float("nan")
     row["length_only"] = prep.length_only
@@ -145,17 +145,21 @@ def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None 
 
 
 def add_speedups(rows: list[dict], baseline: str = BASELINE) -> None:
-    """speedup_vs_baseline = throughput / the baseline's throughput at the same batch size and setup."""
+    """speedup_vs_baseline = throughput / the baseline's throughput at the same batch size and setup;
+    steady_speedup_vs_baseline the same for the full-batch (steady-state) throughput."""
     keys = ("batch_size", "trace", "model", "gpu", "cost", "drafter", "ngram_k", "seed")
-    base = {tuple(r[k] for k in keys): r["output_throughput_tok_s"] for r in rows if r["policy"] == baseline}
+    base = {tuple(r[k] for k in keys): (r["output_throughput_tok_s"], r["steady_throughput_tok_s"])
+            for r in rows if r["policy"] == baseline}
     for r in rows:
         b = base.get(tuple(r[k] for k in keys))
-        r["speedup_vs_baseline"] = r["output_throughput_tok_s"] / b if b else float("nan")
+        r["speedup_vs_baseline"] = r["output_throughput_tok_s"] / b[0] if b else float("nan")
+        r["steady_speedup_vs_baseline"] = r["steady_throughput_tok_s"] / b[1] if b else float("nan")
 
 
 TABLE_COLUMNS = [
     ("policy", "policy", "{}"), ("batch_size", "bs", "{}"), ("output_throughput_tok_s", "tok/s", "{:.0f}"),
-    ("speedup_vs_baseline", "x adaptive", "{:.3f}"), ("mean_tokens_per_step", "tok/req-step", "{:.2f}"),
+    ("speedup_vs_baseline", "x adaptive", "{:.3f}"), ("steady_speedup_vs_baseline", "x adapt. steady", "{:.3f}"),
+    ("mean_tokens_per_step", "tok/req-step", "{:.2f}"),
     ("verified_tokens_per_step", "verified/step", "{:.1f}"), ("acceptance_rate", "accept", "{:.2f}"),
     ("ttft_p50_s", "TTFT p50 s", "{:.2f}"), ("ttft_p99_s", "TTFT p99 s", "{:.2f}"),
     ("tpot_p50_ms", "TPOT p50 ms", "{:.2f}"), ("tpot_p99_ms", "TPOT p99 ms", "{:.2f}"),

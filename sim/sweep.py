@@ -354,13 +354,15 @@ def _rows(results: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     df = pd.DataFrame(rows)
     if len(df):
         base_keys = [k for k in GRID_KEYS if k != "policy"]
-        df["speedup_vs_baseline"] = float("nan")
-        if "output_throughput_tok_s" in df:
-            ok = df["status"] == "ok"
-            key = pd.Series([repr(tuple(t)) for t in df[base_keys].itertuples(index=False)], index=df.index)
-            base = df[ok & (df["policy"] == BASELINE)].assign(_k=key).set_index("_k")["output_throughput_tok_s"]
-            base = base[~base.index.duplicated()]
-            df["speedup_vs_baseline"] = df["output_throughput_tok_s"] / key.map(base)
+        ok = df["status"] == "ok"
+        key = pd.Series([repr(tuple(t)) for t in df[base_keys].itertuples(index=False)], index=df.index)
+        for metric, out in (("output_throughput_tok_s", "speedup_vs_baseline"),
+                            ("steady_throughput_tok_s", "steady_speedup_vs_baseline")):
+            df[out] = float("nan")
+            if metric in df:
+                base = df[ok & (df["policy"] == BASELINE)].assign(_k=key).set_index("_k")[metric]
+                base = base[~base.index.duplicated()]
+                df[out] = df[metric] / key.map(base)
         for k in ("temperature", "limit", "rate", "kv_capacity_tokens"):
             df[k] = pd.to_numeric(df[k], errors="coerce").astype(float)
         first = list(GRID_KEYS) + ["status", "error", "cell_id"]
