@@ -224,37 +224,28 @@ def _csv_rows(text: str, ctx: _Ctx, required: list[str]) -> Iterator[tuple[int, 
         yield start, dict(zip(header, row))
 
 
-def _azure(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
-    f = ctx.file
-    for line, row in _csv_rows(text, ctx, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]):
-        try:
-            ts = _timestamp_s(row["TIMESTAMP"], f, line, "TIMESTAMP")
-            p = _int_field(row["ContextTokens"], f, line, "ContextTokens", minimum=1)
-            o = _int_field(row["GeneratedTokens"], f, line, "GeneratedTokens")
-        except TraceError as exc:
-            ctx.bad(exc)
-            continue
-        if o == 0:
-            ctx.dropped += 1
-            continue
-        yield {"id": f"azure-{line}", "prompt_len": p, "output_len": o, "_ts": ts}
+def _length_csv(prefix: str, ts_col: str, ts_parse: Callable, p_col: str, o_col: str) -> Callable:
+    """A converter for a length-only CSV trace (timestamp, prompt tokens, output tokens per row). Rows with
+    0 output tokens (failed requests) are dropped and counted."""
+    def convert(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
+        f = ctx.file
+        for line, row in _csv_rows(text, ctx, [ts_col, p_col, o_col]):
+            try:
+                ts = ts_parse(row[ts_col], f, line, ts_col)
+                p = _int_field(row[p_col], f, line, p_col, minimum=1)
+                o = _int_field(row[o_col], f, line, o_col)
+            except TraceError as exc:
+                ctx.bad(exc)
+                continue
+            if o == 0:
+                ctx.dropped += 1
+                continue
+            yield {"id": f"{prefix}-{line}", "prompt_len": p, "output_len": o, "_ts": ts}
+    return convert
 
 
-def _burstgpt(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
-    f = ctx.file
-    cols = ["Timestamp", "Request tokens", "Response tokens"]
-    for line, row in _csv_rows(text, ctx, cols):
-        try:
-            ts = _float_field(row["Timestamp"], f, line, "Timestamp")
-            p = _int_field(row["Request tokens"], f, line, "Request tokens", minimum=1)
-            o = _int_field(row["Response tokens"], f, line, "Response tokens")
-        except TraceError as exc:
-            ctx.bad(exc)
-            continue
-        if o == 0:  # a failed request in BurstGPT
-            ctx.dropped += 1
-            continue
-        yield {"id": f"burstgpt-{line}", "prompt_len": p, "output_len": o, "_ts": ts}
+_azure = _length_csv("azure", "TIMESTAMP", _timestamp_s, "ContextTokens", "GeneratedTokens")
+_burstgpt = _length_csv("burstgpt", "Timestamp", _float_field, "Request tokens", "Response tokens")
 
 
 def _mooncake(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
