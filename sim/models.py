@@ -295,6 +295,17 @@ def list_gpus() -> list[str]:
     return _names("gpus")
 
 
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """A JSON data file that must hold one object; ConfigError naming the file otherwise."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read {what}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return data
+
+
 def _read(kind: str, what: str, name: str, valid: list[str]) -> tuple[Path, dict[str, Any]]:
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"{what} name must be a non-empty string; choose one of: {', '.join(valid)}")
@@ -302,12 +313,7 @@ def _read(kind: str, what: str, name: str, valid: list[str]) -> tuple[Path, dict
     path = models_dir() / kind / f"{key}.json"
     if not path.is_file():
         raise ConfigError(f"unknown {what} '{name}'; choose one of: {', '.join(valid) or '(none found)'}")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read {what} data file: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
+    data = read_json_object(path, f"{what} data file")
     data.setdefault("name", key)
     return path, data
 

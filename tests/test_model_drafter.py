@@ -68,3 +68,6 @@ def test_profiles_load_and_bad_names_fail():
         load_drafter_profile("nope")
     with pytest.raises(ConfigError):
         ModelDrafterProfile(name="x", q1=(1.2, 0.9))
+    for bad in (dict(q1=(0.5,)), dict(decay="x"), dict(sigma="1")):
+        with pytest.raises(ConfigError):
+            ModelDrafterProfile(name="x", **bad)

@@ -80,3 +80,13 @@ def test_length_only_trace_runs_and_says_so(tmp_path):
     rows = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert all(row["lossless"] and row["length_only"] for row in rows)
     assert rows[0]["output_tokens"] == sum(40 + 7 * i for i in range(8))
+
+
+@pytest.mark.parametrize("content", ['{"x": 1', '{"features": "hinge8+history2", "knots": [0.0, 1.0, 1.7, 2.3, 2.9, 3.5, 4.2, 5.0], "weights": [1]}',
+                                     '[1, 2]'])
+def test_bad_calibrator_file_one_line(tmp_path, content):
+    bad = tmp_path / "cal.json"
+    bad.write_text(content)
+    r = run("--trace", TINY, "--calibrator", str(bad), "--no-progress")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "cal.json" in r.stderr and len(r.stderr.strip().splitlines()) == 1

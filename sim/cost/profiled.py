@@ -36,7 +36,7 @@ import numpy as np
 
 from sim.cost.base import CostModel
 from sim.errors import ConfigError
-from sim.models import models_dir
+from sim.models import models_dir, read_json_object
 
 FORMAT = "hybridspec-cost-table/1"
 
@@ -140,12 +140,7 @@ def load_cost_table(path: str | Path) -> CostTable:
         raise ConfigError(f"cost table '{path}' not found")
     if p.suffix.lower() == ".csv":
         return _load_csv(p)
-    try:
-        d = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{p}: cannot read cost table: {e}") from None
-    if not isinstance(d, dict):
-        raise ConfigError(f"{p}: expected a JSON object")
+    d = read_json_object(p, "cost table")
     for k in ("llm", "gpu", "verify"):
         if k not in d:
             raise ConfigError(f"{p}: missing field '{k}'")

@@ -31,6 +31,7 @@ from scipy.special import expit
 
 from sim.drafters.ngram import NgramConfig, NgramTable
 from sim.errors import ConfigError
+from sim.models import read_json_object
 
 CALIBRATOR_DIR = Path(__file__).resolve().parents[2] / "models" / "calibrators"
 DEFAULT_CALIBRATOR = "ngram-general"
@@ -125,10 +126,17 @@ class NgramCalibrator:
         if not p.exists():
             known = ", ".join(sorted(x.stem for x in CALIBRATOR_DIR.glob("*.json")))
             raise ConfigError(f"unknown n-gram calibrator '{name_or_path}'; choose one of: {known or '(none fitted yet)'}")
-        raw = json.loads(p.read_text())
+        raw = read_json_object(p, "n-gram calibrator")
         if tuple(raw.get("knots", ())) != _KNOTS or raw.get("features") != FEATURE_SET:
             raise ConfigError(f"calibrator {p} was fitted with another feature set; refit with python -m sim.calibrate")
-        return cls(np.asarray(raw["weights"], dtype=np.float64), NgramConfig(**raw["ngram"]), raw.get("fitted_on", ""))
+        try:
+            w = np.asarray(raw["weights"], dtype=np.float64)
+            cfg = NgramConfig(**raw["ngram"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{p}: bad calibrator file ({exc.__class__.__name__}: {exc})") from None
+        if w.shape != (len(_KNOTS) + 11,) or not np.all(np.isfinite(w)):
+            raise ConfigError(f"{p}: 'weights' must be {len(_KNOTS) + 11} finite numbers")
+        return cls(w, cfg, raw.get("fitted_on", ""))
 
 
 def censored_rows(tables: list[NgramTable], cfg: NgramConfig) -> tuple[np.ndarray, np.ndarray]:

@@ -31,6 +31,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from sim.errors import ConfigError
+from sim.models import read_json_object
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "models" / "drafters"
 
@@ -53,6 +54,13 @@ class ModelDrafterProfile:
     def __post_init__(self) -> None:
         if not 1 <= self.block <= 64:
             raise ConfigError(f"drafter profile {self.name}: block must be in 1..64, got {self.block}")
+        for key in ("q1", "decay"):
+            v = getattr(self, key)
+            if not (isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v)):
+                raise ConfigError(f"drafter profile {self.name}: {key} must be two numbers [normal, copied], got {v!r}")
+        for key in ("rho", "sigma", "conf_temperature", "temp_scale"):
+            if not isinstance(getattr(self, key), (int, float)):
+                raise ConfigError(f"drafter profile {self.name}: {key} must be a number")
         for v in (*self.q1, *self.decay, self.temp_scale):
             if not 0.0 < v <= 1.0:
                 raise ConfigError(f"drafter profile {self.name}: probabilities must be in (0, 1], got {v}")
@@ -74,9 +82,12 @@ def load_drafter_profile(name: str) -> ModelDrafterProfile:
     path = MODELS_DIR / f"{name}.json"
     if not path.exists() or name.endswith("-cost"):
         raise ConfigError(f"unknown drafter profile '{name}'; choose one of: {', '.join(list_drafter_profiles())}")
-    raw = json.loads(path.read_text())
+    raw = read_json_object(path, "drafter profile")
     fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in ModelDrafterProfile.__dataclass_fields__}
-    return ModelDrafterProfile(**fields)
+    try:
+        return ModelDrafterProfile(**fields)
+    except TypeError as exc:  # a missing or mistyped field
+        raise ConfigError(f"{path}: bad drafter profile: {exc}") from None
 
 
 @dataclass
