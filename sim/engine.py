@@ -58,6 +58,8 @@ class EngineConfig:
             raise ConfigError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")
         if self.block_size < 1:
             raise ConfigError(f"block_size must be >= 1, got {self.block_size}")
+        if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < 1:
+            raise ConfigError(f"KV capacity must be >= 1 token, got {self.kv_capacity_tokens}")
         if self.rate is not None and not self.rate > 0:
             raise ConfigError(f"arrival rate must be > 0 requests/s, got {self.rate}")
 
