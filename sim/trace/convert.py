@@ -30,6 +30,7 @@ from typing import Callable, Iterator
 
 from sim.errors import TraceError
 from sim.trace.formats import ROLE_MAP, iter_json_list, read_text, render_chat, write_jsonl
+from sim.trace.loader import nonneg_number
 
 __all__ = ["FORMATS", "ConvertResult", "convert", "convert_rows"]
 
@@ -77,20 +78,13 @@ def _int_field(v, file, line, name, minimum=0) -> int:
 
 
 def _float_field(v, file, line, name) -> float:
-    if isinstance(v, bool):
-        raise TraceError(f"must be a number, got {v!r}", file, line, name)
+    """A finite number >= 0, also from CSV text."""
     if isinstance(v, str):
         try:
             v = float(v.strip())
         except ValueError:
             raise TraceError(f"must be a number, got {v.strip()!r}", file, line, name) from None
-    if not isinstance(v, (int, float)):
-        raise TraceError(f"must be a number, got {type(v).__name__}", file, line, name)
-    if not math.isfinite(v):
-        raise TraceError(f"must be finite, got {v}", file, line, name)
-    if v < 0:
-        raise TraceError(f"must be >= 0, got {v}", file, line, name)
-    return float(v)
+    return nonneg_number(v, file, line, name)
 
 
 _TS_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:?\d{2})?$")

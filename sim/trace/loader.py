@@ -48,10 +48,8 @@ def _typename(v) -> str:
         type(v), "number" if isinstance(v, (int, float)) else type(v).__name__)
 
 
-def _number(obj: dict, key: str, file: str, line: int, default):
-    v = obj.get(key)
-    if v is None:
-        return default
+def nonneg_number(v, file: str, line: int, key: str) -> float:
+    """v as a float; TraceError (file, line, key) unless it is a finite number >= 0 (booleans are not)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TraceError(f"must be a number, got {_typename(v)}", file, line, key)
     if not math.isfinite(v):
@@ -59,6 +57,11 @@ def _number(obj: dict, key: str, file: str, line: int, default):
     if v < 0:
         raise TraceError(f"must be >= 0, got {v}", file, line, key)
     return float(v)
+
+
+def _number(obj: dict, key: str, file: str, line: int, default):
+    v = obj.get(key)
+    return default if v is None else nonneg_number(v, file, line, key)
 
 
 def _side(obj: dict, side: str, file: str, line: int):
