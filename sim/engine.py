@@ -22,7 +22,7 @@ tokens are written into a buffer and compared with the trace output at the end (
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -33,8 +33,6 @@ from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables
 from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, StepBatch
-
-WAITING, RUNNING, DONE = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -76,7 +74,6 @@ class RunResult:
     steps: dict  # column name -> array, one entry per engine step
     sim_time_s: float
     lossless: bool
-    extras: dict = field(default_factory=dict)
 
 
 STEP_COLUMNS = ("t_start_ms", "step_ms", "num_decode", "prefill_tokens", "verified_model", "verified_ngram",
@@ -107,7 +104,6 @@ class Engine:
                 "it can never run on this model/GPU; use a larger GPU or a smaller --limit/trace")
         self.progress = progress
         # per-request state
-        self.state = np.full(n, WAITING, dtype=np.int8)
         self.pos = np.zeros(n, dtype=np.int64)          # output tokens emitted
         self.prev_pos = np.zeros(n, dtype=np.int64)     # position of the previous decode step (stale rows)
         self.prefilled = np.zeros(n, dtype=np.int64)    # tokens of the current prefill target processed
@@ -232,12 +228,10 @@ class Engine:
                 break
             self.waiting.pop(0)
             self.running.append(r)
-            self.state[r] = RUNNING
         # Preempt (LIFO) while the running set would overflow the cache this step.
         preempted = 0
         while len(self.running) > 1 and self._kv_used(kmax) > self.kv_cap:
             r = self.running.pop()
-            self.state[r] = WAITING
             self.prefill_target[r] = self.tb.prompt_len[r] + self.pos[r]
             self.prefilled[r] = 0
             self.n_preempt[r] += 1
@@ -363,7 +357,6 @@ class Engine:
         if done.any():
             finished = run[done].tolist()
             self.running = run[~done].tolist()
-            self.state[finished] = DONE
         self.steps.append((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0], accepted[1],
                            emitted, draft_ms, ngram_ms, alloc_ms, verify_ms, sample_ms, cpu_ms, step_ms - gpu_ms,
                            kv_tokens, preempted))

@@ -363,8 +363,6 @@ def sweep_tables_md(df, req) -> str:
                           [[p] + [f"{_fmt(r['ngram_share_verified'], '{:.0%}')} / {_fmt(r['ngram_share_accepted'], '{:.0%}')}"
                                   for _, r in g[g["policy"] == p].sort_values("batch_size").iterrows()] for p in pols]), ""]
         out += ["### Step-time breakdown", ""]
-        from sim.metrics import BREAKDOWN
-
         parts = [k.removesuffix("_ms") for k in BREAKDOWN]
         rows = []
         for b in sorted(set(g["batch_size"])):

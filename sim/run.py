@@ -14,7 +14,7 @@ import multiprocessing
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +56,6 @@ class SimSetup:
     rate: float | None = None
     kv_capacity_tokens: int | None = None
     drafts: str | None = None  # recorded model drafts (sidecar JSONL), replayed instead of the profile
-    extras: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -2,7 +2,6 @@
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from sim.drafters.model import load_recorded_drafts

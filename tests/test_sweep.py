@@ -1,5 +1,4 @@
 """python -m sim.sweep: the results table, resume from the cell cache, failing cells, bad names, grids."""
-import json
 import os
 import subprocess
 import sys

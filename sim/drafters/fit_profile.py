@@ -15,8 +15,6 @@ import argparse
 import dataclasses
 import json
 
-import numpy as np
-
 from sim.cli_util import run_cli
 from sim.drafters.calibration import auc
 from sim.drafters.model import MODELS_DIR, load_drafter_profile

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +96,6 @@ class ModelChains:
 
     conf: np.ndarray
     acc_len: np.ndarray
-    extras: dict = field(default_factory=dict)
 
 
 def load_recorded_drafts(path: str, block: int | None = None) -> dict[str, ModelChains]:

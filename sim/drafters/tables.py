@@ -42,7 +42,6 @@ class DraftTables:
     m_acc: np.ndarray
     tokens: np.ndarray
     tok_offsets: np.ndarray
-    synthetic_rows: int = 0  # rows drawn from a statistical profile (length-only requests)
     replayed_requests: int = 0  # requests whose model chains were replayed from recorded drafts
 
     @property
@@ -78,12 +77,11 @@ def build_draft_tables(
         )
     parts: dict[str, list] = {k: [] for k in ("ng_len", "ng_acc", "ng_start", "ng_conf", "m_conf", "m_acc", "tokens")}
     out_len, prompt_len = [], []
-    synthetic = replayed = 0
+    replayed = 0
     it = tqdm(requests, desc="draft tables", unit="req", disable=not progress, leave=False)
     for req in it:
         if req.output_ids is None:
             rows = stat_profile(req, ngram_cfg, profile, calibrator, seed)
-            synthetic += req.output_len
         else:
             toks = np.concatenate([req.prompt_ids, req.output_ids]).astype(np.int64)
             tab = ngram_tables(toks, len(req.prompt_ids), ngram_cfg)
@@ -118,7 +116,6 @@ def build_draft_tables(
         m_acc=np.concatenate(parts["m_acc"]).astype(np.int64),
         tokens=np.concatenate(parts["tokens"]).astype(np.int64),
         tok_offsets=np.concatenate([[0], np.cumsum(tok_lens)]).astype(np.int64),
-        synthetic_rows=synthetic,
         replayed_requests=replayed,
     )
 

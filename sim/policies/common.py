@@ -129,12 +129,7 @@ def finish(chain: torch.Tensor, admitted: torch.Tensor) -> Allocation:
     return Allocation(chain=chain, admitted=admitted)
 
 
-def full_chain(length: torch.Tensor, which: int) -> Allocation:
-    """Verify the whole chain `which` (CHAIN_MODEL or CHAIN_NGRAM) of every request."""
-    return finish(torch.full_like(length, which), length)
-
-
 __all__ = [
     "CHAIN_MODEL", "CHAIN_NGRAM", "CHAIN_NONE", "arange", "slot_valid", "survival", "rank_scores", "verify_ms",
-    "goodput", "best_budget", "early_stop_budget", "top_b_counts", "finish", "full_chain",
+    "goodput", "best_budget", "early_stop_budget", "top_b_counts", "finish",
 ]

@@ -10,7 +10,7 @@ from typing import List
 import torch
 
 from sim.policies.base import Allocation, StepBatch
-from sim.policies.common import CHAIN_MODEL, CHAIN_NGRAM, finish, full_chain, survival
+from sim.policies.common import CHAIN_MODEL, CHAIN_NGRAM, finish, survival
 from sim.policies.registry import Policy, no_params, parse_float, parse_int, register
 
 DEFAULT_SUFFIX_THRESHOLD = 2.0
