@@ -5,14 +5,25 @@ Synthetic acceptance model (a Gaussian copula with shared token difficulty), per
   the chain drafted at output position i proposes block K tokens; its j-th token (j = 1..K) lands on
   t = i + j - 1 and is accepted, given tokens 1..j-1 were, iff
         X_ij = rho * Z_t + sqrt(1 - rho^2) * E_ij < theta_j(copy_t),   E_ij ~ N(0, 1)
-  with theta_j(c) = Phi^-1(q_j(c)); q_j(c) = q1[c] * decay[c]^(j-1) is the conditional acceptance at depth j,
-  c = 1 on tokens the output copies from its context (an exact n-gram continuation inside a match of at
-  least `copy_min_ext` tokens), else 0. Because X_ij involves only token t's difficulty, the acceptance of
-  token j is independent of tokens 1..j-1 and the conditional probability is exactly q_j.
-  The confidence head sees X through noise, W = X + sigma * N_ij, and reports the posterior
-        c_ij = P(X < theta | W) = Phi((theta - W / (1 + sigma^2)) / sqrt(sigma^2 / (1 + sigma^2))),
-  calibrated by construction; sigma sets its discrimination (AUC) and `conf_temperature` T distorts it,
-  c' = sigmoid(logit(c) / T), to model a head before (T != 1) or after (T = 1) temperature scaling.
+  with theta_j(c) = Phi^-1(q_j(c)); q_j(c) = q1[c] * decay[c]^(j-1) is the conditional acceptance at depth j
+  (a probability), c = copy_t = 1 on tokens the output copies from its context (the n-gram continuation
+  at t is the emitted token, inside a match of at least `copy_min_ext` tokens; `tables.copy_mask`), else 0.
+  copy_t is the truth about token t, so it may shape acceptance (the world: a drafter does accept more
+  on copied spans) but the confidence head below never sees it.
+
+Confidence head (causal): the chain drafted at i sees only prompt + output[:i]. It sees X_ij through
+noise, W_ij = X_ij + sigma * N_ij, N_ij ~ N(0, 1); since X_ij ~ N(0, 1) a priori,
+        X_ij | W_ij ~ N(mu, sd^2),   mu = W_ij / (1 + sigma^2),   sd = sqrt(sigma^2 / (1 + sigma^2)).
+  It does not know copy_t; it knows a feature of the context, f_i = the bucket of ext_i (the n-gram
+  drafter's match length at i extended backwards, in tokens, computed from tokens before i; buckets split
+  at `copy_prior_edges`), and the prior pi_j(f) = P(copy_{i+j-1} = 1 | f_i = f) (`copy_prior`, fitted on
+  general text by `sim.drafters.fit_profile`). X is independent of copy_t, so its posterior is the mixture
+        c_ij = pi_j(f_i) * Phi((theta_j(1) - mu) / sd) + (1 - pi_j(f_i)) * Phi((theta_j(0) - mu) / sd),
+  a probability. It is calibrated for P(token j accepted | W_ij, f_i); as the conditional acceptance given
+  tokens 1..j-1 accepted it is approximate (copy status is correlated along a chain and pi_j is a
+  marginal); `python -m sim.drafters.fit_profile` reports the resulting ECE. sigma sets the head's
+  discrimination (AUC) and `conf_temperature` T distorts it, c' = sigmoid(logit(c) / T), to model a head
+  before (T != 1) or after (T = 1) temperature scaling.
   Accepted length of chain i = number of leading accepted tokens (at most the remaining output).
 
 Temperature > 0 (an approximation, documented): the same model with q scaled by `temp_scale ** temperature`.
@@ -49,6 +60,10 @@ class ModelDrafterProfile:
     conf_temperature: float = 1.0                  # 1 = calibrated head
     copy_min_ext: int = 4                          # match length that marks a copied span
     temp_scale: float = 0.93                       # acceptance scale per unit of sampling temperature
+    # The head's prior on copy status: bucket b of ext_i (tokens) is edges[b-1] <= ext_i < edges[b];
+    # copy_prior[b][j] = pi_{j+1}(b). Empty = the head assumes no token is copied.
+    copy_prior_edges: tuple[int, ...] = (1, 4, 8, 16, 32, 64)
+    copy_prior: tuple[tuple[float, ...], ...] = ()
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -66,11 +81,39 @@ class ModelDrafterProfile:
                 raise ConfigError(f"drafter profile {self.name}: probabilities must be in (0, 1], got {v}")
         if not 0.0 <= self.rho < 1.0 or self.sigma <= 0 or self.conf_temperature <= 0:
             raise ConfigError(f"drafter profile {self.name}: need 0 <= rho < 1, sigma > 0, conf_temperature > 0")
+        self._check_copy_prior()
+
+    def _check_copy_prior(self) -> None:
+        """copy_prior_edges: increasing ints >= 1; copy_prior: empty, or one row of `block` probabilities
+        per bucket (len(edges) + 1 rows)."""
+        e = self.copy_prior_edges
+        if not (isinstance(e, tuple) and all(isinstance(x, int) and x >= 1 for x in e) and list(e) == sorted(set(e))):
+            raise ConfigError(f"drafter profile {self.name}: copy_prior_edges must be increasing integers >= 1, got {e!r}")
+        pi = self.copy_prior
+        if pi == ():
+            return
+        ok = isinstance(pi, tuple) and len(pi) == len(e) + 1 and all(
+            isinstance(r, tuple) and len(r) == self.block and all(isinstance(x, (int, float)) and 0.0 <= x <= 1.0 for x in r)
+            for r in pi)
+        if not ok:
+            raise ConfigError(f"drafter profile {self.name}: copy_prior must be {len(e) + 1} rows (one per ext bucket) "
+                              f"of {self.block} probabilities in [0, 1]")
 
     def q(self) -> np.ndarray:
         """q[c, j]: conditional acceptance at depth j+1 for copy flag c (array [2, block])."""
         j = np.arange(self.block)
         return np.stack([self.q1[c] * self.decay[c] ** j for c in (0, 1)]).clip(1e-6, 1 - 1e-6)
+
+    def ext_bucket(self, ext: np.ndarray) -> np.ndarray:
+        """Bucket index b of each extended match length (tokens): edges[b-1] <= ext < edges[b]."""
+        return np.searchsorted(np.asarray(self.copy_prior_edges), np.asarray(ext), side="right")
+
+    def copy_prob(self, ext: np.ndarray) -> np.ndarray:
+        """pi[i, j]: the head's prior that token j+1 of the chain drafted at i is copied, given ext_i
+        (array [len(ext), block]); zeros when the profile has no copy prior."""
+        if not self.copy_prior:
+            return np.zeros((len(ext), self.block))
+        return np.asarray(self.copy_prior, dtype=np.float64)[self.ext_bucket(ext)]
 
 
 def list_drafter_profiles() -> list[str]:
@@ -83,11 +126,16 @@ def load_drafter_profile(name: str) -> ModelDrafterProfile:
     if not path.exists() or name.endswith("-cost"):
         raise ConfigError(f"unknown drafter profile '{name}'; choose one of: {', '.join(list_drafter_profiles())}")
     raw = read_json_object(path, "drafter profile")
-    fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in ModelDrafterProfile.__dataclass_fields__}
+    fields = {k: _tuples(v) for k, v in raw.items() if k in ModelDrafterProfile.__dataclass_fields__}
     try:
         return ModelDrafterProfile(**fields)
     except TypeError as exc:  # a missing or mistyped field
         raise ConfigError(f"{path}: bad drafter profile: {exc}") from None
+
+
+def _tuples(v):
+    """JSON lists -> (nested) tuples, so that profiles stay hashable."""
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
 
 
 @dataclass
@@ -157,29 +205,46 @@ def synth_model_chains(
     copy_mask: np.ndarray,
     rng: np.random.Generator,
     temperature: float = 0.0,
+    *,
+    match_ext: np.ndarray,
 ) -> ModelChains:
-    """Draw the model drafter's chains for one request of L = len(copy_mask) output tokens."""
+    """Draw the model drafter's chains for one request of L = len(copy_mask) output tokens.
+
+    copy_mask[t]: whether output token t is copied (the truth; shapes acceptance only).
+    match_ext[i]: the n-gram drafter's extended match length at position i (tokens; from the context
+    before i), the head's only view of copying. Draws depend only on rng and L."""
     L = len(copy_mask)
     K = profile.block
     q = profile.q()
     if temperature > 0:
         q = q * profile.temp_scale**temperature
-    theta = ndtri(q)  # [2, K]
+    theta = ndtri(q)  # [2, K]: thresholds for normal and copied tokens
     Z = rng.standard_normal(L + K)
     E = rng.standard_normal((L, K))
     noise = rng.standard_normal((L, K))
     t = np.arange(L)[:, None] + np.arange(K)[None, :]  # token each slot lands on
-    inside = t < L
     copy = np.zeros(L + K, dtype=np.int64)
     copy[:L] = copy_mask.astype(np.int64)
-    th = theta[copy[t], np.arange(K)[None, :]]
     X = profile.rho * Z[t] + np.sqrt(1 - profile.rho**2) * E
-    accept = (X < th) & inside
+    accept = (X < theta[copy[t], np.arange(K)[None, :]]) & (t < L)
     acc_len = np.cumprod(accept, axis=1).sum(axis=1)
-    s2 = profile.sigma**2
-    W = X + profile.sigma * noise
-    conf = ndtr((th - W / (1 + s2)) / np.sqrt(s2 / (1 + s2)))
+    conf = head_confidence(theta, X + profile.sigma * noise, profile.sigma, profile.copy_prob(match_ext))
     if profile.conf_temperature != 1.0:
-        lg = np.log(conf.clip(1e-6, 1 - 1e-6)) - np.log1p(-conf.clip(1e-6, 1 - 1e-6))
-        conf = 1.0 / (1.0 + np.exp(-lg / profile.conf_temperature))
+        conf = _distort(conf, profile.conf_temperature)
     return ModelChains(conf=conf.astype(np.float32), acc_len=acc_len.astype(np.int64))
+
+
+def head_confidence(theta: np.ndarray, W: np.ndarray, sigma: float, pi: np.ndarray) -> np.ndarray:
+    """c_ij = pi_ij Phi((theta_j(1) - mu) / sd) + (1 - pi_ij) Phi((theta_j(0) - mu) / sd), the posterior
+    acceptance probability given the noisy observation W (mu, sd: posterior of X | W, module docstring).
+    theta [2, K] (standard-normal units), W and pi [L, K]; returns probabilities [L, K]."""
+    s2 = sigma**2
+    mu = W / (1 + s2)
+    sd = np.sqrt(s2 / (1 + s2))
+    return pi * ndtr((theta[1] - mu) / sd) + (1 - pi) * ndtr((theta[0] - mu) / sd)
+
+
+def _distort(conf: np.ndarray, temperature: float) -> np.ndarray:
+    """sigmoid(logit(c) / T): an over- (T < 1) or under-confident (T > 1) head."""
+    c = conf.clip(1e-6, 1 - 1e-6)
+    return 1.0 / (1.0 + np.exp(-(np.log(c) - np.log1p(-c)) / temperature))

@@ -54,7 +54,8 @@ class DraftTables:
 
 
 def copy_mask(tab, min_ext: int) -> np.ndarray:
-    """Output tokens that continue an exact copy: the n-gram continuation is right inside a long match."""
+    """Output tokens that continue an exact copy: the n-gram continuation is right inside a long match.
+    This is the truth about token i (it reads output[i]): it may shape acceptance, never a confidence."""
     return (tab.acc_len >= 1) & (tab.ext >= min_ext)
 
 
@@ -92,7 +93,8 @@ def build_draft_tables(
                                       f"{chains.conf.shape[1]} tokens; the trace needs {req.output_len} x {profile.block}")
                 replayed += 1
             else:
-                chains = synth_model_chains(profile, copy_mask(tab, profile.copy_min_ext), request_seed(seed, req.id), req.temperature)
+                chains = synth_model_chains(profile, copy_mask(tab, profile.copy_min_ext), request_seed(seed, req.id),
+                                            req.temperature, match_ext=tab.ext)
             ng_acc = tab.acc_len
             if req.temperature > 0:
                 ng_acc = _thin_acceptance(ng_acc, profile.temp_scale**req.temperature, request_seed(seed + 1, req.id))
