@@ -106,6 +106,7 @@ class Engine:
         # per-request state
         self.pos = np.zeros(n, dtype=np.int64)          # output tokens emitted
         self.prev_pos = np.zeros(n, dtype=np.int64)     # position of the previous decode step (stale rows)
+        self.model_pos = np.zeros(n, dtype=np.int64)    # position of the last step the model drafter ran
         self.prefilled = np.zeros(n, dtype=np.int64)    # tokens of the current prefill target processed
         self.prefill_target = tables.prompt_len.copy()  # prompt (+ generated, after a preemption)
         self.t_first = np.full(n, np.nan)
@@ -277,10 +278,12 @@ class Engine:
             reqs = decoding
             rows = tb.offsets[reqs] + self.pos[reqs]
             srows = tb.offsets[reqs] + self.prev_pos[reqs]
+            mrows = tb.offsets[reqs] + self.model_pos[reqs]
             kv_tokens += int((tb.prompt_len[reqs] + self.pos[reqs]).sum())
             T = R + prefill_tokens
             Kmax = R * max(tb.k_model, tb.k_ngram)
             table = cost.verify_table(T + Kmax + 1, kv_tokens, R + len(prefilling))
+            # Priced as if every drafter the policy uses runs; a policy may skip one (model_ran below).
             if pol.uses_model:
                 draft_ms = cost.draft_ms(R, tb.k_model)
             if pol.uses_ngram:
@@ -293,8 +296,9 @@ class Engine:
                 model_len=torch.from_numpy(m_len),
                 ngram_conf=torch.from_numpy(tb.ng_conf[rows]),
                 ngram_len=torch.from_numpy(tb.ng_len[rows]),
-                stale_model_conf=torch.from_numpy(tb.m_conf[srows]),
-                stale_model_len=torch.from_numpy(np.minimum(tb.k_model, tb.out_len[reqs] - self.prev_pos[reqs])),
+                # the model chain last drafted for the request (not the previous step's if the pass was skipped)
+                stale_model_conf=torch.from_numpy(tb.m_conf[mrows]),
+                stale_model_len=torch.from_numpy(np.minimum(tb.k_model, tb.out_len[reqs] - self.model_pos[reqs])),
                 stale_ngram_conf=torch.from_numpy(tb.ng_conf[srows]),
                 stale_ngram_len=torch.from_numpy(tb.ng_len[srows]),
                 num_nondraft_tokens=T,
@@ -302,8 +306,18 @@ class Engine:
                 draft_cost_ms=draft_ms + ngram_ms + alloc_ms,
                 true_model_acc=torch.from_numpy(tb.m_acc[rows]) if pol.needs_truth else None,
                 true_ngram_acc=torch.from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
+                model_draft_ms=draft_ms,
+                ngram_draft_ms=ngram_ms,
             )
             alloc = pol(batch)
+            model_ran = pol.uses_model if alloc.model_ran is None else bool(alloc.model_ran)
+            ngram_ran = pol.uses_ngram if alloc.ngram_ran is None else bool(alloc.ngram_ran)
+            if not model_ran:
+                draft_ms = 0.0
+            if not ngram_ran:
+                ngram_ms = 0.0
+            if not (model_ran or ngram_ran):
+                alloc_ms = 0.0
             chain = alloc.chain.numpy()
             adm = alloc.admitted.numpy().astype(np.int64)
             is_m = chain == CHAIN_MODEL
@@ -325,6 +339,8 @@ class Engine:
             self.pos[reqs] += n_copy
             self._emit(reqs, n_emit - n_copy)
             self.prev_pos[reqs] = rows - tb.offsets[reqs]
+            if model_ran:
+                self.model_pos[reqs] = self.prev_pos[reqs]
             self.pos[reqs] += n_emit - n_copy
             self.n_steps[reqs] += 1
             verified = [int(adm_m.sum()), int(adm_n.sum())]
@@ -342,6 +358,7 @@ class Engine:
             self._emit(np.asarray([r]), np.asarray([1]))
             self.pos[r] = 1
             self.prev_pos[r] = 0
+            self.model_pos[r] = 0
             emitted += 1
         sample_ms = cost.sample_ms(total_tokens) if total_tokens else 0.0
         cpu_ms = cost.cpu_ms(len(self.running), total_tokens)

@@ -11,7 +11,7 @@ Units: costs in milliseconds, probabilities in [0, 1].
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
@@ -38,7 +38,13 @@ class StepBatch:
                         prefill tokens batched with it), int.
     verify_cost_ms[t]   target verify time of a step with t tokens in total, t = 0..len-1 (float [T_max+1]).
                         Monotone. Policies must clamp indices to the table's last entry.
-    draft_cost_ms       time of the drafters this step (float scalar tensor or python float).
+    draft_cost_ms       time of the drafters this step if every drafter the policy uses runs, plus the
+                        allocation kernel [ms] (float scalar tensor or python float).
+    model_draft_ms      the model drafter's pass, the part of draft_cost_ms a policy may skip for the
+                        whole step (Allocation.model_ran = False) [ms]; 0 when the policy does not use it.
+    ngram_draft_ms      likewise the n-gram drafter's part of draft_cost_ms [ms]. What is left,
+                        draft_cost_ms - model_draft_ms - ngram_draft_ms, is the allocation kernel, paid
+                        whenever a drafter runs.
     true_model_acc[r], true_ngram_acc[r]: number of leading chain tokens the target will accept (int64 [R]).
                         Only the `oracle` policy may read them; engines that cannot know them pass None.
     """
@@ -56,6 +62,8 @@ class StepBatch:
     draft_cost_ms: float
     true_model_acc: Optional[torch.Tensor] = None
     true_ngram_acc: Optional[torch.Tensor] = None
+    model_draft_ms: Union[float, torch.Tensor] = 0.0
+    ngram_draft_ms: Union[float, torch.Tensor] = 0.0
 
     @property
     def num_reqs(self) -> int:
@@ -72,8 +80,15 @@ class Allocation:
     second[r]    optional (tree policies): leading tokens of the *other* chain verified in the same pass as
                  a second branch of a two-branch tree (int64 [R]); 0 where chain is NONE. The request then
                  emits max(accepted of either branch) + 1 tokens. None for single-chain policies.
+    model_ran    optional 0-d bool: whether the model drafter's pass runs this step at all. A policy that
+                 skips it (False) must decide so from what is known before the step (stale values), and
+                 then admits no model-chain slot; the engine charges the pass only when it ran.
+                 None = it runs whenever the policy uses the model drafter (`Policy.uses_model`).
+    ngram_ran    likewise for the n-gram drafter (only the oracle chooses it).
     """
 
     chain: torch.Tensor
     admitted: torch.Tensor
     second: Optional[torch.Tensor] = None
+    model_ran: Optional[torch.Tensor] = None
+    ngram_ran: Optional[torch.Tensor] = None

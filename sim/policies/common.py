@@ -66,33 +66,37 @@ def verify_ms(batch: StepBatch, num_slots: torch.Tensor) -> torch.Tensor:
     return table[(num_slots + batch.num_nondraft_tokens).clamp(0, table.shape[0] - 1)]
 
 
-def goodput(batch: StepBatch, gain: torch.Tensor, num_slots: torch.Tensor) -> torch.Tensor:
+def goodput(batch: StepBatch, gain: torch.Tensor, num_slots: torch.Tensor,
+            draft_ms: Scalar | None = None) -> torch.Tensor:
     """G = (N + gain) / (draft_ms + verify_ms[T + num_slots])  [tokens/ms], elementwise (broadcasting).
 
     gain = sum of the admitted slots' survivals (expected accepted draft tokens), num_slots = admitted
-    slots; N = number of requests (each emits one bonus token).
+    slots; N = number of requests (each emits one bonus token). draft_ms defaults to the batch's
+    draft_cost_ms; a tensor broadcasting against `gain` prices several drafter sets at once.
     """
-    step_ms = verify_ms(batch, num_slots).to(gain.dtype) + batch.draft_cost_ms
+    step_ms = verify_ms(batch, num_slots).to(gain.dtype) + (batch.draft_cost_ms if draft_ms is None else draft_ms)
     return (gain + batch.num_reqs) / step_ms
 
 
-def _budget_curve(batch: StepBatch, scores: torch.Tensor):
+def _budget_curve(batch: StepBatch, scores: torch.Tensor, draft_ms: Scalar | None = None):
     """Sorted scores (descending, over the last two dims flattened) and G_B for B = 0..M ([..., M+1])."""
     sorted_scores = torch.sort(scores.flatten(-2), dim=-1, descending=True).values
     gains = torch.cumsum(sorted_scores.clamp(min=0.0), -1)
     gains = torch.nn.functional.pad(gains, (1, 0))  # gains[B] = S_1 + ... + S_B
-    g = goodput(batch, gains, arange(gains.shape[-1], gains.device))
+    g = goodput(batch, gains, arange(gains.shape[-1], gains.device), draft_ms)
     return sorted_scores, g
 
 
-def best_budget(batch: StepBatch, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def best_budget(batch: StepBatch, scores: torch.Tensor,
+                draft_ms: Scalar | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Adaptive verification's budget: B* = argmax_{B=0..M} (N + S_1 + ... + S_B) / (D + V[T + B]).
 
     `scores` [..., R, K] holds survivals with -inf on absent slots; S is all real scores sorted
     descending. B ranges over 0..(number of real slots); ties go to the smallest B (first maximum, as
     numpy's argmax). Returns (B* int64 [...], the scores sorted descending [..., R*K], -inf last).
+    draft_ms: as in `goodput` (one draft cost per leading index, e.g. [S, 1]).
     """
-    sorted_scores, g = _budget_curve(batch, scores)
+    sorted_scores, g = _budget_curve(batch, scores, draft_ms)
     # B beyond the real slots is unreachable: sorted[B-1] = -inf there
     reachable = torch.nn.functional.pad(sorted_scores >= 0, (1, 0), value=True)
     g = g.masked_fill(~reachable, float("-inf"))

@@ -72,18 +72,30 @@ class Chains:
     """Both chains' survivals for S "sides" at once (S = 1: current values; S = 2: current and stale,
     evaluated by the same ops in one pass). surv_m [S, R, K_m] and surv_n [S, R, K_n] (0 on absent
     slots); neg_* = -survival (ascending along a row, for searchsorted); cs_* = prefix sums with a
-    leading 0, so cs[..., l] = sum of the first l survivals."""
+    leading 0, so cs[..., l] = sum of the first l survivals. draft_ms: None (every side pays the batch's
+    draft_cost_ms) or [S, 1], each side's drafter cost [ms] (sides that skip the model pass pay less)."""
 
     def __init__(self, batch: StepBatch, with_stale: bool):
         if with_stale:
             dt = batch.model_conf.dtype
             conf_m = torch.stack([batch.model_conf, batch.stale_model_conf.to(dt)])
             conf_n = torch.stack([batch.ngram_conf.to(dt), batch.stale_ngram_conf.to(dt)])
-            self.len_m = torch.stack([batch.model_len, batch.stale_model_len])
-            self.len_n = torch.stack([batch.ngram_len, batch.stale_ngram_len])
+            len_m = torch.stack([batch.model_len, batch.stale_model_len])
+            len_n = torch.stack([batch.ngram_len, batch.stale_ngram_len])
         else:
             conf_m, conf_n = batch.model_conf[None], batch.ngram_conf[None].to(batch.model_conf.dtype)
-            self.len_m, self.len_n = batch.model_len[None], batch.ngram_len[None]
+            len_m, len_n = batch.model_len[None], batch.ngram_len[None]
+        self._set(conf_m, len_m, conf_n, len_n, None)
+
+    @classmethod
+    def of(cls, conf_m, len_m, conf_n, len_n, draft_ms=None) -> "Chains":
+        """Chains of explicit [S, R, K] confidences and [S, R] lengths."""
+        ch = cls.__new__(cls)
+        ch._set(conf_m, len_m, conf_n.to(conf_m.dtype), len_n, draft_ms)
+        return ch
+
+    def _set(self, conf_m, len_m, conf_n, len_n, draft_ms) -> None:
+        self.len_m, self.len_n, self.draft_ms = len_m, len_n, draft_ms
         self.surv_m = survival(conf_m, self.len_m)
         self.surv_n = survival(conf_n, self.len_n)
         self.neg_m, self.neg_n = -self.surv_m, -self.surv_n
@@ -108,19 +120,20 @@ def evaluate(batch: StepBatch, ch: Chains, lam: torch.Tensor, margin: float = 0.
     g_n = ch.cs_n.gather(-1, l_n)
     use_ngram = (g_n - l_n * lam_r) > (g_m - l_m * lam_r) + margin
     admitted = torch.where(use_ngram, l_n, l_m)
-    g = goodput(batch, torch.where(use_ngram, g_n, g_m).sum(1), admitted.sum(1))
+    g = goodput(batch, torch.where(use_ngram, g_n, g_m).sum(1), admitted.sum(1), ch.draft_ms)
     return use_ngram, admitted, g
 
 
 def _pick(use_ngram, admitted, g):
-    """The candidate with the best goodput on each side: ([S, R] bool, [S, R] int64)."""
-    best = torch.argmax(g, dim=-1)[:, None, None].expand(-1, use_ngram.shape[1], 1)
-    return use_ngram.gather(2, best)[..., 0], admitted.gather(2, best)[..., 0]
+    """The candidate with the best goodput on each side: ([S, R] bool, [S, R] int64, best G [S])."""
+    best = torch.argmax(g, dim=-1)
+    idx = best[:, None, None].expand(-1, use_ngram.shape[1], 1)
+    return use_ngram.gather(2, idx)[..., 0], admitted.gather(2, idx)[..., 0], g.gather(1, best[:, None])[:, 0]
 
 
 def model_opt_lambda(batch: StepBatch, ch: Chains) -> torch.Tensor:
     """lambda = survival of the first slot left out by the model-only optimum B* (0 if all are in): [S, 1]."""
-    budget, sorted_scores = best_budget(batch, rank_scores(ch.surv_m, ch.len_m))
+    budget, sorted_scores = best_budget(batch, rank_scores(ch.surv_m, ch.len_m), ch.draft_ms)
     padded = torch.nn.functional.pad(sorted_scores.clamp(min=0.0), (0, 1))
     return padded.gather(-1, budget[:, None])
 
@@ -190,7 +203,7 @@ def _chain_ids(use_ngram: torch.Tensor) -> torch.Tensor:
 
 def price_core(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> Allocation:
     """The idealised allocation: each request's lambda-prefix of its better chain, current values only."""
-    use_ngram, admitted = LAMBDA_METHODS[method](batch, Chains(batch, with_stale=False), margin)
+    use_ngram, admitted, _ = LAMBDA_METHODS[method](batch, Chains(batch, with_stale=False), margin)
     return finish(_chain_ids(use_ngram[0]), admitted[0])
 
 
@@ -198,7 +211,7 @@ def price_with_budget(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     """vLLM-consistent hybrid: stale budget B (CPU part), current chain choice by price + global top-B
     of the chosen chains' current survivals (GPU part). Both sides run through the same ops at once."""
     ch = Chains(batch, with_stale=True)
-    use_ngram, admitted = LAMBDA_METHODS[method](batch, ch, margin)
+    use_ngram, admitted, _ = LAMBDA_METHODS[method](batch, ch, margin)
     budget = admitted[1].sum()  # the stale side's total: the step's draft budget B
     # both prefixes empty at the current price: the chain with the better first slot, then model
     use_ngram = torch.where(admitted[0] == 0, ch.surv_n[0, :, 0] > ch.surv_m[0, :, 0], use_ngram[0])
@@ -206,6 +219,81 @@ def price_with_budget(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     scores_n = rank_scores(ch.surv_n[0], ch.len_n[0]).masked_fill(~use_ngram[:, None], float("-inf"))
     scores = torch.cat([scores_m, scores_n], 1)
     return finish(_chain_ids(use_ngram), top_b_counts(scores, budget))
+
+
+def free_budget(batch: StepBatch, budget: torch.Tensor) -> torch.Tensor:
+    """Widen a budget B to every slot that costs nothing more: the largest B' >= B with
+    verify_ms[T + B'] <= verify_ms[T + B] (a flat, memory-bound stretch of the table, or the rest of a
+    CUDA-graph bucket the pass is padded to anyway). The stale optimum's first-maximum rule stops at the
+    last stale slot; this lets the current chains, which may be longer, use the slots the step pays for
+    anyway. 0-d int64, no host sync (the table is monotone, so a binary search finds B')."""
+    table = batch.verify_cost_ms
+    cost = verify_ms(batch, budget).to(table.dtype)
+    last = torch.searchsorted(table, cost.reshape(1), right=True)[0] - 1  # largest t with table[t] <= cost
+    return torch.maximum(budget, last - batch.num_nondraft_tokens)
+
+
+def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
+               hysteresis: float = 0.0) -> Allocation:
+    """`hybrid`: hybrid-price that also prices the model drafter's pass, and skips it for the whole step
+    when the step is worth more without it.
+
+    Host side (stale values only, known before the step is launched): price the batch twice,
+      G_both = best goodput over both chains, paying draft_cost_ms,
+      G_ngram = best goodput over the n-gram chains alone, paying draft_cost_ms - model_draft_ms,
+    and run the model pass iff G_both > G_ngram * (1 + hysteresis). The chosen scenario's total admitted
+    slots are the step's budget B, as in `price_with_budget`. Device side (current values): the chain
+    choice by price and the global top-B of the chosen chains, over the n-gram chains alone when the pass
+    was skipped (the current model chains are then never read: they were not drafted). A request whose
+    model chain is empty takes its n-gram chain.
+    Stale model values of a request whose pass was skipped are those of the last chain drafted for it
+    (the engine keeps them), so the decision never uses a chain that was not drafted.
+    """
+    dt = batch.model_conf.dtype
+    zeros_m = torch.zeros_like(batch.model_len)
+    conf_m = torch.stack([batch.model_conf, batch.stale_model_conf.to(dt)]).repeat(2, 1, 1)
+    len_m = torch.stack([batch.model_len, batch.stale_model_len, zeros_m, zeros_m])
+    conf_n = torch.stack([batch.ngram_conf.to(dt), batch.stale_ngram_conf.to(dt)]).repeat(2, 1, 1)
+    len_n = torch.stack([batch.ngram_len, batch.stale_ngram_len]).repeat(2, 1)
+    full = torch.as_tensor(batch.draft_cost_ms, dtype=torch.float64)
+    skip = full - torch.as_tensor(batch.model_draft_ms, dtype=torch.float64)
+    draft = torch.stack([full, full, skip, skip])[:, None]
+    ch = Chains.of(conf_m, len_m, conf_n, len_n, draft)
+    use_ngram, admitted, g = LAMBDA_METHODS[method](batch, ch, margin)  # sides: cur, stale, cur-ng, stale-ng
+    run_model = g[1] > g[3] * (1.0 + hysteresis)
+    budget = free_budget(batch, torch.where(run_model, admitted[1].sum(), admitted[3].sum()))
+    # select the current side with where, not an index: a tensor index would sync with the host
+    use_ngram = torch.where(run_model, use_ngram[0], use_ngram[2])
+    adm_cur = torch.where(run_model, admitted[0], admitted[2])
+    len_m_cur = torch.where(run_model, len_m[0], len_m[2])
+    surv_m, surv_n = ch.surv_m[0] * run_model, ch.surv_n[0]
+    # both prefixes empty at the current price: the chain with the better first slot, then model
+    use_ngram = torch.where(adm_cur == 0, surv_n[:, 0] > surv_m[:, 0], use_ngram) | (len_m_cur == 0)
+    scores_m = rank_scores(surv_m, len_m_cur).masked_fill(use_ngram[:, None], float("-inf"))
+    scores_n = rank_scores(surv_n, batch.ngram_len).masked_fill(~use_ngram[:, None], float("-inf"))
+    out = finish(_chain_ids(use_ngram), top_b_counts(torch.cat([scores_m, scores_n], 1), budget))
+    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=run_model)
+
+
+@register("hybrid", "hybrid[:METHOD][:margin=M][:hyst=H]",
+          "the default hybrid: hybrid-price that also prices the model drafter's pass and skips it for a step "
+          "when stale values say the step earns more without it")
+def _hybrid(params: List[str]) -> Policy:
+    method, margin, hyst = DEFAULT_METHOD, NGRAM_MARGIN, 0.0
+    rest = list(params)
+    while rest and rest[-1].split("=")[0] in ("margin", "hyst"):
+        key, _, val = rest.pop().partition("=")
+        if key == "margin":
+            margin = parse_float(val, "margin")
+        else:
+            hyst = parse_float(val, "hyst")
+    if len(rest) > 1 or (rest and rest[0] not in METHODS):
+        raise ValueError(f"'hybrid' takes [METHOD][:margin=M][:hyst=H], METHOD in {', '.join(METHODS)}")
+    if rest:
+        method = rest[0]
+    name = ("hybrid" + (f":{method}" if rest else "") + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}")
+            + ("" if hyst == 0.0 else f":hyst={hyst:g}"))
+    return Policy(name, lambda b: price_skip(b, method, margin, hyst), uses_model=True, uses_ngram=True)
 
 
 @register("hybrid-price", "hybrid-price[:METHOD][:current][:margin=M]",

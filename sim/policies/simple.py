@@ -10,7 +10,7 @@ from typing import List
 import torch
 
 from sim.policies.base import Allocation, StepBatch
-from sim.policies.common import CHAIN_MODEL, CHAIN_NGRAM, finish, survival
+from sim.policies.common import CHAIN_MODEL, CHAIN_NGRAM, arange, finish, goodput, survival, top_b_counts
 from sim.policies.registry import Policy, no_params, parse_float, parse_int, register
 
 DEFAULT_SUFFIX_THRESHOLD = 2.0
@@ -48,14 +48,48 @@ def alloc_suffix_threshold(batch: StepBatch, threshold: float) -> Allocation:
 
 
 def alloc_oracle(batch: StepBatch) -> Allocation:
-    """Upper bound: acc_m, acc_n = true accepted lengths (capped by the chain lengths). Choose the chain
-    with the larger one (ties -> model), admit exactly its accepted prefix; 0 -> NONE. Nothing is wasted
-    on rejected slots and the step emits acc + 1 tokens per request."""
+    """Per-step oracle: the allocation of maximal goodput this step, given the true accepted lengths.
+
+    acc_m[r], acc_n[r] = true accepted lengths (capped by the chain lengths). For each set of drafters
+    s = (model runs, n-gram runs) in {0, 1}^2, request r can at best gain A_s[r] = max(m * acc_m[r],
+    n * acc_n[r]) tokens from one chain, and a step admitting B of those accepted slots (none rejected)
+    earns exactly
+        G_s(B) = (N + B) / (D_s + verify_ms[T + B]),   0 <= B <= sum_r A_s[r]          [tokens/ms]
+    where D_s = m * model_draft_ms + n * ngram_draft_ms + (m or n) * alloc_ms. The oracle takes the
+    (s, B) of maximal G (first maximum; B admitted depth-first: slot j of every request before slot
+    j + 1 of any), each request's chain with the larger A_s (ties: model), and reports which drafters
+    ran (Allocation.model_ran / ngram_ran) so the engine charges only those.
+
+    Bound (exact, per step): any single- or two-branch allocation of any policy on the same step emits
+    N + (its accepted slots) tokens at a cost >= D_s' + verify_ms[T + its slots] for the drafters s' it
+    ran, and the oracle can admit exactly those accepted slots at a cost no higher, so G_oracle >= G_policy
+    for that step. End to end (tokens / total time of a whole trace) this is not a theorem: runs diverge in
+    state after the first step. tests/test_oracle_bound.py checks it on random traces for every policy.
+    """
     acc_m = torch.minimum(batch.true_model_acc, batch.model_len)
     acc_n = torch.minimum(batch.true_ngram_acc, batch.ngram_len)
-    use_ngram = acc_n > acc_m
+    dev = acc_m.device
+    # drafter sets: (model, ngram) = (1, 1), (0, 1), (1, 0), (0, 0)
+    use_m = torch.tensor([1, 0, 1, 0], device=dev)
+    use_n = torch.tensor([1, 1, 0, 0], device=dev)
+    alloc_ms = batch.draft_cost_ms - batch.model_draft_ms - batch.ngram_draft_ms
+    draft = (use_m * batch.model_draft_ms + use_n * batch.ngram_draft_ms
+             + (use_m | use_n) * alloc_ms).to(torch.float64)  # [4]
+    a_s = torch.maximum(acc_m[None] * use_m[:, None], acc_n[None] * use_n[:, None])  # [4, R]
+    K = max(batch.model_conf.shape[-1], batch.ngram_conf.shape[-1])
+    b = arange(acc_m.shape[0] * K + 1, dev)  # B = 0 .. R*K
+    g = goodput(batch, b.to(torch.float64)[None, :], b[None, :], draft[:, None])  # [4, R*K+1]
+    g = g.masked_fill(b[None, :] > a_s.sum(-1, keepdim=True), float("-inf"))
+    best = torch.argmax(g.flatten())  # first maximum over (set, B)
+    s, budget = best // g.shape[1], best % g.shape[1]
+    acc = a_s[s]
+    use_ngram = (acc_n > acc_m) & (use_n[s] > 0) | (use_m[s] == 0)
     chain = torch.where(use_ngram, torch.full_like(acc_n, CHAIN_NGRAM), torch.full_like(acc_m, CHAIN_MODEL))
-    return finish(chain, torch.maximum(acc_m, acc_n))
+    depth = arange(K, dev)
+    scores = torch.where(depth[None, :] < acc[:, None], (K - depth).to(torch.float64)[None, :].expand(acc.shape[0], -1),
+                         torch.full((acc.shape[0], K), float("-inf"), dtype=torch.float64, device=dev))
+    out = finish(chain, top_b_counts(scores, budget))
+    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=use_m[s] > 0, ngram_ran=use_n[s] > 0)
 
 
 @register("none", "none", "no speculation: one token per request per step")
@@ -97,7 +131,8 @@ def _suffix_threshold(params: List[str]) -> Policy:
     return Policy(name, lambda b: alloc_suffix_threshold(b, t), uses_model=True, uses_ngram=True)
 
 
-@register("oracle", "oracle", "knows the true accepted lengths: upper bound, not realisable")
+@register("oracle", "oracle", "per-step oracle: knows the true accepted lengths, picks the drafters to run, "
+          "the chain and the accepted prefix of maximal step goodput; a bound, not realisable")
 def _oracle(params: List[str]) -> Policy:
     no_params("oracle", params)
     return Policy("oracle", alloc_oracle, uses_model=True, uses_ngram=True, needs_truth=True)

@@ -36,7 +36,7 @@ SECANT_MIN = 4
 def tree_alloc(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
                discount: float = DISCOUNT) -> Allocation:
     ch = Chains(batch, with_stale=False)
-    use_ngram, adm = LAMBDA_METHODS[method](batch, ch, margin)
+    use_ngram, adm, _ = LAMBDA_METHODS[method](batch, ch, margin)
     use_ngram, adm = use_ngram[0], adm[0]  # [R]
     surv_p = torch.where(use_ngram[:, None], _pad(ch.surv_n[0], ch.surv_m[0]), _pad(ch.surv_m[0], ch.surv_n[0]))
     surv_s = torch.where(use_ngram[:, None], _pad(ch.surv_m[0], ch.surv_n[0]), _pad(ch.surv_n[0], ch.surv_m[0]))

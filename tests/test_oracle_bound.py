@@ -1,0 +1,89 @@
+"""The oracle bounds every registered policy: per step exactly (by construction, checked here on random
+batches), and end to end on random traces at batch sizes 1, 4 and 128 (checked, not proven)."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import random_requests
+from sim.cost import make_cost_model
+from sim.drafters.calibration import _KNOTS, NgramCalibrator
+from sim.drafters.model import ModelDrafterProfile
+from sim.drafters.ngram import NgramConfig
+from sim.drafters.tables import build_draft_tables
+from sim.engine import Engine, EngineConfig
+from sim.metrics import summarize
+from sim.policies import CHAIN_MODEL, CHAIN_NGRAM, get_policy, list_policies
+from sim.policies.testing import random_batch
+
+# one or more specs of every registered family (test_every_family_is_covered keeps this list complete)
+POLICIES = ["none", "model-fixed:3", "model-fixed:7", "ngram-fixed:4", "ngram-fixed:32", "adaptive",
+            "adaptive:early-stop", "ngram-first", "suffix-threshold", "hybrid-price", "hybrid-price:current",
+            "hybrid-tree", "hybrid"]
+CFG = NgramConfig(n_min=1, n_max=3, k=32, ext_max=64)
+PROFILE = ModelDrafterProfile(name="t", block=7)
+
+
+def _calib():
+    w = np.zeros(len(_KNOTS) + 11)
+    w[0], w[1], w[1 + len(_KNOTS)] = -0.5, 1.0, -0.3
+    return NgramCalibrator(w, CFG)
+
+
+def test_every_family_is_covered():
+    families = {u.split(":")[0].split("[")[0] for u in list_policies()}
+    assert families - {"oracle"} <= {p.split(":")[0] for p in POLICIES}
+
+
+def _step_goodput(batch, alloc, acc_m, acc_n):
+    """Realised tokens / (drafters that ran + verify) of one step: what the engine charges."""
+    chain, adm = alloc.chain, alloc.admitted
+    second = alloc.second if alloc.second is not None else torch.zeros_like(adm)
+    adm_m = torch.where(chain == CHAIN_MODEL, adm, torch.where(chain == CHAIN_NGRAM, second, 0))
+    adm_n = torch.where(chain == CHAIN_NGRAM, adm, torch.where(chain == CHAIN_MODEL, second, 0))
+    tokens = torch.maximum(torch.minimum(adm_m, acc_m), torch.minimum(adm_n, acc_n)).sum() + batch.num_reqs
+    ran_m = True if alloc.model_ran is None else bool(alloc.model_ran)
+    ran_n = True if alloc.ngram_ran is None else bool(alloc.ngram_ran)
+    alloc_ms = batch.draft_cost_ms - batch.model_draft_ms - batch.ngram_draft_ms
+    draft = ran_m * batch.model_draft_ms + ran_n * batch.ngram_draft_ms + (ran_m or ran_n) * alloc_ms
+    table = batch.verify_cost_ms
+    t = min(batch.num_nondraft_tokens + int(adm_m.sum() + adm_n.sum()), table.shape[0] - 1)
+    return float(tokens) / (draft + float(table[t]))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_oracle_beats_every_policy_on_every_step(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(40):
+        R = int(rng.choice([1, 3, 8, 40]))
+        b = random_batch(rng, R, 7, 32, max_tokens=R * 40 + R + 2)
+        b.model_draft_ms, b.ngram_draft_ms = float(rng.uniform(0, 3)), float(rng.uniform(0, 0.2))
+        b.draft_cost_ms = b.model_draft_ms + b.ngram_draft_ms + 0.05
+        acc_m = torch.minimum(b.true_model_acc, b.model_len)
+        acc_n = torch.minimum(b.true_ngram_acc, b.ngram_len)
+        best = _step_goodput(b, get_policy("oracle")(b), acc_m, acc_n)
+        for spec in POLICIES:
+            g = _step_goodput(b, get_policy(spec)(b), acc_m, acc_n)
+            assert g <= best * (1 + 1e-9), (spec, R, g, best)
+
+
+@pytest.fixture(scope="module")
+def traces():
+    out = []
+    for seed in range(3):
+        rng = np.random.default_rng(100 + seed)
+        reqs = random_requests(rng, 40, vocab=8 if seed else 5, max_prompt=120, max_out=160)
+        out.append(build_draft_tables(reqs, CFG, PROFILE, _calib(), seed=seed))
+    return out
+
+
+@pytest.mark.parametrize("bs", [1, 4, 128])
+def test_oracle_bounds_every_policy_end_to_end(traces, bs):
+    cost = make_cost_model("roofline", llm="qwen3-8b", gpu="h100-sxm")
+    for tb in traces:
+        arrivals = np.zeros(len(tb.out_len))
+        tput = {}
+        for spec in POLICIES + ["oracle"]:
+            res = Engine(tb, arrivals, get_policy(spec), cost, EngineConfig(batch_size=bs)).run()
+            tput[spec] = summarize(res, bs)["output_throughput_tok_s"]
+        worst = max(POLICIES, key=tput.get)
+        assert tput[worst] <= tput["oracle"], (bs, worst, tput[worst], tput["oracle"])
