@@ -153,9 +153,9 @@ def test_adaptive_matches_a_numpy_reference():
     pol = get_policy("adaptive")
     for _ in range(100):
         b = random_batch(rng, int(rng.integers(1, 9)), int(rng.integers(1, 8)), 4, max_tokens=int(rng.integers(4, 60)))
-        # numpy reference of vLLM's get_num_tokens (stale budget) + top-k
+        # numpy reference of vLLM's get_num_tokens (stale budget, masked with the current draft count) + top-k
         st = np.cumprod(b.stale_model_conf.double().numpy(), 1)
-        valid = np.arange(st.shape[1])[None] < b.stale_model_len.numpy()[:, None]
+        valid = np.arange(st.shape[1])[None] < b.model_len.numpy()[:, None]
         scores = np.sort(st[valid])[::-1]
         table = b.verify_cost_ms.numpy()
         idx = np.minimum(b.num_nondraft_tokens + np.arange(len(scores) + 1), len(table) - 1)
