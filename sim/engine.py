@@ -114,8 +114,20 @@ class Engine:
         self.n_steps = np.zeros(n, dtype=np.int64)
         self.n_preempt = np.zeros(n, dtype=np.int64)
         self.emitted_tokens = np.full(int(tables.out_len.sum()), -1, dtype=np.int64)
+        # True until a request's first decode step since it was (re)admitted: vLLM's add_request resets its
+        # stale confidences to 1.0 then, and a preempted request is removed and added again on resume.
+        self.fresh = np.ones(n, dtype=bool)
         self.running: list[int] = []
         self.waiting: list[int] = []
+        # Policies decide with the verify table vLLM profiles once at start-up (a fixed reference context,
+        # see CostModel.startup_verify_table); every step is charged its true cost at its own context.
+        kdec = max(tables.k_model, tables.k_ngram)
+        self.decision_table = torch.from_numpy(cost.startup_verify_table(
+            cfg.max_num_batched_tokens, cfg.batch_size, 1 + tables.k_model,
+            length=cfg.max_num_batched_tokens + cfg.batch_size * kdec + 2))
+        vocab = cost.vocab_size
+        # vLLM 0.33's verification logits cap: one fp32 chunk of 2**30 bytes, vocab_size * 4 bytes per row
+        self.max_logits = 2**30 // (vocab * 4) if vocab else None
         self._last_draft = 0  # draft slots verified in the previous step (the next step's reservation)
         self.steps: list[tuple] = []  # one STEP_COLUMNS tuple per step
         self._bar = None
@@ -236,6 +248,7 @@ class Engine:
             self.prefill_target[r] = self.tb.prompt_len[r] + self.pos[r]
             self.prefilled[r] = 0
             self.n_preempt[r] += 1
+            self.fresh[r] = True
             self.waiting.insert(0, r)
             preempted += 1
         budget = cfg.max_num_batched_tokens
@@ -263,11 +276,14 @@ class Engine:
         prefill_tokens = sum(c for _, c in prefilling)
         kv_tokens = 0
         first_tok = []
+        n_prefill_done = 0  # chunks that complete their prefill: they sample a token in vLLM
         for r, c in prefilling:
             kv_tokens += int(self.prefilled[r]) + c
             self.prefilled[r] += c
-            if self.prefilled[r] >= self.prefill_target[r] and self.pos[r] == 0:
-                first_tok.append(r)
+            if self.prefilled[r] >= self.prefill_target[r]:
+                n_prefill_done += 1
+                if self.pos[r] == 0:
+                    first_tok.append(r)
         # ---- decode with speculation
         R = len(decoding)
         verified = [0, 0]
@@ -281,8 +297,6 @@ class Engine:
             mrows = tb.offsets[reqs] + self.model_pos[reqs]
             kv_tokens += int((tb.prompt_len[reqs] + self.pos[reqs]).sum())
             T = R + prefill_tokens
-            Kmax = R * max(tb.k_model, tb.k_ngram)
-            table = cost.verify_table(T + Kmax + 1, kv_tokens, R + len(prefilling))
             # Priced as if every drafter the policy uses runs; a policy may skip one (model_ran below).
             if pol.uses_model:
                 draft_ms = cost.draft_ms(R, tb.k_model)
@@ -291,23 +305,31 @@ class Engine:
             if pol.uses_model or pol.uses_ngram:
                 alloc_ms = cost.alloc_ms(R)
             m_len = np.minimum(tb.k_model, tb.out_len[reqs] - self.pos[reqs])
+            stale_m_conf = tb.m_conf[mrows]  # a copy (fancy indexing)
+            stale_m_conf[self.fresh[reqs]] = 1.0  # first decode step since (re)admission: vLLM's reset
+            self.fresh[reqs] = False
+            n_seqs = R + len(prefilling)
             batch = StepBatch(
                 model_conf=torch.from_numpy(tb.m_conf[rows]),
                 model_len=torch.from_numpy(m_len),
                 ngram_conf=torch.from_numpy(tb.ng_conf[rows]),
                 ngram_len=torch.from_numpy(tb.ng_len[rows]),
                 # the model chain last drafted for the request (not the previous step's if the pass was skipped)
-                stale_model_conf=torch.from_numpy(tb.m_conf[mrows]),
+                stale_model_conf=torch.from_numpy(stale_m_conf),
                 stale_model_len=torch.from_numpy(np.minimum(tb.k_model, tb.out_len[reqs] - self.model_pos[reqs])),
                 stale_ngram_conf=torch.from_numpy(tb.ng_conf[srows]),
                 stale_ngram_len=torch.from_numpy(tb.ng_len[srows]),
                 num_nondraft_tokens=T,
-                verify_cost_ms=torch.from_numpy(table),
+                verify_cost_ms=self.decision_table,
                 draft_cost_ms=draft_ms + ngram_ms + alloc_ms,
                 true_model_acc=torch.from_numpy(tb.m_acc[rows]) if pol.needs_truth else None,
                 true_ngram_acc=torch.from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
+                true_verify_cost_ms=torch.from_numpy(cost.verify_table(
+                    T + R * max(tb.k_model, tb.k_ngram) + 1, kv_tokens, n_seqs)) if pol.needs_truth else None,
                 model_draft_ms=draft_ms,
                 ngram_draft_ms=ngram_ms,
+                num_sampling_reqs=R + n_prefill_done,
+                max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
             )
             alloc = pol(batch)
             model_ran = pol.uses_model if alloc.model_ran is None else bool(alloc.model_ran)
@@ -348,8 +370,8 @@ class Engine:
             accepted = [int(acc[~from_n].sum()), int(acc[from_n].sum())]
             emitted = int(n_emit.sum())
             total_tokens = T + self._last_draft
-            verify_ms = float(table[min(total_tokens, len(table) - 1)])
-            num_seqs = R + len(prefilling)
+            num_seqs = n_seqs
+            verify_ms = float(cost.verify_ms(total_tokens, kv_tokens, num_seqs))  # the true cost, with context
         else:
             total_tokens = prefill_tokens
             num_seqs = len(prefilling)

@@ -45,6 +45,7 @@ def _args(b):
 FAST = {
     "adaptive": adaptive.alloc_adaptive,
     "hybrid-price": lambda b: hybrid.price_with_budget(b, "sweep"),
+    "hybrid": lambda b: hybrid.price_skip(b, "sweep"),
 }
 SLOW = {
     "adaptive:early-stop": adaptive.alloc_adaptive_early_stop,

@@ -111,15 +111,33 @@ def test_oracle_picks_true_better_chain():
     assert lists(get_policy("oracle")(b)) == ([CHAIN_NGRAM, CHAIN_MODEL, CHAIN_NONE, CHAIN_NGRAM], [5, 3, 0, 2])
 
 
-def test_oracle_random_equals_true_length_of_better_chain():
+def test_oracle_admits_only_accepted_slots_and_all_of_them_when_slots_are_cheap():
     rng = np.random.default_rng(3)
     for _ in range(50):
         b = random_batch(rng, 6, 5, 9)
-        a = get_policy("oracle")(b)
         acc_m = torch.minimum(b.true_model_acc, b.model_len)
         acc_n = torch.minimum(b.true_ngram_acc, b.ngram_len)
+        a = get_policy("oracle")(b)
+        best = torch.where(a.chain == CHAIN_NGRAM, acc_n, torch.where(a.chain == CHAIN_MODEL, acc_m, 0))
+        assert bool((a.admitted <= best).all())  # never a rejected slot
+        # a flat verify table and free drafters: every accepted slot of the better chain is worth taking
+        b.verify_cost_ms = torch.full_like(b.verify_cost_ms, 5.0)
+        b.draft_cost_ms = 0.0
+        a = get_policy("oracle")(b)
         assert torch.equal(a.admitted, torch.maximum(acc_m, acc_n))
         assert bool(((a.chain == CHAIN_NGRAM) == (acc_n > acc_m)).all())
+
+
+def test_oracle_skips_the_model_pass_when_the_ngram_chains_are_enough():
+    b = make_batch([[0.5] * 4] * 2, [[0.5] * 6] * 2, true_m=[2, 3], true_n=[6, 5], draft=1.0)
+    b.model_draft_ms = 0.9  # the model chains add nothing: paying their pass only lowers the goodput
+    a = get_policy("oracle")(b)
+    assert not bool(a.model_ran) and bool(a.ngram_ran)
+    assert lists(a) == ([CHAIN_NGRAM, CHAIN_NGRAM], [6, 5])
+    b = make_batch([[0.5] * 4] * 2, [[0.5] * 6] * 2, true_m=[4, 4], true_n=[0, 0], draft=1.0)
+    b.model_draft_ms = 0.9
+    a = get_policy("oracle")(b)
+    assert bool(a.model_ran) and lists(a) == ([CHAIN_MODEL, CHAIN_MODEL], [4, 4])
 
 
 # --- adaptive -------------------------------------------------------------------------------------
@@ -153,9 +171,9 @@ def test_adaptive_matches_a_numpy_reference():
     pol = get_policy("adaptive")
     for _ in range(100):
         b = random_batch(rng, int(rng.integers(1, 9)), int(rng.integers(1, 8)), 4, max_tokens=int(rng.integers(4, 60)))
-        # numpy reference of vLLM's get_num_tokens (stale budget) + top-k
+        # numpy reference of vLLM's get_num_tokens (stale budget, masked with the current draft count) + top-k
         st = np.cumprod(b.stale_model_conf.double().numpy(), 1)
-        valid = np.arange(st.shape[1])[None] < b.stale_model_len.numpy()[:, None]
+        valid = np.arange(st.shape[1])[None] < b.model_len.numpy()[:, None]
         scores = np.sort(st[valid])[::-1]
         table = b.verify_cost_ms.numpy()
         idx = np.minimum(b.num_nondraft_tokens + np.arange(len(scores) + 1), len(table) - 1)

@@ -13,6 +13,9 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+# vLLM 0.33's VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN: cached tokens per dummy request when profiling
+PROFILE_CONTEXT_LEN = 8192
+
 
 class CostModel(ABC):
     """A step-cost model. Implementations must be monotone non-decreasing in every count."""
@@ -50,5 +53,61 @@ class CostModel(ABC):
         """KV-cache entries that fit in GPU memory (vLLM's rule: mem x utilisation - weights - activations)."""
 
     def verify_table(self, max_tokens: int, kv_tokens: int, num_seqs: int) -> np.ndarray:
-        """verify_ms for every token count 0..max_tokens, the table adaptive verification ranks with."""
+        """verify_ms for every token count 0..max_tokens at this step's context (the true cost) [ms]."""
         return np.asarray(self.verify_ms(np.arange(max_tokens + 1), kv_tokens, num_seqs), dtype=np.float64)
+
+    @property
+    def vocab_size(self) -> int | None:
+        """The target's vocabulary size (sizes vLLM's logits buffer), None if the model does not say."""
+        return None
+
+    @property
+    def capture_sizes(self) -> list[int]:
+        """CUDA-graph capture sizes (tokens) of the simulated deployment; vLLM's defaults up to 512."""
+        from sim.cost.profiled import vllm_capture_sizes
+        return vllm_capture_sizes(512)
+
+    def startup_verify_table(self, max_num_batched_tokens: int, max_num_reqs: int, query_per_req: int = 1,
+                             context_len: int = PROFILE_CONTEXT_LEN, length: int | None = None) -> np.ndarray:
+        """The verify table vLLM 0.33's adaptive verification decides with, profiled once at start-up [ms].
+
+        vLLM (AdaptiveVerificationManager.batches_to_profile / build_cost_tables_from_curves) times dummy
+        steps at profile points x = every capture size c <= max_num_batched_tokens, plus, above the
+        largest one L, min(1.5 L, M) and L doubled until M = max_num_batched_tokens. A dummy step of x
+        tokens has n(x) = min(x, max_num_reqs, M // query_per_req) requests, each with `context_len`
+        cached tokens (VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN, 8192 by default): here
+            y(x) = verify_ms(x, kv_tokens = n(x) * context_len, num_seqs = n(x))          [ms]
+        (context_len = 0 gives a context-free table). The table over t = 0..length-1 is then
+            y forced monotone (running maximum over increasing x);
+            t <= L: y at the first profile point >= t (graph padding: a step function);
+            t > L: linear interpolation between the points above L only (held at the first of them);
+            t > last point: extrapolated with the last two points' slope;  floored at 1e-6 ms.
+        With no capture sizes (eager), the points are 1, 2, 4, ... up to M, interpolated throughout.
+        It does not depend on any step's real context: the engine charges the true cost separately.
+        """
+        M = max(int(max_num_batched_tokens), 1)
+        n_out = M + 1 if length is None else max(int(length), 1)
+        caps = sorted({int(c) for c in self.capture_sizes if 0 < int(c) <= M})
+        limit = caps[-1] if caps else 0
+        if caps:
+            tail, size = {min(limit + limit // 2, M)}, limit
+            while size < M:
+                size = min(2 * size, M)
+                tail.add(size)
+            points = caps + sorted(tail - set(caps))
+        else:
+            points = sorted({min(2 ** i, M) for i in range(M.bit_length() + 1)})
+        xs = np.asarray(points, dtype=np.float64)
+        nreq = np.minimum(np.minimum(xs, max(int(max_num_reqs), 1)), max(M // max(int(query_per_req), 1), 1))
+        ys = np.asarray([float(self.verify_ms(int(x), int(n) * int(context_len), int(n))) for x, n in zip(xs, nreq)])
+        ys = np.maximum.accumulate(ys)
+        t = np.arange(n_out, dtype=np.float64)
+        out = ys[np.minimum(np.searchsorted(xs, t, side="left"), xs.size - 1)]
+        above = xs > limit
+        if above.any():
+            smooth = t > limit
+            out[smooth] = np.interp(t[smooth], xs[above], ys[above])
+        if xs.size > 1:
+            past = t > xs[-1]
+            out[past] = ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (t[past] - xs[-1])
+        return np.maximum(out, 1e-6)

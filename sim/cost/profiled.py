@@ -248,6 +248,15 @@ class ProfiledCost(CostModel):
     def kv_capacity_tokens(self) -> int:
         return self.fallback.kv_capacity_tokens
 
+    @property
+    def vocab_size(self) -> int | None:
+        return self.fallback.vocab_size
+
+    @property
+    def capture_sizes(self) -> list[int]:
+        """The table's capture sizes ([] = eager only)."""
+        return [int(c) for c in self.table.capture_sizes]
+
     def verify_ms(self, num_tokens, kv_tokens: int, num_seqs: int):
         add = max(int(kv_tokens), 0) * self.kv_ms_per_token
         if isinstance(num_tokens, (int, np.integer)) and not isinstance(num_tokens, bool):

@@ -89,6 +89,16 @@ class RooflineCost(CostModel):
     def kv_capacity_tokens(self) -> int:
         return self._kv_capacity
 
+    @property
+    def vocab_size(self) -> int:
+        return int(self.llm.vocab_size)
+
+    @property
+    def capture_sizes(self) -> list[int]:
+        """vLLM's default capture sizes up to the GPU spec's cuda_graph_max_tokens."""
+        from sim.cost.profiled import vllm_capture_sizes
+        return vllm_capture_sizes(int(self.gpu.cuda_graph_max_tokens))
+
     def linear_ms(self, num_tokens):
         """Non-attention layers (GEMMs incl. LM head) for `num_tokens` positions, ms (no overhead)."""
         t = np.asarray(num_tokens, dtype=np.float64)

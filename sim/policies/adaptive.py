@@ -1,15 +1,20 @@
 """Adaptive verification over the model chain: vLLM 0.33's budget + global top-B, and DSpark's early stop.
 
-`adaptive` (the baseline every result is compared to), as vLLM's `enable_adaptive_verification`:
-  1. Budget, on the CPU from one-step-old (stale) confidences, in float64 like vLLM's numpy code:
-       S = all stale survivals cumprod(stale_model_conf) of slots j < stale_model_len, sorted descending
-       B* = argmax_{B = 0..|S|} (N + S_1 + ... + S_B) / (draft_ms + verify_ms[T + B])     [tokens/ms]
-     (first maximum on ties; table index clamped).
-  2. Allocation, on the GPU from the current confidences: survival a = cumprod(model_conf), slots
-     j >= model_len at -inf, global top-B* over the flattened [R, K_m] matrix, admitted[r] = row count.
+`adaptive` (the baseline every result is compared to), as vLLM 0.33's `enable_adaptive_verification`
+(vllm/v1/worker/gpu/spec_decode/adaptive_verification.py, AdaptiveVerificationManager):
+  1. Budget (`get_num_tokens`), on the CPU from one-step-old (stale) confidences, in float64 like vLLM:
+       S = stale survivals cumprod(stale_model_conf) of slots j < model_len, sorted descending; the mask
+         is this step's scheduled draft count (model_len), not the stale chain's length, as in vLLM
+       C = min(|S|, max_draft_tokens)      (vLLM's logits-buffer cap, when the engine gives it)
+       B* = argmax_{B = 0..C} (N + S_1 + ... + S_B) / (draft_ms + verify_ms[T + B])     [tokens/ms]
+     N = num_sampling (decoding requests + prefill chunks that complete their prefill this step), T =
+     non-draft tokens, verify_ms the start-up profiled table (first maximum on ties; index clamped).
+  2. Allocation (`reallocate_drafts`), on the GPU from the current confidences: survival
+     a = cumprod(model_conf), slots j >= model_len at -inf, global top-B* over the flattened [R, K_m]
+     matrix, admitted[r] = row count.
   Here B* stays a 0-d tensor and top-B is "stable sort, rank < B*", so there is no host sync at all.
-  Note: vLLM masks the stale survivals with the *current* scheduled draft count; a DSpark chain always
-  has K_m slots, so that equals stale_model_len, which is what the StepBatch contract provides.
+  (vLLM's torch.topk leaves the order of equal survivals unspecified; the stable sort takes the lower
+  flat index first, so allocations may differ from vLLM's only among tied slots.)
 
 `adaptive:early-stop`: the DSpark paper's Algorithm 1. Slots are taken in descending *current*
   survival while each one raises the goodput G_B; it stops at the first slot that does not
@@ -28,9 +33,11 @@ from sim.policies.registry import Policy, register
 
 
 def stale_model_budget(batch: StepBatch) -> torch.Tensor:
-    """B* from the stale model confidences (the part vLLM computes on the CPU), 0-d int64."""
-    surv = survival(batch.stale_model_conf, batch.stale_model_len, dtype=torch.float64)
-    budget, _ = best_budget(batch, rank_scores(surv, batch.stale_model_len))
+    """B* from the stale model confidences (the part vLLM computes on the CPU), 0-d int64.
+    Stale survivals are masked with the current draft count model_len, as vLLM masks them with this
+    step's scheduled drafts."""
+    surv = survival(batch.stale_model_conf, batch.model_len, dtype=torch.float64)
+    budget, _ = best_budget(batch, rank_scores(surv, batch.model_len))
     return budget
 
 

@@ -47,6 +47,14 @@ class StepBatch:
                         whenever a drafter runs.
     true_model_acc[r], true_ngram_acc[r]: number of leading chain tokens the target will accept (int64 [R]).
                         Only the `oracle` policy may read them; engines that cannot know them pass None.
+    true_verify_cost_ms[t] the verify time the engine will charge for t tokens this step (with this step's
+                        context), where verify_cost_ms is the start-up table policies decide from. Oracle only.
+    num_sampling_reqs   N: requests that sample a token this step, int: the R decoding requests plus the
+                        prefill chunks that complete their prefill (prompt, or prompt + output after a
+                        preemption) this step, as vLLM's adaptive verification counts them. None = R.
+    max_draft_tokens    cap on the draft budget B, int: vLLM 0.33 verifies all logits in one fp32 chunk of
+                        at most 2**30 // (vocab_size * 4) rows, one per bonus token and draft slot, so
+                        B <= max(0, 2**30 // (vocab_size * 4) - number of scheduled requests). None = no cap.
     """
 
     model_conf: torch.Tensor
@@ -62,12 +70,20 @@ class StepBatch:
     draft_cost_ms: float
     true_model_acc: Optional[torch.Tensor] = None
     true_ngram_acc: Optional[torch.Tensor] = None
+    true_verify_cost_ms: Optional[torch.Tensor] = None
+    num_sampling_reqs: Optional[int] = None
+    max_draft_tokens: Optional[int] = None
     model_draft_ms: Union[float, torch.Tensor] = 0.0
     ngram_draft_ms: Union[float, torch.Tensor] = 0.0
 
     @property
     def num_reqs(self) -> int:
         return self.model_conf.shape[0]
+
+    @property
+    def num_sampling(self) -> int:
+        """N of the goodput: num_sampling_reqs, or R when the engine does not say."""
+        return self.num_reqs if self.num_sampling_reqs is None else self.num_sampling_reqs
 
 
 @dataclass

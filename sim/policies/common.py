@@ -9,7 +9,9 @@ costs in milliseconds; goodput G = expected emitted tokens per millisecond of st
 
     G = (N + sum of admitted survivals) / (draft_ms + verify_ms[T + admitted slots])   [tokens / ms]
 
-where N = R (every decoding request emits its bonus token) and T = non-draft tokens of the step.
+where N = batch.num_sampling (requests that sample a token: every decoding request emits its bonus token,
+and a prefill chunk that completes its prefill samples one) and T = non-draft tokens of the step.
+Budgets B are capped at batch.max_draft_tokens (vLLM's logits-buffer cap) when the engine gives one.
 """
 from __future__ import annotations
 
@@ -71,11 +73,19 @@ def goodput(batch: StepBatch, gain: torch.Tensor, num_slots: torch.Tensor,
     """G = (N + gain) / (draft_ms + verify_ms[T + num_slots])  [tokens/ms], elementwise (broadcasting).
 
     gain = sum of the admitted slots' survivals (expected accepted draft tokens), num_slots = admitted
-    slots; N = number of requests (each emits one bonus token). draft_ms defaults to the batch's
-    draft_cost_ms; a tensor broadcasting against `gain` prices several drafter sets at once.
+    slots; N = batch.num_sampling, the requests that sample a token (each emits one bonus token).
+    draft_ms defaults to the batch's draft_cost_ms; a tensor broadcasting against `gain` prices several
+    drafter sets at once.
     """
     step_ms = verify_ms(batch, num_slots).to(gain.dtype) + (batch.draft_cost_ms if draft_ms is None else draft_ms)
-    return (gain + batch.num_reqs) / step_ms
+    return (gain + batch.num_sampling) / step_ms
+
+
+def cap_budget(batch: StepBatch, budget: torch.Tensor) -> torch.Tensor:
+    """min(budget, batch.max_draft_tokens) [draft slots]; unchanged when the engine gives no cap."""
+    if batch.max_draft_tokens is None:
+        return budget
+    return budget.clamp(max=max(int(batch.max_draft_tokens), 0))
 
 
 def _budget_curve(batch: StepBatch, scores: torch.Tensor, draft_ms: Scalar | None = None):
@@ -92,13 +102,16 @@ def best_budget(batch: StepBatch, scores: torch.Tensor,
     """Adaptive verification's budget: B* = argmax_{B=0..M} (N + S_1 + ... + S_B) / (D + V[T + B]).
 
     `scores` [..., R, K] holds survivals with -inf on absent slots; S is all real scores sorted
-    descending. B ranges over 0..(number of real slots); ties go to the smallest B (first maximum, as
-    numpy's argmax). Returns (B* int64 [...], the scores sorted descending [..., R*K], -inf last).
+    descending. B ranges over 0..min(number of real slots, batch.max_draft_tokens) (vLLM truncates the
+    sorted scores at the cap before its argmax); ties go to the smallest B (first maximum, as numpy's
+    argmax). Returns (B* int64 [...], the scores sorted descending [..., R*K], -inf last).
     draft_ms: as in `goodput` (one draft cost per leading index, e.g. [S, 1]).
     """
     sorted_scores, g = _budget_curve(batch, scores, draft_ms)
     # B beyond the real slots is unreachable: sorted[B-1] = -inf there
     reachable = torch.nn.functional.pad(sorted_scores >= 0, (1, 0), value=True)
+    if batch.max_draft_tokens is not None:  # and so is B beyond the logits-buffer cap
+        reachable = reachable & (arange(g.shape[-1], g.device) <= max(int(batch.max_draft_tokens), 0))
     g = g.masked_fill(~reachable, float("-inf"))
     return torch.argmax(g, dim=-1), sorted_scores
 
@@ -110,7 +123,7 @@ def early_stop_budget(batch: StepBatch, scores: torch.Tensor) -> torch.Tensor:
     """
     sorted_scores, g = _budget_curve(batch, scores)
     rises = (g[..., 1:] > g[..., :-1]) & (sorted_scores >= 0)
-    return torch.cumprod(rises.to(torch.int64), -1).sum(-1)
+    return cap_budget(batch, torch.cumprod(rises.to(torch.int64), -1).sum(-1))
 
 
 def top_b_counts(scores: torch.Tensor, budget: torch.Tensor) -> torch.Tensor:
@@ -135,5 +148,5 @@ def finish(chain: torch.Tensor, admitted: torch.Tensor) -> Allocation:
 
 __all__ = [
     "CHAIN_MODEL", "CHAIN_NGRAM", "CHAIN_NONE", "arange", "slot_valid", "survival", "rank_scores", "verify_ms",
-    "goodput", "best_budget", "early_stop_budget", "top_b_counts", "finish",
+    "goodput", "cap_budget", "best_budget", "early_stop_budget", "top_b_counts", "finish",
 ]

@@ -54,8 +54,8 @@ from typing import List
 import torch
 
 from sim.policies.base import Allocation, StepBatch
-from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, finish, goodput, rank_scores,
-                                 survival, top_b_counts, verify_ms)
+from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, finish, goodput,
+                                 rank_scores, survival, top_b_counts, verify_ms)
 from sim.policies.registry import Policy, parse_float, register
 
 METHODS = ("model-opt", "fixed-point", "sweep")
@@ -212,7 +212,7 @@ def price_with_budget(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     of the chosen chains' current survivals (GPU part). Both sides run through the same ops at once."""
     ch = Chains(batch, with_stale=True)
     use_ngram, admitted, _ = LAMBDA_METHODS[method](batch, ch, margin)
-    budget = admitted[1].sum()  # the stale side's total: the step's draft budget B
+    budget = cap_budget(batch, admitted[1].sum())  # the stale side's total: the step's draft budget B
     # both prefixes empty at the current price: the chain with the better first slot, then model
     use_ngram = torch.where(admitted[0] == 0, ch.surv_n[0, :, 0] > ch.surv_m[0, :, 0], use_ngram[0])
     scores_m = rank_scores(ch.surv_m[0], ch.len_m[0]).masked_fill(use_ngram[:, None], float("-inf"))

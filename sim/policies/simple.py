@@ -5,6 +5,7 @@ tokens (slots); survivals are probabilities.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import List
 
 import torch
@@ -66,6 +67,8 @@ def alloc_oracle(batch: StepBatch) -> Allocation:
     for that step. End to end (tokens / total time of a whole trace) this is not a theorem: runs diverge in
     state after the first step. tests/test_oracle_bound.py checks it on random traces for every policy.
     """
+    if batch.true_verify_cost_ms is not None:  # bound what the engine charges, not the decision table
+        batch = dataclasses.replace(batch, verify_cost_ms=batch.true_verify_cost_ms)
     acc_m = torch.minimum(batch.true_model_acc, batch.model_len)
     acc_n = torch.minimum(batch.true_ngram_acc, batch.ngram_len)
     dev = acc_m.device
