@@ -228,9 +228,10 @@ def free_budget(batch: StepBatch, budget: torch.Tensor) -> torch.Tensor:
     last stale slot; this lets the current chains, which may be longer, use the slots the step pays for
     anyway. 0-d int64, no host sync (the table is monotone, so a binary search finds B')."""
     table = batch.verify_cost_ms
-    cost = verify_ms(batch, budget).to(table.dtype)
-    last = torch.searchsorted(table, cost.reshape(1), right=True)[0] - 1  # largest t with table[t] <= cost
-    return torch.maximum(budget, last - batch.num_nondraft_tokens)
+    b1 = budget.reshape(1)  # a [1] index, not 0-d: a 0-d tensor index is a data-dependent scalar under compile
+    cost = verify_ms(batch, b1).to(table.dtype)
+    last = torch.searchsorted(table, cost, right=True) - 1  # largest t with table[t] <= cost
+    return torch.maximum(b1, last - batch.num_nondraft_tokens)[0]
 
 
 def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
