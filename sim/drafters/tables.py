@@ -52,6 +52,36 @@ class DraftTables:
     def k_ngram(self) -> int:
         return self.ng_conf.shape[1]
 
+    def subset(self, idx: np.ndarray) -> "DraftTables":
+        """The tables of requests `idx` (in that order), as if the trace held only them."""
+        idx = np.asarray(idx, dtype=np.int64)
+        rows = _ranges(self.offsets[idx], self.offsets[idx + 1])
+        toks = _ranges(self.tok_offsets[idx], self.tok_offsets[idx + 1])
+        out_len = self.out_len[idx]
+        tok_len = self.tok_offsets[idx + 1] - self.tok_offsets[idx]
+        cols = {k: getattr(self, k)[rows] for k in ("ng_len", "ng_acc", "ng_conf", "m_conf", "m_acc")}
+        # n-gram sources index each request's own token buffer: shift them to the new buffer offsets
+        new_tok = np.concatenate([[0], np.cumsum(tok_len)]).astype(np.int64)
+        shift = np.repeat(new_tok[:-1] - self.tok_offsets[idx], out_len)
+        start = self.ng_start[rows]
+        return DraftTables(offsets=np.concatenate([[0], np.cumsum(out_len)]).astype(np.int64), out_len=out_len,
+                           prompt_len=self.prompt_len[idx], ng_start=start, tokens=self.tokens[toks],
+                           tok_offsets=new_tok, replayed_requests=0, **cols) if False else DraftTables(
+            offsets=np.concatenate([[0], np.cumsum(out_len)]).astype(np.int64), out_len=out_len,
+            prompt_len=self.prompt_len[idx], ng_start=start, tokens=self.tokens[toks], tok_offsets=new_tok,
+            replayed_requests=0, **cols)
+
+    def copy_fraction(self) -> np.ndarray:
+        """Per request: share of output positions whose n-gram proposal's first token is right [0, 1]."""
+        hit = np.add.reduceat((self.ng_acc >= 1).astype(np.float64), self.offsets[:-1]) if len(self.out_len) else np.zeros(0)
+        return hit / np.maximum(self.out_len, 1)
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Concatenated aranges lo[k]..hi[k]-1."""
+    n = hi - lo
+    return np.repeat(lo - np.concatenate([[0], np.cumsum(n)[:-1]]), n) + np.arange(int(n.sum()))
+
 
 def copy_mask(tab, min_ext: int) -> np.ndarray:
     """Output tokens that continue an exact copy: the n-gram continuation is right inside a long match.
