@@ -265,6 +265,7 @@ def run_cell(cell: Cell) -> dict:
             prep.setup, rate=cell.rate, kv_capacity_tokens=cell.kv_capacity_tokens,
             max_num_batched_tokens=cell.max_num_batched_tokens))
         row, res = run_one(prep, cell.policy, cell.batch_size)
+        res.raise_if_lossy()  # a lossy cell is an error, never a result
         rq = res.requests
         out.update(status="ok", error="", row=row, requests={
             "prompt_len": [int(x) for x in rq["prompt_len"]], "output_len": [int(x) for x in rq["output_len"]],

@@ -90,3 +90,19 @@ def test_bad_calibrator_file_one_line(tmp_path, content):
     r = run("--trace", TINY, "--calibrator", str(bad), "--no-progress")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "cal.json" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_lossy_run_exits_with_one_line(monkeypatch, capsys):
+    """A run whose lossless check fails: no table, exit code 2, one 'error:' line naming the run and the reason."""
+    from sim.cli_util import run_cli
+    from sim.engine import Engine
+    from sim.run import main
+
+    monkeypatch.setattr(Engine, "check_lossless", lambda self: "request 0 output position 3: planted")
+    with pytest.raises(SystemExit) as ei:
+        run_cli(main, ["--trace", TINY, "--policy", "adaptive", "--batch-size", "2", "--workers", "1", "--no-progress"])
+    assert ei.value.code == 2
+    cap = capsys.readouterr()
+    assert "policy" not in cap.out
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and "policy adaptive at batch size 2: not lossless: request 0 output position 3: planted" in err[0]

@@ -167,3 +167,14 @@ def test_ray_local(tmp_path):
     assert r.returncode == 0, r.stderr
     df = pd.read_csv(tmp_path / "o" / "results.csv")
     assert len(df) == 2 and (df["status"] == "ok").all()
+
+
+def test_lossy_cell_is_an_error(monkeypatch):
+    """A cell whose run fails the lossless check is recorded as an error, never as a result."""
+    from sim.engine import Engine
+    from sim.sweep import expand, run_cell
+
+    monkeypatch.setattr(Engine, "check_lossless", lambda self: "request 0 output position 3: planted")
+    cell = expand({"trace": TINY, "policy": "adaptive", "batch_size": 2}, add_baseline=False)[0]
+    res = run_cell(cell)
+    assert res["status"] == "error" and "LosslessError" in res["error"] and "planted" in res["error"]
