@@ -178,3 +178,19 @@ def test_lossy_cell_is_an_error(monkeypatch):
     cell = expand({"trace": TINY, "policy": "adaptive", "batch_size": 2}, add_baseline=False)[0]
     res = run_cell(cell)
     assert res["status"] == "error" and "LosslessError" in res["error"] and "planted" in res["error"]
+
+
+def test_sample_grid_key():
+    from sim.errors import ConfigError
+    from sim.sweep import GRID_KEYS, expand, validate
+
+    assert "sample" in GRID_KEYS
+    cells = expand({"trace": TINY, "policy": "adaptive", "batch_size": 2, "sample": [3, "none"]}, add_baseline=False)
+    assert sorted(c.sample or 0 for c in cells) == [0, 3] and all(c.limit is None for c in cells)
+    assert {c.setup().sample for c in cells} == {3, None}
+    assert len({c.prep_key() for c in cells}) == 2  # a different sample is a different set of draft tables
+    validate(cells)
+    with pytest.raises(ConfigError, match="not both"):
+        validate(expand({"trace": TINY, "policy": "adaptive", "batch_size": 2, "sample": 3, "limit": 3}))
+    with pytest.raises(ConfigError, match="--sample must be >= 1"):
+        validate(expand({"trace": TINY, "policy": "adaptive", "batch_size": 2, "sample": 0}))
