@@ -16,9 +16,27 @@ request is preempted (recompute: its KV is freed and its prompt plus generated t
 later; no token is lost or emitted twice).
 
 Emission: a decoding request at output position i verifies the admitted prefix of its chosen chain and
-emits (accepted + 1) tokens: the accepted draft tokens (for an n-gram chain, copied from the context
-exactly as the drafter proposed them) and the target's bonus token output[i + accepted]. The emitted
-tokens are written into a buffer and compared with the trace output at the end (`lossless`).
+emits (accepted + 1) tokens: the accepted draft tokens as the drafter proposed them -- the model chain's
+proposed tokens (DraftTables.m_tok) or, for an n-gram chain, the tokens at the copy source in the
+context -- and the target's bonus token output[i + accepted] (from the trace). The accepted length comes
+from the tables (m_acc, ng_acc), not from comparing tokens, so the emitted tokens are independent evidence.
+
+Lossless check (`check_lossless`; RunResult.lossless is its result and RunResult.violation names the
+first failure; the engine does not raise, callers do: `RunResult.raise_if_lossy`). A run is lossless iff
+  1. policy contract, every decode step: 0 <= admitted <= length of the chosen chain and
+     0 <= second <= length of the other chain (Allocation's contract; the engine would otherwise clamp);
+  2. chain bounds, every step: a request emits at most as many draft tokens as its chain holds, and an
+     n-gram chain's copied tokens lie in the context, source + emitted <= prompt_len + i (never the
+     target's own future tokens); length-only requests, whose n-gram sources are synthetic, are exempt
+     from the context bound;
+  3. at the end: every output slot holds the trace's token, every request's position is its output
+     length, and exactly sum(output lengths) tokens were written (with 3's first part: each slot once).
+What it catches: over-stated acceptance of either chain (a wrong token is emitted: the model chain
+proposes a wrong token from its first rejected slot on, an n-gram chain's next token differs from the
+target's by the definition of its match length), a wrong copy source, over-admission, skipped and
+duplicated emission. What it cannot catch: under-stated acceptance (fewer tokens accepted than the
+chain matched: lossless, only slower), and for recorded drafts the recorded acceptance itself (the
+sidecar has no token ids; their proposed tokens are built from model_acc).
 """
 from __future__ import annotations
 
@@ -68,12 +86,20 @@ class LosslessError(HybridSpecError):
 
 @dataclass
 class RunResult:
-    """Everything one simulated run produced."""
+    """Everything one simulated run produced. lossless: the result of Engine.check_lossless (see the
+    module docstring); violation: '' when lossless, else a one-line description of the first failure."""
 
     requests: dict  # column name -> array, one entry per request
     steps: dict  # column name -> array, one entry per engine step
     sim_time_s: float
     lossless: bool
+    violation: str = ""
+
+    def raise_if_lossy(self, what: str = "") -> "RunResult":
+        """Raise LosslessError (one line, prefixed by `what`) unless the run was lossless; else return self."""
+        if not self.lossless:
+            raise LosslessError(f"{what + ': ' if what else ''}not lossless: {self.violation}")
+        return self
 
 
 STEP_COLUMNS = ("t_start_ms", "step_ms", "num_decode", "prefill_tokens", "verified_model", "verified_ngram",
@@ -117,6 +143,8 @@ class Engine:
         # True until a request's first decode step since it was (re)admitted: vLLM's add_request resets its
         # stale confidences to 1.0 then, and a preempted request is removed and added again on resume.
         self.fresh = np.ones(n, dtype=bool)
+        self.n_written = 0  # tokens written into emitted_tokens (== its length iff each slot written once)
+        self.violation = ""  # first violation of the step checks (module docstring, items 1-2)
         self.running: list[int] = []
         self.waiting: list[int] = []
         # Policies decide with the verify table vLLM profiles once at start-up (a fixed reference context,
@@ -145,23 +173,54 @@ class Engine:
         bs = self.cfg.block_size
         return int((-(-(self.tb.prompt_len[r] + self.pos[r] + kmax + 1) // bs) * bs).sum())
 
-    def _emit(self, reqs: np.ndarray, counts: np.ndarray, src: np.ndarray | None = None) -> None:
-        """Write `counts[k]` tokens for request reqs[k] starting at its position; tokens come from the
-        token buffer at src[k] (n-gram copies) or the trace output (bonus/model tokens)."""
+    def _write(self, reqs: np.ndarray, counts: np.ndarray, dst: np.ndarray, tokens: np.ndarray) -> None:
+        """Store `tokens` at buffer slots `dst` (counts[k] of them for request reqs[k], at its position) and
+        advance the positions; n_written counts every store so that a slot stored twice is detectable."""
+        self.emitted_tokens[dst] = tokens
+        self.pos[reqs] += counts
+        self.n_written += len(tokens)
+
+    def _emit(self, reqs: np.ndarray, rows: np.ndarray, from_n: np.ndarray, n_draft: np.ndarray,
+              n_bonus: np.ndarray) -> None:
+        """Emit, for request reqs[k] at table row rows[k], its first n_draft[k] proposed draft tokens --
+        model chain: m_tok[row, j]; n-gram chain (from_n[k]): tokens[tok_offsets + ng_start[row] + j] --
+        then n_bonus[k] (0 or 1) bonus token from the target, output[pos + n_draft]. reqs are distinct."""
         tb = self.tb
-        if len(reqs) == 0:
-            return
+        counts = n_draft + n_bonus
         total = int(counts.sum())
         if total == 0:
             return
+        pos = self.pos[reqs]
         rep = np.repeat(np.arange(len(reqs)), counts)
-        within = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-        dst = tb.offsets[reqs][rep] + self.pos[reqs][rep] + within
-        out_src = tb.tok_offsets[reqs][rep] + tb.prompt_len[reqs][rep] + self.pos[reqs][rep] + within
-        if src is not None:
-            s = src[rep]
-            out_src = np.where(s >= 0, tb.tok_offsets[reqs][rep] + s + within, out_src)
-        self.emitted_tokens[dst] = tb.tokens[out_src]
+        j = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)  # depth of each slot
+        # Where slot j is read from in the token buffer: the target's output at pos + j (bonus, and the
+        # default), or the n-gram copy source + j for an n-gram draft token.
+        out_src = tb.tok_offsets[reqs] + tb.prompt_len[reqs] + pos
+        draft_src = np.where(from_n, tb.tok_offsets[reqs] + tb.ng_start[rows], out_src)
+        draft = j < n_draft[rep]
+        tok = tb.tokens.take(np.where(draft, draft_src[rep], out_src[rep]) + j, mode="clip")
+        md = draft & ~from_n[rep]
+        if md.any():  # model draft tokens: the chain's proposals (wrong from the first rejected slot on)
+            tok[md] = tb.m_tok[rows[rep[md]], np.minimum(j[md], tb.k_model - 1)]
+        self._write(reqs, counts, (tb.offsets[reqs] + pos)[rep] + j, tok)
+
+    def _flag(self, bad: np.ndarray, reqs: np.ndarray, what: str) -> None:
+        """Record the first violation: `what` for the first request with bad[k] set."""
+        if not self.violation and bad.any():
+            self.violation = f"request {int(reqs[np.argmax(bad)])}: {what}"
+
+    def _check_chain_bounds(self, reqs: np.ndarray, rows: np.ndarray, from_n: np.ndarray, n_draft: np.ndarray,
+                            m_len: np.ndarray, ng_len: np.ndarray) -> None:
+        """Emitted draft tokens lie inside the chain that proposed them (n_draft <= its length), and an
+        n-gram chain copies from the context only: 0 <= ng_start and ng_start + n_draft <= prompt_len + pos,
+        never from the target's own future tokens (length-only requests, whose sources are synthetic, exempt)."""
+        tb = self.tb
+        bad = n_draft > np.where(from_n, ng_len, m_len)
+        copied = from_n & (n_draft > 0) & ~tb.length_only[reqs]
+        if copied.any():
+            src = tb.ng_start[rows]
+            bad |= copied & ((src < 0) | (src + n_draft > tb.prompt_len[reqs] + self.pos[reqs]))
+        self._flag(bad, reqs, "emitted draft tokens outside the proposed chain or its context")
 
     # ----------------------------------------------------------------------------------------- simpy
     def _arrivals(self, env: simpy.Environment, wake: list):
@@ -204,7 +263,7 @@ class Engine:
             torch.set_num_threads(threads)
         if self._bar is not None:
             self._bar.close()
-        lossless = self.check_lossless()
+        violation = self.check_lossless()
         tb = self.tb
         t0 = float(self.arrival.min()) if self.n else 0.0
         sim_time = float(np.nanmax(self.t_done)) - t0 if self.n else 0.0
@@ -217,18 +276,31 @@ class Engine:
         }
         cols = list(zip(*self.steps)) if self.steps else [()] * len(STEP_COLUMNS)
         steps = {k: np.asarray(v) for k, v in zip(STEP_COLUMNS, cols)}
-        return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=lossless)
+        return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=not violation, violation=violation)
 
-    def check_lossless(self) -> bool:
+    def check_lossless(self) -> str:
+        """'' if the run was lossless, else a one-line description of the first violation: the step checks'
+        (module docstring, items 1-2), then item 3: the emitted buffer against the trace output, every
+        position at its output length, and the number of tokens written (exactly once each)."""
+        if self.violation:
+            return self.violation
         tb = self.tb
-        expect = np.concatenate([tb.tokens[tb.tok_offsets[r] + tb.prompt_len[r]: tb.tok_offsets[r + 1]] for r in range(self.n)]) \
-            if self.n else np.zeros(0, dtype=np.int64)
-        ok = bool(np.array_equal(expect, self.emitted_tokens)) and bool(np.all(self.pos == tb.out_len))
-        if not ok:
-            bad = np.nonzero(expect != self.emitted_tokens)[0]
-            where = int(np.searchsorted(tb.offsets, bad[0], side="right") - 1) if len(bad) else -1
-            raise LosslessError(f"policy {self.policy.name}: emitted tokens differ from the trace output (request {where})")
-        return ok
+        req = np.repeat(np.arange(self.n), tb.out_len)
+        i = np.arange(len(req)) - tb.offsets[req]  # output position of each slot
+        expect = tb.tokens[tb.tok_offsets[req] + tb.prompt_len[req] + i]
+        bad = np.nonzero(expect != self.emitted_tokens)[0]
+        if len(bad):
+            k = int(bad[0])
+            got = int(self.emitted_tokens[k])
+            return (f"request {int(req[k])} output position {int(i[k])}: "
+                    + (f"emitted token {got}, the target's is {int(expect[k])}" if got >= 0 else "never emitted"))
+        short = np.nonzero(self.pos != tb.out_len)[0]
+        if len(short):
+            r = int(short[0])
+            return f"request {r} ended at position {int(self.pos[r])} of {int(tb.out_len[r])}"
+        if self.n_written != len(expect):
+            return f"{self.n_written} tokens emitted for {len(expect)} output positions (some emitted twice)"
+        return ""
 
     # ----------------------------------------------------------------------------------------- step
     def _schedule(self) -> tuple[np.ndarray, list[tuple[int, int]], int]:
@@ -346,24 +418,30 @@ class Engine:
             is_n = chain == CHAIN_NGRAM
             sec = alloc.second.numpy().astype(np.int64) if alloc.second is not None else np.zeros_like(adm)
             # Slots verified from each chain (a tree policy verifies the other chain as a second branch).
-            adm_m = np.minimum(np.where(is_m, adm, np.where(is_n, sec, 0)), m_len)
-            adm_n = np.minimum(np.where(is_n, adm, np.where(is_m, sec, 0)), tb.ng_len[rows])
+            want_m = np.where(is_m, adm, np.where(is_n, sec, 0))
+            want_n = np.where(is_n, adm, np.where(is_m, sec, 0))
+            ng_len = tb.ng_len[rows]
+            # Allocation contract: 0 <= slots <= the chain's length (what the engine would otherwise clamp).
+            self._flag((want_m > m_len) | (want_n > ng_len) | (np.minimum(want_m, want_n) < 0), reqs,
+                       "the policy admitted more draft tokens than its chain holds")
+            self._flag(((want_m > 0) & (not model_ran)) | ((want_n > 0) & (not ngram_ran)), reqs,
+                       "the policy admitted draft tokens of a drafter it did not run this step")
+            adm_m = np.minimum(want_m, m_len)
+            adm_n = np.minimum(want_n, ng_len)
             acc_m = np.minimum(adm_m, tb.m_acc[rows])
             acc_n = np.minimum(adm_n, tb.ng_acc[rows])
             from_n = acc_n > acc_m  # the branch whose tokens are kept (ties: the model's, same tokens)
             acc = np.maximum(acc_m, acc_n)
             left = tb.out_len[reqs] - self.pos[reqs]
             n_emit = np.minimum(acc + 1, left)
-            src = np.where(from_n, tb.ng_start[rows], -1)
-            # n-gram tokens are copied from the context; the bonus token comes from the target.
-            n_copy = np.where(src >= 0, np.minimum(acc, n_emit), 0)
-            self._emit(reqs, n_copy, src)
-            self.pos[reqs] += n_copy
-            self._emit(reqs, n_emit - n_copy)
+            # Draft tokens as the chosen chain proposed them, then the target's bonus token (none when the
+            # drafts reach the end of the output).
+            n_draft = np.minimum(acc, n_emit)
+            self._check_chain_bounds(reqs, rows, from_n, n_draft, m_len, ng_len)
+            self._emit(reqs, rows, from_n, n_draft, n_emit - n_draft)
             self.prev_pos[reqs] = rows - tb.offsets[reqs]
             if model_ran:
                 self.model_pos[reqs] = self.prev_pos[reqs]
-            self.pos[reqs] += n_emit - n_copy
             self.n_steps[reqs] += 1
             verified = [int(adm_m.sum()), int(adm_n.sum())]
             self._last_draft = verified[0] + verified[1]
@@ -376,12 +454,13 @@ class Engine:
             total_tokens = prefill_tokens
             num_seqs = len(prefilling)
             verify_ms = float(cost.verify_ms(total_tokens, kv_tokens, num_seqs)) if total_tokens else 0.0
-        for r in first_tok:
-            self._emit(np.asarray([r]), np.asarray([1]))
-            self.pos[r] = 1
-            self.prev_pos[r] = 0
-            self.model_pos[r] = 0
-            emitted += 1
+        if first_tok:  # the prefill's sampled token: output[0], from the target
+            ft = np.asarray(first_tok, dtype=np.int64)
+            none = np.zeros(len(ft), dtype=np.int64)
+            self._emit(ft, self.tb.offsets[ft], none.astype(bool), none, none + 1)
+            self.prev_pos[ft] = 0
+            self.model_pos[ft] = 0
+            emitted += len(ft)
         sample_ms = cost.sample_ms(total_tokens) if total_tokens else 0.0
         cpu_ms = cost.cpu_ms(len(self.running), total_tokens)
         gpu_ms = draft_ms + ngram_ms + alloc_ms + verify_ms + sample_ms

@@ -50,7 +50,8 @@ class SimSetup:
     calibrator: str = DEFAULT_CALIBRATOR
     ngram_k: int = 32
     seed: int = 0
-    limit: int | None = None
+    limit: int | None = None  # the first N requests
+    sample: int | None = None  # a seeded sample of N requests spread across the trace (exclusive with limit)
     temperature: float | None = None
     max_num_batched_tokens: int = 8192
     rate: float | None = None
@@ -77,7 +78,7 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
     profile = profile or load_drafter_profile(setup.drafter)
     calib = NgramCalibrator.load(setup.calibrator)
     ngram_cfg = NgramConfig(n_min=calib.cfg.n_min, n_max=calib.cfg.n_max, k=setup.ngram_k, ext_max=calib.cfg.ext_max)
-    trace = load_trace(setup.trace, limit=setup.limit)
+    trace = load_trace(setup.trace, limit=setup.limit, sample=setup.sample, seed=setup.seed)
     reqs = trace.requests
     if not reqs:
         raise ConfigError(f"{setup.trace}: the trace has no requests")
@@ -215,7 +216,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
     ap.add_argument("--kv-capacity-tokens", type=int, default=None, help="override the KV-cache size (tokens)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--limit", type=int, default=None, help="use the first N requests")
+    ap.add_argument("--limit", type=int, default=None,
+                    help="use the first N requests of the trace (they may all come from one part of it)")
+    ap.add_argument("--sample", type=int, default=None,
+                    help="use N requests sampled across the whole trace (seeded by --seed, kept in trace order); "
+                         "exclusive with --limit")
     ap.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html")
     ap.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU cores)")
     ap.add_argument("--no-progress", action="store_true")
@@ -239,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.limit is not None and a.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {a.limit}")
     setup = SimSetup(trace=a.trace, model=a.model, gpu=a.gpu, cost=a.cost, drafter=a.drafter, calibrator=a.calibrator,
-                     ngram_k=a.ngram_k, seed=a.seed, limit=a.limit, temperature=a.temperature,
+                     ngram_k=a.ngram_k, seed=a.seed, limit=a.limit, sample=a.sample, temperature=a.temperature,
                      max_num_batched_tokens=a.max_num_batched_tokens, rate=a.rate, kv_capacity_tokens=a.kv_capacity_tokens,
                      drafts=a.drafts)
     progress = not a.no_progress and sys.stderr.isatty()
@@ -251,13 +256,13 @@ def main(argv: list[str] | None = None) -> int:
         print("note: length-only requests: acceptance drawn from the bundled traces' statistical profile", file=sys.stderr)
     combos = [(p, b) for b in sizes for p in policies]
     results = run_many(prep, combos, workers=a.workers, progress=progress)
+    for row, res in results:  # a lossy run is a simulator bug: its numbers must not be reported
+        res.raise_if_lossy(f"policy {row['policy']} at batch size {row['batch_size']}")
     rows = [row for row, _ in results]
     add_speedups(rows)
     print(f"trace {a.trace}: {rows[0]['requests']} requests, {rows[0]['output_tokens']} output tokens; "
           f"{a.model} on {a.gpu} ({a.cost}); baseline {BASELINE}")
     print(format_table(rows))
-    if not all(r["lossless"] for r in rows):
-        raise ConfigError("a run was not lossless")
     if a.out:
         write_outputs(a.out, rows, results)
         print(f"wrote {a.out}/summary.json, requests.csv, steps.csv, report.html")

@@ -6,7 +6,7 @@
     python -m sim.sweep --preset paper --out out/paper        # the grid behind reports/paper.md
     python -m sim.sweep ... --ray [ADDRESS]                    # run the cells on Ray (pip install -e ".[ray]")
 
-A *cell* is one simulation: (trace, model, gpu, cost, drafter, ngram_k, temperature, seed, limit) -- the
+A *cell* is one simulation: (trace, model, gpu, cost, drafter, ngram_k, temperature, seed, limit, sample) -- the
 *prepare key*, which fixes the draft tables -- plus (policy, batch_size, rate, kv_capacity_tokens,
 max_num_batched_tokens). Every combination of the grid's lists is a cell. Cells are sent to the workers in
 prepare-key order and each worker process keeps the draft tables it built, so the tables of a key are
@@ -50,7 +50,7 @@ BASELINE = "adaptive"
 
 # grid key -> (default list, parser of one value). Order = column order of the results table.
 PREP_KEYS = ("trace", "model", "gpu", "cost", "drafter", "calibrator", "ngram_k", "temperature", "seed", "limit",
-             "drafts")
+             "sample", "drafts")
 RUN_KEYS = ("policy", "batch_size", "rate", "kv_capacity_tokens", "max_num_batched_tokens")
 GRID_KEYS = PREP_KEYS + RUN_KEYS
 
@@ -61,11 +61,12 @@ def _defaults() -> dict[str, list]:
     s = SimSetup()
     return {"trace": [s.trace], "model": [s.model], "gpu": [s.gpu], "cost": [s.cost], "drafter": [s.drafter],
             "calibrator": [s.calibrator], "ngram_k": [s.ngram_k], "temperature": [None], "seed": [s.seed],
-            "limit": [None], "drafts": [None], "policy": list(DEFAULT_POLICIES), "batch_size": list(DEFAULT_BATCH_SIZES),
+            "limit": [None], "sample": [None], "drafts": [None], "policy": list(DEFAULT_POLICIES),
+            "batch_size": list(DEFAULT_BATCH_SIZES),
             "rate": [None], "kv_capacity_tokens": [None], "max_num_batched_tokens": [s.max_num_batched_tokens]}
 
 
-_INT_KEYS = {"ngram_k", "seed", "limit", "batch_size", "kv_capacity_tokens", "max_num_batched_tokens"}
+_INT_KEYS = {"ngram_k", "seed", "limit", "sample", "batch_size", "kv_capacity_tokens", "max_num_batched_tokens"}
 _FLOAT_KEYS = {"temperature", "rate"}
 
 # Preset grids (the same structure as a TOML grid file).
@@ -95,6 +96,7 @@ class Cell:
     temperature: float | None
     seed: int
     limit: int | None
+    sample: int | None
     drafts: str | None
     policy: str
     batch_size: int
@@ -115,7 +117,7 @@ def _coerce(key: str, v):
     if key not in GRID_KEYS:
         raise ConfigError(f"unknown grid key '{key}' (valid: {', '.join(GRID_KEYS)})")
     if v is None or (isinstance(v, str) and v.lower() in ("none", "default", "")):
-        if key in ("limit", "temperature", "rate", "kv_capacity_tokens", "drafts"):
+        if key in ("limit", "sample", "temperature", "rate", "kv_capacity_tokens", "drafts"):
             return None
         raise ConfigError(f"grid key '{key}' needs a value")
     try:
@@ -163,6 +165,7 @@ def validate(cells: list[Cell]) -> None:
     from sim.drafters.calibration import NgramCalibrator
     from sim.drafters.model import load_drafter_profile
     from sim.policies import get_policy
+    from sim.trace.loader import LIMIT_AND_SAMPLE
 
     seen: set = set()
 
@@ -180,7 +183,9 @@ def validate(cells: list[Cell]) -> None:
             raise ConfigError(f"trace not found: {c.trace}")
         if c.drafts is not None and not Path(c.drafts).is_file():
             raise ConfigError(f"recorded drafts not found: {c.drafts}")
-        for k in ("batch_size", "limit", "ngram_k", "kv_capacity_tokens", "max_num_batched_tokens"):
+        if c.limit is not None and c.sample is not None:
+            raise ConfigError(LIMIT_AND_SAMPLE)
+        for k in ("batch_size", "limit", "sample", "ngram_k", "kv_capacity_tokens", "max_num_batched_tokens"):
             v = getattr(c, k)
             if v is not None and v < 1:
                 raise ConfigError(f"--{k.replace('_', '-')} must be >= 1, got {v}")
@@ -265,6 +270,7 @@ def run_cell(cell: Cell) -> dict:
             prep.setup, rate=cell.rate, kv_capacity_tokens=cell.kv_capacity_tokens,
             max_num_batched_tokens=cell.max_num_batched_tokens))
         row, res = run_one(prep, cell.policy, cell.batch_size)
+        res.raise_if_lossy()  # a lossy cell is an error, never a result
         rq = res.requests
         out.update(status="ok", error="", row=row, requests={
             "prompt_len": [int(x) for x in rq["prompt_len"]], "output_len": [int(x) for x in rq["output_len"]],
@@ -363,7 +369,7 @@ def _rows(results: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
                 base = df[ok & (df["policy"] == BASELINE)].assign(_k=key).set_index("_k")[metric]
                 base = base[~base.index.duplicated()]
                 df[out] = df[metric] / key.map(base)
-        for k in ("temperature", "limit", "rate", "kv_capacity_tokens"):
+        for k in ("temperature", "limit", "sample", "rate", "kv_capacity_tokens"):
             df[k] = pd.to_numeric(df[k], errors="coerce").astype(float)
         first = list(GRID_KEYS) + ["status", "error", "cell_id"]
         df = df[first + [c for c in df.columns if c not in first]]
@@ -438,7 +444,7 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
 
 # ------------------------------------------------------------------------------------------------ CLI
 _FLAG_KEYS = {"trace": str, "policy": str, "batch_size": int, "model": str, "gpu": str, "cost": str, "drafter": str,
-              "calibrator": str, "ngram_k": int, "temperature": float, "seed": int, "limit": int, "drafts": str, "rate": float,
+              "calibrator": str, "ngram_k": int, "temperature": float, "seed": int, "limit": int, "sample": int, "drafts": str, "rate": float,
               "kv_capacity_tokens": int, "max_num_batched_tokens": int}
 
 

@@ -1,6 +1,9 @@
 """Engine invariants on random traces: every token emitted exactly once, lossless, preemption-safe."""
+import dataclasses
+
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings, strategies as st
 
 from conftest import LinearCost, random_requests
@@ -11,6 +14,7 @@ from sim.drafters.tables import build_draft_tables
 from sim.engine import Engine, EngineConfig, LosslessError
 from sim.errors import ConfigError
 from sim.policies import get_policy
+from sim.policies.base import CHAIN_MODEL, Allocation
 
 POLICIES = ["none", "model-fixed:3", "ngram-fixed:4", "adaptive", "ngram-first", "suffix-threshold", "hybrid-price",
             "hybrid-tree", "oracle"]
@@ -89,17 +93,132 @@ def test_host_sync_adds_a_bubble():
     assert s.steps["bubble_ms"].sum() > 0
 
 
-def test_corrupted_tables_are_caught():
-    rng = np.random.default_rng(4)
-    reqs = random_requests(rng, 2, copy=True)
-    tb = _tables(reqs)
-    hit = np.nonzero(tb.ng_acc > 0)[0]
-    if len(hit) == 0:
-        pytest.skip("no n-gram hit in this draw")
-    tb.ng_start[hit] = np.maximum(tb.ng_start[hit] - 1, 0)  # point the copies at the wrong source
-    tb.ng_acc[hit] = np.maximum(tb.ng_acc[hit], 3)
-    with pytest.raises(LosslessError):
-        Engine(tb, np.zeros(2), get_policy("ngram-fixed:6"), LinearCost(), EngineConfig(batch_size=2)).run()
+# ---- planted bugs: each must make the run lossy (RunResult.lossless False, with the reason) ----------------
+def _bug_tables(seed: int = 4):
+    """Tables of copy-heavy requests (many n-gram hits, model chains of every accepted length)."""
+    rng = np.random.default_rng(seed)
+    reqs = random_requests(rng, 4, max_prompt=60, max_out=120, copy=True)
+    return reqs, _tables(reqs)
+
+
+def _run(tb, policy, engine_cls=Engine, bs=2):
+    return engine_cls(tb, np.zeros(len(tb.out_len)), policy if not isinstance(policy, str) else get_policy(policy),
+                      LinearCost(), EngineConfig(batch_size=bs)).run()
+
+
+def _positions(tb) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the output position i and the output tokens left (L - i)."""
+    req = np.repeat(np.arange(len(tb.out_len)), tb.out_len)
+    i = np.arange(len(req)) - tb.offsets[req]
+    return i, tb.out_len[req] - i
+
+
+def test_clean_tables_are_lossless():
+    _, tb = _bug_tables()
+    for p in ("model-fixed:4", "ngram-fixed:6", "hybrid-tree", "oracle"):
+        res = _run(tb, p)
+        assert res.lossless and res.violation == ""
+
+
+def test_model_tokens_match_the_accepted_prefix_only():
+    reqs, tb = _bug_tables()
+    out = np.concatenate([r.output_ids for r in reqs])
+    _, left = _positions(tb)
+    j = np.arange(tb.k_model)[None, :]
+    tgt = np.where(j < left[:, None], out[np.minimum(np.arange(len(out))[:, None] + j, len(out) - 1)], -1)
+    # greedy verification of the proposed tokens over the chain's valid slots (j < tokens left)
+    lead = np.cumprod((tb.m_tok == tgt) & (j < left[:, None]), axis=1).sum(axis=1)
+    assert (lead == np.minimum(tb.m_acc, left)).all()
+
+
+def test_inflated_model_acceptance_is_caught():
+    _, tb = _bug_tables()
+    _, left = _positions(tb)
+    hit = tb.m_acc < np.minimum(tb.k_model, left)  # slot m_acc exists and the drafter got it wrong
+    assert hit.any()
+    tb.m_acc[hit] += 1
+    res = _run(tb, "model-fixed:4")
+    assert not res.lossless and "the target's is" in res.violation
+
+
+def test_inflated_ngram_acceptance_is_caught():
+    _, tb = _bug_tables()
+    hit = tb.ng_acc < tb.ng_len  # (at the chain's end the engine's admission cap already bounds it)
+    assert hit.any()
+    tb.ng_acc[hit] += 1  # one token past the real match: that chain token differs from the target's
+    res = _run(tb, "ngram-fixed:6")
+    assert not res.lossless and "the target's is" in res.violation
+
+
+@pytest.mark.parametrize("shift", [-1, 1])
+def test_wrong_ngram_source_is_caught(shift):
+    _, tb = _bug_tables()
+    hit = (tb.ng_acc > 0) & (tb.ng_start + shift >= 0)
+    assert hit.any()
+    tb.ng_start[hit] += shift
+    res = _run(tb, "ngram-fixed:6")
+    assert not res.lossless
+
+
+@pytest.mark.parametrize("base,field", [("model-fixed:4", "admitted"), ("ngram-fixed:6", "admitted"),
+                                        ("hybrid-tree", "second")])
+def test_over_admitting_policy_is_caught(base, field):
+    _, tb = _bug_tables()
+    pol = get_policy(base)
+
+    def greedy(batch):  # one draft token more than the chain holds wherever it drafts
+        a = pol.fn(batch)
+        extra = (a.admitted > 0).long()
+        if field == "admitted":
+            return Allocation(a.chain, a.admitted + extra, a.second)
+        full = torch.where(a.chain == CHAIN_MODEL, batch.ngram_len, batch.model_len)
+        return Allocation(a.chain, a.admitted, full + extra)
+
+    res = _run(tb, dataclasses.replace(pol, fn=greedy))
+    assert not res.lossless and "more draft tokens than its chain holds" in res.violation
+
+
+class _SkipOnce(Engine):
+    """Advances one request's position twice on its first multi-token write: a token is skipped."""
+
+    planted = False
+
+    def _write(self, reqs, counts, dst, tokens):
+        super()._write(reqs, counts, dst, tokens)
+        if not self.planted and counts.max() > 1:
+            self.pos[reqs[np.argmax(counts)]] += 1
+            self.planted = True
+
+
+class _RepeatOnce(Engine):
+    """Does not advance one request's position once: its tokens are emitted again next step."""
+
+    planted = False
+
+    def _write(self, reqs, counts, dst, tokens):
+        super()._write(reqs, counts, dst, tokens)
+        if not self.planted and counts.max() > 1:
+            k = np.argmax(counts)
+            self.pos[reqs[k]] -= counts[k]
+            self.planted = True
+
+
+@pytest.mark.parametrize("engine_cls,needle", [(_SkipOnce, "never emitted"), (_RepeatOnce, "emitted twice")])
+def test_skipped_or_duplicated_emission_is_caught(engine_cls, needle):
+    _, tb = _bug_tables()
+    res = _run(tb, "hybrid-price", engine_cls)
+    assert engine_cls.planted or res.steps["emitted"].max() > 1
+    assert not res.lossless and needle in res.violation
+
+
+def test_lossy_result_raises_one_line():
+    _, tb = _bug_tables()
+    tb.ng_acc[tb.ng_acc < tb.ng_len] += 1
+    res = _run(tb, "ngram-fixed:6")
+    with pytest.raises(LosslessError) as ei:
+        res.raise_if_lossy("policy ngram-fixed:6 at batch size 2")
+    assert "not lossless" in str(ei.value) and "\n" not in str(ei.value)
+    assert _run(_bug_tables()[1], "ngram-fixed:6").raise_if_lossy().lossless
 
 
 def test_request_that_never_fits_is_refused():

@@ -90,3 +90,43 @@ def test_bad_calibrator_file_one_line(tmp_path, content):
     r = run("--trace", TINY, "--calibrator", str(bad), "--no-progress")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "cal.json" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_lossy_run_exits_with_one_line(monkeypatch, capsys):
+    """A run whose lossless check fails: no table, exit code 2, one 'error:' line naming the run and the reason."""
+    from sim.cli_util import run_cli
+    from sim.engine import Engine
+    from sim.run import main
+
+    monkeypatch.setattr(Engine, "check_lossless", lambda self: "request 0 output position 3: planted")
+    with pytest.raises(SystemExit) as ei:
+        run_cli(main, ["--trace", TINY, "--policy", "adaptive", "--batch-size", "2", "--workers", "1", "--no-progress"])
+    assert ei.value.code == 2
+    cap = capsys.readouterr()
+    assert "policy" not in cap.out
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and "policy adaptive at batch size 2: not lossless: request 0 output position 3: planted" in err[0]
+
+
+def test_sample_flag(tmp_path):
+    r = run("--trace", TINY, "--policy", "adaptive", "--batch-size", "2", "--sample", "5", "--seed", "1",
+            "--out", str(tmp_path / "o"), "--no-progress", "--workers", "1")
+    assert r.returncode == 0, r.stderr
+    assert "5 requests" in r.stdout
+    from sim.trace import load_trace
+
+    want = [r_.id for r_ in load_trace(TINY, sample=5, seed=1).requests]
+    import pandas as pd
+
+    assert len(pd.read_csv(tmp_path / "o" / "requests.csv")) == len(want) == 5
+    help_ = run("--help").stdout
+    assert "--sample" in help_ and "first N requests" in help_
+
+
+@pytest.mark.parametrize("args,needle", [(["--sample", "99"], "exceeds the trace's 12 requests"),
+                                         (["--sample", "0"], "--sample must be >= 1"),
+                                         (["--sample", "3", "--limit", "3"], "not both")])
+def test_bad_sample_one_line(args, needle):
+    r = run("--trace", TINY, "--policy", "adaptive", *args, "--no-progress")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -167,3 +167,30 @@ def test_ray_local(tmp_path):
     assert r.returncode == 0, r.stderr
     df = pd.read_csv(tmp_path / "o" / "results.csv")
     assert len(df) == 2 and (df["status"] == "ok").all()
+
+
+def test_lossy_cell_is_an_error(monkeypatch):
+    """A cell whose run fails the lossless check is recorded as an error, never as a result."""
+    from sim.engine import Engine
+    from sim.sweep import expand, run_cell
+
+    monkeypatch.setattr(Engine, "check_lossless", lambda self: "request 0 output position 3: planted")
+    cell = expand({"trace": TINY, "policy": "adaptive", "batch_size": 2}, add_baseline=False)[0]
+    res = run_cell(cell)
+    assert res["status"] == "error" and "LosslessError" in res["error"] and "planted" in res["error"]
+
+
+def test_sample_grid_key():
+    from sim.errors import ConfigError
+    from sim.sweep import GRID_KEYS, expand, validate
+
+    assert "sample" in GRID_KEYS
+    cells = expand({"trace": TINY, "policy": "adaptive", "batch_size": 2, "sample": [3, "none"]}, add_baseline=False)
+    assert sorted(c.sample or 0 for c in cells) == [0, 3] and all(c.limit is None for c in cells)
+    assert {c.setup().sample for c in cells} == {3, None}
+    assert len({c.prep_key() for c in cells}) == 2  # a different sample is a different set of draft tables
+    validate(cells)
+    with pytest.raises(ConfigError, match="not both"):
+        validate(expand({"trace": TINY, "policy": "adaptive", "batch_size": 2, "sample": 3, "limit": 3}))
+    with pytest.raises(ConfigError, match="--sample must be >= 1"):
+        validate(expand({"trace": TINY, "policy": "adaptive", "batch_size": 2, "sample": 0}))

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sim.errors import ConfigError
 from sim.trace import Request, Trace, TraceError, load_trace
 from sim.trace.tokenizer import get_tokenizer, token_cache_path
 
@@ -173,3 +174,32 @@ def test_bom_and_crlf(tmp_path):
     p = tmp_path / "bom.jsonl"
     p.write_bytes(b'\xef\xbb\xbf{"id": "a", "prompt_len": 2, "output_len": 3}\r\n{"id": "b", "prompt_len": 2, "output_len": 3}\r\n')
     assert [r.id for r in load_trace(p).requests] == ["a", "b"]
+
+
+def _many(tmp_path, n=40):
+    return _write(tmp_path, [{"id": str(i), "prompt_len": 3 + i, "output_len": 2 + i} for i in range(n)])
+
+
+def test_sample_is_seeded_and_in_trace_order(tmp_path):
+    p = _many(tmp_path)
+    ids = [int(r.id) for r in load_trace(p, sample=10, seed=3).requests]
+    assert ids == [int(r.id) for r in load_trace(p, sample=10, seed=3).requests]  # deterministic
+    assert ids == sorted(ids) and len(set(ids)) == 10                                # trace order, no repeats
+    assert ids != [int(r.id) for r in load_trace(p, sample=10, seed=4).requests]    # the seed matters
+    assert [r.id for r in load_trace(p, sample=40).requests] == [str(i) for i in range(40)]
+
+
+def test_sample_spreads_across_the_trace(tmp_path):
+    p = _many(tmp_path)
+    for seed in range(5):
+        ids = [int(r.id) for r in load_trace(p, sample=8, seed=seed).requests]
+        assert min(ids) < 20 <= max(ids)  # both halves of the trace, unlike limit=8 (ids 0..7)
+
+
+@pytest.mark.parametrize("kw,needle", [({"sample": 41}, "exceeds the trace's 40 requests"),
+                                       ({"sample": 0}, "must be >= 1"),
+                                       ({"sample": 5, "limit": 5}, "not both")])
+def test_bad_sample_one_line(tmp_path, kw, needle):
+    with pytest.raises(ConfigError, match=needle) as ei:
+        load_trace(_many(tmp_path), **kw)
+    assert "\n" not in str(ei.value)

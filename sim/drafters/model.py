@@ -28,8 +28,17 @@ noise, W_ij = X_ij + sigma * N_ij, N_ij ~ N(0, 1); since X_ij ~ N(0, 1) a priori
 
 Temperature > 0 (an approximation, documented): the same model with q scaled by `temp_scale ** temperature`.
 
+Proposed tokens (`chain_tokens`): slot j of the chain drafted at position i proposes output[i + j] where
+it is accepted (j < acc_len[i]) and a token different from the target's, output[i + j] + 1, at the first
+rejected slot and after (-1 past the end of the output). The engine emits accepted model tokens from these
+proposals, so an engine or table bug that over-states acceptance emits a wrong token, which its lossless
+check catches (sim/engine.py).
+
 Recorded drafts (from a real engine, replayed exactly) use the sidecar format in docs/simulator.md (`load_recorded_drafts`):
-one JSON object per request {"id", "model_conf": [[...K]...L], "model_acc": [...L]}.
+one JSON object per request {"id", "model_conf": [[...K]...L], "model_acc": [...L]}. The sidecar carries no
+token ids, so the proposed tokens of recorded chains are built from model_acc the same way: the lossless
+check then verifies that the engine emits only tokens inside the recorded accepted prefixes, not the
+recorded acceptance itself.
 """
 from __future__ import annotations
 
@@ -192,6 +201,27 @@ def load_recorded_drafts(path: str, block: int | None = None) -> dict[str, Model
                 raise TraceError("must be one integer in [0, K] per row of model_conf", path, ln, "model_acc")
             out[rid] = ModelChains(conf=conf.astype(np.float32), acc_len=acc.astype(np.int64))
     return out
+
+
+NO_TOKEN = -1  # a chain slot past the end of the output: there is no target token to propose
+
+
+def chain_tokens(output: np.ndarray, acc_len: np.ndarray, block: int) -> np.ndarray:
+    """Tokens the model drafter proposed at every output position, [L, block] int32.
+
+    Slot j of the chain drafted at position i lands on output token t = i + j and proposes
+        output[t]        if j < acc_len[i]        (accepted: the target's own token)
+        output[t] + 1    if j >= acc_len[i], t < L (rejected: differs from the target's by construction)
+        NO_TOKEN         if t >= L                 (past the end of the output)
+    so the number of leading slots equal to output[i:] (greedy verification) is exactly min(acc_len[i], L - i)."""
+    out = np.asarray(output, dtype=np.int64)
+    L = len(out)
+    t = np.arange(L)[:, None] + np.arange(block)[None, :]
+    inside = t < L
+    target = np.where(inside, out[np.minimum(t, max(L - 1, 0))] if L else 0, NO_TOKEN)
+    accepted = np.arange(block)[None, :] < np.asarray(acc_len)[:, None]
+    tok = np.where(accepted | ~inside, target, target + 1)
+    return tok.astype(np.int32)
 
 
 def request_seed(seed: int, request_id: str) -> np.random.Generator:

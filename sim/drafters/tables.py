@@ -6,6 +6,8 @@ once per trace, for every request r and output position i (row = offsets[r] + i)
   ng_len, ng_acc, ng_start   n-gram chain length, exact accepted length, source index in the token sequence
   ng_conf [K_n]              calibrated conditional acceptance estimates of the n-gram tokens
   m_conf [K_m], m_acc        model-drafter confidences and accepted length (synthetic profile or recorded)
+  m_tok [K_m]                model-drafter proposed tokens (sim.drafters.model.chain_tokens): the target's
+                             token on the accepted prefix, a wrong one from the first rejected slot on
 An engine step then only gathers rows, which keeps policies comparable on identical draws.
 Length-only requests (no token ids) borrow contiguous segments of the tables of a bundled trace of the
 same workload (a block bootstrap of its empirical acceptance; `stat_profile` below).
@@ -19,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from sim.drafters.calibration import NgramCalibrator
-from sim.drafters.model import ModelDrafterProfile, request_seed, synth_model_chains
+from sim.drafters.model import ModelDrafterProfile, chain_tokens, request_seed, synth_model_chains
 from sim.drafters.ngram import NgramConfig, ngram_tables
 from sim.errors import ConfigError
 
@@ -40,8 +42,10 @@ class DraftTables:
     ng_conf: np.ndarray
     m_conf: np.ndarray
     m_acc: np.ndarray
+    m_tok: np.ndarray  # [rows, K_m] int32
     tokens: np.ndarray
     tok_offsets: np.ndarray
+    length_only: np.ndarray  # [n] bool: synthetic token ids (stat_profile); n-gram copies come from the output
     replayed_requests: int = 0  # requests whose model chains were replayed from recorded drafts
 
     @property
@@ -53,23 +57,18 @@ class DraftTables:
         return self.ng_conf.shape[1]
 
     def subset(self, idx: np.ndarray) -> "DraftTables":
-        """The tables of requests `idx` (in that order), as if the trace held only them."""
+        """The tables of requests `idx` (in that order), as if the trace held only them. (ng_start indexes
+        each request's own token buffer, so it carries over unchanged.)"""
         idx = np.asarray(idx, dtype=np.int64)
         rows = _ranges(self.offsets[idx], self.offsets[idx + 1])
         toks = _ranges(self.tok_offsets[idx], self.tok_offsets[idx + 1])
         out_len = self.out_len[idx]
         tok_len = self.tok_offsets[idx + 1] - self.tok_offsets[idx]
-        cols = {k: getattr(self, k)[rows] for k in ("ng_len", "ng_acc", "ng_conf", "m_conf", "m_acc")}
-        # n-gram sources index each request's own token buffer: shift them to the new buffer offsets
-        new_tok = np.concatenate([[0], np.cumsum(tok_len)]).astype(np.int64)
-        shift = np.repeat(new_tok[:-1] - self.tok_offsets[idx], out_len)
-        start = self.ng_start[rows]
+        cols = {k: getattr(self, k)[rows] for k in ("ng_len", "ng_acc", "ng_start", "ng_conf", "m_conf", "m_acc", "m_tok")}
         return DraftTables(offsets=np.concatenate([[0], np.cumsum(out_len)]).astype(np.int64), out_len=out_len,
-                           prompt_len=self.prompt_len[idx], ng_start=start, tokens=self.tokens[toks],
-                           tok_offsets=new_tok, replayed_requests=0, **cols) if False else DraftTables(
-            offsets=np.concatenate([[0], np.cumsum(out_len)]).astype(np.int64), out_len=out_len,
-            prompt_len=self.prompt_len[idx], ng_start=start, tokens=self.tokens[toks], tok_offsets=new_tok,
-            replayed_requests=0, **cols)
+                           prompt_len=self.prompt_len[idx], tokens=self.tokens[toks],
+                           tok_offsets=np.concatenate([[0], np.cumsum(tok_len)]).astype(np.int64),
+                           length_only=self.length_only[idx], replayed_requests=0, **cols)
 
     def copy_fraction(self) -> np.ndarray:
         """Per request: share of output positions whose n-gram proposal's first token is right [0, 1]."""
@@ -106,8 +105,8 @@ def build_draft_tables(
             f"the n-gram calibrator was fitted for n in [{calibrator.cfg.n_min}, {calibrator.cfg.n_max}] "
             f"but the drafter uses [{ngram_cfg.n_min}, {ngram_cfg.n_max}]; refit it with python -m sim.calibrate"
         )
-    parts: dict[str, list] = {k: [] for k in ("ng_len", "ng_acc", "ng_start", "ng_conf", "m_conf", "m_acc", "tokens")}
-    out_len, prompt_len = [], []
+    parts: dict[str, list] = {k: [] for k in ("ng_len", "ng_acc", "ng_start", "ng_conf", "m_conf", "m_acc", "m_tok", "tokens")}
+    out_len, prompt_len, length_only = [], [], []
     replayed = 0
     it = tqdm(requests, desc="draft tables", unit="req", disable=not progress, leave=False)
     for req in it:
@@ -129,10 +128,12 @@ def build_draft_tables(
             if req.temperature > 0:
                 ng_acc = _thin_acceptance(ng_acc, profile.temp_scale**req.temperature, request_seed(seed + 1, req.id))
             rows = dict(ng_len=tab.length, ng_acc=ng_acc, ng_start=tab.start, ng_conf=calibrator.conditional(tab, ngram_cfg.k),
-                        m_conf=chains.conf, m_acc=chains.acc_len, tokens=toks)
+                        m_conf=chains.conf, m_acc=chains.acc_len, tokens=toks,
+                        m_tok=chain_tokens(req.output_ids, chains.acc_len, profile.block))
         for k in parts:
             parts[k].append(rows[k])
         out_len.append(len(rows["m_acc"]))
+        length_only.append(req.output_ids is None)
         prompt_len.append(len(rows["tokens"]) - len(rows["m_acc"]))
     out = np.asarray(out_len, dtype=np.int64)
     tok_lens = np.asarray([len(t) for t in parts["tokens"]], dtype=np.int64)
@@ -146,8 +147,10 @@ def build_draft_tables(
         ng_conf=np.concatenate(parts["ng_conf"]).astype(np.float32),
         m_conf=np.concatenate(parts["m_conf"]).astype(np.float32),
         m_acc=np.concatenate(parts["m_acc"]).astype(np.int64),
+        m_tok=np.concatenate(parts["m_tok"]).astype(np.int32),
         tokens=np.concatenate(parts["tokens"]).astype(np.int64),
         tok_offsets=np.concatenate([[0], np.cumsum(tok_lens)]).astype(np.int64),
+        length_only=np.asarray(length_only, dtype=bool),
         replayed_requests=replayed,
     )
 
@@ -192,13 +195,16 @@ def stat_profile(req, ngram_cfg: NgramConfig, profile: ModelDrafterProfile, cali
         idx.extend(range(s, b))
     idx = np.asarray(idx[:L], dtype=np.int64)
     P = req.prompt_len
-    # Synthetic token buffer: prompt of zeros, output of distinct ids; n-gram proposals copy the output
-    # itself so the engine's lossless check holds by construction for replayed acceptance.
+    # Synthetic token buffer: prompt of zeros, output of distinct ids. n-gram proposals copy the output
+    # itself (ng_start = P + pos: the current token, not the context), so their copied tokens are right
+    # by construction and the engine exempts these requests from its copy-source check (length_only);
+    # the model chains' proposed tokens follow the replayed acceptance as for token traces.
     out_tokens = np.arange(1, L + 1, dtype=np.int64)
     toks = np.concatenate([np.zeros(P, dtype=np.int64), out_tokens])
     pos = np.arange(L)
     ng_len = np.minimum(base.ng_len[idx], np.maximum(L - pos, 0))
     ng_acc = np.minimum(base.ng_acc[idx], ng_len)
     ng_start = np.where(ng_len > 0, P + pos, -1)
+    m_acc = np.minimum(base.m_acc[idx], L - pos)  # a borrowed chain never reaches past this output's end
     return dict(ng_len=ng_len, ng_acc=ng_acc, ng_start=ng_start, ng_conf=base.ng_conf[idx], m_conf=base.m_conf[idx],
-                m_acc=base.m_acc[idx], tokens=toks)
+                m_acc=m_acc, m_tok=chain_tokens(out_tokens, m_acc, base.k_model), tokens=toks)

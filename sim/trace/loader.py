@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import TraceError
+from sim.errors import ConfigError, TraceError
 from sim.trace.schema import Request, Trace
 
-__all__ = ["load_trace", "parse_record"]
+__all__ = ["load_trace", "parse_record", "sample_indices"]
 
 _MAX_ID = 2**31 - 1
 _SIDES = {"prompt": ("prompt", "prompt_ids", "prompt_len"), "output": ("output", "output_ids", "output_len")}
@@ -186,12 +186,33 @@ def _write_cache(path: Path, table: dict[int, np.ndarray]) -> None:
         pass
 
 
-def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool = False) -> Trace:
+LIMIT_AND_SAMPLE = "use --limit (the first N requests) or --sample (N spread across the trace), not both"
+
+
+def sample_indices(n_total: int, n: int, seed: int, file: str = "<input>") -> np.ndarray:
+    """Indices of a seeded sample of n of n_total requests, without replacement, in increasing (trace)
+    order: default_rng(seed).choice(n_total, n, replace=False), sorted. Every subset of size n is equally
+    likely, so the sample spreads across the trace (unlike the first n); the same seed gives the same one."""
+    if n < 1:
+        raise ConfigError(f"{file}: --sample must be >= 1, got {n}")
+    if n > n_total:
+        raise ConfigError(f"{file}: --sample {n} exceeds the trace's {n_total} requests")
+    return np.sort(np.random.default_rng(seed).choice(n_total, size=n, replace=False))
+
+
+def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool = False,
+               sample: int | None = None, seed: int = 0) -> Trace:
     """Load a JSONL trace. Raise TraceError (file, line, field) on the first bad line, or with
-    skip_bad=True drop bad lines and count them in Trace.skipped. `limit` keeps the first N good requests."""
+    skip_bad=True drop bad lines and count them in Trace.skipped. `limit` keeps the first N good requests;
+    `sample` keeps a seeded sample of N good requests spread across the whole trace, in trace order
+    (`sample_indices`; deterministic given `seed`). limit and sample are exclusive."""
     file = str(path)
     if limit is not None and limit < 1:
         raise TraceError(f"limit must be >= 1, got {limit}", file)
+    if limit is not None and sample is not None:
+        raise ConfigError(LIMIT_AND_SAMPLE)
+    if sample is not None and sample < 1:
+        raise ConfigError(f"{file}: --sample must be >= 1, got {sample}")
     p = Path(path)
     if not p.exists():
         raise TraceError("file not found", file)
@@ -230,6 +251,9 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
         raise TraceError("empty trace: no requests", file)
     if not records:
         raise TraceError(f"no valid requests ({len(problems)} bad lines skipped; first: {problems[0]})", file)
+    if sample is not None:
+        records = [records[i] for i in sample_indices(len(records), sample, seed, file)]
+        complete = False  # tokenize (and cache) only what is used, as --limit does
     tokens = _tokenize(records, data, complete)
     requests = []
     for r in records:
