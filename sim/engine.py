@@ -133,6 +133,10 @@ class Engine:
         self.pos = np.zeros(n, dtype=np.int64)          # output tokens emitted
         self.prev_pos = np.zeros(n, dtype=np.int64)     # position of the previous decode step (stale rows)
         self.model_pos = np.zeros(n, dtype=np.int64)    # position of the last step the model drafter ran
+        # Running mean of the model chains drafted for each request (sum over drafts, count): the host's
+        # estimate of a request's model chain when its pass was skipped at the previous step.
+        self.m_conf_sum = np.zeros((n, tables.k_model), dtype=np.float64)
+        self.m_conf_cnt = np.zeros(n, dtype=np.int64)
         self.prefilled = np.zeros(n, dtype=np.int64)    # tokens of the current prefill target processed
         self.prefill_target = tables.prompt_len.copy()  # prompt (+ generated, after a preemption)
         self.t_first = np.full(n, np.nan)
@@ -378,6 +382,11 @@ class Engine:
                 alloc_ms = cost.alloc_ms(R)
             m_len = np.minimum(tb.k_model, tb.out_len[reqs] - self.pos[reqs])
             stale_m_conf = tb.m_conf[mrows]  # a copy (fancy indexing)
+            # No chain drafted at the previous step (the pass was skipped): the request's mean drafted chain.
+            gap = (self.model_pos[reqs] != self.prev_pos[reqs]) & (self.m_conf_cnt[reqs] > 0)
+            if gap.any():
+                g = reqs[gap]
+                stale_m_conf[gap] = self.m_conf_sum[g] / self.m_conf_cnt[g][:, None]
             stale_m_conf[self.fresh[reqs]] = 1.0  # first decode step since (re)admission: vLLM's reset
             self.fresh[reqs] = False
             n_seqs = R + len(prefilling)
@@ -396,7 +405,7 @@ class Engine:
                 draft_cost_ms=draft_ms + ngram_ms + alloc_ms,
                 true_model_acc=torch.from_numpy(tb.m_acc[rows]) if pol.needs_truth else None,
                 true_ngram_acc=torch.from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
-                true_verify_cost_ms=torch.from_numpy(cost.verify_table(
+                true_verify_cost_ms=torch.from_numpy(cost.charged_verify_table(
                     T + R * max(tb.k_model, tb.k_ngram) + 1, kv_tokens, n_seqs)) if pol.needs_truth else None,
                 model_draft_ms=draft_ms,
                 ngram_draft_ms=ngram_ms,
@@ -442,6 +451,8 @@ class Engine:
             self.prev_pos[reqs] = rows - tb.offsets[reqs]
             if model_ran:
                 self.model_pos[reqs] = self.prev_pos[reqs]
+                self.m_conf_sum[reqs] += tb.m_conf[rows]
+                self.m_conf_cnt[reqs] += 1
             self.n_steps[reqs] += 1
             verified = [int(adm_m.sum()), int(adm_n.sum())]
             self._last_draft = verified[0] + verified[1]
@@ -449,11 +460,12 @@ class Engine:
             emitted = int(n_emit.sum())
             total_tokens = T + self._last_draft
             num_seqs = n_seqs
-            verify_ms = float(cost.verify_ms(total_tokens, kv_tokens, num_seqs))  # the true cost, with context
+            # the true cost: this step's context, and the token count its CUDA graph is padded to
+            verify_ms = float(cost.verify_ms(cost.graph_tokens(total_tokens), kv_tokens, num_seqs))
         else:
             total_tokens = prefill_tokens
             num_seqs = len(prefilling)
-            verify_ms = float(cost.verify_ms(total_tokens, kv_tokens, num_seqs)) if total_tokens else 0.0
+            verify_ms = float(cost.verify_ms(cost.graph_tokens(total_tokens), kv_tokens, num_seqs)) if total_tokens else 0.0
         if first_tok:  # the prefill's sampled token: output[0], from the target
             ft = np.asarray(first_tok, dtype=np.int64)
             none = np.zeros(len(ft), dtype=np.int64)

@@ -56,6 +56,25 @@ class CostModel(ABC):
         """verify_ms for every token count 0..max_tokens at this step's context (the true cost) [ms]."""
         return np.asarray(self.verify_ms(np.arange(max_tokens + 1), kv_tokens, num_seqs), dtype=np.float64)
 
+    def graph_tokens(self, num_tokens: np.ndarray | int) -> np.ndarray | int:
+        """Tokens a step of `num_tokens` really runs: up to the largest CUDA-graph capture size the batch
+        is padded to the next captured size c >= num_tokens (vLLM replays that graph); above it, as is.
+        The engine charges verify_ms at this count, so slots up to the bucket's end cost nothing more."""
+        caps = getattr(self, "_caps_arr", None)
+        if caps is None:
+            caps = self._caps_arr = np.asarray(sorted({int(c) for c in self.capture_sizes if int(c) > 0}), dtype=np.int64)
+        t = np.asarray(num_tokens, dtype=np.int64)
+        if caps.size == 0:
+            return num_tokens
+        i = np.minimum(np.searchsorted(caps, t), caps.size - 1)
+        out = np.where((t > 0) & (t <= caps[-1]), caps[i], t)
+        return out if out.ndim else int(out)
+
+    def charged_verify_table(self, max_tokens: int, kv_tokens: int, num_seqs: int) -> np.ndarray:
+        """verify_ms[graph_tokens(t)] for t = 0..max_tokens at this step's context: what a step costs [ms]."""
+        idx = np.asarray(self.graph_tokens(np.arange(max_tokens + 1)))
+        return self.verify_table(int(idx.max(initial=0)), kv_tokens, num_seqs)[idx]
+
     @property
     def vocab_size(self) -> int | None:
         """The target's vocabulary size (sizes vLLM's logits buffer), None if the model does not say."""

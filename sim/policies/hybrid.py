@@ -242,7 +242,7 @@ def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
     Host side (stale values only, known before the step is launched): price the batch twice,
       G_both = best goodput over both chains, paying draft_cost_ms,
       G_ngram = best goodput over the n-gram chains alone, paying draft_cost_ms - model_draft_ms,
-    and run the model pass iff G_both > G_ngram * (1 + hysteresis). The chosen scenario's total admitted
+    and skip the model pass iff G_ngram > G_both * (1 + hysteresis). The chosen scenario's total admitted
     slots are the step's budget B, as in `price_with_budget`. Device side (current values): the chain
     choice by price and the global top-B of the chosen chains, over the n-gram chains alone when the pass
     was skipped (the current model chains are then never read: they were not drafted). A request whose
@@ -261,7 +261,7 @@ def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
     draft = torch.stack([full, full, skip, skip])[:, None]
     ch = Chains.of(conf_m, len_m, conf_n, len_n, draft)
     use_ngram, admitted, g = LAMBDA_METHODS[method](batch, ch, margin)  # sides: cur, stale, cur-ng, stale-ng
-    run_model = g[1] > g[3] * (1.0 + hysteresis)
+    run_model = g[3] <= g[1] * (1.0 + hysteresis)
     budget = free_budget(batch, torch.where(run_model, admitted[1].sum(), admitted[3].sum()))
     # select the current side with where, not an index: a tensor index would sync with the host
     use_ngram = torch.where(run_model, use_ngram[0], use_ngram[2])
