@@ -137,6 +137,9 @@ class Engine:
         # estimate of a request's model chain when its pass was skipped at the previous step.
         self.m_conf_sum = np.zeros((n, tables.k_model), dtype=np.float64)
         self.m_conf_cnt = np.zeros(n, dtype=np.int64)
+        # Running mean of each request's n-gram chains (confidence per slot, 0 past the chain's length).
+        self.ng_conf_sum = np.zeros((n, tables.k_ngram), dtype=np.float64)
+        self.ng_conf_cnt = np.zeros(n, dtype=np.int64)
         self.prefilled = np.zeros(n, dtype=np.int64)    # tokens of the current prefill target processed
         self.prefill_target = tables.prompt_len.copy()  # prompt (+ generated, after a preemption)
         self.t_first = np.full(n, np.nan)
@@ -390,6 +393,9 @@ class Engine:
             stale_m_conf[self.fresh[reqs]] = 1.0  # first decode step since (re)admission: vLLM's reset
             self.fresh[reqs] = False
             n_seqs = R + len(prefilling)
+            cnt = self.ng_conf_cnt[reqs]
+            mean_ng = np.where(cnt[:, None] > 0, self.ng_conf_sum[reqs] / np.maximum(cnt, 1)[:, None],
+                               tb.ng_conf[srows] * (np.arange(tb.k_ngram) < tb.ng_len[srows][:, None]))
             batch = StepBatch(
                 model_conf=torch.from_numpy(tb.m_conf[rows]),
                 model_len=torch.from_numpy(m_len),
@@ -407,6 +413,7 @@ class Engine:
                 true_ngram_acc=torch.from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
                 true_verify_cost_ms=torch.from_numpy(cost.charged_verify_table(
                     T + R * max(tb.k_model, tb.k_ngram) + 1, kv_tokens, n_seqs)) if pol.needs_truth else None,
+                mean_ngram_conf=torch.from_numpy(mean_ng),
                 model_draft_ms=draft_ms,
                 ngram_draft_ms=ngram_ms,
                 num_sampling_reqs=R + n_prefill_done,
@@ -453,6 +460,8 @@ class Engine:
                 self.model_pos[reqs] = self.prev_pos[reqs]
                 self.m_conf_sum[reqs] += tb.m_conf[rows]
                 self.m_conf_cnt[reqs] += 1
+            self.ng_conf_sum[reqs] += tb.ng_conf[rows] * (np.arange(tb.k_ngram) < ng_len[:, None])
+            self.ng_conf_cnt[reqs] += 1
             self.n_steps[reqs] += 1
             verified = [int(adm_m.sum()), int(adm_n.sum())]
             self._last_draft = verified[0] + verified[1]

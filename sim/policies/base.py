@@ -47,6 +47,9 @@ class StepBatch:
                         whenever a drafter runs.
     true_model_acc[r], true_ngram_acc[r]: number of leading chain tokens the target will accept (int64 [R]).
                         Only the `oracle` policy may read them; engines that cannot know them pass None.
+    mean_ngram_conf[r, j] the mean, over the request's earlier decode steps, of its n-gram chain's confidence
+                        at slot j (0 where the chain was shorter) [R, K_n]: host-known history, a forecast
+                        of the n-gram chain that does not hinge on the one previous proposal. None: unknown.
     true_verify_cost_ms[t] the verify time the engine will charge for t tokens this step (with this step's
                         context), where verify_cost_ms is the start-up table policies decide from. Oracle only.
     num_sampling_reqs   N: requests that sample a token this step, int: the R decoding requests plus the
@@ -71,6 +74,7 @@ class StepBatch:
     true_model_acc: Optional[torch.Tensor] = None
     true_ngram_acc: Optional[torch.Tensor] = None
     true_verify_cost_ms: Optional[torch.Tensor] = None
+    mean_ngram_conf: Optional[torch.Tensor] = None
     num_sampling_reqs: Optional[int] = None
     max_draft_tokens: Optional[int] = None
     model_draft_ms: Union[float, torch.Tensor] = 0.0

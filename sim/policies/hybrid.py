@@ -247,14 +247,22 @@ def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
     choice by price and the global top-B of the chosen chains, over the n-gram chains alone when the pass
     was skipped (the current model chains are then never read: they were not drafted). A request whose
     model chain is empty takes its n-gram chain.
-    Stale model values of a request whose pass was skipped are those of the last chain drafted for it
-    (the engine keeps them), so the decision never uses a chain that was not drafted.
+    Host-side forecasts (all known before the step): a request's model chain is the previous step's when
+    the pass ran then, else the mean of the chains drafted for it so far (the engine keeps it), so the
+    decision never uses a chain that was not drafted; its n-gram chain is min(previous proposal, the
+    request's mean proposal) slot by slot (`mean_ngram_conf`), because a copy that held at the last
+    step predicts the next step well only in a request that keeps copying (an edit), not in one whose
+    matches are short-lived (chat).
     """
     dt = batch.model_conf.dtype
     zeros_m = torch.zeros_like(batch.model_len)
     conf_m = torch.stack([batch.model_conf, batch.stale_model_conf.to(dt)]).repeat(2, 1, 1)
     len_m = torch.stack([batch.model_len, batch.stale_model_len, zeros_m, zeros_m])
-    conf_n = torch.stack([batch.ngram_conf.to(dt), batch.stale_ngram_conf.to(dt)]).repeat(2, 1, 1)
+    stale_n = batch.stale_ngram_conf.to(dt)
+    if batch.mean_ngram_conf is not None:
+        # skip only on an n-gram chain that was strong both at the last step and on the request's average
+        stale_n = torch.minimum(stale_n, batch.mean_ngram_conf.to(dt))
+    conf_n = torch.stack([batch.ngram_conf.to(dt), stale_n]).repeat(2, 1, 1)
     len_n = torch.stack([batch.ngram_len, batch.stale_ngram_len]).repeat(2, 1)
     full = torch.as_tensor(batch.draft_cost_ms, dtype=torch.float64)
     skip = full - torch.as_tensor(batch.model_draft_ms, dtype=torch.float64)
