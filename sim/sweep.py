@@ -71,18 +71,22 @@ _FLOAT_KEYS = {"temperature", "rate"}
 
 # Preset grids (the same structure as a TOML grid file).
 PAPER_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-PAPER_POLICIES = ["adaptive", "hybrid-price", "hybrid-tree", "ngram-first", "suffix-threshold", "oracle",
+PAPER_POLICIES = ["adaptive", "hybrid", "hybrid-price", "hybrid-tree", "ngram-first", "suffix-threshold", "oracle",
                   "model-fixed:7", "ngram-fixed:32"]
 PRESETS: dict[str, dict] = {
     # reports/paper.md and reports/index.html: both bundled workloads at temperature 0, qwen3-8b on H100.
     "paper": {"trace": ["traces/codeedit.jsonl", "traces/chat.jsonl"], "model": ["qwen3-8b"], "gpu": ["h100-sxm"],
               "temperature": [0.0], "policy": PAPER_POLICIES, "batch_size": PAPER_BATCH_SIZES},
-    # Tuning of the hybrids' knobs (docs/design.md, "Knobs and where they come from"): general text only,
-    # a seeded sample, never the traces the reports evaluate. The n-gram margin (shared by hybrid and
-    # hybrid-price) over {0, 0.25, 0.5, 1} at k = 32, and the n-gram chain length k over {16, 32, 64}.
+    # Tuning of the hybrids' knobs (docs/simulator.md, "Knobs and where they come from"): general text only,
+    # a seeded sample, never the traces the reports evaluate: the n-gram margin (shared by hybrid and
+    # hybrid-price; default 1) over {0, 0.25, 0.5, 1, 1.5, 2}, the n-gram chain length k over {16, 32, 64},
+    # and hybrid's n-gram forecast for its skip decision (avg, min, mean, stale).
     "tune": {"trace": ["traces/general.jsonl"], "sample": [400], "temperature": [0.0], "batch_size": [1, 4, 32, 128],
-             "grid": [{"policy": ["hybrid:margin=0", "hybrid:margin=0.25", "hybrid", "hybrid:margin=1"], "ngram_k": [32]},
-                      {"policy": ["hybrid"], "ngram_k": [16, 64]}]},
+             "grid": [{"policy": ["hybrid:margin=0", "hybrid:margin=0.25", "hybrid:margin=0.5", "hybrid",
+                                  "hybrid:margin=1.5", "hybrid:margin=2"], "ngram_k": [32]},
+                      {"policy": ["hybrid"], "ngram_k": [16, 64]},
+                      {"policy": ["hybrid:forecast=min", "hybrid:forecast=mean", "hybrid:forecast=stale"],
+                       "ngram_k": [32]}]},
     # a one-minute smoke test of the whole pipeline
     "smoke": {"trace": ["traces/codeedit.jsonl", "traces/chat.jsonl"], "limit": [24], "temperature": [0.0],
               "policy": ["adaptive", "hybrid-price", "oracle"], "batch_size": [4, 16]},

@@ -65,7 +65,8 @@ FP_MIN_WINDOW = 4
 SWEEP_EXACT_MAX = 256  # up to this many slots, the sweep tries every survival as the price (exact)
 SWEEP_COARSE = 48
 SWEEP_FINE = 32
-NGRAM_MARGIN = 0.5  # expected tokens; see the module docstring
+NGRAM_MARGIN = 1.0  # expected tokens; see the module docstring
+FORECASTS = ("avg", "min", "mean", "stale")  # hybrid's host-side n-gram forecast; the first is the default
 
 
 class Chains:
@@ -235,7 +236,7 @@ def free_budget(batch: StepBatch, budget: torch.Tensor) -> torch.Tensor:
 
 
 def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
-               hysteresis: float = 0.0) -> Allocation:
+               hysteresis: float = 0.0, forecast: str = FORECASTS[0]) -> Allocation:
     """`hybrid`: hybrid-price that also prices the model drafter's pass, and skips it for the whole step
     when the step is worth more without it.
 
@@ -259,9 +260,10 @@ def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
     conf_m = torch.stack([batch.model_conf, batch.stale_model_conf.to(dt)]).repeat(2, 1, 1)
     len_m = torch.stack([batch.model_len, batch.stale_model_len, zeros_m, zeros_m])
     stale_n = batch.stale_ngram_conf.to(dt)
-    if batch.mean_ngram_conf is not None:
-        # skip only on an n-gram chain that was strong both at the last step and on the request's average
-        stale_n = torch.minimum(stale_n, batch.mean_ngram_conf.to(dt))
+    if batch.mean_ngram_conf is not None:  # forecast the n-gram chain from its last proposal and its history
+        mean_n = batch.mean_ngram_conf.to(dt)
+        stale_n = {"min": torch.minimum(stale_n, mean_n), "mean": mean_n, "avg": 0.5 * (stale_n + mean_n),
+                   "stale": stale_n}[forecast]
     conf_n = torch.stack([batch.ngram_conf.to(dt), stale_n]).repeat(2, 1, 1)
     len_n = torch.stack([batch.ngram_len, batch.stale_ngram_len]).repeat(2, 1)
     full = torch.as_tensor(batch.draft_cost_ms, dtype=torch.float64)
@@ -284,25 +286,30 @@ def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
     return Allocation(chain=out.chain, admitted=out.admitted, model_ran=run_model)
 
 
-@register("hybrid", "hybrid[:METHOD][:margin=M][:hyst=H]",
+@register("hybrid", "hybrid[:METHOD][:margin=M][:hyst=H][:forecast=F]",
           "the default hybrid: hybrid-price that also prices the model drafter's pass and skips it for a step "
-          "when stale values say the step earns more without it")
+          f"when host-known values say the step earns more without it; F in {', '.join(FORECASTS)} "
+          f"(default {FORECASTS[0]}), H >= 0 makes skipping harder (default 0)")
 def _hybrid(params: List[str]) -> Policy:
-    method, margin, hyst = DEFAULT_METHOD, NGRAM_MARGIN, 0.0
+    method, margin, hyst, forecast = DEFAULT_METHOD, NGRAM_MARGIN, 0.0, FORECASTS[0]
     rest = list(params)
-    while rest and rest[-1].split("=")[0] in ("margin", "hyst"):
+    while rest and rest[-1].split("=")[0] in ("margin", "hyst", "forecast"):
         key, _, val = rest.pop().partition("=")
         if key == "margin":
             margin = parse_float(val, "margin")
-        else:
+        elif key == "hyst":
             hyst = parse_float(val, "hyst")
+        elif val not in FORECASTS:
+            raise ValueError(f"forecast must be one of {', '.join(FORECASTS)}, got '{val}'")
+        else:
+            forecast = val
     if len(rest) > 1 or (rest and rest[0] not in METHODS):
-        raise ValueError(f"'hybrid' takes [METHOD][:margin=M][:hyst=H], METHOD in {', '.join(METHODS)}")
+        raise ValueError(f"'hybrid' takes [METHOD][:margin=M][:hyst=H][:forecast=F], METHOD in {', '.join(METHODS)}")
     if rest:
         method = rest[0]
     name = ("hybrid" + (f":{method}" if rest else "") + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}")
-            + ("" if hyst == 0.0 else f":hyst={hyst:g}"))
-    return Policy(name, lambda b: price_skip(b, method, margin, hyst), uses_model=True, uses_ngram=True)
+            + ("" if hyst == 0.0 else f":hyst={hyst:g}") + ("" if forecast == FORECASTS[0] else f":forecast={forecast}"))
+    return Policy(name, lambda b: price_skip(b, method, margin, hyst, forecast), uses_model=True, uses_ngram=True)
 
 
 @register("hybrid-price", "hybrid-price[:METHOD][:current][:margin=M]",
