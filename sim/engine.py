@@ -15,6 +15,13 @@ counted in blocks of `block_size` tokens; when the next step would not fit, the 
 request is preempted (recompute: its KV is freed and its prompt plus generated tokens are prefilled again
 later; no token is lost or emitted twice).
 
+Costs: policies decide with the verify table vLLM profiles at start-up (CostModel.startup_verify_table, no
+step's real context); the step is charged its true cost, at this step's context and at the token count its
+CUDA graph is padded to (CostModel.graph_tokens). A policy may skip a drafter for the whole step
+(Allocation.model_ran / ngram_ran): that drafter is then not charged, and a slot admitted from it is a
+violation (check 1 below). Host-side history the policies may use (`_host_history`): the chain last drafted
+for each request, its mean drafted model chain and its mean n-gram chain.
+
 Emission: a decoding request at output position i verifies the admitted prefix of its chosen chain and
 emits (accepted + 1) tokens: the accepted draft tokens as the drafter proposed them -- the model chain's
 proposed tokens (DraftTables.m_tok) or, for an n-gram chain, the tokens at the copy source in the
@@ -24,7 +31,8 @@ from the tables (m_acc, ng_acc), not from comparing tokens, so the emitted token
 Lossless check (`check_lossless`; RunResult.lossless is its result and RunResult.violation names the
 first failure; the engine does not raise, callers do: `RunResult.raise_if_lossy`). A run is lossless iff
   1. policy contract, every decode step: 0 <= admitted <= length of the chosen chain and
-     0 <= second <= length of the other chain (Allocation's contract; the engine would otherwise clamp);
+     0 <= second <= length of the other chain (Allocation's contract; the engine would otherwise clamp),
+     and no slot of a drafter the policy did not run;
   2. chain bounds, every step: a request emits at most as many draft tokens as its chain holds, and an
      n-gram chain's copied tokens lie in the context, source + emitted <= prompt_len + i (never the
      target's own future tokens); length-only requests, whose n-gram sources are synthetic, are exempt
@@ -211,6 +219,35 @@ class Engine:
             tok[md] = tb.m_tok[rows[rep[md]], np.minimum(j[md], tb.k_model - 1)]
         self._write(reqs, counts, (tb.offsets[reqs] + pos)[rep] + j, tok)
 
+    def _host_history(self, reqs: np.ndarray, srows: np.ndarray, mrows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What the host knows of each request's chains before the step: (stale model confidences [R, K_m],
+        mean n-gram confidences [R, K_n]). The model row is the chain drafted at the previous step; if the
+        pass was skipped then, the mean of the chains drafted for the request so far; 1.0 on the first
+        decode step since (re)admission (vLLM's reset). The n-gram row is the mean over the request's
+        earlier steps (0 past each chain's length), or the previous proposal on its first step."""
+        tb = self.tb
+        stale_m = tb.m_conf[mrows]  # a copy (fancy indexing)
+        gap = (self.model_pos[reqs] != self.prev_pos[reqs]) & (self.m_conf_cnt[reqs] > 0)
+        if gap.any():
+            g = reqs[gap]
+            stale_m[gap] = self.m_conf_sum[g] / self.m_conf_cnt[g][:, None]
+        stale_m[self.fresh[reqs]] = 1.0
+        self.fresh[reqs] = False
+        cnt = self.ng_conf_cnt[reqs]
+        mean_ng = np.where(cnt[:, None] > 0, self.ng_conf_sum[reqs] / np.maximum(cnt, 1)[:, None],
+                           tb.ng_conf[srows] * (np.arange(tb.k_ngram) < tb.ng_len[srows][:, None]))
+        return stale_m, mean_ng
+
+    def _record_drafts(self, reqs: np.ndarray, rows: np.ndarray, model_ran: bool) -> None:
+        """After a step: the chains drafted in it join the requests' host-side history."""
+        tb = self.tb
+        if model_ran:
+            self.model_pos[reqs] = self.prev_pos[reqs]
+            self.m_conf_sum[reqs] += tb.m_conf[rows]
+            self.m_conf_cnt[reqs] += 1
+        self.ng_conf_sum[reqs] += tb.ng_conf[rows] * (np.arange(tb.k_ngram) < tb.ng_len[rows][:, None])
+        self.ng_conf_cnt[reqs] += 1
+
     def _flag(self, bad: np.ndarray, reqs: np.ndarray, what: str) -> None:
         """Record the first violation: `what` for the first request with bad[k] set."""
         if not self.violation and bad.any():
@@ -384,18 +421,8 @@ class Engine:
             if pol.uses_model or pol.uses_ngram:
                 alloc_ms = cost.alloc_ms(R)
             m_len = np.minimum(tb.k_model, tb.out_len[reqs] - self.pos[reqs])
-            stale_m_conf = tb.m_conf[mrows]  # a copy (fancy indexing)
-            # No chain drafted at the previous step (the pass was skipped): the request's mean drafted chain.
-            gap = (self.model_pos[reqs] != self.prev_pos[reqs]) & (self.m_conf_cnt[reqs] > 0)
-            if gap.any():
-                g = reqs[gap]
-                stale_m_conf[gap] = self.m_conf_sum[g] / self.m_conf_cnt[g][:, None]
-            stale_m_conf[self.fresh[reqs]] = 1.0  # first decode step since (re)admission: vLLM's reset
-            self.fresh[reqs] = False
+            stale_m_conf, mean_ng = self._host_history(reqs, srows, mrows)
             n_seqs = R + len(prefilling)
-            cnt = self.ng_conf_cnt[reqs]
-            mean_ng = np.where(cnt[:, None] > 0, self.ng_conf_sum[reqs] / np.maximum(cnt, 1)[:, None],
-                               tb.ng_conf[srows] * (np.arange(tb.k_ngram) < tb.ng_len[srows][:, None]))
             batch = StepBatch(
                 model_conf=torch.from_numpy(tb.m_conf[rows]),
                 model_len=torch.from_numpy(m_len),
@@ -456,12 +483,7 @@ class Engine:
             self._check_chain_bounds(reqs, rows, from_n, n_draft, m_len, ng_len)
             self._emit(reqs, rows, from_n, n_draft, n_emit - n_draft)
             self.prev_pos[reqs] = rows - tb.offsets[reqs]
-            if model_ran:
-                self.model_pos[reqs] = self.prev_pos[reqs]
-                self.m_conf_sum[reqs] += tb.m_conf[rows]
-                self.m_conf_cnt[reqs] += 1
-            self.ng_conf_sum[reqs] += tb.ng_conf[rows] * (np.arange(tb.k_ngram) < ng_len[:, None])
-            self.ng_conf_cnt[reqs] += 1
+            self._record_drafts(reqs, rows, model_ran)
             self.n_steps[reqs] += 1
             verified = [int(adm_m.sum()), int(adm_n.sum())]
             self._last_draft = verified[0] + verified[1]

@@ -34,7 +34,7 @@ from sim.policies import get_policy
 
 BASELINE = "adaptive"
 DEFAULT_POLICIES = ("none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold",
-                    "hybrid-price", "hybrid-tree", "oracle")
+                    "hybrid", "hybrid-price", "hybrid-tree", "oracle")
 DEFAULT_BATCH_SIZES = (4, 128)
 
 

@@ -69,3 +69,16 @@ def test_bad_data_files(tmp_path, monkeypatch):
     _tmp_models(tmp_path / "d", monkeypatch, dict(base, name="x", num_kv_heads=5))
     with pytest.raises(ConfigError, match="multiple of num_kv_heads"):
         get_llm("x")
+
+
+def test_graph_tokens_pad_to_the_next_capture_size_and_the_charge_follows():
+    from sim.cost import make_cost_model
+    c = make_cost_model("roofline", llm="qwen3-8b", gpu="h100-sxm")
+    caps = sorted(c.capture_sizes)
+    assert c.graph_tokens(0) == 0 and c.graph_tokens(1) == 1 and c.graph_tokens(3) == 4
+    assert c.graph_tokens(caps[-1] - 1) == caps[-1] and c.graph_tokens(caps[-1] + 7) == caps[-1] + 7
+    t = c.charged_verify_table(300, 50_000, 8)
+    raw = c.verify_table(600, 50_000, 8)
+    for n in (5, 130, 257, 300):
+        assert t[n] == raw[c.graph_tokens(n)]
+    assert t[129] == t[136] < t[137]  # one bucket (129..136) costs the same: padding is paid anyway

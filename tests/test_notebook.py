@@ -12,7 +12,7 @@ def test_policy_tuning_notebook(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    monkeypatch.setenv("HYBRIDSPEC_NB_LIMIT", "6")
+    monkeypatch.setenv("HYBRIDSPEC_NB_SAMPLE", "6")
     monkeypatch.setenv("HYBRIDSPEC_NB_OUT", str(tmp_path / "out"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     nb = nbformat.read(NB, as_version=4)

@@ -1,6 +1,6 @@
 """Exact model-free n-gram (prompt-lookup) drafter, precomputed for every output position of a request.
 
-Matching rule (as DESIGN.md describes vLLM's GPU n-gram speculator; see docs/simulator.md):
+Matching rule (that of vLLM's GPU n-gram speculator; see docs/simulator.md):
 at output position i the context is c = prompt + output[:i], of length t = P + i. For n from n_max down
 to n_min, look for an earlier occurrence of the suffix c[t-n:t], i.e. an end e < t with c[e-n:e] = c[t-n:t];
 take the largest n that has one and, for it, the rightmost such occurrence (largest e). The proposal is

@@ -1,7 +1,7 @@
 """Per-request, per-position draft tables: the precomputed input of every engine step.
 
 At temperature 0 the target output is fixed, so what each drafter proposes at output position i, and how
-much of it the target accepts, depends only on i (DESIGN.md section 5). `build_draft_tables` computes,
+much of it the target accepts, depends only on i (docs/simulator.md). `build_draft_tables` computes,
 once per trace, for every request r and output position i (row = offsets[r] + i):
   ng_len, ng_acc, ng_start   n-gram chain length, exact accepted length, source index in the token sequence
   ng_conf [K_n]              calibrated conditional acceptance estimates of the n-gram tokens

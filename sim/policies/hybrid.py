@@ -1,14 +1,16 @@
-"""The seed's method, `hybrid-price`: both drafters' chains on one scale via a price per verified slot.
+"""The hybrids: the seed's `hybrid-price` (both drafters' chains on one scale via a price per verified
+slot) and the project's default `hybrid`, which also prices the model drafter's pass (`price_skip`).
 
-Math (DESIGN section 1). Survivals a^m = cumprod(model_conf), a^n = cumprod(ngram_conf), 0 past each
+Math (docs/simulator.md, "Policies"). Survivals a^m = cumprod(model_conf), a^n = cumprod(ngram_conf), 0 past each
 chain's length. Given a price lambda (a survival, i.e. expected accepted tokens per slot), request r
 takes for each chain the prefix l = #{j : a_j > lambda} and its value V = sum_{j<=l} (a_j - lambda)
 = sum_j relu(a_j - lambda), and keeps the n-gram chain only if V_n > V_m + NGRAM_MARGIN (else model).
-The margin (0.5 expected tokens) corrects the winner's curse: picking the larger of two noisy estimates
-selects the over-estimated one, and on chat the n-gram slots chosen this way were measured to accept
-about 0.1 per slot less than estimated (first slot 0.77 estimated vs 0.68 observed). Measured side by
-side (full traces, qwen3-8b/h100): margin 0 -> chat 0.990-1.000x adaptive, code 1.652x (bs 4) / 1.241x
-(bs 128); margin 0.5 -> chat 0.992-1.008x, code 1.635x / 1.246x. The batch goodput
+The margin (expected tokens) corrects the winner's curse: picking the larger of two noisy estimates
+selects the over-estimated one (on general text the n-gram slots chosen by max-V accept less than
+estimated). NGRAM_MARGIN = 1 was chosen on general text only (`python -m sim.sweep --preset tune`, 400
+sampled requests of traces/general.jsonl, batch 1/4/32/128): geometric-mean throughput over adaptive
+1.0039 (margin 0), 1.0034 (0.25), 1.0067 (0.5), 1.0085 (1), 1.0063 (1.5), 1.0061 (2). The batch goodput
+of the resultThe batch goodput
 of the result is G = (N + sum admitted survivals) / (draft_ms + verify_ms[T + admitted slots]) [tokens/ms].
 At the optimum lambda = G* x (marginal step cost of one slot): a slot pays only if its survival beats
 what the slot would earn elsewhere in the batch.

@@ -1,4 +1,4 @@
-"""Typed trace objects: one Request per JSONL line, a Trace per file (see DESIGN.md section 4).
+"""Typed trace objects: one Request per JSONL line, a Trace per file (see traces/README.md).
 
 A request carries token ids when its content is known (text lines are tokenized by the loader) and only
 lengths when the source trace has no content (Azure, BurstGPT, Mooncake). A request is `length_only` when
