@@ -8,8 +8,11 @@ takes for each chain the prefix l = #{j : a_j > lambda} and its value V = sum_{j
 The margin (expected tokens) corrects the winner's curse: picking the larger of two noisy estimates
 selects the over-estimated one (on general text the n-gram slots chosen by max-V accept less than
 estimated). NGRAM_MARGIN = 1 was chosen on general text only (`python -m sim.sweep --preset tune`, 400
-sampled requests of traces/general.jsonl, batch 1/4/32/128): geometric-mean throughput over adaptive
-1.0039 (margin 0), 1.0034 (0.25), 1.0067 (0.5), 1.0085 (1), 1.0063 (1.5), 1.0061 (2). The batch goodput
+sampled requests of traces/general.jsonl, batch 1/4/32/128), measured with `hybrid` while its forecast was
+still `min`: geometric-mean throughput over adaptive 1.0039 (margin 0), 1.0034 (0.25), 1.0067 (0.5),
+1.0085 (1), 1.0063 (1.5), 1.0061 (2). `hybrid`'s forecast `avg` was then chosen on 150 sampled general
+requests at batch 1/4/32 (geometric means 1.0133 avg, 1.0099 min, 1.0085 mean); the preset reruns both
+comparisons with the current code. The batch goodput
 of the resultThe batch goodput
 of the result is G = (N + sum admitted survivals) / (draft_ms + verify_ms[T + admitted slots]) [tokens/ms].
 At the optimum lambda = G* x (marginal step cost of one slot): a slot pays only if its survival beats
