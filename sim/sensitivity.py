@@ -30,7 +30,7 @@ from sim.cli_util import run_cli
 from sim.cost import make_cost_model
 from sim.drafters.model import load_drafter_profile
 from sim.errors import ConfigError
-from sim.run import BASELINE, Prepared, SimSetup, prepare, run_many
+from sim.run import BASELINE, SimSetup, prepare, run_many
 
 HYBRIDS = ("hybrid", "hybrid-price")
 SINGLES = ("model-fixed:7", "ngram-first", "suffix-threshold")  # plus ngram-fixed:k of the row's k

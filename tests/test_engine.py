@@ -6,8 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from conftest import LinearCost, random_requests
-from sim.drafters.calibration import _KNOTS, NgramCalibrator
+from conftest import LinearCost, plausible_calibrator, random_requests
 from sim.drafters.model import ModelDrafterProfile
 from sim.drafters.ngram import NgramConfig
 from sim.drafters.tables import build_draft_tables
@@ -23,10 +22,7 @@ PROFILE = ModelDrafterProfile(name="t", block=4)
 
 
 def _calib():
-    # a fixed, plausible calibrator: acceptance rises with the match length, falls with depth
-    w = np.zeros(len(_KNOTS) + 11)
-    w[0], w[1], w[1 + len(_KNOTS)] = -0.5, 1.0, -0.3
-    return NgramCalibrator(w, CFG)
+    return plausible_calibrator(CFG)
 
 
 def _tables(reqs, seed=0):

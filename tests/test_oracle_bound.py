@@ -6,14 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import random_requests
+from conftest import plausible_calibrator, random_requests
 from sim.cost import make_cost_model
-from sim.drafters.calibration import _KNOTS, NgramCalibrator
 from sim.drafters.model import ModelDrafterProfile
 from sim.drafters.ngram import NgramConfig
 from sim.drafters.tables import build_draft_tables
 from sim.engine import Engine, EngineConfig
-from sim.metrics import summarize
 from sim.policies import CHAIN_MODEL, CHAIN_NGRAM, get_policy, list_policies
 from sim.policies.registry import Policy, describe_policies
 from sim.policies.testing import random_batch
@@ -27,9 +25,7 @@ PROFILE = ModelDrafterProfile(name="t", block=7)
 
 
 def _calib():
-    w = np.zeros(len(_KNOTS) + 11)
-    w[0], w[1], w[1 + len(_KNOTS)] = -0.5, 1.0, -0.3
-    return NgramCalibrator(w, CFG)
+    return plausible_calibrator(CFG)
 
 
 def test_every_family_is_covered():
