@@ -114,6 +114,17 @@ def sensitivity_md(summ: pd.DataFrame, base: SimSetup, batch_sizes: list[int]) -
              "suffix-threshold (named), `oracle` the per-step oracle (a per-step bound, not an end-to-end one).",
              "", "**Simulation only**: no real run has confirmed these figures (there is no reports/fidelity*.md "
              "yet). Regenerate with:", "", f"    {COMMAND}", ""]
+    lines += ["## Summary: the range each assumption spans", "",
+              "| assumption | batch | hybrid / adaptive | best single / adaptive | hybrid / best single |",
+              "|---|---:|---:|---:|---:|"]
+    for axis, title in _AXIS_TITLES.items():
+        for b in batch_sizes:
+            g = summ[(summ["axis"] == axis) & (summ["batch_size"] == b)]
+            if len(g):
+                lines.append(f"| {title} | {b} | {g['hybrid'].min():.2f}-{g['hybrid'].max():.2f} | "
+                             f"{g['best single'].min():.2f}-{g['best single'].max():.2f} | "
+                             f"{g['hybrid / best single'].min():.3f}-{g['hybrid / best single'].max():.3f} |")
+    lines.append("")
     for axis, title in _AXIS_TITLES.items():
         g = summ[summ["axis"] == axis]
         lines += [f"## {title}", "", "| value | batch | hybrid | hybrid-price | best single | (policy) | "
