@@ -194,11 +194,11 @@ def test_decisions_ignore_the_step_context_and_charging_uses_it():
     # the same decisions whatever the true context cost ...
     for col in ("num_decode", "prefill_tokens", "verified_model", "accepted_model", "emitted", "kv_tokens"):
         assert np.array_equal(s1[col], s2[col]), col
-    # ... but each step is charged its true cost at its own context
+    # ... but each step is charged its true cost at its own context, padded to its CUDA-graph size
     assert np.allclose(s2["verify_ms"] - s1["verify_ms"], 1e-3 * s1["kv_tokens"])
     tokens = s1["num_decode"] + s1["prefill_tokens"] + s1["verified_model"]
     lin = LinearCost()  # (LinearCost ignores num_seqs)
-    assert np.allclose(s1["verify_ms"], [lin.verify_ms(t, k, 1) for t, k in zip(tokens, s1["kv_tokens"])])
+    assert np.allclose(s1["verify_ms"], [lin.verify_ms(lin.graph_tokens(t), k, 1) for t, k in zip(tokens, s1["kv_tokens"])])
 
 
 def test_startup_table_is_vllms_profile():
