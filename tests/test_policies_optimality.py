@@ -46,10 +46,11 @@ def test_two_stage_sweep_vs_brute_force(monkeypatch):
 def test_default_margin_costs_little_expected_goodput():
     """The default margin (1 expected token, chosen on general text) trades some *estimated* goodput for
     robustness to estimate noise: here the estimates are exact by construction, so it can only cost
-    (mean 0.956 of the brute-force optimum on these batches; 0.986 with the old margin of 0.5)."""
+    (mean 0.956 and worst 0.686 of the brute-force optimum on these batches, against 0.986 and 0.75+ with
+    the old margin of 0.5: a whole token of margin is a lot on a short random chain)."""
     r = _ratios("hybrid-price:sweep:current")
     print(f"\nsweep, default margin: worst ratio {r.min():.4f}, mean {r.mean():.5f}")
-    assert r.mean() >= 0.95 and r.min() >= 0.75
+    assert r.mean() >= 0.95 and r.min() >= 0.65
 
 
 def test_default_is_sweep():
