@@ -255,10 +255,11 @@ def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
     model chain is empty takes its n-gram chain.
     Host-side forecasts (all known before the step): a request's model chain is the previous step's when
     the pass ran then, else the mean of the chains drafted for it so far (the engine keeps it), so the
-    decision never uses a chain that was not drafted; its n-gram chain is min(previous proposal, the
-    request's mean proposal) slot by slot (`mean_ngram_conf`), because a copy that held at the last
-    step predicts the next step well only in a request that keeps copying (an edit), not in one whose
-    matches are short-lived (chat).
+    decision never uses a chain that was not drafted; its n-gram chain is, slot by slot, the average
+    (`forecast="avg"`, the default; or min / mean / stale) of the previous proposal and the request's mean
+    proposal (`mean_ngram_conf`), because a copy that held at the last step predicts the next step well
+    only in a request that keeps copying (an edit), not in one whose matches are short-lived (chat).
+    The budget is capped like adaptive's by vLLM's logits buffer (`cap_budget`).
     """
     dt = batch.model_conf.dtype
     zeros_m = torch.zeros_like(batch.model_len)
@@ -277,7 +278,7 @@ def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
     ch = Chains.of(conf_m, len_m, conf_n, len_n, draft)
     use_ngram, admitted, g = LAMBDA_METHODS[method](batch, ch, margin)  # sides: cur, stale, cur-ng, stale-ng
     run_model = g[3] <= g[1] * (1.0 + hysteresis)
-    budget = free_budget(batch, torch.where(run_model, admitted[1].sum(), admitted[3].sum()))
+    budget = cap_budget(batch, free_budget(batch, torch.where(run_model, admitted[1].sum(), admitted[3].sum())))
     # select the current side with where, not an index: a tensor index would sync with the host
     use_ngram = torch.where(run_model, use_ngram[0], use_ngram[2])
     adm_cur = torch.where(run_model, admitted[0], admitted[2])
