@@ -164,7 +164,7 @@ def sensitivity_html(summ: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
-def write_outputs(out: Path, df: pd.DataFrame, summ: pd.DataFrame, base: SimSetup, sizes: list[int]) -> list[Path]:
+def write_outputs(out: Path, summ: pd.DataFrame, base: SimSetup, sizes: list[int]) -> list[Path]:
     """Each file written whole (a temporary sibling renamed into place)."""
     out.mkdir(parents=True, exist_ok=True)
     files = {"sensitivity.md": sensitivity_md(summ, base, sizes) + "\n", "sensitivity.html": sensitivity_html(summ),
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     base = SimSetup(trace=a.trace, sample=a.sample)
     df = run_sensitivity(base, sizes, workers=a.workers, progress=True)
     summ = summary_table(df)
-    paths = write_outputs(a.out, df, summ, base, sizes)
+    paths = write_outputs(a.out, summ, base, sizes)
     print(sensitivity_md(summ, base, sizes))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0

@@ -71,7 +71,10 @@ SWEEP_EXACT_MAX = 256  # up to this many slots, the sweep tries every survival a
 SWEEP_COARSE = 48
 SWEEP_FINE = 32
 NGRAM_MARGIN = 1.0  # expected tokens; see the module docstring
-FORECASTS = ("avg", "min", "mean", "stale")  # hybrid's host-side n-gram forecast; the first is the default
+# hybrid's host-side forecast of a request's n-gram chain from (previous proposal, mean proposal)
+_FORECASTS = {"avg": lambda last, mean: 0.5 * (last + mean), "min": torch.minimum,
+              "mean": lambda last, mean: mean, "stale": lambda last, mean: last}
+FORECASTS = tuple(_FORECASTS)  # the first is the default
 
 
 class Chains:
@@ -267,9 +270,7 @@ def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
     len_m = torch.stack([batch.model_len, batch.stale_model_len, zeros_m, zeros_m])
     stale_n = batch.stale_ngram_conf.to(dt)
     if batch.mean_ngram_conf is not None:  # forecast the n-gram chain from its last proposal and its history
-        mean_n = batch.mean_ngram_conf.to(dt)
-        stale_n = {"min": torch.minimum(stale_n, mean_n), "mean": mean_n, "avg": 0.5 * (stale_n + mean_n),
-                   "stale": stale_n}[forecast]
+        stale_n = _FORECASTS[forecast](stale_n, batch.mean_ngram_conf.to(dt))
     conf_n = torch.stack([batch.ngram_conf.to(dt), stale_n]).repeat(2, 1, 1)
     len_n = torch.stack([batch.ngram_len, batch.stale_ngram_len]).repeat(2, 1)
     full = torch.as_tensor(batch.draft_cost_ms, dtype=torch.float64)
