@@ -219,7 +219,7 @@ class Engine:
             tok[md] = tb.m_tok[rows[rep[md]], np.minimum(j[md], tb.k_model - 1)]
         self._write(reqs, counts, (tb.offsets[reqs] + pos)[rep] + j, tok)
 
-    def _host_history(self, reqs: np.ndarray, srows: np.ndarray, mrows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _host_history(self, reqs: np.ndarray, srows: np.ndarray, mrows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """What the host knows of each request's chains before the step: (stale model confidences [R, K_m],
         mean n-gram confidences [R, K_n]). The model row is the chain drafted at the previous step; if the
         pass was skipped then, the mean of the chains drafted for the request so far; 1.0 on the first
@@ -233,6 +233,8 @@ class Engine:
             stale_m[gap] = self.m_conf_sum[g] / self.m_conf_cnt[g][:, None]
         stale_m[self.fresh[reqs]] = 1.0
         self.fresh[reqs] = False
+        if not self.policy.uses_ngram:  # only policies that draft n-gram chains read their history
+            return stale_m, None
         cnt = self.ng_conf_cnt[reqs]
         mean_ng = np.where(cnt[:, None] > 0, self.ng_conf_sum[reqs] / np.maximum(cnt, 1)[:, None],
                            tb.ng_conf[srows] * (np.arange(tb.k_ngram) < tb.ng_len[srows][:, None]))
@@ -245,8 +247,9 @@ class Engine:
             self.model_pos[reqs] = self.prev_pos[reqs]
             self.m_conf_sum[reqs] += tb.m_conf[rows]
             self.m_conf_cnt[reqs] += 1
-        self.ng_conf_sum[reqs] += tb.ng_conf[rows] * (np.arange(tb.k_ngram) < tb.ng_len[rows][:, None])
-        self.ng_conf_cnt[reqs] += 1
+        if self.policy.uses_ngram:
+            self.ng_conf_sum[reqs] += tb.ng_conf[rows] * (np.arange(tb.k_ngram) < tb.ng_len[rows][:, None])
+            self.ng_conf_cnt[reqs] += 1
 
     def _flag(self, bad: np.ndarray, reqs: np.ndarray, what: str) -> None:
         """Record the first violation: `what` for the first request with bad[k] set."""
@@ -440,7 +443,7 @@ class Engine:
                 true_ngram_acc=torch.from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
                 true_verify_cost_ms=torch.from_numpy(cost.charged_verify_table(
                     T + R * max(tb.k_model, tb.k_ngram) + 1, kv_tokens, n_seqs)) if pol.needs_truth else None,
-                mean_ngram_conf=torch.from_numpy(mean_ng),
+                mean_ngram_conf=None if mean_ng is None else torch.from_numpy(mean_ng),
                 model_draft_ms=draft_ms,
                 ngram_draft_ms=ngram_ms,
                 num_sampling_reqs=R + n_prefill_done,
