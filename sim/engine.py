@@ -58,7 +58,8 @@ from tqdm import tqdm
 from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables
 from sim.errors import ConfigError, HybridSpecError
-from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, StepBatch
+from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
+from sim.scheduler import Scheduler, StepPlan
 
 
 @dataclass(frozen=True)
@@ -137,8 +138,13 @@ class Engine:
                 f"request {worst} needs {int(need[worst])} KV tokens but the cache holds {self.kv_cap}: "
                 "it can never run on this model/GPU; use a larger GPU or a smaller --limit/trace")
         self.progress = progress
-        # per-request state
-        self.pos = np.zeros(n, dtype=np.int64)          # output tokens emitted
+        # Scheduling state lives in the shared scheduler; these are views of its arrays.
+        kmax = max(tables.k_model if policy.uses_model else 0, tables.k_ngram if policy.uses_ngram else 0)
+        self.sched = Scheduler(tables.prompt_len, cfg.batch_size, cfg.max_num_batched_tokens, cfg.block_size,
+                               self.kv_cap, kmax)
+        st = self.sched.state
+        self.pos, self.prefilled, self.prefill_target = st.pos, st.prefilled, st.prefill_target
+        self.n_preempt, self.fresh = st.n_preempt, st.fresh
         self.prev_pos = np.zeros(n, dtype=np.int64)     # position of the previous decode step (stale rows)
         self.model_pos = np.zeros(n, dtype=np.int64)    # position of the last step the model drafter ran
         # Running mean of the model chains drafted for each request (sum over drafts, count): the host's
@@ -148,20 +154,12 @@ class Engine:
         # Running mean of each request's n-gram chains (confidence per slot, 0 past the chain's length).
         self.ng_conf_sum = np.zeros((n, tables.k_ngram), dtype=np.float64)
         self.ng_conf_cnt = np.zeros(n, dtype=np.int64)
-        self.prefilled = np.zeros(n, dtype=np.int64)    # tokens of the current prefill target processed
-        self.prefill_target = tables.prompt_len.copy()  # prompt (+ generated, after a preemption)
         self.t_first = np.full(n, np.nan)
         self.t_done = np.full(n, np.nan)
         self.n_steps = np.zeros(n, dtype=np.int64)
-        self.n_preempt = np.zeros(n, dtype=np.int64)
         self.emitted_tokens = np.full(int(tables.out_len.sum()), -1, dtype=np.int64)
-        # True until a request's first decode step since it was (re)admitted: vLLM's add_request resets its
-        # stale confidences to 1.0 then, and a preempted request is removed and added again on resume.
-        self.fresh = np.ones(n, dtype=bool)
         self.n_written = 0  # tokens written into emitted_tokens (== its length iff each slot written once)
         self.violation = ""  # first violation of the step checks (module docstring, items 1-2)
-        self.running: list[int] = []
-        self.waiting: list[int] = []
         # Policies decide with the verify table vLLM profiles once at start-up (a fixed reference context,
         # see CostModel.startup_verify_table); every step is charged its true cost at its own context.
         kdec = max(tables.k_model, tables.k_ngram)
@@ -171,23 +169,10 @@ class Engine:
         vocab = cost.vocab_size
         # vLLM 0.33's verification logits cap: one fp32 chunk of 2**30 bytes, vocab_size * 4 bytes per row
         self.max_logits = 2**30 // (vocab * 4) if vocab else None
-        self._last_draft = 0  # draft slots verified in the previous step (the next step's reservation)
         self.steps: list[tuple] = []  # one STEP_COLUMNS tuple per step
         self._bar = None
 
     # ----------------------------------------------------------------------------------------- utils
-    def _kv_need(self, r: int, extra: int) -> int:
-        bs = self.cfg.block_size
-        return -(-(int(self.tb.prompt_len[r]) + int(self.pos[r]) + extra) // bs) * bs
-
-    def _kv_used(self, kmax: int) -> int:
-        """KV tokens the running requests hold after this step, rounded up to whole blocks."""
-        if not self.running:
-            return 0
-        r = np.asarray(self.running)
-        bs = self.cfg.block_size
-        return int((-(-(self.tb.prompt_len[r] + self.pos[r] + kmax + 1) // bs) * bs).sum())
-
     def _write(self, reqs: np.ndarray, counts: np.ndarray, dst: np.ndarray, tokens: np.ndarray) -> None:
         """Store `tokens` at buffer slots `dst` (counts[k] of them for request reqs[k], at its position) and
         advance the positions; n_written counts every store so that a slot stored twice is detectable."""
@@ -276,14 +261,14 @@ class Engine:
             dt = self.arrival[r] - env.now / 1000.0
             if dt > 0:
                 yield env.timeout(dt * 1000.0)
-            self.waiting.append(int(r))
+            self.sched.add(int(r))
             if not wake[0].triggered:
                 wake[0].succeed()
 
     def _engine(self, env: simpy.Environment, wake: list):
         done = 0
         while done < self.n:
-            if not self.running and not self.waiting:
+            if self.sched.idle():
                 wake[0] = env.event()
                 yield wake[0]
                 continue
@@ -350,132 +335,151 @@ class Engine:
         return ""
 
     # ----------------------------------------------------------------------------------------- step
-    def _schedule(self) -> tuple[np.ndarray, list[tuple[int, int]], int]:
-        """Admit waiting requests and split the token budget: (decoding, [(prefilling, chunk)], preempted)."""
-        cfg = self.cfg
-        kmax = max(self.tb.k_model if self.policy.uses_model else 0, self.tb.k_ngram if self.policy.uses_ngram else 0)
-        while self.waiting and len(self.running) < cfg.batch_size:
-            r = self.waiting[0]
-            if self.running and self._kv_used(kmax) + self._kv_need(r, kmax + 1) > self.kv_cap:
-                break
-            self.waiting.pop(0)
-            self.running.append(r)
-        # Preempt (LIFO) while the running set would overflow the cache this step.
-        preempted = 0
-        while len(self.running) > 1 and self._kv_used(kmax) > self.kv_cap:
-            r = self.running.pop()
-            self.prefill_target[r] = self.tb.prompt_len[r] + self.pos[r]
-            self.prefilled[r] = 0
-            self.n_preempt[r] += 1
-            self.fresh[r] = True
-            self.waiting.insert(0, r)
-            preempted += 1
-        budget = cfg.max_num_batched_tokens
-        run = np.asarray(self.running, dtype=np.int64)
-        pending = self.prefill_target[run] - self.prefilled[run]
-        decoding = run[pending <= 0]
-        # Decoding requests take one token each plus the draft slots; like adaptive verification's
-        # CPU-side budget, the reservation is the previous step's verified draft count (known to the
-        # host under async scheduling), capped at the chains' full length.
-        budget -= len(decoding) + min(self._last_draft, len(decoding) * kmax)
-        prefilling = []
-        for r, left in zip(run[pending > 0].tolist(), pending[pending > 0].tolist()):
-            if budget <= 0:
-                break
-            chunk = min(left, budget)
-            prefilling.append((r, chunk))
-            budget -= chunk
-        return decoding, prefilling, preempted
+    # One step, in the order both engines share (the real engine overrides the marked hooks):
+    #   _schedule -> prefill bookkeeping -> _propose (hook) -> _build_batch -> _allocate (hook: timing)
+    #   -> _admit -> _verify (hook: tables here, a model forward there) -> _accept -> _emit (hook)
+    #   -> _charge (hook: the cost model here, the clock there).
 
-    def _step(self, now_ms: float) -> tuple[float, list[int]]:
-        tb, cost, pol = self.tb, self.cost, self.policy
-        decoding, prefilling, preempted = self._schedule()
-        finished: list[int] = []
-        # ---- prefill chunks: the chunk that completes a fresh prompt samples output token 0
-        prefill_tokens = sum(c for _, c in prefilling)
+    def _schedule(self) -> StepPlan:
+        """The shared scheduler's plan for this step (sim.scheduler)."""
+        return self.sched.schedule()
+
+    def _propose(self, reqs: np.ndarray, rows: np.ndarray) -> dict:
+        """Hook: the drafters' chains for the decoding requests at output rows `rows` of the tables:
+        model_conf [R, K_m], model_len [R], ngram_conf [R, K_n], ngram_len [R] (numpy)."""
+        tb = self.tb
+        return dict(model_conf=tb.m_conf[rows], model_len=np.minimum(tb.k_model, tb.out_len[reqs] - self.pos[reqs]),
+                    ngram_conf=tb.ng_conf[rows], ngram_len=tb.ng_len[rows])
+
+    def _allocate(self, batch: StepBatch) -> Allocation:
+        """Hook: call the policy (the real engine times it)."""
+        return self.policy(batch)
+
+    def _verify(self, plan: StepPlan, reqs: np.ndarray, rows: np.ndarray, adm_m: np.ndarray,
+                adm_n: np.ndarray, chains: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Hook: run the target over the step (prefill chunks and the admitted draft slots) and return how
+        many of each chain's admitted tokens it accepts (acc_m, acc_n; int64 [R]). Here: the tables'
+        exact acceptance at temperature 0, capped at what was admitted."""
+        tb = self.tb
+        return np.minimum(adm_m, tb.m_acc[rows]), np.minimum(adm_n, tb.ng_acc[rows])
+
+    def _charge(self, parts: dict, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
+                logit_rows: int) -> dict:
+        """Hook: the step's time split (ms: draft, ngram, alloc, verify, sample, cpu). `parts` holds the
+        drafters' and the allocation's prices (0 for what did not run). Here: the cost model's true cost,
+        at this step's context and at the token count its CUDA graph is padded to."""
+        cost = self.cost
+        verify = float(cost.verify_ms(cost.graph_tokens(total_tokens), kv_tokens, num_seqs)) if total_tokens else 0.0
+        return dict(parts, verify=verify, sample=cost.sample_ms(total_tokens) if total_tokens else 0.0,
+                    cpu=cost.cpu_ms(len(self.sched.running), total_tokens))
+
+    def _build_batch(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, T: int, kv_tokens: int,
+                     n_seqs: int, n_prefill_done: int, prices: dict) -> StepBatch:
+        """The policy's view of the step (sim.policies.base.StepBatch), the same in both engines."""
+        tb, pol = self.tb, self.policy
+        srows = tb.offsets[reqs] + self.prev_pos[reqs]
+        mrows = tb.offsets[reqs] + self.model_pos[reqs]
+        stale_m_conf, mean_ng = self._host_history(reqs, srows, mrows)
+        draft_ms, ngram_ms = prices["draft"], prices["ngram"]
+        return StepBatch(
+            model_conf=torch.from_numpy(chains["model_conf"]),
+            model_len=torch.from_numpy(chains["model_len"]),
+            ngram_conf=torch.from_numpy(chains["ngram_conf"]),
+            ngram_len=torch.from_numpy(chains["ngram_len"]),
+            # the model chain last drafted for the request (not the previous step's if the pass was skipped)
+            stale_model_conf=torch.from_numpy(stale_m_conf),
+            stale_model_len=torch.from_numpy(np.minimum(tb.k_model, tb.out_len[reqs] - self.model_pos[reqs])),
+            stale_ngram_conf=torch.from_numpy(tb.ng_conf[srows]),
+            stale_ngram_len=torch.from_numpy(tb.ng_len[srows]),
+            num_nondraft_tokens=T,
+            verify_cost_ms=self.decision_table,
+            draft_cost_ms=draft_ms + ngram_ms + prices["alloc"],
+            true_model_acc=torch.from_numpy(tb.m_acc[rows]) if pol.needs_truth else None,
+            true_ngram_acc=torch.from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
+            true_verify_cost_ms=torch.from_numpy(self.cost.charged_verify_table(
+                T + len(reqs) * max(tb.k_model, tb.k_ngram) + 1, kv_tokens, n_seqs)) if pol.needs_truth else None,
+            mean_ngram_conf=None if mean_ng is None else torch.from_numpy(mean_ng),
+            model_draft_ms=draft_ms,
+            ngram_draft_ms=ngram_ms,
+            num_sampling_reqs=len(reqs) + n_prefill_done,
+            max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
+        )
+
+    def _admit(self, alloc: Allocation, reqs: np.ndarray, chains: dict, prices: dict) -> tuple:
+        """Draft slots verified from each chain (a tree policy verifies the other chain as a second branch),
+        after the Allocation contract check; drops the prices of drafters the policy skipped.
+        Returns (adm_m, adm_n, model_ran)."""
+        pol = self.policy
+        model_ran = pol.uses_model if alloc.model_ran is None else bool(alloc.model_ran)
+        ngram_ran = pol.uses_ngram if alloc.ngram_ran is None else bool(alloc.ngram_ran)
+        if not model_ran:
+            prices["draft"] = 0.0
+        if not ngram_ran:
+            prices["ngram"] = 0.0
+        if not (model_ran or ngram_ran):
+            prices["alloc"] = 0.0
+        chain = alloc.chain.numpy()
+        adm = alloc.admitted.numpy().astype(np.int64)
+        is_m = chain == CHAIN_MODEL
+        is_n = chain == CHAIN_NGRAM
+        sec = alloc.second.numpy().astype(np.int64) if alloc.second is not None else np.zeros_like(adm)
+        want_m = np.where(is_m, adm, np.where(is_n, sec, 0))
+        want_n = np.where(is_n, adm, np.where(is_m, sec, 0))
+        m_len, ng_len = chains["model_len"], chains["ngram_len"]
+        # Allocation contract: 0 <= slots <= the chain's length (what the engine would otherwise clamp).
+        self._flag((want_m > m_len) | (want_n > ng_len) | (np.minimum(want_m, want_n) < 0), reqs,
+                   "the policy admitted more draft tokens than its chain holds")
+        self._flag(((want_m > 0) & (not model_ran)) | ((want_n > 0) & (not ngram_ran)), reqs,
+                   "the policy admitted draft tokens of a drafter it did not run this step")
+        return np.minimum(want_m, m_len), np.minimum(want_n, ng_len), model_ran
+
+    def _prefill(self, plan: StepPlan) -> tuple[int, list[int], int]:
+        """Advance the prefill chunks: (KV tokens they read, requests whose fresh prompt completes, chunks
+        that complete a prefill). The chunk that completes a fresh prompt samples output token 0."""
         kv_tokens = 0
         first_tok = []
         n_prefill_done = 0  # chunks that complete their prefill: they sample a token in vLLM
-        for r, c in prefilling:
+        for r, c in plan.prefilling:
             kv_tokens += int(self.prefilled[r]) + c
             self.prefilled[r] += c
             if self.prefilled[r] >= self.prefill_target[r]:
                 n_prefill_done += 1
                 if self.pos[r] == 0:
                     first_tok.append(r)
-        # ---- decode with speculation
+        return kv_tokens, first_tok, n_prefill_done
+
+    def _step(self, now_ms: float) -> tuple[float, list[int]]:
+        tb, cost, pol = self.tb, self.cost, self.policy
+        plan = self._schedule()
+        decoding, prefilling, preempted = plan.decoding, plan.prefilling, plan.preempted
+        prefill_tokens = sum(c for _, c in prefilling)
+        kv_tokens, first_tok, n_prefill_done = self._prefill(plan)
         R = len(decoding)
         verified = [0, 0]
         accepted = [0, 0]
         emitted = 0
-        draft_ms = ngram_ms = alloc_ms = 0.0
+        prices = dict(draft=0.0, ngram=0.0, alloc=0.0)
+        n_seqs = R + len(prefilling)
+        reqs = decoding
+        rows = tb.offsets[reqs] + self.pos[reqs]
+        adm_m = adm_n = np.zeros(R, dtype=np.int64)
+        chains: dict = {}
         if R:
-            reqs = decoding
-            rows = tb.offsets[reqs] + self.pos[reqs]
-            srows = tb.offsets[reqs] + self.prev_pos[reqs]
-            mrows = tb.offsets[reqs] + self.model_pos[reqs]
             kv_tokens += int((tb.prompt_len[reqs] + self.pos[reqs]).sum())
             T = R + prefill_tokens
             # Priced as if every drafter the policy uses runs; a policy may skip one (model_ran below).
             if pol.uses_model:
-                draft_ms = cost.draft_ms(R, tb.k_model)
+                prices["draft"] = cost.draft_ms(R, tb.k_model)
             if pol.uses_ngram:
-                ngram_ms = cost.ngram_ms(R, on_gpu=not pol.host_sync)
+                prices["ngram"] = cost.ngram_ms(R, on_gpu=not pol.host_sync)
             if pol.uses_model or pol.uses_ngram:
-                alloc_ms = cost.alloc_ms(R)
-            m_len = np.minimum(tb.k_model, tb.out_len[reqs] - self.pos[reqs])
-            stale_m_conf, mean_ng = self._host_history(reqs, srows, mrows)
-            n_seqs = R + len(prefilling)
-            batch = StepBatch(
-                model_conf=torch.from_numpy(tb.m_conf[rows]),
-                model_len=torch.from_numpy(m_len),
-                ngram_conf=torch.from_numpy(tb.ng_conf[rows]),
-                ngram_len=torch.from_numpy(tb.ng_len[rows]),
-                # the model chain last drafted for the request (not the previous step's if the pass was skipped)
-                stale_model_conf=torch.from_numpy(stale_m_conf),
-                stale_model_len=torch.from_numpy(np.minimum(tb.k_model, tb.out_len[reqs] - self.model_pos[reqs])),
-                stale_ngram_conf=torch.from_numpy(tb.ng_conf[srows]),
-                stale_ngram_len=torch.from_numpy(tb.ng_len[srows]),
-                num_nondraft_tokens=T,
-                verify_cost_ms=self.decision_table,
-                draft_cost_ms=draft_ms + ngram_ms + alloc_ms,
-                true_model_acc=torch.from_numpy(tb.m_acc[rows]) if pol.needs_truth else None,
-                true_ngram_acc=torch.from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
-                true_verify_cost_ms=torch.from_numpy(cost.charged_verify_table(
-                    T + R * max(tb.k_model, tb.k_ngram) + 1, kv_tokens, n_seqs)) if pol.needs_truth else None,
-                mean_ngram_conf=None if mean_ng is None else torch.from_numpy(mean_ng),
-                model_draft_ms=draft_ms,
-                ngram_draft_ms=ngram_ms,
-                num_sampling_reqs=R + n_prefill_done,
-                max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
-            )
-            alloc = pol(batch)
-            model_ran = pol.uses_model if alloc.model_ran is None else bool(alloc.model_ran)
-            ngram_ran = pol.uses_ngram if alloc.ngram_ran is None else bool(alloc.ngram_ran)
-            if not model_ran:
-                draft_ms = 0.0
-            if not ngram_ran:
-                ngram_ms = 0.0
-            if not (model_ran or ngram_ran):
-                alloc_ms = 0.0
-            chain = alloc.chain.numpy()
-            adm = alloc.admitted.numpy().astype(np.int64)
-            is_m = chain == CHAIN_MODEL
-            is_n = chain == CHAIN_NGRAM
-            sec = alloc.second.numpy().astype(np.int64) if alloc.second is not None else np.zeros_like(adm)
-            # Slots verified from each chain (a tree policy verifies the other chain as a second branch).
-            want_m = np.where(is_m, adm, np.where(is_n, sec, 0))
-            want_n = np.where(is_n, adm, np.where(is_m, sec, 0))
-            ng_len = tb.ng_len[rows]
-            # Allocation contract: 0 <= slots <= the chain's length (what the engine would otherwise clamp).
-            self._flag((want_m > m_len) | (want_n > ng_len) | (np.minimum(want_m, want_n) < 0), reqs,
-                       "the policy admitted more draft tokens than its chain holds")
-            self._flag(((want_m > 0) & (not model_ran)) | ((want_n > 0) & (not ngram_ran)), reqs,
-                       "the policy admitted draft tokens of a drafter it did not run this step")
-            adm_m = np.minimum(want_m, m_len)
-            adm_n = np.minimum(want_n, ng_len)
-            acc_m = np.minimum(adm_m, tb.m_acc[rows])
-            acc_n = np.minimum(adm_n, tb.ng_acc[rows])
+                prices["alloc"] = cost.alloc_ms(R)
+            chains = self._propose(reqs, rows)
+            batch = self._build_batch(reqs, rows, chains, T, kv_tokens, n_seqs, n_prefill_done, prices)
+            alloc = self._allocate(batch)
+            adm_m, adm_n, model_ran = self._admit(alloc, reqs, chains, prices)
+        acc_m, acc_n = self._verify(plan, reqs, rows, adm_m, adm_n, chains)
+        if R:
             from_n = acc_n > acc_m  # the branch whose tokens are kept (ties: the model's, same tokens)
             acc = np.maximum(acc_m, acc_n)
             left = tb.out_len[reqs] - self.pos[reqs]
@@ -483,23 +487,18 @@ class Engine:
             # Draft tokens as the chosen chain proposed them, then the target's bonus token (none when the
             # drafts reach the end of the output).
             n_draft = np.minimum(acc, n_emit)
-            self._check_chain_bounds(reqs, rows, from_n, n_draft, m_len, ng_len)
+            self._check_chain_bounds(reqs, rows, from_n, n_draft, chains["model_len"], chains["ngram_len"])
             self._emit(reqs, rows, from_n, n_draft, n_emit - n_draft)
             self.prev_pos[reqs] = rows - tb.offsets[reqs]
             self._record_drafts(reqs, rows, model_ran)
             self.n_steps[reqs] += 1
             verified = [int(adm_m.sum()), int(adm_n.sum())]
-            self._last_draft = verified[0] + verified[1]
+            self.sched.last_draft = verified[0] + verified[1]
             accepted = [int(acc[~from_n].sum()), int(acc[from_n].sum())]
             emitted = int(n_emit.sum())
-            total_tokens = T + self._last_draft
-            num_seqs = n_seqs
-            # the true cost: this step's context, and the token count its CUDA graph is padded to
-            verify_ms = float(cost.verify_ms(cost.graph_tokens(total_tokens), kv_tokens, num_seqs))
+            total_tokens = T + self.sched.last_draft
         else:
             total_tokens = prefill_tokens
-            num_seqs = len(prefilling)
-            verify_ms = float(cost.verify_ms(cost.graph_tokens(total_tokens), kv_tokens, num_seqs)) if total_tokens else 0.0
         if first_tok:  # the prefill's sampled token: output[0], from the target
             ft = np.asarray(first_tok, dtype=np.int64)
             none = np.zeros(len(ft), dtype=np.int64)
@@ -507,21 +506,18 @@ class Engine:
             self.prev_pos[ft] = 0
             self.model_pos[ft] = 0
             emitted += len(ft)
-        sample_ms = cost.sample_ms(total_tokens) if total_tokens else 0.0
-        cpu_ms = cost.cpu_ms(len(self.running), total_tokens)
-        gpu_ms = draft_ms + ngram_ms + alloc_ms + verify_ms + sample_ms
+        t = self._charge(prices, plan, R, total_tokens, kv_tokens, n_seqs,
+                         logit_rows=total_tokens - prefill_tokens + n_prefill_done)
+        gpu_ms = t["draft"] + t["ngram"] + t["alloc"] + t["verify"] + t["sample"]
         sync = pol.host_sync or not self.cfg.async_scheduling
-        step_ms = gpu_ms + cpu_ms if sync else max(gpu_ms, cpu_ms)
+        step_ms = gpu_ms + t["cpu"] if sync else max(gpu_ms, t["cpu"])
         end_s = (now_ms + step_ms) / 1000.0
         for r in first_tok:
             if np.isnan(self.t_first[r]):
                 self.t_first[r] = end_s
-        run = np.asarray(self.running, dtype=np.int64)
-        done = (self.pos[run] >= tb.out_len[run]) & (self.prefilled[run] >= self.prefill_target[run])
-        if done.any():
-            finished = run[done].tolist()
-            self.running = run[~done].tolist()
+        run = np.asarray(self.sched.running, dtype=np.int64)
+        finished = self.sched.finish((self.pos[run] >= tb.out_len[run]) & (self.prefilled[run] >= self.prefill_target[run]))
         self.steps.append((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0], accepted[1],
-                           emitted, draft_ms, ngram_ms, alloc_ms, verify_ms, sample_ms, cpu_ms, step_ms - gpu_ms,
-                           kv_tokens, preempted))
+                           emitted, t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"], t["cpu"],
+                           step_ms - gpu_ms, kv_tokens, preempted))
         return step_ms, finished

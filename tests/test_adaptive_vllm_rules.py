@@ -155,7 +155,7 @@ def test_d_stale_confidences_reset_on_admission_and_resume():
 
     def spy_schedule():
         out = schedule()
-        scheduled["decoding"] = out[0]
+        scheduled["decoding"] = out.decoding
         return out
     eng._schedule = spy_schedule
     res = eng.run()

@@ -1,0 +1,138 @@
+"""The scheduler both engines share (the simulator's and the real PyTorch engine's): admission, the
+per-step token budget, chunked prefill and preemption, over per-request state arrays.
+
+Rules (vLLM V1 style; units are tokens):
+  * at most `batch_size` running requests; a waiting request is admitted (FIFO) while there is room and,
+    unless nothing runs, its KV fits: used(kmax) + need(r, kmax + 1) <= capacity, where a request holding
+    prompt_len + pos tokens and about to verify x more needs ceil((prompt_len + pos + x) / block) * block;
+  * preemption (recompute, LIFO): while more than one request runs and used(kmax) > capacity, the most
+    recently admitted request is removed, its KV freed, and it waits at the head of the queue to prefill
+    prompt + generated tokens again (no token is lost or emitted twice);
+  * token budget: max_num_batched_tokens per step. Each decoding request takes 1 token, and the draft
+    slots are reserved as adaptive verification's host-side budget does, min(last step's verified draft
+    count, decoding * kmax); prefill chunks take what is left, in running order.
+kmax is the longest chain the policy's drafters propose (0 for no speculation).
+
+The scheduler owns the request state that scheduling reads and writes (`RequestState`); the engine
+advances positions (`pos`) as it emits tokens and tells the scheduler which requests finished.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class RequestState:
+    """Per-request scheduling state (arrays of length n, one entry per request of the trace).
+
+    pos             output tokens emitted so far
+    prefilled       tokens of the current prefill target processed
+    prefill_target  tokens to prefill before decoding: the prompt, or prompt + generated after a preemption
+    n_preempt       times the request was preempted
+    fresh           True until the request's first decode step since it was (re)admitted (vLLM's
+                    add_request resets its stale confidences then)
+    """
+
+    pos: np.ndarray
+    prefilled: np.ndarray
+    prefill_target: np.ndarray
+    n_preempt: np.ndarray
+    fresh: np.ndarray
+
+    @classmethod
+    def new(cls, prompt_len: np.ndarray) -> "RequestState":
+        n = len(prompt_len)
+        return cls(pos=np.zeros(n, dtype=np.int64), prefilled=np.zeros(n, dtype=np.int64),
+                   prefill_target=np.asarray(prompt_len, dtype=np.int64).copy(),
+                   n_preempt=np.zeros(n, dtype=np.int64), fresh=np.ones(n, dtype=bool))
+
+
+@dataclass
+class StepPlan:
+    """One step's schedule: decoding requests, (request, chunk) prefill pieces, and how many were preempted
+    (`preempted_ids`: which, in preemption order)."""
+
+    decoding: np.ndarray
+    prefilling: list[tuple[int, int]]
+    preempted: int
+    preempted_ids: list[int]
+
+
+class Scheduler:
+    """Admission, token budget, chunked prefill and preemption; see the module docstring for the rules."""
+
+    def __init__(self, prompt_len: np.ndarray, batch_size: int, max_num_batched_tokens: int, block_size: int,
+                 kv_capacity_tokens: int, kmax: int) -> None:
+        self.prompt_len = np.asarray(prompt_len, dtype=np.int64)
+        self.batch_size, self.budget, self.block = batch_size, max_num_batched_tokens, block_size
+        self.kv_cap, self.kmax = kv_capacity_tokens, kmax
+        self.state = RequestState.new(self.prompt_len)
+        self.running: list[int] = []
+        self.waiting: list[int] = []
+        self.last_draft = 0  # draft slots verified in the previous step (the next step's reservation)
+
+    def add(self, r: int) -> None:
+        """A request arrives: it waits for admission."""
+        self.waiting.append(int(r))
+
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    def kv_need(self, r: int, extra: int) -> int:
+        """KV tokens request r holds, in whole blocks, once `extra` more tokens are cached."""
+        bs = self.block
+        return -(-(int(self.prompt_len[r]) + int(self.state.pos[r]) + extra) // bs) * bs
+
+    def kv_used(self) -> int:
+        """KV tokens the running requests hold after this step (each verifying kmax drafts + 1), in blocks."""
+        if not self.running:
+            return 0
+        r = np.asarray(self.running)
+        bs = self.block
+        return int((-(-(self.prompt_len[r] + self.state.pos[r] + self.kmax + 1) // bs) * bs).sum())
+
+    def schedule(self) -> StepPlan:
+        """Admit waiting requests, preempt on KV overflow, and split the token budget."""
+        st, kmax = self.state, self.kmax
+        while self.waiting and len(self.running) < self.batch_size:
+            r = self.waiting[0]
+            if self.running and self.kv_used() + self.kv_need(r, kmax + 1) > self.kv_cap:
+                break
+            self.waiting.pop(0)
+            self.running.append(r)
+        preempted: list[int] = []
+        while len(self.running) > 1 and self.kv_used() > self.kv_cap:
+            r = self.running.pop()
+            st.prefill_target[r] = self.prompt_len[r] + st.pos[r]
+            st.prefilled[r] = 0
+            st.n_preempt[r] += 1
+            st.fresh[r] = True
+            self.waiting.insert(0, r)
+            preempted.append(r)
+        budget = self.budget
+        run = np.asarray(self.running, dtype=np.int64)
+        pending = st.prefill_target[run] - st.prefilled[run]
+        decoding = run[pending <= 0]
+        # Decoding requests take one token each plus the draft slots; like adaptive verification's
+        # CPU-side budget, the reservation is the previous step's verified draft count (known to the
+        # host under async scheduling), capped at the chains' full length.
+        budget -= len(decoding) + min(self.last_draft, len(decoding) * kmax)
+        prefilling = []
+        for r, left in zip(run[pending > 0].tolist(), pending[pending > 0].tolist()):
+            if budget <= 0:
+                break
+            chunk = min(left, budget)
+            prefilling.append((r, chunk))
+            budget -= chunk
+        return StepPlan(decoding, prefilling, len(preempted), preempted)
+
+    def finish(self, done: np.ndarray) -> list[int]:
+        """Remove the running requests whose output is complete (done: bool per running request, in order);
+        returns their ids."""
+        run = np.asarray(self.running, dtype=np.int64)
+        if not done.any():
+            return []
+        self.running = run[~done].tolist()
+        return run[done].tolist()
