@@ -205,7 +205,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--policy", action="append", help=f"policy (repeatable); default: {' '.join(DEFAULT_POLICIES)}")
     ap.add_argument("--batch-size", action="append", type=int, help="max running requests (repeatable); default: 4 and 128")
     ap.add_argument("--model", default="qwen3-8b")
-    ap.add_argument("--gpu", default="h100-sxm")
+    ap.add_argument("--gpu", default="h100-sxm",
+                    help="GPU name, or with --cost profiled a cost-table file (.json/.csv) profiled for --model")
     ap.add_argument("--cost", default="roofline", help="cost model: roofline or profiled")
     ap.add_argument("--drafter", default="dspark-qwen3-b7", help="model-drafter profile in models/drafters/")
     ap.add_argument("--drafts", default=None, help="recorded model drafts (JSONL sidecar) to replay exactly")

@@ -19,7 +19,7 @@ class LinearCost(CostModel):
     def __init__(self, kv_capacity: int = 10**7):
         self._cap = kv_capacity
 
-    def verify_ms(self, num_tokens, kv_tokens, num_seqs):
+    def verify_ms(self, num_tokens, kv_tokens, num_seqs, logit_rows=None):
         return 5.0 + 0.02 * np.asarray(num_tokens, dtype=float) + 1e-5 * kv_tokens
 
     def draft_ms(self, num_reqs, block):
@@ -28,7 +28,7 @@ class LinearCost(CostModel):
     def ngram_ms(self, num_reqs, on_gpu=True):
         return 0.03 if on_gpu else 0.3 + 0.01 * num_reqs
 
-    def alloc_ms(self, num_reqs):
+    def alloc_ms(self, num_reqs, policy=None):
         return 0.02
 
     def sample_ms(self, num_tokens):

@@ -168,7 +168,7 @@ def test_d_stale_confidences_reset_on_admission_and_resume():
 class ContextHeavy(LinearCost):
     """Same GPU profile as LinearCost, but every step's true cost grows 100x faster with its context."""
 
-    def verify_ms(self, num_tokens, kv_tokens, num_seqs):
+    def verify_ms(self, num_tokens, kv_tokens, num_seqs, logit_rows=None):
         return super().verify_ms(num_tokens, kv_tokens, num_seqs) + 1e-3 * kv_tokens
 
     def startup_verify_table(self, *args, **kw):

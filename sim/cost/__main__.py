@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.write_tables:
             cost = RooflineCost(llm="qwen3-8b", gpu="h100-sxm")
-            p = write_cost_table(tables_from_cost_model(cost), default_table_path("qwen3-8b", "h100-sxm"))
+            p = write_cost_table(tables_from_cost_model(cost), default_table_path("qwen3-8b", "h100-sxm"),
+                                 overwrite=True)
             print(f"wrote {p}")
             return 0
         print(report(a.llm, a.context))

@@ -23,9 +23,12 @@ class CostModel(ABC):
     name: str = "base"
 
     @abstractmethod
-    def verify_ms(self, num_tokens: np.ndarray | int, kv_tokens: int, num_seqs: int) -> np.ndarray | float:
+    def verify_ms(self, num_tokens: np.ndarray | int, kv_tokens: int, num_seqs: int,
+                  logit_rows: np.ndarray | int | None = None) -> np.ndarray | float:
         """Target forward pass over `num_tokens` positions for `num_seqs` sequences reading `kv_tokens`
-        cached entries. Vectorised over `num_tokens` (returns an array of the same shape)."""
+        cached entries, `logit_rows` of which need the LM head and logits (None = all `num_tokens`, as in
+        speculative verification; a model that does not price logits separately ignores it).
+        Vectorised over `num_tokens` (returns an array of the same shape)."""
 
     @abstractmethod
     def draft_ms(self, num_reqs: int, block: int) -> float:
@@ -36,8 +39,9 @@ class CostModel(ABC):
         """Model-free n-gram drafter for `num_reqs` requests (GPU kernel, or CPU lookup if not on_gpu)."""
 
     @abstractmethod
-    def alloc_ms(self, num_reqs: int) -> float:
-        """Allocation kernel (survivals, selection) for `num_reqs` requests."""
+    def alloc_ms(self, num_reqs: int, policy: str | None = None) -> float:
+        """Allocation kernel (survivals, selection) for `num_reqs` requests of policy `policy` (its
+        registered name; None = unspecified; a model without per-policy costs ignores it)."""
 
     @abstractmethod
     def sample_ms(self, num_tokens: int) -> float:

@@ -1,34 +1,62 @@
 """Profiled step cost: measured tables looked up the way vLLM's adaptive verification does.
 
-Table format (models/cost_tables/<gpu>_<llm>.json; real/profile.py writes the same):
-    {"format": "hybridspec-cost-table/1", "llm": "qwen3-8b", "gpu": "h100-sxm",
-     "source": "...", "derived": false,             # true when generated from a model, not measured
-     "capture_sizes": [1, 2, 4, 8, ...],           # CUDA-graph capture sizes (tokens); [] = eager only
-     "verify": {"num_tokens": [...], "ms": [...]},  # target forward pass (ms) by tokens per step,
-                                                   # measured at short context
-     "draft":  {"block": 7, "num_reqs": [...], "ms": [...]},   # model drafter (ms) by requests
-     "kv_ms_per_token": 5.8e-05}                   # optional: ms per cached KV entry read
-or the same as CSV: '# key: value' lines for llm, gpu, source, derived, capture_sizes (space separated),
-draft_block, kv_ms_per_token, then a header 'table,x,ms' and rows 'verify,<tokens>,<ms>' / 'draft,<reqs>,<ms>'.
+Table format "hybridspec-cost-table/1" (models/cost_tables/<gpu>_<llm>.json; real/profile.py writes the
+same). All times are milliseconds; counts are tokens (positions) or requests. Only llm, gpu and verify
+are required; every other key is optional and, when absent, its cost comes from `fallback` (below).
+    {"format": "hybridspec-cost-table/1",            # optional; any other value is refused
+     "llm": "qwen3-8b", "gpu": "h100-sxm",           # what was profiled (gpu may be any label, e.g. "cpu")
+     "source": "...", "derived": false,              # derived: true when generated from a model, not measured
+     "machine": {"device": "...", "cpu": "...", "torch": "2.5.1", "dtype": "bfloat16", "threads": 8, ...},
+                                                    # where it was measured: free-form strings/numbers/bools
+     "capture_sizes": [1, 2, 4, 8, ...],            # CUDA-graph capture sizes (tokens); [] = eager only
+     "verify": {"num_tokens": [...], "ms": [...]},   # target forward pass by tokens per step, short context
+     "kv_ms_per_token": 5.8e-05,                     # ms per cached KV entry read (summed over sequences)
+     "seq_ms": 0.01,                                 # ms per sequence in the step (default 0)
+     "logits_ms_per_row": 0.02,                      # present: verify was measured WITHOUT the LM head;
+                                                    # each row that needs logits costs this much
+     "draft":  {"block": 7, "num_reqs": [...], "ms": [...]},   # model drafter by requests (block tokens each)
+     "ngram":  {"num_reqs": [...], "ms": [...]},     # n-gram drafter by requests
+     "alloc":  {"<policy>": {"num_reqs": [...], "ms": [...]}, "*": {...}},  # allocation by requests, per
+                                                    # policy name; "*" = any policy not listed
+     "sample": {"num_tokens": [...], "ms": [...]},   # sampling + rejection by verified tokens
+     "cpu":    {"base_ms": a, "per_req_ms": b, "per_token_ms": c},  # host work (missing terms are 0)
+     "kv_capacity_tokens": 400000,                   # KV-cache entries that fit (int)
+     "vocab_size": 49152}                            # the target's vocabulary (int)
+Lists are numbers, paired lists of equal length, points > 0, ms >= 0; scalars are finite numbers >= 0;
+a bad value is a ConfigError naming the file and the key. Unknown top-level keys are ignored.
 
-Lookup of a table (xs, ys) at x (vLLM-style):
+The CSV form holds verify and draft only: '# key: value' lines for llm, gpu, source, derived,
+capture_sizes (space separated), draft_block, kv_ms_per_token, then a header 'table,x,ms' and rows
+'verify,<tokens>,<ms>' / 'draft,<reqs>,<ms>'. The other keys above are JSON only (a CSV naming one in a
+'# key:' line is refused rather than ignored).
+
+Lookup of a table (xs, ys) at x (vLLM-style), StepTable:
   * ys forced monotone: running maximum over increasing xs;
   * 0 < x <= max(capture_sizes): the batch pads up to the next captured size c >= x, cost = f(c)
-    (a step function);
+    (a step function); capture sizes apply to verify and draft only, the other tables interpolate;
   * above it: f(x) by linear interpolation between points; below the first point, the first value;
   * past the last point: linear extrapolation with the last segment's slope (>= 0).
   * x <= 0: 0 (nothing is launched).
-verify_ms(T, K, S) = f_verify(T) + kv_ms_per_token * K   (S unused: the table already prices per-seq work)
-draft_ms(R, block) = f_draft(ceil(R * block / table_block)) (same positions, the table's block length)
-ngram/alloc/sample/cpu and the KV capacity come from `fallback` (by default the roofline model of the
-table's llm and gpu), since a step profile does not measure them.
+Costs (T tokens, K cached KV entries, S sequences, R requests; 0 when T (resp. R; for cpu, R and T) is 0):
+  verify_ms(T, K, S, logit_rows=None) = f_verify(T) + kv_ms_per_token*K + seq_ms*S
+                                        [+ logits_ms_per_row * logit_rows, logit_rows None = T]
+      (without logits_ms_per_row the table includes the LM head of every row and logit_rows is unused)
+  draft_ms(R, block)    = f_draft(ceil(R * block / table block))   (same positions, the table's block)
+  ngram_ms(R, on_gpu)   = f_ngram(R)   (what the profiled engine ran; on_gpu is not used)
+  alloc_ms(R, policy)   = f_alloc[policy](R), else f_alloc["*"](R), else the fallback's
+  sample_ms(T)          = f_sample(T)
+  cpu_ms(R, T)          = base_ms + per_req_ms*R + per_token_ms*T
+Anything absent comes from `fallback`: by default the roofline model of the table's llm and gpu when
+both are known specs (models/llms, models/gpus); otherwise there is none, and asking for a missing part
+is a ConfigError (kv_ms_per_token then must be in the table, since every verify uses it).
 """
 from __future__ import annotations
 
 import csv
 import json
 import math
-import re
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +64,7 @@ import numpy as np
 
 from sim.cost.base import CostModel
 from sim.errors import ConfigError
-from sim.models import models_dir, read_json_object
+from sim.models import list_gpus, list_llms, models_dir, read_json_object
 
 FORMAT = "hybridspec-cost-table/1"
 
@@ -98,9 +126,17 @@ class StepTable:
         return self._cache[:n]
 
 
+Curve = tuple  # (points, ms): two equal-length lists of numbers
+
+CPU_KEYS = ("base_ms", "per_req_ms", "per_token_ms")
+# keys of the JSON format that the CSV form does not hold (refused there rather than ignored)
+JSON_ONLY = ("machine", "seq_ms", "logits_ms_per_row", "ngram", "alloc", "sample", "cpu", "kv_capacity_tokens",
+             "vocab_size")
+
+
 @dataclass
 class CostTable:
-    """Parsed cost table (see module docstring)."""
+    """Parsed cost table (see module docstring). Optional parts are None / empty when absent."""
 
     llm: str
     gpu: str
@@ -113,24 +149,81 @@ class CostTable:
     kv_ms_per_token: float | None = None
     derived: bool = False
     source: str = ""
+    machine: dict = field(default_factory=dict)        # where it was measured (free-form)
+    seq_ms: float = 0.0                                 # ms per sequence in the step
+    logits_ms_per_row: float | None = None              # set: verify excludes the LM head
+    ngram: Curve | None = None                          # (num_reqs, ms)
+    alloc: dict[str, Curve] = field(default_factory=dict)  # policy name or "*" -> (num_reqs, ms)
+    sample: Curve | None = None                         # (num_tokens, ms)
+    cpu: dict[str, float] | None = None                 # base_ms, per_req_ms, per_token_ms
+    kv_capacity_tokens: int | None = None
+    vocab_size: int | None = None
+    path: str = field(default="", compare=False)        # the file it was read from (not written)
 
     def to_json(self) -> dict:
-        d = {"format": FORMAT, "llm": self.llm, "gpu": self.gpu, "source": self.source, "derived": self.derived,
-             "capture_sizes": [int(c) for c in self.capture_sizes],
-             "verify": {"num_tokens": [int(x) for x in self.verify_tokens],
-                        "ms": [round(float(y), 6) for y in self.verify_ms]}}
+        def curve(xkey, xs, ys):
+            return {xkey: [_int_or_float(x) for x in xs], "ms": [round(float(y), 6) for y in ys]}
+
+        d = {"format": FORMAT, "llm": self.llm, "gpu": self.gpu, "source": self.source, "derived": self.derived}
+        if self.machine:
+            d["machine"] = dict(self.machine)
+        d["capture_sizes"] = [int(c) for c in self.capture_sizes]
+        d["verify"] = curve("num_tokens", self.verify_tokens, self.verify_ms)
+        if self.seq_ms:
+            d["seq_ms"] = float(self.seq_ms)
+        if self.logits_ms_per_row is not None:
+            d["logits_ms_per_row"] = float(self.logits_ms_per_row)
         if self.draft_reqs:
-            d["draft"] = {"block": int(self.draft_block), "num_reqs": [int(x) for x in self.draft_reqs],
-                          "ms": [round(float(y), 6) for y in self.draft_ms]}
+            d["draft"] = {"block": int(self.draft_block), **curve("num_reqs", self.draft_reqs, self.draft_ms)}
+        if self.ngram is not None:
+            d["ngram"] = curve("num_reqs", *self.ngram)
+        if self.alloc:
+            d["alloc"] = {name: curve("num_reqs", *xy) for name, xy in self.alloc.items()}
+        if self.sample is not None:
+            d["sample"] = curve("num_tokens", *self.sample)
+        if self.cpu is not None:
+            d["cpu"] = {k: float(self.cpu.get(k, 0.0)) for k in CPU_KEYS}
         if self.kv_ms_per_token is not None:
             d["kv_ms_per_token"] = float(f"{self.kv_ms_per_token:.6g}")
+        for k in ("kv_capacity_tokens", "vocab_size"):
+            if getattr(self, k) is not None:
+                d[k] = int(getattr(self, k))
         return d
 
 
+def _int_or_float(x) -> int | float:
+    x = float(x)
+    return int(x) if x.is_integer() else x
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _num_list(path, key, v) -> list[float]:
-    if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+    if not isinstance(v, list) or not all(_is_num(x) for x in v):
         raise ConfigError(f"{path}: field '{key}' must be a list of numbers")
     return [float(x) for x in v]
+
+
+def _number(path, key, v, integer: bool = False) -> float | int:
+    """A finite number >= 0 (integer: a whole number >= 1); ConfigError naming the file and key."""
+    ok = _is_num(v) and math.isfinite(v) and v >= 0
+    if integer:
+        ok = ok and float(v).is_integer() and v >= 1
+    if not ok:
+        raise ConfigError(f"{path}: field '{key}' must be {'a positive integer' if integer else 'a number >= 0'}, "
+                          f"got {v!r}")
+    return int(v) if integer else float(v)
+
+
+def _curve(path, key, v, xkey) -> Curve:
+    """{xkey: [...], "ms": [...]} -> (points, ms), checked the way StepTable reads it."""
+    if not isinstance(v, dict) or xkey not in v or "ms" not in v:
+        raise ConfigError(f"{path}: field '{key}' must be an object with '{xkey}' and 'ms'")
+    xs, ys = _num_list(path, f"{key}.{xkey}", v[xkey]), _num_list(path, f"{key}.ms", v["ms"])
+    StepTable(xs, ys, what=f"{path}: field '{key}'")
+    return xs, ys
 
 
 def load_cost_table(path: str | Path) -> CostTable:
@@ -141,31 +234,50 @@ def load_cost_table(path: str | Path) -> CostTable:
     if p.suffix.lower() == ".csv":
         return _load_csv(p)
     d = read_json_object(p, "cost table")
+    if d.get("format", FORMAT) != FORMAT:
+        raise ConfigError(f"{p}: field 'format' is {d['format']!r}; this version reads '{FORMAT}'")
     for k in ("llm", "gpu", "verify"):
         if k not in d:
             raise ConfigError(f"{p}: missing field '{k}'")
-    v = d["verify"]
-    if not isinstance(v, dict) or "num_tokens" not in v or "ms" not in v:
-        raise ConfigError(f"{p}: field 'verify' must be an object with 'num_tokens' and 'ms'")
-    t = CostTable(llm=str(d["llm"]), gpu=str(d["gpu"]), verify_tokens=_num_list(p, "verify.num_tokens", v["num_tokens"]),
-                  verify_ms=_num_list(p, "verify.ms", v["ms"]), source=str(d.get("source", "")),
-                  derived=bool(d.get("derived", False)),
-                  capture_sizes=[int(x) for x in _num_list(p, "capture_sizes", d.get("capture_sizes", []))])
+    vt, vm = _curve(p, "verify", d["verify"], "num_tokens")
+    t = CostTable(llm=str(d["llm"]), gpu=str(d["gpu"]), verify_tokens=vt, verify_ms=vm,
+                  source=str(d.get("source", "")), derived=bool(d.get("derived", False)),
+                  capture_sizes=[int(x) for x in _num_list(p, "capture_sizes", d.get("capture_sizes", []))],
+                  path=str(p))
     if "draft" in d:
-        dr = d["draft"]
-        if not isinstance(dr, dict) or "num_reqs" not in dr or "ms" not in dr:
-            raise ConfigError(f"{p}: field 'draft' must be an object with 'num_reqs' and 'ms'")
-        t.draft_reqs = _num_list(p, "draft.num_reqs", dr["num_reqs"])
-        t.draft_ms = _num_list(p, "draft.ms", dr["ms"])
-        t.draft_block = int(dr.get("block", 7))
-    if d.get("kv_ms_per_token") is not None:
-        t.kv_ms_per_token = float(d["kv_ms_per_token"])
+        t.draft_reqs, t.draft_ms = _curve(p, "draft", d["draft"], "num_reqs")
+        t.draft_block = _number(p, "draft.block", d["draft"].get("block", 7), integer=True)
+    for k in ("kv_ms_per_token", "logits_ms_per_row"):
+        if d.get(k) is not None:
+            setattr(t, k, _number(p, k, d[k]))
+    if "seq_ms" in d:
+        t.seq_ms = _number(p, "seq_ms", d["seq_ms"])
+    for k in ("kv_capacity_tokens", "vocab_size"):
+        if d.get(k) is not None:
+            setattr(t, k, _number(p, k, d[k], integer=True))
+    if "ngram" in d:
+        t.ngram = _curve(p, "ngram", d["ngram"], "num_reqs")
+    if "sample" in d:
+        t.sample = _curve(p, "sample", d["sample"], "num_tokens")
+    if "alloc" in d:
+        if not isinstance(d["alloc"], dict):
+            raise ConfigError(f"{p}: field 'alloc' must be an object of policy name -> {{'num_reqs', 'ms'}}")
+        t.alloc = {name: _curve(p, f"alloc.{name}", v, "num_reqs") for name, v in d["alloc"].items()}
+    if "cpu" in d:
+        c = d["cpu"]
+        if not isinstance(c, dict) or set(c) - set(CPU_KEYS):
+            raise ConfigError(f"{p}: field 'cpu' must be an object with keys among {', '.join(CPU_KEYS)}")
+        t.cpu = {k: _number(p, f"cpu.{k}", c.get(k, 0.0)) for k in CPU_KEYS}
+    if "machine" in d:
+        m = d["machine"]
+        if not isinstance(m, dict) or not all(v is None or isinstance(v, (str, int, float, bool)) for v in m.values()):
+            raise ConfigError(f"{p}: field 'machine' must be an object of strings and numbers")
+        t.machine = dict(m)
     return t
 
 
 def _load_csv(p: Path) -> CostTable:
     meta: dict[str, str] = {}
-    rows: list[list[str]] = []
     try:
         lines = p.read_text().splitlines()
     except OSError as e:
@@ -195,16 +307,34 @@ def _load_csv(p: Path) -> CostTable:
         elif r[0] == "draft":
             dt.append(x), dm.append(y)
         else:
-            raise ConfigError(f"{p}: data row {i}: table must be 'verify' or 'draft', got '{r[0]}'")
+            raise ConfigError(f"{p}: data row {i}: table must be 'verify' or 'draft', got '{r[0]}' "
+                              f"(the other parts are JSON only)")
     for k in ("llm", "gpu"):
         if k not in meta:
             raise ConfigError(f"{p}: missing '# {k}: ...' line")
-    caps = [int(float(c)) for c in meta.get("capture_sizes", "").replace(",", " ").split()]
-    kv = meta.get("kv_ms_per_token")
+    for k in JSON_ONLY:
+        if k in meta:
+            raise ConfigError(f"{p}: '# {k}:' is not read from a CSV table; write a JSON table for it")
+
+    def meta_num(k, default, integer=False):
+        try:
+            v = float(meta[k]) if meta.get(k) else default
+        except ValueError:
+            raise ConfigError(f"{p}: '# {k}:' must be a number, got {meta[k]!r}") from None
+        return v if v is None else _number(p, k, v, integer)
+
+    try:
+        caps = [int(float(c)) for c in meta.get("capture_sizes", "").replace(",", " ").split()]
+    except ValueError:
+        raise ConfigError(f"{p}: '# capture_sizes:' must be numbers") from None
+    StepTable(vt, vm, what=f"{p}: verify rows")
+    if dt:
+        StepTable(dt, dm, what=f"{p}: draft rows")
     return CostTable(llm=meta["llm"], gpu=meta["gpu"], verify_tokens=vt, verify_ms=vm, draft_reqs=dt, draft_ms=dm,
-                     draft_block=int(float(meta.get("draft_block", 7))), capture_sizes=caps,
-                     kv_ms_per_token=float(kv) if kv else None,
-                     derived=meta.get("derived", "false").lower() == "true", source=meta.get("source", ""))
+                     draft_block=meta_num("draft_block", 7, integer=True), capture_sizes=caps,
+                     kv_ms_per_token=meta_num("kv_ms_per_token", None),
+                     derived=meta.get("derived", "false").lower() == "true", source=meta.get("source", ""),
+                     path=str(p))
 
 
 def default_table_path(llm: str, gpu: str) -> Path:
@@ -216,61 +346,107 @@ def list_cost_tables() -> list[str]:
     return sorted(p.name for p in d.glob("*") if p.suffix in (".json", ".csv")) if d.is_dir() else []
 
 
+def roofline_fallback(llm: str, gpu: str, **kw) -> CostModel | None:
+    """The roofline model of `llm` on `gpu` (CostConfig keywords in kw), or None when either name has no
+    spec in models/ (a table profiled on a CPU, say): then a table must hold every part it is asked for."""
+    from sim.cost.config import CostConfig
+    from sim.cost.roofline import RooflineCost
+    if llm.strip().lower() not in list_llms() or gpu.strip().lower() not in list_gpus():
+        return None
+    return RooflineCost(CostConfig(llm=llm, gpu=gpu, **kw))
+
+
 class ProfiledCost(CostModel):
-    """Step cost from a measured table (see module docstring); small kernels from `fallback`."""
+    """Step cost from a measured table (see module docstring); parts it lacks from `fallback`
+    (default: roofline_fallback of the table's llm and gpu; None there = no fallback)."""
 
     name = "profiled"
 
     def __init__(self, table: CostTable | str | Path, fallback: CostModel | None = None) -> None:
         if not isinstance(table, CostTable):
             table = load_cost_table(table)
-        self.table = table
-        if fallback is None:
-            from sim.cost.roofline import RooflineCost
-            fallback = RooflineCost(llm=table.llm, gpu=table.gpu)
-        self.fallback = fallback
-        self.verify_curve = StepTable(table.verify_tokens, table.verify_ms, table.capture_sizes,
-                                      what=f"cost table {table.gpu}/{table.llm}: verify")
-        self.draft_curve = (StepTable(table.draft_reqs, table.draft_ms, table.capture_sizes,
-                                      what=f"cost table {table.gpu}/{table.llm}: draft")
-                            if table.draft_reqs else None)
-        kv = table.kv_ms_per_token
+        self.table = t = table
+        self.fallback = fallback if fallback is not None else roofline_fallback(t.llm, t.gpu)
+        self._what = f"cost table {t.path or f'{t.gpu}/{t.llm}'}"
+
+        def curve(xy, key, caps=()):
+            return StepTable(xy[0], xy[1], caps, what=f"{self._what}: {key}") if xy and len(xy[0]) else None
+
+        self.verify_curve = curve((t.verify_tokens, t.verify_ms), "verify", t.capture_sizes)
+        self.draft_curve = curve((t.draft_reqs, t.draft_ms), "draft", t.capture_sizes)
+        self.ngram_curve = curve(t.ngram, "ngram")
+        self.sample_curve = curve(t.sample, "sample")
+        self.alloc_curves = {name: curve(xy, f"alloc.{name}") for name, xy in t.alloc.items()}
+        kv = t.kv_ms_per_token
         if kv is None:
-            kv = float(getattr(fallback, "kv_ms_per_token", 0.0))
+            kv = float(getattr(self._need("kv_ms_per_token"), "kv_ms_per_token", 0.0))
         if kv < 0:
             raise ConfigError("kv_ms_per_token must be >= 0")
         self.kv_ms_per_token = kv
+        self.seq_ms = float(t.seq_ms)
+        self.logits_ms_per_row = t.logits_ms_per_row
+        self._logit_rows = np.zeros(0)   # logits_ms_per_row * arange(n), for verify_table
         self.verify_curve.table(1024)  # warm the lookup caches used by verify_ms / verify_table / draft_ms
         if self.draft_curve is not None:
             self.draft_curve.table(1024)
 
+    def _need(self, key: str) -> CostModel:
+        """The fallback for a part the table lacks; ConfigError when there is none."""
+        if self.fallback is None:
+            raise ConfigError(f"{self._what} has no '{key}', and there is no roofline model of "
+                              f"{self.table.llm} on {self.table.gpu} to fall back on")
+        return self.fallback
+
     @property
     def kv_capacity_tokens(self) -> int:
-        return self.fallback.kv_capacity_tokens
+        if self.table.kv_capacity_tokens is not None:
+            return int(self.table.kv_capacity_tokens)
+        return self._need("kv_capacity_tokens").kv_capacity_tokens
 
     @property
     def vocab_size(self) -> int | None:
-        return self.fallback.vocab_size
+        if self.table.vocab_size is not None:
+            return int(self.table.vocab_size)
+        return None if self.fallback is None else self.fallback.vocab_size
+
+    @property
+    def machine(self) -> dict:
+        return self.table.machine
 
     @property
     def capture_sizes(self) -> list[int]:
         """The table's capture sizes ([] = eager only)."""
         return [int(c) for c in self.table.capture_sizes]
 
-    def verify_ms(self, num_tokens, kv_tokens: int, num_seqs: int):
-        add = max(int(kv_tokens), 0) * self.kv_ms_per_token
+    def verify_ms(self, num_tokens, kv_tokens: int, num_seqs: int, logit_rows=None):
+        """f_verify(T) + kv_ms_per_token*K + seq_ms*S, plus logits_ms_per_row * logit_rows (None = T) when
+        the table was measured without the LM head."""
+        add = max(int(kv_tokens), 0) * self.kv_ms_per_token + max(int(num_seqs), 0) * self.seq_ms
+        lg = self.logits_ms_per_row
         if isinstance(num_tokens, (int, np.integer)) and not isinstance(num_tokens, bool):
             t = int(num_tokens)
             if t <= 0:
                 return 0.0
             cache = self.verify_curve._cache
-            base = cache[t] if t < cache.size else float(self.verify_curve(t))
-            return float(base) + add
+            base = float(cache[t] if t < cache.size else self.verify_curve(t))
+            if lg is not None:
+                base += lg * (t if logit_rows is None else max(int(logit_rows), 0))
+            return base + add
         t = np.asarray(num_tokens)
-        return np.where(t > 0, np.asarray(self.verify_curve(t)) + add, 0.0)
+        out = np.asarray(self.verify_curve(t)) + add
+        if lg is not None:
+            out = out + lg * (t if logit_rows is None else np.maximum(np.asarray(logit_rows), 0))
+        return np.where(t > 0, out, 0.0)
 
     def verify_table(self, max_tokens: int, kv_tokens: int, num_seqs: int) -> np.ndarray:
-        out = self.verify_curve.table(int(max_tokens) + 1) + max(int(kv_tokens), 0) * self.kv_ms_per_token
+        n = int(max_tokens) + 1
+        out = self.verify_curve.table(n) + (max(int(kv_tokens), 0) * self.kv_ms_per_token
+                                            + max(int(num_seqs), 0) * self.seq_ms)
+        if self.logits_ms_per_row is not None:
+            if n > self._logit_rows.size:
+                self._logit_rows = self.logits_ms_per_row * np.arange(max(n, 2 * self._logit_rows.size, 1024),
+                                                                      dtype=np.float64)
+            out += self._logit_rows[:n]
         if out.size:
             out[0] = 0.0
         return out
@@ -280,22 +456,39 @@ class ProfiledCost(CostModel):
         if pos == 0:
             return 0.0
         if self.draft_curve is None:
-            return float(self.fallback.draft_ms(num_reqs, block))
+            return float(self._need("draft").draft_ms(num_reqs, block))
         x = math.ceil(pos / max(self.table.draft_block, 1))
         cache = self.draft_curve._cache
         return float(cache[x]) if x < cache.size else float(self.draft_curve(x))
 
     def ngram_ms(self, num_reqs: int, on_gpu: bool = True) -> float:
-        return self.fallback.ngram_ms(num_reqs, on_gpu)
+        if self.ngram_curve is None:
+            return self._need("ngram").ngram_ms(num_reqs, on_gpu)
+        return float(self.ngram_curve(int(num_reqs)))
 
-    def alloc_ms(self, num_reqs: int) -> float:
-        return self.fallback.alloc_ms(num_reqs)
+    def alloc_ms(self, num_reqs: int, policy: str | None = None) -> float:
+        """The policy's own alloc table, else the "*" one, else the fallback's."""
+        c = self.alloc_curves.get(policy) if policy is not None else None
+        if c is None:
+            c = self.alloc_curves.get("*")
+        if c is not None:
+            return float(c(int(num_reqs)))
+        fb = self._need("alloc")
+        return fb.alloc_ms(num_reqs) if policy is None else fb.alloc_ms(num_reqs, policy)
 
     def sample_ms(self, num_tokens: int) -> float:
-        return self.fallback.sample_ms(num_tokens)
+        if self.sample_curve is None:
+            return self._need("sample").sample_ms(num_tokens)
+        return float(self.sample_curve(int(num_tokens)))
 
     def cpu_ms(self, num_reqs: int, num_tokens: int) -> float:
-        return self.fallback.cpu_ms(num_reqs, num_tokens)
+        c = self.table.cpu
+        if c is None:
+            return self._need("cpu").cpu_ms(num_reqs, num_tokens)
+        r, t = max(int(num_reqs), 0), max(int(num_tokens), 0)
+        if r == 0 and t == 0:
+            return 0.0
+        return c["base_ms"] + c["per_req_ms"] * r + c["per_token_ms"] * t
 
     def __repr__(self) -> str:
         return f"ProfiledCost(llm={self.table.llm!r}, gpu={self.table.gpu!r}, derived={self.table.derived})"
@@ -329,12 +522,63 @@ def tables_from_cost_model(cost, capture_sizes=None, extra_points=EXTRA_VERIFY_P
                             f"sim.cost.profiled.tables_from_cost_model (regenerate: python -m sim.cost --write-tables)")
 
 
-def write_cost_table(table: CostTable, path: str | Path) -> Path:
+def _dump(v, indent: int = 0) -> str:
+    """JSON with one key per line and every list on one line (readable in a diff)."""
+    if isinstance(v, dict) and v:
+        pad = " " * (indent + 1)
+        items = [f"{pad}{json.dumps(k)}: {_dump(x, indent + 1)}" for k, x in v.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    return json.dumps(v)
+
+
+def write_cost_table(table: CostTable, path: str | Path, overwrite: bool = False) -> Path:
+    """Write `table` as JSON, whole or not at all (a temporary file renamed into place). An existing file
+    is a ConfigError unless overwrite=True."""
     p = Path(path)
+    if p.suffix.lower() == ".csv":
+        raise ConfigError(f"{p}: cost tables are written as JSON; give a .json path")
+    if p.exists() and not overwrite:
+        raise ConfigError(f"{p} already exists; pass overwrite=True to replace it")
     p.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(table.to_json(), indent=1)
-    # keep number lists on one line: one key per line, readable in a diff
-    text = re.sub(r"\[\s*([-0-9.,eE\s]*?)\s*\]", lambda m: "[" + ", ".join(m.group(1).split()).replace(",,", ",") + "]",
-                  text)
-    p.write_text(text + "\n")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(_dump(table.to_json()) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return p
+
+
+# What identifies the machine a table was measured on (check_machine compares these keys only).
+MACHINE_IDENTITY_KEYS = ("device", "cpu", "torch", "dtype", "threads", "model")
+
+
+def _same(a, b) -> bool:
+    def norm(v):
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        return str(v).strip().lower()
+    return norm(a) == norm(b)
+
+
+def check_machine(table: CostTable | ProfiledCost, machine: dict, strict: bool = False) -> str:
+    """Compare the machine a table was measured on with `machine` on MACHINE_IDENTITY_KEYS (values as
+    trimmed, case-insensitive strings; 8 == 8.0 == "8"). Returns '' when they agree, else one line
+    listing the differences. A key recorded on one side only counts as a difference when `strict`, and is
+    skipped otherwise."""
+    rec = getattr(table, "table", table).machine or {}
+    diffs = []
+    for k in MACHINE_IDENTITY_KEYS:
+        a, b = rec.get(k), machine.get(k)
+        if a is None and b is None:
+            continue
+        if a is None or b is None:
+            if strict:
+                diffs.append(f"{k} {'not recorded' if a is None else repr(a)} in the table, "
+                             f"{'not given' if b is None else repr(b)} here")
+        elif not _same(a, b):
+            diffs.append(f"{k} {a!r} in the table, {b!r} here")
+    return "" if not diffs else "machine differs from the cost table's: " + "; ".join(diffs)

@@ -119,7 +119,8 @@ class RooflineCost(CostModel):
         return float(self.verify_ms(t, batch * context, batch)) + self.sample_ms(t)
 
     # ------------------------------------------------------------------------------------ interface
-    def verify_ms(self, num_tokens, kv_tokens: int, num_seqs: int):
+    def verify_ms(self, num_tokens, kv_tokens: int, num_seqs: int, logit_rows=None):
+        """logit_rows is not used: linear(T) prices the LM head of every position."""
         kv = max(int(kv_tokens), 0)
         coef = self.attn_ms_per_pair * kv / max(int(num_seqs), 1)
         kv_ms = kv * self.kv_ms_per_token
@@ -165,7 +166,8 @@ class RooflineCost(CostModel):
             return self._kern.ngram_gpu_ms + r * self._kern.ngram_gpu_us_per_req / 1e3
         return self._host.host_sync_ms + r * self._host.ngram_cpu_us_per_req / 1e3
 
-    def alloc_ms(self, num_reqs: int) -> float:
+    def alloc_ms(self, num_reqs: int, policy: str | None = None) -> float:
+        """The same kernel for every policy (`policy` is not used)."""
         r = max(int(num_reqs), 0)
         return 0.0 if r == 0 else self._kern.alloc_ms + r * self._kern.alloc_us_per_req / 1e3
 

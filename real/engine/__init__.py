@@ -1,0 +1,1 @@
+"""Pure-PyTorch real engine: device-side pieces of the speculative-decoding step."""
