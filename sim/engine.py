@@ -113,7 +113,7 @@ class RunResult:
 
 STEP_COLUMNS = ("t_start_ms", "step_ms", "num_decode", "prefill_tokens", "verified_model", "verified_ngram",
                 "accepted_model", "accepted_ngram", "emitted", "draft_ms", "ngram_ms", "alloc_ms", "verify_ms",
-                "sample_ms", "cpu_ms", "bubble_ms", "kv_tokens", "preempted")
+                "sample_ms", "cpu_ms", "bubble_ms", "kv_tokens", "preempted", "tokens", "logit_rows")
 
 
 class Engine:
@@ -369,7 +369,8 @@ class Engine:
         drafters' and the allocation's prices (0 for what did not run). Here: the cost model's true cost,
         at this step's context and at the token count its CUDA graph is padded to."""
         cost = self.cost
-        verify = float(cost.verify_ms(cost.graph_tokens(total_tokens), kv_tokens, num_seqs)) if total_tokens else 0.0
+        verify = float(cost.verify_ms(cost.graph_tokens(total_tokens), kv_tokens, num_seqs,
+                                      logit_rows=logit_rows)) if total_tokens else 0.0
         return dict(parts, verify=verify, sample=cost.sample_ms(total_tokens) if total_tokens else 0.0,
                     cpu=cost.cpu_ms(len(self.sched.running), total_tokens))
 
@@ -473,7 +474,7 @@ class Engine:
             if pol.uses_ngram:
                 prices["ngram"] = cost.ngram_ms(R, on_gpu=not pol.host_sync)
             if pol.uses_model or pol.uses_ngram:
-                prices["alloc"] = cost.alloc_ms(R)
+                prices["alloc"] = cost.alloc_ms(R, policy=pol.name)
             chains = self._propose(reqs, rows)
             batch = self._build_batch(reqs, rows, chains, T, kv_tokens, n_seqs, n_prefill_done, prices)
             alloc = self._allocate(batch)
@@ -506,8 +507,8 @@ class Engine:
             self.prev_pos[ft] = 0
             self.model_pos[ft] = 0
             emitted += len(ft)
-        t = self._charge(prices, plan, R, total_tokens, kv_tokens, n_seqs,
-                         logit_rows=total_tokens - prefill_tokens + n_prefill_done)
+        logit_rows = total_tokens - prefill_tokens + n_prefill_done
+        t = self._charge(prices, plan, R, total_tokens, kv_tokens, n_seqs, logit_rows=logit_rows)
         gpu_ms = t["draft"] + t["ngram"] + t["alloc"] + t["verify"] + t["sample"]
         sync = pol.host_sync or not self.cfg.async_scheduling
         step_ms = gpu_ms + t["cpu"] if sync else max(gpu_ms, t["cpu"])
@@ -519,5 +520,5 @@ class Engine:
         finished = self.sched.finish((self.pos[run] >= tb.out_len[run]) & (self.prefilled[run] >= self.prefill_target[run]))
         self.steps.append((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0], accepted[1],
                            emitted, t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"], t["cpu"],
-                           step_ms - gpu_ms, kv_tokens, preempted))
+                           step_ms - gpu_ms, kv_tokens, preempted, total_tokens, logit_rows))
         return step_ms, finished

@@ -1,0 +1,257 @@
+"""The real speculative-decoding engine: the simulator's engine (sim/engine.py) with a model in the loop.
+
+It reuses everything the simulator does between the model calls -- the scheduler (sim/scheduler.py),
+building each step's StepBatch, the policy call, the Allocation contract check, acceptance and emission
+bookkeeping -- and overrides only the hooks where a real engine differs (see `Engine._step`):
+
+  _propose   the n-gram drafter runs for real on the device over each request's context
+             (real/engine/ngram.py); the model drafter is a replay stand-in (below);
+  _verify    one varlen target forward over the step's prefill chunks and each decoding request's
+             [last token, admitted draft tokens], greedy: accepted = leading draft tokens equal to the
+             target's argmax, bonus = the argmax after them (teacher forcing: the reference's tokens);
+  _emit      writes the tokens the target actually produced (drafts it accepted, then its bonus token);
+  _charge    the clock: each step's measured wall time, split into draft / ngram / alloc / verify /
+             sample / cpu (cpu = the rest of the step: scheduling, batch building, bookkeeping).
+Time: simulated time advances by each step's measured duration (a time-compressed replay: waiting for an
+arrival costs no wall time). Steps are synchronous (no CPU/GPU overlap): simulate it with
+EngineConfig(async_scheduling=False).
+
+Reference and teacher forcing. The engine is built on DraftTables of a *reference* run: the trace's
+prompts with the outputs of plain greedy decoding (real weights; `greedy_reference`) or the trace's own
+outputs (teacher forcing, random weights: the target's token at every position is the reference's, so
+acceptance is the trace's while every kernel runs at full size). The reference gives each request's
+output length (the engine stops there, as vLLM's max_tokens / EOS would in a lossless run), the model
+drafter stand-in's chains and the lossless check.
+
+Model drafter stand-in (until the project's trained drafter lands): the synthetic DSpark profile's chains
+over the reference output (DraftTables.m_tok / m_conf), replayed; its cost is that of a table lookup.
+n-gram confidences: the calibrator's features at output position i are functions of the context
+prompt + output[:i] only, so they are computed once per request from the reference (equal to the live
+context in a lossless run); the proposals themselves (start, length, tokens) come from the live drafter,
+and a live proposal that differs from the reference's is a violation.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from sim.drafters.ngram import NgramConfig
+from sim.drafters.tables import DraftTables
+from sim.engine import Engine, EngineConfig
+from sim.errors import ConfigError
+from sim.policies.base import Allocation, StepBatch
+from sim.scheduler import StepPlan
+from real.engine.ngram import HistoryBuffer, propose_ngram
+
+
+class Clock:
+    """Wall-clock phases of one step (ms). On CUDA each reading synchronises the device first, so that a
+    phase is charged the kernels it launched."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.t = time.perf_counter()
+
+    def lap(self) -> float:
+        """ms since the previous lap."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        ms, self.t = (now - self.t) * 1000.0, now
+        return ms
+
+
+class RealEngine(Engine):
+    """The simulator's engine with a real target forward, a live n-gram drafter and a clock.
+
+    model: a real.engine.model.Transformer with its per-slot KV cache (batch_size slots, each long enough
+    for the longest request); teacher_forcing: take the target's tokens from the reference (random weights).
+    """
+
+    def __init__(self, tables: DraftTables, arrivals_s: np.ndarray, policy, cost, cfg: EngineConfig, model,
+                 ngram_cfg: NgramConfig, teacher_forcing: bool = False, progress: bool = False) -> None:
+        super().__init__(tables, arrivals_s, policy, cost, cfg, progress=progress)
+        if cfg.async_scheduling:
+            raise ConfigError("the real engine steps synchronously: use EngineConfig(async_scheduling=False)")
+        if ngram_cfg.k != tables.k_ngram:
+            raise ConfigError(f"n-gram chain length {ngram_cfg.k} differs from the tables' {tables.k_ngram}")
+        self.model, self.ngram_cfg, self.teacher = model, ngram_cfg, teacher_forcing
+        self.device = next(model.parameters()).device
+        max_ctx = int((tables.prompt_len + tables.out_len).max()) if self.n else 1
+        self.max_ctx = max_ctx + max(tables.k_model, tables.k_ngram) + 2
+        self.hist = HistoryBuffer(cfg.batch_size, self.max_ctx, self.device)
+        self.slot_of: dict[int, int] = {}
+        self.free_slots = list(range(cfg.batch_size))
+        # each request's actual context (prompt + emitted tokens), on the host
+        self.ctx = [tables.tokens[tables.tok_offsets[r]: tables.tok_offsets[r] + tables.prompt_len[r]].astype(np.int64)
+                    for r in range(self.n)]
+        self.out: list[list[int]] = [[] for _ in range(self.n)]
+        self._clock = Clock(self.device)
+        self._lap: dict = {}
+        self._ng_tokens: np.ndarray | None = None
+        self._bonus: dict[int, int] = {}
+
+    # ---------------------------------------------------------------------------------------- slots
+    def _sync_slots(self) -> None:
+        """Free the slots of requests no longer running; give newly running ones a slot and load their
+        context into the device history (prompt + tokens emitted so far: a resumed request keeps its own)."""
+        running = set(self.sched.running)
+        for r in [r for r in self.slot_of if r not in running]:
+            self.free_slots.append(self.slot_of.pop(r))
+        for r in self.sched.running:
+            if r not in self.slot_of:
+                s = self.free_slots.pop()
+                self.slot_of[r] = s
+                self.hist.reset(s, torch.from_numpy(np.concatenate([self.ctx[r], np.asarray(self.out[r], dtype=np.int64)])))
+
+    def _slots(self, reqs) -> torch.Tensor:
+        return torch.tensor([self.slot_of[int(r)] for r in reqs], dtype=torch.int64, device=self.device)
+
+    # ---------------------------------------------------------------------------------------- hooks
+    def _schedule(self) -> StepPlan:
+        self._lap = dict(draft=0.0, ngram=0.0, alloc=0.0, verify=0.0, sample=0.0)
+        plan = self.sched.schedule()
+        self._sync_slots()
+        return plan
+
+    def _propose(self, reqs: np.ndarray, rows: np.ndarray) -> dict:
+        self._lap["cpu_pre"] = self._clock.lap()
+        chains = super()._propose(reqs, rows)  # the stand-in model drafter: a replay of its chains
+        self._lap["draft"] = self._clock.lap() if self.policy.uses_model else 0.0
+        self._ng_tokens = None
+        if self.policy.uses_ngram:
+            hist, lens = self.hist.view(self._slots(reqs))
+            prop = propose_ngram(hist, lens, self.ngram_cfg)
+            live_len = prop.length.cpu().numpy()
+            self._ng_tokens = prop.tokens.cpu().numpy()
+            self._lap["ngram"] = self._clock.lap()
+            # live proposals must be the reference's (the confidences come from its features)
+            self._flag(live_len != chains["ngram_len"], reqs, "the live n-gram proposal differs from the reference's")
+            chains["ngram_len"] = live_len
+        return chains
+
+    def _allocate(self, batch: StepBatch) -> Allocation:
+        self._lap["cpu_pre"] += self._clock.lap()  # building the batch
+        alloc = self.policy(batch)
+        self._lap["alloc"] = self._clock.lap()
+        if alloc.second is not None and bool((alloc.second > 0).any()):
+            raise ConfigError(f"policy '{self.policy.name}' verifies two branches (a tree): the real engine "
+                              "verifies chains only; tree policies are simulation-only")
+        return alloc
+
+    def _verify(self, plan: StepPlan, reqs: np.ndarray, rows: np.ndarray, adm_m: np.ndarray, adm_n: np.ndarray,
+                chains: dict) -> tuple[np.ndarray, np.ndarray]:
+        tb = self.tb
+        self._lap.setdefault("cpu_pre", 0.0)
+        self._lap["cpu_pre"] += self._clock.lap()
+        toks, q_lens, cache_lens, slots, logit_idx = [], [], [], [], []
+        n_flat = 0
+        sample_first = []  # requests whose fresh prompt completes here: they sample output token 0
+        for r, c in plan.prefilling:
+            done_before = int(self.prefilled[r]) - c  # _prefill already advanced it
+            ctx = self.ctx[r] if not self.out[r] else np.concatenate([self.ctx[r], np.asarray(self.out[r])])
+            toks.append(ctx[done_before: done_before + c])
+            q_lens.append(c)
+            cache_lens.append(done_before)
+            slots.append(self.slot_of[r])
+            n_flat += c
+            if self.prefilled[r] >= self.prefill_target[r] and self.pos[r] == 0:
+                sample_first.append(r)
+                logit_idx.append(n_flat - 1)
+        drafts = []
+        for k, r in enumerate(reqs.tolist()):
+            if adm_n[k] > 0:
+                d = self._ng_tokens[k, : adm_n[k]]
+            else:
+                d = tb.m_tok[rows[k], : adm_m[k]]
+            drafts.append(np.asarray(d, dtype=np.int64))
+            last = self.out[r][-1]
+            toks.append(np.concatenate([[last], drafts[-1]]))
+            q = 1 + len(d)
+            q_lens.append(q)
+            # the last emitted token's KV is (re)computed here: the cache holds prompt + pos - 1 tokens
+            cache_lens.append(int(tb.prompt_len[r] + self.pos[r] - 1))
+            slots.append(self.slot_of[r])
+            logit_idx.extend(range(n_flat, n_flat + q))
+            n_flat += q
+        acc_m = np.zeros(len(reqs), dtype=np.int64)
+        acc_n = np.zeros(len(reqs), dtype=np.int64)
+        self._bonus = {}
+        if not q_lens:
+            return acc_m, acc_n
+        dev = self.device
+        flat = torch.from_numpy(np.concatenate(toks).astype(np.int64)).to(dev)
+        lt = lambda x: torch.tensor(x, dtype=torch.int64, device=dev)  # noqa: E731
+        self._lap["cpu_pre"] += self._clock.lap()
+        with torch.inference_mode():
+            logits = self.model(flat, lt(q_lens), lt(cache_lens), lt(slots), lt(logit_idx))
+            self._lap["verify"] = self._clock.lap()
+            pred = logits.argmax(dim=-1).cpu().numpy()
+        self._lap["sample"] = self._clock.lap()
+        i = 0
+        for r in sample_first:
+            self._bonus[r] = int(tb.tokens[tb.tok_offsets[r] + tb.prompt_len[r]]) if self.teacher else int(pred[i])
+            i += 1
+        for k, r in enumerate(reqs.tolist()):
+            d = drafts[k]
+            q = 1 + len(d)
+            g = pred[i: i + q]
+            i += q
+            if self.teacher:  # the reference's tokens at output positions pos .. pos + len(d)
+                base = tb.tok_offsets[r] + tb.prompt_len[r] + self.pos[r]
+                g = tb.tokens[base: base + q].astype(np.int64)
+                g = np.concatenate([g, np.full(q - len(g), -1)])
+            acc = int(np.cumprod(d == g[: len(d)]).sum()) if len(d) else 0
+            acc = min(acc, int(tb.out_len[r] - self.pos[r]))  # nothing is accepted past the output's end
+            self._bonus[r] = int(g[acc])
+            if adm_n[k] > 0:
+                acc_n[k] = acc
+            else:
+                acc_m[k] = acc
+        return acc_m, acc_n
+
+    def _emit(self, reqs: np.ndarray, rows: np.ndarray, from_n: np.ndarray, n_draft: np.ndarray,
+              n_bonus: np.ndarray) -> None:
+        """Write what the target produced: request reqs[k]'s first n_draft[k] draft tokens of the chain it
+        accepted, then (n_bonus[k] = 1) the target's own next token."""
+        tb = self.tb
+        toks_all, counts, dst = [], [], []
+        for k, r in enumerate(reqs.tolist()):
+            if n_draft[k]:
+                if from_n[k]:
+                    d = self._ng_tokens[k, : n_draft[k]]
+                else:
+                    d = tb.m_tok[rows[k], : n_draft[k]]
+                new = [int(x) for x in d]
+            else:
+                new = []
+            if n_bonus[k]:
+                new.append(self._bonus[r])
+            base = int(tb.offsets[r] + self.pos[r])
+            dst.extend(range(base, base + len(new)))
+            toks_all.extend(new)
+            counts.append(len(new))
+            self.out[r].extend(new)
+        if not toks_all:
+            return
+        counts_a = np.asarray(counts, dtype=np.int64)
+        self._write(np.asarray(reqs, dtype=np.int64), counts_a, np.asarray(dst, dtype=np.int64),
+                    np.asarray(toks_all, dtype=np.int64))
+        self.hist.append(self._slots(reqs), torch.tensor(toks_all, dtype=torch.int64, device=self.device),
+                         torch.from_numpy(counts_a).to(self.device))
+
+    def _charge(self, parts: dict, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
+                logit_rows: int) -> dict:
+        lap = self._lap
+        tail = self._clock.lap()
+        cpu = lap.get("cpu_pre", 0.0) + tail
+        return dict(draft=lap["draft"], ngram=lap["ngram"], alloc=lap["alloc"], verify=lap["verify"],
+                    sample=lap["sample"], cpu=cpu)
+
+    def run(self):
+        self._clock.lap()
+        res = super().run()
+        res.outputs = [list(o) for o in self.out]
+        return res

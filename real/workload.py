@@ -1,0 +1,208 @@
+"""A validation workload: a trace slice, the target model, and the reference run every engine run is built on.
+
+Two modes:
+  real weights (SmolLM2-135M-Instruct from its GGUF): prompts are the trace's text tokenized with the
+      model's own tokenizer; the reference outputs are the model's plain greedy outputs
+      (real/engine/greedy.py), capped at --max-tokens;
+  random weights, teacher forced (any models/llms architecture): prompts and outputs are the trace's own
+      token ids (folded into the model's vocabulary, id mod V), outputs capped at --max-tokens; the target's
+      token at each position is the trace's, so acceptance is the trace's while every kernel runs at size.
+A slice keeps, in trace order (or a seeded sample), the requests whose prompt has at most --max-prompt
+tokens, up to --limit of them; how many longer prompts were passed over is reported, not hidden.
+
+The draft tables of the reference (sim/drafters/tables.py) give the engine its output lengths, the n-gram
+confidences and the stand-in model drafter's chains (real/engine/engine.py).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
+from sim.drafters.model import load_drafter_profile
+from sim.drafters.ngram import NgramConfig
+from sim.drafters.tables import DraftTables, build_draft_tables
+from sim.engine import EngineConfig, RunResult
+from sim.errors import ConfigError, TraceError
+from sim.policies import get_policy
+from sim.trace.schema import Request
+
+REAL_WEIGHT_MODELS = {"smollm2-135m": "smollm2-135m-gguf"}  # models/llms name -> weights spec of build_model
+DRAFTER = "dspark-qwen3-b7"  # the stand-in model drafter's synthetic profile
+
+
+@dataclass
+class Workload:
+    trace: str
+    model_label: str          # models/llms name
+    weights: str              # build_model spec: a GGUF alias, or the llms name (random)
+    teacher: bool
+    device: torch.device
+    dtype: torch.dtype
+    requests: list[Request]
+    tables: DraftTables
+    ngram_cfg: NgramConfig
+    passed_over: int = 0      # requests skipped for a prompt longer than max_prompt
+    notes: list[str] = field(default_factory=list)
+    _model: object = None
+
+    @classmethod
+    def build(cls, trace: str, model: str, random_weights: bool, device: str, limit: int | None, sample: int | None,
+              seed: int, max_tokens: int, max_prompt: int, progress: bool = False, k_ngram: int = 32) -> "Workload":
+        from real.engine.weights import build_model, resolve_device
+        from real.engine.model import ModelArgs
+
+        if max_tokens < 1:
+            raise ConfigError(f"--max-tokens must be >= 1, got {max_tokens}")
+        if max_prompt < 1:
+            raise ConfigError(f"--max-prompt must be >= 1, got {max_prompt}")
+        dev = resolve_device(device)
+        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        args = ModelArgs.from_llm(model)
+        if not random_weights and model not in REAL_WEIGHT_MODELS:
+            raise ConfigError(f"no real weights for model '{model}' (real weights: {', '.join(REAL_WEIGHT_MODELS)}); "
+                              "use --random-weights to run it teacher-forced")
+        weights = model if random_weights else REAL_WEIGHT_MODELS[model]
+        raw = _read_slice(trace, limit, sample, seed, max_prompt, model, random_weights, args.vocab_size)
+        reqs, passed = raw
+        if not reqs:
+            raise ConfigError(f"{trace}: no request has a prompt of at most {max_prompt} tokens")
+        for r in reqs:
+            if r.prompt_len + max_tokens > args.max_seq_len:
+                raise ConfigError(f"{trace}: request '{r.id}' needs {r.prompt_len + max_tokens} tokens of context; "
+                                  f"{model} has {args.max_seq_len}")
+        wl = cls(trace, model, weights, random_weights, dev, dtype, reqs, None, None, passed)  # type: ignore[arg-type]
+        if random_weights:
+            for r in reqs:
+                r.output_ids = r.output_ids[:max_tokens]
+                r.output_len = len(r.output_ids)
+        else:
+            from real.engine.greedy import greedy_generate
+            from real.engine.tokenizer import SmolTokenizer
+
+            eos = SmolTokenizer.from_gguf().eos_id
+            mdl = wl.model(max_slots=8, extra=max_tokens)
+            outs = greedy_generate(mdl, [r.prompt_ids for r in reqs], [max_tokens] * len(reqs), eos,
+                                   batch_size=8, progress=progress)
+            for r, o in zip(reqs, outs):
+                r.output_ids = o.astype(np.int32)
+                r.output_len = len(o)
+        calib = NgramCalibrator.load(DEFAULT_CALIBRATOR)
+        wl.ngram_cfg = NgramConfig(n_min=calib.cfg.n_min, n_max=calib.cfg.n_max, k=k_ngram, ext_max=calib.cfg.ext_max)
+        wl.tables = build_draft_tables(reqs, wl.ngram_cfg, load_drafter_profile(DRAFTER), calib, seed=seed)
+        return wl
+
+    def model(self, max_slots: int, extra: int = 0):
+        """The target with a KV cache of max_slots slots, each as long as the longest request (+ extra);
+        built once and rebuilt only when more slots or length are needed."""
+        from real.engine.weights import build_model
+
+        need = int(max(r.prompt_len + max(r.output_len, extra) for r in self.requests)) + 40
+        m = self._model
+        if m is None or m.max_slots < max_slots or m.max_len < need:
+            m, _ = build_model(self.weights, self.device, self.dtype, max_slots=max_slots, max_len=need)
+            self._model = m
+        return m
+
+    def write_trace(self, path: Path) -> None:
+        """The reference as a token-id trace the simulator loads (prompt_ids, output_ids)."""
+        with open(path, "w") as fh:
+            for r in self.requests:
+                fh.write(json.dumps({"id": r.id, "prompt_ids": [int(x) for x in r.prompt_ids],
+                                     "output_ids": [int(x) for x in r.output_ids]}) + "\n")
+
+
+def _read_slice(trace: str, limit, sample, seed, max_prompt, model, random_weights, vocab) -> tuple[list[Request], int]:
+    """The slice's requests (prompt ids in the target's vocabulary) and how many were passed over."""
+    from sim.trace.loader import load_trace
+
+    if random_weights:
+        tr = load_trace(trace, sample=sample, seed=seed) if sample else load_trace(trace)
+        pool = [r for r in tr.requests if not r.length_only]
+        if len(pool) < len(tr.requests):
+            raise ConfigError(f"{trace}: {len(tr.requests) - len(pool)} request(s) have no token content; "
+                              "teacher forcing needs outputs")
+        for r in pool:
+            r.prompt_ids = (r.prompt_ids.astype(np.int64) % vocab).astype(np.int32)
+            r.output_ids = (r.output_ids.astype(np.int64) % vocab).astype(np.int32)
+    else:
+        from real.engine.tokenizer import SmolTokenizer
+
+        tok = SmolTokenizer.from_gguf()
+        pool = []
+        for rid, text in _prompts(trace, sample, seed):
+            ids = np.asarray(tok.encode(text), dtype=np.int32)
+            pool.append(Request(id=rid, prompt_ids=ids, output_ids=np.zeros(1, dtype=np.int32), prompt_len=len(ids),
+                                output_len=1))
+    kept, passed = [], 0
+    for r in pool:
+        if limit is not None and len(kept) >= limit:
+            break
+        if r.prompt_len > max_prompt:
+            passed += 1
+            continue
+        r.prompt_len = len(r.prompt_ids)
+        kept.append(r)
+    return kept, passed
+
+
+def _prompts(trace: str, sample, seed):
+    """(id, prompt text) of each line of a text trace, in order (or a seeded sample)."""
+    from sim.trace.loader import _iter_lines, parse_record, sample_indices
+
+    p = Path(trace)
+    if not p.is_file():
+        raise TraceError("file not found", trace)
+    recs = []
+    for ln, raw in _iter_lines(p.read_bytes()):
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise TraceError("not valid JSON", trace, ln) from None
+        rec = parse_record(obj, trace, ln)
+        if not isinstance(rec.prompt, str):
+            raise TraceError("real weights need the prompt's text (a 'prompt' field)", trace, ln, "prompt")
+        recs.append((rec.id, rec.prompt))
+    if sample:
+        recs = [recs[i] for i in sample_indices(len(recs), sample, seed, trace)]
+    return recs
+
+
+def build_engine_model(wl: Workload, max_slots: int):
+    return wl.model(max_slots=max_slots)
+
+
+def run_real(wl: Workload, model, policy: str, batch_size: int, cost, progress: bool = False,
+             max_num_batched_tokens: int = 512) -> RunResult:
+    """One real-engine run of the workload (all requests arrive at 0). `cost` prices the policies'
+    decisions (the machine's profiled table); None = a provisional one (profiling runs)."""
+    from real.engine.engine import RealEngine
+
+    if cost is None:
+        cost = provisional_cost(model)
+    cfg = EngineConfig(batch_size=batch_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=False,
+                       kv_capacity_tokens=10**9)
+    model = wl.model(max_slots=batch_size)
+    eng = RealEngine(wl.tables, np.zeros(len(wl.requests)), get_policy(policy), cost, cfg, model, wl.ngram_cfg,
+                     teacher_forcing=wl.teacher, progress=progress)
+    return eng.run()
+
+
+def provisional_cost(model):
+    """A cost model for decisions before anything is profiled: verify ms proportional to tokens
+    (1 + T/16, a CPU-like shape), every other part 0. Used only by profiling runs."""
+    from sim.cost.profiled import ProfiledCost
+    from real.profile import build_table
+
+    xs = [1, 16, 64, 256, 1024]
+    verify = {"num_tokens": xs, "ms": [1.0 + x / 16 for x in xs], "logits_ms_per_row": 0.0, "kv_ms_per_token": 0.0}
+    zero = {"num_reqs": [1], "ms": [1e-6]}
+    parts = {"draft": zero, "ngram": zero, "alloc": {"*": zero}, "sample": {"num_tokens": [1], "ms": [1e-6]},
+             "cpu": {"base_ms": 0.0, "per_req_ms": 0.0, "per_token_ms": 0.0}}
+    t = build_table(model.args.name, verify, parts, {"device": "provisional"}, kv_capacity=10**9,
+                    vocab=model.args.vocab_size, source="provisional")
+    return ProfiledCost(t, fallback=None)
