@@ -1,1 +1,1 @@
-"""Pure-PyTorch real engine: device-side pieces of the speculative-decoding step."""
+"""The pure-PyTorch engine: a gpt-fast-style decoder (model.py), its weights (weights.py) and tokenizer."""
