@@ -136,17 +136,25 @@ def fit_step_parts(steps: list[dict], policies: list[str]) -> dict:
         t = by_r("alloc_ms", [s for s in steps if s["policy"] == p])
         if t:
             out["alloc"][p] = t
-    rows = np.concatenate([s["logit_rows"] for s in steps]).astype(np.float64)
+    # sample: medians by logit rows, in power-of-two buckets (argmax over rows x vocab, plus its copy)
+    rows = np.concatenate([s["logit_rows"] for s in steps]).astype(np.int64)
     smp = np.concatenate([s["sample_ms"] for s in steps])
-    per_row = float((rows * smp).sum() / max((rows * rows).sum(), 1e-12))
-    xs = [1, 16, 64, 256, 1024]
-    out["sample"] = {"num_tokens": xs, "ms": [max(per_row * x, 1e-6) for x in xs]}
+    keep = rows > 0
+    bucket = 2 ** np.ceil(np.log2(np.maximum(rows, 1))).astype(np.int64)
+    xs = sorted(set(bucket[keep].tolist()))
+    out["sample"] = {"num_tokens": [int(x) for x in xs],
+                     "ms": [max(float(np.median(smp[keep & (bucket == x)])), 1e-6) for x in xs]} if xs else None
+    # cpu: a robust (soft-L1) linear fit, since a few steps carry the machine's hiccups
+    from scipy.optimize import least_squares
+
     R = np.concatenate([s["num_decode"] for s in steps]).astype(np.float64)
     Tt = np.concatenate([s["tokens"] for s in steps]).astype(np.float64)
     cpu = np.concatenate([s["cpu_ms"] for s in steps])
     A = np.stack([np.ones_like(R), R, Tt], axis=1)
-    coef, *_ = np.linalg.lstsq(A, cpu, rcond=None)
-    coef = np.maximum(coef, 0.0)
+    x0 = np.maximum(np.linalg.lstsq(A, cpu, rcond=None)[0], 0.0)
+    fit = least_squares(lambda w: A @ w - cpu, x0, loss="soft_l1", f_scale=max(0.1 * float(np.median(cpu)), 1e-3),
+                        bounds=(0.0, np.inf))
+    coef = fit.x
     out["cpu"] = {"base_ms": float(coef[0]), "per_req_ms": float(coef[1]), "per_token_ms": float(coef[2])}
     return out
 
@@ -208,7 +216,7 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
 
 def format_verify(table: CostTable, roofline=None) -> str:
     lines = ["tokens  measured_ms" + ("  roofline_ms" if roofline is not None else "")]
-    for x, y in zip(table.verify[0], table.verify[1]):
+    for x, y in zip(table.verify_tokens, table.verify_ms):
         ms = y + (table.logits_ms_per_row or 0.0) * x
         extra = f"  {float(roofline.verify_ms(int(x), 128 * min(int(x), 8), min(int(x), 8))):11.3f}" if roofline is not None else ""
         lines.append(f"{int(x):6d}  {ms:11.3f}{extra}")

@@ -52,7 +52,10 @@ class Workload:
 
     @classmethod
     def build(cls, trace: str, model: str, random_weights: bool, device: str, limit: int | None, sample: int | None,
-              seed: int, max_tokens: int, max_prompt: int, progress: bool = False, k_ngram: int = 32) -> "Workload":
+              seed: int, max_tokens: int, max_prompt: int, progress: bool = False, k_ngram: int = 32,
+              teacher: bool | None = None) -> "Workload":
+        """The slice and its reference. teacher: take the target's tokens from the trace (default: with random
+        weights); teacher=False with random weights uses the random model's own greedy outputs (tests)."""
         from real.engine.weights import build_model, resolve_device
         from real.engine.model import ModelArgs
 
@@ -75,8 +78,11 @@ class Workload:
             if r.prompt_len + max_tokens > args.max_seq_len:
                 raise ConfigError(f"{trace}: request '{r.id}' needs {r.prompt_len + max_tokens} tokens of context; "
                                   f"{model} has {args.max_seq_len}")
-        wl = cls(trace, model, weights, random_weights, dev, dtype, reqs, None, None, passed)  # type: ignore[arg-type]
-        if random_weights:
+        teacher = random_weights if teacher is None else teacher
+        if teacher and not random_weights:
+            raise ConfigError("teacher forcing is for random weights (real weights decode greedily)")
+        wl = cls(trace, model, weights, teacher, dev, dtype, reqs, None, None, passed)  # type: ignore[arg-type]
+        if teacher:
             for r in reqs:
                 r.output_ids = r.output_ids[:max_tokens]
                 r.output_len = len(r.output_ids)
@@ -84,7 +90,7 @@ class Workload:
             from real.engine.greedy import greedy_generate
             from real.engine.tokenizer import SmolTokenizer
 
-            eos = SmolTokenizer.from_gguf().eos_id
+            eos = SmolTokenizer.from_gguf().eos_id if not random_weights else None
             mdl = wl.model(max_slots=8, extra=max_tokens)
             outs = greedy_generate(mdl, [r.prompt_ids for r in reqs], [max_tokens] * len(reqs), eos,
                                    batch_size=8, progress=progress)
@@ -182,11 +188,11 @@ def run_real(wl: Workload, model, policy: str, batch_size: int, cost, progress: 
     decisions (the machine's profiled table); None = a provisional one (profiling runs)."""
     from real.engine.engine import RealEngine
 
+    model = wl.model(max_slots=batch_size)
     if cost is None:
         cost = provisional_cost(model)
     cfg = EngineConfig(batch_size=batch_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=False,
                        kv_capacity_tokens=10**9)
-    model = wl.model(max_slots=batch_size)
     eng = RealEngine(wl.tables, np.zeros(len(wl.requests)), get_policy(policy), cost, cfg, model, wl.ngram_cfg,
                      teacher_forcing=wl.teacher, progress=progress)
     return eng.run()

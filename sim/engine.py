@@ -119,6 +119,8 @@ STEP_COLUMNS = ("t_start_ms", "step_ms", "num_decode", "prefill_tokens", "verifi
 class Engine:
     """One simulated serving engine running one policy over one trace's draft tables."""
 
+    single_thread = True  # torch intra-op threads during run(): one (the simulator's tensors are tiny)
+
     def __init__(self, tables: DraftTables, arrivals_s: np.ndarray, policy, cost: CostModel,
                  cfg: EngineConfig, progress: bool = False):
         self.tb, self.policy, self.cost, self.cfg = tables, policy, cost, cfg
@@ -288,7 +290,8 @@ class Engine:
         if self.progress:
             self._bar = tqdm(total=self.n, desc=f"{self.policy.name} bs={self.cfg.batch_size}", unit="req", leave=False)
         threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # tiny per-step tensors: more threads only add wake-ups and contention
+        if self.single_thread:
+            torch.set_num_threads(1)  # tiny per-step tensors: more threads only add wake-ups and contention
         try:
             env.run()
         finally:

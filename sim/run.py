@@ -57,6 +57,7 @@ class SimSetup:
     rate: float | None = None
     kv_capacity_tokens: int | None = None
     drafts: str | None = None  # recorded model drafts (sidecar JSONL), replayed instead of the profile
+    async_scheduling: bool = True  # False: a step is CPU + GPU in series (the real torch engine's steps)
 
 
 @dataclass
@@ -102,7 +103,8 @@ def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False
     s = prep.setup
     pol = get_policy(policy)
     cfg = EngineConfig(batch_size=batch_size, max_num_batched_tokens=s.max_num_batched_tokens,
-                       kv_capacity_tokens=s.kv_capacity_tokens, rate=s.rate, seed=s.seed)
+                       kv_capacity_tokens=s.kv_capacity_tokens, rate=s.rate, seed=s.seed,
+                       async_scheduling=s.async_scheduling)
     t0 = time.perf_counter()
     res = Engine(prep.tables, prep.arrivals, pol, prep.cost, cfg, progress=progress).run()
     wall = time.perf_counter() - t0
@@ -216,6 +218,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rate", type=float, default=None, help="Poisson arrivals (req/s) instead of all at t=0")
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
     ap.add_argument("--kv-capacity-tokens", type=int, default=None, help="override the KV-cache size (tokens)")
+    ap.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=True,
+                    help="overlap the CPU work of step t+1 with the GPU work of step t (vLLM's async scheduling); "
+                         "--no-async-scheduling for engines whose steps are synchronous (the real torch engine)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=None,
                     help="use the first N requests of the trace (they may all come from one part of it)")
@@ -247,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     setup = SimSetup(trace=a.trace, model=a.model, gpu=a.gpu, cost=a.cost, drafter=a.drafter, calibrator=a.calibrator,
                      ngram_k=a.ngram_k, seed=a.seed, limit=a.limit, sample=a.sample, temperature=a.temperature,
                      max_num_batched_tokens=a.max_num_batched_tokens, rate=a.rate, kv_capacity_tokens=a.kv_capacity_tokens,
-                     drafts=a.drafts)
+                     drafts=a.drafts, async_scheduling=a.async_scheduling)
     progress = not a.no_progress and sys.stderr.isatty()
     prep = prepare(setup, progress=progress)
     if prep.tables.replayed_requests:

@@ -70,9 +70,14 @@ class RealEngine(Engine):
     for the longest request); teacher_forcing: take the target's tokens from the reference (random weights).
     """
 
+    single_thread = False  # the model forward wants every core
+
     def __init__(self, tables: DraftTables, arrivals_s: np.ndarray, policy, cost, cfg: EngineConfig, model,
                  ngram_cfg: NgramConfig, teacher_forcing: bool = False, progress: bool = False) -> None:
         super().__init__(tables, arrivals_s, policy, cost, cfg, progress=progress)
+        if policy.tree:
+            raise ConfigError(f"policy '{policy.name}' verifies two branches (a tree): the real engine verifies "
+                              "chains only; tree policies are simulation-only")
         if cfg.async_scheduling:
             raise ConfigError("the real engine steps synchronously: use EngineConfig(async_scheduling=False)")
         if ngram_cfg.k != tables.k_ngram:
@@ -136,9 +141,6 @@ class RealEngine(Engine):
         self._lap["cpu_pre"] += self._clock.lap()  # building the batch
         alloc = self.policy(batch)
         self._lap["alloc"] = self._clock.lap()
-        if alloc.second is not None and bool((alloc.second > 0).any()):
-            raise ConfigError(f"policy '{self.policy.name}' verifies two branches (a tree): the real engine "
-                              "verifies chains only; tree policies are simulation-only")
         return alloc
 
     def _verify(self, plan: StepPlan, reqs: np.ndarray, rows: np.ndarray, adm_m: np.ndarray, adm_n: np.ndarray,
@@ -247,7 +249,10 @@ class RealEngine(Engine):
         lap = self._lap
         tail = self._clock.lap()
         cpu = lap.get("cpu_pre", 0.0) + tail
-        return dict(draft=lap["draft"], ngram=lap["ngram"], alloc=lap["alloc"], verify=lap["verify"],
+        alloc = lap["alloc"]
+        if not (self.policy.uses_model or self.policy.uses_ngram):
+            cpu, alloc = cpu + alloc, 0.0  # no drafter: the simulator prices no allocation, only host work
+        return dict(draft=lap["draft"], ngram=lap["ngram"], alloc=alloc, verify=lap["verify"],
                     sample=lap["sample"], cpu=cpu)
 
     def run(self):

@@ -20,6 +20,8 @@ class Policy:
     uses_model / uses_ngram: which drafters must run this step (the engine charges their cost).
     needs_truth: reads true_model_acc / true_ngram_acc (only the oracle).
     host_sync: needs a device-to-host copy of current-step values (False for every policy here).
+    tree: may verify both chains as two branches (Allocation.second); engines that verify chains only
+        (the real torch engine) refuse it.
     """
 
     name: str
@@ -28,6 +30,7 @@ class Policy:
     uses_ngram: bool
     needs_truth: bool = False
     host_sync: bool = False
+    tree: bool = False
 
     def __call__(self, batch: StepBatch) -> Allocation:
         if self.needs_truth and (batch.true_model_acc is None or batch.true_ngram_acc is None):

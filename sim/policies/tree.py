@@ -78,4 +78,4 @@ def _hybrid_tree(params: List[str]) -> Policy:
     if rest:
         method = rest[0]
     name = "hybrid-tree" + (f":{method}" if rest else "") + ("" if discount == DISCOUNT else f":discount={discount:g}")
-    return Policy(name, lambda b: tree_alloc(b, method, NGRAM_MARGIN, discount), uses_model=True, uses_ngram=True)
+    return Policy(name, lambda b: tree_alloc(b, method, NGRAM_MARGIN, discount), uses_model=True, uses_ngram=True, tree=True)

@@ -1,0 +1,309 @@
+"""Check the simulator against the real engine: run a trace slice for real, simulate the same run, compare.
+
+    python real/validate.py --trace traces/codeedit.jsonl [--policy P ...] [--batch-size B ...] [--limit N]
+                            [--max-tokens M] [--out DIR] [--model smollm2-135m | --model qwen3-8b --random-weights]
+                            [--device cpu|cuda] [--cost-table FILE] [--max-error PCT] [--quick]
+
+For each trace: build the reference (real/workload.py: greedy outputs of the real model, or the trace's
+outputs teacher-forced), write it as a token-id trace, and profile this machine (real/profile.py) unless
+--cost-table names a table profiled here. Then for each (policy, batch size) cell:
+  real       the real engine (real/engine/engine.py) runs the slice; its outputs, drafts and per-step
+             time split are recorded under DIR/cells/<cell>/;
+  predicted  the simulator on the recorded outputs, the recorded drafts and the profiled table, with the
+             same scheduler settings and synchronous steps -- the command it prints reproduces it:
+             python -m sim.run --trace ref.jsonl --drafts drafts.jsonl --cost profiled --gpu TABLE ...;
+  synthetic  the same, drawing the synthetic drafter afresh (seed + 1) instead of replaying the drafts.
+Error = |predicted - real| / real output throughput (tokens per second of engine time). Per cell it
+reports both, the steps, tokens per step and mean latency; step-time error is the median over steps of
+|predicted - real| / real step time (steps align one to one when the decisions are identical).
+Writes DIR/fidelity.json, DIR/fidelity.md and DIR/fidelity.html; every cell is kept under DIR/cells and
+reused when the command is run again (resumable); --max-error makes it exit 1 when the median error is
+above PCT percent.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python real/validate.py`: import from the repository root, not real/ (whose
+    # profile.py would shadow the standard library's `profile`)
+    _here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(_here)]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from sim.cli_util import run_cli  # noqa: E402
+from sim.errors import ConfigError  # noqa: E402
+
+DEFAULT_POLICIES = ("none", "adaptive", "hybrid-price", "ngram-fixed:32")
+DEFAULT_BATCH_SIZES = (1, 4, 16)
+MAX_NUM_BATCHED_TOKENS = 512
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _cell_id(trace: str, policy: str, bs: int) -> str:
+    return f"{Path(trace).stem}__{policy.replace(':', '-')}__bs{bs}"
+
+
+def _write_drafts(wl, path: Path) -> None:
+    """The recorded-drafts sidecar (sim.drafters.model.load_recorded_drafts) of the model drafter's chains."""
+    tb = wl.tables
+    lines = []
+    for i, r in enumerate(wl.requests):
+        a, b = int(tb.offsets[i]), int(tb.offsets[i] + tb.out_len[i])
+        lines.append(json.dumps({"id": r.id, "model_conf": np.round(tb.m_conf[a:b].astype(np.float64), 6).tolist(),
+                                 "model_acc": tb.m_acc[a:b].astype(int).tolist()}))
+    _atomic_write(path, "\n".join(lines) + "\n")
+
+
+def _steps_csv(steps: dict) -> str:
+    import pandas as pd
+
+    return pd.DataFrame(steps).to_csv(index=False)
+
+
+def _summary(res, n_tokens: int) -> dict:
+    st = res.steps
+    t = float(res.sim_time_s)
+    lat = res.requests["finish_s"] - res.requests["arrival_s"]
+    return {"time_s": t, "tok_per_s": n_tokens / t if t > 0 else float("nan"), "steps": int(len(st["step_ms"])),
+            "tokens_per_step": n_tokens / max(1, int((st["num_decode"] > 0).sum())),
+            "mean_latency_s": float(np.nanmean(lat)), "lossless": bool(res.lossless), "violation": res.violation,
+            "step_ms": [float(x) for x in st["step_ms"]]}
+
+
+def simulate(ref_trace: Path, drafts: Path | None, table: Path, model: str, bs: int, policy: str, seed: int):
+    """The simulator's prediction of one cell (what `sim.run ... --no-async-scheduling` computes)."""
+    from sim.engine import Engine, EngineConfig
+    from sim.policies import get_policy
+    from sim.run import SimSetup, prepare
+
+    setup = SimSetup(trace=str(ref_trace), model=model, cost="profiled", gpu=str(table), seed=seed,
+                     drafts=str(drafts) if drafts else None, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+                     kv_capacity_tokens=10**9)
+    prep = prepare(setup)
+    cfg = EngineConfig(batch_size=bs, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, kv_capacity_tokens=10**9,
+                       async_scheduling=False, seed=seed)
+    return Engine(prep.tables, prep.arrivals, get_policy(policy), prep.cost, cfg).run()
+
+
+def run_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: int, progress: bool) -> dict:
+    """Real run, prediction and synthetic prediction of one cell, with its records (module docstring)."""
+    from sim.cost.profiled import ProfiledCost
+    from real.workload import run_real
+
+    cost = ProfiledCost(str(table), fallback=None)
+    model = wl.model(max_slots=bs)
+    t0 = time.perf_counter()
+    real = run_real(wl, model, policy, bs, cost, progress=progress, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS)
+    wall = time.perf_counter() - t0
+    n_tok = int(sum(r.output_len for r in wl.requests))
+    ref = trace_dir / "reference.jsonl"
+    drafts = trace_dir / "drafts.jsonl"
+    pred = simulate(ref, drafts, table, wl.model_label, bs, policy, seed)
+    synth = simulate(ref, None, table, wl.model_label, bs, policy, seed + 1)
+    out = {"trace": wl.trace, "policy": policy, "batch_size": bs, "requests": len(wl.requests), "output_tokens": n_tok,
+           "real": _summary(real, n_tok), "predicted": _summary(pred, n_tok), "synthetic": _summary(synth, n_tok),
+           "real_wall_s": wall}
+    out["real"]["outputs_equal_reference"] = all(
+        list(map(int, o)) == list(map(int, r.output_ids)) for o, r in zip(real.outputs, wl.requests))
+    rs, ps = np.asarray(out["real"]["step_ms"]), np.asarray(out["predicted"]["step_ms"])
+    out["steps_aligned"] = len(rs) == len(ps)
+    out["step_error_median"] = float(np.median(np.abs(ps - rs) / rs)) if len(rs) == len(ps) and len(rs) else float("nan")
+    for k in ("predicted", "synthetic"):
+        out[f"{k}_error"] = abs(out[k]["tok_per_s"] - out["real"]["tok_per_s"]) / out["real"]["tok_per_s"]
+    out["sim_command"] = (f"python -m sim.run --trace {ref} --drafts {drafts} --model {wl.model_label} --cost profiled "
+                          f"--gpu {table} --policy {policy} --batch-size {bs} --max-num-batched-tokens "
+                          f"{MAX_NUM_BATCHED_TOKENS} --no-async-scheduling")
+    cdir = trace_dir / "cells" / _cell_id(wl.trace, policy, bs)
+    cdir.mkdir(parents=True, exist_ok=True)
+    _atomic_write(cdir / "steps_real.csv", _steps_csv(real.steps))
+    _atomic_write(cdir / "steps_predicted.csv", _steps_csv(pred.steps))
+    return out
+
+
+def write_reports(out: Path, cells: list[dict], meta: dict) -> dict:
+    """fidelity.json / .md / .html from the cells; returns the aggregate."""
+    errs = np.asarray([c["predicted_error"] for c in cells])
+    serrs = np.asarray([c["step_error_median"] for c in cells])
+    agg = {"cells": len(cells), "median_error": float(np.median(errs)) if len(errs) else float("nan"),
+           "max_error": float(errs.max()) if len(errs) else float("nan"),
+           "median_synthetic_error": float(np.median([c["synthetic_error"] for c in cells])) if cells else float("nan"),
+           "median_step_error": float(np.nanmedian(serrs)) if len(serrs) else float("nan"),
+           "all_lossless": all(c["real"]["lossless"] and c["real"]["outputs_equal_reference"] for c in cells)}
+    slim = [{k: ({kk: vv for kk, vv in v.items() if kk != "step_ms"} if isinstance(v, dict) else v)
+             for k, v in c.items()} for c in cells]
+    _atomic_write(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": slim}, indent=1) + "\n")
+    _atomic_write(out / "fidelity.md", format_md(slim, agg, meta))
+    _atomic_write(out / "fidelity.html", format_html(slim, agg, meta))
+    return agg
+
+
+def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
+    lines = ["# Fidelity: the simulator against the real engine", "",
+             f"Produced by `{meta['command']}` on {meta['machine'].get('cpu', '?')} "
+             f"({meta['machine'].get('device', '?')}, {meta['machine'].get('threads', '?')} threads, torch "
+             f"{meta['machine'].get('torch', '?')}); model {meta['model']} ({meta['mode']}); "
+             f"max {meta['max_tokens']} output tokens per request, prompts of at most {meta['max_prompt']} tokens.",
+             "", "Real: the real engine's output tokens per second of engine time. Predicted: the simulator on the "
+             "recorded outputs and drafts with this machine's profiled costs (`real/profile.py`). Synthetic: the "
+             "simulator drawing its synthetic drafter afresh instead of replaying the drafts. The model drafter "
+             "is a stand-in (the synthetic DSpark profile's chains over the reference output, replayed; a "
+             "table lookup's cost) until the project's trained drafter lands.", "",
+             f"**Median throughput error {100 * agg['median_error']:.1f}%, max {100 * agg['max_error']:.1f}%; "
+             f"median step-time error {100 * agg['median_step_error']:.1f}%; synthetic drafter: median "
+             f"{100 * agg['median_synthetic_error']:.1f}%. Every real run lossless (outputs equal plain greedy "
+             f"decoding): {'yes' if agg['all_lossless'] else 'NO'}.**", "",
+             "| trace | policy | bs | reqs | real tok/s | predicted tok/s | error | synthetic tok/s | error | "
+             "steps real/sim | tok/step | mean latency real / sim (s) | step-time error (median) | speedup vs none |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    base = {(c["trace"], c["batch_size"]): c["real"]["tok_per_s"] for c in cells if c["policy"] == "none"}
+    for c in cells:
+        b = base.get((c["trace"], c["batch_size"]))
+        sp = f"{c['real']['tok_per_s'] / b:.2f}x" if b else "-"
+        lines.append(
+            f"| {Path(c['trace']).stem} | {c['policy']} | {c['batch_size']} | {c['requests']} | "
+            f"{c['real']['tok_per_s']:.1f} | {c['predicted']['tok_per_s']:.1f} | {100 * c['predicted_error']:.1f}% | "
+            f"{c['synthetic']['tok_per_s']:.1f} | {100 * c['synthetic_error']:.1f}% | "
+            f"{c['real']['steps']}/{c['predicted']['steps']} | {c['real']['tokens_per_step']:.2f} | "
+            f"{c['real']['mean_latency_s']:.2f} / {c['predicted']['mean_latency_s']:.2f} | "
+            f"{100 * c['step_error_median']:.1f}% | {sp} |")
+    lines += ["", "Each predicted cell is reproduced by the `sim_command` recorded for it in fidelity.json.", ""]
+    return "\n".join(lines)
+
+
+def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    lab = [f"{Path(c['trace']).stem} {c['policy']} bs{c['batch_size']}" for c in cells]
+    fig.add_bar(name="real", x=lab, y=[c["real"]["tok_per_s"] for c in cells], marker_color="#1f77b4")
+    fig.add_bar(name="predicted (replayed drafts)", x=lab, y=[c["predicted"]["tok_per_s"] for c in cells],
+                marker_color="#ff7f0e")
+    fig.add_bar(name="predicted (synthetic drafter)", x=lab, y=[c["synthetic"]["tok_per_s"] for c in cells],
+                marker_color="#2ca02c")
+    fig.update_layout(barmode="group", title=f"Real vs simulated output throughput (median error "
+                      f"{100 * agg['median_error']:.1f}%)", yaxis_title="output tokens / s", template="plotly_white")
+    return fig.to_html(include_plotlyjs="cdn", full_html=True)
+
+
+def validate(a) -> int:
+    from real.profile import machine_info, profile
+    from real.workload import Workload
+    from sim.cost.profiled import check_machine, load_cost_table
+
+    if a.engine != "torch":
+        raise ConfigError(f"--engine {a.engine}: only the torch engine is available here (vLLM: `--engine vllm` "
+                          "needs the vLLM plugin, not built yet)")
+    out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    policies = a.policy or (["none", "hybrid-price"] if a.quick else list(DEFAULT_POLICIES))
+    bss = a.batch_size or ([1, 4] if a.quick else list(DEFAULT_BATCH_SIZES))
+    from sim.policies import get_policy
+    for p in policies:
+        get_policy(p)  # unknown names fail before any work
+    if any(b < 1 for b in bss):
+        raise ConfigError(f"--batch-size must be >= 1, got {min(bss)}")
+    traces = a.trace or ["traces/codeedit.jsonl"]
+    limit = a.limit or (3 if a.quick else 8)
+    max_tokens = a.max_tokens or (16 if a.quick else 64)
+    cells, table_path, machine = [], None, {}
+    for trace in traces:
+        t_dir = out / Path(trace).stem
+        t_dir.mkdir(parents=True, exist_ok=True)
+        wl = Workload.build(trace, a.model, a.random_weights, a.device, limit=limit, sample=None, seed=a.seed,
+                            max_tokens=max_tokens, max_prompt=a.max_prompt, progress=True)
+        import torch
+        machine = machine_info(wl.device, wl.dtype, wl.model_label)
+        if table_path is None:
+            if a.cost_table:
+                table_path = Path(a.cost_table)
+            else:
+                table_path = out / "cost_table.json"
+                if not table_path.exists():
+                    print(f"profiling this machine -> {table_path}", file=sys.stderr)
+                    profile(a.model, a.random_weights, a.device, policies, sorted(set(bss)), a.quick, table_path,
+                            progress=True)
+            diff = check_machine(load_cost_table(table_path), machine)
+            if diff:
+                if not a.allow_other_machine:
+                    raise ConfigError(f"{table_path}: {diff}; profile here (omit --cost-table) or pass --allow-other-machine")
+                print(f"warning: {table_path}: {diff}", file=sys.stderr)
+                machine["table_from_other_machine"] = diff
+        ref = t_dir / "reference.jsonl"
+        wl.write_trace(ref)
+        _write_drafts(wl, t_dir / "drafts.jsonl")
+        for pol in policies:
+            for bs in bss:
+                cf = t_dir / "cells" / f"{_cell_id(trace, pol, bs)}.json"
+                if cf.exists():
+                    cells.append(json.loads(cf.read_text()))
+                    print(f"cached  {cf.stem}", file=sys.stderr)
+                    continue
+                c = run_cell(wl, t_dir, table_path, pol, bs, a.seed, progress=False)
+                cf.parent.mkdir(parents=True, exist_ok=True)
+                _atomic_write(cf, json.dumps(c) + "\n")
+                cells.append(c)
+                print(f"{Path(trace).stem:10s} {pol:16s} bs={bs:<3d} real {c['real']['tok_per_s']:8.1f} tok/s  "
+                      f"predicted {c['predicted']['tok_per_s']:8.1f}  error {100 * c['predicted_error']:5.1f}%  "
+                      f"lossless {c['real']['lossless'] and c['real']['outputs_equal_reference']}", file=sys.stderr)
+    meta = {"command": "python real/validate.py " + " ".join(a.argv), "machine": machine, "model": a.model,
+            "mode": "random weights, teacher forced" if a.random_weights else "real weights (GGUF), greedy",
+            "max_tokens": max_tokens, "max_prompt": a.max_prompt, "cost_table": str(table_path)}
+    agg = write_reports(out, cells, meta)
+    print(f"median error {100 * agg['median_error']:.2f}%  max {100 * agg['max_error']:.2f}%  "
+          f"median step-time error {100 * agg['median_step_error']:.2f}%  lossless {agg['all_lossless']}  "
+          f"-> {out / 'fidelity.md'}")
+    if not agg["all_lossless"]:
+        print("error: a real run was not lossless", file=sys.stderr)
+        return 1
+    if a.max_error is not None and 100 * agg["median_error"] > a.max_error:
+        print(f"error: median error {100 * agg['median_error']:.2f}% is above --max-error {a.max_error}%", file=sys.stderr)
+        return 1
+    return 0
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="python real/validate.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", action="append", help="trace file (repeatable; default traces/codeedit.jsonl)")
+    ap.add_argument("--policy", action="append", help=f"policy (repeatable; default {', '.join(DEFAULT_POLICIES)})")
+    ap.add_argument("--batch-size", action="append", type=int, help="max running requests (repeatable; default 1 4 16)")
+    ap.add_argument("--limit", type=int, default=None, help="requests per trace (default 8; --quick 3)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="cap on each generation, as vLLM's max_tokens (default 64)")
+    ap.add_argument("--max-prompt", type=int, default=512, help="keep requests whose prompt has at most this many tokens")
+    ap.add_argument("--out", default="out/validate", help="output directory (cells cached there: resumable)")
+    ap.add_argument("--engine", default="torch", help="torch (vllm: not yet)")
+    ap.add_argument("--model", default="smollm2-135m", help="models/llms name; real weights for smollm2-135m")
+    ap.add_argument("--random-weights", action="store_true", help="random weights, teacher forced (any architecture)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--cost-table", default=None, help="a profiled table of this machine (default: profile into --out)")
+    ap.add_argument("--allow-other-machine", action="store_true", help="use a table profiled elsewhere (warns, recorded)")
+    ap.add_argument("--max-error", type=float, default=None, help="exit 1 if the median error is above this (percent)")
+    ap.add_argument("--quick", action="store_true", help="a small grid for tests (3 requests, 16 tokens, bs 1 and 4)")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    a.argv = list(argv) if argv is not None else sys.argv[1:]
+    if a.limit is not None and a.limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {a.limit}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    return validate(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

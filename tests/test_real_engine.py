@@ -1,0 +1,147 @@
+"""The real engine: lossless against plain greedy decoding for every chain policy, teacher forcing equals
+the simulator's acceptance, the shared scheduler's steps, profile -> simulator round trip, validate --quick.
+
+The default run uses the 2-layer random-weight test architecture (models/llms/qwen3-tiny.json) on the CPU:
+the same code path as SmolLM2 or an 8B model, at a size CI affords. The real-weight check is in the slow set.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from real.workload import Workload, run_real
+from sim.errors import ConfigError
+from sim.policies.registry import list_policies  # noqa: F401  (imported for its side effect: registry ready)
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAIN_POLICIES = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold", "hybrid",
+                  "hybrid-price", "oracle"]
+
+
+@pytest.fixture(scope="module")
+def greedy_wl():
+    """20 prompts from both bundled traces, outputs = the tiny random model's own greedy decoding."""
+    a = Workload.build("traces/codeedit.jsonl", "qwen3-tiny", True, "cpu", limit=10, sample=None, seed=0,
+                       max_tokens=24, max_prompt=400, teacher=False)
+    b = Workload.build("traces/chat.jsonl", "qwen3-tiny", True, "cpu", limit=10, sample=None, seed=0,
+                       max_tokens=24, max_prompt=400, teacher=False)
+    return [a, b]
+
+
+@pytest.mark.parametrize("policy", CHAIN_POLICIES)
+def test_every_policy_is_lossless_against_plain_greedy(greedy_wl, policy):
+    for wl in greedy_wl:
+        for bs in (1, 5):
+            res = run_real(wl, None, policy, bs, cost=None)
+            assert res.lossless, (policy, bs, res.violation)
+            for out, req in zip(res.outputs, wl.requests):
+                assert out == [int(x) for x in req.output_ids], (policy, bs, req.id)
+
+
+def test_speculation_accepts_tokens_and_tree_policies_are_refused(greedy_wl):
+    wl = greedy_wl[0]
+    none = run_real(wl, None, "none", 4, cost=None)
+    ng = run_real(wl, None, "ngram-fixed:32", 4, cost=None)
+    assert ng.steps["accepted_ngram"].sum() > 0
+    assert ng.requests["decode_steps"].sum() < none.requests["decode_steps"].sum()
+    with pytest.raises(ConfigError, match="tree"):
+        run_real(wl, None, "hybrid-tree", 4, cost=None)
+
+
+def test_teacher_forcing_reproduces_the_simulators_steps():
+    """Teacher forced, the real engine's acceptance is the trace's: with the same decision costs it takes
+    exactly the simulator's steps, drafts and tokens (the shared scheduler and step, a real forward)."""
+    from sim.engine import Engine, EngineConfig
+    from sim.policies import get_policy
+    from real.workload import provisional_cost
+
+    wl = Workload.build("traces/codeedit.jsonl", "qwen3-tiny", True, "cpu", limit=6, sample=None, seed=0,
+                        max_tokens=40, max_prompt=400)
+    model = wl.model(max_slots=4)
+    cost = provisional_cost(model)
+    for policy in ("adaptive", "hybrid-price", "ngram-fixed:32"):
+        real = run_real(wl, model, policy, 4, cost=cost)
+        cfg = EngineConfig(batch_size=4, max_num_batched_tokens=512, async_scheduling=False, kv_capacity_tokens=10**9)
+        sim = Engine(wl.tables, np.zeros(len(wl.requests)), get_policy(policy), cost, cfg).run()
+        assert real.lossless and sim.lossless
+        for col in ("num_decode", "prefill_tokens", "verified_model", "verified_ngram", "accepted_model",
+                    "accepted_ngram", "emitted", "tokens", "kv_tokens"):
+            assert np.array_equal(real.steps[col], sim.steps[col]), (policy, col)
+
+
+def test_profile_table_round_trips_into_the_simulator(tmp_path):
+    from real.profile import main as profile_main
+    from sim.cost import make_cost_model
+
+    out = tmp_path / "t.json"
+    assert profile_main(["--model", "qwen3-tiny", "--random-weights", "--quick", "--policy", "none",
+                         "--policy", "hybrid-price", "--batch-size", "1", "--batch-size", "2", "--out", str(out)]) == 0
+    cost = make_cost_model("profiled", llm="qwen3-tiny", gpu=str(out))
+    t = json.loads(out.read_text())
+    assert t["machine"]["model"] == "qwen3-tiny" and t["machine"]["device"] == "cpu"
+    # the simulator reads back what was measured
+    x = t["verify"]["num_tokens"][2]
+    want = t["verify"]["ms"][2] + t["logits_ms_per_row"] * x + t["kv_ms_per_token"] * 100
+    assert cost.verify_ms(x, 100, 1) == pytest.approx(want)
+    assert cost.alloc_ms(1, policy="hybrid-price") == pytest.approx(t["alloc"]["hybrid-price"]["ms"][0])
+    with pytest.raises(ConfigError):  # never overwrites
+        profile_main(["--model", "qwen3-tiny", "--random-weights", "--quick", "--out", str(out)])
+
+
+def test_validate_quick_cli(tmp_path):
+    out = tmp_path / "v"
+    cmd = [sys.executable, "real/validate.py", "--quick", "--model", "qwen3-tiny", "--random-weights",
+           "--policy", "none", "--policy", "ngram-fixed:32", "--batch-size", "2", "--limit", "2", "--out", str(out)]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    fid = json.loads((out / "fidelity.json").read_text())
+    assert len(fid["cells"]) == 2 and fid["aggregate"]["all_lossless"]
+    for c in fid["cells"]:
+        assert c["steps_aligned"] and c["real"]["steps"] == c["predicted"]["steps"]
+        assert c["real"]["tok_per_s"] > 0 and c["predicted"]["tok_per_s"] > 0
+    assert (out / "fidelity.md").read_text().startswith("# Fidelity")
+    # resumable: a second run reuses every cell
+    r2 = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r2.returncode == 0 and r2.stderr.count("cached") == 2
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--model", "qwen3-8b"], "no real weights"),
+    (["--device", "cuda", "--model", "qwen3-tiny", "--random-weights"], "CUDA"),
+    (["--policy", "nope", "--model", "qwen3-tiny", "--random-weights"], "nope"),
+    (["--engine", "vllm"], "vllm"),
+])
+def test_validate_bad_input_is_one_line(tmp_path, argv, msg):
+    r = subprocess.run([sys.executable, "real/validate.py", "--quick", "--out", str(tmp_path / "o"), *argv], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert msg.lower() in r.stderr.lower(), r.stderr
+
+
+def test_prompt_longer_than_the_context_is_refused():
+    with pytest.raises(ConfigError, match="context"):
+        Workload.build("traces/codeedit.jsonl", "smollm2-135m", True, "cpu", limit=1, sample=None, seed=0,
+                       max_tokens=10_000, max_prompt=10_000)
+
+
+@pytest.mark.slow
+def test_real_weights_lossless_on_the_bundled_traces():
+    """SmolLM2-135M real weights: every chain policy equals plain greedy on 20 prompts."""
+    pytest.importorskip("gguf")
+    from real.engine.weights import find_smollm2_gguf
+
+    try:
+        find_smollm2_gguf()
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+    for trace in ("traces/codeedit.jsonl", "traces/chat.jsonl"):
+        wl = Workload.build(trace, "smollm2-135m", False, "cpu", limit=10, sample=None, seed=0, max_tokens=32,
+                            max_prompt=512)
+        for policy in ("adaptive", "hybrid-price", "ngram-fixed:32", "hybrid"):
+            res = run_real(wl, None, policy, 4, cost=None)
+            assert res.lossless, (trace, policy, res.violation)
