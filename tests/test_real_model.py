@@ -104,7 +104,7 @@ class Driver:
 def test_varlen_cached_forward_matches_full_forward(qk_norm, tied):
     args = tiny_args(qk_norm, tied)
     model, sd = tiny_model(args)
-    drv = Driver(model, sd, args, slots={"a": 2, "b": 0, "c": 3})
+    drv = Driver(model, sd, args, slots={"a": 2, "b": 0, "c": 3, "d": 1})
     assert 40 > SHORT_QUERY_MAX >= 20
     # prefill chunks: a long query from an empty cache (is_causal path) next to short ones
     drv.step({"a": (0, 40), "b": (0, 10), "c": (0, 5)})
@@ -118,6 +118,13 @@ def test_varlen_cached_forward_matches_full_forward(qk_norm, tied):
     drv.step({"a": (len(drv.seqs["a"]) - 3, 4), "b": (len(drv.seqs["b"]) - 4, 1), "c": (len(drv.seqs["c"]) - 6, 2)})
     # a subset of requests, one with a long query after rollback
     drv.step({"c": (len(drv.seqs["c"]) - 1, 40)})
+    # a single short request (its slot sliced, not gathered): decode, then a verify chunk
+    drv.step({"b": (len(drv.seqs["b"]), 1)})
+    drv.step({"b": (len(drv.seqs["b"]), 7)})
+    # decode steps at one context length (SDPA without a mask)
+    drv.step({"d": (0, len(drv.seqs["b"]))})
+    for _ in range(2):
+        drv.step({"b": (len(drv.seqs["b"]), 1), "d": (len(drv.seqs["d"]), 1)})
 
 
 def test_forward_rejects_batches_that_do_not_fit():

@@ -129,24 +129,33 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                 v_cache: torch.Tensor, plan: "_Plan") -> torch.Tensor:
         """x [N, D] -> [N, D]; writes this layer's K/V into k_cache, v_cache [slots, KV, max_len, d]."""
-        N = x.shape[0]
-        q, k, v = self.wqkv(x).split([self.H * self.d, self.KV * self.d, self.KV * self.d], dim=-1)
-        q, k, v = q.view(N, self.H, self.d), k.view(N, self.KV, self.d), v.view(N, self.KV, self.d)
+        N, H, KV = x.shape[0], self.H, self.KV
+        qkv = self.wqkv(x).view(N, H + 2 * KV, self.d)
+        v = qkv[:, H + KV:]
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            qk = torch.cat([self.q_norm(qkv[:, :H]), self.k_norm(qkv[:, H:H + KV])], dim=1)
+        else:
+            qk = qkv[:, :H + KV]
+        qk = apply_rope(qk, cos, sin)  # q and k heads in one call: half the small ops of a decode step
+        q, k = qk[:, :H], qk[:, H:]
         # Two advanced indices separated by a slice: the indexed view is [N, KV, d], matching k and v.
         k_cache[plan.tok_slot, :, plan.tok_pos] = k
         v_cache[plan.tok_slot, :, plan.tok_pos] = v
-        out = q.new_empty(N, self.H, self.d)
+        out = None if plan.short is not None and plan.short.gather is None else q.new_empty(N, self.H, self.d)
         if plan.short is not None:
             s = plan.short
-            qs = q[s.gather].view(s.R, s.Qmax, self.H, self.d).transpose(1, 2)      # [Rs, H, Qmax, d]
-            ks = k_cache[s.slots, :, :s.Kmax]                                       # [Rs, KV, Kmax, d]
-            vs = v_cache[s.slots, :, :s.Kmax]
+            qs = q if s.gather is None else q[s.gather]
+            qs = qs.view(s.R, s.Qmax, self.H, self.d).transpose(1, 2)              # [Rs, H, Qmax, d]
+            if s.slot is not None:  # one request: a view of its slot, no gather copy
+                ks, vs = k_cache[s.slot:s.slot + 1, :, :s.Kmax], v_cache[s.slot:s.slot + 1, :, :s.Kmax]
+            else:
+                ks, vs = k_cache[s.slots, :, :s.Kmax], v_cache[s.slots, :, :s.Kmax]  # [Rs, KV, Kmax, d]
             ys = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=s.mask, enable_gqa=True)
             ys = ys.transpose(1, 2).reshape(s.R * s.Qmax, self.H, self.d)
-            out[s.rows] = ys[s.valid]
+            if s.gather is None:
+                out = ys
+            else:
+                out[s.rows] = ys[s.valid]
         for start, qlen, slot, clen in plan.long:
             ql = q[start:start + qlen].transpose(0, 1).unsqueeze(0)                # [1, H, L, d]
             kl = k_cache[slot, :, :clen + qlen].unsqueeze(0)                        # [1, KV, T, d] (a view)
@@ -194,11 +203,14 @@ class _Short:
     R: int
     Qmax: int
     Kmax: int
-    slots: torch.Tensor    # [Rs] KV slot of each request
-    gather: torch.Tensor   # [Rs*Qmax] flat token row of each padded query row (row 0 for padding)
-    valid: torch.Tensor    # [n] indices into the Rs*Qmax padded rows that are real tokens
-    rows: torch.Tensor     # [n] their flat token rows
-    mask: torch.Tensor     # [Rs, 1, Qmax, Kmax] bool: key j visible to padded query row i
+    slots: torch.Tensor          # [Rs] KV slot of each request
+    slot: int | None             # the slot when Rs == 1 (sliced as a view instead of gathered)
+    gather: torch.Tensor | None  # [Rs*Qmax] flat token row of each padded query row (row 0 for padding);
+                                 # None when the batch is all short queries of one length (no padding at all)
+    valid: torch.Tensor | None   # [n] indices into the Rs*Qmax padded rows that are real tokens
+    rows: torch.Tensor | None    # [n] their flat token rows
+    mask: torch.Tensor | None    # [Rs, 1, Qmax, Kmax] bool: key j visible to padded query row i; None when
+                                 # every row sees all Kmax keys (decode steps at one context length)
 
 
 @dataclass
@@ -247,11 +259,19 @@ def _make_plan(q_lens: torch.Tensor, cache_lens: torch.Tensor, slots: torch.Tens
                     rows.append(start_py[r] + j)
                 else:
                     gather.append(0)
-        qpos = torch.tensor([cl[r] for r in short_r], device=dev)[:, None] + torch.arange(Qmax, device=dev)
-        mask = torch.arange(Kmax, device=dev)[None, None, :] <= qpos[:, :, None]  # padded rows: finite garbage
         as_t = lambda v: torch.tensor(v, dtype=torch.long, device=dev)  # noqa: E731
-        short = _Short(Rs, Qmax, Kmax, as_t([sl[r] for r in short_r]), as_t(gather), as_t(valid), as_t(rows),
-                       mask.unsqueeze(1))
+        if Qmax == 1 and all(cl[r] + 1 == Kmax for r in short_r):
+            mask = None  # lets SDPA take its unmasked fast path
+        else:
+            qpos = as_t([cl[r] for r in short_r])[:, None] + torch.arange(Qmax, device=dev)
+            # padding rows see keys up to cache_len + row: finite (zero or stale) entries, results discarded
+            mask = (torch.arange(Kmax, device=dev)[None, None, :] <= qpos[:, :, None]).unsqueeze(1)
+        if not long and len(valid) == Rs * Qmax:  # flat rows are already [Rs, Qmax] in order
+            gather = valid = rows = None
+        else:
+            gather, valid, rows = as_t(gather), as_t(valid), as_t(rows)
+        short = _Short(Rs, Qmax, Kmax, as_t([sl[r] for r in short_r]), sl[short_r[0]] if Rs == 1 else None,
+                       gather, valid, rows, mask)
     return _Plan(tok_slot, tok_pos, short, long)
 
 
