@@ -4,20 +4,19 @@
     python -m real.profile [--model smollm2-135m] [--random-weights] [--device cpu|cuda] [--out FILE]
                            [--policy P ...] [--batch-size B ...] [--quick]
 
-Two kinds of measurement, each a median over repeats:
-  verify   the target forward alone, on decode-shaped batches (R requests x q tokens, T = R q tokens,
-           every row's logits), at a short context, for T on a grid; then
-             logits_ms_per_row = (ms(T0, all rows) - ms(T0, one row)) / (T0 - 1)   at T0 = 64,
-             f_verify(T)       = ms(T, all rows) - logits_ms_per_row * T            (the body),
-             kv_ms_per_token   = slope of ms over the KV tokens read, at T = 8 requests x 1 token;
-  the rest the engine's own per-step split (draft, ngram, alloc, sample, cpu) from short real-engine runs
-           of each policy on a slice of traces/general.jsonl (the tuning trace; never an evaluated one):
-             ngram(R), draft(R), alloc[policy](R): medians of the steps with R decoding requests;
-             sample: ms per logit row (least squares through the origin) on a grid of rows;
-             cpu(R, T) = a + b R + c T: least squares over all steps.
-It prints the roofline model's predictions beside the measured verify times (same grid) when the model
-and device have a roofline spec (a GPU), and records the machine (device, cpu, torch, dtype, threads,
-model) so that a table from elsewhere is refused (sim.cost.profiled.check_machine).
+It runs the real engine (each --policy at each --batch-size) on a slice of traces/general.jsonl -- the
+tuning trace, never an evaluated one -- and fits every part of the table to the steps it measured:
+  verify   verify_ms = f(T) + kv_ms_per_token * K + logits_ms_per_row * M over all steps (decode verifies,
+           prefill chunks and mixes), f piecewise linear in the step's tokens T, K the KV tokens read, M the
+           logit rows; a robust (soft-L1) least-squares fit with every term >= 0 (`fit_verify`);
+  ngram(R), draft(R), alloc[policy](R): medians of the steps with R decoding requests;
+  sample(T): medians by the step's tokens, in power-of-two buckets;
+  cpu(R, T) = a + b R + c T: robust linear fit (the host's share: scheduling, batch building, emission).
+It then times the target forward alone on decode-shaped batches (R requests x 8 tokens, every row's
+logits, context 512; medians of repeats) and prints them beside the table's prediction and, where the
+model and device have one (a GPU in models/gpus), the roofline model's. The table records the machine
+(device, cpu, torch, dtype, threads, model) so that a table from elsewhere is refused
+(sim.cost.profiled.check_machine).
 """
 from __future__ import annotations
 
@@ -36,8 +35,6 @@ from sim.cli_util import run_cli
 from sim.cost.profiled import CostTable, write_cost_table
 from sim.errors import ConfigError
 
-VERIFY_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-QUICK_GRID = (1, 4, 16, 64, 128)
 
 
 def machine_info(device: torch.device, dtype: torch.dtype, model: str) -> dict:
@@ -73,46 +70,22 @@ def _median_ms(fn, repeat: int, device: torch.device) -> float:
     return statistics.median(ts)
 
 
-def _decode_batch(T: int, context: int, max_slots: int, device):
-    """A decode-shaped step: R = min(T, max_slots) requests, q = T / R tokens each (the rest on the first),
-    each with `context` tokens cached."""
-    R = min(T, max_slots)
-    q = [T // R] * R
-    q[0] += T - sum(q)
-    lt = lambda x: torch.tensor(x, dtype=torch.int64, device=device)  # noqa: E731
-    return lt(q), lt([context] * R), lt(list(range(R)))
-
-
 @torch.inference_mode()
-def profile_verify(model, grid=VERIFY_GRID, context: int = 128, repeat: int = 5) -> dict:
-    """The verify part of the table (module docstring): f_verify(T) body ms, logits_ms_per_row, kv_ms_per_token."""
+def time_decode_grid(model, reqs=(1, 2, 4, 8, 16), q: int = 8, context: int = 512, repeat: int = 5) -> list[tuple]:
+    """Forward alone on decode-shaped batches: R requests x q tokens, every row's logits, `context` tokens
+    cached each. Returns (R, T, K, M, median ms) per R that fits the cache."""
     dev = next(model.parameters()).device
-    V = model.args.vocab_size
-    g = torch.Generator().manual_seed(0)
-
-    def run(T, ctx, rows):
-        q, c, s = _decode_batch(T, ctx, model.max_slots, dev)
-        toks = torch.randint(0, V, (T,), generator=g).to(dev)
-        idx = torch.arange(rows, device=dev)
-        return lambda: model(toks, q, c, s, idx)
-
-    T0 = 64
-    full = _median_ms(run(T0, context, T0), repeat, dev)
-    one = _median_ms(run(T0, context, 1), repeat, dev)
-    per_row = max(0.0, (full - one) / (T0 - 1))
-    xs, ys = [], []
-    for T in grid:
-        if T > model.max_slots * 32:
+    lt = lambda x: torch.tensor(x, dtype=torch.int64, device=dev)  # noqa: E731
+    ctx = min(context, model.max_len - q - 1)
+    rows = []
+    for R in reqs:
+        if R > model.max_slots:
             continue
-        ms = _median_ms(run(T, context, T), repeat, dev)
-        xs.append(T)
-        ys.append(max(1e-6, ms - per_row * T))
-    lo_ctx, hi_ctx = context, min(model.max_len - 16, 8 * context)
-    R = min(8, model.max_slots)
-    lo = _median_ms(run(R, lo_ctx, R), repeat, dev)
-    hi = _median_ms(run(R, hi_ctx, R), repeat, dev)
-    kv = max(0.0, (hi - lo) / (R * (hi_ctx - lo_ctx)))
-    return {"num_tokens": xs, "ms": ys, "logits_ms_per_row": per_row, "kv_ms_per_token": kv, "context": context}
+        T = R * q
+        toks = torch.randint(0, model.args.vocab_size, (T,), generator=torch.Generator().manual_seed(R)).to(dev)
+        args = (toks, lt([q] * R), lt([ctx] * R), lt(list(range(R))), torch.arange(T, device=dev))
+        rows.append((R, T, R * (ctx + q), T, _median_ms(lambda: model(*args), repeat, dev)))
+    return rows
 
 
 def fit_step_parts(steps: list[dict], policies: list[str]) -> dict:
@@ -137,7 +110,8 @@ def fit_step_parts(steps: list[dict], policies: list[str]) -> dict:
         if t:
             out["alloc"][p] = t
     # sample: medians by logit rows, in power-of-two buckets (argmax over rows x vocab, plus its copy)
-    rows = np.concatenate([s["logit_rows"] for s in steps]).astype(np.int64)
+    # (the simulator prices sampling by the step's tokens: sample_ms(T))
+    rows = np.concatenate([s["tokens"] for s in steps]).astype(np.int64)
     smp = np.concatenate([s["sample_ms"] for s in steps])
     keep = rows > 0
     bucket = 2 ** np.ceil(np.log2(np.maximum(rows, 1))).astype(np.int64)
@@ -159,9 +133,74 @@ def fit_step_parts(steps: list[dict], policies: list[str]) -> dict:
     return out
 
 
+VERIFY_FIT_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+
+
+@torch.inference_mode()
+def time_logits_per_row(model, T: int = 64, context: int = 256, repeat: int = 7) -> float:
+    """ms per logit row: one request's T-token forward with every row's logits minus with its last row's,
+    over T - 1 (medians of repeats; the LM head is the step's largest GEMM on a CPU)."""
+    dev = next(model.parameters()).device
+    lt = lambda x: torch.tensor(x, dtype=torch.int64, device=dev)  # noqa: E731
+    ctx = min(context, model.max_len - T - 1)
+    toks = torch.randint(0, model.args.vocab_size, (T,), generator=torch.Generator().manual_seed(0)).to(dev)
+    base = (toks, lt([T]), lt([ctx]), lt([0]))
+    full = _median_ms(lambda: model(*base, torch.arange(T, device=dev)), repeat, dev)
+    last = _median_ms(lambda: model(*base, lt([T - 1])), repeat, dev)
+    return max(0.0, (full - last) / (T - 1))
+
+
+def fit_verify(steps: list[dict], logits_ms_per_row: float) -> dict:
+    """The verify part of the table fitted on the engine's own steps (every shape it runs: decode verifies,
+    prefill chunks, mixes), robustly (soft-L1 least squares, all terms >= 0):
+        verify_ms - logits_ms_per_row * M = f(T) + kv_ms_per_token * K + seq_ms * S
+    with f piecewise linear in the step's tokens T on VERIFY_FIT_GRID (a hat-function basis, i.e. exactly
+    the table's interpolation), K the KV tokens the step reads, S its sequences (decode requests and prefill
+    chunks: the per-request attention and bookkeeping) and M its logit rows. logits_ms_per_row is
+    measured apart (`time_logits_per_row`): on decode steps M = T, so the steps alone cannot separate it."""
+    from scipy.optimize import least_squares
+
+    T = np.concatenate([s["tokens"] for s in steps]).astype(np.float64)
+    K = np.concatenate([s["kv_tokens"] for s in steps]).astype(np.float64)
+    M = np.concatenate([s["logit_rows"] for s in steps]).astype(np.float64)
+    S = np.concatenate([s["num_seqs"] for s in steps]).astype(np.float64)
+    y = np.concatenate([s["verify_ms"] for s in steps]).astype(np.float64)
+    y = y - logits_ms_per_row * M
+    keep = T > 0
+    T, K, M, S, y = T[keep], K[keep], M[keep], S[keep], y[keep]
+    grid = [g for g in VERIFY_FIT_GRID if g <= 2 * T.max()] or [1]
+    if grid[-1] < T.max():
+        grid.append(int(2 ** np.ceil(np.log2(T.max()))))
+    xs = np.asarray(grid, dtype=np.float64)
+    H = np.zeros((len(T), len(xs)))
+    for i, t in enumerate(T):  # hat basis: linear interpolation between the two neighbouring grid points
+        j = int(np.searchsorted(xs, t))
+        if j == 0:
+            H[i, 0] = 1.0
+        elif j >= len(xs):
+            H[i, -1] = 1.0
+        else:
+            w = (t - xs[j - 1]) / (xs[j] - xs[j - 1])
+            H[i, j - 1], H[i, j] = 1.0 - w, w
+    used = H.sum(axis=0) > 0  # grid points no step reached are filled by interpolation afterwards
+    A = np.concatenate([H[:, used], K[:, None] / 1000.0, S[:, None]], axis=1)
+    x0 = np.maximum(np.linalg.lstsq(A, y, rcond=None)[0], 0.0)
+    fit = least_squares(lambda w: A @ w - y, x0, loss="soft_l1", f_scale=max(0.05 * float(np.median(y)), 1e-3),
+                        bounds=(0.0, np.inf))
+    w = fit.x
+    f_used = w[: used.sum()]
+    ms = np.interp(xs, xs[used], f_used)
+    ms = np.maximum.accumulate(np.maximum(ms, 1e-6))
+    resid = (A @ w - y) / (y + logits_ms_per_row * M)
+    return {"num_tokens": [int(x) for x in xs], "ms": [float(v) for v in ms], "kv_ms_per_token": float(w[-2] / 1000.0),
+            "seq_ms": float(w[-1]),
+            "logits_ms_per_row": float(logits_ms_per_row), "fit_median_abs_rel_error": float(np.median(np.abs(resid))),
+            "fit_steps": int(len(y))}
+
+
 def build_table(model_name: str, verify: dict, parts: dict, machine: dict, kv_capacity: int, vocab: int,
                 source: str) -> CostTable:
-    """The profiled table: verify from the microbenchmarks, the rest from the engine's own steps."""
+    """The profiled table from the fitted parts (module docstring)."""
     from sim.cost.profiled import load_cost_table
     import json
     import tempfile
@@ -170,6 +209,7 @@ def build_table(model_name: str, verify: dict, parts: dict, machine: dict, kv_ca
            "derived": False, "capture_sizes": [],
            "verify": {"num_tokens": verify["num_tokens"], "ms": verify["ms"]},
            "logits_ms_per_row": verify["logits_ms_per_row"], "kv_ms_per_token": verify["kv_ms_per_token"],
+           "seq_ms": verify.get("seq_ms", 0.0),
            "machine": machine, "kv_capacity_tokens": int(kv_capacity), "vocab_size": int(vocab)}
     for k in ("draft", "ngram", "sample", "cpu"):
         if parts.get(k):
@@ -189,12 +229,10 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
     """Measure and (if `out`) write the table; returns it. See the module docstring."""
     from real.workload import Workload, build_engine_model, run_real
 
-    wl = Workload.build("traces/general.jsonl", model_name, random_weights, device, limit=None,
-                        sample=6 if quick else 12, seed=0, max_tokens=24 if quick else 48, max_prompt=256,
+    wl = Workload.build("traces/general.jsonl", model_name, random_weights, device, limit=6 if quick else 12,
+                        sample=None, seed=0, max_tokens=16 if quick else 24, max_prompt=512,
                         progress=progress)
     model = build_engine_model(wl, max(batch_sizes))
-    grid = QUICK_GRID if quick else VERIFY_GRID
-    verify = profile_verify(model, grid=grid, repeat=3 if quick else 7)
     steps = []
     for pol in policies:
         for bs in batch_sizes:
@@ -205,21 +243,37 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
             st["tokens"] = res.steps["tokens"]
             steps.append(st)
     parts = fit_step_parts(steps, policies)
+    verify = fit_verify(steps, time_logits_per_row(model, repeat=3 if quick else 7))
     machine = machine_info(wl.device, wl.dtype, wl.model_label)
     src = (f"real/profile.py on {machine['cpu']} ({machine['device']}, {machine['threads']} threads, torch "
-           f"{machine['torch']}); verify microbenchmarks, other parts from engine runs of {', '.join(policies)} "
-           f"at batch {', '.join(map(str, batch_sizes))} on traces/general.jsonl")
+           f"{machine['torch']}); every part fitted on engine runs of {', '.join(policies)} "
+           f"at batch {', '.join(map(str, batch_sizes))} on traces/general.jsonl; verify fit over "
+           f"{verify['fit_steps']} steps, median |error| {100 * verify['fit_median_abs_rel_error']:.1f}%")
     table = build_table(wl.model_label, verify, parts, machine, kv_capacity=10**9, vocab=model.args.vocab_size, source=src)
     path = write_cost_table(table, out, overwrite=overwrite) if out is not None else None
-    return table, path
+    if path is not None:  # the measured steps the table was fitted on, for refits and plots
+        import pandas as pd
+
+        frames = [pd.DataFrame({k: v for k, v in st.items() if k != "policy"}).assign(policy=st["policy"]) for st in steps]
+        tmp = Path(str(path) + ".steps.csv.tmp")
+        pd.concat(frames).to_csv(tmp, index=False)
+        os.replace(tmp, str(path) + ".steps.csv")
+    grid = time_decode_grid(model, repeat=3 if quick else 5)
+    return table, path, grid
 
 
-def format_verify(table: CostTable, roofline=None) -> str:
-    lines = ["tokens  measured_ms" + ("  roofline_ms" if roofline is not None else "")]
-    for x, y in zip(table.verify_tokens, table.verify_ms):
-        ms = y + (table.logits_ms_per_row or 0.0) * x
-        extra = f"  {float(roofline.verify_ms(int(x), 128 * min(int(x), 8), min(int(x), 8))):11.3f}" if roofline is not None else ""
-        lines.append(f"{int(x):6d}  {ms:11.3f}{extra}")
+def format_grid(rows: list[tuple], table: CostTable, roofline=None) -> str:
+    """The decode-shaped measurements beside the table's and (if any) the roofline model's predictions."""
+    from sim.cost.profiled import ProfiledCost
+
+    cost = ProfiledCost(table, fallback=None)
+    head = "reqs  tokens  measured_ms  table_ms" + ("  roofline_ms" if roofline is not None else "")
+    lines = [head]
+    for R, T, K, M, ms in rows:
+        line = f"{R:4d}  {T:6d}  {ms:11.2f}  {float(cost.verify_ms(T, K, R, logit_rows=M)):8.2f}"
+        if roofline is not None:
+            line += f"  {float(roofline.verify_ms(T, K, R)):11.2f}"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -239,10 +293,10 @@ def parse_args(argv):
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     pols = a.policy or ["none", "adaptive", "hybrid-price", "ngram-fixed:32"]
-    bss = a.batch_size or [1, 4, 16]
+    bss = a.batch_size or [1, 16]
     if any(b < 1 for b in bss):
         raise ConfigError(f"--batch-size must be >= 1, got {min(bss)}")
-    table, path = profile(a.model, a.random_weights, a.device, pols, bss, a.quick,
+    table, path, grid = profile(a.model, a.random_weights, a.device, pols, bss, a.quick,
                           Path(a.out) if a.out else None, overwrite=a.force)
     roof = None
     try:
@@ -251,8 +305,8 @@ def main(argv: list[str] | None = None) -> int:
             roof = make_cost_model("roofline", llm=a.model, gpu=_gpu_name(table.machine.get("device", "")))
     except Exception:  # noqa: BLE001 -- no roofline spec for this device: print the measurements alone
         roof = None
-    print(format_verify(table, roof))
-    print(f"logits_ms_per_row {table.logits_ms_per_row:.4f}  kv_ms_per_token {table.kv_ms_per_token:.2e}")
+    print(format_grid(grid, table, roof))
+    print(f"fit: logits_ms_per_row {table.logits_ms_per_row:.4f}  kv_ms_per_token {table.kv_ms_per_token:.2e}")
     if path:
         print(f"wrote {path}")
     return 0

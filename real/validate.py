@@ -23,7 +23,6 @@ above PCT percent.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -218,15 +217,14 @@ def validate(a) -> int:
     if any(b < 1 for b in bss):
         raise ConfigError(f"--batch-size must be >= 1, got {min(bss)}")
     traces = a.trace or ["traces/codeedit.jsonl"]
-    limit = a.limit or (3 if a.quick else 8)
-    max_tokens = a.max_tokens or (16 if a.quick else 64)
+    limit = a.limit or (3 if a.quick else 16)
+    max_tokens = a.max_tokens or (16 if a.quick else 32)
     cells, table_path, machine = [], None, {}
     for trace in traces:
         t_dir = out / Path(trace).stem
         t_dir.mkdir(parents=True, exist_ok=True)
         wl = Workload.build(trace, a.model, a.random_weights, a.device, limit=limit, sample=None, seed=a.seed,
                             max_tokens=max_tokens, max_prompt=a.max_prompt, progress=True)
-        import torch
         machine = machine_info(wl.device, wl.dtype, wl.model_label)
         if table_path is None:
             if a.cost_table:
@@ -235,8 +233,9 @@ def validate(a) -> int:
                 table_path = out / "cost_table.json"
                 if not table_path.exists():
                     print(f"profiling this machine -> {table_path}", file=sys.stderr)
-                    profile(a.model, a.random_weights, a.device, policies, sorted(set(bss)), a.quick, table_path,
-                            progress=True)
+                    # the smallest and largest batch: every R in between occurs as the large batch drains
+                    profile(a.model, a.random_weights, a.device, policies, sorted({min(bss), max(bss)}), a.quick,
+                            table_path, progress=True)
             diff = check_machine(load_cost_table(table_path), machine)
             if diff:
                 if not a.allow_other_machine:
@@ -281,8 +280,8 @@ def parse_args(argv):
     ap.add_argument("--trace", action="append", help="trace file (repeatable; default traces/codeedit.jsonl)")
     ap.add_argument("--policy", action="append", help=f"policy (repeatable; default {', '.join(DEFAULT_POLICIES)})")
     ap.add_argument("--batch-size", action="append", type=int, help="max running requests (repeatable; default 1 4 16)")
-    ap.add_argument("--limit", type=int, default=None, help="requests per trace (default 8; --quick 3)")
-    ap.add_argument("--max-tokens", type=int, default=None, help="cap on each generation, as vLLM's max_tokens (default 64)")
+    ap.add_argument("--limit", type=int, default=None, help="requests per trace (default 16; --quick 3)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="cap on each generation, as vLLM's max_tokens (default 32)")
     ap.add_argument("--max-prompt", type=int, default=512, help="keep requests whose prompt has at most this many tokens")
     ap.add_argument("--out", default="out/validate", help="output directory (cells cached there: resumable)")
     ap.add_argument("--engine", default="torch", help="torch (vllm: not yet)")

@@ -56,7 +56,7 @@ class Workload:
               teacher: bool | None = None) -> "Workload":
         """The slice and its reference. teacher: take the target's tokens from the trace (default: with random
         weights); teacher=False with random weights uses the random model's own greedy outputs (tests)."""
-        from real.engine.weights import build_model, resolve_device
+        from real.engine.weights import resolve_device
         from real.engine.model import ModelArgs
 
         if max_tokens < 1:

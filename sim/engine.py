@@ -113,7 +113,7 @@ class RunResult:
 
 STEP_COLUMNS = ("t_start_ms", "step_ms", "num_decode", "prefill_tokens", "verified_model", "verified_ngram",
                 "accepted_model", "accepted_ngram", "emitted", "draft_ms", "ngram_ms", "alloc_ms", "verify_ms",
-                "sample_ms", "cpu_ms", "bubble_ms", "kv_tokens", "preempted", "tokens", "logit_rows")
+                "sample_ms", "cpu_ms", "bubble_ms", "kv_tokens", "preempted", "tokens", "logit_rows", "num_seqs")
 
 
 class Engine:
@@ -523,5 +523,5 @@ class Engine:
         finished = self.sched.finish((self.pos[run] >= tb.out_len[run]) & (self.prefilled[run] >= self.prefill_target[run]))
         self.steps.append((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0], accepted[1],
                            emitted, t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"], t["cpu"],
-                           step_ms - gpu_ms, kv_tokens, preempted, total_tokens, logit_rows))
+                           step_ms - gpu_ms, kv_tokens, preempted, total_tokens, logit_rows, n_seqs))
         return step_ms, finished
