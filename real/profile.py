@@ -37,6 +37,14 @@ from sim.errors import ConfigError
 
 
 
+def gpu_models_name(device_name: str) -> str:
+    """The models/gpus spec for a CUDA device name: h200, a100-80g, else h100-sxm ("cpu" for the CPU)."""
+    n = device_name.upper()
+    if n == "CPU":
+        return "cpu"
+    return "h200" if "H200" in n else "a100-80g" if "A100" in n else "h100-sxm"
+
+
 def machine_info(device: torch.device, dtype: torch.dtype, model: str) -> dict:
     """Identity of this machine for check_machine: device, cpu, torch, dtype, threads, model."""
     if device.type == "cuda":
@@ -205,7 +213,8 @@ def build_table(model_name: str, verify: dict, parts: dict, machine: dict, kv_ca
     import json
     import tempfile
 
-    obj = {"format": "hybridspec-cost-table/1", "llm": model_name, "gpu": machine["device"], "source": source,
+    obj = {"format": "hybridspec-cost-table/1", "llm": model_name, "gpu": gpu_models_name(machine.get("device", "cpu")),
+           "source": source,
            "derived": False, "capture_sizes": [],
            "verify": {"num_tokens": verify["num_tokens"], "ms": verify["ms"]},
            "logits_ms_per_row": verify["logits_ms_per_row"], "kv_ms_per_token": verify["kv_ms_per_token"],
@@ -225,7 +234,7 @@ def build_table(model_name: str, verify: dict, parts: dict, machine: dict, kv_ca
 
 
 def profile(model_name: str, random_weights: bool, device: str, policies: list[str], batch_sizes: list[int],
-            quick: bool, out: Path | None, overwrite: bool = False, progress: bool = True) -> tuple[CostTable, Path | None]:
+            quick: bool, out: Path | None, overwrite: bool = False, progress: bool = True) -> tuple[CostTable, Path | None, list]:
     """Measure and (if `out`) write the table; returns it. See the module docstring."""
     from real.workload import Workload, build_engine_model, run_real
 
@@ -302,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from sim.cost import make_cost_model
         if a.device == "cuda":
-            roof = make_cost_model("roofline", llm=a.model, gpu=_gpu_name(table.machine.get("device", "")))
+            roof = make_cost_model("roofline", llm=a.model, gpu=gpu_models_name(table.machine.get("device", "")))
     except Exception:  # noqa: BLE001 -- no roofline spec for this device: print the measurements alone
         roof = None
     print(format_grid(grid, table, roof))
@@ -311,10 +320,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}")
     return 0
 
-
-def _gpu_name(device_name: str) -> str:
-    n = device_name.lower()
-    return "h200" if "h200" in n else "a100-80g" if "a100" in n else "h100-sxm"
 
 
 if __name__ == "__main__":
