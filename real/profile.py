@@ -8,10 +8,10 @@ It runs the real engine (each --policy at each --batch-size) on a slice of trace
 tuning trace, never an evaluated one -- and fits every part of the table to the steps it measured:
   verify   verify_ms = f(T) + kv_ms_per_token * K + logits_ms_per_row * M over all steps (decode verifies,
            prefill chunks and mixes), f piecewise linear in the step's tokens T, K the KV tokens read, M the
-           logit rows; a robust (soft-L1) least-squares fit with every term >= 0 (`fit_verify`);
-  ngram(R), draft(R), alloc[policy](R): medians of the steps with R decoding requests;
-  sample(T): medians by the step's tokens, in power-of-two buckets;
-  cpu(R, T) = a + b R + c T: robust linear fit (the host's share: scheduling, batch building, emission).
+           logit rows; a least-squares fit with every term >= 0 (`fit_verify`);
+  ngram(R), draft(R), alloc[policy](R): means of the steps with R decoding requests;
+  sample(T): means by the step's tokens, in power-of-two buckets;
+  cpu(R, T) = a + b R + c T: least-squares fit (the host's share: scheduling, batch building, emission).
 It then times the target forward alone on decode-shaped batches (R requests x 8 tokens, every row's
 logits, context 512; medians of repeats) and prints them beside the table's prediction and, where the
 model and device have one (a GPU in models/gpus), the roofline model's. The table records the machine
@@ -107,7 +107,7 @@ def fit_step_parts(steps: list[dict], policies: list[str]) -> dict:
         if not keep.any():
             return None
         xs = sorted(set(R[keep].tolist()))
-        return {"num_reqs": [int(x) for x in xs], "ms": [float(np.median(v[keep & (R == x)])) for x in xs]}
+        return {"num_reqs": [int(x) for x in xs], "ms": [float(np.mean(v[keep & (R == x)])) for x in xs]}
 
     out: dict = {}
     out["draft"] = by_r("draft_ms", steps)
@@ -117,7 +117,7 @@ def fit_step_parts(steps: list[dict], policies: list[str]) -> dict:
         t = by_r("alloc_ms", [s for s in steps if s["policy"] == p])
         if t:
             out["alloc"][p] = t
-    # sample: medians by logit rows, in power-of-two buckets (argmax over rows x vocab, plus its copy)
+    # sample: means by the step's tokens, in power-of-two buckets (argmax over rows x vocab, plus its copy)
     # (the simulator prices sampling by the step's tokens: sample_ms(T))
     rows = np.concatenate([s["tokens"] for s in steps]).astype(np.int64)
     smp = np.concatenate([s["sample_ms"] for s in steps])
@@ -125,8 +125,8 @@ def fit_step_parts(steps: list[dict], policies: list[str]) -> dict:
     bucket = 2 ** np.ceil(np.log2(np.maximum(rows, 1))).astype(np.int64)
     xs = sorted(set(bucket[keep].tolist()))
     out["sample"] = {"num_tokens": [int(x) for x in xs],
-                     "ms": [max(float(np.median(smp[keep & (bucket == x)])), 1e-6) for x in xs]} if xs else None
-    # cpu: a robust (soft-L1) linear fit, since a few steps carry the machine's hiccups
+                     "ms": [max(float(np.mean(smp[keep & (bucket == x)])), 1e-6) for x in xs]} if xs else None
+    # cpu: a linear least-squares fit (of the mean: a run's time is the sum of its steps, hiccups included)
     from scipy.optimize import least_squares
 
     R = np.concatenate([s["num_decode"] for s in steps]).astype(np.float64)
@@ -134,8 +134,7 @@ def fit_step_parts(steps: list[dict], policies: list[str]) -> dict:
     cpu = np.concatenate([s["cpu_ms"] for s in steps])
     A = np.stack([np.ones_like(R), R, Tt], axis=1)
     x0 = np.maximum(np.linalg.lstsq(A, cpu, rcond=None)[0], 0.0)
-    fit = least_squares(lambda w: A @ w - cpu, x0, loss="soft_l1", f_scale=max(0.1 * float(np.median(cpu)), 1e-3),
-                        bounds=(0.0, np.inf))
+    fit = least_squares(lambda w: A @ w - cpu, x0, bounds=(0.0, np.inf))
     coef = fit.x
     out["cpu"] = {"base_ms": float(coef[0]), "per_req_ms": float(coef[1]), "per_token_ms": float(coef[2])}
     return out
@@ -160,7 +159,8 @@ def time_logits_per_row(model, T: int = 64, context: int = 256, repeat: int = 7)
 
 def fit_verify(steps: list[dict], logits_ms_per_row: float) -> dict:
     """The verify part of the table fitted on the engine's own steps (every shape it runs: decode verifies,
-    prefill chunks, mixes), robustly (soft-L1 least squares, all terms >= 0):
+    prefill chunks, mixes), by least squares with all terms >= 0 (the mean, not a typical step: a run's
+    time is the sum of its steps, the machine's hiccups included):
         verify_ms - logits_ms_per_row * M = f(T) + kv_ms_per_token * K + seq_ms * S
     with f piecewise linear in the step's tokens T on VERIFY_FIT_GRID (a hat-function basis, i.e. exactly
     the table's interpolation), K the KV tokens the step reads, S its sequences (decode requests and prefill
@@ -193,8 +193,7 @@ def fit_verify(steps: list[dict], logits_ms_per_row: float) -> dict:
     used = H.sum(axis=0) > 0  # grid points no step reached are filled by interpolation afterwards
     A = np.concatenate([H[:, used], K[:, None] / 1000.0, S[:, None]], axis=1)
     x0 = np.maximum(np.linalg.lstsq(A, y, rcond=None)[0], 0.0)
-    fit = least_squares(lambda w: A @ w - y, x0, loss="soft_l1", f_scale=max(0.05 * float(np.median(y)), 1e-3),
-                        bounds=(0.0, np.inf))
+    fit = least_squares(lambda w: A @ w - y, x0, bounds=(0.0, np.inf))
     w = fit.x
     f_used = w[: used.sum()]
     ms = np.interp(xs, xs[used], f_used)
@@ -238,7 +237,7 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
     """Measure and (if `out`) write the table; returns it. See the module docstring."""
     from real.workload import Workload, build_engine_model, run_real
 
-    wl = Workload.build("traces/general.jsonl", model_name, random_weights, device, limit=6 if quick else 12,
+    wl = Workload.build("traces/general.jsonl", model_name, random_weights, device, limit=6 if quick else 10,
                         sample=None, seed=0, max_tokens=16 if quick else 24, max_prompt=512,
                         progress=progress)
     model = build_engine_model(wl, max(batch_sizes))

@@ -233,9 +233,8 @@ def validate(a) -> int:
                 table_path = out / "cost_table.json"
                 if not table_path.exists():
                     print(f"profiling this machine -> {table_path}", file=sys.stderr)
-                    # the smallest and largest batch: every R in between occurs as the large batch drains
-                    profile(a.model, a.random_weights, a.device, policies, sorted({min(bss), max(bss)}), a.quick,
-                            table_path, progress=True)
+                    profile(a.model, a.random_weights, a.device, policies, sorted(set(bss)), a.quick, table_path,
+                            progress=True)
             diff = check_machine(load_cost_table(table_path), machine)
             if diff:
                 if not a.allow_other_machine:

@@ -8,6 +8,10 @@ the GPU work of step t, so step = max(gpu, cpu); a policy or drafter that needs 
 results on the CPU before the next step, e.g. a CPU n-gram drafter) serialises them: step = gpu + cpu.
 bubble = step - gpu is the time the GPU waits.
 
+The step is shared with the real torch engine (real/engine/engine.py), which subclasses Engine and
+overrides only the hooks marked in `_step` (propose, allocate, verify, emit, charge); admission, the
+token budget, chunked prefill and preemption are the shared Scheduler's (sim/scheduler.py).
+
 Scheduling (vLLM V1 style): at most `batch_size` running requests; each step has a token budget
 `max_num_batched_tokens`; decoding requests take 1 + (admitted draft) tokens, and prompts are prefilled in
 chunks with what is left. The step that finishes a prompt samples the first output token. KV usage is

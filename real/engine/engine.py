@@ -46,6 +46,14 @@ from sim.scheduler import StepPlan
 from real.engine.ngram import HistoryBuffer, propose_ngram
 
 
+def _to_device(obj, device: torch.device):
+    """A copy of a StepBatch or Allocation with every tensor field on `device`."""
+    import dataclasses
+
+    return dataclasses.replace(obj, **{f.name: getattr(obj, f.name).to(device) for f in dataclasses.fields(obj)
+                                       if isinstance(getattr(obj, f.name), torch.Tensor)})
+
+
 class Clock:
     """Wall-clock phases of one step (ms). On CUDA each reading synchronises the device first, so that a
     phase is charged the kernels it launched."""
@@ -138,8 +146,13 @@ class RealEngine(Engine):
         return chains
 
     def _allocate(self, batch: StepBatch) -> Allocation:
+        """The policy on the engine's device (its tensors moved there, the decision copied back)."""
         self._lap["cpu_pre"] += self._clock.lap()  # building the batch
+        if self.device.type != "cpu":
+            batch = _to_device(batch, self.device)
         alloc = self.policy(batch)
+        if self.device.type != "cpu":
+            alloc = _to_device(alloc, torch.device("cpu"))
         self._lap["alloc"] = self._clock.lap()
         return alloc
 
