@@ -6,9 +6,10 @@
 
 It runs the real engine (each --policy at each --batch-size) on a slice of traces/general.jsonl -- the
 tuning trace, never an evaluated one -- and fits every part of the table to the steps it measured:
-  verify   verify_ms = f(T) + kv_ms_per_token * K + logits_ms_per_row * M over all steps (decode verifies,
-           prefill chunks and mixes), f piecewise linear in the step's tokens T, K the KV tokens read, M the
-           logit rows; a least-squares fit with every term >= 0 (`fit_verify`);
+  verify   verify_ms = f(T) + seq_ms * S + kv_ms_per_token * K + logits_ms_per_row * M over all steps
+           (decode verifies, prefill chunks and mixes), f piecewise linear in the step's tokens T, S its
+           sequences, K the KV tokens read, M the logit rows; a least-squares fit with every term >= 0
+           (`fit_verify`), the last two terms timed apart by microbenchmarks;
   ngram(R), draft(R), alloc[policy](R): means of the steps with R decoding requests;
   sample(T): means by the step's tokens, in power-of-two buckets;
   cpu(R, T) = a + b R + c T: least-squares fit (the host's share: scheduling, batch building, emission).
@@ -146,26 +147,50 @@ VERIFY_FIT_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 @torch.inference_mode()
 def time_logits_per_row(model, T: int = 64, context: int = 256, repeat: int = 7) -> float:
     """ms per logit row: one request's T-token forward with every row's logits minus with its last row's,
-    over T - 1 (medians of repeats; the LM head is the step's largest GEMM on a CPU)."""
+    over T - 1 (medians of alternating repeats; the LM head is the step's largest GEMM on a CPU)."""
     dev = next(model.parameters()).device
     lt = lambda x: torch.tensor(x, dtype=torch.int64, device=dev)  # noqa: E731
     ctx = min(context, model.max_len - T - 1)
     toks = torch.randint(0, model.args.vocab_size, (T,), generator=torch.Generator().manual_seed(0)).to(dev)
     base = (toks, lt([T]), lt([ctx]), lt([0]))
-    full = _median_ms(lambda: model(*base, torch.arange(T, device=dev)), repeat, dev)
-    last = _median_ms(lambda: model(*base, lt([T - 1])), repeat, dev)
+    every, one = torch.arange(T, device=dev), lt([T - 1])
+    ts = {"all": [], "last": []}
+    for _ in range(repeat):  # alternately, so that a drift of the machine's speed cancels
+        ts["all"].append(_median_ms(lambda: model(*base, every), 1, dev))
+        ts["last"].append(_median_ms(lambda: model(*base, one), 1, dev))
+    full, last = statistics.median(ts["all"]), statistics.median(ts["last"])
     return max(0.0, (full - last) / (T - 1))
 
 
-def fit_verify(steps: list[dict], logits_ms_per_row: float) -> dict:
+@torch.inference_mode()
+def time_kv_per_token(model, reqs: int = 8, repeat: int = 9) -> float:
+    """ms per cached KV token a step reads: `reqs` one-token decodes at a short and at a long context,
+    timed alternately (so that a drift of the machine's speed cancels), (long - short) / extra KV tokens."""
+    dev = next(model.parameters()).device
+    R = min(reqs, model.max_slots)
+    lt = lambda x: torch.tensor(x, dtype=torch.int64, device=dev)  # noqa: E731
+    lo, hi = 16, max(17, model.max_len - 2)
+    toks = torch.randint(0, model.args.vocab_size, (R,), generator=torch.Generator().manual_seed(1)).to(dev)
+    fns = {c: (lambda c=c: model(toks, lt([1] * R), lt([c] * R), lt(list(range(R))), torch.arange(R, device=dev)))
+           for c in (lo, hi)}
+    ts = {lo: [], hi: []}
+    for _ in range(repeat):
+        for c in (lo, hi):
+            ts[c].append(_median_ms(fns[c], 1, dev))
+    return max(0.0, (statistics.median(ts[hi]) - statistics.median(ts[lo])) / (R * (hi - lo)))
+
+
+def fit_verify(steps: list[dict], logits_ms_per_row: float, kv_ms_per_token: float) -> dict:
     """The verify part of the table fitted on the engine's own steps (every shape it runs: decode verifies,
     prefill chunks, mixes), by least squares with all terms >= 0 (the mean, not a typical step: a run's
     time is the sum of its steps, the machine's hiccups included):
-        verify_ms - logits_ms_per_row * M = f(T) + kv_ms_per_token * K + seq_ms * S
+        verify_ms - logits_ms_per_row * M - kv_ms_per_token * K = f(T) + seq_ms * S
     with f piecewise linear in the step's tokens T on VERIFY_FIT_GRID (a hat-function basis, i.e. exactly
     the table's interpolation), K the KV tokens the step reads, S its sequences (decode requests and prefill
     chunks: the per-request attention and bookkeeping) and M its logit rows. logits_ms_per_row is
-    measured apart (`time_logits_per_row`): on decode steps M = T, so the steps alone cannot separate it."""
+    measured apart (`time_logits_per_row`): on decode steps M = T, so the steps alone cannot separate it;
+    so is kv_ms_per_token (`time_kv_per_token`), which the steps (short contexts, K growing with T) pin down
+    poorly."""
     from scipy.optimize import least_squares
 
     T = np.concatenate([s["tokens"] for s in steps]).astype(np.float64)
@@ -173,7 +198,7 @@ def fit_verify(steps: list[dict], logits_ms_per_row: float) -> dict:
     M = np.concatenate([s["logit_rows"] for s in steps]).astype(np.float64)
     S = np.concatenate([s["num_seqs"] for s in steps]).astype(np.float64)
     y = np.concatenate([s["verify_ms"] for s in steps]).astype(np.float64)
-    y = y - logits_ms_per_row * M
+    y = y - logits_ms_per_row * M - kv_ms_per_token * K
     keep = T > 0
     T, K, M, S, y = T[keep], K[keep], M[keep], S[keep], y[keep]
     grid = [g for g in VERIFY_FIT_GRID if g <= 2 * T.max()] or [1]
@@ -191,15 +216,15 @@ def fit_verify(steps: list[dict], logits_ms_per_row: float) -> dict:
             w = (t - xs[j - 1]) / (xs[j] - xs[j - 1])
             H[i, j - 1], H[i, j] = 1.0 - w, w
     used = H.sum(axis=0) > 0  # grid points no step reached are filled by interpolation afterwards
-    A = np.concatenate([H[:, used], K[:, None] / 1000.0, S[:, None]], axis=1)
+    A = np.concatenate([H[:, used], S[:, None]], axis=1)
     x0 = np.maximum(np.linalg.lstsq(A, y, rcond=None)[0], 0.0)
     fit = least_squares(lambda w: A @ w - y, x0, bounds=(0.0, np.inf))
     w = fit.x
     f_used = w[: used.sum()]
     ms = np.interp(xs, xs[used], f_used)
     ms = np.maximum.accumulate(np.maximum(ms, 1e-6))
-    resid = (A @ w - y) / (y + logits_ms_per_row * M)
-    return {"num_tokens": [int(x) for x in xs], "ms": [float(v) for v in ms], "kv_ms_per_token": float(w[-2] / 1000.0),
+    resid = (A @ w - y) / (y + logits_ms_per_row * M + kv_ms_per_token * K)
+    return {"num_tokens": [int(x) for x in xs], "ms": [float(v) for v in ms], "kv_ms_per_token": float(kv_ms_per_token),
             "seq_ms": float(w[-1]),
             "logits_ms_per_row": float(logits_ms_per_row), "fit_median_abs_rel_error": float(np.median(np.abs(resid))),
             "fit_steps": int(len(y))}
@@ -251,7 +276,8 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
             st["tokens"] = res.steps["tokens"]
             steps.append(st)
     parts = fit_step_parts(steps, policies)
-    verify = fit_verify(steps, time_logits_per_row(model, repeat=3 if quick else 7))
+    verify = fit_verify(steps, time_logits_per_row(model, repeat=3 if quick else 11),
+                        time_kv_per_token(model, repeat=3 if quick else 9))
     machine = machine_info(wl.device, wl.dtype, wl.model_label)
     src = (f"real/profile.py on {machine['cpu']} ({machine['device']}, {machine['threads']} threads, torch "
            f"{machine['torch']}); every part fitted on engine runs of {', '.join(policies)} "

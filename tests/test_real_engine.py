@@ -145,3 +145,23 @@ def test_real_weights_lossless_on_the_bundled_traces():
         for policy in ("adaptive", "hybrid-price", "ngram-fixed:32", "hybrid"):
             res = run_real(wl, None, policy, 4, cost=None)
             assert res.lossless, (trace, policy, res.violation)
+
+
+def test_preemption_recomputes_and_stays_lossless(greedy_wl):
+    """A KV cache too small for every running request: the shared scheduler preempts, the real engine
+    re-prefills prompt + generated tokens into a fresh slot, and the output still equals plain greedy."""
+    from sim.engine import EngineConfig
+    from sim.policies import get_policy
+    from real.engine.engine import RealEngine
+    from real.workload import provisional_cost
+
+    wl = greedy_wl[1]
+    model = wl.model(max_slots=4)
+    need = int(max(r.prompt_len + r.output_len for r in wl.requests))
+    cfg = EngineConfig(batch_size=4, max_num_batched_tokens=256, async_scheduling=False,
+                       kv_capacity_tokens=need + 2 * 48 + 96)
+    res = RealEngine(wl.tables, np.zeros(len(wl.requests)), get_policy("hybrid-price"), provisional_cost(model), cfg,
+                     model, wl.ngram_cfg).run()
+    assert res.requests["preemptions"].sum() > 0
+    assert res.lossless, res.violation
+    assert all(o == [int(x) for x in r.output_ids] for o, r in zip(res.outputs, wl.requests))
