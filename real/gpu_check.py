@@ -37,7 +37,6 @@ import json
 import os
 import shlex
 import shutil
-import statistics
 import sys
 import time
 import traceback
@@ -53,7 +52,7 @@ if __package__ in (None, ""):  # `python real/gpu_check.py`: import from the rep
 for _k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):  # nothing may download anything
     os.environ.setdefault(_k, "1")
 
-from sim.cli_util import run_cli  # noqa: E402
+from sim.cli_util import run_cli, write_whole  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,24 +105,6 @@ class Run:
 
 def say(msg: str) -> None:
     print(msg, flush=True)
-
-
-def _atomic_write(path: Path, data: str | bytes, force: bool) -> Path:
-    """Write whole or not at all (a temporary file renamed into place); refuse an existing file unless force."""
-    if path.exists() and not force:
-        raise ConfigError(f"{path} already exists; pass --force to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        if isinstance(data, bytes):
-            tmp.write_bytes(data)
-        else:
-            tmp.write_text(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _rel(p: Path) -> str:
@@ -299,22 +280,6 @@ def phase_profile(run: Run):
 
 
 # --------------------------------------------------------------------------------------------- 3 grid
-def _median_ms(fn, repeat: int, cuda: bool) -> float:
-    import torch
-
-    fn()  # warm-up
-    ts = []
-    for _ in range(repeat):
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if cuda:
-            torch.cuda.synchronize()
-        ts.append((time.perf_counter() - t0) * 1000.0)
-    return statistics.median(ts)
-
-
 def _transient_bytes(args, R: int, q: int, ctx: int, elt: int) -> int:
     """A generous bound on one forward's temporary memory beyond the KV cache: the gathered K/V of the padded
     decode batch (and their GQA expansion if SDPA falls back to its math path), the attention scores, the
@@ -330,6 +295,7 @@ def phase_grid(run: Run, roof) -> None:
     import torch
 
     from real.engine.weights import build_model
+    from real.profile import median_ms
 
     a = run.args
     g = QUICK_GRID if a.quick else GRID
@@ -388,7 +354,7 @@ def phase_grid(run: Run, roof) -> None:
                     fwd = (toks, lt([q] * R), lt([ctx] * R), lt(list(range(R))), torch.arange(T, device=dev))
                     ms = None
                     try:
-                        ms = _median_ms(functools.partial(model, *fwd), g["repeat"], cuda)
+                        ms = median_ms(functools.partial(model, *fwd), g["repeat"], dev)
                     except torch.cuda.OutOfMemoryError:
                         pass  # freed below, once the exception (and the frames it holds) is gone
                     del fwd, toks
@@ -411,7 +377,7 @@ def phase_grid(run: Run, roof) -> None:
         w.writeheader()
         for r in rows:
             w.writerow({k: (f"{v:.4f}" if isinstance(v, float) else "" if v is None else v) for k, v in r.items()})
-        _atomic_write(run.out / "grid.csv", buf.getvalue(), force=True)
+        write_whole(run.out / "grid.csv", buf.getvalue(), overwrite=True)
     if out_of_time:
         run.skipped.append("grid: points after the time budget was spent (marked in grid.csv)")
     say(f"wrote {run.out / 'grid.csv'}")
@@ -553,10 +519,10 @@ def phase_write(run: Run, fidelity: Path | None) -> list[Path]:
     src = run.out / "cost_table.json"
     # the report last: if the table copy fails nothing half-done is left in the repository's reports/
     if src.exists():
-        written.append(_atomic_write(table, src.read_bytes(), force=run.args.force))
+        written.append(write_whole(table, src.read_bytes(), overwrite=run.args.force))
     else:
         say(f"no {src}: no measured table to copy")
-    written.insert(0, _atomic_write(report, format_report(run, fidelity), force=run.args.force))
+    written.insert(0, write_whole(report, format_report(run, fidelity), overwrite=run.args.force))
     return written
 
 

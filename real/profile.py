@@ -32,8 +32,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from real.workload import Workload, build_engine_model, run_real
 from sim.cli_util import run_cli
-from sim.cost.profiled import CostTable, write_cost_table
+from sim.cost.profiled import CostTable, cost_table_from_dict, write_cost_table
 from sim.errors import ConfigError
 
 
@@ -65,7 +66,7 @@ def machine_info(device: torch.device, dtype: torch.dtype, model: str) -> dict:
             "threads": torch.get_num_threads(), "model": model, "cores": os.cpu_count()}
 
 
-def _median_ms(fn, repeat: int, device: torch.device) -> float:
+def median_ms(fn, repeat: int, device: torch.device) -> float:
     fn()  # warm-up
     ts = []
     for _ in range(repeat):
@@ -93,7 +94,7 @@ def time_decode_grid(model, reqs=(1, 2, 4, 8, 16), q: int = 8, context: int = 51
         T = R * q
         toks = torch.randint(0, model.args.vocab_size, (T,), generator=torch.Generator().manual_seed(R)).to(dev)
         args = (toks, lt([q] * R), lt([ctx] * R), lt(list(range(R))), torch.arange(T, device=dev))
-        rows.append((R, T, R * (ctx + q), T, _median_ms(lambda: model(*args), repeat, dev)))
+        rows.append((R, T, R * (ctx + q), T, median_ms(lambda: model(*args), repeat, dev)))
     return rows
 
 
@@ -156,8 +157,8 @@ def time_logits_per_row(model, T: int = 64, context: int = 256, repeat: int = 7)
     every, one = torch.arange(T, device=dev), lt([T - 1])
     ts = {"all": [], "last": []}
     for _ in range(repeat):  # alternately, so that a drift of the machine's speed cancels
-        ts["all"].append(_median_ms(lambda: model(*base, every), 1, dev))
-        ts["last"].append(_median_ms(lambda: model(*base, one), 1, dev))
+        ts["all"].append(median_ms(lambda: model(*base, every), 1, dev))
+        ts["last"].append(median_ms(lambda: model(*base, one), 1, dev))
     full, last = statistics.median(ts["all"]), statistics.median(ts["last"])
     return max(0.0, (full - last) / (T - 1))
 
@@ -176,7 +177,7 @@ def time_kv_per_token(model, reqs: int = 8, repeat: int = 9) -> float:
     ts = {lo: [], hi: []}
     for _ in range(repeat):
         for c in (lo, hi):
-            ts[c].append(_median_ms(fns[c], 1, dev))
+            ts[c].append(median_ms(fns[c], 1, dev))
     return max(0.0, (statistics.median(ts[hi]) - statistics.median(ts[lo])) / (R * (hi - lo)))
 
 
@@ -233,10 +234,6 @@ def fit_verify(steps: list[dict], logits_ms_per_row: float, kv_ms_per_token: flo
 def build_table(model_name: str, verify: dict, parts: dict, machine: dict, kv_capacity: int, vocab: int,
                 source: str) -> CostTable:
     """The profiled table from the fitted parts (module docstring)."""
-    from sim.cost.profiled import load_cost_table
-    import json
-    import tempfile
-
     obj = {"format": "hybridspec-cost-table/1", "llm": model_name, "gpu": gpu_models_name(machine.get("device", "cpu")),
            "source": source,
            "derived": False, "capture_sizes": [],
@@ -251,16 +248,12 @@ def build_table(model_name: str, verify: dict, parts: dict, machine: dict, kv_ca
         obj["alloc"] = parts["alloc"]
     if "draft" not in obj:
         obj["draft"] = {"block": 7, "num_reqs": [1], "ms": [1e-6]}
-    with tempfile.TemporaryDirectory() as d:
-        p = Path(d) / "t.json"
-        p.write_text(json.dumps(obj))
-        return load_cost_table(p)
+    return cost_table_from_dict(obj, f"the table profiled for {model_name}")
 
 
 def profile(model_name: str, random_weights: bool, device: str, policies: list[str], batch_sizes: list[int],
             quick: bool, out: Path | None, overwrite: bool = False, progress: bool = True) -> tuple[CostTable, Path | None, list]:
     """Measure and (if `out`) write the table; returns it. See the module docstring."""
-    from real.workload import Workload, build_engine_model, run_real
 
     wl = Workload.build("traces/general.jsonl", model_name, random_weights, device, limit=6 if quick else 10,
                         sample=None, seed=0, max_tokens=16 if quick else 24, max_prompt=512,

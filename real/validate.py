@@ -23,8 +23,8 @@ above PCT percent.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # `python real/validate.py`: import from the repo
 
 import numpy as np  # noqa: E402
 
-from sim.cli_util import run_cli  # noqa: E402
+from sim.cli_util import run_cli, write_whole  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 
 DEFAULT_POLICIES = ("none", "adaptive", "hybrid-price", "ngram-fixed:32")
@@ -45,10 +45,9 @@ DEFAULT_BATCH_SIZES = (1, 4, 16)
 MAX_NUM_BATCHED_TOKENS = 512
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def _write(path: Path, text: str) -> None:
+    """Outputs under --out, regenerated from the cached cells on every run."""
+    write_whole(path, text, overwrite=True)
 
 
 def _cell_id(trace: str, policy: str, bs: int) -> str:
@@ -63,7 +62,7 @@ def _write_drafts(wl, path: Path) -> None:
         a, b = int(tb.offsets[i]), int(tb.offsets[i] + tb.out_len[i])
         lines.append(json.dumps({"id": r.id, "model_conf": np.round(tb.m_conf[a:b].astype(np.float64), 6).tolist(),
                                  "model_acc": tb.m_acc[a:b].astype(int).tolist()}))
-    _atomic_write(path, "\n".join(lines) + "\n")
+    _write(path, "\n".join(lines) + "\n")
 
 
 def _steps_csv(steps: dict) -> str:
@@ -82,19 +81,21 @@ def _summary(res, n_tokens: int) -> dict:
             "step_ms": [float(x) for x in st["step_ms"]]}
 
 
-def simulate(ref_trace: Path, drafts: Path | None, table: Path, model: str, bs: int, policy: str, seed: int):
-    """The simulator's prediction of one cell (what `sim.run ... --no-async-scheduling` computes)."""
-    from sim.engine import Engine, EngineConfig
-    from sim.policies import get_policy
+@functools.lru_cache(maxsize=8)
+def _prepared(ref_trace: Path, drafts: Path | None, table: Path, model: str, seed: int):
+    """sim.run's setup of a trace's reference (its draft tables), built once for every cell of the trace."""
     from sim.run import SimSetup, prepare
 
-    setup = SimSetup(trace=str(ref_trace), model=model, cost="profiled", gpu=str(table), seed=seed,
-                     drafts=str(drafts) if drafts else None, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
-                     kv_capacity_tokens=10**9)
-    prep = prepare(setup)
-    cfg = EngineConfig(batch_size=bs, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, kv_capacity_tokens=10**9,
-                       async_scheduling=False, seed=seed)
-    return Engine(prep.tables, prep.arrivals, get_policy(policy), prep.cost, cfg).run()
+    return prepare(SimSetup(trace=str(ref_trace), model=model, cost="profiled", gpu=str(table), seed=seed,
+                            drafts=str(drafts) if drafts else None, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+                            kv_capacity_tokens=10**9, async_scheduling=False))
+
+
+def simulate(ref_trace: Path, drafts: Path | None, table: Path, model: str, bs: int, policy: str, seed: int):
+    """The simulator's prediction of one cell: what `sim.run ... --no-async-scheduling` computes."""
+    from sim.run import run_one
+
+    return run_one(_prepared(ref_trace, drafts, table, model, seed), policy, bs)[1]
 
 
 def run_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: int, progress: bool) -> dict:
@@ -127,8 +128,8 @@ def run_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: int, 
                           f"{MAX_NUM_BATCHED_TOKENS} --no-async-scheduling")
     cdir = trace_dir / "cells" / _cell_id(wl.trace, policy, bs)
     cdir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(cdir / "steps_real.csv", _steps_csv(real.steps))
-    _atomic_write(cdir / "steps_predicted.csv", _steps_csv(pred.steps))
+    _write(cdir / "steps_real.csv", _steps_csv(real.steps))
+    _write(cdir / "steps_predicted.csv", _steps_csv(pred.steps))
     return out
 
 
@@ -143,9 +144,9 @@ def write_reports(out: Path, cells: list[dict], meta: dict) -> dict:
            "all_lossless": all(c["real"]["lossless"] and c["real"]["outputs_equal_reference"] for c in cells)}
     slim = [{k: ({kk: vv for kk, vv in v.items() if kk != "step_ms"} if isinstance(v, dict) else v)
              for k, v in c.items()} for c in cells]
-    _atomic_write(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": slim}, indent=1) + "\n")
-    _atomic_write(out / "fidelity.md", format_md(slim, agg, meta))
-    _atomic_write(out / "fidelity.html", format_html(slim, agg, meta))
+    _write(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": slim}, indent=1) + "\n")
+    _write(out / "fidelity.md", format_md(slim, agg, meta))
+    _write(out / "fidelity.html", format_html(slim, agg, meta))
     return agg
 
 
@@ -202,6 +203,7 @@ def validate(a) -> int:
     from real.workload import Workload
     from sim.cost.profiled import check_machine, load_cost_table
 
+    _prepared.cache_clear()  # references are rewritten per run: never serve one from an earlier call
     if a.engine != "torch":
         raise ConfigError(f"--engine {a.engine}: only the torch engine is available here (vLLM: `--engine vllm` "
                           "needs the vLLM plugin, not built yet)")
@@ -253,7 +255,7 @@ def validate(a) -> int:
                     continue
                 c = run_cell(wl, t_dir, table_path, pol, bs, a.seed, progress=False)
                 cf.parent.mkdir(parents=True, exist_ok=True)
-                _atomic_write(cf, json.dumps(c) + "\n")
+                _write(cf, json.dumps(c) + "\n")
                 cells.append(c)
                 print(f"{Path(trace).stem:10s} {pol:16s} bs={bs:<3d} real {c['real']['tok_per_s']:8.1f} tok/s  "
                       f"predicted {c['predicted']['tok_per_s']:8.1f}  error {100 * c['predicted_error']:5.1f}%  "

@@ -117,7 +117,11 @@ class RealEngine(Engine):
             if r not in self.slot_of:
                 s = self.free_slots.pop()
                 self.slot_of[r] = s
-                self.hist.reset(s, torch.from_numpy(np.concatenate([self.ctx[r], np.asarray(self.out[r], dtype=np.int64)])))
+                self.hist.reset(s, torch.from_numpy(self._context(r)))
+
+    def _context(self, r: int) -> np.ndarray:
+        """Request r's context: its prompt and the tokens it has emitted (int64)."""
+        return np.concatenate([self.ctx[r], np.asarray(self.out[r], dtype=np.int64)])
 
     def _slots(self, reqs) -> torch.Tensor:
         return torch.tensor([self.slot_of[int(r)] for r in reqs], dtype=torch.int64, device=self.device)
@@ -166,8 +170,7 @@ class RealEngine(Engine):
         sample_first = []  # requests whose fresh prompt completes here: they sample output token 0
         for r, c in plan.prefilling:
             done_before = int(self.prefilled[r]) - c  # _prefill already advanced it
-            ctx = self.ctx[r] if not self.out[r] else np.concatenate([self.ctx[r], np.asarray(self.out[r])])
-            toks.append(ctx[done_before: done_before + c])
+            toks.append(self._context(r)[done_before: done_before + c])
             q_lens.append(c)
             cache_lens.append(done_before)
             slots.append(self.slot_of[r])

@@ -233,7 +233,15 @@ def load_cost_table(path: str | Path) -> CostTable:
         raise ConfigError(f"cost table '{path}' not found")
     if p.suffix.lower() == ".csv":
         return _load_csv(p)
-    d = read_json_object(p, "cost table")
+    t = cost_table_from_dict(read_json_object(p, "cost table"), p)
+    t.path = str(p)
+    return t
+
+
+def cost_table_from_dict(d: dict, where: str | Path = "<cost table>") -> CostTable:
+    """A cost table from its JSON object (the format above), validated as load_cost_table does; errors name
+    `where` and the field."""
+    p = where
     if d.get("format", FORMAT) != FORMAT:
         raise ConfigError(f"{p}: field 'format' is {d['format']!r}; this version reads '{FORMAT}'")
     for k in ("llm", "gpu", "verify"):
@@ -242,8 +250,7 @@ def load_cost_table(path: str | Path) -> CostTable:
     vt, vm = _curve(p, "verify", d["verify"], "num_tokens")
     t = CostTable(llm=str(d["llm"]), gpu=str(d["gpu"]), verify_tokens=vt, verify_ms=vm,
                   source=str(d.get("source", "")), derived=bool(d.get("derived", False)),
-                  capture_sizes=[int(x) for x in _num_list(p, "capture_sizes", d.get("capture_sizes", []))],
-                  path=str(p))
+                  capture_sizes=[int(x) for x in _num_list(p, "capture_sizes", d.get("capture_sizes", []))])
     if "draft" in d:
         t.draft_reqs, t.draft_ms = _curve(p, "draft", d["draft"], "num_reqs")
         t.draft_block = _number(p, "draft.block", d["draft"].get("block", 7), integer=True)
