@@ -36,6 +36,7 @@ from real.workload import Workload, build_engine_model, run_real
 from sim.cli_util import run_cli
 from sim.cost.profiled import CostTable, cost_table_from_dict, write_cost_table
 from sim.errors import ConfigError
+from sim.policies import get_policy
 
 
 
@@ -323,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     bss = a.batch_size or [1, 16]
     if any(b < 1 for b in bss):
         raise ConfigError(f"--batch-size must be >= 1, got {min(bss)}")
+    for p in pols:
+        get_policy(p)  # unknown names fail before any work
+    if a.out and Path(a.out).exists() and not a.force:  # before minutes of profiling, not after
+        raise ConfigError(f"{a.out} already exists; pass --force to replace it")
     table, path, grid = profile(a.model, a.random_weights, a.device, pols, bss, a.quick,
                           Path(a.out) if a.out else None, overwrite=a.force)
     roof = None

@@ -218,9 +218,11 @@ def validate(a) -> int:
         get_policy(p)  # unknown names fail before any work
     if any(b < 1 for b in bss):
         raise ConfigError(f"--batch-size must be >= 1, got {min(bss)}")
+    if a.cost_table and not Path(a.cost_table).is_file():  # before the reference runs, not after
+        raise ConfigError(f"cost table '{a.cost_table}' not found")
     traces = a.trace or ["traces/codeedit.jsonl"]
-    limit = a.limit or (3 if a.quick else 16)
-    max_tokens = a.max_tokens or (16 if a.quick else 32)
+    limit = a.limit if a.limit is not None else (3 if a.quick else 16)
+    max_tokens = a.max_tokens if a.max_tokens is not None else (16 if a.quick else 32)
     cells, table_path, machine = [], None, {}
     for trace in traces:
         t_dir = out / Path(trace).stem
@@ -298,6 +300,8 @@ def parse_args(argv):
     a.argv = list(argv) if argv is not None else sys.argv[1:]
     if a.limit is not None and a.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {a.limit}")
+    if a.max_tokens is not None and a.max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be >= 1, got {a.max_tokens}")
     return a
 
 

@@ -115,6 +115,7 @@ def test_validate_quick_cli(tmp_path):
     (["--device", "cuda", "--model", "qwen3-tiny", "--random-weights"], "CUDA"),
     (["--policy", "nope", "--model", "qwen3-tiny", "--random-weights"], "nope"),
     (["--engine", "vllm"], "vllm"),
+    (["--max-tokens", "0"], "--max-tokens"),
 ])
 def test_validate_bad_input_is_one_line(tmp_path, argv, msg):
     r = subprocess.run([sys.executable, "real/validate.py", "--quick", "--out", str(tmp_path / "o"), *argv], cwd=ROOT,

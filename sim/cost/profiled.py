@@ -55,14 +55,13 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from sim.cost.base import CostModel
+from sim.cli_util import write_whole
 from sim.errors import ConfigError
 from sim.models import list_gpus, list_llms, models_dir, read_json_object
 
@@ -544,19 +543,7 @@ def write_cost_table(table: CostTable, path: str | Path, overwrite: bool = False
     p = Path(path)
     if p.suffix.lower() == ".csv":
         raise ConfigError(f"{p}: cost tables are written as JSON; give a .json path")
-    if p.exists() and not overwrite:
-        raise ConfigError(f"{p} already exists; pass overwrite=True to replace it")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(_dump(table.to_json()) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    return write_whole(p, _dump(table.to_json()) + "\n", overwrite=overwrite)
 
 
 # What identifies the machine a table was measured on (check_machine compares these keys only).
