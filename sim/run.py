@@ -210,7 +210,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--gpu", default="h100-sxm",
                     help="GPU name, or with --cost profiled a cost-table file (.json/.csv) profiled for --model")
     ap.add_argument("--cost", default="roofline", help="cost model: roofline or profiled")
-    ap.add_argument("--drafter", default="dspark-qwen3-b7", help="model-drafter profile in models/drafters/")
+    ap.add_argument("--drafter", default="dspark-qwen3-b7", help="model-drafter profile: a name in models/drafters/ or a path to a profile .json")
     ap.add_argument("--drafts", default=None, help="recorded model drafts (JSONL sidecar) to replay exactly")
     ap.add_argument("--calibrator", default=DEFAULT_CALIBRATOR, help="n-gram calibrator in models/calibrators/")
     ap.add_argument("--ngram-k", type=int, default=32, help="n-gram chain length")

@@ -230,10 +230,14 @@ def code_fingerprint() -> str:
 
 
 def cell_id(cell: Cell, code: str) -> str:
+    from sim.drafters.model import is_profile_path
+
     d = asdict(cell)
     d["trace_sha256"] = _file_digest(cell.trace)
     if cell.drafts:
         d["drafts_sha256"] = _file_digest(cell.drafts)
+    if is_profile_path(cell.drafter):  # a profile file outside models/ (which code_fingerprint hashes)
+        d["drafter_sha256"] = _file_digest(cell.drafter)
     d["code"] = code
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
 

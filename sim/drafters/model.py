@@ -129,11 +129,24 @@ def list_drafter_profiles() -> list[str]:
     return sorted(p.stem for p in MODELS_DIR.glob("*.json") if not p.stem.endswith("-cost"))
 
 
+def is_profile_path(name: str) -> bool:
+    """A --drafter value names a file (it ends in .json or has a folder) rather than a profile in MODELS_DIR."""
+    return name.endswith(".json") or "/" in name or "\\" in name
+
+
 def load_drafter_profile(name: str) -> ModelDrafterProfile:
-    """Load models/drafters/NAME.json; unknown names raise ConfigError listing the known ones."""
-    path = MODELS_DIR / f"{name}.json"
-    if not path.exists() or name.endswith("-cost"):
-        raise ConfigError(f"unknown drafter profile '{name}'; choose one of: {', '.join(list_drafter_profiles())}")
+    """Load models/drafters/NAME.json, or a profile file when NAME is a path (ends in .json or has a folder,
+    e.g. one written by `python -m sim.drafters.fit_profile --from-drafts ... --out`); unknown names raise
+    ConfigError listing the known ones."""
+    if is_profile_path(name):
+        path = Path(name)
+        if not path.is_file():
+            raise ConfigError(f"drafter profile file not found: {name}")
+    else:
+        path = MODELS_DIR / f"{name}.json"
+        if not path.exists() or name.endswith("-cost"):
+            raise ConfigError(f"unknown drafter profile '{name}'; choose one of: {', '.join(list_drafter_profiles())}"
+                              " (or a path to a profile .json)")
     raw = read_json_object(path, "drafter profile")
     fields = {k: _tuples(v) for k, v in raw.items() if k in ModelDrafterProfile.__dataclass_fields__}
     try:
