@@ -158,9 +158,8 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
              f"max {meta['max_tokens']} output tokens per request, prompts of at most {meta['max_prompt']} tokens.",
              "", "Real: the real engine's output tokens per second of engine time. Predicted: the simulator on the "
              "recorded outputs and drafts with this machine's profiled costs (`real/profile.py`). Synthetic: the "
-             "simulator drawing its synthetic drafter afresh instead of replaying the drafts. The model drafter "
-             "is a stand-in (the synthetic DSpark profile's chains over the reference output, replayed; a "
-             "table lookup's cost) until the project's trained drafter lands.", "",
+             "simulator drawing its synthetic drafter afresh instead of replaying the drafts. "
+             + meta.get("drafter_note", ""), "",
              f"**Median throughput error {100 * agg['median_error']:.1f}%, max {100 * agg['max_error']:.1f}%; "
              f"median step-time error {100 * agg['median_step_error']:.1f}%; synthetic drafter: median "
              f"{100 * agg['median_synthetic_error']:.1f}%. Every real run lossless (outputs equal plain greedy "
@@ -228,7 +227,8 @@ def validate(a) -> int:
         t_dir = out / Path(trace).stem
         t_dir.mkdir(parents=True, exist_ok=True)
         wl = Workload.build(trace, a.model, a.random_weights, a.device, limit=limit, sample=None, seed=a.seed,
-                            max_tokens=max_tokens, max_prompt=a.max_prompt, progress=True)
+                            max_tokens=max_tokens, max_prompt=a.max_prompt, progress=True,
+                            drafter=None if a.drafter == "none" else a.drafter)
         machine = machine_info(wl.device, wl.dtype, wl.model_label)
         if table_path is None:
             if a.cost_table:
@@ -264,7 +264,12 @@ def validate(a) -> int:
                       f"lossless {c['real']['lossless'] and c['real']['outputs_equal_reference']}", file=sys.stderr)
     meta = {"command": "python real/validate.py " + " ".join(a.argv), "machine": machine, "model": a.model,
             "mode": "random weights, teacher forced" if a.random_weights else "real weights (GGUF), greedy",
-            "max_tokens": max_tokens, "max_prompt": a.max_prompt, "cost_table": str(table_path)}
+            "max_tokens": max_tokens, "max_prompt": a.max_prompt, "cost_table": str(table_path),
+            "drafter_note": ("The model drafter is the project's trained drafter (" + str(a.drafter) + "), live in the "
+                             "real engine; the simulator replays its chains recorded on the reference."
+                             if not a.random_weights and a.drafter != "none" else
+                             "The model drafter is a stand-in (the synthetic DSpark profile's chains over the "
+                             "reference output, replayed; a table lookup's cost).")}
     agg = write_reports(out, cells, meta)
     print(f"median error {100 * agg['median_error']:.2f}%  max {100 * agg['max_error']:.2f}%  "
           f"median step-time error {100 * agg['median_step_error']:.2f}%  lossless {agg['all_lossless']}  "
@@ -295,6 +300,9 @@ def parse_args(argv):
     ap.add_argument("--allow-other-machine", action="store_true", help="use a table profiled elsewhere (warns, recorded)")
     ap.add_argument("--max-error", type=float, default=None, help="exit 1 if the median error is above this (percent)")
     ap.add_argument("--quick", action="store_true", help="a small grid for tests (3 requests, 16 tokens, bs 1 and 4)")
+    ap.add_argument("--drafter", default="default",
+                    help="model drafter weights with real weights (default: the bundled trained drafter; none: the "
+                         "synthetic profile's chains as a stand-in)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     a.argv = list(argv) if argv is not None else sys.argv[1:]

@@ -10,8 +10,12 @@ Two modes:
 A slice keeps, in trace order (or a seeded sample), the requests whose prompt has at most --max-prompt
 tokens, up to --limit of them; how many longer prompts were passed over is reported, not hidden.
 
-The draft tables of the reference (sim/drafters/tables.py) give the engine its output lengths, the n-gram
-confidences and the stand-in model drafter's chains (real/engine/engine.py).
+The draft tables of the reference (sim/drafters/tables.py) give the engine its output lengths and the n-gram
+confidences. Model drafter: with real weights, the project's trained drafter (real/drafter/, default
+models/drafters/dspark-smollm2-135m-b7.pt) runs live in the engine, and the tables hold its chains at every
+output position, drafted from the target's hidden states recorded while generating the reference (so the
+simulator replays the same drafter); with random weights (or drafter=None) the synthetic profile's chains
+stand in (replayed from the tables).
 """
 from __future__ import annotations
 
@@ -48,14 +52,17 @@ class Workload:
     ngram_cfg: NgramConfig
     passed_over: int = 0      # requests skipped for a prompt longer than max_prompt
     notes: list[str] = field(default_factory=list)
+    drafter: object = None    # the trained drafter (real weights), attached to the target's embedding
     _model: object = None
 
     @classmethod
     def build(cls, trace: str, model: str, random_weights: bool, device: str, limit: int | None, sample: int | None,
               seed: int, max_tokens: int, max_prompt: int, progress: bool = False, k_ngram: int = 32,
-              teacher: bool | None = None) -> "Workload":
+              teacher: bool | None = None, drafter: str | None = "default") -> "Workload":
         """The slice and its reference. teacher: take the target's tokens from the trace (default: with random
-        weights); teacher=False with random weights uses the random model's own greedy outputs (tests)."""
+        weights); teacher=False with random weights uses the random model's own greedy outputs (tests).
+        drafter: weights file of the trained model drafter ("default": the bundled one; None: the synthetic
+        stand-in), used with real weights; or a DSparkDrafter built for `model` (any weights, no teacher)."""
         from real.engine.weights import resolve_device
         from real.engine.model import ModelArgs
 
@@ -92,14 +99,19 @@ class Workload:
 
             eos = SmolTokenizer.from_gguf().eos_id if not random_weights else None
             mdl = wl.model(max_slots=8, extra=max_tokens)
-            outs = greedy_generate(mdl, [r.prompt_ids for r in reqs], [max_tokens] * len(reqs), eos,
-                                   batch_size=8, progress=progress)
+            # the bundled drafter is SmolLM2's; a DSparkDrafter object (tests) may be given for any target
+            if drafter is not None and (not random_weights or not isinstance(drafter, str)):
+                outs, recorded = _reference_with_drafter(wl, mdl, drafter, max_tokens, eos, progress)
+            else:
+                outs = greedy_generate(mdl, [r.prompt_ids for r in reqs], [max_tokens] * len(reqs), eos,
+                                       batch_size=8, progress=progress)
             for r, o in zip(reqs, outs):
                 r.output_ids = o.astype(np.int32)
                 r.output_len = len(o)
         calib = NgramCalibrator.load(DEFAULT_CALIBRATOR)
         wl.ngram_cfg = NgramConfig(n_min=calib.cfg.n_min, n_max=calib.cfg.n_max, k=k_ngram, ext_max=calib.cfg.ext_max)
-        wl.tables = build_draft_tables(reqs, wl.ngram_cfg, load_drafter_profile(DRAFTER), calib, seed=seed)
+        wl.tables = build_draft_tables(reqs, wl.ngram_cfg, load_drafter_profile(DRAFTER), calib, seed=seed,
+                                       recorded=recorded if wl.drafter is not None else None)
         return wl
 
     def model(self, max_slots: int, extra: int = 0):
@@ -120,6 +132,37 @@ class Workload:
             for r in self.requests:
                 fh.write(json.dumps({"id": r.id, "prompt_ids": [int(x) for x in r.prompt_ids],
                                      "output_ids": [int(x) for x in r.output_ids]}) + "\n")
+
+
+def _reference_with_drafter(wl: Workload, mdl, drafter: str, max_tokens: int, eos: int, progress: bool):
+    """Greedy reference outputs generated with the target's hidden states, and the trained drafter's chains at
+    every output position drafted from them (sim.drafters.model.ModelChains per request id)."""
+    from tqdm import tqdm
+
+    from real.drafter.data import generate_group
+    from real.drafter.evaluate import output_chains
+    from real.drafter.model import DEFAULT_DRAFTER, file_sha256, load_drafter
+    from real.engine.weights import find_smollm2_gguf
+    from sim.drafters.model import ModelChains
+
+    if isinstance(drafter, str):
+        path = DEFAULT_DRAFTER if drafter == "default" else drafter
+        d = load_drafter(path, target=wl.model_label, target_sha256=file_sha256(find_smollm2_gguf()),
+                         device=wl.device, dtype=wl.dtype)
+    else:
+        d = drafter.to(device=wl.device, dtype=wl.dtype).eval()
+    d.attach_target(mdl.tok_embeddings.weight)
+    wl.drafter = d
+    reqs = wl.requests
+    outs, recorded = [], {}
+    for g0 in tqdm(range(0, len(reqs), 8), desc="greedy reference + drafts", disable=not progress, leave=False):
+        group = reqs[g0: g0 + 8]
+        seqs = generate_group(mdl, [r.prompt_ids.astype(np.int64) for r in group], max_tokens, eos, d.cfg.layers)
+        for r, sq in zip(group, seqs):
+            outs.append(sq.tokens[sq.prompt_len:].astype(np.int64))
+            ch = output_chains(d, sq)
+            recorded[r.id] = ModelChains(conf=ch["conf"].astype(np.float32), acc_len=ch["acc"].astype(np.int64))
+    return outs, recorded
 
 
 def _read_slice(trace: str, limit, sample, seed, max_prompt, model, random_weights, vocab) -> tuple[list[Request], int]:
@@ -194,7 +237,7 @@ def run_real(wl: Workload, model, policy: str, batch_size: int, cost, progress: 
     cfg = EngineConfig(batch_size=batch_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=False,
                        kv_capacity_tokens=10**9)
     eng = RealEngine(wl.tables, np.zeros(len(wl.requests)), get_policy(policy), cost, cfg, model, wl.ngram_cfg,
-                     teacher_forcing=wl.teacher, progress=progress)
+                     teacher_forcing=wl.teacher, progress=progress, drafter=wl.drafter)
     return eng.run()
 
 

@@ -23,8 +23,13 @@ acceptance is the trace's while every kernel runs at full size). The reference g
 output length (the engine stops there, as vLLM's max_tokens / EOS would in a lossless run), the model
 drafter stand-in's chains and the lossless check.
 
-Model drafter stand-in (until the project's trained drafter lands): the synthetic DSpark profile's chains
-over the reference output (DraftTables.m_tok / m_conf), replayed; its cost is that of a table lookup.
+Model drafter. With `drafter` (a real.drafter.model.DSparkDrafter trained for this target, real weights only)
+it runs live: the verify forward also returns the target's hidden states at the drafter's layers, each step
+ends by appending the rows whose next token is now known to the drafter's per-slot context cache
+(real/drafter/runtime.py; charged to `draft`), and _propose drafts K tokens with calibrated confidences
+for every decoding request in one batched pass. Without one (random weights, teacher forced) a stand-in
+replays the tables' chains (DraftTables.m_tok / m_conf): the synthetic profile's, or the recorded drafts the
+tables were built with; its cost is that of a table lookup.
 n-gram confidences: the calibrator's features at output position i are functions of the context
 prompt + output[:i] only, so they are computed once per request from the reference (equal to the live
 context in a lossless run); the proposals themselves (start, length, tokens) come from the live drafter,
@@ -81,7 +86,7 @@ class RealEngine(Engine):
     single_thread = False  # the model forward wants every core
 
     def __init__(self, tables: DraftTables, arrivals_s: np.ndarray, policy, cost, cfg: EngineConfig, model,
-                 ngram_cfg: NgramConfig, teacher_forcing: bool = False, progress: bool = False) -> None:
+                 ngram_cfg: NgramConfig, teacher_forcing: bool = False, progress: bool = False, drafter=None) -> None:
         super().__init__(tables, arrivals_s, policy, cost, cfg, progress=progress)
         if policy.tree:
             raise ConfigError(f"policy '{policy.name}' verifies two branches (a tree): the real engine verifies "
@@ -105,6 +110,19 @@ class RealEngine(Engine):
         self._lap: dict = {}
         self._ng_tokens: np.ndarray | None = None
         self._bonus: dict[int, int] = {}
+        self.dcache = None
+        if drafter is not None and policy.uses_model:
+            from real.drafter.runtime import DrafterCache
+
+            if teacher_forcing:
+                raise ConfigError("the trained drafter needs the target's real hidden states: not with teacher forcing")
+            if drafter.cfg.block != tables.k_model:
+                raise ConfigError(f"drafter proposes {drafter.cfg.block} tokens, the tables' model chains have "
+                                  f"{tables.k_model}")
+            self.dcache = DrafterCache(drafter, cfg.batch_size, self.max_ctx)
+        self._m_tokens: np.ndarray | None = None
+        self._fwd: list[tuple[int, int, int, int, int]] = []  # (request, slot, first position, rows, flat row)
+        self._feats: torch.Tensor | None = None
 
     # ---------------------------------------------------------------------------------------- slots
     def _sync_slots(self) -> None:
@@ -118,6 +136,8 @@ class RealEngine(Engine):
                 s = self.free_slots.pop()
                 self.slot_of[r] = s
                 self.hist.reset(s, torch.from_numpy(self._context(r)))
+                if self.dcache is not None:
+                    self.dcache.reset(s)
 
     def _context(self, r: int) -> np.ndarray:
         """Request r's context: its prompt and the tokens it has emitted (int64)."""
@@ -136,6 +156,11 @@ class RealEngine(Engine):
     def _propose(self, reqs: np.ndarray, rows: np.ndarray) -> dict:
         self._lap["cpu_pre"] = self._clock.lap()
         chains = super()._propose(reqs, rows)  # the stand-in model drafter: a replay of its chains
+        if self.dcache is not None:
+            anchor = torch.tensor([self.out[int(r)][-1] for r in reqs], dtype=torch.int64, device=self.device)
+            out = self.dcache.draft(self._slots(reqs), anchor)
+            self._m_tokens = out.tokens.cpu().numpy()
+            chains["model_conf"] = out.conf.float().cpu().numpy()
         self._lap["draft"] = self._clock.lap() if self.policy.uses_model else 0.0
         self._ng_tokens = None
         if self.policy.uses_ngram:
@@ -167,10 +192,12 @@ class RealEngine(Engine):
         self._lap["cpu_pre"] += self._clock.lap()
         toks, q_lens, cache_lens, slots, logit_idx = [], [], [], [], []
         n_flat = 0
+        self._fwd = []
         sample_first = []  # requests whose fresh prompt completes here: they sample output token 0
         for r, c in plan.prefilling:
             done_before = int(self.prefilled[r]) - c  # _prefill already advanced it
             toks.append(self._context(r)[done_before: done_before + c])
+            self._fwd.append((r, self.slot_of[r], done_before, c, n_flat))
             q_lens.append(c)
             cache_lens.append(done_before)
             slots.append(self.slot_of[r])
@@ -183,7 +210,7 @@ class RealEngine(Engine):
             if adm_n[k] > 0:
                 d = self._ng_tokens[k, : adm_n[k]]
             else:
-                d = tb.m_tok[rows[k], : adm_m[k]]
+                d = self._model_tokens(k, rows[k])[: adm_m[k]]
             drafts.append(np.asarray(d, dtype=np.int64))
             last = self.out[r][-1]
             toks.append(np.concatenate([[last], drafts[-1]]))
@@ -191,6 +218,7 @@ class RealEngine(Engine):
             q_lens.append(q)
             # the last emitted token's KV is (re)computed here: the cache holds prompt + pos - 1 tokens
             cache_lens.append(int(tb.prompt_len[r] + self.pos[r] - 1))
+            self._fwd.append((r, self.slot_of[r], cache_lens[-1], q, n_flat))
             slots.append(self.slot_of[r])
             logit_idx.extend(range(n_flat, n_flat + q))
             n_flat += q
@@ -204,7 +232,11 @@ class RealEngine(Engine):
         lt = lambda x: torch.tensor(x, dtype=torch.int64, device=dev)  # noqa: E731
         self._lap["cpu_pre"] += self._clock.lap()
         with torch.inference_mode():
-            logits = self.model(flat, lt(q_lens), lt(cache_lens), lt(slots), lt(logit_idx))
+            if self.dcache is not None:
+                logits, self._feats = self.model(flat, lt(q_lens), lt(cache_lens), lt(slots), lt(logit_idx),
+                                                 hidden_layers=self.dcache.d.cfg.layers)
+            else:
+                logits = self.model(flat, lt(q_lens), lt(cache_lens), lt(slots), lt(logit_idx))
             self._lap["verify"] = self._clock.lap()
             pred = logits.argmax(dim=-1).cpu().numpy()
         self._lap["sample"] = self._clock.lap()
@@ -241,7 +273,7 @@ class RealEngine(Engine):
                 if from_n[k]:
                     d = self._ng_tokens[k, : n_draft[k]]
                 else:
-                    d = tb.m_tok[rows[k], : n_draft[k]]
+                    d = self._model_tokens(k, rows[k])[: n_draft[k]]
                 new = [int(x) for x in d]
             else:
                 new = []
@@ -260,10 +292,39 @@ class RealEngine(Engine):
         self.hist.append(self._slots(reqs), torch.tensor(toks_all, dtype=torch.int64, device=self.device),
                          torch.from_numpy(counts_a).to(self.device))
 
+    def _model_tokens(self, k: int, row: int) -> np.ndarray:
+        """The model chain of the step's k-th decoding request: the live drafter's, else the tables' replay."""
+        return self._m_tokens[k] if self.dcache is not None else self.tb.m_tok[row]
+
+    def _append_drafter_context(self) -> None:
+        """After the step: every forwarded row j whose next token t_{j+1} is now in the context enters the
+        drafter's cache (accepted rows; a rejected draft's row is left out, its position rewritten later)."""
+        if self.dcache is None or not self._fwd:
+            return
+        slots, pos, rows, nxt = [], [], [], []
+        for r, slot, j0, n, f0 in self._fwd:
+            ctx = self._context(r)
+            n_ok = min(n, len(ctx) - 1 - j0)
+            if n_ok <= 0:
+                continue
+            slots.extend([slot] * n_ok)
+            pos.extend(range(j0, j0 + n_ok))
+            rows.extend(range(f0, f0 + n_ok))
+            nxt.append(ctx[j0 + 1: j0 + 1 + n_ok])
+        if slots:
+            dev = self.device
+            lt = lambda x: torch.tensor(x, dtype=torch.int64, device=dev)  # noqa: E731
+            self.dcache.append(lt(slots), lt(pos), self._feats[lt(rows)],
+                               torch.from_numpy(np.concatenate(nxt).astype(np.int64)).to(dev))
+        self._fwd, self._feats = [], None
+
     def _charge(self, parts: dict, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
                 logit_rows: int) -> dict:
         lap = self._lap
         tail = self._clock.lap()
+        if self.dcache is not None:
+            self._append_drafter_context()
+            lap["draft"] += self._clock.lap()
         cpu = lap.get("cpu_pre", 0.0) + tail
         alloc = lap["alloc"]
         if not (self.policy.uses_model or self.policy.uses_ngram):

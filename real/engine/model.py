@@ -317,7 +317,7 @@ class Transformer(nn.Module):
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, q_lens: torch.Tensor, cache_lens: torch.Tensor, slots: torch.Tensor,
-                logit_idx: torch.Tensor) -> torch.Tensor:
+                logit_idx: torch.Tensor, hidden_layers: tuple[int, ...] = ()):
         """Varlen forward of a flat packed batch.
 
         tokens [N] int64 token ids, requests' tokens concatenated in order r = 0..R-1
@@ -325,7 +325,9 @@ class Transformer(nn.Module):
         cache_lens [R] int64 tokens already in request r's slot (its first token's position)
         slots [R] int64 KV slot of request r (distinct per request)
         logit_idx [M] int64 flat rows whose logits are wanted (e.g. a prefill chunk's last row only)
-        returns [M, vocab_size] fp32 logits.
+        hidden_layers: layer indices whose outputs (the residual stream after that block) are also returned
+        returns [M, vocab_size] fp32 logits; with hidden_layers, (logits, feats [N, len(hidden_layers) *
+        hidden_size] in the model dtype): the drafter's conditioning (real/drafter/model.py).
         """
         if self.max_len == 0:
             raise ConfigError("Transformer.forward: call setup_caches(max_slots, max_len) first")
@@ -334,12 +336,20 @@ class Transformer(nn.Module):
         cos = self.rope_cos[plan.tok_pos].unsqueeze(1)  # [N, 1, d]
         sin = self.rope_sin[plan.tok_pos].unsqueeze(1)
         x = self.tok_embeddings(tokens)
+        feats = []
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, self.k_cache[i], self.v_cache[i], plan)
+            if i in hidden_layers:
+                feats.append(x)
         # Norm and LM head only on the wanted rows: the head (vocab x hidden) is the largest GEMM of a step.
         x = self.norm(x[logit_idx])
         w = self.tok_embeddings.weight if self.output is None else self.output.weight
-        return F.linear(x, w).float()
+        logits = F.linear(x, w).float()
+        if hidden_layers:
+            if len(feats) != len(hidden_layers):
+                raise ConfigError(f"hidden_layers {hidden_layers} must be distinct layers in 0..{len(self.layers) - 1}")
+            return logits, torch.cat(feats, dim=-1)
+        return logits
 
 
 __all__ = ["ModelArgs", "Transformer", "SHORT_QUERY_MAX", "apply_rope"]

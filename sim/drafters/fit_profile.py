@@ -105,7 +105,7 @@ def head_quality(tb: DraftTables) -> dict:
     inside = depth[None, :] <= left[:, None]
     surv = np.cumprod(tb.m_conf.astype(np.float64), axis=1)
     label = (acc[:, None] >= depth[None, :]).astype(np.float64)
-    return {"cond": [float((acc[acc >= j] >= j + 1).mean()) for j in range(K)],
+    return {"cond": [float((acc[acc >= j] >= j + 1).mean()) if (acc >= j).any() else float("nan") for j in range(K)],
             "auc": auc(tb.m_conf[:, 0].astype(np.float64), (acc >= 1).astype(np.float64)),
             "ece": ece(surv[inside], label[inside])}
 
