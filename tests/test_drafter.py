@@ -196,6 +196,18 @@ def test_live_drafter_in_the_real_engine_is_lossless_and_replays_in_the_simulato
         for col in ("num_decode", "verified_model", "accepted_model", "emitted"):
             assert np.array_equal(real.steps[col], sim.steps[col]), (policy, col)
     assert real.steps["accepted_model"].sum() > 0
+    # preemption: a resumed request re-prefills into a fresh slot and rebuilds its drafter context there
+    from real.engine.engine import RealEngine
+
+    need = int(max(r.prompt_len + r.output_len for r in wl.requests))
+    cfg = EngineConfig(batch_size=4, max_num_batched_tokens=256, async_scheduling=False,
+                       kv_capacity_tokens=need + 48)
+    real = RealEngine(wl.tables, np.zeros(len(wl.requests)), get_policy("hybrid-price"), cost, cfg, model,
+                      wl.ngram_cfg, drafter=wl.drafter).run()
+    sim = Engine(wl.tables, np.zeros(len(wl.requests)), get_policy("hybrid-price"), cost, cfg).run()
+    assert real.requests["preemptions"].sum() > 0 and real.lossless, real.violation
+    for col in ("num_decode", "verified_model", "accepted_model", "emitted"):
+        assert np.array_equal(real.steps[col], sim.steps[col]), ("preempted", col)
 
 
 @pytest.mark.skipif(not DEFAULT_DRAFTER.exists(), reason="the bundled drafter is not built")

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 
 from sim.errors import ConfigError
 from real.engine.model import RMSNorm, apply_rope
+from real.engine.weights import file_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 DRAFTERS_DIR = REPO / "models" / "drafters"
@@ -280,14 +281,6 @@ class DSparkDrafter(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------- files
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def save_drafter(drafter: DSparkDrafter, path: Path, meta: dict) -> str:
     """Write the drafter (fp16 weights, config, metadata) whole to `path` and its sha256 beside it
     (`path`.sha256); returns the digest. Replaces `path`: the CLI refuses an existing one without --force."""

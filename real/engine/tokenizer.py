@@ -32,10 +32,10 @@ class SmolTokenizer:
         """Build from the GGUF at `path` (default: weights.find_smollm2_gguf()). ConfigError on a bad file."""
         from tokenizers import Tokenizer
 
-        from real.engine.weights import _sha256, cache_dir, find_smollm2_gguf
+        from real.engine.weights import cache_dir, file_sha256, find_smollm2_gguf
 
         path = find_smollm2_gguf(path)
-        cached = cache_dir() / "weights" / f"{_sha256(path)[:16]}.tokenizer.json"
+        cached = cache_dir() / "weights" / f"{file_sha256(path)[:16]}.tokenizer.json"
         if use_cache and cached.is_file():
             try:
                 tok = Tokenizer.from_file(str(cached))

@@ -53,7 +53,7 @@ def find_smollm2_gguf(path: str | os.PathLike | None = None) -> Path:
 
 
 # --------------------------------------------------------------------------------------------- GGUF
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -138,7 +138,7 @@ def load_gguf(path: str | os.PathLike, use_cache: bool = True) -> tuple[ModelArg
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"GGUF file not found: {path}")
-    digest = _sha256(path)[:16]
+    digest = file_sha256(path)[:16]
     cached = cache_dir() / "weights" / f"{digest}.pt"
     if use_cache and cached.is_file():
         try:
@@ -221,5 +221,5 @@ def build_model(name_or_gguf: str, device: torch.device | str = "cpu", dtype: to
     return model.eval(), args
 
 
-__all__ = ["find_smollm2_gguf", "load_gguf", "random_weights", "build_model", "resolve_device", "cache_dir",
+__all__ = ["file_sha256", "find_smollm2_gguf", "load_gguf", "random_weights", "build_model", "resolve_device", "cache_dir",
            "SMOLLM2_GGUF_ALIAS"]
