@@ -27,6 +27,7 @@ import torch
 from tqdm import tqdm
 
 from sim.errors import ConfigError
+from real.engine.greedy import greedy_group
 
 GENERAL_TRACE = "traces/general.jsonl"
 
@@ -90,52 +91,13 @@ def load_prompts(cfg: DataConfig, tok) -> tuple[list[str], list[np.ndarray], int
     return ids_out, out, passed
 
 
-@torch.inference_mode()
-def generate_group(model, prompts: list[np.ndarray], max_tokens: int, eos_id: int, layers: tuple[int, ...],
-                   chunk: int = 512) -> list[Sequence]:
-    """Greedy decoding of one group (one KV slot per prompt) keeping every forwarded token's features."""
-    dev = next(model.parameters()).device
-    lt = lambda x: torch.tensor(x, dtype=torch.int64, device=dev)  # noqa: E731
-    n = len(prompts)
-    greedy = [[] for _ in range(n)]
-    feats = [[] for _ in range(n)]
-    out = [[] for _ in range(n)]
-    nxt = [0] * n
-    for s, p in enumerate(prompts):
-        for c0 in range(0, len(p), chunk):
-            piece = p[c0: c0 + chunk]
-            logits, h = model(torch.from_numpy(piece).to(dev), lt([len(piece)]), lt([c0]), lt([s]),
-                              torch.arange(len(piece), device=dev), hidden_layers=layers)
-            g = logits.argmax(-1).to(torch.int32).cpu()
-            greedy[s].append(g)
-            feats[s].append(h.to(torch.float16).cpu())
-        nxt[s] = int(greedy[s][-1][-1])
-    live = list(range(n))
-    while live:
-        keep = []
-        for i in live:
-            if nxt[i] == eos_id and out[i]:  # an output has >= 1 token; EOS is not emitted
-                continue
-            out[i].append(nxt[i])
-            if len(out[i]) < max_tokens:
-                keep.append(i)
-        live = keep
-        if not live:
-            break
-        pos = [len(prompts[i]) + len(out[i]) - 1 for i in live]
-        logits, h = model(lt([out[i][-1] for i in live]), lt([1] * len(live)), lt(pos), lt(live),
-                          lt(list(range(len(live)))), hidden_layers=layers)
-        g = logits.argmax(-1).to(torch.int32).cpu()
-        h = h.to(torch.float16).cpu()
-        for k, i in enumerate(live):
-            nxt[i] = int(g[k])
-            greedy[i].append(g[k: k + 1])
-            feats[i].append(h[k: k + 1])
-    seqs = []
-    for i, p in enumerate(prompts):
-        toks = np.concatenate([p, np.asarray(out[i], dtype=np.int64)]).astype(np.int32)
-        seqs.append(Sequence(toks, torch.cat(greedy[i]).numpy(), torch.cat(feats[i]), len(p)))
-    return seqs
+def generate_group(model, prompts: list[np.ndarray], max_tokens: int, eos_id: int | None,
+                   layers: tuple[int, ...]) -> list[Sequence]:
+    """Greedy decoding of one group (one KV slot per prompt) keeping every forwarded token's features
+    (real/engine/greedy.py, the same loop as the engine's references)."""
+    gens = greedy_group(model, prompts, [max_tokens] * len(prompts), eos_id, hidden_layers=layers)
+    return [Sequence(np.concatenate([np.asarray(p, dtype=np.int64), g.output]).astype(np.int32), g.greedy, g.feats,
+                     len(p)) for p, g in zip(prompts, gens)]
 
 
 def _save_shard(path: Path, seqs: list[Sequence]) -> None:

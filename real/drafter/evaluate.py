@@ -30,14 +30,12 @@ STS_GRID = np.exp(np.linspace(np.log(0.25), np.log(4.0), 97))
 def draft_positions(d: DSparkDrafter, st: SeqTensors, anchors: torch.Tensor, chunk: int = 256):
     """Free-running drafts at `anchors`: tokens [B, K] (target ids), calibrated conf [B, K], raw conf [B, K]."""
     dev = d.fuse.weight.device
-    c = d.context(st.feats.to(dev), st.next_tok.to(dev))
-    C = c.shape[0]
-    ck, cv = d.context_kv(c, torch.arange(1, C + 1, device=dev))
+    c, ck, cv = d.sequence_context(st.feats.to(dev), st.next_tok.to(dev))
     tokens = st.tokens.to(dev)
     toks, conf, raw = [], [], []
     for a in anchors.to(dev).split(chunk):
         B = a.shape[0]
-        mask = torch.arange(C, device=dev)[None, :] <= (a[:, None] - 1)
+        mask = d.visible(c.shape[0], a)
         out = d.draft(ck.expand(B, *ck.shape), cv.expand(B, *cv.shape), mask, c[a - 1], a, tokens[a])
         toks.append(out.tokens.cpu())
         conf.append(out.conf.float().cpu())

@@ -206,6 +206,18 @@ class DSparkDrafter(nn.Module):
         cos, sin = self._rope(pos)
         return apply_rope(k, cos, sin), v
 
+    def sequence_context(self, feats: torch.Tensor, next_tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """A whole sequence's context, c_j at positions j+1, and its keys and values: feats [C, L*D],
+        next_tokens [C] -> (c [C, D], ck, cv [C, KV, hd]). Anchor a sees entries j < a (`visible`)."""
+        c = self.context(feats, next_tokens)
+        ck, cv = self.context_kv(c, torch.arange(1, c.shape[0] + 1, device=c.device))
+        return c, ck, cv
+
+    @staticmethod
+    def visible(C: int, anchors: torch.Tensor) -> torch.Tensor:
+        """[B, C] bool: context entry j is visible to anchor a iff j <= a - 1 (causality)."""
+        return torch.arange(C, device=anchors.device)[None, :] < anchors[:, None]
+
     def backbone(self, z: torch.Tensor, zpos: torch.Tensor, ck: torch.Tensor, cv: torch.Tensor,
                  mask: torch.Tensor) -> torch.Tensor:
         """One layer over block inputs z [B, K, D] at positions zpos [B, K]; keys/values are the context's

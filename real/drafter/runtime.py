@@ -54,7 +54,7 @@ class DrafterCache:
         n = self.ctx_len[slots]
         L = max(int(n.max()), 1)  # one host read: sizes the gather
         ck, cv = self.k[slots, :L], self.v[slots, :L]
-        mask = torch.arange(L, device=slots.device)[None, :] < n[:, None]
+        mask = self.d.visible(L, n)  # anchor a = ctx_len: entries 0..a-1
         return self.d.draft(ck, cv, mask, self.c_last[slots], n, anchor_tok)
 
 

@@ -108,12 +108,9 @@ def prepare(seq: Sequence, K: int) -> SeqTensors:
 def forward_anchors(d: DSparkDrafter, st: SeqTensors, anchors: torch.Tensor):
     """Teacher-forced pass over `anchors` (positions a >= 1) of one sequence.
     Returns (logits [B, K, V], raw conf logits [B, K], u [B, K, D])."""
-    cfg = d.cfg
-    c = d.context(st.feats, st.next_tok)                                     # [C, D]
-    C = c.shape[0]
-    ck, cv = d.context_kv(c, torch.arange(1, C + 1))
+    c, ck, cv = d.sequence_context(st.feats, st.next_tok)                   # c [C, D]
     B = anchors.shape[0]
-    mask = torch.arange(C)[None, :] <= (anchors[:, None] - 1)
+    mask = d.visible(c.shape[0], anchors)
     z, zpos = d.block_inputs(c[anchors - 1], anchors)
     u = d.backbone(z, zpos, ck.expand(B, *ck.shape), cv.expand(B, *cv.shape), mask)
     base = d.base_logits(u)                                                  # [B, K, V]
@@ -122,8 +119,8 @@ def forward_anchors(d: DSparkDrafter, st: SeqTensors, anchors: torch.Tensor):
     prev = d.to_reduced[prev_tok]
     m = d.markov_in(prev)
     logits = base + d.markov_out(m)
-    top = logits.detach().float().log_softmax(-1).max(-1).values
-    raw = d.conf(torch.cat([u.detach(), m.detach(), top[..., None]], -1)).squeeze(-1)
+    # detached: the confidence head reads the backbone without steering it
+    raw = d.raw_confidence(u.detach(), m.detach(), logits.detach())
     return logits, raw, u
 
 
@@ -132,7 +129,6 @@ def losses(d: DSparkDrafter, st: SeqTensors, anchors: torch.Tensor, conf_weight:
     lab = d.to_reduced[st.labels[anchors].clamp(min=0)]
     valid = st.valid[anchors]
     inv = valid & (lab < d.cfg.vocab)
-    V = d.cfg.vocab
     ce = F.cross_entropy(logits[inv].float(), lab[inv]) if inv.any() else logits.sum() * 0
     hit = (logits.detach().argmax(-1) == lab) & inv
     bce = F.binary_cross_entropy_with_logits(raw[valid], hit[valid].float()) if valid.any() else raw.sum() * 0
