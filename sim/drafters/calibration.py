@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from scipy.optimize import minimize
 from scipy.special import expit
 
@@ -60,24 +61,48 @@ def copy_history(table: NgramTable, window: int = 32) -> tuple[np.ndarray, np.nd
     return overall, recent
 
 
+def _columns(le, lj, n_frac, in_prompt, locc, prev_hit, lo, lr) -> list:
+    """The columns of phi from the features' logs, with operators and `.clip` only, so that the same lines
+    build the design matrix from numpy arrays (offline: fitting, draft tables) and from torch tensors
+    (live: `conditional_torch`, the vLLM plugin). Inputs broadcast against each other."""
+    cols = [le * 0.0 + 1.0]
+    cols += [(le - k).clip(min=0.0) for k in _KNOTS]
+    cols += [lj, le * lj, n_frac, in_prompt, locc, prev_hit]
+    cols += [lo, lr, lo * le, lr * le]
+    return cols
+
+
 def features(table: NgramTable, cfg: NgramConfig, depth: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Design matrix phi for the slots (rows[s], depth[s]) of one request; depth is 1-based."""
     le = np.log1p(table.ext[rows].astype(np.float64))
     lj = np.log(depth.astype(np.float64))
-    cols = [np.ones_like(le)]
-    cols += [np.maximum(0.0, le - k) for k in _KNOTS]
-    cols += [
-        lj,
-        le * lj,
-        table.n[rows] / cfg.n_max,
-        table.in_prompt[rows].astype(np.float64),
-        np.log1p(table.occ[rows].astype(np.float64)),
-        prev_hit(table)[rows],
-    ]
     overall, recent = copy_history(table)
-    lo, lr = np.log(overall[rows]), np.log(recent[rows])
-    cols += [lo, lr, lo * le, lr * le]
+    cols = _columns(le, lj, table.n[rows] / cfg.n_max, table.in_prompt[rows].astype(np.float64),
+                    np.log1p(table.occ[rows].astype(np.float64)), prev_hit(table)[rows],
+                    np.log(overall[rows]), np.log(recent[rows]))
     return np.stack(cols, axis=1)
+
+
+def conditional_torch(weights: torch.Tensor, ext: torch.Tensor, n: torch.Tensor, in_prompt: torch.Tensor,
+                      occ: torch.Tensor, prev_hit: torch.Tensor, overall: torch.Tensor, recent: torch.Tensor,
+                      length: torch.Tensor, k: int, n_max: int) -> torch.Tensor:
+    """`NgramCalibrator.conditional` for a batch of live proposals, in torch on their device, host-sync free.
+
+    One proposal per row r (all [R]): ext, n, occ (int), in_prompt and prev_hit (bool or 0/1), overall and
+    recent (the copy-history shares of `copy_history`, in (0, 1]), length (chain length 0..k). Returns
+    p[r, j-1] = sigmoid(w . phi(r, j)) for depth j = 1..k, 0 where j > length[r]; float32 [R, k].
+    weights: float64 [F] on the same device. Same columns as `features` (`_columns`)."""
+    dev = ext.device
+    f64 = torch.float64
+    le = torch.log1p(ext.to(f64))[:, None]
+    depth = torch.arange(1, k + 1, device=dev)
+    lj = torch.log(depth.to(f64))[None, :]
+    col = lambda x: x.to(f64)[:, None]  # noqa: E731
+    cols = _columns(le, lj, col(n) / n_max, col(in_prompt), torch.log1p(col(occ)), col(prev_hit),
+                    torch.log(col(overall)), torch.log(col(recent)))
+    X = torch.stack(torch.broadcast_tensors(*cols), dim=-1)  # [R, k, F]
+    p = torch.sigmoid(X @ weights.to(f64))
+    return (p * (depth[None, :] <= length[:, None])).to(torch.float32)
 
 
 def _slots(table: NgramTable) -> tuple[np.ndarray, np.ndarray]:

@@ -53,14 +53,16 @@ Budget consistency (what runs where in vLLM, `hybrid-price:METHOD`, the default)
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import List
 
 import torch
 
+from sim.policies.adaptive import alloc_adaptive
 from sim.policies.base import Allocation, StepBatch
 from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, finish, goodput,
-                                 rank_scores, survival, top_b_counts, verify_ms)
+                                 rank_scores, slot_valid, survival, top_b_counts, verify_ms)
 from sim.policies.registry import Policy, parse_float, register
 
 METHODS = ("model-opt", "fixed-point", "sweep")
@@ -293,6 +295,70 @@ def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
     return Allocation(chain=out.chain, admitted=out.admitted, model_ran=run_model)
 
 
+def choose_chain(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> torch.Tensor:
+    """Per request, whether its n-gram chain is the one to verify (bool [R]), from the batch's current values:
+    the chain with the larger value V at the best price lambda (METHOD), the n-gram chain only if it wins by
+    `margin`; where both lambda-prefixes are empty, the chain with the larger first survival (then model).
+    The chain-choice half of `price_with_budget`, without a budget: what the vLLM plugin runs per step."""
+    ch = Chains(batch, with_stale=False)
+    use_ngram, admitted, _ = LAMBDA_METHODS[method](batch, ch, margin)
+    return torch.where(admitted[0] == 0, ch.surv_n[0, :, 0] > ch.surv_m[0, :, 0], use_ngram[0])
+
+
+def published_view(batch: StepBatch, k: int, stale: bool = False) -> StepBatch:
+    """The batch as the vLLM plugin sees it when it chooses (current or, with stale=True, last step's values):
+    n-gram chains cut to the k slots vLLM drafts (num_speculative_tokens), and a decode-only step shape
+    (T = N = R) because the plugin chooses right after a verify pass, before the next step is scheduled."""
+    R = batch.num_reqs
+    if stale:
+        conf_m, len_m = batch.stale_model_conf, batch.stale_model_len
+        conf_n, len_n = batch.stale_ngram_conf, batch.stale_ngram_len
+    else:
+        conf_m, len_m, conf_n, len_n = batch.model_conf, batch.model_len, batch.ngram_conf, batch.ngram_len
+    conf_n, len_n = conf_n[:, :k], len_n.clamp(max=k)
+    return dataclasses.replace(
+        batch, model_conf=conf_m, model_len=len_m, ngram_conf=conf_n, ngram_len=len_n, stale_model_conf=conf_m,
+        stale_model_len=len_m, stale_ngram_conf=conf_n, stale_ngram_len=len_n, num_nondraft_tokens=R,
+        num_sampling_reqs=R, true_model_acc=None, true_ngram_acc=None, true_verify_cost_ms=None)
+
+
+def publish(model_conf: torch.Tensor, model_len: torch.Tensor, ngram_conf: torch.Tensor, ngram_len: torch.Tensor,
+            use_ngram: torch.Tensor) -> torch.Tensor:
+    """The confidences the plugin writes for vLLM's adaptive verification ([R, K], K = model_conf's width):
+    the chosen chain's per-slot conditional acceptance, 0 past that chain's length (survival 0: such a
+    slot only fills a budget that has no better slot left)."""
+    K = model_conf.shape[1]
+    conf_n = ngram_conf[:, :K].to(model_conf.dtype) * slot_valid(ngram_len.clamp(max=K), ngram_conf[:, :K].shape[1])
+    if conf_n.shape[1] < K:
+        conf_n = torch.nn.functional.pad(conf_n, (0, K - conf_n.shape[1]))
+    conf_m = model_conf * slot_valid(model_len, K)
+    return torch.where(use_ngram[:, None], conf_n, conf_m)
+
+
+def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> Allocation:
+    """`hybrid-vllm`: the hybrid as the vLLM plugin (real/vllm_plugin) runs it inside vLLM 0.33.
+
+    The plugin chooses each request's chain (`choose_chain` on `published_view`: K-slot chains, T = N = R)
+    and publishes that chain's confidences (`publish`); vLLM's adaptive verification then runs unchanged on
+    them: the budget B* from the confidences published at the previous step (stale, on the CPU), the
+    global top-B* of the current published survivals (on the GPU), i.e. `alloc_adaptive` on the published
+    chains. The previous step's publication is re-derived here from the stale values with this step's
+    shape (exact in steady decoding; when requests join or leave, the plugin chose with the old R).
+    A slot past the chosen chain's length has survival 0 and is admitted only when B* exceeds the slots
+    with positive survival; vLLM then verifies a filler token there, which the simulator does not charge
+    (the admitted count is cut to the chain's length)."""
+    K = batch.model_conf.shape[1]
+    cur, old = published_view(batch, K), published_view(batch, K, stale=True)
+    use_ngram = choose_chain(cur, method, margin)
+    use_stale = choose_chain(old, method, margin)
+    pub = publish(cur.model_conf, cur.model_len, cur.ngram_conf, cur.ngram_len, use_ngram)
+    pub_stale = publish(old.model_conf, old.model_len, old.ngram_conf, old.ngram_len, use_stale)
+    view = dataclasses.replace(batch, model_conf=pub, stale_model_conf=pub_stale.to(batch.stale_model_conf.dtype))
+    admitted = alloc_adaptive(view).admitted
+    chain_len = torch.where(use_ngram, cur.ngram_len, batch.model_len)
+    return finish(_chain_ids(use_ngram), torch.minimum(admitted, chain_len))
+
+
 @register("hybrid", "hybrid[:METHOD][:margin=M][:hyst=H][:forecast=F]",
           "the default hybrid: hybrid-price that also prices the model drafter's pass and skips it for a step "
           f"when host-known values say the step earns more without it; F in {', '.join(FORECASTS)} "
@@ -341,3 +407,20 @@ def _hybrid_price(params: List[str]) -> Policy:
             + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}"))
     fn = (lambda b: price_core(b, method, margin)) if current else (lambda b: price_with_budget(b, method, margin))
     return Policy(name, fn, uses_model=True, uses_ngram=True)
+
+
+@register("hybrid-vllm", "hybrid-vllm[:METHOD][:margin=M]",
+          "the hybrid as the vLLM plugin runs it: per-request chain choice by price, the chosen chain's "
+          "confidences published to vLLM's unchanged adaptive verification (stale budget, current top-B)")
+def _hybrid_vllm(params: List[str]) -> Policy:
+    method, margin = DEFAULT_METHOD, NGRAM_MARGIN
+    rest = list(params)
+    if rest and rest[-1].startswith("margin="):
+        margin = parse_float(rest.pop()[len("margin="):], "margin")
+    if len(rest) > 1 or (rest and rest[0] not in METHODS):
+        raise ValueError(f"'hybrid-vllm' takes [METHOD][:margin=M], METHOD in {', '.join(METHODS)}")
+    if rest:
+        method = rest[0]
+    name = ("hybrid-vllm" + (f":{method}" if rest else "")
+            + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}"))
+    return Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin), uses_model=True, uses_ngram=True)
