@@ -3,6 +3,10 @@
 
     python -m real.profile [--model smollm2-135m] [--random-weights] [--device cpu|cuda] [--out FILE]
                            [--policy P ...] [--batch-size B ...] [--quick]
+    python real/profile.py --engine vllm [--vllm-model HF_ID] [--vllm-drafter HF_ID] [--batch-size B ...]
+                           [--out FILE] [--quick] [--dry-run]      (vLLM 0.33 on a CUDA GPU: real/vllm_run/bench.py)
+
+The rest of this docstring is the torch engine's (--engine torch, the default).
 
 It runs the real engine (each --policy at each --batch-size) on a slice of traces/general.jsonl -- the
 tuning trace, never an evaluated one -- and fits every part of the table to the steps it measured:
@@ -29,14 +33,20 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+if __package__ in (None, ""):  # `python real/profile.py`: import from the repository root, not real/ (where this
+    # file would shadow the standard library's `profile`)
+    _here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(_here)]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from real.workload import Workload, build_engine_model, run_real
-from sim.cli_util import run_cli
-from sim.cost.profiled import CostTable, cost_table_from_dict, write_cost_table
-from sim.errors import ConfigError
-from sim.policies import get_policy
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from real.workload import Workload, build_engine_model, run_real  # noqa: E402
+from sim.cli_util import run_cli  # noqa: E402
+from sim.cost.profiled import CostTable, cost_table_from_dict, write_cost_table  # noqa: E402
+from sim.errors import ConfigError  # noqa: E402
+from sim.policies import get_policy  # noqa: E402
 
 
 
@@ -315,11 +325,30 @@ def parse_args(argv):
     ap.add_argument("--quick", action="store_true", help="fewer points and repeats (tests)")
     ap.add_argument("--out", default=None, help="table file to write (JSON); refuses to overwrite without --force")
     ap.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    return ap.parse_args(argv)
+    ap.add_argument("--engine", default="torch", help="torch or vllm (vllm: `vllm bench forward` on a CUDA GPU; "
+                                                      "--out defaults to out/cost_table_vllm.json)")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands it would run and exit (vLLM engine)")
+    from real.vllm_run.config import add_arguments
+
+    add_arguments(ap, hybrid=False)
+    a = ap.parse_args(argv)
+    a.argv = list(argv) if argv is not None else sys.argv[1:]
+    if a.engine not in ("torch", "vllm"):
+        raise ConfigError(f"--engine must be one of torch, vllm, got '{a.engine}'")
+    return a
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.engine == "vllm":
+        from real.vllm_run.flow import profile_vllm
+
+        return profile_vllm(a)
+    from real.vllm_run.config import given_flags
+
+    given = given_flags(a) + (["--dry-run"] if a.dry_run else [])
+    if given:
+        raise ConfigError(f"{given[0]} is for --engine vllm")
     pols = a.policy or ["none", "adaptive", "hybrid-price", "ngram-fixed:32"]
     bss = a.batch_size or [1, 16]
     if any(b < 1 for b in bss):

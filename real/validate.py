@@ -3,6 +3,11 @@
     python real/validate.py --trace traces/codeedit.jsonl [--policy P ...] [--batch-size B ...] [--limit N]
                             [--max-tokens M] [--out DIR] [--model smollm2-135m | --model qwen3-8b --random-weights]
                             [--device cpu|cuda] [--cost-table FILE] [--max-error PCT] [--quick]
+    python real/validate.py --engine vllm [--dry-run] [--vllm-model HF_ID] [--vllm-drafter HF_ID]
+                            [--num-speculative-tokens K] [--hybrid-spec JSON] [--skip-checks] ...
+                            (vLLM 0.33 on a CUDA GPU: real/vllm_run/flow.py; docs/real.md, "vLLM (A100/H100)")
+
+The rest of this docstring is the torch engine's (--engine torch, the default).
 
 For each trace: build the reference (real/workload.py: greedy outputs of the real model, or the trace's
 outputs teacher-forced), write it as a token-id trace, and profile this machine (real/profile.py) unless
@@ -23,8 +28,10 @@ above PCT percent.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -40,6 +47,7 @@ import numpy as np  # noqa: E402
 from sim.cli_util import run_cli, write_whole  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 
+ENGINES = ("torch", "vllm")
 DEFAULT_POLICIES = ("none", "adaptive", "hybrid-price", "ngram-fixed:32")
 DEFAULT_BATCH_SIZES = (1, 4, 16)
 MAX_NUM_BATCHED_TOKENS = 512
@@ -81,21 +89,51 @@ def _summary(res, n_tokens: int) -> dict:
             "step_ms": [float(x) for x in st["step_ms"]]}
 
 
-@functools.lru_cache(maxsize=8)
-def _prepared(ref_trace: Path, drafts: Path | None, table: Path, model: str, seed: int):
-    """sim.run's setup of a trace's reference (its draft tables), built once for every cell of the trace."""
+def sim_command(setup, policy: str, bs: int) -> str:
+    """The `python -m sim.run` command that computes run_one(prepare(setup), policy, bs): the trace, model,
+    cost and gpu, then every other SimSetup field that differs from its default (flags named after the fields)."""
+    from sim.run import SimSetup
+
+    default = SimSetup()
+    argv = ["python", "-m", "sim.run"]
+    for f in dataclasses.fields(SimSetup):
+        v = getattr(setup, f.name)
+        if v is None or (v == getattr(default, f.name) and f.name not in ("trace", "model", "cost", "gpu")):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(v, bool):
+            argv.append(flag if v else "--no-" + flag[2:])
+        else:
+            argv += [flag, str(v)]
+    return shlex.join(argv + ["--policy", policy, "--batch-size", str(bs)])
+
+
+@functools.lru_cache(maxsize=16)
+def _prepared_key(key: tuple):
     from sim.run import SimSetup, prepare
 
-    return prepare(SimSetup(trace=str(ref_trace), model=model, cost="profiled", gpu=str(table), seed=seed,
-                            drafts=str(drafts) if drafts else None, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
-                            kv_capacity_tokens=10**9, async_scheduling=False))
+    return prepare(SimSetup(*key))
+
+
+def _prepared_setup(setup):
+    """sim.run's prepare(setup) (a trace's draft tables), built once per distinct setup and reused by its cells."""
+    return _prepared_key(dataclasses.astuple(setup))
+
+
+def torch_sim_setup(ref_trace: Path, drafts: Path | None, table: Path, model: str, seed: int):
+    """The SimSetup predicting a torch-engine cell: synchronous steps, the engine's token budget, no KV limit."""
+    from sim.run import SimSetup
+
+    return SimSetup(trace=str(ref_trace), model=model, cost="profiled", gpu=str(table), seed=seed,
+                    drafts=str(drafts) if drafts else None, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+                    kv_capacity_tokens=10**9, async_scheduling=False)
 
 
 def simulate(ref_trace: Path, drafts: Path | None, table: Path, model: str, bs: int, policy: str, seed: int):
     """The simulator's prediction of one cell: what `sim.run ... --no-async-scheduling` computes."""
     from sim.run import run_one
 
-    return run_one(_prepared(ref_trace, drafts, table, model, seed), policy, bs)[1]
+    return run_one(_prepared_setup(torch_sim_setup(ref_trace, drafts, table, model, seed)), policy, bs)[1]
 
 
 def run_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: int, progress: bool) -> dict:
@@ -123,9 +161,7 @@ def run_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: int, 
     out["step_error_median"] = float(np.median(np.abs(ps - rs) / rs)) if len(rs) == len(ps) and len(rs) else float("nan")
     for k in ("predicted", "synthetic"):
         out[f"{k}_error"] = abs(out[k]["tok_per_s"] - out["real"]["tok_per_s"]) / out["real"]["tok_per_s"]
-    out["sim_command"] = (f"python -m sim.run --trace {ref} --drafts {drafts} --model {wl.model_label} --cost profiled "
-                          f"--gpu {table} --policy {policy} --batch-size {bs} --max-num-batched-tokens "
-                          f"{MAX_NUM_BATCHED_TOKENS} --no-async-scheduling")
+    out["sim_command"] = sim_command(torch_sim_setup(ref, drafts, table, wl.model_label, seed), policy, bs)
     cdir = trace_dir / "cells" / _cell_id(wl.trace, policy, bs)
     cdir.mkdir(parents=True, exist_ok=True)
     _write(cdir / "steps_real.csv", _steps_csv(real.steps))
@@ -133,19 +169,20 @@ def run_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: int, 
     return out
 
 
-def write_reports(out: Path, cells: list[dict], meta: dict) -> dict:
-    """fidelity.json / .md / .html from the cells; returns the aggregate."""
+def write_reports(out: Path, cells: list[dict], meta: dict, md=None) -> dict:
+    """fidelity.json / .md / .html from the cells; returns the aggregate. md: the markdown formatter
+    (default format_md, the torch engine's)."""
     errs = np.asarray([c["predicted_error"] for c in cells])
-    serrs = np.asarray([c["step_error_median"] for c in cells])
+    serrs = np.asarray([c["step_error_median"] for c in cells], dtype=np.float64)
     agg = {"cells": len(cells), "median_error": float(np.median(errs)) if len(errs) else float("nan"),
            "max_error": float(errs.max()) if len(errs) else float("nan"),
            "median_synthetic_error": float(np.median([c["synthetic_error"] for c in cells])) if cells else float("nan"),
-           "median_step_error": float(np.nanmedian(serrs)) if len(serrs) else float("nan"),
+           "median_step_error": float(np.nanmedian(serrs)) if np.isfinite(serrs).any() else float("nan"),
            "all_lossless": all(c["real"]["lossless"] and c["real"]["outputs_equal_reference"] for c in cells)}
     slim = [{k: ({kk: vv for kk, vv in v.items() if kk != "step_ms"} if isinstance(v, dict) else v)
              for k, v in c.items()} for c in cells]
     _write(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": slim}, indent=1) + "\n")
-    _write(out / "fidelity.md", format_md(slim, agg, meta))
+    _write(out / "fidelity.md", (md or format_md)(slim, agg, meta))
     _write(out / "fidelity.html", format_html(slim, agg, meta))
     return agg
 
@@ -202,10 +239,19 @@ def validate(a) -> int:
     from real.workload import Workload
     from sim.cost.profiled import check_machine, load_cost_table
 
-    _prepared.cache_clear()  # references are rewritten per run: never serve one from an earlier call
-    if a.engine != "torch":
-        raise ConfigError(f"--engine {a.engine}: only the torch engine is available here (vLLM: `--engine vllm` "
-                          "needs the vLLM plugin, not built yet)")
+    _prepared_key.cache_clear()  # references are rewritten per run: never serve one from an earlier call
+    if a.engine == "vllm":
+        from real.vllm_run.flow import validate_vllm
+
+        return validate_vllm(a)
+    from real.vllm_run.config import given_flags
+
+    given = given_flags(a) + [f for f in ("--dry-run", "--skip-checks") if getattr(a, f[2:].replace("-", "_"))]
+    if given:
+        raise ConfigError(f"{given[0]} is for --engine vllm")
+    if a.max_prompt is None:
+        a.max_prompt = 512
+    a.out = a.out or "out/validate"
     out = Path(a.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")
@@ -286,13 +332,17 @@ def validate(a) -> int:
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="python real/validate.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", action="append", help="trace file (repeatable; default traces/codeedit.jsonl)")
-    ap.add_argument("--policy", action="append", help=f"policy (repeatable; default {', '.join(DEFAULT_POLICIES)})")
-    ap.add_argument("--batch-size", action="append", type=int, help="max running requests (repeatable; default 1 4 16)")
-    ap.add_argument("--limit", type=int, default=None, help="requests per trace (default 16; --quick 3)")
-    ap.add_argument("--max-tokens", type=int, default=None, help="cap on each generation, as vLLM's max_tokens (default 32)")
-    ap.add_argument("--max-prompt", type=int, default=512, help="keep requests whose prompt has at most this many tokens")
-    ap.add_argument("--out", default="out/validate", help="output directory (cells cached there: resumable)")
-    ap.add_argument("--engine", default="torch", help="torch (vllm: not yet)")
+    ap.add_argument("--policy", action="append", help=f"policy (repeatable; default {', '.join(DEFAULT_POLICIES)}; vllm: none, "
+                                                  "adaptive, hybrid, default adaptive hybrid)")
+    ap.add_argument("--batch-size", action="append", type=int, help="max running requests (repeatable; default 1 4 16; vllm 1 8 32)")
+    ap.add_argument("--limit", type=int, default=None, help="requests per trace (default 16, --quick 3; vllm 64, --quick 8)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="cap on each generation, as vLLM's max_tokens (default 32; vllm 256, --quick 64)")
+    ap.add_argument("--max-prompt", type=int, default=None,
+                    help="keep requests whose prompt has at most this many tokens (default 512; vllm 4096)")
+    ap.add_argument("--out", default=None, help="output directory, cells cached there: resumable (default "
+                                                "out/validate; vllm out/validate-vllm)")
+    ap.add_argument("--engine", default="torch", help=f"the real engine: {' or '.join(ENGINES)} (vllm: docs/real.md, "
+                                                      "'vLLM (A100/H100)')")
     ap.add_argument("--model", default="smollm2-135m", help="models/llms name; real weights for smollm2-135m")
     ap.add_argument("--random-weights", action="store_true", help="random weights, teacher forced (any architecture)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -304,8 +354,17 @@ def parse_args(argv):
                     help="model drafter weights with real weights (default: the bundled trained drafter; none: the "
                          "synthetic profile's chains as a stand-in)")
     ap.add_argument("--seed", type=int, default=0)
+    from real.vllm_run.config import add_arguments
+
+    add_arguments(ap)  # --vllm-model, --vllm-drafter, --num-speculative-tokens, ... (real/vllm_run/config.py)
+    ap.add_argument("--skip-checks", action="store_true",
+                    help="measure even when the first-run checklist fails (vLLM engine)")
+    ap.add_argument("--dry-run", action="store_true", help="print every command and config the run would execute, "
+                                                          "in order, and exit (vLLM engine; needs neither vLLM nor a GPU)")
     a = ap.parse_args(argv)
     a.argv = list(argv) if argv is not None else sys.argv[1:]
+    if a.engine not in ENGINES:
+        raise ConfigError(f"--engine must be one of {', '.join(ENGINES)}, got '{a.engine}'")
     if a.limit is not None and a.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {a.limit}")
     if a.max_tokens is not None and a.max_tokens < 1:

@@ -1,0 +1,310 @@
+"""`real/validate.py --engine vllm` and `real/profile.py --engine vllm` without vLLM or a GPU: the --dry-run plan
+(serve command, LLM kwargs, sim.run commands, checklist), one-line errors, and every piece that runs after vLLM
+returns (metric deltas, the checklist's verdicts, the cost table from bench results, the per-cell predictions
+and the report), fed with made-up vLLM results."""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from real.validate import main as validate_main
+from real.validate import sim_command, write_reports
+from real.vllm_run import checks
+from real.vllm_run.config import VllmRunConfig, parse_hybrid_spec
+from real.vllm_run.engine import metric_delta, metric_snapshot, spec_decode_stats
+from sim.cli_util import run_cli
+from sim.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def _run(main, argv) -> tuple[int, str, str]:
+    """run_cli(main, argv) in this process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as ex:
+        run_cli(main, argv)
+    return ex.value.code, out.getvalue(), err.getvalue()
+
+
+def _after(line: str, marker: str) -> list[str]:
+    """The shell words after `marker` in a plan line, environment assignments dropped."""
+    words = shlex.split(line.split(marker, 1)[1])
+    return [w for w in words if not ("=" in w and w.split("=", 1)[0].isupper())]
+
+
+def _flags(words: list[str]) -> dict:
+    out, i = {}, 0
+    while i < len(words):
+        if words[i].startswith("--"):
+            if i + 1 < len(words) and not words[i + 1].startswith("--"):
+                out[words[i]] = words[i + 1]
+                i += 2
+                continue
+            out[words[i]] = True
+        i += 1
+    return out
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plan") / "o"
+    spec = '{"margin": 0.5, "method": "fixed-point"}'
+    code, text, err = _run(validate_main, ["--engine", "vllm", "--dry-run", "--quick", "--out", str(out),
+                                           "--hybrid-spec", spec, "--batch-size", "2"])
+    assert code == 0, err
+    return text, out
+
+
+def test_dry_run_imports_no_vllm_and_writes_nothing(plan):
+    text, out = plan
+    assert "vllm" not in sys.modules and not out.exists()
+    assert text.index("== 1. first-run checklist") < text.index("== 2. profile") < text.index("== 3. cells") \
+        < text.index("== 4. report")
+
+
+def test_dry_run_serve_command_carries_the_configs(plan):
+    text, _ = plan
+    cfg = VllmRunConfig(hybrid=parse_hybrid_spec('{"margin": 0.5, "method": "fixed-point"}'))
+    serves = [ln for ln in text.splitlines() if "as a server: " in ln]
+    assert len(serves) == 2  # adaptive and hybrid at batch 2
+    for ln in serves:
+        words = _after(ln, "as a server: ")
+        assert words[:3] == ["vllm", "serve", "Qwen/Qwen3-8B"] and "VLLM_USE_V2_MODEL_RUNNER=1" in ln
+        f = _flags(words[3:])
+        assert json.loads(f["--speculative-config"]) == {
+            "method": "dspark", "model": "deepseek-ai/dspark_qwen3_8b_block7", "num_speculative_tokens": 7,
+            "enable_adaptive_verification": True}
+        assert f["--max-num-seqs"] == "2" and f["--no-enable-prefix-caching"] is True
+        assert "--enforce-eager" not in f
+    hyb = [ln for ln in serves if "--additional-config" in ln]
+    assert len(hyb) == 1
+    assert json.loads(_flags(_after(hyb[0], "as a server: "))["--additional-config"]) == \
+        {"hybrid_spec": {"method": "fixed-point", "margin": 0.5}} == cfg.hybrid.to_additional_config()
+    # the offline LLM(**kwargs) of each cell is the same engine
+    kws = [json.loads(ln.split("LLM(**", 1)[1][:-1]) for ln in text.splitlines() if ln.strip().startswith("LLM(**")]
+    assert {"additional_config": {"hybrid_spec": {"method": "fixed-point", "margin": 0.5}}}.items() <= kws[1].items()
+    assert kws[0]["disable_log_stats"] is False and "additional_config" not in kws[0]
+
+
+def test_dry_run_sim_commands_parse_and_name_the_policies(plan):
+    from sim.run import SimSetup, parse_args
+
+    text, _ = plan
+    sims = [_after(ln, "predicted: ") for ln in text.splitlines() if ln.strip().startswith("predicted: ")]
+    pols = [_flags(w)["--policy"] for w in sims]
+    assert pols == ["adaptive", "hybrid-vllm:fixed-point:margin=0.5"]
+    for w in sims:
+        assert w[:3] == ["python", "-m", "sim.run"]
+        a = parse_args(w[3:])
+        assert (a.cost, a.model, a.ngram_k, a.temperature, a.batch_size) == ("profiled", "qwen3-8b", 7, 0.0, [2])
+        assert a.gpu.endswith("cost_table.json") and a.trace.endswith("reference_bs2.jsonl")
+        assert SimSetup().async_scheduling and a.async_scheduling  # vLLM schedules asynchronously by default
+
+
+def test_dry_run_lists_the_checklist_and_the_profile(plan):
+    text, _ = plan
+    for k in "abcd":
+        assert f"  [{k}] " in text
+    assert "VLLM_GPU_SYNC_CHECK=error" in text and "check_hybrid" in text and "check_baseline" in text
+    bench = [ln for ln in text.splitlines() if "bench forward" in ln]
+    assert len(bench) == 2 and "--exclude-drafter" in bench[0] and "--exclude-drafter" not in bench[1]
+    assert "--case verify_r1=8@72:7" in bench[0]
+
+
+def test_profile_dry_run():
+    from real.profile import main as profile_main
+
+    code, text, err = _run(profile_main, ["--engine", "vllm", "--dry-run", "--batch-size", "4"])
+    assert code == 0, err
+    assert "bench forward" in text and "'verify_r4=4*8@72:7'" in text and "vllm" not in sys.modules
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--engine", "vllm", "--dry-run", "--hybrid-spec", "{bad"], "not valid JSON"),
+    (["--engine", "vllm", "--dry-run", "--hybrid-spec", '{"nope": 1}'], "unknown field(s) nope"),
+    (["--engine", "vllm", "--dry-run", "--hybrid-spec", '{"margin": -1}'], "margin"),
+    (["--engine", "vllm", "--dry-run", "--hybrid-spec", "[1]"], "JSON object"),
+    (["--engine", "tensorrt"], "--engine must be one of torch, vllm"),
+    (["--engine", "vllm", "--dry-run", "--policy", "hybrid-price"], "hybrid-price"),
+    (["--engine", "vllm", "--dry-run", "--num-speculative-tokens", "5"], "drafts 7 tokens"),
+    (["--engine", "vllm", "--dry-run", "--random-weights"], "torch engine"),
+    (["--engine", "vllm", "--dry-run", "--gpu-memory-utilization", "1.5"], "gpu-memory-utilization"),
+    (["--dry-run"], "--dry-run is for --engine vllm"),
+    (["--hybrid-spec", "{}"], "--hybrid-spec is for --engine vllm"),
+])
+def test_bad_input_is_one_line(tmp_path, argv, msg):
+    code, _, err = _run(validate_main, [*argv, "--out", str(tmp_path / "o")])
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith("error: ") and msg in err, err
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here")
+def test_vllm_engine_without_vllm_says_how(tmp_path):
+    from real.profile import main as profile_main
+
+    for main in (validate_main, profile_main):
+        code, _, err = _run(main, ["--engine", "vllm", "--out", str(tmp_path / "o")])
+        assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert "vLLM is not installed" in err and "pip install -e '.[vllm]'" in err and "CUDA GPU" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_sim_command_round_trips_through_sim_run():
+    from sim.run import SimSetup, parse_args
+
+    setup = SimSetup(trace="a b.jsonl", model="qwen3-8b", cost="profiled", gpu="t.json", ngram_k=7, seed=3,
+                     temperature=0.0, max_num_batched_tokens=512, kv_capacity_tokens=123456, drafts="d.jsonl",
+                     async_scheduling=False, calibrator="ngram-general")
+    w = shlex.split(sim_command(setup, "adaptive", 4))
+    a = parse_args(w[3:])
+    import dataclasses
+
+    assert SimSetup(**{f.name: getattr(a, f.name) for f in dataclasses.fields(SimSetup)}) == setup
+    assert a.policy == ["adaptive"] and a.batch_size == [4]
+
+
+def test_config_flags_and_serve_line_come_from_the_dataclass():
+    import argparse
+
+    from real.vllm_run.config import add_arguments, from_args
+
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    cfg = from_args(ap.parse_args(["--num-speculative-tokens", "7", "--vllm-model", "Qwen/Qwen3-4B",
+                                   "--hybrid-spec", '{"enabled": false}']), seed=2)
+    assert cfg == VllmRunConfig(model="Qwen/Qwen3-4B", seed=2, hybrid=parse_hybrid_spec('{"enabled": false}'))
+    assert cfg.sim_model() == "qwen3-4b" and cfg.sim_policy("hybrid") == "adaptive"  # disabled: plain DSpark
+    assert VllmRunConfig.from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
+    kw = cfg.engine_kwargs("none", 3)
+    assert "speculative_config" not in kw and kw["max_num_seqs"] == 3
+    with pytest.raises(ConfigError, match="policies"):
+        cfg.engine_kwargs("hybrid-price", 3)
+
+
+# ------------------------------------------------------------------------------- after vLLM returns
+class Counter:  # the shapes of vllm.v1.metrics.reader's classes (type names matter, not the classes)
+    def __init__(self, name, value, labels=None):
+        self.name, self.value, self.labels = name, value, labels or {}
+
+
+class Vector:
+    def __init__(self, name, values, labels=None):
+        self.name, self.values, self.labels = name, values, labels or {}
+
+
+class Histogram:
+    def __init__(self, name, count, total, labels=None):
+        self.name, self.count, self.sum, self.labels, self.buckets = name, count, total, labels or {}, {}
+
+
+class Gauge:
+    def __init__(self, name, value, labels=None):
+        self.name, self.value, self.labels = name, value, labels or {}
+
+
+def test_metric_delta_and_spec_stats():
+    from real.vllm_run.engine import kv_capacity_from_metrics
+
+    before = [Counter("vllm:spec_decode_num_drafts", 5), Vector("vllm:spec_decode_num_accepted_tokens_per_pos", [4, 2, 1]),
+              Histogram("vllm:iteration_tokens_total", 3, 30.0)]
+    after = [Counter("vllm:spec_decode_num_drafts", 15), Counter("vllm:spec_decode_num_drafts", 5, {"engine": "1"}),
+             Counter("vllm:spec_decode_num_draft_tokens", 140), Counter("vllm:spec_decode_num_accepted_tokens", 37),
+             Vector("vllm:spec_decode_num_accepted_tokens_per_pos", [14, 10, 7]),
+             Histogram("vllm:iteration_tokens_total", 23, 330.0),
+             Gauge("vllm:cache_config_info", 1, {"num_gpu_blocks": "100", "block_size": "16"})]
+    d = metric_delta(metric_snapshot(after), metric_snapshot(before))
+    assert d["vllm:spec_decode_num_drafts"] == 15 and d["vllm:iteration_tokens_total"] == {"count": 20, "sum": 300.0}
+    s = spec_decode_stats(d)
+    assert s["accepted_per_pos"] == [10, 8, 6] and s["acceptance_per_pos"] == [10 / 15, 8 / 15, 6 / 15]
+    assert s["accepted_per_draft"] == 37 / 15 and s["draft_tokens"] == 140
+    assert kv_capacity_from_metrics(after) == 1600
+
+
+def _hyb(**kw):
+    base = {"outputs": [[1, 2, 3], [4, 5]], "env": {"VLLM_GPU_SYNC_CHECK": "error"}, "error": None,
+            "hybrid_stats": {"available": True, "workers": [{"steps": 9, "ngram_chosen": 4}]},
+            "ngram_selfcheck": [[True, "512 histories equal"]]}
+    return {**base, **kw}
+
+
+def test_checklist_verdicts():
+    base = {"outputs": [[1, 2, 3], [4, 5]]}
+    st = lambda res: [r.status for r in res]  # noqa: E731
+    assert st(checks.evaluate(base, _hyb())) == ["PASS"] * 4
+    r = checks.evaluate(base, _hyb(hybrid_stats={"available": False, "detail": "cannot be imported"},
+                                   ngram_selfcheck=[[None, "not available: no checks module"]]))
+    assert st(r) == ["FAIL", "N/A", "PASS", "PASS"] and "not available" in r[1].detail
+    r = checks.evaluate(base, _hyb(outputs=[[1, 2, 9], [4, 5]]))
+    assert st(r)[3] == "FAIL" and "request 0 first at output token 2 (baseline 3, hybrid 9)" in r[3].detail
+    r = checks.evaluate(base, _hyb(error="RuntimeError: host sync in step", outputs=None))
+    assert st(r)[2:] == ["FAIL", "FAIL"] and "host sync" in r[2].detail
+    assert st(checks.evaluate(base, _hyb(hybrid_stats={"available": True, "workers": [{"active": False}]})))[0] == "FAIL"
+    assert st(checks.evaluate(base, _hyb(hybrid_stats={"available": True, "workers": [{"steps": 0}]})))[0] == "FAIL"
+    assert st(checks.evaluate(base, _hyb(ngram_selfcheck=[[False, "slot 3 differs"]])))[1] == "FAIL"
+    assert "[d] PASS" in checks.evaluate(base, _hyb())[3].line()
+
+
+def test_table_from_bench_results_and_the_cell_report(tmp_path):
+    """A table built from made-up `vllm bench forward` medians loads in the simulator with the parts it was
+    given, and made-up vLLM runs go through prediction, lossless check and fidelity.{json,md}."""
+    from real.vllm_run import bench, flow
+    from sim.cost.profiled import ProfiledCost, write_cost_table
+
+    cfg = VllmRunConfig()
+    cases = bench.forward_cases(cfg, [1, 2], quick=True)
+    kv = 1e-5
+    target = {c.name: 5.0 + 0.01 * c.tokens + kv * c.kv_tokens for c in cases}
+    drafter = {c.name: target[c.name] + 0.3 + 0.05 * c.reqs for c in cases if c.name.startswith("verify_")}
+    lm = [(r, 0.4 + 0.002 * r) for r in bench.LM_HEAD_ROWS]
+    machine = {"device": "NVIDIA H100 80GB HBM3", "model": "qwen3-8b"}
+    table = bench.build_table(cfg, cases, target, drafter, lm, machine, "test")
+    assert table.gpu == "h100-sxm" and table.kv_ms_per_token == pytest.approx(kv)
+    assert table.logits_ms_per_row == pytest.approx(0.002, rel=1e-6)
+    path = write_cost_table(table, tmp_path / "cost_table.json")
+    cost = ProfiledCost(path)
+    assert cost.verify_ms(8, 0, 1, logit_rows=0) == pytest.approx(5.0 + 0.08 + 0.4)
+    assert cost.draft_ms(2, 7) == pytest.approx(0.3 + 0.05 * 2)
+    assert cost.sample_ms(8) > 0  # from the roofline fallback (qwen3-8b on h100-sxm)
+
+    from argparse import Namespace
+
+    a = Namespace(model="smollm2-135m", random_weights=False, device="cpu", drafter="default", seed=0, quick=True,
+                  policy=["none"], batch_size=[2], cost_table=str(path), out=str(tmp_path / "v"), max_prompt=None,
+                  trace=["traces/codeedit.jsonl"], limit=3, max_tokens=8, skip_checks=False)
+    v = flow.VllmValidation.from_args(a)
+    assert v.policies == ("adaptive", "none") and v.table == path
+    sl = flow.load_slice("traces/codeedit.jsonl", 3, v.max_prompt, 8)
+    ref = [list(range(100, 100 + m)) for m in sl.max_tokens]
+    flow.write_reference(sl, ref, v.out / sl.stem / "reference_bs2.jsonl")
+
+    def run(outputs, tps):
+        n = sum(map(len, outputs))
+        return {"outputs": outputs, "output_tokens": n, "wall_s": n / tps, "tok_per_s": tps, "steps": 12,
+                "mean_latency_s": 0.5, "kv_capacity_tokens": 400000, "async_scheduling": True,
+                "spec": spec_decode_stats({"vllm:spec_decode_num_drafts": 10,
+                                           "vllm:spec_decode_num_accepted_tokens": 15})}
+    bad = [list(o) for o in ref]
+    bad[1][-1] += 1
+    cells = [flow.predict_cell(v, sl, "adaptive", 2, run(ref, 900.0), ref),
+             flow.predict_cell(v, sl, "none", 2, run(bad, 300.0), ref)]
+    assert cells[0]["real"]["lossless"] and not cells[1]["real"]["lossless"]
+    assert "request 1 first at output token" in cells[1]["lossless_detail"]
+    for c in cells:
+        assert c["predicted"]["tok_per_s"] > 0 and c["predicted_error"] >= 0
+        assert "--kv-capacity-tokens 400000" in c["sim_command"] and f"--policy {c['sim_policy']}" in c["sim_command"]
+    meta = {"command": "python real/validate.py --engine vllm", "machine": machine, "config": cfg.to_json(),
+            "hybrid_additional_config": cfg.hybrid.to_additional_config(), "sim_model": "qwen3-8b", "model": cfg.model,
+            "max_tokens": 8, "max_prompt": 4096, "limit": 3, "vllm_version": "0.33.0"}
+    agg = write_reports(v.out, cells, meta, md=flow.format_md)
+    assert agg["cells"] == 2 and not agg["all_lossless"]
+    md = (v.out / "fidelity.md").read_text()
+    assert md.startswith("# Fidelity: the simulator against vLLM") and "| codeedit | none (none) | 2 | 3 |" in md
+    assert json.loads((v.out / "fidelity.json").read_text())["cells"][1]["lossless_detail"]
