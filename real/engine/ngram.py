@@ -27,11 +27,19 @@ e < t reads only context tokens (e-1-q <= t-2), so whatever lies past a row's le
 Cost: Q compares, ands and adds plus a handful of passes and one max over [R, L], all on history.device;
 memory O(R * L) live at a time (O(R * L * n_max) if every same_q were kept). Default config, one CPU
 core: about 0.4 ms for R=1 (op dispatch) up to about 1 ms for R=16, L=4096.
+
+Calibrator features (`features=True`; those of `sim.drafters.ngram.ngram_tables`, same definitions):
+
+    occ[r] = #{e : min(m, cap)[r, e] >= n*}   earlier ends of the matched n-gram (n* <= e < t): one more
+                                             compare and sum over the capped m that the search built anyway
+    ext[r] = #leading q in 0..X-1 with e*-1-q >= 0 and c[t-1-q] == c[e*-1-q]   (X = min(cfg.ext_max, L))
+             = the longest common suffix of c[:t] and c[:e*], capped at ext_max (ext <= e* < L, so the cap
+             min(ext_max, L) is the same value); one gather of 2 * X tokens and a cumulative product.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -52,12 +60,18 @@ class NgramProposal:
     length [R]    chain length, 0..cfg.k (0 = no proposal)
     n [R]         matched suffix length (0 = no match)
     tokens [R, k] proposed tokens: history[r, start + j] for j < length[r], PAD_TOKEN elsewhere
+    ext [R]       (features=True only, else None) longest common suffix of c[:t] and c[:start], capped at
+                  cfg.ext_max (0 = no match; >= n when matched)
+    occ [R]       (features=True only, else None) earlier ends e of the matched n-gram, n <= e < t
+                  (0 = no match; >= 1 when matched)
     """
 
     start: torch.Tensor
     length: torch.Tensor
     n: torch.Tensor
     tokens: torch.Tensor
+    ext: Optional[torch.Tensor] = None
+    occ: Optional[torch.Tensor] = None
 
 
 def _equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -68,12 +82,13 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a == b
 
 
-def propose_ngram(history: torch.Tensor, lengths: torch.Tensor, cfg: NgramConfig = NgramConfig()) -> NgramProposal:
+def propose_ngram(history: torch.Tensor, lengths: torch.Tensor, cfg: NgramConfig = NgramConfig(), *,
+                  features: bool = False) -> NgramProposal:
     """n-gram proposal of every request of a batch (rule and formulation in the module docstring).
 
     history: integer [R, L], history[r, :lengths[r]] the context of request r (entries past the length are
-    ignored, any value); lengths: integer [R], 0 <= lengths[r] <= L. Host-sync free; all outputs on
-    history.device.
+    ignored, any value); lengths: integer [R], 0 <= lengths[r] <= L. features: also compute the calibrator
+    features ext and occ (otherwise None). Host-sync free; all outputs on history.device.
     """
     R, L = history.shape
     dev = history.device
@@ -81,8 +96,9 @@ def propose_ngram(history: torch.Tensor, lengths: torch.Tensor, cfg: NgramConfig
     t = lengths.to(torch.int64)
     if L == 0:  # shape-only branch: no context anywhere, nothing to propose
         none = torch.full((R,), -1, dtype=torch.int64, device=dev)
-        return NgramProposal(none, torch.zeros_like(none), torch.zeros_like(none),
-                             torch.full((R, k), PAD_TOKEN, dtype=torch.int64, device=dev))
+        zero = torch.zeros_like(none)
+        return NgramProposal(none, zero, zero, torch.full((R, k), PAD_TOKEN, dtype=torch.int64, device=dev),
+                             ext=zero if features else None, occ=zero if features else None)
     Q = cfg.n_max
     # hp[:, Q + p] = history[:, p]; the Q pad columns are only read at ends e < n, cut off by the cap below.
     hp = torch.nn.functional.pad(history, (Q, 0))
@@ -103,7 +119,8 @@ def propose_ngram(history: torch.Tensor, lengths: torch.Tensor, cfg: NgramConfig
     # e is an occurrence for n iff m[e] >= n and n <= e < t: cap m by e, and by 0 from t on
     # (cap = e * clamp(t - e, 0, 1): integer ops again); the best (n, e) is the largest capped m, then e
     cap = ends * (t.to(idx_t).unsqueeze(1) - ends).clamp_(0, 1)
-    key = torch.minimum(m.to(idx_t), cap) * L + ends
+    m_cap = torch.minimum(m.to(idx_t), cap)
+    key = m_cap * L + ends
     best = key.amax(dim=1).to(torch.int64)
     best_n = best // L
     found = best_n >= cfg.n_min
@@ -115,7 +132,18 @@ def propose_ngram(history: torch.Tensor, lengths: torch.Tensor, cfg: NgramConfig
     src = (best_e.clamp(min=0).unsqueeze(1) + j).clamp(max=L - 1)
     tokens = torch.gather(history, 1, src).to(torch.int64)
     tokens = torch.where(j < length.unsqueeze(1), tokens, PAD_TOKEN)
-    return NgramProposal(start=best_e, length=length, n=best_n, tokens=tokens)
+    prop = NgramProposal(start=best_e, length=length, n=best_n, tokens=tokens)
+    if features:
+        # every end whose capped match length reaches n* is an occurrence of the matched n-gram (n* = 0,
+        # no match, is masked: every end would count)
+        prop.occ = ((m_cap >= best_n.to(idx_t).unsqueeze(1)) & found.unsqueeze(1)).sum(dim=1)
+        X = min(cfg.ext_max, L)  # ext <= e* <= L - 1: capping the scan at L changes nothing
+        q = arange(X, dev)
+        a = (t.unsqueeze(1) - 1 - q).clamp(0, L - 1)
+        b = best_e.unsqueeze(1) - 1 - q  # < 0 past the history start and for every q when unmatched
+        same = (b >= 0) & _equal(torch.gather(history, 1, a), torch.gather(history, 1, b.clamp(0, L - 1)))
+        prop.ext = torch.cumprod(same.to(torch.uint8), dim=1).sum(dim=1)
+    return prop
 
 
 TokenIds = Union[torch.Tensor, np.ndarray, Sequence[int]]
