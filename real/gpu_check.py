@@ -10,6 +10,8 @@ are set as well). Phases, in order, each started only while --time-budget-s last
   1 preflight  OK / FAIL / SKIP lines: torch, CUDA, the device and its memory, bf16, python packages, traces,
                free disk, whether the model fits (bf16 weights num_params * 2 bytes + the largest KV cache the
                runs need), and that no output would be overwritten (unless --force). Any FAIL: one line, exit 2.
+  1b plugin    the vLLM plugin's device code without vLLM: Triton n-gram kernels vs the simulator's drafter,
+               the hybrid step on the device vs the CPU, no host sync, time per step (real.vllm_plugin.checks).
   2 profile    real.profile.profile(...) -> DIR/cost_table.json; its decode-shaped timings are printed beside
                the table's and the roofline's (models/gpus spec by device name: h200, a100-80g, else h100-sxm).
   3 grid       the target forward alone over batch R x verify tokens q x context (medians of repeats, synced),
@@ -87,6 +89,7 @@ class Run:
     profile_grid_text: str = ""
     grid_rows: list[dict] = field(default_factory=list)
     validate_cmds: list[str] = field(default_factory=list)
+    plugin_lines: list[str] = field(default_factory=list)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -495,6 +498,14 @@ def format_report(run: Run, fidelity: Path | None) -> str:
     if run.profile_grid_text:
         L += ["", "The profiler's own decode-shaped timings (R requests x 8 tokens, context 512) beside its fitted "
               "table and the roofline (`real.profile.format_grid`):", "", "```", run.profile_grid_text, "```"]
+    L += ["", "## The vLLM plugin's device code (without vLLM)", ""]
+    if run.plugin_lines:
+        L += ["`real.vllm_plugin.checks.plugin_device_check`: the Triton n-gram kernels against the simulator's "
+              "drafter, the hybrid step (observe + propose of `real/vllm_plugin/hybrid.py`) on the device against "
+              "the CPU, host-sync freedom, and its time per step (eager, not in a CUDA graph).", "", "```",
+              *run.plugin_lines, "```"]
+    else:
+        L.append("Not run (see Phases).")
     L += ["", "## Validation: the simulator against the real engine", ""]
     if fidelity is not None and fidelity.exists():
         obj = json.loads(fidelity.read_text())
@@ -524,6 +535,23 @@ def phase_write(run: Run, fidelity: Path | None) -> list[Path]:
         say(f"no {src}: no measured table to copy")
     written.insert(0, write_whole(report, format_report(run, fidelity), overwrite=run.args.force))
     return written
+
+
+def phase_plugin(run: Run) -> None:
+    """The vLLM plugin's device code without vLLM (real.vllm_plugin.checks.plugin_device_check): the Triton
+    n-gram kernels against the simulator's drafter, the hybrid step on the device against the CPU, no host
+    sync, and its time per step. A FAIL line marks the phase failed."""
+    from real.vllm_plugin.checks import plugin_device_check
+
+    small = run.device != "cuda" or run.args.quick
+    lines = plugin_device_check(run.device, sizes=(2, 4) if small else (4, 64, 256), width=256 if small else 4096,
+                                steps=4 if small else 12)
+    run.plugin_lines = lines
+    for ln in lines:
+        say("  " + ln)
+    bad = [ln for ln in lines if ln.startswith("FAIL")]
+    if bad:
+        run.failed.append("plugin: " + "; ".join(bad))
 
 
 # --------------------------------------------------------------------------------------------- main
@@ -563,6 +591,7 @@ def gpu_check(a: argparse.Namespace) -> int:
         say(f"[{name}] {status} in {time.perf_counter() - t0:.1f} s ({run.elapsed():.0f} s of {run.budget_s:.0f})")
         return res
 
+    timed("plugin", phase_plugin, run)
     prof = timed("profile", phase_profile, run)
     table, roof = prof if prof else (None, None)
     if table is None and not (run.out / "cost_table.json").exists():

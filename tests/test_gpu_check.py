@@ -49,7 +49,10 @@ def test_quick_cpu_run(tmp_path):
     assert (out / "cpu_qwen3-tiny-measured.json").read_bytes() == (out / "cost_table.json").read_bytes()
     assert (out / "validate" / "fidelity.md").is_file() and (out / "validate" / "fidelity.json").is_file()
     md = (out / "fidelity-gpu.md").read_text()
-    for part in ("## Preflight", "## Target forward alone vs the roofline", "measured / roofline",
+    assert any(ln.strip().startswith("PASS n-gram kernels on cpu") for ln in lines)
+    assert any(ln.strip().startswith("PASS hybrid step on cpu == on cpu") for ln in lines)
+    for part in ("## Preflight", "## The vLLM plugin's device code", "## Target forward alone vs the roofline",
+                 "measured / roofline",
                  "## Validation", "Median throughput error", "python real/gpu_check.py --device cpu"):
         assert part in md, part
     for trace in ("codeedit", "chat"):  # 2 traces x 2 policies x batch 1 and 2

@@ -39,3 +39,114 @@ def ngram_selfcheck(device, batches: int = 20, seed: int = 0, cfg: NgramConfig =
     ok = bad == 0
     return ok, (f"n-gram kernels on {device}: {checked} positions, {'all equal' if ok else f'{bad} fields differ'} "
                 "to the simulator's drafter")
+
+
+def _emulated_inputs(R: int, width: int, steps: int, k: int, seed: int) -> dict:
+    """Host-side inputs of an emulated vLLM loop: R slots of repetitive token sequences (prompt + output,
+    `width` tokens), and per step the emitted count (1..k+1) and rejected count per slot."""
+    rng = np.random.default_rng(seed)
+    seqs = np.zeros((R, width), dtype=np.int32)
+    plen = np.zeros(R, dtype=np.int64)
+    for r in range(R):
+        base = rng.integers(0, 50, size=int(rng.integers(16, 128)))
+        reps = np.concatenate([base, rng.integers(0, 50, 7)] * (width // (len(base) + 7) + 1))[:width]
+        noise = rng.random(width) < 0.1
+        seqs[r] = np.where(noise, rng.integers(0, 50, width), reps)
+        plen[r] = int(rng.integers(8, max(9, width // 4)))
+    ns = rng.integers(1, k + 2, size=(steps, R))
+    nr = rng.integers(0, k, size=(steps, R))
+    mconf = rng.uniform(0.05, 0.95, size=(steps, R, k)).astype(np.float32)
+    mtok = rng.integers(0, 50, size=(steps, R, k))
+    return dict(seqs=seqs, plen=plen, ns=ns, nr=nr, mconf=mconf, mtok=mtok)
+
+
+def emulate(device, R: int = 8, width: int = 512, steps: int = 12, k: int = 7, seed: int = 0,
+            sync_check: bool = False) -> dict:
+    """Drive `HybridDrafter.observe` / `propose` through `steps` emulated vLLM steps on `device`.
+
+    Every slot starts at its prompt and appends the emitted count of tokens per step (a random 1..k+1),
+    as vLLM's post_update does before the drafter runs. Returns the published chains of every step
+    (host copies, taken after the loop), and the device time per step [ms] (CUDA events on a GPU, the wall
+    clock elsewhere). sync_check (CUDA): the steps run under torch.cuda.set_sync_debug_mode("error"), so
+    any host synchronisation inside observe/propose raises."""
+    import time
+
+    from real.vllm_plugin.config import HybridSpecConfig
+    from real.vllm_plugin.hybrid import HybridDrafter
+
+    dev = torch.device(device)
+    x = _emulated_inputs(R, width, steps, k, seed)
+    tok = torch.as_tensor(x["seqs"], device=dev)
+    plen = torch.as_tensor(x["plen"], device=dev)
+    total_host = x["plen"].copy()
+    d = HybridDrafter(HybridSpecConfig(), R, k, dev)
+    t = np.arange(R * (k + 1) + 64, dtype=np.float64)
+    table = d.verify_table(10.0 + np.maximum(t - 64, 0) * 0.05)
+    idx = torch.arange(R, device=dev)
+    per_step = [(torch.as_tensor(x["ns"][s], dtype=torch.int32, device=dev),
+                 torch.as_tensor(x["nr"][s], dtype=torch.int32, device=dev),
+                 torch.as_tensor(x["mtok"][s], device=dev), torch.as_tensor(x["mconf"][s], device=dev))
+                for s in range(steps)]
+    totals = []
+    for s in range(steps):  # host-side lengths, as vLLM's post_update would have them on the device
+        total_host = np.minimum(total_host + x["ns"][s], width)
+        totals.append(torch.as_tensor(total_host, dtype=torch.int32, device=dev))
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(dev)
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
+        if sync_check:
+            torch.cuda.set_sync_debug_mode("error")
+    out, wall = [], []
+    try:
+        if cuda:
+            events[0].record()
+        for s in range(steps):
+            t0 = time.perf_counter()
+            ns, nr, mtok, mconf = per_step[s]
+            d.observe(idx, ns, nr, tok, totals[s], plen)
+            p = d.propose(idx, ns, mtok, mconf, tok, totals[s], plen, table, 1.5)
+            out.append(p)
+            if cuda:
+                events[s + 1].record()
+            wall.append((time.perf_counter() - t0) * 1e3)
+    finally:
+        if cuda and sync_check:
+            torch.cuda.set_sync_debug_mode("default")
+    if cuda:
+        torch.cuda.synchronize(dev)
+        ms = [events[i].elapsed_time(events[i + 1]) for i in range(steps)]
+    else:
+        ms = wall
+    return {"use_ngram": [p.use_ngram.cpu().numpy() for p in out], "conf": [p.conf.cpu().numpy() for p in out],
+            "tokens": [p.tokens.cpu().numpy() for p in out], "ms": ms, "host_ms": wall,
+            "ngram_share": float(np.mean([p.use_ngram.cpu().numpy().mean() for p in out]))}
+
+
+def plugin_device_check(device, sizes: tuple[int, ...] = (4, 64, 256), width: int = 4096,
+                        steps: int = 12) -> list[str]:
+    """What a GPU can show of the plugin without vLLM: the n-gram kernels against the simulator's drafter,
+    the whole hybrid step on the device against the same step on the CPU (device-agnostic: same choices,
+    tokens and confidences), no host synchronisation (CUDA sync debug mode "error"), and the step's device
+    and launch (host) time per batch size. Lines of text; raises nothing for a failed comparison (says FAIL)."""
+    lines = []
+    ok, detail = ngram_selfcheck(device)
+    lines.append(f"{'PASS' if ok else 'FAIL'} {detail}")
+    dev = torch.device(device)
+    R0 = min(sizes)
+    ref = emulate("cpu", R=R0, width=min(width, 1024), steps=steps)
+    got = emulate(dev, R=R0, width=min(width, 1024), steps=steps, sync_check=dev.type == "cuda")
+    same = all(np.array_equal(a, b) for a, b in zip(ref["use_ngram"], got["use_ngram"])) and \
+        all(np.array_equal(a, b) for a, b in zip(ref["tokens"], got["tokens"])) and \
+        all(np.allclose(a, b, atol=1e-5) for a, b in zip(ref["conf"], got["conf"]))
+    lines.append(f"{'PASS' if same else 'FAIL'} hybrid step on {device} == on cpu ({steps} steps x {R0} requests: "
+                 f"choices, tokens, confidences; n-gram chosen in {ref['ngram_share']:.0%} of request-steps)")
+    if dev.type == "cuda":
+        lines.append(f"PASS no host sync in observe + propose (torch.cuda.set_sync_debug_mode('error'), {steps} steps)")
+    for R in sizes:
+        r = emulate(dev, R=R, width=width, steps=steps)
+        med = float(np.median(r["ms"][2:])) if steps > 3 else float(np.median(r["ms"]))
+        host = float(np.median(r["host_ms"][2:])) if steps > 3 else float(np.median(r["host_ms"]))
+        lines.append(f"time R={R:4d}, history {width}: {med:.3f} ms per step on the device, {host:.3f} ms to launch "
+                     "(observe + propose, median)")
+    return lines
