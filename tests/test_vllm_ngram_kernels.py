@@ -169,3 +169,25 @@ def test_first_token_hits_triton_equals_torch():
         assert torch.equal(got, want), f"batch {i}: {got.tolist()} vs {want.tolist()}"
         hits += int(want.sum())
     assert hits > 10
+
+
+def test_triton_equals_the_simulators_drafter():
+    """The kernels directly against sim.drafters.ngram.ngram_tables (every field, every output position)."""
+    from sim.drafters.ngram import NgramConfig, ngram_tables
+
+    rng = np.random.default_rng(11)
+    cfg = NgramConfig(k=7)
+    for _ in range(12):
+        base = rng.integers(0, 12, size=int(rng.integers(4, 50)))
+        seq = np.concatenate([base, base[: int(rng.integers(1, len(base) + 1))], rng.integers(0, 12, 6), base])
+        P = int(rng.integers(1, len(seq)))
+        tab = ngram_tables(seq, P, cfg)
+        L = len(tab)
+        h = torch.as_tensor(seq[None], dtype=torch.int32)
+        m = nk.ngram_match_triton(h, torch.zeros(L, dtype=torch.int64), torch.arange(P, P + L),
+                                  torch.full((L,), P), n_min=cfg.n_min, n_max=cfg.n_max, k=cfg.k, ext_max=cfg.ext_max)
+        for f in ("start", "length", "n", "ext", "occ", "in_prompt"):
+            assert np.array_equal(getattr(m, f).numpy().astype(np.int64), np.asarray(getattr(tab, f)).astype(np.int64)), f
+        j = np.arange(cfg.k)
+        want = np.where(j < tab.length[:, None], seq[np.clip(tab.start[:, None] + j, 0, len(seq) - 1)], -1)
+        assert np.array_equal(m.tokens.numpy(), want)
