@@ -75,7 +75,8 @@ def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Pat
 # ================================================================================== sweep reports
 # python -m sim.report SWEEP_DIR_OR_RESULTS -o reports/  ->  index.html, tables.md, paper.md
 
-SWEEP_USAGE = """python -m sim.report SWEEP_DIR_OR_RESULTS [-o reports/]: the report of a `python -m sim.sweep` run."""
+SWEEP_USAGE = """python -m sim.report SWEEP_DIR_OR_RESULTS [-o DIR]: the report of a `python -m sim.sweep` run
+(default DIR: a `report/` folder inside the sweep directory; `-o reports/` regenerates the committed report)."""
 
 HYBRID = "hybrid"  # the default hybrid; the seed's rule, hybrid-price, is reported beside it
 SEED = "hybrid-price"
@@ -505,15 +506,24 @@ def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND) ->
     return paths
 
 
+def default_out(sweep) -> Path:
+    """Where `python -m sim.report SWEEP` writes without -o: `report/` inside the sweep directory (or next to a
+    results file), never the committed reports/."""
+    p = Path(sweep)
+    return (p if p.is_dir() else p.parent) / "report"
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m sim.report", description=SWEEP_USAGE)
     ap.add_argument("sweep", help="a sweep output directory (results.parquet/.csv, requests.parquet/.csv) or results file")
-    ap.add_argument("-o", "--out", default="reports", help="output directory (default reports/)")
+    ap.add_argument("-o", "--out", default=None,
+                    help="output directory (default: SWEEP/report/; -o reports/ replaces the committed report)")
     a = ap.parse_args(argv)
     df, req = load_sweep(a.sweep)
-    paths = write_sweep_report(df, req, a.out)
+    out = Path(a.out) if a.out else default_out(a.sweep)
+    paths = write_sweep_report(df, req, out)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 

@@ -1,7 +1,7 @@
 """python -m sim.trace {convert,build,stats}: convert public trace formats, build the bundled traces, print stats.
 
   python -m sim.trace convert --from sharegpt IN.json -o OUT.jsonl [--skip-bad] [--workload W] [--output-len N]
-  python -m sim.trace build {codeedit,chat,general,all} [--out-dir traces] [--limit N]
+  python -m sim.trace build {codeedit,chat,general,all} [--out-dir out/traces] [--limit N]  (--out-dir traces: replace the bundled ones)
   python -m sim.trace stats FILE [FILE ...] [--skip-bad]
 """
 from __future__ import annotations
@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="vllm-custom: output length of lines without output_tokens (default 256)")
     b = sub.add_parser("build", help="build bundled traces (deterministic)")
     b.add_argument("which", metavar="{codeedit,chat,general,all}")
-    b.add_argument("--out-dir", default="traces")
+    b.add_argument("--out-dir", default="out/traces",
+                   help="where to write (default out/traces; --out-dir traces replaces the bundled traces)")
     b.add_argument("--limit", type=int, default=None, help="at most N requests per trace (for tests)")
     b.add_argument("--no-progress", action="store_true")
     s = sub.add_parser("stats", help="print request count, token percentiles and the n-gram copy fraction")
