@@ -2,8 +2,9 @@
 
     python -m sim.run --trace traces/codeedit.jsonl [--policy P ...] [--batch-size B ...] [--out DIR]
 
-With no --policy it compares every registered policy against the baseline (`adaptive`) and prints one
-table. The draft tables (what each drafter proposes at every output position) are computed once per
+With no --policy it compares every registered policy against the baseline (`adaptive`) and prints a narrow
+table and a one-line verdict per batch size (--format csv|json|vllm for every metric, sim/console.py).
+The draft tables (what each drafter proposes at every output position) are computed once per
 trace and shared by all runs, so every policy sees identical draws.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from sim import console
 from sim.cli_util import run_cli
 from sim.cost import make_cost_model
 from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
@@ -125,19 +127,29 @@ def _run_combo(combo: tuple[str, int]) -> tuple[dict, RunResult]:
 
 
 def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None = None,
-             progress: bool = False) -> list[tuple[dict, RunResult]]:
+             progress: bool = False, heartbeat: console.Heartbeat | None = None) -> list[tuple[dict, RunResult]]:
     """run_one for every (policy, batch size), in parallel on forked processes that inherit the draft
-    tables (no copy). Slow runs (small batches, no speculation) start first. Results keep `combos` order."""
+    tables (no copy). Slow runs (small batches, no speculation) start first. Results keep `combos` order.
+    `heartbeat` (if any) is told of each finished run."""
     global _PREP
     workers = min(workers or os.cpu_count() or 1, len(combos))
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [run_one(prep, p, b, progress=progress) for p, b in combos]
+        serial = []
+        for p, b in combos:
+            serial.append(run_one(prep, p, b, progress=progress))
+            if heartbeat is not None:
+                heartbeat.done()
+        return serial
     order = sorted(range(len(combos)), key=lambda i: (combos[i][1], combos[i][0] != "none"))
     _PREP = prep
     try:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
             it = pool.imap(_run_combo, [combos[i] for i in order], chunksize=1)
-            done = list(tqdm(it, total=len(combos), desc="runs", unit="run", disable=not progress, leave=False))
+            done = []
+            for res in tqdm(it, total=len(combos), desc="runs", unit="run", disable=not progress, leave=False):
+                done.append(res)
+                if heartbeat is not None:
+                    heartbeat.done()
     finally:
         _PREP = None
     out: list = [None] * len(combos)
@@ -156,30 +168,6 @@ def add_speedups(rows: list[dict], baseline: str = BASELINE) -> None:
         b = base.get(tuple(r[k] for k in keys))
         r["speedup_vs_baseline"] = r["output_throughput_tok_s"] / b[0] if b else float("nan")
         r["steady_speedup_vs_baseline"] = r["steady_throughput_tok_s"] / b[1] if b else float("nan")
-
-
-TABLE_COLUMNS = [
-    ("policy", "policy", "{}"), ("batch_size", "bs", "{}"), ("output_throughput_tok_s", "tok/s", "{:.0f}"),
-    ("speedup_vs_baseline", "x adaptive", "{:.3f}"), ("steady_speedup_vs_baseline", "x adapt. steady", "{:.3f}"),
-    ("mean_tokens_per_step", "tok/req-step", "{:.2f}"),
-    ("verified_tokens_per_step", "verified/step", "{:.1f}"), ("acceptance_rate", "accept", "{:.2f}"),
-    ("ttft_p50_s", "TTFT p50 s", "{:.2f}"), ("ttft_p99_s", "TTFT p99 s", "{:.2f}"),
-    ("tpot_p50_ms", "TPOT p50 ms", "{:.2f}"), ("tpot_p99_ms", "TPOT p99 ms", "{:.2f}"),
-    ("share_draft", "draft%", "{:.0%}"), ("share_ngram", "ngram%", "{:.0%}"), ("share_alloc", "alloc%", "{:.0%}"),
-    ("share_verify", "verify%", "{:.0%}"), ("share_sample", "sample%", "{:.0%}"), ("share_cpu", "cpu%", "{:.0%}"),
-    ("share_bubble", "bubble%", "{:.0%}"),
-]
-
-
-def format_table(rows: list[dict]) -> str:
-    cells = [[h for _, h, _ in TABLE_COLUMNS]]
-    for r in rows:
-        cells.append([("nan" if isinstance(r.get(k), float) and np.isnan(r.get(k)) else f.format(r.get(k)))
-                      for k, _, f in TABLE_COLUMNS])
-    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
-    lines = ["  ".join(c[i].rjust(widths[i]) if i else c[i].ljust(widths[i]) for i in range(len(c))) for c in cells]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
 
 
 def write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunResult]]) -> None:
@@ -229,7 +217,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "exclusive with --limit")
     ap.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html")
     ap.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU cores)")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--format", choices=console.FORMATS, default="table", help=console.FORMAT_HELP)
+    ap.add_argument("--no-progress", action="store_true",
+                    help="no progress bars (terminal) and no progress lines (stderr not a terminal)")
+    ap.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
+                    help="when stderr is not a terminal (a log, a pipe): a progress line every SECONDS")
     return ap.parse_args(argv)
 
 
@@ -253,25 +245,30 @@ def main(argv: list[str] | None = None) -> int:
                      ngram_k=a.ngram_k, seed=a.seed, limit=a.limit, sample=a.sample, temperature=a.temperature,
                      max_num_batched_tokens=a.max_num_batched_tokens, rate=a.rate, kv_capacity_tokens=a.kv_capacity_tokens,
                      drafts=a.drafts, async_scheduling=a.async_scheduling)
-    progress = not a.no_progress and sys.stderr.isatty()
-    prep = prepare(setup, progress=progress)
+    tty = sys.stderr.isatty()
+    progress = not a.no_progress and tty
+    every = None if a.no_progress or tty else a.progress_every
+    with console.Heartbeat("loading the trace and building the draft tables", None, every):
+        prep = prepare(setup, progress=progress)
     if prep.tables.replayed_requests:
         print(f"note: {prep.tables.replayed_requests} of {len(prep.tables.out_len)} requests replay recorded drafts; "
               "the rest use the drafter profile", file=sys.stderr)
     if prep.length_only:
         print("note: length-only requests: acceptance drawn from the bundled traces' statistical profile", file=sys.stderr)
     combos = [(p, b) for b in sizes for p in policies]
-    results = run_many(prep, combos, workers=a.workers, progress=progress)
+    with console.Heartbeat("runs", len(combos), every) as hb:
+        results = run_many(prep, combos, workers=a.workers, progress=progress, heartbeat=hb)
     for row, res in results:  # a lossy run is a simulator bug: its numbers must not be reported
         res.raise_if_lossy(f"policy {row['policy']} at batch size {row['batch_size']}")
     rows = [row for row, _ in results]
     add_speedups(rows)
-    print(f"trace {a.trace}: {rows[0]['requests']} requests, {rows[0]['output_tokens']} output tokens; "
-          f"{a.model} on {a.gpu} ({a.cost}); baseline {BASELINE}")
-    print(format_table(rows))
+    header = (f"trace {a.trace}: {rows[0]['requests']} requests, {rows[0]['output_tokens']} output tokens; "
+              f"{a.model} on {a.gpu} ({a.cost}); baseline {BASELINE}")
+    console.emit(rows, a.format, BASELINE, header=header)
     if a.out:
         write_outputs(a.out, rows, results)
-        print(f"wrote {a.out}/summary.json, requests.csv, steps.csv, report.html")
+        print(f"wrote {a.out}/summary.json, requests.csv, steps.csv, report.html",
+              file=sys.stdout if a.format == "table" else sys.stderr)
     return 0
 
 

@@ -477,6 +477,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="run on Ray: a local instance, or the cluster at ADDRESS (needs the 'ray' extra)")
     ap.add_argument("--fresh", action="store_true", help="ignore cached cells and recompute everything")
     ap.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    ap.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                    help="the results printed at the end: the narrow table and verdicts, or every column as csv/json "
+                         "(results.csv and results.parquet in --out have them all either way)")
     ap.add_argument("--no-progress", action="store_true")
     return ap.parse_args(argv)
 
@@ -503,6 +506,28 @@ def grid_from_args(a: argparse.Namespace) -> dict:
     return grid
 
 
+def print_results(df: pd.DataFrame, fmt: str = "table") -> None:
+    """The sweep's ok cells on stdout: the narrow table (with a column for each setup key that varies) and a
+    verdict per setup and batch size, or every column as csv/json."""
+    from sim import console
+
+    if not len(df):
+        return
+    ok = df[df["status"] == "ok"]
+    rows = ok.to_dict("records")
+    if fmt != "table":
+        console.emit(rows, fmt, BASELINE)
+        return
+    vary = [k for k in PREP_KEYS + RUN_KEYS if k not in ("policy", "batch_size") and k in ok
+            and ok[k].astype(str).nunique() > 1]
+    for r in rows:
+        if "trace" in r:
+            r["trace_name"] = Path(str(r["trace"])).stem
+    lead = [("trace_name" if k == "trace" else k, k) for k in vary]
+    console.emit(rows, "table", BASELINE, header=f"{len(ok)} of {len(df)} cells ok; baseline {BASELINE}",
+                 lead=lead, group=tuple(vary))
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.workers is not None and a.workers < 1:
@@ -523,6 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     df = run_sweep(cells, a.out, workers=a.workers, use_ray=a.ray is not None, ray_address=a.ray or None,
                    fresh=a.fresh, progress=progress)
     n_err = int((df["status"] != "ok").sum()) if len(df) else 0
+    print_results(df, a.format)
     if n_err:
         print(f"warning: {n_err} of {len(df)} cells failed; see the status and error columns of {a.out}/results.csv",
               file=sys.stderr)
