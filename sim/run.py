@@ -32,7 +32,10 @@ from sim.drafters.tables import DraftTables, build_draft_tables
 from sim.engine import Engine, EngineConfig, RunResult
 from sim.errors import ConfigError
 from sim.metrics import summarize
+from sim.models import get_llm, llm_name
 from sim.policies import get_policy
+from sim.trace.schema import Request
+from sim.vllm_compat import parse_rate, speculative_config
 
 BASELINE = "adaptive"
 DEFAULT_POLICIES = ("none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold",
@@ -60,6 +63,7 @@ class SimSetup:
     kv_capacity_tokens: int | None = None
     drafts: str | None = None  # recorded model drafts (sidecar JSONL), replayed instead of the profile
     async_scheduling: bool = True  # False: a step is CPU + GPU in series (the real torch engine's steps)
+    max_model_len: int | None = None  # the context length requests are checked against (None: the model's)
 
 
 @dataclass
@@ -85,6 +89,7 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
     reqs = trace.requests
     if not reqs:
         raise ConfigError(f"{setup.trace}: the trace has no requests")
+    check_context(reqs, setup.trace, setup.model, setup.max_model_len)
     if setup.temperature is not None:
         if setup.temperature < 0:
             raise ConfigError(f"--temperature must be >= 0, got {setup.temperature}")
@@ -98,6 +103,24 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
     tables = build_draft_tables(reqs, ngram_cfg, profile, calib, seed=setup.seed, progress=progress, recorded=recorded)
     arrivals = np.asarray([r.arrival_s or 0.0 for r in reqs], dtype=np.float64)
     return Prepared(setup, tables, arrivals, cost, bool(trace.length_only), trace.skipped)
+
+
+def check_context(reqs: list[Request], trace: str, model: str, max_model_len: int | None = None) -> None:
+    """Refuse (TraceError naming the request and its line) a request whose prompt + output exceeds the
+    context length: `max_model_len`, else the model's (models/llms/, vLLM's default max_model_len). vLLM
+    refuses such a request too."""
+    from sim.errors import TraceError
+
+    limit = max_model_len or get_llm(model).max_model_len
+    if limit is None:
+        return
+    for r in reqs:
+        n = r.prompt_len + r.output_len
+        if n > limit:
+            where = "--max-model-len" if max_model_len else f"{llm_name(model)}'s context length (max_model_len)"
+            raise TraceError(f"request '{r.id}' needs {r.prompt_len} prompt + {r.output_len} output = {n} tokens, "
+                             f"more than {where} of {limit}; drop it from the trace or raise --max-model-len",
+                             trace, getattr(r, "line", None))
 
 
 def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False) -> tuple[dict, RunResult]:
@@ -193,8 +216,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--trace", default="traces/codeedit.jsonl", help="JSONL trace")
     ap.add_argument("--policy", action="append", help=f"policy (repeatable); default: {' '.join(DEFAULT_POLICIES)}")
-    ap.add_argument("--batch-size", action="append", type=int, help="max running requests (repeatable); default: 4 and 128")
-    ap.add_argument("--model", default="qwen3-8b")
+    ap.add_argument("--speculative-config", action="append", default=None, metavar="JSON",
+                    help="vLLM's speculative config, mapped onto a policy (repeatable; adds to --policy): method ngram "
+                         "-> ngram-fixed:K, dspark -> model-fixed:K, dspark with enable_adaptive_verification -> adaptive "
+                         "(sim/vllm_compat.py)")
+    ap.add_argument("--batch-size", "--max-num-seqs", action="append", type=int,
+                    help="max running requests (repeatable); default: 4 and 128")
+    ap.add_argument("--model", default="qwen3-8b", help="a models/llms name or its Hugging Face id (Qwen/Qwen3-8B)")
+    ap.add_argument("--max-model-len", type=int, default=None,
+                    help="context length requests are checked against (default: the model's, models/llms/)")
     ap.add_argument("--gpu", default="h100-sxm",
                     help="GPU name, or with --cost profiled a cost-table file (.json/.csv) profiled for --model")
     ap.add_argument("--cost", default="roofline", help="cost model: roofline or profiled")
@@ -203,7 +233,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--calibrator", default=DEFAULT_CALIBRATOR, help="n-gram calibrator in models/calibrators/")
     ap.add_argument("--ngram-k", type=int, default=32, help="n-gram chain length")
     ap.add_argument("--temperature", type=float, default=None, help="override every request's temperature")
-    ap.add_argument("--rate", type=float, default=None, help="Poisson arrivals (req/s) instead of all at t=0")
+    ap.add_argument("--rate", "--request-rate", type=parse_rate, default=None,
+                    help="Poisson arrivals (req/s) instead of all at t=0 (inf: all at t=0, vLLM's default)")
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
     ap.add_argument("--kv-capacity-tokens", type=int, default=None, help="override the KV-cache size (tokens)")
     ap.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=True,
@@ -212,7 +243,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=None,
                     help="use the first N requests of the trace (they may all come from one part of it)")
-    ap.add_argument("--sample", type=int, default=None,
+    ap.add_argument("--sample", "--num-prompts", type=int, default=None,
                     help="use N requests sampled across the whole trace (seeded by --seed, kept in trace order); "
                          "exclusive with --limit")
     ap.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html")
@@ -227,12 +258,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    policies = list(dict.fromkeys(a.policy or DEFAULT_POLICIES))
+    model = llm_name(a.model)
+    get_llm(model)  # fail fast on a bad name
+    if a.max_model_len is not None and a.max_model_len < 1:
+        raise ConfigError(f"--max-model-len must be >= 1, got {a.max_model_len}")
+    ngram_k, spec_k = a.ngram_k, None
+    spec_policies = []
+    if a.speculative_config:
+        from sim.drafters.calibration import NgramCalibrator
+
+        calib = NgramCalibrator.load(a.calibrator)
+        block = load_drafter_profile(a.drafter).block
+        for text in a.speculative_config:
+            m = speculative_config(text, (calib.cfg.n_min, calib.cfg.n_max), block)
+            for note in m.notes:
+                print(f"note: {note}", file=sys.stderr)
+            if m.ngram_k is not None:
+                if spec_k is not None and spec_k != m.ngram_k:
+                    raise ConfigError("--speculative-config: two n-gram configs with different num_speculative_tokens "
+                                      "(the n-gram chain length is one per run)")
+                if a.ngram_k != SimSetup.ngram_k and a.ngram_k != m.ngram_k:
+                    raise ConfigError(f"--speculative-config: num_speculative_tokens={m.ngram_k} and --ngram-k {a.ngram_k} "
+                                      "disagree (the n-gram chain length is one per run)")
+                spec_k = ngram_k = m.ngram_k
+            spec_policies.append(m.policy)
+    policies = list(dict.fromkeys((a.policy or ([] if spec_policies else list(DEFAULT_POLICIES))) + spec_policies))
     for p in policies:
         get_policy(p)  # fail fast on a bad name, before any work
-    if BASELINE not in policies:
+    add_baseline = BASELINE not in policies
+    if add_baseline:
         policies.insert(0, BASELINE)
-        print(f"note: running the baseline '{BASELINE}' too, for speedup_vs_baseline", file=sys.stderr)
     sizes = list(dict.fromkeys(a.batch_size or DEFAULT_BATCH_SIZES))
     for b in sizes:
         if b < 1:
@@ -241,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--workers must be >= 1, got {a.workers}")
     if a.limit is not None and a.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {a.limit}")
-    setup = SimSetup(trace=a.trace, model=a.model, gpu=a.gpu, cost=a.cost, drafter=a.drafter, calibrator=a.calibrator,
-                     ngram_k=a.ngram_k, seed=a.seed, limit=a.limit, sample=a.sample, temperature=a.temperature,
+    setup = SimSetup(trace=a.trace, model=model, gpu=a.gpu, cost=a.cost, drafter=a.drafter, calibrator=a.calibrator,
+                     ngram_k=ngram_k, max_model_len=a.max_model_len, seed=a.seed, limit=a.limit, sample=a.sample, temperature=a.temperature,
                      max_num_batched_tokens=a.max_num_batched_tokens, rate=a.rate, kv_capacity_tokens=a.kv_capacity_tokens,
                      drafts=a.drafts, async_scheduling=a.async_scheduling)
     tty = sys.stderr.isatty()
@@ -255,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
               "the rest use the drafter profile", file=sys.stderr)
     if prep.length_only:
         print("note: length-only requests: acceptance drawn from the bundled traces' statistical profile", file=sys.stderr)
+    if add_baseline:
+        print(f"note: running the baseline '{BASELINE}' too, for speedup_vs_baseline", file=sys.stderr)
     combos = [(p, b) for b in sizes for p in policies]
     with console.Heartbeat("runs", len(combos), every) as hb:
         results = run_many(prep, combos, workers=a.workers, progress=progress, heartbeat=hb)
@@ -263,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [row for row, _ in results]
     add_speedups(rows)
     header = (f"trace {a.trace}: {rows[0]['requests']} requests, {rows[0]['output_tokens']} output tokens; "
-              f"{a.model} on {a.gpu} ({a.cost}); baseline {BASELINE}")
+              f"{model} on {a.gpu} ({a.cost}); baseline {BASELINE}")
     console.emit(rows, a.format, BASELINE, header=header)
     if a.out:
         write_outputs(a.out, rows, results)

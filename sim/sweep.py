@@ -136,9 +136,15 @@ def _coerce(key: str, v):
                 raise ValueError
             return int(v)
         if key in _FLOAT_KEYS:
+            if key == "rate" and isinstance(v, str) and v.strip().lower() in ("inf", "+inf"):
+                return None  # vLLM's --request-rate inf: every request at time 0
             return float(v)
     except (TypeError, ValueError):
         raise ConfigError(f"grid key '{key}': bad value {v!r}") from None
+    if key == "model":
+        from sim.models import llm_name
+
+        return llm_name(str(v))  # a Hugging Face id ("Qwen/Qwen3-8B") -> the bundled name
     return str(v)
 
 
@@ -462,13 +468,19 @@ _FLAG_KEYS = {"trace": str, "policy": str, "batch_size": int, "model": str, "gpu
               "kv_capacity_tokens": int, "max_num_batched_tokens": int}
 
 
+_VLLM_ALIASES = {"sample": ("num-prompts",), "rate": ("request-rate",), "batch_size": ("max-num-seqs",)}
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m sim.sweep", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Grid flags are repeatable; every combination runs. Flags override the keys "
                                         "of --grid/--preset.")
     for k, typ in _FLAG_KEYS.items():
-        ap.add_argument("--" + k.replace("_", "-"), dest=k, action="append", type=typ, help=f"grid values of {k}")
+        names = ["--" + k.replace("_", "-")] + [f"--{a}" for a in _VLLM_ALIASES.get(k, ())]
+        alias = f" (vLLM's {', '.join(names[1:])})" if names[1:] else ""
+        ap.add_argument(*names, dest=k, action="append", type=str if k == "rate" else typ,
+                        help=f"grid values of {k}{alias}")
     ap.add_argument("--grid", type=Path, help="TOML grid file")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="a built-in grid (paper: the grid of reports/)")
     ap.add_argument("--out", type=Path, default=Path("out/sweep"), help="output directory (default out/sweep)")
