@@ -310,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
               "the rest use the drafter profile", file=sys.stderr)
     if prep.length_only:
         print("note: length-only requests: acceptance drawn from the bundled traces' statistical profile", file=sys.stderr)
+    elif not model.startswith("qwen"):
+        from sim.trace.tokenizer import TOKENIZER_NAME
+
+        print(f"note: trace text is tokenized with the {TOKENIZER_NAME} tokenizer (the only one bundled), not {model}'s "
+              "own; token-id traces are used as they are", file=sys.stderr)
     if add_baseline:
         print(f"note: running the baseline '{BASELINE}' too, for speedup_vs_baseline", file=sys.stderr)
     combos = [(p, b) for b in sizes for p in policies]
