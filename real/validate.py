@@ -222,15 +222,15 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
 def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
     import plotly.graph_objects as go
 
+    from sim.plot_style import series_color, style
+
     fig = go.Figure()
     lab = [f"{Path(c['trace']).stem} {c['policy']} bs{c['batch_size']}" for c in cells]
-    fig.add_bar(name="real", x=lab, y=[c["real"]["tok_per_s"] for c in cells], marker_color="#1f77b4")
-    fig.add_bar(name="predicted (replayed drafts)", x=lab, y=[c["predicted"]["tok_per_s"] for c in cells],
-                marker_color="#ff7f0e")
-    fig.add_bar(name="predicted (synthetic drafter)", x=lab, y=[c["synthetic"]["tok_per_s"] for c in cells],
-                marker_color="#2ca02c")
-    fig.update_layout(barmode="group", title=f"Real vs simulated output throughput (median error "
-                      f"{100 * agg['median_error']:.1f}%)", yaxis_title="output tokens / s", template="plotly_white")
+    for name, key in (("real", "real"), ("predicted (replayed drafts)", "predicted"),
+                      ("predicted (synthetic drafter)", "synthetic")):
+        fig.add_bar(name=name, x=lab, y=[c[key]["tok_per_s"] for c in cells], marker_color=series_color(name))
+    style(fig, barmode="group", title=f"Real vs simulated output throughput (median error "
+          f"{100 * agg['median_error']:.1f}%)", yaxis_title="output tokens / s")
     return fig.to_html(include_plotlyjs="cdn", full_html=True)
 
 

@@ -1,10 +1,12 @@
 """Fit the n-gram calibrator on general text and show how it transfers.
 
-    python -m sim.calibrate [--general traces/general.jsonl] [--out models/calibrators/ngram-general.json]
+    python -m sim.calibrate [--general traces/general.jsonl] [--out out/calibrators/ngram-general.json | --write]
 
 Fits on 80% of the general-text requests (split by a hash of the request id, so it is deterministic),
 then prints ECE and AUC of the prefix survival on the held-out 20% and on the code-editing and chat
 traces, which the fit never sees. The bound the project holds itself to: ECE <= 3% on held-out general text.
+It writes the fitted calibrator to out/calibrators/ unless --write replaces the shipped one
+(models/calibrators/ngram-general.json; every cached sweep cell that used it is then recomputed).
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from sim.drafters.ngram import NgramConfig, NgramTable, ngram_tables
 from sim.errors import ConfigError
 
 ECE_BOUND = 0.03
+SHIPPED = CALIBRATOR_DIR / f"{DEFAULT_CALIBRATOR}.json"
+DEFAULT_OUT = Path("out/calibrators") / f"{DEFAULT_CALIBRATOR}.json"
 
 
 def tables_of(path: str, cfg: NgramConfig, limit: int | None = None) -> tuple[list[str], list[NgramTable]]:
@@ -50,18 +54,27 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sim.calibrate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--general", default="traces/general.jsonl")
     ap.add_argument("--eval", nargs="*", default=["traces/codeedit.jsonl", "traces/chat.jsonl"])
-    ap.add_argument("--out", type=Path, default=CALIBRATOR_DIR / f"{DEFAULT_CALIBRATOR}.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"calibrator file to write (default {DEFAULT_OUT}, relative to the current directory)")
+    ap.add_argument("--write", action="store_true",
+                    help=f"replace the shipped calibrator {SHIPPED} (exclusive with --out)")
     ap.add_argument("--n-min", type=int, default=2)
     ap.add_argument("--n-max", type=int, default=5)
     ap.add_argument("--k", type=int, default=32, help="longest chain the calibrator is fitted for")
     a = ap.parse_args(argv)
+    if a.write and a.out is not None:
+        raise ConfigError("--write replaces the shipped calibrator; it does not go with --out")
+    out = SHIPPED if a.write else (a.out or DEFAULT_OUT)
     cfg = NgramConfig(n_min=a.n_min, n_max=a.n_max, k=a.k)
     ids, tabs = tables_of(a.general, cfg)
     train = [t for i, t in zip(ids, tabs) if not is_heldout(i)]
     held = [t for i, t in zip(ids, tabs) if is_heldout(i)]
+    if not train or not held:
+        raise ConfigError(f"{a.general}: {len(ids)} requests are too few to split 80/20 by id hash")
     cal = fit_calibrator(train, cfg, fitted_on=f"{a.general} (80% split by id hash)")
-    cal.save(a.out)
-    print(f"fitted on {len(train)} requests of {a.general}; saved {a.out}")
+    cal.save(out)
+    print(f"fitted on {len(train)} requests of {a.general}; saved {out}"
+          + ("" if a.write else " (--write replaces the shipped calibrator)"))
     print(f"{'data':<28}{'slots':>9}{'ECE':>8}{'AUC':>8}{'mean est':>10}{'mean obs':>10}")
     res = {"general (held-out)": evaluate(cal, held)}
     for p in a.eval:

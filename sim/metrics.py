@@ -1,4 +1,11 @@
-"""Run metrics: throughput, tokens per step, acceptance, latency percentiles and step-time breakdown."""
+"""Run metrics: throughput, tokens per step, acceptance, latency percentiles and step-time breakdown.
+
+Latency and throughput metrics carry the names and units `vllm bench serve` gives them in its result JSON
+(`request_throughput` req/s, `output_throughput` and `total_token_throughput` tok/s; `mean_`, `median_`,
+`std_` and `p99_` of `ttft`, `tpot`, `itl` and `e2el`, all in ms), with the same definitions: TTFT from
+arrival to the first token, TPOT = (E2EL - TTFT) / (output tokens - 1) over requests with more than one
+output token, ITL the gaps between a request's successive token deliveries (one delivery per engine step,
+several tokens when drafts are accepted), E2EL from arrival to the last token."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,15 +15,64 @@ from sim.engine import RunResult
 BREAKDOWN = ("draft_ms", "ngram_ms", "alloc_ms", "verify_ms", "sample_ms", "cpu_ms", "bubble_ms")
 
 
-def _pct(x: np.ndarray, q: float) -> float:
-    x = x[~np.isnan(x)]
-    return float(np.percentile(x, q)) if len(x) else float("nan")
-
-
 def _steady(st: dict, batch_size: int | None) -> float:
     full = st["num_decode"] >= batch_size if batch_size else np.zeros(len(st["num_decode"]), dtype=bool)
     ms = float(st["step_ms"][full].sum())
     return float(st["emitted"][full].sum()) / (ms / 1000.0) if ms > 0 else float("nan")
+
+
+LATENCIES = (("ttft", "TTFT", "Time to First Token"), ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
+             ("itl", "ITL", "Inter-token Latency"), ("e2el", "E2EL", "End-to-end Latency"))
+PERCENTILES = (99,)
+
+
+def itl_samples_s(res: RunResult) -> np.ndarray:
+    """Every inter-token latency of the run (seconds), as a streaming client would measure them: for each
+    request, the gaps between the ends of the engine steps that delivered its tokens after the first.
+    A request decodes in every step between its first token and its finish (continuous batching), so the
+    gaps are those of the steps ending in (first token, finish]. A preempted request's pause counts as
+    the steps it missed, not as one long gap (the engine does not record per-request delivery times)."""
+    rq, st = res.requests, res.steps
+    ends = np.sort(np.asarray(st["t_start_ms"], dtype=np.float64) + np.asarray(st["step_ms"], dtype=np.float64)) / 1000.0
+    if len(ends) == 0:
+        return np.zeros(0)
+    gaps = np.diff(ends, prepend=ends[0])
+    first, done = np.asarray(rq["first_token_s"], dtype=np.float64), np.asarray(rq["finish_s"], dtype=np.float64)
+    ok = ~np.isnan(first) & ~np.isnan(done)
+    eps = 1e-9  # both sides are the same float sums; eps only guards rounding
+    lo = np.searchsorted(ends, first[ok] + eps, side="left")
+    hi = np.searchsorted(ends, done[ok] + eps, side="left")
+    count = np.zeros(len(ends) + 1, dtype=np.int64)
+    np.add.at(count, lo, 1)
+    np.add.at(count, hi, -1)
+    return np.repeat(gaps, np.cumsum(count)[:-1])
+
+
+def _stats_ms(name: str, x_s: np.ndarray) -> dict:
+    x = np.asarray(x_s, dtype=np.float64)
+    x = x[~np.isnan(x)] * 1000.0
+    if not len(x):  # vLLM reports 0 for an empty list
+        x = np.zeros(1)
+    row = {f"mean_{name}_ms": float(x.mean()), f"median_{name}_ms": float(np.median(x)), f"std_{name}_ms": float(x.std())}
+    for p in PERCENTILES:
+        row[f"p{p}_{name}_ms"] = float(np.percentile(x, p))
+    return row
+
+
+def serving_metrics(res: RunResult) -> dict:
+    """The metrics of `vllm bench serve`'s result JSON, under its names and units (module docstring)."""
+    rq = res.requests
+    dur = res.sim_time_s
+    n = int(len(rq["output_len"]))
+    out_tok, in_tok = int(np.sum(rq["output_len"])), int(np.sum(rq["prompt_len"]))
+    row = {"completed": n, "total_input_tokens": in_tok, "total_output_tokens": out_tok, "duration": dur,
+           "request_throughput": n / dur if dur > 0 else float("nan"),
+           "output_throughput": out_tok / dur if dur > 0 else float("nan"),
+           "total_token_throughput": (in_tok + out_tok) / dur if dur > 0 else float("nan")}
+    e2el = np.asarray(rq["finish_s"], dtype=np.float64) - np.asarray(rq["arrival_s"], dtype=np.float64)
+    for name, vals in (("ttft", rq["ttft_s"]), ("tpot", rq["tpot_s"]), ("itl", itl_samples_s(res)), ("e2el", e2el)):
+        row.update(_stats_ms(name, vals))
+    return row
 
 
 def summarize(res: RunResult, batch_size: int | None = None) -> dict:
@@ -48,8 +104,6 @@ def summarize(res: RunResult, batch_size: int | None = None) -> dict:
         "acceptance_rate": float(accepted.sum() / verified.sum()) if verified.sum() else float("nan"),
         "ngram_share_verified": float(st["verified_ngram"].sum() / verified.sum()) if verified.sum() else 0.0,
         "ngram_share_accepted": float(st["accepted_ngram"].sum() / accepted.sum()) if accepted.sum() else 0.0,
-        "ttft_p50_s": _pct(rq["ttft_s"], 50), "ttft_p99_s": _pct(rq["ttft_s"], 99),
-        "tpot_p50_ms": 1000 * _pct(rq["tpot_s"], 50), "tpot_p99_ms": 1000 * _pct(rq["tpot_s"], 99),
         "steps": int(len(dec)),
         "mean_step_ms": float(st["step_ms"].mean()) if len(dec) else float("nan"),
         "preemptions": int(rq["preemptions"].sum()),
@@ -57,4 +111,5 @@ def summarize(res: RunResult, batch_size: int | None = None) -> dict:
     }
     for k in BREAKDOWN:
         row["share_" + k.removesuffix("_ms")] = float(st[k].sum()) / total_ms
+    row.update(serving_metrics(res))
     return row

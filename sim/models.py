@@ -1,6 +1,6 @@
 """Data files in models/ loaded by name: LLM architectures, GPU specs and drafter cost shapes.
 
-    get_llm("qwen3-8b") -> LLMSpec        models/llms/<name>.json
+    get_llm("qwen3-8b") -> LLMSpec        models/llms/<name>.json (or its Hugging Face id, "Qwen/Qwen3-8B")
     get_gpu("h100-sxm") -> GPUSpec        models/gpus/<name>.json
     get_drafter_cost("dspark-cost")        models/drafters/<name>.json  (-> DrafterCostSpec)
     list_llms(), list_gpus()
@@ -30,7 +30,7 @@ DEFAULT_GPU = "h100-sxm"
 DEFAULT_DRAFTER_COST = "dspark-cost"
 
 # Fields every data file may carry that are documentation, not model inputs.
-_DOC_FIELDS = {"name", "source", "licence", "license", "hf_id", "notes"}
+_DOC_FIELDS = {"name", "source", "licence", "license", "notes"}
 
 
 def models_dir() -> Path:
@@ -68,8 +68,14 @@ class LLMSpec:
     dtype_bytes: int
     num_params: float
     source: str = ""
+    hf_id: str = ""  # the Hugging Face repository id; get_llm accepts it in place of the name
+    max_model_len: int | None = None  # context length (tokens; vLLM's default max_model_len: the HF config's
+    # max_position_embeddings); a request whose prompt + output exceeds it is refused. None: not checked
 
     def __post_init__(self) -> None:
+        if self.max_model_len is not None and (not isinstance(self.max_model_len, int) or isinstance(self.max_model_len, bool)
+                                               or self.max_model_len <= 0):
+            raise ConfigError(f"llm '{self.name}': max_model_len must be a positive integer, got {self.max_model_len!r}")
         for f in ("num_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_kv_heads",
                   "head_dim", "vocab_size"):
             v = getattr(self, f)
@@ -343,8 +349,32 @@ def _build(cls, path: Path, data: dict[str, Any], nested: dict[str, type] | None
 
 
 @lru_cache(maxsize=None)
+def _hf_ids(root: str, original_case: bool = False) -> dict[str, str]:
+    """Hugging Face id (lower-cased unless original_case) -> models/llms name, for every bundled model with one."""
+    out = {}
+    for n in list_llms():
+        try:
+            hf = json.loads((models_dir() / "llms" / f"{n}.json").read_text()).get("hf_id")
+        except (OSError, ValueError):
+            continue  # get_llm names the broken file when it is asked for
+        if isinstance(hf, str) and "/" in hf:
+            out[hf.strip() if original_case else hf.strip().lower()] = n
+    return out
+
+
+def llm_name(name: str) -> str:
+    """The models/llms name of `name`: itself (any case), or the model whose hf_id it is ("Qwen/Qwen3-8B" ->
+    "qwen3-8b"). An unknown name comes back lower-cased (get_llm then lists the valid ones)."""
+    key = _key(name)
+    if key in list_llms():
+        return key
+    return _hf_ids(str(models_dir())).get(key, key)
+
+
+@lru_cache(maxsize=None)
 def _get_llm(name: str, root: str) -> LLMSpec:
-    path, data = _read("llms", "model", name, list_llms())
+    hf = sorted(f"{h} ({n})" for h, n in _hf_ids(root, original_case=True).items())
+    path, data = _read("llms", "model", name, list_llms() + [f"or a Hugging Face id: {', '.join(hf)}"] if hf else list_llms())
     return _build(LLMSpec, path, data)
 
 
@@ -362,8 +392,9 @@ def _get_drafter_cost(name: str, root: str) -> DrafterCostSpec:
 
 
 def get_llm(name: str = DEFAULT_LLM) -> LLMSpec:
-    """The LLM architecture `name` (models/llms/<name>.json); ConfigError listing valid names if unknown."""
-    return _get_llm(_key(name), str(models_dir()))
+    """The LLM architecture `name` (models/llms/<name>.json, or the model whose `hf_id` is `name`); ConfigError
+    listing valid names if unknown."""
+    return _get_llm(llm_name(name), str(models_dir()))
 
 
 def get_gpu(name: str = DEFAULT_GPU) -> GPUSpec:
@@ -377,5 +408,5 @@ def get_drafter_cost(name: str = DEFAULT_DRAFTER_COST) -> DrafterCostSpec:
 
 
 __all__ = ["LLMSpec", "GPUSpec", "HostSpec", "KernelSpec", "DrafterCostSpec", "get_llm", "get_gpu",
-           "get_drafter_cost", "list_llms", "list_gpus", "models_dir", "GIB", "DEFAULT_LLM", "DEFAULT_GPU",
+           "get_drafter_cost", "llm_name", "list_llms", "list_gpus", "models_dir", "GIB", "DEFAULT_LLM", "DEFAULT_GPU",
            "DEFAULT_DRAFTER_COST"]

@@ -8,33 +8,40 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sim.metrics import BREAKDOWN
+from sim.plot_style import part_color, policy_colors, style
 
 
 def _fig_html(fig: go.Figure, first: bool) -> str:
     return fig.to_html(full_html=False, include_plotlyjs="inline" if first else False)
 
 
-def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Path) -> None:
-    """One self-contained HTML page for a `python -m sim.run --out` run."""
+_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+
+
+def run_report_figures(rows: list[dict], steps: list[tuple[dict, dict]]) -> list[go.Figure]:
+    """The figures of a `python -m sim.run --out` report, in the shared plot style (sim/plot_style.py)."""
     sizes = sorted({r["batch_size"] for r in rows})
     policies = list(dict.fromkeys(r["policy"] for r in rows))
+    colors = policy_colors(policies)
     figs = []
 
     thr = go.Figure()
     for p in policies:
         rs = sorted((r for r in rows if r["policy"] == p), key=lambda r: r["batch_size"])
-        thr.add_trace(go.Bar(name=p, x=[str(r["batch_size"]) for r in rs], y=[r["output_throughput_tok_s"] for r in rs]))
-    thr.update_layout(title="Output throughput by policy", xaxis_title="batch size", yaxis_title="output tokens/s",
-                      barmode="group", legend_title="policy")
+        thr.add_trace(go.Bar(name=p, x=[str(r["batch_size"]) for r in rs], y=[r["output_throughput_tok_s"] for r in rs],
+                             marker_color=colors[p]))
+    style(thr, title="Output throughput by policy", xaxis_title="batch size", yaxis_title="output tokens/s",
+          barmode="group", legend_title="policy")
     figs.append(thr)
 
     sp = go.Figure()
     for p in policies:
         rs = sorted((r for r in rows if r["policy"] == p), key=lambda r: r["batch_size"])
-        sp.add_trace(go.Bar(name=p, x=[str(r["batch_size"]) for r in rs], y=[r["speedup_vs_baseline"] for r in rs]))
+        sp.add_trace(go.Bar(name=p, x=[str(r["batch_size"]) for r in rs], y=[r["speedup_vs_baseline"] for r in rs],
+                            marker_color=colors[p]))
     sp.add_hline(y=1.0, line_dash="dot")
-    sp.update_layout(title="Speedup over adaptive verification (baseline)", xaxis_title="batch size",
-                     yaxis_title="throughput / adaptive", barmode="group", legend_title="policy")
+    style(sp, title="Speedup over adaptive verification (baseline)", xaxis_title="batch size",
+          yaxis_title="throughput / adaptive", barmode="group", legend_title="policy")
     figs.append(sp)
 
     br = make_subplots(rows=1, cols=len(sizes), subplot_titles=[f"batch size {b}" for b in sizes], shared_yaxes=True)
@@ -43,8 +50,8 @@ def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Pat
         for k in BREAKDOWN:
             name = k.removesuffix("_ms")
             br.add_trace(go.Bar(name=name, x=[r["policy"] for r in rs], y=[r["mean_step_ms"] * r["share_" + name] for r in rs],
-                                legendgroup=name, showlegend=ci == 1), row=1, col=ci)
-    br.update_layout(title="Mean step time breakdown (ms)", barmode="stack", yaxis_title="ms per step", legend_title="part")
+                                legendgroup=name, showlegend=ci == 1, marker_color=part_color(name)), row=1, col=ci)
+    style(br, title="Mean step time breakdown (ms)", barmode="stack", yaxis_title="ms per step", legend_title="part")
     figs.append(br)
 
     ts = go.Figure()
@@ -57,11 +64,18 @@ def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Pat
         dur = np.asarray(st["step_ms"], dtype=float)
         win = max(1, min(50, len(t) // 20))
         rate = np.convolve(em, np.ones(win), "same") / np.maximum(np.convolve(dur, np.ones(win), "same") / 1000.0, 1e-9)
-        ts.add_trace(go.Scatter(x=t[::stride], y=rate[::stride], mode="lines", name=f"{row['policy']} bs={row['batch_size']}"))
-    ts.update_layout(title="Output throughput over simulated time (moving window)", xaxis_title="simulated time (s)",
-                     yaxis_title="output tokens/s", legend_title="run")
+        dash = _DASHES[sizes.index(row["batch_size"]) % len(_DASHES)] if row["batch_size"] in sizes else "solid"
+        ts.add_trace(go.Scatter(x=t[::stride], y=rate[::stride], mode="lines", name=f"{row['policy']} bs={row['batch_size']}",
+                                line=dict(color=colors.get(row["policy"], "#333333"), dash=dash)))
+    style(ts, title="Output throughput over simulated time (moving window; colour: policy, dash: batch size)",
+          xaxis_title="simulated time (s)", yaxis_title="output tokens/s", legend_title="run")
     figs.append(ts)
+    return figs
 
+
+def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Path) -> None:
+    """One self-contained HTML page for a `python -m sim.run --out` run."""
+    figs = run_report_figures(rows, steps)
     head = rows[0]
     html = ["<html><head><meta charset='utf-8'><title>hybridspec run</title></head><body style='font-family:sans-serif'>",
             f"<h1>hybridspec: {head['trace']}</h1><p>{head['requests']} requests, {head['output_tokens']} output tokens; "
@@ -75,7 +89,8 @@ def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Pat
 # ================================================================================== sweep reports
 # python -m sim.report SWEEP_DIR_OR_RESULTS -o reports/  ->  index.html, tables.md, paper.md
 
-SWEEP_USAGE = """python -m sim.report SWEEP_DIR_OR_RESULTS [-o reports/]: the report of a `python -m sim.sweep` run."""
+SWEEP_USAGE = """python -m sim.report SWEEP_DIR_OR_RESULTS [-o DIR]: the report of a `python -m sim.sweep` run
+(default DIR: a `report/` folder inside the sweep directory; `-o reports/` regenerates the committed report)."""
 
 HYBRID = "hybrid"  # the default hybrid; the seed's rule, hybrid-price, is reported beside it
 SEED = "hybrid-price"
@@ -215,9 +230,10 @@ def _sweep_figures(df, req) -> list[tuple[str, str, list]]:
     figs = []
     for name, g in wl:
         fig = make_subplots(rows=1, cols=2, subplot_titles=["output throughput (tokens/s)", "throughput / adaptive"])
-        for i, p in enumerate(_policies(g)):
+        colors = policy_colors(_policies(g))
+        for p in _policies(g):
             rs = g[g["policy"] == p].sort_values("batch_size")
-            color = _COLORS[i % len(_COLORS)]
+            color = colors[p]
             dash = "dot" if p == ORACLE else None
             fig.add_trace(go.Scatter(x=rs["batch_size"], y=rs["output_throughput_tok_s"], name=p, mode="lines+markers",
                                      legendgroup=p, line=dict(color=color, dash=dash)), row=1, col=1)
@@ -264,9 +280,10 @@ def _sweep_figures(df, req) -> list[tuple[str, str, list]]:
     for name, g in wl:
         fig = make_subplots(rows=1, cols=2, subplot_titles=["n-gram share of verified draft tokens",
                                                             "n-gram share of accepted draft tokens"], shared_yaxes=True)
-        for i, p in enumerate(_policies(g)):
+        colors = policy_colors(_policies(g))
+        for p in _policies(g):
             rs = g[g["policy"] == p].sort_values("batch_size")
-            color = _COLORS[i % len(_COLORS)]
+            color = colors[p]
             for col, key in ((1, "ngram_share_verified"), (2, "ngram_share_accepted")):
                 fig.add_trace(go.Scatter(x=rs["batch_size"], y=rs[key], name=p, mode="lines+markers", legendgroup=p,
                                          showlegend=col == 1, line=dict(color=color)), row=1, col=col)
@@ -291,9 +308,9 @@ def _sweep_figures(df, req) -> list[tuple[str, str, list]]:
         pols = _policies(g)
         for ci, b in enumerate(pick, start=1):
             rs = g[g["batch_size"] == b].set_index("policy").reindex(pols)
-            for j, part in enumerate(parts):
+            for part in parts:
                 fig.add_trace(go.Bar(name=part, x=pols, y=rs["mean_step_ms"] * rs["share_" + part], legendgroup=part,
-                                     showlegend=ci == 1, marker_color=_COLORS[j % len(_COLORS)]), row=1, col=ci)
+                                     showlegend=ci == 1, marker_color=part_color(part)), row=1, col=ci)
         fig.update_layout(title=f"{name}: mean step time by part (ms per engine step)", barmode="stack",
                           legend_title="part", height=480)
         fig.update_yaxes(title_text="ms per step", row=1, col=1)
@@ -303,10 +320,6 @@ def _sweep_figures(df, req) -> list[tuple[str, str, list]]:
                      "(the policy), target verification, sampling, CPU scheduling and bubbles; a few batch sizes "
                      "(all of them are in tables.md).", figs))
     return sections
-
-
-_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#7f7f7f", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-           "#bcbd22"]
 
 
 def _fmt(v, f: str) -> str:
@@ -491,7 +504,7 @@ def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND) ->
         if not figs:
             html.append("<p><i>no data</i></p>")
         for fid, fig in figs:
-            fig.update_layout(template="plotly_white", margin=dict(t=80))
+            style(fig, margin=dict(t=80))
             html.append(fig.to_html(full_html=False, include_plotlyjs=True if first else False, div_id=_div_id(fid),
                                     config={"displaylogo": False}))
             first = False
@@ -505,15 +518,24 @@ def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND) ->
     return paths
 
 
+def default_out(sweep) -> Path:
+    """Where `python -m sim.report SWEEP` writes without -o: `report/` inside the sweep directory (or next to a
+    results file), never the committed reports/."""
+    p = Path(sweep)
+    return (p if p.is_dir() else p.parent) / "report"
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m sim.report", description=SWEEP_USAGE)
     ap.add_argument("sweep", help="a sweep output directory (results.parquet/.csv, requests.parquet/.csv) or results file")
-    ap.add_argument("-o", "--out", default="reports", help="output directory (default reports/)")
+    ap.add_argument("-o", "--out", default=None,
+                    help="output directory (default: SWEEP/report/; -o reports/ replaces the committed report)")
     a = ap.parse_args(argv)
     df, req = load_sweep(a.sweep)
-    paths = write_sweep_report(df, req, a.out)
+    out = Path(a.out) if a.out else default_out(a.sweep)
+    paths = write_sweep_report(df, req, out)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 

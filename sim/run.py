@@ -2,8 +2,9 @@
 
     python -m sim.run --trace traces/codeedit.jsonl [--policy P ...] [--batch-size B ...] [--out DIR]
 
-With no --policy it compares every registered policy against the baseline (`adaptive`) and prints one
-table. The draft tables (what each drafter proposes at every output position) are computed once per
+With no --policy it compares every registered policy against the baseline (`adaptive`) and prints a narrow
+table and a one-line verdict per batch size (--format csv|json|vllm for every metric, sim/console.py).
+The draft tables (what each drafter proposes at every output position) are computed once per
 trace and shared by all runs, so every policy sees identical draws.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from sim import console
 from sim.cli_util import run_cli
 from sim.cost import make_cost_model
 from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
@@ -30,7 +32,10 @@ from sim.drafters.tables import DraftTables, build_draft_tables
 from sim.engine import Engine, EngineConfig, RunResult
 from sim.errors import ConfigError
 from sim.metrics import summarize
+from sim.models import get_llm, llm_name
 from sim.policies import get_policy
+from sim.trace.schema import Request
+from sim.vllm_compat import parse_rate, speculative_config
 
 BASELINE = "adaptive"
 DEFAULT_POLICIES = ("none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold",
@@ -58,6 +63,7 @@ class SimSetup:
     kv_capacity_tokens: int | None = None
     drafts: str | None = None  # recorded model drafts (sidecar JSONL), replayed instead of the profile
     async_scheduling: bool = True  # False: a step is CPU + GPU in series (the real torch engine's steps)
+    max_model_len: int | None = None  # the context length requests are checked against (None: the model's)
 
 
 @dataclass
@@ -83,6 +89,7 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
     reqs = trace.requests
     if not reqs:
         raise ConfigError(f"{setup.trace}: the trace has no requests")
+    check_context(reqs, setup.trace, setup.model, setup.max_model_len)
     if setup.temperature is not None:
         if setup.temperature < 0:
             raise ConfigError(f"--temperature must be >= 0, got {setup.temperature}")
@@ -96,6 +103,24 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
     tables = build_draft_tables(reqs, ngram_cfg, profile, calib, seed=setup.seed, progress=progress, recorded=recorded)
     arrivals = np.asarray([r.arrival_s or 0.0 for r in reqs], dtype=np.float64)
     return Prepared(setup, tables, arrivals, cost, bool(trace.length_only), trace.skipped)
+
+
+def check_context(reqs: list[Request], trace: str, model: str, max_model_len: int | None = None) -> None:
+    """Refuse (TraceError naming the request and its line) a request whose prompt + output exceeds the
+    context length: `max_model_len`, else the model's (models/llms/, vLLM's default max_model_len). vLLM
+    refuses such a request too."""
+    from sim.errors import TraceError
+
+    limit = max_model_len or get_llm(model).max_model_len
+    if limit is None:
+        return
+    for r in reqs:
+        n = r.prompt_len + r.output_len
+        if n > limit:
+            where = "--max-model-len" if max_model_len else f"{llm_name(model)}'s context length (max_model_len)"
+            raise TraceError(f"request '{r.id}' needs {r.prompt_len} prompt + {r.output_len} output = {n} tokens, "
+                             f"more than {where} of {limit}; drop it from the trace or raise --max-model-len",
+                             trace, getattr(r, "line", None))
 
 
 def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False) -> tuple[dict, RunResult]:
@@ -125,19 +150,29 @@ def _run_combo(combo: tuple[str, int]) -> tuple[dict, RunResult]:
 
 
 def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None = None,
-             progress: bool = False) -> list[tuple[dict, RunResult]]:
+             progress: bool = False, heartbeat: console.Heartbeat | None = None) -> list[tuple[dict, RunResult]]:
     """run_one for every (policy, batch size), in parallel on forked processes that inherit the draft
-    tables (no copy). Slow runs (small batches, no speculation) start first. Results keep `combos` order."""
+    tables (no copy). Slow runs (small batches, no speculation) start first. Results keep `combos` order.
+    `heartbeat` (if any) is told of each finished run."""
     global _PREP
     workers = min(workers or os.cpu_count() or 1, len(combos))
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [run_one(prep, p, b, progress=progress) for p, b in combos]
+        serial = []
+        for p, b in combos:
+            serial.append(run_one(prep, p, b, progress=progress))
+            if heartbeat is not None:
+                heartbeat.done()
+        return serial
     order = sorted(range(len(combos)), key=lambda i: (combos[i][1], combos[i][0] != "none"))
     _PREP = prep
     try:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
             it = pool.imap(_run_combo, [combos[i] for i in order], chunksize=1)
-            done = list(tqdm(it, total=len(combos), desc="runs", unit="run", disable=not progress, leave=False))
+            done = []
+            for res in tqdm(it, total=len(combos), desc="runs", unit="run", disable=not progress, leave=False):
+                done.append(res)
+                if heartbeat is not None:
+                    heartbeat.done()
     finally:
         _PREP = None
     out: list = [None] * len(combos)
@@ -156,30 +191,6 @@ def add_speedups(rows: list[dict], baseline: str = BASELINE) -> None:
         b = base.get(tuple(r[k] for k in keys))
         r["speedup_vs_baseline"] = r["output_throughput_tok_s"] / b[0] if b else float("nan")
         r["steady_speedup_vs_baseline"] = r["steady_throughput_tok_s"] / b[1] if b else float("nan")
-
-
-TABLE_COLUMNS = [
-    ("policy", "policy", "{}"), ("batch_size", "bs", "{}"), ("output_throughput_tok_s", "tok/s", "{:.0f}"),
-    ("speedup_vs_baseline", "x adaptive", "{:.3f}"), ("steady_speedup_vs_baseline", "x adapt. steady", "{:.3f}"),
-    ("mean_tokens_per_step", "tok/req-step", "{:.2f}"),
-    ("verified_tokens_per_step", "verified/step", "{:.1f}"), ("acceptance_rate", "accept", "{:.2f}"),
-    ("ttft_p50_s", "TTFT p50 s", "{:.2f}"), ("ttft_p99_s", "TTFT p99 s", "{:.2f}"),
-    ("tpot_p50_ms", "TPOT p50 ms", "{:.2f}"), ("tpot_p99_ms", "TPOT p99 ms", "{:.2f}"),
-    ("share_draft", "draft%", "{:.0%}"), ("share_ngram", "ngram%", "{:.0%}"), ("share_alloc", "alloc%", "{:.0%}"),
-    ("share_verify", "verify%", "{:.0%}"), ("share_sample", "sample%", "{:.0%}"), ("share_cpu", "cpu%", "{:.0%}"),
-    ("share_bubble", "bubble%", "{:.0%}"),
-]
-
-
-def format_table(rows: list[dict]) -> str:
-    cells = [[h for _, h, _ in TABLE_COLUMNS]]
-    for r in rows:
-        cells.append([("nan" if isinstance(r.get(k), float) and np.isnan(r.get(k)) else f.format(r.get(k)))
-                      for k, _, f in TABLE_COLUMNS])
-    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
-    lines = ["  ".join(c[i].rjust(widths[i]) if i else c[i].ljust(widths[i]) for i in range(len(c))) for c in cells]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
 
 
 def write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunResult]]) -> None:
@@ -205,8 +216,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--trace", default="traces/codeedit.jsonl", help="JSONL trace")
     ap.add_argument("--policy", action="append", help=f"policy (repeatable); default: {' '.join(DEFAULT_POLICIES)}")
-    ap.add_argument("--batch-size", action="append", type=int, help="max running requests (repeatable); default: 4 and 128")
-    ap.add_argument("--model", default="qwen3-8b")
+    ap.add_argument("--speculative-config", action="append", default=None, metavar="JSON",
+                    help="vLLM's speculative config, mapped onto a policy (repeatable; adds to --policy): method ngram "
+                         "-> ngram-fixed:K, dspark -> model-fixed:K, dspark with enable_adaptive_verification -> adaptive "
+                         "(sim/vllm_compat.py)")
+    ap.add_argument("--batch-size", "--max-num-seqs", action="append", type=int,
+                    help="max running requests (repeatable); default: 4 and 128")
+    ap.add_argument("--model", default="qwen3-8b", help="a models/llms name or its Hugging Face id (Qwen/Qwen3-8B)")
+    ap.add_argument("--max-model-len", type=int, default=None,
+                    help="context length requests are checked against (default: the model's, models/llms/)")
     ap.add_argument("--gpu", default="h100-sxm",
                     help="GPU name, or with --cost profiled a cost-table file (.json/.csv) profiled for --model")
     ap.add_argument("--cost", default="roofline", help="cost model: roofline or profiled")
@@ -215,7 +233,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--calibrator", default=DEFAULT_CALIBRATOR, help="n-gram calibrator in models/calibrators/")
     ap.add_argument("--ngram-k", type=int, default=32, help="n-gram chain length")
     ap.add_argument("--temperature", type=float, default=None, help="override every request's temperature")
-    ap.add_argument("--rate", type=float, default=None, help="Poisson arrivals (req/s) instead of all at t=0")
+    ap.add_argument("--rate", "--request-rate", type=parse_rate, default=None,
+                    help="Poisson arrivals (req/s) instead of all at t=0 (inf: all at t=0, vLLM's default)")
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
     ap.add_argument("--kv-capacity-tokens", type=int, default=None, help="override the KV-cache size (tokens)")
     ap.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=True,
@@ -224,23 +243,51 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit", type=int, default=None,
                     help="use the first N requests of the trace (they may all come from one part of it)")
-    ap.add_argument("--sample", type=int, default=None,
+    ap.add_argument("--sample", "--num-prompts", type=int, default=None,
                     help="use N requests sampled across the whole trace (seeded by --seed, kept in trace order); "
                          "exclusive with --limit")
     ap.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html")
     ap.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU cores)")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--format", choices=console.FORMATS, default="table", help=console.FORMAT_HELP)
+    ap.add_argument("--no-progress", action="store_true",
+                    help="no progress bars (terminal) and no progress lines (stderr not a terminal)")
+    ap.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
+                    help="when stderr is not a terminal (a log, a pipe): a progress line every SECONDS")
     return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    policies = list(dict.fromkeys(a.policy or DEFAULT_POLICIES))
+    model = llm_name(a.model)
+    get_llm(model)  # fail fast on a bad name
+    if a.max_model_len is not None and a.max_model_len < 1:
+        raise ConfigError(f"--max-model-len must be >= 1, got {a.max_model_len}")
+    ngram_k, spec_k = a.ngram_k, None
+    spec_policies = []
+    if a.speculative_config:
+        from sim.drafters.calibration import NgramCalibrator
+
+        calib = NgramCalibrator.load(a.calibrator)
+        block = load_drafter_profile(a.drafter).block
+        for text in a.speculative_config:
+            m = speculative_config(text, (calib.cfg.n_min, calib.cfg.n_max), block)
+            for note in m.notes:
+                print(f"note: {note}", file=sys.stderr)
+            if m.ngram_k is not None:
+                if spec_k is not None and spec_k != m.ngram_k:
+                    raise ConfigError("--speculative-config: two n-gram configs with different num_speculative_tokens "
+                                      "(the n-gram chain length is one per run)")
+                if a.ngram_k != SimSetup.ngram_k and a.ngram_k != m.ngram_k:
+                    raise ConfigError(f"--speculative-config: num_speculative_tokens={m.ngram_k} and --ngram-k {a.ngram_k} "
+                                      "disagree (the n-gram chain length is one per run)")
+                spec_k = ngram_k = m.ngram_k
+            spec_policies.append(m.policy)
+    policies = list(dict.fromkeys((a.policy or ([] if spec_policies else list(DEFAULT_POLICIES))) + spec_policies))
     for p in policies:
         get_policy(p)  # fail fast on a bad name, before any work
-    if BASELINE not in policies:
+    add_baseline = BASELINE not in policies
+    if add_baseline:
         policies.insert(0, BASELINE)
-        print(f"note: running the baseline '{BASELINE}' too, for speedup_vs_baseline", file=sys.stderr)
     sizes = list(dict.fromkeys(a.batch_size or DEFAULT_BATCH_SIZES))
     for b in sizes:
         if b < 1:
@@ -249,29 +296,41 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--workers must be >= 1, got {a.workers}")
     if a.limit is not None and a.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {a.limit}")
-    setup = SimSetup(trace=a.trace, model=a.model, gpu=a.gpu, cost=a.cost, drafter=a.drafter, calibrator=a.calibrator,
-                     ngram_k=a.ngram_k, seed=a.seed, limit=a.limit, sample=a.sample, temperature=a.temperature,
+    setup = SimSetup(trace=a.trace, model=model, gpu=a.gpu, cost=a.cost, drafter=a.drafter, calibrator=a.calibrator,
+                     ngram_k=ngram_k, max_model_len=a.max_model_len, seed=a.seed, limit=a.limit, sample=a.sample, temperature=a.temperature,
                      max_num_batched_tokens=a.max_num_batched_tokens, rate=a.rate, kv_capacity_tokens=a.kv_capacity_tokens,
                      drafts=a.drafts, async_scheduling=a.async_scheduling)
-    progress = not a.no_progress and sys.stderr.isatty()
-    prep = prepare(setup, progress=progress)
+    tty = sys.stderr.isatty()
+    progress = not a.no_progress and tty
+    every = None if a.no_progress or tty else a.progress_every
+    with console.Heartbeat("loading the trace and building the draft tables", None, every):
+        prep = prepare(setup, progress=progress)
     if prep.tables.replayed_requests:
         print(f"note: {prep.tables.replayed_requests} of {len(prep.tables.out_len)} requests replay recorded drafts; "
               "the rest use the drafter profile", file=sys.stderr)
     if prep.length_only:
         print("note: length-only requests: acceptance drawn from the bundled traces' statistical profile", file=sys.stderr)
+    elif not model.startswith("qwen"):
+        from sim.trace.tokenizer import TOKENIZER_NAME
+
+        print(f"note: trace text is tokenized with the {TOKENIZER_NAME} tokenizer (the only one bundled), not {model}'s "
+              "own; token-id traces are used as they are", file=sys.stderr)
+    if add_baseline:
+        print(f"note: running the baseline '{BASELINE}' too, for speedup_vs_baseline", file=sys.stderr)
     combos = [(p, b) for b in sizes for p in policies]
-    results = run_many(prep, combos, workers=a.workers, progress=progress)
+    with console.Heartbeat("runs", len(combos), every) as hb:
+        results = run_many(prep, combos, workers=a.workers, progress=progress, heartbeat=hb)
     for row, res in results:  # a lossy run is a simulator bug: its numbers must not be reported
         res.raise_if_lossy(f"policy {row['policy']} at batch size {row['batch_size']}")
     rows = [row for row, _ in results]
     add_speedups(rows)
-    print(f"trace {a.trace}: {rows[0]['requests']} requests, {rows[0]['output_tokens']} output tokens; "
-          f"{a.model} on {a.gpu} ({a.cost}); baseline {BASELINE}")
-    print(format_table(rows))
+    header = (f"trace {a.trace}: {rows[0]['requests']} requests, {rows[0]['output_tokens']} output tokens; "
+              f"{model} on {a.gpu} ({a.cost}); baseline {BASELINE}")
+    console.emit(rows, a.format, BASELINE, header=header)
     if a.out:
         write_outputs(a.out, rows, results)
-        print(f"wrote {a.out}/summary.json, requests.csv, steps.csv, report.html")
+        print(f"wrote {a.out}/summary.json, requests.csv, steps.csv, report.html",
+              file=sys.stdout if a.format == "table" else sys.stderr)
     return 0
 
 

@@ -145,7 +145,9 @@ def sensitivity_html(summ: pd.DataFrame) -> str:
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>hybridspec sensitivity</title></head>"
              "<body style='font-family:sans-serif;margin:2em'><h1>What moves the headline</h1>"
              "<p>Throughput / adaptive; simulation only (see sensitivity.md).</p>"]
-    colors = {"hybrid": "#d62728", "hybrid-price": "#ff7f0e", "best single": "#1f77b4", "oracle": "#7f7f7f"}
+    from sim.plot_style import series_color, style
+
+    colors = {k: series_color(k) for k in ("hybrid", "hybrid-price", "best single", "oracle")}
     first = True
     for axis, title in _AXIS_TITLES.items():
         g = summ[summ["axis"] == axis]
@@ -157,7 +159,7 @@ def sensitivity_html(summ: pd.DataFrame) -> str:
                 fig.add_trace(go.Bar(name=col, x=gb["value"], y=gb[col], marker_color=color, legendgroup=col,
                                      showlegend=ci == 1), row=1, col=ci)
         fig.add_hline(y=1.0, line_dash="dot")
-        fig.update_layout(title=title, barmode="group", yaxis_title="throughput / adaptive", template="plotly_white")
+        style(fig, title=title, barmode="group", yaxis_title="throughput / adaptive")
         parts.append(fig.to_html(full_html=False, include_plotlyjs=first, config={"displaylogo": False}))
         first = False
     parts.append("</body></html>")

@@ -136,9 +136,15 @@ def _coerce(key: str, v):
                 raise ValueError
             return int(v)
         if key in _FLOAT_KEYS:
+            if key == "rate" and isinstance(v, str) and v.strip().lower() in ("inf", "+inf"):
+                return None  # vLLM's --request-rate inf: every request at time 0
             return float(v)
     except (TypeError, ValueError):
         raise ConfigError(f"grid key '{key}': bad value {v!r}") from None
+    if key == "model":
+        from sim.models import llm_name
+
+        return llm_name(str(v))  # a Hugging Face id ("Qwen/Qwen3-8B") -> the bundled name
     return str(v)
 
 
@@ -462,13 +468,19 @@ _FLAG_KEYS = {"trace": str, "policy": str, "batch_size": int, "model": str, "gpu
               "kv_capacity_tokens": int, "max_num_batched_tokens": int}
 
 
+_VLLM_ALIASES = {"sample": ("num-prompts",), "rate": ("request-rate",), "batch_size": ("max-num-seqs",)}
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m sim.sweep", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Grid flags are repeatable; every combination runs. Flags override the keys "
                                         "of --grid/--preset.")
     for k, typ in _FLAG_KEYS.items():
-        ap.add_argument("--" + k.replace("_", "-"), dest=k, action="append", type=typ, help=f"grid values of {k}")
+        names = ["--" + k.replace("_", "-")] + [f"--{a}" for a in _VLLM_ALIASES.get(k, ())]
+        alias = f" (vLLM's {', '.join(names[1:])})" if names[1:] else ""
+        ap.add_argument(*names, dest=k, action="append", type=str if k == "rate" else typ,
+                        help=f"grid values of {k}{alias}")
     ap.add_argument("--grid", type=Path, help="TOML grid file")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="a built-in grid (paper: the grid of reports/)")
     ap.add_argument("--out", type=Path, default=Path("out/sweep"), help="output directory (default out/sweep)")
@@ -477,6 +489,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="run on Ray: a local instance, or the cluster at ADDRESS (needs the 'ray' extra)")
     ap.add_argument("--fresh", action="store_true", help="ignore cached cells and recompute everything")
     ap.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    ap.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                    help="the results printed at the end: the narrow table and verdicts, or every column as csv/json "
+                         "(results.csv and results.parquet in --out have them all either way)")
     ap.add_argument("--no-progress", action="store_true")
     return ap.parse_args(argv)
 
@@ -503,6 +518,28 @@ def grid_from_args(a: argparse.Namespace) -> dict:
     return grid
 
 
+def print_results(df: pd.DataFrame, fmt: str = "table") -> None:
+    """The sweep's ok cells on stdout: the narrow table (with a column for each setup key that varies) and a
+    verdict per setup and batch size, or every column as csv/json."""
+    from sim import console
+
+    if not len(df):
+        return
+    ok = df[df["status"] == "ok"]
+    rows = ok.to_dict("records")
+    if fmt != "table":
+        console.emit(rows, fmt, BASELINE)
+        return
+    vary = [k for k in PREP_KEYS + RUN_KEYS if k not in ("policy", "batch_size") and k in ok
+            and ok[k].astype(str).nunique() > 1]
+    for r in rows:
+        if "trace" in r:
+            r["trace_name"] = Path(str(r["trace"])).stem
+    lead = [("trace_name" if k == "trace" else k, k) for k in vary]
+    console.emit(rows, "table", BASELINE, header=f"{len(ok)} of {len(df)} cells ok; baseline {BASELINE}",
+                 lead=lead, group=tuple(vary))
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.workers is not None and a.workers < 1:
@@ -523,6 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     df = run_sweep(cells, a.out, workers=a.workers, use_ray=a.ray is not None, ray_address=a.ray or None,
                    fresh=a.fresh, progress=progress)
     n_err = int((df["status"] != "ok").sum()) if len(df) else 0
+    print_results(df, a.format)
     if n_err:
         print(f"warning: {n_err} of {len(df)} cells failed; see the status and error columns of {a.out}/results.csv",
               file=sys.stderr)

@@ -1,4 +1,6 @@
-"""Converters (sharegpt, vllm-custom, azure, burstgpt, mooncake) on small fixtures, and their errors."""
+"""Converters (sharegpt, vllm-custom, azure, burstgpt, mooncake, vidur) on small fixtures in each real format, and
+their errors. The default readings are vLLM 0.33's benchmark datasets' (vllm/benchmarks/datasets): the expected
+values below follow its rules, restated in each test."""
 from __future__ import annotations
 
 import json
@@ -21,7 +23,7 @@ def _cache(tmp_path, monkeypatch):
 
 def test_sharegpt(tmp_path):
     out = tmp_path / "o.jsonl"
-    res = convert("sharegpt", FIX / "sharegpt.json", out, workload="chat")
+    res = convert("sharegpt", FIX / "sharegpt.json", out, workload="chat", turns="all")
     ids = [r["id"] for r in res.rows]
     assert ids == ["c1/1", "c1/3", "c3/2"]
     assert res.dropped == 2  # c2's leading and empty assistant turns
@@ -34,31 +36,86 @@ def test_sharegpt(tmp_path):
     assert len(tr.requests) == 3 and not tr.length_only and tr.requests[0].workload == "chat"
 
 
+def test_sharegpt_first_turn_is_vllms_reading(tmp_path):
+    """vLLM: conversations with >= 2 turns; turn 0 -> prompt, turn 1 -> output, whatever their roles, raw text;
+    kept when prompt has 4..1024 tokens, output >= 4 and the sum <= 2048 (output minimum off with a fixed length)."""
+    from sim.trace.tokenizer import get_tokenizer
+
+    res = convert_rows("sharegpt", FIX / "sharegpt_vllm.json")
+    assert [r["id"] for r in res.rows] == ["keep", "roles-ignored"]
+    assert res.rows[0] == {"id": "keep", "prompt": "Explain what a hash map is.",
+                           "output": "A hash map stores key-value pairs in buckets chosen by a hash of the key."}
+    assert res.dropped == 5 and "length filter" in res.dropped_why
+    assert any("qwen3 tokenizer" in n for n in res.notes)
+    tok = get_tokenizer()
+    assert tok.count("Hi.") < 4 <= tok.count("Explain what a hash map is.")  # what drops 'short-prompt'
+    fixed = convert_rows("sharegpt", FIX / "sharegpt_vllm.json", sharegpt_output_len=3)
+    assert {r["id"] for r in fixed.rows} == {"keep", "roles-ignored", "short-output", "long-total"}  # no output minimum; total 938 + 3
+    assert all(r["output_len"] == 3 and "output" not in r for r in fixed.rows)
+    every = convert_rows("sharegpt", FIX / "sharegpt_vllm.json", length_filter=False)
+    assert len(every.rows) == 6 and every.dropped == 1  # only the one-turn conversation
+    with pytest.raises(ConfigError, match="--turns"):
+        convert_rows("sharegpt", FIX / "sharegpt_vllm.json", turns="last")
+
+
 def test_vllm_custom(tmp_path):
+    """vLLM: --custom-output-len (default 256) overrides output_tokens; -1 takes them (each line must have
+    one); the prompt goes through the chat template unless --skip-chat-template."""
     out = tmp_path / "o.jsonl"
-    res = convert("vllm-custom", FIX / "vllm_custom.jsonl", out, output_len=99)
-    assert [r["output_len"] for r in res.rows] == [40, 99]
+    res = convert("vllm-custom", FIX / "vllm_custom.jsonl", out)
+    assert [r["output_len"] for r in res.rows] == [256, 256]
+    assert res.rows[0]["prompt"] == "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n"
+    assert [r["output_len"] for r in convert_rows("vllm-custom", FIX / "vllm_custom.jsonl", output_len=99).rows] == [99, 99]
+    kept = convert_rows("vllm-custom", FIX / "vllm_custom.jsonl", output_len=99, keep_output_tokens=True)
+    assert [r["output_len"] for r in kept.rows] == [40, 99]
+    raw = convert_rows("vllm-custom", FIX / "vllm_custom.jsonl", chat_template=False)
+    assert raw.rows[1]["prompt"] == "Summarise the plot of Hamlet."
+    with pytest.raises(TraceError, match="output_tokens") as ei:
+        convert_rows("vllm-custom", FIX / "vllm_custom.jsonl", output_len=-1)
+    assert ei.value.line == 2
+    p = tmp_path / "all.jsonl"
+    p.write_text('{"prompt": "a b c", "output_tokens": 7}\n')
+    assert convert_rows("vllm-custom", p, output_len=-1).rows[0]["output_len"] == 7
+    with pytest.raises(ConfigError, match="custom-output-len"):
+        convert_rows("vllm-custom", p, output_len=0)
     tr = load_trace(out)
-    assert tr.length_only and tr.requests[0].prompt_ids is not None and tr.requests[0].output_len == 40
+    assert tr.length_only and tr.requests[0].prompt_ids is not None and tr.requests[0].output_len == 256
 
 
 def test_azure(tmp_path):
     out = tmp_path / "o.jsonl"
-    res = convert("azure", FIX / "azure.csv", out)
+    res = convert("azure", FIX / "azure.csv", out, workload="code")
     assert res.dropped == 1 and len(res.rows) == 3
     assert [r["prompt_len"] for r in res.rows] == [374, 396, 2048]
+    assert {r["workload"] for r in res.rows} == {"codeedit"}
     arr = [r["arrival_s"] for r in res.rows]
     assert arr[0] == 0.0 and arr[1] == pytest.approx(4.314579) and arr[2] == pytest.approx(5.569410)
     tr = load_trace(out)
     assert tr.length_only and tr.requests[1].output_len == 109
 
 
+def test_azure_workload_from_the_name_or_an_error(tmp_path):
+    import shutil
+
+    for name, want in (("AzureLLMInferenceTrace_code.csv", "codeedit"), ("AzureLLMInferenceTrace_conv_1week.csv", "chat")):
+        shutil.copy(FIX / "azure.csv", tmp_path / name)
+        assert {r["workload"] for r in convert_rows("azure", tmp_path / name).rows} == {want}
+    with pytest.raises(ConfigError, match="--workload code or --workload conv"):
+        convert_rows("azure", FIX / "azure.csv")
+    assert {r["workload"] for r in convert_rows("azure", FIX / "azure.csv", workload="conv").rows} == {"chat"}
+
+
 def test_burstgpt(tmp_path):
+    """vLLM keeps the GPT-4 rows with > 0 response tokens."""
     out = tmp_path / "o.jsonl"
     res = convert("burstgpt", FIX / "burstgpt.csv", out)
+    assert [(r["prompt_len"], r["output_len"]) for r in res.rows] == [(417, 276)]
+    assert res.dropped == 2 and "GPT-4" in res.dropped_why
+    res = convert("burstgpt", FIX / "burstgpt.csv", out, model="all")
     assert res.dropped == 1 and "failed" in res.dropped_why
     assert [(r["prompt_len"], r["output_len"], r["arrival_s"]) for r in res.rows] == [(472, 18, 0.0), (417, 276, 113.0)]
     assert load_trace(out).length_only
+    assert len(convert_rows("burstgpt", FIX / "burstgpt.csv", model="ChatGPT").rows) == 1
 
 
 def test_mooncake(tmp_path):
@@ -66,13 +123,31 @@ def test_mooncake(tmp_path):
     res = convert("mooncake", FIX / "mooncake.jsonl", out)
     assert res.dropped == 1
     assert [(r["prompt_len"], r["output_len"], r["arrival_s"]) for r in res.rows] == [(6955, 52, 0.0), (6472, 26, 3.053)]
+    assert [r["hash_ids"] for r in res.rows] == [[46, 47, 48], [46, 52]]  # kept for prefix caching
+    assert any("prefix caching" in n for n in res.notes)
     assert len(load_trace(out).requests) == 2
 
 
+def test_vidur(tmp_path):
+    """Vidur's length trace (num_prefill_tokens, num_decode_tokens[, arrived_at]) and its replay trace (Time,
+    PromptTokenCount, CompletionTokenCount): counts truncated to integers, then raised to >= 1."""
+    res = convert("vidur", FIX / "vidur_lengths.csv", tmp_path / "v.jsonl")
+    assert [(r["prompt_len"], r["output_len"]) for r in res.rows] == [(120, 300), (1, 1), (2048, 17)]
+    assert "arrival_s" not in res.rows[0] and load_trace(tmp_path / "v.jsonl").length_only
+    res = convert_rows("vidur", FIX / "vidur_replay.csv")
+    assert [(r["prompt_len"], r["output_len"], r["arrival_s"]) for r in res.rows] == [(512, 64, 0.0), (900, 1, 1.5)]
+    p = tmp_path / "arr.csv"
+    p.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n2.0,10,5\n0.5,20,6\n")
+    assert [r["arrival_s"] for r in convert_rows("vidur", p).rows] == [1.5, 0.0]
+    p.write_text("a,b\n1,2\n")
+    with pytest.raises(TraceError, match="not a Vidur trace"):
+        convert_rows("vidur", p)
+
+
 def test_unknown_format():
-    with pytest.raises(ConfigError, match="known formats: sharegpt, vllm-custom, azure, burstgpt, mooncake"):
+    with pytest.raises(ConfigError, match="known formats: sharegpt, vllm-custom, azure, burstgpt, mooncake, vidur"):
         convert_rows("parquet", FIX / "azure.csv")
-    assert set(FORMATS) == {"sharegpt", "vllm-custom", "azure", "burstgpt", "mooncake"}
+    assert set(FORMATS) == {"sharegpt", "vllm-custom", "azure", "burstgpt", "mooncake", "vidur"}
 
 
 def _w(tmp_path, text, name):

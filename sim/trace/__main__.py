@@ -1,7 +1,7 @@
 """python -m sim.trace {convert,build,stats}: convert public trace formats, build the bundled traces, print stats.
 
-  python -m sim.trace convert --from sharegpt IN.json -o OUT.jsonl [--skip-bad] [--workload W] [--output-len N]
-  python -m sim.trace build {codeedit,chat,general,all} [--out-dir traces] [--limit N]
+  python -m sim.trace convert --from FORMAT IN -o OUT.jsonl [--skip-bad] [--workload W] [format options]
+  python -m sim.trace build {codeedit,chat,general,all} [--out-dir out/traces] [--limit N]  (--out-dir traces: replace the bundled ones)
   python -m sim.trace stats FILE [FILE ...] [--skip-bad]
 """
 from __future__ import annotations
@@ -32,12 +32,30 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("input", metavar="IN")
     c.add_argument("-o", "--output", required=True, metavar="OUT")
     c.add_argument("--skip-bad", action="store_true", help="skip bad rows (and print how many) instead of failing")
-    c.add_argument("--workload", default=None, help="set this workload name on every request")
-    c.add_argument("--output-len", type=int, default=256,
-                   help="vllm-custom: output length of lines without output_tokens (default 256)")
+    c.add_argument("--workload", default=None,
+                   help="set this workload name on every request (azure: code or conv; default: from the file name)")
+    g = c.add_argument_group("sharegpt (defaults: what vLLM's ShareGPT dataset builds)")
+    g.add_argument("--turns", choices=("first", "all"), default="first",
+                   help="first: one request per conversation, turn 0 -> turn 1, vLLM's length filter (vLLM); "
+                        "all: one request per assistant turn, the earlier turns in the ChatML template as prompt")
+    g.add_argument("--sharegpt-output-len", type=int, default=None,
+                   help="--turns first: every output this many tokens (length-only), as vLLM's flag")
+    g.add_argument("--no-length-filter", action="store_true",
+                   help="--turns first: keep conversations outside vLLM's length filter")
+    g = c.add_argument_group("vllm-custom (defaults: what vLLM's custom dataset builds)")
+    g.add_argument("--custom-output-len", "--output-len", dest="output_len", type=int, default=256,
+                   help="every output length, overriding output_tokens (vLLM's default 256); -1: each line's "
+                        "output_tokens (required then)")
+    g.add_argument("--keep-output-tokens", action="store_true",
+                   help="a line's output_tokens where given, --custom-output-len elsewhere (not vLLM's reading)")
+    g.add_argument("--skip-chat-template", action="store_true",
+                   help="keep prompts raw instead of wrapping them in the chat template (vLLM's flag)")
+    g = c.add_argument_group("burstgpt")
+    g.add_argument("--model", default=None, help="keep this model's rows (default GPT-4, as vLLM; all: every model)")
     b = sub.add_parser("build", help="build bundled traces (deterministic)")
     b.add_argument("which", metavar="{codeedit,chat,general,all}")
-    b.add_argument("--out-dir", default="traces")
+    b.add_argument("--out-dir", default="out/traces",
+                   help="where to write (default out/traces; --out-dir traces replaces the bundled traces)")
     b.add_argument("--limit", type=int, default=None, help="at most N requests per trace (for tests)")
     b.add_argument("--no-progress", action="store_true")
     s = sub.add_parser("stats", help="print request count, token percentiles and the n-gram copy fraction")
@@ -52,15 +70,23 @@ def _convert(args) -> int:
 
     if args.fmt not in FORMATS:
         raise ConfigError(f"unknown format {args.fmt!r}; known formats: {', '.join(FORMATS)}")
-    if args.output_len < 1:
-        raise ConfigError(f"--output-len must be >= 1, got {args.output_len}")
+    used = {"sharegpt": ("turns", "sharegpt_output_len", "no_length_filter"),
+            "vllm-custom": ("keep_output_tokens", "skip_chat_template"), "burstgpt": ("model",)}
+    for fmt, names in used.items():
+        for n in names:
+            if fmt != args.fmt and getattr(args, n) not in (None, False, "first"):
+                raise ConfigError(f"--{n.replace('_', '-')} goes with --from {fmt}, not {args.fmt}")
     res = convert(args.fmt, args.input, args.output, skip_bad=args.skip_bad, workload=args.workload,
-                  output_len=args.output_len)
+                  output_len=args.output_len, turns=args.turns, sharegpt_output_len=args.sharegpt_output_len,
+                  length_filter=not args.no_length_filter, keep_output_tokens=args.keep_output_tokens,
+                  chat_template=not args.skip_chat_template, model=args.model)
     n_lo = sum(1 for r in res.rows if "output_len" in r)
     kind = " (length-only)" if n_lo == len(res.rows) else (f" ({n_lo} length-only)" if n_lo else "")
     print(f"wrote {len(res.rows)} requests{kind} to {args.output}")
     if res.dropped:
         print(f"dropped {res.dropped} {res.dropped_why}")
+    for note in res.notes:
+        print(f"  {note}")
     if args.skip_bad:
         print(f"skipped {res.skipped} bad rows" + (f" (first: {res.problems[0]})" if res.problems else ""))
     return 0

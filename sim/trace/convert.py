@@ -1,20 +1,39 @@
 """Converters from the trace formats users have to hybridspec JSONL (see traces/README.md).
 
-  sharegpt     ShareGPT JSON list [{"id", "conversations": [{"from": "human"|"gpt"|..., "value"}]}]:
-               one request per assistant turn; the earlier turns, rendered with the ChatML chat template,
-               are the prompt and the assistant text is the output (content trace). Empty assistant turns and
+Each builds, by default, the workload vLLM 0.33's benchmark (`vllm bench serve --dataset-name ...`) builds from
+the same file; options give the other readings. Text stays text: `python -m sim.run` tokenizes it with the
+bundled Qwen3 tokenizer (the only one available offline), and every summary says so.
+
+  sharegpt     ShareGPT JSON list [{"id", "conversations": [{"from": "human"|"gpt"|..., "value"}]}].
+               --turns first (vLLM): one request per conversation with >= 2 turns, turn 0 the prompt (raw
+               text, as vLLM sends it to the completions endpoint) and turn 1 the output, kept only when
+               vLLM's length filter passes (prompt 4..1024 tokens, output >= 4, prompt + output <= 2048);
+               --sharegpt-output-len N: every output N tokens (length-only) and no output minimum.
+               --turns all: one request per assistant turn; the earlier turns, rendered with the ChatML chat
+               template, are the prompt and the assistant text is the output. Empty assistant turns and
                assistant turns with no earlier turn are dropped and counted.
-  vllm-custom  vLLM benchmark custom dataset JSONL, {"prompt": "..."} per line. The prompt text is kept;
-               the output is length-only: "output_tokens" of the line if given, else --output-len (default 256,
-               like vLLM's --custom-output-len). A line that also has an "output" text keeps it (content).
-  azure        Azure LLM inference trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens): length-only.
+  vllm-custom  vLLM benchmark custom dataset JSONL, {"prompt": "...", "output_tokens": N} per line.
+               --custom-output-len N (vLLM's default 256) sets every output length, overriding output_tokens;
+               -1 takes each line's output_tokens (required then, as in vLLM); --keep-output-tokens takes a
+               line's output_tokens where given and N elsewhere. The prompt is wrapped in the chat template
+               as one user turn with the generation prompt (vLLM's default; Qwen3's template is ChatML);
+               --skip-chat-template keeps it raw. A line that also has an "output" text keeps it (content).
+  azure        Azure LLM inference trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens): length-only. The
+               workload (code or conversation: it picks the acceptance profile of length-only requests) comes
+               from --workload, else from the file name (AzureLLMInferenceTrace_code / _conv), else an error.
   burstgpt     BurstGPT CSV (Timestamp, Model, Request tokens, Response tokens, Total tokens, Log Type):
-               length-only; failed requests (0 response tokens) are dropped and counted.
-  mooncake     Mooncake JSONL ({"timestamp": ms, "input_length", "output_length", "hash_ids"}): length-only.
+               length-only; the rows of --model (vLLM keeps GPT-4; `all` keeps every model); failed requests
+               (0 response tokens) are dropped and counted.
+  mooncake     Mooncake JSONL ({"timestamp": ms, "input_length", "output_length", "hash_ids"}): length-only;
+               hash_ids (the prompt's KV-block hashes) are kept in the trace, unused by the simulator until it
+               models prefix caching.
+  vidur        Vidur's trace CSVs: a request-length trace (num_prefill_tokens, num_decode_tokens, optional
+               arrived_at seconds or arrival_time date-times) or a replay trace (Time, PromptTokenCount,
+               CompletionTokenCount); length-only. Counts below 1 are raised to 1, as Vidur does.
 
 Timestamps become arrival_s in seconds relative to the earliest kept request. Requests with 0 output tokens
-in the length-only formats are dropped and counted (they generate nothing). Every other bad row raises a
-TraceError naming file, line and field, or with skip_bad=True is skipped and counted.
+in the length-only formats (except vidur) are dropped and counted (they generate nothing). Every other bad row
+raises a TraceError naming file, line and field, or with skip_bad=True is skipped and counted.
 """
 from __future__ import annotations
 
@@ -43,12 +62,15 @@ class ConvertResult:
     dropped_why: str = ""
     length_only: bool = False
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # summary lines: the reading taken, the tokenizer used
 
 
 class _Ctx:
     def __init__(self, file: str, skip_bad: bool):
         self.file, self.skip_bad = file, skip_bad
         self.skipped, self.dropped, self.problems = 0, 0, []
+        self.notes: list[str] = []
+        self.dropped_why: str | None = None  # overrides the format's default reason
 
     def bad(self, exc: TraceError) -> None:
         if not self.skip_bad:
@@ -115,7 +137,12 @@ def _timestamp_s(v: str, file, line, name) -> float:
 
 # --- the formats --------------------------------------------------------------------------------------
 
-def _sharegpt(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
+# vLLM's ShareGPT length filter (the defaults of its benchmark's sequence check)
+SHAREGPT_MIN_LEN, SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_TOTAL = 4, 1024, 2048
+
+
+def _sharegpt_conversations(text: str, ctx: _Ctx) -> Iterator[tuple[int, str, list]]:
+    """(line, id, [(role, text)]) of every well-formed conversation; bad ones go to ctx.bad."""
     file = ctx.file
     for index, (line, conv) in enumerate(iter_json_list(text, file)):
         try:
@@ -143,13 +170,51 @@ def _sharegpt(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
         except TraceError as exc:
             ctx.bad(exc)
             continue
-        for j, (role, value) in enumerate(messages):
-            if role != "assistant":
-                continue
-            if not value.strip() or j == 0:
+        yield line, str(cid), messages
+
+
+def _sharegpt(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
+    if opts.get("turns", "first") == "all":
+        ctx.notes.append("one request per assistant turn, the earlier turns in the ChatML template as its prompt "
+                         "(--turns all; vLLM takes each conversation's first exchange)")
+        for _, cid, messages in _sharegpt_conversations(text, ctx):
+            for j, (role, value) in enumerate(messages):
+                if role != "assistant":
+                    continue
+                if not value.strip() or j == 0:
+                    ctx.dropped += 1
+                    continue
+                yield {"id": f"{cid}/{j}", "prompt": render_chat(messages[:j]), "output": value}
+        return
+    # --turns first, vLLM's reading: turn 0 is the prompt and turn 1 the output, whatever their roles
+    from sim.trace.tokenizer import TOKENIZER_NAME, get_tokenizer
+
+    fixed = opts.get("sharegpt_output_len")
+    filt = opts.get("length_filter", True)
+    tok = get_tokenizer() if filt else None
+    rule = (f"prompt {SHAREGPT_MIN_LEN}..{SHAREGPT_MAX_PROMPT} tokens" + ("" if fixed else f", output >= {SHAREGPT_MIN_LEN}")
+            + f", prompt + output <= {SHAREGPT_MAX_TOTAL}")
+    ctx.dropped_why = "conversations with fewer than 2 turns" + (f" or outside vLLM's length filter ({rule})" if filt else "")
+    ctx.notes.append("one request per conversation: turn 0 -> turn 1, raw text (--turns first, as vLLM)")
+    if filt:
+        ctx.notes.append(f"vLLM's length filter counted tokens with the {TOKENIZER_NAME} tokenizer (vLLM counts with "
+                         "the served model's); --no-length-filter keeps every conversation")
+    for _, cid, messages in _sharegpt_conversations(text, ctx):
+        if len(messages) < 2:
+            ctx.dropped += 1
+            continue
+        prompt, completion = messages[0][1], messages[1][1]
+        if filt:
+            p_len = tok.count(prompt)
+            o_len = fixed if fixed else tok.count(completion)
+            if (p_len < SHAREGPT_MIN_LEN or (not fixed and o_len < SHAREGPT_MIN_LEN) or p_len > SHAREGPT_MAX_PROMPT
+                    or p_len + o_len > SHAREGPT_MAX_TOTAL):
                 ctx.dropped += 1
                 continue
-            yield {"id": f"{cid}/{j}", "prompt": render_chat(messages[:j]), "output": value}
+        if not prompt or not (fixed or completion):  # nothing to send or nothing generated
+            ctx.dropped += 1
+            continue
+        yield {"id": cid, "prompt": prompt, **({"output_len": fixed} if fixed else {"output": completion})}
 
 
 def _jsonl_rows(text: str, ctx: _Ctx, parse: Callable[[dict, int], dict | None]) -> Iterator[dict]:
@@ -177,7 +242,15 @@ def _jsonl_rows(text: str, ctx: _Ctx, parse: Callable[[dict, int], dict | None])
 
 def _vllm_custom(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
     file = ctx.file
-    default_len = opts.get("output_len", 256)
+    n = opts.get("custom_output_len", 256)
+    keep = opts.get("keep_output_tokens", False)
+    template = opts.get("chat_template", True)
+    ctx.notes.append("prompts wrapped in the ChatML chat template, one user turn and the generation prompt (Qwen3's "
+                     "template; vLLM applies the served model's)" if template else
+                     "prompts kept raw (--skip-chat-template)")
+    ctx.notes.append("output lengths: " + ("each line's output_tokens (--custom-output-len -1)" if n == -1 else
+                     f"each line's output_tokens where given, else {n} (--keep-output-tokens)" if keep else
+                     f"{n} for every line (--custom-output-len overrides output_tokens, as in vLLM; -1 takes them)"))
 
     def parse(obj: dict, line: int) -> dict:
         prompt = obj.get("prompt")
@@ -185,13 +258,17 @@ def _vllm_custom(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
             raise TraceError("missing field", file, line, "prompt")
         if not isinstance(prompt, str) or not prompt:
             raise TraceError("must be a non-empty string", file, line, "prompt")
-        row = {"id": str(obj.get("id", f"vllm-{line}")), "prompt": prompt}
+        row = {"id": str(obj.get("id", f"vllm-{line}")), "prompt": render_chat([("user", prompt)]) if template else prompt}
+        given = _int_field(obj["output_tokens"], file, line, "output_tokens", minimum=1) if "output_tokens" in obj else None
         if isinstance(obj.get("output"), str) and obj["output"]:
             row["output"] = obj["output"]
-        elif "output_tokens" in obj:
-            row["output_len"] = _int_field(obj["output_tokens"], file, line, "output_tokens", minimum=1)
+        elif n == -1 or (keep and given is not None):
+            if given is None:
+                raise TraceError("missing field (--custom-output-len -1 takes each line's output_tokens)",
+                                 file, line, "output_tokens")
+            row["output_len"] = given
         else:
-            row["output_len"] = default_len
+            row["output_len"] = n
         return row
 
     return _jsonl_rows(text, ctx, parse)
@@ -218,12 +295,13 @@ def _csv_rows(text: str, ctx: _Ctx, required: list[str]) -> Iterator[tuple[int, 
         yield start, dict(zip(header, row))
 
 
-def _length_csv(prefix: str, ts_col: str, ts_parse: Callable, p_col: str, o_col: str) -> Callable:
+def _length_csv(prefix: str, ts_col: str, ts_parse: Callable, p_col: str, o_col: str,
+                keep: Callable[[dict, dict], bool] | None = None, extra: tuple[str, ...] = ()) -> Callable:
     """A converter for a length-only CSV trace (timestamp, prompt tokens, output tokens per row). Rows with
-    0 output tokens (failed requests) are dropped and counted."""
+    0 output tokens (failed requests) are dropped and counted; so are (well-formed) rows keep(row, opts) rejects."""
     def convert(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
         f = ctx.file
-        for line, row in _csv_rows(text, ctx, [ts_col, p_col, o_col]):
+        for line, row in _csv_rows(text, ctx, [ts_col, p_col, o_col, *extra]):
             try:
                 ts = ts_parse(row[ts_col], f, line, ts_col)
                 p = _int_field(row[p_col], f, line, p_col, minimum=1)
@@ -231,15 +309,51 @@ def _length_csv(prefix: str, ts_col: str, ts_parse: Callable, p_col: str, o_col:
             except TraceError as exc:
                 ctx.bad(exc)
                 continue
-            if o == 0:
+            if o == 0 or (keep is not None and not keep(row, opts)):
                 ctx.dropped += 1
                 continue
             yield {"id": f"{prefix}-{line}", "prompt_len": p, "output_len": o, "_ts": ts}
     return convert
 
 
+BURSTGPT_MODEL = "GPT-4"  # the model vLLM's BurstGPT dataset keeps
+
+
+def _burstgpt_keep(row: dict, opts: dict) -> bool:
+    model = opts.get("model") or BURSTGPT_MODEL
+    return model == "all" or row["Model"].strip() == model
+
+
 _azure = _length_csv("azure", "TIMESTAMP", _timestamp_s, "ContextTokens", "GeneratedTokens")
-_burstgpt = _length_csv("burstgpt", "Timestamp", _float_field, "Request tokens", "Response tokens")
+_burstgpt_rows = _length_csv("burstgpt", "Timestamp", _float_field, "Request tokens", "Response tokens",
+                             keep=_burstgpt_keep, extra=("Model",))
+
+
+def _burstgpt(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
+    model = opts.get("model") or BURSTGPT_MODEL
+    ctx.notes.append("every model's rows (--model all)" if model == "all" else
+                     f"only the {model} rows (--model; vLLM keeps GPT-4; all: every model)")
+    if model != "all":
+        ctx.dropped_why = f"rows of other models than {model} and failed requests (0 response tokens)"
+    return _burstgpt_rows(text, ctx, opts)
+
+
+AZURE_WORKLOADS = {"code": "codeedit", "conv": "chat", "conversation": "chat"}
+
+
+def azure_workload(path: str, workload: str | None) -> str:
+    """The workload of an Azure trace: --workload (code and conv are named codeedit and chat), else the file
+    name's _code / _conv; ConfigError when neither tells."""
+    from sim.errors import ConfigError
+
+    if workload:
+        return AZURE_WORKLOADS.get(workload.lower(), workload)
+    stem = os.path.basename(str(path)).lower()
+    hits = {w for k, w in AZURE_WORKLOADS.items() if re.search(rf"(^|[^a-z]){k}([^a-z]|$)", stem)}
+    if len(hits) == 1:
+        return hits.pop()
+    raise ConfigError(f"{path}: say which Azure trace this is with --workload code or --workload conv (the file name "
+                      "does not tell; it picks the acceptance profile of the length-only requests)")
 
 
 def _mooncake(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
@@ -252,13 +366,47 @@ def _mooncake(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
         ts = _float_field(obj["timestamp"], f, line, "timestamp") / 1000.0
         p = _int_field(obj["input_length"], f, line, "input_length", minimum=1)
         o = _int_field(obj["output_length"], f, line, "output_length")
-        if "hash_ids" in obj and not isinstance(obj["hash_ids"], list):
-            raise TraceError("must be a list", f, line, "hash_ids")
+        hashes = obj.get("hash_ids")
+        if hashes is not None and not (isinstance(hashes, list) and all(
+                isinstance(h, int) and not isinstance(h, bool) for h in hashes)):
+            raise TraceError("must be a list of integers", f, line, "hash_ids")
         if o == 0:  # nothing generated: dropped and counted
             return None
-        return {"id": f"mooncake-{line}", "prompt_len": p, "output_len": o, "_ts": ts}
+        row = {"id": f"mooncake-{line}", "prompt_len": p, "output_len": o, "_ts": ts}
+        if hashes is not None:
+            row["hash_ids"] = hashes
+        return row
+
+    ctx.notes.append("hash_ids (KV-block hashes of each prompt) kept in the trace; the simulator does not use "
+                     "them until it models prefix caching")
 
     return _jsonl_rows(text, ctx, parse)
+
+
+def _vidur(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
+    f = ctx.file
+    head = [h.strip() for h in next(csv.reader(io.StringIO(text.split("\n", 1)[0])), [])]
+    if "num_prefill_tokens" in head:
+        p_col, o_col = "num_prefill_tokens", "num_decode_tokens"
+        ts_col = next((c for c in ("arrived_at", "arrival_time") if c in head), None)
+    elif "PromptTokenCount" in head:
+        p_col, o_col, ts_col = "PromptTokenCount", "CompletionTokenCount", "Time"
+    else:
+        raise TraceError("not a Vidur trace: expected columns num_prefill_tokens, num_decode_tokens (or Time, "
+                         f"PromptTokenCount, CompletionTokenCount); the header has: {', '.join(head)}", f, 1)
+    ctx.notes.append(f"Vidur columns {p_col}, {o_col}" + (f", {ts_col}" if ts_col else " (no arrival times: all at 0)")
+                     + "; counts below 1 raised to 1, as Vidur does")
+    for line, row in _csv_rows(text, ctx, [p_col, o_col] + ([ts_col] if ts_col else [])):
+        try:
+            out = {"id": f"vidur-{line}",  # Vidur truncates (scaled) counts to integers, then raises them to >= 1
+                   "prompt_len": max(1, int(_float_field(row[p_col], f, line, p_col))),
+                   "output_len": max(1, int(_float_field(row[o_col], f, line, o_col)))}
+            if ts_col:
+                out["_ts"] = _timestamp_s(row[ts_col], f, line, ts_col)
+        except TraceError as exc:
+            ctx.bad(exc)
+            continue
+        yield out
 
 
 FORMATS: dict[str, tuple[Callable, bool, str]] = {
@@ -268,26 +416,39 @@ FORMATS: dict[str, tuple[Callable, bool, str]] = {
     "azure": (_azure, True, "requests with 0 generated tokens"),
     "burstgpt": (_burstgpt, True, "failed requests (0 response tokens)"),
     "mooncake": (_mooncake, True, "requests with 0 output tokens"),
+    "vidur": (_vidur, True, ""),
 }
 
 
 def convert_rows(fmt: str, in_path: str | os.PathLike, skip_bad: bool = False, workload: str | None = None,
-                 output_len: int = 256) -> ConvertResult:
-    """Read IN in format `fmt` and return the hybridspec rows (not yet written)."""
+                 output_len: int = 256, **opts) -> ConvertResult:
+    """Read IN in format `fmt` and return the hybridspec rows (not yet written). `output_len` is the custom
+    dataset's --custom-output-len; `opts`: turns, sharegpt_output_len, length_filter (sharegpt),
+    keep_output_tokens, chat_template (vllm-custom), model (burstgpt); the module docstring says what each does."""
+    from sim.errors import ConfigError
+
     if fmt not in FORMATS:
-        from sim.errors import ConfigError
         raise ConfigError(f"unknown format {fmt!r}; known formats: {', '.join(FORMATS)}")
+    if opts.get("turns", "first") not in ("first", "all"):
+        raise ConfigError(f"--turns must be first or all, got {opts['turns']!r}")
+    if output_len == 0 or output_len < -1:
+        raise ConfigError(f"--custom-output-len must be >= 1 or -1 (each line's output_tokens), got {output_len}")
+    if opts.get("sharegpt_output_len") is not None and opts["sharegpt_output_len"] < 1:
+        raise ConfigError(f"--sharegpt-output-len must be >= 1, got {opts['sharegpt_output_len']}")
     reader, length_only, why = FORMATS[fmt]
     file = str(in_path)
     text = read_text(in_path)
     if not text.strip():
         raise TraceError("empty file", file)
     ctx = _Ctx(file, skip_bad)
-    rows = list(reader(text, ctx, {"output_len": output_len}))
+    rows = list(reader(text, ctx, {"custom_output_len": output_len, **opts}))
+    why = ctx.dropped_why if ctx.dropped_why is not None else why
     if not rows:
         extra = f"; {ctx.skipped} bad rows skipped" if ctx.skipped else ""
         extra += f"; {ctx.dropped} {why} dropped" if ctx.dropped else ""
         raise TraceError(f"no requests to convert{extra}", file)
+    if fmt == "azure":  # after the rows, so that a malformed file is reported as such first
+        workload = azure_workload(file, workload)
     seen: set[str] = set()
     for r in rows:
         if r["id"] in seen:
@@ -300,7 +461,14 @@ def convert_rows(fmt: str, in_path: str | os.PathLike, skip_bad: bool = False, w
     if workload is not None:
         for r in rows:
             r["workload"] = workload
-    return ConvertResult(rows, ctx.skipped, ctx.dropped, why, length_only, ctx.problems)
+    if fmt == "azure":
+        ctx.notes.append(f"workload {workload} (the acceptance profile of its length-only requests)")
+    if any("prompt" in r or "output" in r for r in rows):
+        from sim.trace.tokenizer import TOKENIZER_NAME
+
+        ctx.notes.append(f"text is tokenized by python -m sim.run with the {TOKENIZER_NAME} tokenizer (the only one "
+                         "bundled; another model's own tokenizer gives other lengths)")
+    return ConvertResult(rows, ctx.skipped, ctx.dropped, why, length_only, ctx.problems, ctx.notes)
 
 
 def convert(fmt: str, in_path, out_path, **kw) -> ConvertResult:

@@ -263,5 +263,5 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
             id=r.id, prompt_ids=p_ids, output_ids=o_ids,
             prompt_len=len(p_ids) if p_ids is not None else int(r.prompt),
             output_len=len(o_ids) if o_ids is not None else int(r.output),
-            arrival_s=r.arrival_s, workload=r.workload, temperature=r.temperature))
+            arrival_s=r.arrival_s, workload=r.workload, temperature=r.temperature, line=r.line))
     return Trace(path=file, requests=requests, skipped=len(problems), problems=problems)

@@ -37,6 +37,7 @@ class Request:
     arrival_s: float | None = None
     workload: str | None = None
     temperature: float = 0.0
+    line: int | None = None  # 1-based line of the trace file it came from (for error messages)
 
     @property
     def length_only(self) -> bool:

@@ -1,0 +1,103 @@
+"""One plot style for every HTML page (the run's report.html, the sweep's index.html, sensitivity.html and
+real/validate's fidelity.html): a colour fixed per policy, per step-time part and per named series, and one
+plotly template. Every trace gets its colour explicitly, so a legend entry and the bars or lines it names
+have the same colour in every panel (plotly's automatic colours restart per trace index, not per name).
+"""
+from __future__ import annotations
+
+import colorsys
+
+TEMPLATE = "plotly_white"
+
+# policy family (the name before ':') -> colour; the baseline is blue, the hybrids warm, the oracle grey
+POLICY_COLORS = {
+    "adaptive": "#1f77b4",
+    "hybrid": "#d62728",
+    "hybrid-price": "#ff7f0e",
+    "hybrid-tree": "#9467bd",
+    "ngram-fixed": "#2ca02c",
+    "model-fixed": "#17becf",
+    "ngram-first": "#8c564b",
+    "suffix-threshold": "#e377c2",
+    "oracle": "#7f7f7f",
+    "none": "#bcbd22",
+}
+# the bundled defaults: they get their family's colour when other settings of the family share a page
+CANONICAL = {"ngram-fixed": "ngram-fixed:32", "model-fixed": "model-fixed:7"}
+_FALLBACK = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"]
+
+# step-time parts (sim.metrics.BREAKDOWN without _ms)
+PART_COLORS = {
+    "draft": "#4c78a8",
+    "ngram": "#72b7b2",
+    "alloc": "#eeca3b",
+    "verify": "#f58518",
+    "sample": "#b279a2",
+    "cpu": "#9d755d",
+    "bubble": "#bab0ac",
+}
+
+# named series that are not policies
+SERIES_COLORS = {
+    "best single": "#2f4b7c",  # the best single-drafter policy (sensitivity)
+    "real": "#1f77b4",  # real/validate: measured
+    "predicted (replayed drafts)": "#ff7f0e",
+    "predicted (synthetic drafter)": "#2ca02c",
+}
+
+
+def family(policy: str) -> str:
+    return str(policy).split(":", 1)[0]
+
+
+def _shade(hex_color: str, step: int) -> str:
+    """The colour made lighter (odd steps) or darker (even steps), further with each step."""
+    r, g, b = (int(hex_color[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    h, light, s = colorsys.rgb_to_hls(r, g, b)
+    d = 0.12 * ((step + 1) // 2)
+    light = min(0.85, light + d) if step % 2 else max(0.15, light - d)
+    r, g, b = colorsys.hls_to_rgb(h, light, s)
+    return "#" + "".join(f"{round(x * 255):02x}" for x in (r, g, b))
+
+
+def policy_color(policy: str) -> str:
+    """The fixed colour of a policy's family (an unknown family: a fixed colour from its name)."""
+    fam = family(policy)
+    if fam in POLICY_COLORS:
+        return POLICY_COLORS[fam]
+    return _FALLBACK[sum(fam.encode()) % len(_FALLBACK)]
+
+
+def policy_colors(policies) -> dict[str, str]:
+    """Colour of each policy on one page: its family's; when several settings of one family share the page,
+    the bundled default (or the plain family name, or else the first in sorted order) keeps the family
+    colour and the others get lighter/darker shades of it, in sorted order."""
+    names = list(dict.fromkeys(str(p) for p in policies))
+    out: dict[str, str] = {}
+    by_family: dict[str, list[str]] = {}
+    for p in names:
+        by_family.setdefault(family(p), []).append(p)
+    for fam, group in by_family.items():
+        base = policy_color(fam)
+        group = sorted(group)
+        lead = next((p for p in group if p in (fam, CANONICAL.get(fam))), group[0])
+        out[lead] = base
+        for i, p in enumerate((p for p in group if p != lead), start=1):
+            out[p] = _shade(base, i)
+    return out
+
+
+def part_color(part: str) -> str:
+    return PART_COLORS[part.removesuffix("_ms")]
+
+
+def series_color(name: str) -> str:
+    if name in SERIES_COLORS:
+        return SERIES_COLORS[name]
+    return policy_color(name)
+
+
+def style(fig, **layout):
+    """The shared layout: template, font, legend title size; `layout` passed on to update_layout."""
+    fig.update_layout(template=TEMPLATE, font=dict(family="sans-serif", size=13), **layout)
+    return fig

@@ -1,0 +1,134 @@
+"""vLLM's habits on the simulator's command lines: its flag names and its `--speculative-config` JSON.
+
+Flag aliases (sim.run and sim.sweep):
+  --num-prompts N     = --sample N: N requests drawn across the trace, seeded by --seed (vLLM shuffles the
+                        dataset with its seed and takes the first N; the simulator keeps them in trace order,
+                        which only moves arrival order when the trace has no arrival times)
+  --request-rate R    = --rate R: Poisson arrivals at R req/s; `inf` (vLLM's default) = all at time 0
+  --max-num-seqs B    = --batch-size B: the most requests running at once
+  --max-model-len N   : the context length to check requests against (default: the model's, models/llms/)
+
+`--speculative-config` maps vLLM's fields onto a simulator policy (`speculative_config`):
+
+  method                                 policy                       notes
+  ngram, ngram_gpu                       ngram-fixed:K                K = num_speculative_tokens; sets --ngram-k K;
+                                                                      prompt_lookup_min/max must be the n-gram
+                                                                      calibrator's n range (it is fitted per range)
+  dspark                                 model-fixed:K                the DSpark drafter profile (--drafter); K <= its block
+  dspark + enable_adaptive_verification  adaptive                     vLLM's adaptive verification (the baseline)
+
+Other methods (eagle, eagle3, mtp, draft_model, suffix, medusa, ...) have no drafter model in the simulator
+and are refused with a one-line error, as are fields that would change what the run means (tree and
+suffix-decoding settings, sampling methods, ...). Fields about where the drafter runs (model,
+quantization, parallelism) do not change what the simulator models and are ignored.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from sim.errors import ConfigError
+
+NGRAM_METHODS = ("ngram", "[ngram]", "ngram_gpu")
+MODEL_METHODS = ("dspark",)
+# fields that say where or how the drafter runs, not what it proposes or what is verified
+IGNORED_FIELDS = ("model", "quantization", "revision", "code_revision", "draft_tensor_parallel_size",
+                  "tensor_parallel_size", "max_model_len", "disable_padded_drafter_batch", "draft_load_config",
+                  "enforce_eager", "draft_lm_head_quantization")
+MAPPED_FIELDS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+                 "enable_adaptive_verification")
+VLLM_NGRAM_DEFAULT_N = 5  # vLLM: prompt_lookup_min = prompt_lookup_max = 5 when neither is given
+
+
+@dataclass
+class SpecMapping:
+    """What one --speculative-config becomes: a policy name, setup overrides and notes for stderr."""
+
+    policy: str
+    ngram_k: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _int(cfg: dict, key: str) -> int | None:
+    v = cfg.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ConfigError(f"--speculative-config: {key} must be a positive integer, got {v!r}")
+    return v
+
+
+def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int) -> SpecMapping:
+    """Map vLLM's `--speculative-config` JSON onto a simulator policy. `ngram_range`: the (n_min, n_max) the
+    n-gram calibrator was fitted for; `model_block`: the DSpark profile's chain length. ConfigError (one line)
+    for anything that cannot be mapped, naming the field."""
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--speculative-config: not valid JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError("--speculative-config: expected a JSON object such as "
+                          "'{\"method\": \"ngram\", \"num_speculative_tokens\": 8}'")
+    unknown = sorted(set(cfg) - set(MAPPED_FIELDS) - set(IGNORED_FIELDS))
+    if unknown:
+        raise ConfigError(f"--speculative-config: field(s) {', '.join(unknown)} have no counterpart in the simulator "
+                          f"(it maps {', '.join(MAPPED_FIELDS)})")
+    method = cfg.get("method")
+    k = _int(cfg, "num_speculative_tokens")
+    lo, hi = _int(cfg, "prompt_lookup_min"), _int(cfg, "prompt_lookup_max")
+    adaptive = cfg.get("enable_adaptive_verification", False)
+    if not isinstance(adaptive, bool):
+        raise ConfigError(f"--speculative-config: enable_adaptive_verification must be true or false, got {adaptive!r}")
+    notes = [f"--speculative-config: ignored {f} (where the drafter runs, not what it proposes)"
+             for f in IGNORED_FIELDS if f in cfg]
+    if method is None:
+        raise ConfigError("--speculative-config: 'method' is required (the simulator maps ngram, ngram_gpu and dspark)")
+    if method in NGRAM_METHODS:
+        if adaptive:
+            raise ConfigError("--speculative-config: enable_adaptive_verification goes with method 'dspark' only (as in vLLM)")
+        if k is None:
+            raise ConfigError("--speculative-config: method 'ngram' needs num_speculative_tokens")
+        if lo is None and hi is None:
+            notes.append(f"--speculative-config: no prompt_lookup_min/max given: the simulator's n-gram drafter matches "
+                         f"n = {ngram_range[0]}..{ngram_range[1]} (its calibrator's range), where vLLM would use "
+                         f"{VLLM_NGRAM_DEFAULT_N}..{VLLM_NGRAM_DEFAULT_N}")
+        else:
+            lo, hi = lo or hi, hi or lo
+            if lo > hi:
+                raise ConfigError(f"--speculative-config: prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}")
+            if (lo, hi) != tuple(ngram_range):
+                raise ConfigError(
+                    f"--speculative-config: prompt_lookup_min={lo}, prompt_lookup_max={hi} cannot be mapped: the n-gram "
+                    f"calibrator was fitted for n = {ngram_range[0]}..{ngram_range[1]}; fit one for {lo}..{hi} with "
+                    f"python -m sim.calibrate --n-min {lo} --n-max {hi} --out FILE and pass --calibrator FILE")
+        return SpecMapping(f"ngram-fixed:{k}", ngram_k=k, notes=notes)
+    if method in MODEL_METHODS:
+        if lo is not None or hi is not None:
+            raise ConfigError("--speculative-config: prompt_lookup_min/max go with method 'ngram' only")
+        if k is not None and k > model_block:
+            raise ConfigError(f"--speculative-config: num_speculative_tokens={k} exceeds the DSpark drafter profile's "
+                              f"block of {model_block} tokens (--drafter)")
+        if adaptive:
+            if k is not None and k != model_block:
+                raise ConfigError(f"--speculative-config: adaptive verification sizes the budget within the drafter's "
+                                  f"block of {model_block}; num_speculative_tokens={k} cannot be mapped (omit it or "
+                                  f"give {model_block})")
+            return SpecMapping("adaptive", notes=notes)
+        return SpecMapping(f"model-fixed:{k or model_block}", notes=notes)
+    raise ConfigError(f"--speculative-config: method {method!r} cannot be mapped: the simulator's drafters are the "
+                      "n-gram drafter (method 'ngram') and the DSpark block-drafter profile (method 'dspark', "
+                      "optionally with enable_adaptive_verification)")
+
+
+def parse_rate(text: str) -> float | None:
+    """A --rate/--request-rate value: req/s > 0, or `inf` (vLLM's default: every request at time 0) = None."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise ConfigError(f"--request-rate must be a number of requests per second or 'inf', got {text!r}") from None
+    if math.isinf(v) and v > 0:
+        return None
+    if not v > 0 or math.isnan(v):
+        raise ConfigError(f"--request-rate must be > 0 (or 'inf'), got {text!r}")
+    return v

@@ -1,0 +1,143 @@
+"""vLLM's habits: flag aliases (--num-prompts, --request-rate, --max-num-seqs), --speculative-config mapped onto
+the simulator's policies, Hugging Face model ids, and each model's context length checked."""
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.errors import ConfigError
+from sim.vllm_compat import parse_rate, speculative_config
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl")
+
+
+def run_main(argv, capsys, mod="sim.run"):
+    import importlib
+
+    from sim.cli_util import run_cli
+
+    with pytest.raises(SystemExit) as ei:
+        run_cli(importlib.import_module(mod).main, argv)
+    return ei.value.code, capsys.readouterr()
+
+
+def test_run_aliases_equal_the_native_flags(capsys):
+    base = ["--trace", TINY, "--policy", "hybrid", "--workers", "1", "--no-progress", "--format", "json", "--seed", "3"]
+    code, a = run_main(base + ["--num-prompts", "6", "--request-rate", "20", "--max-num-seqs", "2"], capsys)
+    assert code == 0, a.err
+    code, b = run_main(base + ["--sample", "6", "--rate", "20", "--batch-size", "2"], capsys)
+    assert code == 0, b.err
+    ra, rb = json.loads(a.out), json.loads(b.out)
+    assert [(r["policy"], r["requests"], r["output_throughput"]) for r in ra] == \
+           [(r["policy"], r["requests"], r["output_throughput"]) for r in rb]
+    assert ra[0]["requests"] == 6
+    code, c = run_main(base + ["--request-rate", "inf", "--max-num-seqs", "2"], capsys)
+    code, d = run_main(base + ["--batch-size", "2"], capsys)
+    assert json.loads(c.out)[0]["output_throughput"] == json.loads(d.out)[0]["output_throughput"]
+
+
+def test_sweep_aliases():
+    import sim.sweep as sw
+
+    a = sw.parse_args(["--trace", TINY, "--num-prompts", "5", "--request-rate", "inf", "--request-rate", "2",
+                       "--max-num-seqs", "4", "--model", "Qwen/Qwen3-8B"])
+    cells = sw.expand(sw.grid_from_args(a))
+    assert {c.sample for c in cells} == {5} and {c.batch_size for c in cells} == {4}
+    assert {c.rate for c in cells} == {None, 2.0} and {c.model for c in cells} == {"qwen3-8b"}
+
+
+@pytest.mark.parametrize("cfg,policy,k", [
+    ({"method": "ngram", "num_speculative_tokens": 8}, "ngram-fixed:8", 8),
+    ({"method": "ngram_gpu", "num_speculative_tokens": 16, "prompt_lookup_min": 2, "prompt_lookup_max": 5}, "ngram-fixed:16", 16),
+    ({"method": "dspark", "num_speculative_tokens": 4, "model": "some/drafter"}, "model-fixed:4", None),
+    ({"method": "dspark"}, "model-fixed:7", None),
+    ({"method": "dspark", "enable_adaptive_verification": True}, "adaptive", None),
+    ({"method": "dspark", "num_speculative_tokens": 7, "enable_adaptive_verification": True}, "adaptive", None),
+])
+def test_speculative_config_maps(cfg, policy, k):
+    m = speculative_config(json.dumps(cfg), (2, 5), 7)
+    assert (m.policy, m.ngram_k) == (policy, k)
+    from sim.policies import get_policy
+
+    assert get_policy(m.policy).name == policy
+
+
+@pytest.mark.parametrize("cfg,needle", [
+    ({"method": "eagle3", "num_speculative_tokens": 3}, "method 'eagle3' cannot be mapped"),
+    ({"method": "suffix"}, "method 'suffix' cannot be mapped"),
+    ({"num_speculative_tokens": 3}, "'method' is required"),
+    ({"method": "ngram"}, "needs num_speculative_tokens"),
+    ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 5, "prompt_lookup_max": 5},
+     "prompt_lookup_min=5, prompt_lookup_max=5 cannot be mapped"),
+    ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 4, "prompt_lookup_max": 3}, "must be <="),
+    ({"method": "ngram", "num_speculative_tokens": 0}, "positive integer"),
+    ({"method": "dspark", "num_speculative_tokens": 9}, "exceeds the DSpark drafter profile's block of 7"),
+    ({"method": "dspark", "num_speculative_tokens": 3, "enable_adaptive_verification": True}, "cannot be mapped"),
+    ({"method": "ngram", "num_speculative_tokens": 3, "enable_adaptive_verification": True}, "'dspark' only"),
+    ({"method": "dspark", "suffix_decoding_max_tree_depth": 4}, "no counterpart"),
+])
+def test_speculative_config_refuses(cfg, needle):
+    with pytest.raises(ConfigError, match=None) as ei:
+        speculative_config(json.dumps(cfg), (2, 5), 7)
+    assert needle in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_speculative_config_on_the_command_line(capsys):
+    code, cap = run_main(["--trace", TINY, "--batch-size", "2", "--workers", "1", "--no-progress", "--format", "json",
+                          "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 8}'], capsys)
+    assert code == 0, cap.err
+    rows = json.loads(cap.out)
+    assert [r["policy"] for r in rows] == ["adaptive", "ngram-fixed:8"] and rows[1]["ngram_k"] == 8
+    assert "prompt_lookup" in cap.err  # the note on the n range
+    for bad in ("{not json", '["x"]', '{"method": "medusa"}'):
+        code, cap = run_main(["--trace", TINY, "--no-progress", "--speculative-config", bad], capsys)
+        assert code == 2 and len(cap.err.strip().splitlines()) == 1 and cap.err.startswith("error: --speculative-config")
+    code, cap = run_main(["--trace", TINY, "--no-progress", "--ngram-k", "16", "--speculative-config",
+                          '{"method": "ngram", "num_speculative_tokens": 8}'], capsys)
+    assert code == 2 and "disagree" in cap.err
+
+
+def test_rate_values():
+    assert parse_rate("inf") is None and parse_rate("2.5") == 2.5
+    for bad in ("0", "-1", "nan", "fast"):
+        with pytest.raises(ConfigError):
+            parse_rate(bad)
+
+
+def test_hf_ids_and_context_lengths():
+    from sim.models import get_llm, list_llms, llm_name
+
+    assert llm_name("Qwen/Qwen3-8B") == "qwen3-8b" and llm_name("QWEN3-8B") == "qwen3-8b"
+    assert get_llm("meta-llama/Llama-3.1-8B-Instruct").name == "llama-3.1-8b"
+    for n in list_llms():
+        spec = get_llm(n)
+        assert spec.max_model_len and spec.max_model_len >= 4096, n
+        if n != "qwen3-tiny":
+            assert "/" in spec.hf_id and get_llm(spec.hf_id).name == n
+    assert get_llm("qwen3-8b").max_model_len == 40960
+    with pytest.raises(ConfigError, match="Qwen/Qwen3-8B"):
+        get_llm("Qwen/Qwen9-1B")
+
+
+def test_run_accepts_hf_id(capsys):
+    code, cap = run_main(["--trace", TINY, "--policy", "adaptive", "--batch-size", "2", "--workers", "1",
+                          "--no-progress", "--format", "json", "--model", "Qwen/Qwen3-4B"], capsys)
+    assert code == 0, cap.err
+    assert json.loads(cap.out)[0]["model"] == "qwen3-4b"
+
+
+def test_request_longer_than_the_context_one_line(tmp_path, capsys):
+    t = tmp_path / "long.jsonl"
+    t.write_text('{"id": "ok", "prompt_len": 100, "output_len": 50}\n'
+                 '{"id": "huge", "prompt_len": 87000, "output_len": 200}\n')
+    code, cap = run_main(["--trace", str(t), "--policy", "adaptive", "--no-progress"], capsys)
+    assert code == 2
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and "long.jsonl:2" in err[0] and "'huge'" in err[0] and "40960" in err[0]
+    code, cap = run_main(["--trace", str(t), "--policy", "adaptive", "--no-progress", "--workers", "1",
+                          "--batch-size", "2", "--max-model-len", "131072"], capsys)
+    assert code == 0, cap.err
+    code, cap = run_main(["--trace", str(t), "--policy", "adaptive", "--no-progress", "--model",
+                          "meta-llama/Llama-3.1-8B-Instruct", "--workers", "1", "--batch-size", "2"], capsys)
+    assert code == 0, cap.err
