@@ -185,16 +185,15 @@ def check_policy(policy: str) -> None:
 
 
 def sim_llm_for(hf_id: str) -> str:
-    """The models/llms name whose spec records `hf_id` (case-insensitive); ConfigError if none does."""
-    from sim.models import list_llms, models_dir, read_json_object
+    """The models/llms name whose spec records `hf_id` (sim.models.llm_name, case-insensitive); ConfigError
+    if no bundled model has it (a bare models/llms name is not enough: vLLM needs the hub id)."""
+    from sim.models import list_llms, llm_name
 
-    want = hf_id.strip().lower()
-    for name in list_llms():
-        spec = read_json_object(models_dir() / "llms" / f"{name}.json", "llm spec")
-        if str(spec.get("hf_id", "")).strip().lower() == want:
-            return name
-    raise ConfigError(f"--vllm-model {hf_id}: no models/llms spec has this hf_id, so the simulator has no "
-                      "architecture for it; add one (models/README.md)")
+    name = llm_name(hf_id)
+    if "/" not in hf_id or name not in list_llms():
+        raise ConfigError(f"--vllm-model {hf_id}: no models/llms spec has this hf_id, so the simulator has no "
+                          "architecture for it; add one (models/README.md)")
+    return name
 
 
 def _flag_of(name: str) -> str:
