@@ -186,6 +186,7 @@ def test_dspark_estimator_only_sees_dspark_rows_and_stats_count_verification():
 def test_hybrid_vllm_is_adaptive_without_ngram_matches_and_respects_chain_lengths():
     rng = np.random.default_rng(7)
     adaptive, hv = get_policy("adaptive"), get_policy("hybrid-vllm")
+    hv_k, hv_wide = get_policy(f"hybrid-vllm:slots={K}"), get_policy("hybrid-vllm:slots=32")
     for it in range(90):
         R = int(rng.integers(1, 24))
         kn = int(rng.choice([7, 32]))
@@ -200,6 +201,10 @@ def test_hybrid_vllm_is_adaptive_without_ngram_matches_and_respects_chain_length
         use_n = a.chain == 2
         chain_len = torch.where(use_n, ln.clamp(max=K), lm)
         assert bool((a.admitted <= chain_len).all())
+        if it % 10 == 0:  # slots = K is the plugin as it runs; wider slots keep longer n-gram chains
+            assert torch.equal(hv_k(b).admitted, a.admitted)
+            w = hv_wide(b)
+            assert bool((w.admitted <= torch.where(w.chain == 2, ln, lm)).all())
         if it % 3 == 0:  # no n-gram match anywhere: the plugin is plain DSpark with adaptive verification
             ref = adaptive(b)
             assert torch.equal(a.admitted, ref.admitted) and torch.equal(a.chain, ref.chain)

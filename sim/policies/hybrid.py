@@ -63,7 +63,7 @@ from sim.policies.adaptive import alloc_adaptive
 from sim.policies.base import Allocation, StepBatch
 from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, finish, goodput,
                                  rank_scores, slot_valid, survival, top_b_counts, verify_ms)
-from sim.policies.registry import Policy, parse_float, register
+from sim.policies.registry import Policy, parse_float, parse_int, register
 
 METHODS = ("model-opt", "fixed-point", "sweep")
 DEFAULT_METHOD = "sweep"
@@ -323,19 +323,20 @@ def published_view(batch: StepBatch, k: int, stale: bool = False) -> StepBatch:
 
 
 def publish(model_conf: torch.Tensor, model_len: torch.Tensor, ngram_conf: torch.Tensor, ngram_len: torch.Tensor,
-            use_ngram: torch.Tensor) -> torch.Tensor:
-    """The confidences the plugin writes for vLLM's adaptive verification ([R, K], K = model_conf's width):
-    the chosen chain's per-slot conditional acceptance, 0 past that chain's length (survival 0: such a
-    slot only fills a budget that has no better slot left)."""
+            use_ngram: torch.Tensor, width: int | None = None) -> torch.Tensor:
+    """The confidences the plugin writes for vLLM's adaptive verification ([R, W], W = width or model_conf's
+    width K): the chosen chain's per-slot conditional acceptance, 0 past that chain's length (survival 0:
+    such a slot only fills a budget that has no better slot left)."""
     K = model_conf.shape[1]
-    conf_n = ngram_conf[:, :K].to(model_conf.dtype) * slot_valid(ngram_len.clamp(max=K), ngram_conf[:, :K].shape[1])
-    if conf_n.shape[1] < K:
-        conf_n = torch.nn.functional.pad(conf_n, (0, K - conf_n.shape[1]))
-    conf_m = model_conf * slot_valid(model_len, K)
-    return torch.where(use_ngram[:, None], conf_n, conf_m)
+    W = K if width is None else width
+    pad = lambda x: torch.nn.functional.pad(x, (0, W - x.shape[1])) if x.shape[1] < W else x  # noqa: E731
+    conf_n = ngram_conf[:, :W].to(model_conf.dtype) * slot_valid(ngram_len.clamp(max=W), ngram_conf[:, :W].shape[1])
+    conf_m = (model_conf * slot_valid(model_len, K))[:, :W]
+    return torch.where(use_ngram[:, None], pad(conf_n), pad(conf_m))
 
 
-def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> Allocation:
+def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
+                      slots: int | None = None) -> Allocation:
     """`hybrid-vllm`: the hybrid as the vLLM plugin (real/vllm_plugin) runs it inside vLLM 0.33.
 
     The plugin chooses each request's chain (`choose_chain` on `published_view`: K-slot chains, T = N = R)
@@ -346,14 +347,22 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     shape (exact in steady decoding; when requests join or leave, the plugin chose with the old R).
     A slot past the chosen chain's length has survival 0 and is admitted only when B* exceeds the slots
     with positive survival; vLLM then verifies a filler token there, which the simulator does not charge
-    (the admitted count is cut to the chain's length)."""
+    (the admitted count is cut to the chain's length).
+
+    slots = W > K (`hybrid-vllm:slots=W`, a what-if the plugin cannot run today: DSpark's speculator drafts
+    exactly its block of K): vLLM schedules W draft slots per request, the model chain is padded with
+    survival 0 and the n-gram chain keeps up to W tokens. Requests whose model chain is cut by the end of
+    their output (model_len < K) are scheduled model_len slots, the others W."""
     K = batch.model_conf.shape[1]
-    cur, old = published_view(batch, K), published_view(batch, K, stale=True)
+    W = K if slots is None else max(int(slots), K)
+    cur, old = published_view(batch, W), published_view(batch, W, stale=True)
     use_ngram = choose_chain(cur, method, margin)
     use_stale = choose_chain(old, method, margin)
-    pub = publish(cur.model_conf, cur.model_len, cur.ngram_conf, cur.ngram_len, use_ngram)
-    pub_stale = publish(old.model_conf, old.model_len, old.ngram_conf, old.ngram_len, use_stale)
-    view = dataclasses.replace(batch, model_conf=pub, stale_model_conf=pub_stale.to(batch.stale_model_conf.dtype))
+    pub = publish(cur.model_conf, cur.model_len, cur.ngram_conf, cur.ngram_len, use_ngram, W)
+    pub_stale = publish(old.model_conf, old.model_len, old.ngram_conf, old.ngram_len, use_stale, W)
+    sched = batch.model_len if W == K else torch.where(batch.model_len < K, batch.model_len, W)
+    view = dataclasses.replace(batch, model_conf=pub, model_len=sched,
+                               stale_model_conf=pub_stale.to(batch.stale_model_conf.dtype))
     admitted = alloc_adaptive(view).admitted
     chain_len = torch.where(use_ngram, cur.ngram_len, batch.model_len)
     return finish(_chain_ids(use_ngram), torch.minimum(admitted, chain_len))
@@ -409,18 +418,23 @@ def _hybrid_price(params: List[str]) -> Policy:
     return Policy(name, fn, uses_model=True, uses_ngram=True)
 
 
-@register("hybrid-vllm", "hybrid-vllm[:METHOD][:margin=M]",
+@register("hybrid-vllm", "hybrid-vllm[:METHOD][:margin=M][:slots=W]",
           "the hybrid as the vLLM plugin runs it: per-request chain choice by price, the chosen chain's "
-          "confidences published to vLLM's unchanged adaptive verification (stale budget, current top-B)")
+          "confidences published to vLLM's unchanged adaptive verification (stale budget, current top-B); "
+          "slots=W > K: what-if vLLM verified W draft slots per request (the n-gram chain keeps up to W)")
 def _hybrid_vllm(params: List[str]) -> Policy:
-    method, margin = DEFAULT_METHOD, NGRAM_MARGIN
+    method, margin, slots = DEFAULT_METHOD, NGRAM_MARGIN, None
     rest = list(params)
-    if rest and rest[-1].startswith("margin="):
-        margin = parse_float(rest.pop()[len("margin="):], "margin")
+    while rest and rest[-1].split("=")[0] in ("margin", "slots") and "=" in rest[-1]:
+        key, _, val = rest.pop().partition("=")
+        if key == "margin":
+            margin = parse_float(val, "margin")
+        else:
+            slots = parse_int(val, "slots", lo=1)
     if len(rest) > 1 or (rest and rest[0] not in METHODS):
-        raise ValueError(f"'hybrid-vllm' takes [METHOD][:margin=M], METHOD in {', '.join(METHODS)}")
+        raise ValueError(f"'hybrid-vllm' takes [METHOD][:margin=M][:slots=W], METHOD in {', '.join(METHODS)}")
     if rest:
         method = rest[0]
     name = ("hybrid-vllm" + (f":{method}" if rest else "")
-            + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}"))
-    return Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin), uses_model=True, uses_ngram=True)
+            + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}") + ("" if slots is None else f":slots={slots}"))
+    return Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots), uses_model=True, uses_ngram=True)
