@@ -401,8 +401,12 @@ def write_tables(out: Path, df: pd.DataFrame, req: pd.DataFrame) -> list[str]:
 
 
 def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_address: str | None = None,
-              use_ray: bool = False, fresh: bool = False, progress: bool = True) -> pd.DataFrame:
-    """Run (or resume) the cells; write the results tables in `out`; return the results table."""
+              use_ray: bool = False, fresh: bool = False, progress: bool = True,
+              progress_every: float = 30.0) -> pd.DataFrame:
+    """Run (or resume) the cells; write the results tables in `out`; return the results table. progress: a bar
+    on a terminal, else a progress line every `progress_every` seconds (logs and pipes)."""
+    from sim.console import Heartbeat
+
     out = Path(out)
     cells_dir = out / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
@@ -422,7 +426,10 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
                 pass
         todo.append((cid, c))
     n_cached = len(results)
-    bar = tqdm(total=len(ids), initial=n_cached, desc="cells", unit="cell", disable=not progress, smoothing=0.05)
+    tty = sys.stderr.isatty()
+    bar = tqdm(total=len(ids), initial=n_cached, desc="cells", unit="cell", disable=not (progress and tty), smoothing=0.05)
+    beat = Heartbeat("cells", len(ids), progress_every if progress and not tty else None)
+    beat.done(n_cached)
     errors = []
 
     def on_done(cid: str, res: dict) -> None:
@@ -435,8 +442,10 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
             bar.write(f"cell failed: {res['cell']['policy']} bs={res['cell']['batch_size']} "
                       f"{res['cell']['trace']}: {res['error']}")
         bar.update(1)
+        beat.done()
 
     t0 = time.perf_counter()
+    beat.__enter__()
     try:
         if todo:
             if use_ray:
@@ -445,6 +454,7 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
                 _run_local(todo, workers or os.cpu_count() or 1, on_done)
     finally:
         bar.close()
+        beat.__exit__(None, None, None)
         df, req = _rows([results[cid] for cid, _ in ids if cid in results])
         written = write_tables(out, df, req)
         print(f"{len(todo)} cells run ({n_cached} cached, {len(errors)} failed) in {time.perf_counter() - t0:.1f} s; "
@@ -472,7 +482,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--format", choices=("table", "csv", "json"), default="table",
                     help="the results printed at the end: the narrow table and verdicts, or every column as csv/json "
                          "(results.csv and results.parquet in --out have them all either way)")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-progress", action="store_true",
+                    help="no progress bar (terminal) and no progress lines (stderr not a terminal)")
+    ap.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
+                    help="when stderr is not a terminal (a log, a pipe): a progress line every SECONDS")
     return ap.parse_args(argv)
 
 
@@ -538,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     progress = not a.no_progress
     df = run_sweep(cells, a.out, workers=a.workers, use_ray=a.ray is not None, ray_address=a.ray or None,
-                   fresh=a.fresh, progress=progress)
+                   fresh=a.fresh, progress=progress, progress_every=a.progress_every)
     n_err = int((df["status"] != "ok").sum()) if len(df) else 0
     print_results(df, a.format)
     if n_err:

@@ -90,9 +90,11 @@ def test_vllm_metrics_definitions():
 
 
 def test_sweep_prints_its_results(tmp_path, capsys):
-    out = run_main("sim.sweep", ["--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--batch-size", "4",
-                                 "--seed", "0", "--seed", "1", "--workers", "1", "--no-progress",
-                                 "--out", str(tmp_path / "s")], capsys).out
+    cap = run_main("sim.sweep", ["--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--batch-size", "4",
+                                 "--seed", "0", "--seed", "1", "--workers", "1", "--progress-every", "0.01",
+                                 "--out", str(tmp_path / "s")], capsys)
+    out = cap.out
+    assert "progress: 8/8 cells done" in cap.err  # stderr is not a terminal: progress lines, no bar
     head = next(x for x in out.splitlines() if "policy" in x and "tok/s" in x)
     assert head.split()[0] == "seed"  # the varying setup key leads
     assert sum(1 for x in out.splitlines() if x.startswith("seed=") and ", batch " in x) == 4
