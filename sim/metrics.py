@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.engine import RunResult
-
-BREAKDOWN = ("draft_ms", "ngram_ms", "alloc_ms", "verify_ms", "sample_ms", "cpu_ms", "bubble_ms")
+from sim.result import BREAKDOWN, RunLike  # the result schema, not the engine: any engine's result will do
 
 
 def _steady(st: dict, batch_size: int | None) -> float:
@@ -26,7 +24,7 @@ LATENCIES = (("ttft", "TTFT", "Time to First Token"), ("tpot", "TPOT", "Time per
 PERCENTILES = (99,)
 
 
-def itl_samples_s(res: RunResult) -> np.ndarray:
+def itl_samples_s(res: RunLike) -> np.ndarray:
     """Every inter-token latency of the run (seconds), as a streaming client would measure them: for each
     request, the gaps between the ends of the engine steps that delivered its tokens after the first.
     A request decodes in every step between its first token and its finish (continuous batching), so the
@@ -59,7 +57,7 @@ def _stats_ms(name: str, x_s: np.ndarray) -> dict:
     return row
 
 
-def serving_metrics(res: RunResult) -> dict:
+def serving_metrics(res: RunLike) -> dict:
     """The metrics of `vllm bench serve`'s result JSON, under its names and units (module docstring)."""
     rq = res.requests
     dur = res.sim_time_s
@@ -75,7 +73,7 @@ def serving_metrics(res: RunResult) -> dict:
     return row
 
 
-def summarize(res: RunResult, batch_size: int | None = None) -> dict:
+def summarize(res: RunLike, batch_size: int | None = None) -> dict:
     """One summary row of a run (units in the key names: _s seconds, _ms milliseconds, tok tokens).
 
     output_throughput_tok_s counts the whole run: every output token over the time from the first

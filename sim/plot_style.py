@@ -101,3 +101,59 @@ def style(fig, **layout):
     """The shared layout: template, font, legend title size; `layout` passed on to update_layout."""
     fig.update_layout(template=TEMPLATE, font=dict(family="sans-serif", size=13), **layout)
     return fig
+
+
+def line_chart_svg(xs, series: dict, title: str, x_label: str, y_label: str, log_x: bool = False,
+                   hline: float | None = None, width: int = 640, height: int = 360) -> str:
+    """A static line chart as SVG text (for pages and notebooks read without JavaScript): `series` maps a name
+    to y values over `xs`; each line in its policy_color (or series colour), with markers and a legend."""
+    import math
+
+    names = list(series)
+    others = iter(_FALLBACK)
+    pol = policy_colors([n for n in names if family(n) in POLICY_COLORS])
+    colors = {n: SERIES_COLORS.get(n) or pol.get(n) or next(others) for n in names}
+    fx = (lambda v: math.log(v)) if log_x else float
+    ys = [float(v) for n in names for v in series[n] if v is not None and math.isfinite(float(v))]
+    if hline is not None:
+        ys.append(hline)
+    x0, x1 = min(fx(x) for x in xs), max(fx(x) for x in xs)
+    y0, y1 = min(ys), max(ys)
+    pad = (y1 - y0) * 0.08 or 0.01
+    y0, y1 = y0 - pad, y1 + pad
+    left, right, top, bottom = 70, 150, 40, 50
+    pw, ph = width - left - right, height - top - bottom
+
+    def px(x):
+        return left + (fx(x) - x0) / ((x1 - x0) or 1) * pw
+
+    def py(y):
+        return top + (1 - (y - y0) / ((y1 - y0) or 1)) * ph
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+           f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
+           f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="14">{title}</text>',
+           f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#444"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#444"/>',
+           f'<text x="{left + pw / 2}" y="{height - 12}" text-anchor="middle">{x_label}</text>',
+           f'<text x="16" y="{top + ph / 2}" text-anchor="middle" transform="rotate(-90 16 {top + ph / 2})">{y_label}</text>']
+    for x in xs:
+        out.append(f'<text x="{px(x):.1f}" y="{top + ph + 16}" text-anchor="middle">{x:g}</text>')
+    for i in range(5):
+        y = y0 + (y1 - y0) * i / 4
+        out.append(f'<text x="{left - 6}" y="{py(y) + 4:.1f}" text-anchor="end">{y:.3f}</text>')
+        out.append(f'<line x1="{left}" y1="{py(y):.1f}" x2="{left + pw}" y2="{py(y):.1f}" stroke="#eee"/>')
+    if hline is not None:
+        out.append(f'<line x1="{left}" y1="{py(hline):.1f}" x2="{left + pw}" y2="{py(hline):.1f}" stroke="gray" '
+                   'stroke-dasharray="4 3"/>')
+    for k, n in enumerate(names):
+        pts = [(px(x), py(float(v))) for x, v in zip(xs, series[n]) if v is not None and math.isfinite(float(v))]
+        c = colors[n]
+        out.append('<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>'.format(
+            c, " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)))
+        out += [f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3.5" fill="{c}"/>' for a, b in pts]
+        ly = top + 10 + 18 * k
+        out.append(f'<line x1="{left + pw + 12}" y1="{ly}" x2="{left + pw + 32}" y2="{ly}" stroke="{c}" stroke-width="2"/>')
+        out.append(f'<text x="{left + pw + 38}" y="{ly + 4}">{n}</text>')
+    out.append("</svg>")
+    return "\n".join(out)

@@ -98,7 +98,7 @@ SEED = "hybrid-price"
 SINGLE_PREFIXES = ("ngram-fixed:", "model-fixed:", "ngram-first", "suffix-threshold", "adaptive")
 DOMINANCE = 0.99
 ORACLE = "oracle"
-BASE = "adaptive"
+from sim.config import BASELINE as BASE  # noqa: E402 -- the one baseline name
 # The seed's published hybrid / adaptive throughput ranges (its abstract): workload -> {bs: (lo, hi)};
 # None = every batch size.
 PUBLISHED = {"codeedit": {4: (1.10, 1.62), 128: (1.04, 1.27)}, "chat": {None: (0.97, 1.01)}}

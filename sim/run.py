@@ -10,6 +10,7 @@ trace and shared by all runs, so every policy sees identical draws.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -35,35 +36,16 @@ from sim.metrics import summarize
 from sim.models import get_llm, llm_name
 from sim.policies import get_policy
 from sim.trace.schema import Request
-from sim.vllm_compat import parse_rate, speculative_config
+from sim.vllm_compat import speculative_config
 
-BASELINE = "adaptive"
-DEFAULT_POLICIES = ("none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold",
-                    "hybrid", "hybrid-price", "hybrid-tree", "oracle")
-DEFAULT_BATCH_SIZES = (4, 128)
+from sim.config import (BASELINE, COMPONENTS, DEFAULT_BATCH_SIZES, DEFAULT_POLICIES, DrafterConfig,  # noqa: E402,F401
+                        ModelConfig, RunGrid, ServingConfig, TraceConfig, add_flags, check, from_args)
 
 
 @dataclass
-class SimSetup:
-    """What stays fixed across the policies and batch sizes of one run."""
-
-    trace: str = "traces/codeedit.jsonl"
-    model: str = "qwen3-8b"
-    gpu: str = "h100-sxm"
-    cost: str = "roofline"
-    drafter: str = "dspark-qwen3-b7"
-    calibrator: str = DEFAULT_CALIBRATOR
-    ngram_k: int = 32
-    seed: int = 0
-    limit: int | None = None  # the first N requests
-    sample: int | None = None  # a seeded sample of N requests spread across the trace (exclusive with limit)
-    temperature: float | None = None
-    max_num_batched_tokens: int = 8192
-    rate: float | None = None
-    kv_capacity_tokens: int | None = None
-    drafts: str | None = None  # recorded model drafts (sidecar JSONL), replayed instead of the profile
-    async_scheduling: bool = True  # False: a step is CPU + GPU in series (the real torch engine's steps)
-    max_model_len: int | None = None  # the context length requests are checked against (None: the model's)
+class SimSetup(ServingConfig, DrafterConfig, ModelConfig, TraceConfig):
+    """What stays fixed across the policies and batch sizes of one run: every component of sim/config.py
+    (the trace and its sampling, the model and GPU, the drafters, the serving engine)."""
 
 
 @dataclass
@@ -212,40 +194,15 @@ def write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunResu
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags: sim/config.py's components (generated from their fields) plus what only a run has."""
     ap = argparse.ArgumentParser(prog="python -m sim.run", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--trace", default="traces/codeedit.jsonl", help="JSONL trace")
-    ap.add_argument("--policy", action="append", help=f"policy (repeatable); default: {' '.join(DEFAULT_POLICIES)}")
+    add_flags(ap, (RunGrid,))
     ap.add_argument("--speculative-config", action="append", default=None, metavar="JSON",
                     help="vLLM's speculative config, mapped onto a policy (repeatable; adds to --policy): method ngram "
                          "-> ngram-fixed:K, dspark -> model-fixed:K, dspark with enable_adaptive_verification -> adaptive "
                          "(sim/vllm_compat.py)")
-    ap.add_argument("--batch-size", "--max-num-seqs", action="append", type=int,
-                    help="max running requests (repeatable); default: 4 and 128")
-    ap.add_argument("--model", default="qwen3-8b", help="a models/llms name or its Hugging Face id (Qwen/Qwen3-8B)")
-    ap.add_argument("--max-model-len", type=int, default=None,
-                    help="context length requests are checked against (default: the model's, models/llms/)")
-    ap.add_argument("--gpu", default="h100-sxm",
-                    help="GPU name, or with --cost profiled a cost-table file (.json/.csv) profiled for --model")
-    ap.add_argument("--cost", default="roofline", help="cost model: roofline or profiled")
-    ap.add_argument("--drafter", default="dspark-qwen3-b7", help="model-drafter profile: a name in models/drafters/ or a path to a profile .json")
-    ap.add_argument("--drafts", default=None, help="recorded model drafts (JSONL sidecar) to replay exactly")
-    ap.add_argument("--calibrator", default=DEFAULT_CALIBRATOR, help="n-gram calibrator in models/calibrators/")
-    ap.add_argument("--ngram-k", type=int, default=32, help="n-gram chain length")
-    ap.add_argument("--temperature", type=float, default=None, help="override every request's temperature")
-    ap.add_argument("--rate", "--request-rate", type=parse_rate, default=None,
-                    help="Poisson arrivals (req/s) instead of all at t=0 (inf: all at t=0, vLLM's default)")
-    ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    ap.add_argument("--kv-capacity-tokens", type=int, default=None, help="override the KV-cache size (tokens)")
-    ap.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=True,
-                    help="overlap the CPU work of step t+1 with the GPU work of step t (vLLM's async scheduling); "
-                         "--no-async-scheduling for engines whose steps are synchronous (the real torch engine)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--limit", type=int, default=None,
-                    help="use the first N requests of the trace (they may all come from one part of it)")
-    ap.add_argument("--sample", "--num-prompts", type=int, default=None,
-                    help="use N requests sampled across the whole trace (seeded by --seed, kept in trace order); "
-                         "exclusive with --limit")
+    add_flags(ap, COMPONENTS)
     ap.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html")
     ap.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU cores)")
     ap.add_argument("--format", choices=console.FORMATS, default="table", help=console.FORMAT_HELP)
@@ -260,8 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     model = llm_name(a.model)
     get_llm(model)  # fail fast on a bad name
-    if a.max_model_len is not None and a.max_model_len < 1:
-        raise ConfigError(f"--max-model-len must be >= 1, got {a.max_model_len}")
     ngram_k, spec_k = a.ngram_k, None
     spec_policies = []
     if a.speculative_config:
@@ -290,16 +245,10 @@ def main(argv: list[str] | None = None) -> int:
         policies.insert(0, BASELINE)
     sizes = list(dict.fromkeys(a.batch_size or DEFAULT_BATCH_SIZES))
     for b in sizes:
-        if b < 1:
-            raise ConfigError(f"--batch-size must be >= 1, got {b}")
+        check("batch_size", b)
     if a.workers is not None and a.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {a.workers}")
-    if a.limit is not None and a.limit < 1:
-        raise ConfigError(f"--limit must be >= 1, got {a.limit}")
-    setup = SimSetup(trace=a.trace, model=model, gpu=a.gpu, cost=a.cost, drafter=a.drafter, calibrator=a.calibrator,
-                     ngram_k=ngram_k, max_model_len=a.max_model_len, seed=a.seed, limit=a.limit, sample=a.sample, temperature=a.temperature,
-                     max_num_batched_tokens=a.max_num_batched_tokens, rate=a.rate, kv_capacity_tokens=a.kv_capacity_tokens,
-                     drafts=a.drafts, async_scheduling=a.async_scheduling)
+    setup = dataclasses.replace(from_args(SimSetup, a), model=model, ngram_k=ngram_k)
     tty = sys.stderr.isatty()
     progress = not a.no_progress and tty
     every = None if a.no_progress or tty else a.progress_every

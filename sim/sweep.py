@@ -46,28 +46,18 @@ from sim.cli_util import run_cli
 from sim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-BASELINE = "adaptive"
-
-# grid key -> (default list, parser of one value). Order = column order of the results table.
-PREP_KEYS = ("trace", "model", "gpu", "cost", "drafter", "calibrator", "ngram_k", "temperature", "seed", "limit",
-             "sample", "drafts")
-RUN_KEYS = ("policy", "batch_size", "rate", "kv_capacity_tokens", "max_num_batched_tokens")
-GRID_KEYS = PREP_KEYS + RUN_KEYS
+# The grid keys, their defaults, types and rules come from sim/config.py (one declaration per setting).
+# PREP_KEYS fix the draft tables; RUN_KEYS vary per simulation. Order = column order of the results table.
+from sim.config import BASELINE, FLOAT_KEYS as _FLOAT_KEYS, GRID_KEYS, INT_KEYS as _INT_KEYS  # noqa: E402
+from sim.config import NONE_OK, PREP_KEYS, RUN_KEYS  # noqa: E402,F401
 
 
 def _defaults() -> dict[str, list]:
-    from sim.run import DEFAULT_BATCH_SIZES, DEFAULT_POLICIES, SimSetup
+    from sim.config import defaults
 
-    s = SimSetup()
-    return {"trace": [s.trace], "model": [s.model], "gpu": [s.gpu], "cost": [s.cost], "drafter": [s.drafter],
-            "calibrator": [s.calibrator], "ngram_k": [s.ngram_k], "temperature": [None], "seed": [s.seed],
-            "limit": [None], "sample": [None], "drafts": [None], "policy": list(DEFAULT_POLICIES),
-            "batch_size": list(DEFAULT_BATCH_SIZES),
-            "rate": [None], "kv_capacity_tokens": [None], "max_num_batched_tokens": [s.max_num_batched_tokens]}
+    return {k: (list(v) if isinstance(v, list) else [v]) for k in GRID_KEYS for v in [defaults(k)]}
 
 
-_INT_KEYS = {"ngram_k", "seed", "limit", "sample", "batch_size", "kv_capacity_tokens", "max_num_batched_tokens"}
-_FLOAT_KEYS = {"temperature", "rate"}
 
 # Preset grids (the same structure as a TOML grid file).
 PAPER_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -96,18 +86,20 @@ PRESETS: dict[str, dict] = {
 # ------------------------------------------------------------------------------------------------ cells
 @dataclass(frozen=True)
 class Cell:
+    """One simulation: a value of every grid key (sim/config.py's fields with a `grid` role)."""
+
     trace: str
+    limit: int | None
+    sample: int | None
+    seed: int
+    temperature: float | None
     model: str
     gpu: str
     cost: str
     drafter: str
+    drafts: str | None
     calibrator: str
     ngram_k: int
-    temperature: float | None
-    seed: int
-    limit: int | None
-    sample: int | None
-    drafts: str | None
     policy: str
     batch_size: int
     rate: float | None
@@ -123,11 +115,14 @@ class Cell:
         return SimSetup(**{k: getattr(self, k) for k in PREP_KEYS + RUN_KEYS[2:]})
 
 
+assert tuple(f.name for f in dataclasses.fields(Cell)) == GRID_KEYS, "Cell must list sim/config.py's grid keys"
+
+
 def _coerce(key: str, v):
     if key not in GRID_KEYS:
         raise ConfigError(f"unknown grid key '{key}' (valid: {', '.join(GRID_KEYS)})")
     if v is None or (isinstance(v, str) and v.lower() in ("none", "default", "")):
-        if key in ("limit", "sample", "temperature", "rate", "kv_capacity_tokens", "drafts"):
+        if key in NONE_OK:
             return None
         raise ConfigError(f"grid key '{key}' needs a value")
     try:
@@ -181,6 +176,7 @@ def validate(cells: list[Cell]) -> None:
     from sim.drafters.calibration import NgramCalibrator
     from sim.drafters.model import load_drafter_profile
     from sim.policies import get_policy
+    from sim.config import check
     from sim.trace.loader import LIMIT_AND_SAMPLE
 
     seen: set = set()
@@ -201,14 +197,8 @@ def validate(cells: list[Cell]) -> None:
             raise ConfigError(f"recorded drafts not found: {c.drafts}")
         if c.limit is not None and c.sample is not None:
             raise ConfigError(LIMIT_AND_SAMPLE)
-        for k in ("batch_size", "limit", "sample", "ngram_k", "kv_capacity_tokens", "max_num_batched_tokens"):
-            v = getattr(c, k)
-            if v is not None and v < 1:
-                raise ConfigError(f"--{k.replace('_', '-')} must be >= 1, got {v}")
-        for k in ("temperature", "rate"):
-            v = getattr(c, k)
-            if v is not None and (v < 0 or (k == "rate" and v == 0)):
-                raise ConfigError(f"--{k} must be {'> 0' if k == 'rate' else '>= 0'}, got {v}")
+        for k in GRID_KEYS:  # the rules of sim/config.py
+            check(k, getattr(c, k))
 
 
 _HASH_CACHE: dict = {}
@@ -411,8 +401,12 @@ def write_tables(out: Path, df: pd.DataFrame, req: pd.DataFrame) -> list[str]:
 
 
 def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_address: str | None = None,
-              use_ray: bool = False, fresh: bool = False, progress: bool = True) -> pd.DataFrame:
-    """Run (or resume) the cells; write the results tables in `out`; return the results table."""
+              use_ray: bool = False, fresh: bool = False, progress: bool = True,
+              progress_every: float = 30.0) -> pd.DataFrame:
+    """Run (or resume) the cells; write the results tables in `out`; return the results table. progress: a bar
+    on a terminal, else a progress line every `progress_every` seconds (logs and pipes)."""
+    from sim.console import Heartbeat
+
     out = Path(out)
     cells_dir = out / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
@@ -432,7 +426,10 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
                 pass
         todo.append((cid, c))
     n_cached = len(results)
-    bar = tqdm(total=len(ids), initial=n_cached, desc="cells", unit="cell", disable=not progress, smoothing=0.05)
+    tty = sys.stderr.isatty()
+    bar = tqdm(total=len(ids), initial=n_cached, desc="cells", unit="cell", disable=not (progress and tty), smoothing=0.05)
+    beat = Heartbeat("cells", len(ids), progress_every if progress and not tty else None)
+    beat.done(n_cached)
     errors = []
 
     def on_done(cid: str, res: dict) -> None:
@@ -445,8 +442,10 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
             bar.write(f"cell failed: {res['cell']['policy']} bs={res['cell']['batch_size']} "
                       f"{res['cell']['trace']}: {res['error']}")
         bar.update(1)
+        beat.done()
 
     t0 = time.perf_counter()
+    beat.__enter__()
     try:
         if todo:
             if use_ray:
@@ -455,6 +454,7 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
                 _run_local(todo, workers or os.cpu_count() or 1, on_done)
     finally:
         bar.close()
+        beat.__exit__(None, None, None)
         df, req = _rows([results[cid] for cid, _ in ids if cid in results])
         written = write_tables(out, df, req)
         print(f"{len(todo)} cells run ({n_cached} cached, {len(errors)} failed) in {time.perf_counter() - t0:.1f} s; "
@@ -463,24 +463,14 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-_FLAG_KEYS = {"trace": str, "policy": str, "batch_size": int, "model": str, "gpu": str, "cost": str, "drafter": str,
-              "calibrator": str, "ngram_k": int, "temperature": float, "seed": int, "limit": int, "sample": int, "drafts": str, "rate": float,
-              "kv_capacity_tokens": int, "max_num_batched_tokens": int}
-
-
-_VLLM_ALIASES = {"sample": ("num-prompts",), "rate": ("request-rate",), "batch_size": ("max-num-seqs",)}
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m sim.sweep", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Grid flags are repeatable; every combination runs. Flags override the keys "
                                         "of --grid/--preset.")
-    for k, typ in _FLAG_KEYS.items():
-        names = ["--" + k.replace("_", "-")] + [f"--{a}" for a in _VLLM_ALIASES.get(k, ())]
-        alias = f" (vLLM's {', '.join(names[1:])})" if names[1:] else ""
-        ap.add_argument(*names, dest=k, action="append", type=str if k == "rate" else typ,
-                        help=f"grid values of {k}{alias}")
+    from sim.config import COMPONENTS, RunGrid, add_flags
+
+    add_flags(ap, (RunGrid, *COMPONENTS), repeatable=True, grid_only=True)  # grid values, from sim/config.py
     ap.add_argument("--grid", type=Path, help="TOML grid file")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="a built-in grid (paper: the grid of reports/)")
     ap.add_argument("--out", type=Path, default=Path("out/sweep"), help="output directory (default out/sweep)")
@@ -492,7 +482,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--format", choices=("table", "csv", "json"), default="table",
                     help="the results printed at the end: the narrow table and verdicts, or every column as csv/json "
                          "(results.csv and results.parquet in --out have them all either way)")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-progress", action="store_true",
+                    help="no progress bar (terminal) and no progress lines (stderr not a terminal)")
+    ap.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
+                    help="when stderr is not a terminal (a log, a pipe): a progress line every SECONDS")
     return ap.parse_args(argv)
 
 
@@ -510,7 +503,7 @@ def grid_from_args(a: argparse.Namespace) -> dict:
         grid.update(json.loads(json.dumps(PRESETS[a.preset])))
     if a.grid:
         grid.update(load_grid(a.grid))
-    for k in _FLAG_KEYS:
+    for k in GRID_KEYS:
         if getattr(a, k):
             grid[k] = getattr(a, k)
             for sub in grid.get("grid") or []:
@@ -558,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     progress = not a.no_progress
     df = run_sweep(cells, a.out, workers=a.workers, use_ray=a.ray is not None, ray_address=a.ray or None,
-                   fresh=a.fresh, progress=progress)
+                   fresh=a.fresh, progress=progress, progress_every=a.progress_every)
     n_err = int((df["status"] != "ok").sum()) if len(df) else 0
     print_results(df, a.format)
     if n_err:

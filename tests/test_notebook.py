@@ -1,4 +1,5 @@
-"""notebooks/policy_tuning.ipynb runs top to bottom on a few requests and prints the best setting."""
+"""notebooks/policy_tuning.ipynb runs top to bottom on a few requests and prints the best setting; the committed
+copy carries its outputs (a static SVG among them) and its best value lies inside its grid."""
 import os
 from pathlib import Path
 
@@ -21,6 +22,22 @@ def test_policy_tuning_notebook(tmp_path, monkeypatch):
     client.execute()
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                      if o.get("output_type") == "stream")
-    assert "best: --policy hybrid-price" in text and "0 failed" in text
+    assert "best: --policy suffix-threshold:" in text and "0 failed" in text
     assert any("application/vnd.plotly.v1+json" in o.get("data", {})
                for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+
+
+def test_committed_notebook_has_outputs_and_an_interior_optimum():
+    import json
+    import re
+
+    nb = json.loads(NB.read_text())
+    outs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    assert outs, "commit the notebook with its outputs (python -m nbclient or Jupyter's Run All, then save)"
+    assert any("image/svg+xml" in o.get("data", {}) for o in outs)  # readable without JavaScript
+    text = "\n".join("".join(o.get("text", "")) for o in outs)
+    m = re.search(r"best: --policy suffix-threshold:([0-9.]+)", text)
+    assert m and "interior optimum" in text
+    values = re.search(r"VALUES = \[([^\]]+)\]", "".join(nb["cells"][1]["source"])).group(1)
+    grid = [float(v) for v in values.split(",")]
+    assert min(grid) < float(m.group(1)) < max(grid)
