@@ -30,17 +30,57 @@ def write_whole(path: Path, data: str | bytes, overwrite: bool = False, hint: st
     return path
 
 
+def describe_os_error(exc: OSError) -> str:
+    """One line for an operating-system error: what failed and on which path(s), e.g.
+    "permission denied: out/summary.json" or "no space left on device: out/steps.csv"."""
+    what = (exc.strerror or type(exc).__name__).lower()
+    if isinstance(exc, FileNotFoundError):
+        what = "file not found"
+    paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+    return f"{what}: {' -> '.join(paths)}" if paths else f"{what} ({exc})"
+
+
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> None:
-    """Call main(argv); a HybridSpecError (or a missing file) becomes 'error: ...' on stderr and exit 2."""
+    """Call main(argv) behind the one error boundary of every command.
+
+    Expected failures print one line `error: ...` on stderr and exit 2: a HybridSpecError (bad input: it
+    names the file, line and field where there is one), any OSError (missing or unreadable input, an output
+    path that is a file or a directory or read-only, a full disk: the path and the reason), input nested
+    beyond Python's recursion limit, input too large for memory, undecodable text. Ctrl-C exits 130, a
+    closed output pipe (`| head`) quietly. Anything else is a bug in hybridspec, not in the input: its
+    traceback, then a line saying so, exit 1."""
     try:
         code = main(argv)
     except HybridSpecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except FileNotFoundError as exc:
-        print(f"error: file not found: {exc.filename}", file=sys.stderr)
-        sys.exit(2)
+        _fail(str(exc))
+    except BrokenPipeError:
+        # the reader went away (`... | head`): nothing more to say, and no traceback at interpreter exit
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        sys.exit(0)
+    except OSError as exc:
+        _fail(describe_os_error(exc))
+    except RecursionError:
+        _fail("input nested too deeply to read (JSON or another structure deeper than Python's recursion limit)")
+    except MemoryError:
+        _fail("out of memory: the input (or a size it asks for) is too large for this machine")
+    except UnicodeError as exc:
+        _fail(f"input is not valid text ({type(exc).__name__}: {exc})")
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the boundary: a bug, shown as one, never as an input error
+        import traceback
+
+        traceback.print_exc()
+        print(f"error: internal error ({type(exc).__name__}): this is a bug in hybridspec, not in your input; "
+              "please report it with the command line above", file=sys.stderr)
+        sys.exit(1)
     sys.exit(code or 0)
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
