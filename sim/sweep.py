@@ -17,7 +17,9 @@ Outputs in --out (default out/sweep): results.parquet and results.csv (a row per
 requests.parquet/.csv (per-request prompt length, output length and decode time of every ok cell, for
 the context-length view of `python -m sim.report`), grid.json, and cells/<cell_id>.json: the cache. A
 cell's id hashes its config, the trace file's bytes and the simulator's code and data (sim/, models/), so
-an interrupted sweep resumes where it stopped and a code change never serves stale numbers. A failing cell
+an interrupted sweep resumes where it stopped and a code change never serves stale numbers. Each cell
+file carries a schema version and a checksum of its content: a partial, edited or foreign file is recomputed
+with a warning, never served; the closing line counts only the cells that finished. A failing cell
 is recorded with its error message and does not stop the others (failures are not cached: a rerun retries
 them). Grid file (TOML): top-level keys give lists (or scalars) for the whole grid; optional [[grid]] tables
 are sub-grids that override them, the sweep being the union of the sub-grids. See docs/sweeps.md.
@@ -302,10 +304,46 @@ def _order(cells: list[Cell]) -> list[Cell]:
     return sorted(cells, key=lambda c: (rank[c.prep_key()], c.batch_size, c.policy))
 
 
+CELL_SCHEMA = 1  # version of the cells/<cell_id>.json layout; a file of another version is recomputed
+
+
+def _checksum(body: dict) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
 def _save(cells_dir: Path, cid: str, result: dict) -> None:
+    """Write a finished cell whole (temporary file + rename), with its schema version and a checksum of its
+    content, so that a partial, stale or edited file is never served."""
+    body = json.loads(json.dumps(dict(result, schema=CELL_SCHEMA), default=float))  # the JSON round trip
     tmp = cells_dir / f".{cid}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(result, default=float))
-    tmp.replace(cells_dir / f"{cid}.json")
+    try:
+        tmp.write_text(json.dumps(dict(body, checksum=_checksum(body))))
+        tmp.replace(cells_dir / f"{cid}.json")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def load_cell(path: Path, cid: str) -> tuple[dict | None, str]:
+    """A cached cell, or (None, why it cannot be served): unreadable, another schema, a checksum that does
+    not match its content (partial or edited), another cell's id, or not a finished ok result."""
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, UnicodeError, ValueError, RecursionError) as exc:
+        return None, f"unreadable ({type(exc).__name__})"
+    if not isinstance(d, dict):
+        return None, "not a JSON object"
+    if d.get("schema") != CELL_SCHEMA:
+        return None, f"schema {d.get('schema')!r}, expected {CELL_SCHEMA}"
+    checksum = d.pop("checksum", None)
+    if checksum != _checksum(d):
+        return None, "checksum mismatch (partial or edited)"
+    if d.get("cell_id") != cid:
+        return None, f"holds cell {d.get('cell_id')!r}"
+    if d.get("status") != "ok" or not isinstance(d.get("row"), dict) or not d["row"] \
+            or not isinstance(d.get("requests"), dict):
+        return None, "not a finished result"
+    return d, ""
 
 
 def _run_local(todo: list[tuple[str, Cell]], workers: int, on_done) -> None:
@@ -419,11 +457,11 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
     for cid, c in ids:
         f = cells_dir / f"{cid}.json"
         if not fresh and f.is_file():
-            try:
-                results[cid] = json.loads(f.read_text())
+            cached, why = load_cell(f, cid)
+            if cached is not None:
+                results[cid] = cached
                 continue
-            except json.JSONDecodeError:
-                pass
+            print(f"warning: {f}: {why}; recomputing the cell", file=sys.stderr)
         todo.append((cid, c))
     n_cached = len(results)
     tty = sys.stderr.isatty()
@@ -457,8 +495,10 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
         beat.__exit__(None, None, None)
         df, req = _rows([results[cid] for cid, _ in ids if cid in results])
         written = write_tables(out, df, req)
-        print(f"{len(todo)} cells run ({n_cached} cached, {len(errors)} failed) in {time.perf_counter() - t0:.1f} s; "
-              f"wrote {out}/{', '.join(written)}", file=sys.stderr)
+        ran = len(results) - n_cached  # cells that finished in this run (not those an interrupt left undone)
+        left = len(todo) - ran
+        print(f"{ran} cells run ({n_cached} cached, {len(errors)} failed{f', {left} not run' if left else ''}) in "
+              f"{time.perf_counter() - t0:.1f} s; wrote {out}/{', '.join(written)}", file=sys.stderr)
     return df
 
 

@@ -64,6 +64,23 @@ def test_schema_and_resume(tmp_path):
     pd.testing.assert_frame_equal(df[cols].sort_values("cell_id").reset_index(drop=True),
                                   df2[cols].sort_values("cell_id").reset_index(drop=True))
 
+    # a partial, tampered or foreign cell file is recomputed with a warning, never served
+    import json
+
+    cells = sorted((out / "cells").glob("*.json"))
+    cells[0].write_text("{}")
+    tampered = json.loads(cells[1].read_text())
+    tampered["row"]["output_throughput_tok_s"] *= 2  # an edited number: the checksum no longer matches
+    cells[1].write_text(json.dumps(tampered))
+    cells[2].write_text(cells[2].read_text()[:100])  # cut mid-file
+    r = sweep(*args)
+    assert r.returncode == 0, r.stderr
+    assert "3 cells run (9 cached, 0 failed)" in r.stderr
+    assert r.stderr.count("recomputing the cell") == 3 and "checksum mismatch" in r.stderr
+    df3 = pd.read_parquet(out / "results.parquet")
+    pd.testing.assert_frame_equal(df[cols].sort_values("cell_id").reset_index(drop=True),
+                                  df3[cols].sort_values("cell_id").reset_index(drop=True))
+
 
 def test_failing_cell_recorded_others_finish(tmp_path):
     out = tmp_path / "sw"
