@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ class TraceConfig:
                             min=1)
     sample: int | None = opt(None, "use N requests sampled across the whole trace (seeded by --seed, kept in trace "
                              "order); exclusive with --limit", flags=("--num-prompts",), min=1)
-    seed: int = opt(0, "seed of the sample and of the drafters' draws")
+    seed: int = opt(0, "seed of the sample and of the drafters' draws", min=0)
     temperature: float | None = opt(None, "override every request's temperature", min=0)
     max_model_len: int | None = opt(None, "context length requests are checked against (default: the model's, "
                                     "models/llms/)", grid=None, min=1)
@@ -134,6 +135,8 @@ def check(name: str, value) -> None:
     if value is None:
         return
     f = FIELDS[name]
+    if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and f.metadata["parse"] is None)):
+        raise ConfigError(f"{flag(name)} must be a finite number, got {value}")  # (--rate inf: all at t=0)
     lo, strict = f.metadata["min"], f.metadata["strict"]
     if lo is not None and (value <= lo if strict else value < lo):
         raise ConfigError(f"{flag(name)} must be {'>' if strict else '>='} {lo:g}, got {value}")

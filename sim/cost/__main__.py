@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-tables", action="store_true",
                     help="regenerate the derived example table models/cost_tables/h100-sxm_qwen3-8b.json")
     a = ap.parse_args(argv)
+    if a.context < 0:
+        print(f"error: --context must be >= 0 tokens, got {a.context}", file=sys.stderr)
+        return 2
     try:
         if a.write_tables:
             cost = RooflineCost(llm="qwen3-8b", gpu="h100-sxm")

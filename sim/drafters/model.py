@@ -213,6 +213,8 @@ def load_recorded_drafts(path: str, block: int | None = None) -> dict[str, Model
                     or np.any(acc != np.round(acc)) or np.any(acc > conf.shape[1]):
                 raise TraceError("must be one integer in [0, K] per row of model_conf", path, ln, "model_acc")
             out[rid] = ModelChains(conf=conf.astype(np.float32), acc_len=acc.astype(np.int64))
+    if not out:  # an empty sidecar would silently fall back to the synthetic profile
+        raise TraceError("no recorded drafts in the file (it is empty)", path)
     return out
 
 

@@ -76,6 +76,8 @@ def _convert(args) -> int:
         for n in names:
             if fmt != args.fmt and getattr(args, n) not in (None, False, "first"):
                 raise ConfigError(f"--{n.replace('_', '-')} goes with --from {fmt}, not {args.fmt}")
+    if Path(args.output).resolve() == Path(args.input).resolve():
+        raise ConfigError(f"-o {args.output} is the input file; the conversion would destroy it: choose another output")
     res = convert(args.fmt, args.input, args.output, skip_bad=args.skip_bad, workload=args.workload,
                   output_len=args.output_len, turns=args.turns, sharegpt_output_len=args.sharegpt_output_len,
                   length_filter=not args.no_length_filter, keep_output_tokens=args.keep_output_tokens,

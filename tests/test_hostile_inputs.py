@@ -1,0 +1,55 @@
+"""Hostile inputs found by hand that used to be accepted or crash (issue 12's first cases; the generated
+suite is still to come): each is one line on stderr, exit 2, and leaves the input untouched."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl")
+
+
+def _run(*argv, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _one_line(r, needle):
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+RUN = ["sim.run", "--trace", TINY, "--policy", "adaptive", "--batch-size", "2", "--no-progress"]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--temperature", "nan"], "--temperature must be a finite number"),
+    (["--temperature", "inf"], "--temperature must be a finite number"),
+    (["--seed", "-1", "--rate", "1"], "--seed must be >= 0"),
+])
+def test_run_refuses_bad_numbers(tmp_path, extra, needle):
+    _one_line(_run(*RUN, "--out", str(tmp_path / "o"), *extra), needle)
+    assert not (tmp_path / "o").exists()
+
+
+def test_empty_drafts_sidecar_is_an_error(tmp_path):
+    empty = tmp_path / "drafts.jsonl"
+    empty.write_text("")
+    _one_line(_run(*RUN, "--out", str(tmp_path / "o"), "--drafts", str(empty)), "no recorded drafts")
+
+
+def test_convert_onto_its_input_is_refused(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"prompt": "hi", "output_tokens": 5}\n')
+    before = src.read_bytes()
+    _one_line(_run("sim.trace", "convert", "--from", "vllm-custom", str(src), "-o", str(src)), "is the input file")
+    assert src.read_bytes() == before
+
+
+def test_cost_negative_context():
+    _one_line(_run("sim.cost", "--context", "-1000000"), "--context must be >= 0")
