@@ -3,9 +3,11 @@ write an output file whole or not at all."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from sim.errors import ConfigError, HybridSpecError
 
@@ -28,6 +30,48 @@ def write_whole(path: Path, data: str | bytes, overwrite: bool = False, hint: st
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def check_out_dir(path: Path, force: bool = False, flag: str = "--out") -> None:
+    """Before any work: `path` must be a folder this process can create or write, and a folder that already
+    holds files is replaced only with force (ConfigError naming the flag otherwise)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{flag} {p}: exists and is not a folder")
+    if p.is_dir() and any(p.iterdir()) and not force:
+        raise ConfigError(f"{flag} {p} already holds files (an earlier run?); pass --force to replace them, or "
+                          "choose another folder")
+    parent = p.resolve()
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {p}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {p}: {parent} is not writable")
+
+
+@contextmanager
+def atomic_dir(path: Path) -> Iterator[Path]:
+    """Write a folder whole or not at all: yields a temporary sibling to fill; on success it takes the place
+    of `path` (an older `path` is moved aside first and removed after the swap), on failure it is removed and
+    `path` is left as it was. No temporary folder is left behind either way."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    old = path.with_name(f".{path.name}.{os.getpid()}.old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old.exists() and not path.exists():
+            os.replace(old, path)  # put the earlier result back
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def describe_os_error(exc: OSError) -> str:

@@ -24,7 +24,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from sim import console
-from sim.cli_util import run_cli
+from sim.cli_util import atomic_dir, check_out_dir, run_cli
 from sim.cost import make_cost_model
 from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
 from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
@@ -175,11 +175,16 @@ def add_speedups(rows: list[dict], baseline: str = BASELINE) -> None:
         r["steady_speedup_vs_baseline"] = r["steady_throughput_tok_s"] / b[1] if b else float("nan")
 
 
-def write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunResult]]) -> None:
-    """summary.json, requests.csv, steps.csv and report.html in `out`."""
+def write_outputs(dest: Path, rows: list[dict], results: list[tuple[dict, RunResult]]) -> None:
+    """summary.json, requests.csv, steps.csv and report.html in `dest`, written whole or not at all (a
+    temporary sibling folder renamed into place: `dest` is either the earlier result or the new one)."""
+    with atomic_dir(dest) as out:
+        _write_outputs(out, rows, results)
+
+
+def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunResult]]) -> None:
     from sim.report import write_run_report
 
-    out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(rows, indent=1, default=float) + "\n")
     reqs, steps = [], []
     for row, res in results:
@@ -203,7 +208,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "-> ngram-fixed:K, dspark -> model-fixed:K, dspark with enable_adaptive_verification -> adaptive "
                          "(sim/vllm_compat.py)")
     add_flags(ap, COMPONENTS)
-    ap.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html")
+    ap.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html "
+                    "(a folder; checked before the run, written whole at the end)")
+    ap.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")
     ap.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU cores)")
     ap.add_argument("--format", choices=console.FORMATS, default="table", help=console.FORMAT_HELP)
     ap.add_argument("--no-progress", action="store_true",
@@ -215,6 +222,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.out:
+        check_out_dir(a.out, a.force)  # before any work: a bad --out must not cost a whole simulation
     model = llm_name(a.model)
     get_llm(model)  # fail fast on a bad name
     ngram_k, spec_k = a.ngram_k, None

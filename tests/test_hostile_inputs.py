@@ -53,3 +53,21 @@ def test_convert_onto_its_input_is_refused(tmp_path):
 
 def test_cost_negative_context():
     _one_line(_run("sim.cost", "--context", "-1000000"), "--context must be >= 0")
+
+
+def test_run_out_folder_is_checked_first_and_written_whole(tmp_path):
+    out = tmp_path / "o"
+    r = _run(*RUN, "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert set(before) == {"summary.json", "requests.csv", "steps.csv", "report.html"}
+    _one_line(_run(*RUN, "--out", str(out)), "already holds files")  # refused before any work
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    r = _run(*RUN, "--out", str(out), "--force", "--seed", "3")
+    assert r.returncode == 0, r.stderr
+    assert set(p.name for p in out.iterdir()) == set(before)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left behind
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    _one_line(_run(*RUN, "--out", str(a_file)), "not a folder")
+    _one_line(_run(*RUN, "--out", str(a_file / "sub")), "is a file")
