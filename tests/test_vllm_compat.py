@@ -47,6 +47,18 @@ def test_sweep_aliases():
     assert {c.rate for c in cells} == {None, 2.0} and {c.model for c in cells} == {"qwen3-8b"}
 
 
+def test_sweep_speculative_config():
+    import sim.sweep as sw
+
+    a = sw.parse_args(["--trace", TINY, "--policy", "hybrid", "--batch-size", "4",
+                       "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 8}',
+                       "--speculative-config", '{"method": "dspark", "num_speculative_tokens": 5}'])
+    cells = {(c.policy, c.ngram_k) for c in sw.expand(sw.grid_from_args(a))}
+    assert cells == {("hybrid", 32), ("adaptive", 32), ("ngram-fixed:8", 8), ("adaptive", 8), ("model-fixed:5", 32)}
+    a = sw.parse_args(["--trace", TINY, "--speculative-config", '{"method": "dspark", "enable_adaptive_verification": true}'])
+    assert {c.policy for c in sw.expand(sw.grid_from_args(a))} == {"adaptive"}
+
+
 @pytest.mark.parametrize("cfg,policy,k", [
     ({"method": "ngram", "num_speculative_tokens": 8}, "ngram-fixed:8", 8),
     ({"method": "ngram_gpu", "num_speculative_tokens": 16, "prompt_lookup_min": 2, "prompt_lookup_max": 5}, "ngram-fixed:16", 16),
