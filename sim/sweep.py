@@ -379,7 +379,7 @@ def _rows(results: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
                 base = df[ok & (df["policy"] == BASELINE)].assign(_k=key).set_index("_k")[metric]
                 base = base[~base.index.duplicated()]
                 df[out] = df[metric] / key.map(base)
-        for k in ("temperature", "limit", "sample", "rate", "kv_capacity_tokens"):
+        for k in (k for k in GRID_KEYS if k in NONE_OK and (k in _INT_KEYS or k in _FLOAT_KEYS)):  # None -> NaN
             df[k] = pd.to_numeric(df[k], errors="coerce").astype(float)
         first = list(GRID_KEYS) + ["status", "error", "cell_id"]
         df = df[first + [c for c in df.columns if c not in first]]
