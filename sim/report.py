@@ -103,8 +103,9 @@ from sim.config import BASELINE as BASE  # noqa: E402 -- the one baseline name
 # None = every batch size.
 PUBLISHED = {"codeedit": {4: (1.10, 1.62), 128: (1.04, 1.27)}, "chat": {None: (0.97, 1.01)}}
 CONTEXT_BINS = 4  # prompt-length quantile bins of the context-length heatmap
-_SETUP_KEYS = ("trace", "model", "gpu", "cost", "drafter", "calibrator", "ngram_k", "temperature", "seed", "limit", "drafts",
-               "rate", "kv_capacity_tokens", "max_num_batched_tokens")
+from sim.config import GRID_KEYS as _GRID_KEYS  # noqa: E402
+
+_SETUP_KEYS = tuple(k for k in _GRID_KEYS if k not in ("policy", "batch_size"))  # what makes a workload (sim/config.py)
 
 
 def load_sweep(path) -> tuple["pd.DataFrame", "pd.DataFrame"]:

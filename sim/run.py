@@ -56,6 +56,8 @@ class Prepared:
     cost: object
     length_only: bool
     skipped: int
+    tokenizer: str | None = None  # what tokenized the trace's text (sim.trace.tokenizer.tokenizer_for); None: no text
+    tokenizer_note: str | None = None  # set when that is not the served model's own tokenizer
 
 
 def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfile | None = None) -> Prepared:
@@ -67,7 +69,10 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
     profile = profile or load_drafter_profile(setup.drafter)
     calib = NgramCalibrator.load(setup.calibrator)
     ngram_cfg = NgramConfig(n_min=calib.cfg.n_min, n_max=calib.cfg.n_max, k=setup.ngram_k, ext_max=calib.cfg.ext_max)
-    trace = load_trace(setup.trace, limit=setup.limit, sample=setup.sample, seed=setup.seed)
+    from sim.trace.tokenizer import tokenizer_for
+
+    tok_name, tok_note = tokenizer_for(llm_name(setup.model))  # the model's own where available offline
+    trace = load_trace(setup.trace, limit=setup.limit, sample=setup.sample, seed=setup.seed, tokenizer=tok_name)
     reqs = trace.requests
     if not reqs:
         raise ConfigError(f"{setup.trace}: the trace has no requests")
@@ -84,7 +89,8 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
             raise ConfigError(f"{setup.drafts}: recorded drafts for {len(unknown)} request(s) not in the trace, e.g. '{unknown[0]}'")
     tables = build_draft_tables(reqs, ngram_cfg, profile, calib, seed=setup.seed, progress=progress, recorded=recorded)
     arrivals = np.asarray([r.arrival_s or 0.0 for r in reqs], dtype=np.float64)
-    return Prepared(setup, tables, arrivals, cost, bool(trace.length_only), trace.skipped)
+    return Prepared(setup, tables, arrivals, cost, bool(trace.length_only), trace.skipped, trace.tokenizer,
+                    tok_note if trace.tokenizer else None)
 
 
 def check_context(reqs: list[Request], trace: str, model: str, max_model_len: int | None = None) -> None:
@@ -116,7 +122,7 @@ def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False
     res = Engine(prep.tables, prep.arrivals, pol, prep.cost, cfg, progress=progress).run()
     wall = time.perf_counter() - t0
     row = {"policy": pol.name, "batch_size": batch_size, "trace": s.trace, "model": s.model, "gpu": s.gpu,
-           "cost": s.cost, "drafter": s.drafter, "ngram_k": s.ngram_k, "seed": s.seed}
+           "cost": s.cost, "drafter": s.drafter, "ngram_k": s.ngram_k, "seed": s.seed, "tokenizer": prep.tokenizer}
     row.update(summarize(res, batch_size))
     row["wall_s"] = wall
     row["sim_tok_per_wall_s"] = row["output_tokens"] / wall if wall > 0 else float("nan")
@@ -268,11 +274,8 @@ def main(argv: list[str] | None = None) -> int:
               "the rest use the drafter profile", file=sys.stderr)
     if prep.length_only:
         print("note: length-only requests: acceptance drawn from the bundled traces' statistical profile", file=sys.stderr)
-    elif not model.startswith("qwen"):
-        from sim.trace.tokenizer import TOKENIZER_NAME
-
-        print(f"note: trace text is tokenized with the {TOKENIZER_NAME} tokenizer (the only one bundled), not {model}'s "
-              "own; token-id traces are used as they are", file=sys.stderr)
+    if prep.tokenizer_note:
+        print(f"note: {prep.tokenizer_note}", file=sys.stderr)
     if add_baseline:
         print(f"note: running the baseline '{BASELINE}' too, for speedup_vs_baseline", file=sys.stderr)
     combos = [(p, b) for b in sizes for p in policies]
@@ -282,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         res.raise_if_lossy(f"policy {row['policy']} at batch size {row['batch_size']}")
     rows = [row for row, _ in results]
     add_speedups(rows)
-    header = (f"trace {a.trace}: {rows[0]['requests']} requests, {rows[0]['output_tokens']} output tokens; "
+    tok = f" (text tokenized with {prep.tokenizer})" if prep.tokenizer else ""
+    header = (f"trace {a.trace}: {rows[0]['requests']} requests, {rows[0]['output_tokens']} output tokens{tok}; "
               f"{model} on {a.gpu} ({a.cost}); baseline {BASELINE}")
     console.emit(rows, a.format, BASELINE, header=header)
     if a.out:

@@ -417,7 +417,7 @@ def _rows(results: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
                 base = df[ok & (df["policy"] == BASELINE)].assign(_k=key).set_index("_k")[metric]
                 base = base[~base.index.duplicated()]
                 df[out] = df[metric] / key.map(base)
-        for k in ("temperature", "limit", "sample", "rate", "kv_capacity_tokens"):
+        for k in (k for k in GRID_KEYS if k in NONE_OK and (k in _INT_KEYS or k in _FLOAT_KEYS)):  # None -> NaN
             df[k] = pd.to_numeric(df[k], errors="coerce").astype(float)
         first = list(GRID_KEYS) + ["status", "error", "cell_id"]
         df = df[first + [c for c in df.columns if c not in first]]
@@ -511,6 +511,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from sim.config import COMPONENTS, RunGrid, add_flags
 
     add_flags(ap, (RunGrid, *COMPONENTS), repeatable=True, grid_only=True)  # grid values, from sim/config.py
+    ap.add_argument("--speculative-config", action="append", default=None, metavar="JSON",
+                    help="vLLM's speculative config, mapped onto a policy as in sim.run (repeatable; each adds a "
+                         "sub-grid of that policy, with its num_speculative_tokens as ngram_k for method ngram)")
     ap.add_argument("--grid", type=Path, help="TOML grid file")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="a built-in grid (paper: the grid of reports/)")
     ap.add_argument("--out", type=Path, default=Path("out/sweep"), help="output directory (default out/sweep)")
@@ -548,6 +551,21 @@ def grid_from_args(a: argparse.Namespace) -> dict:
             grid[k] = getattr(a, k)
             for sub in grid.get("grid") or []:
                 sub.pop(k, None)
+    if getattr(a, "speculative_config", None):  # each vLLM config: a sub-grid of its policy (and n-gram k)
+        from sim.config import defaults
+        from sim.drafters.calibration import NgramCalibrator
+        from sim.drafters.model import load_drafter_profile
+        from sim.vllm_compat import speculative_config
+
+        cal = NgramCalibrator.load(_as_list("calibrator", grid.get("calibrator", defaults("calibrator")))[0])
+        block = load_drafter_profile(_as_list("drafter", grid.get("drafter", defaults("drafter")))[0]).block
+        subs = grid.get("grid") or ([{}] if (a.policy or a.preset or a.grid) else [])
+        for text in a.speculative_config:
+            m = speculative_config(text, (cal.cfg.n_min, cal.cfg.n_max), block)
+            for note in m.notes:
+                print(f"note: {note}", file=sys.stderr)
+            subs.append({"policy": [m.policy], **({"ngram_k": [m.ngram_k]} if m.ngram_k else {})})
+        grid["grid"] = subs
     return grid
 
 

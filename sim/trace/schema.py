@@ -58,6 +58,7 @@ class Trace:
     requests: list[Request]
     skipped: int = 0
     problems: list[str] = field(default_factory=list)
+    tokenizer: str | None = None  # what tokenized its text fields (None: no text, ids or lengths only)
 
     @property
     def length_only(self) -> bool:

