@@ -70,3 +70,48 @@ def plausible_calibrator(cfg):
 @pytest.fixture
 def linear_cost():
     return LinearCost()
+
+
+class CliResult:
+    """What a command printed and returned (the fields of subprocess.CompletedProcess the tests read)."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+_CLI_MAIN = {"sim.trace": "sim.trace.__main__", "sim.cost": "sim.cost.__main__"}
+
+
+def run_cli_inprocess(module: str, *args, cwd=None, env: dict | None = None) -> CliResult:
+    """`python -m module args...` in this process (the same error boundary, sim.cli_util.run_cli; stdout and
+    stderr captured as a pipe would, so not terminals): no interpreter start-up and no torch import per
+    call, which is most of a subprocess's cost in these tests."""
+    import contextlib
+    import importlib
+    import io
+    import os
+
+    from sim.cli_util import run_cli
+
+    main = importlib.import_module(_CLI_MAIN.get(module, module)).main
+    out, err = io.StringIO(), io.StringIO()
+    old = os.getcwd()
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    code = 0
+    try:
+        os.environ.update(env or {})  # read at call time by what these commands run (e.g. HYBRIDSPEC_CACHE_DIR)
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                run_cli(main, [str(a) for a in args])
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        os.chdir(old)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return CliResult(code, out.getvalue(), err.getvalue())

@@ -1,9 +1,6 @@
 """Profiled tables: vLLM-style lookup (monotone, step below the capture limit, interpolation above,
 extrapolation past the end), JSON/CSV loading, the derived example table, and the registry."""
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -351,11 +348,11 @@ def test_make_cost_model_with_a_table_path(tmp_path):
 
 
 def _sim_run(*args):
+    from conftest import run_cli_inprocess
+
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=str(root))
-    return subprocess.run([sys.executable, "-m", "sim.run", "--trace", str(root / "tests/fixtures/sim/tiny.jsonl"),
-                           "--limit", "3", "--batch-size", "2", "--workers", "1", "--no-progress", *args],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    return run_cli_inprocess("sim.run", "--trace", str(root / "tests/fixtures/sim/tiny.jsonl"), "--limit", "3",
+                             "--batch-size", "2", "--workers", "1", "--no-progress", *args, cwd=root)
 
 
 def test_sim_run_with_a_table_path(tmp_path):

@@ -32,6 +32,7 @@ def _one_line_error(r: subprocess.CompletedProcess) -> str:
     return err[0]
 
 
+@pytest.mark.slow  # about 25 s: the whole prepared GPU check on the CPU (run before a GPU session: -m slow)
 def test_quick_cpu_run(tmp_path):
     before = _repo_state()
     out = tmp_path / "o"

@@ -1,20 +1,16 @@
 """Hostile inputs found by hand that used to be accepted or crash (issue 12's first cases; the generated
 suite is still to come): each is one line on stderr, exit 2, and leaves the input untouched."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli_inprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl")
 
 
-def _run(*argv, timeout=300):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+def _run(module, *argv):
+    return run_cli_inprocess(module, *argv, cwd=ROOT)
 
 
 def _one_line(r, needle):

@@ -42,12 +42,13 @@ def _args(b):
             b.num_nondraft_tokens, b.draft_cost_ms)
 
 
-FAST = {
-    "adaptive": adaptive.alloc_adaptive,
+FAST = {  # one fast compile check in the default run; the rest: -m slow
     "hybrid-price": lambda b: hybrid.price_with_budget(b, "sweep"),
-    "hybrid": lambda b: hybrid.price_skip(b, "sweep"),
 }
 SLOW = {
+    "adaptive": adaptive.alloc_adaptive,
+    "hybrid": lambda b: hybrid.price_skip(b, "sweep"),
+    "hybrid-vllm": lambda b: hybrid.alloc_hybrid_vllm(b, "sweep"),
     "adaptive:early-stop": adaptive.alloc_adaptive_early_stop,
     "hybrid-price:sweep:current": lambda b: hybrid.price_core(b, "sweep"),
     "hybrid-price:model-opt": lambda b: hybrid.price_with_budget(b, "model-opt"),

@@ -93,6 +93,7 @@ def test_profile_table_round_trips_into_the_simulator(tmp_path):
         profile_main(["--model", "qwen3-tiny", "--random-weights", "--quick", "--out", str(out)])
 
 
+@pytest.mark.slow  # about 45 s: the validate CLI end to end (its parts are tested in the default run)
 def test_validate_quick_cli(tmp_path):
     out = tmp_path / "v"
     cmd = [sys.executable, "real/validate.py", "--quick", "--model", "qwen3-tiny", "--random-weights",

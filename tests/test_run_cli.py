@@ -1,19 +1,16 @@
 """python -m sim.run end to end on a tiny trace: the table, --out files, determinism, and bad input."""
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli_inprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl")
 
 
 def run(*args, cwd=ROOT):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "sim.run", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return run_cli_inprocess("sim.run", *args, cwd=cwd)
 
 
 def test_table_and_outputs(tmp_path):

@@ -1,20 +1,16 @@
 """python -m sim.sweep: the results table, resume from the cell cache, failing cells, bad names, grids."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import run_cli_inprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl")
 
 
 def sweep(*args, cwd=ROOT):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "sim.sweep", *args, "--no-progress"], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return run_cli_inprocess("sim.sweep", *args, "--no-progress", cwd=cwd)
 
 
 SUMMARY_KEYS = {"requests", "output_tokens", "sim_time_s", "output_throughput_tok_s", "mean_tokens_per_step",

@@ -1,13 +1,11 @@
 """python -m sim.trace: one-line errors with non-zero exit and no traceback; convert, stats, build."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import run_cli_inprocess
 from sim.trace import load_trace
 from sim.trace.__main__ import main
 
@@ -16,9 +14,7 @@ FIX = ROOT / "tests" / "fixtures" / "trace"
 
 
 def _run(*args, tmp_path):
-    env = dict(os.environ, HYBRIDSPEC_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "sim.trace", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=120)
+    return run_cli_inprocess("sim.trace", *args, cwd=ROOT, env={"HYBRIDSPEC_CACHE_DIR": str(tmp_path / "cache")})
 
 
 def _one_line_error(proc, *needles):

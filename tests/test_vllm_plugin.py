@@ -271,3 +271,11 @@ def test_ngram_selfcheck_passes_on_cpu():
 def test_dataclass_fields_have_help():
     for f in dataclasses.fields(HybridSpecConfig):
         assert f.metadata.get("help"), f.name
+
+
+def test_plugin_device_check_on_cpu():
+    """real/gpu_check.py's plugin phase, small, on the CPU: every comparison passes and it times each size."""
+    from real.vllm_plugin.checks import plugin_device_check
+
+    lines = plugin_device_check("cpu", sizes=(2, 3), width=128, steps=3)
+    assert [ln.split()[0] for ln in lines] == ["PASS", "PASS", "time", "time"], lines
