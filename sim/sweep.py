@@ -127,6 +127,8 @@ def _coerce(key: str, v):
         if key in NONE_OK:
             return None
         raise ConfigError(f"grid key '{key}' needs a value")
+    if isinstance(v, bool):  # TOML true/false is not a number (Python would read it as 1/0)
+        raise ConfigError(f"grid key '{key}': bad value {v!r} (true/false is not a number)")
     try:
         if key in _INT_KEYS:
             if isinstance(v, float) and not v.is_integer():

@@ -1,9 +1,7 @@
 """real/gpu_check.py on the CPU: the --quick path end to end with the 2-layer test model (preflight printed,
 grid.csv and the reports under --out, nothing written into the repository's reports/ or models/), a one-line
 refusal of --device cuda without CUDA, of existing outputs, and a spent time budget."""
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +11,11 @@ PREFLIGHT = ("torch ", "CUDA available", "device name and memory", "bf16 support
              "free disk", "model qwen3-tiny fits", "outputs")
 
 
-def _run(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")  # a small footprint on a shared machine
-    return subprocess.run([sys.executable, "real/gpu_check.py", *argv], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+def _run(*argv: str, timeout: int = 600):
+    """real/gpu_check.py in this process (tests/conftest.run_cli_inprocess); timeout: kept for the callers."""
+    from conftest import run_cli_inprocess
+
+    return run_cli_inprocess("real.gpu_check", *argv, cwd=ROOT)
 
 
 def _repo_state() -> str:

@@ -67,3 +67,19 @@ def test_run_out_folder_is_checked_first_and_written_whole(tmp_path):
     a_file.write_text("x")
     _one_line(_run(*RUN, "--out", str(a_file)), "not a folder")
     _one_line(_run(*RUN, "--out", str(a_file / "sub")), "is a file")
+
+
+def test_calibrator_with_a_float_setting_is_one_line(tmp_path):
+    import json
+
+    cal = json.loads((ROOT / "models" / "calibrators" / "ngram-general.json").read_text())
+    cal["ngram"]["n_min"] = 2.0
+    p = tmp_path / "cal.json"
+    p.write_text(json.dumps(cal))
+    _one_line(_run(*RUN, "--policy", "hybrid", "--calibrator", str(p)), "must be an integer")
+
+
+def test_toml_true_is_not_a_batch_size(tmp_path):
+    g = tmp_path / "g.toml"
+    g.write_text(f'batch_size = [true]\npolicy = ["adaptive"]\ntrace = ["{TINY}"]\n')
+    _one_line(_run("sim.sweep", "--grid", str(g), "--out", str(tmp_path / "sw"), "--no-progress"), "true/false")

@@ -39,6 +39,10 @@ class NgramConfig:
     ext_max: int = 1024
 
     def __post_init__(self) -> None:
+        for name in ("n_min", "n_max", "k", "ext_max"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ConfigError(f"n-gram drafter setting {name} must be an integer, got {v!r}")
         if not (1 <= self.n_min <= self.n_max):
             raise ConfigError(f"n-gram drafter needs 1 <= n_min <= n_max, got n_min={self.n_min} n_max={self.n_max}")
         if not (1 <= self.k <= 256):
