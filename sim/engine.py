@@ -359,8 +359,10 @@ class Engine:
                     ngram_conf=tb.ng_conf[rows], ngram_len=tb.ng_len[rows])
 
     def _allocate(self, batch: StepBatch) -> Allocation:
-        """Hook: call the policy (the real engine times it)."""
-        return self.policy(batch)
+        """Hook: call the policy (the real engine times it). The simulator runs the policy's faster form
+        when it has one (Policy.sim_fn, checked against the definition by tests/test_policy_fast_forms.py)."""
+        fast = getattr(self.policy, "sim_fn", None)
+        return fast(batch) if fast is not None else self.policy(batch)
 
     def _verify(self, plan: StepPlan, reqs: np.ndarray, rows: np.ndarray, adm_m: np.ndarray,
                 adm_n: np.ndarray, chains: dict) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,204 @@
+"""Faster forms of policies for the simulator only: numpy transcriptions of the torch definitions.
+
+The torch functions (hybrid.py, adaptive.py, ...) stay the one definition: the real engines and the vLLM
+plugin run them, and tests/test_policy_fast_forms.py checks every fast form here against its definition,
+allocation for allocation, on thousands of random batches and on batches recorded from engine runs of the
+bundled traces (exact equality). The simulator calls a policy thousands of times per second on tiny
+tensors, where each torch op's dispatch (2-4 us) dominates; numpy's elementwise ops cost a fraction of it.
+
+Bit-exactness rules of the transcription (why it equals the torch definition, not merely approximates it):
+  * cumprod / cumsum: torch's CPU kernels accumulate float32 in float64 and round each output, so here
+    they run in float64 and are cast back;
+  * float reductions whose order matters (a float32 sum over requests) and transcendental functions
+    (exp, log) run through the same torch op on a zero-copy view, so they round the same way;
+  * elementwise IEEE ops (+, -, *, /, comparisons), gathers, integer sums and stable sorts are exact in
+    both libraries; Python scalars are added as float32 (NEP 50 / torch's wrapped numbers).
+A policy spec has a fast form only where one is written (`attach`); every other spec runs its definition.
+HYBRIDSPEC_REFERENCE_POLICIES=1 makes the simulator run the definitions everywhere.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, List, Optional
+
+import numpy as np
+import torch
+
+from sim.policies.base import Allocation, StepBatch
+
+_CONST: dict = {}
+
+
+def _arr(x, dtype) -> np.ndarray:
+    """A C-contiguous numpy array of `dtype` (zero-copy for the simulator's tensors)."""
+    a = x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+def _sweep_constants():
+    """The two-stage sweep's float32 constants, computed by the torch definition: grid, u = -log(grid), q."""
+    from sim.policies import hybrid
+
+    key = ("sweep", hybrid.SWEEP_COARSE, hybrid.SWEEP_FINE)
+    out = _CONST.get(key)
+    if out is None:
+        grid = hybrid._price_grid(hybrid.SWEEP_COARSE, "cpu", torch.float32)
+        u = -torch.log(grid.clamp(min=1e-12))
+        q = torch.linspace(0.0, 1.0, hybrid.SWEEP_FINE, dtype=torch.float32)
+        out = _CONST[key] = (np.ascontiguousarray(grid.numpy()), np.ascontiguousarray(u.numpy()),
+                             np.ascontiguousarray(q.numpy()))
+    return out
+
+
+class _Workspace:
+    """Buffers of one batch shape (R, K_m, K_n) and their C pointers, made once and reused every call."""
+
+    CTYPES = {"f": "float[]", "d": "double[]", "q": "int64_t[]", "l": "int64_t[]", "B": "uint8_t[]"}
+
+    def __init__(self, ffi, R: int, Km: int, Kn: int, exact: bool):
+        from sim.policies import hybrid
+
+        f32, i64, S = np.float32, np.int64, 2
+        self.ffi = ffi
+        self.conf_m, self.conf_n = np.empty((S, R, Km), f32), np.empty((S, R, Kn), f32)
+        self.len_m, self.len_n = np.empty((S, R), i64), np.empty((S, R), i64)
+        self.surv_m, self.surv_n = np.empty((S, R, Km), f32), np.empty((S, R, Kn), f32)
+        self.cs_m, self.cs_n = np.empty((S, R, Km + 1), f32), np.empty((S, R, Kn + 1), f32)
+        if exact:  # prices: every survival of the side, then 0
+            self.lam = [np.zeros((S, R * (Km + Kn) + 1), f32)]
+        else:
+            grid, u, q = _sweep_constants()
+            self.lam = [np.ascontiguousarray(np.broadcast_to(grid, (S, grid.shape[0]))), np.empty((S, hybrid.SWEEP_FINE), f32)]
+            self.u, self.q = u, q
+            self.arg = np.empty((S, hybrid.SWEEP_FINE), f32)
+        self.stage = []
+        for lam in self.lam:
+            C = lam.shape[1]
+            self.stage.append(dict(lam=lam, use=np.empty((S, R, C), np.uint8), adm=np.empty((S, R, C), i64),
+                                   gch=np.empty((S, R, C), f32), slots=np.empty((S, C), i64),
+                                   g=np.empty((S, C), f32), best=np.empty(S, i64)))
+        self.use_p, self.adm_p = np.empty((S, R), np.uint8), np.empty((S, R), i64)
+        self.work, self.pos = np.empty(R, i64), np.empty(3 * R, i64)
+        self.chain, self.admitted = np.empty(R, i64), np.empty(R, i64)
+        self.p = {}
+        for k, v in list(vars(self).items()):
+            if isinstance(v, np.ndarray):
+                self.p[k] = self.ptr(v)
+        for st in self.stage:
+            st["p"] = {k: self.ptr(v) for k, v in st.items()}
+
+    def ptr(self, a: np.ndarray):
+        return self.ffi.from_buffer(self.CTYPES[a.dtype.char], a)
+
+
+def price_with_budget_native(batch: StepBatch, margin: float, native) -> Allocation:
+    """hybrid.price_with_budget(batch, "sweep", margin), float32 confidences, in C (native/hybrid_price.c).
+    Both sides (current, stale) at once, as the definition stacks them; the float32 sums over requests
+    run through torch's own sum so that they round exactly as the definition's do."""
+    from sim.policies import hybrid
+
+    ffi, lib = native
+    R, Km = batch.model_conf.shape
+    Kn = batch.ngram_conf.shape[1]
+    S = 2
+    exact = R * Km + R * Kn <= hybrid.SWEEP_EXACT_MAX
+    key = ("ws", R, Km, Kn, exact)
+    ws = _CONST.get(key)
+    if ws is None:
+        ws = _CONST[key] = _Workspace(ffi, R, Km, Kn, exact)
+    p = ws.p
+    ws.conf_m[0], ws.conf_m[1] = batch.model_conf.numpy(), batch.stale_model_conf.numpy()
+    ws.conf_n[0], ws.conf_n[1] = batch.ngram_conf.numpy(), batch.stale_ngram_conf.numpy()
+    ws.len_m[0], ws.len_m[1] = batch.model_len.numpy(), batch.stale_model_len.numpy()
+    ws.len_n[0], ws.len_n[1] = batch.ngram_len.numpy(), batch.stale_ngram_len.numpy()
+    lib.hp_chains(S * R, Km, Kn, p["conf_m"], p["len_m"], p["conf_n"], p["len_n"], p["surv_m"], p["cs_m"],
+                  p["surv_n"], p["cs_n"])
+    table = _arr(batch.verify_cost_ms, np.float64)
+    tp = ws.ptr(table)
+    T, N, draft = int(batch.num_nondraft_tokens), float(batch.num_sampling), float(batch.draft_cost_ms)
+    margin = float(margin)
+
+    def evaluate(st):
+        q = st["p"]
+        C = st["lam"].shape[1]
+        lib.hp_eval(S, R, Km, Kn, p["surv_m"], p["cs_m"], p["surv_n"], p["cs_n"], C, q["lam"], margin, q["use"],
+                    q["adm"], q["gch"], q["slots"])
+        gain = torch.from_numpy(st["gch"]).sum(1).numpy()  # torch's summation order; fresh and contiguous
+        lib.hp_goodput(S, C, ws.ptr(gain), q["slots"], tp, table.shape[0], T, N, draft, q["g"], q["best"])
+
+    st = ws.stage[0]
+    if exact:
+        st["lam"][:, :-1] = np.concatenate([ws.surv_m, ws.surv_n], -1).reshape(S, -1)
+        evaluate(st)
+    else:
+        evaluate(st)
+        lib.hp_fine_arg(S, ws.u.shape[0], ffi.from_buffer("float[]", ws.u), st["p"]["best"], ws.q.shape[0],
+                        ffi.from_buffer("float[]", ws.q), p["arg"])
+        fine = ws.stage[1]
+        fine["lam"][...] = torch.exp(torch.from_numpy(ws.arg)).numpy()
+        evaluate(fine)
+        # first maximum over [coarse, fine]: the fine stage's best only where it is strictly better
+        rows = np.arange(S)
+        take2 = fine["g"][rows, fine["best"]] > st["g"][rows, st["best"]]
+        if take2.any():
+            lib.hp_take(S, R, fine["lam"].shape[1], fine["p"]["use"], fine["p"]["adm"], fine["p"]["best"],
+                        p["use_p"], p["adm_p"])
+            use2, adm2 = ws.use_p.copy(), ws.adm_p.copy()
+    lib.hp_take(S, R, st["lam"].shape[1], st["p"]["use"], st["p"]["adm"], st["p"]["best"], p["use_p"], p["adm_p"])
+    if not exact and take2.any():
+        ws.use_p[take2], ws.adm_p[take2] = use2[take2], adm2[take2]
+    budget = int(ws.adm_p[1].sum())
+    if batch.max_draft_tokens is not None:
+        budget = min(budget, max(int(batch.max_draft_tokens), 0))
+    lib.hp_finish(R, Km, Kn, p["surv_m"], p["surv_n"], p["len_m"], p["len_n"], p["use_p"], p["adm_p"], budget,
+                  p["work"], p["pos"], p["chain"], p["admitted"])
+    return Allocation(chain=torch.from_numpy(ws.chain.copy()), admitted=torch.from_numpy(ws.admitted.copy()))
+
+
+def _price_with_budget_form(margin: float):
+    from sim.policies import hybrid
+    from sim.policies.native import load
+
+    native = load("hybrid_price")
+    if native is None:
+        return None
+
+    def fn(batch: StepBatch) -> Allocation:
+        if (batch.model_conf.dtype != torch.float32 or batch.model_conf.shape[1] < 1 or batch.ngram_conf.shape[1] < 1
+                or not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (
+                    batch.model_conf, batch.stale_model_conf, batch.ngram_conf, batch.stale_ngram_conf,
+                    batch.model_len, batch.stale_model_len, batch.ngram_len, batch.stale_ngram_len))):
+            return hybrid.price_with_budget(batch, "sweep", margin)  # outside the transcription: the definition
+        return price_with_budget_native(batch, margin, native)
+
+    return fn
+
+
+def _parse_hybrid_price(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    from sim.policies.hybrid import DEFAULT_METHOD, NGRAM_MARGIN
+    from sim.policies.registry import parse_float
+
+    method, current, margin = DEFAULT_METHOD, False, NGRAM_MARGIN
+    rest = list(params)
+    if rest and rest[-1].startswith("margin="):
+        margin = parse_float(rest.pop()[len("margin="):], "margin")
+    if rest and rest[-1] == "current":
+        current = True
+        rest.pop()
+    if rest:
+        method = rest[0]
+    if method != "sweep" or current:
+        return None
+    return _price_with_budget_form(margin)
+
+
+_FORMS = {"hybrid-price": _parse_hybrid_price}
+
+
+def sim_form(spec: str) -> Optional[Callable[[StepBatch], Allocation]]:
+    """The fast form of the (valid) policy spec, or None when it has none or the definitions are forced."""
+    if os.environ.get("HYBRIDSPEC_REFERENCE_POLICIES", "").strip() not in ("", "0"):
+        return None
+    name, *params = str(spec).strip().split(":")
+    parse = _FORMS.get(name)
+    return parse(params) if parse is not None else None
