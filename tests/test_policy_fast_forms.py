@@ -19,7 +19,8 @@ SPECS = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "adaptive:early-
          "suffix-threshold", "hybrid", "hybrid-price", "hybrid-price:sweep", "hybrid-price:margin=0",
          "hybrid-price:margin=0.37", "hybrid-price:model-opt", "hybrid-price:fixed-point", "hybrid-price:current",
          "hybrid-tree", "oracle"]
-FAST = [s for s in SPECS if s.startswith("hybrid-price") and s.split(":")[-1] not in ("model-opt", "fixed-point", "current")]
+FAST = ["adaptive"] + [s for s in SPECS if s.startswith("hybrid-price")
+                       and s.split(":")[-1] not in ("model-opt", "fixed-point", "current")]
 
 
 def _same(spec, pol, b, where):

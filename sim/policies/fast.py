@@ -174,6 +174,54 @@ def _price_with_budget_form(margin: float):
     return fn
 
 
+def alloc_adaptive_native(batch: StepBatch, native) -> Allocation:
+    """adaptive.alloc_adaptive(batch), float32 current confidences, in C (native/hybrid_price.c: ad_budget,
+    then the same stable top-B merge as hybrid-price with every request on its model chain)."""
+    ffi, lib = native
+    R, K = batch.model_conf.shape
+    key = ("ad", R, K)
+    ws = _CONST.get(key)
+    if ws is None:
+        f32, i64 = np.float32, np.int64
+        ws = _CONST[key] = dict(stale=np.empty((R, K), np.float64), conf=np.empty((R, K), f32), len=np.empty(R, i64),
+                                surv=np.empty((R, K), f32), cs=np.empty((R, K + 1), f32), work=np.empty(R * K, np.float64),
+                                use=np.zeros(R, np.uint8), one=np.ones(R, i64), heap=np.empty(R, i64),
+                                pos=np.empty(3 * R, i64), chain=np.empty(R, i64), adm=np.empty(R, i64),
+                                none=np.zeros(1, f32))
+        ws["p"] = {k: ffi.from_buffer(_Workspace.CTYPES[v.dtype.char], v) for k, v in ws.items()}
+    p = ws["p"]
+    ws["stale"][...] = batch.stale_model_conf.numpy()
+    ws["conf"][...] = batch.model_conf.numpy()
+    ws["len"][...] = batch.model_len.numpy()
+    table = _arr(batch.verify_cost_ms, np.float64)
+    cap = -1 if batch.max_draft_tokens is None else max(int(batch.max_draft_tokens), 0)
+    budget = lib.ad_budget(R, K, p["stale"], p["len"], ffi.from_buffer("double[]", table), table.shape[0],
+                           int(batch.num_nondraft_tokens), float(batch.num_sampling), float(batch.draft_cost_ms), cap,
+                           p["work"])
+    lib.ad_survival(R, K, p["conf"], p["len"], p["surv"], p["cs"])
+    lib.hp_finish(R, K, 0, p["surv"], p["none"], p["len"], p["len"], p["use"], p["one"], budget, p["heap"], p["pos"],
+                  p["chain"], p["adm"])
+    return Allocation(chain=torch.from_numpy(ws["chain"].copy()), admitted=torch.from_numpy(ws["adm"].copy()))
+
+
+def _adaptive_form():
+    from sim.policies import adaptive
+    from sim.policies.native import load
+
+    native = load("hybrid_price")
+    if native is None:
+        return None
+
+    def fn(batch: StepBatch) -> Allocation:
+        if (batch.model_conf.dtype != torch.float32 or batch.model_conf.shape[1] < 1
+                or not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (
+                    batch.model_conf, batch.stale_model_conf, batch.model_len))):
+            return adaptive.alloc_adaptive(batch)
+        return alloc_adaptive_native(batch, native)
+
+    return fn
+
+
 def _parse_hybrid_price(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
     from sim.policies.hybrid import DEFAULT_METHOD, NGRAM_MARGIN
     from sim.policies.registry import parse_float
@@ -192,7 +240,11 @@ def _parse_hybrid_price(params: List[str]) -> Optional[Callable[[StepBatch], All
     return _price_with_budget_form(margin)
 
 
-_FORMS = {"hybrid-price": _parse_hybrid_price}
+def _parse_adaptive(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    return _adaptive_form() if not params else None
+
+
+_FORMS = {"hybrid-price": _parse_hybrid_price, "adaptive": _parse_adaptive}
 
 
 def sim_form(spec: str) -> Optional[Callable[[StepBatch], Allocation]]:

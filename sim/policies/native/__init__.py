@@ -33,6 +33,9 @@ void hp_take(int64_t S, int64_t R, int64_t C, const uint8_t *use, const int64_t 
 void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *surv_n, const int64_t *len_m,
                const int64_t *len_n, const uint8_t *use0, const int64_t *adm0, int64_t budget, int64_t *heap_r,
                int64_t *pos, int64_t *chain_out, int64_t *adm_out);
+void ad_survival(int64_t R, int64_t K, const float *conf, const int64_t *len, float *surv, float *cs);
+int64_t ad_budget(int64_t R, int64_t K, const double *stale_conf, const int64_t *len, const double *table, int64_t ntab,
+                  int64_t T, double N, double draft, int64_t cap, double *work);
 """
 _LIBS: dict = {}
 

@@ -1,4 +1,5 @@
-/* Native form of sim.policies.hybrid.price_with_budget(batch, "sweep", margin) for the simulator.
+/* Native forms of sim.policies.hybrid.price_with_budget(batch, "sweep", margin) and
+ * sim.policies.adaptive.alloc_adaptive for the simulator (adaptive at the end of the file).
  *
  * The torch function is the definition; this is a transcription of it, op for op, with the same
  * floating-point semantics (compiled with -O2 -ffp-contract=off, no fast-math: every float op is one
@@ -16,6 +17,7 @@
  * sim/policies/fast.py drives it; tests/test_policy_fast_forms.py checks it against the definition.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void chain(int64_t rows, int64_t K, const float *conf, const int64_t *len, float *surv, float *cs) {
@@ -180,4 +182,47 @@ void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const flo
 #undef BEFORE
     for (int64_t r = 0; r < R; r++)
         if (adm_out[r] <= 0) chain_out[r] = 0;
+}
+
+/* ---- adaptive (sim.policies.adaptive.alloc_adaptive) ---------------------------------------------------
+ * Budget from the stale model confidences in float64 (as the definition: survival(dtype=float64) ->
+ * sorted descending -> gains = cumsum (double) -> goodput (N + gains[B]) / (table[clamp(B + T)] + draft),
+ * B reachable iff B <= #real slots and B <= cap; first maximum); then the stable global top-B of the
+ * current float32 survivals. */
+void ad_survival(int64_t R, int64_t K, const float *conf, const int64_t *len, float *surv, float *cs) {
+    chain(R, K, conf, len, surv, cs);
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+int64_t ad_budget(int64_t R, int64_t K, const double *stale_conf, const int64_t *len, const double *table, int64_t ntab,
+                  int64_t T, double N, double draft, int64_t cap, double *work) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < R; r++) {
+        double acc = 1.0;
+        int64_t L = len[r];
+        for (int64_t j = 0; j < K; j++) {
+            double x = stale_conf[r * K + j];
+            x = x < 0.0 ? 0.0 : (x > 1.0 ? 1.0 : x);
+            acc *= x;
+            if (j < L) work[n++] = acc;
+        }
+    }
+    qsort(work, (size_t)n, sizeof(double), cmp_desc);
+    int64_t M = R * K, best = 0, top = n;
+    if (cap >= 0 && cap < top) top = cap;
+    double gain = 0.0, bestg = 0.0;
+    for (int64_t B = 0; B <= M; B++) {
+        if (B > 0 && B <= n) gain += work[B - 1];  /* clamp(min=0): survivals are >= 0 */
+        if (B > top) break;                          /* unreachable: -inf, never the first maximum */
+        int64_t i = B + T;
+        i = i < 0 ? 0 : (i > ntab - 1 ? ntab - 1 : i);
+        double step = table[i] + draft;
+        double g = (gain + N) / step;
+        if (B == 0 || g > bestg) { bestg = g; best = B; }
+    }
+    return best;
 }
