@@ -85,7 +85,12 @@ class Worker:
 
 
 def export_tree(rev: str, dest: Path) -> str:
-    """Write the tree of commit `rev` into dest (git archive); returns its short hash."""
+    """Write the tree of commit `rev` into dest (git archive); returns its short hash. A `rev` that is a folder
+    holding a sim/ package (an exported tree) is used as it is."""
+    if (Path(rev) / "sim" / "run.py").exists():
+        shutil.rmtree(dest)
+        shutil.copytree(rev, dest, ignore=shutil.ignore_patterns(".git", "__pycache__"))
+        return str(rev)
     sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, check=True, capture_output=True,
                          text=True).stdout.strip()
     arch = subprocess.run(["git", "archive", "--format=tar", sha], cwd=REPO, check=True, capture_output=True).stdout
@@ -111,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     from sim.run import DEFAULT_POLICIES
 
     ap = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--against", default="HEAD~1", help="commit to compare with ('none': this tree only)")
+    ap.add_argument("--against", default="HEAD~1",
+                    help="commit (or a folder holding an exported tree) to compare with ('none': this tree only)")
     ap.add_argument("--trace", action="append", help=f"default: {' '.join(TRACES)}")
     ap.add_argument("--policy", action="append", help="default: sim.run's default policies")
     ap.add_argument("--batch-size", action="append", type=int, help=f"default: {' '.join(map(str, SIZES))}")
