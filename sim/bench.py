@@ -8,7 +8,7 @@ times the engine run alone (draft tables are built before timing, as sim.run doe
 processes, one importing this tree and one importing the tree of commit `--against` (exported with git
 archive). The workers take turns, never run at once, and every cell runs `--repeat` times on each side
 (median), so a noisy or shared machine slows both alike: the ratio after/before is the figure to read.
-Each batch size runs on a seeded sample of the trace of max(8, 2 x batch) requests (the whole trace
+Each batch size runs on a seeded sample of the trace of max(16, 2 x batch) requests (the whole trace
 when it holds fewer; --scale multiplies it), so that a batch of B can fill and the slow small batches
 stay short. `--main-job` also times the README's main job (python -m sim.run --trace
 traces/codeedit.jsonl) on both sides, and its setup (sim.run.prepare: trace, cost model, draft tables)
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             total = trace_size(trace)
             tname = Path(trace).stem
             for bs in sizes:
-                sample = min(total, max(8, int(round(2 * bs * a.scale))))
+                sample = min(total, max(16, int(round(2 * bs * a.scale))))
                 for pol in policies:
                     rates = {k: [] for k in workers}
                     info = {}

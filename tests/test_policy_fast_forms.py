@@ -16,11 +16,12 @@ from sim.policies.testing import random_batch
 from sim.run import SimSetup, prepare, run_one
 
 SPECS = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "adaptive:early-stop", "ngram-first",
-         "suffix-threshold", "hybrid", "hybrid-price", "hybrid-price:sweep", "hybrid-price:margin=0",
+         "suffix-threshold", "hybrid", "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5", "hybrid:fixed-point",
+         "hybrid-price", "hybrid-price:sweep", "hybrid-price:margin=0",
          "hybrid-price:margin=0.37", "hybrid-price:model-opt", "hybrid-price:fixed-point", "hybrid-price:current",
          "hybrid-tree", "oracle"]
-FAST = ["adaptive"] + [s for s in SPECS if s.startswith("hybrid-price")
-                       and s.split(":")[-1] not in ("model-opt", "fixed-point", "current")]
+FAST = ["adaptive", "hybrid", "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5"] + [
+    s for s in SPECS if s.startswith("hybrid-price") and s.split(":")[-1] not in ("model-opt", "fixed-point", "current")]
 
 
 def _same(spec, pol, b, where):
@@ -39,7 +40,7 @@ def test_every_family_is_covered():
 def test_native_forms_are_built_here():
     for spec in FAST:
         assert get_policy(spec).sim_fn is not None, spec
-    assert get_policy("hybrid-price:current").sim_fn is None
+    assert get_policy("hybrid-price:current").sim_fn is None and get_policy("hybrid:fixed-point").sim_fn is None
 
 
 def _random_batches(n: int, seed: int):
@@ -58,13 +59,19 @@ def _random_batches(n: int, seed: int):
             b.model_conf[:, : km // 2] = 1.0
         if rng.random() < 0.1:
             b.ngram_len[:] = 0
+        if rng.random() < 0.2:  # requests without a model chain (hybrid then takes the n-gram chain)
+            b.model_len[: R // 2] = 0
+        # hybrid's inputs: the model pass's share of the drafter cost, the mean n-gram chain
+        b = dataclasses.replace(b, model_draft_ms=float(rng.uniform(0, b.draft_cost_ms)))
+        if rng.random() < 0.7:
+            b = dataclasses.replace(b, mean_ngram_conf=torch.tensor(rng.random((R, kn))))
         yield b
 
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_random_batches(spec):
     pol = get_policy(spec)
-    n = 3000 if spec in FAST else 200
+    n = (2000 if spec in ("adaptive", "hybrid", "hybrid-price") else 500) if spec in FAST else 200
     for i, b in enumerate(_random_batches(n, seed=zlib.crc32(spec.encode()))):
         _same(spec, pol, b, f"random batch {i} (R={b.num_reqs})")
 

@@ -51,14 +51,15 @@ def _sweep_constants():
 
 
 class _Workspace:
-    """Buffers of one batch shape (R, K_m, K_n) and their C pointers, made once and reused every call."""
+    """Buffers of one batch shape (S sides, R, K_m, K_n) and their C pointers, made once and reused every call.
+    gdt: the goodput's dtype (float32 with one drafter cost, float64 with a cost per side, as torch promotes)."""
 
     CTYPES = {"f": "float[]", "d": "double[]", "q": "int64_t[]", "l": "int64_t[]", "B": "uint8_t[]"}
 
-    def __init__(self, ffi, R: int, Km: int, Kn: int, exact: bool):
+    def __init__(self, ffi, S: int, R: int, Km: int, Kn: int, exact: bool, gdt=np.float32):
         from sim.policies import hybrid
 
-        f32, i64, S = np.float32, np.int64, 2
+        f32, i64 = np.float32, np.int64
         self.ffi = ffi
         self.conf_m, self.conf_n = np.empty((S, R, Km), f32), np.empty((S, R, Kn), f32)
         self.len_m, self.len_n = np.empty((S, R), i64), np.empty((S, R), i64)
@@ -76,8 +77,10 @@ class _Workspace:
             C = lam.shape[1]
             self.stage.append(dict(lam=lam, use=np.empty((S, R, C), np.uint8), adm=np.empty((S, R, C), i64),
                                    gch=np.empty((S, R, C), f32), slots=np.empty((S, C), i64),
-                                   g=np.empty((S, C), f32), best=np.empty(S, i64)))
+                                   g=np.empty((S, C), gdt), best=np.empty(S, i64)))
         self.use_p, self.adm_p = np.empty((S, R), np.uint8), np.empty((S, R), i64)
+        self.draft = np.empty(S, np.float64)
+        self.len_cur, self.zeros = np.empty(R, i64), np.zeros(R, i64)
         self.work, self.pos = np.empty(R, i64), np.empty(3 * R, i64)
         self.chain, self.admitted = np.empty(R, i64), np.empty(R, i64)
         self.p = {}
@@ -91,32 +94,32 @@ class _Workspace:
         return self.ffi.from_buffer(self.CTYPES[a.dtype.char], a)
 
 
-def price_with_budget_native(batch: StepBatch, margin: float, native) -> Allocation:
-    """hybrid.price_with_budget(batch, "sweep", margin), float32 confidences, in C (native/hybrid_price.c).
-    Both sides (current, stale) at once, as the definition stacks them; the float32 sums over requests
-    run through torch's own sum so that they round exactly as the definition's do."""
+def _workspace(ffi, S, R, Km, Kn, gdt):
     from sim.policies import hybrid
 
-    ffi, lib = native
-    R, Km = batch.model_conf.shape
-    Kn = batch.ngram_conf.shape[1]
-    S = 2
     exact = R * Km + R * Kn <= hybrid.SWEEP_EXACT_MAX
-    key = ("ws", R, Km, Kn, exact)
+    key = ("ws", S, R, Km, Kn, exact, np.dtype(gdt).char)
     ws = _CONST.get(key)
     if ws is None:
-        ws = _CONST[key] = _Workspace(ffi, R, Km, Kn, exact)
+        ws = _CONST[key] = _Workspace(ffi, S, R, Km, Kn, exact, gdt)
+    ws.exact = exact
+    return ws
+
+
+def _sweep_native(native, ws, batch: StepBatch, margin: float, per_side_draft: bool) -> np.ndarray:
+    """hybrid.lambda_sweep over the workspace's S sides (confidences and lengths already in ws): survivals,
+    both stages, and the pick; leaves (use_ngram, admitted) per side in ws.use_p, ws.adm_p and returns the
+    picked goodput per side [S]."""
+    ffi, lib = native
+    S, R, Km = ws.conf_m.shape
+    Kn = ws.conf_n.shape[2]
     p = ws.p
-    ws.conf_m[0], ws.conf_m[1] = batch.model_conf.numpy(), batch.stale_model_conf.numpy()
-    ws.conf_n[0], ws.conf_n[1] = batch.ngram_conf.numpy(), batch.stale_ngram_conf.numpy()
-    ws.len_m[0], ws.len_m[1] = batch.model_len.numpy(), batch.stale_model_len.numpy()
-    ws.len_n[0], ws.len_n[1] = batch.ngram_len.numpy(), batch.stale_ngram_len.numpy()
     lib.hp_chains(S * R, Km, Kn, p["conf_m"], p["len_m"], p["conf_n"], p["len_n"], p["surv_m"], p["cs_m"],
                   p["surv_n"], p["cs_n"])
     table = _arr(batch.verify_cost_ms, np.float64)
     tp = ws.ptr(table)
-    T, N, draft = int(batch.num_nondraft_tokens), float(batch.num_sampling), float(batch.draft_cost_ms)
-    margin = float(margin)
+    T, N, margin = int(batch.num_nondraft_tokens), float(batch.num_sampling), float(margin)
+    draft = None if per_side_draft else float(batch.draft_cost_ms)
 
     def evaluate(st):
         q = st["p"]
@@ -124,10 +127,14 @@ def price_with_budget_native(batch: StepBatch, margin: float, native) -> Allocat
         lib.hp_eval(S, R, Km, Kn, p["surv_m"], p["cs_m"], p["surv_n"], p["cs_n"], C, q["lam"], margin, q["use"],
                     q["adm"], q["gch"], q["slots"])
         gain = torch.from_numpy(st["gch"]).sum(1).numpy()  # torch's summation order; fresh and contiguous
-        lib.hp_goodput(S, C, ws.ptr(gain), q["slots"], tp, table.shape[0], T, N, draft, q["g"], q["best"])
+        if per_side_draft:
+            lib.hp_goodput_d(S, C, ws.ptr(gain), q["slots"], tp, table.shape[0], T, N, p["draft"], q["g"], q["best"])
+        else:
+            lib.hp_goodput(S, C, ws.ptr(gain), q["slots"], tp, table.shape[0], T, N, draft, q["g"], q["best"])
 
     st = ws.stage[0]
-    if exact:
+    rows = np.arange(S)
+    if ws.exact:
         st["lam"][:, :-1] = np.concatenate([ws.surv_m, ws.surv_n], -1).reshape(S, -1)
         evaluate(st)
     else:
@@ -138,21 +145,83 @@ def price_with_budget_native(batch: StepBatch, margin: float, native) -> Allocat
         fine["lam"][...] = torch.exp(torch.from_numpy(ws.arg)).numpy()
         evaluate(fine)
         # first maximum over [coarse, fine]: the fine stage's best only where it is strictly better
-        rows = np.arange(S)
-        take2 = fine["g"][rows, fine["best"]] > st["g"][rows, st["best"]]
+        g2 = fine["g"][rows, fine["best"]]
+        take2 = g2 > st["g"][rows, st["best"]]
         if take2.any():
             lib.hp_take(S, R, fine["lam"].shape[1], fine["p"]["use"], fine["p"]["adm"], fine["p"]["best"],
                         p["use_p"], p["adm_p"])
             use2, adm2 = ws.use_p.copy(), ws.adm_p.copy()
     lib.hp_take(S, R, st["lam"].shape[1], st["p"]["use"], st["p"]["adm"], st["p"]["best"], p["use_p"], p["adm_p"])
-    if not exact and take2.any():
+    best_g = st["g"][rows, st["best"]]
+    if not ws.exact and take2.any():
         ws.use_p[take2], ws.adm_p[take2] = use2[take2], adm2[take2]
+        best_g = np.where(take2, g2, best_g)
+    return best_g
+
+
+def price_with_budget_native(batch: StepBatch, margin: float, native) -> Allocation:
+    """hybrid.price_with_budget(batch, "sweep", margin), float32 confidences, in C (native/hybrid_price.c).
+    Both sides (current, stale) at once, as the definition stacks them; the float32 sums over requests
+    run through torch's own sum so that they round exactly as the definition's do."""
+    ffi, lib = native
+    R, Km = batch.model_conf.shape
+    Kn = batch.ngram_conf.shape[1]
+    ws = _workspace(ffi, 2, R, Km, Kn, np.float32)
+    p = ws.p
+    ws.conf_m[0], ws.conf_m[1] = batch.model_conf.numpy(), batch.stale_model_conf.numpy()
+    ws.conf_n[0], ws.conf_n[1] = batch.ngram_conf.numpy(), batch.stale_ngram_conf.numpy()
+    ws.len_m[0], ws.len_m[1] = batch.model_len.numpy(), batch.stale_model_len.numpy()
+    ws.len_n[0], ws.len_n[1] = batch.ngram_len.numpy(), batch.stale_ngram_len.numpy()
+    _sweep_native(native, ws, batch, margin, per_side_draft=False)
     budget = int(ws.adm_p[1].sum())
     if batch.max_draft_tokens is not None:
         budget = min(budget, max(int(batch.max_draft_tokens), 0))
-    lib.hp_finish(R, Km, Kn, p["surv_m"], p["surv_n"], p["len_m"], p["len_n"], p["use_p"], p["adm_p"], budget,
+    lib.hp_finish(R, Km, Kn, p["surv_m"], p["surv_n"], p["len_m"], p["len_n"], p["use_p"], p["adm_p"], budget, 0,
                   p["work"], p["pos"], p["chain"], p["admitted"])
     return Allocation(chain=torch.from_numpy(ws.chain.copy()), admitted=torch.from_numpy(ws.admitted.copy()))
+
+
+_FORECAST_NP = {"avg": lambda last, mean: (last + mean) * np.float32(0.5), "min": np.minimum,
+                "mean": lambda last, mean: mean, "stale": lambda last, mean: last}
+
+
+def price_skip_native(batch: StepBatch, margin: float, hysteresis: float, forecast: str, native) -> Allocation:
+    """hybrid.price_skip(batch, "sweep", margin, hysteresis, forecast), float32 confidences, in C: four sides
+    (current, stale, current without the model pass, stale without it), goodput in float64 since each side
+    pays its own drafter cost, then the model pass's decision, the free budget and the top-B."""
+    ffi, lib = native
+    R, Km = batch.model_conf.shape
+    Kn = batch.ngram_conf.shape[1]
+    ws = _workspace(ffi, 4, R, Km, Kn, np.float64)
+    p = ws.p
+    mc, smc = batch.model_conf.numpy(), batch.stale_model_conf.numpy()
+    ws.conf_m[0], ws.conf_m[1], ws.conf_m[2], ws.conf_m[3] = mc, smc, mc, smc
+    ml = batch.model_len.numpy()
+    ws.len_m[0], ws.len_m[1], ws.len_m[2:] = ml, batch.stale_model_len.numpy(), 0
+    last = batch.stale_ngram_conf.numpy().astype(np.float32, copy=False)
+    if batch.mean_ngram_conf is not None:
+        last = _FORECAST_NP[forecast](last, batch.mean_ngram_conf.numpy().astype(np.float32))
+    nc = batch.ngram_conf.numpy()
+    ws.conf_n[0], ws.conf_n[1], ws.conf_n[2], ws.conf_n[3] = nc, last, nc, last
+    nl, snl = batch.ngram_len.numpy(), batch.stale_ngram_len.numpy()
+    ws.len_n[0], ws.len_n[1], ws.len_n[2], ws.len_n[3] = nl, snl, nl, snl
+    full = float(batch.draft_cost_ms)
+    skip = full - float(batch.model_draft_ms)
+    ws.draft[:] = (full, full, skip, skip)
+    g = _sweep_native(native, ws, batch, margin, per_side_draft=True)
+    run_model = bool(g[3] <= g[1] * (1.0 + hysteresis))
+    side = 0 if run_model else 2
+    budget = int(ws.adm_p[1 if run_model else 3].sum())
+    table = _arr(batch.verify_cost_ms, np.float64)
+    budget = lib.hs_free_budget(ws.ptr(table), table.shape[0], int(batch.num_nondraft_tokens), budget)
+    if batch.max_draft_tokens is not None:
+        budget = min(budget, max(int(batch.max_draft_tokens), 0))
+    ws.len_cur[...] = ml if run_model else 0
+    lib.hp_finish(R, Km, Kn, p["surv_m"], p["surv_n"], p["len_cur"], p["len_n"],
+                  ffi.from_buffer("uint8_t[]", ws.use_p[side]), ffi.from_buffer("int64_t[]", ws.adm_p[side]), budget, 1,
+                  p["work"], p["pos"], p["chain"], p["admitted"])
+    return Allocation(chain=torch.from_numpy(ws.chain.copy()), admitted=torch.from_numpy(ws.admitted.copy()),
+                      model_ran=torch.tensor(run_model))
 
 
 def _price_with_budget_form(margin: float):
@@ -199,8 +268,8 @@ def alloc_adaptive_native(batch: StepBatch, native) -> Allocation:
                            int(batch.num_nondraft_tokens), float(batch.num_sampling), float(batch.draft_cost_ms), cap,
                            p["work"])
     lib.ad_survival(R, K, p["conf"], p["len"], p["surv"], p["cs"])
-    lib.hp_finish(R, K, 0, p["surv"], p["none"], p["len"], p["len"], p["use"], p["one"], budget, p["heap"], p["pos"],
-                  p["chain"], p["adm"])
+    lib.hp_finish(R, K, 0, p["surv"], p["none"], p["len"], p["len"], p["use"], p["one"], budget, 0, p["heap"],
+                  p["pos"], p["chain"], p["adm"])
     return Allocation(chain=torch.from_numpy(ws["chain"].copy()), admitted=torch.from_numpy(ws["adm"].copy()))
 
 
@@ -240,11 +309,52 @@ def _parse_hybrid_price(params: List[str]) -> Optional[Callable[[StepBatch], All
     return _price_with_budget_form(margin)
 
 
+def _price_skip_form(margin: float, hyst: float, forecast: str):
+    from sim.policies import hybrid
+    from sim.policies.native import load
+
+    native = load("hybrid_price")
+    if native is None:
+        return None
+
+    def fn(batch: StepBatch) -> Allocation:
+        if (batch.model_conf.dtype != torch.float32 or batch.model_conf.shape[1] < 1 or batch.ngram_conf.shape[1] < 1
+                or not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (
+                    batch.model_conf, batch.stale_model_conf, batch.ngram_conf, batch.stale_ngram_conf,
+                    batch.model_len, batch.stale_model_len, batch.ngram_len, batch.stale_ngram_len))
+                or isinstance(batch.draft_cost_ms, torch.Tensor) or isinstance(batch.model_draft_ms, torch.Tensor)):
+            return hybrid.price_skip(batch, "sweep", margin, hyst, forecast)
+        return price_skip_native(batch, margin, hyst, forecast, native)
+
+    return fn
+
+
+def _parse_hybrid(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    from sim.policies.hybrid import DEFAULT_METHOD, FORECASTS, NGRAM_MARGIN
+    from sim.policies.registry import parse_float
+
+    method, margin, hyst, forecast = DEFAULT_METHOD, NGRAM_MARGIN, 0.0, FORECASTS[0]
+    rest = list(params)
+    while rest and rest[-1].split("=")[0] in ("margin", "hyst", "forecast"):
+        key, _, val = rest.pop().partition("=")
+        if key == "margin":
+            margin = parse_float(val, "margin")
+        elif key == "hyst":
+            hyst = parse_float(val, "hyst")
+        else:
+            forecast = val
+    if rest:
+        method = rest[0]
+    if method != "sweep" or forecast not in _FORECAST_NP:
+        return None
+    return _price_skip_form(margin, hyst, forecast)
+
+
 def _parse_adaptive(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
     return _adaptive_form() if not params else None
 
 
-_FORMS = {"hybrid-price": _parse_hybrid_price, "adaptive": _parse_adaptive}
+_FORMS = {"hybrid-price": _parse_hybrid_price, "adaptive": _parse_adaptive, "hybrid": _parse_hybrid}
 
 
 def sim_form(spec: str) -> Optional[Callable[[StepBatch], Allocation]]:

@@ -31,8 +31,11 @@ void hp_fine_arg(int64_t S, int64_t G, const float *u, const int64_t *best, int6
 void hp_take(int64_t S, int64_t R, int64_t C, const uint8_t *use, const int64_t *adm, const int64_t *best,
              uint8_t *use_out, int64_t *adm_out);
 void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *surv_n, const int64_t *len_m,
-               const int64_t *len_n, const uint8_t *use0, const int64_t *adm0, int64_t budget, int64_t *heap_r,
-               int64_t *pos, int64_t *chain_out, int64_t *adm_out);
+               const int64_t *len_n, const uint8_t *use0, const int64_t *adm0, int64_t budget, int64_t force_ngram,
+               int64_t *heap_r, int64_t *pos, int64_t *chain_out, int64_t *adm_out);
+void hp_goodput_d(int64_t S, int64_t C, const float *gain, const int64_t *slots, const double *table, int64_t ntab,
+                  int64_t T, float N, const double *draft, double *g, int64_t *best);
+int64_t hs_free_budget(const double *table, int64_t ntab, int64_t T, int64_t budget);
 void ad_survival(int64_t R, int64_t K, const float *conf, const int64_t *len, float *surv, float *cs);
 int64_t ad_budget(int64_t R, int64_t K, const double *stale_conf, const int64_t *len, const double *table, int64_t ntab,
                   int64_t T, double N, double draft, int64_t cap, double *work);

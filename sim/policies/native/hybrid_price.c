@@ -108,6 +108,39 @@ void hp_goodput(int64_t S, int64_t C, const float *gain, const int64_t *slots, c
     }
 }
 
+/* hp_goodput with a float64 drafter cost per side (hybrid's sides pay different drafters): torch promotes
+ * the step time to float64, (double)(float)table[i] + draft[s], and divides the float gain + N by it. */
+void hp_goodput_d(int64_t S, int64_t C, const float *gain, const int64_t *slots, const double *table, int64_t ntab,
+                  int64_t T, float N, const double *draft, double *g, int64_t *best) {
+    for (int64_t s = 0; s < S; s++) {
+        int64_t b = 0;
+        for (int64_t c = 0; c < C; c++) {
+            int64_t i = slots[s * C + c] + T;
+            i = i < 0 ? 0 : (i > ntab - 1 ? ntab - 1 : i);
+            double step = (double)(float)table[i] + draft[s];
+            float num = gain[s * C + c] + N;
+            double x = (double)num / step;
+            g[s * C + c] = x;
+            if (x > g[s * C + b]) b = c;
+        }
+        best[s] = b;
+    }
+}
+
+/* hybrid.free_budget: the largest B' >= B with table[T + B'] <= table[clamp(T + B)] (binary search). */
+int64_t hs_free_budget(const double *table, int64_t ntab, int64_t T, int64_t budget) {
+    int64_t i = budget + T;
+    i = i < 0 ? 0 : (i > ntab - 1 ? ntab - 1 : i);
+    double cost = table[i];
+    int64_t lo = 0, hi = ntab;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) >> 1;
+        if (table[mid] <= cost) lo = mid + 1; else hi = mid;
+    }
+    int64_t last = lo - 1 - T;
+    return last > budget ? last : budget;
+}
+
 /* The fine stage's price argument -(u_lo + q * (u_hi - u_lo)) [S, F] around the coarse best [S]. */
 void hp_fine_arg(int64_t S, int64_t G, const float *u, const int64_t *best, int64_t F, const float *q, float *out) {
     for (int64_t s = 0; s < S; s++) {
@@ -135,11 +168,12 @@ void hp_take(int64_t S, int64_t R, int64_t C, const uint8_t *use, const int64_t 
 /* The current side's allocation: chain choice (both prefixes empty -> the better first slot, then model),
  * global stable top-`budget` of the chosen chains' survivals, finish(). chain_out/adm_out [R]. */
 void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *surv_n, const int64_t *len_m,
-               const int64_t *len_n, const uint8_t *use0, const int64_t *adm0, int64_t budget, int64_t *heap_r,
-               int64_t *pos, int64_t *chain_out, int64_t *adm_out) {
+               const int64_t *len_n, const uint8_t *use0, const int64_t *adm0, int64_t budget, int64_t force_ngram,
+               int64_t *heap_r, int64_t *pos, int64_t *chain_out, int64_t *adm_out) {
     int64_t W = Km + Kn, n = 0;
     for (int64_t r = 0; r < R; r++) {
         int u = adm0[r] == 0 ? (surv_n[r * Kn] > surv_m[r * Km]) : use0[r];
+        if (force_ngram && len_m[r] == 0) u = 1;  /* hybrid: a request without a model chain takes its n-gram chain */
         int64_t K = u ? Kn : Km, L = u ? len_n[r] : len_m[r];
         L = L < 0 ? 0 : (L > K ? K : L);
         chain_out[r] = u ? 2 : 1;
