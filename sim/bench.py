@@ -8,6 +8,8 @@ times the engine run alone (draft tables are built before timing, as sim.run doe
 processes, one importing this tree and one importing the tree of commit `--against` (exported with git
 archive). The workers take turns, never run at once, and every cell runs `--repeat` times on each side
 (median), so a noisy or shared machine slows both alike: the ratio after/before is the figure to read.
+It also prints tokens per CPU-second of the worker (process time), which time-slicing on a loaded
+machine disturbs far less than wall time.
 Each batch size runs on a seeded sample of the trace of max(16, 2 x batch) requests (the whole trace
 when it holds fewer; --scale multiplies it), so that a batch of B can fill and the slow small batches
 stay short. `--main-job` also times the README's main job (python -m sim.run --trace
@@ -52,8 +54,10 @@ for line in sys.stdin:
         key = (q["trace"], q["sample"])
         if key not in preps:
             preps[key] = prepare(SimSetup(trace=q["trace"], sample=q["sample"], seed=0))
+        c0 = time.process_time()
         row, res = run_one(preps[key], q["policy"], q["bs"])
-        out = {"wall": row["wall_s"], "tokens": int(row["output_tokens"]), "steps": int(len(res.steps["emitted"]))}
+        out = {"wall": row["wall_s"], "cpu": time.process_time() - c0, "tokens": int(row["output_tokens"]),
+               "steps": int(len(res.steps["emitted"]))}
     elif q["op"] == "setup":
         t0 = time.perf_counter()
         prepare(SimSetup(trace=q["trace"]))
@@ -68,7 +72,8 @@ class Worker:
     def __init__(self, tree: Path, label: str):
         env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
         self.label, self.tree = label, tree
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], cwd=str(REPO), env=env, text=True,
+        # cwd = the tree too: `python -c` puts the working directory ahead of PYTHONPATH on sys.path
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], cwd=str(tree), env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def ask(self, **q) -> dict:
@@ -107,8 +112,8 @@ def main_job(tree: Path) -> float:
     """Wall seconds of python -m sim.run --trace traces/codeedit.jsonl imported from `tree`."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "sim.run", "--trace", "traces/codeedit.jsonl", "--no-progress"], cwd=str(REPO),
-                   env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "sim.run", "--trace", "traces/codeedit.jsonl", "--no-progress"], cwd=str(tree),
+                   env=env, check=True, stdout=subprocess.DEVNULL)  # cwd: `-m` puts it ahead of PYTHONPATH
     return time.perf_counter() - t0
 
 
@@ -140,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"before = commit {base} (exported to {tmp}); after = this tree ({REPO})")
         results = []
         head = (f"{'trace':<10}{'policy':<18}{'bs':>4}{'reqs':>5}{'tokens':>8}{'steps':>7}"
-                + "".join(f"{k + ' tok/s':>15}" for k in workers) + (f"{'ratio':>8}" if base else ""))
+                + "".join(f"{k + ' tok/s':>15}" for k in workers) + (f"{'ratio':>8}" if base else "")
+                + "".join(f"{k + ' tok/cpu-s':>15}" for k in workers) + (f"{'ratio':>8}" if base else ""))
         print(head)
         for trace in traces:
             total = trace_size(trace)
@@ -149,27 +155,34 @@ def main(argv: list[str] | None = None) -> int:
                 sample = min(total, max(16, int(round(2 * bs * a.scale))))
                 for pol in policies:
                     rates = {k: [] for k in workers}
+                    cpu = {k: [] for k in workers}
                     info = {}
                     for rep in range(a.repeat):
                         order = list(workers) if rep % 2 == 0 else list(reversed(workers))
                         for k in order:
                             r = workers[k].ask(op="run", trace=trace, sample=sample, policy=pol, bs=bs)
                             rates[k].append(r["tokens"] / r["wall"])
+                            cpu[k].append(r["tokens"] / max(r["cpu"], 1e-9))
                             info[k] = r
                     med = {k: statistics.median(v) for k, v in rates.items()}
+                    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
                     if base and info["before"]["steps"] != info["after"]["steps"]:
                         print(f"  note: {pol} bs={bs}: {info['before']['steps']} steps before, {info['after']['steps']} after")
                     ratio = med["after"] / med["before"] if base else None
+                    ratio_cpu = med_cpu["after"] / med_cpu["before"] if base else None
                     results.append(dict(trace=tname, policy=pol, bs=bs, requests=sample, tokens=info["after"]["tokens"],
                                         steps=info["after"]["steps"], **{f"{k}_tok_s": v for k, v in med.items()},
-                                        **({"ratio": ratio} if base else {})))
+                                        **{f"{k}_tok_cpu_s": v for k, v in med_cpu.items()},
+                                        **({"ratio": ratio, "ratio_cpu": ratio_cpu} if base else {})))
                     print(f"{tname:<10}{pol:<18}{bs:>4}{sample:>5}{info['after']['tokens']:>8}{info['after']['steps']:>7}"
-                          + "".join(f"{med[k]:>15,.0f}" for k in workers) + (f"{ratio:>8.2f}" if base else ""),
+                          + "".join(f"{med[k]:>15,.0f}" for k in workers) + (f"{ratio:>8.2f}" if base else "")
+                          + "".join(f"{med_cpu[k]:>15,.0f}" for k in workers) + (f"{ratio_cpu:>8.2f}" if base else ""),
                           flush=True)
         if base:
-            ratios = [r["ratio"] for r in results]
-            geo = statistics.geometric_mean(ratios)
-            print(f"ratio after/before: geometric mean {geo:.2f}, min {min(ratios):.2f}, max {max(ratios):.2f}")
+            for key, what in (("ratio", "wall"), ("ratio_cpu", "CPU")):
+                ratios = [r[key] for r in results]
+                print(f"ratio after/before ({what} time): geometric mean {statistics.geometric_mean(ratios):.2f}, "
+                      f"min {min(ratios):.2f}, max {max(ratios):.2f}")
         extra = {}
         if a.main_job:
             for k, w in workers.items():
