@@ -1,43 +1,210 @@
-"""Simulator speed benchmark: simulated output tokens per wall-clock second.
+"""Simulator speed benchmark: simulated output tokens per wall second, this tree against a previous commit.
 
-    python -m sim.bench [--trace traces/codeedit.jsonl] [--policy hybrid-price] [--batch-size 4 --batch-size 128]
+    python -m sim.bench [--against HEAD~1] [--repeat 3] [--policy P ...] [--batch-size B ...] [--trace T ...]
+                        [--main-job]
 
-Prints, for each batch size, the wall time of the engine run alone (draft tables are built once, before
-timing, as `sim.run` does) and simulated output tokens per wall second. Targets (one core of the 2-core
-dev machine): >= 30,000 at batch size 4 and >= 200,000 at batch size 128 on the code-editing trace.
+For every policy (default: sim.run's default list) at batch 1, 4, 32, 128, 256 on both bundled traces it
+times the engine run alone (draft tables are built before timing, as sim.run does) in two worker
+processes, one importing this tree and one importing the tree of commit `--against` (exported with git
+archive). The workers take turns, never run at once, and every cell runs `--repeat` times on each side
+(median), so a noisy or shared machine slows both alike: the ratio after/before is the figure to read.
+It also prints tokens per CPU-second of the worker (process time), which time-slicing on a loaded
+machine disturbs far less than wall time.
+Each batch size runs on a seeded sample of the trace of max(16, 2 x batch) requests (the whole trace
+when it holds fewer; --scale multiplies it), so that a batch of B can fill and the slow small batches
+stay short. `--main-job` also times the README's main job (python -m sim.run --trace
+traces/codeedit.jsonl) on both sides, and its setup (sim.run.prepare: trace, cost model, draft tables)
+with a warm draft-table cache, and prints the setup's share of it.
+Prints the machine's load average before and after; figures go in docs/performance.md.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
-
-import torch
+from pathlib import Path
 
 from sim.cli_util import run_cli
-from sim.run import SimSetup, prepare, run_one
 
-TARGETS = {4: 30_000, 128: 200_000}
+REPO = Path(__file__).resolve().parents[1]
+TRACES = ("traces/codeedit.jsonl", "traces/chat.jsonl")
+SIZES = (1, 4, 32, 128, 256)
+
+# One request per line on stdin (JSON), one answer per line on stdout. Imports whatever tree PYTHONPATH names.
+WORKER = r"""
+import json, sys, time, os
+import torch
+torch.set_num_threads(1)
+from sim.run import SimSetup, prepare, run_one
+preps, warm = {}, set()
+for line in sys.stdin:
+    q = json.loads(line)
+    if q["op"] == "run":
+        if (q["trace"], q["policy"]) not in warm:  # first use: imports, native builds, constants (untimed)
+            warm.add((q["trace"], q["policy"]))
+            if (q["trace"], 4) not in preps:
+                preps[(q["trace"], 4)] = prepare(SimSetup(trace=q["trace"], sample=4, seed=0))
+            run_one(preps[(q["trace"], 4)], q["policy"], 4)
+        key = (q["trace"], q["sample"])
+        if key not in preps:
+            preps[key] = prepare(SimSetup(trace=q["trace"], sample=q["sample"], seed=0))
+        c0 = time.process_time()
+        row, res = run_one(preps[key], q["policy"], q["bs"])
+        out = {"wall": row["wall_s"], "cpu": time.process_time() - c0, "tokens": int(row["output_tokens"]),
+               "steps": int(len(res.steps["emitted"]))}
+    elif q["op"] == "setup":
+        t0 = time.perf_counter()
+        prepare(SimSetup(trace=q["trace"]))
+        out = {"wall": time.perf_counter() - t0}
+    print(json.dumps(out), flush=True)
+"""
+
+
+class Worker:
+    """A python process importing the sim package of `tree`."""
+
+    def __init__(self, tree: Path, label: str):
+        env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
+        self.label, self.tree = label, tree
+        # cwd = the tree too: `python -c` puts the working directory ahead of PYTHONPATH on sys.path
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], cwd=str(tree), env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def ask(self, **q) -> dict:
+        self.proc.stdin.write(json.dumps(q) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.label} worker ({self.tree}) died")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def export_tree(rev: str, dest: Path) -> str:
+    """Write the tree of commit `rev` into dest (git archive); returns its short hash. A `rev` that is a folder
+    holding a sim/ package (an exported tree) is used as it is."""
+    if (Path(rev) / "sim" / "run.py").exists():
+        shutil.rmtree(dest)
+        shutil.copytree(rev, dest, ignore=shutil.ignore_patterns(".git", "__pycache__"))
+        return str(rev)
+    sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, check=True, capture_output=True,
+                         text=True).stdout.strip()
+    arch = subprocess.run(["git", "archive", "--format=tar", sha], cwd=REPO, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=arch, check=True)
+    return sha
+
+
+def trace_size(trace: str) -> int:
+    with open(REPO / trace) as f:
+        return sum(1 for line in f if line.strip())
+
+
+def main_job(tree: Path) -> float:
+    """Wall seconds of python -m sim.run --trace traces/codeedit.jsonl imported from `tree`."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "sim.run", "--trace", "traces/codeedit.jsonl", "--no-progress"], cwd=str(tree),
+                   env=env, check=True, stdout=subprocess.DEVNULL)  # cwd: `-m` puts it ahead of PYTHONPATH
+    return time.perf_counter() - t0
 
 
 def main(argv: list[str] | None = None) -> int:
+    from sim.run import DEFAULT_POLICIES
+
     ap = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--trace", default="traces/codeedit.jsonl")
-    ap.add_argument("--policy", action="append")
-    ap.add_argument("--batch-size", action="append", type=int)
-    ap.add_argument("--limit", type=int, default=None)
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 = one core)")
+    ap.add_argument("--against", default="HEAD~1",
+                    help="commit (or a folder holding an exported tree) to compare with ('none': this tree only)")
+    ap.add_argument("--trace", action="append", help=f"default: {' '.join(TRACES)}")
+    ap.add_argument("--policy", action="append", help="default: sim.run's default policies")
+    ap.add_argument("--batch-size", action="append", type=int, help=f"default: {' '.join(map(str, SIZES))}")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per cell and side (median)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply the per-batch-size sample of requests")
+    ap.add_argument("--main-job", action="store_true", help="also time the README's main job and its setup")
+    ap.add_argument("--json", type=Path, default=None, help="write every measurement to this file")
     a = ap.parse_args(argv)
-    torch.set_num_threads(a.threads)
-    t0 = time.perf_counter()
-    prep = prepare(SimSetup(trace=a.trace, limit=a.limit))
-    print(f"draft tables for {a.trace}: {time.perf_counter() - t0:.1f} s (once per run, shared by all policies)")
-    print(f"{'policy':<16}{'bs':>5}{'output tok':>12}{'wall s':>9}{'sim tok/wall s':>16}{'target':>10}")
-    for b in a.batch_size or [4, 128]:
-        for p in a.policy or ["hybrid-price", "adaptive"]:
-            row, _ = run_one(prep, p, b)
-            tgt = TARGETS.get(b)
-            print(f"{p:<16}{b:>5}{row['output_tokens']:>12}{row['wall_s']:>9.2f}{row['sim_tok_per_wall_s']:>16,.0f}"
-                  f"{(f'{tgt:,}' if tgt else '-'):>10}")
+    traces = a.trace or list(TRACES)
+    policies = a.policy or list(DEFAULT_POLICIES)
+    sizes = a.batch_size or list(SIZES)
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    tmp = Path(tempfile.mkdtemp(prefix="hybridspec-bench-"))
+    workers = {"after": Worker(REPO, "after")}
+    base = None
+    try:
+        if a.against != "none":
+            base = export_tree(a.against, tmp)
+            workers["before"] = Worker(tmp, "before")
+            print(f"before = commit {base} (exported to {tmp}); after = this tree ({REPO})")
+        results = []
+        head = (f"{'trace':<10}{'policy':<18}{'bs':>4}{'reqs':>5}{'tokens':>8}{'steps':>7}"
+                + "".join(f"{k + ' tok/s':>15}" for k in workers) + (f"{'ratio':>8}" if base else "")
+                + "".join(f"{k + ' tok/cpu-s':>15}" for k in workers) + (f"{'ratio':>8}" if base else ""))
+        print(head)
+        for trace in traces:
+            total = trace_size(trace)
+            tname = Path(trace).stem
+            for bs in sizes:
+                sample = min(total, max(16, int(round(2 * bs * a.scale))))
+                for pol in policies:
+                    rates = {k: [] for k in workers}
+                    cpu = {k: [] for k in workers}
+                    info = {}
+                    for rep in range(a.repeat):
+                        order = list(workers) if rep % 2 == 0 else list(reversed(workers))
+                        for k in order:
+                            r = workers[k].ask(op="run", trace=trace, sample=sample, policy=pol, bs=bs)
+                            rates[k].append(r["tokens"] / r["wall"])
+                            cpu[k].append(r["tokens"] / max(r["cpu"], 1e-9))
+                            info[k] = r
+                    med = {k: statistics.median(v) for k, v in rates.items()}
+                    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
+                    if base and info["before"]["steps"] != info["after"]["steps"]:
+                        print(f"  note: {pol} bs={bs}: {info['before']['steps']} steps before, {info['after']['steps']} after")
+                    ratio = med["after"] / med["before"] if base else None
+                    ratio_cpu = med_cpu["after"] / med_cpu["before"] if base else None
+                    results.append(dict(trace=tname, policy=pol, bs=bs, requests=sample, tokens=info["after"]["tokens"],
+                                        steps=info["after"]["steps"], **{f"{k}_tok_s": v for k, v in med.items()},
+                                        **{f"{k}_tok_cpu_s": v for k, v in med_cpu.items()},
+                                        **({"ratio": ratio, "ratio_cpu": ratio_cpu} if base else {})))
+                    print(f"{tname:<10}{pol:<18}{bs:>4}{sample:>5}{info['after']['tokens']:>8}{info['after']['steps']:>7}"
+                          + "".join(f"{med[k]:>15,.0f}" for k in workers) + (f"{ratio:>8.2f}" if base else "")
+                          + "".join(f"{med_cpu[k]:>15,.0f}" for k in workers) + (f"{ratio_cpu:>8.2f}" if base else ""),
+                          flush=True)
+        if base:
+            for key, what in (("ratio", "wall"), ("ratio_cpu", "CPU")):
+                ratios = [r[key] for r in results]
+                print(f"ratio after/before ({what} time): geometric mean {statistics.geometric_mean(ratios):.2f}, "
+                      f"min {min(ratios):.2f}, max {max(ratios):.2f}")
+        extra = {}
+        if a.main_job:
+            for k, w in workers.items():
+                w.close()
+            workers = {}
+            trees = {"after": REPO, **({"before": tmp} if base else {})}
+            for k, tree in trees.items():
+                extra[f"main_job_{k}_s"] = main_job(tree)
+            setup = Worker(REPO, "setup")
+            setup.ask(op="setup", trace="traces/codeedit.jsonl")  # warms the draft-table cache
+            extra["setup_s"] = setup.ask(op="setup", trace="traces/codeedit.jsonl")["wall"]
+            setup.close()
+            print("main job (python -m sim.run --trace traces/codeedit.jsonl): "
+                  + ", ".join(f"{k} {extra[f'main_job_{k}_s']:.1f} s" for k in trees)
+                  + f"; setup (warm cache) {extra['setup_s']:.2f} s = {extra['setup_s'] / extra['main_job_after_s']:.0%} of it")
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        if a.json:
+            a.json.write_text(json.dumps({"against": base, "results": results, **extra}, indent=1) + "\n")
+    finally:
+        for w in workers.values():
+            w.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -93,6 +93,20 @@ class EngineConfig:
             raise ConfigError(f"arrival rate must be > 0 requests/s, got {self.rate}")
 
 
+def _ng_conf_zero_past_length(tb: DraftTables) -> bool:
+    """Whether every n-gram confidence past its chain's length is 0 (the calibrator writes them so), checked
+    once per tables object: then the host-side history may add the rows as they are."""
+    flag = getattr(tb, "_ng_zero_past_len", None)
+    if flag is None:
+        past = np.arange(tb.k_ngram)[None, :] >= tb.ng_len[:, None]
+        flag = bool(not np.any(tb.ng_conf[past]))
+        try:
+            tb._ng_zero_past_len = flag
+        except AttributeError:
+            pass
+    return flag
+
+
 class LosslessError(HybridSpecError):
     """Emitted tokens differ from the trace output: a bug in a policy or drafter, never acceptable."""
 
@@ -160,6 +174,9 @@ class Engine:
         # Running mean of each request's n-gram chains (confidence per slot, 0 past the chain's length).
         self.ng_conf_sum = np.zeros((n, tables.k_ngram), dtype=np.float64)
         self.ng_conf_cnt = np.zeros(n, dtype=np.int64)
+        self._ng_clean = _ng_conf_zero_past_length(tables)  # then ng_conf * (slot < ng_len) == ng_conf
+        self._price_memo: dict = {}
+        self._out_base = tables.tok_offsets[:-1] + tables.prompt_len  # token-buffer index of output[0], per request
         self.t_first = np.full(n, np.nan)
         self.t_done = np.full(n, np.nan)
         self.n_steps = np.zeros(n, dtype=np.int64)
@@ -179,6 +196,21 @@ class Engine:
         self._bar = None
 
     # ----------------------------------------------------------------------------------------- utils
+    def _prices(self, R: int) -> dict:
+        """The drafters' and the allocation kernel's prices for R decoding requests, as if every drafter the
+        policy uses runs (the cost model's, computed once per R: they depend on nothing else)."""
+        out = self._price_memo.get(R)
+        if out is None:
+            cost, pol, out = self.cost, self.policy, {}
+            if pol.uses_model:
+                out["draft"] = cost.draft_ms(R, self.tb.k_model)
+            if pol.uses_ngram:
+                out["ngram"] = cost.ngram_ms(R, on_gpu=not pol.host_sync)
+            if pol.uses_model or pol.uses_ngram:
+                out["alloc"] = cost.alloc_ms(R, policy=pol.name)
+            self._price_memo[R] = out
+        return out
+
     def _write(self, reqs: np.ndarray, counts: np.ndarray, dst: np.ndarray, tokens: np.ndarray) -> None:
         """Store `tokens` at buffer slots `dst` (counts[k] of them for request reqs[k], at its position) and
         advance the positions; n_written counts every store so that a slot stored twice is detectable."""
@@ -201,7 +233,7 @@ class Engine:
         j = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)  # depth of each slot
         # Where slot j is read from in the token buffer: the target's output at pos + j (bonus, and the
         # default), or the n-gram copy source + j for an n-gram draft token.
-        out_src = tb.tok_offsets[reqs] + tb.prompt_len[reqs] + pos
+        out_src = self._out_base[reqs] + pos
         draft_src = np.where(from_n, tb.tok_offsets[reqs] + tb.ng_start[rows], out_src)
         draft = j < n_draft[rep]
         tok = tb.tokens.take(np.where(draft, draft_src[rep], out_src[rep]) + j, mode="clip")
@@ -227,8 +259,8 @@ class Engine:
         if not self.policy.uses_ngram:  # only policies that draft n-gram chains read their history
             return stale_m, None
         cnt = self.ng_conf_cnt[reqs]
-        mean_ng = np.where(cnt[:, None] > 0, self.ng_conf_sum[reqs] / np.maximum(cnt, 1)[:, None],
-                           tb.ng_conf[srows] * (np.arange(tb.k_ngram) < tb.ng_len[srows][:, None]))
+        last = tb.ng_conf[srows] if self._ng_clean else tb.ng_conf[srows] * (np.arange(tb.k_ngram) < tb.ng_len[srows][:, None])
+        mean_ng = np.where(cnt[:, None] > 0, self.ng_conf_sum[reqs] / np.maximum(cnt, 1)[:, None], last)
         return stale_m, mean_ng
 
     def _record_drafts(self, reqs: np.ndarray, rows: np.ndarray, model_ran: bool) -> None:
@@ -239,7 +271,8 @@ class Engine:
             self.m_conf_sum[reqs] += tb.m_conf[rows]
             self.m_conf_cnt[reqs] += 1
         if self.policy.uses_ngram:
-            self.ng_conf_sum[reqs] += tb.ng_conf[rows] * (np.arange(tb.k_ngram) < tb.ng_len[rows][:, None])
+            self.ng_conf_sum[reqs] += (tb.ng_conf[rows] if self._ng_clean
+                                       else tb.ng_conf[rows] * (np.arange(tb.k_ngram) < tb.ng_len[rows][:, None]))
             self.ng_conf_cnt[reqs] += 1
 
     def _flag(self, bad: np.ndarray, reqs: np.ndarray, what: str) -> None:
@@ -359,8 +392,10 @@ class Engine:
                     ngram_conf=tb.ng_conf[rows], ngram_len=tb.ng_len[rows])
 
     def _allocate(self, batch: StepBatch) -> Allocation:
-        """Hook: call the policy (the real engine times it)."""
-        return self.policy(batch)
+        """Hook: call the policy (the real engine times it). The simulator runs the policy's faster form
+        when it has one (Policy.sim_fn, checked against the definition by tests/test_policy_fast_forms.py)."""
+        fast = getattr(self.policy, "sim_fn", None)
+        return fast(batch) if fast is not None else self.policy(batch)
 
     def _verify(self, plan: StepPlan, reqs: np.ndarray, rows: np.ndarray, adm_m: np.ndarray,
                 adm_n: np.ndarray, chains: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -430,9 +465,12 @@ class Engine:
         adm = alloc.admitted.numpy().astype(np.int64)
         is_m = chain == CHAIN_MODEL
         is_n = chain == CHAIN_NGRAM
-        sec = alloc.second.numpy().astype(np.int64) if alloc.second is not None else np.zeros_like(adm)
-        want_m = np.where(is_m, adm, np.where(is_n, sec, 0))
-        want_n = np.where(is_n, adm, np.where(is_m, sec, 0))
+        if alloc.second is None:  # single chain: the other chain verifies nothing
+            want_m, want_n = np.where(is_m, adm, 0), np.where(is_n, adm, 0)
+        else:
+            sec = alloc.second.numpy().astype(np.int64)
+            want_m = np.where(is_m, adm, np.where(is_n, sec, 0))
+            want_n = np.where(is_n, adm, np.where(is_m, sec, 0))
         m_len, ng_len = chains["model_len"], chains["ngram_len"]
         # Allocation contract: 0 <= slots <= the chain's length (what the engine would otherwise clamp).
         self._flag((want_m > m_len) | (want_n > ng_len) | (np.minimum(want_m, want_n) < 0), reqs,
@@ -476,12 +514,7 @@ class Engine:
             kv_tokens += int((tb.prompt_len[reqs] + self.pos[reqs]).sum())
             T = R + prefill_tokens
             # Priced as if every drafter the policy uses runs; a policy may skip one (model_ran below).
-            if pol.uses_model:
-                prices["draft"] = cost.draft_ms(R, tb.k_model)
-            if pol.uses_ngram:
-                prices["ngram"] = cost.ngram_ms(R, on_gpu=not pol.host_sync)
-            if pol.uses_model or pol.uses_ngram:
-                prices["alloc"] = cost.alloc_ms(R, policy=pol.name)
+            prices.update(self._prices(R))
             chains = self._propose(reqs, rows)
             batch = self._build_batch(reqs, rows, chains, T, kv_tokens, n_seqs, n_prefill_done, prices)
             alloc = self._allocate(batch)

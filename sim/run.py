@@ -29,7 +29,8 @@ from sim.cost import make_cost_model
 from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
 from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
 from sim.drafters.ngram import NgramConfig
-from sim.drafters.tables import DraftTables, build_draft_tables
+from sim.drafters.cache import cached_draft_tables
+from sim.drafters.tables import DraftTables
 from sim.engine import Engine, EngineConfig, RunResult
 from sim.errors import ConfigError
 from sim.metrics import summarize
@@ -61,8 +62,8 @@ class Prepared:
 
 
 def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfile | None = None) -> Prepared:
-    """Load the trace, the cost model and the drafters, and build the draft tables once.
-    `profile` overrides the named drafter profile (for fitting it)."""
+    """Load the trace, the cost model and the drafters, and build the draft tables once (or load them from
+    the on-disk cache, sim.drafters.cache). `profile` overrides the named drafter profile (for fitting it)."""
     from sim.trace import load_trace
 
     cost = make_cost_model(setup.cost, llm=setup.model, gpu=setup.gpu)
@@ -87,7 +88,7 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
         unknown = sorted(set(recorded) - {r.id for r in reqs})
         if unknown:
             raise ConfigError(f"{setup.drafts}: recorded drafts for {len(unknown)} request(s) not in the trace, e.g. '{unknown[0]}'")
-    tables = build_draft_tables(reqs, ngram_cfg, profile, calib, seed=setup.seed, progress=progress, recorded=recorded)
+    tables = cached_draft_tables(reqs, ngram_cfg, profile, calib, seed=setup.seed, progress=progress, recorded=recorded)
     arrivals = np.asarray([r.arrival_s or 0.0 for r in reqs], dtype=np.float64)
     return Prepared(setup, tables, arrivals, cost, bool(trace.length_only), trace.skipped, trace.tokenizer,
                     tok_note if trace.tokenizer else None)

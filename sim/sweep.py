@@ -218,10 +218,11 @@ def _file_digest(path: str) -> str:
 
 
 def code_fingerprint() -> str:
-    """Hash of what decides a cell's numbers: the simulator's sources and its data files (models/).
-    The sweep and report modules are left out (they do not change results)."""
+    """Hash of what decides a cell's numbers: the simulator's sources (Python, and the C of its native policy
+    forms) and its data files (models/). The sweep and report modules are left out (they do not change results)."""
     h = hashlib.sha256()
     files = sorted(p for p in (ROOT / "sim").rglob("*.py") if p.name not in ("sweep.py", "report.py"))
+    files += sorted((ROOT / "sim").rglob("*.c"))
     files += sorted(p for p in (ROOT / "models").rglob("*") if p.is_file())
     for p in files:
         h.update(str(p.relative_to(ROOT)).encode())

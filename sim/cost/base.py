@@ -9,6 +9,8 @@ cache entries) the step's attention reads, summed over sequences.
 """
 from __future__ import annotations
 
+import bisect
+
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -67,6 +69,12 @@ class CostModel(ABC):
         caps = getattr(self, "_caps_arr", None)
         if caps is None:
             caps = self._caps_arr = np.asarray(sorted({int(c) for c in self.capture_sizes if int(c) > 0}), dtype=np.int64)
+        if isinstance(num_tokens, (int, np.integer)) and caps.size:  # one step's count: the same rule, no arrays
+            cl = getattr(self, "_caps_list", None)
+            if cl is None or len(cl) != caps.size:
+                cl = self._caps_list = [int(c) for c in caps]
+            t = int(num_tokens)
+            return cl[min(bisect.bisect_left(cl, t), len(cl) - 1)] if 0 < t <= cl[-1] else t
         t = np.asarray(num_tokens, dtype=np.int64)
         if caps.size == 0:
             return num_tokens

@@ -6,8 +6,9 @@ parameter; `get_policy` turns that into a one-line ConfigError naming the valid 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 from sim.errors import ConfigError
 from sim.policies.base import Allocation, StepBatch
@@ -22,6 +23,8 @@ class Policy:
     host_sync: needs a device-to-host copy of current-step values (False for every policy here).
     tree: may verify both chains as two branches (Allocation.second); engines that verify chains only
         (the real torch engine) refuse it.
+    sim_fn: a faster form of `fn` that the simulator runs instead (sim.policies.fast, checked against `fn`
+        by tests/test_policy_fast_forms.py); None = the simulator runs `fn`. Real engines always run `fn`.
     """
 
     name: str
@@ -31,6 +34,7 @@ class Policy:
     needs_truth: bool = False
     host_sync: bool = False
     tree: bool = False
+    sim_fn: Optional[Callable[[StepBatch], Allocation]] = field(default=None, repr=False, compare=False)
 
     def __call__(self, batch: StepBatch) -> Allocation:
         if self.needs_truth and (batch.true_model_acc is None or batch.true_ngram_acc is None):
@@ -87,9 +91,13 @@ def get_policy(spec: str) -> Policy:
     if fam is None:
         raise ConfigError(f"unknown policy '{spec}'; choose one of: {choices}")
     try:
-        return fam.factory(params)
+        pol = fam.factory(params)
     except ValueError as exc:
         raise ConfigError(f"unknown policy '{spec}' ({exc}); choose one of: {choices}") from None
+    from sim.policies.fast import sim_form
+
+    fast = sim_form(spec)
+    return pol if fast is None else dataclasses.replace(pol, sim_fn=fast)
 
 
 def parse_int(text: str, what: str, lo: int = 0) -> int:

@@ -1,0 +1,100 @@
+"""The simulator's faster policy forms (Policy.sim_fn: sim/policies/fast.py, sim/policies/native/) give the
+same allocation as the torch definition (Policy.fn), exactly, for every registered policy: on thousands of
+random batches (sizes across the exact and the two-stage sweep, step and smooth cost tables, logits caps,
+prefill tokens) and on every batch of engine runs over slices of the bundled traces."""
+import dataclasses
+import shutil
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+from sim.engine import Engine
+from sim.policies import get_policy, list_policies
+from sim.policies.testing import random_batch
+from sim.run import SimSetup, prepare, run_one
+
+SPECS = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "adaptive:early-stop", "ngram-first",
+         "suffix-threshold", "hybrid", "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5", "hybrid:fixed-point",
+         "hybrid-price", "hybrid-price:sweep", "hybrid-price:margin=0",
+         "hybrid-price:margin=0.37", "hybrid-price:model-opt", "hybrid-price:fixed-point", "hybrid-price:current",
+         "hybrid-tree", "oracle"]
+FAST = ["adaptive", "hybrid", "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5"] + [
+    s for s in SPECS if s.startswith("hybrid-price") and s.split(":")[-1] not in ("model-opt", "fixed-point", "current")]
+
+
+def _same(spec, pol, b, where):
+    want = pol.fn(b)
+    got = (pol.sim_fn or pol.fn)(b)
+    for f in dataclasses.fields(want):
+        w, g = getattr(want, f.name), getattr(got, f.name)
+        assert (w is None and g is None) or torch.equal(w, g), f"{spec}: {f.name} differs on {where}: {w} vs {g}"
+
+
+def test_every_family_is_covered():
+    assert {u.split(":")[0].split("[")[0] for u in list_policies()} <= {s.split(":")[0] for s in SPECS}
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: the simulator runs the definitions")
+def test_native_forms_are_built_here():
+    for spec in FAST:
+        assert get_policy(spec).sim_fn is not None, spec
+    assert get_policy("hybrid-price:current").sim_fn is None and get_policy("hybrid:fixed-point").sim_fn is None
+
+
+def _random_batches(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        R = int(rng.choice([1, 2, 3, 4, 5, 6, 7, 8, 16, 17, 32, 64, 128, 200]))
+        km, kn = int(rng.choice([1, 3, 7])), int(rng.choice([1, 4, 8, 32]))
+        b = random_batch(rng, R, km, kn, max_tokens=int(R * (1 + kn) * rng.uniform(0.5, 1.5)) + 2)
+        if rng.random() < 0.3:
+            b = dataclasses.replace(b, max_draft_tokens=int(rng.integers(0, 3 * R + 2)))
+        if rng.random() < 0.3:
+            b = dataclasses.replace(b, num_sampling_reqs=R + int(rng.integers(0, 4)),
+                                    num_nondraft_tokens=R + int(rng.integers(0, 40)))
+        if rng.random() < 0.2:  # stale model confidences exactly 1 (a fresh request), ties everywhere
+            b.stale_model_conf[: R // 2] = 1.0
+            b.model_conf[:, : km // 2] = 1.0
+        if rng.random() < 0.1:
+            b.ngram_len[:] = 0
+        if rng.random() < 0.2:  # requests without a model chain (hybrid then takes the n-gram chain)
+            b.model_len[: R // 2] = 0
+        # hybrid's inputs: the model pass's share of the drafter cost, the mean n-gram chain
+        b = dataclasses.replace(b, model_draft_ms=float(rng.uniform(0, b.draft_cost_ms)))
+        if rng.random() < 0.7:
+            b = dataclasses.replace(b, mean_ngram_conf=torch.tensor(rng.random((R, kn))))
+        yield b
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_random_batches(spec):
+    pol = get_policy(spec)
+    n = (2000 if spec in ("adaptive", "hybrid", "hybrid-price") else 500) if spec in FAST else 200
+    for i, b in enumerate(_random_batches(n, seed=zlib.crc32(spec.encode()))):
+        _same(spec, pol, b, f"random batch {i} (R={b.num_reqs})")
+
+
+class _Recorder(Engine):
+    batches: list
+
+    def _allocate(self, batch):
+        type(self).batches.append(batch)
+        return super()._allocate(batch)
+
+
+@pytest.mark.parametrize("trace", ["traces/codeedit.jsonl", "traces/chat.jsonl"])
+def test_recorded_engine_batches(trace, monkeypatch):
+    import sim.run
+
+    prep = prepare(SimSetup(trace=trace, sample=24, seed=2))
+    monkeypatch.setattr(sim.run, "Engine", _Recorder)
+    for spec in FAST:
+        pol = get_policy(spec)
+        for bs in (4, 32):
+            _Recorder.batches = []
+            run_one(prep, spec, bs)
+            assert len(_Recorder.batches) > 20
+            for i, b in enumerate(_Recorder.batches):
+                _same(spec, pol, b, f"{trace} bs={bs} step {i}")

@@ -1,0 +1,28 @@
+"""Speed work must not change results: every policy, on a seeded slice of each bundled trace, two seeds and
+two batch sizes, gives the same steps (every integer step column exactly, every float column bit for bit),
+the same per-request decode steps and preemptions, and the same tokens (the run is lossless, so the
+emitted buffer is the trace's output) as the code before the speed work (issue 14).
+
+The reference digests were recorded from that code by tests/fixtures/identity/record.py (a script, not
+by hand): rerun it only when a change of results is intended, and say so in the commit."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("identity_record", Path(__file__).parent / "fixtures/identity/record.py")
+record = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(record)
+HERE, POLICIES, SIZES, cases, run_case = record.HERE, record.POLICIES, record.SIZES, record.cases, record.run_case
+
+REFERENCE = json.loads((HERE / "reference.json").read_text())
+
+
+@pytest.mark.parametrize("trace,seed", list(cases()))
+def test_same_steps_and_tokens_as_the_reference(trace, seed):
+    want = REFERENCE[f"{trace}#{seed}"]
+    assert sorted(want) == sorted(f"{p}@{b}" for p in POLICIES for b in SIZES)
+    got = run_case(trace, seed)
+    bad = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
+    assert not bad, f"{len(bad)} run(s) differ from the reference, e.g. {next(iter(bad.items()))}"
