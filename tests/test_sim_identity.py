@@ -19,7 +19,13 @@ HERE, POLICIES, SIZES, cases, run_case = record.HERE, record.POLICIES, record.SI
 REFERENCE = json.loads((HERE / "reference.json").read_text())
 
 
-@pytest.mark.parametrize("trace,seed", list(cases()))
+def _marked(trace, seed):
+    # the default run checks one slice (code editing, seed 0, ~20 s); the rest run with -m slow
+    quick = seed == 0 and "codeedit" in trace
+    return pytest.param(trace, seed, marks=() if quick else pytest.mark.slow)
+
+
+@pytest.mark.parametrize("trace,seed", [_marked(t, s) for t, s in cases()])
 def test_same_steps_and_tokens_as_the_reference(trace, seed):
     want = REFERENCE[f"{trace}#{seed}"]
     assert sorted(want) == sorted(f"{p}@{b}" for p in POLICIES for b in SIZES)
