@@ -72,7 +72,7 @@ def _random_batches(n: int, seed: int):
 def test_random_batches(spec):
     pol = get_policy(spec)
     # policies without a faster form compare the definition with itself: a few batches keep them covered
-    n = (2000 if spec in ("adaptive", "hybrid", "hybrid-price") else 500) if spec in FAST else 10
+    n = (600 if spec in ("adaptive", "hybrid", "hybrid-price") else 200) if spec in FAST else 10
     for i, b in enumerate(_random_batches(n, seed=zlib.crc32(spec.encode()))):
         _same(spec, pol, b, f"random batch {i} (R={b.num_reqs})")
 
