@@ -85,7 +85,8 @@ class _Recorder(Engine):
         return super()._allocate(batch)
 
 
-@pytest.mark.parametrize("trace", ["traces/codeedit.jsonl", pytest.param("traces/chat.jsonl", marks=pytest.mark.slow)])
+@pytest.mark.slow  # 15 s per trace; the default run compares the forms on random batches
+@pytest.mark.parametrize("trace", ["traces/codeedit.jsonl", "traces/chat.jsonl"])
 def test_recorded_engine_batches(trace, monkeypatch):
     import sim.run
 
