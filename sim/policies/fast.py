@@ -224,6 +224,15 @@ def price_skip_native(batch: StepBatch, margin: float, hysteresis: float, foreca
                       model_ran=torch.tensor(run_model))
 
 
+def _transcribed(batch: StepBatch) -> bool:
+    """Whether the native transcription covers the batch (float32 chains of width >= 1, CPU tensors);
+    anything else runs the torch definition."""
+    return (batch.model_conf.dtype == torch.float32 and batch.model_conf.shape[1] >= 1 and batch.ngram_conf.shape[1] >= 1
+            and all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (
+                batch.model_conf, batch.stale_model_conf, batch.ngram_conf, batch.stale_ngram_conf,
+                batch.model_len, batch.stale_model_len, batch.ngram_len, batch.stale_ngram_len)))
+
+
 def _price_with_budget_form(margin: float):
     from sim.policies import hybrid
     from sim.policies.native import load
@@ -233,10 +242,7 @@ def _price_with_budget_form(margin: float):
         return None
 
     def fn(batch: StepBatch) -> Allocation:
-        if (batch.model_conf.dtype != torch.float32 or batch.model_conf.shape[1] < 1 or batch.ngram_conf.shape[1] < 1
-                or not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (
-                    batch.model_conf, batch.stale_model_conf, batch.ngram_conf, batch.stale_ngram_conf,
-                    batch.model_len, batch.stale_model_len, batch.ngram_len, batch.stale_ngram_len))):
+        if not _transcribed(batch):
             return hybrid.price_with_budget(batch, "sweep", margin)  # outside the transcription: the definition
         return price_with_budget_native(batch, margin, native)
 
@@ -292,18 +298,9 @@ def _adaptive_form():
 
 
 def _parse_hybrid_price(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
-    from sim.policies.hybrid import DEFAULT_METHOD, NGRAM_MARGIN
-    from sim.policies.registry import parse_float
+    from sim.policies.hybrid import parse_hybrid_price
 
-    method, current, margin = DEFAULT_METHOD, False, NGRAM_MARGIN
-    rest = list(params)
-    if rest and rest[-1].startswith("margin="):
-        margin = parse_float(rest.pop()[len("margin="):], "margin")
-    if rest and rest[-1] == "current":
-        current = True
-        rest.pop()
-    if rest:
-        method = rest[0]
+    method, current, margin, _ = parse_hybrid_price(params)
     if method != "sweep" or current:
         return None
     return _price_with_budget_form(margin)
@@ -318,11 +315,8 @@ def _price_skip_form(margin: float, hyst: float, forecast: str):
         return None
 
     def fn(batch: StepBatch) -> Allocation:
-        if (batch.model_conf.dtype != torch.float32 or batch.model_conf.shape[1] < 1 or batch.ngram_conf.shape[1] < 1
-                or not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (
-                    batch.model_conf, batch.stale_model_conf, batch.ngram_conf, batch.stale_ngram_conf,
-                    batch.model_len, batch.stale_model_len, batch.ngram_len, batch.stale_ngram_len))
-                or isinstance(batch.draft_cost_ms, torch.Tensor) or isinstance(batch.model_draft_ms, torch.Tensor)):
+        if (not _transcribed(batch) or isinstance(batch.draft_cost_ms, torch.Tensor)
+                or isinstance(batch.model_draft_ms, torch.Tensor)):
             return hybrid.price_skip(batch, "sweep", margin, hyst, forecast)
         return price_skip_native(batch, margin, hyst, forecast, native)
 
@@ -330,21 +324,9 @@ def _price_skip_form(margin: float, hyst: float, forecast: str):
 
 
 def _parse_hybrid(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
-    from sim.policies.hybrid import DEFAULT_METHOD, FORECASTS, NGRAM_MARGIN
-    from sim.policies.registry import parse_float
+    from sim.policies.hybrid import parse_hybrid
 
-    method, margin, hyst, forecast = DEFAULT_METHOD, NGRAM_MARGIN, 0.0, FORECASTS[0]
-    rest = list(params)
-    while rest and rest[-1].split("=")[0] in ("margin", "hyst", "forecast"):
-        key, _, val = rest.pop().partition("=")
-        if key == "margin":
-            margin = parse_float(val, "margin")
-        elif key == "hyst":
-            hyst = parse_float(val, "hyst")
-        else:
-            forecast = val
-    if rest:
-        method = rest[0]
+    method, margin, hyst, forecast, _ = parse_hybrid(params)
     if method != "sweep" or forecast not in _FORECAST_NP:
         return None
     return _price_skip_form(margin, hyst, forecast)

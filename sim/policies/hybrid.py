@@ -368,11 +368,8 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     return finish(_chain_ids(use_ngram), torch.minimum(admitted, chain_len))
 
 
-@register("hybrid", "hybrid[:METHOD][:margin=M][:hyst=H][:forecast=F]",
-          "the default hybrid: hybrid-price that also prices the model drafter's pass and skips it for a step "
-          f"when host-known values say the step earns more without it; F in {', '.join(FORECASTS)} "
-          f"(default {FORECASTS[0]}), H >= 0 makes skipping harder (default 0)")
-def _hybrid(params: List[str]) -> Policy:
+def parse_hybrid(params: List[str]) -> tuple[str, float, float, str, bool]:
+    """`hybrid`'s parameters: (method, margin, hysteresis, forecast, method given); ValueError if bad."""
     method, margin, hyst, forecast = DEFAULT_METHOD, NGRAM_MARGIN, 0.0, FORECASTS[0]
     rest = list(params)
     while rest and rest[-1].split("=")[0] in ("margin", "hyst", "forecast"):
@@ -389,16 +386,23 @@ def _hybrid(params: List[str]) -> Policy:
         raise ValueError(f"'hybrid' takes [METHOD][:margin=M][:hyst=H][:forecast=F], METHOD in {', '.join(METHODS)}")
     if rest:
         method = rest[0]
+    return method, margin, hyst, forecast, bool(rest)
+
+
+@register("hybrid", "hybrid[:METHOD][:margin=M][:hyst=H][:forecast=F]",
+          "the default hybrid: hybrid-price that also prices the model drafter's pass and skips it for a step "
+          f"when host-known values say the step earns more without it; F in {', '.join(FORECASTS)} "
+          f"(default {FORECASTS[0]}), H >= 0 makes skipping harder (default 0)")
+def _hybrid(params: List[str]) -> Policy:
+    method, margin, hyst, forecast, given = parse_hybrid(params)
+    rest = [method] if given else []
     name = ("hybrid" + (f":{method}" if rest else "") + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}")
             + ("" if hyst == 0.0 else f":hyst={hyst:g}") + ("" if forecast == FORECASTS[0] else f":forecast={forecast}"))
     return Policy(name, lambda b: price_skip(b, method, margin, hyst, forecast), uses_model=True, uses_ngram=True)
 
 
-@register("hybrid-price", "hybrid-price[:METHOD][:current][:margin=M]",
-          f"the seed's price per verified slot over both chains; METHOD in {', '.join(METHODS)} "
-          f"(default {DEFAULT_METHOD}); ':current' = no stale budget (idealised); margin M in expected tokens "
-          f"the n-gram chain must win by (default {NGRAM_MARGIN}; 0 = the pure price rule)")
-def _hybrid_price(params: List[str]) -> Policy:
+def parse_hybrid_price(params: List[str]) -> tuple[str, bool, float, bool]:
+    """`hybrid-price`'s parameters: (method, current, margin, method given); ValueError if bad."""
     method, current, margin = DEFAULT_METHOD, False, NGRAM_MARGIN
     rest = list(params)
     if rest and rest[-1].startswith("margin="):
@@ -412,6 +416,16 @@ def _hybrid_price(params: List[str]) -> Policy:
         if rest[0] not in METHODS:
             raise ValueError(f"unknown lambda method '{rest[0]}' (one of {', '.join(METHODS)})")
         method = rest[0]
+    return method, current, margin, bool(rest)
+
+
+@register("hybrid-price", "hybrid-price[:METHOD][:current][:margin=M]",
+          f"the seed's price per verified slot over both chains; METHOD in {', '.join(METHODS)} "
+          f"(default {DEFAULT_METHOD}); ':current' = no stale budget (idealised); margin M in expected tokens "
+          f"the n-gram chain must win by (default {NGRAM_MARGIN}; 0 = the pure price rule)")
+def _hybrid_price(params: List[str]) -> Policy:
+    method, current, margin, given = parse_hybrid_price(params)
+    rest = [method] if given else []
     name = ("hybrid-price" + ("" if not rest else f":{method}") + (":current" if current else "")
             + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}"))
     fn = (lambda b: price_core(b, method, margin)) if current else (lambda b: price_with_budget(b, method, margin))
