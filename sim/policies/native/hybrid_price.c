@@ -187,30 +187,24 @@ void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const flo
 #define VAL(r) ((pos[2 * R + (r)] ? surv_n + (r) * Kn : surv_m + (r) * Km)[pos[(r)]])
 #define FLAT(r) ((r) * W + (pos[2 * R + (r)] ? Km : 0) + pos[(r)])
 #define BEFORE(a, b) (VAL(a) > VAL(b) || (!(VAL(b) > VAL(a)) && FLAT(a) < FLAT(b)))
+/* move heap_r[k] down to its place among the first n entries */
+#define SIFT_DOWN(k0) do { int64_t k = (k0); for (;;) { \
+        int64_t l = 2 * k + 1, m = k; \
+        if (l < n && BEFORE(heap_r[l], heap_r[m])) m = l; \
+        if (l + 1 < n && BEFORE(heap_r[l + 1], heap_r[m])) m = l + 1; \
+        if (m == k) break; \
+        int64_t t = heap_r[k]; heap_r[k] = heap_r[m]; heap_r[m] = t; k = m; } } while (0)
     for (int64_t i = n / 2 - 1; i >= 0; i--) {  /* heapify */
-        int64_t k = i;
-        for (;;) {
-            int64_t l = 2 * k + 1, m = k;
-            if (l < n && BEFORE(heap_r[l], heap_r[m])) m = l;
-            if (l + 1 < n && BEFORE(heap_r[l + 1], heap_r[m])) m = l + 1;
-            if (m == k) break;
-            int64_t t = heap_r[k]; heap_r[k] = heap_r[m]; heap_r[m] = t; k = m;
-        }
+        SIFT_DOWN(i);
     }
     for (int64_t b = 0; b < budget && n > 0; b++) {
         int64_t r = heap_r[0];
         adm_out[r]++;
         pos[r]++;
         if (pos[r] >= pos[R + r]) heap_r[0] = heap_r[--n];
-        int64_t k = 0;
-        for (;;) {
-            int64_t l = 2 * k + 1, m = k;
-            if (l < n && BEFORE(heap_r[l], heap_r[m])) m = l;
-            if (l + 1 < n && BEFORE(heap_r[l + 1], heap_r[m])) m = l + 1;
-            if (m == k) break;
-            int64_t t = heap_r[k]; heap_r[k] = heap_r[m]; heap_r[m] = t; k = m;
-        }
+        SIFT_DOWN(0);
     }
+#undef SIFT_DOWN
 #undef VAL
 #undef FLAT
 #undef BEFORE
