@@ -417,8 +417,8 @@ def paper_md(df, command: str | None = None) -> str:
     out = ["# hybridspec: simulated speedups beside the seed's published figures", "",
            "Throughput ratios over adaptive verification (vLLM 0.33 `enable_adaptive_verification`, the baseline) at "
            "the same batch size, from the discrete-event simulator (output tokens per simulated second, every "
-           "request of the trace run to completion). **Simulation only**: no real run confirms these figures yet "
-           "(there is no reports/fidelity*.md). Published: the seed's claims (its abstract): code editing "
+           "request of the trace run to completion). **Simulation only**: no real run confirms these H100 figures "
+           "yet (reports/fidelity*.md checks the simulator on a CPU engine with a small model). Published: the seed's claims (its abstract): code editing "
            "1.10-1.62x at batch size 4 and 1.04-1.27x at 128; chat at temperature 0 0.97-1.01x.", "",
            f"`{HYBRID}` is the project's default hybrid: the seed's price rule (`{SEED}`, reported beside it) that also "
            "prices the model drafter's pass and skips it for a step when host-known values say the step earns "

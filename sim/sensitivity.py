@@ -112,8 +112,9 @@ def sensitivity_md(summ: pd.DataFrame, base: SimSetup, batch_sizes: list[int]) -
              + (f", a seeded sample of {base.sample} requests" if base.sample else "") + ". Each section changes "
              "one assumption; `best single` is the best of ngram-fixed:k, model-fixed:7, ngram-first and "
              "suffix-threshold (named), `oracle` the per-step oracle (a per-step bound, not an end-to-end one).",
-             "", "**Simulation only**: no real run has confirmed these figures (there is no reports/fidelity*.md "
-             "yet). Regenerate with:", "", f"    {COMMAND}", ""]
+             "", "**Simulation only**: no real run has confirmed these figures. The real runs in "
+             "reports/fidelity*.md check the simulator itself on a CPU engine with a small model, not these "
+             "H100 figures. Regenerate with:", "", f"    {COMMAND}", ""]
     lines += ["## Summary: the range each assumption spans", "",
               "| assumption | batch | hybrid / adaptive | best single / adaptive | hybrid / best single |",
               "|---|---:|---:|---:|---:|"]
