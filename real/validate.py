@@ -62,6 +62,36 @@ def _cell_id(trace: str, policy: str, bs: int) -> str:
     return f"{Path(trace).stem}__{policy.replace(':', '-')}__bs{bs}"
 
 
+def cell_settings(a, trace: str, table_path: Path) -> dict:
+    """Everything besides (trace, policy, batch size) that a cell's real run and prediction depend on. A cached
+    cell is served only when its recorded settings equal these: a rerun with another drafter, model, length
+    cap or cost table recomputes the cell instead of reporting old numbers under the new settings."""
+    import hashlib
+    return {"trace_sha256": hashlib.sha256(Path(trace).read_bytes()).hexdigest(), "model": a.model,
+            "random_weights": bool(a.random_weights), "device": a.device, "drafter": a.drafter, "seed": a.seed,
+            "limit": a.limit_eff, "max_tokens": a.max_tokens_eff, "max_prompt": a.max_prompt,
+            "cost_table_sha256": hashlib.sha256(table_path.read_bytes()).hexdigest()}
+
+
+def load_cached_cell(path: Path, settings: dict) -> dict | None:
+    """The cell cached at `path` if it was computed with `settings`, else None (with a warning naming what
+    differs: the caller recomputes it). Cells from before settings were recorded are recomputed too."""
+    if not path.exists():
+        return None
+    try:
+        cell = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeError) as e:
+        print(f"warning: {path}: unreadable cached cell ({type(e).__name__}); recomputing it", file=sys.stderr)
+        return None
+    have = cell.get("settings") if isinstance(cell, dict) else None
+    if have != settings:
+        diff = (", ".join(sorted(k for k in settings if have.get(k) != settings[k])) or "other keys")\
+            if isinstance(have, dict) else "none recorded"
+        print(f"warning: {path}: cached with other settings ({diff}); recomputing it", file=sys.stderr)
+        return None
+    return cell
+
+
 def _write_drafts(wl, path: Path) -> None:
     """The recorded-drafts sidecar (sim.drafters.model.load_recorded_drafts) of the model drafter's chains."""
     tb = wl.tables
@@ -268,6 +298,7 @@ def validate(a) -> int:
     traces = a.trace or ["traces/codeedit.jsonl"]
     limit = a.limit if a.limit is not None else (3 if a.quick else 16)
     max_tokens = a.max_tokens if a.max_tokens is not None else (16 if a.quick else 32)
+    a.limit_eff, a.max_tokens_eff = limit, max_tokens
     cells, table_path, machine = [], None, {}
     for trace in traces:
         t_dir = out / Path(trace).stem
@@ -291,17 +322,20 @@ def validate(a) -> int:
                     raise ConfigError(f"{table_path}: {diff}; profile here (omit --cost-table) or pass --allow-other-machine")
                 print(f"warning: {table_path}: {diff}", file=sys.stderr)
                 machine["table_from_other_machine"] = diff
+        settings = cell_settings(a, trace, table_path)
         ref = t_dir / "reference.jsonl"
         wl.write_trace(ref)
         _write_drafts(wl, t_dir / "drafts.jsonl")
         for pol in policies:
             for bs in bss:
                 cf = t_dir / "cells" / f"{_cell_id(trace, pol, bs)}.json"
-                if cf.exists():
-                    cells.append(json.loads(cf.read_text()))
+                c = load_cached_cell(cf, settings)
+                if c is not None:
+                    cells.append(c)
                     print(f"cached  {cf.stem}", file=sys.stderr)
                     continue
                 c = run_cell(wl, t_dir, table_path, pol, bs, a.seed, progress=False)
+                c["settings"] = settings
                 cf.parent.mkdir(parents=True, exist_ok=True)
                 _write(cf, json.dumps(c) + "\n")
                 cells.append(c)

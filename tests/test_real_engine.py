@@ -109,6 +109,27 @@ def test_validate_quick_cli(tmp_path):
     # resumable: a second run reuses every cell
     r2 = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r2.returncode == 0 and r2.stderr.count("cached") == 2
+    # ... but never under other settings: another length cap recomputes both cells
+    r3 = subprocess.run(cmd + ["--max-tokens", "8"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r3.returncode == 0 and r3.stderr.count("cached with other settings (max_tokens)") == 2, r3.stderr[-2000:]
+
+
+def test_cached_cells_are_served_only_under_their_settings(tmp_path, capsys):
+    from real.validate import load_cached_cell
+
+    cf = tmp_path / "c.json"
+    settings = {"drafter": "default", "max_tokens": 32, "cost_table_sha256": "ab"}
+    assert load_cached_cell(cf, settings) is None  # nothing cached
+    cf.write_text(json.dumps({"real": {"tok_per_s": 1.0}, "settings": settings}))
+    assert load_cached_cell(cf, dict(settings))["real"]["tok_per_s"] == 1.0
+    assert load_cached_cell(cf, dict(settings, drafter="none")) is None
+    assert "other settings (drafter)" in capsys.readouterr().err
+    cf.write_text(json.dumps({"real": {"tok_per_s": 1.0}}))  # cached before settings were recorded
+    assert load_cached_cell(cf, settings) is None
+    assert "none recorded" in capsys.readouterr().err
+    cf.write_text('{"real": ')  # cut mid-write
+    assert load_cached_cell(cf, settings) is None
+    assert "unreadable cached cell" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,msg", [
