@@ -261,7 +261,7 @@ def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
         fig.add_bar(name=name, x=lab, y=[c[key]["tok_per_s"] for c in cells], marker_color=series_color(name))
     style(fig, barmode="group", title=f"Real vs simulated output throughput (median error "
           f"{100 * agg['median_error']:.1f}%)", yaxis_title="output tokens / s")
-    return fig.to_html(include_plotlyjs="cdn", full_html=True)
+    return fig.to_html(include_plotlyjs="cdn", full_html=True, div_id="fidelity")  # fixed id: a rerun is byte-identical
 
 
 def validate(a) -> int:
