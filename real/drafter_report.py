@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.cli_util import run_cli, write_whole
+from sim.cli_util import ArgumentParser, run_cli, write_whole
 from sim.errors import ConfigError
 from real.drafter.evaluate import recorded_drafts
 from real.drafter.model import DEFAULT_DRAFTER, load_drafter
@@ -70,7 +70,7 @@ def fit_profile_to(side: Path, ref: Path, out: Path, name: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m real.drafter_report", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m real.drafter_report", description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--out", required=True, help="the markdown report to write")
     ap.add_argument("--force", action="store_true", help="replace an existing report and its data folder")
     ap.add_argument("--limit", type=int, default=24, help="requests per trace")

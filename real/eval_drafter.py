@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sim.cli_util import run_cli, write_whole
+from sim.cli_util import ArgumentParser, run_cli, write_whole
 from sim.errors import ConfigError
 from real.drafter.data import DataConfig, collect_with_ids
 from real.drafter.evaluate import metrics, output_chains, recorded_drafts
@@ -99,7 +99,7 @@ def format_table(m: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m real.eval_drafter", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m real.eval_drafter", description=__doc__.split("\n")[0])
     ap.add_argument("--trace", required=True, help="a text trace (JSONL with prompts)")
     ap.add_argument("--limit", type=int, default=24, help="requests (first N with a prompt that fits)")
     ap.add_argument("--max-tokens", type=int, default=128, help="greedy reference tokens per request")

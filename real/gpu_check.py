@@ -54,7 +54,7 @@ if __package__ in (None, ""):  # `python real/gpu_check.py`: import from the rep
 for _k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):  # nothing may download anything
     os.environ.setdefault(_k, "1")
 
-from sim.cli_util import run_cli, write_whole  # noqa: E402
+from sim.cli_util import ArgumentParser, run_cli, write_whole  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -615,7 +615,7 @@ def gpu_check(a: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python real/gpu_check.py", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python real/gpu_check.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen3-8b", help="models/llms name (random weights, teacher forced)")
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (a test run: outputs stay under --out)")
     ap.add_argument("--quick", action="store_true", help="a small run for tests: 2 policies, batch 1 and 2, "

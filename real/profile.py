@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from real.workload import Workload, build_engine_model, run_real  # noqa: E402
-from sim.cli_util import run_cli  # noqa: E402
+from sim.cli_util import ArgumentParser, run_cli  # noqa: E402
 from sim.cost.profiled import CostTable, cost_table_from_dict, write_cost_table  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 from sim.policies import get_policy  # noqa: E402
@@ -316,7 +316,7 @@ def format_grid(rows: list[tuple], table: CostTable, roofline=None) -> str:
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="python -m real.profile", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m real.profile", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m", help="models/llms name (real weights: smollm2-135m only)")
     ap.add_argument("--random-weights", action="store_true", help="random weights, teacher-forced (any models/llms name)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sim.cli_util import run_cli
+from sim.cli_util import ArgumentParser, run_cli
 from sim.errors import ConfigError
 from real.drafter.data import DataConfig, collect, data_dir
 from real.drafter.evaluate import fit_sts, metrics, output_chains
@@ -35,7 +35,7 @@ REBUILD = "python -m real.train_drafter --force"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m real.train_drafter", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m real.train_drafter", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(DEFAULT_DRAFTER), help="weights file to write (default: the bundled one)")
     ap.add_argument("--force", action="store_true", help="replace an existing --out")
     ap.add_argument("--num-prompts", type=int, default=DataConfig.num_prompts, help="general.jsonl prompts to generate on")

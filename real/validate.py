@@ -44,7 +44,7 @@ if __package__ in (None, ""):  # `python real/validate.py`: import from the repo
 
 import numpy as np  # noqa: E402
 
-from sim.cli_util import run_cli, write_whole  # noqa: E402
+from sim.cli_util import ArgumentParser, run_cli, write_whole  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 
 ENGINES = ("torch", "vllm")
@@ -330,7 +330,7 @@ def validate(a) -> int:
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="python real/validate.py", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python real/validate.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", action="append", help="trace file (repeatable; default traces/codeedit.jsonl)")
     ap.add_argument("--policy", action="append", help=f"policy (repeatable; default {', '.join(DEFAULT_POLICIES)}; vllm: none, "
                                                   "adaptive, hybrid, default adaptive hybrid)")

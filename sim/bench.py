@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sim.cli_util import run_cli
+from sim.cli_util import ArgumentParser, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = ("traces/codeedit.jsonl", "traces/chat.jsonl")
@@ -120,7 +120,7 @@ def main_job(tree: Path) -> float:
 def main(argv: list[str] | None = None) -> int:
     from sim.run import DEFAULT_POLICIES
 
-    ap = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--against", default="HEAD~1",
                     help="commit (or a folder holding an exported tree) to compare with ('none': this tree only)")
     ap.add_argument("--trace", action="append", help=f"default: {' '.join(TRACES)}")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.cli_util import run_cli
+from sim.cli_util import ArgumentParser, run_cli
 from sim.drafters.calibration import CALIBRATOR_DIR, DEFAULT_CALIBRATOR, NgramCalibrator, auc, ece, fit_calibrator, survival_labels
 from sim.drafters.ngram import NgramConfig, NgramTable, ngram_tables
 from sim.errors import ConfigError
@@ -51,7 +51,7 @@ def evaluate(cal: NgramCalibrator, tabs: list[NgramTable]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.calibrate", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m sim.calibrate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--general", default="traces/general.jsonl")
     ap.add_argument("--eval", nargs="*", default=["traces/codeedit.jsonl", "traces/chat.jsonl"])
     ap.add_argument("--out", type=Path, default=None,

@@ -527,9 +527,9 @@ def default_out(sweep) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    from sim.cli_util import ArgumentParser
 
-    ap = argparse.ArgumentParser(prog="python -m sim.report", description=SWEEP_USAGE)
+    ap = ArgumentParser(prog="python -m sim.report", description=SWEEP_USAGE)
     ap.add_argument("sweep", help="a sweep output directory (results.parquet/.csv, requests.parquet/.csv) or results file")
     ap.add_argument("-o", "--out", default=None,
                     help="output directory (default: SWEEP/report/; -o reports/ replaces the committed report)")

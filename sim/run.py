@@ -24,7 +24,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from sim import console
-from sim.cli_util import atomic_dir, check_out_dir, run_cli
+from sim.cli_util import ArgumentParser, atomic_dir, check_out_dir, run_cli
 from sim.cost import make_cost_model
 from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
 from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
@@ -207,7 +207,7 @@ def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunRes
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The flags: sim/config.py's components (generated from their fields) plus what only a run has."""
-    ap = argparse.ArgumentParser(prog="python -m sim.run", description=__doc__.split("\n\n")[0],
+    ap = ArgumentParser(prog="python -m sim.run", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_flags(ap, (RunGrid,))
     ap.add_argument("--speculative-config", action="append", default=None, metavar="JSON",

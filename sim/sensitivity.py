@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.cli_util import run_cli
+from sim.cli_util import ArgumentParser, run_cli
 from sim.cost import make_cost_model
 from sim.drafters.model import load_drafter_profile
 from sim.errors import ConfigError
@@ -182,7 +182,7 @@ def write_outputs(out: Path, summ: pd.DataFrame, base: SimSetup, sizes: list[int
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.sensitivity", description=__doc__.split("\n\n")[0],
+    ap = ArgumentParser(prog="python -m sim.sensitivity", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--trace", default="traces/codeedit.jsonl")
     ap.add_argument("--batch-size", action="append", type=int, help="repeatable; default 4 and 128")

@@ -44,7 +44,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from sim.cli_util import run_cli
+from sim.cli_util import ArgumentParser, run_cli
 from sim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -507,7 +507,7 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
 
 # ------------------------------------------------------------------------------------------------ CLI
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m sim.sweep", description=__doc__.split("\n\n")[0],
+    ap = ArgumentParser(prog="python -m sim.sweep", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Grid flags are repeatable; every combination runs. Flags override the keys "
                                         "of --grid/--preset.")
