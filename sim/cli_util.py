@@ -127,6 +127,22 @@ def check_out_file(path: str | os.PathLike, force: bool = False, flag: str = "--
     return p
 
 
+def check_out_files(folder: str | os.PathLike, names: tuple[str, ...] | list[str], force: bool = False,
+                    flag: str = "--out") -> Path:
+    """Before any work, for a command that writes the files `names` into `folder` (a folder that may hold other
+    files, e.g. reports/): the folder is not a file nor under one, can be written, and none of `names` exists
+    there unless force (ConfigError naming the flag otherwise). Each file is then written whole (write_whole)."""
+    p = Path(folder)
+    what = f"{flag} {p}"
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{what}: exists and is not a folder")
+    existing = [p / n for n in names if (p / n).exists()]
+    if existing and not force:
+        raise ConfigError(f"{what}: {existing[0]} already exists; pass --force to replace it, or choose another folder")
+    _probe_writable(_nearest_existing(p, what), what)
+    return p
+
+
 def write_whole(path: Path, data: str | bytes, overwrite: bool = False, hint: str = "pass --force to replace it") -> Path:
     """Write `data` to `path` whole or not at all (a temporary file renamed into place, removed on failure);
     an existing file is a ConfigError unless overwrite. Creates the parent folder."""

@@ -495,6 +495,8 @@ def _cases_numbers() -> list[Case]:
         vals = dict((v, "args") for v in own)
         generic = ("nan", "inf", "huge_digits", "word") if flag_ in FLOAT_FLAGS else ("huge_digits", "word", "empty", "hex")
         for g in generic:
+            if flag_ == "--rate" and g == "inf":  # --rate inf is vLLM's "all at time 0": valid
+                continue
             vals[NUM_KINDS[g]] = "parser" if g == "huge_digits" else "args"
         for v, klass in vals.items():
             if v in ("1e30", "1e-308"):
@@ -530,9 +532,12 @@ def _cases_data_files() -> list[Case]:
     # sweep grid TOML
     for kind, (klass, data) in TOML_KINDS.items():
         def build(tmp, data=data, kind=kind):
-            g = _write(tmp / "in" / f"{kind}.toml", data)
-            return ["sim.sweep", "--grid", str(g), "--trace", str(TINY), "--limit", "4", "--policy", "adaptive",
-                    "--workers", "1", "--no-progress", "--out", str(tmp / "sw")], [g]
+            # a valid small grid around the hostile part (the command line would override the file's keys)
+            base = {"trace": f'["{TINY}"]', "limit": "4", "policy": '["adaptive"]', "batch_size": "[2]"}
+            text = data.decode("utf-8", "replace")
+            head = "".join(f"{k} = {v}\n" for k, v in base.items() if k not in text)
+            g = _write(tmp / "in" / f"{kind}.toml", head.encode() + data)
+            return ["sim.sweep", "--grid", str(g), "--workers", "1", "--no-progress", "--out", str(tmp / "sw")], [g]
         out.append(Case(f"sweep-grid-{kind}", klass, "sim.sweep", build))
     out.append(Case("sweep-grid-missing", "os", "sim.sweep", lambda tmp: (
         ["sim.sweep", "--grid", str(tmp / "none.toml"), "--out", str(tmp / "sw")], [])))
@@ -704,6 +709,11 @@ def _cases_type_confusion() -> list[Case]:
             ["real.train_drafter", "--no-progress"], [ROOT / "models" / "drafters" / "dspark-smollm2-135m-b7.pt"])),
     ]
     return out
+
+
+MODULES = ("sim.run", "sim.sweep", "sim.report", "sim.calibrate", "sim.cost.__main__", "sim.trace.__main__",
+           "sim.sensitivity", "sim.bench", "real.validate", "real.profile", "real.train_drafter", "real.eval_drafter",
+           "real.drafter_report", "real.gpu_check")
 
 
 def generate() -> list[Case]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli_inprocess
-from hostile_cases import CASES, ROOT
+from hostile_cases import CASES, MODULES, ROOT
 
 TIME_GUARD_S = 20
 MEMORY_HEADROOM = 3 * 2**30  # address space a case may add to this process before it gets MemoryError
@@ -78,6 +78,15 @@ def run_case(case, tmp: Path):
     if left:
         problems.append(f"left {left}")
     return r, problems
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _imported():
+    """Import every command once, outside the time guard (torch and friends take seconds on a busy machine)."""
+    import importlib
+
+    for m in MODULES:
+        importlib.import_module(m)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

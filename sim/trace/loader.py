@@ -26,7 +26,7 @@ import numpy as np
 from sim.errors import ConfigError, TraceError
 from sim.trace.schema import Request, Trace
 
-__all__ = ["load_trace", "parse_record", "sample_indices"]
+__all__ = ["load_trace", "parse_record", "sample_indices", "scan_trace"]
 
 _MAX_ID = 2**31 - 1
 MAX_TOKENS = 2**31 - 1  # longest prompt or output: past every context length, and the engine counts in int32/int64
@@ -277,6 +277,29 @@ def check_trace_file(p: Path, file: str) -> None:
         raise TraceError("is a directory, expected a JSONL file", file)
     if not stat.S_ISREG(st.st_mode):
         raise TraceError("not a regular file (a device or a pipe is not a trace)", file)
+
+
+def scan_trace(path: str | os.PathLike, limit: int | None = None) -> tuple[int, int]:
+    """Check a trace line by line without tokenizing it (what a sweep does before its first cell): the first
+    bad line is a TraceError (file, line, field), as load_trace would raise. Returns (requests read, at most
+    `limit`; the largest prompt + output in tokens, counting a text field as 1 token: a lower bound)."""
+    file = str(path)
+    p = Path(path)
+    check_trace_file(p, file)
+    seen: dict[str, int] = {}
+    longest = 0
+    for lineno, raw in _file_lines(p, file):
+        rec = parse_record(decode_json_line(raw, file, lineno), file, lineno)
+        if rec.id in seen:
+            raise TraceError(f"duplicate id {rec.id!r} (first on line {seen[rec.id]})", file, lineno, "id")
+        seen[rec.id] = lineno
+        longest = max(longest, sum(len(x) if isinstance(x, np.ndarray) else (x if isinstance(x, int) else 1)
+                                   for x in (rec.prompt, rec.output)))
+        if limit is not None and len(seen) >= limit:
+            break
+    if not seen:
+        raise TraceError("empty trace: no requests", file)
+    return len(seen), longest
 
 
 def _cache_hasher(tokenizer: str | None):
