@@ -14,7 +14,6 @@ Nothing here is tuned: every figure is a measurement.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys

@@ -25,7 +25,6 @@ model and device have one (a GPU in models/gpus), the roofline model's. The tabl
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics

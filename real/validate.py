@@ -27,7 +27,6 @@ above PCT percent.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json

@@ -713,7 +713,7 @@ def _cases_type_confusion() -> list[Case]:
 
 MODULES = ("sim.run", "sim.sweep", "sim.report", "sim.calibrate", "sim.cost.__main__", "sim.trace.__main__",
            "sim.sensitivity", "sim.bench", "real.validate", "real.profile", "real.train_drafter", "real.eval_drafter",
-           "real.drafter_report", "real.gpu_check")
+           "real.drafter_report", "real.gpu_check", "real.workload")
 
 
 def generate() -> list[Case]:
