@@ -135,10 +135,10 @@ def _coerce(key: str, v):
                 raise ValueError
             return int(v)
         if key in _FLOAT_KEYS:
-            if key == "rate":  # the command line's parser: 'inf' (vLLM's: every request at time 0) is None
+            if key == "rate" and isinstance(v, str):  # the command line's parser: 'inf' (vLLM's: all at t=0) is None
                 from sim.vllm_compat import parse_rate
 
-                return parse_rate(str(v))
+                return parse_rate(v)
             return float(v)
     except (TypeError, ValueError):
         raise ConfigError(f"grid key '{key}': bad value {v!r}") from None
