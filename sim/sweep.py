@@ -363,6 +363,8 @@ def load_cell(path: Path, cid: str) -> tuple[dict | None, str]:
     if d.get("status") != "ok" or not isinstance(d.get("row"), dict) or not d["row"] \
             or not isinstance(d.get("requests"), dict):
         return None, "not a finished result"
+    if d["row"].get("lossless") is not True:  # a lossy run is a simulator bug, never a result (sim.run refuses it)
+        return None, "not a lossless result"
     return d, ""
 
 

@@ -103,3 +103,95 @@ def test_the_suite_is_large_and_covers_every_command_and_class():
               "real.drafter_report", "real.gpu_check"):
         assert modules[m] >= 3, (m, modules[m])
     assert set(Counter(c.klass for c in CASES)) == {"parser", "os", "size", "type", "loss", "args"}
+
+
+# ---------------------------------------------------------------------------------------- beyond refusals
+def test_stats_limit_reads_only_the_lines_it_needs(tmp_path, monkeypatch):
+    """`sim.trace stats --limit 1` stops after the first request: the second line is garbage (it would be an
+    error if read) and the loader's line reader is asked for exactly one line."""
+    import sim.trace.loader as loader
+
+    f = tmp_path / "big.jsonl"
+    with open(f, "w") as fh:
+        fh.write('{"id": "a", "prompt_len": 3, "output_len": 4}\n')
+        fh.write("\x00 not json at all\n")
+        fh.write('{"id": "b", "prompt_len": 3, "output_len": 4}\n' * 20000)
+    read = []
+    real = loader._file_lines
+
+    def counting(*a, **k):
+        for item in real(*a, **k):
+            read.append(item[0])
+            yield item
+
+    monkeypatch.setattr(loader, "_file_lines", counting)
+    r = run_cli_inprocess("sim.trace", "stats", str(f), "--limit", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert ": 1 requests" in r.stdout and read == [1]
+    r = run_cli_inprocess("sim.trace", "stats", str(f), cwd=tmp_path)  # without --limit it reaches line 2
+    assert r.returncode == 2 and f"{f}:2" in r.stderr and read[-1] == 2
+
+
+def test_kv_need_is_refused_up_front_with_the_request_and_its_line(tmp_path):
+    from hostile_cases import TINY
+
+    r = run_cli_inprocess("sim.run", "--trace", TINY, "--policy", "adaptive", "--batch-size", "2", "--no-progress",
+                          "--workers", "1", "--kv-capacity-tokens", "64", "--out", tmp_path / "o", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "request 't" in r.stderr and "tiny.jsonl:" in r.stderr and "--kv-capacity-tokens holds 64" in r.stderr
+    assert not (tmp_path / "o").exists() and "tok/s" not in r.stdout  # nothing simulated, nothing written
+
+
+def test_sweep_interrupted_counts_only_the_cells_that_ran(tmp_path, monkeypatch):
+    """Ctrl-C after the first cell: the closing line says 1 run and the rest not run; the tables hold the one
+    finished cell, written whole."""
+    import pandas as pd
+
+    import sim.sweep as sw
+    from hostile_cases import TINY
+
+    calls = []
+    real = sw.run_cell
+
+    def interrupt_second(cell):
+        calls.append(cell)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(cell)
+
+    monkeypatch.setattr(sw, "run_cell", interrupt_second)
+    r = run_cli_inprocess("sim.sweep", "--trace", TINY, "--limit", "4", "--policy", "adaptive", "--policy", "oracle",
+                          "--batch-size", "2", "--batch-size", "4", "--workers", "1", "--no-progress",
+                          "--out", tmp_path / "sw", cwd=tmp_path)
+    assert r.returncode == 130
+    assert "1 cells run (0 cached, 0 failed, 3 not run)" in r.stderr, r.stderr
+    df = pd.read_csv(tmp_path / "sw" / "results.csv")
+    assert len(df) == 1 and (df["status"] == "ok").all()
+    assert not [p for p in (tmp_path / "sw").rglob("*") if ".tmp" in p.name]
+
+
+@pytest.mark.parametrize("damage", ["empty_object", "lossless_false", "binary", "cut", "deep", "huge_int", "other_id"])
+def test_a_damaged_sweep_cell_is_recomputed_with_a_warning(tmp_path, damage):
+    import json
+
+    import pandas as pd
+
+    from hostile_cases import TINY
+
+    args = ["sim.sweep", "--trace", TINY, "--limit", "4", "--policy", "adaptive", "--batch-size", "2", "--workers", "1",
+            "--no-progress", "--out", tmp_path / "sw"]
+    assert run_cli_inprocess(*args, cwd=tmp_path).returncode == 0
+    fresh = pd.read_csv(tmp_path / "sw" / "results.csv")
+    (cell,) = (tmp_path / "sw" / "cells").glob("*.json")
+    body = json.loads(cell.read_text())
+    data = {"empty_object": b"{}", "binary": bytes(range(256)), "cut": cell.read_bytes()[:200],
+            "deep": b"[" * 100000 + b"]" * 100000, "huge_int": b'{"schema": ' + b"9" * 5000 + b"}",
+            "lossless_false": json.dumps(dict(body, status="ok", row=dict(body["row"], lossless=False))).encode(),
+            "other_id": json.dumps(dict(body, cell_id="0" * 20)).encode()}[damage]
+    cell.write_bytes(data)
+    r = run_cli_inprocess(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "recomputing the cell" in r.stderr and "1 cells run (0 cached" in r.stderr
+    again = pd.read_csv(tmp_path / "sw" / "results.csv")
+    cols = ["cell_id", "output_throughput_tok_s", "sim_time_s"]
+    pd.testing.assert_frame_equal(fresh[cols], again[cols])
