@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.cli_util import ArgumentParser, run_cli, write_whole
+from sim.cli_util import ArgumentParser, check_out_file, run_cli, write_whole
 from sim.errors import ConfigError
 from real.drafter.evaluate import recorded_drafts
 from real.drafter.model import DEFAULT_DRAFTER, load_drafter
@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"{out} or {data} already exists; pass --force to replace them")
     if a.limit < 1 or a.max_tokens < 1:
         raise ConfigError("--limit and --max-tokens must be >= 1")
+    check_out_file(out, True, "-o")  # a writable place, not a folder nor under a file (existing: checked above)
     drafter = load_drafter(a.drafter)
     meta = getattr(drafter, "meta", {})
     others = [(c, load_drafter(c).meta) for c in a.compare]  # checked before the long work

@@ -215,7 +215,7 @@ def eval_drafter_base(tmp: Path, trace: Path | None = None) -> list[str]:
 
 
 def validate_base(tmp: Path, trace: Path | None = None) -> list[str]:
-    return ["real.validate", "--quick", "--dry-run", "--trace", str(trace or TINY), "--out", str(tmp / "val")]
+    return ["real.validate", "--quick", "--trace", str(trace or FIX / "text.jsonl"), "--out", str(tmp / "val")]
 
 
 # the commands that read a JSONL trace, and whether they simulate it (then lengths past the context are refused)
@@ -355,8 +355,8 @@ def _out_slots() -> list[tuple[str, str, Callable, str]]:
         ("eval_trace_out", "real.eval_drafter", lambda tmp, o: eval_drafter_base(tmp) + ["--trace-out", str(o)], "file"),
         ("drafter_report", "real.drafter_report", lambda tmp, o: ["real.drafter_report", "-o", str(o), "--limit", "1",
                                                                   "--max-tokens", "2"], "file"),
-        ("gpu_check", "real.gpu_check", lambda tmp, o: ["real.gpu_check", "--device", "cpu", "--quick", "--out", str(o)], "dir"),
-        ("validate", "real.validate", lambda tmp, o: ["real.validate", "--quick", "--dry-run", "--out", str(o)], "dir"),
+        ("gpu_check", "real.gpu_check", lambda tmp, o: ["real.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--out", str(o)], "dir"),
+        ("validate", "real.validate", lambda tmp, o: validate_base(tmp)[:-2] + ["--out", str(o)], "dir"),
         ("cost_tables", "sim.cost", None, "file"),
     ]
 
@@ -431,7 +431,7 @@ def _num_slots() -> list[tuple[str, Callable, str, tuple[str, ...]]]:
     train = lambda tmp: ["real.train_drafter", "--out", str(tmp / "d.pt"), "--no-progress"]  # noqa: E731
     ev = lambda tmp: eval_drafter_base(tmp)  # noqa: E731
     rep = lambda tmp: ["real.drafter_report", "-o", str(tmp / "r.md")]  # noqa: E731
-    gpu = lambda tmp: ["real.gpu_check", "--device", "cpu", "--quick", "--out", str(tmp / "g")]  # noqa: E731
+    gpu = lambda tmp: ["real.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--out", str(tmp / "g")]  # noqa: E731
     return [
         ("run", run, "--batch-size", ("0", "-3", "1e30", "2.5")),
         ("run", run, "--seed", ("-1",)),
@@ -694,7 +694,7 @@ def _cases_type_confusion() -> list[Case]:
         Case("gpu-check-device-bogus", "args", "real.gpu_check", lambda tmp: (
             ["real.gpu_check", "--device", "tpu:9", "--quick", "--out", str(tmp / "g")], [])),
         Case("gpu-check-trace-missing", "os", "real.gpu_check", lambda tmp: (
-            ["real.gpu_check", "--device", "cpu", "--quick", "--trace", str(tmp / "none.jsonl"), "--out", str(tmp / "g")], [])),
+            ["real.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--trace", str(tmp / "none.jsonl"), "--out", str(tmp / "g")], [])),
         Case("eval-drafter-weights-missing", "os", "real.eval_drafter", lambda tmp: (
             eval_drafter_base(tmp) + ["--drafter", str(tmp / "none.pt")], [])),
         Case("eval-drafter-weights-garbage", "type", "real.eval_drafter", lambda tmp: (

@@ -277,6 +277,11 @@ def check_trace_file(p: Path, file: str) -> None:
         raise TraceError("is a directory, expected a JSONL file", file)
     if not stat.S_ISREG(st.st_mode):
         raise TraceError("not a regular file (a device or a pipe is not a trace)", file)
+    try:
+        with open(p, "rb") as f:
+            f.read(1)
+    except OSError as exc:  # unreadable (permissions, or a file such as /proc/self/mem)
+        raise TraceError(f"cannot read: {(exc.strerror or type(exc).__name__).lower()}", file) from None
 
 
 def scan_trace(path: str | os.PathLike, limit: int | None = None) -> tuple[int, int]:
