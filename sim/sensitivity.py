@@ -193,7 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     check_out_files(a.out, OUTPUTS, a.force)  # before the runs, not after
     from sim.trace.loader import scan_trace
 
-    scan_trace(a.trace)
+    n = scan_trace(a.trace)[0]  # every line, before any run
+    if a.sample is not None and a.sample > n:
+        raise ConfigError(f"{a.trace}: --sample {a.sample} exceeds the trace's {n} requests")
+    if min(n, a.sample or n) < 3:
+        raise ConfigError(f"{a.trace}: the copy-fraction terciles need at least 3 requests, got {min(n, a.sample or n)}")
     base = SimSetup(trace=a.trace, sample=a.sample)
     df = run_sensitivity(base, sizes, workers=a.workers, progress=True)
     summ = summary_table(df)

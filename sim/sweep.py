@@ -200,6 +200,10 @@ def validate(cells: list[Cell]) -> None:
         once("cost", lambda cost, m, g: make_cost_model(cost, llm=m, gpu=g), c.cost, c.model, c.gpu)
         once("drafter", load_drafter_profile, c.drafter)
         once("calibrator", NgramCalibrator.load, c.calibrator)
+        if c.limit is not None and c.sample is not None:
+            raise ConfigError(LIMIT_AND_SAMPLE)
+        for k in GRID_KEYS:  # the rules of sim/config.py
+            check(k, getattr(c, k))
         if not Path(c.trace).is_file():
             raise ConfigError(f"trace not found: {c.trace}")
         # every line of every trace, before the first cell (untokenized: seconds for a million lines)
@@ -216,10 +220,7 @@ def validate(cells: list[Cell]) -> None:
                                   f"at least {need} KV tokens; it could never run")
         if c.drafts is not None and not Path(c.drafts).is_file():
             raise ConfigError(f"recorded drafts not found: {c.drafts}")
-        if c.limit is not None and c.sample is not None:
-            raise ConfigError(LIMIT_AND_SAMPLE)
-        for k in GRID_KEYS:  # the rules of sim/config.py
-            check(k, getattr(c, k))
+
 
 
 _HASH_CACHE: dict = {}

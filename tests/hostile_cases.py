@@ -503,8 +503,13 @@ def _cases_numbers() -> list[Case]:
                 klass = "size"
             label = {HUGE_DIGITS: "9x5000", "": "empty"}.get(v, v)
             module = base(Path("/x"))[0]
-            out.append(Case(f"{name}-{flag_[2:]}-{label}", klass, module,
-                            lambda tmp, base=base, flag_=flag_, v=v: (base(tmp) + [flag_, v], [])))
+            def build(tmp, base=base, flag_=flag_, v=v):
+                argv = base(tmp)
+                if flag_ == "--sample" and "--limit" in argv:  # --limit and --sample exclude each other
+                    i = argv.index("--limit")
+                    argv = argv[:i] + argv[i + 2:]
+                return argv + [flag_, v], []
+            out.append(Case(f"{name}-{flag_[2:]}-{label}", klass, module, build))
     return out
 
 
@@ -677,8 +682,9 @@ def _cases_type_confusion() -> list[Case]:
         Case("calibrate-eval-missing", "os", "sim.calibrate", lambda tmp: (
             calib_base(tmp)[:-3] + ["--eval", str(tmp / "none.jsonl"), "--out", str(tmp / "c.json")], [])),
         Case("sensitivity-one-request", "size", "sim.sensitivity", lambda tmp: (
-            sens_base(tmp, _write(tmp / "one.jsonl", _jsonl_line(id="a", prompt_ids=[1, 2], output_ids=[3]).encode()))[:-4]
-            + ["--out", str(tmp / "sens")], [])),
+            ["sim.sensitivity", "--trace", str(_write(tmp / "one.jsonl", _jsonl_line(id="a", prompt_ids=[1, 2],
+                                                                                    output_ids=[3]).encode())),
+             "--batch-size", "2", "--workers", "1", "--out", str(tmp / "sens")], [])),
         Case("bench-trace-missing", "os", "sim.bench", lambda tmp: (
             ["sim.bench", "--against", "none", "--trace", str(tmp / "none.jsonl")], [])),
         Case("bench-against-unknown", "args", "sim.bench", lambda tmp: (
