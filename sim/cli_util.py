@@ -121,6 +121,8 @@ def check_out_file(path: str | os.PathLike, force: bool = False, flag: str = "--
     for i in inputs:
         if i is not None and same_file(p, i):
             raise ConfigError(f"{what} is the input file {i}; writing it would destroy the input: choose another output")
+    if p.exists() and not p.is_file():  # a device or a pipe (/dev/null, /dev/full) is never replaced by a file
+        raise ConfigError(f"{what}: not a regular file (a device or a pipe); choose a file name")
     if p.exists() and not force:
         raise ConfigError(f"{what} already exists; {hint}")
     _probe_writable(_nearest_existing(p.parent, what), what)

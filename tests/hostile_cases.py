@@ -361,6 +361,9 @@ def _out_slots() -> list[tuple[str, str, Callable, str]]:
     ]
 
 
+FORCE_SLOTS = {"calibrate", "convert", "bench", "profile", "train_drafter", "drafter_report"}
+
+
 def _fake_sweep(tmp: Path) -> Path:
     """A minimal, well-formed sweep results folder (two cells) for the report's output cases."""
     d = tmp / "sw"
@@ -378,8 +381,10 @@ def _cases_outputs() -> list[Case]:
         if argv is None:
             continue
         kinds = ["is_file" if wants == "dir" else "is_dir", "under_file", "read_only", "existing"]
+        if wants == "file":
+            kinds.append("device")  # /dev/full: never replaced, even with --force
         for kind in kinds:
-            def build(tmp, argv=argv, kind=kind, wants=wants):
+            def build(tmp, argv=argv, kind=kind, wants=wants, name=name):
                 protect = []
                 if kind == "is_file":
                     o = _write(tmp / "o_file", b"precious\n")
@@ -392,6 +397,8 @@ def _cases_outputs() -> list[Case]:
                     f = _write(tmp / "a_file", b"precious\n")
                     protect.append(f)
                     o = f / "sub" / ("o" if wants == "dir" else "o.json")
+                elif kind == "device":  # with --force where the command has one
+                    return argv(tmp, Path("/dev/full")) + (["--force"] if name in FORCE_SLOTS else []), protect
                 elif kind == "read_only":
                     o = Path("/proc/hybridspec-hostile") / ("o" if wants == "dir" else "o.json")
                 else:  # an earlier result, replaced only with --force
