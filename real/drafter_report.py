@@ -14,7 +14,6 @@ Nothing here is tuned: every figure is a measurement.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.cli_util import run_cli, write_whole
+from sim.cli_util import ArgumentParser, check_out_file, run_cli, write_whole
 from sim.errors import ConfigError
 from real.drafter.evaluate import recorded_drafts
 from real.drafter.model import DEFAULT_DRAFTER, load_drafter
@@ -70,7 +69,7 @@ def fit_profile_to(side: Path, ref: Path, out: Path, name: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m real.drafter_report", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m real.drafter_report", description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--out", required=True, help="the markdown report to write")
     ap.add_argument("--force", action="store_true", help="replace an existing report and its data folder")
     ap.add_argument("--limit", type=int, default=24, help="requests per trace")
@@ -87,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"{out} or {data} already exists; pass --force to replace them")
     if a.limit < 1 or a.max_tokens < 1:
         raise ConfigError("--limit and --max-tokens must be >= 1")
+    check_out_file(out, True, "-o")  # a writable place, not a folder nor under a file (existing: checked above)
     drafter = load_drafter(a.drafter)
     meta = getattr(drafter, "meta", {})
     others = [(c, load_drafter(c).meta) for c in a.compare]  # checked before the long work

@@ -13,7 +13,6 @@ two context entries and drafting K tokens) against one target decode step, both 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sim.cli_util import run_cli, write_whole
+from sim.cli_util import ArgumentParser, check_in_file, check_out_file, run_cli, write_whole
 from sim.errors import ConfigError
 from real.drafter.data import DataConfig, collect_with_ids
 from real.drafter.evaluate import metrics, output_chains, recorded_drafts
@@ -99,7 +98,7 @@ def format_table(m: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m real.eval_drafter", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m real.eval_drafter", description=__doc__.split("\n")[0])
     ap.add_argument("--trace", required=True, help="a text trace (JSONL with prompts)")
     ap.add_argument("--limit", type=int, default=24, help="requests (first N with a prompt that fits)")
     ap.add_argument("--max-tokens", type=int, default=128, help="greedy reference tokens per request")
@@ -115,11 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError("--limit and --max-tokens must be >= 1, --max-prompt >= 2")
     if a.max_prompt + a.max_tokens > 8192:
         raise ConfigError(f"--max-prompt + --max-tokens = {a.max_prompt + a.max_tokens} exceeds SmolLM2's context 8192")
-    for p in (a.drafts_out, a.trace_out):
-        if p and Path(p).exists():
-            raise ConfigError(f"{p} already exists; choose another path")
-    if not Path(a.trace).is_file():
-        raise ConfigError(f"trace not found: {a.trace}")
+    from real.workload import _prompts
+
+    _prompts(a.trace, None, 0)  # every line, and a prompt text on each, before the model loads
+    check_in_file(a.drafter, "--drafter")
+    for flag, p in (("--drafts-out", a.drafts_out), ("--trace-out", a.trace_out)):
+        if p:
+            check_out_file(p, False, flag, inputs=(a.trace, a.drafter), hint="choose another path")
     m, rids, seqs, chains = evaluate_trace(a.trace, a.limit, a.max_tokens, a.max_prompt, a.drafter,
                                            progress=not a.no_progress, timing=not a.no_timing)
     if a.trace_out:

@@ -54,7 +54,7 @@ if __package__ in (None, ""):  # `python real/gpu_check.py`: import from the rep
 for _k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):  # nothing may download anything
     os.environ.setdefault(_k, "1")
 
-from sim.cli_util import run_cli, write_whole  # noqa: E402
+from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli, write_whole  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -563,6 +563,7 @@ def gpu_check(a: argparse.Namespace) -> int:
     os.chdir(ROOT)
     if run.out.exists() and not run.out.is_dir():
         raise ConfigError(f"--out {run.out}: exists and is not a directory")
+    check_out_dir(run.out, force=True)  # writable and not under a file (earlier outputs: preflight, --force)
     preflight(run)
     run.out.mkdir(parents=True, exist_ok=True)
     if a.force:
@@ -615,13 +616,13 @@ def gpu_check(a: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python real/gpu_check.py", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python real/gpu_check.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen3-8b", help="models/llms name (random weights, teacher forced)")
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (a test run: outputs stay under --out)")
     ap.add_argument("--quick", action="store_true", help="a small run for tests: 2 policies, batch 1 and 2, "
                     "2 requests x 8 tokens, a 2 x 2 x 2 forward grid")
     ap.add_argument("--out", default="out/gpu-check", help="working directory (cost_table.json, grid.csv, validate/)")
-    ap.add_argument("--time-budget-s", type=float, default=420.0, help="start no new work after this many seconds")
+    ap.add_argument("--time-budget-s", type=finite_float(0, strict=True), default=420.0, help="start no new work after this many seconds")
     ap.add_argument("--force", action="store_true", help="replace earlier outputs (the report, the measured table, "
                     "and --out's cost_table.json, grid.csv, validate/)")
     ap.add_argument("--trace", action="append", help=f"validation trace (repeatable; default {' '.join(TRACES)})")
@@ -641,7 +642,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.limit = a.limit if a.limit is not None else (2 if a.quick else 64)
     a.max_tokens = a.max_tokens if a.max_tokens is not None else (8 if a.quick else 128)
     a.max_prompt = a.max_prompt if a.max_prompt is not None else (512 if a.quick else 2048)
-    for name in ("limit", "max_tokens", "max_prompt"):
+    for name in ("limit", "max_tokens", "max_prompt", "requests_per_slot"):
         if getattr(a, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     if min(a.batch_size) < 1:

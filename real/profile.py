@@ -25,7 +25,6 @@ model and device have one (a GPU in models/gpus), the roofline model's. The tabl
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -43,7 +42,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from real.workload import Workload, build_engine_model, run_real  # noqa: E402
-from sim.cli_util import run_cli  # noqa: E402
+from sim.cli_util import ArgumentParser, check_out_file, run_cli  # noqa: E402
 from sim.cost.profiled import CostTable, cost_table_from_dict, write_cost_table  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 from sim.policies import get_policy  # noqa: E402
@@ -316,7 +315,7 @@ def format_grid(rows: list[tuple], table: CostTable, roofline=None) -> str:
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="python -m real.profile", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m real.profile", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m", help="models/llms name (real weights: smollm2-135m only)")
     ap.add_argument("--random-weights", action="store_true", help="random weights, teacher-forced (any models/llms name)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -355,8 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--batch-size must be >= 1, got {min(bss)}")
     for p in pols:
         get_policy(p)  # unknown names fail before any work
-    if a.out and Path(a.out).exists() and not a.force:  # before minutes of profiling, not after
-        raise ConfigError(f"{a.out} already exists; pass --force to replace it")
+    if a.out:  # before minutes of profiling, not after: writable, a file name, existing only with --force
+        check_out_file(a.out, a.force, "--out")
     table, path, grid = profile(a.model, a.random_weights, a.device, pols, bss, a.quick,
                           Path(a.out) if a.out else None, overwrite=a.force)
     roof = None

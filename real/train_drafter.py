@@ -19,12 +19,11 @@ import shlex
 import sys
 import time
 from dataclasses import asdict, fields
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from sim.cli_util import run_cli
+from sim.cli_util import ArgumentParser, check_out_file, run_cli
 from sim.errors import ConfigError
 from real.drafter.data import DataConfig, collect, data_dir
 from real.drafter.evaluate import fit_sts, metrics, output_chains
@@ -35,7 +34,7 @@ REBUILD = "python -m real.train_drafter --force"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m real.train_drafter", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m real.train_drafter", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(DEFAULT_DRAFTER), help="weights file to write (default: the bundled one)")
     ap.add_argument("--force", action="store_true", help="replace an existing --out")
     ap.add_argument("--num-prompts", type=int, default=DataConfig.num_prompts, help="general.jsonl prompts to generate on")
@@ -57,11 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    out = Path(a.out)
-    if out.exists() and not a.force:
-        raise ConfigError(f"{out} already exists; pass --force to replace it")
-    if out.exists() and out.is_dir():
-        raise ConfigError(f"--out {out} is a directory")
+    out = check_out_file(a.out, a.force, "--out")  # writable, a file name, existing only with --force
     if a.threads is not None:
         if a.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {a.threads}")

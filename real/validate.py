@@ -27,7 +27,6 @@ above PCT percent.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
@@ -44,7 +43,7 @@ if __package__ in (None, ""):  # `python real/validate.py`: import from the repo
 
 import numpy as np  # noqa: E402
 
-from sim.cli_util import run_cli, write_whole  # noqa: E402
+from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli, write_whole  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 
 ENGINES = ("torch", "vllm")
@@ -285,7 +284,7 @@ def validate(a) -> int:
     out = Path(a.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+    check_out_dir(out, force=True)  # writable, not under a file (a folder of earlier cells is resumed)
     policies = a.policy or (["none", "hybrid-price"] if a.quick else list(DEFAULT_POLICIES))
     bss = a.batch_size or ([1, 4] if a.quick else list(DEFAULT_BATCH_SIZES))
     from sim.policies import get_policy
@@ -295,7 +294,14 @@ def validate(a) -> int:
         raise ConfigError(f"--batch-size must be >= 1, got {min(bss)}")
     if a.cost_table and not Path(a.cost_table).is_file():  # before the reference runs, not after
         raise ConfigError(f"cost table '{a.cost_table}' not found")
+    if a.cost_table or (out / "cost_table.json").is_file():  # its content too (given, or resumed from --out):
+        load_cost_table(a.cost_table or out / "cost_table.json")  # a bad table fails now, not after the runs
     traces = a.trace or ["traces/codeedit.jsonl"]
+    from real.workload import _prompts
+
+    for trace in traces:  # every line, with a prompt text, before any model loads
+        _prompts(trace, None, 0)
+    out.mkdir(parents=True, exist_ok=True)
     limit = a.limit if a.limit is not None else (3 if a.quick else 16)
     max_tokens = a.max_tokens if a.max_tokens is not None else (16 if a.quick else 32)
     a.limit_eff, a.max_tokens_eff = limit, max_tokens
@@ -364,7 +370,7 @@ def validate(a) -> int:
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="python real/validate.py", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python real/validate.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", action="append", help="trace file (repeatable; default traces/codeedit.jsonl)")
     ap.add_argument("--policy", action="append", help=f"policy (repeatable; default {', '.join(DEFAULT_POLICIES)}; vllm: none, "
                                                   "adaptive, hybrid, default adaptive hybrid)")
@@ -382,7 +388,7 @@ def parse_args(argv):
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--cost-table", default=None, help="a profiled table of this machine (default: profile into --out)")
     ap.add_argument("--allow-other-machine", action="store_true", help="use a table profiled elsewhere (warns, recorded)")
-    ap.add_argument("--max-error", type=float, default=None, help="exit 1 if the median error is above this (percent)")
+    ap.add_argument("--max-error", type=finite_float(0), default=None, help="exit 1 if the median error is above this (percent)")
     ap.add_argument("--quick", action="store_true", help="a small grid for tests (3 requests, 16 tokens, bs 1 and 4)")
     ap.add_argument("--drafter", default="default",
                     help="model drafter weights with real weights (default: the bundled trained drafter; none: the "

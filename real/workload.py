@@ -201,17 +201,13 @@ def _read_slice(trace: str, limit, sample, seed, max_prompt, model, random_weigh
 
 def _prompts(trace: str, sample, seed):
     """(id, prompt text) of each line of a text trace, in order (or a seeded sample)."""
-    from sim.trace.loader import _iter_lines, parse_record, sample_indices
+    from sim.trace.loader import _file_lines, check_trace_file, decode_json_line, parse_record, sample_indices
 
     p = Path(trace)
-    if not p.is_file():
-        raise TraceError("file not found", trace)
+    check_trace_file(p, trace)
     recs = []
-    for ln, raw in _iter_lines(p.read_bytes()):
-        try:
-            obj = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise TraceError("not valid JSON", trace, ln) from None
+    for ln, raw in _file_lines(p, trace):
+        obj = decode_json_line(raw, trace, ln)
         rec = parse_record(obj, trace, ln)
         if not isinstance(rec.prompt, str):
             raise TraceError("real weights need the prompt's text (a 'prompt' field)", trace, ln, "prompt")

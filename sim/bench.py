@@ -19,7 +19,6 @@ Prints the machine's load average before and after; figures go in docs/performan
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -30,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from sim.cli_util import run_cli
+from sim.cli_util import ArgumentParser, check_out_file, finite_float, int_at_least, run_cli, write_whole
+from sim.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = ("traces/codeedit.jsonl", "traces/chat.jsonl")
@@ -103,6 +103,25 @@ def export_tree(rev: str, dest: Path) -> str:
     return sha
 
 
+def check_args(a, traces: list[str], policies: list[str]) -> None:
+    """Every path, name and commit checked before any worker starts (ConfigError, one line)."""
+    from sim.policies import get_policy
+    from sim.trace.loader import check_trace_file
+
+    for t in traces:
+        check_trace_file(REPO / t, t)
+    for pol in policies:
+        get_policy(pol)
+    if a.json is not None:
+        check_out_file(a.json, a.force, "--json")
+    if a.against != "none" and not (Path(a.against) / "sim" / "run.py").exists():
+        ok = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{a.against}^{{commit}}"], cwd=REPO,
+                            capture_output=True, text=True)
+        if ok.returncode != 0:
+            raise ConfigError(f"--against {a.against}: not a commit of this repository, nor a folder holding an "
+                              "exported tree ('none': this tree only)")
+
+
 def trace_size(trace: str) -> int:
     with open(REPO / trace) as f:
         return sum(1 for line in f if line.strip())
@@ -120,20 +139,23 @@ def main_job(tree: Path) -> float:
 def main(argv: list[str] | None = None) -> int:
     from sim.run import DEFAULT_POLICIES
 
-    ap = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--against", default="HEAD~1",
                     help="commit (or a folder holding an exported tree) to compare with ('none': this tree only)")
     ap.add_argument("--trace", action="append", help=f"default: {' '.join(TRACES)}")
     ap.add_argument("--policy", action="append", help="default: sim.run's default policies")
-    ap.add_argument("--batch-size", action="append", type=int, help=f"default: {' '.join(map(str, SIZES))}")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per cell and side (median)")
-    ap.add_argument("--scale", type=float, default=1.0, help="multiply the per-batch-size sample of requests")
+    ap.add_argument("--batch-size", action="append", type=int_at_least(1), help=f"default: {' '.join(map(str, SIZES))}")
+    ap.add_argument("--repeat", type=int_at_least(1), default=3, help="runs per cell and side (median)")
+    ap.add_argument("--scale", type=finite_float(0, strict=True, hi=1e6), default=1.0,
+                    help="multiply the per-batch-size sample of requests")
     ap.add_argument("--main-job", action="store_true", help="also time the README's main job and its setup")
-    ap.add_argument("--json", type=Path, default=None, help="write every measurement to this file")
+    ap.add_argument("--json", type=Path, default=None, help="write every measurement to this file (written whole)")
+    ap.add_argument("--force", action="store_true", help="replace an existing --json file")
     a = ap.parse_args(argv)
     traces = a.trace or list(TRACES)
     policies = a.policy or list(DEFAULT_POLICIES)
     sizes = a.batch_size or list(SIZES)
+    check_args(a, traces, policies)  # before any worker starts
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     tmp = Path(tempfile.mkdtemp(prefix="hybridspec-bench-"))
     workers = {"after": Worker(REPO, "after")}
@@ -200,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
                   + f"; setup (warm cache) {extra['setup_s']:.2f} s = {extra['setup_s'] / extra['main_job_after_s']:.0%} of it")
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         if a.json:
-            a.json.write_text(json.dumps({"against": base, "results": results, **extra}, indent=1) + "\n")
+            write_whole(a.json, json.dumps({"against": base, "results": results, **extra}, indent=1) + "\n",
+                        overwrite=True)
     finally:
         for w in workers.values():
             w.close()

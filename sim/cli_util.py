@@ -1,15 +1,148 @@
-"""Shared CLI plumbing: run a main function so that user errors print one line and exit non-zero, and
-write an output file whole or not at all."""
+"""Shared CLI plumbing: run a main function so that user errors print one line and exit non-zero; an argument
+parser whose errors are that one line too; checks of input and output paths and of numbers made before any
+work; and writing an output file or folder whole or not at all."""
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import shutil
+import stat
 import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
 from sim.errors import ConfigError, HybridSpecError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one line `error: PROG: message` and exit 2, like every other input
+    error (argparse's default prints the usage first)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        print(f"error: {self.prog}: {message} (see {self.prog} -h)", file=sys.stderr)
+        sys.exit(2)
+
+
+def int_at_least(lo: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= lo, written in decimal (no floats, no thousands of digits)."""
+    def parse(text: str) -> int:
+        s = text.strip()
+        if not s.lstrip("+-").isdigit() or len(s) > 30:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text[:40]!r}")
+        v = int(s)
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
+        return v
+    parse.__name__ = f"integer >= {lo}"
+    return parse
+
+
+def finite_float(lo: float | None = None, strict: bool = False, hi: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a finite number, > lo (strict) or >= lo, and <= hi where given."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text[:40]!r}")
+        if lo is not None and (v <= lo if strict else v < lo):
+            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {lo:g}, got {v:g}")
+        if hi is not None and v > hi:
+            raise argparse.ArgumentTypeError(f"must be <= {hi:g}, got {v:g}")
+        return v
+    parse.__name__ = "number"
+    return parse
+
+
+def check_in_file(path: str | os.PathLike, flag: str = "input") -> Path:
+    """Before any work: `path` is a readable regular file (not missing, not a folder, not a device such as
+    /dev/zero that never ends); ConfigError naming the flag otherwise."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise ConfigError(f"{flag} {p}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{flag} {p}: {describe_os_error(exc)}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{flag} {p}: is a folder, expected a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{flag} {p}: not a regular file (a device or a pipe cannot be read as data)")
+    try:
+        with open(p, "rb") as f:
+            f.read(1)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {p}: {describe_os_error(exc)}") from None
+    return p
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name the same file (through links, `..` and the like); False if either is missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _probe_writable(folder: Path, what: str) -> None:
+    """Create and remove a file in `folder`: the one sure test that it can be written (root ignores modes;
+    read-only mounts and virtual file systems refuse only when asked)."""
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".hybridspec-probe-")
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise ConfigError(f"{what}: {folder} is not writable ({(exc.strerror or type(exc).__name__).lower()})") from None
+
+
+def _nearest_existing(p: Path, what: str) -> Path:
+    parent = Path(os.path.abspath(p))
+    while not parent.exists():
+        if parent.is_symlink():  # a dangling link
+            raise ConfigError(f"{what}: {parent} is a broken link")
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{what}: {parent} is a file, not a folder")
+    return parent
+
+
+def check_out_file(path: str | os.PathLike, force: bool = False, flag: str = "--out",
+                   inputs: tuple = (), hint: str = "pass --force to replace it") -> Path:
+    """Before any work: `path` can be written as a file: not a folder, not under a file, in a writable folder,
+    not one of `inputs`, and not an existing file unless force (ConfigError naming the flag otherwise)."""
+    p = Path(path)
+    what = f"{flag} {p}"
+    if p.is_dir():
+        raise ConfigError(f"{what}: is a folder, expected a file name")
+    for i in inputs:
+        if i is not None and same_file(p, i):
+            raise ConfigError(f"{what} is the input file {i}; writing it would destroy the input: choose another output")
+    if p.exists() and not p.is_file():  # a device or a pipe (/dev/null, /dev/full) is never replaced by a file
+        raise ConfigError(f"{what}: not a regular file (a device or a pipe); choose a file name")
+    if p.exists() and not force:
+        raise ConfigError(f"{what} already exists; {hint}")
+    _probe_writable(_nearest_existing(p.parent, what), what)
+    return p
+
+
+def check_out_files(folder: str | os.PathLike, names: tuple[str, ...] | list[str], force: bool = False,
+                    flag: str = "--out") -> Path:
+    """Before any work, for a command that writes the files `names` into `folder` (a folder that may hold other
+    files, e.g. reports/): the folder is not a file nor under one, can be written, and none of `names` exists
+    there unless force (ConfigError naming the flag otherwise). Each file is then written whole (write_whole)."""
+    p = Path(folder)
+    what = f"{flag} {p}"
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{what}: exists and is not a folder")
+    existing = [p / n for n in names if (p / n).exists()]
+    if existing and not force:
+        raise ConfigError(f"{what}: {existing[0]} already exists; pass --force to replace it, or choose another folder")
+    _probe_writable(_nearest_existing(p, what), what)
+    return p
 
 
 def write_whole(path: Path, data: str | bytes, overwrite: bool = False, hint: str = "pass --force to replace it") -> Path:
@@ -41,13 +174,9 @@ def check_out_dir(path: Path, force: bool = False, flag: str = "--out") -> None:
     if p.is_dir() and any(p.iterdir()) and not force:
         raise ConfigError(f"{flag} {p} already holds files (an earlier run?); pass --force to replace them, or "
                           "choose another folder")
-    parent = p.resolve()
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ConfigError(f"{flag} {p}: {parent} is a file, not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {p}: {parent} is not writable")
+    what = f"{flag} {p}"
+    # the folder is filled as a temporary sibling and renamed into place: its parent must be writable
+    _probe_writable(_nearest_existing(Path(os.path.abspath(p)).parent, what), what)
 
 
 @contextmanager

@@ -10,7 +10,8 @@ are generated from these classes, so a setting is declared once.
 
 Field metadata (`opt`): `help`; `flags`: extra option names (vLLM's spellings); `grid`: "prep" (fixes the draft
 tables: one preparation per value), "run" (varies per simulation) or None (not a sweep key); `min` and
-`strict`: the lowest allowed value (`strict`: exclusive); `parse`: how one command-line value is read.
+`strict`: the lowest allowed value (`strict`: exclusive); `max`: the highest (sizes past it are absurd, and would
+reach numpy as allocations); `parse`: how one command-line value is read.
 `BASELINE` is the one name of the policy every ratio is taken against.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, Callable
 
 from sim.drafters.calibration import DEFAULT_CALIBRATOR
 from sim.errors import ConfigError
-from sim.vllm_compat import parse_rate
+from sim.vllm_compat import MIN_RATE, parse_rate
 
 BASELINE = "adaptive"  # vLLM 0.33's adaptive verification: every speedup is taken against it
 DEFAULT_POLICIES = ("none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold",
@@ -34,9 +35,10 @@ DEFAULT_BATCH_SIZES = (4, 128)
 
 
 def opt(default: Any, help: str, *, flags: tuple[str, ...] = (), grid: str | None = "prep", min: float | None = None,
-        strict: bool = False, parse: Callable | None = None, default_factory: Callable | None = None):
+        strict: bool = False, max: float | None = None, parse: Callable | None = None,
+        default_factory: Callable | None = None):
     """A config field: its default and its metadata (module docstring)."""
-    meta = {"help": help, "flags": flags, "grid": grid, "min": min, "strict": strict, "parse": parse}
+    meta = {"help": help, "flags": flags, "grid": grid, "min": min, "strict": strict, "max": max, "parse": parse}
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -47,13 +49,13 @@ class TraceConfig:
     trace: str = opt("traces/codeedit.jsonl", "JSONL trace (python -m sim.trace convert makes one from vLLM's "
                      "benchmark datasets)")
     limit: int | None = opt(None, "use the first N requests of the trace (they may all come from one part of it)",
-                            min=1)
+                            min=1, max=10**9)
     sample: int | None = opt(None, "use N requests sampled across the whole trace (seeded by --seed, kept in trace "
-                             "order); exclusive with --limit", flags=("--num-prompts",), min=1)
-    seed: int = opt(0, "seed of the sample and of the drafters' draws", min=0)
-    temperature: float | None = opt(None, "override every request's temperature", min=0)
+                             "order); exclusive with --limit", flags=("--num-prompts",), min=1, max=10**9)
+    seed: int = opt(0, "seed of the sample and of the drafters' draws", min=0, max=2**63 - 1)
+    temperature: float | None = opt(None, "override every request's temperature", min=0, max=100)
     max_model_len: int | None = opt(None, "context length requests are checked against (default: the model's, "
-                                    "models/llms/)", grid=None, min=1)
+                                    "models/llms/)", grid=None, min=1, max=2**31 - 1)
 
 
 @dataclass
@@ -69,16 +71,16 @@ class DrafterConfig:
                        "profile .json")
     drafts: str | None = opt(None, "recorded model drafts (JSONL sidecar) to replay exactly")
     calibrator: str = opt(DEFAULT_CALIBRATOR, "n-gram calibrator in models/calibrators/ (or a file)")
-    ngram_k: int = opt(32, "n-gram chain length", min=1)
+    ngram_k: int = opt(32, "n-gram chain length", min=1, max=4096)
 
 
 @dataclass
 class ServingConfig:
     rate: float | None = opt(None, "Poisson arrivals (req/s) instead of all at t=0 (inf: all at t=0, vLLM's default)",
-                             flags=("--request-rate",), grid="run", min=0, strict=True, parse=parse_rate)
-    kv_capacity_tokens: int | None = opt(None, "override the KV-cache size (tokens)", grid="run", min=1)
+                             flags=("--request-rate",), grid="run", min=MIN_RATE, parse=parse_rate)
+    kv_capacity_tokens: int | None = opt(None, "override the KV-cache size (tokens)", grid="run", min=1, max=2**40)
     max_num_batched_tokens: int = opt(8192, "token budget of one engine step (vLLM's max_num_batched_tokens)",
-                                      grid="run", min=1)
+                                      grid="run", min=1, max=2**31 - 1)
     async_scheduling: bool = opt(True, "overlap the CPU work of step t+1 with the GPU work of step t (vLLM's async "
                                  "scheduling); --no-async-scheduling for engines whose steps are synchronous "
                                  "(the real torch engine)", grid=None)
@@ -89,7 +91,7 @@ class RunGrid:
     policy: list = opt(None, "policy (repeatable; every combination runs)", grid="run",
                        default_factory=lambda: list(DEFAULT_POLICIES))
     batch_size: list = opt(None, "max running requests (repeatable)", flags=("--max-num-seqs",),
-                           grid="run", min=1, default_factory=lambda: list(DEFAULT_BATCH_SIZES))
+                           grid="run", min=1, max=2**20, default_factory=lambda: list(DEFAULT_BATCH_SIZES))
 
 
 COMPONENTS = (TraceConfig, ModelConfig, DrafterConfig, ServingConfig)
@@ -137,9 +139,11 @@ def check(name: str, value) -> None:
     f = FIELDS[name]
     if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and f.metadata["parse"] is None)):
         raise ConfigError(f"{flag(name)} must be a finite number, got {value}")  # (--rate inf: all at t=0)
-    lo, strict = f.metadata["min"], f.metadata["strict"]
+    lo, strict, hi = f.metadata["min"], f.metadata["strict"], f.metadata["max"]
     if lo is not None and (value <= lo if strict else value < lo):
         raise ConfigError(f"{flag(name)} must be {'>' if strict else '>='} {lo:g}, got {value}")
+    if hi is not None and value > hi:
+        raise ConfigError(f"{flag(name)} must be <= {hi:g}, got {value:.6g}")
 
 
 def add_flags(ap: argparse.ArgumentParser, classes, repeatable: bool = False, grid_only: bool = False) -> None:

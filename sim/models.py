@@ -303,12 +303,23 @@ def list_gpus() -> list[str]:
 
 def read_json_object(path: Path, what: str) -> dict[str, Any]:
     """A JSON data file that must hold one object; ConfigError naming the file otherwise."""
+    import stat
+
     try:
+        if not stat.S_ISREG(Path(path).stat().st_mode):
+            raise ConfigError(f"{path}: cannot read {what}: not a regular file")
         data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read {what}: {e}") from None
+    except (OSError, UnicodeError, ValueError) as e:  # ValueError: bad JSON, or an integer of thousands of digits
+        raise ConfigError(f"{path}: cannot read {what}: {str(e).split(';')[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: cannot read {what}: nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object")
+    try:
+        json.dumps(data).encode("utf-8")
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"{path}: cannot read {what}: a string holds a lone surrogate (not valid Unicode)") from None
     return data
 
 

@@ -90,7 +90,9 @@ def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Pat
 # python -m sim.report SWEEP_DIR_OR_RESULTS -o reports/  ->  index.html, tables.md, paper.md
 
 SWEEP_USAGE = """python -m sim.report SWEEP_DIR_OR_RESULTS [-o DIR]: the report of a `python -m sim.sweep` run
-(default DIR: a `report/` folder inside the sweep directory; `-o reports/` regenerates the committed report)."""
+(default DIR: a `report/` folder inside the sweep directory; `-o reports/ --force` regenerates the committed report).
+An existing index.html, tables.md or paper.md is replaced only with --force; a results table that is empty,
+binary, corrupt or cut mid-row is an error, never a silently shorter report."""
 
 HYBRID = "hybrid"  # the default hybrid; the seed's rule, hybrid-price, is reported beside it
 SEED = "hybrid-price"
@@ -123,20 +125,83 @@ def load_sweep(path) -> tuple["pd.DataFrame", "pd.DataFrame"]:
             raise ConfigError(f"{path}: no results.parquet or results.csv (run python -m sim.sweep --out {path} first)")
     elif not p.is_file():
         raise ConfigError(f"{path}: no such sweep directory or results file")
+    elif p.suffix not in (".csv", ".parquet"):
+        raise ConfigError(f"{path}: a results table is a .csv or .parquet file")
 
-    def read(f: Path):
-        try:
-            return pd.read_parquet(f) if f.suffix == ".parquet" else pd.read_csv(f, keep_default_na=True)
-        except ImportError:
-            return pd.read_csv(f.with_suffix(".csv"))
-
-    df = read(p)
+    df = read_table(p)
     need = {"policy", "batch_size", "trace", "status", "output_throughput_tok_s"}
     if not need <= set(df.columns):
         raise ConfigError(f"{p}: not a sweep results table (missing {', '.join(sorted(need - set(df.columns)))})")
+    if not len(df):
+        raise ConfigError(f"{p}: the results table has no rows (an interrupted sweep? rerun it to resume)")
+    for col in ("batch_size", "output_throughput_tok_s"):
+        if not pd.api.types.is_numeric_dtype(df[col]):
+            bad = df[col][pd.to_numeric(df[col], errors="coerce").isna() & df[col].notna()]
+            raise ConfigError(f"{p}: column {col} must hold numbers, got {str(bad.iloc[0])[:40]!r}"
+                              + (f" (row {bad.index[0] + 2})" if p.suffix == ".csv" else ""))
     rq = next((f for f in (d / "requests.parquet", d / "requests.csv") if f.is_file()), None)
-    req = read(rq) if rq is not None else pd.DataFrame(columns=["cell_id", "prompt_len", "output_len", "decode_s"])
+    req = read_table(rq) if rq is not None else pd.DataFrame(columns=["cell_id", "prompt_len", "output_len", "decode_s"])
     return df, req
+
+
+def check_csv_whole(f: Path) -> None:
+    """ConfigError (file, line) unless the CSV file is whole: every record has the header's number of fields,
+    no NUL byte, no field past the csv module's limit, and the file ends with a newline (pandas writes one;
+    a file without it was cut mid-row). pandas alone would fill a cut row with NaN, silently."""
+    import csv
+
+    from sim.errors import ConfigError
+
+    with open(f, "rb") as fh:
+        data = fh.read()
+    if not data.strip():
+        raise ConfigError(f"{f}: empty file")
+    nl = b"\n"
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ConfigError(f"{f}:{data.count(nl, 0, nul) + 1}: a NUL byte (binary or damaged file)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{f}:{data.count(nl, 0, exc.start) + 1}: invalid UTF-8 (binary or damaged file)") from None
+    if not text.endswith("\n"):
+        raise ConfigError(f"{f}: the last row has no end of line: the file was cut mid-row (rerun the command that "
+                          "wrote it)")
+    reader = csv.reader(text.splitlines(keepends=True))
+    try:
+        width = None
+        for row in reader:
+            if width is None:
+                width = len(row)
+            elif row and len(row) != width:
+                raise ConfigError(f"{f}:{reader.line_num}: {len(row)} fields, the header has {width}: a cut or damaged "
+                                  "row (rerun the command that wrote it)")
+    except csv.Error as exc:
+        raise ConfigError(f"{f}:{reader.line_num}: not readable as CSV ({exc})") from None
+
+
+def read_table(f: Path):
+    """A results or requests table (.parquet, or .csv checked whole first); ConfigError naming the file for an
+    empty, binary, cut or corrupt one (never a half-read table)."""
+    import pandas as pd
+
+    from sim.errors import ConfigError
+
+    if f.suffix == ".parquet":
+        try:
+            return pd.read_parquet(f)
+        except ImportError:
+            f = f.with_suffix(".csv")
+        except Exception as exc:  # noqa: BLE001 - pyarrow's errors have no common base but OSError/ValueError
+            if not isinstance(exc, (OSError, ValueError)) and type(exc).__module__.split(".")[0] != "pyarrow":
+                raise
+            raise ConfigError(f"{f}: not a readable parquet file ({str(exc).splitlines()[0][:200]}); delete it to "
+                              "read the .csv beside it, or rerun the sweep") from None
+    check_csv_whole(f)
+    try:
+        return pd.read_csv(f, keep_default_na=True)
+    except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ConfigError(f"{f}: not a readable CSV table ({str(exc).splitlines()[0][:200]})") from None
 
 
 def _workloads(df) -> list[tuple[str, "pd.DataFrame"]]:
@@ -482,11 +547,17 @@ def paper_md(df, command: str | None = None) -> str:
     return "\n".join(out)
 
 
-PAPER_COMMAND = "python -m sim.sweep --preset paper --out out/paper && python -m sim.report out/paper -o reports/"
+PAPER_COMMAND = "python -m sim.sweep --preset paper --out out/paper && python -m sim.report out/paper -o reports/ --force"
+
+
+REPORT_FILES = ("index.html", "tables.md", "paper.md")
 
 
 def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND) -> list[Path]:
-    """index.html (plotly.js inlined once), tables.md and paper.md in out_dir."""
+    """index.html (plotly.js inlined once), tables.md and paper.md in out_dir, all rendered first, then each
+    written whole (a temporary sibling renamed into place)."""
+    from sim.cli_util import write_whole
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     sections = _sweep_figures(df, req)
@@ -512,11 +583,8 @@ def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND) ->
     if first:
         html.append("<p><i>No successful cells to plot.</i></p>")
     html.append("</body></html>")
-    paths = [out_dir / "index.html", out_dir / "tables.md", out_dir / "paper.md"]
-    paths[0].write_text("\n".join(html))
-    paths[1].write_text(sweep_tables_md(df, req) + "\n")
-    paths[2].write_text(paper_md(df, command) + "\n")
-    return paths
+    texts = ["\n".join(html), sweep_tables_md(df, req) + "\n", paper_md(df, command) + "\n"]
+    return [write_whole(out_dir / name, text, overwrite=True) for name, text in zip(REPORT_FILES, texts)]
 
 
 def default_out(sweep) -> Path:
@@ -527,15 +595,17 @@ def default_out(sweep) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    from sim.cli_util import ArgumentParser, check_out_files
 
-    ap = argparse.ArgumentParser(prog="python -m sim.report", description=SWEEP_USAGE)
+    ap = ArgumentParser(prog="python -m sim.report", description=SWEEP_USAGE)
     ap.add_argument("sweep", help="a sweep output directory (results.parquet/.csv, requests.parquet/.csv) or results file")
     ap.add_argument("-o", "--out", default=None,
-                    help="output directory (default: SWEEP/report/; -o reports/ replaces the committed report)")
+                    help="output directory (default: SWEEP/report/; -o reports/ --force replaces the committed report)")
+    ap.add_argument("--force", action="store_true", help="replace index.html, tables.md, paper.md already in the folder")
     a = ap.parse_args(argv)
-    df, req = load_sweep(a.sweep)
     out = Path(a.out) if a.out else default_out(a.sweep)
+    check_out_files(out, REPORT_FILES, a.force, "-o")  # before any work
+    df, req = load_sweep(a.sweep)
     paths = write_sweep_report(df, req, out)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

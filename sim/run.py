@@ -24,7 +24,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from sim import console
-from sim.cli_util import atomic_dir, check_out_dir, run_cli
+from sim.cli_util import ArgumentParser, atomic_dir, check_out_dir, finite_float, run_cli
 from sim.cost import make_cost_model
 from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
 from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
@@ -59,6 +59,10 @@ class Prepared:
     skipped: int
     tokenizer: str | None = None  # what tokenized the trace's text (sim.trace.tokenizer.tokenizer_for); None: no text
     tokenizer_note: str | None = None  # set when that is not the served model's own tokenizer
+    ids: list[str] | None = None  # each request's id and trace line, for errors that name a request
+    lines: list[int | None] | None = None
+    context: np.ndarray | None = None  # prompt + output tokens of each request
+    kmax: int = 0  # the longest draft chain (model block or n-gram k)
 
 
 def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfile | None = None) -> Prepared:
@@ -91,7 +95,9 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
     tables = cached_draft_tables(reqs, ngram_cfg, profile, calib, seed=setup.seed, progress=progress, recorded=recorded)
     arrivals = np.asarray([r.arrival_s or 0.0 for r in reqs], dtype=np.float64)
     return Prepared(setup, tables, arrivals, cost, bool(trace.length_only), trace.skipped, trace.tokenizer,
-                    tok_note if trace.tokenizer else None)
+                    tok_note if trace.tokenizer else None, [r.id for r in reqs], [r.line for r in reqs],
+                    np.asarray([r.prompt_len + r.output_len for r in reqs], dtype=np.int64),
+                    max(profile.block, ngram_cfg.k))
 
 
 def check_context(reqs: list[Request], trace: str, model: str, max_model_len: int | None = None) -> None:
@@ -110,6 +116,27 @@ def check_context(reqs: list[Request], trace: str, model: str, max_model_len: in
             raise TraceError(f"request '{r.id}' needs {r.prompt_len} prompt + {r.output_len} output = {n} tokens, "
                              f"more than {where} of {limit}; drop it from the trace or raise --max-model-len",
                              trace, getattr(r, "line", None))
+
+
+def check_kv(prep: Prepared, kv_capacity_tokens: int | None = None, block_size: int = EngineConfig.block_size) -> None:
+    """Refuse, before any simulation (TraceError naming the request and its trace line), a request that can
+    never fit the KV cache alone: it needs ceil((prompt + output + kmax + 1) / block_size) * block_size tokens
+    (its whole context, the longest draft chain and the bonus token, in blocks: the engine's own rule).
+    `kv_capacity_tokens`: the --kv-capacity-tokens override, else the cost model's (model on GPU)."""
+    from sim.errors import TraceError
+
+    if prep.context is None or not len(prep.context):
+        return
+    s = prep.setup
+    cap = kv_capacity_tokens or prep.cost.kv_capacity_tokens
+    need = -(-(prep.context + prep.kmax + 1) // block_size) * block_size
+    worst = int(np.argmax(need))
+    if need[worst] > cap:
+        where = "--kv-capacity-tokens" if kv_capacity_tokens else f"the KV cache of {s.model} on {s.gpu}"
+        raise TraceError(f"request '{prep.ids[worst]}' needs {int(need[worst])} KV tokens ({int(prep.context[worst])} "
+                         f"prompt + output, a draft chain of {prep.kmax} and the bonus token, in blocks of {block_size}) "
+                         f"but {where} holds {cap}: it can never run; drop it from the trace or give a larger cache",
+                         s.trace, prep.lines[worst])
 
 
 def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False) -> tuple[dict, RunResult]:
@@ -207,7 +234,7 @@ def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunRes
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The flags: sim/config.py's components (generated from their fields) plus what only a run has."""
-    ap = argparse.ArgumentParser(prog="python -m sim.run", description=__doc__.split("\n\n")[0],
+    ap = ArgumentParser(prog="python -m sim.run", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_flags(ap, (RunGrid,))
     ap.add_argument("--speculative-config", action="append", default=None, metavar="JSON",
@@ -222,7 +249,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--format", choices=console.FORMATS, default="table", help=console.FORMAT_HELP)
     ap.add_argument("--no-progress", action="store_true",
                     help="no progress bars (terminal) and no progress lines (stderr not a terminal)")
-    ap.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
+    ap.add_argument("--progress-every", type=finite_float(0, strict=True), default=30.0, metavar="SECONDS",
                     help="when stderr is not a terminal (a log, a pipe): a progress line every SECONDS")
     return ap.parse_args(argv)
 
@@ -270,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     every = None if a.no_progress or tty else a.progress_every
     with console.Heartbeat("loading the trace and building the draft tables", None, every):
         prep = prepare(setup, progress=progress)
+    check_kv(prep, setup.kv_capacity_tokens)  # before any simulation, naming the request and its line
     if prep.tables.replayed_requests:
         print(f"note: {prep.tables.replayed_requests} of {len(prep.tables.out_len)} requests replay recorded drafts; "
               "the rest use the drafter profile", file=sys.stderr)

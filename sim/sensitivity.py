@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.cli_util import run_cli
+from sim.cli_util import ArgumentParser, check_out_files, int_at_least, run_cli, write_whole
 from sim.cost import make_cost_model
 from sim.drafters.model import load_drafter_profile
 from sim.errors import ConfigError
@@ -167,39 +167,38 @@ def sensitivity_html(summ: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
+OUTPUTS = ("sensitivity.md", "sensitivity.html", "sensitivity.csv")
+
+
 def write_outputs(out: Path, summ: pd.DataFrame, base: SimSetup, sizes: list[int]) -> list[Path]:
     """Each file written whole (a temporary sibling renamed into place)."""
     out.mkdir(parents=True, exist_ok=True)
     files = {"sensitivity.md": sensitivity_md(summ, base, sizes) + "\n", "sensitivity.html": sensitivity_html(summ),
              "sensitivity.csv": summ.to_csv(index=False)}
-    paths = []
-    for name, text in files.items():
-        path = out / name
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-        paths.append(path)
-    return paths
+    return [write_whole(out / name, text, overwrite=True) for name, text in files.items()]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.sensitivity", description=__doc__.split("\n\n")[0],
+    ap = ArgumentParser(prog="python -m sim.sensitivity", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--trace", default="traces/codeedit.jsonl")
-    ap.add_argument("--batch-size", action="append", type=int, help="repeatable; default 4 and 128")
-    ap.add_argument("--sample", type=int, default=None, help="a seeded sample of N requests (default: all)")
+    ap.add_argument("--batch-size", action="append", type=int_at_least(1), help="repeatable; default 4 and 128")
+    ap.add_argument("--sample", type=int_at_least(1), default=None, help="a seeded sample of N requests (default: all)")
     ap.add_argument("--out", type=Path, default=Path("out/sensitivity"))
     ap.add_argument("--force", action="store_true", help="replace sensitivity.* files already in --out")
-    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--workers", type=int_at_least(1), default=None)
     a = ap.parse_args(argv)
     sizes = list(dict.fromkeys(a.batch_size or [4, 128]))
     if any(b < 1 for b in sizes):
         raise ConfigError(f"--batch-size must be >= 1, got {min(sizes)}")
-    existing = [p for p in (a.out / n for n in ("sensitivity.md", "sensitivity.html", "sensitivity.csv")) if p.exists()]
-    if existing and not a.force:
-        raise ConfigError(f"{existing[0]} exists; pass --force to replace it or choose another --out")
-    if a.out.exists() and not a.out.is_dir():
-        raise ConfigError(f"--out {a.out} is a file, not a directory")
+    check_out_files(a.out, OUTPUTS, a.force)  # before the runs, not after
+    from sim.trace.loader import scan_trace
+
+    n = scan_trace(a.trace)[0]  # every line, before any run
+    if a.sample is not None and a.sample > n:
+        raise ConfigError(f"{a.trace}: --sample {a.sample} exceeds the trace's {n} requests")
+    if min(n, a.sample or n) < 3:
+        raise ConfigError(f"{a.trace}: the copy-fraction terciles need at least 3 requests, got {min(n, a.sample or n)}")
     base = SimSetup(trace=a.trace, sample=a.sample)
     df = run_sensitivity(base, sizes, workers=a.workers, progress=True)
     summ = summary_table(df)

@@ -44,7 +44,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from sim.cli_util import run_cli
+from sim.cli_util import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least, run_cli, write_whole
 from sim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,8 +135,10 @@ def _coerce(key: str, v):
                 raise ValueError
             return int(v)
         if key in _FLOAT_KEYS:
-            if key == "rate" and isinstance(v, str) and v.strip().lower() in ("inf", "+inf"):
-                return None  # vLLM's --request-rate inf: every request at time 0
+            if key == "rate" and isinstance(v, str):  # the command line's parser: 'inf' (vLLM's: all at t=0) is None
+                from sim.vllm_compat import parse_rate
+
+                return parse_rate(v)
             return float(v)
     except (TypeError, ValueError):
         raise ConfigError(f"grid key '{key}': bad value {v!r}") from None
@@ -181,9 +183,12 @@ def validate(cells: list[Cell]) -> None:
     from sim.drafters.model import load_drafter_profile
     from sim.policies import get_policy
     from sim.config import check
-    from sim.trace.loader import LIMIT_AND_SAMPLE
+    from sim.engine import EngineConfig
+    from sim.trace.loader import LIMIT_AND_SAMPLE, scan_trace
 
     seen: set = set()
+    scanned: dict = {}  # (trace, limit) -> the longest request (tokens, a lower bound for text)
+    blocks: dict = {}  # drafter -> its chain length
 
     def once(what, fn, *args):
         if (what, args) not in seen:
@@ -195,14 +200,27 @@ def validate(cells: list[Cell]) -> None:
         once("cost", lambda cost, m, g: make_cost_model(cost, llm=m, gpu=g), c.cost, c.model, c.gpu)
         once("drafter", load_drafter_profile, c.drafter)
         once("calibrator", NgramCalibrator.load, c.calibrator)
-        if not Path(c.trace).is_file():
-            raise ConfigError(f"trace not found: {c.trace}")
-        if c.drafts is not None and not Path(c.drafts).is_file():
-            raise ConfigError(f"recorded drafts not found: {c.drafts}")
         if c.limit is not None and c.sample is not None:
             raise ConfigError(LIMIT_AND_SAMPLE)
         for k in GRID_KEYS:  # the rules of sim/config.py
             check(k, getattr(c, k))
+        if not Path(c.trace).is_file():
+            raise ConfigError(f"trace not found: {c.trace}")
+        # every line of every trace, before the first cell (untokenized: seconds for a million lines)
+        key = (c.trace, None if c.sample is not None else c.limit)
+        if key not in scanned:
+            scanned[key] = scan_trace(*key)[1]
+        if c.kv_capacity_tokens is not None:  # the engine's rule (sim.run.check_kv), on the longest request
+            if c.drafter not in blocks:
+                blocks[c.drafter] = load_drafter_profile(c.drafter).block
+            bs = EngineConfig.block_size
+            need = -(-(scanned[key] + max(blocks[c.drafter], c.ngram_k) + 1) // bs) * bs
+            if need > c.kv_capacity_tokens:
+                raise ConfigError(f"--kv-capacity-tokens {c.kv_capacity_tokens}: {c.trace} has a request that needs "
+                                  f"at least {need} KV tokens; it could never run")
+        if c.drafts is not None and not Path(c.drafts).is_file():
+            raise ConfigError(f"recorded drafts not found: {c.drafts}")
+
 
 
 _HASH_CACHE: dict = {}
@@ -346,6 +364,8 @@ def load_cell(path: Path, cid: str) -> tuple[dict | None, str]:
     if d.get("status") != "ok" or not isinstance(d.get("row"), dict) or not d["row"] \
             or not isinstance(d.get("requests"), dict):
         return None, "not a finished result"
+    if d["row"].get("lossless") is not True:  # a lossy run is a simulator bug, never a result (sim.run refuses it)
+        return None, "not a lossless result"
     return d, ""
 
 
@@ -429,12 +449,18 @@ def _rows(results: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def write_tables(out: Path, df: pd.DataFrame, req: pd.DataFrame) -> list[str]:
+    """results and requests, as .csv and .parquet, each file written whole (a temporary sibling renamed into
+    place): a reader sees the earlier table or the new one, never a table cut mid-row."""
+    import io
+
     written = []
     for name, frame in (("results", df), ("requests", req)):
-        frame.to_csv(out / f"{name}.csv", index=False)
+        write_whole(out / f"{name}.csv", frame.to_csv(index=False), overwrite=True)
         written.append(f"{name}.csv")
         try:
-            frame.to_parquet(out / f"{name}.parquet", index=False)
+            buf = io.BytesIO()
+            frame.to_parquet(buf, index=False)
+            write_whole(out / f"{name}.parquet", buf.getvalue(), overwrite=True)
             written.append(f"{name}.parquet")
         except ImportError:
             print(f"note: pyarrow is not installed; wrote {name}.csv only (pip install pyarrow)", file=sys.stderr)
@@ -453,8 +479,8 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
     cells_dir.mkdir(parents=True, exist_ok=True)
     code = code_fingerprint()
     ids = [(cell_id(c, code), c) for c in _order(cells)]
-    (out / "grid.json").write_text(json.dumps({"code": code, "cells": [dict(asdict(c), cell_id=i) for i, c in ids]},
-                                              indent=1) + "\n")
+    write_whole(out / "grid.json", json.dumps({"code": code, "cells": [dict(asdict(c), cell_id=i) for i, c in ids]},
+                                              indent=1) + "\n", overwrite=True)
     results: dict[str, dict] = {}
     todo = []
     for cid, c in ids:
@@ -507,7 +533,7 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
 
 # ------------------------------------------------------------------------------------------------ CLI
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m sim.sweep", description=__doc__.split("\n\n")[0],
+    ap = ArgumentParser(prog="python -m sim.sweep", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Grid flags are repeatable; every combination runs. Flags override the keys "
                                         "of --grid/--preset.")
@@ -520,7 +546,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--grid", type=Path, help="TOML grid file")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="a built-in grid (paper: the grid of reports/)")
     ap.add_argument("--out", type=Path, default=Path("out/sweep"), help="output directory (default out/sweep)")
-    ap.add_argument("--workers", type=int, default=None, help="local worker processes (default: CPU cores)")
+    ap.add_argument("--workers", type=int_at_least(1), default=None, help="local worker processes (default: CPU cores)")
+    ap.add_argument("--force", action="store_true",
+                    help="write into an --out folder that holds files but is not a sweep's (no cells/ in it)")
     ap.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                     help="run on Ray: a local instance, or the cluster at ADDRESS (needs the 'ray' extra)")
     ap.add_argument("--fresh", action="store_true", help="ignore cached cells and recompute everything")
@@ -530,17 +558,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "(results.csv and results.parquet in --out have them all either way)")
     ap.add_argument("--no-progress", action="store_true",
                     help="no progress bar (terminal) and no progress lines (stderr not a terminal)")
-    ap.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
+    ap.add_argument("--progress-every", type=finite_float(0, strict=True), default=30.0, metavar="SECONDS",
                     help="when stderr is not a terminal (a log, a pipe): a progress line every SECONDS")
     return ap.parse_args(argv)
 
 
 def load_grid(path: Path) -> dict:
+    """The TOML grid file; ConfigError naming it for anything that is not a readable UTF-8 TOML file."""
+    check_in_file(path, "--grid")
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: bad TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: bad TOML: invalid UTF-8 at byte {exc.start}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: bad TOML: nested too deeply") from None
 
 
 def grid_from_args(a: argparse.Namespace) -> dict:
@@ -549,6 +583,9 @@ def grid_from_args(a: argparse.Namespace) -> dict:
         grid.update(json.loads(json.dumps(PRESETS[a.preset])))
     if a.grid:
         grid.update(load_grid(a.grid))
+    subs = grid.get("grid")
+    if subs is not None and (not isinstance(subs, list) or not all(isinstance(x, dict) for x in subs)):
+        raise ConfigError("'grid' must be an array of tables ([[grid]] in TOML)")
     for k in GRID_KEYS:
         if getattr(a, k):
             grid[k] = getattr(a, k)
@@ -596,8 +633,11 @@ def print_results(df: pd.DataFrame, fmt: str = "table") -> None:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    if a.workers is not None and a.workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {a.workers}")
+    if not a.dry_run:  # before any work: a folder that can be written, and not someone else's files
+        check_out_dir(a.out, force=True)
+        if a.out.is_dir() and any(a.out.iterdir()) and not (a.out / "cells").is_dir() and not a.force:
+            raise ConfigError(f"--out {a.out} holds files but no sweep (no cells/ folder); choose another folder, or "
+                              "pass --force to write the sweep's tables next to them")
     if a.ray is not None:
         try:
             import ray  # noqa: F401

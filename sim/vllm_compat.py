@@ -67,6 +67,10 @@ def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--speculative-config: not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise ConfigError(f"--speculative-config: not valid JSON: {str(exc).split(';')[0]}") from None
+    except RecursionError:
+        raise ConfigError("--speculative-config: not valid JSON: nested too deeply") from None
     if not isinstance(cfg, dict):
         raise ConfigError("--speculative-config: expected a JSON object such as "
                           "'{\"method\": \"ngram\", \"num_speculative_tokens\": 8}'")
@@ -121,14 +125,16 @@ def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int
                       "optionally with enable_adaptive_verification)")
 
 
+MIN_RATE = 1e-6  # req/s (one request in ~12 days): slower Poisson arrivals overflow the simulated clock
+
 def parse_rate(text: str) -> float | None:
     """A --rate/--request-rate value: req/s > 0, or `inf` (vLLM's default: every request at time 0) = None."""
     try:
         v = float(text)
     except ValueError:
-        raise ConfigError(f"--request-rate must be a number of requests per second or 'inf', got {text!r}") from None
-    if math.isinf(v) and v > 0:
+        raise ConfigError(f"--request-rate must be a number of requests per second or 'inf', got {text[:40]!r}") from None
+    if math.isinf(v) and v > 0 and text.strip().lower().lstrip("+") in ("inf", "infinity"):
         return None
-    if not v > 0 or math.isnan(v):
-        raise ConfigError(f"--request-rate must be > 0 (or 'inf'), got {text!r}")
+    if math.isinf(v) or math.isnan(v) or v < MIN_RATE:  # (a number of 400 digits overflows to inf: not 'inf')
+        raise ConfigError(f"--request-rate must be >= {MIN_RATE:g} req/s (or 'inf'), got {text[:40]!r}")
     return v

@@ -43,7 +43,7 @@ def test_run_setup_is_the_components():
 
 
 @pytest.mark.parametrize("key,value,msg", [("limit", 0, "--limit must be >= 1, got 0"),
-                                           ("rate", 0.0, "--rate must be > 0, got 0.0"),
+                                           ("rate", 0.0, "--rate must be >= 1e-06, got 0.0"),
                                            ("temperature", -1.0, "--temperature must be >= 0, got -1.0"),
                                            ("batch_size", 0, "--batch-size must be >= 1, got 0")])
 def test_checks_come_from_the_metadata(key, value, msg):

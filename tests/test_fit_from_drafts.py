@@ -147,7 +147,7 @@ def test_bad_sidecars_are_one_line_errors(recorded, tmp_path, capsys):
     empty.write_text("\n")
     assert "empty" in _error(["--from-drafts", str(empty), *base], capsys)
 
-    assert "cannot read" in _error(["--from-drafts", str(tmp_path / "missing.jsonl"), *base], capsys)
+    assert "file not found" in _error(["--from-drafts", str(tmp_path / "missing.jsonl"), *base], capsys)
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
     assert "bad.jsonl:1" in _error(["--from-drafts", str(bad), *base], capsys)

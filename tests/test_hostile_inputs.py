@@ -48,7 +48,7 @@ def test_convert_onto_its_input_is_refused(tmp_path):
 
 
 def test_cost_negative_context():
-    _one_line(_run("sim.cost", "--context", "-1000000"), "--context must be >= 0")
+    _one_line(_run("sim.cost", "--context", "-1000000"), "--context: must be >= 0")
 
 
 def test_run_out_folder_is_checked_first_and_written_whole(tmp_path):

@@ -56,7 +56,7 @@ def test_documented_commands_leave_git_clean(clean, tmp_path, monkeypatch, capsy
     _main("sim.trace.__main__", ["convert", "--from", "sharegpt", str(FIX / "sharegpt.json"), "-o", str(tmp_path / "c.jsonl")])
     _main("sim.trace.__main__", ["stats", TINY])
     out = capsys.readouterr().out
-    assert "saved out/calibrators/ngram-general.json" in out and "--write replaces" in out
+    assert "saved out/calibrators/ngram-general.json" in out and "--write --force replaces" in out
     assert _status() == before
 
 

@@ -78,14 +78,25 @@ def test_schema_and_resume(tmp_path):
                                   df3[cols].sort_values("cell_id").reset_index(drop=True))
 
 
-def test_failing_cell_recorded_others_finish(tmp_path):
+def test_a_kv_cache_too_small_for_a_request_is_refused_before_any_cell(tmp_path):
     out = tmp_path / "sw"
-    r = sweep("--trace", TINY, "--policy", "adaptive", "--policy", "oracle", "--batch-size", "4",
-              "--kv-capacity-tokens", "10", "--kv-capacity-tokens", "100000", "--out", str(out), "--workers", "2")
+    r = sweep("--trace", TINY, "--policy", "adaptive", "--batch-size", "4", "--kv-capacity-tokens", "10",
+              "--kv-capacity-tokens", "100000", "--out", str(out), "--workers", "1")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--kv-capacity-tokens 10" in r.stderr, r.stderr
+    assert not (out / "cells").exists()
+
+
+def test_failing_cell_recorded_others_finish(tmp_path):
+    # text requests: the sweep's up-front check counts a text field as one token (it does not tokenize), so a
+    # cache of 48 tokens passes it and fails in the cell, once the prompts are tokenized
+    text = str(ROOT / "tests" / "fixtures" / "trace" / "text.jsonl")
+    out = tmp_path / "sw"
+    r = sweep("--trace", text, "--policy", "adaptive", "--policy", "oracle", "--batch-size", "4",
+              "--kv-capacity-tokens", "48", "--kv-capacity-tokens", "100000", "--out", str(out), "--workers", "2")
     assert r.returncode == 0, r.stderr
     assert "2 of 4 cells failed" in r.stderr and "Traceback" not in r.stderr
     df = pd.read_csv(out / "results.csv")
-    bad, good = df[df["kv_capacity_tokens"] == 10], df[df["kv_capacity_tokens"] == 100000]
+    bad, good = df[df["kv_capacity_tokens"] == 48], df[df["kv_capacity_tokens"] == 100000]
     assert (bad["status"] == "error").all() and bad["error"].str.contains("KV tokens").all()
     assert bad["output_throughput_tok_s"].isna().all()
     assert (good["status"] == "ok").all() and (good["output_throughput_tok_s"] > 0).all()

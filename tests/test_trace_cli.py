@@ -53,7 +53,7 @@ def test_cli_convert_skip_bad_prints_count(tmp_path):
     bad.write_text('{"timestamp": 1, "input_length": 2, "output_length": 3}\n{oops\n')
     p = _run("convert", "--from", "mooncake", bad, "-o", tmp_path / "o.jsonl", "--skip-bad", tmp_path=tmp_path)
     assert p.returncode == 0 and "skipped 1 bad rows" in p.stdout
-    p = _run("convert", "--from", "mooncake", bad, "-o", tmp_path / "o.jsonl", tmp_path=tmp_path)
+    p = _run("convert", "--from", "mooncake", bad, "-o", tmp_path / "o.jsonl", "--force", tmp_path=tmp_path)
     _one_line_error(p, f"{bad}:2", "not valid JSON")
 
 

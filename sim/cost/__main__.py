@@ -1,18 +1,18 @@
-"""python -m sim.cost [--llm qwen3-8b] [--context 1024] [--write-tables]
+"""python -m sim.cost [--llm qwen3-8b] [--context 1024] [--write-tables [--force]]
 
 Prints, for every GPU, the roofline model's anchor figures (batch-1 decode step, knee, per-token slope,
 KV capacity) and tables of step times by batch size and by tokens per step. --write-tables regenerates
-the derived example table models/cost_tables/h100-sxm_qwen3-8b.json.
+the derived example table models/cost_tables/h100-sxm_qwen3-8b.json (a tracked file: only with --force).
 """
 from __future__ import annotations
 
-import argparse
-import sys
-
+from sim.cli_util import ArgumentParser, check_out_file, int_at_least, run_cli
 from sim.cost.profiled import default_table_path, tables_from_cost_model, write_cost_table
 from sim.cost.roofline import RooflineCost
-from sim.errors import HybridSpecError
-from sim.models import DEFAULT_LLM, list_gpus
+from sim.errors import ConfigError
+from sim.models import DEFAULT_LLM, get_llm, list_gpus
+
+MAX_CONTEXT = 10**7  # tokens: past every model's context length by far; beyond it the tables mean nothing
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 TOKENS = (1, 16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 2048)
@@ -52,28 +52,26 @@ def report(llm: str, context: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.cost", description=__doc__.splitlines()[2])
+    ap = ArgumentParser(prog="python -m sim.cost", description=__doc__.splitlines()[2])
     ap.add_argument("--llm", default=DEFAULT_LLM)
-    ap.add_argument("--context", type=int, default=1024, help="context tokens per request (default 1024)")
+    ap.add_argument("--context", type=int_at_least(0), default=1024, help="context tokens per request (default 1024)")
     ap.add_argument("--write-tables", action="store_true",
                     help="regenerate the derived example table models/cost_tables/h100-sxm_qwen3-8b.json")
+    ap.add_argument("--force", action="store_true", help="with --write-tables: replace the existing (tracked) table")
     a = ap.parse_args(argv)
-    if a.context < 0:
-        print(f"error: --context must be >= 0 tokens, got {a.context}", file=sys.stderr)
-        return 2
-    try:
-        if a.write_tables:
-            cost = RooflineCost(llm="qwen3-8b", gpu="h100-sxm")
-            p = write_cost_table(tables_from_cost_model(cost), default_table_path("qwen3-8b", "h100-sxm"),
-                                 overwrite=True)
-            print(f"wrote {p}")
-            return 0
-        print(report(a.llm, a.context))
-    except HybridSpecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if a.context > MAX_CONTEXT:
+        raise ConfigError(f"--context must be <= {MAX_CONTEXT} tokens, got {a.context}")
+    get_llm(a.llm)  # a bad name fails before any table is printed
+    if a.write_tables:
+        path = check_out_file(default_table_path("qwen3-8b", "h100-sxm"), a.force, "--write-tables",
+                              hint="it is a tracked file; pass --force to regenerate it")
+        cost = RooflineCost(llm="qwen3-8b", gpu="h100-sxm")
+        p = write_cost_table(tables_from_cost_model(cost), path, overwrite=True)
+        print(f"wrote {p}")
+        return 0
+    print(report(a.llm, a.context))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli(main)

@@ -132,16 +132,19 @@ class NgramCalibrator:
             out[rows, depth - 1] = expit(features(table, self.cfg, depth, rows) @ self.weights)
         return out
 
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({
+    def save(self, path: Path, overwrite: bool = True) -> None:
+        """Write the calibrator whole (a temporary sibling renamed into place); an existing file is replaced
+        only when overwrite."""
+        from sim.cli_util import write_whole
+
+        write_whole(Path(path), json.dumps({
             "kind": "logistic-hinge",
             "features": FEATURE_SET,
             "knots": list(_KNOTS),
             "weights": [round(float(w), 8) for w in self.weights],
             "ngram": {"n_min": self.cfg.n_min, "n_max": self.cfg.n_max, "k": self.cfg.k, "ext_max": self.cfg.ext_max},
             "fitted_on": self.fitted_on,
-        }, indent=1) + "\n")
+        }, indent=1) + "\n", overwrite=overwrite)
 
     @classmethod
     def load(cls, name_or_path: str | Path = DEFAULT_CALIBRATOR) -> "NgramCalibrator":

@@ -43,7 +43,6 @@ recorded acceptance itself.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +75,12 @@ class ModelDrafterProfile:
     source: str = ""
 
     def __post_init__(self) -> None:
+        for key in ("block", "copy_min_ext"):  # a float or a boolean here would index arrays
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigError(f"drafter profile {self.name}: {key} must be an integer, got {v!r}")
+        if not isinstance(self.name, str):
+            raise ConfigError(f"drafter profile: name must be a string, got {self.name!r}")
         if not 1 <= self.block <= 64:
             raise ConfigError(f"drafter profile {self.name}: block must be in 1..64, got {self.block}")
         for key in ("q1", "decay"):
@@ -83,8 +88,9 @@ class ModelDrafterProfile:
             if not (isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v)):
                 raise ConfigError(f"drafter profile {self.name}: {key} must be two numbers [normal, copied], got {v!r}")
         for key in ("rho", "sigma", "conf_temperature", "temp_scale"):
-            if not isinstance(getattr(self, key), (int, float)):
-                raise ConfigError(f"drafter profile {self.name}: {key} must be a number")
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+                raise ConfigError(f"drafter profile {self.name}: {key} must be a finite number, got {v!r}")
         for v in (*self.q1, *self.decay, self.temp_scale):
             if not 0.0 < v <= 1.0:
                 raise ConfigError(f"drafter profile {self.name}: probabilities must be in (0, 1], got {v}")
@@ -148,7 +154,13 @@ def load_drafter_profile(name: str) -> ModelDrafterProfile:
             raise ConfigError(f"unknown drafter profile '{name}'; choose one of: {', '.join(list_drafter_profiles())}"
                               " (or a path to a profile .json)")
     raw = read_json_object(path, "drafter profile")
-    fields = {k: _tuples(v) for k, v in raw.items() if k in ModelDrafterProfile.__dataclass_fields__}
+    known = ModelDrafterProfile.__dataclass_fields__
+    unknown = sorted(k for k in raw if k not in known)
+    if unknown or not {"name", "block", "q1", "decay"} <= set(raw):
+        # e.g. an LLM's or a cost profile's file given as --drafter: refuse it rather than run on the defaults
+        raise ConfigError(f"{path}: not a drafter profile (" + (f"unknown keys {', '.join(unknown[:5])}" if unknown else
+                          f"missing {', '.join(sorted({'name', 'block', 'q1', 'decay'} - set(raw)))}") + ")")
+    fields = {k: _tuples(v) for k, v in raw.items() if k in known}
     try:
         return ModelDrafterProfile(**fields)
     except TypeError as exc:  # a missing or mistyped field
@@ -176,43 +188,35 @@ def load_recorded_drafts(path: str, block: int | None = None) -> dict[str, Model
     position i; model_acc[i] is how many of that chain's tokens the target accepted. Errors name the
     file, line and field (TraceError)."""
     from sim.errors import TraceError
+    from sim.trace.loader import _file_lines, check_trace_file, decode_json_line
 
     out: dict[str, ModelChains] = {}
-    try:
-        fh = open(path, "rb")
-    except OSError:
-        raise TraceError("cannot read recorded drafts file", path) from None
-    with fh:
-        for ln, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise TraceError(f"not valid JSON ({exc.__class__.__name__})", path, ln) from None
-            if not isinstance(obj, dict):
-                raise TraceError("expected a JSON object", path, ln)
-            rid = obj.get("id")
-            if not isinstance(rid, (str, int)) or isinstance(rid, bool):
-                raise TraceError("missing or not a string", path, ln, "id")
-            rid = str(rid)
-            if rid in out:
-                raise TraceError(f"duplicate id '{rid}'", path, ln, "id")
-            try:
-                conf = np.asarray(obj["model_conf"], dtype=np.float64)
-                acc = np.asarray(obj["model_acc"], dtype=np.float64)
-            except KeyError as exc:
-                raise TraceError("missing", path, ln, exc.args[0]) from None
-            except (TypeError, ValueError):
-                raise TraceError("must be numbers (a list of lists for model_conf)", path, ln, "model_conf") from None
-            if conf.ndim != 2 or (block is not None and conf.shape[1] != block):
-                raise TraceError(f"must be a [positions x {block or 'K'}] list of lists", path, ln, "model_conf")
-            if not np.all(np.isfinite(conf)) or conf.min(initial=0) < 0 or conf.max(initial=0) > 1:
-                raise TraceError("confidences must be finite and in [0, 1]", path, ln, "model_conf")
-            if acc.ndim != 1 or len(acc) != len(conf) or not np.all(np.isfinite(acc)) or np.any(acc < 0) \
-                    or np.any(acc != np.round(acc)) or np.any(acc > conf.shape[1]):
-                raise TraceError("must be one integer in [0, K] per row of model_conf", path, ln, "model_acc")
-            out[rid] = ModelChains(conf=conf.astype(np.float32), acc_len=acc.astype(np.int64))
+    check_trace_file(Path(path), str(path))
+    for ln, raw in _file_lines(Path(path), str(path)):  # one line at a time, with the loader's located errors
+        obj = decode_json_line(raw, str(path), ln)
+        if not isinstance(obj, dict):
+            raise TraceError("expected a JSON object", path, ln)
+        rid = obj.get("id")
+        if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+            raise TraceError("missing or not a string", path, ln, "id")
+        rid = str(rid)
+        if rid in out:
+            raise TraceError(f"duplicate id '{rid}'", path, ln, "id")
+        try:
+            conf = np.asarray(obj["model_conf"], dtype=np.float64)
+            acc = np.asarray(obj["model_acc"], dtype=np.float64)
+        except KeyError as exc:
+            raise TraceError("missing", path, ln, exc.args[0]) from None
+        except (TypeError, ValueError):
+            raise TraceError("must be numbers (a list of lists for model_conf)", path, ln, "model_conf") from None
+        if conf.ndim != 2 or (block is not None and conf.shape[1] != block):
+            raise TraceError(f"must be a [positions x {block or 'K'}] list of lists", path, ln, "model_conf")
+        if not np.all(np.isfinite(conf)) or conf.min(initial=0) < 0 or conf.max(initial=0) > 1:
+            raise TraceError("confidences must be finite and in [0, 1]", path, ln, "model_conf")
+        if acc.ndim != 1 or len(acc) != len(conf) or not np.all(np.isfinite(acc)) or np.any(acc < 0) \
+                or np.any(acc != np.round(acc)) or np.any(acc > conf.shape[1]):
+            raise TraceError("must be one integer in [0, K] per row of model_conf", path, ln, "model_acc")
+        out[rid] = ModelChains(conf=conf.astype(np.float32), acc_len=acc.astype(np.int64))
     if not out:  # an empty sidecar would silently fall back to the synthetic profile
         raise TraceError("no recorded drafts in the file (it is empty)", path)
     return out

@@ -1,25 +1,22 @@
 """python -m sim.trace {convert,build,stats}: convert public trace formats, build the bundled traces, print stats.
 
-  python -m sim.trace convert --from FORMAT IN -o OUT.jsonl [--skip-bad] [--workload W] [format options]
-  python -m sim.trace build {codeedit,chat,general,all} [--out-dir out/traces] [--limit N]  (--out-dir traces: replace the bundled ones)
-  python -m sim.trace stats FILE [FILE ...] [--skip-bad]
+  python -m sim.trace convert --from FORMAT IN -o OUT.jsonl [--force] [--skip-bad] [--workload W] [format options]
+  python -m sim.trace build {codeedit,chat,general,all} [--out-dir out/traces] [--limit N] [--force]
+      (--out-dir traces --force: replace the bundled ones)
+  python -m sim.trace stats FILE [FILE ...] [--skip-bad] [--limit N]
+
+Every path is checked before any work (inputs readable regular files, outputs writable and not the input);
+an existing output is replaced only with --force, and is written whole (a temporary sibling renamed into place).
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from sim.cli_util import run_cli
+from sim.cli_util import ArgumentParser as _Parser, check_in_file, check_out_dir, check_out_file, int_at_least, run_cli
 from sim.errors import ConfigError
 
 BUILDS = ("codeedit", "chat", "general", "all")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (as run_cli does)
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--from", dest="fmt", required=True, metavar="FORMAT", help=f"one of: {', '.join(FORMATS)}")
     c.add_argument("input", metavar="IN")
     c.add_argument("-o", "--output", required=True, metavar="OUT")
+    c.add_argument("--force", action="store_true", help="replace OUT if it exists")
     c.add_argument("--skip-bad", action="store_true", help="skip bad rows (and print how many) instead of failing")
     c.add_argument("--workload", default=None,
                    help="set this workload name on every request (azure: code or conv; default: from the file name)")
@@ -38,12 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--turns", choices=("first", "all"), default="first",
                    help="first: one request per conversation, turn 0 -> turn 1, vLLM's length filter (vLLM); "
                         "all: one request per assistant turn, the earlier turns in the ChatML template as prompt")
-    g.add_argument("--sharegpt-output-len", type=int, default=None,
+    g.add_argument("--sharegpt-output-len", type=int_at_least(1), default=None,
                    help="--turns first: every output this many tokens (length-only), as vLLM's flag")
     g.add_argument("--no-length-filter", action="store_true",
                    help="--turns first: keep conversations outside vLLM's length filter")
     g = c.add_argument_group("vllm-custom (defaults: what vLLM's custom dataset builds)")
-    g.add_argument("--custom-output-len", "--output-len", dest="output_len", type=int, default=256,
+    g.add_argument("--custom-output-len", "--output-len", dest="output_len", type=int_at_least(-1), default=256,
                    help="every output length, overriding output_tokens (vLLM's default 256); -1: each line's "
                         "output_tokens (required then)")
     g.add_argument("--keep-output-tokens", action="store_true",
@@ -56,12 +54,14 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("which", metavar="{codeedit,chat,general,all}")
     b.add_argument("--out-dir", default="out/traces",
                    help="where to write (default out/traces; --out-dir traces replaces the bundled traces)")
-    b.add_argument("--limit", type=int, default=None, help="at most N requests per trace (for tests)")
+    b.add_argument("--limit", type=int_at_least(1), default=None, help="at most N requests per trace (for tests)")
+    b.add_argument("--force", action="store_true", help="replace traces already in --out-dir")
     b.add_argument("--no-progress", action="store_true")
     s = sub.add_parser("stats", help="print request count, token percentiles and the n-gram copy fraction")
     s.add_argument("files", nargs="+", metavar="FILE")
     s.add_argument("--skip-bad", action="store_true")
-    s.add_argument("--limit", type=int, default=None)
+    s.add_argument("--limit", type=int_at_least(1), default=None,
+                   help="the first N requests of each file (only those lines are read)")
     return ap
 
 
@@ -76,8 +76,10 @@ def _convert(args) -> int:
         for n in names:
             if fmt != args.fmt and getattr(args, n) not in (None, False, "first"):
                 raise ConfigError(f"--{n.replace('_', '-')} goes with --from {fmt}, not {args.fmt}")
-    if Path(args.output).resolve() == Path(args.input).resolve():
-        raise ConfigError(f"-o {args.output} is the input file; the conversion would destroy it: choose another output")
+    if args.output_len == 0 or args.output_len < -1:
+        raise ConfigError(f"--custom-output-len must be >= 1 or -1 (each line's output_tokens), got {args.output_len}")
+    check_in_file(args.input, "IN")
+    check_out_file(args.output, args.force, "-o", inputs=(args.input,))
     res = convert(args.fmt, args.input, args.output, skip_bad=args.skip_bad, workload=args.workload,
                   output_len=args.output_len, turns=args.turns, sharegpt_output_len=args.sharegpt_output_len,
                   length_filter=not args.no_length_filter, keep_output_tokens=args.keep_output_tokens,
@@ -97,9 +99,12 @@ def _convert(args) -> int:
 def _build(args) -> int:
     if args.which not in BUILDS:
         raise ConfigError(f"unknown trace {args.which!r}; known: {', '.join(BUILDS)}")
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     out = Path(args.out_dir)
+    names = [f"{w}.jsonl" for w in ("codeedit", "chat", "general") if args.which in (w, "all")]
+    check_out_dir(out, force=True, flag="--out-dir")  # a folder of other files is fine: only these are replaced
+    existing = [out / n for n in names if (out / n).exists()]
+    if existing and not args.force:
+        raise ConfigError(f"--out-dir: {existing[0]} already exists; pass --force to replace it")
     out.mkdir(parents=True, exist_ok=True)
     progress = not args.no_progress
     if args.which in ("codeedit", "all"):
@@ -123,6 +128,10 @@ def _stats(args) -> int:
     from sim.trace import load_trace
     from sim.trace.stats import trace_stats
 
+    from sim.trace.loader import check_trace_file
+
+    for f in args.files:  # every file checked before the first is read
+        check_trace_file(Path(f), f)
     for f in args.files:
         tr = load_trace(f, limit=args.limit, skip_bad=args.skip_bad)
         print(trace_stats(tr).format())

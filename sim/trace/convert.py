@@ -32,25 +32,26 @@ Qwen3's, and says which; ShareGPT's length filter counts with Qwen3's, and the s
                arrived_at seconds or arrival_time date-times) or a replay trace (Time, PromptTokenCount,
                CompletionTokenCount); length-only. Counts below 1 are raised to 1, as Vidur does.
 
-Timestamps become arrival_s in seconds relative to the earliest kept request. Requests with 0 output tokens
+Inputs are read one line at a time (ShareGPT, one JSON document, is read whole). Timestamps become arrival_s in
+seconds relative to the earliest kept request (at most MAX_ARRIVAL_S after it); one file uses one timestamp
+style (numbers or date-times, not both). Token counts are integers up to MAX_TOKENS. Requests with 0 output tokens
 in the length-only formats (except vidur) are dropped and counted (they generate nothing). Every other bad row
 raises a TraceError naming file, line and field, or with skip_bad=True is skipped and counted.
 """
 from __future__ import annotations
 
 import csv
-import io
-import json
 import math
 import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Callable, Iterator
 
 from sim.errors import TraceError
-from sim.trace.formats import ROLE_MAP, iter_json_list, read_text, render_chat, write_jsonl
-from sim.trace.loader import nonneg_number
+from sim.trace.formats import ROLE_MAP, iter_json_list, read_text, render_chat, text_lines, write_jsonl
+from sim.trace.loader import MAX_ARRIVAL_S, MAX_TOKENS, check_text, decode_json_line, nonneg_number
 
 __all__ = ["FORMATS", "ConvertResult", "convert", "convert_rows"]
 
@@ -69,6 +70,7 @@ class ConvertResult:
 class _Ctx:
     def __init__(self, file: str, skip_bad: bool):
         self.file, self.skip_bad = file, skip_bad
+        self.ts_style: tuple[str, int] | None = None  # (number | date-time, its first line): one style per file
         self.skipped, self.dropped, self.problems = 0, 0, []
         self.notes: list[str] = []
         self.dropped_why: str | None = None  # overrides the format's default reason
@@ -90,13 +92,15 @@ def _int_field(v, file, line, name, minimum=0) -> int:
         except ValueError:
             raise TraceError(f"must be an integer, got {s!r}", file, line, name) from None
     if isinstance(v, float):
-        if not math.isfinite(v) or v != int(v):
+        if not math.isfinite(v) or v != int(v) or abs(v) > 2.0 * MAX_TOKENS:
             raise TraceError(f"must be an integer, got {v!r}", file, line, name)
         v = int(v)
     if not isinstance(v, int):
         raise TraceError(f"must be an integer, got {type(v).__name__}", file, line, name)
     if v < minimum:
         raise TraceError(f"must be >= {minimum}, got {v}", file, line, name)
+    if v > MAX_TOKENS:
+        raise TraceError(f"must be <= {MAX_TOKENS} tokens, got {v:.3g}", file, line, name)
     return v
 
 
@@ -106,7 +110,7 @@ def _float_field(v, file, line, name) -> float:
         try:
             v = float(v.strip())
         except ValueError:
-            raise TraceError(f"must be a number, got {v.strip()!r}", file, line, name) from None
+            raise TraceError(f"must be a number, got {v.strip()[:40]!r}", file, line, name) from None
     return nonneg_number(v, file, line, name)
 
 
@@ -122,7 +126,7 @@ def _timestamp_s(v: str, file, line, name) -> float:
         pass
     m = _TS_RE.match(s)
     if not m:
-        raise TraceError(f"not a timestamp: {s!r}", file, line, name)
+        raise TraceError(f"not a timestamp: {s[:40]!r}", file, line, name)
     frac = (m.group(3) or "0")[:6].ljust(6, "0")
     tz = m.group(4) or ""
     tz = "+00:00" if tz == "Z" else tz
@@ -152,6 +156,7 @@ def _sharegpt_conversations(text: str, ctx: _Ctx) -> Iterator[tuple[int, str, li
             cid = conv.get("id", f"conv{index}")
             if isinstance(cid, bool) or not isinstance(cid, (str, int)) or cid == "":
                 raise TraceError("must be a non-empty string", file, line, "id")
+            check_text(str(cid), file, line, "id")
             turns = conv.get("conversations", conv.get("conversation"))
             if turns is None:
                 raise TraceError("missing field", file, line, "conversations")
@@ -167,6 +172,7 @@ def _sharegpt_conversations(text: str, ctx: _Ctx) -> Iterator[tuple[int, str, li
                                      file, line, f"conversations[{j}].from")
                 if not isinstance(value, str):
                     raise TraceError("must be a string", file, line, f"conversations[{j}].value")
+                check_text(value, file, line, f"conversations[{j}].value")
                 messages.append((ROLE_MAP[role.lower()], value))
         except TraceError as exc:
             ctx.bad(exc)
@@ -174,7 +180,10 @@ def _sharegpt_conversations(text: str, ctx: _Ctx) -> Iterator[tuple[int, str, li
         yield line, str(cid), messages
 
 
-def _sharegpt(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
+def _sharegpt(path: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
+    text = read_text(path)  # one JSON document: read whole
+    if not text.strip():
+        raise TraceError("empty file", ctx.file)
     if opts.get("turns", "first") == "all":
         ctx.notes.append("one request per assistant turn, the earlier turns in the ChatML template as its prompt "
                          "(--turns all; vLLM takes each conversation's first exchange)")
@@ -218,17 +227,15 @@ def _sharegpt(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
         yield {"id": cid, "prompt": prompt, **({"output_len": fixed} if fixed else {"output": completion})}
 
 
-def _jsonl_rows(text: str, ctx: _Ctx, parse: Callable[[dict, int], dict | None]) -> Iterator[dict]:
-    """Rows of a JSONL input: parse(obj, line) turns each JSON object into a row (None: a row the format
-    itself drops, counted). A bad line (not JSON, not an object, or rejected by parse) goes to ctx.bad."""
-    for line, raw in enumerate(text.split("\n"), start=1):
+def _jsonl_rows(path: str, ctx: _Ctx, parse: Callable[[dict, int], dict | None]) -> Iterator[dict]:
+    """Rows of a JSONL input, read one line at a time: parse(obj, line) turns each JSON object into a row
+    (None: a row the format itself drops, counted). A bad line (not JSON, not an object, or rejected by
+    parse) goes to ctx.bad."""
+    for line, raw in text_lines(path):
         if not raw.strip():
             continue
         try:
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"not valid JSON: {exc.msg}", ctx.file, line) from None
+            obj = decode_json_line(raw.encode("utf-8"), ctx.file, line)
             if not isinstance(obj, dict):
                 raise TraceError("expected a JSON object", ctx.file, line)
             row = parse(obj, line)
@@ -241,7 +248,7 @@ def _jsonl_rows(text: str, ctx: _Ctx, parse: Callable[[dict, int], dict | None])
         yield row
 
 
-def _vllm_custom(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
+def _vllm_custom(path: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
     file = ctx.file
     n = opts.get("custom_output_len", 256)
     keep = opts.get("keep_output_tokens", False)
@@ -259,7 +266,13 @@ def _vllm_custom(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
             raise TraceError("missing field", file, line, "prompt")
         if not isinstance(prompt, str) or not prompt:
             raise TraceError("must be a non-empty string", file, line, "prompt")
-        row = {"id": str(obj.get("id", f"vllm-{line}")), "prompt": render_chat([("user", prompt)]) if template else prompt}
+        check_text(prompt, file, line, "prompt")
+        if isinstance(obj.get("output"), str):
+            check_text(obj["output"], file, line, "output")
+        rid = obj.get("id", f"vllm-{line}")
+        if isinstance(rid, bool) or not isinstance(rid, (str, int)) or (isinstance(rid, int) and abs(rid) > 10**30):
+            raise TraceError("must be a string", file, line, "id")
+        row = {"id": check_text(str(rid), file, line, "id"), "prompt": render_chat([("user", prompt)]) if template else prompt}
         given = _int_field(obj["output_tokens"], file, line, "output_tokens", minimum=1) if "output_tokens" in obj else None
         if isinstance(obj.get("output"), str) and obj["output"]:
             row["output"] = obj["output"]
@@ -272,22 +285,35 @@ def _vllm_custom(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
             row["output_len"] = n
         return row
 
-    return _jsonl_rows(text, ctx, parse)
+    return _jsonl_rows(path, ctx, parse)
 
 
-def _csv_rows(text: str, ctx: _Ctx, required: list[str]) -> Iterator[tuple[int, dict]]:
-    reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise TraceError("empty file", ctx.file) from None
-    header = [h.strip() for h in header]
+def _csv_records(path: str, ctx: _Ctx) -> Iterator[tuple[int, list[str]]]:
+    """(first line, fields) of every CSV record, read one line at a time; a record the csv module cannot read
+    (a field over its 128 KiB limit, an unterminated quote) is a TraceError naming the line."""
+    reader = csv.reader(text for _, text in text_lines(path))
+    line = 0
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise TraceError(f"not readable as CSV: {exc}", ctx.file, line + 1) from None
+        start, line = line + 1, reader.line_num
+        yield start, row
+
+
+def _csv_rows(path: str, ctx: _Ctx, required: list[str]) -> Iterator[tuple[int, dict]]:
+    records = _csv_records(path, ctx)
+    first = next(records, None)
+    if first is None:
+        raise TraceError("empty file", ctx.file)
+    header = [h.strip() for h in first[1]]
     for col in required:
         if col not in header:
-            raise TraceError(f"missing column (header has: {', '.join(header)})", ctx.file, 1, col)
-    line = reader.line_num
-    for row in reader:
-        start, line = line + 1, reader.line_num
+            raise TraceError(f"missing column (header has: {', '.join(h[:40] for h in header[:20])})", ctx.file, 1, col)
+    for start, row in records:
         if not row or all(not c.strip() for c in row):
             continue
         if len(row) != len(header):
@@ -300,11 +326,12 @@ def _length_csv(prefix: str, ts_col: str, ts_parse: Callable, p_col: str, o_col:
                 keep: Callable[[dict, dict], bool] | None = None, extra: tuple[str, ...] = ()) -> Callable:
     """A converter for a length-only CSV trace (timestamp, prompt tokens, output tokens per row). Rows with
     0 output tokens (failed requests) are dropped and counted; so are (well-formed) rows keep(row, opts) rejects."""
-    def convert(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
+    def convert(path: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
         f = ctx.file
-        for line, row in _csv_rows(text, ctx, [ts_col, p_col, o_col, *extra]):
+        for line, row in _csv_rows(path, ctx, [ts_col, p_col, o_col, *extra]):
             try:
                 ts = ts_parse(row[ts_col], f, line, ts_col)
+                _one_style(row[ts_col], ctx, line, ts_col)
                 p = _int_field(row[p_col], f, line, p_col, minimum=1)
                 o = _int_field(row[o_col], f, line, o_col)
             except TraceError as exc:
@@ -313,8 +340,23 @@ def _length_csv(prefix: str, ts_col: str, ts_parse: Callable, p_col: str, o_col:
             if o == 0 or (keep is not None and not keep(row, opts)):
                 ctx.dropped += 1
                 continue
-            yield {"id": f"{prefix}-{line}", "prompt_len": p, "output_len": o, "_ts": ts}
+            yield {"id": f"{prefix}-{line}", "prompt_len": p, "output_len": o, "_ts": ts, "_line": line}
     return convert
+
+
+def _one_style(v: str, ctx: _Ctx, line: int, name: str) -> None:
+    """TraceError when this timestamp's style (a number or a date-time) differs from the file's first one:
+    mixed styles would put the requests on two unrelated clocks."""
+    try:
+        float(v.strip())
+        style = "a number"
+    except ValueError:
+        style = "a date-time"
+    if ctx.ts_style is None:
+        ctx.ts_style = (style, line)
+    elif ctx.ts_style[0] != style:
+        raise TraceError(f"timestamp is {style} but line {ctx.ts_style[1]}'s is {ctx.ts_style[0]}: one file takes "
+                         "one style", ctx.file, line, name)
 
 
 BURSTGPT_MODEL = "GPT-4"  # the model vLLM's BurstGPT dataset keeps
@@ -330,13 +372,13 @@ _burstgpt_rows = _length_csv("burstgpt", "Timestamp", _float_field, "Request tok
                              keep=_burstgpt_keep, extra=("Model",))
 
 
-def _burstgpt(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
+def _burstgpt(path: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
     model = opts.get("model") or BURSTGPT_MODEL
     ctx.notes.append("every model's rows (--model all)" if model == "all" else
                      f"only the {model} rows (--model; vLLM keeps GPT-4; all: every model)")
     if model != "all":
         ctx.dropped_why = f"rows of other models than {model} and failed requests (0 response tokens)"
-    return _burstgpt_rows(text, ctx, opts)
+    return _burstgpt_rows(path, ctx, opts)
 
 
 AZURE_WORKLOADS = {"code": "codeedit", "conv": "chat", "conversation": "chat"}
@@ -357,7 +399,7 @@ def azure_workload(path: str, workload: str | None) -> str:
                       "does not tell; it picks the acceptance profile of the length-only requests)")
 
 
-def _mooncake(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
+def _mooncake(path: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
     f = ctx.file
 
     def parse(obj: dict, line: int) -> dict | None:
@@ -373,7 +415,7 @@ def _mooncake(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
             raise TraceError("must be a list of integers", f, line, "hash_ids")
         if o == 0:  # nothing generated: dropped and counted
             return None
-        row = {"id": f"mooncake-{line}", "prompt_len": p, "output_len": o, "_ts": ts}
+        row = {"id": f"mooncake-{line}", "prompt_len": p, "output_len": o, "_ts": ts, "_line": line}
         if hashes is not None:
             row["hash_ids"] = hashes
         return row
@@ -381,12 +423,13 @@ def _mooncake(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
     ctx.notes.append("hash_ids (KV-block hashes of each prompt) kept in the trace; the simulator does not use "
                      "them until it models prefix caching")
 
-    return _jsonl_rows(text, ctx, parse)
+    return _jsonl_rows(path, ctx, parse)
 
 
-def _vidur(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
+def _vidur(path: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
     f = ctx.file
-    head = [h.strip() for h in next(csv.reader(io.StringIO(text.split("\n", 1)[0])), [])]
+    first = next(_csv_records(path, ctx), None)
+    head = [h.strip() for h in (first[1] if first else [])]
     if "num_prefill_tokens" in head:
         p_col, o_col = "num_prefill_tokens", "num_decode_tokens"
         ts_col = next((c for c in ("arrived_at", "arrival_time") if c in head), None)
@@ -394,16 +437,21 @@ def _vidur(text: str, ctx: _Ctx, opts: dict) -> Iterator[dict]:
         p_col, o_col, ts_col = "PromptTokenCount", "CompletionTokenCount", "Time"
     else:
         raise TraceError("not a Vidur trace: expected columns num_prefill_tokens, num_decode_tokens (or Time, "
-                         f"PromptTokenCount, CompletionTokenCount); the header has: {', '.join(head)}", f, 1)
+                         f"PromptTokenCount, CompletionTokenCount); the header has: {', '.join(h[:40] for h in head[:20])}",
+                         f, 1)
     ctx.notes.append(f"Vidur columns {p_col}, {o_col}" + (f", {ts_col}" if ts_col else " (no arrival times: all at 0)")
                      + "; counts below 1 raised to 1, as Vidur does")
-    for line, row in _csv_rows(text, ctx, [p_col, o_col] + ([ts_col] if ts_col else [])):
+    for line, row in _csv_rows(path, ctx, [p_col, o_col] + ([ts_col] if ts_col else [])):
         try:
             out = {"id": f"vidur-{line}",  # Vidur truncates (scaled) counts to integers, then raises them to >= 1
                    "prompt_len": max(1, int(_float_field(row[p_col], f, line, p_col))),
-                   "output_len": max(1, int(_float_field(row[o_col], f, line, o_col)))}
+                   "output_len": max(1, int(_float_field(row[o_col], f, line, o_col))), "_line": line}
+            for col, key in ((p_col, "prompt_len"), (o_col, "output_len")):
+                if out[key] > MAX_TOKENS:
+                    raise TraceError(f"must be <= {MAX_TOKENS} tokens, got {out[key]:.3g}", f, line, col)
             if ts_col:
                 out["_ts"] = _timestamp_s(row[ts_col], f, line, ts_col)
+                _one_style(row[ts_col], ctx, line, ts_col)
         except TraceError as exc:
             ctx.bad(exc)
             continue
@@ -438,11 +486,13 @@ def convert_rows(fmt: str, in_path: str | os.PathLike, skip_bad: bool = False, w
         raise ConfigError(f"--sharegpt-output-len must be >= 1, got {opts['sharegpt_output_len']}")
     reader, length_only, why = FORMATS[fmt]
     file = str(in_path)
-    text = read_text(in_path)
-    if not text.strip():
+    from sim.trace.loader import check_trace_file
+
+    check_trace_file(Path(in_path), file)
+    if os.path.getsize(in_path) == 0:
         raise TraceError("empty file", file)
     ctx = _Ctx(file, skip_bad)
-    rows = list(reader(text, ctx, {"custom_output_len": output_len, **opts}))
+    rows = list(reader(file, ctx, {"custom_output_len": output_len, **opts}))
     why = ctx.dropped_why if ctx.dropped_why is not None else why
     if not rows:
         extra = f"; {ctx.skipped} bad rows skipped" if ctx.skipped else ""
@@ -459,6 +509,11 @@ def convert_rows(fmt: str, in_path: str | os.PathLike, skip_bad: bool = False, w
         t0 = min(r["_ts"] for r in rows)
         for r in rows:
             r["arrival_s"] = round(r.pop("_ts") - t0, 6)
+            if r["arrival_s"] > MAX_ARRIVAL_S:
+                raise TraceError(f"arrives {r['arrival_s']:.3g} s after the first request, more than {MAX_ARRIVAL_S:g} s "
+                                 "(a timestamp in other units?)", file, r.get("_line"))
+    for r in rows:
+        r.pop("_line", None)
     if workload is not None:
         for r in rows:
             r["workload"] = workload

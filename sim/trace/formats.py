@@ -1,5 +1,5 @@
-"""Shared helpers of converters and builders: reading text with located errors, streaming JSON lists,
-rendering chat turns, deterministic JSONL writing."""
+"""Shared helpers of converters and builders: reading text with located errors (whole, or one line at a time),
+streaming JSON lists, rendering chat turns, deterministic JSONL writing (whole or not at all)."""
 from __future__ import annotations
 
 import json
@@ -15,19 +15,43 @@ ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "ass
 
 
 def read_text(path: str | os.PathLike) -> str:
-    """The file as str; missing file / invalid UTF-8 -> TraceError naming file (and line)."""
+    """The file as str; missing file, not a regular file, invalid UTF-8 -> TraceError naming file (and line)."""
+    from sim.trace.loader import check_trace_file
+
     file = str(path)
     p = Path(path)
-    if not p.exists():
-        raise TraceError("file not found", file)
-    if p.is_dir():
-        raise TraceError("is a directory, expected a file", file)
+    check_trace_file(p, file)
     data = p.read_bytes()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise TraceError("invalid UTF-8", file, data.count(b"\n", 0, exc.start) + 1) from None
     return text[1:] if text.startswith("\ufeff") else text
+
+
+def text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text with its newline) of every line, read one line at a time (a BOM on the first
+    line dropped); not a regular file or invalid UTF-8 -> TraceError naming file and line."""
+    from sim.trace.loader import MAX_LINE_BYTES, check_trace_file
+
+    file = str(path)
+    p = Path(path)
+    check_trace_file(p, file)
+    with open(p, "rb") as f:
+        lineno = 0
+        while True:
+            raw = f.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            lineno += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise TraceError(f"line longer than {MAX_LINE_BYTES >> 20} MiB", file, lineno)
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceError(f"invalid UTF-8 at byte {exc.start} of the line", file, lineno) from None
 
 
 class _LineCounter:
@@ -85,6 +109,10 @@ def iter_json_list(text: str, file: str, stop_at_broken_tail: bool = False) -> I
             if stop_at_broken_tail:
                 return
             raise TraceError(f"not valid JSON: {exc.msg} (truncated file?)", file, where(max(exc.pos, pos))) from None
+        except ValueError as exc:  # an integer of more digits than Python converts
+            raise TraceError(f"not valid JSON: {str(exc).split(';')[0]}", file, where(pos)) from None
+        except RecursionError:
+            raise TraceError("not valid JSON: nested too deeply", file, where(pos)) from None
         yield line, obj
         pos = end
         first = False
@@ -102,16 +130,21 @@ def dumps_line(row: dict) -> str:
 
 
 def write_jsonl(path: str | os.PathLike, rows) -> int:
-    """Write rows as JSONL (UTF-8, '\\n' newlines, keys in insertion order); return the count."""
+    """Write rows as JSONL (UTF-8, '\\n' newlines, keys in insertion order), whole or not at all: into a
+    temporary sibling renamed into place at the end, removed on any failure. Return the count."""
     p = Path(path)
     if p.parent and not p.parent.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
     n = 0
-    tmp = p.with_name(p.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        for row in rows:
-            f.write(dumps_line(row))
-            f.write("\n")
-            n += 1
-    os.replace(tmp, p)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            for row in rows:
+                f.write(dumps_line(row))
+                f.write("\n")
+                n += 1
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return n

@@ -26,9 +26,12 @@ import numpy as np
 from sim.errors import ConfigError, TraceError
 from sim.trace.schema import Request, Trace
 
-__all__ = ["load_trace", "parse_record", "sample_indices"]
+__all__ = ["load_trace", "parse_record", "sample_indices", "scan_trace"]
 
 _MAX_ID = 2**31 - 1
+MAX_TOKENS = 2**31 - 1  # longest prompt or output: past every context length, and the engine counts in int32/int64
+MAX_ARRIVAL_S = 1e9  # latest arrival, seconds after the trace start (~32 years): past it a trace is not a workload
+MAX_LINE_BYTES = 256 * 2**20  # longest line read (a file without newlines is not a JSONL trace)
 _SIDES = {"prompt": ("prompt", "prompt_ids", "prompt_len"), "output": ("output", "output_ids", "output_len")}
 
 
@@ -48,20 +51,49 @@ def _typename(v) -> str:
         type(v), "number" if isinstance(v, (int, float)) else type(v).__name__)
 
 
-def nonneg_number(v, file: str, line: int, key: str) -> float:
-    """v as a float; TraceError (file, line, key) unless it is a finite number >= 0 (booleans are not)."""
+def nonneg_number(v, file: str, line: int, key: str, hi: float | None = None) -> float:
+    """v as a float; TraceError (file, line, key) unless it is a finite number >= 0 (booleans are not), and
+    <= hi where given."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise TraceError(f"must be a number, got {_typename(v)}", file, line, key)
-    if not math.isfinite(v):
+    try:
+        f = float(v)
+    except OverflowError:  # an integer of hundreds of digits
+        raise TraceError("must be a finite number, got an integer too large for a float", file, line, key) from None
+    if not math.isfinite(f):
         raise TraceError(f"must be finite, got {v}", file, line, key)
-    if v < 0:
+    if f < 0:
         raise TraceError(f"must be >= 0, got {v}", file, line, key)
-    return float(v)
+    if hi is not None and f > hi:
+        raise TraceError(f"must be <= {hi:g}, got {f:g}", file, line, key)
+    return f
 
 
-def _number(obj: dict, key: str, file: str, line: int, default):
+def check_text(v: str, file: str, line: int | None, key: str) -> str:
+    """v unless it holds a lone surrogate (JSON's \\ud800 escapes decode to one; it is not Unicode text and
+    cannot be tokenized or written back as UTF-8): TraceError naming the field."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TraceError(f"not valid Unicode text: a lone surrogate {v[exc.start]!r} at character {exc.start}",
+                         file, line, key) from None
+    return v
+
+
+def token_count(v, file: str, line: int | None, key: str, lo: int = 1) -> int:
+    """A token count: an integer (not a boolean or a float) in [lo, MAX_TOKENS]; TraceError naming the field."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TraceError(f"must be an integer, got {_typename(v)}", file, line, key)
+    if v < lo:
+        raise TraceError(f"must be >= {lo}, got {v}", file, line, key)
+    if v > MAX_TOKENS:
+        raise TraceError(f"must be <= {MAX_TOKENS} tokens, got {v:.3g}", file, line, key)
+    return v
+
+
+def _number(obj: dict, key: str, file: str, line: int, default, hi: float | None = None):
     v = obj.get(key)
-    return default if v is None else nonneg_number(v, file, line, key)
+    return default if v is None else nonneg_number(v, file, line, key, hi)
 
 
 def _side(obj: dict, side: str, file: str, line: int):
@@ -78,7 +110,7 @@ def _side(obj: dict, side: str, file: str, line: int):
             raise TraceError(f"must be a string, got {_typename(v)}", file, line, key)
         if not v:
             raise TraceError(f"empty {side}", file, line, key)
-        return v
+        return check_text(v, file, line, key)
     if key == keys[1]:  # ids
         if not isinstance(v, list):
             raise TraceError(f"must be an array of token ids, got {_typename(v)}", file, line, key)
@@ -89,11 +121,9 @@ def _side(obj: dict, side: str, file: str, line: int):
                 raise TraceError(f"element {j} must be a token id (integer in [0, {_MAX_ID}]), got {x!r}",
                                  file, line, key)
         return np.asarray(v, dtype=np.int32)
-    if isinstance(v, bool) or not isinstance(v, int):  # length
-        raise TraceError(f"must be an integer, got {_typename(v)}", file, line, key)
-    if v < 1:
-        raise TraceError(f"must be >= 1, got {v}" if v < 0 else f"empty {side} (0 tokens)", file, line, key)
-    return v
+    if isinstance(v, int) and not isinstance(v, bool) and v == 0:  # length
+        raise TraceError(f"empty {side} (0 tokens)", file, line, key)
+    return token_count(v, file, line, key)
 
 
 def parse_record(obj, file: str, line: int) -> _Record:
@@ -105,7 +135,9 @@ def parse_record(obj, file: str, line: int) -> _Record:
     rid = obj["id"]
     if isinstance(rid, bool) or not isinstance(rid, (str, int)):
         raise TraceError(f"must be a string, got {_typename(rid)}", file, line, "id")
-    rid = str(rid)
+    if isinstance(rid, int) and abs(rid) > 10**30:
+        raise TraceError("an integer id of more than 30 digits", file, line, "id")
+    rid = check_text(str(rid), file, line, "id")
     if not rid:
         raise TraceError("empty id", file, line, "id")
     prompt = _side(obj, "prompt", file, line)
@@ -113,11 +145,13 @@ def parse_record(obj, file: str, line: int) -> _Record:
     if not isinstance(output, int) and isinstance(prompt, int):
         raise TraceError("an output with content needs a prompt with content (prompt or prompt_ids)",
                          file, line, "prompt_len")
-    arrival = _number(obj, "arrival_s", file, line, None)
+    arrival = _number(obj, "arrival_s", file, line, None, MAX_ARRIVAL_S)
     temperature = _number(obj, "temperature", file, line, 0.0)
     workload = obj.get("workload")
     if workload is not None and not isinstance(workload, str):
         raise TraceError(f"must be a string, got {_typename(workload)}", file, line, "workload")
+    if workload is not None:
+        check_text(workload, file, line, "workload")
     return _Record(line, rid, prompt, output, arrival, workload, temperature)
 
 
@@ -139,8 +173,49 @@ def _iter_lines(data: bytes):
         start = end + 1
 
 
-def _tokenize(records: list[_Record], data: bytes, complete: bool, tokenizer: str | None = None) -> dict[int, np.ndarray]:
-    """Token ids of every text field, keyed by 2*line + (0 prompt | 1 output); cached on disk by file hash."""
+def _file_lines(path: Path, file: str, hasher=None):
+    """(1-based line number, raw bytes) of each non-blank line of the file, read one line at a time (nothing
+    past the line the caller stops at is read); `hasher` (hashlib) is fed every byte read, newlines included."""
+    with open(path, "rb") as f:
+        lineno = 0
+        while True:
+            raw = f.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            lineno += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise TraceError(f"line longer than {MAX_LINE_BYTES >> 20} MiB (not a JSONL trace?)", file, lineno)
+            if hasher is not None:
+                hasher.update(raw)
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            if raw.endswith(b"\n"):
+                raw = raw[:-1]
+            if raw.strip():
+                yield lineno, raw
+
+
+def decode_json_line(raw: bytes, file: str, lineno: int):
+    """One JSONL line decoded; TraceError (file, line) for invalid UTF-8, invalid JSON, integers of thousands
+    of digits and nesting deeper than Python's recursion limit."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"invalid UTF-8 at byte {exc.start} of the line", file, lineno) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"not valid JSON: {exc.msg} (column {exc.colno})", file, lineno) from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise TraceError(f"not valid JSON: {str(exc).split(';')[0]}", file, lineno) from None
+    except RecursionError:
+        raise TraceError("not valid JSON: nested too deeply", file, lineno) from None
+
+
+def _tokenize(records: list[_Record], cache_key: bytes | None, complete: bool,
+              tokenizer: str | None = None) -> dict[int, np.ndarray]:
+    """Token ids of every text field, keyed by 2*line + (0 prompt | 1 output); cached on disk by the file's
+    hash (`cache_key`: the whole file's sha256 state, None when only part of it was read: no cache)."""
     from sim.trace.tokenizer import get_tokenizer, token_cache_path
 
     wanted: list[tuple[int, str]] = []
@@ -154,9 +229,9 @@ def _tokenize(records: list[_Record], data: bytes, complete: bool, tokenizer: st
     from sim.trace.tokenizer import TOKENIZER_NAME
 
     tokenizer = tokenizer or TOKENIZER_NAME
-    path = token_cache_path(data, tokenizer)
+    path = token_cache_path(cache_key, tokenizer) if cache_key is not None else None
     cached: dict[int, np.ndarray] = {}
-    if path.exists():
+    if path is not None and path.exists():
         try:
             with np.load(path) as z:
                 keys, offs, flat = z["keys"], z["offsets"], z["flat"]
@@ -169,7 +244,7 @@ def _tokenize(records: list[_Record], data: bytes, complete: bool, tokenizer: st
     ids = get_tokenizer(tokenizer).encode_batch([t for _, t in missing])
     for (k, _), toks in zip(missing, ids):
         cached[k] = np.asarray(toks, dtype=np.int32)
-    if complete:
+    if complete and path is not None:
         _write_cache(path, cached)
     return cached
 
@@ -187,6 +262,56 @@ def _write_cache(path: Path, table: dict[int, np.ndarray]) -> None:
         os.replace(tmp, path)
     except OSError:  # an unwritable cache only costs speed
         pass
+
+
+def check_trace_file(p: Path, file: str) -> None:
+    """TraceError unless `p` is a regular file (a folder, a device such as /dev/zero or a pipe is refused
+    before anything is read)."""
+    import stat
+
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise TraceError("file not found", file) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceError("is a directory, expected a JSONL file", file)
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceError("not a regular file (a device or a pipe is not a trace)", file)
+    try:
+        with open(p, "rb") as f:
+            f.read(1)
+    except OSError as exc:  # unreadable (permissions, or a file such as /proc/self/mem)
+        raise TraceError(f"cannot read: {(exc.strerror or type(exc).__name__).lower()}", file) from None
+
+
+def scan_trace(path: str | os.PathLike, limit: int | None = None) -> tuple[int, int]:
+    """Check a trace line by line without tokenizing it (what a sweep does before its first cell): the first
+    bad line is a TraceError (file, line, field), as load_trace would raise. Returns (requests read, at most
+    `limit`; the largest prompt + output in tokens, counting a text field as 1 token: a lower bound)."""
+    file = str(path)
+    p = Path(path)
+    check_trace_file(p, file)
+    seen: dict[str, int] = {}
+    longest = 0
+    for lineno, raw in _file_lines(p, file):
+        rec = parse_record(decode_json_line(raw, file, lineno), file, lineno)
+        if rec.id in seen:
+            raise TraceError(f"duplicate id {rec.id!r} (first on line {seen[rec.id]})", file, lineno, "id")
+        seen[rec.id] = lineno
+        longest = max(longest, sum(len(x) if isinstance(x, np.ndarray) else (x if isinstance(x, int) else 1)
+                                   for x in (rec.prompt, rec.output)))
+        if limit is not None and len(seen) >= limit:
+            break
+    if not seen:
+        raise TraceError("empty trace: no requests", file)
+    return len(seen), longest
+
+
+def _cache_hasher(tokenizer: str | None):
+    """The sha256 state the token cache's key starts from (sim.trace.tokenizer.token_cache_path's prefix)."""
+    from sim.trace.tokenizer import cache_key_hasher
+
+    return cache_key_hasher(tokenizer)
 
 
 LIMIT_AND_SAMPLE = "use --limit (the first N requests) or --sample (N spread across the trace), not both"
@@ -217,31 +342,18 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
     if sample is not None and sample < 1:
         raise ConfigError(f"{file}: --sample must be >= 1, got {sample}")
     p = Path(path)
-    if not p.exists():
-        raise TraceError("file not found", file)
-    if p.is_dir():
-        raise TraceError("is a directory, expected a JSONL file", file)
-    data = p.read_bytes()
+    check_trace_file(p, file)
     records: list[_Record] = []
     problems: list[str] = []
     seen: dict[str, int] = {}
     n_lines = 0
-    complete = True
-    for lineno, raw in _iter_lines(data):
-        if limit is not None and len(records) >= limit:
-            complete = False
-            break
+    complete = True  # every request of the file is used (the token cache may be written)
+    whole = True  # the whole file was read (its hash, the token cache's key, is known)
+    hasher = _cache_hasher(tokenizer)
+    for lineno, raw in _file_lines(p, file, hasher):
         n_lines += 1
         try:
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise TraceError(f"invalid UTF-8 at byte {exc.start} of the line", file, lineno) from None
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"not valid JSON: {exc.msg} (column {exc.colno})", file, lineno) from None
-            rec = parse_record(obj, file, lineno)
+            rec = parse_record(decode_json_line(raw, file, lineno), file, lineno)
             if rec.id in seen:
                 raise TraceError(f"duplicate id {rec.id!r} (first on line {seen[rec.id]})", file, lineno, "id")
             seen[rec.id] = lineno
@@ -250,6 +362,9 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
             if not skip_bad:
                 raise
             problems.append(str(exc))
+        if limit is not None and len(records) >= limit:
+            complete = whole = False  # stop here: nothing past this line is read
+            break
     if n_lines == 0:
         raise TraceError("empty trace: no requests", file)
     if not records:
@@ -257,7 +372,7 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
     if sample is not None:
         records = [records[i] for i in sample_indices(len(records), sample, seed, file)]
         complete = False  # tokenize (and cache) only what is used, as --limit does
-    tokens = _tokenize(records, data, complete, tokenizer)  # tokenizer: sim.trace.tokenizer's name (default qwen3)
+    tokens = _tokenize(records, hasher if whole else None, complete, tokenizer)  # tokenizer: sim.trace.tokenizer's name (default qwen3)
     requests = []
     for r in records:
         p_ids = tokens[2 * r.line] if isinstance(r.prompt, str) else (r.prompt if isinstance(r.prompt, np.ndarray) else None)

@@ -118,9 +118,20 @@ def cache_dir() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "hybridspec"
 
 
-def token_cache_path(file_bytes: bytes, tokenizer: str = TOKENIZER_NAME) -> Path:
-    """Where the token ids of a trace file with these bytes are cached (tokenizer name is in the key)."""
+def cache_key_hasher(tokenizer: str | None = None):
+    """A sha256 state holding the key's prefix (tokenizer name, cache version): feed it the file's bytes, as
+    they are read, and pass it to token_cache_path."""
     h = hashlib.sha256()
-    h.update(f"{tokenizer}:v{CACHE_VERSION}:".encode())
-    h.update(file_bytes)
+    h.update(f"{tokenizer or TOKENIZER_NAME}:v{CACHE_VERSION}:".encode())
+    return h
+
+
+def token_cache_path(file_bytes, tokenizer: str = TOKENIZER_NAME) -> Path:
+    """Where the token ids of a trace file with these bytes are cached (tokenizer name is in the key).
+    `file_bytes`: the file's bytes, or a cache_key_hasher(tokenizer) state already fed them (streaming)."""
+    if isinstance(file_bytes, (bytes, bytearray, memoryview)):
+        h = cache_key_hasher(tokenizer)
+        h.update(file_bytes)
+    else:
+        h = file_bytes
     return cache_dir() / "tokens" / f"{h.hexdigest()}.npz"

@@ -1,0 +1,741 @@
+"""Generator of the hostile-input suite (issue 12): bad or odd inputs for every command, each of which must be
+refused with one line `error: ...`, exit 2, no traceback, and no change to the files it was given.
+
+A case is (id, class, module, build): `build(tmp)` writes whatever files the case needs under `tmp` and returns
+the command line and the files that must come out unchanged (inputs, and outputs that already existed). The
+cases are generated as products of *slots* (a command's input file, output path or number flag) and *kinds*
+(what is wrong with it), plus hand-written type-confusion and data-loss cases. Classes, from the issue:
+  parser  parser limits: deep nesting, huge integers, huge CSV fields, lone surrogates, invalid UTF-8, binary
+  os      operating-system errors: missing, a folder, unreadable, output under a file / a file / read-only
+  size    absurd sizes: token lengths of 1e11..1e30, /dev/zero, arrivals of 1e20, rates of 1e-308, 0 threads
+  type    type confusion: floats for ints, booleans for numbers, one kind of file given for another
+  loss    silent loss: existing outputs replaced, a results table cut mid-row, an output onto its input
+  args    numbers out of range on the command line (nan, inf, negative, zero, thousands of digits)
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl"
+FIX = ROOT / "tests" / "fixtures" / "trace"
+LLM_JSON = ROOT / "models" / "llms" / "qwen3-8b.json"
+CALIBRATOR = ROOT / "models" / "calibrators" / "ngram-general.json"
+DRAFTER_JSON = ROOT / "models" / "drafters" / "dspark-qwen3-b7.json"
+COST_TABLE = ROOT / "models" / "cost_tables" / "h100-sxm_qwen3-8b.json"
+
+Build = Callable[[Path], tuple[list[str], list[Path]]]
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    klass: str
+    module: str
+    build: Build
+
+    def __repr__(self) -> str:
+        return self.id
+
+
+# ------------------------------------------------------------------------------------------ hostile files
+DEEP = 100_000
+HUGE_DIGITS = "9" * 5000  # more digits than Python converts by default (4300)
+
+
+def _jsonl_line(**kw) -> str:
+    return json.dumps(kw) + "\n"
+
+
+# content kinds for a JSONL trace (one request per line); each is bytes written to the file
+TRACE_KINDS: dict[str, tuple[str, bytes]] = {
+    "empty": ("parser", b""),
+    "blank_lines": ("parser", b"\n\n  \n"),
+    "binary": ("parser", bytes(range(256)) * 8),
+    "bad_utf8": ("parser", b'{"id": "a\xff\xfe", "prompt_len": 3, "output_len": 4}\n'),
+    "deep_list": ("parser", b"[" * DEEP + b"]" * DEEP + b"\n"),
+    "deep_field": ("parser", b'{"id": "a", "prompt_len": 3, "output_len": 4, "workload": ' + b"[" * DEEP + b"]" * DEEP + b"}\n"),
+    "deep_object": ("parser", b'{"a":' * DEEP + b"1" + b"}" * DEEP + b"\n"),
+    "huge_int_len": ("parser", f'{{"id": "a", "prompt_len": {HUGE_DIGITS}, "output_len": 4}}\n'.encode()),
+    "huge_int_arrival": ("parser", f'{{"id": "a", "prompt_len": 3, "output_len": 4, "arrival_s": {HUGE_DIGITS}}}\n'.encode()),
+    "huge_float": ("parser", b'{"id": "a", "prompt_len": 3, "output_len": 4, "arrival_s": 1e999}\n'),
+    "lone_surrogate": ("parser", b'{"id": "a", "prompt": "x\\ud800y", "output": "z\\udfff"}\n'),
+    "surrogate_id": ("parser", b'{"id": "\\ud800", "prompt_len": 3, "output_len": 4}\n'),
+    "nul_bytes": ("parser", b'{"id": "a", "prompt_len": 3,\x00 "output_len": 4}\n'),
+    "cut_mid_line": ("loss", _jsonl_line(id="a", prompt_len=3, output_len=4).encode() + b'{"id": "b", "prompt_l'),
+    "not_object": ("type", b"[1, 2, 3]\n"),
+    "len_float": ("type", _jsonl_line(id="a", prompt_len=3.0, output_len=4).encode()),
+    "len_bool": ("type", _jsonl_line(id="a", prompt_len=True, output_len=4).encode()),
+    "len_string": ("type", _jsonl_line(id="a", prompt_len="3", output_len=4).encode()),
+    "ids_float": ("type", _jsonl_line(id="a", prompt_ids=[1.0, 2.0], output_ids=[3]).encode()),
+    "ids_negative": ("type", _jsonl_line(id="a", prompt_ids=[1, -2], output_ids=[3]).encode()),
+    "arrival_string": ("type", _jsonl_line(id="a", prompt_len=3, output_len=4, arrival_s="soon").encode()),
+    "temp_nan": ("type", b'{"id": "a", "prompt_len": 3, "output_len": 4, "temperature": NaN}\n'),
+    "dup_id": ("type", (_jsonl_line(id="a", prompt_len=3, output_len=4) * 2).encode()),
+    "len_1e11": ("size", _jsonl_line(id="a", prompt_len=10**11, output_len=4).encode()),
+    "len_1e30": ("size", _jsonl_line(id="a", prompt_len=3, output_len=10**30).encode()),
+    "len_zero": ("size", _jsonl_line(id="a", prompt_len=3, output_len=0).encode()),
+    "arrival_1e20": ("size", (_jsonl_line(id="a", prompt_len=3, output_len=4, arrival_s=0)
+                              + _jsonl_line(id="b", prompt_len=3, output_len=4, arrival_s=1e20)).encode()),
+    "arrival_neg": ("size", _jsonl_line(id="a", prompt_len=3, output_len=4, arrival_s=-1).encode()),
+    "ids_huge": ("size", _jsonl_line(id="a", prompt_ids=[2**40], output_ids=[3]).encode()),
+    "huge_line": ("parser", _jsonl_line(id="a", prompt_len=3, output_len=4, pad="x" * (200 * 1024)).encode()[:-2] + b"\n"),
+}
+
+# which trace kinds a command that *simulates* or *streams* a trace must refuse (a stats-only reader may accept
+# a long request; the simulator may not)
+SIM_ONLY = {"len_1e11", "len_1e30", "arrival_1e20"}
+
+JSON_KINDS: dict[str, tuple[str, bytes]] = {  # a single JSON document (calibrator, drafter profile, cost table)
+    "empty": ("parser", b""),
+    "binary": ("parser", bytes(range(256)) * 4),
+    "bad_utf8": ("parser", b'{"name": "\xff"}'),
+    "deep": ("parser", b"[" * DEEP + b"]" * DEEP),
+    "deep_object": ("parser", b'{"a":' * DEEP + b"1" + b"}" * DEEP),
+    "huge_int": ("parser", f'{{"n": {HUGE_DIGITS}}}'.encode()),
+    "surrogate": ("parser", b'{"name": "\\ud800"}'),
+    "truncated": ("loss", b'{"name": "x", "weights": [1, 2'),
+    "list": ("type", b"[1, 2, 3]"),
+    "string": ("type", b'"hello"'),
+    "null": ("type", b"null"),
+}
+
+CSV_HEADERS = {"azure": "TIMESTAMP,ContextTokens,GeneratedTokens",
+               "burstgpt": "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
+               "vidur": "num_prefill_tokens,num_decode_tokens"}
+CSV_ROWS = {"azure": ["2023-11-16 18:15:46.6805900,{p},{o}"], "burstgpt": ["5,GPT-4,{p},{o},500,Conversation log"],
+            "vidur": ["{p},{o}"]}
+
+
+def csv_kinds(fmt: str) -> dict[str, tuple[str, bytes]]:
+    head = CSV_HEADERS[fmt]
+    row = CSV_ROWS[fmt][0]
+
+    def doc(*rows: str) -> bytes:
+        return ("\n".join([head, *rows]) + "\n").encode()
+
+    kinds = {
+        "empty": ("parser", b""),
+        "binary": ("parser", bytes(range(256)) * 4),
+        "bad_utf8": ("parser", doc(row.format(p=3, o=4)) + b"\xff\xfe,1,2\n"),
+        "header_only": ("parser", (head + "\n").encode()),
+        "field_200k": ("parser", doc(row.format(p="1" * (200 * 1024), o=4))),
+        "quote_200k": ("parser", doc(row.format(p=3, o=4)) + b'"' + b"x" * (200 * 1024) + b'",1,2\n'),
+        "huge_int": ("parser", doc(row.format(p=HUGE_DIGITS, o=4))),
+        "nul": ("parser", doc(row.format(p=3, o=4)).replace(b",", b",\x00", 1)),
+        "wrong_header": ("type", b"a,b,c\n1,2,3\n"),
+        "float_len": ("type", doc(row.format(p="3.5", o=4))),
+        "bool_len": ("type", doc(row.format(p="true", o=4))),
+        "nan_len": ("type", doc(row.format(p="nan", o=4))),
+        "neg_len": ("size", doc(row.format(p=-5, o=4))),
+        "out_1e20": ("size", doc(row.format(p=3, o=10**20))),
+        "out_1e30_float": ("size", doc(row.format(p=3, o="1e30"))),
+        "cut_mid_row": ("loss", doc(row.format(p=3, o=4)) + row.format(p=3, o=4).encode()[:6]),
+    }
+    if fmt == "vidur":  # Vidur raises counts below 1 to 1 (its rule), so negative/float lengths are its data
+        for k in ("float_len", "neg_len", "cut_mid_row"):
+            kinds.pop(k)
+    if fmt == "azure":
+        kinds["mixed_timestamps"] = ("type", doc("2023-11-16 18:15:46.6805900,3,4", "12.5,3,4"))
+        kinds["bad_timestamp"] = ("type", doc("yesterday,3,4"))
+        kinds["ts_1e20"] = ("size", doc("0,3,4", "1e20,3,4"))
+    return kinds
+
+
+TOML_KINDS: dict[str, tuple[str, bytes]] = {
+    "empty_list": ("type", b"batch_size = []\n"),
+    "bad_utf8": ("parser", b'policy = ["\xff"]\n'),
+    "binary": ("parser", bytes(range(256)) * 2),
+    "bool_batch": ("type", b"batch_size = true\n"),
+    "bool_in_list": ("type", b"batch_size = [4, false]\n"),
+    "float_batch": ("type", b"batch_size = 2.5\n"),
+    "string_batch": ("type", b'batch_size = "four"\n'),
+    "huge_batch": ("size", f"batch_size = {10**30}\n".encode()),
+    "neg_batch": ("args", b"batch_size = -1\n"),
+    "zero_batch": ("args", b"batch_size = 0\n"),
+    "nan_rate": ("args", b"rate = nan\n"),
+    "tiny_rate": ("size", b"rate = 1e-308\n"),
+    "neg_seed": ("args", b"seed = -1\n"),
+    "unknown_key": ("type", b"batchsize = [4]\n"),
+    "table_value": ("type", b"[policy]\nx = 1\n"),
+    "grid_not_tables": ("type", b"grid = [1, 2]\n"),
+    "missing_trace": ("os", b'trace = ["no/such/trace.jsonl"]\n'),
+    "deep_array": ("parser", b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n"),
+    "bad_toml": ("parser", b"batch_size = [4,\n"),
+    "date_value": ("type", b"seed = 1979-05-27\n"),
+    "policy_number": ("type", b"policy = [3]\n"),
+    "kv_zero": ("args", b"kv_capacity_tokens = 0\n"),
+}
+
+# values a number flag must refuse (beyond its own range cases)
+NUM_KINDS = {"nan": "nan", "inf": "inf", "neg_inf": "-inf", "huge_digits": HUGE_DIGITS, "word": "lots",
+             "empty": "", "hex": "0x10"}
+
+
+def _write(p: Path, data: bytes) -> Path:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(data)
+    return p
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    return _write(dst, src.read_bytes())
+
+
+# ------------------------------------------------------------------------------------------ command bases
+def run_base(tmp: Path, trace: Path | None = None) -> list[str]:
+    return ["sim.run", "--trace", str(trace or TINY), "--policy", "adaptive", "--batch-size", "2", "--limit", "4",
+            "--no-progress", "--workers", "1"]
+
+
+def sweep_base(tmp: Path, trace: Path | None = None) -> list[str]:
+    return ["sim.sweep", "--trace", str(trace or TINY), "--policy", "adaptive", "--batch-size", "2", "--limit", "4",
+            "--workers", "1", "--no-progress", "--out", str(tmp / "sweep")]
+
+
+def sens_base(tmp: Path, trace: Path | None = None) -> list[str]:
+    return ["sim.sensitivity", "--trace", str(trace or TINY), "--batch-size", "2", "--sample", "6", "--workers", "1",
+            "--out", str(tmp / "sens")]
+
+
+def calib_base(tmp: Path, trace: Path | None = None) -> list[str]:
+    return ["sim.calibrate", "--general", str(trace or TINY), "--eval", "--out", str(tmp / "cal" / "c.json")]
+
+
+def stats_base(tmp: Path, trace: Path | None = None) -> list[str]:
+    return ["sim.trace", "stats", str(trace or TINY)]
+
+
+def eval_drafter_base(tmp: Path, trace: Path | None = None) -> list[str]:
+    return ["real.eval_drafter", "--trace", str(trace or FIX / "text.jsonl"), "--limit", "1", "--max-tokens", "2",
+            "--no-timing", "--no-progress"]
+
+
+def validate_base(tmp: Path, trace: Path | None = None) -> list[str]:
+    return ["real.validate", "--quick", "--trace", str(trace or FIX / "text.jsonl"), "--out", str(tmp / "val")]
+
+
+# the commands that read a JSONL trace, and whether they simulate it (then lengths past the context are refused)
+TRACE_READERS: dict[str, tuple[Callable, bool]] = {
+    "run": (run_base, True), "sweep": (sweep_base, True), "sensitivity": (sens_base, True),
+    "calibrate": (calib_base, False), "stats": (stats_base, False), "eval_drafter": (eval_drafter_base, False),
+}
+
+
+# ------------------------------------------------------------------------------------------ generation
+def _cases_trace_inputs() -> list[Case]:
+    out = []
+    for cmd, (base, simulates) in TRACE_READERS.items():
+        for kind, (klass, data) in TRACE_KINDS.items():
+            if kind in SIM_ONLY and not simulates:
+                continue
+
+            def build(tmp, base=base, data=data, kind=kind):
+                t = _write(tmp / "in" / f"{kind}.jsonl", data)
+                return base(tmp, t), [t]
+            out.append(Case(f"{cmd}-trace-{kind}", klass, base(Path("/x"))[0], build))
+        for kind, klass, path in (("missing", "os", None), ("dir", "os", "dir"), ("dev_zero", "size", "/dev/zero"),
+                                  ("proc_mem", "os", "/proc/self/mem")):
+            def build(tmp, base=base, kind=kind, path=path):
+                if path == "dir":
+                    (tmp / "in" / "d.jsonl").mkdir(parents=True)
+                    return base(tmp, tmp / "in" / "d.jsonl"), []
+                return base(tmp, Path(path) if path else tmp / "in" / "none.jsonl"), []
+            out.append(Case(f"{cmd}-trace-{kind}", klass, base(Path("/x"))[0], build))
+    return out
+
+
+def _cases_trace_stats_limit() -> list[Case]:
+    out = []
+    for v in ("0", "-1", HUGE_DIGITS, "nan", "x"):
+        out.append(Case(f"stats-limit-{v[:8]}", "args", "sim.trace",
+                        lambda tmp, v=v: (["sim.trace", "stats", str(TINY), "--limit", v], [])))
+    return out
+
+
+def _cases_convert() -> list[Case]:
+    out = []
+    jsonl_fmts = {"vllm-custom": '{{"prompt": "hi there", "output_tokens": {o}}}',
+                  "mooncake": '{{"timestamp": 0, "input_length": {p}, "output_length": {o}}}'}
+    for fmt, tmpl in jsonl_fmts.items():
+        kinds = {k: v for k, v in TRACE_KINDS.items() if k in (
+            "empty", "blank_lines", "binary", "bad_utf8", "deep_list", "deep_field", "deep_object", "huge_int_len",
+            "nul_bytes", "cut_mid_line", "not_object")}
+        kinds["huge_int_out"] = ("parser", (tmpl.format(p=3, o=HUGE_DIGITS) + "\n").encode())
+        kinds["out_bool"] = ("type", (tmpl.format(p=3, o="true") + "\n").encode())
+        kinds["out_1e20"] = ("size", (tmpl.format(p=3, o=10**20) + "\n").encode())
+        kinds["out_1e30_float"] = ("size", (tmpl.format(p=3, o="1e30") + "\n").encode())
+        if fmt == "vllm-custom":
+            kinds["surrogate"] = ("parser", b'{"prompt": "x\\ud800", "output_tokens": 4}\n')
+        for kind, (klass, data) in kinds.items():
+            def build(tmp, fmt=fmt, data=data, kind=kind):
+                src = _write(tmp / "in" / f"{kind}.jsonl", data)
+                extra = ["--custom-output-len", "-1"] if fmt == "vllm-custom" else []
+                return ["sim.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "out.jsonl"), *extra], [src]
+            out.append(Case(f"convert-{fmt}-{kind}", klass, "sim.trace", build))
+    for fmt in ("azure", "burstgpt", "vidur"):
+        for kind, (klass, data) in csv_kinds(fmt).items():
+            def build(tmp, fmt=fmt, data=data, kind=kind):
+                src = _write(tmp / "in" / f"{kind}_code.csv", data)
+                return ["sim.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "out.jsonl")], [src]
+            out.append(Case(f"convert-{fmt}-{kind}", klass, "sim.trace", build))
+    share = {"empty": ("parser", b""), "deep": ("parser", b"[" * DEEP + b"]" * DEEP),
+             "deep_elem": ("parser", b'[{"id": "a", "conversations": ' + b"[" * DEEP + b"]" * DEEP + b"}]"),
+             "bad_utf8": ("parser", b'[{"id": "\xff", "conversations": []}]'),
+             "binary": ("parser", bytes(range(256)) * 4), "truncated": ("loss", b'[{"id": "a", "conversations": [{"from"'),
+             "surrogate": ("parser", b'[{"id": "a", "conversations": [{"from": "human", "value": "\\ud800 hi there you"},'
+                                     b' {"from": "gpt", "value": "\\udc00 fine thanks and you"}]}]'),
+             "not_list": ("type", b'{"id": "a"}'), "huge_int_id": ("parser", b'[{"id": ' + HUGE_DIGITS.encode() + b"}]")}
+    for kind, (klass, data) in share.items():
+        def build(tmp, data=data, kind=kind):
+            src = _write(tmp / "in" / f"{kind}.json", data)
+            return ["sim.trace", "convert", "--from", "sharegpt", str(src), "-o", str(tmp / "out.jsonl"),
+                    "--no-length-filter"], [src]
+        out.append(Case(f"convert-sharegpt-{kind}", klass, "sim.trace", build))
+    for kind, klass, path in (("missing", "os", None), ("dir", "os", "dir"), ("dev_zero", "size", "/dev/zero")):
+        for fmt in ("azure", "sharegpt", "mooncake"):
+            def build(tmp, fmt=fmt, path=path):
+                if path == "dir":
+                    (tmp / "in_code").mkdir()
+                    src = tmp / "in_code"
+                else:
+                    src = Path(path) if path else tmp / "missing_code.csv"
+                return ["sim.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "out.jsonl"),
+                        "--workload", "code"] if fmt == "azure" else [
+                        "sim.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "out.jsonl")], []
+            out.append(Case(f"convert-{fmt}-in-{kind}", klass, "sim.trace", build))
+    # option numbers
+    for flag_, vals in (("--custom-output-len", ("0", "-2", HUGE_DIGITS, "nan")),
+                        ("--sharegpt-output-len", ("0", "-1", "x"))):
+        for v in vals:
+            fmt = "vllm-custom" if flag_ == "--custom-output-len" else "sharegpt"
+            src = FIX / ("vllm_custom.jsonl" if fmt == "vllm-custom" else "sharegpt.json")
+            out.append(Case(f"convert-{flag_[2:]}-{v[:6]}", "args", "sim.trace",
+                            lambda tmp, fmt=fmt, src=src, flag_=flag_, v=v: (
+                                ["sim.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "o.jsonl"), flag_, v], [])))
+    out.append(Case("convert-unknown-format", "args", "sim.trace", lambda tmp: (
+        ["sim.trace", "convert", "--from", "parquet", str(FIX / "azure.csv"), "-o", str(tmp / "o.jsonl")], [])))
+    out.append(Case("convert-onto-input-via-symlink", "loss", "sim.trace", _convert_onto_symlink))
+    out.append(Case("convert-onto-input-via-dotdot", "loss", "sim.trace", _convert_onto_dotdot))
+    return out
+
+
+def _convert_onto_symlink(tmp: Path):
+    src = _copy(FIX / "mooncake.jsonl", tmp / "m.jsonl")
+    (tmp / "link.jsonl").symlink_to(src)
+    return ["sim.trace", "convert", "--from", "mooncake", str(src), "-o", str(tmp / "link.jsonl")], [src]
+
+
+def _convert_onto_dotdot(tmp: Path):
+    src = _copy(FIX / "mooncake.jsonl", tmp / "sub" / "m.jsonl")
+    return ["sim.trace", "convert", "--from", "mooncake", str(src), "-o", str(tmp / "sub" / ".." / "sub" / "m.jsonl")], [src]
+
+
+# ---- output slots: (id, module, build(tmp, out_path) -> argv, wants 'dir' or 'file', inputs to protect)
+def _out_slots() -> list[tuple[str, str, Callable, str]]:
+    return [
+        ("run", "sim.run", lambda tmp, o: run_base(tmp) + ["--out", str(o)], "dir"),
+        ("sweep", "sim.sweep", lambda tmp, o: sweep_base(tmp)[:-2] + ["--out", str(o)], "dir"),
+        ("report", "sim.report", lambda tmp, o: ["sim.report", str(_fake_sweep(tmp)), "-o", str(o)], "dir"),
+        ("calibrate", "sim.calibrate", lambda tmp, o: calib_base(tmp)[:-2] + ["--out", str(o)], "file"),
+        ("convert", "sim.trace", lambda tmp, o: ["sim.trace", "convert", "--from", "mooncake",
+                                                 str(FIX / "mooncake.jsonl"), "-o", str(o)], "file"),
+        ("build", "sim.trace", lambda tmp, o: ["sim.trace", "build", "codeedit", "--out-dir", str(o), "--limit", "1",
+                                               "--no-progress"], "dir"),
+        ("sensitivity", "sim.sensitivity", lambda tmp, o: sens_base(tmp)[:-2] + ["--out", str(o)], "dir"),
+        ("bench", "sim.bench", lambda tmp, o: ["sim.bench", "--against", "none", "--trace", str(TINY), "--policy",
+                                               "adaptive", "--batch-size", "2", "--repeat", "1", "--json", str(o)], "file"),
+        ("profile", "real.profile", lambda tmp, o: ["real.profile", "--quick", "--out", str(o)], "file"),
+        ("train_drafter", "real.train_drafter", lambda tmp, o: ["real.train_drafter", "--num-prompts", "1",
+                                                                "--max-tokens", "2", "--out", str(o), "--no-progress"], "file"),
+        ("eval_drafts_out", "real.eval_drafter", lambda tmp, o: eval_drafter_base(tmp) + ["--drafts-out", str(o)], "file"),
+        ("eval_trace_out", "real.eval_drafter", lambda tmp, o: eval_drafter_base(tmp) + ["--trace-out", str(o)], "file"),
+        ("drafter_report", "real.drafter_report", lambda tmp, o: ["real.drafter_report", "-o", str(o), "--limit", "1",
+                                                                  "--max-tokens", "2"], "file"),
+        ("gpu_check", "real.gpu_check", lambda tmp, o: ["real.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--out", str(o)], "dir"),
+        ("validate", "real.validate", lambda tmp, o: validate_base(tmp)[:-2] + ["--out", str(o)], "dir"),
+        ("cost_tables", "sim.cost", None, "file"),
+    ]
+
+
+FORCE_SLOTS = {"calibrate", "convert", "bench", "profile", "train_drafter", "drafter_report"}
+
+
+def _fake_sweep(tmp: Path) -> Path:
+    """A minimal, well-formed sweep results folder (two cells) for the report's output cases."""
+    d = tmp / "sw"
+    if not d.exists():
+        d.mkdir()
+        head = "trace,policy,batch_size,model,gpu,status,error,cell_id,output_throughput_tok_s\n"
+        (d / "results.csv").write_text(head + "traces/codeedit.jsonl,adaptive,4,qwen3-8b,h100-sxm,ok,,a,100.0\n"
+                                       + "traces/codeedit.jsonl,hybrid,4,qwen3-8b,h100-sxm,ok,,b,120.0\n")
+    return d
+
+
+def _cases_outputs() -> list[Case]:
+    out = []
+    for name, module, argv, wants in _out_slots():
+        if argv is None:
+            continue
+        kinds = ["is_file" if wants == "dir" else "is_dir", "under_file", "read_only", "existing"]
+        if wants == "file":
+            kinds.append("device")  # /dev/full: never replaced, even with --force
+        for kind in kinds:
+            def build(tmp, argv=argv, kind=kind, wants=wants, name=name):
+                protect = []
+                if kind == "is_file":
+                    o = _write(tmp / "o_file", b"precious\n")
+                    protect.append(o)
+                elif kind == "is_dir":
+                    o = tmp / "o_dir"
+                    o.mkdir()
+                    protect.append(_write(o / "keep.txt", b"precious\n"))
+                elif kind == "under_file":
+                    f = _write(tmp / "a_file", b"precious\n")
+                    protect.append(f)
+                    o = f / "sub" / ("o" if wants == "dir" else "o.json")
+                elif kind == "device":  # with --force where the command has one
+                    return argv(tmp, Path("/dev/full")) + (["--force"] if name in FORCE_SLOTS else []), protect
+                elif kind == "read_only":
+                    o = Path("/proc/hybridspec-hostile") / ("o" if wants == "dir" else "o.json")
+                else:  # an earlier result, replaced only with --force
+                    if wants == "dir":
+                        o = tmp / "earlier"
+                        o.mkdir()
+                        for n in ("summary.json", "results.csv", "index.html", "sensitivity.md", "cost_table.json",
+                                  "report.md", "codeedit.jsonl"):
+                            protect.append(_write(o / n, b"earlier result\n"))
+                    else:
+                        o = _write(tmp / "earlier.json", b"earlier result\n")
+                        protect.append(o)
+                return argv(tmp, o), protect
+            klass = "loss" if kind == "existing" else "os"
+            out.append(Case(f"{name}-out-{kind}", klass, module, build))
+    # sim.cost --write-tables replaces a tracked file: refused without --force
+    out.append(Case("cost-write-tables-tracked", "loss", "sim.cost",
+                    lambda tmp: (["sim.cost", "--write-tables"], [COST_TABLE])))
+    out.append(Case("calibrate-write-shipped", "loss", "sim.calibrate",
+                    lambda tmp: (["sim.calibrate", "--general", str(TINY), "--eval", "--write"], [CALIBRATOR])))
+    out.append(Case("report-onto-committed", "loss", "sim.report",
+                    lambda tmp: (["sim.report", str(_fake_sweep(tmp)), "-o", str(ROOT / "reports")],
+                                 [ROOT / "reports" / "paper.md", ROOT / "reports" / "tables.md", ROOT / "reports" / "index.html"])))
+    return out
+
+
+# ---- number flags: (id, module, argv(tmp) prefix, flag, bad values specific to it)
+def _num_slots() -> list[tuple[str, Callable, str, tuple[str, ...]]]:
+    run = lambda tmp: run_base(tmp)  # noqa: E731
+    sweep = lambda tmp: sweep_base(tmp)  # noqa: E731
+    sens = lambda tmp: sens_base(tmp)  # noqa: E731
+    calib = lambda tmp: calib_base(tmp)  # noqa: E731
+    bench = lambda tmp: ["sim.bench", "--against", "none", "--trace", str(TINY), "--policy", "adaptive"]  # noqa: E731
+    cost = lambda tmp: ["sim.cost"]  # noqa: E731
+    val = lambda tmp: validate_base(tmp)  # noqa: E731
+    prof = lambda tmp: ["real.profile", "--quick", "--out", str(tmp / "p.json")]  # noqa: E731
+    train = lambda tmp: ["real.train_drafter", "--out", str(tmp / "d.pt"), "--no-progress"]  # noqa: E731
+    ev = lambda tmp: eval_drafter_base(tmp)  # noqa: E731
+    rep = lambda tmp: ["real.drafter_report", "-o", str(tmp / "r.md")]  # noqa: E731
+    gpu = lambda tmp: ["real.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--out", str(tmp / "g")]  # noqa: E731
+    return [
+        ("run", run, "--batch-size", ("0", "-3", "1e30", "2.5")),
+        ("run", run, "--seed", ("-1",)),
+        ("run", run, "--rate", ("0", "-1", "1e-308")),
+        ("run", run, "--temperature", ("-0.5",)),
+        ("run", run, "--sample", ("0", "100000")),
+        ("run", run, "--ngram-k", ("0", "-1")),
+        ("run", run, "--kv-capacity-tokens", ("0", "3")),
+        ("run", run, "--max-num-batched-tokens", ("0",)),
+        ("run", run, "--max-model-len", ("0", "5")),
+        ("run", run, "--workers", ("0",)),
+        ("run", run, "--progress-every", ("-1", "0")),
+        ("sweep", sweep, "--batch-size", ("0", "1e30")),
+        ("sweep", sweep, "--seed", ("-1",)),
+        ("sweep", sweep, "--rate", ("0", "1e-308")),
+        ("sweep", sweep, "--ngram-k", ("0",)),
+        ("sweep", sweep, "--workers", ("0",)),
+        ("sweep", sweep, "--kv-capacity-tokens", ("3",)),
+        ("sensitivity", sens, "--batch-size", ("0",)),
+        ("sensitivity", sens, "--sample", ("0", "-1")),
+        ("sensitivity", sens, "--workers", ("0",)),
+        ("calibrate", calib, "--n-min", ("0", "-1", "9")),
+        ("calibrate", calib, "--n-max", ("0",)),
+        ("calibrate", calib, "--k", ("0", "-1")),
+        ("cost", cost, "--context", ("-1", "-1000000", "1e30")),
+        ("bench", bench, "--repeat", ("0", "-1")),
+        ("bench", bench, "--scale", ("0", "-1")),
+        ("bench", bench, "--batch-size", ("0",)),
+        ("validate", val, "--batch-size", ("0",)),
+        ("validate", val, "--limit", ("0",)),
+        ("validate", val, "--max-tokens", ("0",)),
+        ("validate", val, "--max-prompt", ("0",)),
+        ("validate", val, "--max-error", ("-1",)),
+        ("profile", prof, "--batch-size", ("0",)),
+        ("train_drafter", train, "--threads", ("0", "-1")),
+        ("train_drafter", train, "--num-prompts", ("0",)),
+        ("train_drafter", train, "--max-tokens", ("0",)),
+        ("train_drafter", train, "--epochs", ("0", "-1")),
+        ("train_drafter", train, "--lr", ("0", "-1")),
+        ("train_drafter", train, "--block", ("0",)),
+        ("train_drafter", train, "--vocab", ("0",)),
+        ("train_drafter", train, "--rank", ("0",)),
+        ("train_drafter", train, "--subset", ("0", "1.5")),
+        ("eval_drafter", ev, "--limit", ("0",)),
+        ("eval_drafter", ev, "--max-tokens", ("-1",)),
+        ("drafter_report", rep, "--limit", ("0",)),
+        ("gpu_check", gpu, "--time-budget-s", ("0", "-1")),
+        ("gpu_check", gpu, "--limit", ("0",)),
+        ("gpu_check", gpu, "--requests-per-slot", ("0",)),
+        ("gpu_check", gpu, "--batch-size", ("0",)),
+    ]
+
+
+FLOAT_FLAGS = {"--rate", "--temperature", "--progress-every", "--scale", "--max-error", "--epochs", "--lr",
+               "--subset", "--time-budget-s"}
+
+
+def _cases_numbers() -> list[Case]:
+    out = []
+    for name, base, flag_, own in _num_slots():
+        vals = dict((v, "args") for v in own)
+        generic = ("nan", "inf", "huge_digits", "word") if flag_ in FLOAT_FLAGS else ("huge_digits", "word", "empty", "hex")
+        for g in generic:
+            if flag_ == "--rate" and g == "inf":  # --rate inf is vLLM's "all at time 0": valid
+                continue
+            vals[NUM_KINDS[g]] = "parser" if g == "huge_digits" else "args"
+        for v, klass in vals.items():
+            if v in ("1e30", "1e-308"):
+                klass = "size"
+            label = {HUGE_DIGITS: "9x5000", "": "empty"}.get(v, v)
+            module = base(Path("/x"))[0]
+            def build(tmp, base=base, flag_=flag_, v=v):
+                argv = base(tmp)
+                if flag_ == "--sample" and "--limit" in argv:  # --limit and --sample exclude each other
+                    i = argv.index("--limit")
+                    argv = argv[:i] + argv[i + 2:]
+                return argv + [flag_, v], []
+            out.append(Case(f"{name}-{flag_[2:]}-{label}", klass, module, build))
+    return out
+
+
+# ---- data files of other kinds: calibrator, drafter profile, cost table, drafts sidecar, grid, results
+def _cases_data_files() -> list[Case]:
+    out = []
+    for kind, (klass, data) in JSON_KINDS.items():
+        for slot, argv in (
+                ("calibrator", lambda tmp, p: run_base(tmp) + ["--policy", "hybrid", "--calibrator", str(p)]),
+                ("drafter", lambda tmp, p: run_base(tmp) + ["--policy", "model-fixed:7", "--drafter", str(p)]),
+                ("cost_table", lambda tmp, p: run_base(tmp) + ["--cost", "profiled", "--gpu", str(p)]),
+                ("validate_cost_table", lambda tmp, p: validate_base(tmp) + ["--cost-table", str(p)])):
+            def build(tmp, data=data, argv=argv, kind=kind):
+                p = _write(tmp / "in" / f"{kind}.json", data)
+                return argv(tmp, p), [p]
+            out.append(Case(f"{slot}-{kind}", klass, argv(Path("/x"), "p")[0], build))
+    # drafts sidecar
+    for kind in ("empty", "binary", "bad_utf8", "deep_list", "huge_int_len", "not_object", "cut_mid_line", "nul_bytes"):
+        klass, data = TRACE_KINDS[kind]
+
+        def build(tmp, data=data, kind=kind):
+            p = _write(tmp / "in" / f"drafts_{kind}.jsonl", data)
+            return run_base(tmp) + ["--policy", "model-fixed:7", "--drafts", str(p)], [p]
+        out.append(Case(f"run-drafts-{kind}", klass, "sim.run", build))
+    # sweep grid TOML
+    for kind, (klass, data) in TOML_KINDS.items():
+        def build(tmp, data=data, kind=kind):
+            # a valid small grid around the hostile part (the command line would override the file's keys)
+            base = {"trace": f'["{TINY}"]', "limit": "4", "policy": '["adaptive"]', "batch_size": "[2]"}
+            text = data.decode("utf-8", "replace")
+            head = "".join(f"{k} = {v}\n" for k, v in base.items() if k not in text)
+            g = _write(tmp / "in" / f"{kind}.toml", head.encode() + data)
+            return ["sim.sweep", "--grid", str(g), "--workers", "1", "--no-progress", "--out", str(tmp / "sw")], [g]
+        out.append(Case(f"sweep-grid-{kind}", klass, "sim.sweep", build))
+    out.append(Case("sweep-grid-missing", "os", "sim.sweep", lambda tmp: (
+        ["sim.sweep", "--grid", str(tmp / "none.toml"), "--out", str(tmp / "sw")], [])))
+    out.append(Case("sweep-grid-dir", "os", "sim.sweep", lambda tmp: (
+        ["sim.sweep", "--grid", str(tmp), "--out", str(tmp / "sw")], [])))
+    # report inputs
+    good = _fake_results()
+    lines = good.split("\n")
+    reports = {
+        "empty": ("parser", b""), "binary": ("parser", bytes(range(256)) * 4),
+        "header_only": ("loss", (lines[0] + "\n").encode()),
+        "cut_mid_row": ("loss", (good.rstrip("\n")[:-9]).encode()),
+        "cut_mid_row_nl": ("loss", (good.rstrip("\n")[:-9] + "\n").encode()),
+        "extra_field": ("loss", (good + "x,y,z,1,2,3,4,5,6,7,8\n").encode()),
+        "bad_utf8": ("parser", good.encode() + b"\xff\xfe\n"),
+        "wrong_columns": ("type", b"a,b\n1,2\n"),
+        "text_throughput": ("type", good.replace("100.0", "fast").encode()),
+        "field_200k": ("parser", good.replace("qwen3-8b", "q" * (200 * 1024), 1).encode()),
+        "nul": ("parser", good.replace(",ok,", ",o\x00k,", 1).encode()),
+        "trace_not_results": ("type", TINY.read_bytes()),
+    }
+    for kind, (klass, data) in reports.items():
+        def build(tmp, data=data, kind=kind):
+            d = tmp / "sw"
+            f = _write(d / "results.csv", data)
+            return ["sim.report", str(d), "-o", str(tmp / "rep")], [f]
+        out.append(Case(f"report-csv-{kind}", klass, "sim.report", build))
+    for kind, data in (("empty", b""), ("binary", bytes(range(256)) * 4), ("csv_named_parquet", good.encode()),
+                       ("truncated_magic", b"PAR1\x00\x00\x00PAR1")):
+        def build(tmp, data=data):
+            d = tmp / "sw"
+            f = _write(d / "results.parquet", data)
+            c = _write(d / "results.csv", good.encode())
+            return ["sim.report", str(d), "-o", str(tmp / "rep")], [f, c]
+        out.append(Case(f"report-parquet-{kind}", "parser", "sim.report", build))
+    for kind, data in (("binary", bytes(range(256)) * 4), ("cut_mid_row", b"cell_id,prompt_len,output_len,decode_s\na,1,2,0.5\nb,1")):
+        def build(tmp, data=data):
+            d = tmp / "sw"
+            c = _write(d / "results.csv", good.encode())
+            f = _write(d / "requests.csv", data)
+            return ["sim.report", str(d), "-o", str(tmp / "rep")], [f, c]
+        out.append(Case(f"report-requests-{kind}", "loss", "sim.report", build))
+    out.append(Case("report-missing", "os", "sim.report", lambda tmp: (["sim.report", str(tmp / "nope")], [])))
+    out.append(Case("report-empty-dir", "os", "sim.report", lambda tmp: (
+        ["sim.report", str(tmp), "-o", str(tmp / "rep")], [])))
+    out.append(Case("report-dev-zero", "size", "sim.report", lambda tmp: (
+        ["sim.report", "/dev/zero", "-o", str(tmp / "rep")], [])))
+    return out
+
+
+def _fake_results() -> str:
+    head = "trace,policy,batch_size,model,gpu,status,error,cell_id,output_throughput_tok_s\n"
+    return (head + "traces/codeedit.jsonl,adaptive,4,qwen3-8b,h100-sxm,ok,,a,100.0\n"
+            + "traces/codeedit.jsonl,hybrid,4,qwen3-8b,h100-sxm,ok,,b,120.0\n")
+
+
+def _cases_type_confusion() -> list[Case]:
+    out = []
+
+    def cal_with(mut):
+        def build(tmp):
+            cal = json.loads(CALIBRATOR.read_text())
+            mut(cal)
+            p = _write(tmp / "cal.json", json.dumps(cal).encode())
+            return run_base(tmp) + ["--policy", "hybrid", "--calibrator", str(p)], [p]
+        return build
+
+    muts = {
+        "n_min_float": lambda c: c["ngram"].__setitem__("n_min", 2.0),
+        "n_max_bool": lambda c: c["ngram"].__setitem__("n_max", True),
+        "n_min_gt_n_max": lambda c: c["ngram"].update(n_min=6, n_max=3),
+        "n_min_huge": lambda c: c["ngram"].__setitem__("n_min", 10**30),
+        "ngram_list": lambda c: c.__setitem__("ngram", [1, 2]),
+        "weights_string": lambda c: c.__setitem__("weights", "w"),
+        "weights_nan": lambda c: c.__setitem__("weights", [float("nan")] * len(c["weights"]) if isinstance(c.get("weights"), list) else "nan"),
+        "weights_short": lambda c: c.__setitem__("weights", [0.0]),
+        "missing_ngram": lambda c: c.pop("ngram", None),
+    }
+    for k, m in muts.items():
+        out.append(Case(f"calibrator-{k}", "type", "sim.run", cal_with(m)))
+
+    def drafter_with(mut):
+        def build(tmp):
+            d = json.loads(DRAFTER_JSON.read_text())
+            mut(d)
+            p = _write(tmp / "drafter.json", json.dumps(d).encode())
+            return run_base(tmp) + ["--policy", "model-fixed:7", "--drafter", str(p)], [p]
+        return build
+
+    dmuts = {"block_float": lambda d: d.__setitem__("block", 7.0), "block_bool": lambda d: d.__setitem__("block", True),
+             "block_zero": lambda d: d.__setitem__("block", 0), "block_huge": lambda d: d.__setitem__("block", 10**12),
+             "empty_object": lambda d: d.clear()}
+    for k, m in dmuts.items():
+        out.append(Case(f"drafter-{k}", "type", "sim.run", drafter_with(m)))
+    out += [
+        Case("drafter-is-llm-profile", "type", "sim.run", lambda tmp: (
+            run_base(tmp) + ["--policy", "model-fixed:7", "--drafter", str(LLM_JSON)], [LLM_JSON])),
+        Case("drafter-relative-llm", "type", "sim.run", lambda tmp: (
+            run_base(tmp) + ["--policy", "model-fixed:7", "--drafter", "../llms/qwen3-8b"], [])),
+        Case("calibrator-is-llm-profile", "type", "sim.run", lambda tmp: (
+            run_base(tmp) + ["--policy", "hybrid", "--calibrator", str(LLM_JSON)], [LLM_JSON])),
+        Case("calibrator-is-trace", "type", "sim.run", lambda tmp: (
+            run_base(tmp) + ["--policy", "hybrid", "--calibrator", str(TINY)], [])),
+        Case("gpu-is-llm-profile", "type", "sim.run", lambda tmp: (
+            run_base(tmp) + ["--cost", "profiled", "--gpu", str(LLM_JSON)], [LLM_JSON])),
+        Case("drafts-is-trace", "type", "sim.run", lambda tmp: (
+            run_base(tmp) + ["--policy", "model-fixed:7", "--drafts", str(FIX / "lengths.jsonl")], [])),
+        Case("trace-is-calibrator", "type", "sim.run", lambda tmp: (run_base(tmp, CALIBRATOR), [CALIBRATOR])),
+        Case("trace-is-csv", "type", "sim.run", lambda tmp: (run_base(tmp, FIX / "azure.csv"), [])),
+        Case("model-unknown", "type", "sim.run", lambda tmp: (run_base(tmp) + ["--model", "gpt-17"], [])),
+        Case("model-path-escape", "type", "sim.run", lambda tmp: (run_base(tmp) + ["--model", "../gpus/h100-sxm"], [])),
+        Case("gpu-path-escape", "type", "sim.run", lambda tmp: (run_base(tmp) + ["--gpu", "../llms/qwen3-8b"], [])),
+        Case("policy-unknown", "type", "sim.run", lambda tmp: (run_base(tmp) + ["--policy", "warp-drive"], [])),
+        Case("policy-bad-param", "type", "sim.run", lambda tmp: (run_base(tmp) + ["--policy", "hybrid:margin=nan"], [])),
+        Case("policy-bad-k", "type", "sim.run", lambda tmp: (run_base(tmp) + ["--policy", "ngram-fixed:1e30"], [])),
+        Case("policy-huge-k", "size", "sim.run", lambda tmp: (run_base(tmp) + ["--policy", "ngram-fixed:" + HUGE_DIGITS], [])),
+        Case("spec-config-deep", "parser", "sim.run", lambda tmp: (
+            run_base(tmp) + ["--speculative-config", "[" * DEEP + "]" * DEEP], [])),
+        Case("spec-config-not-json", "type", "sim.run", lambda tmp: (
+            run_base(tmp) + ["--speculative-config", "{method: ngram"], [])),
+        Case("spec-config-huge-k", "parser", "sim.run", lambda tmp: (
+            run_base(tmp) + ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": ' + HUGE_DIGITS + "}"], [])),
+        Case("limit-and-sample", "args", "sim.run", lambda tmp: (run_base(tmp) + ["--sample", "2"], [])),
+        Case("cost-llm-unknown", "type", "sim.cost", lambda tmp: (["sim.cost", "--llm", "gpt-17"], [])),
+        Case("cost-llm-path", "type", "sim.cost", lambda tmp: (["sim.cost", "--llm", str(CALIBRATOR)], [])),
+        Case("build-unknown", "args", "sim.trace", lambda tmp: (
+            ["sim.trace", "build", "everything", "--out-dir", str(tmp / "b")], [])),
+        Case("build-limit-zero", "args", "sim.trace", lambda tmp: (
+            ["sim.trace", "build", "chat", "--out-dir", str(tmp / "b"), "--limit", "0"], [])),
+        Case("build-into-bundled", "loss", "sim.trace", lambda tmp: (
+            ["sim.trace", "build", "codeedit", "--out-dir", str(ROOT / "traces"), "--limit", "1", "--no-progress"],
+            [ROOT / "traces" / "codeedit.jsonl"])),
+        Case("stats-one-bad-of-two", "os", "sim.trace", lambda tmp: (
+            ["sim.trace", "stats", str(TINY), str(tmp / "none.jsonl")], [])),
+        Case("calibrate-length-only", "type", "sim.calibrate", lambda tmp: (
+            calib_base(tmp, FIX / "lengths.jsonl"), [])),
+        Case("calibrate-eval-missing", "os", "sim.calibrate", lambda tmp: (
+            calib_base(tmp)[:-3] + ["--eval", str(tmp / "none.jsonl"), "--out", str(tmp / "c.json")], [])),
+        Case("sensitivity-one-request", "size", "sim.sensitivity", lambda tmp: (
+            ["sim.sensitivity", "--trace", str(_write(tmp / "one.jsonl", _jsonl_line(id="a", prompt_ids=[1, 2],
+                                                                                    output_ids=[3]).encode())),
+             "--batch-size", "2", "--workers", "1", "--out", str(tmp / "sens")], [])),
+        Case("bench-trace-missing", "os", "sim.bench", lambda tmp: (
+            ["sim.bench", "--against", "none", "--trace", str(tmp / "none.jsonl")], [])),
+        Case("bench-against-unknown", "args", "sim.bench", lambda tmp: (
+            ["sim.bench", "--against", "no-such-commit-xyz", "--trace", str(TINY), "--repeat", "1"], [])),
+        Case("validate-engine-unknown", "args", "real.validate", lambda tmp: (validate_base(tmp) + ["--engine", "tpu"], [])),
+        Case("validate-trace-missing", "os", "real.validate", lambda tmp: (validate_base(tmp, tmp / "none.jsonl"), [])),
+        Case("validate-cost-table-missing", "os", "real.validate", lambda tmp: (
+            validate_base(tmp) + ["--cost-table", str(tmp / "none.json")], [])),
+        Case("profile-engine-unknown", "args", "real.profile", lambda tmp: (
+            ["real.profile", "--engine", "tpu", "--out", str(tmp / "p.json")], [])),
+        Case("profile-model-unknown", "type", "real.profile", lambda tmp: (
+            ["real.profile", "--model", "gpt-17", "--quick", "--out", str(tmp / "p.json")], [])),
+        Case("gpu-check-device-bogus", "args", "real.gpu_check", lambda tmp: (
+            ["real.gpu_check", "--device", "tpu:9", "--quick", "--out", str(tmp / "g")], [])),
+        Case("gpu-check-trace-missing", "os", "real.gpu_check", lambda tmp: (
+            ["real.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--trace", str(tmp / "none.jsonl"), "--out", str(tmp / "g")], [])),
+        Case("eval-drafter-weights-missing", "os", "real.eval_drafter", lambda tmp: (
+            eval_drafter_base(tmp) + ["--drafter", str(tmp / "none.pt")], [])),
+        Case("eval-drafter-weights-garbage", "type", "real.eval_drafter", lambda tmp: (
+            eval_drafter_base(tmp) + ["--drafter", str(_write(tmp / "w.pt", b"not a torch file"))], [tmp / "w.pt"])),
+        Case("eval-drafter-weights-is-llm", "type", "real.eval_drafter", lambda tmp: (
+            eval_drafter_base(tmp) + ["--drafter", str(LLM_JSON)], [LLM_JSON])),
+        Case("eval-drafter-length-only", "type", "real.eval_drafter", lambda tmp: (
+            eval_drafter_base(tmp, FIX / "lengths.jsonl"), [])),
+        Case("drafter-report-compare-missing", "os", "real.drafter_report", lambda tmp: (
+            ["real.drafter_report", "-o", str(tmp / "r.md"), "--compare", str(tmp / "none.pt")], [])),
+        Case("train-drafter-out-is-shipped", "loss", "real.train_drafter", lambda tmp: (
+            ["real.train_drafter", "--no-progress"], [ROOT / "models" / "drafters" / "dspark-smollm2-135m-b7.pt"])),
+    ]
+    return out
+
+
+MODULES = ("sim.run", "sim.sweep", "sim.report", "sim.calibrate", "sim.cost.__main__", "sim.trace.__main__",
+           "sim.sensitivity", "sim.bench", "real.validate", "real.profile", "real.train_drafter", "real.eval_drafter",
+           "real.drafter_report", "real.gpu_check", "real.workload")
+
+
+def generate() -> list[Case]:
+    cases = (_cases_trace_inputs() + _cases_trace_stats_limit() + _cases_convert() + _cases_outputs()
+             + _cases_numbers() + _cases_data_files() + _cases_type_confusion())
+    ids = [c.id for c in cases]
+    dup = {i for i in ids if ids.count(i) > 1}
+    assert not dup, f"duplicate case ids: {sorted(dup)[:5]}"
+    return cases
+
+
+CASES = generate()
