@@ -24,7 +24,7 @@ from typing import Callable, List, Optional
 import numpy as np
 import torch
 
-from sim.policies.base import Allocation, StepBatch
+from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
 
 _CONST: dict = {}
 
@@ -336,7 +336,67 @@ def _parse_adaptive(params: List[str]) -> Optional[Callable[[StepBatch], Allocat
     return _adaptive_form() if not params else None
 
 
-_FORMS = {"hybrid-price": _parse_hybrid_price, "adaptive": _parse_adaptive, "hybrid": _parse_hybrid}
+def _int64_lengths(*ts) -> bool:
+    """Whether the chain lengths are CPU int64 tensors (the transcriptions below read them as such)."""
+    return all(isinstance(t, torch.Tensor) and t.dtype == torch.int64 and t.device.type == "cpu" for t in ts)
+
+
+def _finished(chain: np.ndarray, admitted: np.ndarray) -> Allocation:
+    """common.finish in numpy: int64, chain NONE wherever nothing is admitted."""
+    return Allocation(chain=torch.from_numpy(np.where(admitted > 0, chain, 0).astype(np.int64)),
+                      admitted=torch.from_numpy(admitted.astype(np.int64)))
+
+
+def _parse_none(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    """simple.alloc_none: nothing admitted (integer-only, so numpy equals it exactly)."""
+    from sim.policies import simple
+
+    def fn(batch: StepBatch) -> Allocation:
+        if not _int64_lengths(batch.model_len):
+            return simple.alloc_none(batch)
+        zeros = np.zeros(batch.model_len.shape, dtype=np.int64)
+        return Allocation(chain=torch.from_numpy(zeros), admitted=torch.from_numpy(zeros.copy()))
+
+    return fn
+
+
+def _fixed_form(which: int):
+    def parse(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+        """simple.alloc_fixed: min(K, the chain's length) slots of one chain."""
+        from sim.policies import simple
+        from sim.policies.registry import parse_int
+
+        k = parse_int(params[0], "K", lo=0)  # the spec is valid (get_policy parsed it first)
+
+        def fn(batch: StepBatch) -> Allocation:
+            length = batch.model_len if which == CHAIN_MODEL else batch.ngram_len
+            if not _int64_lengths(length):
+                return simple.alloc_fixed(batch, k, which)
+            adm = np.minimum(length.numpy(), k)
+            return _finished(np.full(adm.shape, which, dtype=np.int64), adm)
+
+        return fn
+
+    return parse
+
+
+def _parse_ngram_first(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    """simple.alloc_ngram_first: the whole n-gram chain where it matched, else the whole model chain."""
+    from sim.policies import simple
+
+    def fn(batch: StepBatch) -> Allocation:
+        if not _int64_lengths(batch.model_len, batch.ngram_len):
+            return simple.alloc_ngram_first(batch)
+        nl, ml = batch.ngram_len.numpy(), batch.model_len.numpy()
+        use = nl > 0
+        return _finished(np.where(use, CHAIN_NGRAM, CHAIN_MODEL), np.where(use, nl, ml))
+
+    return fn
+
+
+_FORMS = {"hybrid-price": _parse_hybrid_price, "adaptive": _parse_adaptive, "hybrid": _parse_hybrid,
+          "none": _parse_none, "model-fixed": _fixed_form(CHAIN_MODEL), "ngram-fixed": _fixed_form(CHAIN_NGRAM),
+          "ngram-first": _parse_ngram_first}
 
 
 def sim_form(spec: str) -> Optional[Callable[[StepBatch], Allocation]]:
