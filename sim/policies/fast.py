@@ -336,6 +336,92 @@ def _parse_adaptive(params: List[str]) -> Optional[Callable[[StepBatch], Allocat
     return _adaptive_form() if not params else None
 
 
+def tree_native(batch: StepBatch, margin: float, discount: float, native) -> Allocation:
+    """tree.tree_alloc(batch, "sweep", margin, discount): the primary allocation (the current-values sweep,
+    hybrid.lambda_sweep on one side) in C, then the definition's own second_branch in torch."""
+    from sim.policies.tree import second_branch
+
+    ffi, lib = native
+    R, Km = batch.model_conf.shape
+    Kn = batch.ngram_conf.shape[1]
+    ws = _workspace(ffi, 1, R, Km, Kn, np.float32)
+    ws.conf_m[0], ws.conf_n[0] = batch.model_conf.numpy(), batch.ngram_conf.numpy()
+    ws.len_m[0], ws.len_n[0] = batch.model_len.numpy(), batch.ngram_len.numpy()
+    _sweep_native(native, ws, batch, margin, per_side_draft=False)
+    return second_branch(batch, torch.from_numpy(ws.surv_m[0].copy()), torch.from_numpy(ws.surv_n[0].copy()),
+                         torch.from_numpy(ws.use_p[0].astype(bool)), torch.from_numpy(ws.adm_p[0].copy()), discount)
+
+
+def _parse_tree(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    from sim.policies import tree
+    from sim.policies.hybrid import NGRAM_MARGIN
+    from sim.policies.native import load
+
+    method, discount, _ = tree.parse_tree(params)
+    native = load("hybrid_price") if method == "sweep" else None
+    if native is None:
+        return None
+
+    def fn(batch: StepBatch) -> Allocation:
+        if not _transcribed(batch):
+            return tree.tree_alloc(batch, method, NGRAM_MARGIN, discount)
+        return tree_native(batch, NGRAM_MARGIN, discount, native)
+
+    return fn
+
+
+def oracle_np(batch: StepBatch) -> Allocation:
+    """simple.alloc_oracle in numpy: the goodput of every (drafter set, B) in float64 as the definition
+    promotes it (the drafter costs in float32 first, as torch multiplies an int64 tensor by a Python float),
+    the first maximum, and the depth-first top-B of the accepted slots (integer only)."""
+    table = (batch.true_verify_cost_ms if batch.true_verify_cost_ms is not None else batch.verify_cost_ms).numpy()
+    acc_m = np.minimum(batch.true_model_acc.numpy(), batch.model_len.numpy())
+    acc_n = np.minimum(batch.true_ngram_acc.numpy(), batch.ngram_len.numpy())
+    R = acc_m.shape[0]
+    use_m = np.array([1, 0, 1, 0], dtype=np.int64)
+    use_n = np.array([1, 1, 0, 0], dtype=np.int64)
+    md, nd = batch.model_draft_ms, batch.ngram_draft_ms
+    alloc_ms = batch.draft_cost_ms - md - nd
+    f32 = np.float32
+    draft = (use_m.astype(f32) * f32(md) + use_n.astype(f32) * f32(nd)
+             + (use_m | use_n).astype(f32) * f32(alloc_ms)).astype(np.float64)
+    a_s = np.maximum(acc_m[None] * use_m[:, None], acc_n[None] * use_n[:, None])  # [4, R]
+    K = max(batch.model_conf.shape[-1], batch.ngram_conf.shape[-1])
+    b = np.arange(R * K + 1)
+    idx = np.clip(b + batch.num_nondraft_tokens, 0, table.shape[0] - 1)
+    step = table[idx].astype(np.float64)[None, :] + draft[:, None]
+    g = (b.astype(np.float64)[None, :] + batch.num_sampling) / step
+    g[b[None, :] > a_s.sum(-1, keepdims=True)] = -np.inf
+    best = int(np.argmax(g))
+    s, budget = best // g.shape[1], best % g.shape[1]
+    acc = a_s[s]
+    use_ngram = ((acc_n > acc_m) & (use_n[s] > 0)) | (use_m[s] == 0)
+    chain = np.where(use_ngram, CHAIN_NGRAM, CHAIN_MODEL)
+    # top-B of scores K - depth (ties: lower flat index r * K + depth): depth-major, then request order
+    live = np.arange(K)[:, None] < acc[None, :]  # [K, R]
+    rank = np.cumsum(live.ravel()).reshape(K, R) - 1
+    admitted = (live & (rank < budget)).sum(0)
+    out = _finished(chain, admitted)
+    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(bool(use_m[s] > 0)),
+                      ngram_ran=torch.tensor(bool(use_n[s] > 0)))
+
+
+def _parse_oracle(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    from sim.policies import simple
+
+    def fn(batch: StepBatch) -> Allocation:
+        if (batch.true_model_acc is None or not _int64_lengths(batch.model_len, batch.ngram_len, batch.true_model_acc,
+                                                                 batch.true_ngram_acc)
+                or any(isinstance(x, torch.Tensor) for x in (batch.draft_cost_ms, batch.model_draft_ms,
+                                                             batch.ngram_draft_ms))
+                or (batch.true_verify_cost_ms if batch.true_verify_cost_ms is not None
+                    else batch.verify_cost_ms).dtype != torch.float64):
+            return simple.alloc_oracle(batch)
+        return oracle_np(batch)
+
+    return fn
+
+
 def _int64_lengths(*ts) -> bool:
     """Whether the chain lengths are CPU int64 tensors (the transcriptions below read them as such)."""
     return all(isinstance(t, torch.Tensor) and t.dtype == torch.int64 and t.device.type == "cpu" for t in ts)
@@ -396,7 +482,7 @@ def _parse_ngram_first(params: List[str]) -> Optional[Callable[[StepBatch], Allo
 
 _FORMS = {"hybrid-price": _parse_hybrid_price, "adaptive": _parse_adaptive, "hybrid": _parse_hybrid,
           "none": _parse_none, "model-fixed": _fixed_form(CHAIN_MODEL), "ngram-fixed": _fixed_form(CHAIN_NGRAM),
-          "ngram-first": _parse_ngram_first}
+          "ngram-first": _parse_ngram_first, "hybrid-tree": _parse_tree, "oracle": _parse_oracle}
 
 
 def sim_form(spec: str) -> Optional[Callable[[StepBatch], Allocation]]:
