@@ -394,8 +394,8 @@ class Engine:
     def _allocate(self, batch: StepBatch) -> Allocation:
         """Hook: call the policy (the real engine times it). The simulator runs the policy's faster form
         when it has one (Policy.sim_fn, checked against the definition by tests/test_policy_fast_forms.py)."""
-        fast = getattr(self.policy, "sim_fn", None)
-        return fast(batch) if fast is not None else self.policy(batch)
+        run = getattr(self.policy, "sim_callable", self.policy)
+        return run(batch)
 
     def _verify(self, plan: StepPlan, reqs: np.ndarray, rows: np.ndarray, adm_m: np.ndarray,
                 adm_n: np.ndarray, chains: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -626,8 +626,8 @@ class Engine:
         for r in first_tok:
             if np.isnan(self.t_first[r]):
                 self.t_first[r] = end_s
-        run = np.asarray(self.sched.running, dtype=np.int64)
-        finished = self.sched.finish((self.pos[run] >= tb.out_len[run]) & (self.prefilled[run] >= self.prefill_target[run]))
+        done = self.sched.finished(tb.out_len)
+        finished = self.sched.finish(done) if done.any() else []
         self.steps.append((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0], accepted[1],
                            emitted, t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"], t["cpu"],
                            step_ms - gpu_ms, kv_tokens, preempted, total_tokens, logit_rows, n_seqs))
