@@ -93,6 +93,19 @@ class _Workspace:
     def ptr(self, a: np.ndarray):
         return self.ffi.from_buffer(self.CTYPES[a.dtype.char], a)
 
+    def table(self, t) -> tuple:
+        """(float64 array, its pointer) of a verify-cost table. The engine passes the same tensor every step:
+        the last one's pointer is kept while it is that tensor and a zero-copy view of it (a float64,
+        contiguous CPU tensor), so an in-place change of the table is still read."""
+        last = self.__dict__.get("_table")
+        if last is not None and last[0] is t:
+            return last[1], last[2]
+        arr = _arr(t, np.float64)
+        p = self.ptr(arr)
+        if isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.is_contiguous() and t.is_cpu:
+            self._table = (t, arr, p)
+        return arr, p
+
 
 def _workspace(ffi, S, R, Km, Kn, gdt):
     from sim.policies import hybrid
@@ -116,8 +129,7 @@ def _sweep_native(native, ws, batch: StepBatch, margin: float, per_side_draft: b
     p = ws.p
     lib.hp_chains(S * R, Km, Kn, p["conf_m"], p["len_m"], p["conf_n"], p["len_n"], p["surv_m"], p["cs_m"],
                   p["surv_n"], p["cs_n"])
-    table = _arr(batch.verify_cost_ms, np.float64)
-    tp = ws.ptr(table)
+    table, tp = ws.table(batch.verify_cost_ms)
     T, N, margin = int(batch.num_nondraft_tokens), float(batch.num_sampling), float(margin)
     draft = None if per_side_draft else float(batch.draft_cost_ms)
 
@@ -212,8 +224,8 @@ def price_skip_native(batch: StepBatch, margin: float, hysteresis: float, foreca
     run_model = bool(g[3] <= g[1] * (1.0 + hysteresis))
     side = 0 if run_model else 2
     budget = int(ws.adm_p[1 if run_model else 3].sum())
-    table = _arr(batch.verify_cost_ms, np.float64)
-    budget = lib.hs_free_budget(ws.ptr(table), table.shape[0], int(batch.num_nondraft_tokens), budget)
+    table, tp = ws.table(batch.verify_cost_ms)
+    budget = lib.hs_free_budget(tp, table.shape[0], int(batch.num_nondraft_tokens), budget)
     if batch.max_draft_tokens is not None:
         budget = min(budget, max(int(batch.max_draft_tokens), 0))
     ws.len_cur[...] = ml if run_model else 0
@@ -228,7 +240,7 @@ def _transcribed(batch: StepBatch) -> bool:
     """Whether the native transcription covers the batch (float32 chains of width >= 1, CPU tensors);
     anything else runs the torch definition."""
     return (batch.model_conf.dtype == torch.float32 and batch.model_conf.shape[1] >= 1 and batch.ngram_conf.shape[1] >= 1
-            and all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (
+            and all(isinstance(t, torch.Tensor) and t.is_cpu for t in (
                 batch.model_conf, batch.stale_model_conf, batch.ngram_conf, batch.stale_ngram_conf,
                 batch.model_len, batch.stale_model_len, batch.ngram_len, batch.stale_ngram_len)))
 
@@ -289,7 +301,7 @@ def _adaptive_form():
 
     def fn(batch: StepBatch) -> Allocation:
         if (batch.model_conf.dtype != torch.float32 or batch.model_conf.shape[1] < 1
-                or not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (
+                or not all(isinstance(t, torch.Tensor) and t.is_cpu for t in (
                     batch.model_conf, batch.stale_model_conf, batch.model_len))):
             return adaptive.alloc_adaptive(batch)
         return alloc_adaptive_native(batch, native)
@@ -424,7 +436,7 @@ def _parse_oracle(params: List[str]) -> Optional[Callable[[StepBatch], Allocatio
 
 def _int64_lengths(*ts) -> bool:
     """Whether the chain lengths are CPU int64 tensors (the transcriptions below read them as such)."""
-    return all(isinstance(t, torch.Tensor) and t.dtype == torch.int64 and t.device.type == "cpu" for t in ts)
+    return all(isinstance(t, torch.Tensor) and t.dtype == torch.int64 and t.is_cpu for t in ts)
 
 
 def _finished(chain: np.ndarray, admitted: np.ndarray) -> Allocation:
