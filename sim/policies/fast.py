@@ -350,7 +350,7 @@ def _parse_adaptive(params: List[str]) -> Optional[Callable[[StepBatch], Allocat
 
 def tree_native(batch: StepBatch, margin: float, discount: float, native) -> Allocation:
     """tree.tree_alloc(batch, "sweep", margin, discount): the primary allocation (the current-values sweep,
-    hybrid.lambda_sweep on one side) in C, then the definition's own second_branch in torch."""
+    hybrid.lambda_sweep on one side) in C, then tree.second_branch in numpy (second_branch_np)."""
     from sim.policies.tree import second_branch
 
     ffi, lib = native
@@ -360,8 +360,43 @@ def tree_native(batch: StepBatch, margin: float, discount: float, native) -> All
     ws.conf_m[0], ws.conf_n[0] = batch.model_conf.numpy(), batch.ngram_conf.numpy()
     ws.len_m[0], ws.len_n[0] = batch.model_len.numpy(), batch.ngram_len.numpy()
     _sweep_native(native, ws, batch, margin, per_side_draft=False)
-    return second_branch(batch, torch.from_numpy(ws.surv_m[0].copy()), torch.from_numpy(ws.surv_n[0].copy()),
-                         torch.from_numpy(ws.use_p[0].astype(bool)), torch.from_numpy(ws.adm_p[0].copy()), discount)
+    return second_branch_np(batch, ws.surv_m[0], ws.surv_n[0], ws.use_p[0].astype(bool), ws.adm_p[0].copy(), discount)
+
+
+def second_branch_np(batch: StepBatch, surv_m: np.ndarray, surv_n: np.ndarray, use_ngram: np.ndarray,
+                     adm: np.ndarray, discount: float) -> Allocation:
+    """tree.second_branch in numpy: float32 elementwise ops with float32 scalars (torch's wrapped-number
+    rule), the float32 sums of the primary's gain through torch's own sum (its order), the price's
+    secant divided by the window as float32 (torch promotes float32 / int64 to float32)."""
+    from sim.policies.tree import SECANT_MIN
+
+    f32 = np.float32
+    R, Km = surv_m.shape
+    Kn = surv_n.shape[1]
+    K = max(Km, Kn)
+    pm = np.zeros((R, K), f32)
+    pm[:, :Km] = surv_m
+    pn = np.zeros((R, K), f32)
+    pn[:, :Kn] = surv_n
+    u = use_ngram[:, None]
+    surv_p, surv_s = np.where(u, pn, pm), np.where(u, pm, pn)
+    a_p = np.where(np.arange(K)[None, :] < adm[:, None], surv_p, f32(0.0))
+    total = int(adm.sum())
+    gain = torch.from_numpy(a_p).sum(-1).sum(-1).numpy()[()]  # float32, torch's summation order
+    table = batch.verify_cost_ms.numpy()
+    T, last = int(batch.num_nondraft_tokens), table.shape[0] - 1
+
+    def verify(slots: int):
+        return table[min(max(slots + T, 0), last)]
+
+    g = (gain + f32(batch.num_sampling)) / (f32(verify(total)) + f32(batch.draft_cost_ms))
+    w = max(total // 2, SECANT_MIN)
+    lam = g * f32(verify(total + w) - verify(total)) / f32(w)
+    v = surv_s * (f32(1.0) - a_p) * f32(discount)
+    second = np.cumprod((v > lam).astype(np.int64), -1).sum(-1)
+    second = np.where(adm > 0, second, 0).astype(np.int64)
+    out = _finished(np.where(use_ngram, CHAIN_NGRAM, CHAIN_MODEL), adm)
+    return Allocation(chain=out.chain, admitted=out.admitted, second=torch.from_numpy(second))
 
 
 def _parse_tree(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
@@ -375,7 +410,8 @@ def _parse_tree(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]
         return None
 
     def fn(batch: StepBatch) -> Allocation:
-        if not _transcribed(batch):
+        if (not _transcribed(batch) or isinstance(batch.draft_cost_ms, torch.Tensor)
+                or not isinstance(batch.verify_cost_ms, torch.Tensor) or not batch.verify_cost_ms.is_cpu):
             return tree.tree_alloc(batch, method, NGRAM_MARGIN, discount)
         return tree_native(batch, NGRAM_MARGIN, discount, native)
 
