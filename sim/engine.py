@@ -61,6 +61,7 @@ from tqdm import tqdm
 
 from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables
+from sim.engine_fast import Unsupported, native_step
 from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
 from sim.scheduler import Scheduler, StepPlan
@@ -519,12 +520,8 @@ class Engine:
         Decided on the first step; dropped for good if the tables or state stop matching the C's dtypes."""
         fast = getattr(self, "_fast", False)
         if fast is False:
-            from sim.engine_fast import native_step
-
             fast = self._fast = native_step(self)
         if fast is not None:
-            from sim.engine_fast import Unsupported
-
             try:
                 fast.bind()
             except Unsupported:
