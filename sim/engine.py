@@ -61,6 +61,7 @@ from tqdm import tqdm
 
 from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables
+from sim.engine_fast import Unsupported, native_step
 from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
 from sim.scheduler import Scheduler, StepPlan
@@ -394,8 +395,8 @@ class Engine:
     def _allocate(self, batch: StepBatch) -> Allocation:
         """Hook: call the policy (the real engine times it). The simulator runs the policy's faster form
         when it has one (Policy.sim_fn, checked against the definition by tests/test_policy_fast_forms.py)."""
-        fast = getattr(self.policy, "sim_fn", None)
-        return fast(batch) if fast is not None else self.policy(batch)
+        run = getattr(self.policy, "sim_callable", self.policy)
+        return run(batch)
 
     def _verify(self, plan: StepPlan, reqs: np.ndarray, rows: np.ndarray, adm_m: np.ndarray,
                 adm_n: np.ndarray, chains: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -419,39 +420,47 @@ class Engine:
     def _build_batch(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, T: int, kv_tokens: int,
                      n_seqs: int, n_prefill_done: int, prices: dict) -> StepBatch:
         """The policy's view of the step (sim.policies.base.StepBatch), the same in both engines."""
-        tb, pol = self.tb, self.policy
+        tb = self.tb
         srows = tb.offsets[reqs] + self.prev_pos[reqs]
         mrows = tb.offsets[reqs] + self.model_pos[reqs]
         stale_m_conf, mean_ng = self._host_history(reqs, srows, mrows)
+        stale = (stale_m_conf, np.minimum(tb.k_model, tb.out_len[reqs] - self.model_pos[reqs]), tb.ng_conf[srows],
+                 tb.ng_len[srows])
+        return self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs, n_prefill_done, prices)
+
+    def _step_batch(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, stale: tuple, mean_ng, T: int,
+                    kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: dict) -> StepBatch:
+        """The StepBatch of the chains and the host-side history (stale = model conf, model len, n-gram conf,
+        n-gram len), as numpy arrays: wrapped without copies."""
+        tb, pol, from_numpy = self.tb, self.policy, torch.from_numpy
         draft_ms, ngram_ms = prices["draft"], prices["ngram"]
         return StepBatch(
-            model_conf=torch.from_numpy(chains["model_conf"]),
-            model_len=torch.from_numpy(chains["model_len"]),
-            ngram_conf=torch.from_numpy(chains["ngram_conf"]),
-            ngram_len=torch.from_numpy(chains["ngram_len"]),
+            model_conf=from_numpy(chains["model_conf"]),
+            model_len=from_numpy(chains["model_len"]),
+            ngram_conf=from_numpy(chains["ngram_conf"]),
+            ngram_len=from_numpy(chains["ngram_len"]),
             # the model chain last drafted for the request (not the previous step's if the pass was skipped)
-            stale_model_conf=torch.from_numpy(stale_m_conf),
-            stale_model_len=torch.from_numpy(np.minimum(tb.k_model, tb.out_len[reqs] - self.model_pos[reqs])),
-            stale_ngram_conf=torch.from_numpy(tb.ng_conf[srows]),
-            stale_ngram_len=torch.from_numpy(tb.ng_len[srows]),
+            stale_model_conf=from_numpy(stale[0]),
+            stale_model_len=from_numpy(stale[1]),
+            stale_ngram_conf=from_numpy(stale[2]),
+            stale_ngram_len=from_numpy(stale[3]),
             num_nondraft_tokens=T,
             verify_cost_ms=self.decision_table,
             draft_cost_ms=draft_ms + ngram_ms + prices["alloc"],
-            true_model_acc=torch.from_numpy(tb.m_acc[rows]) if pol.needs_truth else None,
-            true_ngram_acc=torch.from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
-            true_verify_cost_ms=torch.from_numpy(self.cost.charged_verify_table(
+            true_model_acc=from_numpy(tb.m_acc[rows]) if pol.needs_truth else None,
+            true_ngram_acc=from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
+            true_verify_cost_ms=from_numpy(self.cost.charged_verify_table(
                 T + len(reqs) * max(tb.k_model, tb.k_ngram) + 1, kv_tokens, n_seqs)) if pol.needs_truth else None,
-            mean_ngram_conf=None if mean_ng is None else torch.from_numpy(mean_ng),
+            mean_ngram_conf=None if mean_ng is None else from_numpy(mean_ng),
             model_draft_ms=draft_ms,
             ngram_draft_ms=ngram_ms,
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
         )
 
-    def _admit(self, alloc: Allocation, reqs: np.ndarray, chains: dict, prices: dict) -> tuple:
-        """Draft slots verified from each chain (a tree policy verifies the other chain as a second branch),
-        after the Allocation contract check; drops the prices of drafters the policy skipped.
-        Returns (adm_m, adm_n, model_ran)."""
+    def _drafters_ran(self, alloc: Allocation, prices: dict) -> tuple[bool, bool]:
+        """Which drafters ran this step (the policy's say, else whether it uses them); drops the prices of
+        those that did not."""
         pol = self.policy
         model_ran = pol.uses_model if alloc.model_ran is None else bool(alloc.model_ran)
         ngram_ran = pol.uses_ngram if alloc.ngram_ran is None else bool(alloc.ngram_ran)
@@ -461,6 +470,13 @@ class Engine:
             prices["ngram"] = 0.0
         if not (model_ran or ngram_ran):
             prices["alloc"] = 0.0
+        return model_ran, ngram_ran
+
+    def _admit(self, alloc: Allocation, reqs: np.ndarray, chains: dict, prices: dict) -> tuple:
+        """Draft slots verified from each chain (a tree policy verifies the other chain as a second branch),
+        after the Allocation contract check; drops the prices of drafters the policy skipped.
+        Returns (adm_m, adm_n, model_ran)."""
+        model_ran, ngram_ran = self._drafters_ran(alloc, prices)
         chain = alloc.chain.numpy()
         adm = alloc.admitted.numpy().astype(np.int64)
         is_m = chain == CHAIN_MODEL
@@ -494,6 +510,24 @@ class Engine:
                     first_tok.append(r)
         return kv_tokens, first_tok, n_prefill_done
 
+    # the violations es_commit reports (sim/engine_fast.py), in the order the numpy step flags them
+    _COMMIT_CHECKS = ("the policy admitted more draft tokens than its chain holds",
+                      "the policy admitted draft tokens of a drafter it did not run this step",
+                      "emitted draft tokens outside the proposed chain or its context")
+
+    def _native_step(self):
+        """The native form of the step's bookkeeping (sim.engine_fast.NativeStep), or None: the numpy step.
+        Decided on the first step; dropped for good if the tables or state stop matching the C's dtypes."""
+        fast = getattr(self, "_fast", False)
+        if fast is False:
+            fast = self._fast = native_step(self)
+        if fast is not None:
+            try:
+                fast.bind()
+            except Unsupported:
+                fast = self._fast = None
+        return fast
+
     def _step(self, now_ms: float) -> tuple[float, list[int]]:
         tb, cost, pol = self.tb, self.cost, self.policy
         plan = self._schedule()
@@ -507,6 +541,30 @@ class Engine:
         prices = dict(draft=0.0, ngram=0.0, alloc=0.0)
         n_seqs = R + len(prefilling)
         reqs = decoding
+        fast = self._native_step()
+        if fast is not None:
+            if R:
+                T = R + prefill_tokens
+                prices.update(self._prices(R))
+                rows, chains, stale, mean_ng, kv = fast.gather(reqs, pol.uses_ngram)
+                kv_tokens += kv
+                batch = self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs, n_prefill_done,
+                                         prices)
+                alloc = self._allocate(batch)
+                model_ran, ngram_ran = self._drafters_ran(alloc, prices)
+                sums, bad = fast.commit(reqs, rows, alloc.chain.numpy(), alloc.admitted.numpy(),
+                                        None if alloc.second is None else alloc.second.numpy(), model_ran, ngram_ran,
+                                        chains)
+                for k, what in zip(bad, self._COMMIT_CHECKS):
+                    if k >= 0 and not self.violation:
+                        self.violation = f"request {int(reqs[k])}: {what}"
+                verified, accepted, emitted = sums[:2], sums[2:4], sums[4]
+                self.sched.last_draft = verified[0] + verified[1]
+                total_tokens = T + self.sched.last_draft
+            else:
+                total_tokens = prefill_tokens
+            return self._finish_step(now_ms, plan, R, prefill_tokens, kv_tokens, first_tok, n_prefill_done, n_seqs,
+                                     prices, verified, accepted, emitted, total_tokens)
         rows = tb.offsets[reqs] + self.pos[reqs]
         adm_m = adm_n = np.zeros(R, dtype=np.int64)
         chains: dict = {}
@@ -540,6 +598,15 @@ class Engine:
             total_tokens = T + self.sched.last_draft
         else:
             total_tokens = prefill_tokens
+        return self._finish_step(now_ms, plan, R, prefill_tokens, kv_tokens, first_tok, n_prefill_done, n_seqs,
+                                 prices, verified, accepted, emitted, total_tokens)
+
+    def _finish_step(self, now_ms: float, plan: StepPlan, R: int, prefill_tokens: int, kv_tokens: int,
+                     first_tok: list, n_prefill_done: int, n_seqs: int, prices: dict, verified: list,
+                     accepted: list, emitted: int, total_tokens: int) -> tuple[float, list[int]]:
+        """The rest of a step after the decoding requests' emission: the prefills' first tokens, the charge,
+        the step's time, finished requests, and the step's row."""
+        tb, pol, preempted = self.tb, self.policy, plan.preempted
         if first_tok:  # the prefill's sampled token: output[0], from the target
             ft = np.asarray(first_tok, dtype=np.int64)
             none = np.zeros(len(ft), dtype=np.int64)
@@ -556,8 +623,8 @@ class Engine:
         for r in first_tok:
             if np.isnan(self.t_first[r]):
                 self.t_first[r] = end_s
-        run = np.asarray(self.sched.running, dtype=np.int64)
-        finished = self.sched.finish((self.pos[run] >= tb.out_len[run]) & (self.prefilled[run] >= self.prefill_target[run]))
+        done = self.sched.finished(tb.out_len)
+        finished = self.sched.finish(done) if done.any() else []
         self.steps.append((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0], accepted[1],
                            emitted, t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"], t["cpu"],
                            step_ms - gpu_ms, kv_tokens, preempted, total_tokens, logit_rows, n_seqs))

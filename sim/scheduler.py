@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+SMALL = 16  # up to this many running requests, per-request Python arithmetic is cheaper than numpy calls
+
 
 @dataclass
 class RequestState:
@@ -89,9 +91,12 @@ class Scheduler:
         """KV tokens the running requests hold after this step (each verifying kmax drafts + 1), in blocks."""
         if not self.running:
             return 0
+        bs, extra = self.block, self.kmax + 1
+        if len(self.running) <= SMALL:  # integers either way; per-element Python beats numpy's call overhead
+            pl, pos = self.prompt_len, self.state.pos
+            return sum(-(-(int(pl[r]) + int(pos[r]) + extra) // bs) * bs for r in self.running)
         r = np.asarray(self.running)
-        bs = self.block
-        return int((-(-(self.prompt_len[r] + self.state.pos[r] + self.kmax + 1) // bs) * bs).sum())
+        return int((-(-(self.prompt_len[r] + self.state.pos[r] + extra) // bs) * bs).sum())
 
     def schedule(self) -> StepPlan:
         """Admit waiting requests, preempt on KV overflow, and split the token budget."""
@@ -112,21 +117,38 @@ class Scheduler:
             self.waiting.insert(0, r)
             preempted.append(r)
         budget = self.budget
-        run = np.asarray(self.running, dtype=np.int64)
-        pending = st.prefill_target[run] - st.prefilled[run]
-        decoding = run[pending <= 0]
+        if len(self.running) <= SMALL:  # the same integers without numpy's per-call overhead
+            tgt, done = st.prefill_target, st.prefilled
+            pend = [(r, int(tgt[r]) - int(done[r])) for r in self.running]
+            decoding = np.array([r for r, p in pend if p <= 0], dtype=np.int64)
+            waiting_prefill = [(r, p) for r, p in pend if p > 0]
+        else:
+            run = np.asarray(self.running, dtype=np.int64)
+            pending = st.prefill_target[run] - st.prefilled[run]
+            decoding = run[pending <= 0]
+            waiting_prefill = zip(run[pending > 0].tolist(), pending[pending > 0].tolist())
         # Decoding requests take one token each plus the draft slots; like adaptive verification's
         # CPU-side budget, the reservation is the previous step's verified draft count (known to the
         # host under async scheduling), capped at the chains' full length.
         budget -= len(decoding) + min(self.last_draft, len(decoding) * kmax)
         prefilling = []
-        for r, left in zip(run[pending > 0].tolist(), pending[pending > 0].tolist()):
+        for r, left in waiting_prefill:
             if budget <= 0:
                 break
             chunk = min(left, budget)
             prefilling.append((r, chunk))
             budget -= chunk
         return StepPlan(decoding, prefilling, len(preempted), preempted)
+
+    def finished(self, out_len: np.ndarray) -> np.ndarray:
+        """Per running request (in order), whether it is complete: its output emitted (pos >= out_len) and
+        no prefill pending (bool)."""
+        st = self.state
+        if len(self.running) <= SMALL:
+            pos, pre, tgt = st.pos, st.prefilled, st.prefill_target
+            return np.array([pos[r] >= out_len[r] and pre[r] >= tgt[r] for r in self.running], dtype=bool)
+        run = np.asarray(self.running, dtype=np.int64)
+        return (st.pos[run] >= out_len[run]) & (st.prefilled[run] >= st.prefill_target[run])
 
     def finish(self, done: np.ndarray) -> list[int]:
         """Remove the running requests whose output is complete (done: bool per running request, in order);

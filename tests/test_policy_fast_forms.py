@@ -12,7 +12,7 @@ import torch
 
 from sim.engine import Engine
 from sim.policies import get_policy, list_policies
-from sim.policies.testing import random_batch
+from sim.policies.testing import random_batch, random_cost_table
 from sim.run import SimSetup, prepare, run_one
 
 SPECS = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "adaptive:early-stop", "ngram-first",
@@ -20,7 +20,7 @@ SPECS = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "adaptive:early-
          "hybrid-price", "hybrid-price:sweep", "hybrid-price:margin=0",
          "hybrid-price:margin=0.37", "hybrid-price:model-opt", "hybrid-price:fixed-point", "hybrid-price:current",
          "hybrid-tree", "oracle", "hybrid-vllm"]
-FAST = ["adaptive", "hybrid", "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5"] + [
+FAST = ["none", "model-fixed:7", "ngram-fixed:32", "ngram-first", "hybrid-tree", "oracle", "adaptive", "hybrid", "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5"] + [
     s for s in SPECS if s.startswith("hybrid-price") and s.split(":")[-1] not in ("model-opt", "fixed-point", "current")]
 
 
@@ -65,6 +65,9 @@ def _random_batches(n: int, seed: int):
         b = dataclasses.replace(b, model_draft_ms=float(rng.uniform(0, b.draft_cost_ms)))
         if rng.random() < 0.7:
             b = dataclasses.replace(b, mean_ngram_conf=torch.tensor(rng.random((R, kn))))
+        if rng.random() < 0.5:  # the oracle's inputs: the n-gram pass's share, the engine's charged table
+            b = dataclasses.replace(b, ngram_draft_ms=float(rng.uniform(0, b.draft_cost_ms - b.model_draft_ms)),
+                                    true_verify_cost_ms=random_cost_table(rng, b.verify_cost_ms.shape[0] - 1))
         yield b
 
 
@@ -72,7 +75,7 @@ def _random_batches(n: int, seed: int):
 def test_random_batches(spec):
     pol = get_policy(spec)
     # policies without a faster form compare the definition with itself: a few batches keep them covered
-    n = (600 if spec in ("adaptive", "hybrid", "hybrid-price") else 200) if spec in FAST else 10
+    n = (600 if spec in ("adaptive", "hybrid", "hybrid-price", "hybrid-tree", "oracle") else 200) if spec in FAST else 10
     for i, b in enumerate(_random_batches(n, seed=zlib.crc32(spec.encode()))):
         _same(spec, pol, b, f"random batch {i} (R={b.num_reqs})")
 

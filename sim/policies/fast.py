@@ -24,7 +24,7 @@ from typing import Callable, List, Optional
 import numpy as np
 import torch
 
-from sim.policies.base import Allocation, StepBatch
+from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
 
 _CONST: dict = {}
 
@@ -93,6 +93,19 @@ class _Workspace:
     def ptr(self, a: np.ndarray):
         return self.ffi.from_buffer(self.CTYPES[a.dtype.char], a)
 
+    def table(self, t) -> tuple:
+        """(float64 array, its pointer) of a verify-cost table. The engine passes the same tensor every step:
+        the last one's pointer is kept while it is that tensor and a zero-copy view of it (a float64,
+        contiguous CPU tensor), so an in-place change of the table is still read."""
+        last = self.__dict__.get("_table")
+        if last is not None and last[0] is t:
+            return last[1], last[2]
+        arr = _arr(t, np.float64)
+        p = self.ptr(arr)
+        if isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.is_contiguous() and t.is_cpu:
+            self._table = (t, arr, p)
+        return arr, p
+
 
 def _workspace(ffi, S, R, Km, Kn, gdt):
     from sim.policies import hybrid
@@ -116,8 +129,7 @@ def _sweep_native(native, ws, batch: StepBatch, margin: float, per_side_draft: b
     p = ws.p
     lib.hp_chains(S * R, Km, Kn, p["conf_m"], p["len_m"], p["conf_n"], p["len_n"], p["surv_m"], p["cs_m"],
                   p["surv_n"], p["cs_n"])
-    table = _arr(batch.verify_cost_ms, np.float64)
-    tp = ws.ptr(table)
+    table, tp = ws.table(batch.verify_cost_ms)
     T, N, margin = int(batch.num_nondraft_tokens), float(batch.num_sampling), float(margin)
     draft = None if per_side_draft else float(batch.draft_cost_ms)
 
@@ -212,8 +224,8 @@ def price_skip_native(batch: StepBatch, margin: float, hysteresis: float, foreca
     run_model = bool(g[3] <= g[1] * (1.0 + hysteresis))
     side = 0 if run_model else 2
     budget = int(ws.adm_p[1 if run_model else 3].sum())
-    table = _arr(batch.verify_cost_ms, np.float64)
-    budget = lib.hs_free_budget(ws.ptr(table), table.shape[0], int(batch.num_nondraft_tokens), budget)
+    table, tp = ws.table(batch.verify_cost_ms)
+    budget = lib.hs_free_budget(tp, table.shape[0], int(batch.num_nondraft_tokens), budget)
     if batch.max_draft_tokens is not None:
         budget = min(budget, max(int(batch.max_draft_tokens), 0))
     ws.len_cur[...] = ml if run_model else 0
@@ -228,7 +240,7 @@ def _transcribed(batch: StepBatch) -> bool:
     """Whether the native transcription covers the batch (float32 chains of width >= 1, CPU tensors);
     anything else runs the torch definition."""
     return (batch.model_conf.dtype == torch.float32 and batch.model_conf.shape[1] >= 1 and batch.ngram_conf.shape[1] >= 1
-            and all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (
+            and all(isinstance(t, torch.Tensor) and t.is_cpu for t in (
                 batch.model_conf, batch.stale_model_conf, batch.ngram_conf, batch.stale_ngram_conf,
                 batch.model_len, batch.stale_model_len, batch.ngram_len, batch.stale_ngram_len)))
 
@@ -289,7 +301,7 @@ def _adaptive_form():
 
     def fn(batch: StepBatch) -> Allocation:
         if (batch.model_conf.dtype != torch.float32 or batch.model_conf.shape[1] < 1
-                or not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (
+                or not all(isinstance(t, torch.Tensor) and t.is_cpu for t in (
                     batch.model_conf, batch.stale_model_conf, batch.model_len))):
             return adaptive.alloc_adaptive(batch)
         return alloc_adaptive_native(batch, native)
@@ -336,7 +348,189 @@ def _parse_adaptive(params: List[str]) -> Optional[Callable[[StepBatch], Allocat
     return _adaptive_form() if not params else None
 
 
-_FORMS = {"hybrid-price": _parse_hybrid_price, "adaptive": _parse_adaptive, "hybrid": _parse_hybrid}
+def tree_native(batch: StepBatch, margin: float, discount: float, native) -> Allocation:
+    """tree.tree_alloc(batch, "sweep", margin, discount): the primary allocation (the current-values sweep,
+    hybrid.lambda_sweep on one side) in C, then tree.second_branch in numpy (second_branch_np)."""
+    from sim.policies.tree import second_branch
+
+    ffi, lib = native
+    R, Km = batch.model_conf.shape
+    Kn = batch.ngram_conf.shape[1]
+    ws = _workspace(ffi, 1, R, Km, Kn, np.float32)
+    ws.conf_m[0], ws.conf_n[0] = batch.model_conf.numpy(), batch.ngram_conf.numpy()
+    ws.len_m[0], ws.len_n[0] = batch.model_len.numpy(), batch.ngram_len.numpy()
+    _sweep_native(native, ws, batch, margin, per_side_draft=False)
+    return second_branch_np(batch, ws.surv_m[0], ws.surv_n[0], ws.use_p[0].astype(bool), ws.adm_p[0].copy(), discount)
+
+
+def second_branch_np(batch: StepBatch, surv_m: np.ndarray, surv_n: np.ndarray, use_ngram: np.ndarray,
+                     adm: np.ndarray, discount: float) -> Allocation:
+    """tree.second_branch in numpy: float32 elementwise ops with float32 scalars (torch's wrapped-number
+    rule), the float32 sums of the primary's gain through torch's own sum (its order), the price's
+    secant divided by the window as float32 (torch promotes float32 / int64 to float32)."""
+    from sim.policies.tree import SECANT_MIN
+
+    f32 = np.float32
+    R, Km = surv_m.shape
+    Kn = surv_n.shape[1]
+    K = max(Km, Kn)
+    pm = np.zeros((R, K), f32)
+    pm[:, :Km] = surv_m
+    pn = np.zeros((R, K), f32)
+    pn[:, :Kn] = surv_n
+    u = use_ngram[:, None]
+    surv_p, surv_s = np.where(u, pn, pm), np.where(u, pm, pn)
+    a_p = np.where(np.arange(K)[None, :] < adm[:, None], surv_p, f32(0.0))
+    total = int(adm.sum())
+    gain = torch.from_numpy(a_p).sum(-1).sum(-1).numpy()[()]  # float32, torch's summation order
+    table = batch.verify_cost_ms.numpy()
+    T, last = int(batch.num_nondraft_tokens), table.shape[0] - 1
+
+    def verify(slots: int):
+        return table[min(max(slots + T, 0), last)]
+
+    g = (gain + f32(batch.num_sampling)) / (f32(verify(total)) + f32(batch.draft_cost_ms))
+    w = max(total // 2, SECANT_MIN)
+    lam = g * f32(verify(total + w) - verify(total)) / f32(w)
+    v = surv_s * (f32(1.0) - a_p) * f32(discount)
+    second = np.cumprod((v > lam).astype(np.int64), -1).sum(-1)
+    second = np.where(adm > 0, second, 0).astype(np.int64)
+    out = _finished(np.where(use_ngram, CHAIN_NGRAM, CHAIN_MODEL), adm)
+    return Allocation(chain=out.chain, admitted=out.admitted, second=torch.from_numpy(second))
+
+
+def _parse_tree(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    from sim.policies import tree
+    from sim.policies.hybrid import NGRAM_MARGIN
+    from sim.policies.native import load
+
+    method, discount, _ = tree.parse_tree(params)
+    native = load("hybrid_price") if method == "sweep" else None
+    if native is None:
+        return None
+
+    def fn(batch: StepBatch) -> Allocation:
+        if (not _transcribed(batch) or isinstance(batch.draft_cost_ms, torch.Tensor)
+                or not isinstance(batch.verify_cost_ms, torch.Tensor) or not batch.verify_cost_ms.is_cpu):
+            return tree.tree_alloc(batch, method, NGRAM_MARGIN, discount)
+        return tree_native(batch, NGRAM_MARGIN, discount, native)
+
+    return fn
+
+
+def oracle_np(batch: StepBatch) -> Allocation:
+    """simple.alloc_oracle in numpy: the goodput of every (drafter set, B) in float64 as the definition
+    promotes it (the drafter costs in float32 first, as torch multiplies an int64 tensor by a Python float),
+    the first maximum, and the depth-first top-B of the accepted slots (integer only)."""
+    table = (batch.true_verify_cost_ms if batch.true_verify_cost_ms is not None else batch.verify_cost_ms).numpy()
+    acc_m = np.minimum(batch.true_model_acc.numpy(), batch.model_len.numpy())
+    acc_n = np.minimum(batch.true_ngram_acc.numpy(), batch.ngram_len.numpy())
+    R = acc_m.shape[0]
+    use_m = np.array([1, 0, 1, 0], dtype=np.int64)
+    use_n = np.array([1, 1, 0, 0], dtype=np.int64)
+    md, nd = batch.model_draft_ms, batch.ngram_draft_ms
+    alloc_ms = batch.draft_cost_ms - md - nd
+    f32 = np.float32
+    draft = (use_m.astype(f32) * f32(md) + use_n.astype(f32) * f32(nd)
+             + (use_m | use_n).astype(f32) * f32(alloc_ms)).astype(np.float64)
+    a_s = np.maximum(acc_m[None] * use_m[:, None], acc_n[None] * use_n[:, None])  # [4, R]
+    K = max(batch.model_conf.shape[-1], batch.ngram_conf.shape[-1])
+    b = np.arange(R * K + 1)
+    idx = np.clip(b + batch.num_nondraft_tokens, 0, table.shape[0] - 1)
+    step = table[idx].astype(np.float64)[None, :] + draft[:, None]
+    g = (b.astype(np.float64)[None, :] + batch.num_sampling) / step
+    g[b[None, :] > a_s.sum(-1, keepdims=True)] = -np.inf
+    best = int(np.argmax(g))
+    s, budget = best // g.shape[1], best % g.shape[1]
+    acc = a_s[s]
+    use_ngram = ((acc_n > acc_m) & (use_n[s] > 0)) | (use_m[s] == 0)
+    chain = np.where(use_ngram, CHAIN_NGRAM, CHAIN_MODEL)
+    # top-B of scores K - depth (ties: lower flat index r * K + depth): depth-major, then request order
+    live = np.arange(K)[:, None] < acc[None, :]  # [K, R]
+    rank = np.cumsum(live.ravel()).reshape(K, R) - 1
+    admitted = (live & (rank < budget)).sum(0)
+    out = _finished(chain, admitted)
+    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(bool(use_m[s] > 0)),
+                      ngram_ran=torch.tensor(bool(use_n[s] > 0)))
+
+
+def _parse_oracle(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    from sim.policies import simple
+
+    def fn(batch: StepBatch) -> Allocation:
+        if (batch.true_model_acc is None or not _int64_lengths(batch.model_len, batch.ngram_len, batch.true_model_acc,
+                                                                 batch.true_ngram_acc)
+                or any(isinstance(x, torch.Tensor) for x in (batch.draft_cost_ms, batch.model_draft_ms,
+                                                             batch.ngram_draft_ms))
+                or (batch.true_verify_cost_ms if batch.true_verify_cost_ms is not None
+                    else batch.verify_cost_ms).dtype != torch.float64):
+            return simple.alloc_oracle(batch)
+        return oracle_np(batch)
+
+    return fn
+
+
+def _int64_lengths(*ts) -> bool:
+    """Whether the chain lengths are CPU int64 tensors (the transcriptions below read them as such)."""
+    return all(isinstance(t, torch.Tensor) and t.dtype == torch.int64 and t.is_cpu for t in ts)
+
+
+def _finished(chain: np.ndarray, admitted: np.ndarray) -> Allocation:
+    """common.finish in numpy: int64, chain NONE wherever nothing is admitted."""
+    return Allocation(chain=torch.from_numpy(np.where(admitted > 0, chain, 0).astype(np.int64)),
+                      admitted=torch.from_numpy(admitted.astype(np.int64)))
+
+
+def _parse_none(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    """simple.alloc_none: nothing admitted (integer-only, so numpy equals it exactly)."""
+    from sim.policies import simple
+
+    def fn(batch: StepBatch) -> Allocation:
+        if not _int64_lengths(batch.model_len):
+            return simple.alloc_none(batch)
+        zeros = np.zeros(batch.model_len.shape, dtype=np.int64)
+        return Allocation(chain=torch.from_numpy(zeros), admitted=torch.from_numpy(zeros.copy()))
+
+    return fn
+
+
+def _fixed_form(which: int):
+    def parse(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+        """simple.alloc_fixed: min(K, the chain's length) slots of one chain."""
+        from sim.policies import simple
+        from sim.policies.registry import parse_int
+
+        k = parse_int(params[0], "K", lo=0)  # the spec is valid (get_policy parsed it first)
+
+        def fn(batch: StepBatch) -> Allocation:
+            length = batch.model_len if which == CHAIN_MODEL else batch.ngram_len
+            if not _int64_lengths(length):
+                return simple.alloc_fixed(batch, k, which)
+            adm = np.minimum(length.numpy(), k)
+            return _finished(np.full(adm.shape, which, dtype=np.int64), adm)
+
+        return fn
+
+    return parse
+
+
+def _parse_ngram_first(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    """simple.alloc_ngram_first: the whole n-gram chain where it matched, else the whole model chain."""
+    from sim.policies import simple
+
+    def fn(batch: StepBatch) -> Allocation:
+        if not _int64_lengths(batch.model_len, batch.ngram_len):
+            return simple.alloc_ngram_first(batch)
+        nl, ml = batch.ngram_len.numpy(), batch.model_len.numpy()
+        use = nl > 0
+        return _finished(np.where(use, CHAIN_NGRAM, CHAIN_MODEL), np.where(use, nl, ml))
+
+    return fn
+
+
+_FORMS = {"hybrid-price": _parse_hybrid_price, "adaptive": _parse_adaptive, "hybrid": _parse_hybrid,
+          "none": _parse_none, "model-fixed": _fixed_form(CHAIN_MODEL), "ngram-fixed": _fixed_form(CHAIN_NGRAM),
+          "ngram-first": _parse_ngram_first, "hybrid-tree": _parse_tree, "oracle": _parse_oracle}
 
 
 def sim_form(spec: str) -> Optional[Callable[[StepBatch], Allocation]]:

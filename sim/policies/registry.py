@@ -25,6 +25,8 @@ class Policy:
         (the real torch engine) refuse it.
     sim_fn: a faster form of `fn` that the simulator runs instead (sim.policies.fast, checked against `fn`
         by tests/test_policy_fast_forms.py); None = the simulator runs `fn`. Real engines always run `fn`.
+    sim_for: the `fn` that sim_fn is a form of; a copy whose fn was replaced (dataclasses.replace(pol,
+        fn=...), as tests do to inject a bug) no longer matches it, and the simulator then runs that fn.
     """
 
     name: str
@@ -35,6 +37,12 @@ class Policy:
     host_sync: bool = False
     tree: bool = False
     sim_fn: Optional[Callable[[StepBatch], Allocation]] = field(default=None, repr=False, compare=False)
+    sim_for: Optional[Callable[[StepBatch], Allocation]] = field(default=None, repr=False, compare=False)
+
+    @property
+    def sim_callable(self) -> Callable[[StepBatch], Allocation]:
+        """What the simulator runs: sim_fn while it is the form of this policy's fn, else the policy itself."""
+        return self.sim_fn if self.sim_fn is not None and self.sim_for is self.fn else self
 
     def __call__(self, batch: StepBatch) -> Allocation:
         if self.needs_truth and (batch.true_model_acc is None or batch.true_ngram_acc is None):
@@ -97,7 +105,7 @@ def get_policy(spec: str) -> Policy:
     from sim.policies.fast import sim_form
 
     fast = sim_form(spec)
-    return pol if fast is None else dataclasses.replace(pol, sim_fn=fast)
+    return pol if fast is None else dataclasses.replace(pol, sim_fn=fast, sim_for=pol.fn)
 
 
 def parse_int(text: str, what: str, lo: int = 0) -> int:

@@ -37,9 +37,17 @@ def tree_alloc(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
                discount: float = DISCOUNT) -> Allocation:
     ch = Chains(batch, with_stale=False)
     use_ngram, adm, _ = LAMBDA_METHODS[method](batch, ch, margin)
-    use_ngram, adm = use_ngram[0], adm[0]  # [R]
-    surv_p = torch.where(use_ngram[:, None], _pad(ch.surv_n[0], ch.surv_m[0]), _pad(ch.surv_m[0], ch.surv_n[0]))
-    surv_s = torch.where(use_ngram[:, None], _pad(ch.surv_m[0], ch.surv_n[0]), _pad(ch.surv_n[0], ch.surv_m[0]))
+    return second_branch(batch, ch.surv_m[0], ch.surv_n[0], use_ngram[0], adm[0], discount)
+
+
+def second_branch(batch: StepBatch, surv_m: torch.Tensor, surv_n: torch.Tensor, use_ngram: torch.Tensor,
+                  adm: torch.Tensor, discount: float = DISCOUNT) -> Allocation:
+    """The tree from the primary allocation (use_ngram bool [R], adm int64 [R]) and the current survivals
+    (surv_m [R, K_m], surv_n [R, K_n]): the primary chain's prefix plus the other chain's second branch
+    (module docstring). The simulator's faster form (sim/policies/fast.py) computes the primary in C and
+    this in numpy (second_branch_np), checked equal to it by tests/test_policy_fast_forms.py."""
+    surv_p = torch.where(use_ngram[:, None], _pad(surv_n, surv_m), _pad(surv_m, surv_n))
+    surv_s = torch.where(use_ngram[:, None], _pad(surv_m, surv_n), _pad(surv_n, surv_m))
     K = surv_p.shape[-1]
     j = torch.arange(K, device=adm.device)
     in_primary = j[None, :] < adm[:, None]
@@ -67,6 +75,12 @@ def _pad(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
           "beyond the seed: hybrid-price's chain plus the other chain as a second tree branch where its "
           f"slots pay for themselves (discount D for correlated branches, default {DISCOUNT})")
 def _hybrid_tree(params: List[str]) -> Policy:
+    method, discount, name = parse_tree(params)
+    return Policy(name, lambda b: tree_alloc(b, method, NGRAM_MARGIN, discount), uses_model=True, uses_ngram=True, tree=True)
+
+
+def parse_tree(params: List[str]) -> tuple[str, float, str]:
+    """(METHOD, discount, canonical name) of a hybrid-tree spec's parameters; ValueError if malformed."""
     method, discount = DEFAULT_METHOD, DISCOUNT
     rest = list(params)
     if rest and rest[-1].startswith("discount="):
@@ -78,4 +92,4 @@ def _hybrid_tree(params: List[str]) -> Policy:
     if rest:
         method = rest[0]
     name = "hybrid-tree" + (f":{method}" if rest else "") + ("" if discount == DISCOUNT else f":discount={discount:g}")
-    return Policy(name, lambda b: tree_alloc(b, method, NGRAM_MARGIN, discount), uses_model=True, uses_ngram=True, tree=True)
+    return method, discount, name

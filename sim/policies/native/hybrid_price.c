@@ -59,21 +59,45 @@ static inline int64_t count_above(const float *a, int64_t K, float lam) {
     return lo;
 }
 
+/* Whether x[0..n-1] is non-increasing with no NaN. */
+static int non_increasing(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        if (x[i] != x[i]) return 0;
+        if (i && x[i] > x[i - 1]) return 0;
+    }
+    return 1;
+}
+
 /* Evaluate prices lam [S, C]: use [S, R, C] (0/1), adm [S, R, C], gch [S, R, C] (the chosen chain's gain),
- * slots [S, C] (sum of adm over requests). */
+ * slots [S, C] (sum of adm over requests). Where a side's prices are non-increasing (the two-stage grid)
+ * and a request's survival rows hold no NaN, the counts #{j : a_j > lam} are found by one walk along the
+ * row across the prices instead of a binary search per price: the same counts (the row is non-increasing,
+ * so both give the first j with a_j <= lam). */
 void hp_eval(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *cs_m,
              const float *surv_n, const float *cs_n, int64_t C, const float *lam, float margin,
              uint8_t *use, int64_t *adm, float *gch, int64_t *slots) {
     for (int64_t s = 0; s < S; s++) {
         int64_t *sl = slots + s * C;
         memset(sl, 0, sizeof(int64_t) * C);
+        int sorted_lam = non_increasing(lam + s * C, C);
         for (int64_t r = 0; r < R; r++) {
             const float *am = surv_m + (s * R + r) * Km, *an = surv_n + (s * R + r) * Kn;
             const float *pm = cs_m + (s * R + r) * (Km + 1), *pn = cs_n + (s * R + r) * (Kn + 1);
             int64_t o = (s * R + r) * C;
+            int walk = sorted_lam && non_increasing(am, Km) && non_increasing(an, Kn);
+            int64_t wm = 0, wn = 0;
             for (int64_t c = 0; c < C; c++) {
                 float l = lam[s * C + c];
-                int64_t lm = count_above(am, Km, l), ln = count_above(an, Kn, l);
+                int64_t lm, ln;
+                if (walk) {
+                    while (wm < Km && am[wm] > l) wm++;
+                    while (wn < Kn && an[wn] > l) wn++;
+                    lm = wm;
+                    ln = wn;
+                } else {
+                    lm = count_above(am, Km, l);
+                    ln = count_above(an, Kn, l);
+                }
                 float gm = pm[lm], gn = pn[ln];
                 float tn = (float)ln * l, tm = (float)lm * l;
                 float vn = gn - tn, vm = gm - tm;

@@ -1,0 +1,163 @@
+"""The simulator engine's per-step bookkeeping in one native call before the policy and one after it.
+
+Engine._step (sim/engine.py) runs a decode step's bookkeeping -- the drafters' chains, the host-side
+history, the Allocation contract, the tables' acceptance, the chain-bounds check, emission and the
+history update -- as ~40 small numpy calls, each 1-3 us at batch 4, most of a step. `NativeStep` runs
+the same arithmetic in C (sim/policies/native/engine_step.c: es_gather, es_commit), with the same integer
+results and the same float operations in the same order, so every step column and every token is the
+same bit for bit (tests/test_engine_fast.py runs both paths side by side; tests/test_sim_identity.py
+holds both to the recorded digests). The numpy methods stay the definition: the engine runs them where
+the library cannot be built, where a subclass (the real engine) overrides a hook the native step
+replaces, where the tables or state are not the dtypes transcribed here, and when
+HYBRIDSPEC_REFERENCE_ENGINE=1.
+"""
+from __future__ import annotations
+
+import operator
+import os
+
+import numpy as np
+
+_CTYPES = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]", np.dtype(np.int64): "int64_t[]",
+           np.dtype(np.int32): "int32_t[]", np.dtype(np.uint8): "uint8_t[]", np.dtype(np.bool_): "uint8_t[]"}
+
+# The Engine methods whose arithmetic the native step transcribes: a subclass overriding any of them
+# (RealEngine: _propose, _verify, _emit) keeps the numpy step.
+REPLACED = ("_propose", "_build_batch", "_host_history", "_admit", "_verify", "_check_chain_bounds", "_emit",
+            "_write", "_record_drafts")
+
+
+class Unsupported(Exception):
+    """An array is not of the dtype and layout the C transcription reads: the engine keeps the numpy step."""
+
+
+class NativeStep:
+    """es_gather / es_commit bound to one engine's tables and state arrays (pointers made once per array
+    object and kept while that object is the engine's)."""
+
+    # (attribute of the tables, dtype the C reads)
+    TABLES = (("offsets", np.int64), ("out_len", np.int64), ("prompt_len", np.int64), ("m_conf", np.float32),
+              ("ng_conf", np.float32), ("ng_len", np.int64), ("tok_offsets", np.int64), ("length_only", np.bool_),
+              ("m_acc", np.int64), ("ng_acc", np.int64), ("ng_start", np.int64), ("m_tok", np.int32),
+              ("tokens", np.int64))
+    STATE = (("pos", np.int64), ("prev_pos", np.int64), ("model_pos", np.int64), ("fresh", np.bool_),
+             ("m_conf_sum", np.float64), ("m_conf_cnt", np.int64), ("ng_conf_sum", np.float64),
+             ("ng_conf_cnt", np.int64), ("n_steps", np.int64), ("emitted_tokens", np.int64))
+
+    def __init__(self, engine, native) -> None:
+        self.eng = engine
+        self.ffi, self.lib = native
+        self._ptrs: dict = {}
+        self._bound = None
+        self._get_tables = operator.attrgetter(*(k for k, _ in self.TABLES))
+        self._get_state = operator.attrgetter(*(k for k, _ in self.STATE))
+        # ffi.from_buffer less its per-call type parsing (~1 us of a call's 1.5)
+        self._fb = self.ffi._backend.from_buffer
+        self._i64, self._f32, self._f64 = (self.ffi.typeof(c) for c in ("int64_t[]", "float[]", "double[]"))
+        self.out = np.zeros(8, dtype=np.int64)  # bad[3], sums[5]
+        self.p_bad = self.ffi.from_buffer("int64_t[]", self.out)
+        self.p_sums = self.p_bad + 3
+        self.bind()
+
+    def _ptr(self, a: np.ndarray, dtype):
+        """The C pointer of `a`, checked once per array object (Unsupported: not `dtype`, not C-contiguous)."""
+        hit = self._ptrs.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        if not isinstance(a, np.ndarray) or a.dtype != np.dtype(dtype) or not a.flags.c_contiguous:
+            raise Unsupported(f"{getattr(a, 'dtype', type(a))} where the native step reads {np.dtype(dtype)}")
+        p = self.ffi.from_buffer(_CTYPES[a.dtype], a, require_writable=False)
+        self._ptrs[id(a)] = (a, p)
+        return p
+
+    def bind(self) -> None:
+        """Pointers of the tables' and the engine state's arrays (raises Unsupported on a dtype or layout
+        the C does not read). Called every step: one identity check while the arrays are the same objects."""
+        eng, tb = self.eng, self.eng.tb
+        cur = self._get_tables(tb) + self._get_state(eng)
+        if self._bound is not None and all(map(operator.is_, cur, self._bound)):
+            return
+        nt = len(self.TABLES)
+        self.t = {k: self._ptr(a, dt) for (k, dt), a in zip(self.TABLES, cur[:nt])}
+        self.s = {k: self._ptr(a, dt) for (k, dt), a in zip(self.STATE, cur[nt:])}
+        km, kn = tb.m_conf.shape[1], tb.ng_conf.shape[1]
+        if tb.m_tok.shape[1] != km or eng.m_conf_sum.shape[1] != km or eng.ng_conf_sum.shape[1] != kn:
+            raise Unsupported("chain widths of the tables and the host history differ")
+        self.km, self.kn = km, kn
+        self.ntok, self.nemit = len(tb.tokens), len(eng.emitted_tokens)
+        self._bound = cur
+
+    def gather(self, reqs: np.ndarray, with_mean_ng: bool) -> tuple:
+        """(rows, chains, stale, mean_ng, kv): Engine._propose's chains and _build_batch's host-side
+        history for the decoding requests `reqs`, fresh arrays every step (a StepBatch may be kept);
+        kv = sum of prompt_len + pos over them. Marks the requests not fresh, as _host_history does.
+        The caller has called bind() this step."""
+        R, km, kn = len(reqs), self.km, self.kn
+        ffi, t, s = self.ffi, self.t, self.s
+        reqs = np.ascontiguousarray(reqs, dtype=np.int64)
+        ints = np.empty((5, R), dtype=np.int64)
+        floats = np.empty(R * 2 * (km + kn), dtype=np.float32)
+        fb, i64 = self._fb, self._i64
+        pi, pf = fb(i64, ints), fb(self._f32, floats)
+        mean = np.empty((R, kn), dtype=np.float64) if with_mean_ng else None
+        pm = fb(self._f64, mean) if with_mean_ng else ffi.NULL
+        kv = self.lib.es_gather(
+            R, fb(i64, reqs), km, kn, t["offsets"], t["out_len"], t["prompt_len"], t["m_conf"],
+            t["ng_conf"], t["ng_len"], s["pos"], s["prev_pos"], s["model_pos"], s["fresh"], s["m_conf_sum"],
+            s["m_conf_cnt"], s["ng_conf_sum"], s["ng_conf_cnt"], int(self.eng._ng_clean),
+            pi, pf, pi + R, pf + R * km, pi + 2 * R, pf + R * (km + kn), pi + 3 * R, pf + R * (2 * km + kn), pi + 4 * R,
+            pm)
+        a, b, c = R * km, R * (km + kn), R * (2 * km + kn)
+        chains = dict(model_conf=floats[:a].reshape(R, km), model_len=ints[1], ngram_conf=floats[a:b].reshape(R, kn),
+                      ngram_len=ints[2])
+        stale = (floats[b:c].reshape(R, km), ints[3], floats[c:].reshape(R, kn), ints[4])
+        return ints[0], chains, stale, mean, int(kv)
+
+    def commit(self, reqs: np.ndarray, rows: np.ndarray, chain: np.ndarray, adm: np.ndarray, sec,
+               model_ran: bool, ngram_ran: bool, chains: dict) -> tuple[list, list]:
+        """Engine._admit's contract and slots, _verify, _check_chain_bounds, _emit and _record_drafts for one
+        step. Returns (sums, bad): sums = [verified model, verified n-gram, accepted model, accepted n-gram,
+        emitted]; bad = the first request index of each check that failed, else -1 (admitted beyond a
+        chain, a drafter that did not run, emitted outside a chain or its context)."""
+        ffi, t, s, eng = self.ffi, self.t, self.s, self.eng
+        fb, i64 = self._fb, self._i64
+        reqs = np.ascontiguousarray(reqs, dtype=np.int64)
+        chain = np.ascontiguousarray(chain, dtype=np.int64)
+        adm = np.ascontiguousarray(adm, dtype=np.int64)
+        psec = ffi.NULL
+        if sec is not None:
+            sec = np.ascontiguousarray(sec, dtype=np.int64)
+            psec = fb(i64, sec)
+        ml, nl = chains["model_len"], chains["ngram_len"]
+        written = self.lib.es_commit(
+            len(reqs), fb(i64, reqs), fb(i64, rows), self.km, self.kn,
+            fb(i64, chain), fb(i64, adm), psec, int(model_ran), int(ngram_ran), fb(i64, ml), fb(i64, nl), t["offsets"], t["out_len"],
+            t["prompt_len"], t["tok_offsets"], t["length_only"], t["m_acc"], t["ng_acc"], t["ng_start"], t["m_tok"],
+            t["m_conf"], t["ng_conf"], t["ng_len"], t["tokens"], self.ntok, s["emitted_tokens"], self.nemit, s["pos"],
+            s["prev_pos"], s["model_pos"], s["n_steps"], s["m_conf_sum"], s["m_conf_cnt"], s["ng_conf_sum"],
+            s["ng_conf_cnt"], int(eng.policy.uses_ngram), int(eng._ng_clean), self.p_bad, self.p_sums)
+        if written < 0:
+            raise IndexError("an output slot outside the emitted-token buffer")
+        eng.n_written += int(written)
+        out = self.out.tolist()
+        return out[3:], out[:3]
+
+
+def native_step(engine):
+    """A NativeStep for `engine`, or None where the engine keeps the numpy step (see the module docstring)."""
+    if os.environ.get("HYBRIDSPEC_REFERENCE_ENGINE", "").strip() not in ("", "0"):
+        return None
+    from sim.engine import Engine
+
+    cls = type(engine)
+    if any(getattr(cls, m) is not getattr(Engine, m) for m in REPLACED):
+        return None
+    from sim.policies.native import load
+
+    native = load("engine_step")
+    if native is None:
+        return None
+    try:
+        return NativeStep(engine, native)
+    except Unsupported:
+        return None

@@ -1,0 +1,179 @@
+/* The simulator engine's per-step bookkeeping (sim/engine.py), in C: one call before the policy
+ * (es_gather: the drafters' chains, the host-side history, the step's KV context) and one after it
+ * (es_commit: the Allocation contract, the tables' acceptance, the chain-bounds check, emission, the
+ * history update). A transcription of Engine._propose, _build_batch/_host_history, _admit, _verify,
+ * _check_chain_bounds, _emit and _record_drafts (the numpy methods stay the definition, and run where
+ * this library is unavailable or a subclass overrides a hook): the same integers, and the same float
+ * operations in the same order -- float64 sums of float32 confidences, float64 means rounded once to
+ * float32 where the numpy code assigns them into a float32 array. Compiled like the policy forms
+ * (-O2 -ffp-contract=off, no fast-math; sim/policies/native/__init__.py). sim/engine_fast.py drives it;
+ * tests/test_engine_fast.py runs both paths and compares every step column and every emitted token.
+ *
+ * Shapes: R decoding requests reqs[R] (distinct); Km, Kn the model / n-gram chain widths; table rows
+ * of request r are offsets[r] .. offsets[r + 1] - 1 (one per output position).
+ */
+#include <stdint.h>
+
+/* Per request k (r = reqs[k], at output position pos[r], table row rows[k] = offsets[r] + pos[r]):
+ *   model_conf[k] = m_conf[row], model_len[k] = min(Km, out_len[r] - pos[r]),
+ *   ngram_conf[k] = ng_conf[row], ngram_len[k] = ng_len[row]                        (_propose)
+ *   stale rows: srow = offsets[r] + prev_pos[r], mrow = offsets[r] + model_pos[r]
+ *   stale_m[k] = m_conf[mrow]; where model_pos != prev_pos and the request has drafted before, the mean
+ *   of its model chains, m_sum / m_cnt (float64, rounded to float32); 1.0 when fresh (then fresh = 0);
+ *   stale_mlen[k] = min(Km, out_len[r] - model_pos[r]); stale_ng[k] = ng_conf[srow],
+ *   stale_nlen[k] = ng_len[srow]                                          (_build_batch/_host_history)
+ *   mean_ng[k] (when mean_ng is not NULL): n_sum / n_cnt where the request has n-gram history, else the
+ *   previous proposal ng_conf[srow] (times (slot < ng_len[srow]) unless `clean`), as float64.
+ * Returns the KV context the decoding requests read: sum over k of prompt_len[r] + pos[r]. */
+int64_t es_gather(int64_t R, const int64_t *reqs, int64_t Km, int64_t Kn,
+                  const int64_t *offsets, const int64_t *out_len, const int64_t *prompt_len,
+                  const float *m_conf, const float *ng_conf, const int64_t *ng_len,
+                  const int64_t *pos, const int64_t *prev_pos, const int64_t *model_pos, uint8_t *fresh,
+                  const double *m_sum, const int64_t *m_cnt, const double *n_sum, const int64_t *n_cnt,
+                  int64_t clean,
+                  int64_t *rows, float *model_conf, int64_t *model_len, float *ngram_conf, int64_t *ngram_len,
+                  float *stale_m, int64_t *stale_mlen, float *stale_ng, int64_t *stale_nlen, double *mean_ng) {
+    int64_t kv = 0;
+    for (int64_t k = 0; k < R; k++) {
+        int64_t r = reqs[k], p = pos[r], base = offsets[r];
+        int64_t row = base + p, srow = base + prev_pos[r], mrow = base + model_pos[r];
+        rows[k] = row;
+        kv += prompt_len[r] + p;
+        int64_t ml = out_len[r] - p;
+        model_len[k] = ml < Km ? ml : Km;
+        ngram_len[k] = ng_len[row];
+        for (int64_t j = 0; j < Km; j++) model_conf[k * Km + j] = m_conf[row * Km + j];
+        for (int64_t j = 0; j < Kn; j++) ngram_conf[k * Kn + j] = ng_conf[row * Kn + j];
+        float *sm = stale_m + k * Km;
+        if (fresh[r]) {
+            for (int64_t j = 0; j < Km; j++) sm[j] = 1.0f;
+        } else if (model_pos[r] != prev_pos[r] && m_cnt[r] > 0) {
+            double c = (double)m_cnt[r];
+            for (int64_t j = 0; j < Km; j++) sm[j] = (float)(m_sum[r * Km + j] / c);
+        } else {
+            for (int64_t j = 0; j < Km; j++) sm[j] = m_conf[mrow * Km + j];
+        }
+        fresh[r] = 0;
+        int64_t sl = out_len[r] - model_pos[r];
+        stale_mlen[k] = sl < Km ? sl : Km;
+        int64_t snl = ng_len[srow];
+        stale_nlen[k] = snl;
+        for (int64_t j = 0; j < Kn; j++) stale_ng[k * Kn + j] = ng_conf[srow * Kn + j];
+        if (mean_ng != 0) {
+            double *mn = mean_ng + k * Kn;
+            int64_t c = n_cnt[r];
+            if (c > 0) {
+                double d = (double)c;
+                for (int64_t j = 0; j < Kn; j++) mn[j] = n_sum[r * Kn + j] / d;
+            } else if (clean) {
+                for (int64_t j = 0; j < Kn; j++) mn[j] = (double)ng_conf[srow * Kn + j];
+            } else {
+                for (int64_t j = 0; j < Kn; j++) mn[j] = (double)(ng_conf[srow * Kn + j] * (float)(j < snl));
+            }
+        }
+    }
+    return kv;
+}
+
+/* After the policy: chain[R], adm[R], sec[R] (NULL: single chain), model_ran / ngram_ran, and the
+ * gathered model_len / ngram_len / rows. Per request (the numpy methods' order):
+ *   want_m = adm on a model chain, sec on an n-gram chain (tree), else 0; want_n likewise;
+ *   bad[0]: first k with want_m > model_len, want_n > ngram_len or min(want_m, want_n) < 0;
+ *   bad[1]: first k admitting slots of a drafter that did not run;
+ *   adm_m = min(want_m, model_len), adm_n = min(want_n, ngram_len); acc_m = min(adm_m, m_acc[row]),
+ *   acc_n = min(adm_n, ng_acc[row]); from_n = acc_n > acc_m; acc = max; n_emit = min(acc + 1, left),
+ *   n_draft = min(acc, n_emit);
+ *   bad[2]: first k whose emitted drafts leave their chain or (an n-gram copy of a request with real
+ *   tokens) the context: n_draft > its chain's length, or ng_start < 0 or ng_start + n_draft >
+ *   prompt_len + pos;
+ *   emission: slot j < n_emit of the output at position pos + j: the model chain's proposal
+ *   m_tok[row, min(j, Km - 1)], the n-gram copy tokens[tok_offsets + ng_start + j], or (bonus, j = n_draft)
+ *   the target's tokens[tok_offsets + prompt_len + pos + j]; token-buffer reads clipped to its ends as
+ *   numpy's take(mode="clip"); then pos += n_emit, prev_pos = the old pos;
+ *   history: if model_ran, model_pos = prev_pos, m_sum += m_conf[row], m_cnt += 1; if uses_ngram,
+ *   n_sum += ng_conf[row] (times (slot < ng_len[row]) unless clean), n_cnt += 1; n_steps += 1.
+ * sums[0..4] = verified model, verified n-gram, accepted model, accepted n-gram, emitted.
+ * Returns the number of tokens written, or -1 if an output slot fell outside the buffer (nothing is
+ * written then past that point; the caller raises). */
+int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *rows, int64_t Km, int64_t Kn,
+                  const int64_t *chain, const int64_t *adm, const int64_t *sec, int64_t model_ran, int64_t ngram_ran,
+                  const int64_t *model_len, const int64_t *ngram_len,
+                  const int64_t *offsets, const int64_t *out_len, const int64_t *prompt_len,
+                  const int64_t *tok_offsets, const uint8_t *length_only,
+                  const int64_t *m_acc, const int64_t *ng_acc, const int64_t *ng_start, const int32_t *m_tok,
+                  const float *m_conf, const float *ng_conf, const int64_t *ng_len_tab,
+                  const int64_t *tokens, int64_t ntokens, int64_t *emitted, int64_t nemitted,
+                  int64_t *pos, int64_t *prev_pos, int64_t *model_pos, int64_t *n_steps,
+                  double *m_sum, int64_t *m_cnt, double *n_sum, int64_t *n_cnt, int64_t uses_ngram, int64_t clean,
+                  int64_t *bad, int64_t *sums) {
+    int64_t written = 0;
+    bad[0] = bad[1] = bad[2] = -1;
+    for (int64_t i = 0; i < 5; i++) sums[i] = 0;
+    for (int64_t k = 0; k < R; k++) {
+        int64_t r = reqs[k], row = rows[k], p = pos[r];
+        int64_t c = chain[k], a = adm[k], s = sec ? sec[k] : 0;
+        int64_t is_m = c == 1, is_n = c == 2;
+        int64_t want_m = is_m ? a : (is_n ? s : 0);
+        int64_t want_n = is_n ? a : (is_m ? s : 0);
+        int64_t ml = model_len[k], nl = ngram_len[k];
+        int64_t lo = want_m < want_n ? want_m : want_n;
+        if (bad[0] < 0 && (want_m > ml || want_n > nl || lo < 0)) bad[0] = k;
+        if (bad[1] < 0 && ((want_m > 0 && !model_ran) || (want_n > 0 && !ngram_ran))) bad[1] = k;
+        int64_t adm_m = want_m < ml ? want_m : ml, adm_n = want_n < nl ? want_n : nl;
+        int64_t acc_m = adm_m < m_acc[row] ? adm_m : m_acc[row];
+        int64_t acc_n = adm_n < ng_acc[row] ? adm_n : ng_acc[row];
+        int64_t from_n = acc_n > acc_m;
+        int64_t acc = from_n ? acc_n : acc_m;
+        int64_t left = out_len[r] - p;
+        int64_t n_emit = acc + 1 < left ? acc + 1 : left;
+        int64_t n_draft = acc < n_emit ? acc : n_emit;
+        if (bad[2] < 0) {
+            int64_t b = n_draft > (from_n ? nl : ml);
+            if (from_n && n_draft > 0 && !length_only[r]) {
+                int64_t src = ng_start[row];
+                b = b || src < 0 || src + n_draft > prompt_len[r] + p;
+            }
+            if (b) bad[2] = k;
+        }
+        sums[0] += adm_m;
+        sums[1] += adm_n;
+        sums[from_n ? 3 : 2] += acc;
+        sums[4] += n_emit;
+        /* emission */
+        int64_t out_src = tok_offsets[r] + prompt_len[r] + p;
+        int64_t draft_src = from_n ? tok_offsets[r] + ng_start[row] : out_src;
+        int64_t dst = offsets[r] + p;
+        for (int64_t j = 0; j < n_emit; j++) {
+            int64_t t;
+            if (j < n_draft && !from_n) {
+                t = (int64_t)m_tok[row * Km + (j < Km - 1 ? j : Km - 1)];
+            } else {
+                int64_t idx = (j < n_draft ? draft_src : out_src) + j;
+                idx = idx < 0 ? 0 : (idx >= ntokens ? ntokens - 1 : idx);
+                t = tokens[idx];
+            }
+            if (dst + j < 0 || dst + j >= nemitted) return -1;
+            emitted[dst + j] = t;
+        }
+        written += n_emit;
+        pos[r] = p + n_emit;
+        prev_pos[r] = p;
+        /* history */
+        if (model_ran) {
+            model_pos[r] = p;
+            for (int64_t j = 0; j < Km; j++) m_sum[r * Km + j] += (double)m_conf[row * Km + j];
+            m_cnt[r] += 1;
+        }
+        if (uses_ngram) {
+            int64_t L = ng_len_tab[row];
+            if (clean) {
+                for (int64_t j = 0; j < Kn; j++) n_sum[r * Kn + j] += (double)ng_conf[row * Kn + j];
+            } else {
+                for (int64_t j = 0; j < Kn; j++) n_sum[r * Kn + j] += (double)(ng_conf[row * Kn + j] * (float)(j < L));
+            }
+            n_cnt[r] += 1;
+        }
+        n_steps[r] += 1;
+    }
+    return written;
+}

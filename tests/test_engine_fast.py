@@ -1,0 +1,77 @@
+"""The engine's native step (sim/engine_fast.py, sim/policies/native/engine_step.c) against the numpy step it
+transcribes (HYBRIDSPEC_REFERENCE_ENGINE=1): the same step columns bit for bit, the same emitted tokens and
+host-side history, under preemption, tree policies and n-gram confidences that are not 0 past their length."""
+import dataclasses
+import shutil
+
+import numpy as np
+import pytest
+
+from sim.engine import Engine, EngineConfig
+from sim.policies import get_policy
+from sim.run import SimSetup, prepare
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: the engine runs the numpy step")
+
+STATE = ("pos", "prev_pos", "model_pos", "m_conf_sum", "m_conf_cnt", "ng_conf_sum", "ng_conf_cnt", "n_steps",
+         "emitted_tokens", "n_preempt")
+
+
+@pytest.fixture(scope="module")
+def prep():
+    return prepare(SimSetup(trace="traces/chat.jsonl", sample=10, seed=5))
+
+
+def _run(tables, prep, spec, cfg, monkeypatch, reference: bool):
+    monkeypatch.setenv("HYBRIDSPEC_REFERENCE_ENGINE", "1" if reference else "0")
+    eng = Engine(tables, prep.arrivals, get_policy(spec), prep.cost, cfg)
+    res = eng.run()
+    assert (eng._fast is None) == reference
+    return eng, res
+
+
+def _same(a, b, what):
+    (ea, ra), (eb, rb) = a, b
+    assert ra.lossless == rb.lossless and ra.violation == rb.violation, what
+    for k, v in ra.steps.items():
+        w = rb.steps[k]
+        assert np.asarray(v).dtype == np.asarray(w).dtype and np.asarray(v).tobytes() == np.asarray(w).tobytes(), \
+            f"{what}: step column {k} differs"
+    for k in STATE:
+        assert np.array_equal(getattr(ea, k), getattr(eb, k)), f"{what}: {k} differs"
+    assert ea.n_written == eb.n_written and len(ra.steps["emitted"]) > 10
+
+
+@pytest.mark.parametrize("spec", ["none", "adaptive", "hybrid", "hybrid-price", "hybrid-tree", "oracle", "ngram-fixed:32"])
+def test_native_step_equals_numpy_step(prep, spec, monkeypatch):
+    tb = prep.tables
+    need = int((tb.prompt_len + tb.out_len).max()) + max(tb.k_model, tb.k_ngram) + 32
+    # a KV cache of about the longest request: admissions wait and growing requests are preempted
+    cfg = EngineConfig(batch_size=4, kv_capacity_tokens=need)
+    native = _run(tb, prep, spec, cfg, monkeypatch, reference=False)
+    ref = _run(tb, prep, spec, cfg, monkeypatch, reference=True)
+    _same(native, ref, spec)
+    assert ref[1].requests["preemptions"].sum() > 0
+
+
+def test_ngram_confidences_past_their_length(prep, monkeypatch):
+    tb = prep.tables
+    past = np.arange(tb.k_ngram)[None, :] >= tb.ng_len[:, None]
+    ng_conf = tb.ng_conf.copy()
+    ng_conf[past] = 0.25  # not the calibrator's 0: the host history must mask them
+    dirty = dataclasses.replace(tb, ng_conf=ng_conf)
+    cfg = EngineConfig(batch_size=4)
+    for spec in ("hybrid", "hybrid-price"):
+        native = _run(dirty, prep, spec, cfg, monkeypatch, reference=False)
+        assert native[0]._ng_clean is False
+        _same(native, _run(dirty, prep, spec, cfg, monkeypatch, reference=True), spec)
+
+
+def test_subclass_overriding_a_hook_keeps_the_numpy_step(prep, monkeypatch):
+    class Hooked(Engine):
+        def _emit(self, *args):
+            return super()._emit(*args)
+
+    monkeypatch.delenv("HYBRIDSPEC_REFERENCE_ENGINE", raising=False)
+    eng = Hooked(prep.tables, prep.arrivals, get_policy("none"), prep.cost, EngineConfig(batch_size=4))
+    assert eng.run().lossless and eng._fast is None
