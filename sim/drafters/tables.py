@@ -203,13 +203,15 @@ def stat_profile(req, ngram_cfg: NgramConfig, profile: ModelDrafterProfile, cali
     base: DraftTables = _PROFILE_CACHE[key]["tables"]
     rng = request_seed(seed, "len:" + req.id)
     L = req.output_len
-    idx = []
-    while len(idx) < L:
+    starts, stops, got = [], [], 0  # segments [start, stop) of base rows, drawn until L rows are covered
+    while got < L:
         r = int(rng.integers(len(base.out_len)))
         a, b = base.offsets[r], base.offsets[r + 1]
         s = int(rng.integers(a, b))
-        idx.extend(range(s, b))
-    idx = np.asarray(idx[:L], dtype=np.int64)
+        starts.append(s)
+        stops.append(int(b))
+        got += int(b) - s
+    idx = _ranges(np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64))[:L]
     P = req.prompt_len
     # Synthetic token buffer: prompt of zeros, output of distinct ids. n-gram proposals copy the output
     # itself (ng_start = P + pos: the current token, not the context), so their copied tokens are right
