@@ -2,7 +2,7 @@
 
     python -m sim.memory_bench gen-burst --requests 1000000 -o out/mem/burst-1m.jsonl
     python -m sim.memory_bench gen-text  --requests 20000 --prompt 1000 --output 2000 -o out/mem/text-20k.jsonl
-    python -m sim.memory_bench run out/mem/burst-1m.jsonl [--batch-size 256] [--policy hybrid-price] [-- sim.run flags]
+    python -m sim.memory_bench run out/mem/burst-1m.jsonl [--batch-size 256] [--policy hybrid-price] [sim.run flags]
 
 gen-burst: a length-only trace shaped like BurstGPT's conversation logs (Wang et al. 2024: request lengths
 Zipf-like, responses of a few hundred tokens, Gamma-distributed inter-arrival times). Lengths are lognormal,
@@ -129,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("trace")
     r.add_argument("--policy", default="hybrid-price")
     r.add_argument("--batch-size", type=int, default=256)
-    r.add_argument("extra", nargs="*", help="more sim.run flags (after --)")
-    a = ap.parse_args(argv)
+    a, extra = ap.parse_known_args(argv)  # what is left goes to sim.run (run only)
+    extra = [x for x in extra if x != "--"]
+    if extra and a.cmd != "run":
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
     for k in ("requests", "prompt", "output", "batch_size"):
         if getattr(a, k, 1) < 1:
             raise ConfigError(f"--{k.replace('_', '-')} must be >= 1, got {getattr(a, k)}")
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         gen_text(a.requests, a.out, a.seed, a.prompt, a.output)
     else:
         print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
-        print(json.dumps(measure(a.trace, a.policy, a.batch_size, a.extra)))
+        print(json.dumps(measure(a.trace, a.policy, a.batch_size, extra)))
         print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     return 0
 
