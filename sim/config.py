@@ -4,7 +4,8 @@ are generated from these classes, so a setting is declared once.
 
     TraceConfig    which requests: the trace, a first-N or seeded sample of it, temperature, context check
     ModelConfig    the served model, the GPU and the cost model
-    DrafterConfig  the model-drafter profile (or recorded drafts), the n-gram calibrator and chain length
+    DrafterConfig  the model-drafter profile (or recorded drafts), the n-gram calibrator and chain length, and
+                   whether the draft tables are built whole or per request (streamed)
     ServingConfig  the engine: arrivals, token budget, KV-cache size, asynchronous scheduling
     RunGrid        what a run compares: policies and batch sizes (lists)
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from sim.drafters.calibration import DEFAULT_CALIBRATOR
+from sim.drafters.stream import parse_draft_tables
 from sim.errors import ConfigError
 from sim.vllm_compat import MIN_RATE, parse_rate
 
@@ -72,6 +74,10 @@ class DrafterConfig:
     drafts: str | None = opt(None, "recorded model drafts (JSONL sidecar) to replay exactly")
     calibrator: str = opt(DEFAULT_CALIBRATOR, "n-gram calibrator in models/calibrators/ (or a file)")
     ngram_k: int = opt(32, "n-gram chain length", min=1, max=4096)
+    draft_tables: str = opt("auto", "draft tables: whole (built for the whole trace up front, cached on disk), stream "
+                            "(each request's built when it is admitted and freed when it finishes: memory follows the "
+                            "running batch) or auto (stream when the whole tables would pass 1 GiB; docs/memory.md)",
+                            grid=None, parse=parse_draft_tables)
 
 
 @dataclass

@@ -49,6 +49,15 @@ target's by the definition of its match length), a wrong copy source, over-admis
 duplicated emission. What it cannot catch: under-stated acceptance (fewer tokens accepted than the
 chain matched: lossless, only slower), and for recorded drafts the recorded acceptance itself (the
 sidecar has no token ids; their proposed tokens are built from model_acc).
+
+Memory. With whole-trace DraftTables the engine keeps per-request scalars (n of each), the emitted-token
+buffer (one slot per output position of the trace) and the host history's K-wide sums ([n, K_m], [n, K_n]).
+With streaming tables (sim.drafters.stream; python -m sim.run --draft-tables stream, or auto above its budget)
+a request's table rows, its emitted-token slots (a column of the arena) and its K-wide history sums (a slot
+taken at admission) exist only from admission to finish, so they scale with the running requests (and those
+preempted, which keep theirs). Item 3 of the lossless check then runs per request as it finishes, before its
+rows are freed, with the same comparisons; the count of tokens written is checked at the end as before.
+Step records are kept in numpy chunks (sim.step_log). See docs/memory.md.
 """
 from __future__ import annotations
 
@@ -65,6 +74,7 @@ from sim.engine_fast import Unsupported, native_step
 from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
 from sim.scheduler import Scheduler, StepPlan
+from sim.step_log import StepLog
 
 
 @dataclass(frozen=True)
@@ -140,8 +150,13 @@ class Engine:
 
     single_thread = True  # torch intra-op threads during run(): one (the simulator's tensors are tiny)
 
-    def __init__(self, tables: DraftTables, arrivals_s: np.ndarray, policy, cost: CostModel,
+    def __init__(self, tables, arrivals_s: np.ndarray, policy, cost: CostModel,
                  cfg: EngineConfig, progress: bool = False):
+        """tables: a whole-trace DraftTables, or a sim.drafters.stream.StreamingTables (then each request's rows
+        are built when it is admitted and freed when it finishes; see Memory in the module docstring)."""
+        self.stream = getattr(tables, "streaming", False)
+        if self.stream:
+            tables = tables.open()  # this run's arena
         self.tb, self.policy, self.cost, self.cfg = tables, policy, cost, cfg
         n = len(tables.out_len)
         self.n = n
@@ -170,20 +185,28 @@ class Engine:
         self.model_pos = np.zeros(n, dtype=np.int64)    # position of the last step the model drafter ran
         # Running mean of the model chains drafted for each request (sum over drafts, count): the host's
         # estimate of a request's model chain when its pass was skipped at the previous step.
-        self.m_conf_sum = np.zeros((n, tables.k_model), dtype=np.float64)
+        # The K-wide sums are indexed by history slot (_hist): the request itself with whole tables; with
+        # streaming tables a slot held from admission to finish, so they take (live requests) x K, not n x K.
+        self._hslot = np.full(n, -1, dtype=np.int64) if self.stream else None
+        self._free_slots: list[int] = []
+        self._hused = 0  # history slots handed out so far (streaming)
+        hist_rows = 0 if self.stream else n
+        self.m_conf_sum = np.zeros((hist_rows, tables.k_model), dtype=np.float64)
         self.m_conf_cnt = np.zeros(n, dtype=np.int64)
         # Running mean of each request's n-gram chains (confidence per slot, 0 past the chain's length).
-        self.ng_conf_sum = np.zeros((n, tables.k_ngram), dtype=np.float64)
+        self.ng_conf_sum = np.zeros((hist_rows, tables.k_ngram), dtype=np.float64)
         self.ng_conf_cnt = np.zeros(n, dtype=np.int64)
-        self._ng_clean = _ng_conf_zero_past_length(tables)  # then ng_conf * (slot < ng_len) == ng_conf
         self._price_memo: dict = {}
-        self._out_base = tables.tok_offsets[:-1] + tables.prompt_len  # token-buffer index of output[0], per request
+        # token-buffer index of output[0], per request (the arena keeps its own up to date)
+        self._out_base = tables.out_base if self.stream else tables.tok_offsets[:-1] + tables.prompt_len
         self.t_first = np.full(n, np.nan)
         self.t_done = np.full(n, np.nan)
         self.n_steps = np.zeros(n, dtype=np.int64)
-        self.emitted_tokens = np.full(int(tables.out_len.sum()), -1, dtype=np.int64)
-        self.n_written = 0  # tokens written into emitted_tokens (== its length iff each slot written once)
+        self.n_outputs = int(tables.out_len.sum())
+        self._emitted = None if self.stream else np.full(self.n_outputs, -1, dtype=np.int64)
+        self.n_written = 0  # tokens written into emitted_tokens (== n_outputs iff each slot written once)
         self.violation = ""  # first violation of the step checks (module docstring, items 1-2)
+        self._out_violation: tuple[int, str] | None = None  # streaming: (request, message) of item 3's first failure
         # Policies decide with the verify table vLLM profiles once at start-up (a fixed reference context,
         # see CostModel.startup_verify_table); every step is charged its true cost at its own context.
         kdec = max(tables.k_model, tables.k_ngram)
@@ -193,10 +216,62 @@ class Engine:
         vocab = cost.vocab_size
         # vLLM 0.33's verification logits cap: one fp32 chunk of 2**30 bytes, vocab_size * 4 bytes per row
         self.max_logits = 2**30 // (vocab * 4) if vocab else None
-        self.steps: list[tuple] = []  # one STEP_COLUMNS tuple per step
+        self.steps = StepLog(STEP_COLUMNS)  # one STEP_COLUMNS tuple per step, kept as numpy chunks
         self._bar = None
 
     # ----------------------------------------------------------------------------------------- utils
+    @property
+    def emitted_tokens(self) -> np.ndarray:
+        """The emitted-token buffer, indexed by table row (-1: not emitted yet); the arena's with streaming."""
+        return self.tb.emitted if self.stream else self._emitted
+
+    @property
+    def _ng_clean(self) -> bool:
+        """Whether ng_conf * (slot < ng_len) == ng_conf for every row the engine can read (read per step: an
+        arena learns it as requests are admitted)."""
+        return _ng_conf_zero_past_length(self.tb)
+
+    def _hist(self, reqs: np.ndarray) -> np.ndarray:
+        """Rows of the K-wide host-history sums of requests `reqs`."""
+        return reqs if self._hslot is None else self._hslot[reqs]
+
+    def _admit_rows(self, plan: StepPlan) -> StepPlan:
+        """Streaming tables: build the rows and take a history slot for every newly running request."""
+        if self.stream and self.sched.running:
+            run = np.asarray(self.sched.running, dtype=np.int64)
+            new = run[~self.tb.live[run]]
+            if len(new):
+                self.tb.admit(new)
+                for r in new.tolist():
+                    self._hslot[r] = self._free_slots.pop() if self._free_slots else self._new_slot()
+        return plan
+
+    def _new_slot(self) -> int:
+        """A never-used history slot, growing the K-wide sums (doubling) when they are full."""
+        s, cap = self._hused, len(self.m_conf_sum)
+        if s == cap:
+            grow = max(cap, 64)
+            self.m_conf_sum = np.concatenate([self.m_conf_sum, np.zeros((grow, self.tb.k_model))])
+            self.ng_conf_sum = np.concatenate([self.ng_conf_sum, np.zeros((grow, self.tb.k_ngram))])
+        self._hused = s + 1
+        return s
+
+    def _release_rows(self, finished: list[int]) -> None:
+        """Streaming tables: check each finished request's output (lossless item 3), then free its rows and slot."""
+        if not (self.stream and finished):
+            return
+        for r in finished:
+            if self._out_violation is None or r < self._out_violation[0]:
+                msg = self.tb.output_violation(r, int(self.pos[r]))
+                if msg:
+                    self._out_violation = (r, msg)
+            s = int(self._hslot[r])
+            self.m_conf_sum[s] = 0.0
+            self.ng_conf_sum[s] = 0.0
+            self._free_slots.append(s)
+            self._hslot[r] = -1
+        self.tb.release(finished)
+
     def _prices(self, R: int) -> dict:
         """The drafters' and the allocation kernel's prices for R decoding requests, as if every drafter the
         policy uses runs (the cost model's, computed once per R: they depend on nothing else)."""
@@ -254,14 +329,14 @@ class Engine:
         gap = (self.model_pos[reqs] != self.prev_pos[reqs]) & (self.m_conf_cnt[reqs] > 0)
         if gap.any():
             g = reqs[gap]
-            stale_m[gap] = self.m_conf_sum[g] / self.m_conf_cnt[g][:, None]
+            stale_m[gap] = self.m_conf_sum[self._hist(g)] / self.m_conf_cnt[g][:, None]
         stale_m[self.fresh[reqs]] = 1.0
         self.fresh[reqs] = False
         if not self.policy.uses_ngram:  # only policies that draft n-gram chains read their history
             return stale_m, None
         cnt = self.ng_conf_cnt[reqs]
         last = tb.ng_conf[srows] if self._ng_clean else tb.ng_conf[srows] * (np.arange(tb.k_ngram) < tb.ng_len[srows][:, None])
-        mean_ng = np.where(cnt[:, None] > 0, self.ng_conf_sum[reqs] / np.maximum(cnt, 1)[:, None], last)
+        mean_ng = np.where(cnt[:, None] > 0, self.ng_conf_sum[self._hist(reqs)] / np.maximum(cnt, 1)[:, None], last)
         return stale_m, mean_ng
 
     def _record_drafts(self, reqs: np.ndarray, rows: np.ndarray, model_ran: bool) -> None:
@@ -269,10 +344,10 @@ class Engine:
         tb = self.tb
         if model_ran:
             self.model_pos[reqs] = self.prev_pos[reqs]
-            self.m_conf_sum[reqs] += tb.m_conf[rows]
+            self.m_conf_sum[self._hist(reqs)] += tb.m_conf[rows]
             self.m_conf_cnt[reqs] += 1
         if self.policy.uses_ngram:
-            self.ng_conf_sum[reqs] += (tb.ng_conf[rows] if self._ng_clean
+            self.ng_conf_sum[self._hist(reqs)] += (tb.ng_conf[rows] if self._ng_clean
                                        else tb.ng_conf[rows] * (np.arange(tb.k_ngram) < tb.ng_len[rows][:, None]))
             self.ng_conf_cnt[reqs] += 1
 
@@ -313,6 +388,7 @@ class Engine:
                 yield wake[0]
                 continue
             step_ms, finished = self._step(env.now)
+            self._release_rows(finished)
             yield env.timeout(step_ms)
             for r in finished:
                 self.t_done[r] = env.now / 1000.0
@@ -347,8 +423,7 @@ class Engine:
             "tpot_s": np.where(tb.out_len > 1, (self.t_done - self.t_first) / np.maximum(tb.out_len - 1, 1), np.nan),
             "decode_steps": self.n_steps, "preemptions": self.n_preempt,
         }
-        cols = list(zip(*self.steps)) if self.steps else [()] * len(STEP_COLUMNS)
-        steps = {k: np.asarray(v) for k, v in zip(STEP_COLUMNS, cols)}
+        steps = self.steps.to_columns()
         return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=not violation, violation=violation)
 
     def check_lossless(self) -> str:
@@ -357,6 +432,16 @@ class Engine:
         position at its output length, and the number of tokens written (exactly once each)."""
         if self.violation:
             return self.violation
+        if self.stream:  # item 3 was checked per request as it finished (_release_rows); the count here
+            if self._out_violation is not None:
+                return self._out_violation[1]
+            short = np.nonzero(self.pos != self.tb.out_len)[0]  # a request that never finished
+            if len(short):
+                r = int(short[0])
+                return f"request {r} ended at position {int(self.pos[r])} of {int(self.tb.out_len[r])}"
+            if self.n_written != self.n_outputs:
+                return f"{self.n_written} tokens emitted for {self.n_outputs} output positions (some emitted twice)"
+            return ""
         tb = self.tb
         req = np.repeat(np.arange(self.n), tb.out_len)
         i = np.arange(len(req)) - tb.offsets[req]  # output position of each slot
@@ -382,8 +467,9 @@ class Engine:
     #   -> _charge (hook: the cost model here, the clock there).
 
     def _schedule(self) -> StepPlan:
-        """The shared scheduler's plan for this step (sim.scheduler)."""
-        return self.sched.schedule()
+        """The shared scheduler's plan for this step (sim.scheduler); streaming tables build the rows of the
+        requests it admits."""
+        return self._admit_rows(self.sched.schedule())
 
     def _propose(self, reqs: np.ndarray, rows: np.ndarray) -> dict:
         """Hook: the drafters' chains for the decoding requests at output rows `rows` of the tables:

@@ -8,8 +8,8 @@ results and the same float operations in the same order, so every step column an
 same bit for bit (tests/test_engine_fast.py runs both paths side by side; tests/test_sim_identity.py
 holds both to the recorded digests). The numpy methods stay the definition: the engine runs them where
 the library cannot be built, where a subclass (the real engine) overrides a hook the native step
-replaces, where the tables or state are not the dtypes transcribed here, and when
-HYBRIDSPEC_REFERENCE_ENGINE=1.
+replaces, where the tables or state are not the dtypes transcribed here, with streaming draft tables
+(sim.drafters.stream: the history is indexed by live slot there), and when HYBRIDSPEC_REFERENCE_ENGINE=1.
 """
 from __future__ import annotations
 
@@ -146,6 +146,10 @@ class NativeStep:
 def native_step(engine):
     """A NativeStep for `engine`, or None where the engine keeps the numpy step (see the module docstring)."""
     if os.environ.get("HYBRIDSPEC_REFERENCE_ENGINE", "").strip() not in ("", "0"):
+        return None
+    if getattr(engine, "stream", False):
+        # streaming tables index the K-wide history by a live slot (Engine._hist), not by request: the C
+        # transcription reads them by request, so a streamed run keeps the numpy step
         return None
     from sim.engine import Engine
 

@@ -24,6 +24,9 @@ LATENCIES = (("ttft", "TTFT", "Time to First Token"), ("tpot", "TPOT", "Time per
 PERCENTILES = (99,)
 
 
+ITL_SAMPLES_MAX = 1 << 24  # above this many ITL samples their statistics come from (gap, count) pairs (memory)
+
+
 def itl_samples_s(res: RunLike) -> np.ndarray:
     """Every inter-token latency of the run (seconds), as a streaming client would measure them: for each
     request, the gaps between the ends of the engine steps that delivered its tokens after the first.
@@ -44,6 +47,48 @@ def itl_samples_s(res: RunLike) -> np.ndarray:
     np.add.at(count, lo, 1)
     np.add.at(count, hi, -1)
     return np.repeat(gaps, np.cumsum(count)[:-1])
+
+
+def _itl_stats_ms(res: RunLike) -> dict:
+    """_stats_ms("itl", itl_samples_s(res)), without materialising the samples when there are more than
+    ITL_SAMPLES_MAX of them (a million-request run has ~10^8: gigabytes). Each step's gap g_i is one sample
+    per request it delivered to (count c_i), so over N = sum c_i samples: mean = sum c_i g_i / N, std the same
+    weighted, and median and p99 are order statistics of the sorted gaps repeated by count, interpolated
+    linearly between neighbours at position (N - 1) q as np.percentile does (equal up to rounding)."""
+    rq, st = res.requests, res.steps
+    ends = np.sort(np.asarray(st["t_start_ms"], dtype=np.float64) + np.asarray(st["step_ms"], dtype=np.float64)) / 1000.0
+    first, done = np.asarray(rq["first_token_s"], dtype=np.float64), np.asarray(rq["finish_s"], dtype=np.float64)
+    ok = ~np.isnan(first) & ~np.isnan(done)
+    lo = np.searchsorted(ends, first[ok] + 1e-9, side="left")
+    hi = np.searchsorted(ends, done[ok] + 1e-9, side="left")
+    if len(ends) == 0 or int((hi - lo).sum()) <= ITL_SAMPLES_MAX:
+        return _stats_ms("itl", itl_samples_s(res))
+    gaps = np.diff(ends, prepend=ends[0])
+    count = np.zeros(len(ends) + 1, dtype=np.int64)
+    np.add.at(count, lo, 1)
+    np.add.at(count, hi, -1)
+    w = np.cumsum(count)[:-1]
+    x = gaps * 1000.0
+    order = np.argsort(x, kind="stable")
+    x, w = x[order], w[order]
+    cum = np.cumsum(w)
+    n = int(cum[-1])
+
+    def kth(k: int) -> float:  # the k-th (0-based) of the sorted samples
+        return float(x[np.searchsorted(cum, k, side="right")])
+
+    def quantile(q: float) -> float:
+        h = (n - 1) * q
+        k = int(np.floor(h))
+        a, b = kth(k), kth(min(k + 1, n - 1))
+        return a + (h - k) * (b - a)
+
+    mean = float((x * w).sum() / n)
+    row = {"mean_itl_ms": mean, "median_itl_ms": quantile(0.5),
+           "std_itl_ms": float(np.sqrt((w * (x - mean) ** 2).sum() / n))}
+    for p in PERCENTILES:
+        row[f"p{p}_itl_ms"] = quantile(p / 100)
+    return row
 
 
 def _stats_ms(name: str, x_s: np.ndarray) -> dict:
@@ -68,8 +113,10 @@ def serving_metrics(res: RunLike) -> dict:
            "output_throughput": out_tok / dur if dur > 0 else float("nan"),
            "total_token_throughput": (in_tok + out_tok) / dur if dur > 0 else float("nan")}
     e2el = np.asarray(rq["finish_s"], dtype=np.float64) - np.asarray(rq["arrival_s"], dtype=np.float64)
-    for name, vals in (("ttft", rq["ttft_s"]), ("tpot", rq["tpot_s"]), ("itl", itl_samples_s(res)), ("e2el", e2el)):
-        row.update(_stats_ms(name, vals))
+    row.update(_stats_ms("ttft", rq["ttft_s"]))
+    row.update(_stats_ms("tpot", rq["tpot_s"]))
+    row.update(_itl_stats_ms(res))
+    row.update(_stats_ms("e2el", e2el))
     return row
 
 

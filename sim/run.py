@@ -30,6 +30,7 @@ from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
 from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
 from sim.drafters.ngram import NgramConfig
 from sim.drafters.cache import cached_draft_tables
+from sim.drafters.stream import StreamingTables, pick_streaming
 from sim.drafters.tables import DraftTables
 from sim.engine import Engine, EngineConfig, RunResult
 from sim.errors import ConfigError
@@ -52,7 +53,7 @@ class SimSetup(ServingConfig, DrafterConfig, ModelConfig, TraceConfig):
 @dataclass
 class Prepared:
     setup: SimSetup
-    tables: DraftTables
+    tables: DraftTables | StreamingTables  # whole-trace tables, or the recipe of per-request ones (streaming)
     arrivals: np.ndarray
     cost: object
     length_only: bool
@@ -67,7 +68,8 @@ class Prepared:
 
 def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfile | None = None) -> Prepared:
     """Load the trace, the cost model and the drafters, and build the draft tables once (or load them from
-    the on-disk cache, sim.drafters.cache). `profile` overrides the named drafter profile (for fitting it)."""
+    the on-disk cache, sim.drafters.cache) -- or, when streaming (setup.draft_tables; sim.drafters.stream),
+    only their recipe: each run builds a request's rows when it is admitted. `profile` overrides the named drafter profile (for fitting it)."""
     from sim.trace import load_trace
 
     cost = make_cost_model(setup.cost, llm=setup.model, gpu=setup.gpu)
@@ -92,7 +94,11 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
         unknown = sorted(set(recorded) - {r.id for r in reqs})
         if unknown:
             raise ConfigError(f"{setup.drafts}: recorded drafts for {len(unknown)} request(s) not in the trace, e.g. '{unknown[0]}'")
-    tables = cached_draft_tables(reqs, ngram_cfg, profile, calib, seed=setup.seed, progress=progress, recorded=recorded)
+    if pick_streaming(setup.draft_tables, reqs, profile.block, ngram_cfg.k):
+        tables = StreamingTables(reqs, ngram_cfg, profile, calib, seed=setup.seed, recorded=recorded)
+    else:
+        tables = cached_draft_tables(reqs, ngram_cfg, profile, calib, seed=setup.seed, progress=progress,
+                                     recorded=recorded)
     arrivals = np.asarray([r.arrival_s or 0.0 for r in reqs], dtype=np.float64)
     return Prepared(setup, tables, arrivals, cost, bool(trace.length_only), trace.skipped, trace.tokenizer,
                     tok_note if trace.tokenizer else None, [r.id for r in reqs], [r.line for r in reqs],

@@ -52,6 +52,9 @@ def _variants(base: SimSetup, progress: bool):
     for gpu in AXES["gpu"]:
         cost = make_cost_model(base.cost, llm=base.model, gpu=gpu)
         yield "gpu", gpu, dataclasses.replace(default, cost=cost, setup=dataclasses.replace(base, gpu=gpu))
+    if getattr(default.tables, "streaming", False):  # the copy terciles read every request's rows up front
+        raise ConfigError(f"{base.trace}: the sensitivity study needs whole draft tables; use --draft-tables whole "
+                          "(or a smaller --limit/--sample)")
     frac = default.tables.copy_fraction()
     if len(frac) < 3:
         raise ConfigError(f"{base.trace}: the copy-fraction terciles need at least 3 requests, got {len(frac)}")

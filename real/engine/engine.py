@@ -87,6 +87,9 @@ class RealEngine(Engine):
 
     def __init__(self, tables: DraftTables, arrivals_s: np.ndarray, policy, cost, cfg: EngineConfig, model,
                  ngram_cfg: NgramConfig, teacher_forcing: bool = False, progress: bool = False, drafter=None) -> None:
+        if getattr(tables, "streaming", False):
+            raise ConfigError("the real engine reads every request's context up front: give it whole draft tables "
+                              "(--draft-tables whole)")
         super().__init__(tables, arrivals_s, policy, cost, cfg, progress=progress)
         if policy.tree:
             raise ConfigError(f"policy '{policy.name}' verifies two branches (a tree): the real engine verifies "

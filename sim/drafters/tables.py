@@ -26,6 +26,10 @@ from sim.drafters.ngram import NgramConfig, ngram_tables
 from sim.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
+# The per-row columns and their dtypes (one row per output position); `tokens` (int64) is per token.
+ROW_DTYPES = {"ng_len": np.int64, "ng_acc": np.int64, "ng_start": np.int64, "ng_conf": np.float32,
+              "m_conf": np.float32, "m_acc": np.int64, "m_tok": np.int32}
+ROW_COLUMNS = tuple(ROW_DTYPES)
 
 
 @dataclass
@@ -100,36 +104,14 @@ def build_draft_tables(
     """Precompute the draft tables of `requests` (sim.trace.Request objects). `recorded` maps request
     ids to ModelChains recorded by a real engine (sim.drafters.model.load_recorded_drafts); those
     requests replay them exactly instead of drawing synthetic chains."""
-    if calibrator.cfg.n_min != ngram_cfg.n_min or calibrator.cfg.n_max != ngram_cfg.n_max:
-        raise ConfigError(
-            f"the n-gram calibrator was fitted for n in [{calibrator.cfg.n_min}, {calibrator.cfg.n_max}] "
-            f"but the drafter uses [{ngram_cfg.n_min}, {ngram_cfg.n_max}]; refit it with python -m sim.calibrate"
-        )
-    parts: dict[str, list] = {k: [] for k in ("ng_len", "ng_acc", "ng_start", "ng_conf", "m_conf", "m_acc", "m_tok", "tokens")}
+    check_calibrator(ngram_cfg, calibrator)
+    parts: dict[str, list] = {k: [] for k in ROW_COLUMNS + ("tokens",)}
     out_len, prompt_len, length_only = [], [], []
     replayed = 0
     it = tqdm(requests, desc="draft tables", unit="req", disable=not progress, leave=False)
     for req in it:
-        if req.output_ids is None:
-            rows = stat_profile(req, ngram_cfg, profile, calibrator, seed)
-        else:
-            toks = np.concatenate([req.prompt_ids, req.output_ids]).astype(np.int64)
-            tab = ngram_tables(toks, len(req.prompt_ids), ngram_cfg)
-            if recorded is not None and req.id in recorded:
-                chains = recorded[req.id]
-                if len(chains.acc_len) != req.output_len or chains.conf.shape[1] != profile.block:
-                    raise ConfigError(f"recorded drafts of request '{req.id}' have {len(chains.acc_len)} positions x "
-                                      f"{chains.conf.shape[1]} tokens; the trace needs {req.output_len} x {profile.block}")
-                replayed += 1
-            else:
-                chains = synth_model_chains(profile, copy_mask(tab, profile.copy_min_ext), request_seed(seed, req.id),
-                                            req.temperature, match_ext=tab.ext)
-            ng_acc = tab.acc_len
-            if req.temperature > 0:
-                ng_acc = _thin_acceptance(ng_acc, profile.temp_scale**req.temperature, request_seed(seed + 1, req.id))
-            rows = dict(ng_len=tab.length, ng_acc=ng_acc, ng_start=tab.start, ng_conf=calibrator.conditional(tab, ngram_cfg.k),
-                        m_conf=chains.conf, m_acc=chains.acc_len, tokens=toks,
-                        m_tok=chain_tokens(req.output_ids, chains.acc_len, profile.block))
+        rows = request_rows(req, ngram_cfg, profile, calibrator, seed, recorded)
+        replayed += bool(recorded is not None and req.output_ids is not None and req.id in recorded)
         for k in parts:
             parts[k].append(rows[k])
         out_len.append(len(rows["m_acc"]))
@@ -153,6 +135,40 @@ def build_draft_tables(
         length_only=np.asarray(length_only, dtype=bool),
         replayed_requests=replayed,
     )
+
+
+def check_calibrator(ngram_cfg: NgramConfig, calibrator: NgramCalibrator) -> None:
+    """ConfigError unless the calibrator was fitted for the drafter's n-gram sizes."""
+    if calibrator.cfg.n_min != ngram_cfg.n_min or calibrator.cfg.n_max != ngram_cfg.n_max:
+        raise ConfigError(
+            f"the n-gram calibrator was fitted for n in [{calibrator.cfg.n_min}, {calibrator.cfg.n_max}] "
+            f"but the drafter uses [{ngram_cfg.n_min}, {ngram_cfg.n_max}]; refit it with python -m sim.calibrate"
+        )
+
+
+def request_rows(req, ngram_cfg: NgramConfig, profile: ModelDrafterProfile, calibrator: NgramCalibrator, seed: int,
+                 recorded: dict | None = None) -> dict:
+    """One request's rows (ROW_COLUMNS, one row per output position, and its prompt+output `tokens`), the
+    same whether built for the whole trace (build_draft_tables) or when the request is admitted
+    (sim.drafters.stream): every draw is seeded by the request's id (request_seed), never by its order."""
+    if req.output_ids is None:
+        return stat_profile(req, ngram_cfg, profile, calibrator, seed)
+    toks = np.concatenate([req.prompt_ids, req.output_ids]).astype(np.int64)
+    tab = ngram_tables(toks, len(req.prompt_ids), ngram_cfg)
+    if recorded is not None and req.id in recorded:
+        chains = recorded[req.id]
+        if len(chains.acc_len) != req.output_len or chains.conf.shape[1] != profile.block:
+            raise ConfigError(f"recorded drafts of request '{req.id}' have {len(chains.acc_len)} positions x "
+                              f"{chains.conf.shape[1]} tokens; the trace needs {req.output_len} x {profile.block}")
+    else:
+        chains = synth_model_chains(profile, copy_mask(tab, profile.copy_min_ext), request_seed(seed, req.id),
+                                    req.temperature, match_ext=tab.ext)
+    ng_acc = tab.acc_len
+    if req.temperature > 0:
+        ng_acc = _thin_acceptance(ng_acc, profile.temp_scale**req.temperature, request_seed(seed + 1, req.id))
+    return dict(ng_len=tab.length, ng_acc=ng_acc, ng_start=tab.start, ng_conf=calibrator.conditional(tab, ngram_cfg.k),
+                m_conf=chains.conf, m_acc=chains.acc_len, tokens=toks,
+                m_tok=chain_tokens(req.output_ids, chains.acc_len, profile.block))
 
 
 def _thin_acceptance(acc: np.ndarray, keep: float, rng: np.random.Generator) -> np.ndarray:
@@ -187,13 +203,15 @@ def stat_profile(req, ngram_cfg: NgramConfig, profile: ModelDrafterProfile, cali
     base: DraftTables = _PROFILE_CACHE[key]["tables"]
     rng = request_seed(seed, "len:" + req.id)
     L = req.output_len
-    idx = []
-    while len(idx) < L:
+    starts, stops, got = [], [], 0  # segments [start, stop) of base rows, drawn until L rows are covered
+    while got < L:
         r = int(rng.integers(len(base.out_len)))
         a, b = base.offsets[r], base.offsets[r + 1]
         s = int(rng.integers(a, b))
-        idx.extend(range(s, b))
-    idx = np.asarray(idx[:L], dtype=np.int64)
+        starts.append(s)
+        stops.append(int(b))
+        got += int(b) - s
+    idx = _ranges(np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64))[:L]
     P = req.prompt_len
     # Synthetic token buffer: prompt of zeros, output of distinct ids. n-gram proposals copy the output
     # itself (ng_start = P + pos: the current token, not the context), so their copied tokens are right

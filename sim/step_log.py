@@ -1,0 +1,46 @@
+"""The engine's per-step records, kept as compact numpy chunks instead of one Python tuple per step.
+
+A run of a million requests takes hundreds of thousands of steps; a tuple of 21 Python numbers costs about
+700 bytes, a row of 21 float64/int64 columns 168. `StepLog.append` takes the same tuple the engine used to
+append to a list; every CHUNK rows the tuples become one array per column, with the dtype np.asarray infers
+from them (so the columns equal, value and dtype, those of np.asarray over the whole list: chunks are joined by
+np.concatenate, which promotes an int64 chunk and a float64 chunk as np.asarray does a mixed list).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+CHUNK = 4096  # steps per chunk: large enough that the chunks' overhead is negligible
+
+
+class StepLog:
+    """Append-only table of step records (one tuple of len(columns) numbers per step)."""
+
+    def __init__(self, columns: tuple[str, ...]):
+        self.columns = columns
+        self._rows: list[tuple] = []
+        self._chunks: list[list[np.ndarray]] = []  # per chunk: one array per column
+        self._n = 0
+
+    def append(self, row: tuple) -> None:
+        self._rows.append(row)
+        self._n += 1
+        if len(self._rows) >= CHUNK:
+            self._flush()
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _flush(self) -> None:
+        if self._rows:
+            self._chunks.append([np.asarray(v) for v in zip(*self._rows)])
+            self._rows = []
+
+    def to_columns(self) -> dict[str, np.ndarray]:
+        """{column: array over every step} (empty arrays when no step ran)."""
+        self._flush()
+        if not self._chunks:
+            return {k: np.asarray(()) for k in self.columns}
+        out = {k: np.concatenate([c[i] for c in self._chunks]) for i, k in enumerate(self.columns)}
+        self._chunks = [list(out.values())]  # joined once; later calls reuse it
+        return out
