@@ -18,6 +18,7 @@ advances positions (`pos`) as it emits tokens and tells the scheduler which requ
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,7 +73,7 @@ class Scheduler:
         self.kv_cap, self.kmax = kv_capacity_tokens, kmax
         self.state = RequestState.new(self.prompt_len)
         self.running: list[int] = []
-        self.waiting: list[int] = []
+        self.waiting: deque[int] = deque()  # FIFO; a deque: a million queued requests pop in O(1)
         self.last_draft = 0  # draft slots verified in the previous step (the next step's reservation)
 
     def add(self, r: int) -> None:
@@ -105,7 +106,7 @@ class Scheduler:
             r = self.waiting[0]
             if self.running and self.kv_used() + self.kv_need(r, kmax + 1) > self.kv_cap:
                 break
-            self.waiting.pop(0)
+            self.waiting.popleft()
             self.running.append(r)
         preempted: list[int] = []
         while len(self.running) > 1 and self.kv_used() > self.kv_cap:
@@ -114,7 +115,7 @@ class Scheduler:
             st.prefilled[r] = 0
             st.n_preempt[r] += 1
             st.fresh[r] = True
-            self.waiting.insert(0, r)
+            self.waiting.appendleft(r)
             preempted.append(r)
         budget = self.budget
         if len(self.running) <= SMALL:  # the same integers without numpy's per-call overhead
