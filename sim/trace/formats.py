@@ -32,26 +32,16 @@ def read_text(path: str | os.PathLike) -> str:
 def text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """(1-based line number, text with its newline) of every line, read one line at a time (a BOM on the first
     line dropped); not a regular file or invalid UTF-8 -> TraceError naming file and line."""
-    from sim.trace.loader import MAX_LINE_BYTES, check_trace_file
+    from sim.trace.loader import check_trace_file, raw_lines
 
     file = str(path)
     p = Path(path)
     check_trace_file(p, file)
-    with open(p, "rb") as f:
-        lineno = 0
-        while True:
-            raw = f.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                return
-            lineno += 1
-            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                raise TraceError(f"line longer than {MAX_LINE_BYTES >> 20} MiB", file, lineno)
-            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            try:
-                yield lineno, raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise TraceError(f"invalid UTF-8 at byte {exc.start} of the line", file, lineno) from None
+    for lineno, raw in raw_lines(p, file, what=""):
+        try:
+            yield lineno, raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TraceError(f"invalid UTF-8 at byte {exc.start} of the line", file, lineno) from None
 
 
 class _LineCounter:

@@ -173,9 +173,10 @@ def _iter_lines(data: bytes):
         start = end + 1
 
 
-def _file_lines(path: Path, file: str, hasher=None):
-    """(1-based line number, raw bytes) of each non-blank line of the file, read one line at a time (nothing
-    past the line the caller stops at is read); `hasher` (hashlib) is fed every byte read, newlines included."""
+def raw_lines(path: Path, file: str, hasher=None, what: str = "(not a JSONL trace?)"):
+    """(1-based line number, raw bytes with its newline) of every line, read one line at a time (nothing past
+    the line the caller stops at is read; a BOM on the first line dropped); `hasher` (hashlib) is fed every
+    byte read. A line over MAX_LINE_BYTES -> TraceError naming file and line."""
     with open(path, "rb") as f:
         lineno = 0
         while True:
@@ -184,15 +185,21 @@ def _file_lines(path: Path, file: str, hasher=None):
                 return
             lineno += 1
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                raise TraceError(f"line longer than {MAX_LINE_BYTES >> 20} MiB (not a JSONL trace?)", file, lineno)
+                raise TraceError(f"line longer than {MAX_LINE_BYTES >> 20} MiB {what}".rstrip(), file, lineno)
             if hasher is not None:
                 hasher.update(raw)
             if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
-            if raw.endswith(b"\n"):
-                raw = raw[:-1]
-            if raw.strip():
-                yield lineno, raw
+            yield lineno, raw
+
+
+def _file_lines(path: Path, file: str, hasher=None):
+    """(1-based line number, raw bytes without the newline) of each non-blank line (raw_lines)."""
+    for lineno, raw in raw_lines(path, file, hasher):
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
+        if raw.strip():
+            yield lineno, raw
 
 
 def decode_json_line(raw: bytes, file: str, lineno: int):
