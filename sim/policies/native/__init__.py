@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -21,49 +22,16 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FLAGS = ["-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math", "-std=c99"]
-CDEF_HYBRID_PRICE = """
-void hp_chains(int64_t SR, int64_t Km, int64_t Kn, const float *conf_m, const int64_t *len_m, const float *conf_n,
-               const int64_t *len_n, float *surv_m, float *cs_m, float *surv_n, float *cs_n);
-void hp_eval(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *cs_m,
-             const float *surv_n, const float *cs_n, int64_t C, const float *lam, float margin,
-             uint8_t *use, int64_t *adm, float *gch, int64_t *slots);
-void hp_goodput(int64_t S, int64_t C, const float *gain, const int64_t *slots, const double *table, int64_t ntab,
-                int64_t T, float N, float draft, float *g, int64_t *best);
-void hp_fine_arg(int64_t S, int64_t G, const float *u, const int64_t *best, int64_t F, const float *q, float *out);
-void hp_take(int64_t S, int64_t R, int64_t C, const uint8_t *use, const int64_t *adm, const int64_t *best,
-             uint8_t *use_out, int64_t *adm_out);
-void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *surv_n, const int64_t *len_m,
-               const int64_t *len_n, const uint8_t *use0, const int64_t *adm0, int64_t budget, int64_t force_ngram,
-               int64_t *heap_r, int64_t *pos, int64_t *chain_out, int64_t *adm_out);
-void hp_goodput_d(int64_t S, int64_t C, const float *gain, const int64_t *slots, const double *table, int64_t ntab,
-                  int64_t T, float N, const double *draft, double *g, int64_t *best);
-int64_t hs_free_budget(const double *table, int64_t ntab, int64_t T, int64_t budget);
-void ad_survival(int64_t R, int64_t K, const float *conf, const int64_t *len, float *surv, float *cs);
-int64_t ad_budget(int64_t R, int64_t K, const double *stale_conf, const int64_t *len, const double *table, int64_t ntab,
-                  int64_t T, double N, double draft, int64_t cap, double *work);
-"""
-CDEF_ENGINE_STEP = """
-int64_t es_gather(int64_t R, const int64_t *reqs, int64_t Km, int64_t Kn,
-                  const int64_t *offsets, const int64_t *out_len, const int64_t *prompt_len,
-                  const float *m_conf, const float *ng_conf, const int64_t *ng_len,
-                  const int64_t *pos, const int64_t *prev_pos, const int64_t *model_pos, uint8_t *fresh,
-                  const double *m_sum, const int64_t *m_cnt, const double *n_sum, const int64_t *n_cnt,
-                  int64_t clean,
-                  int64_t *rows, float *model_conf, int64_t *model_len, float *ngram_conf, int64_t *ngram_len,
-                  float *stale_m, int64_t *stale_mlen, float *stale_ng, int64_t *stale_nlen, double *mean_ng);
-int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *rows, int64_t Km, int64_t Kn,
-                  const int64_t *chain, const int64_t *adm, const int64_t *sec, int64_t model_ran, int64_t ngram_ran,
-                  const int64_t *model_len, const int64_t *ngram_len,
-                  const int64_t *offsets, const int64_t *out_len, const int64_t *prompt_len,
-                  const int64_t *tok_offsets, const uint8_t *length_only,
-                  const int64_t *m_acc, const int64_t *ng_acc, const int64_t *ng_start, const int32_t *m_tok,
-                  const float *m_conf, const float *ng_conf, const int64_t *ng_len_tab,
-                  const int64_t *tokens, int64_t ntokens, int64_t *emitted, int64_t nemitted,
-                  int64_t *pos, int64_t *prev_pos, int64_t *model_pos, int64_t *n_steps,
-                  double *m_sum, int64_t *m_cnt, double *n_sum, int64_t *n_cnt, int64_t uses_ngram, int64_t clean,
-                  int64_t *bad, int64_t *sums);
-"""
-CDEFS = {"hybrid_price": CDEF_HYBRID_PRICE, "engine_step": CDEF_ENGINE_STEP}
+# The exported functions: every definition at column 0 that is not `static`; cffi gets their prototypes
+# from the source itself, so a signature is written once.
+_EXPORTED = re.compile(r"^(?:void|int64_t|double|float) \w+\([^)]*\)", re.M)
+
+
+def cdef(source: str) -> str:
+    """The cffi declarations of a C source's exported functions (their definitions' heads, as prototypes)."""
+    return "".join(m.group(0) + ";\n" for m in _EXPORTED.finditer(source))
+
+
 _LIBS: dict = {}
 
 
@@ -100,7 +68,7 @@ def load(name: str = "hybrid_price"):
         if not so.exists():
             _compile(src, so, cc)
         ffi = cffi.FFI()
-        ffi.cdef(CDEFS[name])
+        ffi.cdef(cdef(src.read_text()))
         lib = (ffi, ffi.dlopen(str(so)))
     except Exception as exc:  # noqa: BLE001 -- any failure: the simulator runs the torch definitions
         warnings.warn(f"native policy forms unavailable ({type(exc).__name__}: {exc}); the simulator runs the "
