@@ -51,7 +51,7 @@ from typing import Callable, Iterator
 
 from sim.errors import TraceError
 from sim.trace.formats import ROLE_MAP, iter_json_list, read_text, render_chat, text_lines, write_jsonl
-from sim.trace.loader import MAX_ARRIVAL_S, MAX_TOKENS, check_text, decode_json_line, nonneg_number
+from sim.trace.loader import MAX_ARRIVAL_S, MAX_TOKENS, check_text, decode_json_line, nonneg_number, token_count
 
 __all__ = ["FORMATS", "ConvertResult", "convert", "convert_rows"]
 
@@ -95,13 +95,7 @@ def _int_field(v, file, line, name, minimum=0) -> int:
         if not math.isfinite(v) or v != int(v) or abs(v) > 2.0 * MAX_TOKENS:
             raise TraceError(f"must be an integer, got {v!r}", file, line, name)
         v = int(v)
-    if not isinstance(v, int):
-        raise TraceError(f"must be an integer, got {type(v).__name__}", file, line, name)
-    if v < minimum:
-        raise TraceError(f"must be >= {minimum}, got {v}", file, line, name)
-    if v > MAX_TOKENS:
-        raise TraceError(f"must be <= {MAX_TOKENS} tokens, got {v:.3g}", file, line, name)
-    return v
+    return token_count(v, file, line, name, lo=minimum)
 
 
 def _float_field(v, file, line, name) -> float:
