@@ -71,6 +71,7 @@ from tqdm import tqdm
 from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables
 from sim.engine_fast import Unsupported, native_step
+from sim.engine_ff import fast_forward, fast_forward_ok
 from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
 from sim.scheduler import Scheduler, StepPlan
@@ -382,11 +383,26 @@ class Engine:
 
     def _engine(self, env: simpy.Environment, wake: list):
         done = 0
+        ff = fast_forward_ok(self)
         while done < self.n:
             if self.sched.idle():
                 wake[0] = env.event()
                 yield wake[0]
                 continue
+            if ff:
+                delays = self._fast_forward(env)
+                if delays:
+                    # the clock as simpy's now + delay would advance it step by step (a sequential float sum)
+                    end = env.now
+                    for d in delays:
+                        end = end + d
+                    total = end - env.now
+                    if env.now + total == end:
+                        yield env.timeout(total)
+                    else:  # the one delay cannot reproduce the sum exactly: advance step by step
+                        for d in delays:
+                            yield env.timeout(d)
+                    continue
             step_ms, finished = self._step(env.now)
             self._release_rows(finished)
             yield env.timeout(step_ms)
@@ -425,6 +441,10 @@ class Engine:
         }
         steps = self.steps.to_columns()
         return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=not violation, violation=violation)
+
+    def _fast_forward(self, env: simpy.Environment) -> list:
+        """The steps of a pure-decode stretch computed at once (sim.engine_ff); their delays [ms], or []."""
+        return fast_forward(self, env.now, env.peek())
 
     def check_lossless(self) -> str:
         """'' if the run was lossless, else a one-line description of the first violation: the step checks'
