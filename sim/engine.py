@@ -58,6 +58,10 @@ taken at admission) exist only from admission to finish, so they scale with the 
 preempted, which keep theirs). Item 3 of the lossless check then runs per request as it finishes, before its
 rows are freed, with the same comparisons; the count of tokens written is checked at the end as before.
 Step records are kept in numpy chunks (sim.step_log). See docs/memory.md.
+
+Speed. For the `none` policy, a stretch of pure decode steps (nothing admitted, preempted, prefilled or
+finished) is computed at once by sim.engine_ff with the same results bit for bit; `_step` stays the
+definition, and HYBRIDSPEC_REFERENCE_ENGINE=1 (or a subclass overriding a hook) steps every step.
 """
 from __future__ import annotations
 
@@ -71,7 +75,7 @@ from tqdm import tqdm
 from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables
 from sim.engine_fast import Unsupported, native_step
-from sim.engine_ff import fast_forward, fast_forward_ok
+from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
 from sim.scheduler import Scheduler, StepPlan
@@ -392,16 +396,8 @@ class Engine:
             if ff:
                 delays = self._fast_forward(env)
                 if delays:
-                    # the clock as simpy's now + delay would advance it step by step (a sequential float sum)
-                    end = env.now
-                    for d in delays:
-                        end = end + d
-                    total = end - env.now
-                    if env.now + total == end:
-                        yield env.timeout(total)
-                    else:  # the one delay cannot reproduce the sum exactly: advance step by step
-                        for d in delays:
-                            yield env.timeout(d)
+                    for d in clock_delays(env.now, delays):
+                        yield env.timeout(d)
                     continue
             step_ms, finished = self._step(env.now)
             self._release_rows(finished)

@@ -114,3 +114,14 @@ def fast_forward(engine, now_ms: float, next_event_ms: float) -> list[float]:
     for row in rows[:k]:
         log.append(row)
     return delays[:k]
+
+
+def clock_delays(now_ms: float, delays: list[float]) -> list[float]:
+    """The timeouts that take simpy's clock from `now_ms` where the steps' `delays` take it one by one (now =
+    now + delay, a sequential float sum): their total as one timeout when now + total gives that sum exactly,
+    else the delays themselves."""
+    end = now_ms
+    for d in delays:
+        end = end + d
+    total = end - now_ms
+    return [total] if now_ms + total == end else list(delays)

@@ -84,3 +84,26 @@ def test_only_the_none_policy_and_engine_hooks(prep, monkeypatch):
     assert not fast_forward_ok(Hooked(prep.tables, prep.arrivals, get_policy("none"), prep.cost, cfg))
     monkeypatch.setenv("HYBRIDSPEC_REFERENCE_ENGINE", "1")
     assert not fast_forward_ok(Engine(prep.tables, prep.arrivals, get_policy("none"), prep.cost, cfg))
+
+
+def test_step_by_step_clock_fallback(prep, monkeypatch):
+    """The clock advanced one timeout per skipped step (the fallback when one total would round differently)
+    gives the same run, and clock_delays' single total lands exactly on the sequential sum."""
+    from sim.engine_ff import clock_delays
+    delays = [7.729180112, 7.72924003, 0.1, 1e-3]
+    for now in (0.0, 104.23917121, 1e6 + 0.3):
+        out = clock_delays(now, delays)
+        end = now
+        for d in delays:
+            end = end + d
+        t = now
+        for d in out:
+            t = t + d
+        assert t == end and len(out) in (1, len(delays))
+    cfg = EngineConfig(batch_size=4, rate=3.0)
+    eb, rb, _ = _run(prep, "none", cfg, monkeypatch, reference=True)
+    monkeypatch.setattr(engine_mod, "clock_delays", lambda now, d: list(d))
+    ea, ra, skipped = _run(prep, "none", cfg, monkeypatch, reference=False)
+    assert skipped > 0
+    _cols_equal(ra.steps, rb.steps, "per-step clock")
+    _cols_equal(ra.requests, rb.requests, "per-step clock")
