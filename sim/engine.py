@@ -58,6 +58,10 @@ taken at admission) exist only from admission to finish, so they scale with the 
 preempted, which keep theirs). Item 3 of the lossless check then runs per request as it finishes, before its
 rows are freed, with the same comparisons; the count of tokens written is checked at the end as before.
 Step records are kept in numpy chunks (sim.step_log). See docs/memory.md.
+
+Speed. For the `none` policy, a stretch of pure decode steps (nothing admitted, preempted, prefilled or
+finished) is computed at once by sim.engine_ff with the same results bit for bit; `_step` stays the
+definition, and HYBRIDSPEC_REFERENCE_ENGINE=1 (or a subclass overriding a hook) steps every step.
 """
 from __future__ import annotations
 
@@ -71,6 +75,7 @@ from tqdm import tqdm
 from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables
 from sim.engine_fast import Unsupported, native_step
+from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
 from sim.scheduler import Scheduler, StepPlan
@@ -382,11 +387,18 @@ class Engine:
 
     def _engine(self, env: simpy.Environment, wake: list):
         done = 0
+        ff = fast_forward_ok(self)
         while done < self.n:
             if self.sched.idle():
                 wake[0] = env.event()
                 yield wake[0]
                 continue
+            if ff:
+                delays = self._fast_forward(env)
+                if delays:
+                    for d in clock_delays(env.now, delays):
+                        yield env.timeout(d)
+                    continue
             step_ms, finished = self._step(env.now)
             self._release_rows(finished)
             yield env.timeout(step_ms)
@@ -425,6 +437,10 @@ class Engine:
         }
         steps = self.steps.to_columns()
         return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=not violation, violation=violation)
+
+    def _fast_forward(self, env: simpy.Environment) -> list:
+        """The steps of a pure-decode stretch computed at once (sim.engine_ff); their delays [ms], or []."""
+        return fast_forward(self, env.now, env.peek())
 
     def check_lossless(self) -> str:
         """'' if the run was lossless, else a one-line description of the first violation: the step checks'
