@@ -27,16 +27,13 @@ PERCENTILES = (99,)
 ITL_SAMPLES_MAX = 1 << 24  # above this many ITL samples their statistics come from (gap, count) pairs (memory)
 
 
-def itl_samples_s(res: RunLike) -> np.ndarray:
-    """Every inter-token latency of the run (seconds), as a streaming client would measure them: for each
-    request, the gaps between the ends of the engine steps that delivered its tokens after the first.
-    A request decodes in every step between its first token and its finish (continuous batching), so the
-    gaps are those of the steps ending in (first token, finish]. A preempted request's pause counts as
-    the steps it missed, not as one long gap (the engine does not record per-request delivery times)."""
+def _itl_gaps(res: RunLike) -> tuple[np.ndarray, np.ndarray]:
+    """(gaps_s, count): the gap before each engine step's end (seconds, in end order) and how many requests
+    it delivered a token to after their first; the ITL samples are each gap repeated count times."""
     rq, st = res.requests, res.steps
     ends = np.sort(np.asarray(st["t_start_ms"], dtype=np.float64) + np.asarray(st["step_ms"], dtype=np.float64)) / 1000.0
     if len(ends) == 0:
-        return np.zeros(0)
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
     gaps = np.diff(ends, prepend=ends[0])
     first, done = np.asarray(rq["first_token_s"], dtype=np.float64), np.asarray(rq["finish_s"], dtype=np.float64)
     ok = ~np.isnan(first) & ~np.isnan(done)
@@ -46,7 +43,16 @@ def itl_samples_s(res: RunLike) -> np.ndarray:
     count = np.zeros(len(ends) + 1, dtype=np.int64)
     np.add.at(count, lo, 1)
     np.add.at(count, hi, -1)
-    return np.repeat(gaps, np.cumsum(count)[:-1])
+    return gaps, np.cumsum(count)[:-1]
+
+
+def itl_samples_s(res: RunLike) -> np.ndarray:
+    """Every inter-token latency of the run (seconds), as a streaming client would measure them: for each
+    request, the gaps between the ends of the engine steps that delivered its tokens after the first.
+    A request decodes in every step between its first token and its finish (continuous batching), so the
+    gaps are those of the steps ending in (first token, finish]. A preempted request's pause counts as
+    the steps it missed, not as one long gap (the engine does not record per-request delivery times)."""
+    return np.repeat(*_itl_gaps(res))
 
 
 def _itl_stats_ms(res: RunLike) -> dict:
@@ -55,19 +61,9 @@ def _itl_stats_ms(res: RunLike) -> dict:
     per request it delivered to (count c_i), so over N = sum c_i samples: mean = sum c_i g_i / N, std the same
     weighted, and median and p99 are order statistics of the sorted gaps repeated by count, interpolated
     linearly between neighbours at position (N - 1) q as np.percentile does (equal up to rounding)."""
-    rq, st = res.requests, res.steps
-    ends = np.sort(np.asarray(st["t_start_ms"], dtype=np.float64) + np.asarray(st["step_ms"], dtype=np.float64)) / 1000.0
-    first, done = np.asarray(rq["first_token_s"], dtype=np.float64), np.asarray(rq["finish_s"], dtype=np.float64)
-    ok = ~np.isnan(first) & ~np.isnan(done)
-    lo = np.searchsorted(ends, first[ok] + 1e-9, side="left")
-    hi = np.searchsorted(ends, done[ok] + 1e-9, side="left")
-    if len(ends) == 0 or int((hi - lo).sum()) <= ITL_SAMPLES_MAX:
-        return _stats_ms("itl", itl_samples_s(res))
-    gaps = np.diff(ends, prepend=ends[0])
-    count = np.zeros(len(ends) + 1, dtype=np.int64)
-    np.add.at(count, lo, 1)
-    np.add.at(count, hi, -1)
-    w = np.cumsum(count)[:-1]
+    gaps, w = _itl_gaps(res)
+    if int(w.sum()) <= ITL_SAMPLES_MAX:
+        return _stats_ms("itl", np.repeat(gaps, w))
     x = gaps * 1000.0
     order = np.argsort(x, kind="stable")
     x, w = x[order], w[order]
