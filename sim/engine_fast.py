@@ -143,18 +143,25 @@ class NativeStep:
         return out[3:], out[:3]
 
 
+def steps_as_defined(engine, hooks: tuple[str, ...]) -> bool:
+    """Whether `engine` must run its step-by-step numpy definition instead of a faster form that stands in for
+    `hooks` (Engine methods): HYBRIDSPEC_REFERENCE_ENGINE is set, or the engine's class overrides one of them
+    (the real engine, tests injecting faults). The one gate of this module and sim/engine_ff.py."""
+    if os.environ.get("HYBRIDSPEC_REFERENCE_ENGINE", "").strip() not in ("", "0"):
+        return True
+    from sim.engine import Engine
+
+    cls = type(engine)
+    return any(getattr(cls, m) is not getattr(Engine, m) for m in hooks)
+
+
 def native_step(engine):
     """A NativeStep for `engine`, or None where the engine keeps the numpy step (see the module docstring)."""
-    if os.environ.get("HYBRIDSPEC_REFERENCE_ENGINE", "").strip() not in ("", "0"):
+    if steps_as_defined(engine, REPLACED):
         return None
     if getattr(engine, "stream", False):
         # streaming tables index the K-wide history by a live slot (Engine._hist), not by request: the C
         # transcription reads them by request, so a streamed run keeps the numpy step
-        return None
-    from sim.engine import Engine
-
-    cls = type(engine)
-    if any(getattr(cls, m) is not getattr(Engine, m) for m in REPLACED):
         return None
     from sim.policies.native import load
 

@@ -16,9 +16,9 @@ the engine yields one timeout of t_k - t_0 when that reproduces t_k exactly, els
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
+
+from sim.engine_fast import steps_as_defined
 
 # the Engine hooks a stretch stands in for: a subclass overriding any of them (the real engine) steps normally
 HOOKS = ("_step", "_finish_step", "_schedule", "_admit_rows", "_prefill", "_propose", "_allocate", "_verify",
@@ -31,15 +31,12 @@ MIN_STEPS = 2  # shorter stretches step normally (the set-up costs about a step)
 def fast_forward_ok(engine) -> bool:
     """Whether `engine` may fast-forward at all: Engine's own hooks and scheduler, whole (not streamed) tables,
     the `none` policy's allocation (nothing drafted or admitted), and HYBRIDSPEC_REFERENCE_ENGINE unset."""
-    if os.environ.get("HYBRIDSPEC_REFERENCE_ENGINE", "").strip() not in ("", "0"):
-        return False
-    from sim.engine import Engine
     from sim.policies.simple import alloc_none
     from sim.scheduler import Scheduler
 
-    cls, pol = type(engine), engine.policy
-    if any(getattr(cls, m) is not getattr(Engine, m) for m in HOOKS) or type(engine.sched) is not Scheduler:
+    if steps_as_defined(engine, HOOKS) or type(engine.sched) is not Scheduler:
         return False
+    pol = engine.policy
     # fn is alloc_none: the simulator runs it or its fast form, checked equal (tests/test_policy_fast_forms.py)
     return (not engine.stream and getattr(pol, "fn", None) is alloc_none
             and not pol.uses_model and not pol.uses_ngram and not pol.needs_truth and engine.sched.kmax == 0)
