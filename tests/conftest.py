@@ -115,3 +115,17 @@ def run_cli_inprocess(module: str, *args, cwd=None, env: dict | None = None) -> 
             else:
                 os.environ[k] = v
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def vllm_modules(*names: str):
+    """(modules, needs_vllm): the vLLM modules `names` imported, and a skip mark for tests that need them; where
+    vLLM 0.33 is not importable, None for each module and the mark says why (the `-m vllm` set's environment:
+    pip install -e '.[vllm]')."""
+    import importlib
+
+    try:
+        mods = [importlib.import_module(n) for n in names]
+    except Exception as e:  # noqa: BLE001 - any import failure means: no usable vLLM here
+        why = f"vLLM 0.33 is not importable ({type(e).__name__}: {e}); pip install -e '.[vllm]'"
+        return [None] * len(names), pytest.mark.skipif(True, reason=why)
+    return mods, pytest.mark.skipif(False, reason="vLLM present")

@@ -16,18 +16,12 @@ import torch
 from sim.cost import make_cost_model
 from sim.policies import StepBatch, get_policy
 
+from conftest import vllm_modules
+
 pytestmark = pytest.mark.vllm
 
-try:
-    from vllm.v1.worker.gpu.spec_decode import adaptive_verification as av
-    from vllm.v1.worker.gpu.spec_decode.rejection_sampler import get_max_chunk_logits
-except Exception as e:  # noqa: BLE001 - any import failure means: no usable vLLM here
-    av = None
-    _WHY = f"vLLM 0.33.0 is not importable ({type(e).__name__}: {e}); pip install vllm==0.33.0 to run"
-else:
-    _WHY = ""
-
-needs_vllm = pytest.mark.skipif(av is None, reason=_WHY or "vLLM missing")
+(av, _rs), needs_vllm = vllm_modules("vllm.v1.worker.gpu.spec_decode.adaptive_verification",
+                                    "vllm.v1.worker.gpu.spec_decode.rejection_sampler")
 
 K = 7
 VOCAB = 151936  # qwen3
@@ -37,7 +31,7 @@ def _manager(max_num_reqs, stale, verify_table, draft_table, computed, prefill_l
     m = object.__new__(av.AdaptiveVerificationManager)
     m.num_speculative_steps = K
     m.num_bonus_tokens = 1
-    m._max_total_logits = get_max_chunk_logits(VOCAB)
+    m._max_total_logits = _rs.get_max_chunk_logits(VOCAB)
     m.cost_tables = (draft_table, verify_table)
     m._cudagraph_limit = 0
     m._batch_budget = None
@@ -118,7 +112,7 @@ def test_adaptive_matches_vllm_on_random_batches():
             stale_ngram_conf=torch.zeros(R, 1), stale_ngram_len=torch.zeros(R, dtype=torch.int64),
             num_nondraft_tokens=R + int(chunks.sum()), verify_cost_ms=torch.from_numpy(verify),
             draft_cost_ms=float(draft[R + P]), num_sampling_reqs=R + int(finishing.sum()),
-            max_draft_tokens=max(0, get_max_chunk_logits(VOCAB) - (R + P)))
+            max_draft_tokens=max(0, _rs.get_max_chunk_logits(VOCAB) - (R + P)))
         ours = pol(b).admitted.numpy()
         assert int(ours.sum()) == budget, it
         surv = np.cumprod(cur[:R], 1)

@@ -14,19 +14,13 @@ import torch
 from sim.policies import StepBatch, get_policy
 from sim.policies.hybrid import choose_chain, publish, published_view
 
+from conftest import vllm_modules
+
 pytestmark = pytest.mark.vllm
 
-try:
-    from vllm.v1.worker.gpu import model_runner as mr
-    from vllm.v1.worker.gpu.spec_decode import adaptive_verification as av
-    from vllm.v1.worker.gpu.spec_decode.rejection_sampler import get_max_chunk_logits
-except Exception as e:  # noqa: BLE001 - any import failure means: no usable vLLM here
-    mr = None
-    _WHY = f"vLLM 0.33 is not importable ({type(e).__name__}: {e}); pip install -e '.[vllm]'"
-else:
-    _WHY = ""
-
-needs_vllm = pytest.mark.skipif(mr is None, reason=_WHY or "vLLM missing")
+(mr, av, _rs), needs_vllm = vllm_modules("vllm.v1.worker.gpu.model_runner",
+                                         "vllm.v1.worker.gpu.spec_decode.adaptive_verification",
+                                         "vllm.v1.worker.gpu.spec_decode.rejection_sampler")
 K = 7
 VOCAB = 151936
 
@@ -102,7 +96,7 @@ def _batch(rng, R):
     return StepBatch(model_conf=conf(K), model_len=lm, ngram_conf=conf(kn), ngram_len=ln, stale_model_conf=conf(K),
                      stale_model_len=lm, stale_ngram_conf=conf(kn), stale_ngram_len=ln, num_nondraft_tokens=R,
                      verify_cost_ms=table, draft_cost_ms=1.0, num_sampling_reqs=R,
-                     max_draft_tokens=max(0, get_max_chunk_logits(VOCAB) - R))
+                     max_draft_tokens=max(0, _rs.get_max_chunk_logits(VOCAB) - R))
 
 
 @needs_vllm
@@ -123,7 +117,7 @@ def test_vllms_allocator_fed_the_published_confidences_admits_what_the_simulator
         # vLLM's host budget from the stale published confidences
         m = object.__new__(av.AdaptiveVerificationManager)
         m.num_speculative_steps, m.num_bonus_tokens = K, 1
-        m._max_total_logits = get_max_chunk_logits(VOCAB)
+        m._max_total_logits = _rs.get_max_chunk_logits(VOCAB)
         m.cost_tables = (np.full(R + 1, float(b.draft_cost_ms)), b.verify_cost_ms.numpy())
         m._stale_idx = 0
         m._stale_confidences = [NS(np=pub_old.numpy().astype(np.float32)), NS(np=np.ones((R, K), np.float32))]
