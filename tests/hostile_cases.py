@@ -609,12 +609,13 @@ def _fake_results() -> str:
 def _cases_type_confusion() -> list[Case]:
     out = []
 
-    def cal_with(mut):
+    def mutant(src: Path, flag: str, policy: str, mut):
+        """A case builder: sim.run with `flag` pointing at a copy of the JSON file `src` changed by `mut`."""
         def build(tmp):
-            cal = json.loads(CALIBRATOR.read_text())
-            mut(cal)
-            p = _write(tmp / "cal.json", json.dumps(cal).encode())
-            return run_base(tmp) + ["--policy", "hybrid", "--calibrator", str(p)], [p]
+            d = json.loads(src.read_text())
+            mut(d)
+            p = _write(tmp / src.name, json.dumps(d).encode())
+            return run_base(tmp) + ["--policy", policy, flag, str(p)], [p]
         return build
 
     muts = {
@@ -629,21 +630,13 @@ def _cases_type_confusion() -> list[Case]:
         "missing_ngram": lambda c: c.pop("ngram", None),
     }
     for k, m in muts.items():
-        out.append(Case(f"calibrator-{k}", "type", "sim.run", cal_with(m)))
-
-    def drafter_with(mut):
-        def build(tmp):
-            d = json.loads(DRAFTER_JSON.read_text())
-            mut(d)
-            p = _write(tmp / "drafter.json", json.dumps(d).encode())
-            return run_base(tmp) + ["--policy", "model-fixed:7", "--drafter", str(p)], [p]
-        return build
+        out.append(Case(f"calibrator-{k}", "type", "sim.run", mutant(CALIBRATOR, "--calibrator", "hybrid", m)))
 
     dmuts = {"block_float": lambda d: d.__setitem__("block", 7.0), "block_bool": lambda d: d.__setitem__("block", True),
              "block_zero": lambda d: d.__setitem__("block", 0), "block_huge": lambda d: d.__setitem__("block", 10**12),
              "empty_object": lambda d: d.clear()}
     for k, m in dmuts.items():
-        out.append(Case(f"drafter-{k}", "type", "sim.run", drafter_with(m)))
+        out.append(Case(f"drafter-{k}", "type", "sim.run", mutant(DRAFTER_JSON, "--drafter", "model-fixed:7", m)))
     out += [
         Case("drafter-is-llm-profile", "type", "sim.run", lambda tmp: (
             run_base(tmp) + ["--policy", "model-fixed:7", "--drafter", str(LLM_JSON)], [LLM_JSON])),
