@@ -78,7 +78,7 @@ from sim.engine_fast import Unsupported, native_step
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
-from sim.scheduler import Scheduler, StepPlan
+from sim.scheduler import Scheduler, StepPlan, full_kv_need
 from sim.step_log import StepLog
 
 
@@ -172,7 +172,7 @@ class Engine:
             self.arrival = np.asarray(arrivals_s, dtype=np.float64)
         self.kv_cap = cfg.kv_capacity_tokens if cfg.kv_capacity_tokens is not None else cost.kv_capacity_tokens
         bs = cfg.block_size
-        need = -(-(tables.prompt_len + tables.out_len + max(tables.k_model, tables.k_ngram) + 1) // bs) * bs
+        need = full_kv_need(tables.prompt_len + tables.out_len, max(tables.k_model, tables.k_ngram), bs)
         worst = int(np.argmax(need)) if n else 0
         if n and need[worst] > self.kv_cap:
             raise ConfigError(
@@ -631,9 +631,9 @@ class Engine:
         return fast
 
     def _step(self, now_ms: float) -> tuple[float, list[int]]:
-        tb, cost, pol = self.tb, self.cost, self.policy
+        tb, pol = self.tb, self.policy
         plan = self._schedule()
-        decoding, prefilling, preempted = plan.decoding, plan.prefilling, plan.preempted
+        decoding, prefilling = plan.decoding, plan.prefilling
         prefill_tokens = sum(c for _, c in prefilling)
         kv_tokens, first_tok, n_prefill_done = self._prefill(plan)
         R = len(decoding)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.engine_fast import steps_as_defined
+from sim.scheduler import in_blocks
 
 # the Engine hooks a stretch stands in for: a subclass overriding any of them (the real engine) steps normally
 HOOKS = ("_step", "_finish_step", "_schedule", "_admit_rows", "_prefill", "_propose", "_allocate", "_verify",
@@ -67,10 +68,10 @@ def fast_forward(engine, now_ms: float, next_event_ms: float) -> list[float]:
     if R > 1:  # no step's schedule preempts: KV held (kmax = 0: one more token each) within capacity
         bs = sched.block
         base = sched.prompt_len[reqs] + pos0 + 1
-        used_last = int((-(-(base + (k - 1)) // bs) * bs).sum())
+        used_last = int(in_blocks(base + (k - 1), bs).sum())
         if used_last > sched.kv_cap:  # monotone in j: find the first step that would preempt
             j = np.arange(k)[:, None]
-            used = (-(-(base[None, :] + j) // bs) * bs).sum(axis=1)
+            used = in_blocks(base[None, :] + j, bs).sum(axis=1)
             k = int(np.argmax(used > sched.kv_cap))
             if k < MIN_STEPS:
                 return []

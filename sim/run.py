@@ -37,6 +37,7 @@ from sim.errors import ConfigError
 from sim.metrics import summarize
 from sim.models import get_llm, llm_name
 from sim.policies import get_policy
+from sim.scheduler import full_kv_need
 from sim.trace.schema import Request
 from sim.vllm_compat import speculative_config
 
@@ -135,7 +136,7 @@ def check_kv(prep: Prepared, kv_capacity_tokens: int | None = None, block_size: 
         return
     s = prep.setup
     cap = kv_capacity_tokens or prep.cost.kv_capacity_tokens
-    need = -(-(prep.context + prep.kmax + 1) // block_size) * block_size
+    need = full_kv_need(prep.context, prep.kmax, block_size)
     worst = int(np.argmax(need))
     if need[worst] > cap:
         where = "--kv-capacity-tokens" if kv_capacity_tokens else f"the KV cache of {s.model} on {s.gpu}"

@@ -26,6 +26,17 @@ import numpy as np
 SMALL = 16  # up to this many running requests, per-request Python arithmetic is cheaper than numpy calls
 
 
+def in_blocks(tokens, block: int):
+    """KV tokens that `tokens` cached tokens occupy: rounded up to whole blocks of `block` (ints or arrays)."""
+    return -(-tokens // block) * block
+
+
+def full_kv_need(context, kmax: int, block: int):
+    """KV tokens a request needs at its last step, alone: its whole context (prompt + output), the longest
+    draft chain and the bonus token, in blocks. Above the cache's capacity it can never run."""
+    return in_blocks(context + kmax + 1, block)
+
+
 @dataclass
 class RequestState:
     """Per-request scheduling state (arrays of length n, one entry per request of the trace).
@@ -85,8 +96,7 @@ class Scheduler:
 
     def kv_need(self, r: int, extra: int) -> int:
         """KV tokens request r holds, in whole blocks, once `extra` more tokens are cached."""
-        bs = self.block
-        return -(-(int(self.prompt_len[r]) + int(self.state.pos[r]) + extra) // bs) * bs
+        return in_blocks(int(self.prompt_len[r]) + int(self.state.pos[r]) + extra, self.block)
 
     def kv_used(self) -> int:
         """KV tokens the running requests hold after this step (each verifying kmax drafts + 1), in blocks."""
@@ -95,9 +105,9 @@ class Scheduler:
         bs, extra = self.block, self.kmax + 1
         if len(self.running) <= SMALL:  # integers either way; per-element Python beats numpy's call overhead
             pl, pos = self.prompt_len, self.state.pos
-            return sum(-(-(int(pl[r]) + int(pos[r]) + extra) // bs) * bs for r in self.running)
+            return sum(in_blocks(int(pl[r]) + int(pos[r]) + extra, bs) for r in self.running)
         r = np.asarray(self.running)
-        return int((-(-(self.prompt_len[r] + self.state.pos[r] + extra) // bs) * bs).sum())
+        return int(in_blocks(self.prompt_len[r] + self.state.pos[r] + extra, bs).sum())
 
     def schedule(self) -> StepPlan:
         """Admit waiting requests, preempt on KV overflow, and split the token budget."""

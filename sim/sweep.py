@@ -184,6 +184,7 @@ def validate(cells: list[Cell]) -> None:
     from sim.policies import get_policy
     from sim.config import check
     from sim.engine import EngineConfig
+    from sim.scheduler import full_kv_need
     from sim.trace.loader import LIMIT_AND_SAMPLE, scan_trace
 
     seen: set = set()
@@ -214,7 +215,7 @@ def validate(cells: list[Cell]) -> None:
             if c.drafter not in blocks:
                 blocks[c.drafter] = load_drafter_profile(c.drafter).block
             bs = EngineConfig.block_size
-            need = -(-(scanned[key] + max(blocks[c.drafter], c.ngram_k) + 1) // bs) * bs
+            need = full_kv_need(scanned[key], max(blocks[c.drafter], c.ngram_k), bs)
             if need > c.kv_capacity_tokens:
                 raise ConfigError(f"--kv-capacity-tokens {c.kv_capacity_tokens}: {c.trace} has a request that needs "
                                   f"at least {need} KV tokens; it could never run")
