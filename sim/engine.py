@@ -74,7 +74,7 @@ from tqdm import tqdm
 
 from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables
-from sim.engine_fast import Unsupported, native_step
+from sim.engine_fast import PACKED_BYPASSES, Unsupported, native_step, steps_as_defined
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
@@ -114,8 +114,9 @@ def _ng_conf_zero_past_length(tb: DraftTables) -> bool:
     once per tables object: then the host-side history may add the rows as they are."""
     flag = getattr(tb, "_ng_zero_past_len", None)
     if flag is None:
-        past = np.arange(tb.k_ngram)[None, :] >= tb.ng_len[:, None]
-        flag = bool(not np.any(tb.ng_conf[past]))
+        short = np.flatnonzero(tb.ng_len < tb.k_ngram)  # only these rows have slots past their length
+        past = np.arange(tb.k_ngram)[None, :] >= tb.ng_len[short][:, None]
+        flag = bool(not np.any(tb.ng_conf[short][past]))
         try:
             tb._ng_zero_past_len = flag
         except AttributeError:
@@ -560,12 +561,12 @@ class Engine:
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
         )
 
-    def _drafters_ran(self, alloc: Allocation, prices: dict) -> tuple[bool, bool]:
-        """Which drafters ran this step (the policy's say, else whether it uses them); drops the prices of
-        those that did not."""
+    def _drafters_ran(self, said_model, said_ngram, prices: dict) -> tuple[bool, bool]:
+        """Which drafters ran this step (the policy's say, Allocation.model_ran / ngram_ran, else whether it
+        uses them); drops the prices of those that did not."""
         pol = self.policy
-        model_ran = pol.uses_model if alloc.model_ran is None else bool(alloc.model_ran)
-        ngram_ran = pol.uses_ngram if alloc.ngram_ran is None else bool(alloc.ngram_ran)
+        model_ran = pol.uses_model if said_model is None else bool(said_model)
+        ngram_ran = pol.uses_ngram if said_ngram is None else bool(said_ngram)
         if not model_ran:
             prices["draft"] = 0.0
         if not ngram_ran:
@@ -578,7 +579,7 @@ class Engine:
         """Draft slots verified from each chain (a tree policy verifies the other chain as a second branch),
         after the Allocation contract check; drops the prices of drafters the policy skipped.
         Returns (adm_m, adm_n, model_ran)."""
-        model_ran, ngram_ran = self._drafters_ran(alloc, prices)
+        model_ran, ngram_ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, prices)
         chain = alloc.chain.numpy()
         adm = alloc.admitted.numpy().astype(np.int64)
         is_m = chain == CHAIN_MODEL
@@ -630,6 +631,18 @@ class Engine:
                 fast = self._fast = None
         return fast
 
+    def _packed_form(self):
+        """The policy's native form on the native step's gathered arrays (sim.policies.fast: a fast form's
+        `packed`), or None: the step builds a StepBatch. Only where the simulator runs the policy's fast form
+        (Policy.sim_callable), the policy reads no ground truth and the engine's class keeps the hooks it
+        bypasses (a subclass overriding _allocate sees every batch); decided on the first step."""
+        form = getattr(self, "_packed", False)
+        if form is False:
+            run = getattr(self.policy, "sim_callable", None)
+            form = self._packed = (None if self.policy.needs_truth or steps_as_defined(self, PACKED_BYPASSES)
+                                   else getattr(run, "packed", None))
+        return form
+
     def _step(self, now_ms: float) -> tuple[float, list[int]]:
         tb, pol = self.tb, self.policy
         plan = self._schedule()
@@ -648,15 +661,24 @@ class Engine:
             if R:
                 T = R + prefill_tokens
                 prices.update(self._prices(R))
-                rows, chains, stale, mean_ng, kv = fast.gather(reqs, pol.uses_ngram)
+                packed_fn = self._packed_form()
+                rows, chains, stale, mean_ng, kv, packed, ptrs = fast.gather(
+                    reqs, pol.uses_ngram and (packed_fn is None or packed_fn.reads_mean))
                 kv_tokens += kv
-                batch = self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs, n_prefill_done,
-                                         prices)
-                alloc = self._allocate(batch)
-                model_ran, ngram_ran = self._drafters_ran(alloc, prices)
-                sums, bad = fast.commit(reqs, rows, alloc.chain.numpy(), alloc.admitted.numpy(),
-                                        None if alloc.second is None else alloc.second.numpy(), model_ran, ngram_ran,
-                                        chains)
+                out = None
+                if packed_fn is not None:  # the policy's native form on the gathered arrays: no StepBatch
+                    out = packed_fn(packed, ptrs, T, R + n_prefill_done, prices["draft"] + prices["ngram"] + prices["alloc"],
+                                    None if self.max_logits is None else max(0, self.max_logits - n_seqs),
+                                    self.decision_table)
+                if out is None:
+                    batch = self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs,
+                                             n_prefill_done, prices)
+                    alloc = self._allocate(batch)
+                    out = (alloc.chain.numpy(), alloc.admitted.numpy(),
+                           None if alloc.second is None else alloc.second.numpy(), alloc.model_ran, alloc.ngram_ran)
+                chain, adm, sec, said_model, said_ngram = out
+                model_ran, ngram_ran = self._drafters_ran(said_model, said_ngram, prices)
+                sums, bad = fast.commit(reqs, rows, chain, adm, sec, model_ran, ngram_ran, chains)
                 for k, what in zip(bad, self._COMMIT_CHECKS):
                     if k >= 0 and not self.violation:
                         self.violation = f"request {int(reqs[k])}: {what}"

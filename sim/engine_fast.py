@@ -26,6 +26,9 @@ _CTYPES = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]", np
 REPLACED = ("_propose", "_build_batch", "_host_history", "_admit", "_verify", "_check_chain_bounds", "_emit",
             "_write", "_record_drafts")
 
+# The hooks a policy's packed form (Engine._packed_form: the native policy on the gathered arrays) bypasses.
+PACKED_BYPASSES = ("_allocate", "_step_batch", "_build_batch")
+
 
 class Unsupported(Exception):
     """An array is not of the dtype and layout the C transcription reads: the engine keeps the numpy step."""
@@ -88,30 +91,33 @@ class NativeStep:
         self._bound = cur
 
     def gather(self, reqs: np.ndarray, with_mean_ng: bool) -> tuple:
-        """(rows, chains, stale, mean_ng, kv): Engine._propose's chains and _build_batch's host-side
+        """(rows, chains, stale, mean_ng, kv, packed, ptrs): Engine._propose's chains and _build_batch's host-side
         history for the decoding requests `reqs`, fresh arrays every step (a StepBatch may be kept);
-        kv = sum of prompt_len + pos over them. Marks the requests not fresh, as _host_history does.
+        kv = sum of prompt_len + pos over them; packed = the same arrays as the native policy forms read them,
+        current and stale stacked (model conf [2, R, K_m], model len [2, R], n-gram conf [2, R, K_n], n-gram
+        len [2, R]; sim/policies/fast.py), ptrs = their C pointers. Marks the requests not fresh, as
+        _host_history does.
         The caller has called bind() this step."""
         R, km, kn = len(reqs), self.km, self.kn
         ffi, t, s = self.ffi, self.t, self.s
         reqs = np.ascontiguousarray(reqs, dtype=np.int64)
-        ints = np.empty((5, R), dtype=np.int64)
-        floats = np.empty(R * 2 * (km + kn), dtype=np.float32)
+        ints = np.empty((5, R), dtype=np.int64)  # rows, model len, stale model len, n-gram len, stale n-gram len
+        floats = np.empty(R * 2 * (km + kn), dtype=np.float32)  # model conf, stale, n-gram conf, stale
         fb, i64 = self._fb, self._i64
         pi, pf = fb(i64, ints), fb(self._f32, floats)
         mean = np.empty((R, kn), dtype=np.float64) if with_mean_ng else None
         pm = fb(self._f64, mean) if with_mean_ng else ffi.NULL
+        a, b = R * km, R * (2 * km + kn)
         kv = self.lib.es_gather(
             R, fb(i64, reqs), km, kn, t["offsets"], t["out_len"], t["prompt_len"], t["m_conf"],
             t["ng_conf"], t["ng_len"], s["pos"], s["prev_pos"], s["model_pos"], s["fresh"], s["m_conf_sum"],
-            s["m_conf_cnt"], s["ng_conf_sum"], s["ng_conf_cnt"], int(self.eng._ng_clean),
-            pi, pf, pi + R, pf + R * km, pi + 2 * R, pf + R * (km + kn), pi + 3 * R, pf + R * (2 * km + kn), pi + 4 * R,
-            pm)
-        a, b, c = R * km, R * (km + kn), R * (2 * km + kn)
-        chains = dict(model_conf=floats[:a].reshape(R, km), model_len=ints[1], ngram_conf=floats[a:b].reshape(R, kn),
-                      ngram_len=ints[2])
-        stale = (floats[b:c].reshape(R, km), ints[3], floats[c:].reshape(R, kn), ints[4])
-        return ints[0], chains, stale, mean, int(kv)
+            s["m_conf_cnt"], s["ng_conf_sum"], s["ng_conf_cnt"],
+            pi, pf, pi + R, pf + 2 * a, pi + 3 * R, pf + a, pi + 2 * R, pf + b, pi + 4 * R, pm)
+        conf_m, conf_n = floats[:2 * a].reshape(2, R, km), floats[2 * a:].reshape(2, R, kn)
+        chains = dict(model_conf=conf_m[0], model_len=ints[1], ngram_conf=conf_n[0], ngram_len=ints[3])
+        stale = (conf_m[1], ints[2], conf_n[1], ints[4])
+        return (ints[0], chains, stale, mean, int(kv), (conf_m, ints[1:3], conf_n, ints[3:5]),
+                (pf, pi + R, pf + 2 * a, pi + 3 * R))
 
     def commit(self, reqs: np.ndarray, rows: np.ndarray, chain: np.ndarray, adm: np.ndarray, sec,
                model_ran: bool, ngram_ran: bool, chains: dict) -> tuple[list, list]:
@@ -135,7 +141,7 @@ class NativeStep:
             t["prompt_len"], t["tok_offsets"], t["length_only"], t["m_acc"], t["ng_acc"], t["ng_start"], t["m_tok"],
             t["m_conf"], t["ng_conf"], t["ng_len"], t["tokens"], self.ntok, s["emitted_tokens"], self.nemit, s["pos"],
             s["prev_pos"], s["model_pos"], s["n_steps"], s["m_conf_sum"], s["m_conf_cnt"], s["ng_conf_sum"],
-            s["ng_conf_cnt"], int(eng.policy.uses_ngram), int(eng._ng_clean), self.p_bad, self.p_sums)
+            s["ng_conf_cnt"], int(eng.policy.uses_ngram), self.p_bad, self.p_sums)
         if written < 0:
             raise IndexError("an output slot outside the emitted-token buffer")
         eng.n_written += int(written)

@@ -35,63 +35,118 @@ def _arr(x, dtype) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dtype)
 
 
-def _sweep_constants():
-    """The two-stage sweep's float32 constants, computed by the torch definition: grid, u = -log(grid), q."""
+CTYPES = {"f": "float[]", "d": "double[]", "q": "int64_t[]", "l": "int64_t[]", "B": "uint8_t[]"}
+
+
+def _sweep_constants(native):
+    """The two-stage sweep's float32 prices, computed by the torch definition's ops: the coarse grid [G] and
+    the fine prices around each possible coarse best, fine[b] = exp(-(u_lo + q (u_hi - u_lo))) [G, F] with
+    u = -log(grid) and u_lo, u_hi the neighbours of b (the same floats as the definition computes per call:
+    the argument by hp_fine_arg's float ops, the exp by torch's own exp)."""
     from sim.policies import hybrid
 
     key = ("sweep", hybrid.SWEEP_COARSE, hybrid.SWEEP_FINE)
     out = _CONST.get(key)
     if out is None:
+        ffi, lib = native
         grid = hybrid._price_grid(hybrid.SWEEP_COARSE, "cpu", torch.float32)
-        u = -torch.log(grid.clamp(min=1e-12))
-        q = torch.linspace(0.0, 1.0, hybrid.SWEEP_FINE, dtype=torch.float32)
-        out = _CONST[key] = (np.ascontiguousarray(grid.numpy()), np.ascontiguousarray(u.numpy()),
-                             np.ascontiguousarray(q.numpy()))
+        u = np.ascontiguousarray((-torch.log(grid.clamp(min=1e-12))).numpy())
+        q = np.ascontiguousarray(torch.linspace(0.0, 1.0, hybrid.SWEEP_FINE, dtype=torch.float32).numpy())
+        G, F = u.shape[0], q.shape[0]
+        best = np.arange(G, dtype=np.int64)
+        arg = np.empty((G, F), np.float32)
+        lib.hp_fine_arg(G, G, ffi.from_buffer("float[]", u), ffi.from_buffer("int64_t[]", best), F,
+                        ffi.from_buffer("float[]", q), ffi.from_buffer("float[]", arg))
+        fine = np.ascontiguousarray(torch.exp(torch.from_numpy(arg)).numpy())
+        out = _CONST[key] = (np.ascontiguousarray(grid.numpy()), fine)
     return out
 
 
+# Shapes [S, R, C] on which hp_sum_requests is checked against torch.sum: every column class (leading
+# blocks, whole vectors, the scalar tail; C below one vector), cascades of one and several 16-row chunks,
+# ilp4 remainders, one request.
+_SUM_SHAPES = ((2, 37, 157), (2, 130, 49), (2, 5, 32), (4, 21, 7), (1, 300, 3), (2, 1, 9), (2, 4, 157))
+_GRAIN = 32768  # ATen's parallel grain: smaller reductions run on one thread whatever the thread count
+
+
+def _sum_checked(native, V: int, shapes) -> bool:
+    """Whether hp_sum_requests with width V equals torch.sum(x, 1) bit for bit on random float32 data spread
+    over eight decades (a different summation order shows at once), for every [S, R, C] in `shapes`."""
+    ffi, lib = native
+    rng = np.random.default_rng(20261130)
+    for S, R, C in shapes:
+        for _ in range(3):
+            x = (rng.random((S, R, C)) * 10.0 ** rng.integers(-4, 4, (S, R, C))).astype(np.float32)
+            want = torch.from_numpy(x).sum(1).numpy()
+            got = np.empty((S, C), np.float32)
+            lib.hp_sum_requests(S, R, C, V, ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", got))
+            if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+                return False
+    return True
+
+
+def _sum_width(native, S: int, R: int, Cs: tuple) -> Optional[int]:
+    """The vector width V with which hp_sum_requests reproduces torch.sum(x, 1) on this machine for float32
+    x [S, R, C], C in Cs (native/hybrid_price.c states the order), or None (the caller runs the torch
+    definition). V is found once per process on _SUM_SHAPES; a reduction big enough for ATen to split across
+    threads (more than one thread, S R C >= its grain) is checked on its own shape instead."""
+    threads = torch.get_num_threads()
+    if threads > 1 and S * R * max(Cs) >= _GRAIN:
+        key, shapes = ("sum-width", S, R, Cs, threads), tuple((S, R, C) for C in Cs)
+    else:
+        key, shapes = ("sum-width",), _SUM_SHAPES
+    if key not in _CONST:
+        wide = 16 if "AVX512" in str(torch.backends.cpu.get_cpu_capability()) else 8
+        _CONST[key] = next((V for V in dict.fromkeys((wide, 8, 16, 4)) if _sum_checked(native, V, shapes)), None)
+    return _CONST[key]
+
+
 class _Workspace:
-    """Buffers of one batch shape (S sides, R, K_m, K_n) and their C pointers, made once and reused every call.
-    gdt: the goodput's dtype (float32 with one drafter cost, float64 with a cost per side, as torch promotes)."""
+    """hp_sweep's buffers for one batch shape (S sides, R, K_m, K_n) and their C pointers, made once and
+    reused every call; V: the summation width (_sum_width), None where the C sum does not reproduce torch's."""
 
-    CTYPES = {"f": "float[]", "d": "double[]", "q": "int64_t[]", "l": "int64_t[]", "B": "uint8_t[]"}
-
-    def __init__(self, ffi, S: int, R: int, Km: int, Kn: int, exact: bool, gdt=np.float32):
+    def __init__(self, native, S: int, R: int, Km: int, Kn: int):
         from sim.policies import hybrid
 
+        ffi = self.ffi = native[0]
         f32, i64 = np.float32, np.int64
-        self.ffi = ffi
+        self.exact = R * Km + R * Kn <= hybrid.SWEEP_EXACT_MAX
+        self.grid, self.fine = _sweep_constants(native)
+        G, F = self.fine.shape
+        Cs = (R * (Km + Kn) + 1,) if self.exact else (G, F)
+        self.V = _sum_width(native, S, R, Cs)
+        C = max(Cs)
         self.conf_m, self.conf_n = np.empty((S, R, Km), f32), np.empty((S, R, Kn), f32)
         self.len_m, self.len_n = np.empty((S, R), i64), np.empty((S, R), i64)
         self.surv_m, self.surv_n = np.empty((S, R, Km), f32), np.empty((S, R, Kn), f32)
         self.cs_m, self.cs_n = np.empty((S, R, Km + 1), f32), np.empty((S, R, Kn + 1), f32)
-        if exact:  # prices: every survival of the side, then 0
-            self.lam = [np.zeros((S, R * (Km + Kn) + 1), f32)]
-        else:
-            grid, u, q = _sweep_constants()
-            self.lam = [np.ascontiguousarray(np.broadcast_to(grid, (S, grid.shape[0]))), np.empty((S, hybrid.SWEEP_FINE), f32)]
-            self.u, self.q = u, q
-            self.arg = np.empty((S, hybrid.SWEEP_FINE), f32)
-        self.stage = []
-        for lam in self.lam:
-            C = lam.shape[1]
-            self.stage.append(dict(lam=lam, use=np.empty((S, R, C), np.uint8), adm=np.empty((S, R, C), i64),
-                                   gch=np.empty((S, R, C), f32), slots=np.empty((S, C), i64),
-                                   g=np.empty((S, C), gdt), best=np.empty(S, i64)))
+        self.lam, self.slots = np.empty((S, C), f32), np.empty((S, C), i64)
+        self.gch = np.empty((S, R, C), f32)
+        self.gain, self.g, self.gd = np.empty((S, C), f32), np.empty((S, C), f32), np.empty((S, C), np.float64)
+        self.best, self.best_g, self.order = np.empty(S, i64), np.empty(S, np.float64), np.empty((S, C), i64)
         self.use_p, self.adm_p = np.empty((S, R), np.uint8), np.empty((S, R), i64)
         self.draft = np.empty(S, np.float64)
-        self.len_cur, self.zeros = np.empty(R, i64), np.zeros(R, i64)
-        self.work, self.pos = np.empty(R, i64), np.empty(3 * R, i64)
+        self.len_cur = np.empty(R, i64)
+        self.work, self.pos, self.vals = np.empty(R, i64), np.empty(3 * R, i64), np.empty(R * max(Km, Kn), f32)
         self.chain, self.admitted = np.empty(R, i64), np.empty(R, i64)
-        self.p = {}
-        for k, v in list(vars(self).items()):
-            if isinstance(v, np.ndarray):
-                self.p[k] = self.ptr(v)
-        for st in self.stage:
-            st["p"] = {k: self.ptr(v) for k, v in st.items()}
+        self.p = {k: self.ptr(v) for k, v in list(vars(self).items()) if isinstance(v, np.ndarray)}
+        # ffi.from_buffer less its per-call type parsing, for the per-call pointers
+        self.fb = ffi._backend.from_buffer
+        self.f32, self.i64 = ffi.typeof("float[]"), ffi.typeof("int64_t[]")
 
     def ptr(self, a: np.ndarray):
-        return self.ffi.from_buffer(self.CTYPES[a.dtype.char], a)
+        return self.ffi.from_buffer(CTYPES[a.dtype.char], a)
+
+    def pointers(self, packed: tuple) -> tuple:
+        """C pointers of (model conf, model len, n-gram conf, n-gram len): float32 / int64, C-contiguous, of
+        this workspace's shape (ValueError otherwise: a pointer into a smaller array would read past it)."""
+        cm, lm, cn, ln = packed
+        if (cm.dtype != np.float32 or cn.dtype != np.float32 or lm.dtype != np.int64 or ln.dtype != np.int64
+                or cm.shape != self.conf_m.shape or cn.shape != self.conf_n.shape or lm.shape != self.len_m.shape
+                or ln.shape != self.len_n.shape or not all(a.flags.c_contiguous for a in packed)):
+            raise ValueError("packed chains of another shape, dtype or layout than the workspace's")
+        fb, f32, i64 = self.fb, self.f32, self.i64
+        return fb(f32, cm), fb(i64, lm), fb(f32, cn), fb(i64, ln)
 
     def table(self, t) -> tuple:
         """(float64 array, its pointer) of a verify-cost table. The engine passes the same tensor every step:
@@ -106,91 +161,74 @@ class _Workspace:
             self._table = (t, arr, p)
         return arr, p
 
+    def sweep(self, lib, table, T: int, N: float, draft: float, margin: float, per_side_draft: bool) -> None:
+        """hp_sweep over the workspace's sides (chains in conf_*, len_*): leaves each side's pick in use_p,
+        adm_p and its goodput in best_g. draft: the drafter cost [ms] when one for all sides, else the
+        per-side costs are in self.draft."""
+        p = self.p
+        S, R, Km = self.conf_m.shape
+        arr, tp = self.table(table)
+        cm, lm, cn, ln = p["conf_m"], p["len_m"], p["conf_n"], p["len_n"]
+        lib.hp_sweep(S, R, Km, self.conf_n.shape[2], cm, lm, cn, ln, tp,
+                     arr.shape[0], T, N, draft, p["draft"] if per_side_draft else self.ffi.NULL, margin,
+                     int(self.exact), self.V, p["grid"], self.fine.shape[0], p["fine"], self.fine.shape[1],
+                     p["surv_m"], p["cs_m"], p["surv_n"], p["cs_n"], p["lam"], p["gch"],
+                     p["slots"], p["gain"], p["g"], p["gd"], p["best"], p["use_p"], p["adm_p"], p["best_g"],
+                     p["order"])
 
-def _workspace(ffi, S, R, Km, Kn, gdt):
-    from sim.policies import hybrid
 
-    exact = R * Km + R * Kn <= hybrid.SWEEP_EXACT_MAX
-    key = ("ws", S, R, Km, Kn, exact, np.dtype(gdt).char)
+def _workspace(native, S: int, R: int, Km: int, Kn: int) -> _Workspace:
+    key = ("ws", S, R, Km, Kn, torch.get_num_threads())
     ws = _CONST.get(key)
     if ws is None:
-        ws = _CONST[key] = _Workspace(ffi, S, R, Km, Kn, exact, gdt)
-    ws.exact = exact
+        ws = _CONST[key] = _Workspace(native, S, R, Km, Kn)
     return ws
 
 
-def _sweep_native(native, ws, batch: StepBatch, margin: float, per_side_draft: bool) -> np.ndarray:
-    """hybrid.lambda_sweep over the workspace's S sides (confidences and lengths already in ws): survivals,
-    both stages, and the pick; leaves (use_ngram, admitted) per side in ws.use_p, ws.adm_p and returns the
-    picked goodput per side [S]."""
-    ffi, lib = native
-    S, R, Km = ws.conf_m.shape
-    Kn = ws.conf_n.shape[2]
+def price_with_budget_packed(native, margin: float, packed: tuple, T: int, N: float, draft: float,
+                             cap: Optional[int], table, ptrs: Optional[tuple] = None) -> Optional[tuple]:
+    """hybrid.price_with_budget(batch, "sweep", margin) on the batch's arrays as the engine's native step
+    gathers them (sim/engine_fast.py): packed = (model conf [2, R, K_m] float32, model len [2, R] int64,
+    n-gram conf [2, R, K_n] float32, n-gram len [2, R] int64), side 0 current and side 1 stale, all
+    C-contiguous; ptrs: their C pointers where the caller has them (else made and checked here); T, N,
+    draft, cap and table as the StepBatch's num_nondraft_tokens, num_sampling, draft_cost_ms,
+    max_draft_tokens and verify_cost_ms. Returns (chain, admitted), int64 [R] arrays of the workspace, valid
+    until the next call of this shape; or None where the C sum cannot reproduce torch's (the caller then
+    runs the definition)."""
+    cm, cn = packed[0], packed[2]
+    _, R, Km = cm.shape
+    Kn = cn.shape[2]
+    ws = _workspace(native, 2, R, Km, Kn)
+    if ws.V is None:
+        return None
+    pcm, plm, pcn, pln = ptrs or ws.pointers(packed)
+    arr, tp = ws.table(table)
     p = ws.p
-    lib.hp_chains(S * R, Km, Kn, p["conf_m"], p["len_m"], p["conf_n"], p["len_n"], p["surv_m"], p["cs_m"],
-                  p["surv_n"], p["cs_n"])
-    table, tp = ws.table(batch.verify_cost_ms)
-    T, N, margin = int(batch.num_nondraft_tokens), float(batch.num_sampling), float(margin)
-    draft = None if per_side_draft else float(batch.draft_cost_ms)
-
-    def evaluate(st):
-        q = st["p"]
-        C = st["lam"].shape[1]
-        lib.hp_eval(S, R, Km, Kn, p["surv_m"], p["cs_m"], p["surv_n"], p["cs_n"], C, q["lam"], margin, q["use"],
-                    q["adm"], q["gch"], q["slots"])
-        gain = torch.from_numpy(st["gch"]).sum(1).numpy()  # torch's summation order; fresh and contiguous
-        if per_side_draft:
-            lib.hp_goodput_d(S, C, ws.ptr(gain), q["slots"], tp, table.shape[0], T, N, p["draft"], q["g"], q["best"])
-        else:
-            lib.hp_goodput(S, C, ws.ptr(gain), q["slots"], tp, table.shape[0], T, N, draft, q["g"], q["best"])
-
-    st = ws.stage[0]
-    rows = np.arange(S)
-    if ws.exact:
-        st["lam"][:, :-1] = np.concatenate([ws.surv_m, ws.surv_n], -1).reshape(S, -1)
-        evaluate(st)
-    else:
-        evaluate(st)
-        lib.hp_fine_arg(S, ws.u.shape[0], ffi.from_buffer("float[]", ws.u), st["p"]["best"], ws.q.shape[0],
-                        ffi.from_buffer("float[]", ws.q), p["arg"])
-        fine = ws.stage[1]
-        fine["lam"][...] = torch.exp(torch.from_numpy(ws.arg)).numpy()
-        evaluate(fine)
-        # first maximum over [coarse, fine]: the fine stage's best only where it is strictly better
-        g2 = fine["g"][rows, fine["best"]]
-        take2 = g2 > st["g"][rows, st["best"]]
-        if take2.any():
-            lib.hp_take(S, R, fine["lam"].shape[1], fine["p"]["use"], fine["p"]["adm"], fine["p"]["best"],
-                        p["use_p"], p["adm_p"])
-            use2, adm2 = ws.use_p.copy(), ws.adm_p.copy()
-    lib.hp_take(S, R, st["lam"].shape[1], st["p"]["use"], st["p"]["adm"], st["p"]["best"], p["use_p"], p["adm_p"])
-    best_g = st["g"][rows, st["best"]]
-    if not ws.exact and take2.any():
-        ws.use_p[take2], ws.adm_p[take2] = use2[take2], adm2[take2]
-        best_g = np.where(take2, g2, best_g)
-    return best_g
+    native[1].hp_price_with_budget(
+        R, Km, Kn, pcm, plm, pcn, pln, tp, arr.shape[0], T, N, draft, margin, -1 if cap is None else max(int(cap), 0),
+        int(ws.exact), ws.V, p["grid"], ws.fine.shape[0], p["fine"], ws.fine.shape[1], p["surv_m"], p["cs_m"],
+        p["surv_n"], p["cs_n"], p["lam"], p["gch"], p["slots"], p["gain"], p["g"], p["gd"], p["best"], p["use_p"],
+        p["adm_p"], p["best_g"], p["order"], p["work"], p["pos"], p["vals"], p["chain"], p["admitted"])
+    return ws.chain, ws.admitted
 
 
 def price_with_budget_native(batch: StepBatch, margin: float, native) -> Allocation:
-    """hybrid.price_with_budget(batch, "sweep", margin), float32 confidences, in C (native/hybrid_price.c).
-    Both sides (current, stale) at once, as the definition stacks them; the float32 sums over requests
-    run through torch's own sum so that they round exactly as the definition's do."""
-    ffi, lib = native
+    """hybrid.price_with_budget(batch, "sweep", margin), float32 confidences, in C (native/hybrid_price.c:
+    hp_sweep, hp_finish): the batch's tensors stacked as price_with_budget_packed reads them."""
+    from sim.policies import hybrid
+
     R, Km = batch.model_conf.shape
     Kn = batch.ngram_conf.shape[1]
-    ws = _workspace(ffi, 2, R, Km, Kn, np.float32)
-    p = ws.p
-    ws.conf_m[0], ws.conf_m[1] = batch.model_conf.numpy(), batch.stale_model_conf.numpy()
-    ws.conf_n[0], ws.conf_n[1] = batch.ngram_conf.numpy(), batch.stale_ngram_conf.numpy()
-    ws.len_m[0], ws.len_m[1] = batch.model_len.numpy(), batch.stale_model_len.numpy()
-    ws.len_n[0], ws.len_n[1] = batch.ngram_len.numpy(), batch.stale_ngram_len.numpy()
-    _sweep_native(native, ws, batch, margin, per_side_draft=False)
-    budget = int(ws.adm_p[1].sum())
-    if batch.max_draft_tokens is not None:
-        budget = min(budget, max(int(batch.max_draft_tokens), 0))
-    lib.hp_finish(R, Km, Kn, p["surv_m"], p["surv_n"], p["len_m"], p["len_n"], p["use_p"], p["adm_p"], budget, 0,
-                  p["work"], p["pos"], p["chain"], p["admitted"])
-    return Allocation(chain=torch.from_numpy(ws.chain.copy()), admitted=torch.from_numpy(ws.admitted.copy()))
+    f32, i64 = np.float32, np.int64
+    packed = (np.stack([_arr(batch.model_conf, f32), _arr(batch.stale_model_conf, f32)]),
+              np.stack([_arr(batch.model_len, i64), _arr(batch.stale_model_len, i64)]),
+              np.stack([_arr(batch.ngram_conf, f32), _arr(batch.stale_ngram_conf, f32)]),
+              np.stack([_arr(batch.ngram_len, i64), _arr(batch.stale_ngram_len, i64)]))
+    out = price_with_budget_packed(native, margin, packed, int(batch.num_nondraft_tokens), float(batch.num_sampling),
+                                   float(batch.draft_cost_ms), batch.max_draft_tokens, batch.verify_cost_ms)
+    if out is None:  # the C sum cannot reproduce torch's here: the definition
+        return hybrid.price_with_budget(batch, "sweep", margin)
+    return Allocation(chain=torch.from_numpy(out[0].copy()), admitted=torch.from_numpy(out[1].copy()))
 
 
 _FORECAST_NP = {"avg": lambda last, mean: (last + mean) * np.float32(0.5), "min": np.minimum,
@@ -204,7 +242,11 @@ def price_skip_native(batch: StepBatch, margin: float, hysteresis: float, foreca
     ffi, lib = native
     R, Km = batch.model_conf.shape
     Kn = batch.ngram_conf.shape[1]
-    ws = _workspace(ffi, 4, R, Km, Kn, np.float64)
+    ws = _workspace(native, 4, R, Km, Kn)
+    if ws.V is None:  # the C sum cannot reproduce torch's here: the definition
+        from sim.policies import hybrid
+
+        return hybrid.price_skip(batch, "sweep", margin, hysteresis, forecast)
     p = ws.p
     mc, smc = batch.model_conf.numpy(), batch.stale_model_conf.numpy()
     ws.conf_m[0], ws.conf_m[1], ws.conf_m[2], ws.conf_m[3] = mc, smc, mc, smc
@@ -220,7 +262,9 @@ def price_skip_native(batch: StepBatch, margin: float, hysteresis: float, foreca
     full = float(batch.draft_cost_ms)
     skip = full - float(batch.model_draft_ms)
     ws.draft[:] = (full, full, skip, skip)
-    g = _sweep_native(native, ws, batch, margin, per_side_draft=True)
+    ws.sweep(lib, batch.verify_cost_ms, int(batch.num_nondraft_tokens), float(batch.num_sampling), 0.0,
+             float(margin), per_side_draft=True)
+    g = ws.best_g
     run_model = bool(g[3] <= g[1] * (1.0 + hysteresis))
     side = 0 if run_model else 2
     budget = int(ws.adm_p[1 if run_model else 3].sum())
@@ -231,7 +275,7 @@ def price_skip_native(batch: StepBatch, margin: float, hysteresis: float, foreca
     ws.len_cur[...] = ml if run_model else 0
     lib.hp_finish(R, Km, Kn, p["surv_m"], p["surv_n"], p["len_cur"], p["len_n"],
                   ffi.from_buffer("uint8_t[]", ws.use_p[side]), ffi.from_buffer("int64_t[]", ws.adm_p[side]), budget, 1,
-                  p["work"], p["pos"], p["chain"], p["admitted"])
+                  p["work"], p["pos"], p["vals"], p["chain"], p["admitted"])
     return Allocation(chain=torch.from_numpy(ws.chain.copy()), admitted=torch.from_numpy(ws.admitted.copy()),
                       model_ran=torch.tensor(run_model))
 
@@ -258,6 +302,12 @@ def _price_with_budget_form(margin: float):
             return hybrid.price_with_budget(batch, "sweep", margin)  # outside the transcription: the definition
         return price_with_budget_native(batch, margin, native)
 
+    def packed(chains: tuple, ptrs: tuple, T: int, N: float, draft: float, cap: Optional[int], table) -> Optional[tuple]:
+        out = price_with_budget_packed(native, margin, chains, T, N, draft, cap, table, ptrs)
+        return None if out is None else (out[0], out[1], None, None, None)
+
+    packed.reads_mean = False  # price_with_budget does not read mean_ngram_conf
+    fn.packed = packed
     return fn
 
 
@@ -273,9 +323,9 @@ def alloc_adaptive_native(batch: StepBatch, native) -> Allocation:
         ws = _CONST[key] = dict(stale=np.empty((R, K), np.float64), conf=np.empty((R, K), f32), len=np.empty(R, i64),
                                 surv=np.empty((R, K), f32), cs=np.empty((R, K + 1), f32), work=np.empty(R * K, np.float64),
                                 use=np.zeros(R, np.uint8), one=np.ones(R, i64), heap=np.empty(R, i64),
-                                pos=np.empty(3 * R, i64), chain=np.empty(R, i64), adm=np.empty(R, i64),
+                                pos=np.empty(3 * R, i64), vals=np.empty(R * K, f32), chain=np.empty(R, i64), adm=np.empty(R, i64),
                                 none=np.zeros(1, f32))
-        ws["p"] = {k: ffi.from_buffer(_Workspace.CTYPES[v.dtype.char], v) for k, v in ws.items()}
+        ws["p"] = {k: ffi.from_buffer(CTYPES[v.dtype.char], v) for k, v in ws.items()}
     p = ws["p"]
     ws["stale"][...] = batch.stale_model_conf.numpy()
     ws["conf"][...] = batch.model_conf.numpy()
@@ -287,7 +337,7 @@ def alloc_adaptive_native(batch: StepBatch, native) -> Allocation:
                            p["work"])
     lib.ad_survival(R, K, p["conf"], p["len"], p["surv"], p["cs"])
     lib.hp_finish(R, K, 0, p["surv"], p["none"], p["len"], p["len"], p["use"], p["one"], budget, 0, p["heap"],
-                  p["pos"], p["chain"], p["adm"])
+                  p["pos"], p["vals"], p["chain"], p["adm"])
     return Allocation(chain=torch.from_numpy(ws["chain"].copy()), admitted=torch.from_numpy(ws["adm"].copy()))
 
 
@@ -356,10 +406,15 @@ def tree_native(batch: StepBatch, margin: float, discount: float, native) -> All
     ffi, lib = native
     R, Km = batch.model_conf.shape
     Kn = batch.ngram_conf.shape[1]
-    ws = _workspace(ffi, 1, R, Km, Kn, np.float32)
+    ws = _workspace(native, 1, R, Km, Kn)
+    if ws.V is None:  # the C sum cannot reproduce torch's here: the definition
+        from sim.policies import tree
+
+        return tree.tree_alloc(batch, "sweep", margin, discount)
     ws.conf_m[0], ws.conf_n[0] = batch.model_conf.numpy(), batch.ngram_conf.numpy()
     ws.len_m[0], ws.len_n[0] = batch.model_len.numpy(), batch.ngram_len.numpy()
-    _sweep_native(native, ws, batch, margin, per_side_draft=False)
+    ws.sweep(lib, batch.verify_cost_ms, int(batch.num_nondraft_tokens), float(batch.num_sampling),
+             float(batch.draft_cost_ms), float(margin), per_side_draft=False)
     return second_branch_np(batch, ws.surv_m[0], ws.surv_n[0], ws.use_p[0].astype(bool), ws.adm_p[0].copy(), discount)
 
 

@@ -23,14 +23,15 @@
  *   stale_mlen[k] = min(Km, out_len[r] - model_pos[r]); stale_ng[k] = ng_conf[srow],
  *   stale_nlen[k] = ng_len[srow]                                          (_build_batch/_host_history)
  *   mean_ng[k] (when mean_ng is not NULL): n_sum / n_cnt where the request has n-gram history, else the
- *   previous proposal ng_conf[srow] (times (slot < ng_len[srow]) unless `clean`), as float64.
+ *   previous proposal ng_conf[srow] times (slot < ng_len[srow]), as float64. (The numpy step skips that mask
+ *   where the tables hold 0 past every chain's length; masking anyway gives the same floats there, since a
+ *   signed zero times 0.0f is itself, so this step masks always and needs no table-wide check.)
  * Returns the KV context the decoding requests read: sum over k of prompt_len[r] + pos[r]. */
 int64_t es_gather(int64_t R, const int64_t *reqs, int64_t Km, int64_t Kn,
                   const int64_t *offsets, const int64_t *out_len, const int64_t *prompt_len,
                   const float *m_conf, const float *ng_conf, const int64_t *ng_len,
                   const int64_t *pos, const int64_t *prev_pos, const int64_t *model_pos, uint8_t *fresh,
                   const double *m_sum, const int64_t *m_cnt, const double *n_sum, const int64_t *n_cnt,
-                  int64_t clean,
                   int64_t *rows, float *model_conf, int64_t *model_len, float *ngram_conf, int64_t *ngram_len,
                   float *stale_m, int64_t *stale_mlen, float *stale_ng, int64_t *stale_nlen, double *mean_ng) {
     int64_t kv = 0;
@@ -65,8 +66,6 @@ int64_t es_gather(int64_t R, const int64_t *reqs, int64_t Km, int64_t Kn,
             if (c > 0) {
                 double d = (double)c;
                 for (int64_t j = 0; j < Kn; j++) mn[j] = n_sum[r * Kn + j] / d;
-            } else if (clean) {
-                for (int64_t j = 0; j < Kn; j++) mn[j] = (double)ng_conf[srow * Kn + j];
             } else {
                 for (int64_t j = 0; j < Kn; j++) mn[j] = (double)(ng_conf[srow * Kn + j] * (float)(j < snl));
             }
@@ -91,7 +90,7 @@ int64_t es_gather(int64_t R, const int64_t *reqs, int64_t Km, int64_t Kn,
  *   the target's tokens[tok_offsets + prompt_len + pos + j]; token-buffer reads clipped to its ends as
  *   numpy's take(mode="clip"); then pos += n_emit, prev_pos = the old pos;
  *   history: if model_ran, model_pos = prev_pos, m_sum += m_conf[row], m_cnt += 1; if uses_ngram,
- *   n_sum += ng_conf[row] (times (slot < ng_len[row]) unless clean), n_cnt += 1; n_steps += 1.
+ *   n_sum += ng_conf[row] times (slot < ng_len[row]) (as es_gather's mean), n_cnt += 1; n_steps += 1.
  * sums[0..4] = verified model, verified n-gram, accepted model, accepted n-gram, emitted.
  * Returns the number of tokens written, or -1 if an output slot fell outside the buffer (nothing is
  * written then past that point; the caller raises). */
@@ -104,7 +103,7 @@ int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *rows, int64_t K
                   const float *m_conf, const float *ng_conf, const int64_t *ng_len_tab,
                   const int64_t *tokens, int64_t ntokens, int64_t *emitted, int64_t nemitted,
                   int64_t *pos, int64_t *prev_pos, int64_t *model_pos, int64_t *n_steps,
-                  double *m_sum, int64_t *m_cnt, double *n_sum, int64_t *n_cnt, int64_t uses_ngram, int64_t clean,
+                  double *m_sum, int64_t *m_cnt, double *n_sum, int64_t *n_cnt, int64_t uses_ngram,
                   int64_t *bad, int64_t *sums) {
     int64_t written = 0;
     bad[0] = bad[1] = bad[2] = -1;
@@ -166,11 +165,7 @@ int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *rows, int64_t K
         }
         if (uses_ngram) {
             int64_t L = ng_len_tab[row];
-            if (clean) {
-                for (int64_t j = 0; j < Kn; j++) n_sum[r * Kn + j] += (double)ng_conf[row * Kn + j];
-            } else {
-                for (int64_t j = 0; j < Kn; j++) n_sum[r * Kn + j] += (double)(ng_conf[row * Kn + j] * (float)(j < L));
-            }
+            for (int64_t j = 0; j < Kn; j++) n_sum[r * Kn + j] += (double)(ng_conf[row * Kn + j] * (float)(j < L));
             n_cnt[r] += 1;
         }
         n_steps[r] += 1;

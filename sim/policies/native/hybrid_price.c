@@ -59,6 +59,13 @@ static inline int64_t count_above(const float *a, int64_t K, float lam) {
     return lo;
 }
 
+/* Whether x[0..n-1] holds no NaN. */
+static int non_nan(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] != x[i]) return 0;
+    return 1;
+}
+
 /* Whether x[0..n-1] is non-increasing with no NaN. */
 static int non_increasing(const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
@@ -68,45 +75,57 @@ static int non_increasing(const float *x, int64_t n) {
     return 1;
 }
 
-/* Evaluate prices lam [S, C]: use [S, R, C] (0/1), adm [S, R, C], gch [S, R, C] (the chosen chain's gain),
- * slots [S, C] (sum of adm over requests). Where a side's prices are non-increasing (the two-stage grid)
- * and a request's survival rows hold no NaN, the counts #{j : a_j > lam} are found by one walk along the
- * row across the prices instead of a binary search per price: the same counts (the row is non-increasing,
- * so both give the first j with a_j <= lam). */
-void hp_eval(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *cs_m,
-             const float *surv_n, const float *cs_n, int64_t C, const float *lam, float margin,
-             uint8_t *use, int64_t *adm, float *gch, int64_t *slots) {
+/* The threshold rule of one request at price l: l_m = #{j : a_m,j > l}, l_n likewise (counts of a
+ * non-increasing survival row; cm, cn given), V_c = cs_c[l_c] - (float)l_c * l, the n-gram chain iff
+ * V_n > V_m + margin. Writes the chosen chain's gain and returns its admitted count (use: 0 model, 1 n-gram). */
+static inline int64_t rule(const float *pm, const float *pn, int64_t lm, int64_t ln, float l, float margin,
+                           float *gain, int *use) {
+    float gm = pm[lm], gn = pn[ln];
+    float tn = (float)ln * l, tm = (float)lm * l;
+    float vn = gn - tn, vm = gm - tm;
+    float rhs = vm + margin;
+    int u = vn > rhs;
+    *use = u;
+    *gain = u ? gn : gm;
+    return u ? ln : lm;
+}
+
+/* Evaluate prices lam [S, C]: gch [S, R, C] (each request's chosen chain's gain) and slots [S, C] (the sum of
+ * the admitted counts over requests). The counts #{j : a_j > lam} of a survival row a (non-increasing, no
+ * NaN) are found by one walk along the row across the prices in non-increasing order -- the order of lam
+ * itself where it is non-increasing (the two-stage grid), else the order `order` [S, C] gives (the exact
+ * sweep's prices, sorted by the caller) -- instead of a binary search per price: the same counts (both give
+ * the first j with a_j <= lam). Rows or prices with NaN, or unsorted prices without an order, take the
+ * binary search (torch.searchsorted's answer on any row). */
+static void eval_prices(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *cs_m,
+                        const float *surv_n, const float *cs_n, int64_t C, const float *lam, float margin,
+                        float *gch, int64_t *slots, const int64_t *order) {
     for (int64_t s = 0; s < S; s++) {
         int64_t *sl = slots + s * C;
+        const float *ls = lam + s * C;
+        const int64_t *ord = order ? order + s * C : 0;
         memset(sl, 0, sizeof(int64_t) * C);
-        int sorted_lam = non_increasing(lam + s * C, C);
+        int sorted_lam = non_increasing(ls, C);
+        int walk_prices = sorted_lam || (ord != 0 && non_nan(ls, C));
         for (int64_t r = 0; r < R; r++) {
             const float *am = surv_m + (s * R + r) * Km, *an = surv_n + (s * R + r) * Kn;
             const float *pm = cs_m + (s * R + r) * (Km + 1), *pn = cs_n + (s * R + r) * (Kn + 1);
-            int64_t o = (s * R + r) * C;
-            int walk = sorted_lam && non_increasing(am, Km) && non_increasing(an, Kn);
-            int64_t wm = 0, wn = 0;
-            for (int64_t c = 0; c < C; c++) {
-                float l = lam[s * C + c];
-                int64_t lm, ln;
-                if (walk) {
+            float *gr = gch + (s * R + r) * C;
+            int u;
+            if (walk_prices && non_increasing(am, Km) && non_increasing(an, Kn)) {
+                int64_t wm = 0, wn = 0;
+                for (int64_t i = 0; i < C; i++) {
+                    int64_t c = sorted_lam ? i : ord[i];
+                    float l = ls[c];
                     while (wm < Km && am[wm] > l) wm++;
                     while (wn < Kn && an[wn] > l) wn++;
-                    lm = wm;
-                    ln = wn;
-                } else {
-                    lm = count_above(am, Km, l);
-                    ln = count_above(an, Kn, l);
+                    sl[c] += rule(pm, pn, wm, wn, l, margin, gr + c, &u);
                 }
-                float gm = pm[lm], gn = pn[ln];
-                float tn = (float)ln * l, tm = (float)lm * l;
-                float vn = gn - tn, vm = gm - tm;
-                float rhs = vm + margin;
-                int u = vn > rhs;
-                use[o + c] = (uint8_t)u;
-                adm[o + c] = u ? ln : lm;
-                gch[o + c] = u ? gn : gm;
-                sl[c] += u ? ln : lm;
+            } else {
+                for (int64_t c = 0; c < C; c++) {
+                    float l = ls[c];
+                    sl[c] += rule(pm, pn, count_above(am, Km, l), count_above(an, Kn, l), l, margin, gr + c, &u);
+                }
             }
         }
     }
@@ -179,21 +198,77 @@ void hp_fine_arg(int64_t S, int64_t G, const float *u, const int64_t *best, int6
     }
 }
 
-/* Take, per side, candidate best[s] of (use, adm) [S, R, C] into use_out, adm_out [S, R]. */
-void hp_take(int64_t S, int64_t R, int64_t C, const uint8_t *use, const int64_t *adm, const int64_t *best,
-             uint8_t *use_out, int64_t *adm_out) {
-    for (int64_t s = 0; s < S; s++)
-        for (int64_t r = 0; r < R; r++) {
-            use_out[s * R + r] = use[(s * R + r) * C + best[s]];
-            adm_out[s * R + r] = adm[(s * R + r) * C + best[s]];
+/* The k-th largest (0-based) of a[0..n-1], no NaN; reorders a (Hoare's find, median-of-three pivot). */
+static float kth_largest(float *a, int64_t n, int64_t k) {
+    int64_t l = 0, m = n - 1;
+    while (l < m) {
+        float p = a[l], q = a[(l + m) / 2], z = a[m];
+        float x = p > q ? (q > z ? q : (p > z ? z : p)) : (p > z ? p : (q > z ? z : q));
+        int64_t i = l, j = m;
+        do {
+            while (a[i] > x) i++;
+            while (x > a[j]) j--;
+            if (i <= j) {
+                float t = a[i];
+                a[i] = a[j];
+                a[j] = t;
+                i++;
+                j--;
+            }
+        } while (i <= j);
+        if (j < k) l = i;
+        if (k < i) m = j;
+    }
+    return a[k];
+}
+
+/* hp_finish's stable top-`budget` by selection, where every chosen row is non-increasing with no NaN: the
+ * budget-th largest value t, then each row's slots > t, then, row by row while the budget lasts, its slots
+ * == t. That is the merge's answer: it takes slots by value, equal values to the lower flat index (the
+ * earlier row; within a row, equal values are contiguous). O(R K) instead of O(budget log R). Returns 0,
+ * having written nothing, where a row is not so (the heap merge then runs). pos as hp_finish's. */
+static int select_top(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *surv_n,
+                      const int64_t *pos, int64_t budget, float *vals, int64_t *adm_out) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < R; r++) {
+        const float *row = pos[2 * R + r] ? surv_n + r * Kn : surv_m + r * Km;
+        int64_t L = pos[R + r];
+        if (!non_increasing(row, L)) return 0;
+        memcpy(vals + n, row, sizeof(float) * L);
+        n += L;
+    }
+    if (budget <= 0) return 1;
+    if (budget >= n) {
+        for (int64_t r = 0; r < R; r++) adm_out[r] = pos[R + r];
+        return 1;
+    }
+    float t = kth_largest(vals, n, budget - 1);
+    int64_t left = budget;
+    for (int64_t r = 0; r < R; r++) {
+        const float *row = pos[2 * R + r] ? surv_n + r * Kn : surv_m + r * Km;
+        int64_t L = pos[R + r], j = 0;
+        while (j < L && row[j] > t) j++;
+        adm_out[r] = j;
+        left -= j;
+    }
+    for (int64_t r = 0; r < R && left > 0; r++) {
+        const float *row = pos[2 * R + r] ? surv_n + r * Kn : surv_m + r * Km;
+        int64_t L = pos[R + r], j = adm_out[r];
+        while (j < L && left > 0 && row[j] == t) {
+            j++;
+            left--;
         }
+        adm_out[r] = j;
+    }
+    return 1;
 }
 
 /* The current side's allocation: chain choice (both prefixes empty -> the better first slot, then model),
- * global stable top-`budget` of the chosen chains' survivals, finish(). chain_out/adm_out [R]. */
+ * global stable top-`budget` of the chosen chains' survivals (select_top, else a merge of the rows by a heap),
+ * finish(). chain_out/adm_out [R]; work buffers heap_r [R], pos [3 R], vals [R max(Km, Kn)]. */
 void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *surv_n, const int64_t *len_m,
                const int64_t *len_n, const uint8_t *use0, const int64_t *adm0, int64_t budget, int64_t force_ngram,
-               int64_t *heap_r, int64_t *pos, int64_t *chain_out, int64_t *adm_out) {
+               int64_t *heap_r, int64_t *pos, float *vals, int64_t *chain_out, int64_t *adm_out) {
     int64_t W = Km + Kn, n = 0;
     for (int64_t r = 0; r < R; r++) {
         int u = adm0[r] == 0 ? (surv_n[r * Kn] > surv_m[r * Km]) : use0[r];
@@ -207,6 +282,7 @@ void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const flo
         pos[2 * R + r] = u;
         if (L > 0) heap_r[n++] = r;
     }
+    if (select_top(R, Km, Kn, surv_m, surv_n, pos, budget, vals, adm_out)) goto done;
     /* key of row r's next slot: (value desc, flat index asc) */
 #define VAL(r) ((pos[2 * R + (r)] ? surv_n + (r) * Kn : surv_m + (r) * Km)[pos[(r)]])
 #define FLAT(r) ((r) * W + (pos[2 * R + (r)] ? Km : 0) + pos[(r)])
@@ -232,8 +308,166 @@ void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const flo
 #undef VAL
 #undef FLAT
 #undef BEFORE
+done:
     for (int64_t r = 0; r < R; r++)
         if (adm_out[r] <= 0) chain_out[r] = 0;
+}
+
+/* ---- torch's float32 sum over requests, and the whole sweep in one call ---------------------------------
+ * torch.sum(gch, dim=1) of a contiguous float32 [S, R, C] runs ATen's cascade sum (SumKernel.cpp) with the
+ * reduced dimension R strided and the C columns contiguous. Each column's R values are summed by one of
+ * two orders, chosen by the column's place among the vector lanes (V = floats per vector register):
+ *   cascade  (columns in the leading whole blocks of 4 V; all columns in blocks of 4 when C < V): a running
+ *            float sum over chunks of 16 rows (2^max(4, ceil(log2 R) / 4) rows), each chunk's sum carried
+ *            up three levels of accumulators, which are added at the end;
+ *   ilp4     (the other columns): four cascades over rows r = 4 i + k (k = 0..3, i < R / 4), the R mod 4
+ *            last rows added to the first, then the four added in order;
+ * and the output is 0 + that sum. Which order a column gets depends on V (8 with AVX2, 16 with AVX512):
+ * the caller passes V and checks this against torch.sum on random data once per shape
+ * (sim/policies/fast.py, SumCheck); where they differ it runs the torch definition. */
+static int64_t ceil_log2(int64_t x) {
+    if (x <= 2) return 1;
+    int64_t b = 0;
+    for (uint64_t v = (uint64_t)(x - 1); v; v >>= 1) b++;
+    return b;
+}
+
+static float cascade(const float *x, int64_t stride, int64_t n) {
+    int64_t power = ceil_log2(n) / 4;
+    if (power < 4) power = 4;
+    int64_t step = (int64_t)1 << power, mask = step - 1, i = 0;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    while (i + step <= n) {
+        for (int64_t j = 0; j < step; j++, i++) acc[0] += x[i * stride];
+        for (int64_t j = 1; j < 4; j++) {
+            acc[j] += acc[j - 1];
+            acc[j - 1] = 0.0f;
+            if ((i & (mask << (j * power))) != 0) break;
+        }
+    }
+    for (; i < n; i++) acc[0] += x[i * stride];
+    for (int64_t j = 1; j < 4; j++) acc[0] += acc[j];
+    return acc[0];
+}
+
+static float ilp4(const float *x, int64_t stride, int64_t n) {
+    int64_t m = n / 4;
+    float p[4];
+    for (int64_t k = 0; k < 4; k++) p[k] = cascade(x + k * stride, 4 * stride, m);
+    for (int64_t i = 4 * m; i < n; i++) p[0] += x[i * stride];
+    for (int64_t k = 1; k < 4; k++) p[0] += p[k];
+    return p[0];
+}
+
+void hp_sum_requests(int64_t S, int64_t R, int64_t C, int64_t V, const float *x, float *out) {
+    int64_t lead = C >= V ? (C / (4 * V)) * 4 * V : (C / 4) * 4;
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t c = 0; c < C; c++) {
+            const float *col = x + s * R * C + c;
+            out[s * C + c] = 0.0f + (c < lead ? cascade(col, C, R) : ilp4(col, C, R));
+        }
+}
+
+/* Sort idx[0..n-1] by key[idx] descending, a shell sort (n is at most SWEEP_EXACT_MAX + 1; with NaN keys
+ * the order is unspecified, and hp_eval then binary-searches). */
+static void sort_desc(int64_t *idx, const float *key, int64_t n) {
+    static const int64_t gaps[] = {109, 41, 19, 5, 1};
+    for (int g = 0; g < 5; g++) {
+        int64_t h = gaps[g];
+        for (int64_t i = h; i < n; i++) {
+            int64_t v = idx[i];
+            float kv = key[v];
+            int64_t j = i;
+            while (j >= h && key[idx[j - h]] < kv) {
+                idx[j] = idx[j - h];
+                j -= h;
+            }
+            idx[j] = v;
+        }
+    }
+}
+
+/* hybrid.lambda_sweep over S sides in one call: survivals and prefix sums (hp_chains), then either the exact
+ * sweep (exact != 0: every survival of the side and 0 as the price, C = R (Km + Kn) + 1) or the two-stage
+ * grid (the coarse prices grid [G] on every side; then the fine prices fine[best coarse] [F]; the fine pick
+ * replaces the coarse one only where its goodput is strictly greater: the first maximum over both stages).
+ * Goodput in float (draft_d NULL: one drafter cost `draft`) or in double (draft_d [S]: a cost per side, as
+ * hp_goodput_d). Leaves the pick's (use, admitted) per side in use_p, adm_p [S, R] and its goodput in
+ * best_g [S]. Buffers: surv/cs as hp_chains; lam [S, Cmax]; gch [S, R, Cmax]; slots, gain, g (float
+ * goodput), gd (double goodput), order [S, Cmax]; best [S]; Cmax = max(R (Km + Kn) + 1 if exact, G, F). */
+void hp_sweep(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *conf_m, const int64_t *len_m,
+              const float *conf_n, const int64_t *len_n, const double *table, int64_t ntab, int64_t T, float N,
+              float draft, const double *draft_d, float margin, int64_t exact, int64_t V, const float *grid,
+              int64_t G, const float *fine, int64_t F, float *surv_m, float *cs_m, float *surv_n, float *cs_n,
+              float *lam, float *gch, int64_t *slots, float *gain, float *g,
+              double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p, double *best_g, int64_t *order) {
+    hp_chains(S * R, Km, Kn, conf_m, len_m, conf_n, len_n, surv_m, cs_m, surv_n, cs_n);
+    int64_t C;
+    if (exact) {
+        C = R * (Km + Kn) + 1;
+        for (int64_t s = 0; s < S; s++) {
+            float *l = lam + s * C;
+            for (int64_t r = 0; r < R; r++) {
+                memcpy(l, surv_m + (s * R + r) * Km, sizeof(float) * Km);
+                memcpy(l + Km, surv_n + (s * R + r) * Kn, sizeof(float) * Kn);
+                l += Km + Kn;
+            }
+            *l = 0.0f;
+            /* the walk's order: prices by value, largest first (any order of equal prices gives the same
+             * counts; each result is stored at its price's own index, so the pick is unchanged) */
+            int64_t *o = order + s * C;
+            for (int64_t c = 0; c < C; c++) o[c] = c;
+            sort_desc(o, lam + s * C, C);
+        }
+    } else {
+        C = G;
+        for (int64_t s = 0; s < S; s++) memcpy(lam + s * C, grid, sizeof(float) * G);
+    }
+    for (int stage = 0; stage < (exact ? 1 : 2); stage++) {
+        if (stage == 1) {  /* the fine prices around each side's coarse best */
+            C = F;
+            for (int64_t s = 0; s < S; s++) memcpy(lam + s * C, fine + best[s] * F, sizeof(float) * F);
+        }
+        eval_prices(S, R, Km, Kn, surv_m, cs_m, surv_n, cs_n, C, lam, margin, gch, slots, exact ? order : 0);
+        hp_sum_requests(S, R, C, V, gch, gain);
+        if (draft_d) hp_goodput_d(S, C, gain, slots, table, ntab, T, N, draft_d, gd, best);
+        else hp_goodput(S, C, gain, slots, table, ntab, T, N, draft, g, best);
+        for (int64_t s = 0; s < S; s++) {
+            double x = draft_d ? gd[s * C + best[s]] : (double)g[s * C + best[s]];
+            if (stage == 1 && !(x > best_g[s])) continue;
+            best_g[s] = x;
+            float l = lam[s * C + best[s]];
+            for (int64_t r = 0; r < R; r++) {  /* the picked price's rule again (the same counts, see eval_prices) */
+                const float *am = surv_m + (s * R + r) * Km, *an = surv_n + (s * R + r) * Kn;
+                float gain;
+                int u;
+                adm_p[s * R + r] = rule(cs_m + (s * R + r) * (Km + 1), cs_n + (s * R + r) * (Kn + 1),
+                                        count_above(am, Km, l), count_above(an, Kn, l), l, margin, &gain, &u);
+                use_p[s * R + r] = (uint8_t)u;
+            }
+        }
+    }
+}
+
+/* hybrid.price_with_budget(batch, "sweep", margin) in one call: hp_sweep over the two sides (0 current,
+ * 1 stale; draft: one drafter cost), the budget = the stale pick's admitted total, capped at cap (cap < 0:
+ * no cap; a negative cap is the caller's max(cap, 0)), then hp_finish on the current side into chain_out,
+ * adm_out [R]. Buffers as hp_sweep's and hp_finish's. */
+void hp_price_with_budget(int64_t R, int64_t Km, int64_t Kn, const float *conf_m, const int64_t *len_m,
+                          const float *conf_n, const int64_t *len_n, const double *table, int64_t ntab, int64_t T,
+                          float N, float draft, float margin, int64_t cap, int64_t exact, int64_t V,
+                          const float *grid, int64_t G, const float *fine, int64_t F, float *surv_m, float *cs_m,
+                          float *surv_n, float *cs_n, float *lam, float *gch, int64_t *slots, float *gain, float *g,
+                          double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p, double *best_g,
+                          int64_t *order, int64_t *heap_r, int64_t *pos, float *vals, int64_t *chain_out,
+                          int64_t *adm_out) {
+    hp_sweep(2, R, Km, Kn, conf_m, len_m, conf_n, len_n, table, ntab, T, N, draft, 0, margin, exact, V, grid, G,
+             fine, F, surv_m, cs_m, surv_n, cs_n, lam, gch, slots, gain, g, gd, best, use_p, adm_p, best_g, order);
+    int64_t budget = 0;
+    for (int64_t r = 0; r < R; r++) budget += adm_p[R + r];
+    if (cap >= 0 && cap < budget) budget = cap;
+    hp_finish(R, Km, Kn, surv_m, surv_n, len_m, len_n, use_p, adm_p, budget, 0, heap_r, pos, vals, chain_out,
+              adm_out);
 }
 
 /* ---- adaptive (sim.policies.adaptive.alloc_adaptive) ---------------------------------------------------
