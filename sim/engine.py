@@ -183,7 +183,7 @@ class Engine:
         # Scheduling state lives in the shared scheduler; these are views of its arrays.
         kmax = max(tables.k_model if policy.uses_model else 0, tables.k_ngram if policy.uses_ngram else 0)
         self.sched = Scheduler(tables.prompt_len, cfg.batch_size, cfg.max_num_batched_tokens, cfg.block_size,
-                               self.kv_cap, kmax)
+                               self.kv_cap, kmax, out_len=tables.out_len)
         st = self.sched.state
         self.pos, self.prefilled, self.prefill_target = st.pos, st.prefilled, st.prefill_target
         self.n_preempt, self.fresh = st.n_preempt, st.fresh
@@ -747,8 +747,7 @@ class Engine:
         for r in first_tok:
             if np.isnan(self.t_first[r]):
                 self.t_first[r] = end_s
-        done = self.sched.finished(tb.out_len)
-        finished = self.sched.finish(done) if done.any() else []
+        finished = self.sched.pop_finished(tb.out_len)
         self.steps.append((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0], accepted[1],
                            emitted, t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"], t["cpu"],
                            step_ms - gpu_ms, kv_tokens, preempted, total_tokens, logit_rows, n_seqs))

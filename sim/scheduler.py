@@ -15,6 +15,12 @@ kmax is the longest chain the policy's drafters propose (0 for no speculation).
 
 The scheduler owns the request state that scheduling reads and writes (`RequestState`); the engine
 advances positions (`pos`) as it emits tokens and tells the scheduler which requests finished.
+
+Steady stretches: when the engine gives the output lengths, a running set in which every request decodes
+and whose KV at the requests' last steps, sum of need(r, out_len - pos + kmax + 1), fits the capacity can
+neither be preempted nor start a prefill until it changes; while nothing can be admitted (nothing waits, or
+the batch is full) `schedule` then returns the same plan without the per-request arithmetic (the rules
+above give that plan: KV only grows with pos, and pos <= out_len).
 """
 from __future__ import annotations
 
@@ -78,7 +84,7 @@ class Scheduler:
     """Admission, token budget, chunked prefill and preemption; see the module docstring for the rules."""
 
     def __init__(self, prompt_len: np.ndarray, batch_size: int, max_num_batched_tokens: int, block_size: int,
-                 kv_capacity_tokens: int, kmax: int) -> None:
+                 kv_capacity_tokens: int, kmax: int, out_len: np.ndarray | None = None) -> None:
         self.prompt_len = np.asarray(prompt_len, dtype=np.int64)
         self.batch_size, self.budget, self.block = batch_size, max_num_batched_tokens, block_size
         self.kv_cap, self.kmax = kv_capacity_tokens, kmax
@@ -86,6 +92,8 @@ class Scheduler:
         self.running: list[int] = []
         self.waiting: deque[int] = deque()  # FIFO; a deque: a million queued requests pop in O(1)
         self.last_draft = 0  # draft slots verified in the previous step (the next step's reservation)
+        self.out_len = None if out_len is None else np.asarray(out_len, dtype=np.int64)
+        self._steady = None  # the decoding requests while the running set is steady (module docstring)
 
     def add(self, r: int) -> None:
         """A request arrives: it waits for admission."""
@@ -112,12 +120,15 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         """Admit waiting requests, preempt on KV overflow, and split the token budget."""
         st, kmax = self.state, self.kmax
+        if self._steady is not None and not (self.waiting and len(self.running) < self.batch_size):
+            return StepPlan(self._steady, [], 0, [])
         while self.waiting and len(self.running) < self.batch_size:
             r = self.waiting[0]
             if self.running and self.kv_used() + self.kv_need(r, kmax + 1) > self.kv_cap:
                 break
             self.waiting.popleft()
             self.running.append(r)
+            self._steady = None
         preempted: list[int] = []
         while len(self.running) > 1 and self.kv_used() > self.kv_cap:
             r = self.running.pop()
@@ -127,6 +138,7 @@ class Scheduler:
             st.fresh[r] = True
             self.waiting.appendleft(r)
             preempted.append(r)
+            self._steady = None
         budget = self.budget
         if len(self.running) <= SMALL:  # the same integers without numpy's per-call overhead
             tgt, done = st.prefill_target, st.prefilled
@@ -149,23 +161,35 @@ class Scheduler:
             chunk = min(left, budget)
             prefilling.append((r, chunk))
             budget -= chunk
+        if len(decoding) == len(self.running) and self._steady is None and self._fits_to_the_end():
+            self._steady = decoding
         return StepPlan(decoding, prefilling, len(preempted), preempted)
 
-    def finished(self, out_len: np.ndarray) -> np.ndarray:
-        """Per running request (in order), whether it is complete: its output emitted (pos >= out_len) and
-        no prefill pending (bool)."""
-        st = self.state
-        if len(self.running) <= SMALL:
-            pos, pre, tgt = st.pos, st.prefilled, st.prefill_target
-            return np.array([pos[r] >= out_len[r] and pre[r] >= tgt[r] for r in self.running], dtype=bool)
-        run = np.asarray(self.running, dtype=np.int64)
-        return (st.pos[run] >= out_len[run]) & (st.prefilled[run] >= st.prefill_target[run])
+    def _fits_to_the_end(self) -> bool:
+        """Whether the running requests' KV fits at every later step without a change of the running set:
+        at most one runs, or their need at the last step (pos = out_len) fits the capacity."""
+        if self.out_len is None:
+            return False
+        if len(self.running) <= 1:
+            return True
+        r = np.asarray(self.running, dtype=np.int64)
+        return int(in_blocks(self.prompt_len[r] + self.out_len[r] + self.kmax + 1, self.block).sum()) <= self.kv_cap
 
-    def finish(self, done: np.ndarray) -> list[int]:
-        """Remove the running requests whose output is complete (done: bool per running request, in order);
-        returns their ids."""
+    def pop_finished(self, out_len: np.ndarray) -> list[int]:
+        """Remove the running requests whose output is complete -- its output emitted (pos >= out_len) and no
+        prefill pending -- and return their ids, in running order."""
+        st = self.state
+        pos, pre, tgt = st.pos, st.prefilled, st.prefill_target
+        if len(self.running) <= SMALL:  # the same comparisons without numpy's per-call overhead
+            done = [r for r in self.running if pos[r] >= out_len[r] and pre[r] >= tgt[r]]
+            if done:
+                self.running = [r for r in self.running if not (pos[r] >= out_len[r] and pre[r] >= tgt[r])]
+                self._steady = None
+            return done
         run = np.asarray(self.running, dtype=np.int64)
+        done = (pos[run] >= out_len[run]) & (pre[run] >= tgt[run])
         if not done.any():
             return []
         self.running = run[~done].tolist()
+        self._steady = None
         return run[done].tolist()
