@@ -74,10 +74,11 @@ from tqdm import tqdm
 
 from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables
-from sim.engine_fast import PACKED_BYPASSES, Unsupported, native_step, steps_as_defined
+from sim.engine_fast import ARRAYS_BYPASSES, Unsupported, native_step, steps_as_defined
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
+from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler, StepPlan, full_kv_need
 from sim.step_log import StepLog
 
@@ -631,16 +632,16 @@ class Engine:
                 fast = self._fast = None
         return fast
 
-    def _packed_form(self):
-        """The policy's native form on the native step's gathered arrays (sim.policies.fast: a fast form's
-        `packed`), or None: the step builds a StepBatch. Only where the simulator runs the policy's fast form
-        (Policy.sim_callable), the policy reads no ground truth and the engine's class keeps the hooks it
-        bypasses (a subclass overriding _allocate sees every batch); decided on the first step."""
-        form = getattr(self, "_packed", False)
+    def _array_form(self):
+        """The policy's fast form on the native step's gathered arrays (sim.policies.fast.Arrays: a fast
+        form's `arrays`), or None: the step builds a StepBatch. Only where the simulator runs the policy's
+        fast form (Policy.sim_callable), the policy reads no ground truth and the engine's class keeps the
+        hooks it bypasses (a subclass overriding _allocate sees every batch); decided on the first step."""
+        form = getattr(self, "_arrays", False)
         if form is False:
             run = getattr(self.policy, "sim_callable", None)
-            form = self._packed = (None if self.policy.needs_truth or steps_as_defined(self, PACKED_BYPASSES)
-                                   else getattr(run, "packed", None))
+            form = self._arrays = (None if self.policy.needs_truth or steps_as_defined(self, ARRAYS_BYPASSES)
+                                   else getattr(run, "arrays", None))
         return form
 
     def _step(self, now_ms: float) -> tuple[float, list[int]]:
@@ -661,15 +662,16 @@ class Engine:
             if R:
                 T = R + prefill_tokens
                 prices.update(self._prices(R))
-                packed_fn = self._packed_form()
+                form = self._array_form()
                 rows, chains, stale, mean_ng, kv, packed, ptrs = fast.gather(
-                    reqs, pol.uses_ngram and (packed_fn is None or packed_fn.reads_mean))
+                    reqs, pol.uses_ngram and (form is None or form.reads_mean))
                 kv_tokens += kv
                 out = None
-                if packed_fn is not None:  # the policy's native form on the gathered arrays: no StepBatch
-                    out = packed_fn(packed, ptrs, T, R + n_prefill_done, prices["draft"] + prices["ngram"] + prices["alloc"],
-                                    None if self.max_logits is None else max(0, self.max_logits - n_seqs),
-                                    self.decision_table)
+                if form is not None:  # the policy's fast form on the gathered arrays: no StepBatch
+                    out = form(Arrays(packed, ptrs, mean_ng, T, R + n_prefill_done,
+                                      prices["draft"] + prices["ngram"] + prices["alloc"], prices["draft"],
+                                      None if self.max_logits is None else max(0, self.max_logits - n_seqs),
+                                      self.decision_table))
                 if out is None:
                     batch = self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs,
                                              n_prefill_done, prices)

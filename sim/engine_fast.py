@@ -26,8 +26,8 @@ _CTYPES = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]", np
 REPLACED = ("_propose", "_build_batch", "_host_history", "_admit", "_verify", "_check_chain_bounds", "_emit",
             "_write", "_record_drafts")
 
-# The hooks a policy's packed form (Engine._packed_form: the native policy on the gathered arrays) bypasses.
-PACKED_BYPASSES = ("_allocate", "_step_batch", "_build_batch")
+# The hooks a policy's fast form on the gathered arrays (Engine._array_form: no StepBatch) bypasses.
+ARRAYS_BYPASSES = ("_allocate", "_step_batch", "_build_batch")
 
 
 class Unsupported(Exception):
@@ -95,7 +95,7 @@ class NativeStep:
         history for the decoding requests `reqs`, fresh arrays every step (a StepBatch may be kept);
         kv = sum of prompt_len + pos over them; packed = the same arrays as the native policy forms read them,
         current and stale stacked (model conf [2, R, K_m], model len [2, R], n-gram conf [2, R, K_n], n-gram
-        len [2, R]; sim/policies/fast.py), ptrs = their C pointers. Marks the requests not fresh, as
+        len [2, R]; sim.policies.fast.Arrays), ptrs = their C pointers. Marks the requests not fresh, as
         _host_history does.
         The caller has called bind() this step."""
         R, km, kn = len(reqs), self.km, self.kn

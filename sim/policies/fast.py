@@ -19,7 +19,7 @@ HYBRIDSPEC_REFERENCE_POLICIES=1 makes the simulator run the definitions everywhe
 from __future__ import annotations
 
 import os
-from typing import Callable, List, Optional
+from typing import Callable, List, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -185,137 +185,163 @@ def _workspace(native, S: int, R: int, Km: int, Kn: int) -> _Workspace:
     return ws
 
 
-def price_with_budget_packed(native, margin: float, packed: tuple, T: int, N: float, draft: float,
-                             cap: Optional[int], table, ptrs: Optional[tuple] = None) -> Optional[tuple]:
-    """hybrid.price_with_budget(batch, "sweep", margin) on the batch's arrays as the engine's native step
-    gathers them (sim/engine_fast.py): packed = (model conf [2, R, K_m] float32, model len [2, R] int64,
-    n-gram conf [2, R, K_n] float32, n-gram len [2, R] int64), side 0 current and side 1 stale, all
-    C-contiguous; ptrs: their C pointers where the caller has them (else made and checked here); T, N,
-    draft, cap and table as the StepBatch's num_nondraft_tokens, num_sampling, draft_cost_ms,
-    max_draft_tokens and verify_cost_ms. Returns (chain, admitted), int64 [R] arrays of the workspace, valid
-    until the next call of this shape; or None where the C sum cannot reproduce torch's (the caller then
-    runs the definition)."""
-    cm, cn = packed[0], packed[2]
+class Arrays(NamedTuple):
+    """A StepBatch as the faster forms read it: numpy arrays and Python scalars, no tensors. The native engine
+    step builds one per step from the arrays it gathers, with no StepBatch (sim/engine.py); Arrays.of converts
+    a StepBatch. packed = (model conf [2, R, K_m] float32, model len [2, R] int64, n-gram conf [2, R, K_n]
+    float32, n-gram len [2, R] int64), the current chains (side 0) and the stale ones (side 1), C-contiguous;
+    ptrs: their C pointers, or None. The rest are the StepBatch's fields: mean_ngram_conf (float64 or None),
+    T = num_nondraft_tokens, N = num_sampling, draft = draft_cost_ms, model_draft = model_draft_ms,
+    cap = max_draft_tokens, table = verify_cost_ms (kept a tensor: a workspace keeps its pointer while it is
+    the same one)."""
+
+    packed: tuple
+    ptrs: Optional[tuple]
+    mean_ngram_conf: Optional[np.ndarray]
+    T: int
+    N: int
+    draft: float
+    model_draft: float
+    cap: Optional[int]
+    table: object
+
+    @classmethod
+    def of(cls, batch: StepBatch) -> "Arrays":
+        f32, i64 = np.float32, np.int64
+        mean = batch.mean_ngram_conf
+        return cls((np.stack([_arr(batch.model_conf, f32), _arr(batch.stale_model_conf, f32)]),
+                    np.stack([_arr(batch.model_len, i64), _arr(batch.stale_model_len, i64)]),
+                    np.stack([_arr(batch.ngram_conf, f32), _arr(batch.stale_ngram_conf, f32)]),
+                    np.stack([_arr(batch.ngram_len, i64), _arr(batch.stale_ngram_len, i64)])),
+                   None, None if mean is None else _arr(mean, np.float64), int(batch.num_nondraft_tokens),
+                   int(batch.num_sampling), float(batch.draft_cost_ms), float(batch.model_draft_ms),
+                   batch.max_draft_tokens, batch.verify_cost_ms)
+
+    def pointers(self, ws: "_Workspace") -> tuple:
+        return self.ptrs or ws.pointers(self.packed)
+
+
+def _allocation(out: tuple) -> Allocation:
+    """The Allocation of a form's (chain, admitted, second, model_ran, ngram_ran), as fresh tensors."""
+    chain, adm, sec, model_ran, ngram_ran = out
+    return Allocation(chain=torch.from_numpy(np.array(chain, dtype=np.int64)),
+                      admitted=torch.from_numpy(np.array(adm, dtype=np.int64)),
+                      second=None if sec is None else torch.from_numpy(np.array(sec, dtype=np.int64)),
+                      model_ran=None if model_ran is None else torch.tensor(bool(model_ran)),
+                      ngram_ran=None if ngram_ran is None else torch.tensor(bool(ngram_ran)))
+
+
+def _form(core: Callable[[Arrays], Optional[tuple]], covered: Callable[[StepBatch], bool],
+          definition: Callable[[StepBatch], Allocation], reads_mean: bool = False):
+    """A policy's fast form: fn(batch) runs `core` on Arrays.of(batch) where `covered(batch)` (the inputs the
+    transcription reads: dtypes, CPU tensors), else -- or where core returns None -- the definition.
+    fn.arrays = core, what the native engine step calls on its gathered arrays (reads_mean: whether core
+    reads mean_ngram_conf, so that the step gathers it). core returns (chain, admitted, second or None,
+    model_ran or None, ngram_ran or None) as int64 [R] arrays (valid until its next call) and bools."""
+
+    def fn(batch: StepBatch) -> Allocation:
+        out = core(Arrays.of(batch)) if covered(batch) else None
+        return definition(batch) if out is None else _allocation(out)
+
+    core.reads_mean = reads_mean
+    fn.arrays = core
+    return fn
+
+
+def _transcribed(batch: StepBatch) -> bool:
+    """Whether the native transcription covers the batch (float32 chains of width >= 1, CPU tensors);
+    anything else runs the torch definition."""
+    return (all(t.dtype == torch.float32 for t in (batch.model_conf, batch.stale_model_conf, batch.ngram_conf,
+                                                   batch.stale_ngram_conf))
+            and batch.model_conf.shape[1] >= 1 and batch.ngram_conf.shape[1] >= 1
+            and all(isinstance(t, torch.Tensor) and t.is_cpu for t in (
+                batch.model_conf, batch.stale_model_conf, batch.ngram_conf, batch.stale_ngram_conf,
+                batch.model_len, batch.stale_model_len, batch.ngram_len, batch.stale_ngram_len)))
+
+
+def _scalar_costs(batch: StepBatch) -> bool:
+    """Whether the drafter costs are Python numbers (the transcriptions read them as such)."""
+    return not any(isinstance(x, torch.Tensor) for x in (batch.draft_cost_ms, batch.model_draft_ms))
+
+
+def _cpu_table(batch: StepBatch) -> bool:
+    return isinstance(batch.verify_cost_ms, torch.Tensor) and batch.verify_cost_ms.is_cpu
+
+
+def _cap(cap: Optional[int]) -> int:
+    """A budget cap for the C: max(cap, 0), or -1 for none."""
+    return -1 if cap is None else max(int(cap), 0)
+
+
+def price_with_budget_arrays(native, margin: float, a: Arrays) -> Optional[tuple]:
+    """hybrid.price_with_budget(batch, "sweep", margin) in one C call (native/hybrid_price.c:
+    hp_price_with_budget): both sides (current, stale) as the definition stacks them. None where the C sum
+    cannot reproduce torch's (the definition then runs)."""
+    cm, cn = a.packed[0], a.packed[2]
     _, R, Km = cm.shape
     Kn = cn.shape[2]
     ws = _workspace(native, 2, R, Km, Kn)
     if ws.V is None:
         return None
-    pcm, plm, pcn, pln = ptrs or ws.pointers(packed)
-    arr, tp = ws.table(table)
+    pcm, plm, pcn, pln = a.pointers(ws)
+    arr, tp = ws.table(a.table)
     p = ws.p
     native[1].hp_price_with_budget(
-        R, Km, Kn, pcm, plm, pcn, pln, tp, arr.shape[0], T, N, draft, margin, -1 if cap is None else max(int(cap), 0),
+        R, Km, Kn, pcm, plm, pcn, pln, tp, arr.shape[0], a.T, float(a.N), a.draft, margin, _cap(a.cap),
         int(ws.exact), ws.V, p["grid"], ws.fine.shape[0], p["fine"], ws.fine.shape[1], p["surv_m"], p["cs_m"],
         p["surv_n"], p["cs_n"], p["lam"], p["gch"], p["slots"], p["gain"], p["g"], p["gd"], p["best"], p["use_p"],
         p["adm_p"], p["best_g"], p["order"], p["work"], p["pos"], p["vals"], p["chain"], p["admitted"])
-    return ws.chain, ws.admitted
-
-
-def price_with_budget_native(batch: StepBatch, margin: float, native) -> Allocation:
-    """hybrid.price_with_budget(batch, "sweep", margin), float32 confidences, in C (native/hybrid_price.c:
-    hp_sweep, hp_finish): the batch's tensors stacked as price_with_budget_packed reads them."""
-    from sim.policies import hybrid
-
-    R, Km = batch.model_conf.shape
-    Kn = batch.ngram_conf.shape[1]
-    f32, i64 = np.float32, np.int64
-    packed = (np.stack([_arr(batch.model_conf, f32), _arr(batch.stale_model_conf, f32)]),
-              np.stack([_arr(batch.model_len, i64), _arr(batch.stale_model_len, i64)]),
-              np.stack([_arr(batch.ngram_conf, f32), _arr(batch.stale_ngram_conf, f32)]),
-              np.stack([_arr(batch.ngram_len, i64), _arr(batch.stale_ngram_len, i64)]))
-    out = price_with_budget_packed(native, margin, packed, int(batch.num_nondraft_tokens), float(batch.num_sampling),
-                                   float(batch.draft_cost_ms), batch.max_draft_tokens, batch.verify_cost_ms)
-    if out is None:  # the C sum cannot reproduce torch's here: the definition
-        return hybrid.price_with_budget(batch, "sweep", margin)
-    return Allocation(chain=torch.from_numpy(out[0].copy()), admitted=torch.from_numpy(out[1].copy()))
+    return ws.chain, ws.admitted, None, None, None
 
 
 _FORECAST_NP = {"avg": lambda last, mean: (last + mean) * np.float32(0.5), "min": np.minimum,
                 "mean": lambda last, mean: mean, "stale": lambda last, mean: last}
 
 
-def price_skip_native(batch: StepBatch, margin: float, hysteresis: float, forecast: str, native) -> Allocation:
-    """hybrid.price_skip(batch, "sweep", margin, hysteresis, forecast), float32 confidences, in C: four sides
-    (current, stale, current without the model pass, stale without it), goodput in float64 since each side
-    pays its own drafter cost, then the model pass's decision, the free budget and the top-B."""
+def price_skip_arrays(native, margin: float, hysteresis: float, forecast: str, a: Arrays) -> Optional[tuple]:
+    """hybrid.price_skip(batch, "sweep", margin, hysteresis, forecast) in C: four sides (current, stale,
+    current without the model pass, stale without it), goodput in float64 since each side pays its own
+    drafter cost, then the model pass's decision, the free budget and the top-B."""
     ffi, lib = native
-    R, Km = batch.model_conf.shape
-    Kn = batch.ngram_conf.shape[1]
+    cm, lm, cn, ln = a.packed
+    _, R, Km = cm.shape
+    Kn = cn.shape[2]
     ws = _workspace(native, 4, R, Km, Kn)
-    if ws.V is None:  # the C sum cannot reproduce torch's here: the definition
-        from sim.policies import hybrid
-
-        return hybrid.price_skip(batch, "sweep", margin, hysteresis, forecast)
+    if ws.V is None:
+        return None
     p = ws.p
-    mc, smc = batch.model_conf.numpy(), batch.stale_model_conf.numpy()
-    ws.conf_m[0], ws.conf_m[1], ws.conf_m[2], ws.conf_m[3] = mc, smc, mc, smc
-    ml = batch.model_len.numpy()
-    ws.len_m[0], ws.len_m[1], ws.len_m[2:] = ml, batch.stale_model_len.numpy(), 0
-    last = batch.stale_ngram_conf.numpy().astype(np.float32, copy=False)
-    if batch.mean_ngram_conf is not None:
-        last = _FORECAST_NP[forecast](last, batch.mean_ngram_conf.numpy().astype(np.float32))
-    nc = batch.ngram_conf.numpy()
-    ws.conf_n[0], ws.conf_n[1], ws.conf_n[2], ws.conf_n[3] = nc, last, nc, last
-    nl, snl = batch.ngram_len.numpy(), batch.stale_ngram_len.numpy()
-    ws.len_n[0], ws.len_n[1], ws.len_n[2], ws.len_n[3] = nl, snl, nl, snl
-    full = float(batch.draft_cost_ms)
-    skip = full - float(batch.model_draft_ms)
+    ws.conf_m[0::2], ws.conf_m[1::2] = cm[0], cm[1]
+    ws.len_m[0], ws.len_m[1], ws.len_m[2:] = lm[0], lm[1], 0
+    last = cn[1]
+    if a.mean_ngram_conf is not None:
+        last = _FORECAST_NP[forecast](last, a.mean_ngram_conf.astype(np.float32))
+    ws.conf_n[0::2], ws.conf_n[1::2] = cn[0], last
+    ws.len_n[0::2], ws.len_n[1::2] = ln[0], ln[1]
+    full = a.draft
+    skip = full - a.model_draft
     ws.draft[:] = (full, full, skip, skip)
-    ws.sweep(lib, batch.verify_cost_ms, int(batch.num_nondraft_tokens), float(batch.num_sampling), 0.0,
-             float(margin), per_side_draft=True)
+    ws.sweep(lib, a.table, a.T, float(a.N), 0.0, float(margin), per_side_draft=True)
     g = ws.best_g
     run_model = bool(g[3] <= g[1] * (1.0 + hysteresis))
     side = 0 if run_model else 2
     budget = int(ws.adm_p[1 if run_model else 3].sum())
-    table, tp = ws.table(batch.verify_cost_ms)
-    budget = lib.hs_free_budget(tp, table.shape[0], int(batch.num_nondraft_tokens), budget)
-    if batch.max_draft_tokens is not None:
-        budget = min(budget, max(int(batch.max_draft_tokens), 0))
-    ws.len_cur[...] = ml if run_model else 0
+    table, tp = ws.table(a.table)
+    budget = lib.hs_free_budget(tp, table.shape[0], a.T, budget)
+    if a.cap is not None:
+        budget = min(budget, max(int(a.cap), 0))
+    ws.len_cur[...] = lm[0] if run_model else 0
     lib.hp_finish(R, Km, Kn, p["surv_m"], p["surv_n"], p["len_cur"], p["len_n"],
                   ffi.from_buffer("uint8_t[]", ws.use_p[side]), ffi.from_buffer("int64_t[]", ws.adm_p[side]), budget, 1,
                   p["work"], p["pos"], p["vals"], p["chain"], p["admitted"])
-    return Allocation(chain=torch.from_numpy(ws.chain.copy()), admitted=torch.from_numpy(ws.admitted.copy()),
-                      model_ran=torch.tensor(run_model))
+    return ws.chain, ws.admitted, None, run_model, None
 
 
-def _transcribed(batch: StepBatch) -> bool:
-    """Whether the native transcription covers the batch (float32 chains of width >= 1, CPU tensors);
-    anything else runs the torch definition."""
-    return (batch.model_conf.dtype == torch.float32 and batch.model_conf.shape[1] >= 1 and batch.ngram_conf.shape[1] >= 1
-            and all(isinstance(t, torch.Tensor) and t.is_cpu for t in (
-                batch.model_conf, batch.stale_model_conf, batch.ngram_conf, batch.stale_ngram_conf,
-                batch.model_len, batch.stale_model_len, batch.ngram_len, batch.stale_ngram_len)))
-
-
-def _price_with_budget_form(margin: float):
-    from sim.policies import hybrid
-    from sim.policies.native import load
-
-    native = load("hybrid_price")
-    if native is None:
-        return None
-
-    def fn(batch: StepBatch) -> Allocation:
-        if not _transcribed(batch):
-            return hybrid.price_with_budget(batch, "sweep", margin)  # outside the transcription: the definition
-        return price_with_budget_native(batch, margin, native)
-
-    def packed(chains: tuple, ptrs: tuple, T: int, N: float, draft: float, cap: Optional[int], table) -> Optional[tuple]:
-        out = price_with_budget_packed(native, margin, chains, T, N, draft, cap, table, ptrs)
-        return None if out is None else (out[0], out[1], None, None, None)
-
-    packed.reads_mean = False  # price_with_budget does not read mean_ngram_conf
-    fn.packed = packed
-    return fn
-
-
-def alloc_adaptive_native(batch: StepBatch, native) -> Allocation:
-    """adaptive.alloc_adaptive(batch), float32 current confidences, in C (native/hybrid_price.c: ad_budget,
-    then the same stable top-B merge as hybrid-price with every request on its model chain)."""
+def adaptive_arrays(native, a: Arrays) -> Optional[tuple]:
+    """adaptive.alloc_adaptive(batch) in C (native/hybrid_price.c: ad_budget from the stale model confidences
+    in float64, then the same stable top-B as hybrid-price with every request on its model chain)."""
     ffi, lib = native
-    R, K = batch.model_conf.shape
+    cm, lm = a.packed[0], a.packed[1]
+    _, R, K = cm.shape
     key = ("ad", R, K)
     ws = _CONST.get(key)
     if ws is None:
@@ -323,106 +349,90 @@ def alloc_adaptive_native(batch: StepBatch, native) -> Allocation:
         ws = _CONST[key] = dict(stale=np.empty((R, K), np.float64), conf=np.empty((R, K), f32), len=np.empty(R, i64),
                                 surv=np.empty((R, K), f32), cs=np.empty((R, K + 1), f32), work=np.empty(R * K, np.float64),
                                 use=np.zeros(R, np.uint8), one=np.ones(R, i64), heap=np.empty(R, i64),
-                                pos=np.empty(3 * R, i64), vals=np.empty(R * K, f32), chain=np.empty(R, i64), adm=np.empty(R, i64),
-                                none=np.zeros(1, f32))
+                                pos=np.empty(3 * R, i64), vals=np.empty(R * K, f32), chain=np.empty(R, i64),
+                                adm=np.empty(R, i64), none=np.zeros(1, f32))
         ws["p"] = {k: ffi.from_buffer(CTYPES[v.dtype.char], v) for k, v in ws.items()}
     p = ws["p"]
-    ws["stale"][...] = batch.stale_model_conf.numpy()
-    ws["conf"][...] = batch.model_conf.numpy()
-    ws["len"][...] = batch.model_len.numpy()
-    table = _arr(batch.verify_cost_ms, np.float64)
-    cap = -1 if batch.max_draft_tokens is None else max(int(batch.max_draft_tokens), 0)
-    budget = lib.ad_budget(R, K, p["stale"], p["len"], ffi.from_buffer("double[]", table), table.shape[0],
-                           int(batch.num_nondraft_tokens), float(batch.num_sampling), float(batch.draft_cost_ms), cap,
-                           p["work"])
+    ws["stale"][...] = cm[1]
+    ws["conf"][...] = cm[0]
+    ws["len"][...] = lm[0]
+    table = _arr(a.table, np.float64)
+    budget = lib.ad_budget(R, K, p["stale"], p["len"], ffi.from_buffer("double[]", table), table.shape[0], a.T,
+                           float(a.N), a.draft, _cap(a.cap), p["work"])
     lib.ad_survival(R, K, p["conf"], p["len"], p["surv"], p["cs"])
     lib.hp_finish(R, K, 0, p["surv"], p["none"], p["len"], p["len"], p["use"], p["one"], budget, 0, p["heap"],
                   p["pos"], p["vals"], p["chain"], p["adm"])
-    return Allocation(chain=torch.from_numpy(ws["chain"].copy()), admitted=torch.from_numpy(ws["adm"].copy()))
-
-
-def _adaptive_form():
-    from sim.policies import adaptive
-    from sim.policies.native import load
-
-    native = load("hybrid_price")
-    if native is None:
-        return None
-
-    def fn(batch: StepBatch) -> Allocation:
-        if (batch.model_conf.dtype != torch.float32 or batch.model_conf.shape[1] < 1
-                or not all(isinstance(t, torch.Tensor) and t.is_cpu for t in (
-                    batch.model_conf, batch.stale_model_conf, batch.model_len))):
-            return adaptive.alloc_adaptive(batch)
-        return alloc_adaptive_native(batch, native)
-
-    return fn
-
-
-def _parse_hybrid_price(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
-    from sim.policies.hybrid import parse_hybrid_price
-
-    method, current, margin, _ = parse_hybrid_price(params)
-    if method != "sweep" or current:
-        return None
-    return _price_with_budget_form(margin)
-
-
-def _price_skip_form(margin: float, hyst: float, forecast: str):
-    from sim.policies import hybrid
-    from sim.policies.native import load
-
-    native = load("hybrid_price")
-    if native is None:
-        return None
-
-    def fn(batch: StepBatch) -> Allocation:
-        if (not _transcribed(batch) or isinstance(batch.draft_cost_ms, torch.Tensor)
-                or isinstance(batch.model_draft_ms, torch.Tensor)):
-            return hybrid.price_skip(batch, "sweep", margin, hyst, forecast)
-        return price_skip_native(batch, margin, hyst, forecast, native)
-
-    return fn
-
-
-def _parse_hybrid(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
-    from sim.policies.hybrid import parse_hybrid
-
-    method, margin, hyst, forecast, _ = parse_hybrid(params)
-    if method != "sweep" or forecast not in _FORECAST_NP:
-        return None
-    return _price_skip_form(margin, hyst, forecast)
+    return ws["chain"], ws["adm"], None, None, None
 
 
 def _parse_adaptive(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
-    return _adaptive_form() if not params else None
+    from sim.policies import adaptive
+    from sim.policies.native import load
+
+    native = load("hybrid_price") if not params else None
+    if native is None:
+        return None
+
+    def covered(batch: StepBatch) -> bool:
+        return (batch.model_conf.dtype == torch.float32 and batch.stale_model_conf.dtype == torch.float32
+                and batch.model_conf.shape[1] >= 1 and all(isinstance(t, torch.Tensor) and t.is_cpu for t in (
+                    batch.model_conf, batch.stale_model_conf, batch.model_len)))
+
+    return _form(lambda a: adaptive_arrays(native, a), covered, adaptive.alloc_adaptive)
 
 
-def tree_native(batch: StepBatch, margin: float, discount: float, native) -> Allocation:
+def _parse_hybrid_price(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    from sim.policies import hybrid
+    from sim.policies.hybrid import parse_hybrid_price
+    from sim.policies.native import load
+
+    method, current, margin, _ = parse_hybrid_price(params)
+    native = load("hybrid_price") if method == "sweep" and not current else None
+    if native is None:
+        return None
+    return _form(lambda a: price_with_budget_arrays(native, margin, a), _transcribed,
+                 lambda batch: hybrid.price_with_budget(batch, "sweep", margin))
+
+
+def _parse_hybrid(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    from sim.policies import hybrid
+    from sim.policies.hybrid import parse_hybrid
+    from sim.policies.native import load
+
+    method, margin, hyst, forecast, _ = parse_hybrid(params)
+    native = load("hybrid_price") if method == "sweep" and forecast in _FORECAST_NP else None
+    if native is None:
+        return None
+    return _form(lambda a: price_skip_arrays(native, margin, hyst, forecast, a),
+                 lambda batch: _transcribed(batch) and _scalar_costs(batch),
+                 lambda batch: hybrid.price_skip(batch, "sweep", margin, hyst, forecast), reads_mean=True)
+
+
+def tree_arrays(native, margin: float, discount: float, a: Arrays) -> Optional[tuple]:
     """tree.tree_alloc(batch, "sweep", margin, discount): the primary allocation (the current-values sweep,
     hybrid.lambda_sweep on one side) in C, then tree.second_branch in numpy (second_branch_np)."""
-    from sim.policies.tree import second_branch
-
-    ffi, lib = native
-    R, Km = batch.model_conf.shape
-    Kn = batch.ngram_conf.shape[1]
+    cm, lm, cn, ln = a.packed
+    _, R, Km = cm.shape
+    Kn = cn.shape[2]
     ws = _workspace(native, 1, R, Km, Kn)
-    if ws.V is None:  # the C sum cannot reproduce torch's here: the definition
-        from sim.policies import tree
+    if ws.V is None:
+        return None
+    ws.conf_m[0], ws.conf_n[0] = cm[0], cn[0]
+    ws.len_m[0], ws.len_n[0] = lm[0], ln[0]
+    ws.sweep(native[1], a.table, a.T, float(a.N), a.draft, float(margin), per_side_draft=False)
+    adm = ws.adm_p[0]
+    use = ws.use_p[0].astype(bool)
+    second = second_branch_np(a, ws.surv_m[0], ws.surv_n[0], use, adm, discount)
+    chain = np.where(adm > 0, np.where(use, CHAIN_NGRAM, CHAIN_MODEL), 0)
+    return chain, adm, second, None, None
 
-        return tree.tree_alloc(batch, "sweep", margin, discount)
-    ws.conf_m[0], ws.conf_n[0] = batch.model_conf.numpy(), batch.ngram_conf.numpy()
-    ws.len_m[0], ws.len_n[0] = batch.model_len.numpy(), batch.ngram_len.numpy()
-    ws.sweep(lib, batch.verify_cost_ms, int(batch.num_nondraft_tokens), float(batch.num_sampling),
-             float(batch.draft_cost_ms), float(margin), per_side_draft=False)
-    return second_branch_np(batch, ws.surv_m[0], ws.surv_n[0], ws.use_p[0].astype(bool), ws.adm_p[0].copy(), discount)
 
-
-def second_branch_np(batch: StepBatch, surv_m: np.ndarray, surv_n: np.ndarray, use_ngram: np.ndarray,
-                     adm: np.ndarray, discount: float) -> Allocation:
-    """tree.second_branch in numpy: float32 elementwise ops with float32 scalars (torch's wrapped-number
-    rule), the float32 sums of the primary's gain through torch's own sum (its order), the price's
-    secant divided by the window as float32 (torch promotes float32 / int64 to float32)."""
+def second_branch_np(a: Arrays, surv_m: np.ndarray, surv_n: np.ndarray, use_ngram: np.ndarray,
+                     adm: np.ndarray, discount: float) -> np.ndarray:
+    """tree.second_branch in numpy: the second branch's slots [R] (int64). Float32 elementwise ops with
+    float32 scalars (torch's wrapped-number rule), the float32 sums of the primary's gain through torch's
+    own sum (its order), the price's secant divided by the window as float32 (torch promotes float32 /
+    int64 to float32)."""
     from sim.policies.tree import SECANT_MIN
 
     f32 = np.float32
@@ -438,20 +448,18 @@ def second_branch_np(batch: StepBatch, surv_m: np.ndarray, surv_n: np.ndarray, u
     a_p = np.where(np.arange(K)[None, :] < adm[:, None], surv_p, f32(0.0))
     total = int(adm.sum())
     gain = torch.from_numpy(a_p).sum(-1).sum(-1).numpy()[()]  # float32, torch's summation order
-    table = batch.verify_cost_ms.numpy()
-    T, last = int(batch.num_nondraft_tokens), table.shape[0] - 1
+    table = a.table.numpy() if isinstance(a.table, torch.Tensor) else np.asarray(a.table)
+    T, last = a.T, table.shape[0] - 1
 
     def verify(slots: int):
         return table[min(max(slots + T, 0), last)]
 
-    g = (gain + f32(batch.num_sampling)) / (f32(verify(total)) + f32(batch.draft_cost_ms))
+    g = (gain + f32(a.N)) / (f32(verify(total)) + f32(a.draft))
     w = max(total // 2, SECANT_MIN)
     lam = g * f32(verify(total + w) - verify(total)) / f32(w)
     v = surv_s * (f32(1.0) - a_p) * f32(discount)
     second = np.cumprod((v > lam).astype(np.int64), -1).sum(-1)
-    second = np.where(adm > 0, second, 0).astype(np.int64)
-    out = _finished(np.where(use_ngram, CHAIN_NGRAM, CHAIN_MODEL), adm)
-    return Allocation(chain=out.chain, admitted=out.admitted, second=torch.from_numpy(second))
+    return np.where(adm > 0, second, 0).astype(np.int64)
 
 
 def _parse_tree(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
@@ -463,14 +471,9 @@ def _parse_tree(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]
     native = load("hybrid_price") if method == "sweep" else None
     if native is None:
         return None
-
-    def fn(batch: StepBatch) -> Allocation:
-        if (not _transcribed(batch) or isinstance(batch.draft_cost_ms, torch.Tensor)
-                or not isinstance(batch.verify_cost_ms, torch.Tensor) or not batch.verify_cost_ms.is_cpu):
-            return tree.tree_alloc(batch, method, NGRAM_MARGIN, discount)
-        return tree_native(batch, NGRAM_MARGIN, discount, native)
-
-    return fn
+    return _form(lambda a: tree_arrays(native, NGRAM_MARGIN, discount, a),
+                 lambda batch: _transcribed(batch) and _scalar_costs(batch) and _cpu_table(batch),
+                 lambda batch: tree.tree_alloc(batch, method, NGRAM_MARGIN, discount))
 
 
 def oracle_np(batch: StepBatch) -> Allocation:
@@ -536,17 +539,23 @@ def _finished(chain: np.ndarray, admitted: np.ndarray) -> Allocation:
                       admitted=torch.from_numpy(admitted.astype(np.int64)))
 
 
+def _lengths_form(core: Callable[[np.ndarray, np.ndarray], tuple], definition: Callable[[StepBatch], Allocation]):
+    """The fast form of a policy that reads only the chain lengths: core(model_len, ngram_len) -> (chain,
+    admitted), integer-only numpy, so it equals the definition exactly; chain NONE where nothing is admitted."""
+
+    def arrays(a: Arrays) -> tuple:
+        chain, adm = core(a.packed[1][0], a.packed[3][0])
+        adm = np.asarray(adm, dtype=np.int64)
+        return np.where(adm > 0, chain, 0), adm, None, None, None
+
+    return _form(arrays, lambda batch: _int64_lengths(batch.model_len, batch.ngram_len), definition)
+
+
 def _parse_none(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
-    """simple.alloc_none: nothing admitted (integer-only, so numpy equals it exactly)."""
+    """simple.alloc_none: nothing admitted."""
     from sim.policies import simple
 
-    def fn(batch: StepBatch) -> Allocation:
-        if not _int64_lengths(batch.model_len):
-            return simple.alloc_none(batch)
-        zeros = np.zeros(batch.model_len.shape, dtype=np.int64)
-        return Allocation(chain=torch.from_numpy(zeros), admitted=torch.from_numpy(zeros.copy()))
-
-    return fn
+    return _lengths_form(lambda ml, nl: (0, np.zeros(ml.shape, dtype=np.int64)), simple.alloc_none)
 
 
 def _fixed_form(which: int):
@@ -556,15 +565,8 @@ def _fixed_form(which: int):
         from sim.policies.registry import parse_int
 
         k = parse_int(params[0], "K", lo=0)  # the spec is valid (get_policy parsed it first)
-
-        def fn(batch: StepBatch) -> Allocation:
-            length = batch.model_len if which == CHAIN_MODEL else batch.ngram_len
-            if not _int64_lengths(length):
-                return simple.alloc_fixed(batch, k, which)
-            adm = np.minimum(length.numpy(), k)
-            return _finished(np.full(adm.shape, which, dtype=np.int64), adm)
-
-        return fn
+        return _lengths_form(lambda ml, nl: (which, np.minimum(ml if which == CHAIN_MODEL else nl, k)),
+                             lambda batch: simple.alloc_fixed(batch, k, which))
 
     return parse
 
@@ -573,14 +575,8 @@ def _parse_ngram_first(params: List[str]) -> Optional[Callable[[StepBatch], Allo
     """simple.alloc_ngram_first: the whole n-gram chain where it matched, else the whole model chain."""
     from sim.policies import simple
 
-    def fn(batch: StepBatch) -> Allocation:
-        if not _int64_lengths(batch.model_len, batch.ngram_len):
-            return simple.alloc_ngram_first(batch)
-        nl, ml = batch.ngram_len.numpy(), batch.model_len.numpy()
-        use = nl > 0
-        return _finished(np.where(use, CHAIN_NGRAM, CHAIN_MODEL), np.where(use, nl, ml))
-
-    return fn
+    return _lengths_form(lambda ml, nl: (np.where(nl > 0, CHAIN_NGRAM, CHAIN_MODEL), np.where(nl > 0, nl, ml)),
+                         simple.alloc_ngram_first)
 
 
 _FORMS = {"hybrid-price": _parse_hybrid_price, "adaptive": _parse_adaptive, "hybrid": _parse_hybrid,
