@@ -553,14 +553,19 @@ class Engine:
             draft_cost_ms=draft_ms + ngram_ms + prices["alloc"],
             true_model_acc=from_numpy(tb.m_acc[rows]) if pol.needs_truth else None,
             true_ngram_acc=from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
-            true_verify_cost_ms=from_numpy(self.cost.charged_verify_table(
-                T + len(reqs) * max(tb.k_model, tb.k_ngram) + 1, kv_tokens, n_seqs)) if pol.needs_truth else None,
+            true_verify_cost_ms=from_numpy(self._true_table(T, len(reqs), kv_tokens, n_seqs)) if pol.needs_truth else None,
             mean_ngram_conf=None if mean_ng is None else from_numpy(mean_ng),
             model_draft_ms=draft_ms,
             ngram_draft_ms=ngram_ms,
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
         )
+
+    def _true_table(self, T: int, R: int, kv_tokens: int, n_seqs: int) -> np.ndarray:
+        """The verify time the engine will charge this step for every token count up to all slots (the oracle's
+        true_verify_cost_ms) [ms]."""
+        tb = self.tb
+        return self.cost.charged_verify_table(T + R * max(tb.k_model, tb.k_ngram) + 1, kv_tokens, n_seqs)
 
     def _drafters_ran(self, said_model, said_ngram, prices: dict) -> tuple[bool, bool]:
         """Which drafters ran this step (the policy's say, Allocation.model_ran / ngram_ran, else whether it
@@ -635,13 +640,12 @@ class Engine:
     def _array_form(self):
         """The policy's fast form on the native step's gathered arrays (sim.policies.fast.Arrays: a fast
         form's `arrays`), or None: the step builds a StepBatch. Only where the simulator runs the policy's
-        fast form (Policy.sim_callable), the policy reads no ground truth and the engine's class keeps the
-        hooks it bypasses (a subclass overriding _allocate sees every batch); decided on the first step."""
+        fast form (Policy.sim_callable) and the engine's class keeps the hooks it bypasses (a subclass
+        overriding _allocate sees every batch); decided on the first step."""
         form = getattr(self, "_arrays", False)
         if form is False:
             run = getattr(self.policy, "sim_callable", None)
-            form = self._arrays = (None if self.policy.needs_truth or steps_as_defined(self, ARRAYS_BYPASSES)
-                                   else getattr(run, "arrays", None))
+            form = self._arrays = None if steps_as_defined(self, ARRAYS_BYPASSES) else getattr(run, "arrays", None)
         return form
 
     def _step(self, now_ms: float) -> tuple[float, list[int]]:
@@ -668,10 +672,12 @@ class Engine:
                 kv_tokens += kv
                 out = None
                 if form is not None:  # the policy's fast form on the gathered arrays: no StepBatch
+                    truth = (tb.m_acc[rows], tb.ng_acc[rows], self._true_table(T, R, kv_tokens, n_seqs)) \
+                        if pol.needs_truth else ()
                     out = form(Arrays(packed, ptrs, mean_ng, T, R + n_prefill_done,
                                       prices["draft"] + prices["ngram"] + prices["alloc"], prices["draft"],
                                       None if self.max_logits is None else max(0, self.max_logits - n_seqs),
-                                      self.decision_table))
+                                      self.decision_table, prices["ngram"], *truth))
                 if out is None:
                     batch = self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs,
                                              n_prefill_done, prices)

@@ -193,7 +193,8 @@ class Arrays(NamedTuple):
     ptrs: their C pointers, or None. The rest are the StepBatch's fields: mean_ngram_conf (float64 or None),
     T = num_nondraft_tokens, N = num_sampling, draft = draft_cost_ms, model_draft = model_draft_ms,
     cap = max_draft_tokens, table = verify_cost_ms (kept a tensor: a workspace keeps its pointer while it is
-    the same one)."""
+    the same one); the oracle's: ngram_draft = ngram_draft_ms, true_model_acc, true_ngram_acc (int64 [R])
+    and true_table = true_verify_cost_ms (float64), None where the policy reads no ground truth."""
 
     packed: tuple
     ptrs: Optional[tuple]
@@ -204,6 +205,10 @@ class Arrays(NamedTuple):
     model_draft: float
     cap: Optional[int]
     table: object
+    ngram_draft: float = 0.0
+    true_model_acc: Optional[np.ndarray] = None
+    true_ngram_acc: Optional[np.ndarray] = None
+    true_table: Optional[np.ndarray] = None
 
     @classmethod
     def of(cls, batch: StepBatch) -> "Arrays":
@@ -215,7 +220,9 @@ class Arrays(NamedTuple):
                     np.stack([_arr(batch.ngram_len, i64), _arr(batch.stale_ngram_len, i64)])),
                    None, None if mean is None else _arr(mean, np.float64), int(batch.num_nondraft_tokens),
                    int(batch.num_sampling), float(batch.draft_cost_ms), float(batch.model_draft_ms),
-                   batch.max_draft_tokens, batch.verify_cost_ms)
+                   batch.max_draft_tokens, batch.verify_cost_ms, float(batch.ngram_draft_ms),
+                   *(None if t is None else t.numpy() for t in (batch.true_model_acc, batch.true_ngram_acc,
+                                                              batch.true_verify_cost_ms)))
 
     def pointers(self, ws: "_Workspace") -> tuple:
         return self.ptrs or ws.pointers(self.packed)
@@ -476,27 +483,28 @@ def _parse_tree(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]
                  lambda batch: tree.tree_alloc(batch, method, NGRAM_MARGIN, discount))
 
 
-def oracle_np(batch: StepBatch) -> Allocation:
+def oracle_arrays(a: Arrays) -> tuple:
     """simple.alloc_oracle in numpy: the goodput of every (drafter set, B) in float64 as the definition
     promotes it (the drafter costs in float32 first, as torch multiplies an int64 tensor by a Python float),
     the first maximum, and the depth-first top-B of the accepted slots (integer only)."""
-    table = (batch.true_verify_cost_ms if batch.true_verify_cost_ms is not None else batch.verify_cost_ms).numpy()
-    acc_m = np.minimum(batch.true_model_acc.numpy(), batch.model_len.numpy())
-    acc_n = np.minimum(batch.true_ngram_acc.numpy(), batch.ngram_len.numpy())
+    table = a.true_table if a.true_table is not None else a.table.numpy()
+    lm, ln = a.packed[1][0], a.packed[3][0]
+    acc_m = np.minimum(a.true_model_acc, lm)
+    acc_n = np.minimum(a.true_ngram_acc, ln)
     R = acc_m.shape[0]
     use_m = np.array([1, 0, 1, 0], dtype=np.int64)
     use_n = np.array([1, 1, 0, 0], dtype=np.int64)
-    md, nd = batch.model_draft_ms, batch.ngram_draft_ms
-    alloc_ms = batch.draft_cost_ms - md - nd
+    md, nd = a.model_draft, a.ngram_draft
+    alloc_ms = a.draft - md - nd
     f32 = np.float32
     draft = (use_m.astype(f32) * f32(md) + use_n.astype(f32) * f32(nd)
              + (use_m | use_n).astype(f32) * f32(alloc_ms)).astype(np.float64)
     a_s = np.maximum(acc_m[None] * use_m[:, None], acc_n[None] * use_n[:, None])  # [4, R]
-    K = max(batch.model_conf.shape[-1], batch.ngram_conf.shape[-1])
+    K = max(a.packed[0].shape[-1], a.packed[2].shape[-1])
     b = np.arange(R * K + 1)
-    idx = np.clip(b + batch.num_nondraft_tokens, 0, table.shape[0] - 1)
+    idx = np.clip(b + a.T, 0, table.shape[0] - 1)
     step = table[idx].astype(np.float64)[None, :] + draft[:, None]
-    g = (b.astype(np.float64)[None, :] + batch.num_sampling) / step
+    g = (b.astype(np.float64)[None, :] + a.N) / step
     g[b[None, :] > a_s.sum(-1, keepdims=True)] = -np.inf
     best = int(np.argmax(g))
     s, budget = best // g.shape[1], best % g.shape[1]
@@ -506,26 +514,46 @@ def oracle_np(batch: StepBatch) -> Allocation:
     # top-B of scores K - depth (ties: lower flat index r * K + depth): depth-major, then request order
     live = np.arange(K)[:, None] < acc[None, :]  # [K, R]
     rank = np.cumsum(live.ravel()).reshape(K, R) - 1
-    admitted = (live & (rank < budget)).sum(0)
-    out = _finished(chain, admitted)
-    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(bool(use_m[s] > 0)),
-                      ngram_ran=torch.tensor(bool(use_n[s] > 0)))
+    admitted = (live & (rank < budget)).sum(0).astype(np.int64)
+    return np.where(admitted > 0, chain, 0), admitted, None, bool(use_m[s] > 0), bool(use_n[s] > 0)
 
 
 def _parse_oracle(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
     from sim.policies import simple
 
-    def fn(batch: StepBatch) -> Allocation:
-        if (batch.true_model_acc is None or not _int64_lengths(batch.model_len, batch.ngram_len, batch.true_model_acc,
-                                                                 batch.true_ngram_acc)
-                or any(isinstance(x, torch.Tensor) for x in (batch.draft_cost_ms, batch.model_draft_ms,
-                                                             batch.ngram_draft_ms))
-                or (batch.true_verify_cost_ms if batch.true_verify_cost_ms is not None
-                    else batch.verify_cost_ms).dtype != torch.float64):
-            return simple.alloc_oracle(batch)
-        return oracle_np(batch)
+    def covered(batch: StepBatch) -> bool:
+        return (batch.true_model_acc is not None
+                and _int64_lengths(batch.model_len, batch.ngram_len, batch.true_model_acc, batch.true_ngram_acc)
+                and not any(isinstance(x, torch.Tensor) for x in (batch.draft_cost_ms, batch.model_draft_ms,
+                                                                  batch.ngram_draft_ms))
+                and (batch.true_verify_cost_ms if batch.true_verify_cost_ms is not None
+                     else batch.verify_cost_ms).dtype == torch.float64)
 
-    return fn
+    return _form(oracle_arrays, covered, simple.alloc_oracle)
+
+
+def suffix_threshold_arrays(threshold: float, a: Arrays) -> tuple:
+    """simple.alloc_suffix_threshold in numpy: the n-gram survivals as common.survival computes them (clamp,
+    cumprod accumulated in float64 and rounded to float32 as torch's CPU kernel does, times the slot mask),
+    their float32 sum through torch's own sum (its order), compared with the threshold in float32."""
+    conf, nl, ml = a.packed[2][0], a.packed[3][0], a.packed[1][0]
+    surv = np.cumprod(np.clip(conf, np.float32(0.0), np.float32(1.0)).astype(np.float64), axis=1).astype(np.float32)
+    surv = surv * (np.arange(conf.shape[1])[None, :] < nl[:, None])
+    expected = torch.from_numpy(np.ascontiguousarray(surv)).sum(1).numpy()
+    use = (expected >= np.float32(threshold)) & (nl > 0)
+    adm = np.where(use, nl, ml)
+    return np.where(adm > 0, np.where(use, CHAIN_NGRAM, CHAIN_MODEL), 0), adm, None, None, None
+
+
+def _parse_suffix_threshold(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+    from sim.policies import simple
+    from sim.policies.registry import parse_float
+
+    t = parse_float(params[0], "t") if params else simple.DEFAULT_SUFFIX_THRESHOLD  # the spec is valid
+    return _form(lambda a: suffix_threshold_arrays(t, a),
+                 lambda batch: batch.ngram_conf.dtype == torch.float32 and batch.ngram_conf.is_cpu
+                 and _int64_lengths(batch.model_len, batch.ngram_len),
+                 lambda batch: simple.alloc_suffix_threshold(batch, t))
 
 
 def _int64_lengths(*ts) -> bool:
@@ -581,7 +609,8 @@ def _parse_ngram_first(params: List[str]) -> Optional[Callable[[StepBatch], Allo
 
 _FORMS = {"hybrid-price": _parse_hybrid_price, "adaptive": _parse_adaptive, "hybrid": _parse_hybrid,
           "none": _parse_none, "model-fixed": _fixed_form(CHAIN_MODEL), "ngram-fixed": _fixed_form(CHAIN_NGRAM),
-          "ngram-first": _parse_ngram_first, "hybrid-tree": _parse_tree, "oracle": _parse_oracle}
+          "ngram-first": _parse_ngram_first, "hybrid-tree": _parse_tree, "oracle": _parse_oracle,
+          "suffix-threshold": _parse_suffix_threshold}
 
 
 def sim_form(spec: str) -> Optional[Callable[[StepBatch], Allocation]]:
