@@ -667,26 +667,25 @@ class Engine:
                 T = R + prefill_tokens
                 prices.update(self._prices(R))
                 form = self._array_form()
-                rows, chains, stale, mean_ng, kv, packed, ptrs = fast.gather(
-                    reqs, pol.uses_ngram and (form is None or form.reads_mean))
-                kv_tokens += kv
+                g = fast.gather(reqs, pol.uses_ngram and (form is None or form.reads_mean), reuse=form is not None)
+                kv_tokens += g.kv
                 out = None
                 if form is not None:  # the policy's fast form on the gathered arrays: no StepBatch
-                    truth = (tb.m_acc[rows], tb.ng_acc[rows], self._true_table(T, R, kv_tokens, n_seqs)) \
+                    truth = (tb.m_acc[g.rows], tb.ng_acc[g.rows], self._true_table(T, R, kv_tokens, n_seqs)) \
                         if pol.needs_truth else ()
-                    out = form(Arrays(packed, ptrs, mean_ng, T, R + n_prefill_done,
+                    out = form(Arrays(g.packed, g.ptrs, g.mean_ng, T, R + n_prefill_done,
                                       prices["draft"] + prices["ngram"] + prices["alloc"], prices["draft"],
                                       None if self.max_logits is None else max(0, self.max_logits - n_seqs),
                                       self.decision_table, prices["ngram"], *truth))
                 if out is None:
-                    batch = self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs,
+                    batch = self._step_batch(reqs, g.rows, g.chains, g.stale, g.mean_ng, T, kv_tokens, n_seqs,
                                              n_prefill_done, prices)
                     alloc = self._allocate(batch)
                     out = (alloc.chain.numpy(), alloc.admitted.numpy(),
                            None if alloc.second is None else alloc.second.numpy(), alloc.model_ran, alloc.ngram_ran)
                 chain, adm, sec, said_model, said_ngram = out
                 model_ran, ngram_ran = self._drafters_ran(said_model, said_ngram, prices)
-                sums, bad = fast.commit(reqs, rows, chain, adm, sec, model_ran, ngram_ran, chains)
+                sums, bad = fast.commit(g, chain, adm, sec, model_ran, ngram_ran)
                 for k, what in zip(bad, self._COMMIT_CHECKS):
                     if k >= 0 and not self.violation:
                         self.violation = f"request {int(reqs[k])}: {what}"

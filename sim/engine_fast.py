@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import operator
 import os
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -60,6 +61,8 @@ class NativeStep:
         self.out = np.zeros(8, dtype=np.int64)  # bad[3], sums[5]
         self.p_bad = self.ffi.from_buffer("int64_t[]", self.out)
         self.p_sums = self.p_bad + 3
+        self._bufs: dict = {}
+        self._reqs = (None, None)
         self.bind()
 
     def _ptr(self, a: np.ndarray, dtype):
@@ -88,65 +91,98 @@ class NativeStep:
             raise Unsupported("chain widths of the tables and the host history differ")
         self.km, self.kn = km, kn
         self.ntok, self.nemit = len(tb.tokens), len(eng.emitted_tokens)
+        t, st = self.t, self.s
+        self._gather_args = (t["offsets"], t["out_len"], t["prompt_len"], t["m_conf"], t["ng_conf"], t["ng_len"],
+                             st["pos"], st["prev_pos"], st["model_pos"], st["fresh"], st["m_conf_sum"],
+                             st["m_conf_cnt"], st["ng_conf_sum"], st["ng_conf_cnt"])
+        self._commit_args = (t["offsets"], t["out_len"], t["prompt_len"], t["tok_offsets"], t["length_only"],
+                             t["m_acc"], t["ng_acc"], t["ng_start"], t["m_tok"], t["m_conf"], t["ng_conf"],
+                             t["ng_len"], t["tokens"], self.ntok, st["emitted_tokens"], self.nemit, st["pos"],
+                             st["prev_pos"], st["model_pos"], st["n_steps"], st["m_conf_sum"], st["m_conf_cnt"],
+                             st["ng_conf_sum"], st["ng_conf_cnt"])
         self._bound = cur
 
-    def gather(self, reqs: np.ndarray, with_mean_ng: bool) -> tuple:
-        """(rows, chains, stale, mean_ng, kv, packed, ptrs): Engine._propose's chains and _build_batch's host-side
-        history for the decoding requests `reqs`, fresh arrays every step (a StepBatch may be kept);
-        kv = sum of prompt_len + pos over them; packed = the same arrays as the native policy forms read them,
-        current and stale stacked (model conf [2, R, K_m], model len [2, R], n-gram conf [2, R, K_n], n-gram
-        len [2, R]; sim.policies.fast.Arrays), ptrs = their C pointers. Marks the requests not fresh, as
-        _host_history does.
-        The caller has called bind() this step."""
-        R, km, kn = len(reqs), self.km, self.kn
-        ffi, t, s = self.ffi, self.t, self.s
-        reqs = np.ascontiguousarray(reqs, dtype=np.int64)
+    def _buffers(self, R: int, reuse: bool) -> tuple:
+        """(ints [5, R] int64, floats [R * 2 * (K_m + K_n)] float32, their pointers, views): the step's gathered
+        arrays. Fresh every step unless `reuse` (no StepBatch will keep them: Engine._array_form), else one
+        set per R, made once (at most one per batch size the run sees)."""
+        hit = self._bufs.get(R) if reuse else None
+        if hit is not None:
+            return hit
+        km, kn, fb = self.km, self.kn, self._fb
         ints = np.empty((5, R), dtype=np.int64)  # rows, model len, stale model len, n-gram len, stale n-gram len
         floats = np.empty(R * 2 * (km + kn), dtype=np.float32)  # model conf, stale, n-gram conf, stale
-        fb, i64 = self._fb, self._i64
-        pi, pf = fb(i64, ints), fb(self._f32, floats)
-        mean = np.empty((R, kn), dtype=np.float64) if with_mean_ng else None
-        pm = fb(self._f64, mean) if with_mean_ng else ffi.NULL
-        a, b = R * km, R * (2 * km + kn)
-        kv = self.lib.es_gather(
-            R, fb(i64, reqs), km, kn, t["offsets"], t["out_len"], t["prompt_len"], t["m_conf"],
-            t["ng_conf"], t["ng_len"], s["pos"], s["prev_pos"], s["model_pos"], s["fresh"], s["m_conf_sum"],
-            s["m_conf_cnt"], s["ng_conf_sum"], s["ng_conf_cnt"],
-            pi, pf, pi + R, pf + 2 * a, pi + 3 * R, pf + a, pi + 2 * R, pf + b, pi + 4 * R, pm)
+        pi, pf = fb(self._i64, ints), fb(self._f32, floats)
+        a = R * km
         conf_m, conf_n = floats[:2 * a].reshape(2, R, km), floats[2 * a:].reshape(2, R, kn)
         chains = dict(model_conf=conf_m[0], model_len=ints[1], ngram_conf=conf_n[0], ngram_len=ints[3])
         stale = (conf_m[1], ints[2], conf_n[1], ints[4])
-        return (ints[0], chains, stale, mean, int(kv), (conf_m, ints[1:3], conf_n, ints[3:5]),
-                (pf, pi + R, pf + 2 * a, pi + 3 * R))
+        out = (pi, pf, chains, stale, ints[0], (conf_m, ints[1:3], conf_n, ints[3:5]), (pf, pi + R, pf + 2 * a, pi + 3 * R))
+        if reuse:
+            self._bufs[R] = out
+        return out
 
-    def commit(self, reqs: np.ndarray, rows: np.ndarray, chain: np.ndarray, adm: np.ndarray, sec,
-               model_ran: bool, ngram_ran: bool, chains: dict) -> tuple[list, list]:
-        """Engine._admit's contract and slots, _verify, _check_chain_bounds, _emit and _record_drafts for one
-        step. Returns (sums, bad): sums = [verified model, verified n-gram, accepted model, accepted n-gram,
-        emitted]; bad = the first request index of each check that failed, else -1 (admitted beyond a
-        chain, a drafter that did not run, emitted outside a chain or its context)."""
-        ffi, t, s, eng = self.ffi, self.t, self.s, self.eng
+    def gather(self, reqs: np.ndarray, with_mean_ng: bool, reuse: bool = False) -> Gathered:
+        """Engine._propose's chains and _build_batch's host-side history for the decoding requests `reqs`
+        (Gathered), and the KV context they read, sum of prompt_len + pos. Marks the requests not fresh, as
+        _host_history does. The arrays are fresh every step (a StepBatch may keep them) unless `reuse`.
+        The caller has called bind() this step."""
+        R = len(reqs)
         fb, i64 = self._fb, self._i64
-        reqs = np.ascontiguousarray(reqs, dtype=np.int64)
+        if reqs is not self._reqs[0]:  # the scheduler hands the same array while the batch is steady
+            reqs = np.ascontiguousarray(reqs, dtype=np.int64)
+            self._reqs = (reqs, fb(i64, reqs))
+        preqs = self._reqs[1]
+        pi, pf, chains, stale, rows, packed, ptrs = self._buffers(R, reuse)
+        mean = np.empty((R, self.kn), dtype=np.float64) if with_mean_ng else None
+        pm = fb(self._f64, mean) if with_mean_ng else self.ffi.NULL
+        a, b = R * self.km, R * (2 * self.km + self.kn)
+        kv = self.lib.es_gather(R, preqs, self.km, self.kn, *self._gather_args,
+                                pi, pf, pi + R, pf + 2 * a, pi + 3 * R, pf + a, pi + 2 * R, pf + b, pi + 4 * R, pm)
+        return Gathered(reqs, preqs, rows, pi, chains, stale, mean, int(kv), packed, ptrs)
+
+    def commit(self, g: Gathered, chain: np.ndarray, adm: np.ndarray, sec, model_ran: bool,
+               ngram_ran: bool) -> tuple[list, list]:
+        """Engine._admit's contract and slots, _verify, _check_chain_bounds, _emit and _record_drafts for the
+        step gathered in `g`. Returns (sums, bad): sums = [verified model, verified n-gram, accepted model,
+        accepted n-gram, emitted]; bad = the first request index of each check that failed, else -1
+        (admitted beyond a chain, a drafter that did not run, emitted outside a chain or its context)."""
+        fb, i64 = self._fb, self._i64
+        R = len(g.reqs)
         chain = np.ascontiguousarray(chain, dtype=np.int64)
         adm = np.ascontiguousarray(adm, dtype=np.int64)
-        psec = ffi.NULL
+        psec = self.ffi.NULL
         if sec is not None:
             sec = np.ascontiguousarray(sec, dtype=np.int64)
             psec = fb(i64, sec)
-        ml, nl = chains["model_len"], chains["ngram_len"]
         written = self.lib.es_commit(
-            len(reqs), fb(i64, reqs), fb(i64, rows), self.km, self.kn,
-            fb(i64, chain), fb(i64, adm), psec, int(model_ran), int(ngram_ran), fb(i64, ml), fb(i64, nl), t["offsets"], t["out_len"],
-            t["prompt_len"], t["tok_offsets"], t["length_only"], t["m_acc"], t["ng_acc"], t["ng_start"], t["m_tok"],
-            t["m_conf"], t["ng_conf"], t["ng_len"], t["tokens"], self.ntok, s["emitted_tokens"], self.nemit, s["pos"],
-            s["prev_pos"], s["model_pos"], s["n_steps"], s["m_conf_sum"], s["m_conf_cnt"], s["ng_conf_sum"],
-            s["ng_conf_cnt"], int(eng.policy.uses_ngram), self.p_bad, self.p_sums)
+            R, g.p_reqs, g.p_ints, self.km, self.kn, fb(i64, chain), fb(i64, adm), psec, int(model_ran),
+            int(ngram_ran), g.p_ints + R, g.p_ints + 3 * R, *self._commit_args, int(self.eng.policy.uses_ngram),
+            self.p_bad, self.p_sums)
         if written < 0:
             raise IndexError("an output slot outside the emitted-token buffer")
-        eng.n_written += int(written)
+        self.eng.n_written += int(written)
         out = self.out.tolist()
         return out[3:], out[:3]
+
+
+class Gathered(NamedTuple):
+    """One step's gathered arrays (NativeStep.gather): reqs [R] and its pointer; rows [R] (table rows) and
+    p_ints, the pointer of the int64 block whose rows are rows, model len, stale model len, n-gram len,
+    stale n-gram len; chains (Engine._propose's dict); stale = (model conf, model len, n-gram conf, n-gram
+    len) of the host-side history; mean_ng (float64 [R, K_n] or None); kv; packed and ptrs as
+    sim.policies.fast.Arrays reads them (current and stale stacked)."""
+
+    reqs: np.ndarray
+    p_reqs: object
+    rows: np.ndarray
+    p_ints: object
+    chains: dict
+    stale: tuple
+    mean_ng: Optional[np.ndarray]
+    kv: int
+    packed: tuple
+    ptrs: tuple
 
 
 def steps_as_defined(engine, hooks: tuple[str, ...]) -> bool:
