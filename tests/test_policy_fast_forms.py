@@ -20,7 +20,8 @@ SPECS = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "adaptive:early-
          "hybrid-price", "hybrid-price:sweep", "hybrid-price:margin=0",
          "hybrid-price:margin=0.37", "hybrid-price:model-opt", "hybrid-price:fixed-point", "hybrid-price:current",
          "hybrid-tree", "oracle", "hybrid-vllm"]
-FAST = ["none", "model-fixed:7", "ngram-fixed:32", "ngram-first", "hybrid-tree", "oracle", "adaptive", "hybrid", "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5"] + [
+FAST = ["none", "model-fixed:7", "ngram-fixed:32", "ngram-first", "suffix-threshold", "hybrid-tree", "oracle", "adaptive", "hybrid",
+        "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5"] + [
     s for s in SPECS if s.startswith("hybrid-price") and s.split(":")[-1] not in ("model-opt", "fixed-point", "current")]
 
 
@@ -75,7 +76,8 @@ def _random_batches(n: int, seed: int):
 def test_random_batches(spec):
     pol = get_policy(spec)
     # policies without a faster form compare the definition with itself: a few batches keep them covered
-    n = (600 if spec in ("adaptive", "hybrid", "hybrid-price", "hybrid-tree", "oracle") else 200) if spec in FAST else 10
+    n = (600 if spec in ("adaptive", "hybrid", "hybrid-price", "hybrid-tree", "oracle", "suffix-threshold") else 200) \
+        if spec in FAST else 10
     for i, b in enumerate(_random_batches(n, seed=zlib.crc32(spec.encode()))):
         _same(spec, pol, b, f"random batch {i} (R={b.num_reqs})")
 

@@ -84,8 +84,14 @@ class CostModel(ABC):
 
     def charged_verify_table(self, max_tokens: int, kv_tokens: int, num_seqs: int) -> np.ndarray:
         """verify_ms[graph_tokens(t)] for t = 0..max_tokens at this step's context: what a step costs [ms]."""
-        idx = np.asarray(self.graph_tokens(np.arange(max_tokens + 1)))
-        return self.verify_table(int(idx.max(initial=0)), kv_tokens, num_seqs)[idx]
+        memo = self.__dict__.setdefault("_graph_idx", {})
+        hit = memo.get(max_tokens)
+        if hit is None:  # the padded counts depend only on max_tokens: kept for a bounded number of them
+            idx = np.asarray(self.graph_tokens(np.arange(max_tokens + 1)))
+            hit = (idx, int(idx.max(initial=0)))
+            if len(memo) < 1024:
+                memo[max_tokens] = hit
+        return self.verify_table(hit[1], kv_tokens, num_seqs)[hit[0]]
 
     @property
     def vocab_size(self) -> int | None:

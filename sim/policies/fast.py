@@ -129,6 +129,7 @@ class _Workspace:
         self.len_cur = np.empty(R, i64)
         self.work, self.pos, self.vals = np.empty(R, i64), np.empty(3 * R, i64), np.empty(R * max(Km, Kn), f32)
         self.chain, self.admitted = np.empty(R, i64), np.empty(R, i64)
+        self.a_p, self.second = np.empty((R, max(Km, Kn)), f32), np.empty(R, i64)  # hybrid-tree's second branch
         self.p = {k: self.ptr(v) for k, v in list(vars(self).items()) if isinstance(v, np.ndarray)}
         # ffi.from_buffer less its per-call type parsing, for the per-call pointers
         self.fb = ffi._backend.from_buffer
@@ -417,56 +418,29 @@ def _parse_hybrid(params: List[str]) -> Optional[Callable[[StepBatch], Allocatio
 
 def tree_arrays(native, margin: float, discount: float, a: Arrays) -> Optional[tuple]:
     """tree.tree_alloc(batch, "sweep", margin, discount): the primary allocation (the current-values sweep,
-    hybrid.lambda_sweep on one side) in C, then tree.second_branch in numpy (second_branch_np)."""
+    hybrid.lambda_sweep on one side), then tree.second_branch (native/hybrid_price.c: tr_primary, torch's
+    own float32 sum of the primary's gain for its order, tr_second)."""
+    from sim.policies.tree import SECANT_MIN
+
+    ffi, lib = native
     cm, lm, cn, ln = a.packed
     _, R, Km = cm.shape
     Kn = cn.shape[2]
     ws = _workspace(native, 1, R, Km, Kn)
     if ws.V is None:
         return None
+    p = ws.p
     ws.conf_m[0], ws.conf_n[0] = cm[0], cn[0]
     ws.len_m[0], ws.len_n[0] = lm[0], ln[0]
-    ws.sweep(native[1], a.table, a.T, float(a.N), a.draft, float(margin), per_side_draft=False)
+    ws.sweep(lib, a.table, a.T, float(a.N), a.draft, float(margin), per_side_draft=False)
+    lib.tr_primary(R, Km, Kn, p["surv_m"], p["surv_n"], p["use_p"], p["adm_p"], p["a_p"])
+    gain = float(torch.from_numpy(ws.a_p).sum(-1).sum(-1))  # float32, torch's summation order
+    arr, tp = ws.table(a.table)
+    lib.tr_second(R, Km, Kn, p["surv_m"], p["surv_n"], p["use_p"], p["adm_p"], p["a_p"], gain, tp, arr.shape[0],
+                  a.T, float(a.N), a.draft, float(discount), SECANT_MIN, p["second"])
     adm = ws.adm_p[0]
-    use = ws.use_p[0].astype(bool)
-    second = second_branch_np(a, ws.surv_m[0], ws.surv_n[0], use, adm, discount)
-    chain = np.where(adm > 0, np.where(use, CHAIN_NGRAM, CHAIN_MODEL), 0)
-    return chain, adm, second, None, None
-
-
-def second_branch_np(a: Arrays, surv_m: np.ndarray, surv_n: np.ndarray, use_ngram: np.ndarray,
-                     adm: np.ndarray, discount: float) -> np.ndarray:
-    """tree.second_branch in numpy: the second branch's slots [R] (int64). Float32 elementwise ops with
-    float32 scalars (torch's wrapped-number rule), the float32 sums of the primary's gain through torch's
-    own sum (its order), the price's secant divided by the window as float32 (torch promotes float32 /
-    int64 to float32)."""
-    from sim.policies.tree import SECANT_MIN
-
-    f32 = np.float32
-    R, Km = surv_m.shape
-    Kn = surv_n.shape[1]
-    K = max(Km, Kn)
-    pm = np.zeros((R, K), f32)
-    pm[:, :Km] = surv_m
-    pn = np.zeros((R, K), f32)
-    pn[:, :Kn] = surv_n
-    u = use_ngram[:, None]
-    surv_p, surv_s = np.where(u, pn, pm), np.where(u, pm, pn)
-    a_p = np.where(np.arange(K)[None, :] < adm[:, None], surv_p, f32(0.0))
-    total = int(adm.sum())
-    gain = torch.from_numpy(a_p).sum(-1).sum(-1).numpy()[()]  # float32, torch's summation order
-    table = a.table.numpy() if isinstance(a.table, torch.Tensor) else np.asarray(a.table)
-    T, last = a.T, table.shape[0] - 1
-
-    def verify(slots: int):
-        return table[min(max(slots + T, 0), last)]
-
-    g = (gain + f32(a.N)) / (f32(verify(total)) + f32(a.draft))
-    w = max(total // 2, SECANT_MIN)
-    lam = g * f32(verify(total + w) - verify(total)) / f32(w)
-    v = surv_s * (f32(1.0) - a_p) * f32(discount)
-    second = np.cumprod((v > lam).astype(np.int64), -1).sum(-1)
-    return np.where(adm > 0, second, 0).astype(np.int64)
+    chain = np.where(adm > 0, np.where(ws.use_p[0] > 0, CHAIN_NGRAM, CHAIN_MODEL), 0)
+    return chain, adm, ws.second, None, None
 
 
 def _parse_tree(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
@@ -479,43 +453,51 @@ def _parse_tree(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]
     if native is None:
         return None
     return _form(lambda a: tree_arrays(native, NGRAM_MARGIN, discount, a),
-                 lambda batch: _transcribed(batch) and _scalar_costs(batch) and _cpu_table(batch),
+                 lambda batch: _transcribed(batch) and _scalar_costs(batch) and _cpu_table(batch)
+                 and batch.verify_cost_ms.dtype == torch.float64,
                  lambda batch: tree.tree_alloc(batch, method, NGRAM_MARGIN, discount))
 
 
-def oracle_arrays(a: Arrays) -> tuple:
-    """simple.alloc_oracle in numpy: the goodput of every (drafter set, B) in float64 as the definition
-    promotes it (the drafter costs in float32 first, as torch multiplies an int64 tensor by a Python float),
-    the first maximum, and the depth-first top-B of the accepted slots (integer only)."""
+def _oracle_draft(md: float, nd: float, draft: float) -> np.ndarray:
+    """The oracle's drafter cost per set (model, n-gram) = (1,1), (0,1), (1,0), (0,0) [ms, float64], as the
+    definition computes them: float32 products of the int64 set flags with the Python costs, summed in
+    float32, then float64."""
+    key = ("oracle-draft", md, nd, draft)
+    out = _CONST.get(key)
+    if out is None:
+        f32 = np.float32
+        use_m = np.array([1, 0, 1, 0], dtype=np.int64)
+        use_n = np.array([1, 1, 0, 0], dtype=np.int64)
+        out = (use_m.astype(f32) * f32(md) + use_n.astype(f32) * f32(nd)
+               + (use_m | use_n).astype(f32) * f32(draft - md - nd)).astype(np.float64)
+        if len(_CONST) < 4096:  # a few distinct prices per run (one per batch size); never unbounded
+            _CONST[key] = out
+    return out
+
+
+def oracle_arrays(native, a: Arrays) -> tuple:
+    """simple.alloc_oracle in C (native/hybrid_price.c: or_alloc): the goodput of every (drafter set, B) in
+    float64 as the definition promotes it, the first maximum, the depth-first top-B of the accepted slots."""
+    ffi, lib = native
     table = a.true_table if a.true_table is not None else a.table.numpy()
+    table = np.ascontiguousarray(table, dtype=np.float64)
     lm, ln = a.packed[1][0], a.packed[3][0]
-    acc_m = np.minimum(a.true_model_acc, lm)
-    acc_n = np.minimum(a.true_ngram_acc, ln)
-    R = acc_m.shape[0]
-    use_m = np.array([1, 0, 1, 0], dtype=np.int64)
-    use_n = np.array([1, 1, 0, 0], dtype=np.int64)
-    md, nd = a.model_draft, a.ngram_draft
-    alloc_ms = a.draft - md - nd
-    f32 = np.float32
-    draft = (use_m.astype(f32) * f32(md) + use_n.astype(f32) * f32(nd)
-             + (use_m | use_n).astype(f32) * f32(alloc_ms)).astype(np.float64)
-    a_s = np.maximum(acc_m[None] * use_m[:, None], acc_n[None] * use_n[:, None])  # [4, R]
+    R = lm.shape[0]
     K = max(a.packed[0].shape[-1], a.packed[2].shape[-1])
-    b = np.arange(R * K + 1)
-    idx = np.clip(b + a.T, 0, table.shape[0] - 1)
-    step = table[idx].astype(np.float64)[None, :] + draft[:, None]
-    g = (b.astype(np.float64)[None, :] + a.N) / step
-    g[b[None, :] > a_s.sum(-1, keepdims=True)] = -np.inf
-    best = int(np.argmax(g))
-    s, budget = best // g.shape[1], best % g.shape[1]
-    acc = a_s[s]
-    use_ngram = ((acc_n > acc_m) & (use_n[s] > 0)) | (use_m[s] == 0)
-    chain = np.where(use_ngram, CHAIN_NGRAM, CHAIN_MODEL)
-    # top-B of scores K - depth (ties: lower flat index r * K + depth): depth-major, then request order
-    live = np.arange(K)[:, None] < acc[None, :]  # [K, R]
-    rank = np.cumsum(live.ravel()).reshape(K, R) - 1
-    admitted = (live & (rank < budget)).sum(0).astype(np.int64)
-    return np.where(admitted > 0, chain, 0), admitted, None, bool(use_m[s] > 0), bool(use_n[s] > 0)
+    key = ("oracle", R)
+    ws = _CONST.get(key)
+    if ws is None:
+        ws = _CONST[key] = [np.empty(n, np.int64) for n in (2 * R, R, R, 2)]
+    work, chain, adm, ran = ws
+    i64 = "int64_t[]"
+    fb = ffi.from_buffer
+    tm = np.ascontiguousarray(a.true_model_acc, dtype=np.int64)
+    tn = np.ascontiguousarray(a.true_ngram_acc, dtype=np.int64)
+    draft = _oracle_draft(a.model_draft, a.ngram_draft, a.draft)
+    lib.or_alloc(R, K, fb(i64, tm), fb(i64, tn), fb(i64, np.ascontiguousarray(lm)), fb(i64, np.ascontiguousarray(ln)),
+                 fb("double[]", table), table.shape[0], a.T, float(a.N), fb("double[]", draft), fb(i64, work),
+                 fb(i64, chain), fb(i64, adm), fb(i64, ran))
+    return chain, adm, None, bool(ran[0]), bool(ran[1])
 
 
 def _parse_oracle(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
@@ -529,17 +511,61 @@ def _parse_oracle(params: List[str]) -> Optional[Callable[[StepBatch], Allocatio
                 and (batch.true_verify_cost_ms if batch.true_verify_cost_ms is not None
                      else batch.verify_cost_ms).dtype == torch.float64)
 
-    return _form(oracle_arrays, covered, simple.alloc_oracle)
+    from sim.policies.native import load
+
+    native = load("hybrid_price")
+    if native is None:
+        return None
+    return _form(lambda a: oracle_arrays(native, a), covered, simple.alloc_oracle)
 
 
-def suffix_threshold_arrays(threshold: float, a: Arrays) -> tuple:
-    """simple.alloc_suffix_threshold in numpy: the n-gram survivals as common.survival computes them (clamp,
-    cumprod accumulated in float64 and rounded to float32 as torch's CPU kernel does, times the slot mask),
-    their float32 sum through torch's own sum (its order), compared with the threshold in float32."""
+_INNER_SHAPES = ((4, 32), (5, 7), (128, 32), (3, 9), (2, 16), (1, 33), (7, 3), (6, 40))
+
+
+def _inner_sum_width(native) -> Optional[int]:
+    """The vector width V with which st_expected's row sums reproduce torch.sum(surv, 1) of float32 survival
+    rows bit for bit on this machine (checked once per process on random rows of _INNER_SHAPES), or None."""
+    key = ("inner-width", torch.get_num_threads())
+    if key not in _CONST:
+        ffi, lib = native
+        rng = np.random.default_rng(20261130)
+        wide = 16 if "AVX512" in str(torch.backends.cpu.get_cpu_capability()) else 8
+
+        def ok(V: int) -> bool:
+            for R, K in _INNER_SHAPES:
+                conf = (rng.random((R, K)) ** 0.05).astype(np.float32)
+                ln = rng.integers(0, K + 1, R).astype(np.int64)
+                surv, cs, got = np.empty((R, K), np.float32), np.empty((R, K + 1), np.float32), np.empty(R, np.float32)
+                lib.st_expected(R, K, V, ffi.from_buffer("float[]", conf), ffi.from_buffer("int64_t[]", ln),
+                                ffi.from_buffer("float[]", surv), ffi.from_buffer("float[]", cs),
+                                ffi.from_buffer("float[]", got))
+                want = torch.from_numpy(surv).sum(1).numpy()
+                if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+                    return False
+            return True
+
+        _CONST[key] = next((V for V in dict.fromkeys((wide, 8, 16, 4)) if ok(V)), None)
+    return _CONST[key]
+
+
+def suffix_threshold_arrays(native, threshold: float, a: Arrays) -> Optional[tuple]:
+    """simple.alloc_suffix_threshold in C (native/hybrid_price.c: st_expected): the n-gram survivals as
+    common.survival computes them and their float32 sum in torch's order, compared with the threshold in
+    float32 (torch's wrapped-number rule). None where the C sum does not reproduce torch's here."""
+    ffi, lib = native
+    V = _inner_sum_width(native)
+    if V is None:
+        return None
     conf, nl, ml = a.packed[2][0], a.packed[3][0], a.packed[1][0]
-    surv = np.cumprod(np.clip(conf, np.float32(0.0), np.float32(1.0)).astype(np.float64), axis=1).astype(np.float32)
-    surv = surv * (np.arange(conf.shape[1])[None, :] < nl[:, None])
-    expected = torch.from_numpy(np.ascontiguousarray(surv)).sum(1).numpy()
+    R, K = conf.shape
+    key = ("st", R, K)
+    ws = _CONST.get(key)
+    if ws is None:
+        ws = _CONST[key] = [np.empty((R, K), np.float32), np.empty((R, K + 1), np.float32), np.empty(R, np.float32)]
+    surv, cs, expected = ws
+    fb = ffi.from_buffer
+    lib.st_expected(R, K, V, fb("float[]", np.ascontiguousarray(conf)), fb("int64_t[]", np.ascontiguousarray(nl)),
+                    fb("float[]", surv), fb("float[]", cs), fb("float[]", expected))
     use = (expected >= np.float32(threshold)) & (nl > 0)
     adm = np.where(use, nl, ml)
     return np.where(adm > 0, np.where(use, CHAIN_NGRAM, CHAIN_MODEL), 0), adm, None, None, None
@@ -549,8 +575,13 @@ def _parse_suffix_threshold(params: List[str]) -> Optional[Callable[[StepBatch],
     from sim.policies import simple
     from sim.policies.registry import parse_float
 
+    from sim.policies.native import load
+
+    native = load("hybrid_price")
+    if native is None:
+        return None
     t = parse_float(params[0], "t") if params else simple.DEFAULT_SUFFIX_THRESHOLD  # the spec is valid
-    return _form(lambda a: suffix_threshold_arrays(t, a),
+    return _form(lambda a: suffix_threshold_arrays(native, t, a),
                  lambda batch: batch.ngram_conf.dtype == torch.float32 and batch.ngram_conf.is_cpu
                  and _int64_lengths(batch.model_len, batch.ngram_len),
                  lambda batch: simple.alloc_suffix_threshold(batch, t))

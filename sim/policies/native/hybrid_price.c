@@ -512,3 +512,134 @@ int64_t ad_budget(int64_t R, int64_t K, const double *stale_conf, const int64_t 
     }
     return best;
 }
+
+/* ---- oracle (sim.policies.simple.alloc_oracle) ---------------------------------------------------------
+ * acc_m = min(true model acc, model len), acc_n likewise; for the drafter sets s = (model, n-gram) in
+ * (1,1), (0,1), (1,0), (0,0): A_s[r] = max(m acc_m[r], n acc_n[r]) and, for B = 0 .. R K, the goodput
+ * (B + N) / (table[clamp(B + T)] + draft[s]) in double, -inf where B > sum_r A_s[r]; the first maximum over
+ * (s, B) (a NaN, as numpy's argmax, wins at its first place); each request's chain (the n-gram one where
+ * acc_n > acc_m and the set runs it, or where the set runs no model); the top-B of the accepted slots
+ * depth-first (slot j of every request, in request order, before slot j + 1 of any). draft[4]: the sets'
+ * drafter costs as the caller rounded them. work [2 R]; ran[2]: whether each drafter runs. */
+void or_alloc(int64_t R, int64_t K, const int64_t *true_m, const int64_t *true_n, const int64_t *len_m,
+              const int64_t *len_n, const double *table, int64_t ntab, int64_t T, double N, const double *draft,
+              int64_t *work, int64_t *chain_out, int64_t *adm_out, int64_t *ran) {
+    static const int64_t um[4] = {1, 0, 1, 0}, un[4] = {1, 1, 0, 0};
+    int64_t *am = work, *an = work + R;
+    for (int64_t r = 0; r < R; r++) {
+        am[r] = true_m[r] < len_m[r] ? true_m[r] : len_m[r];
+        an[r] = true_n[r] < len_n[r] ? true_n[r] : len_n[r];
+    }
+    double best = 0.0;
+    int64_t bs = 0, bb = 0, found = 0;
+    for (int64_t s = 0; s < 4 && found < 2; s++) {
+        int64_t A = 0;
+        for (int64_t r = 0; r < R; r++) {
+            int64_t x = am[r] * um[s], y = an[r] * un[s];
+            A += x > y ? x : y;
+        }
+        for (int64_t B = 0; B <= R * K; B++) {
+            double g;
+            if (B > A) {
+                g = -1.0 / 0.0;
+            } else {
+                int64_t i = B + T;
+                i = i < 0 ? 0 : (i > ntab - 1 ? ntab - 1 : i);
+                g = ((double)B + N) / (table[i] + draft[s]);
+            }
+            if (g != g) {  /* numpy's argmax stops at the first NaN */
+                bs = s, bb = B, found = 2;
+                break;
+            }
+            if (!found || g > best) {
+                best = g, bs = s, bb = B, found = 1;
+            }
+        }
+    }
+    int64_t left = bb;
+    for (int64_t r = 0; r < R; r++) {
+        int64_t x = am[r] * um[bs], y = an[r] * un[bs];
+        int u = (an[r] > am[r] && un[bs] > 0) || um[bs] == 0;
+        chain_out[r] = u ? 2 : 1;
+        adm_out[r] = 0;
+        work[r] = x > y ? x : y;  /* the request's accepted slots under the chosen set */
+    }
+    for (int64_t j = 0; j < K && left > 0; j++)
+        for (int64_t r = 0; r < R && left > 0; r++)
+            if (j < work[r]) {
+                adm_out[r]++;
+                left--;
+            }
+    for (int64_t r = 0; r < R; r++)
+        if (adm_out[r] <= 0) chain_out[r] = 0;
+    ran[0] = um[bs] > 0;
+    ran[1] = un[bs] > 0;
+}
+
+/* ---- hybrid-tree's second branch (sim.policies.tree.second_branch) --------------------------------------
+ * Rows padded to K = max(Km, Kn) with 0: the primary chain's survivals surv_p (the n-gram chain where
+ * use[r], else the model chain), the other chain's surv_s. tr_primary writes a_p[r, j] = surv_p[r, j] on
+ * the admitted slots j < adm[r], else 0 (the caller sums it with torch's own sum: its order). tr_second,
+ * given that float32 sum `gain`: total = sum adm, g = (gain + N) / (verify(total) + draft), w = max(total / 2,
+ * secant_min), lam = g * (verify(total + w) - verify(total)) / w (the difference in double, then float), and
+ * per request the leading run of slots with surv_s (1 - a_p) discount > lam, 0 where nothing is admitted.
+ * Float32 operations in the definition's order; verify(x) = table[clamp(x + T)]. */
+void tr_primary(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *surv_n, const uint8_t *use,
+                const int64_t *adm, float *a_p) {
+    int64_t K = Km > Kn ? Km : Kn;
+    for (int64_t r = 0; r < R; r++) {
+        const float *p = use[r] ? surv_n + r * Kn : surv_m + r * Km;
+        int64_t w = use[r] ? Kn : Km;
+        for (int64_t j = 0; j < K; j++) a_p[r * K + j] = (j < adm[r] && j < w) ? p[j] : 0.0f;
+    }
+}
+
+void tr_second(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *surv_n, const uint8_t *use,
+               const int64_t *adm, const float *a_p, float gain, const double *table, int64_t ntab, int64_t T,
+               float N, float draft, float discount, int64_t secant_min, int64_t *second) {
+    int64_t K = Km > Kn ? Km : Kn, total = 0;
+    for (int64_t r = 0; r < R; r++) total += adm[r];
+#define VERIFY(x) table[((x) + T) < 0 ? 0 : (((x) + T) > ntab - 1 ? ntab - 1 : ((x) + T))]
+    float den = (float)VERIFY(total) + draft;
+    float g = (gain + N) / den;
+    int64_t w = total / 2 > secant_min ? total / 2 : secant_min;
+    float lam = g * (float)(VERIFY(total + w) - VERIFY(total));
+    lam = lam / (float)w;
+#undef VERIFY
+    for (int64_t r = 0; r < R; r++) {
+        const float *p = use[r] ? surv_m + r * Km : surv_n + r * Kn;
+        int64_t ws = use[r] ? Km : Kn, n = 0;
+        for (int64_t j = 0; j < K; j++) {
+            float s = j < ws ? p[j] : 0.0f;
+            float v = s * (1.0f - a_p[r * K + j]);
+            v = v * discount;
+            if (!(v > lam)) break;
+            n++;
+        }
+        second[r] = adm[r] > 0 ? n : 0;
+    }
+}
+
+/* ---- suffix-threshold (sim.policies.simple.alloc_suffix_threshold) ------------------------------------
+ * expected[r] = torch.sum(survival(conf, len), dim=1): the survivals as chain() computes them, summed along
+ * the contiguous row as ATen's cascade sum does an inner reduction: with K >= V (V floats per vector), the
+ * K / V whole vectors summed lane by lane by ilp4 (four cascades over vectors v = 4 i + k), then 0 + the
+ * K mod V tail elements + the V lanes, in order; with K < V, ilp4 over the row. The caller checks this
+ * against torch.sum once per process (sim/policies/fast.py). out[r] = 0 + that sum. */
+void st_expected(int64_t R, int64_t K, int64_t V, const float *conf, const int64_t *len, float *surv, float *cs,
+                 float *out) {
+    chain(R, K, conf, len, surv, cs);
+    for (int64_t r = 0; r < R; r++) {
+        const float *x = surv + r * K;
+        float acc;
+        if (K < V) {
+            acc = ilp4(x, 1, K);
+        } else {
+            int64_t nv = K / V;
+            acc = 0.0f;
+            for (int64_t k = nv * V; k < K; k++) acc += x[k];
+            for (int64_t l = 0; l < V; l++) acc += ilp4(x + l, V, nv);
+        }
+        out[r] = 0.0f + acc;
+    }
+}
