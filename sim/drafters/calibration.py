@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy.optimize import minimize
 from scipy.special import expit
 
 from sim.drafters.ngram import NgramConfig, NgramTable
@@ -195,6 +194,8 @@ def fit_calibrator(tables: list[NgramTable], cfg: NgramConfig, l2: float = 1e-3,
         g = X.T @ (p - y) / n
         g[1:] += l2 * w[1:]
         return nll, g
+
+    from scipy.optimize import minimize  # here, not at the top: 0.9 s of import only fitting needs
 
     res = minimize(loss, np.zeros(X.shape[1]), jac=True, method="L-BFGS-B", options={"maxiter": 500})
     return NgramCalibrator(res.x, cfg, fitted_on)
