@@ -105,3 +105,22 @@ def test_recorded_engine_batches(trace, monkeypatch):
             assert len(_Recorder.batches) > 20
             for i, b in enumerate(_Recorder.batches):
                 _same(spec, pol, b, f"{trace} bs={bs} step {i}")
+
+
+@pytest.mark.parametrize("spec", ["hybrid-price", "hybrid", "hybrid-tree", "adaptive", "suffix-threshold"])
+def test_tied_confidences(spec):
+    """Confidences from a few values only: survivals tie across requests and chains, so the budget cuts
+    through equal values (the top-B's selection must give ties to the lower flat index, as the merge does)."""
+    pol = get_policy(spec)
+    rng = np.random.default_rng(zlib.crc32(spec.encode()) + 1)
+    for i in range(300):
+        R = int(rng.choice([2, 4, 5, 9, 33, 128]))
+        km, kn = int(rng.choice([3, 7])), int(rng.choice([4, 32]))
+        b = random_batch(rng, R, km, kn, max_tokens=int(R * (1 + kn)) + 2)
+        levels = torch.tensor([0.5, 0.75, 1.0])
+        for name in ("model_conf", "ngram_conf", "stale_model_conf", "stale_ngram_conf"):
+            t = getattr(b, name)
+            t.copy_(levels[torch.from_numpy(rng.integers(0, 3, tuple(t.shape)))])
+        if rng.random() < 0.5:
+            b = dataclasses.replace(b, max_draft_tokens=int(rng.integers(0, 2 * R + 2)))
+        _same(spec, pol, b, f"tied batch {i} (R={R})")

@@ -1,0 +1,86 @@
+"""The native engine step hands the policy's fast form the gathered arrays (sim.policies.fast.Arrays) with no
+StepBatch (Engine._array_form), and the scheduler returns the same plan through steady stretches
+(sim/scheduler.py): both give exactly the runs of the paths they stand in for -- the StepBatch path (an
+engine subclass that overrides _allocate sees every batch, so it keeps it) and the scheduler without the
+output lengths (which never takes the steady plan)."""
+import shutil
+
+import numpy as np
+import pytest
+
+from sim.engine import Engine, EngineConfig
+from sim.policies import get_policy
+from sim.run import SimSetup, prepare
+from sim.scheduler import Scheduler
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: the engine runs the numpy step")
+
+POLICIES = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold", "hybrid",
+            "hybrid-price", "hybrid-tree", "oracle"]
+
+
+class _BatchPath(Engine):
+    def _allocate(self, batch):
+        return super()._allocate(batch)
+
+
+@pytest.fixture(scope="module")
+def prep():
+    return prepare(SimSetup(trace="traces/codeedit.jsonl", sample=12, seed=7))
+
+
+def _same(a, b, what):
+    for k, v in a.steps.items():
+        assert np.asarray(v).tobytes() == np.asarray(b.steps[k]).tobytes(), f"{what}: step column {k} differs"
+    for k in ("decode_steps", "preemptions", "finish_s"):
+        assert np.asarray(a.requests[k]).tobytes() == np.asarray(b.requests[k]).tobytes(), f"{what}: {k} differs"
+    assert a.lossless and b.lossless
+
+
+@pytest.mark.parametrize("spec", POLICIES)
+def test_array_forms_equal_the_batch_path(prep, spec):
+    tb = prep.tables
+    need = int((tb.prompt_len + tb.out_len).max()) + max(tb.k_model, tb.k_ngram) + 32
+    for cfg in (EngineConfig(batch_size=4), EngineConfig(batch_size=8, kv_capacity_tokens=need)):
+        fast = Engine(tb, prep.arrivals, get_policy(spec), prep.cost, cfg)
+        res = fast.run()
+        assert fast._array_form() is not None, f"{spec}: the array form is not used"
+        slow = _BatchPath(tb, prep.arrivals, get_policy(spec), prep.cost, cfg)
+        ref = slow.run()
+        assert slow._array_form() is None
+        _same(res, ref, f"{spec} bs={cfg.batch_size}")
+
+
+class _NoSteady(Scheduler):
+    def __init__(self, *a, out_len=None, **k):
+        super().__init__(*a, **k)  # without the output lengths: never steady
+
+
+class _Counting(Scheduler):
+    steady = 0
+
+    def schedule(self):
+        if self._steady is not None and not (self.waiting and len(self.running) < self.batch_size):
+            type(self).steady += 1
+        return super().schedule()
+
+
+@pytest.mark.parametrize("spec", ["none", "adaptive", "hybrid-price"])
+def test_steady_plans_equal_scheduling_every_step(prep, spec, monkeypatch):
+    import sim.engine
+
+    tb = prep.tables
+    need = int((tb.prompt_len + tb.out_len).max()) + max(tb.k_model, tb.k_ngram) + 32
+    rng = np.random.default_rng(11)
+    arrivals = np.sort(rng.uniform(0, 5.0, len(tb.out_len)))  # arrivals during the run: admissions interleave
+    for cfg in (EngineConfig(batch_size=4), EngineConfig(batch_size=3, kv_capacity_tokens=need),
+                EngineConfig(batch_size=16, max_num_batched_tokens=256)):
+        for arr in (prep.arrivals, arrivals):
+            _Counting.steady = 0
+            monkeypatch.setattr(sim.engine, "Scheduler", _Counting)
+            res = Engine(tb, arr, get_policy(spec), prep.cost, cfg).run()
+            assert _Counting.steady > 0, "no steady stretch: the test would not cover the steady plan"
+            monkeypatch.setattr(sim.engine, "Scheduler", _NoSteady)
+            ref = Engine(tb, arr, get_policy(spec), prep.cost, cfg).run()
+            monkeypatch.undo()
+            _same(res, ref, f"{spec} {cfg}")
