@@ -122,16 +122,30 @@ class Scheduler:
         st, kmax = self.state, self.kmax
         if self._steady is not None and not (self.waiting and len(self.running) < self.batch_size):
             return StepPlan(self._steady, [], 0, [])
+        # used = kv_used(), computed once and then kept by adding or removing the one request whose term
+        # changes (positions do not move during scheduling): the same integers without a sum per admission
+        used = None
         while self.waiting and len(self.running) < self.batch_size:
             r = self.waiting[0]
-            if self.running and self.kv_used() + self.kv_need(r, kmax + 1) > self.kv_cap:
-                break
+            need = self.kv_need(r, kmax + 1)
+            if self.running:
+                if used is None:
+                    used = self.kv_used()
+                if used + need > self.kv_cap:
+                    break
             self.waiting.popleft()
             self.running.append(r)
+            if used is not None:
+                used += need
             self._steady = None
         preempted: list[int] = []
-        while len(self.running) > 1 and self.kv_used() > self.kv_cap:
+        while len(self.running) > 1:
+            if used is None:
+                used = self.kv_used()
+            if used <= self.kv_cap:
+                break
             r = self.running.pop()
+            used -= self.kv_need(r, kmax + 1)
             st.prefill_target[r] = self.prompt_len[r] + st.pos[r]
             st.prefilled[r] = 0
             st.n_preempt[r] += 1
