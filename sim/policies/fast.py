@@ -1,19 +1,28 @@
-"""Faster forms of policies for the simulator only: numpy transcriptions of the torch definitions.
+"""Faster forms of policies for the simulator only: C and numpy transcriptions of the torch definitions.
 
 The torch functions (hybrid.py, adaptive.py, ...) stay the one definition: the real engines and the vLLM
 plugin run them, and tests/test_policy_fast_forms.py checks every fast form here against its definition,
 allocation for allocation, on thousands of random batches and on batches recorded from engine runs of the
 bundled traces (exact equality). The simulator calls a policy thousands of times per second on tiny
-tensors, where each torch op's dispatch (2-4 us) dominates; numpy's elementwise ops cost a fraction of it.
+tensors, where each torch op's dispatch (2-4 us) dominates.
+
+A fast form is a core over `Arrays` (a StepBatch as numpy arrays and Python scalars): the native engine step
+calls it on the arrays it gathers, with no StepBatch or tensors (sim/engine.py, Engine._array_form), and
+`fn(batch)` wraps the same core for a StepBatch (`_form`). A core may return None where its transcription
+cannot be exact on this machine; the definition then runs.
 
 Bit-exactness rules of the transcription (why it equals the torch definition, not merely approximates it):
   * cumprod / cumsum: torch's CPU kernels accumulate float32 in float64 and round each output, so here
-    they run in float64 and are cast back;
-  * float reductions whose order matters (a float32 sum over requests) and transcendental functions
-    (exp, log) run through the same torch op on a zero-copy view, so they round the same way;
+    they do too;
+  * float32 sums whose order matters: the sum over requests and the sum along a survival row are
+    transcribed in C in the order of ATen's cascade sum (sim/policies/native/hybrid_price.c), which depends
+    on the CPU's vector width, so each is checked bit for bit against torch.sum once per process
+    (`_sum_width`, `_inner_sum_width`) and used only where it matches; other reductions and exp / log run
+    through the same torch op on a zero-copy view, so they round the same way;
   * elementwise IEEE ops (+, -, *, /, comparisons), gathers, integer sums and stable sorts are exact in
-    both libraries; Python scalars are added as float32 (NEP 50 / torch's wrapped numbers).
-A policy spec has a fast form only where one is written (`attach`); every other spec runs its definition.
+    both; Python scalars are added as float32 (NEP 50 / torch's wrapped numbers); the C is compiled
+    without fast-math or contraction (one IEEE single-precision operation per op).
+A policy spec has a fast form only where one is written (`_FORMS`); every other spec runs its definition.
 HYBRIDSPEC_REFERENCE_POLICIES=1 makes the simulator run the definitions everywhere.
 """
 from __future__ import annotations
@@ -590,12 +599,6 @@ def _parse_suffix_threshold(params: List[str]) -> Optional[Callable[[StepBatch],
 def _int64_lengths(*ts) -> bool:
     """Whether the chain lengths are CPU int64 tensors (the transcriptions below read them as such)."""
     return all(isinstance(t, torch.Tensor) and t.dtype == torch.int64 and t.is_cpu for t in ts)
-
-
-def _finished(chain: np.ndarray, admitted: np.ndarray) -> Allocation:
-    """common.finish in numpy: int64, chain NONE wherever nothing is admitted."""
-    return Allocation(chain=torch.from_numpy(np.where(admitted > 0, chain, 0).astype(np.int64)),
-                      admitted=torch.from_numpy(admitted.astype(np.int64)))
 
 
 def _lengths_form(core: Callable[[np.ndarray, np.ndarray], tuple], definition: Callable[[StepBatch], Allocation]):

@@ -1,5 +1,6 @@
-/* Native forms of sim.policies.hybrid.price_with_budget(batch, "sweep", margin) and
- * sim.policies.adaptive.alloc_adaptive for the simulator (adaptive at the end of the file).
+/* Native forms of sim.policies.hybrid.price_with_budget(batch, "sweep", margin) (and price_skip, and
+ * hybrid-tree's primary allocation: hp_sweep), sim.policies.adaptive.alloc_adaptive, simple.alloc_oracle,
+ * tree.second_branch and simple.alloc_suffix_threshold, for the simulator.
  *
  * The torch function is the definition; this is a transcription of it, op for op, with the same
  * floating-point semantics (compiled with -O2 -ffp-contract=off, no fast-math: every float op is one
@@ -8,13 +9,15 @@
  *              CPU cumprod), 0 on slots j >= len;
  *   prefix     cs[0] = 0, cs[l] = sum of the first l survivals, accumulated in double (torch's cumsum);
  *   evaluate   l = #{j : a_j > lam} (searchsorted on -a), V = cs[l] - (float)l * lam, n-gram iff
- *              V_n > V_m + margin; the float32 sum of the chosen gains over requests is NOT done here:
- *              the caller runs torch's own sum on these buffers (its order depends on torch's kernels);
+ *              V_n > V_m + margin;
+ *   gain       the float32 sum of the chosen gains over requests in the order of ATen's cascade sum
+ *              (hp_sum_requests; the caller checks it against torch.sum on this machine);
  *   goodput    (gain + N) / ((float)table[clamp(slots + T)] + draft), all float;
  *   pick       first maximum of goodput (coarse stage before fine stage);
- *   top-B      the global stable descending top-B of the chosen chains' current survivals, as a merge
- *              of the per-row (non-increasing) lists, ties to the lower flat index.
- * sim/policies/fast.py drives it; tests/test_policy_fast_forms.py checks it against the definition.
+ *   top-B      the global stable descending top-B of the chosen chains' survivals (ties to the lower flat
+ *              index): by selection (select_top), else a merge of the per-row non-increasing lists.
+ * sim/policies/fast.py drives it; tests/test_policy_fast_forms.py checks it against the definitions and
+ * tests/test_native_sums.py the sums against torch.sum.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -369,7 +372,7 @@ void hp_sum_requests(int64_t S, int64_t R, int64_t C, int64_t V, const float *x,
 }
 
 /* Sort idx[0..n-1] by key[idx] descending, a shell sort (n is at most SWEEP_EXACT_MAX + 1; with NaN keys
- * the order is unspecified, and hp_eval then binary-searches). */
+ * the order is unspecified, and eval_prices then binary-searches). */
 static void sort_desc(int64_t *idx, const float *key, int64_t n) {
     static const int64_t gaps[] = {109, 41, 19, 5, 1};
     for (int g = 0; g < 5; g++) {
