@@ -118,6 +118,7 @@ class _Workspace:
         from sim.policies import hybrid
 
         ffi = self.ffi = native[0]
+        self.R, self.Km, self.Kn = R, Km, Kn
         f32, i64 = np.float32, np.int64
         self.exact = R * Km + R * Kn <= hybrid.SWEEP_EXACT_MAX
         self.grid, self.fine = _sweep_constants(native)
@@ -237,6 +238,13 @@ class Arrays(NamedTuple):
     def pointers(self, ws: "_Workspace") -> tuple:
         return self.ptrs or ws.pointers(self.packed)
 
+    def workspace(self, native, S: int) -> Optional["_Workspace"]:
+        """The sweep's workspace of S sides for this batch's shape (R, K_m, K_n), or None where the C sum
+        cannot reproduce torch's here (the definition then runs)."""
+        cm, cn = self.packed[0], self.packed[2]
+        ws = _workspace(native, S, cm.shape[1], cm.shape[2], cn.shape[2])
+        return None if ws.V is None else ws
+
 
 def _allocation(out: tuple) -> Allocation:
     """The Allocation of a form's (chain, admitted, second, model_ran, ngram_ran), as fresh tensors."""
@@ -294,12 +302,10 @@ def price_with_budget_arrays(native, margin: float, a: Arrays) -> Optional[tuple
     """hybrid.price_with_budget(batch, "sweep", margin) in one C call (native/hybrid_price.c:
     hp_price_with_budget): both sides (current, stale) as the definition stacks them. None where the C sum
     cannot reproduce torch's (the definition then runs)."""
-    cm, cn = a.packed[0], a.packed[2]
-    _, R, Km = cm.shape
-    Kn = cn.shape[2]
-    ws = _workspace(native, 2, R, Km, Kn)
-    if ws.V is None:
+    ws = a.workspace(native, 2)
+    if ws is None:
         return None
+    R, Km, Kn = ws.R, ws.Km, ws.Kn
     pcm, plm, pcn, pln = a.pointers(ws)
     arr, tp = ws.table(a.table)
     p = ws.p
@@ -320,13 +326,11 @@ def price_skip_arrays(native, margin: float, hysteresis: float, forecast: str, a
     current without the model pass, stale without it), goodput in float64 since each side pays its own
     drafter cost, then the model pass's decision, the free budget and the top-B."""
     ffi, lib = native
-    cm, lm, cn, ln = a.packed
-    _, R, Km = cm.shape
-    Kn = cn.shape[2]
-    ws = _workspace(native, 4, R, Km, Kn)
-    if ws.V is None:
+    ws = a.workspace(native, 4)
+    if ws is None:
         return None
-    p = ws.p
+    cm, lm, cn, ln = a.packed
+    R, Km, Kn, p = ws.R, ws.Km, ws.Kn, ws.p
     ws.conf_m[0::2], ws.conf_m[1::2] = cm[0], cm[1]
     ws.len_m[0], ws.len_m[1], ws.len_m[2:] = lm[0], lm[1], 0
     last = cn[1]
@@ -431,17 +435,13 @@ def tree_arrays(native, margin: float, discount: float, a: Arrays) -> Optional[t
     own float32 sum of the primary's gain for its order, tr_second)."""
     from sim.policies.tree import SECANT_MIN
 
-    ffi, lib = native
-    cm, lm, cn, ln = a.packed
-    _, R, Km = cm.shape
-    Kn = cn.shape[2]
-    ws = _workspace(native, 1, R, Km, Kn)
-    if ws.V is None:
+    lib = native[1]
+    ws = a.workspace(native, 1)
+    if ws is None:
         return None
-    p = ws.p
-    ws.conf_m[0], ws.conf_n[0] = cm[0], cn[0]
-    ws.len_m[0], ws.len_n[0] = lm[0], ln[0]
+    ws.conf_m[0], ws.len_m[0], ws.conf_n[0], ws.len_n[0] = (x[0] for x in a.packed)  # the current chains
     ws.sweep(lib, a.table, a.T, float(a.N), a.draft, float(margin), per_side_draft=False)
+    R, Km, Kn, p = ws.R, ws.Km, ws.Kn, ws.p
     lib.tr_primary(R, Km, Kn, p["surv_m"], p["surv_n"], p["use_p"], p["adm_p"], p["a_p"])
     gain = float(torch.from_numpy(ws.a_p).sum(-1).sum(-1))  # float32, torch's summation order
     arr, tp = ws.table(a.table)
