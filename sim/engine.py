@@ -648,6 +648,28 @@ class Engine:
             form = self._arrays = None if steps_as_defined(self, ARRAYS_BYPASSES) else getattr(run, "arrays", None)
         return form
 
+    def _decide(self, form, g, T: int, kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: dict) -> tuple:
+        """The native step's policy call on the gathered step `g` (sim.engine_fast.Gathered): the policy's fast
+        form on the arrays (`form`, Engine._array_form), else -- no form, or the form declines -- the policy
+        on a StepBatch through _allocate. Returns (chain, admitted, second or None, model_ran or None,
+        ngram_ran or None) as numpy arrays and the policy's say."""
+        R = len(g.reqs)
+        if form is not None:
+            tb = self.tb
+            truth = (tb.m_acc[g.rows], tb.ng_acc[g.rows], self._true_table(T, R, kv_tokens, n_seqs)) \
+                if self.policy.needs_truth else ()
+            out = form(Arrays(g.packed, g.ptrs, g.mean_ng, T, R + n_prefill_done,
+                              prices["draft"] + prices["ngram"] + prices["alloc"], prices["draft"],
+                              None if self.max_logits is None else max(0, self.max_logits - n_seqs),
+                              self.decision_table, prices["ngram"], *truth))
+            if out is not None:
+                return out
+        batch = self._step_batch(g.reqs, g.rows, g.chains, g.stale, g.mean_ng, T, kv_tokens, n_seqs, n_prefill_done,
+                                 prices)
+        alloc = self._allocate(batch)
+        return (alloc.chain.numpy(), alloc.admitted.numpy(), None if alloc.second is None else alloc.second.numpy(),
+                alloc.model_ran, alloc.ngram_ran)
+
     def _step(self, now_ms: float) -> tuple[float, list[int]]:
         tb, pol = self.tb, self.policy
         plan = self._schedule()
@@ -669,21 +691,8 @@ class Engine:
                 form = self._array_form()
                 g = fast.gather(reqs, pol.uses_ngram and (form is None or form.reads_mean), reuse=form is not None)
                 kv_tokens += g.kv
-                out = None
-                if form is not None:  # the policy's fast form on the gathered arrays: no StepBatch
-                    truth = (tb.m_acc[g.rows], tb.ng_acc[g.rows], self._true_table(T, R, kv_tokens, n_seqs)) \
-                        if pol.needs_truth else ()
-                    out = form(Arrays(g.packed, g.ptrs, g.mean_ng, T, R + n_prefill_done,
-                                      prices["draft"] + prices["ngram"] + prices["alloc"], prices["draft"],
-                                      None if self.max_logits is None else max(0, self.max_logits - n_seqs),
-                                      self.decision_table, prices["ngram"], *truth))
-                if out is None:
-                    batch = self._step_batch(reqs, g.rows, g.chains, g.stale, g.mean_ng, T, kv_tokens, n_seqs,
-                                             n_prefill_done, prices)
-                    alloc = self._allocate(batch)
-                    out = (alloc.chain.numpy(), alloc.admitted.numpy(),
-                           None if alloc.second is None else alloc.second.numpy(), alloc.model_ran, alloc.ngram_ran)
-                chain, adm, sec, said_model, said_ngram = out
+                chain, adm, sec, said_model, said_ngram = self._decide(form, g, T, kv_tokens, n_seqs,
+                                                                       n_prefill_done, prices)
                 model_ran, ngram_ran = self._drafters_ran(said_model, said_ngram, prices)
                 sums, bad = fast.commit(g, chain, adm, sec, model_ran, ngram_ran)
                 for k, what in zip(bad, self._COMMIT_CHECKS):

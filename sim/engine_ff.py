@@ -24,7 +24,8 @@ from sim.scheduler import in_blocks
 # the Engine hooks a stretch stands in for: a subclass overriding any of them (the real engine) steps normally
 HOOKS = ("_step", "_finish_step", "_schedule", "_admit_rows", "_prefill", "_propose", "_allocate", "_verify",
          "_charge", "_emit", "_write", "_build_batch", "_step_batch", "_host_history", "_record_drafts", "_admit",
-         "_drafters_ran", "_check_chain_bounds", "_prices", "_release_rows", "_native_step", "_flag")
+         "_drafters_ran", "_check_chain_bounds", "_prices", "_release_rows", "_native_step", "_flag",
+         "_decide")
 
 MIN_STEPS = 2  # shorter stretches step normally (the set-up costs about a step)
 
