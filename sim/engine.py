@@ -749,13 +749,9 @@ class Engine:
         tb, pol, preempted = self.tb, self.policy, plan.preempted
         if first_tok:  # the prefill's sampled token: output[0], from the target
             ft = np.asarray(first_tok, dtype=np.int64)
-            if getattr(self, "_fast", None) is not None:
-                # the native step runs only with Engine's own _emit and _write: this is what they do for one
-                # bonus token per request, without their general machinery
-                self.emitted_tokens[tb.offsets[ft] + self.pos[ft]] = tb.tokens.take(self._out_base[ft] + self.pos[ft],
-                                                                                  mode="clip")
-                self.pos[ft] += 1
-                self.n_written += len(ft)
+            fast = getattr(self, "_fast", None)
+            if fast is not None:
+                fast.emit_bonus(ft)
             else:
                 none = np.zeros(len(ft), dtype=np.int64)
                 self._emit(ft, self.tb.offsets[ft], none.astype(bool), none, none + 1)

@@ -165,6 +165,16 @@ class NativeStep:
         out = self.out.tolist()
         return out[3:], out[:3]
 
+    def emit_bonus(self, reqs: np.ndarray) -> None:
+        """Engine._emit of one bonus token per request and no drafts (the token a completed prefill samples):
+        output[pos] of each request written at its slot, pos += 1. The native step runs only with Engine's own
+        _emit and _write (REPLACED), so this is what they do, without their general machinery."""
+        eng, tb = self.eng, self.eng.tb
+        pos = eng.pos[reqs]
+        eng.emitted_tokens[tb.offsets[reqs] + pos] = tb.tokens.take(eng._out_base[reqs] + pos, mode="clip")
+        eng.pos[reqs] += 1
+        eng.n_written += len(reqs)
+
 
 class Gathered(NamedTuple):
     """One step's gathered arrays (NativeStep.gather): reqs [R] and its pointer; rows [R] (table rows) and

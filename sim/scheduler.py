@@ -187,7 +187,7 @@ class Scheduler:
         if len(self.running) <= 1:
             return True
         r = np.asarray(self.running, dtype=np.int64)
-        return int(in_blocks(self.prompt_len[r] + self.out_len[r] + self.kmax + 1, self.block).sum()) <= self.kv_cap
+        return int(full_kv_need(self.prompt_len[r] + self.out_len[r], self.kmax, self.block).sum()) <= self.kv_cap
 
     def pop_finished(self, out_len: np.ndarray) -> list[int]:
         """Remove the running requests whose output is complete -- its output emitted (pos >= out_len) and no
@@ -195,9 +195,11 @@ class Scheduler:
         st = self.state
         pos, pre, tgt = st.pos, st.prefilled, st.prefill_target
         if len(self.running) <= SMALL:  # the same comparisons without numpy's per-call overhead
-            done = [r for r in self.running if pos[r] >= out_len[r] and pre[r] >= tgt[r]]
+            done, keep = [], []
+            for r in self.running:
+                (done if pos[r] >= out_len[r] and pre[r] >= tgt[r] else keep).append(r)
             if done:
-                self.running = [r for r in self.running if not (pos[r] >= out_len[r] and pre[r] >= tgt[r])]
+                self.running = keep
                 self._steady = None
             return done
         run = np.asarray(self.running, dtype=np.int64)

@@ -89,7 +89,7 @@ def _sum_checked(native, V: int, shapes) -> bool:
             want = torch.from_numpy(x).sum(1).numpy()
             got = np.empty((S, C), np.float32)
             lib.hp_sum_requests(S, R, C, V, ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", got))
-            if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+            if not _same_bits(got, want):
                 return False
     return True
 
@@ -104,10 +104,20 @@ def _sum_width(native, S: int, R: int, Cs: tuple) -> Optional[int]:
         key, shapes = ("sum-width", S, R, Cs, threads), tuple((S, R, C) for C in Cs)
     else:
         key, shapes = ("sum-width",), _SUM_SHAPES
+    return _first_width(key, lambda V: _sum_checked(native, V, shapes))
+
+
+def _first_width(key: tuple, matches: Callable[[int], bool]) -> Optional[int]:
+    """The first vector width V (floats per register: this CPU's own, then 8, 16, 4) for which `matches(V)`,
+    found once per `key`; None if none does."""
     if key not in _CONST:
         wide = 16 if "AVX512" in str(torch.backends.cpu.get_cpu_capability()) else 8
-        _CONST[key] = next((V for V in dict.fromkeys((wide, 8, 16, 4)) if _sum_checked(native, V, shapes)), None)
+        _CONST[key] = next((V for V in dict.fromkeys((wide, 8, 16, 4)) if matches(V)), None)
     return _CONST[key]
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray) -> bool:
+    return np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 class _Workspace:
@@ -531,30 +541,26 @@ def _parse_oracle(params: List[str]) -> Optional[Callable[[StepBatch], Allocatio
 _INNER_SHAPES = ((4, 32), (5, 7), (128, 32), (3, 9), (2, 16), (1, 33), (7, 3), (6, 40))
 
 
+def _inner_checked(native, V: int) -> bool:
+    """Whether st_expected's row sums with width V equal torch.sum(surv, 1) bit for bit on random survival
+    rows of every shape in _INNER_SHAPES."""
+    ffi, lib = native
+    rng = np.random.default_rng(20261130)
+    for R, K in _INNER_SHAPES:
+        conf = (rng.random((R, K)) ** 0.05).astype(np.float32)
+        ln = rng.integers(0, K + 1, R).astype(np.int64)
+        surv, cs, got = np.empty((R, K), np.float32), np.empty((R, K + 1), np.float32), np.empty(R, np.float32)
+        lib.st_expected(R, K, V, ffi.from_buffer("float[]", conf), ffi.from_buffer("int64_t[]", ln),
+                        ffi.from_buffer("float[]", surv), ffi.from_buffer("float[]", cs), ffi.from_buffer("float[]", got))
+        if not _same_bits(got, torch.from_numpy(surv).sum(1).numpy()):
+            return False
+    return True
+
+
 def _inner_sum_width(native) -> Optional[int]:
     """The vector width V with which st_expected's row sums reproduce torch.sum(surv, 1) of float32 survival
-    rows bit for bit on this machine (checked once per process on random rows of _INNER_SHAPES), or None."""
-    key = ("inner-width", torch.get_num_threads())
-    if key not in _CONST:
-        ffi, lib = native
-        rng = np.random.default_rng(20261130)
-        wide = 16 if "AVX512" in str(torch.backends.cpu.get_cpu_capability()) else 8
-
-        def ok(V: int) -> bool:
-            for R, K in _INNER_SHAPES:
-                conf = (rng.random((R, K)) ** 0.05).astype(np.float32)
-                ln = rng.integers(0, K + 1, R).astype(np.int64)
-                surv, cs, got = np.empty((R, K), np.float32), np.empty((R, K + 1), np.float32), np.empty(R, np.float32)
-                lib.st_expected(R, K, V, ffi.from_buffer("float[]", conf), ffi.from_buffer("int64_t[]", ln),
-                                ffi.from_buffer("float[]", surv), ffi.from_buffer("float[]", cs),
-                                ffi.from_buffer("float[]", got))
-                want = torch.from_numpy(surv).sum(1).numpy()
-                if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
-                    return False
-            return True
-
-        _CONST[key] = next((V for V in dict.fromkeys((wide, 8, 16, 4)) if ok(V)), None)
-    return _CONST[key]
+    rows bit for bit on this machine (checked once per process, _inner_checked), or None."""
+    return _first_width(("inner-width", torch.get_num_threads()), lambda V: _inner_checked(native, V))
 
 
 def suffix_threshold_arrays(native, threshold: float, a: Arrays) -> Optional[tuple]:

@@ -232,9 +232,10 @@ static float kth_largest(float *a, int64_t n, int64_t k) {
  * having written nothing, where a row is not so (the heap merge then runs). pos as hp_finish's. */
 static int select_top(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *surv_n,
                       const int64_t *pos, int64_t budget, float *vals, int64_t *adm_out) {
+#define ROW(r) (pos[2 * R + (r)] ? surv_n + (r) * Kn : surv_m + (r) * Km)  /* row r's chosen chain */
     int64_t n = 0;
     for (int64_t r = 0; r < R; r++) {
-        const float *row = pos[2 * R + r] ? surv_n + r * Kn : surv_m + r * Km;
+        const float *row = ROW(r);
         int64_t L = pos[R + r];
         if (!non_increasing(row, L)) return 0;
         memcpy(vals + n, row, sizeof(float) * L);
@@ -248,14 +249,14 @@ static int select_top(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, co
     float t = kth_largest(vals, n, budget - 1);
     int64_t left = budget;
     for (int64_t r = 0; r < R; r++) {
-        const float *row = pos[2 * R + r] ? surv_n + r * Kn : surv_m + r * Km;
+        const float *row = ROW(r);
         int64_t L = pos[R + r], j = 0;
         while (j < L && row[j] > t) j++;
         adm_out[r] = j;
         left -= j;
     }
     for (int64_t r = 0; r < R && left > 0; r++) {
-        const float *row = pos[2 * R + r] ? surv_n + r * Kn : surv_m + r * Km;
+        const float *row = ROW(r);
         int64_t L = pos[R + r], j = adm_out[r];
         while (j < L && left > 0 && row[j] == t) {
             j++;
@@ -264,28 +265,15 @@ static int select_top(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, co
         adm_out[r] = j;
     }
     return 1;
+#undef ROW
 }
 
-/* The current side's allocation: chain choice (both prefixes empty -> the better first slot, then model),
- * global stable top-`budget` of the chosen chains' survivals (select_top, else a merge of the rows by a heap),
- * finish(). chain_out/adm_out [R]; work buffers heap_r [R], pos [3 R], vals [R max(Km, Kn)]. */
-void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *surv_n, const int64_t *len_m,
-               const int64_t *len_n, const uint8_t *use0, const int64_t *adm0, int64_t budget, int64_t force_ngram,
-               int64_t *heap_r, int64_t *pos, float *vals, int64_t *chain_out, int64_t *adm_out) {
-    int64_t W = Km + Kn, n = 0;
-    for (int64_t r = 0; r < R; r++) {
-        int u = adm0[r] == 0 ? (surv_n[r * Kn] > surv_m[r * Km]) : use0[r];
-        if (force_ngram && len_m[r] == 0) u = 1;  /* hybrid: a request without a model chain takes its n-gram chain */
-        int64_t K = u ? Kn : Km, L = u ? len_n[r] : len_m[r];
-        L = L < 0 ? 0 : (L > K ? K : L);
-        chain_out[r] = u ? 2 : 1;
-        adm_out[r] = 0;
-        pos[r] = 0;
-        pos[R + r] = L;  /* row length */
-        pos[2 * R + r] = u;
-        if (L > 0) heap_r[n++] = r;
-    }
-    if (select_top(R, Km, Kn, surv_m, surv_n, pos, budget, vals, adm_out)) goto done;
+/* hp_finish's stable top-`budget` by merging the rows with a heap of their next slots (heap_r [n] holds the
+ * rows with slots; pos as hp_finish's, advanced): what select_top gives where it applies, and the answer for
+ * any rows. */
+static void merge_top(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *surv_n, int64_t *pos,
+                      int64_t *heap_r, int64_t n, int64_t budget, int64_t *adm_out) {
+    int64_t W = Km + Kn;
     /* key of row r's next slot: (value desc, flat index asc) */
 #define VAL(r) ((pos[2 * R + (r)] ? surv_n + (r) * Kn : surv_m + (r) * Km)[pos[(r)]])
 #define FLAT(r) ((r) * W + (pos[2 * R + (r)] ? Km : 0) + pos[(r)])
@@ -311,7 +299,29 @@ void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const flo
 #undef VAL
 #undef FLAT
 #undef BEFORE
-done:
+}
+
+/* The current side's allocation: chain choice (both prefixes empty -> the better first slot, then model),
+ * global stable top-`budget` of the chosen chains' survivals (select_top, else a merge of the rows by a heap),
+ * finish(). chain_out/adm_out [R]; work buffers heap_r [R], pos [3 R], vals [R max(Km, Kn)]. */
+void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *surv_n, const int64_t *len_m,
+               const int64_t *len_n, const uint8_t *use0, const int64_t *adm0, int64_t budget, int64_t force_ngram,
+               int64_t *heap_r, int64_t *pos, float *vals, int64_t *chain_out, int64_t *adm_out) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < R; r++) {
+        int u = adm0[r] == 0 ? (surv_n[r * Kn] > surv_m[r * Km]) : use0[r];
+        if (force_ngram && len_m[r] == 0) u = 1;  /* hybrid: a request without a model chain takes its n-gram chain */
+        int64_t K = u ? Kn : Km, L = u ? len_n[r] : len_m[r];
+        L = L < 0 ? 0 : (L > K ? K : L);
+        chain_out[r] = u ? 2 : 1;
+        adm_out[r] = 0;
+        pos[r] = 0;
+        pos[R + r] = L;  /* row length */
+        pos[2 * R + r] = u;
+        if (L > 0) heap_r[n++] = r;
+    }
+    if (!select_top(R, Km, Kn, surv_m, surv_n, pos, budget, vals, adm_out))
+        merge_top(R, Km, Kn, surv_m, surv_n, pos, heap_r, n, budget, adm_out);
     for (int64_t r = 0; r < R; r++)
         if (adm_out[r] <= 0) chain_out[r] = 0;
 }
