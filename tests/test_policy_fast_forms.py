@@ -12,6 +12,7 @@ import torch
 
 from sim.engine import Engine
 from sim.policies import get_policy, list_policies
+from sim.policies.fast import Arrays
 from sim.policies.testing import random_batch, random_cost_table
 from sim.run import SimSetup, prepare, run_one
 
@@ -124,3 +125,31 @@ def test_tied_confidences(spec):
         if rng.random() < 0.5:
             b = dataclasses.replace(b, max_draft_tokens=int(rng.integers(0, 2 * R + 2)))
         _same(spec, pol, b, f"tied batch {i} (R={R})")
+
+
+@pytest.mark.parametrize("spec", ["hybrid-price", "hybrid-price:margin=0.37", "hybrid", "hybrid-tree", "adaptive",
+                                  "suffix-threshold"])
+def test_out_of_range_confidences(spec):
+    """Confidences outside [0, 1] (clamped by the survival), signed zeros, and NaN in some requests' chains:
+    a NaN row is not non-increasing, so the native sweep takes its per-price binary search for that row
+    while the other rows of the same batch take the lane path; both must give the definition's answer."""
+    pol = get_policy(spec)
+    rng = np.random.default_rng(zlib.crc32(spec.encode()) + 2)
+    odd = torch.tensor([float("nan"), -0.25, 1.5, -0.0, 0.0, 1.0, float("inf")])
+    for i in range(200):
+        R = int(rng.choice([1, 3, 4, 9, 17, 64, 128]))
+        km, kn = int(rng.choice([3, 7])), int(rng.choice([4, 9, 32]))
+        b = random_batch(rng, R, km, kn, max_tokens=int(R * (1 + kn)) + 2)
+        for name in ("model_conf", "ngram_conf", "stale_model_conf", "stale_ngram_conf"):
+            t = getattr(b, name)
+            hit = torch.from_numpy(rng.random(tuple(t.shape)) < rng.choice([0.02, 0.2]))
+            if rng.random() < 0.5:  # no NaN: only the clamp and signed zeros
+                t[hit] = odd[torch.from_numpy(rng.integers(1, len(odd), tuple(t.shape)))][hit].to(t.dtype)
+            else:
+                t[hit] = odd[torch.from_numpy(rng.integers(0, len(odd), tuple(t.shape)))][hit].to(t.dtype)
+        _same(spec, pol, b, f"odd batch {i} (R={R})")
+        if pol.sim_fn is not None:  # a form declines NaN (the definition runs) and takes the rest
+            nan = any(bool(torch.isnan(getattr(b, n)).any()) for n in (
+                "model_conf", "ngram_conf", "stale_model_conf", "stale_ngram_conf"))
+            declined = pol.sim_fn.arrays(Arrays.of(b)) is None
+            assert declined == nan, f"{spec}: odd batch {i}"

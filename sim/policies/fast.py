@@ -143,7 +143,7 @@ class _Workspace:
         self.lam, self.slots = np.empty((S, C), f32), np.empty((S, C), i64)
         self.gch = np.empty((S, R, C), f32)
         self.gain, self.g, self.gd = np.empty((S, C), f32), np.empty((S, C), f32), np.empty((S, C), np.float64)
-        self.best, self.best_g, self.order = np.empty(S, i64), np.empty(S, np.float64), np.empty((S, C), i64)
+        self.best, self.best_g = np.empty(S, i64), np.empty(S, np.float64)
         self.use_p, self.adm_p = np.empty((S, R), np.uint8), np.empty((S, R), i64)
         self.draft = np.empty(S, np.float64)
         self.len_cur = np.empty(R, i64)
@@ -194,8 +194,7 @@ class _Workspace:
                      arr.shape[0], T, N, draft, p["draft"] if per_side_draft else self.ffi.NULL, margin,
                      int(self.exact), self.V, p["grid"], self.fine.shape[0], p["fine"], self.fine.shape[1],
                      p["surv_m"], p["cs_m"], p["surv_n"], p["cs_n"], p["lam"], p["gch"],
-                     p["slots"], p["gain"], p["g"], p["gd"], p["best"], p["use_p"], p["adm_p"], p["best_g"],
-                     p["order"])
+                     p["slots"], p["gain"], p["g"], p["gd"], p["best"], p["use_p"], p["adm_p"], p["best_g"])
 
 
 def _workspace(native, S: int, R: int, Km: int, Kn: int) -> _Workspace:
@@ -266,13 +265,32 @@ def _allocation(out: tuple) -> Allocation:
                       ngram_ran=None if ngram_ran is None else torch.tensor(bool(ngram_ran)))
 
 
+def _has_nan(native, a: Arrays) -> bool:
+    """Whether the chains' confidences (or the mean n-gram chain) hold a NaN. The transcriptions do not
+    follow the definitions' NaN semantics (sorts, top-k and searchsorted over NaN), so a form declines such
+    a batch and the definition runs."""
+    cm, cn = a.packed[0], a.packed[2]
+    if a.ptrs is not None:
+        lib = native[1]
+        nan = lib.any_nan(cm.size, a.ptrs[0]) or lib.any_nan(cn.size, a.ptrs[2])
+    else:
+        nan = bool(np.isnan(cm).any() or np.isnan(cn).any())
+    return bool(nan) or (a.mean_ngram_conf is not None and bool(np.isnan(a.mean_ngram_conf).any()))
+
+
 def _form(core: Callable[[Arrays], Optional[tuple]], covered: Callable[[StepBatch], bool],
-          definition: Callable[[StepBatch], Allocation], reads_mean: bool = False):
+          definition: Callable[[StepBatch], Allocation], reads_mean: bool = False, native=None):
     """A policy's fast form: fn(batch) runs `core` on Arrays.of(batch) where `covered(batch)` (the inputs the
     transcription reads: dtypes, CPU tensors), else -- or where core returns None -- the definition.
     fn.arrays = core, what the native engine step calls on its gathered arrays (reads_mean: whether core
     reads mean_ngram_conf, so that the step gathers it). core returns (chain, admitted, second or None,
-    model_ran or None, ngram_ran or None) as int64 [R] arrays (valid until its next call) and bools."""
+    model_ran or None, ngram_ran or None) as int64 [R] arrays (valid until its next call) and bools. With
+    `native` (a core that reads the confidences), fn.arrays declines (None) a batch with NaN in them."""
+    if native is not None:
+        inner = core
+
+        def core(a: Arrays) -> Optional[tuple]:
+            return None if _has_nan(native, a) else inner(a)
 
     def fn(batch: StepBatch) -> Allocation:
         out = core(Arrays.of(batch)) if covered(batch) else None
@@ -323,7 +341,7 @@ def price_with_budget_arrays(native, margin: float, a: Arrays) -> Optional[tuple
         R, Km, Kn, pcm, plm, pcn, pln, tp, arr.shape[0], a.T, float(a.N), a.draft, margin, _cap(a.cap),
         int(ws.exact), ws.V, p["grid"], ws.fine.shape[0], p["fine"], ws.fine.shape[1], p["surv_m"], p["cs_m"],
         p["surv_n"], p["cs_n"], p["lam"], p["gch"], p["slots"], p["gain"], p["g"], p["gd"], p["best"], p["use_p"],
-        p["adm_p"], p["best_g"], p["order"], p["work"], p["pos"], p["vals"], p["chain"], p["admitted"])
+        p["adm_p"], p["best_g"], p["work"], p["pos"], p["vals"], p["chain"], p["admitted"])
     return ws.chain, ws.admitted, None, None, None
 
 
@@ -409,7 +427,7 @@ def _parse_adaptive(params: List[str]) -> Optional[Callable[[StepBatch], Allocat
                 and batch.model_conf.shape[1] >= 1 and all(isinstance(t, torch.Tensor) and t.is_cpu for t in (
                     batch.model_conf, batch.stale_model_conf, batch.model_len)))
 
-    return _form(lambda a: adaptive_arrays(native, a), covered, adaptive.alloc_adaptive)
+    return _form(lambda a: adaptive_arrays(native, a), covered, adaptive.alloc_adaptive, native=native)
 
 
 def _parse_hybrid_price(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
@@ -422,7 +440,7 @@ def _parse_hybrid_price(params: List[str]) -> Optional[Callable[[StepBatch], All
     if native is None:
         return None
     return _form(lambda a: price_with_budget_arrays(native, margin, a), _transcribed,
-                 lambda batch: hybrid.price_with_budget(batch, "sweep", margin))
+                 lambda batch: hybrid.price_with_budget(batch, "sweep", margin), native=native)
 
 
 def _parse_hybrid(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
@@ -436,7 +454,8 @@ def _parse_hybrid(params: List[str]) -> Optional[Callable[[StepBatch], Allocatio
         return None
     return _form(lambda a: price_skip_arrays(native, margin, hyst, forecast, a),
                  lambda batch: _transcribed(batch) and _scalar_costs(batch),
-                 lambda batch: hybrid.price_skip(batch, "sweep", margin, hyst, forecast), reads_mean=True)
+                 lambda batch: hybrid.price_skip(batch, "sweep", margin, hyst, forecast), reads_mean=True,
+                 native=native)
 
 
 def tree_arrays(native, margin: float, discount: float, a: Arrays) -> Optional[tuple]:
@@ -474,7 +493,7 @@ def _parse_tree(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]
     return _form(lambda a: tree_arrays(native, NGRAM_MARGIN, discount, a),
                  lambda batch: _transcribed(batch) and _scalar_costs(batch) and _cpu_table(batch)
                  and batch.verify_cost_ms.dtype == torch.float64,
-                 lambda batch: tree.tree_alloc(batch, method, NGRAM_MARGIN, discount))
+                 lambda batch: tree.tree_alloc(batch, method, NGRAM_MARGIN, discount), native=native)
 
 
 def _oracle_draft(md: float, nd: float, draft: float) -> np.ndarray:
@@ -535,7 +554,7 @@ def _parse_oracle(params: List[str]) -> Optional[Callable[[StepBatch], Allocatio
     native = load("hybrid_price")
     if native is None:
         return None
-    return _form(lambda a: oracle_arrays(native, a), covered, simple.alloc_oracle)
+    return _form(lambda a: oracle_arrays(native, a), covered, simple.alloc_oracle, native=native)
 
 
 _INNER_SHAPES = ((4, 32), (5, 7), (128, 32), (3, 9), (2, 16), (1, 33), (7, 3), (6, 40))
@@ -599,7 +618,7 @@ def _parse_suffix_threshold(params: List[str]) -> Optional[Callable[[StepBatch],
     return _form(lambda a: suffix_threshold_arrays(native, t, a),
                  lambda batch: batch.ngram_conf.dtype == torch.float32 and batch.ngram_conf.is_cpu
                  and _int64_lengths(batch.model_len, batch.ngram_len),
-                 lambda batch: simple.alloc_suffix_threshold(batch, t))
+                 lambda batch: simple.alloc_suffix_threshold(batch, t), native=native)
 
 
 def _int64_lengths(*ts) -> bool:

@@ -23,23 +23,61 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One slot j of a row: clamp, running product in double rounded to float, running sum in double. */
+#define CHAIN_SLOT(c, s, p, j, acc, sum) do { \
+        float x_ = (c)[j]; \
+        x_ = x_ < 0.0f ? 0.0f : (x_ > 1.0f ? 1.0f : x_); \
+        (acc) *= (double)x_; \
+        float a_ = (float)(acc); \
+        (s)[j] = a_; \
+        (sum) += (double)a_; \
+        (p)[(j) + 1] = (float)(sum); \
+    } while (0)
+
+/* Survivals surv [rows, K] and prefix sums cs [rows, K + 1] of `rows` chains: surv_j = clamp(conf_j, 0, 1)
+ * multiplied up in double, rounded to float, 0 for j >= len; cs as the module's header. Four rows at a time
+ * (independent products and sums, so their latencies overlap), slot by slot while all four are within
+ * their lengths. */
 static void chain(int64_t rows, int64_t K, const float *conf, const int64_t *len, float *surv, float *cs) {
-    for (int64_t r = 0; r < rows; r++) {
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        int64_t L[4], Lmin = K;
+        double acc[4] = {1.0, 1.0, 1.0, 1.0}, sum[4] = {0.0, 0.0, 0.0, 0.0};
+        for (int i = 0; i < 4; i++) {
+            L[i] = len[r + i] < 0 ? 0 : (len[r + i] > K ? K : len[r + i]);
+            Lmin = L[i] < Lmin ? L[i] : Lmin;
+            cs[(r + i) * (K + 1)] = 0.0f;
+        }
+        const float *c0 = conf + r * K, *c1 = c0 + K, *c2 = c1 + K, *c3 = c2 + K;
+        float *s0 = surv + r * K, *s1 = s0 + K, *s2 = s1 + K, *s3 = s2 + K;
+        float *p0 = cs + r * (K + 1), *p1 = p0 + K + 1, *p2 = p1 + K + 1, *p3 = p2 + K + 1;
+        for (int64_t j = 0; j < Lmin; j++) {
+            CHAIN_SLOT(c0, s0, p0, j, acc[0], sum[0]);
+            CHAIN_SLOT(c1, s1, p1, j, acc[1], sum[1]);
+            CHAIN_SLOT(c2, s2, p2, j, acc[2], sum[2]);
+            CHAIN_SLOT(c3, s3, p3, j, acc[3], sum[3]);
+        }
+        for (int i = 0; i < 4; i++) {
+            const float *c = conf + (r + i) * K;
+            float *sv = surv + (r + i) * K, *p = cs + (r + i) * (K + 1);
+            for (int64_t j = Lmin; j < L[i]; j++) CHAIN_SLOT(c, sv, p, j, acc[i], sum[i]);
+            /* slots j >= len: survival 0, so the prefix sum stays (sum + 0.0 == sum, and sum is never -0.0) */
+            for (int64_t j = L[i]; j < K; j++) {
+                sv[j] = 0.0f;
+                p[j + 1] = p[L[i]];
+            }
+        }
+    }
+    for (; r < rows; r++) {
         const float *c = conf + r * K;
-        float *s = surv + r * K;
-        float *p = cs + r * (K + 1);
-        int64_t L = len[r];
+        float *sv = surv + r * K, *p = cs + r * (K + 1);
+        int64_t L = len[r] < 0 ? 0 : (len[r] > K ? K : len[r]);
         double acc = 1.0, sum = 0.0;
         p[0] = 0.0f;
-        for (int64_t j = 0; j < K; j++) {
-            float x = c[j];
-            x = x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x);
-            acc *= (double)x;
-            float a = (float)acc;
-            if (j >= L) a = 0.0f;
-            s[j] = a;
-            sum += (double)a;
-            p[j + 1] = (float)sum;
+        for (int64_t j = 0; j < L; j++) CHAIN_SLOT(c, sv, p, j, acc, sum);
+        for (int64_t j = L; j < K; j++) {
+            sv[j] = 0.0f;
+            p[j + 1] = p[L];
         }
     }
 }
@@ -62,11 +100,12 @@ static inline int64_t count_above(const float *a, int64_t K, float lam) {
     return lo;
 }
 
-/* Whether x[0..n-1] holds no NaN. */
-static int non_nan(const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        if (x[i] != x[i]) return 0;
-    return 1;
+/* Whether x[0..n-1] holds a NaN (sim/policies/fast.py: the forms decline such confidences, and the
+ * definitions run: their NaN semantics -- sorts, top-k, searchsorted over NaN -- are not transcribed). */
+int64_t any_nan(int64_t n, const float *x) {
+    int64_t nan = 0;
+    for (int64_t i = 0; i < n; i++) nan |= x[i] != x[i];
+    return nan;
 }
 
 /* Whether x[0..n-1] is non-increasing with no NaN. */
@@ -93,43 +132,107 @@ static inline int64_t rule(const float *pm, const float *pn, int64_t lm, int64_t
     return u ? ln : lm;
 }
 
+/* LANES prices (or columns) at a time: GCC/clang vector extensions, each lane an IEEE single-precision op as
+ * the scalar code (no contraction: -ffp-contract=off). */
+#define LANES 8
+typedef float vf __attribute__((vector_size(4 * LANES)));
+typedef int32_t vi __attribute__((vector_size(4 * LANES)));
+#define splat(x) ((vf){(x), (x), (x), (x), (x), (x), (x), (x)})
+#define select(k, a, b) (((k) & (a)) | (~(k) & (b)))  /* lane-wise k ? a : b, k a comparison's 0 / -1 */
+
+/* The threshold rule (rule) of one request at LANES prices l, in lanes. The counts #{j : a_j > l} are sums
+ * of the comparisons over the row's slots j0 <= j < J, plus j0: every slot below j0 exceeds every price of
+ * the block (the caller's j0), no slot from J on exceeds any (J = the count at the smallest price). That is
+ * searchsorted's count on a non-increasing row without NaN; and since the comparisons hold on a prefix of j,
+ * the prefix sum at the count, cs[count], is cs[j + 1] of the last j that compares (cs[j0] if none). Writes
+ * the chosen chain's gains to gr[0..n-1] (n <= LANES) and its counts to *adm, the model chain's counts to
+ * cm_out and the n-gram chain's to cn_out (lanes). */
+static inline __attribute__((always_inline)) void rule_lanes(const float *am, int64_t j0m, int64_t Jm,
+                                                             const float *an, int64_t j0n, int64_t Jn,
+                                                             const float *pm, const float *pn, const vf *lp,
+                                                             int64_t n, float margin, float *gr, vi *adm,
+                                                             vi *cm_out, vi *cn_out) {
+    vf l = *lp;
+    vi cm = {0}, cn = {0}, gm = (vi)splat(pm[j0m]), gn = (vi)splat(pn[j0n]);
+    cm += (int32_t)j0m;
+    cn += (int32_t)j0n;
+    for (int64_t j = j0m; j < Jm; j++) {
+        vi k = (vi)(splat(am[j]) > l);
+        cm -= k;  /* a true lane is -1 */
+        gm = select(k, (vi)splat(pm[j + 1]), gm);
+    }
+    for (int64_t j = j0n; j < Jn; j++) {
+        vi k = (vi)(splat(an[j]) > l);
+        cn -= k;
+        gn = select(k, (vi)splat(pn[j + 1]), gn);
+    }
+    vf tn = __builtin_convertvector(cn, vf) * l, tm = __builtin_convertvector(cm, vf) * l;
+    vf vn = (vf)gn - tn, vm = (vf)gm - tm;
+    vf rhs = vm + splat(margin);
+    vi u = (vi)(vn > rhs);
+    vi gain = select(u, gn, gm);
+    if (n == LANES) memcpy(gr, &gain, sizeof gain);
+    else memcpy(gr, &gain, sizeof(float) * n);
+    *adm = select(u, cn, cm);
+    *cm_out = cm;
+    *cn_out = cn;
+}
+
 /* Evaluate prices lam [S, C]: gch [S, R, C] (each request's chosen chain's gain) and slots [S, C] (the sum of
- * the admitted counts over requests). The counts #{j : a_j > lam} of a survival row a (non-increasing, no
- * NaN) are found by one walk along the row across the prices in non-increasing order -- the order of lam
- * itself where it is non-increasing (the two-stage grid), else the order `order` [S, C] gives (the exact
- * sweep's prices, sorted by the caller) -- instead of a binary search per price: the same counts (both give
- * the first j with a_j <= lam). Rows or prices with NaN, or unsorted prices without an order, take the
- * binary search (torch.searchsorted's answer on any row). */
+ * the admitted counts over requests). LANES prices at a time, request by request (the slot sums stay in a
+ * register): rows that are non-increasing without NaN (mono [S, R]) by rule_lanes, others by a binary search
+ * per price (torch.searchsorted's answer on any row). Where a side's prices are non-increasing (the two-stage
+ * grid), a block's j0 is the count at the previous block's last price (no smaller than its own prices), so
+ * a request's comparisons run only over the slots whose survival falls among the block's prices. J [4 R]:
+ * work. */
+#if defined(__x86_64__) && defined(__linux__) && (defined(__clang__) || __GNUC__ >= 6)
+__attribute__((target_clones("avx2", "default")))  /* 8 lanes in one register where the CPU has them */
+#endif
 static void eval_prices(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *cs_m,
-                        const float *surv_n, const float *cs_n, int64_t C, const float *lam, float margin,
-                        float *gch, int64_t *slots, const int64_t *order) {
+                        const float *surv_n, const float *cs_n, const uint8_t *mono, int64_t C, const float *lam,
+                        float margin, float *gch, int64_t *slots, int64_t *J) {
     for (int64_t s = 0; s < S; s++) {
-        int64_t *sl = slots + s * C;
         const float *ls = lam + s * C;
-        const int64_t *ord = order ? order + s * C : 0;
-        memset(sl, 0, sizeof(int64_t) * C);
-        int sorted_lam = non_increasing(ls, C);
-        int walk_prices = sorted_lam || (ord != 0 && non_nan(ls, C));
+        int sorted = non_increasing(ls, C);
+        float lo = 0.0f;  /* the smallest price that is not NaN (+inf if none) */
+        int any = 0;
+        for (int64_t c = 0; c < C; c++)
+            if (ls[c] == ls[c] && (!any || ls[c] < lo)) {
+                lo = ls[c];
+                any = 1;
+            }
+        if (!any) lo = __builtin_inff();
         for (int64_t r = 0; r < R; r++) {
-            const float *am = surv_m + (s * R + r) * Km, *an = surv_n + (s * R + r) * Kn;
-            const float *pm = cs_m + (s * R + r) * (Km + 1), *pn = cs_n + (s * R + r) * (Kn + 1);
-            float *gr = gch + (s * R + r) * C;
-            int u;
-            if (walk_prices && non_increasing(am, Km) && non_increasing(an, Kn)) {
-                int64_t wm = 0, wn = 0;
-                for (int64_t i = 0; i < C; i++) {
-                    int64_t c = sorted_lam ? i : ord[i];
-                    float l = ls[c];
-                    while (wm < Km && am[wm] > l) wm++;
-                    while (wn < Kn && an[wn] > l) wn++;
-                    sl[c] += rule(pm, pn, wm, wn, l, margin, gr + c, &u);
-                }
-            } else {
-                for (int64_t c = 0; c < C; c++) {
-                    float l = ls[c];
-                    sl[c] += rule(pm, pn, count_above(am, Km, l), count_above(an, Kn, l), l, margin, gr + c, &u);
+            J[4 * r] = count_above(surv_m + (s * R + r) * Km, Km, lo);
+            J[4 * r + 1] = count_above(surv_n + (s * R + r) * Kn, Kn, lo);
+            J[4 * r + 2] = J[4 * r + 3] = 0;  /* j0 */
+        }
+        for (int64_t c = 0; c < C; c += LANES) {
+            int64_t n = C - c < LANES ? C - c : LANES;
+            vf l;
+            for (int64_t i = 0; i < LANES; i++) l[i] = ls[c + (i < n ? i : n - 1)];
+            vi tot = {0};
+            for (int64_t r = 0; r < R; r++) {
+                const float *am = surv_m + (s * R + r) * Km, *an = surv_n + (s * R + r) * Kn;
+                const float *pm = cs_m + (s * R + r) * (Km + 1), *pn = cs_n + (s * R + r) * (Kn + 1);
+                float *gr = gch + (s * R + r) * C + c;
+                int64_t *w = J + 4 * r;
+                if (mono[s * R + r]) {
+                    vi adm, cm, cn;
+                    rule_lanes(am, w[2], w[0], an, w[3], w[1], pm, pn, &l, n, margin, gr, &adm, &cm, &cn);
+                    tot += adm;
+                    if (sorted) {
+                        w[2] = cm[n - 1];
+                        w[3] = cn[n - 1];
+                    }
+                } else {
+                    int u;
+                    for (int64_t i = 0; i < n; i++)
+                        tot[i] += (int32_t)rule(pm, pn, count_above(am, Km, l[i]), count_above(an, Kn, l[i]), l[i],
+                                                margin, gr + i, &u);
                 }
             }
+            for (int64_t i = 0; i < n; i++) slots[s * C + c + i] = tot[i];
         }
     }
 }
@@ -372,30 +475,57 @@ static float ilp4(const float *x, int64_t stride, int64_t n) {
     return p[0];
 }
 
-void hp_sum_requests(int64_t S, int64_t R, int64_t C, int64_t V, const float *x, float *out) {
-    int64_t lead = C >= V ? (C / (4 * V)) * 4 * V : (C / 4) * 4;
-    for (int64_t s = 0; s < S; s++)
-        for (int64_t c = 0; c < C; c++) {
-            const float *col = x + s * R * C + c;
-            out[s * C + c] = 0.0f + (c < lead ? cascade(col, C, R) : ilp4(col, C, R));
+/* cascade and ilp4 over LANES adjacent columns at once (x[i * stride + 0 .. LANES - 1]): each lane the same
+ * float additions in the same order as the scalar functions on its column. */
+#define ADD_LANES(acc, x) do { vf v_; memcpy(&v_, (x), sizeof v_); (acc) += v_; } while (0)
+
+static inline __attribute__((always_inline)) void cascade_lanes(const float *x, int64_t stride, int64_t n,
+                                                                vf *out) {
+    int64_t power = ceil_log2(n) / 4;
+    if (power < 4) power = 4;
+    int64_t step = (int64_t)1 << power, mask = step - 1, i = 0;
+    vf acc[4] = {splat(0.0f), splat(0.0f), splat(0.0f), splat(0.0f)};
+    while (i + step <= n) {
+        for (int64_t j = 0; j < step; j++, i++) ADD_LANES(acc[0], x + i * stride);
+        for (int64_t j = 1; j < 4; j++) {
+            acc[j] += acc[j - 1];
+            acc[j - 1] = splat(0.0f);
+            if ((i & (mask << (j * power))) != 0) break;
         }
+    }
+    for (; i < n; i++) ADD_LANES(acc[0], x + i * stride);
+    for (int64_t j = 1; j < 4; j++) acc[0] += acc[j];
+    *out = acc[0];
 }
 
-/* Sort idx[0..n-1] by key[idx] descending, a shell sort (n is at most SWEEP_EXACT_MAX + 1; with NaN keys
- * the order is unspecified, and eval_prices then binary-searches). */
-static void sort_desc(int64_t *idx, const float *key, int64_t n) {
-    static const int64_t gaps[] = {109, 41, 19, 5, 1};
-    for (int g = 0; g < 5; g++) {
-        int64_t h = gaps[g];
-        for (int64_t i = h; i < n; i++) {
-            int64_t v = idx[i];
-            float kv = key[v];
-            int64_t j = i;
-            while (j >= h && key[idx[j - h]] < kv) {
-                idx[j] = idx[j - h];
-                j -= h;
-            }
-            idx[j] = v;
+static inline __attribute__((always_inline)) void ilp4_lanes(const float *x, int64_t stride, int64_t n, vf *out) {
+    int64_t m = n / 4;
+    vf p[4];
+    for (int64_t k = 0; k < 4; k++) cascade_lanes(x + k * stride, 4 * stride, m, p + k);
+    for (int64_t i = 4 * m; i < n; i++) ADD_LANES(p[0], x + i * stride);
+    for (int64_t k = 1; k < 4; k++) p[0] += p[k];
+    *out = p[0];
+}
+
+#if defined(__x86_64__) && defined(__linux__) && (defined(__clang__) || __GNUC__ >= 6)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void hp_sum_requests(int64_t S, int64_t R, int64_t C, int64_t V, const float *x, float *out) {
+    int64_t lead = C >= V ? (C / (4 * V)) * 4 * V : (C / 4) * 4;
+    for (int64_t s = 0; s < S; s++) {
+        int64_t c = 0;
+        /* whole blocks of LANES columns of one order (lead splits no block), then column by column */
+        for (; c + LANES <= C && (c + LANES <= lead || c >= lead); c += LANES) {
+            const float *col = x + s * R * C + c;
+            vf sum;
+            if (c < lead) cascade_lanes(col, C, R, &sum);
+            else ilp4_lanes(col, C, R, &sum);
+            sum = splat(0.0f) + sum;
+            memcpy(out + s * C + c, &sum, sizeof sum);
+        }
+        for (; c < C; c++) {
+            const float *col = x + s * R * C + c;
+            out[s * C + c] = 0.0f + (c < lead ? cascade(col, C, R) : ilp4(col, C, R));
         }
     }
 }
@@ -407,14 +537,18 @@ static void sort_desc(int64_t *idx, const float *key, int64_t n) {
  * Goodput in float (draft_d NULL: one drafter cost `draft`) or in double (draft_d [S]: a cost per side, as
  * hp_goodput_d). Leaves the pick's (use, admitted) per side in use_p, adm_p [S, R] and its goodput in
  * best_g [S]. Buffers: surv/cs as hp_chains; lam [S, Cmax]; gch [S, R, Cmax]; slots, gain, g (float
- * goodput), gd (double goodput), order [S, Cmax]; best [S]; Cmax = max(R (Km + Kn) + 1 if exact, G, F). */
+ * goodput), gd (double goodput) [S, Cmax]; best [S]; Cmax = max(R (Km + Kn) + 1 if exact, G, F). */
 void hp_sweep(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *conf_m, const int64_t *len_m,
               const float *conf_n, const int64_t *len_n, const double *table, int64_t ntab, int64_t T, float N,
               float draft, const double *draft_d, float margin, int64_t exact, int64_t V, const float *grid,
               int64_t G, const float *fine, int64_t F, float *surv_m, float *cs_m, float *surv_n, float *cs_n,
               float *lam, float *gch, int64_t *slots, float *gain, float *g,
-              double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p, double *best_g, int64_t *order) {
+              double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p, double *best_g) {
     hp_chains(S * R, Km, Kn, conf_m, len_m, conf_n, len_n, surv_m, cs_m, surv_n, cs_n);
+    uint8_t mono[S * R + 1];  /* rows non-increasing without NaN (both chains) */
+    int64_t J[4 * R + 1];
+    for (int64_t r = 0; r < S * R; r++)
+        mono[r] = non_increasing(surv_m + r * Km, Km) && non_increasing(surv_n + r * Kn, Kn);
     int64_t C;
     if (exact) {
         C = R * (Km + Kn) + 1;
@@ -426,11 +560,6 @@ void hp_sweep(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *conf_m,
                 l += Km + Kn;
             }
             *l = 0.0f;
-            /* the walk's order: prices by value, largest first (any order of equal prices gives the same
-             * counts; each result is stored at its price's own index, so the pick is unchanged) */
-            int64_t *o = order + s * C;
-            for (int64_t c = 0; c < C; c++) o[c] = c;
-            sort_desc(o, lam + s * C, C);
         }
     } else {
         C = G;
@@ -441,7 +570,7 @@ void hp_sweep(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *conf_m,
             C = F;
             for (int64_t s = 0; s < S; s++) memcpy(lam + s * C, fine + best[s] * F, sizeof(float) * F);
         }
-        eval_prices(S, R, Km, Kn, surv_m, cs_m, surv_n, cs_n, C, lam, margin, gch, slots, exact ? order : 0);
+        eval_prices(S, R, Km, Kn, surv_m, cs_m, surv_n, cs_n, mono, C, lam, margin, gch, slots, J);
         hp_sum_requests(S, R, C, V, gch, gain);
         if (draft_d) hp_goodput_d(S, C, gain, slots, table, ntab, T, N, draft_d, gd, best);
         else hp_goodput(S, C, gain, slots, table, ntab, T, N, draft, g, best);
@@ -472,10 +601,10 @@ void hp_price_with_budget(int64_t R, int64_t Km, int64_t Kn, const float *conf_m
                           const float *grid, int64_t G, const float *fine, int64_t F, float *surv_m, float *cs_m,
                           float *surv_n, float *cs_n, float *lam, float *gch, int64_t *slots, float *gain, float *g,
                           double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p, double *best_g,
-                          int64_t *order, int64_t *heap_r, int64_t *pos, float *vals, int64_t *chain_out,
+                          int64_t *heap_r, int64_t *pos, float *vals, int64_t *chain_out,
                           int64_t *adm_out) {
     hp_sweep(2, R, Km, Kn, conf_m, len_m, conf_n, len_n, table, ntab, T, N, draft, 0, margin, exact, V, grid, G,
-             fine, F, surv_m, cs_m, surv_n, cs_n, lam, gch, slots, gain, g, gd, best, use_p, adm_p, best_g, order);
+             fine, F, surv_m, cs_m, surv_n, cs_n, lam, gch, slots, gain, g, gd, best, use_p, adm_p, best_g);
     int64_t budget = 0;
     for (int64_t r = 0; r < R; r++) budget += adm_p[R + r];
     if (cap >= 0 && cap < budget) budget = cap;
