@@ -94,6 +94,7 @@ class Scheduler:
         self.last_draft = 0  # draft slots verified in the previous step (the next step's reservation)
         self.out_len = None if out_len is None else np.asarray(out_len, dtype=np.int64)
         self._steady = None  # the decoding requests while the running set is steady (module docstring)
+        self._run = None  # running as an int64 array, while the list is unchanged (_running_array)
 
     def add(self, r: int) -> None:
         """A request arrives: it waits for admission."""
@@ -106,6 +107,13 @@ class Scheduler:
         """KV tokens request r holds, in whole blocks, once `extra` more tokens are cached."""
         return in_blocks(int(self.prompt_len[r]) + int(self.state.pos[r]) + extra, self.block)
 
+    def _running_array(self) -> np.ndarray:
+        """`running` as an int64 array, made once per change of the running set (every change goes through
+        this class, which drops it)."""
+        if self._run is None:
+            self._run = np.asarray(self.running, dtype=np.int64)
+        return self._run
+
     def kv_used(self) -> int:
         """KV tokens the running requests hold after this step (each verifying kmax drafts + 1), in blocks."""
         if not self.running:
@@ -114,7 +122,7 @@ class Scheduler:
         if len(self.running) <= SMALL:  # integers either way; per-element Python beats numpy's call overhead
             pl, pos = self.prompt_len, self.state.pos
             return sum(in_blocks(int(pl[r]) + int(pos[r]) + extra, bs) for r in self.running)
-        r = np.asarray(self.running)
+        r = self._running_array()
         return int(in_blocks(self.prompt_len[r] + self.state.pos[r] + extra, bs).sum())
 
     def schedule(self) -> StepPlan:
@@ -135,6 +143,7 @@ class Scheduler:
                     break
             self.waiting.popleft()
             self.running.append(r)
+            self._run = None
             if used is not None:
                 used += need
             self._steady = None
@@ -145,6 +154,7 @@ class Scheduler:
             if used <= self.kv_cap:
                 break
             r = self.running.pop()
+            self._run = None
             used -= self.kv_need(r, kmax + 1)
             st.prefill_target[r] = self.prompt_len[r] + st.pos[r]
             st.prefilled[r] = 0
@@ -160,7 +170,7 @@ class Scheduler:
             decoding = np.array([r for r, p in pend if p <= 0], dtype=np.int64)
             waiting_prefill = [(r, p) for r, p in pend if p > 0]
         else:
-            run = np.asarray(self.running, dtype=np.int64)
+            run = self._running_array()
             pending = st.prefill_target[run] - st.prefilled[run]
             decoding = run[pending <= 0]
             waiting_prefill = zip(run[pending > 0].tolist(), pending[pending > 0].tolist())
@@ -186,7 +196,7 @@ class Scheduler:
             return False
         if len(self.running) <= 1:
             return True
-        r = np.asarray(self.running, dtype=np.int64)
+        r = self._running_array()
         return int(full_kv_need(self.prompt_len[r] + self.out_len[r], self.kmax, self.block).sum()) <= self.kv_cap
 
     def pop_finished(self, out_len: np.ndarray) -> list[int]:
@@ -200,12 +210,13 @@ class Scheduler:
                 (done if pos[r] >= out_len[r] and pre[r] >= tgt[r] else keep).append(r)
             if done:
                 self.running = keep
-                self._steady = None
+                self._run = self._steady = None
             return done
-        run = np.asarray(self.running, dtype=np.int64)
+        run = self._running_array()
         done = (pos[run] >= out_len[run]) & (pre[run] >= tgt[run])
         if not done.any():
             return []
-        self.running = run[~done].tolist()
+        self._run = run[~done]
+        self.running = self._run.tolist()
         self._steady = None
         return run[done].tolist()

@@ -157,6 +157,19 @@ int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *rows, int64_t K
         written += n_emit;
         pos[r] = p + n_emit;
         prev_pos[r] = p;
+        if (p + n_emit < out_len[r]) {  /* the row the next step reads, fetched while the host runs Python */
+            int64_t nxt = offsets[r] + p + n_emit;
+            __builtin_prefetch(m_conf + nxt * Km);
+            __builtin_prefetch(ng_conf + nxt * Kn);
+            __builtin_prefetch(ng_conf + nxt * Kn + Kn - 1);
+            __builtin_prefetch(m_acc + nxt);
+            __builtin_prefetch(ng_acc + nxt);
+            __builtin_prefetch(ng_start + nxt);
+            __builtin_prefetch(ng_len_tab + nxt);
+            __builtin_prefetch(m_tok + nxt * Km);
+            __builtin_prefetch(tokens + out_src + n_emit);
+            __builtin_prefetch(emitted + nxt, 1);
+        }
         /* history */
         if (model_ran) {
             model_pos[r] = p;
