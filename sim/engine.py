@@ -388,27 +388,45 @@ class Engine:
                 wake[0].succeed()
 
     def _engine(self, env: simpy.Environment, wake: list):
+        """The engine's process: step while requests run, wait for an arrival when none does. A step that
+        ends before simpy's next event (an arrival) is not yielded to simpy one by one: nothing else can run
+        in between, so the next step starts at once, at now + step_ms (the float sum simpy's timeout would
+        make), and the clock catches up, to the same time, before any other event (`held`)."""
         done = 0
         ff = fast_forward_ok(self)
+        now, held = env.now, []  # the engine's clock: simpy's plus the held steps' delays
         while done < self.n:
+            if held and (ff or self.sched.idle()):
+                for d in clock_delays(env.now, held):
+                    yield env.timeout(d)
+                held = []
             if self.sched.idle():
                 wake[0] = env.event()
                 yield wake[0]
+                now = env.now
                 continue
             if ff:
                 delays = self._fast_forward(env)
                 if delays:
                     for d in clock_delays(env.now, delays):
                         yield env.timeout(d)
+                    now = env.now
                     continue
-            step_ms, finished = self._step(env.now)
+            step_ms, finished = self._step(now)
             self._release_rows(finished)
-            yield env.timeout(step_ms)
+            held.append(step_ms)
+            now = now + step_ms
+            if not now < env.peek():  # another event is due by the step's end: simpy orders them
+                for d in clock_delays(env.now, held):
+                    yield env.timeout(d)
+                held = []
             for r in finished:
-                self.t_done[r] = env.now / 1000.0
+                self.t_done[r] = now / 1000.0
             done += len(finished)
             if self._bar is not None and finished:
                 self._bar.update(len(finished))
+        for d in clock_delays(env.now, held):
+            yield env.timeout(d)
 
     def run(self) -> RunResult:
         env = simpy.Environment()

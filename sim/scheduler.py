@@ -213,9 +213,10 @@ class Scheduler:
                 self._run = self._steady = None
             return done
         run = self._running_array()
-        done = (pos[run] >= out_len[run]) & (pre[run] >= tgt[run])
-        if not done.any():
+        done = pos[run] >= out_len[run]
+        if not done.any():  # the usual step: nothing reached its length (the prefill test only where one did)
             return []
+        done[done] = pre[run[done]] >= tgt[run[done]]
         self._run = run[~done]
         self.running = self._run.tolist()
         self._steady = None

@@ -44,7 +44,7 @@ def _arr(x, dtype) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dtype)
 
 
-CTYPES = {"f": "float[]", "d": "double[]", "q": "int64_t[]", "l": "int64_t[]", "B": "uint8_t[]"}
+CTYPES = {"f": "float[]", "d": "double[]", "q": "int64_t[]", "l": "int64_t[]", "i": "int32_t[]", "B": "uint8_t[]"}
 
 
 def _sweep_constants(native):
@@ -141,7 +141,7 @@ class _Workspace:
         self.surv_m, self.surv_n = np.empty((S, R, Km), f32), np.empty((S, R, Kn), f32)
         self.cs_m, self.cs_n = np.empty((S, R, Km + 1), f32), np.empty((S, R, Kn + 1), f32)
         self.lam, self.slots = np.empty((S, C), f32), np.empty((S, C), i64)
-        self.gch = np.empty((S, R, C), f32)
+        self.gch, self.code = np.empty((S, R, C), f32), np.empty((S, R, C), np.int32)
         self.gain, self.g, self.gd = np.empty((S, C), f32), np.empty((S, C), f32), np.empty((S, C), np.float64)
         self.best, self.best_g = np.empty(S, i64), np.empty(S, np.float64)
         self.use_p, self.adm_p = np.empty((S, R), np.uint8), np.empty((S, R), i64)
@@ -193,7 +193,7 @@ class _Workspace:
         lib.hp_sweep(S, R, Km, self.conf_n.shape[2], cm, lm, cn, ln, tp,
                      arr.shape[0], T, N, draft, p["draft"] if per_side_draft else self.ffi.NULL, margin,
                      int(self.exact), self.V, p["grid"], self.fine.shape[0], p["fine"], self.fine.shape[1],
-                     p["surv_m"], p["cs_m"], p["surv_n"], p["cs_n"], p["lam"], p["gch"],
+                     p["surv_m"], p["cs_m"], p["surv_n"], p["cs_n"], p["lam"], p["gch"], p["code"],
                      p["slots"], p["gain"], p["g"], p["gd"], p["best"], p["use_p"], p["adm_p"], p["best_g"])
 
 
@@ -340,8 +340,8 @@ def price_with_budget_arrays(native, margin: float, a: Arrays) -> Optional[tuple
     native[1].hp_price_with_budget(
         R, Km, Kn, pcm, plm, pcn, pln, tp, arr.shape[0], a.T, float(a.N), a.draft, margin, _cap(a.cap),
         int(ws.exact), ws.V, p["grid"], ws.fine.shape[0], p["fine"], ws.fine.shape[1], p["surv_m"], p["cs_m"],
-        p["surv_n"], p["cs_n"], p["lam"], p["gch"], p["slots"], p["gain"], p["g"], p["gd"], p["best"], p["use_p"],
-        p["adm_p"], p["best_g"], p["work"], p["pos"], p["vals"], p["chain"], p["admitted"])
+        p["surv_n"], p["cs_n"], p["lam"], p["gch"], p["code"], p["slots"], p["gain"], p["g"], p["gd"], p["best"],
+        p["use_p"], p["adm_p"], p["best_g"], p["work"], p["pos"], p["vals"], p["chain"], p["admitted"])
     return ws.chain, ws.admitted, None, None, None
 
 

@@ -24,8 +24,9 @@
 #include <string.h>
 
 /* One slot j of a row: clamp, running product in double rounded to float, running sum in double. */
-#define CHAIN_SLOT(c, s, p, j, acc, sum) do { \
+#define CHAIN_SLOT(c, s, p, j, acc, sum, nan) do { \
         float x_ = (c)[j]; \
+        (nan) |= x_ != x_; \
         x_ = x_ < 0.0f ? 0.0f : (x_ > 1.0f ? 1.0f : x_); \
         (acc) *= (double)x_; \
         float a_ = (float)(acc); \
@@ -37,12 +38,16 @@
 /* Survivals surv [rows, K] and prefix sums cs [rows, K + 1] of `rows` chains: surv_j = clamp(conf_j, 0, 1)
  * multiplied up in double, rounded to float, 0 for j >= len; cs as the module's header. Four rows at a time
  * (independent products and sums, so their latencies overlap), slot by slot while all four are within
- * their lengths. */
-static void chain(int64_t rows, int64_t K, const float *conf, const int64_t *len, float *surv, float *cs) {
+ * their lengths. mono [rows] (or NULL): whether the row is non-increasing without NaN, which is whether no
+ * confidence within its length is NaN (a product of factors in [0, 1], rounded monotonically, never grows;
+ * a NaN factor makes every later survival NaN). */
+static void chain(int64_t rows, int64_t K, const float *conf, const int64_t *len, float *surv, float *cs,
+                  uint8_t *mono) {
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
         int64_t L[4], Lmin = K;
         double acc[4] = {1.0, 1.0, 1.0, 1.0}, sum[4] = {0.0, 0.0, 0.0, 0.0};
+        int nan[4] = {0, 0, 0, 0};
         for (int i = 0; i < 4; i++) {
             L[i] = len[r + i] < 0 ? 0 : (len[r + i] > K ? K : len[r + i]);
             Lmin = L[i] < Lmin ? L[i] : Lmin;
@@ -52,15 +57,16 @@ static void chain(int64_t rows, int64_t K, const float *conf, const int64_t *len
         float *s0 = surv + r * K, *s1 = s0 + K, *s2 = s1 + K, *s3 = s2 + K;
         float *p0 = cs + r * (K + 1), *p1 = p0 + K + 1, *p2 = p1 + K + 1, *p3 = p2 + K + 1;
         for (int64_t j = 0; j < Lmin; j++) {
-            CHAIN_SLOT(c0, s0, p0, j, acc[0], sum[0]);
-            CHAIN_SLOT(c1, s1, p1, j, acc[1], sum[1]);
-            CHAIN_SLOT(c2, s2, p2, j, acc[2], sum[2]);
-            CHAIN_SLOT(c3, s3, p3, j, acc[3], sum[3]);
+            CHAIN_SLOT(c0, s0, p0, j, acc[0], sum[0], nan[0]);
+            CHAIN_SLOT(c1, s1, p1, j, acc[1], sum[1], nan[1]);
+            CHAIN_SLOT(c2, s2, p2, j, acc[2], sum[2], nan[2]);
+            CHAIN_SLOT(c3, s3, p3, j, acc[3], sum[3], nan[3]);
         }
         for (int i = 0; i < 4; i++) {
             const float *c = conf + (r + i) * K;
             float *sv = surv + (r + i) * K, *p = cs + (r + i) * (K + 1);
-            for (int64_t j = Lmin; j < L[i]; j++) CHAIN_SLOT(c, sv, p, j, acc[i], sum[i]);
+            for (int64_t j = Lmin; j < L[i]; j++) CHAIN_SLOT(c, sv, p, j, acc[i], sum[i], nan[i]);
+            if (mono) mono[r + i] = !nan[i];
             /* slots j >= len: survival 0, so the prefix sum stays (sum + 0.0 == sum, and sum is never -0.0) */
             for (int64_t j = L[i]; j < K; j++) {
                 sv[j] = 0.0f;
@@ -73,20 +79,15 @@ static void chain(int64_t rows, int64_t K, const float *conf, const int64_t *len
         float *sv = surv + r * K, *p = cs + r * (K + 1);
         int64_t L = len[r] < 0 ? 0 : (len[r] > K ? K : len[r]);
         double acc = 1.0, sum = 0.0;
+        int nan = 0;
         p[0] = 0.0f;
-        for (int64_t j = 0; j < L; j++) CHAIN_SLOT(c, sv, p, j, acc, sum);
+        for (int64_t j = 0; j < L; j++) CHAIN_SLOT(c, sv, p, j, acc, sum, nan);
+        if (mono) mono[r] = !nan;
         for (int64_t j = L; j < K; j++) {
             sv[j] = 0.0f;
             p[j + 1] = p[L];
         }
     }
-}
-
-/* Survivals and prefix sums of both chains, S sides stacked: conf_m/len_m [S*R*Km]/[S*R] etc. */
-void hp_chains(int64_t SR, int64_t Km, int64_t Kn, const float *conf_m, const int64_t *len_m, const float *conf_n,
-               const int64_t *len_n, float *surv_m, float *cs_m, float *surv_n, float *cs_n) {
-    chain(SR, Km, conf_m, len_m, surv_m, cs_m);
-    chain(SR, Kn, conf_n, len_n, surv_n, cs_n);
 }
 
 /* #{j : a_j > lam} for a non-increasing row a[0..K-1]: torch.searchsorted(-a, -lam) (left). */
@@ -161,8 +162,8 @@ int64_t any_nan(int64_t n, const float *x) {
 static inline __attribute__((always_inline)) void rule_lanes(const float *am, int64_t j0m, int64_t Jm,
                                                              const float *an, int64_t j0n, int64_t Jn,
                                                              const float *pm, const float *pn, const vf *lp,
-                                                             int64_t n, float margin, float *gr, vi *adm,
-                                                             vi *cm_out, vi *cn_out) {
+                                                             int64_t n, float margin, float *gr, int32_t *code,
+                                                             vi *adm, vi *cm_out, vi *cn_out) {
     vf l = *lp;
     vi cm = {0}, cn = {0}, gm = (vi)splat(pm[j0m]), gn = (vi)splat(pn[j0n]);
     cm += (int32_t)j0m;
@@ -182,15 +183,22 @@ static inline __attribute__((always_inline)) void rule_lanes(const float *am, in
     vf rhs = vm + splat(margin);
     vi u = (vi)(vn > rhs);
     vi gain = select(u, gn, gm);
-    if (n == LANES) memcpy(gr, &gain, sizeof gain);
-    else memcpy(gr, &gain, sizeof(float) * n);
     *adm = select(u, cn, cm);
+    vi cd = *adm + *adm - u;  /* u is 0 or -1 */
+    if (n == LANES) {
+        memcpy(gr, &gain, sizeof gain);
+        memcpy(code, &cd, sizeof cd);
+    } else {
+        memcpy(gr, &gain, sizeof(float) * n);
+        memcpy(code, &cd, sizeof(int32_t) * n);
+    }
     *cm_out = cm;
     *cn_out = cn;
 }
 
-/* Evaluate prices lam [S, C]: gch [S, R, C] (each request's chosen chain's gain) and slots [S, C] (the sum of
- * the admitted counts over requests). LANES prices at a time, request by request (the slot sums stay in a
+/* Evaluate prices lam [S, C]: gch [S, R, C] (each request's chosen chain's gain), code [S, R, C] (its admitted
+ * count times 2 plus the choice, 1 for the n-gram chain) and slots [S, C] (the sum of the admitted counts over
+ * requests). LANES prices at a time, request by request (the slot sums stay in a
  * register): rows that are non-increasing without NaN (mono [S, R]) by rule_lanes, others by a binary search
  * per price (torch.searchsorted's answer on any row). Where a side's prices are non-increasing (the two-stage
  * grid), a block's j0 is the count at the previous block's last price (no smaller than its own prices), so
@@ -201,7 +209,7 @@ __attribute__((target_clones("avx2", "default")))  /* 8 lanes in one register wh
 #endif
 static void eval_prices(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *cs_m,
                         const float *surv_n, const float *cs_n, const uint8_t *mono, int64_t C, const float *lam,
-                        float margin, float *gch, int64_t *slots, int64_t *J) {
+                        float margin, float *gch, int32_t *code, int64_t *slots, int64_t *J) {
     for (int64_t s = 0; s < S; s++) {
         const float *ls = lam + s * C;
         int sorted = non_increasing(ls, C);
@@ -227,10 +235,11 @@ static void eval_prices(int64_t S, int64_t R, int64_t Km, int64_t Kn, const floa
                 const float *am = surv_m + (s * R + r) * Km, *an = surv_n + (s * R + r) * Kn;
                 const float *pm = cs_m + (s * R + r) * (Km + 1), *pn = cs_n + (s * R + r) * (Kn + 1);
                 float *gr = gch + (s * R + r) * C + c;
+                int32_t *cd = code + (s * R + r) * C + c;
                 int64_t *w = J + 4 * r;
                 if (mono[s * R + r]) {
                     vi adm, cm, cn;
-                    rule_lanes(am, w[2], w[0], an, w[3], w[1], pm, pn, &l, n, margin, gr, &adm, &cm, &cn);
+                    rule_lanes(am, w[2], w[0], an, w[3], w[1], pm, pn, &l, n, margin, gr, cd, &adm, &cm, &cn);
                     tot += adm;
                     if (sorted) {
                         w[2] = cm[n - 1];
@@ -238,9 +247,12 @@ static void eval_prices(int64_t S, int64_t R, int64_t Km, int64_t Kn, const floa
                     }
                 } else {
                     int u;
-                    for (int64_t i = 0; i < n; i++)
-                        tot[i] += (int32_t)rule(pm, pn, count_above(am, Km, l[i]), count_above(an, Kn, l[i]), l[i],
-                                                margin, gr + i, &u);
+                    for (int64_t i = 0; i < n; i++) {
+                        int32_t a = (int32_t)rule(pm, pn, count_above(am, Km, l[i]), count_above(an, Kn, l[i]), l[i],
+                                                  margin, gr + i, &u);
+                        tot[i] += a;
+                        cd[i] = 2 * a + u;
+                    }
                 }
             }
             for (int64_t i = 0; i < n; i++) slots[s * C + c + i] = tot[i];
@@ -541,25 +553,26 @@ void hp_sum_requests(int64_t S, int64_t R, int64_t C, int64_t V, const float *x,
     }
 }
 
-/* hybrid.lambda_sweep over S sides in one call: survivals and prefix sums (hp_chains), then either the exact
+/* hybrid.lambda_sweep over S sides in one call: survivals and prefix sums (chain), then either the exact
  * sweep (exact != 0: every survival of the side and 0 as the price, C = R (Km + Kn) + 1) or the two-stage
  * grid (the coarse prices grid [G] on every side; then the fine prices fine[best coarse] [F]; the fine pick
  * replaces the coarse one only where its goodput is strictly greater: the first maximum over both stages).
  * Goodput in float (draft_d NULL: one drafter cost `draft`) or in double (draft_d [S]: a cost per side, as
  * hp_goodput_d). Leaves the pick's (use, admitted) per side in use_p, adm_p [S, R] and its goodput in
- * best_g [S]. Buffers: surv/cs as hp_chains; lam [S, Cmax]; gch [S, R, Cmax]; slots, gain, g (float
+ * best_g [S]. Buffers: surv_m/cs_m [S, R, Km]/[S, R, Km + 1], surv_n/cs_n likewise; lam [S, Cmax]; gch, code
+ * [S, R, Cmax]; slots, gain, g (float
  * goodput), gd (double goodput) [S, Cmax]; best [S]; Cmax = max(R (Km + Kn) + 1 if exact, G, F). */
 void hp_sweep(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *conf_m, const int64_t *len_m,
               const float *conf_n, const int64_t *len_n, const double *table, int64_t ntab, int64_t T, float N,
               float draft, const double *draft_d, float margin, int64_t exact, int64_t V, const float *grid,
               int64_t G, const float *fine, int64_t F, float *surv_m, float *cs_m, float *surv_n, float *cs_n,
-              float *lam, float *gch, int64_t *slots, float *gain, float *g,
+              float *lam, float *gch, int32_t *code, int64_t *slots, float *gain, float *g,
               double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p, double *best_g) {
-    hp_chains(S * R, Km, Kn, conf_m, len_m, conf_n, len_n, surv_m, cs_m, surv_n, cs_n);
-    uint8_t mono[S * R + 1];  /* rows non-increasing without NaN (both chains) */
+    uint8_t mono[S * R + 1], mono_n[S * R + 1];  /* rows non-increasing without NaN (both chains) */
     int64_t J[4 * R + 1];
-    for (int64_t r = 0; r < S * R; r++)
-        mono[r] = non_increasing(surv_m + r * Km, Km) && non_increasing(surv_n + r * Kn, Kn);
+    chain(S * R, Km, conf_m, len_m, surv_m, cs_m, mono);
+    chain(S * R, Kn, conf_n, len_n, surv_n, cs_n, mono_n);
+    for (int64_t r = 0; r < S * R; r++) mono[r] = mono[r] && mono_n[r];
     int64_t C;
     if (exact) {
         C = R * (Km + Kn) + 1;
@@ -581,7 +594,7 @@ void hp_sweep(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *conf_m,
             C = F;
             for (int64_t s = 0; s < S; s++) memcpy(lam + s * C, fine + best[s] * F, sizeof(float) * F);
         }
-        eval_prices(S, R, Km, Kn, surv_m, cs_m, surv_n, cs_n, mono, C, lam, margin, gch, slots, J);
+        eval_prices(S, R, Km, Kn, surv_m, cs_m, surv_n, cs_n, mono, C, lam, margin, gch, code, slots, J);
         hp_sum_requests(S, R, C, V, gch, gain);
         if (draft_d) hp_goodput_d(S, C, gain, slots, table, ntab, T, N, draft_d, gd, best);
         else hp_goodput(S, C, gain, slots, table, ntab, T, N, draft, g, best);
@@ -589,14 +602,10 @@ void hp_sweep(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *conf_m,
             double x = draft_d ? gd[s * C + best[s]] : (double)g[s * C + best[s]];
             if (stage == 1 && !(x > best_g[s])) continue;
             best_g[s] = x;
-            float l = lam[s * C + best[s]];
-            for (int64_t r = 0; r < R; r++) {  /* the picked price's rule again (the same counts, see eval_prices) */
-                const float *am = surv_m + (s * R + r) * Km, *an = surv_n + (s * R + r) * Kn;
-                float gain;
-                int u;
-                adm_p[s * R + r] = rule(cs_m + (s * R + r) * (Km + 1), cs_n + (s * R + r) * (Kn + 1),
-                                        count_above(am, Km, l), count_above(an, Kn, l), l, margin, &gain, &u);
-                use_p[s * R + r] = (uint8_t)u;
+            for (int64_t r = 0; r < R; r++) {  /* the picked price's rule */
+                int32_t cd = code[(s * R + r) * C + best[s]];
+                adm_p[s * R + r] = cd >> 1;
+                use_p[s * R + r] = (uint8_t)(cd & 1);
             }
         }
     }
@@ -610,12 +619,13 @@ void hp_price_with_budget(int64_t R, int64_t Km, int64_t Kn, const float *conf_m
                           const float *conf_n, const int64_t *len_n, const double *table, int64_t ntab, int64_t T,
                           float N, float draft, float margin, int64_t cap, int64_t exact, int64_t V,
                           const float *grid, int64_t G, const float *fine, int64_t F, float *surv_m, float *cs_m,
-                          float *surv_n, float *cs_n, float *lam, float *gch, int64_t *slots, float *gain, float *g,
+                          float *surv_n, float *cs_n, float *lam, float *gch, int32_t *code, int64_t *slots,
+                          float *gain, float *g,
                           double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p, double *best_g,
                           int64_t *heap_r, int64_t *pos, float *vals, int64_t *chain_out,
                           int64_t *adm_out) {
     hp_sweep(2, R, Km, Kn, conf_m, len_m, conf_n, len_n, table, ntab, T, N, draft, 0, margin, exact, V, grid, G,
-             fine, F, surv_m, cs_m, surv_n, cs_n, lam, gch, slots, gain, g, gd, best, use_p, adm_p, best_g);
+             fine, F, surv_m, cs_m, surv_n, cs_n, lam, gch, code, slots, gain, g, gd, best, use_p, adm_p, best_g);
     int64_t budget = 0;
     for (int64_t r = 0; r < R; r++) budget += adm_p[R + r];
     if (cap >= 0 && cap < budget) budget = cap;
@@ -629,7 +639,7 @@ void hp_price_with_budget(int64_t R, int64_t Km, int64_t Kn, const float *conf_m
  * B reachable iff B <= #real slots and B <= cap; first maximum); then the stable global top-B of the
  * current float32 survivals. */
 void ad_survival(int64_t R, int64_t K, const float *conf, const int64_t *len, float *surv, float *cs) {
-    chain(R, K, conf, len, surv, cs);
+    chain(R, K, conf, len, surv, cs, 0);
 }
 
 static int cmp_desc(const void *a, const void *b) {
@@ -781,7 +791,7 @@ void tr_second(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const flo
  * against torch.sum once per process (sim/policies/fast.py). out[r] = 0 + that sum. */
 void st_expected(int64_t R, int64_t K, int64_t V, const float *conf, const int64_t *len, float *surv, float *cs,
                  float *out) {
-    chain(R, K, conf, len, surv, cs);
+    chain(R, K, conf, len, surv, cs, 0);
     for (int64_t r = 0; r < R; r++) {
         const float *x = surv + r * K;
         float acc;
