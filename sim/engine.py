@@ -679,7 +679,7 @@ class Engine:
             out = form(Arrays(g.packed, g.ptrs, g.mean_ng, T, R + n_prefill_done,
                               prices["draft"] + prices["ngram"] + prices["alloc"], prices["draft"],
                               None if self.max_logits is None else max(0, self.max_logits - n_seqs),
-                              self.decision_table, prices["ngram"], *truth))
+                              self.decision_table, prices["ngram"], *truth, has_nan=g.has_nan))
             if out is not None:
                 return out
         batch = self._step_batch(g.reqs, g.rows, g.chains, g.stale, g.mean_ng, T, kv_tokens, n_seqs, n_prefill_done,

@@ -58,9 +58,9 @@ class NativeStep:
         # ffi.from_buffer less its per-call type parsing (~1 us of a call's 1.5)
         self._fb = self.ffi._backend.from_buffer
         self._i64, self._f32, self._f64 = (self.ffi.typeof(c) for c in ("int64_t[]", "float[]", "double[]"))
-        self.out = np.zeros(8, dtype=np.int64)  # bad[3], sums[5]
+        self.out = np.zeros(9, dtype=np.int64)  # bad[3], sums[5], es_gather's NaN flag
         self.p_bad = self.ffi.from_buffer("int64_t[]", self.out)
-        self.p_sums = self.p_bad + 3
+        self.p_sums, self.p_nan = self.p_bad + 3, self.p_bad + 8
         self._bufs: dict = {}
         self._reqs = (None, None)
         self.bind()
@@ -138,8 +138,9 @@ class NativeStep:
         pm = fb(self._f64, mean) if with_mean_ng else self.ffi.NULL
         a, b = R * self.km, R * (2 * self.km + self.kn)
         kv = self.lib.es_gather(R, preqs, self.km, self.kn, *self._gather_args,
-                                pi, pf, pi + R, pf + 2 * a, pi + 3 * R, pf + a, pi + 2 * R, pf + b, pi + 4 * R, pm)
-        return Gathered(reqs, preqs, rows, pi, chains, stale, mean, int(kv), packed, ptrs)
+                                pi, pf, pi + R, pf + 2 * a, pi + 3 * R, pf + a, pi + 2 * R, pf + b, pi + 4 * R, pm,
+                                self.p_nan)
+        return Gathered(reqs, preqs, rows, pi, chains, stale, mean, int(kv), packed, ptrs, bool(self.out[8]))
 
     def commit(self, g: Gathered, chain: np.ndarray, adm: np.ndarray, sec, model_ran: bool,
                ngram_ran: bool) -> tuple[list, list]:
@@ -163,7 +164,7 @@ class NativeStep:
             raise IndexError("an output slot outside the emitted-token buffer")
         self.eng.n_written += int(written)
         out = self.out.tolist()
-        return out[3:], out[:3]
+        return out[3:8], out[:3]
 
     def emit_bonus(self, reqs: np.ndarray) -> None:
         """Engine._emit of one bonus token per request and no drafts (the token a completed prefill samples):
@@ -181,7 +182,8 @@ class Gathered(NamedTuple):
     p_ints, the pointer of the int64 block whose rows are rows, model len, stale model len, n-gram len,
     stale n-gram len; chains (Engine._propose's dict); stale = (model conf, model len, n-gram conf, n-gram
     len) of the host-side history; mean_ng (float64 [R, K_n] or None); kv; packed and ptrs as
-    sim.policies.fast.Arrays reads them (current and stale stacked)."""
+    sim.policies.fast.Arrays reads them (current and stale stacked); has_nan: whether a confidence gathered
+    (chains or mean) is NaN."""
 
     reqs: np.ndarray
     p_reqs: object
@@ -193,6 +195,7 @@ class Gathered(NamedTuple):
     kv: int
     packed: tuple
     ptrs: tuple
+    has_nan: bool
 
 
 def steps_as_defined(engine, hooks: tuple[str, ...]) -> bool:

@@ -84,3 +84,35 @@ def test_steady_plans_equal_scheduling_every_step(prep, spec, monkeypatch):
             ref = Engine(tb, arr, get_policy(spec), prep.cost, cfg).run()
             monkeypatch.undo()
             _same(res, ref, f"{spec} {cfg}")
+
+
+@pytest.mark.parametrize("spec", ["hybrid-price", "hybrid", "adaptive", "suffix-threshold", "hybrid-tree"])
+def test_nan_confidences_run_the_definition(prep, spec, monkeypatch):
+    """Tables with NaN confidences in some rows: the gather flags them (Gathered.has_nan), the policy's form
+    declines those steps and the definition runs, so the run equals the reference engine's (numpy step, the
+    definitions' own NaN semantics)."""
+    import dataclasses
+
+    import sim.engine_fast
+
+    tb = prep.tables
+    rng = np.random.default_rng(3)
+    m_conf, ng_conf = tb.m_conf.copy(), tb.ng_conf.copy()
+    m_conf[rng.random(len(m_conf)) < 0.05, 1] = np.nan
+    ng_conf[rng.random(len(ng_conf)) < 0.05, 0] = np.nan
+    odd = dataclasses.replace(tb, m_conf=m_conf, ng_conf=ng_conf)
+    flags = []
+    gather = sim.engine_fast.NativeStep.gather
+
+    def spy(self, *a, **k):
+        g = gather(self, *a, **k)
+        flags.append(g.has_nan)
+        return g
+
+    monkeypatch.setattr(sim.engine_fast.NativeStep, "gather", spy)
+    cfg = EngineConfig(batch_size=4)
+    res = Engine(odd, prep.arrivals, get_policy(spec), prep.cost, cfg).run()
+    assert any(flags), f"{spec}: no step gathered a NaN"
+    monkeypatch.setenv("HYBRIDSPEC_REFERENCE_ENGINE", "1")
+    ref = Engine(odd, prep.arrivals, get_policy(spec), prep.cost, cfg).run()
+    _same(res, ref, f"{spec} with NaN confidences")

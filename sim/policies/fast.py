@@ -214,7 +214,9 @@ class Arrays(NamedTuple):
     T = num_nondraft_tokens, N = num_sampling, draft = draft_cost_ms, model_draft = model_draft_ms,
     cap = max_draft_tokens, table = verify_cost_ms (kept a tensor: a workspace keeps its pointer while it is
     the same one); the oracle's: ngram_draft = ngram_draft_ms, true_model_acc, true_ngram_acc (int64 [R])
-    and true_table = true_verify_cost_ms (float64), None where the policy reads no ground truth."""
+    and true_table = true_verify_cost_ms (float64), None where the policy reads no ground truth; has_nan:
+    whether the confidences or the mean hold a NaN, where the maker knows (the native step's gather), else
+    None."""
 
     packed: tuple
     ptrs: Optional[tuple]
@@ -229,6 +231,7 @@ class Arrays(NamedTuple):
     true_model_acc: Optional[np.ndarray] = None
     true_ngram_acc: Optional[np.ndarray] = None
     true_table: Optional[np.ndarray] = None
+    has_nan: Optional[bool] = None
 
     @classmethod
     def of(cls, batch: StepBatch) -> "Arrays":
@@ -265,32 +268,29 @@ def _allocation(out: tuple) -> Allocation:
                       ngram_ran=None if ngram_ran is None else torch.tensor(bool(ngram_ran)))
 
 
-def _has_nan(native, a: Arrays) -> bool:
+def _has_nan(a: Arrays) -> bool:
     """Whether the chains' confidences (or the mean n-gram chain) hold a NaN. The transcriptions do not
     follow the definitions' NaN semantics (sorts, top-k and searchsorted over NaN), so a form declines such
-    a batch and the definition runs."""
-    cm, cn = a.packed[0], a.packed[2]
-    if a.ptrs is not None:
-        lib = native[1]
-        nan = lib.any_nan(cm.size, a.ptrs[0]) or lib.any_nan(cn.size, a.ptrs[2])
-    else:
-        nan = bool(np.isnan(cm).any() or np.isnan(cn).any())
-    return bool(nan) or (a.mean_ngram_conf is not None and bool(np.isnan(a.mean_ngram_conf).any()))
+    a batch and the definition runs. The native step's gather says (Arrays.has_nan); else a scan."""
+    if a.has_nan is not None:
+        return a.has_nan
+    cm, cn, mean = a.packed[0], a.packed[2], a.mean_ngram_conf
+    return bool(np.isnan(cm).any() or np.isnan(cn).any() or (mean is not None and np.isnan(mean).any()))
 
 
 def _form(core: Callable[[Arrays], Optional[tuple]], covered: Callable[[StepBatch], bool],
-          definition: Callable[[StepBatch], Allocation], reads_mean: bool = False, native=None):
+          definition: Callable[[StepBatch], Allocation], reads_mean: bool = False, confidences: bool = False):
     """A policy's fast form: fn(batch) runs `core` on Arrays.of(batch) where `covered(batch)` (the inputs the
     transcription reads: dtypes, CPU tensors), else -- or where core returns None -- the definition.
     fn.arrays = core, what the native engine step calls on its gathered arrays (reads_mean: whether core
     reads mean_ngram_conf, so that the step gathers it). core returns (chain, admitted, second or None,
-    model_ran or None, ngram_ran or None) as int64 [R] arrays (valid until its next call) and bools. With
-    `native` (a core that reads the confidences), fn.arrays declines (None) a batch with NaN in them."""
-    if native is not None:
+    model_ran or None, ngram_ran or None) as int64 [R] arrays (valid until its next call) and bools. A core
+    that reads the confidences (`confidences`) declines (None) a batch with NaN in them (_has_nan)."""
+    if confidences:
         inner = core
 
         def core(a: Arrays) -> Optional[tuple]:
-            return None if _has_nan(native, a) else inner(a)
+            return None if _has_nan(a) else inner(a)
 
     def fn(batch: StepBatch) -> Allocation:
         out = core(Arrays.of(batch)) if covered(batch) else None
@@ -427,7 +427,7 @@ def _parse_adaptive(params: List[str]) -> Optional[Callable[[StepBatch], Allocat
                 and batch.model_conf.shape[1] >= 1 and all(isinstance(t, torch.Tensor) and t.is_cpu for t in (
                     batch.model_conf, batch.stale_model_conf, batch.model_len)))
 
-    return _form(lambda a: adaptive_arrays(native, a), covered, adaptive.alloc_adaptive, native=native)
+    return _form(lambda a: adaptive_arrays(native, a), covered, adaptive.alloc_adaptive, confidences=True)
 
 
 def _parse_hybrid_price(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
@@ -440,7 +440,7 @@ def _parse_hybrid_price(params: List[str]) -> Optional[Callable[[StepBatch], All
     if native is None:
         return None
     return _form(lambda a: price_with_budget_arrays(native, margin, a), _transcribed,
-                 lambda batch: hybrid.price_with_budget(batch, "sweep", margin), native=native)
+                 lambda batch: hybrid.price_with_budget(batch, "sweep", margin), confidences=True)
 
 
 def _parse_hybrid(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
@@ -455,7 +455,7 @@ def _parse_hybrid(params: List[str]) -> Optional[Callable[[StepBatch], Allocatio
     return _form(lambda a: price_skip_arrays(native, margin, hyst, forecast, a),
                  lambda batch: _transcribed(batch) and _scalar_costs(batch),
                  lambda batch: hybrid.price_skip(batch, "sweep", margin, hyst, forecast), reads_mean=True,
-                 native=native)
+                 confidences=True)
 
 
 def tree_arrays(native, margin: float, discount: float, a: Arrays) -> Optional[tuple]:
@@ -493,7 +493,7 @@ def _parse_tree(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]
     return _form(lambda a: tree_arrays(native, NGRAM_MARGIN, discount, a),
                  lambda batch: _transcribed(batch) and _scalar_costs(batch) and _cpu_table(batch)
                  and batch.verify_cost_ms.dtype == torch.float64,
-                 lambda batch: tree.tree_alloc(batch, method, NGRAM_MARGIN, discount), native=native)
+                 lambda batch: tree.tree_alloc(batch, method, NGRAM_MARGIN, discount), confidences=True)
 
 
 def _oracle_draft(md: float, nd: float, draft: float) -> np.ndarray:
@@ -554,7 +554,7 @@ def _parse_oracle(params: List[str]) -> Optional[Callable[[StepBatch], Allocatio
     native = load("hybrid_price")
     if native is None:
         return None
-    return _form(lambda a: oracle_arrays(native, a), covered, simple.alloc_oracle, native=native)
+    return _form(lambda a: oracle_arrays(native, a), covered, simple.alloc_oracle, confidences=True)
 
 
 _INNER_SHAPES = ((4, 32), (5, 7), (128, 32), (3, 9), (2, 16), (1, 33), (7, 3), (6, 40))
@@ -618,7 +618,7 @@ def _parse_suffix_threshold(params: List[str]) -> Optional[Callable[[StepBatch],
     return _form(lambda a: suffix_threshold_arrays(native, t, a),
                  lambda batch: batch.ngram_conf.dtype == torch.float32 and batch.ngram_conf.is_cpu
                  and _int64_lengths(batch.model_len, batch.ngram_len),
-                 lambda batch: simple.alloc_suffix_threshold(batch, t), native=native)
+                 lambda batch: simple.alloc_suffix_threshold(batch, t), confidences=True)
 
 
 def _int64_lengths(*ts) -> bool:

@@ -26,6 +26,7 @@
  *   previous proposal ng_conf[srow] times (slot < ng_len[srow]), as float64. (The numpy step skips that mask
  *   where the tables hold 0 past every chain's length; masking anyway gives the same floats there, since a
  *   signed zero times 0.0f is itself, so this step masks always and needs no table-wide check.)
+ * *nan_out: whether any confidence gathered (current, stale, mean) is NaN (the policy forms decline those).
  * Returns the KV context the decoding requests read: sum over k of prompt_len[r] + pos[r]. */
 int64_t es_gather(int64_t R, const int64_t *reqs, int64_t Km, int64_t Kn,
                   const int64_t *offsets, const int64_t *out_len, const int64_t *prompt_len,
@@ -33,8 +34,10 @@ int64_t es_gather(int64_t R, const int64_t *reqs, int64_t Km, int64_t Kn,
                   const int64_t *pos, const int64_t *prev_pos, const int64_t *model_pos, uint8_t *fresh,
                   const double *m_sum, const int64_t *m_cnt, const double *n_sum, const int64_t *n_cnt,
                   int64_t *rows, float *model_conf, int64_t *model_len, float *ngram_conf, int64_t *ngram_len,
-                  float *stale_m, int64_t *stale_mlen, float *stale_ng, int64_t *stale_nlen, double *mean_ng) {
+                  float *stale_m, int64_t *stale_mlen, float *stale_ng, int64_t *stale_nlen, double *mean_ng,
+                  int64_t *nan_out) {
     int64_t kv = 0;
+    int nan = 0;
     for (int64_t k = 0; k < R; k++) {
         int64_t r = reqs[k], p = pos[r], base = offsets[r];
         int64_t row = base + p, srow = base + prev_pos[r], mrow = base + model_pos[r];
@@ -43,8 +46,16 @@ int64_t es_gather(int64_t R, const int64_t *reqs, int64_t Km, int64_t Kn,
         int64_t ml = out_len[r] - p;
         model_len[k] = ml < Km ? ml : Km;
         ngram_len[k] = ng_len[row];
-        for (int64_t j = 0; j < Km; j++) model_conf[k * Km + j] = m_conf[row * Km + j];
-        for (int64_t j = 0; j < Kn; j++) ngram_conf[k * Kn + j] = ng_conf[row * Kn + j];
+        for (int64_t j = 0; j < Km; j++) {
+            float x = m_conf[row * Km + j];
+            nan |= x != x;
+            model_conf[k * Km + j] = x;
+        }
+        for (int64_t j = 0; j < Kn; j++) {
+            float x = ng_conf[row * Kn + j];
+            nan |= x != x;
+            ngram_conf[k * Kn + j] = x;
+        }
         float *sm = stale_m + k * Km;
         if (fresh[r]) {
             for (int64_t j = 0; j < Km; j++) sm[j] = 1.0f;
@@ -54,12 +65,17 @@ int64_t es_gather(int64_t R, const int64_t *reqs, int64_t Km, int64_t Kn,
         } else {
             for (int64_t j = 0; j < Km; j++) sm[j] = m_conf[mrow * Km + j];
         }
+        for (int64_t j = 0; j < Km; j++) nan |= sm[j] != sm[j];
         fresh[r] = 0;
         int64_t sl = out_len[r] - model_pos[r];
         stale_mlen[k] = sl < Km ? sl : Km;
         int64_t snl = ng_len[srow];
         stale_nlen[k] = snl;
-        for (int64_t j = 0; j < Kn; j++) stale_ng[k * Kn + j] = ng_conf[srow * Kn + j];
+        for (int64_t j = 0; j < Kn; j++) {
+            float x = ng_conf[srow * Kn + j];
+            nan |= x != x;
+            stale_ng[k * Kn + j] = x;
+        }
         if (mean_ng != 0) {
             double *mn = mean_ng + k * Kn;
             int64_t c = n_cnt[r];
@@ -69,8 +85,10 @@ int64_t es_gather(int64_t R, const int64_t *reqs, int64_t Km, int64_t Kn,
             } else {
                 for (int64_t j = 0; j < Kn; j++) mn[j] = (double)(ng_conf[srow * Kn + j] * (float)(j < snl));
             }
+            for (int64_t j = 0; j < Kn; j++) nan |= mn[j] != mn[j];
         }
     }
+    *nan_out = nan;
     return kv;
 }
 

@@ -133,25 +133,6 @@ typedef int32_t vi __attribute__((vector_size(4 * LANES)));
 #define splat(x) ((vf){(x), (x), (x), (x), (x), (x), (x), (x)})
 #define select(k, a, b) (((k) & (a)) | (~(k) & (b)))  /* lane-wise k ? a : b, k a comparison's 0 / -1 */
 
-/* Whether x[0..n-1] holds a NaN (sim/policies/fast.py: the forms decline such confidences, and the
- * definitions run: their NaN semantics -- sorts, top-k, searchsorted over NaN -- are not transcribed). */
-#if defined(__x86_64__) && defined(__linux__) && (defined(__clang__) || __GNUC__ >= 6)
-__attribute__((target_clones("avx2", "default")))
-#endif
-int64_t any_nan(int64_t n, const float *x) {
-    vi nan = {0};
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES) {
-        vf v;
-        memcpy(&v, x + i, sizeof v);
-        nan |= (vi)(v != v);
-    }
-    int64_t out = 0;
-    for (int64_t k = 0; k < LANES; k++) out |= nan[k] != 0;
-    for (; i < n; i++) out |= x[i] != x[i];
-    return out;
-}
-
 /* The threshold rule (rule) of one request at LANES prices l, in lanes. The counts #{j : a_j > l} are sums
  * of the comparisons over the row's slots j0 <= j < J, plus j0: every slot below j0 exceeds every price of
  * the block (the caller's j0), no slot from J on exceeds any (J = the count at the smallest price). That is
