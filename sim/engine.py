@@ -766,16 +766,17 @@ class Engine:
         the step's time, finished requests, and the step's row."""
         tb, pol, preempted = self.tb, self.policy, plan.preempted
         if first_tok:  # the prefill's sampled token: output[0], from the target
-            ft = np.asarray(first_tok, dtype=np.int64)
             fast = getattr(self, "_fast", None)
             if fast is not None:
-                fast.emit_bonus(ft)
+                fast.emit_bonus(first_tok)
             else:
+                ft = np.asarray(first_tok, dtype=np.int64)
                 none = np.zeros(len(ft), dtype=np.int64)
                 self._emit(ft, self.tb.offsets[ft], none.astype(bool), none, none + 1)
-            self.prev_pos[ft] = 0
-            self.model_pos[ft] = 0
-            emitted += len(ft)
+            prev_pos, model_pos = self.prev_pos, self.model_pos
+            for r in first_tok:
+                prev_pos[r] = model_pos[r] = 0
+            emitted += len(first_tok)
         logit_rows = total_tokens - prefill_tokens + n_prefill_done
         t = self._charge(prices, plan, R, total_tokens, kv_tokens, n_seqs, logit_rows=logit_rows)
         gpu_ms = t["draft"] + t["ngram"] + t["alloc"] + t["verify"] + t["sample"]

@@ -19,6 +19,8 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from sim.scheduler import SMALL
+
 _CTYPES = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]", np.dtype(np.int64): "int64_t[]",
            np.dtype(np.int32): "int32_t[]", np.dtype(np.uint8): "uint8_t[]", np.dtype(np.bool_): "uint8_t[]"}
 
@@ -166,14 +168,25 @@ class NativeStep:
         out = self.out.tolist()
         return out[3:8], out[:3]
 
-    def emit_bonus(self, reqs: np.ndarray) -> None:
+    def emit_bonus(self, reqs: list) -> None:
         """Engine._emit of one bonus token per request and no drafts (the token a completed prefill samples):
         output[pos] of each request written at its slot, pos += 1. The native step runs only with Engine's own
-        _emit and _write (REPLACED), so this is what they do, without their general machinery."""
+        _emit and _write (REPLACED), so this is what they do, without their general machinery; request by
+        request for the few that complete a prefill in a step (numpy's per-call cost dominates there)."""
         eng, tb = self.eng, self.eng.tb
-        pos = eng.pos[reqs]
-        eng.emitted_tokens[tb.offsets[reqs] + pos] = tb.tokens.take(eng._out_base[reqs] + pos, mode="clip")
-        eng.pos[reqs] += 1
+        if len(reqs) <= SMALL:
+            pos, out, tok, off, base = eng.pos, eng.emitted_tokens, tb.tokens, tb.offsets, eng._out_base
+            last = len(tok) - 1
+            for r in reqs:
+                p = int(pos[r])
+                i = int(base[r]) + p
+                out[int(off[r]) + p] = tok[0 if i < 0 else (last if i > last else i)]  # take(mode="clip")
+                pos[r] = p + 1
+        else:
+            reqs = np.asarray(reqs, dtype=np.int64)
+            pos = eng.pos[reqs]
+            eng.emitted_tokens[tb.offsets[reqs] + pos] = tb.tokens.take(eng._out_base[reqs] + pos, mode="clip")
+            eng.pos[reqs] += 1
         eng.n_written += len(reqs)
 
 
