@@ -204,6 +204,7 @@ class Engine:
         self.ng_conf_sum = np.zeros((hist_rows, tables.k_ngram), dtype=np.float64)
         self.ng_conf_cnt = np.zeros(n, dtype=np.int64)
         self._price_memo: dict = {}
+        self._charge_memo: dict = {}  # (running, step tokens) -> graph tokens, sample and CPU time [ms]
         # token-buffer index of output[0], per request (the arena keeps its own up to date)
         self._out_base = tables.out_base if self.stream else tables.tok_offsets[:-1] + tables.prompt_len
         self.t_first = np.full(n, np.nan)
@@ -533,11 +534,16 @@ class Engine:
         """Hook: the step's time split (ms: draft, ngram, alloc, verify, sample, cpu). `parts` holds the
         drafters' and the allocation's prices (0 for what did not run). Here: the cost model's true cost,
         at this step's context and at the token count its CUDA graph is padded to."""
-        cost = self.cost
-        verify = float(cost.verify_ms(cost.graph_tokens(total_tokens), kv_tokens, num_seqs,
-                                      logit_rows=logit_rows)) if total_tokens else 0.0
-        return dict(parts, verify=verify, sample=cost.sample_ms(total_tokens) if total_tokens else 0.0,
-                    cpu=cost.cpu_ms(len(self.sched.running), total_tokens))
+        cost, key = self.cost, (len(self.sched.running), total_tokens)
+        hit = self._charge_memo.get(key)  # what depends on the counts only (the cost model is pure)
+        if hit is None:
+            if len(self._charge_memo) >= 1 << 16:  # bounded: long runs over many batch shapes start afresh
+                self._charge_memo.clear()
+            hit = self._charge_memo[key] = (cost.graph_tokens(total_tokens),
+                                            cost.sample_ms(total_tokens) if total_tokens else 0.0,
+                                            cost.cpu_ms(*key))
+        verify = float(cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows)) if total_tokens else 0.0
+        return dict(parts, verify=verify, sample=hit[1], cpu=hit[2])
 
     def _build_batch(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, T: int, kv_tokens: int,
                      n_seqs: int, n_prefill_done: int, prices: dict) -> StepBatch:

@@ -336,12 +336,16 @@ def price_with_budget_arrays(native, margin: float, a: Arrays) -> Optional[tuple
     R, Km, Kn = ws.R, ws.Km, ws.Kn
     pcm, plm, pcn, pln = a.pointers(ws)
     arr, tp = ws.table(a.table)
-    p = ws.p
-    native[1].hp_price_with_budget(
-        R, Km, Kn, pcm, plm, pcn, pln, tp, arr.shape[0], a.T, float(a.N), a.draft, margin, _cap(a.cap),
-        int(ws.exact), ws.V, p["grid"], ws.fine.shape[0], p["fine"], ws.fine.shape[1], p["surv_m"], p["cs_m"],
-        p["surv_n"], p["cs_n"], p["lam"], p["gch"], p["code"], p["slots"], p["gain"], p["g"], p["gd"], p["best"],
-        p["use_p"], p["adm_p"], p["best_g"], p["work"], p["pos"], p["vals"], p["chain"], p["admitted"])
+    tail = ws.__dict__.get("_pwb_tail")
+    if tail is None:  # the workspace's own arguments, the same every call
+        p = ws.p
+        tail = ws._pwb_tail = (
+            int(ws.exact), ws.V, p["grid"], ws.fine.shape[0], p["fine"], ws.fine.shape[1], p["surv_m"], p["cs_m"],
+            p["surv_n"], p["cs_n"], p["lam"], p["gch"], p["code"], p["slots"], p["gain"], p["g"], p["gd"],
+            p["best"], p["use_p"], p["adm_p"], p["best_g"], p["work"], p["pos"], p["vals"], p["chain"],
+            p["admitted"])
+    native[1].hp_price_with_budget(R, Km, Kn, pcm, plm, pcn, pln, tp, arr.shape[0], a.T, float(a.N), a.draft,
+                                   margin, _cap(a.cap), *tail)
     return ws.chain, ws.admitted, None, None, None
 
 
