@@ -392,12 +392,13 @@ class Engine:
         """The engine's process: step while requests run, wait for an arrival when none does. A step that
         ends before simpy's next event (an arrival) is not yielded to simpy one by one: nothing else can run
         in between, so the next step starts at once, at now + step_ms (the float sum simpy's timeout would
-        make), and the clock catches up, to the same time, before any other event (`held`)."""
+        make), and the clock catches up, to the same time, before any other event (`held`). With fast-forward
+        (sim/engine_ff.py reads simpy's clock and next event) every step is yielded."""
         done = 0
         ff = fast_forward_ok(self)
         now, held = env.now, []  # the engine's clock: simpy's plus the held steps' delays
         while done < self.n:
-            if held and (ff or self.sched.idle()):
+            if held and self.sched.idle():
                 for d in clock_delays(env.now, held):
                     yield env.timeout(d)
                 held = []
@@ -415,18 +416,21 @@ class Engine:
                     continue
             step_ms, finished = self._step(now)
             self._release_rows(finished)
-            held.append(step_ms)
             now = now + step_ms
-            if not now < env.peek():  # another event is due by the step's end: simpy orders them
-                for d in clock_delays(env.now, held):
-                    yield env.timeout(d)
-                held = []
+            if ff:  # fast-forward reads simpy's clock: never ahead of it
+                yield env.timeout(step_ms)
+            else:
+                held.append(step_ms)
+                if not now < env.peek():  # another event is due by the step's end: simpy orders them
+                    for d in clock_delays(env.now, held):
+                        yield env.timeout(d)
+                    held = []
             for r in finished:
                 self.t_done[r] = now / 1000.0
             done += len(finished)
             if self._bar is not None and finished:
                 self._bar.update(len(finished))
-        for d in clock_delays(env.now, held):
+        for d in clock_delays(env.now, held) if held else ():
             yield env.timeout(d)
 
     def run(self) -> RunResult:
