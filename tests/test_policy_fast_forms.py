@@ -153,3 +153,19 @@ def test_out_of_range_confidences(spec):
                 "model_conf", "ngram_conf", "stale_model_conf", "stale_ngram_conf"))
             declined = pol.sim_fn.arrays(Arrays.of(b)) is None
             assert declined == nan, f"{spec}: odd batch {i}"
+
+
+@pytest.mark.slow  # about a minute: a second build of the native forms and the random-batch checks on it
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: the simulator runs the definitions")
+def test_default_clone(tmp_path):
+    """The lane functions' default clone (what a CPU without AVX2 runs; -DHP_NO_CLONES builds it alone) gives
+    the definitions' allocations too: the random, tied and out-of-range batches of this file, rerun on it."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HYBRIDSPEC_NATIVE_CFLAGS="-DHP_NO_CLONES")
+    keys = "random_batches or tied or out_of_range or built_here"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k", keys],
+                          env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

@@ -7,7 +7,9 @@ into `<cache dir>/native/<name>-<sha256 of source, flags and compiler>.so` (writ
 draft-table cache: sim.drafters.cache.cache_dir, HYBRIDSPEC_CACHE_DIR) and opens it with cffi. Where
 there is no compiler or no cffi, `load()` returns None and the simulator runs the torch definitions
 (slower, same results). Flags: -O2 -ffp-contract=off and no fast-math, so each float operation is one
-IEEE single-precision operation, as in torch's elementwise kernels (sim/policies/fast.py).
+IEEE single-precision operation, as in torch's elementwise kernels (sim/policies/fast.py);
+HYBRIDSPEC_NATIVE_CFLAGS adds flags (whitespace-separated; part of the cache key), e.g. -DHP_NO_CLONES,
+which builds hybrid_price.c without its AVX2 clones.
 """
 from __future__ import annotations
 
@@ -22,6 +24,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FLAGS = ["-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math", "-std=c99"]
+
+
+def _flags() -> list[str]:
+    """FLAGS and HYBRIDSPEC_NATIVE_CFLAGS's extra flags."""
+    return FLAGS + os.environ.get("HYBRIDSPEC_NATIVE_CFLAGS", "").split()
 # The exported functions: every definition at column 0 that is not `static`; cffi gets their prototypes
 # from the source itself, so a signature is written once.
 _EXPORTED = re.compile(r"^(?:void|int64_t|double|float) \w+\([^)]*\)", re.M)
@@ -40,7 +47,10 @@ def _compile(src: Path, out: Path, cc: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=".so.tmp", dir=out.parent)
     os.close(fd)
     try:
-        subprocess.run([cc, *FLAGS, "-o", tmp, str(src)], check=True, capture_output=True, timeout=120)
+        done = subprocess.run([cc, *_flags(), "-o", tmp, str(src)], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            err = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise RuntimeError(f"{cc} failed on {src.name} (exit {done.returncode}): {err}")
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
@@ -62,7 +72,7 @@ def load(name: str = "hybrid_price"):
             raise RuntimeError(f"no C compiler ({cc})")
         src = HERE / f"{name}.c"
         ver = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-        key = hashlib.sha256(src.read_bytes() + " ".join(FLAGS).encode() + ver.encode()).hexdigest()[:24]
+        key = hashlib.sha256(src.read_bytes() + " ".join(_flags()).encode() + ver.encode()).hexdigest()[:24]
         folder = cache_dir() or Path(tempfile.gettempdir()) / "hybridspec"
         so = folder / "native" / f"{name}-{key}.so"
         if not so.exists():

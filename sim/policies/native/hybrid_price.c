@@ -132,6 +132,15 @@ typedef float vf __attribute__((vector_size(4 * LANES)));
 typedef int32_t vi __attribute__((vector_size(4 * LANES)));
 #define splat(x) ((vf){(x), (x), (x), (x), (x), (x), (x), (x)})
 #define select(k, a, b) (((k) & (a)) | (~(k) & (b)))  /* lane-wise k ? a : b, k a comparison's 0 / -1 */
+/* The lane functions get an AVX2 clone (eight lanes in one register) where the compiler and the OS can pick a
+ * clone by CPU at load time, and run the default clone (the same lane operations on SSE2) elsewhere; both
+ * give the same floats. -DHP_NO_CLONES builds the default alone (HYBRIDSPEC_NATIVE_CFLAGS; the slow test
+ * tests/test_policy_fast_forms.py::test_default_clone checks that build). */
+#if defined(__x86_64__) && defined(__linux__) && (defined(__clang__) || __GNUC__ >= 6) && !defined(HP_NO_CLONES)
+#define LANE_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define LANE_CLONES
+#endif
 
 /* The threshold rule (rule) of one request at LANES prices l, in lanes. The counts #{j : a_j > l} are sums
  * of the comparisons over the row's slots j0 <= j < J, plus j0: every slot below j0 exceeds every price of
@@ -185,9 +194,7 @@ static inline __attribute__((always_inline)) void rule_lanes(const float *am, in
  * grid), a block's j0 is the count at the previous block's last price (no smaller than its own prices), so
  * a request's comparisons run only over the slots whose survival falls among the block's prices. J [4 R]:
  * work. */
-#if defined(__x86_64__) && defined(__linux__) && (defined(__clang__) || __GNUC__ >= 6)
-__attribute__((target_clones("avx2", "default")))  /* 8 lanes in one register where the CPU has them */
-#endif
+LANE_CLONES
 static void eval_prices(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *cs_m,
                         const float *surv_n, const float *cs_n, const uint8_t *mono, int64_t C, const float *lam,
                         float margin, float *gch, int32_t *code, int64_t *slots, int64_t *J) {
@@ -511,9 +518,7 @@ static inline __attribute__((always_inline)) void ilp4_lanes(const float *x, int
     *out = p[0];
 }
 
-#if defined(__x86_64__) && defined(__linux__) && (defined(__clang__) || __GNUC__ >= 6)
-__attribute__((target_clones("avx2", "default")))
-#endif
+LANE_CLONES
 void hp_sum_requests(int64_t S, int64_t R, int64_t C, int64_t V, const float *x, float *out) {
     int64_t lead = C >= V ? (C / (4 * V)) * 4 * V : (C / 4) * 4;
     for (int64_t s = 0; s < S; s++) {
