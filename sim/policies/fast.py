@@ -145,6 +145,7 @@ class _Workspace:
         self.gain, self.g, self.gd = np.empty((S, C), f32), np.empty((S, C), f32), np.empty((S, C), np.float64)
         self.best, self.best_g = np.empty(S, i64), np.empty(S, np.float64)
         self.use_p, self.adm_p = np.empty((S, R), np.uint8), np.empty((S, R), i64)
+        self.mono, self.J = np.empty(2 * S * R, np.uint8), np.empty(4 * R, i64)  # hp_sweep's work
         self.draft = np.empty(S, np.float64)
         self.len_cur = np.empty(R, i64)
         self.work, self.pos, self.vals = np.empty(R, i64), np.empty(3 * R, i64), np.empty(R * max(Km, Kn), f32)
@@ -194,7 +195,8 @@ class _Workspace:
                      arr.shape[0], T, N, draft, p["draft"] if per_side_draft else self.ffi.NULL, margin,
                      int(self.exact), self.V, p["grid"], self.fine.shape[0], p["fine"], self.fine.shape[1],
                      p["surv_m"], p["cs_m"], p["surv_n"], p["cs_n"], p["lam"], p["gch"], p["code"],
-                     p["slots"], p["gain"], p["g"], p["gd"], p["best"], p["use_p"], p["adm_p"], p["best_g"])
+                     p["slots"], p["gain"], p["g"], p["gd"], p["best"], p["use_p"], p["adm_p"], p["best_g"],
+                     p["mono"], p["J"])
 
 
 def _workspace(native, S: int, R: int, Km: int, Kn: int) -> _Workspace:
@@ -342,8 +344,8 @@ def price_with_budget_arrays(native, margin: float, a: Arrays) -> Optional[tuple
         tail = ws._pwb_tail = (
             int(ws.exact), ws.V, p["grid"], ws.fine.shape[0], p["fine"], ws.fine.shape[1], p["surv_m"], p["cs_m"],
             p["surv_n"], p["cs_n"], p["lam"], p["gch"], p["code"], p["slots"], p["gain"], p["g"], p["gd"],
-            p["best"], p["use_p"], p["adm_p"], p["best_g"], p["work"], p["pos"], p["vals"], p["chain"],
-            p["admitted"])
+            p["best"], p["use_p"], p["adm_p"], p["best_g"], p["mono"], p["J"], p["work"], p["pos"], p["vals"],
+            p["chain"], p["admitted"])
     native[1].hp_price_with_budget(R, Km, Kn, pcm, plm, pcn, pln, tp, arr.shape[0], a.T, float(a.N), a.draft,
                                    margin, _cap(a.cap), *tail)
     return ws.chain, ws.admitted, None, None, None

@@ -546,16 +546,16 @@ void hp_sum_requests(int64_t S, int64_t R, int64_t C, int64_t V, const float *x,
  * Goodput in float (draft_d NULL: one drafter cost `draft`) or in double (draft_d [S]: a cost per side, as
  * hp_goodput_d). Leaves the pick's (use, admitted) per side in use_p, adm_p [S, R] and its goodput in
  * best_g [S]. Buffers: surv_m/cs_m [S, R, Km]/[S, R, Km + 1], surv_n/cs_n likewise; lam [S, Cmax]; gch, code
- * [S, R, Cmax]; slots, gain, g (float
+ * [S, R, Cmax]; mono [2 S R]; J [4 R]; slots, gain, g (float
  * goodput), gd (double goodput) [S, Cmax]; best [S]; Cmax = max(R (Km + Kn) + 1 if exact, G, F). */
 void hp_sweep(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *conf_m, const int64_t *len_m,
               const float *conf_n, const int64_t *len_n, const double *table, int64_t ntab, int64_t T, float N,
               float draft, const double *draft_d, float margin, int64_t exact, int64_t V, const float *grid,
               int64_t G, const float *fine, int64_t F, float *surv_m, float *cs_m, float *surv_n, float *cs_n,
               float *lam, float *gch, int32_t *code, int64_t *slots, float *gain, float *g,
-              double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p, double *best_g) {
-    uint8_t mono[S * R + 1], mono_n[S * R + 1];  /* rows non-increasing without NaN (both chains) */
-    int64_t J[4 * R + 1];
+              double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p, double *best_g, uint8_t *mono,
+              int64_t *J) {
+    uint8_t *mono_n = mono + S * R;  /* rows non-increasing without NaN: model chain, then both chains */
     chain(S * R, Km, conf_m, len_m, surv_m, cs_m, mono);
     chain(S * R, Kn, conf_n, len_n, surv_n, cs_n, mono_n);
     for (int64_t r = 0; r < S * R; r++) mono[r] = mono[r] && mono_n[r];
@@ -606,12 +606,12 @@ void hp_price_with_budget(int64_t R, int64_t Km, int64_t Kn, const float *conf_m
                           float N, float draft, float margin, int64_t cap, int64_t exact, int64_t V,
                           const float *grid, int64_t G, const float *fine, int64_t F, float *surv_m, float *cs_m,
                           float *surv_n, float *cs_n, float *lam, float *gch, int32_t *code, int64_t *slots,
-                          float *gain, float *g,
-                          double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p, double *best_g,
-                          int64_t *heap_r, int64_t *pos, float *vals, int64_t *chain_out,
-                          int64_t *adm_out) {
+                          float *gain, float *g, double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p,
+                          double *best_g, uint8_t *mono, int64_t *J, int64_t *heap_r, int64_t *pos, float *vals,
+                          int64_t *chain_out, int64_t *adm_out) {
     hp_sweep(2, R, Km, Kn, conf_m, len_m, conf_n, len_n, table, ntab, T, N, draft, 0, margin, exact, V, grid, G,
-             fine, F, surv_m, cs_m, surv_n, cs_n, lam, gch, code, slots, gain, g, gd, best, use_p, adm_p, best_g);
+             fine, F, surv_m, cs_m, surv_n, cs_n, lam, gch, code, slots, gain, g, gd, best, use_p, adm_p, best_g,
+             mono, J);
     int64_t budget = 0;
     for (int64_t r = 0; r < R; r++) budget += adm_p[R + r];
     if (cap >= 0 && cap < budget) budget = cap;
