@@ -60,9 +60,9 @@ class NativeStep:
         # ffi.from_buffer less its per-call type parsing (~1 us of a call's 1.5)
         self._fb = self.ffi._backend.from_buffer
         self._i64, self._f32, self._f64 = (self.ffi.typeof(c) for c in ("int64_t[]", "float[]", "double[]"))
-        self.out = np.zeros(9, dtype=np.int64)  # bad[3], sums[5], es_gather's NaN flag
+        self.out = np.zeros(9, dtype=np.int64)  # es_commit's bad[3] and sums[5], es_gather's NaN flag
         self.p_bad = self.ffi.from_buffer("int64_t[]", self.out)
-        self.p_sums, self.p_nan = self.p_bad + 3, self.p_bad + 8
+        self.p_nan = self.p_bad + 8
         self._bufs: dict = {}
         self._reqs = (None, None)
         self.bind()
@@ -93,15 +93,17 @@ class NativeStep:
             raise Unsupported("chain widths of the tables and the host history differ")
         self.km, self.kn = km, kn
         self.ntok, self.nemit = len(tb.tokens), len(eng.emitted_tokens)
-        t, st = self.t, self.s
-        self._gather_args = (t["offsets"], t["out_len"], t["prompt_len"], t["m_conf"], t["ng_conf"], t["ng_len"],
-                             st["pos"], st["prev_pos"], st["model_pos"], st["fresh"], st["m_conf_sum"],
-                             st["m_conf_cnt"], st["ng_conf_sum"], st["ng_conf_cnt"])
-        self._commit_args = (t["offsets"], t["out_len"], t["prompt_len"], t["tok_offsets"], t["length_only"],
-                             t["m_acc"], t["ng_acc"], t["ng_start"], t["m_tok"], t["m_conf"], t["ng_conf"],
-                             t["ng_len"], t["tokens"], self.ntok, st["emitted_tokens"], self.nemit, st["pos"],
-                             st["prev_pos"], st["model_pos"], st["n_steps"], st["m_conf_sum"], st["m_conf_cnt"],
-                             st["ng_conf_sum"], st["ng_conf_cnt"])
+        b = self.ffi.new("es_bound *")  # the C's view of them (es_bound); self.t and self.s keep them alive
+        b.Km, b.Kn, b.ntokens, b.nemitted = km, kn, self.ntok, self.nemit
+        for k in ("offsets", "out_len", "prompt_len", "tok_offsets", "m_acc", "ng_acc", "ng_start", "ng_len",
+                  "tokens", "length_only", "m_tok", "m_conf", "ng_conf"):
+            setattr(b, k, self.t[k])
+        for field, k in (("emitted", "emitted_tokens"), ("pos", "pos"), ("prev_pos", "prev_pos"),
+                         ("model_pos", "model_pos"), ("n_steps", "n_steps"), ("m_cnt", "m_conf_cnt"),
+                         ("n_cnt", "ng_conf_cnt"), ("fresh", "fresh"), ("m_sum", "m_conf_sum"),
+                         ("n_sum", "ng_conf_sum")):
+            setattr(b, field, self.s[k])
+        self._b = b
         self._bound = cur
 
     def _buffers(self, R: int, reuse: bool) -> tuple:
@@ -138,10 +140,7 @@ class NativeStep:
         pi, pf, chains, stale, rows, packed, ptrs = self._buffers(R, reuse)
         mean = np.empty((R, self.kn), dtype=np.float64) if with_mean_ng else None
         pm = fb(self._f64, mean) if with_mean_ng else self.ffi.NULL
-        a, b = R * self.km, R * (2 * self.km + self.kn)
-        kv = self.lib.es_gather(R, preqs, self.km, self.kn, *self._gather_args,
-                                pi, pf, pi + R, pf + 2 * a, pi + 3 * R, pf + a, pi + 2 * R, pf + b, pi + 4 * R, pm,
-                                self.p_nan)
+        kv = self.lib.es_gather(R, preqs, self._b, pi, pf, pm, self.p_nan)
         return Gathered(reqs, preqs, rows, pi, chains, stale, mean, int(kv), packed, ptrs, bool(self.out[8]))
 
     def commit(self, g: Gathered, chain: np.ndarray, adm: np.ndarray, sec, model_ran: bool,
@@ -158,10 +157,8 @@ class NativeStep:
         if sec is not None:
             sec = np.ascontiguousarray(sec, dtype=np.int64)
             psec = fb(i64, sec)
-        written = self.lib.es_commit(
-            R, g.p_reqs, g.p_ints, self.km, self.kn, fb(i64, chain), fb(i64, adm), psec, int(model_ran),
-            int(ngram_ran), g.p_ints + R, g.p_ints + 3 * R, *self._commit_args, int(self.eng.policy.uses_ngram),
-            self.p_bad, self.p_sums)
+        written = self.lib.es_commit(R, g.p_reqs, g.p_ints, fb(i64, chain), fb(i64, adm), psec, int(model_ran),
+                                     int(ngram_ran), int(self.eng.policy.uses_ngram), self._b, self.p_bad)
         if written < 0:
             raise IndexError("an output slot outside the emitted-token buffer")
         self.eng.n_written += int(written)

@@ -30,13 +30,17 @@ def _flags() -> list[str]:
     """FLAGS and HYBRIDSPEC_NATIVE_CFLAGS's extra flags."""
     return FLAGS + os.environ.get("HYBRIDSPEC_NATIVE_CFLAGS", "").split()
 # The exported functions: every definition at column 0 that is not `static`; cffi gets their prototypes
-# from the source itself, so a signature is written once.
+# from the source itself, so a signature is written once. Likewise the struct types they take
+# (`typedef struct { ... } name;` at column 0).
 _EXPORTED = re.compile(r"^(?:void|int64_t|double|float) \w+\([^)]*\)", re.M)
+_STRUCTS = re.compile(r"^typedef struct \{[^}]*\} \w+;", re.M)
 
 
 def cdef(source: str) -> str:
-    """The cffi declarations of a C source's exported functions (their definitions' heads, as prototypes)."""
-    return "".join(m.group(0) + ";\n" for m in _EXPORTED.finditer(source))
+    """The cffi declarations of a C source's struct types and exported functions (their definitions' heads,
+    as prototypes)."""
+    return "".join(m.group(0) + "\n" for m in _STRUCTS.finditer(source)) + "".join(
+        m.group(0) + ";\n" for m in _EXPORTED.finditer(source))
 
 
 _LIBS: dict = {}

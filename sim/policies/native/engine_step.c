@@ -14,6 +14,19 @@
  */
 #include <stdint.h>
 
+/* The engine's tables and state arrays, bound once (sim/engine_fast.py, NativeStep.bind): the C pointers of
+ * the arrays es_gather and es_commit read and write, the chain widths and the token buffers' lengths. */
+typedef struct {
+    int64_t Km, Kn, ntokens, nemitted;
+    const int64_t *offsets, *out_len, *prompt_len, *tok_offsets, *m_acc, *ng_acc, *ng_start, *ng_len, *tokens;
+    const uint8_t *length_only;
+    const int32_t *m_tok;
+    const float *m_conf, *ng_conf;
+    int64_t *emitted, *pos, *prev_pos, *model_pos, *n_steps, *m_cnt, *n_cnt;
+    uint8_t *fresh;
+    double *m_sum, *n_sum;
+} es_bound;
+
 /* Per request k (r = reqs[k], at output position pos[r], table row rows[k] = offsets[r] + pos[r]):
  *   model_conf[k] = m_conf[row], model_len[k] = min(Km, out_len[r] - pos[r]),
  *   ngram_conf[k] = ng_conf[row], ngram_len[k] = ng_len[row]                        (_propose)
@@ -26,16 +39,23 @@
  *   previous proposal ng_conf[srow] times (slot < ng_len[srow]), as float64. (The numpy step skips that mask
  *   where the tables hold 0 past every chain's length; masking anyway gives the same floats there, since a
  *   signed zero times 0.0f is itself, so this step masks always and needs no table-wide check.)
+ * The gathered arrays: ints [5, R] = rows, model_len, stale_mlen, ngram_len, stale_nlen; floats =
+ * model_conf [R, Km], stale_m [R, Km], ngram_conf [R, Kn], stale_ng [R, Kn]; mean_ng [R, Kn] or NULL.
  * *nan_out: whether any confidence gathered (current, stale, mean) is NaN (the policy forms decline those).
  * Returns the KV context the decoding requests read: sum over k of prompt_len[r] + pos[r]. */
-int64_t es_gather(int64_t R, const int64_t *reqs, int64_t Km, int64_t Kn,
-                  const int64_t *offsets, const int64_t *out_len, const int64_t *prompt_len,
-                  const float *m_conf, const float *ng_conf, const int64_t *ng_len,
-                  const int64_t *pos, const int64_t *prev_pos, const int64_t *model_pos, uint8_t *fresh,
-                  const double *m_sum, const int64_t *m_cnt, const double *n_sum, const int64_t *n_cnt,
-                  int64_t *rows, float *model_conf, int64_t *model_len, float *ngram_conf, int64_t *ngram_len,
-                  float *stale_m, int64_t *stale_mlen, float *stale_ng, int64_t *stale_nlen, double *mean_ng,
+int64_t es_gather(int64_t R, const int64_t *reqs, const es_bound *b, int64_t *ints, float *floats, double *mean_ng,
                   int64_t *nan_out) {
+    const int64_t Km = b->Km, Kn = b->Kn;
+    const int64_t *offsets = b->offsets, *out_len = b->out_len, *prompt_len = b->prompt_len, *ng_len = b->ng_len;
+    const float *m_conf = b->m_conf, *ng_conf = b->ng_conf;
+    const int64_t *pos = b->pos, *prev_pos = b->prev_pos, *model_pos = b->model_pos;
+    const int64_t *m_cnt = b->m_cnt, *n_cnt = b->n_cnt;
+    const double *m_sum = b->m_sum, *n_sum = b->n_sum;
+    uint8_t *fresh = b->fresh;
+    int64_t *rows = ints, *model_len = ints + R, *stale_mlen = ints + 2 * R, *ngram_len = ints + 3 * R,
+            *stale_nlen = ints + 4 * R;
+    float *model_conf = floats, *stale_m = floats + R * Km, *ngram_conf = floats + 2 * R * Km,
+          *stale_ng = floats + 2 * R * Km + R * Kn;
     int64_t kv = 0;
     int nan = 0;
     for (int64_t k = 0; k < R; k++) {
@@ -93,7 +113,7 @@ int64_t es_gather(int64_t R, const int64_t *reqs, int64_t Km, int64_t Kn,
 }
 
 /* After the policy: chain[R], adm[R], sec[R] (NULL: single chain), model_ran / ngram_ran, and the
- * gathered model_len / ngram_len / rows. Per request (the numpy methods' order):
+ * gathered model_len / ngram_len / rows (es_gather's ints). Per request (the numpy methods' order):
  *   want_m = adm on a model chain, sec on an n-gram chain (tree), else 0; want_n likewise;
  *   bad[0]: first k with want_m > model_len, want_n > ngram_len or min(want_m, want_n) < 0;
  *   bad[1]: first k admitting slots of a drafter that did not run;
@@ -109,20 +129,24 @@ int64_t es_gather(int64_t R, const int64_t *reqs, int64_t Km, int64_t Kn,
  *   numpy's take(mode="clip"); then pos += n_emit, prev_pos = the old pos;
  *   history: if model_ran, model_pos = prev_pos, m_sum += m_conf[row], m_cnt += 1; if uses_ngram,
  *   n_sum += ng_conf[row] times (slot < ng_len[row]) (as es_gather's mean), n_cnt += 1; n_steps += 1.
- * sums[0..4] = verified model, verified n-gram, accepted model, accepted n-gram, emitted.
+ * out[0..2] = bad, out[3..7] = sums: verified model, verified n-gram, accepted model, accepted n-gram, emitted.
  * Returns the number of tokens written, or -1 if an output slot fell outside the buffer (nothing is
  * written then past that point; the caller raises). */
-int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *rows, int64_t Km, int64_t Kn,
-                  const int64_t *chain, const int64_t *adm, const int64_t *sec, int64_t model_ran, int64_t ngram_ran,
-                  const int64_t *model_len, const int64_t *ngram_len,
-                  const int64_t *offsets, const int64_t *out_len, const int64_t *prompt_len,
-                  const int64_t *tok_offsets, const uint8_t *length_only,
-                  const int64_t *m_acc, const int64_t *ng_acc, const int64_t *ng_start, const int32_t *m_tok,
-                  const float *m_conf, const float *ng_conf, const int64_t *ng_len_tab,
-                  const int64_t *tokens, int64_t ntokens, int64_t *emitted, int64_t nemitted,
-                  int64_t *pos, int64_t *prev_pos, int64_t *model_pos, int64_t *n_steps,
-                  double *m_sum, int64_t *m_cnt, double *n_sum, int64_t *n_cnt, int64_t uses_ngram,
-                  int64_t *bad, int64_t *sums) {
+int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *ints, const int64_t *chain, const int64_t *adm,
+                  const int64_t *sec, int64_t model_ran, int64_t ngram_ran, int64_t uses_ngram, const es_bound *b,
+                  int64_t *out) {
+    const int64_t Km = b->Km, Kn = b->Kn, ntokens = b->ntokens, nemitted = b->nemitted;
+    const int64_t *offsets = b->offsets, *out_len = b->out_len, *prompt_len = b->prompt_len;
+    const int64_t *tok_offsets = b->tok_offsets, *m_acc = b->m_acc, *ng_acc = b->ng_acc, *ng_start = b->ng_start;
+    const int64_t *ng_len_tab = b->ng_len, *tokens = b->tokens;
+    const uint8_t *length_only = b->length_only;
+    const int32_t *m_tok = b->m_tok;
+    const float *m_conf = b->m_conf, *ng_conf = b->ng_conf;
+    int64_t *emitted = b->emitted, *pos = b->pos, *prev_pos = b->prev_pos, *model_pos = b->model_pos;
+    int64_t *n_steps = b->n_steps, *m_cnt = b->m_cnt, *n_cnt = b->n_cnt;
+    double *m_sum = b->m_sum, *n_sum = b->n_sum;
+    const int64_t *rows = ints, *model_len = ints + R, *ngram_len = ints + 3 * R;
+    int64_t *bad = out, *sums = out + 3;
     int64_t written = 0;
     bad[0] = bad[1] = bad[2] = -1;
     for (int64_t i = 0; i < 5; i++) sums[i] = 0;
