@@ -131,7 +131,7 @@ static inline int64_t rule(const float *pm, const float *pn, int64_t lm, int64_t
 typedef float vf __attribute__((vector_size(4 * LANES)));
 typedef int32_t vi __attribute__((vector_size(4 * LANES)));
 #define splat(x) ((vf){(x), (x), (x), (x), (x), (x), (x), (x)})
-#define select(k, a, b) (((k) & (a)) | (~(k) & (b)))  /* lane-wise k ? a : b, k a comparison's 0 / -1 */
+#define lane_select(k, a, b) (((k) & (a)) | (~(k) & (b)))  /* lane-wise k ? a : b, k a comparison's 0 / -1 */
 /* The lane functions get an AVX2 clone (eight lanes in one register) where the compiler and the OS can pick a
  * clone by CPU at load time, and run the default clone (the same lane operations on SSE2) elsewhere; both
  * give the same floats. -DHP_NO_CLONES builds the default alone (HYBRIDSPEC_NATIVE_CFLAGS; the slow test
@@ -161,19 +161,19 @@ static inline __attribute__((always_inline)) void rule_lanes(const float *am, in
     for (int64_t j = j0m; j < Jm; j++) {
         vi k = (vi)(splat(am[j]) > l);
         cm -= k;  /* a true lane is -1 */
-        gm = select(k, (vi)splat(pm[j + 1]), gm);
+        gm = lane_select(k, (vi)splat(pm[j + 1]), gm);
     }
     for (int64_t j = j0n; j < Jn; j++) {
         vi k = (vi)(splat(an[j]) > l);
         cn -= k;
-        gn = select(k, (vi)splat(pn[j + 1]), gn);
+        gn = lane_select(k, (vi)splat(pn[j + 1]), gn);
     }
     vf tn = __builtin_convertvector(cn, vf) * l, tm = __builtin_convertvector(cm, vf) * l;
     vf vn = (vf)gn - tn, vm = (vf)gm - tm;
     vf rhs = vm + splat(margin);
     vi u = (vi)(vn > rhs);
-    vi gain = select(u, gn, gm);
-    *adm = select(u, cn, cm);
+    vi gain = lane_select(u, gn, gm);
+    *adm = lane_select(u, cn, cm);
     vi cd = *adm + *adm - u;  /* u is 0 or -1 */
     if (n == LANES) {
         memcpy(gr, &gain, sizeof gain);
