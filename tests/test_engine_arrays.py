@@ -86,11 +86,11 @@ def test_steady_plans_equal_scheduling_every_step(prep, spec, monkeypatch):
             _same(res, ref, f"{spec} {cfg}")
 
 
-@pytest.mark.parametrize("spec", ["hybrid-price", "hybrid", "adaptive", "suffix-threshold", "hybrid-tree"])
+@pytest.mark.parametrize("spec", ["hybrid-price", "hybrid", "adaptive", "suffix-threshold", "hybrid-tree", "oracle"])
 def test_nan_confidences_run_the_definition(prep, spec, monkeypatch):
     """Tables with NaN confidences in some rows: the gather flags them (Gathered.has_nan), the policy's form
     declines those steps and the definition runs, so the run equals the reference engine's (numpy step, the
-    definitions' own NaN semantics)."""
+    definitions' own NaN semantics). `oracle` reads no confidence: its form runs on, with the same result."""
     import dataclasses
 
     import sim.engine_fast

@@ -560,7 +560,7 @@ def _parse_oracle(params: List[str]) -> Optional[Callable[[StepBatch], Allocatio
     native = load("hybrid_price")
     if native is None:
         return None
-    return _form(lambda a: oracle_arrays(native, a), covered, simple.alloc_oracle, confidences=True)
+    return _form(lambda a: oracle_arrays(native, a), covered, simple.alloc_oracle)
 
 
 _INNER_SHAPES = ((4, 32), (5, 7), (128, 32), (3, 9), (2, 16), (1, 33), (7, 3), (6, 40))
