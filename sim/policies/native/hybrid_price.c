@@ -16,6 +16,8 @@
  *   pick       first maximum of goodput (coarse stage before fine stage);
  *   top-B      the global stable descending top-B of the chosen chains' survivals (ties to the lower flat
  *              index): by selection (select_top), else a merge of the per-row non-increasing lists.
+ * The vector-lane code (LANES prices or columns at a time) does the same ops, lane by lane. NaN confidences
+ * are not transcribed (sorts, top-k, searchsorted over NaN): the forms decline them and the definitions run.
  * sim/policies/fast.py drives it; tests/test_policy_fast_forms.py checks it against the definitions and
  * tests/test_native_sums.py the sums against torch.sum.
  */
@@ -188,12 +190,12 @@ static inline __attribute__((always_inline)) void rule_lanes(const float *am, in
 
 /* Evaluate prices lam [S, C]: gch [S, R, C] (each request's chosen chain's gain), code [S, R, C] (its admitted
  * count times 2 plus the choice, 1 for the n-gram chain) and slots [S, C] (the sum of the admitted counts over
- * requests). LANES prices at a time, request by request (the slot sums stay in a
- * register): rows that are non-increasing without NaN (mono [S, R]) by rule_lanes, others by a binary search
- * per price (torch.searchsorted's answer on any row). Where a side's prices are non-increasing (the two-stage
- * grid), a block's j0 is the count at the previous block's last price (no smaller than its own prices), so
- * a request's comparisons run only over the slots whose survival falls among the block's prices. J [4 R]:
- * work. */
+ * requests). LANES prices at a time, request by request (the slot sums stay in a register): rows that are
+ * non-increasing without NaN (mono [S, R]) by rule_lanes, others by a binary search per price
+ * (torch.searchsorted's answer on any row; the forms decline NaN confidences, so the engine never sends
+ * one). Where a side's prices are non-increasing (the two-stage grid), a block's j0 is the count at the
+ * previous block's last price (no smaller than its own prices), so a request's comparisons start at the
+ * first slot that can fall below one of the block's prices. J [4 R]: work. */
 LANE_CLONES
 static void eval_prices(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *cs_m,
                         const float *surv_n, const float *cs_n, const uint8_t *mono, int64_t C, const float *lam,
@@ -546,8 +548,8 @@ void hp_sum_requests(int64_t S, int64_t R, int64_t C, int64_t V, const float *x,
  * Goodput in float (draft_d NULL: one drafter cost `draft`) or in double (draft_d [S]: a cost per side, as
  * hp_goodput_d). Leaves the pick's (use, admitted) per side in use_p, adm_p [S, R] and its goodput in
  * best_g [S]. Buffers: surv_m/cs_m [S, R, Km]/[S, R, Km + 1], surv_n/cs_n likewise; lam [S, Cmax]; gch, code
- * [S, R, Cmax]; mono [2 S R]; J [4 R]; slots, gain, g (float
- * goodput), gd (double goodput) [S, Cmax]; best [S]; Cmax = max(R (Km + Kn) + 1 if exact, G, F). */
+ * [S, R, Cmax]; mono [2 S R]; J [4 R]; slots, gain, g (float goodput), gd (double goodput) [S, Cmax]; best
+ * [S]; Cmax = max(R (Km + Kn) + 1 if exact, G, F). */
 void hp_sweep(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *conf_m, const int64_t *len_m,
               const float *conf_n, const int64_t *len_n, const double *table, int64_t ntab, int64_t T, float N,
               float draft, const double *draft_d, float margin, int64_t exact, int64_t V, const float *grid,
