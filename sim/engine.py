@@ -83,6 +83,12 @@ from sim.scheduler import Scheduler, StepPlan, full_kv_need
 from sim.step_log import StepLog
 
 
+def _advance(env: simpy.Environment, delays: list):
+    """simpy's clock taken through steps of `delays` [ms] (now = now + delay each; clock_delays' timeouts)."""
+    for d in clock_delays(env.now, delays):
+        yield env.timeout(d)
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Engine settings. batch_size: max running requests; max_num_batched_tokens: per-step token budget;
@@ -399,8 +405,7 @@ class Engine:
         now, held = env.now, []  # the engine's clock: simpy's plus the held steps' delays
         while done < self.n:
             if held and self.sched.idle():
-                for d in clock_delays(env.now, held):
-                    yield env.timeout(d)
+                yield from _advance(env, held)
                 held = []
             if self.sched.idle():
                 wake[0] = env.event()
@@ -410,8 +415,7 @@ class Engine:
             if ff:
                 delays = self._fast_forward(env)
                 if delays:
-                    for d in clock_delays(env.now, delays):
-                        yield env.timeout(d)
+                    yield from _advance(env, delays)
                     now = env.now
                     continue
             step_ms, finished = self._step(now)
@@ -422,16 +426,15 @@ class Engine:
             else:
                 held.append(step_ms)
                 if not now < env.peek():  # another event is due by the step's end: simpy orders them
-                    for d in clock_delays(env.now, held):
-                        yield env.timeout(d)
+                    yield from _advance(env, held)
                     held = []
             for r in finished:
                 self.t_done[r] = now / 1000.0
             done += len(finished)
             if self._bar is not None and finished:
                 self._bar.update(len(finished))
-        for d in clock_delays(env.now, held) if held else ():
-            yield env.timeout(d)
+        if held:
+            yield from _advance(env, held)
 
     def run(self) -> RunResult:
         env = simpy.Environment()

@@ -130,9 +130,9 @@ def test_tied_confidences(spec):
 @pytest.mark.parametrize("spec", ["hybrid-price", "hybrid-price:margin=0.37", "hybrid", "hybrid-tree", "adaptive",
                                   "suffix-threshold"])
 def test_out_of_range_confidences(spec):
-    """Confidences outside [0, 1] (clamped by the survival), signed zeros, and NaN in some requests' chains:
-    a NaN row is not non-increasing, so the native sweep takes its per-price binary search for that row
-    while the other rows of the same batch take the lane path; both must give the definition's answer."""
+    """Confidences outside [0, 1] (clamped by the survival) and signed zeros in some requests' chains: the
+    native forms give the definition's answer. With NaN among them, the forms decline the batch (their
+    transcription does not follow the definitions' NaN semantics) and the definition runs."""
     pol = get_policy(spec)
     rng = np.random.default_rng(zlib.crc32(spec.encode()) + 2)
     odd = torch.tensor([float("nan"), -0.25, 1.5, -0.0, 0.0, 1.0, float("inf")])

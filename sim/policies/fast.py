@@ -145,13 +145,18 @@ class _Workspace:
         self.gain, self.g, self.gd = np.empty((S, C), f32), np.empty((S, C), f32), np.empty((S, C), np.float64)
         self.best, self.best_g = np.empty(S, i64), np.empty(S, np.float64)
         self.use_p, self.adm_p = np.empty((S, R), np.uint8), np.empty((S, R), i64)
-        self.mono, self.J = np.empty(2 * S * R, np.uint8), np.empty(4 * R, i64)  # hp_sweep's work
+        self.J = np.empty(4 * R, i64)  # hp_sweep's work
         self.draft = np.empty(S, np.float64)
         self.len_cur = np.empty(R, i64)
         self.work, self.pos, self.vals = np.empty(R, i64), np.empty(3 * R, i64), np.empty(R * max(Km, Kn), f32)
         self.chain, self.admitted = np.empty(R, i64), np.empty(R, i64)
         self.a_p, self.second = np.empty((R, max(Km, Kn)), f32), np.empty(R, i64)  # hybrid-tree's second branch
-        self.p = {k: self.ptr(v) for k, v in list(vars(self).items()) if isinstance(v, np.ndarray)}
+        self.p = p = {k: self.ptr(v) for k, v in list(vars(self).items()) if isinstance(v, np.ndarray)}
+        # hp_price_with_budget's workspace arguments, the same every call
+        self.pwb_args = (int(self.exact), self.V, p["grid"], G, p["fine"], F, p["surv_m"], p["cs_m"], p["surv_n"],
+                         p["cs_n"], p["lam"], p["gch"], p["code"], p["slots"], p["gain"], p["g"], p["gd"], p["best"],
+                         p["use_p"], p["adm_p"], p["best_g"], p["J"], p["work"], p["pos"], p["vals"], p["chain"],
+                         p["admitted"])
         # ffi.from_buffer less its per-call type parsing, for the per-call pointers
         self.fb = ffi._backend.from_buffer
         self.f32, self.i64 = ffi.typeof("float[]"), ffi.typeof("int64_t[]")
@@ -196,7 +201,7 @@ class _Workspace:
                      int(self.exact), self.V, p["grid"], self.fine.shape[0], p["fine"], self.fine.shape[1],
                      p["surv_m"], p["cs_m"], p["surv_n"], p["cs_n"], p["lam"], p["gch"], p["code"],
                      p["slots"], p["gain"], p["g"], p["gd"], p["best"], p["use_p"], p["adm_p"], p["best_g"],
-                     p["mono"], p["J"])
+                     p["J"])
 
 
 def _workspace(native, S: int, R: int, Km: int, Kn: int) -> _Workspace:
@@ -338,16 +343,8 @@ def price_with_budget_arrays(native, margin: float, a: Arrays) -> Optional[tuple
     R, Km, Kn = ws.R, ws.Km, ws.Kn
     pcm, plm, pcn, pln = a.pointers(ws)
     arr, tp = ws.table(a.table)
-    tail = ws.__dict__.get("_pwb_tail")
-    if tail is None:  # the workspace's own arguments, the same every call
-        p = ws.p
-        tail = ws._pwb_tail = (
-            int(ws.exact), ws.V, p["grid"], ws.fine.shape[0], p["fine"], ws.fine.shape[1], p["surv_m"], p["cs_m"],
-            p["surv_n"], p["cs_n"], p["lam"], p["gch"], p["code"], p["slots"], p["gain"], p["g"], p["gd"],
-            p["best"], p["use_p"], p["adm_p"], p["best_g"], p["mono"], p["J"], p["work"], p["pos"], p["vals"],
-            p["chain"], p["admitted"])
     native[1].hp_price_with_budget(R, Km, Kn, pcm, plm, pcn, pln, tp, arr.shape[0], a.T, float(a.N), a.draft,
-                                   margin, _cap(a.cap), *tail)
+                                   margin, _cap(a.cap), *ws.pwb_args)
     return ws.chain, ws.admitted, None, None, None
 
 

@@ -29,6 +29,8 @@ FLAGS = ["-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math", "-std
 def _flags() -> list[str]:
     """FLAGS and HYBRIDSPEC_NATIVE_CFLAGS's extra flags."""
     return FLAGS + os.environ.get("HYBRIDSPEC_NATIVE_CFLAGS", "").split()
+
+
 # The exported functions: every definition at column 0 that is not `static`; cffi gets their prototypes
 # from the source itself, so a signature is written once. Likewise the struct types they take
 # (`typedef struct { ... } name;` at column 0).

@@ -26,9 +26,8 @@
 #include <string.h>
 
 /* One slot j of a row: clamp, running product in double rounded to float, running sum in double. */
-#define CHAIN_SLOT(c, s, p, j, acc, sum, nan) do { \
+#define CHAIN_SLOT(c, s, p, j, acc, sum) do { \
         float x_ = (c)[j]; \
-        (nan) |= x_ != x_; \
         x_ = x_ < 0.0f ? 0.0f : (x_ > 1.0f ? 1.0f : x_); \
         (acc) *= (double)x_; \
         float a_ = (float)(acc); \
@@ -40,16 +39,13 @@
 /* Survivals surv [rows, K] and prefix sums cs [rows, K + 1] of `rows` chains: surv_j = clamp(conf_j, 0, 1)
  * multiplied up in double, rounded to float, 0 for j >= len; cs as the module's header. Four rows at a time
  * (independent products and sums, so their latencies overlap), slot by slot while all four are within
- * their lengths. mono [rows] (or NULL): whether the row is non-increasing without NaN, which is whether no
- * confidence within its length is NaN (a product of factors in [0, 1], rounded monotonically, never grows;
- * a NaN factor makes every later survival NaN). */
-static void chain(int64_t rows, int64_t K, const float *conf, const int64_t *len, float *surv, float *cs,
-                  uint8_t *mono) {
+ * their lengths. Without NaN (the forms decline NaN confidences) every row is non-increasing: a product of
+ * factors in [0, 1], rounded monotonically, never grows. */
+static void chain(int64_t rows, int64_t K, const float *conf, const int64_t *len, float *surv, float *cs) {
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
         int64_t L[4], Lmin = K;
         double acc[4] = {1.0, 1.0, 1.0, 1.0}, sum[4] = {0.0, 0.0, 0.0, 0.0};
-        int nan[4] = {0, 0, 0, 0};
         for (int i = 0; i < 4; i++) {
             L[i] = len[r + i] < 0 ? 0 : (len[r + i] > K ? K : len[r + i]);
             Lmin = L[i] < Lmin ? L[i] : Lmin;
@@ -59,16 +55,15 @@ static void chain(int64_t rows, int64_t K, const float *conf, const int64_t *len
         float *s0 = surv + r * K, *s1 = s0 + K, *s2 = s1 + K, *s3 = s2 + K;
         float *p0 = cs + r * (K + 1), *p1 = p0 + K + 1, *p2 = p1 + K + 1, *p3 = p2 + K + 1;
         for (int64_t j = 0; j < Lmin; j++) {
-            CHAIN_SLOT(c0, s0, p0, j, acc[0], sum[0], nan[0]);
-            CHAIN_SLOT(c1, s1, p1, j, acc[1], sum[1], nan[1]);
-            CHAIN_SLOT(c2, s2, p2, j, acc[2], sum[2], nan[2]);
-            CHAIN_SLOT(c3, s3, p3, j, acc[3], sum[3], nan[3]);
+            CHAIN_SLOT(c0, s0, p0, j, acc[0], sum[0]);
+            CHAIN_SLOT(c1, s1, p1, j, acc[1], sum[1]);
+            CHAIN_SLOT(c2, s2, p2, j, acc[2], sum[2]);
+            CHAIN_SLOT(c3, s3, p3, j, acc[3], sum[3]);
         }
         for (int i = 0; i < 4; i++) {
             const float *c = conf + (r + i) * K;
             float *sv = surv + (r + i) * K, *p = cs + (r + i) * (K + 1);
-            for (int64_t j = Lmin; j < L[i]; j++) CHAIN_SLOT(c, sv, p, j, acc[i], sum[i], nan[i]);
-            if (mono) mono[r + i] = !nan[i];
+            for (int64_t j = Lmin; j < L[i]; j++) CHAIN_SLOT(c, sv, p, j, acc[i], sum[i]);
             /* slots j >= len: survival 0, so the prefix sum stays (sum + 0.0 == sum, and sum is never -0.0) */
             for (int64_t j = L[i]; j < K; j++) {
                 sv[j] = 0.0f;
@@ -81,10 +76,8 @@ static void chain(int64_t rows, int64_t K, const float *conf, const int64_t *len
         float *sv = surv + r * K, *p = cs + r * (K + 1);
         int64_t L = len[r] < 0 ? 0 : (len[r] > K ? K : len[r]);
         double acc = 1.0, sum = 0.0;
-        int nan = 0;
         p[0] = 0.0f;
-        for (int64_t j = 0; j < L; j++) CHAIN_SLOT(c, sv, p, j, acc, sum, nan);
-        if (mono) mono[r] = !nan;
+        for (int64_t j = 0; j < L; j++) CHAIN_SLOT(c, sv, p, j, acc, sum);
         for (int64_t j = L; j < K; j++) {
             sv[j] = 0.0f;
             p[j + 1] = p[L];
@@ -112,21 +105,6 @@ static int non_increasing(const float *x, int64_t n) {
     return 1;
 }
 
-/* The threshold rule of one request at price l: l_m = #{j : a_m,j > l}, l_n likewise (counts of a
- * non-increasing survival row; cm, cn given), V_c = cs_c[l_c] - (float)l_c * l, the n-gram chain iff
- * V_n > V_m + margin. Writes the chosen chain's gain and returns its admitted count (use: 0 model, 1 n-gram). */
-static inline int64_t rule(const float *pm, const float *pn, int64_t lm, int64_t ln, float l, float margin,
-                           float *gain, int *use) {
-    float gm = pm[lm], gn = pn[ln];
-    float tn = (float)ln * l, tm = (float)lm * l;
-    float vn = gn - tn, vm = gm - tm;
-    float rhs = vm + margin;
-    int u = vn > rhs;
-    *use = u;
-    *gain = u ? gn : gm;
-    return u ? ln : lm;
-}
-
 /* LANES prices (or columns) at a time: GCC/clang vector extensions, each lane an IEEE single-precision op as
  * the scalar code (no contraction: -ffp-contract=off). */
 #define LANES 8
@@ -144,13 +122,15 @@ typedef int32_t vi __attribute__((vector_size(4 * LANES)));
 #define LANE_CLONES
 #endif
 
-/* The threshold rule (rule) of one request at LANES prices l, in lanes. The counts #{j : a_j > l} are sums
- * of the comparisons over the row's slots j0 <= j < J, plus j0: every slot below j0 exceeds every price of
- * the block (the caller's j0), no slot from J on exceeds any (J = the count at the smallest price). That is
+/* The threshold rule of one request at LANES prices l, in lanes: l_c = #{j : a_c,j > l} (c = m, n),
+ * V_c = cs_c[l_c] - (float)l_c * l, the n-gram chain iff V_n > V_m + margin. The counts are sums of the
+ * comparisons over the row's slots j0 <= j < J, plus j0: every slot below j0 exceeds every price of the block
+ * (the caller's j0), no slot from J on exceeds any (J = the count at the smallest price). That is
  * searchsorted's count on a non-increasing row without NaN; and since the comparisons hold on a prefix of j,
  * the prefix sum at the count, cs[count], is cs[j + 1] of the last j that compares (cs[j0] if none). Writes
- * the chosen chain's gains to gr[0..n-1] (n <= LANES) and its counts to *adm, the model chain's counts to
- * cm_out and the n-gram chain's to cn_out (lanes). */
+ * the chosen chain's gains to gr[0..n-1] (n <= LANES) and its count times 2 plus the choice (1: the n-gram
+ * chain) to code[0..n-1]; the chosen counts to *adm, the model chain's to *cm_out, the n-gram chain's to
+ * *cn_out (lanes). */
 static inline __attribute__((always_inline)) void rule_lanes(const float *am, int64_t j0m, int64_t Jm,
                                                              const float *an, int64_t j0n, int64_t Jn,
                                                              const float *pm, const float *pn, const vf *lp,
@@ -190,27 +170,20 @@ static inline __attribute__((always_inline)) void rule_lanes(const float *am, in
 
 /* Evaluate prices lam [S, C]: gch [S, R, C] (each request's chosen chain's gain), code [S, R, C] (its admitted
  * count times 2 plus the choice, 1 for the n-gram chain) and slots [S, C] (the sum of the admitted counts over
- * requests). LANES prices at a time, request by request (the slot sums stay in a register): rows that are
- * non-increasing without NaN (mono [S, R]) by rule_lanes, others by a binary search per price
- * (torch.searchsorted's answer on any row; the forms decline NaN confidences, so the engine never sends
- * one). Where a side's prices are non-increasing (the two-stage grid), a block's j0 is the count at the
- * previous block's last price (no smaller than its own prices), so a request's comparisons start at the
- * first slot that can fall below one of the block's prices. J [4 R]: work. */
+ * requests). LANES prices at a time, request by request (the slot sums stay in a register), by rule_lanes:
+ * the survival rows are non-increasing and no price is NaN (chain(); the forms decline NaN confidences).
+ * Where a side's prices are non-increasing (the two-stage grid), a block's j0 is the count at the previous
+ * block's last price (no smaller than its own prices), so a request's comparisons start at the first slot
+ * that can fall below one of the block's prices. J [4 R]: work. */
 LANE_CLONES
 static void eval_prices(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *cs_m,
-                        const float *surv_n, const float *cs_n, const uint8_t *mono, int64_t C, const float *lam,
-                        float margin, float *gch, int32_t *code, int64_t *slots, int64_t *J) {
+                        const float *surv_n, const float *cs_n, int64_t C, const float *lam, float margin,
+                        float *gch, int32_t *code, int64_t *slots, int64_t *J) {
     for (int64_t s = 0; s < S; s++) {
         const float *ls = lam + s * C;
         int sorted = non_increasing(ls, C);
-        float lo = 0.0f;  /* the smallest price that is not NaN (+inf if none) */
-        int any = 0;
-        for (int64_t c = 0; c < C; c++)
-            if (ls[c] == ls[c] && (!any || ls[c] < lo)) {
-                lo = ls[c];
-                any = 1;
-            }
-        if (!any) lo = __builtin_inff();
+        float lo = ls[0];  /* the smallest price */
+        for (int64_t c = 1; c < C; c++) lo = ls[c] < lo ? ls[c] : lo;
         for (int64_t r = 0; r < R; r++) {
             J[4 * r] = count_above(surv_m + (s * R + r) * Km, Km, lo);
             J[4 * r + 1] = count_above(surv_n + (s * R + r) * Kn, Kn, lo);
@@ -227,22 +200,12 @@ static void eval_prices(int64_t S, int64_t R, int64_t Km, int64_t Kn, const floa
                 float *gr = gch + (s * R + r) * C + c;
                 int32_t *cd = code + (s * R + r) * C + c;
                 int64_t *w = J + 4 * r;
-                if (mono[s * R + r]) {
-                    vi adm, cm, cn;
-                    rule_lanes(am, w[2], w[0], an, w[3], w[1], pm, pn, &l, n, margin, gr, cd, &adm, &cm, &cn);
-                    tot += adm;
-                    if (sorted) {
-                        w[2] = cm[n - 1];
-                        w[3] = cn[n - 1];
-                    }
-                } else {
-                    int u;
-                    for (int64_t i = 0; i < n; i++) {
-                        int32_t a = (int32_t)rule(pm, pn, count_above(am, Km, l[i]), count_above(an, Kn, l[i]), l[i],
-                                                  margin, gr + i, &u);
-                        tot[i] += a;
-                        cd[i] = 2 * a + u;
-                    }
+                vi adm, cm, cn;
+                rule_lanes(am, w[2], w[0], an, w[3], w[1], pm, pn, &l, n, margin, gr, cd, &adm, &cm, &cn);
+                tot += adm;
+                if (sorted) {
+                    w[2] = cm[n - 1];
+                    w[3] = cn[n - 1];
                 }
             }
             for (int64_t i = 0; i < n; i++) slots[s * C + c + i] = tot[i];
@@ -453,7 +416,7 @@ void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const flo
  *            last rows added to the first, then the four added in order;
  * and the output is 0 + that sum. Which order a column gets depends on V (8 with AVX2, 16 with AVX512):
  * the caller passes V and checks this against torch.sum on random data once per shape
- * (sim/policies/fast.py, SumCheck); where they differ it runs the torch definition. */
+ * (sim/policies/fast.py, _sum_width); where they differ it runs the torch definition. */
 static int64_t ceil_log2(int64_t x) {
     if (x <= 2) return 1;
     int64_t b = 0;
@@ -548,19 +511,16 @@ void hp_sum_requests(int64_t S, int64_t R, int64_t C, int64_t V, const float *x,
  * Goodput in float (draft_d NULL: one drafter cost `draft`) or in double (draft_d [S]: a cost per side, as
  * hp_goodput_d). Leaves the pick's (use, admitted) per side in use_p, adm_p [S, R] and its goodput in
  * best_g [S]. Buffers: surv_m/cs_m [S, R, Km]/[S, R, Km + 1], surv_n/cs_n likewise; lam [S, Cmax]; gch, code
- * [S, R, Cmax]; mono [2 S R]; J [4 R]; slots, gain, g (float goodput), gd (double goodput) [S, Cmax]; best
+ * [S, R, Cmax]; J [4 R]; slots, gain, g (float goodput), gd (double goodput) [S, Cmax]; best
  * [S]; Cmax = max(R (Km + Kn) + 1 if exact, G, F). */
 void hp_sweep(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *conf_m, const int64_t *len_m,
               const float *conf_n, const int64_t *len_n, const double *table, int64_t ntab, int64_t T, float N,
               float draft, const double *draft_d, float margin, int64_t exact, int64_t V, const float *grid,
               int64_t G, const float *fine, int64_t F, float *surv_m, float *cs_m, float *surv_n, float *cs_n,
               float *lam, float *gch, int32_t *code, int64_t *slots, float *gain, float *g,
-              double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p, double *best_g, uint8_t *mono,
-              int64_t *J) {
-    uint8_t *mono_n = mono + S * R;  /* rows non-increasing without NaN: model chain, then both chains */
-    chain(S * R, Km, conf_m, len_m, surv_m, cs_m, mono);
-    chain(S * R, Kn, conf_n, len_n, surv_n, cs_n, mono_n);
-    for (int64_t r = 0; r < S * R; r++) mono[r] = mono[r] && mono_n[r];
+              double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p, double *best_g, int64_t *J) {
+    chain(S * R, Km, conf_m, len_m, surv_m, cs_m);
+    chain(S * R, Kn, conf_n, len_n, surv_n, cs_n);
     int64_t C;
     if (exact) {
         C = R * (Km + Kn) + 1;
@@ -582,7 +542,7 @@ void hp_sweep(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *conf_m,
             C = F;
             for (int64_t s = 0; s < S; s++) memcpy(lam + s * C, fine + best[s] * F, sizeof(float) * F);
         }
-        eval_prices(S, R, Km, Kn, surv_m, cs_m, surv_n, cs_n, mono, C, lam, margin, gch, code, slots, J);
+        eval_prices(S, R, Km, Kn, surv_m, cs_m, surv_n, cs_n, C, lam, margin, gch, code, slots, J);
         hp_sum_requests(S, R, C, V, gch, gain);
         if (draft_d) hp_goodput_d(S, C, gain, slots, table, ntab, T, N, draft_d, gd, best);
         else hp_goodput(S, C, gain, slots, table, ntab, T, N, draft, g, best);
@@ -609,11 +569,11 @@ void hp_price_with_budget(int64_t R, int64_t Km, int64_t Kn, const float *conf_m
                           const float *grid, int64_t G, const float *fine, int64_t F, float *surv_m, float *cs_m,
                           float *surv_n, float *cs_n, float *lam, float *gch, int32_t *code, int64_t *slots,
                           float *gain, float *g, double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p,
-                          double *best_g, uint8_t *mono, int64_t *J, int64_t *heap_r, int64_t *pos, float *vals,
+                          double *best_g, int64_t *J, int64_t *heap_r, int64_t *pos, float *vals,
                           int64_t *chain_out, int64_t *adm_out) {
     hp_sweep(2, R, Km, Kn, conf_m, len_m, conf_n, len_n, table, ntab, T, N, draft, 0, margin, exact, V, grid, G,
              fine, F, surv_m, cs_m, surv_n, cs_n, lam, gch, code, slots, gain, g, gd, best, use_p, adm_p, best_g,
-             mono, J);
+             J);
     int64_t budget = 0;
     for (int64_t r = 0; r < R; r++) budget += adm_p[R + r];
     if (cap >= 0 && cap < budget) budget = cap;
@@ -627,7 +587,7 @@ void hp_price_with_budget(int64_t R, int64_t Km, int64_t Kn, const float *conf_m
  * B reachable iff B <= #real slots and B <= cap; first maximum); then the stable global top-B of the
  * current float32 survivals. */
 void ad_survival(int64_t R, int64_t K, const float *conf, const int64_t *len, float *surv, float *cs) {
-    chain(R, K, conf, len, surv, cs, 0);
+    chain(R, K, conf, len, surv, cs);
 }
 
 static int cmp_desc(const void *a, const void *b) {
@@ -779,7 +739,7 @@ void tr_second(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const flo
  * against torch.sum once per process (sim/policies/fast.py). out[r] = 0 + that sum. */
 void st_expected(int64_t R, int64_t K, int64_t V, const float *conf, const int64_t *len, float *surv, float *cs,
                  float *out) {
-    chain(R, K, conf, len, surv, cs, 0);
+    chain(R, K, conf, len, surv, cs);
     for (int64_t r = 0; r < R; r++) {
         const float *x = surv + r * K;
         float acc;
