@@ -145,7 +145,7 @@ class _Workspace:
         self.gain, self.g, self.gd = np.empty((S, C), f32), np.empty((S, C), f32), np.empty((S, C), np.float64)
         self.best, self.best_g = np.empty(S, i64), np.empty(S, np.float64)
         self.use_p, self.adm_p = np.empty((S, R), np.uint8), np.empty((S, R), i64)
-        self.J = np.empty(4 * R, i64)  # hp_sweep's work
+        self.J = np.empty(2 * R, i64)  # hp_sweep's work
         self.draft = np.empty(S, np.float64)
         self.len_cur = np.empty(R, i64)
         self.work, self.pos, self.vals = np.empty(R, i64), np.empty(3 * R, i64), np.empty(R * max(Km, Kn), f32)

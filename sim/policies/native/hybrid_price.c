@@ -129,13 +129,12 @@ typedef int32_t vi __attribute__((vector_size(4 * LANES)));
  * searchsorted's count on a non-increasing row without NaN; and since the comparisons hold on a prefix of j,
  * the prefix sum at the count, cs[count], is cs[j + 1] of the last j that compares (cs[j0] if none). Writes
  * the chosen chain's gains to gr[0..n-1] (n <= LANES) and its count times 2 plus the choice (1: the n-gram
- * chain) to code[0..n-1]; the chosen counts to *adm, the model chain's to *cm_out, the n-gram chain's to
- * *cn_out (lanes). */
+ * chain) to code[0..n-1]; the chosen counts to *adm (lanes). */
 static inline __attribute__((always_inline)) void rule_lanes(const float *am, int64_t j0m, int64_t Jm,
                                                              const float *an, int64_t j0n, int64_t Jn,
                                                              const float *pm, const float *pn, const vf *lp,
                                                              int64_t n, float margin, float *gr, int32_t *code,
-                                                             vi *adm, vi *cm_out, vi *cn_out) {
+                                                             vi *adm) {
     vf l = *lp;
     vi cm = {0}, cn = {0}, gm = (vi)splat(pm[j0m]), gn = (vi)splat(pn[j0n]);
     cm += (int32_t)j0m;
@@ -164,49 +163,56 @@ static inline __attribute__((always_inline)) void rule_lanes(const float *am, in
         memcpy(gr, &gain, sizeof(float) * n);
         memcpy(code, &cd, sizeof(int32_t) * n);
     }
-    *cm_out = cm;
-    *cn_out = cn;
 }
 
 /* Evaluate prices lam [S, C]: gch [S, R, C] (each request's chosen chain's gain), code [S, R, C] (its admitted
  * count times 2 plus the choice, 1 for the n-gram chain) and slots [S, C] (the sum of the admitted counts over
  * requests). LANES prices at a time, request by request (the slot sums stay in a register), by rule_lanes:
  * the survival rows are non-increasing and no price is NaN (chain(); the forms decline NaN confidences).
- * Where a side's prices are non-increasing (the two-stage grid), a block's j0 is the count at the previous
- * block's last price (no smaller than its own prices), so a request's comparisons start at the first slot
- * that can fall below one of the block's prices. J [4 R]: work. */
+ * Where a side's prices are non-increasing (the two-stage grid), each block's comparisons are bounded on
+ * both sides: j0 = the count at the block's largest price (the previous block's smallest, or a binary search
+ * for the first block) and J = the count at its smallest price, found by walking the row on from j0; so a
+ * row's slots are compared, in lanes, in the one block whose prices straddle them, and walked over once.
+ * Otherwise j0 = 0 and J = the count at the side's smallest price. J [2 R]: work. */
 LANE_CLONES
 static void eval_prices(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *cs_m,
                         const float *surv_n, const float *cs_n, int64_t C, const float *lam, float margin,
                         float *gch, int32_t *code, int64_t *slots, int64_t *J) {
     for (int64_t s = 0; s < S; s++) {
         const float *ls = lam + s * C;
+        const float *sm = surv_m + s * R * Km, *sn = surv_n + s * R * Kn;
         int sorted = non_increasing(ls, C);
         float lo = ls[0];  /* the smallest price */
         for (int64_t c = 1; c < C; c++) lo = ls[c] < lo ? ls[c] : lo;
         for (int64_t r = 0; r < R; r++) {
-            J[4 * r] = count_above(surv_m + (s * R + r) * Km, Km, lo);
-            J[4 * r + 1] = count_above(surv_n + (s * R + r) * Kn, Kn, lo);
-            J[4 * r + 2] = J[4 * r + 3] = 0;  /* j0 */
+            /* per chain: sorted, the count at the next block's largest price; else at the smallest price */
+            J[2 * r] = count_above(sm + r * Km, Km, sorted ? ls[0] : lo);
+            J[2 * r + 1] = count_above(sn + r * Kn, Kn, sorted ? ls[0] : lo);
         }
         for (int64_t c = 0; c < C; c += LANES) {
             int64_t n = C - c < LANES ? C - c : LANES;
             vf l;
             for (int64_t i = 0; i < LANES; i++) l[i] = ls[c + (i < n ? i : n - 1)];
+            float lb = l[n - 1];  /* sorted: the block's smallest price */
             vi tot = {0};
             for (int64_t r = 0; r < R; r++) {
-                const float *am = surv_m + (s * R + r) * Km, *an = surv_n + (s * R + r) * Kn;
+                const float *am = sm + r * Km, *an = sn + r * Kn;
                 const float *pm = cs_m + (s * R + r) * (Km + 1), *pn = cs_n + (s * R + r) * (Kn + 1);
                 float *gr = gch + (s * R + r) * C + c;
                 int32_t *cd = code + (s * R + r) * C + c;
-                int64_t *w = J + 4 * r;
-                vi adm, cm, cn;
-                rule_lanes(am, w[2], w[0], an, w[3], w[1], pm, pn, &l, n, margin, gr, cd, &adm, &cm, &cn);
-                tot += adm;
+                int64_t *w = J + 2 * r;
+                vi adm;
                 if (sorted) {
-                    w[2] = cm[n - 1];
-                    w[3] = cn[n - 1];
+                    int64_t j0m = w[0], j0n = w[1], jm = j0m, jn = j0n;
+                    while (jm < Km && am[jm] > lb) jm++;
+                    while (jn < Kn && an[jn] > lb) jn++;
+                    rule_lanes(am, j0m, jm, an, j0n, jn, pm, pn, &l, n, margin, gr, cd, &adm);
+                    w[0] = jm;
+                    w[1] = jn;
+                } else {
+                    rule_lanes(am, 0, w[0], an, 0, w[1], pm, pn, &l, n, margin, gr, cd, &adm);
                 }
+                tot += adm;
             }
             for (int64_t i = 0; i < n; i++) slots[s * C + c + i] = tot[i];
         }
@@ -511,7 +517,7 @@ void hp_sum_requests(int64_t S, int64_t R, int64_t C, int64_t V, const float *x,
  * Goodput in float (draft_d NULL: one drafter cost `draft`) or in double (draft_d [S]: a cost per side, as
  * hp_goodput_d). Leaves the pick's (use, admitted) per side in use_p, adm_p [S, R] and its goodput in
  * best_g [S]. Buffers: surv_m/cs_m [S, R, Km]/[S, R, Km + 1], surv_n/cs_n likewise; lam [S, Cmax]; gch, code
- * [S, R, Cmax]; J [4 R]; slots, gain, g (float goodput), gd (double goodput) [S, Cmax]; best
+ * [S, R, Cmax]; J [2 R]; slots, gain, g (float goodput), gd (double goodput) [S, Cmax]; best
  * [S]; Cmax = max(R (Km + Kn) + 1 if exact, G, F). */
 void hp_sweep(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *conf_m, const int64_t *len_m,
               const float *conf_n, const int64_t *len_n, const double *table, int64_t ntab, int64_t T, float N,
