@@ -73,7 +73,7 @@ import torch
 from tqdm import tqdm
 
 from sim.cost.base import CostModel
-from sim.drafters.tables import DraftTables
+from sim.drafters.tables import DraftTables, ng_conf_zero_past_length
 from sim.engine_fast import ARRAYS_BYPASSES, Unsupported, native_step, steps_as_defined
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.errors import ConfigError, HybridSpecError
@@ -114,21 +114,6 @@ class EngineConfig:
             raise ConfigError(f"KV capacity must be >= 1 token, got {self.kv_capacity_tokens}")
         if self.rate is not None and not self.rate > 0:
             raise ConfigError(f"arrival rate must be > 0 requests/s, got {self.rate}")
-
-
-def _ng_conf_zero_past_length(tb: DraftTables) -> bool:
-    """Whether every n-gram confidence past its chain's length is 0 (the calibrator writes them so), checked
-    once per tables object: then the host-side history may add the rows as they are."""
-    flag = getattr(tb, "_ng_zero_past_len", None)
-    if flag is None:
-        short = np.flatnonzero(tb.ng_len < tb.k_ngram)  # only these rows have slots past their length
-        past = np.arange(tb.k_ngram)[None, :] >= tb.ng_len[short][:, None]
-        flag = bool(not np.any(tb.ng_conf[short][past]))
-        try:
-            tb._ng_zero_past_len = flag
-        except AttributeError:
-            pass
-    return flag
 
 
 class LosslessError(HybridSpecError):
@@ -243,7 +228,7 @@ class Engine:
     def _ng_clean(self) -> bool:
         """Whether ng_conf * (slot < ng_len) == ng_conf for every row the engine can read (read per step: an
         arena learns it as requests are admitted)."""
-        return _ng_conf_zero_past_length(self.tb)
+        return ng_conf_zero_past_length(self.tb)
 
     def _hist(self, reqs: np.ndarray) -> np.ndarray:
         """Rows of the K-wide host-history sums of requests `reqs`."""

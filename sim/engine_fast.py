@@ -19,6 +19,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from sim.drafters.tables import ng_conf_zero_past_length
 from sim.scheduler import SMALL
 
 _CTYPES = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]", np.dtype(np.int64): "int64_t[]",
@@ -95,6 +96,7 @@ class NativeStep:
         self.ntok, self.nemit = len(tb.tokens), len(eng.emitted_tokens)
         b = self.ffi.new("es_bound *")  # the C's view of them (es_bound); self.t and self.s keep them alive
         b.Km, b.Kn, b.ntokens, b.nemitted = km, kn, self.ntok, self.nemit
+        b.ng_clean = int(ng_conf_zero_past_length(tb))
         for k in ("offsets", "out_len", "prompt_len", "tok_offsets", "m_acc", "ng_acc", "ng_start", "ng_len",
                   "tokens", "length_only", "m_tok", "m_conf", "ng_conf"):
             setattr(b, k, self.t[k])

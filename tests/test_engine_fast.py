@@ -38,7 +38,8 @@ def _same(a, b, what):
         assert np.asarray(v).dtype == np.asarray(w).dtype and np.asarray(v).tobytes() == np.asarray(w).tobytes(), \
             f"{what}: step column {k} differs"
     for k in STATE:
-        assert np.array_equal(getattr(ea, k), getattr(eb, k)), f"{what}: {k} differs"
+        x, y = getattr(ea, k), getattr(eb, k)
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), f"{what}: {k} differs"  # NaN: the same bits
     assert ea.n_written == eb.n_written and len(ra.steps["emitted"]) > 10
 
 
@@ -54,11 +55,15 @@ def test_native_step_equals_numpy_step(prep, spec, monkeypatch):
     assert ref[1].requests["preemptions"].sum() > 0
 
 
-def test_ngram_confidences_past_their_length(prep, monkeypatch):
+@pytest.mark.parametrize("fill", [0.25, -0.0, float("nan")])
+def test_ngram_confidences_past_their_length(prep, monkeypatch, fill):
+    """Not the calibrator's +0.0 past the chains' lengths: the host history must mask them, and the native step
+    must read the whole rows (it reads them up to their length only where the rest is +0.0, sign included)."""
     tb = prep.tables
+    assert tb.ng_len.min() < tb.k_ngram
     past = np.arange(tb.k_ngram)[None, :] >= tb.ng_len[:, None]
     ng_conf = tb.ng_conf.copy()
-    ng_conf[past] = 0.25  # not the calibrator's 0: the host history must mask them
+    ng_conf[past] = fill
     dirty = dataclasses.replace(tb, ng_conf=ng_conf)
     cfg = EngineConfig(batch_size=4)
     for spec in ("hybrid", "hybrid-price"):
@@ -75,3 +80,16 @@ def test_subclass_overriding_a_hook_keeps_the_numpy_step(prep, monkeypatch):
     monkeypatch.delenv("HYBRIDSPEC_REFERENCE_ENGINE", raising=False)
     eng = Hooked(prep.tables, prep.arrivals, get_policy("none"), prep.cost, EngineConfig(batch_size=4))
     assert eng.run().lossless and eng._fast is None
+
+
+def test_zero_past_length_is_bitwise():
+    from sim.drafters.tables import zero_past_length
+
+    conf = np.array([[0.5, 0.0, 0.0], [0.5, 0.25, 0.0], [1.0, 1.0, 1.0]], dtype=np.float32)
+    length = np.array([1, 2, 3])
+    assert zero_past_length(conf, length)
+    for bad in (-0.0, np.nan, 1e-30):
+        dirty = conf.copy()
+        dirty[0, 2] = bad
+        assert not zero_past_length(dirty, length), bad
+    assert zero_past_length(conf, np.array([0, 0, 0])) is False  # the first row's 0.5 is past a length of 0

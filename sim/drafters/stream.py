@@ -24,7 +24,7 @@ import numpy as np
 from sim.drafters.calibration import NgramCalibrator
 from sim.drafters.model import ModelDrafterProfile
 from sim.drafters.ngram import NgramConfig
-from sim.drafters.tables import ROW_COLUMNS, ROW_DTYPES, check_calibrator, request_rows
+from sim.drafters.tables import ROW_COLUMNS, ROW_DTYPES, check_calibrator, request_rows, zero_past_length
 from sim.errors import ConfigError
 
 WHOLE_TABLE_BUDGET = 1 << 30  # bytes: above this `auto` streams (1 GiB, half of the 2 GB target of docs/memory.md)
@@ -114,7 +114,7 @@ class TableArena:
         self.live_rows = self.live_tokens = 0
         self.peak_rows = self.peak_tokens = 0  # most rows / tokens live at once
         self.built = 0  # requests built (a preempted request keeps its rows: built once)
-        self._ng_zero_past_len = True  # every live n-gram confidence past its chain's length is 0 (engine fast path)
+        self._ng_zero_past_len = True  # every live n-gram confidence past its chain's length is +0.0 (engine fast path)
 
     # --------------------------------------------------------------------------------------- storage
     def _alloc_rows(self, cap: int, keep: int = 0) -> None:
@@ -179,8 +179,7 @@ class TableArena:
             self.emitted[a:a + L] = -1
             self.tokens[t:t + T] = rows["tokens"]
             if self._ng_zero_past_len and L:
-                past = np.arange(self.k_ngram)[None, :] >= np.asarray(rows["ng_len"])[:, None]
-                self._ng_zero_past_len = not np.any(np.asarray(rows["ng_conf"])[past])
+                self._ng_zero_past_len = zero_past_length(rows["ng_conf"], rows["ng_len"])
             self.offsets[r], self.tok_offsets[r] = a, t
             self.out_base[r] = t + self.prompt_len[r]
             self.top, self.ttop = a + L, t + T

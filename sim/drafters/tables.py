@@ -80,6 +80,28 @@ class DraftTables:
         return hit / np.maximum(self.out_len, 1)
 
 
+def zero_past_length(conf: np.ndarray, length: np.ndarray) -> bool:
+    """Whether every entry of the rows conf [rows, K] at or past its row's length is +0.0, sign included."""
+    conf, length = np.asarray(conf), np.asarray(length)
+    short = np.flatnonzero(length < conf.shape[1])  # only these rows have slots past their length
+    x = conf[short][np.arange(conf.shape[1])[None, :] >= length[short][:, None]]
+    return bool(not np.any((x != 0) | np.signbit(x)))
+
+
+def ng_conf_zero_past_length(tb: DraftTables) -> bool:
+    """Whether every n-gram confidence past its chain's length is +0.0, sign included (the calibrator writes
+    them so), checked once per tables object: then the host-side history may add the rows as they are, and the
+    native step (sim/engine_fast.py) reads the rows up to their length only."""
+    flag = getattr(tb, "_ng_zero_past_len", None)
+    if flag is None:
+        flag = zero_past_length(tb.ng_conf, tb.ng_len)
+        try:
+            tb._ng_zero_past_len = flag
+        except AttributeError:
+            pass
+    return flag
+
+
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Concatenated aranges lo[k]..hi[k]-1."""
     n = hi - lo

@@ -15,9 +15,11 @@
 #include <stdint.h>
 
 /* The engine's tables and state arrays, bound once (sim/engine_fast.py, NativeStep.bind): the C pointers of
- * the arrays es_gather and es_commit read and write, the chain widths and the token buffers' lengths. */
+ * the arrays es_gather and es_commit read and write, the chain widths, the token buffers' lengths, and
+ * ng_clean: whether every n-gram confidence past its chain's length is +0.0, bit for bit (then the n-gram
+ * rows are read up to their length only: see NG_ROW). */
 typedef struct {
-    int64_t Km, Kn, ntokens, nemitted;
+    int64_t Km, Kn, ntokens, nemitted, ng_clean;
     const int64_t *offsets, *out_len, *prompt_len, *tok_offsets, *m_acc, *ng_acc, *ng_start, *ng_len, *tokens;
     const uint8_t *length_only;
     const int32_t *m_tok;
@@ -38,7 +40,9 @@ typedef struct {
  *   mean_ng[k] (when mean_ng is not NULL): n_sum / n_cnt where the request has n-gram history, else the
  *   previous proposal ng_conf[srow] times (slot < ng_len[srow]), as float64. (The numpy step skips that mask
  *   where the tables hold 0 past every chain's length; masking anyway gives the same floats there, since a
- *   signed zero times 0.0f is itself, so this step masks always and needs no table-wide check.)
+ *   signed zero times 0.0f is itself, so this step masks always.)
+ *   Where ng_clean (+0.0 past every n-gram chain's length, bit for bit), the n-gram rows are read up to their
+ *   length and the rest written as +0.0: the same floats without reading them (NG_ROW).
  * The gathered arrays: ints [5, R] = rows, model_len, stale_mlen, ngram_len, stale_nlen; floats =
  * model_conf [R, Km], stale_m [R, Km], ngram_conf [R, Kn], stale_ng [R, Kn]; mean_ng [R, Kn] or NULL.
  * *nan_out: whether any confidence gathered (current, stale, mean) is NaN (the policy forms decline those).
@@ -56,8 +60,21 @@ int64_t es_gather(int64_t R, const int64_t *reqs, const es_bound *b, int64_t *in
             *stale_nlen = ints + 4 * R;
     float *model_conf = floats, *stale_m = floats + R * Km, *ngram_conf = floats + 2 * R * Km,
           *stale_ng = floats + 2 * R * Km + R * Kn;
+    const int64_t ng_clean = b->ng_clean;
     int64_t kv = 0;
     int nan = 0;
+/* Copy an n-gram row of chain length len to dst, flagging NaN: the slots past the length are +0.0 when
+ * ng_clean, so they are written without being read (the same floats; a long row spans two or more cache
+ * lines, and half the rows of a chat trace have no n-gram match). */
+#define NG_ROW(dst, src, len) do { \
+        int64_t L_ = ng_clean ? ((len) < 0 ? 0 : ((len) > Kn ? Kn : (len))) : Kn; \
+        for (int64_t j = 0; j < L_; j++) { \
+            float x = (src)[j]; \
+            nan |= x != x; \
+            (dst)[j] = x; \
+        } \
+        for (int64_t j = L_; j < Kn; j++) (dst)[j] = 0.0f; \
+    } while (0)
     for (int64_t k = 0; k < R; k++) {
         int64_t r = reqs[k], p = pos[r], base = offsets[r];
         int64_t row = base + p, srow = base + prev_pos[r], mrow = base + model_pos[r];
@@ -71,11 +88,7 @@ int64_t es_gather(int64_t R, const int64_t *reqs, const es_bound *b, int64_t *in
             nan |= x != x;
             model_conf[k * Km + j] = x;
         }
-        for (int64_t j = 0; j < Kn; j++) {
-            float x = ng_conf[row * Kn + j];
-            nan |= x != x;
-            ngram_conf[k * Kn + j] = x;
-        }
+        NG_ROW(ngram_conf + k * Kn, ng_conf + row * Kn, ngram_len[k]);
         float *sm = stale_m + k * Km;
         if (fresh[r]) {
             for (int64_t j = 0; j < Km; j++) sm[j] = 1.0f;
@@ -91,11 +104,7 @@ int64_t es_gather(int64_t R, const int64_t *reqs, const es_bound *b, int64_t *in
         stale_mlen[k] = sl < Km ? sl : Km;
         int64_t snl = ng_len[srow];
         stale_nlen[k] = snl;
-        for (int64_t j = 0; j < Kn; j++) {
-            float x = ng_conf[srow * Kn + j];
-            nan |= x != x;
-            stale_ng[k * Kn + j] = x;
-        }
+        NG_ROW(stale_ng + k * Kn, ng_conf + srow * Kn, snl);
         if (mean_ng != 0) {
             double *mn = mean_ng + k * Kn;
             int64_t c = n_cnt[r];
@@ -103,11 +112,14 @@ int64_t es_gather(int64_t R, const int64_t *reqs, const es_bound *b, int64_t *in
                 double d = (double)c;
                 for (int64_t j = 0; j < Kn; j++) mn[j] = n_sum[r * Kn + j] / d;
             } else {
-                for (int64_t j = 0; j < Kn; j++) mn[j] = (double)(ng_conf[srow * Kn + j] * (float)(j < snl));
+                int64_t L = ng_clean ? (snl < 0 ? 0 : (snl > Kn ? Kn : snl)) : Kn;
+                for (int64_t j = 0; j < L; j++) mn[j] = (double)(ng_conf[srow * Kn + j] * (float)(j < snl));
+                for (int64_t j = L; j < Kn; j++) mn[j] = 0.0;
             }
             for (int64_t j = 0; j < Kn; j++) nan |= mn[j] != mn[j];
         }
     }
+#undef NG_ROW
     *nan_out = nan;
     return kv;
 }
@@ -128,7 +140,8 @@ int64_t es_gather(int64_t R, const int64_t *reqs, const es_bound *b, int64_t *in
  *   the target's tokens[tok_offsets + prompt_len + pos + j]; token-buffer reads clipped to its ends as
  *   numpy's take(mode="clip"); then pos += n_emit, prev_pos = the old pos;
  *   history: if model_ran, model_pos = prev_pos, m_sum += m_conf[row], m_cnt += 1; if uses_ngram,
- *   n_sum += ng_conf[row] times (slot < ng_len[row]) (as es_gather's mean), n_cnt += 1; n_steps += 1.
+ *   n_sum += ng_conf[row] times (slot < ng_len[row]) (as es_gather's mean; where ng_clean, up to the length
+ *   only), n_cnt += 1; n_steps += 1.
  * out[0..2] = bad, out[3..7] = sums: verified model, verified n-gram, accepted model, accepted n-gram, emitted.
  * Returns the number of tokens written, or -1 if an output slot fell outside the buffer (nothing is
  * written then past that point; the caller raises). */
@@ -219,8 +232,10 @@ int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *ints, const int
             m_cnt[r] += 1;
         }
         if (uses_ngram) {
-            int64_t L = ng_len_tab[row];
-            for (int64_t j = 0; j < Kn; j++) n_sum[r * Kn + j] += (double)(ng_conf[row * Kn + j] * (float)(j < L));
+            /* past the length, the term is (double)(x * 0.0f): +0.0 when ng_clean, and adding +0.0 leaves the
+             * sum (never -0.0: it starts at +0.0) as it is */
+            int64_t L = ng_len_tab[row], n = b->ng_clean ? (L < 0 ? 0 : (L > Kn ? Kn : L)) : Kn;
+            for (int64_t j = 0; j < n; j++) n_sum[r * Kn + j] += (double)(ng_conf[row * Kn + j] * (float)(j < L));
             n_cnt[r] += 1;
         }
         n_steps[r] += 1;
