@@ -74,7 +74,7 @@ from tqdm import tqdm
 
 from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables, ng_conf_zero_past_length
-from sim.engine_fast import ARRAYS_BYPASSES, Unsupported, native_step, steps_as_defined
+from sim.engine_fast import ARRAYS_BYPASSES, NativeScans, Unsupported, native_step, steps_as_defined
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
@@ -646,6 +646,11 @@ class Engine:
         fast = getattr(self, "_fast", False)
         if fast is False:
             fast = self._fast = native_step(self)
+            if fast is not None and type(self.sched) is Scheduler:
+                try:
+                    self.sched.scans = NativeScans(self.sched, (fast.ffi, fast.lib))
+                except Unsupported:
+                    pass
         if fast is not None:
             try:
                 fast.bind()

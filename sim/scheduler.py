@@ -95,6 +95,10 @@ class Scheduler:
         self.out_len = None if out_len is None else np.asarray(out_len, dtype=np.int64)
         self._steady = None  # the decoding requests while the running set is steady (module docstring)
         self._run = None  # running as an int64 array, while the list is unchanged (_running_array)
+        self._buf = np.empty(0, dtype=np.int64)  # storage _run may view, grown in place by admissions
+        # The engine's native scans (sim/engine_fast.py, NativeScans: kv_used, split, done, full_need), or None:
+        # the numpy below, which they transcribe, runs. Only for more than SMALL running requests.
+        self.scans = None
 
     def add(self, r: int) -> None:
         """A request arrives: it waits for admission."""
@@ -109,10 +113,25 @@ class Scheduler:
 
     def _running_array(self) -> np.ndarray:
         """`running` as an int64 array, made once per change of the running set (every change goes through
-        this class, which drops it)."""
+        this class, which drops it or, for an admission, extends it in place: _admitted)."""
         if self._run is None:
-            self._run = np.asarray(self.running, dtype=np.int64)
+            n = len(self.running)
+            if self._buf.size < n:
+                self._buf = np.empty(max(n, self.batch_size), dtype=np.int64)
+            self._buf[:n] = self.running
+            self._run = self._buf[:n]
         return self._run
+
+    def _admitted(self, r: int) -> None:
+        """running.append(r), and _run with it: written past its end where it views _buf and there is room
+        (a numpy list conversion costs microseconds at a batch of 128), else dropped."""
+        self.running.append(r)
+        run = self._run
+        if run is not None and run.base is self._buf and len(run) < self._buf.size:
+            self._buf[len(run)] = r
+            self._run = self._buf[:len(run) + 1]
+        else:
+            self._run = None
 
     def kv_used(self) -> int:
         """KV tokens the running requests hold after this step (each verifying kmax drafts + 1), in blocks."""
@@ -123,6 +142,8 @@ class Scheduler:
             pl, pos = self.prompt_len, self.state.pos
             return sum(in_blocks(int(pl[r]) + int(pos[r]) + extra, bs) for r in self.running)
         r = self._running_array()
+        if self.scans is not None:
+            return self.scans.kv_used(r, extra, bs)
         return int(in_blocks(self.prompt_len[r] + self.state.pos[r] + extra, bs).sum())
 
     def schedule(self) -> StepPlan:
@@ -142,8 +163,7 @@ class Scheduler:
                 if used + need > self.kv_cap:
                     break
             self.waiting.popleft()
-            self.running.append(r)
-            self._run = None
+            self._admitted(r)
             if used is not None:
                 used += need
             self._steady = None
@@ -169,6 +189,8 @@ class Scheduler:
             pend = [(r, int(tgt[r]) - int(done[r])) for r in self.running]
             decoding = np.array([r for r, p in pend if p <= 0], dtype=np.int64)
             waiting_prefill = [(r, p) for r, p in pend if p > 0]
+        elif self.scans is not None:
+            decoding, waiting_prefill = self.scans.split(self._running_array())
         else:
             run = self._running_array()
             pending = st.prefill_target[run] - st.prefilled[run]
@@ -197,6 +219,8 @@ class Scheduler:
         if len(self.running) <= 1:
             return True
         r = self._running_array()
+        if self.scans is not None:
+            return self.scans.full_need(r, self.kmax, self.block) <= self.kv_cap
         return int(full_kv_need(self.prompt_len[r] + self.out_len[r], self.kmax, self.block).sum()) <= self.kv_cap
 
     def pop_finished(self, out_len: np.ndarray) -> list[int]:
@@ -213,6 +237,14 @@ class Scheduler:
                 self._run = self._steady = None
             return done
         run = self._running_array()
+        if self.scans is not None:
+            done = self.scans.done(run, out_len)  # run keeps the others, at its front
+            if done:
+                self._run = run[:len(run) - len(done)]
+                for r in done:
+                    self.running.remove(r)
+                self._steady = None
+            return done
         done = pos[run] >= out_len[run]
         if not done.any():  # the usual step: nothing reached its length (the prefill test only where one did)
             return []

@@ -93,3 +93,41 @@ def test_zero_past_length_is_bitwise():
         dirty[0, 2] = bad
         assert not zero_past_length(dirty, length), bad
     assert zero_past_length(conf, np.array([0, 0, 0])) is False  # the first row's 0.5 is past a length of 0
+
+
+def test_native_scans_equal_the_scheduler_numpy():
+    """The scheduler's scans in C (NativeScans) against its numpy on random states: kv_used, the decoding /
+    prefilling split, the finished requests (and the running order kept) and the full-context need."""
+    from sim.engine_fast import NativeScans
+    from sim.policies.native import load
+    from sim.scheduler import SMALL, Scheduler
+
+    native = load("engine_step")
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        n = int(rng.integers(1, 400))
+        prompt_len = rng.integers(0, 3000, n)
+        out_len = rng.integers(1, 500, n)
+        block = int(rng.choice([1, 16, 64]))
+        kmax = int(rng.integers(0, 40))
+        pair = []
+        for scans in (False, True):
+            s = Scheduler(prompt_len, batch_size=n, max_num_batched_tokens=8192, block_size=block,
+                          kv_capacity_tokens=10 ** 9, kmax=kmax, out_len=out_len)
+            st = np.random.default_rng(trial)
+            st.shuffle(ids := np.arange(n))
+            s.running = ids[:int(st.integers(SMALL + 1, n + 1)) if n > SMALL else n].tolist()
+            s.state.pos[:] = st.integers(0, out_len + 1)
+            s.state.prefilled[:] = st.integers(0, prompt_len + 2)
+            if scans:
+                s.scans = NativeScans(s, native)
+            run = s._running_array()
+            if scans:  # the split against schedule's numpy, before pop_finished compacts `run`
+                pend = s.state.prefill_target[run] - s.state.prefilled[run]
+                dec, pre = s.scans.split(run)
+                assert dec.tolist() == run[pend <= 0].tolist()
+                assert pre == list(zip(run[pend > 0].tolist(), pend[pend > 0].tolist()))
+            pair.append((s.kv_used(), s._fits_to_the_end(), s.pop_finished(out_len), list(s.running)))
+            assert s._running_array().tolist() == s.running
+        (kv0, fit0, done0, run0), (kv1, fit1, done1, run1) = pair
+        assert (kv0, fit0, done0, run0) == (kv1, fit1, done1, run1), trial

@@ -242,3 +242,59 @@ int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *ints, const int
     }
     return written;
 }
+
+/* ---- the scheduler's scans over its running requests (sim/scheduler.py: the numpy there is the definition;
+ * sim/engine_fast.py, NativeScans, binds these to a scheduler's state arrays). run[n]: the running requests'
+ * ids in running order. in_blocks(t) = ceil(t / block) * block, Python's -(-t // block) * block. */
+static inline int64_t in_blocks(int64_t t, int64_t block) {
+    int64_t q = t >= 0 ? (t + block - 1) / block : -((-t) / block);
+    return q * block;
+}
+
+/* Scheduler.kv_used: the sum over the running requests of in_blocks(prompt_len + pos + extra). */
+int64_t es_kv_used(int64_t n, const int64_t *run, const int64_t *prompt_len, const int64_t *pos, int64_t extra,
+                   int64_t block) {
+    int64_t s = 0;
+    for (int64_t k = 0; k < n; k++) s += in_blocks(prompt_len[run[k]] + pos[run[k]] + extra, block);
+    return s;
+}
+
+/* Scheduler.schedule's split: pending = prefill_target - prefilled; the ids with pending <= 0 (decoding) to
+ * dec, the others as (id, pending) to pre[2 i], pre[2 i + 1], both in running order. Returns the number
+ * decoding. */
+int64_t es_split(int64_t n, const int64_t *run, const int64_t *prefill_target, const int64_t *prefilled,
+                 int64_t *dec, int64_t *pre) {
+    int64_t nd = 0, npre = 0;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t r = run[k], left = prefill_target[r] - prefilled[r];
+        if (left <= 0) {
+            dec[nd++] = r;
+        } else {
+            pre[2 * npre] = r;
+            pre[2 * npre + 1] = left;
+            npre++;
+        }
+    }
+    return nd;
+}
+
+/* Scheduler.pop_finished: done = pos >= out_len and prefilled >= prefill_target; the ids not done are moved
+ * to the front of run, the done ones written to done, both in running order. Returns the number done. */
+int64_t es_done(int64_t n, int64_t *run, const int64_t *pos, const int64_t *out_len, const int64_t *prefilled,
+                const int64_t *prefill_target, int64_t *done) {
+    int64_t nk = 0, nd = 0;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t r = run[k];
+        if (pos[r] >= out_len[r] && prefilled[r] >= prefill_target[r]) done[nd++] = r;
+        else run[nk++] = r;
+    }
+    return nd;
+}
+
+/* Scheduler._fits_to_the_end's need: the sum of full_kv_need = in_blocks(prompt_len + out_len + kmax + 1). */
+int64_t es_full_need(int64_t n, const int64_t *run, const int64_t *prompt_len, const int64_t *out_len, int64_t kmax,
+                     int64_t block) {
+    int64_t s = 0;
+    for (int64_t k = 0; k < n; k++) s += in_blocks(prompt_len[run[k]] + out_len[run[k]] + kmax + 1, block);
+    return s;
+}
