@@ -80,6 +80,15 @@ int64_t es_gather(int64_t R, const int64_t *reqs, const es_bound *b, int64_t *in
         int64_t row = base + p, srow = base + prev_pos[r], mrow = base + model_pos[r];
         rows[k] = row;
         kv += prompt_len[r] + p;
+        /* what es_commit reads and writes at this row, fetched while the policy runs (the tables are tens of
+         * MB, each request's row a new cache line most steps: es_commit measured a quarter faster at chat
+         * batch 128) */
+        __builtin_prefetch(b->m_acc + row);
+        __builtin_prefetch(b->ng_acc + row);
+        __builtin_prefetch(b->ng_start + row);
+        __builtin_prefetch(b->m_tok + row * Km);
+        __builtin_prefetch(b->tokens + b->tok_offsets[r] + prompt_len[r] + p);
+        __builtin_prefetch(b->emitted + row, 1);
         int64_t ml = out_len[r] - p;
         model_len[k] = ml < Km ? ml : Km;
         ngram_len[k] = ng_len[row];
