@@ -152,11 +152,15 @@ class _Workspace:
         self.chain, self.admitted = np.empty(R, i64), np.empty(R, i64)
         self.a_p, self.second = np.empty((R, max(Km, Kn)), f32), np.empty(R, i64)  # hybrid-tree's second branch
         self.p = p = {k: self.ptr(v) for k, v in list(vars(self).items()) if isinstance(v, np.ndarray)}
-        # hp_price_with_budget's workspace arguments, the same every call
-        self.pwb_args = (int(self.exact), self.V, p["grid"], G, p["fine"], F, p["surv_m"], p["cs_m"], p["surv_n"],
-                         p["cs_n"], p["lam"], p["gch"], p["code"], p["slots"], p["gain"], p["g"], p["gd"], p["best"],
-                         p["use_p"], p["adm_p"], p["best_g"], p["J"], p["work"], p["pos"], p["vals"], p["chain"],
-                         p["admitted"])
+        # hp_price_with_budget's workspace (hp_work): pointers into the arrays above, which this object keeps
+        w = self.work_c = ffi.new("hp_work *")
+        w.exact, w.V, w.G, w.F = int(self.exact), -1 if self.V is None else self.V, G, F
+        for field, k in (("grid", "grid"), ("fine", "fine"), ("surv_m", "surv_m"), ("cs_m", "cs_m"),
+                         ("surv_n", "surv_n"), ("cs_n", "cs_n"), ("lam", "lam"), ("gch", "gch"), ("gain", "gain"),
+                         ("g", "g"), ("vals", "vals"), ("code", "code"), ("slots", "slots"), ("best", "best"),
+                         ("adm_p", "adm_p"), ("J", "J"), ("heap_r", "work"), ("pos", "pos"), ("chain_out", "chain"),
+                         ("adm_out", "admitted"), ("gd", "gd"), ("best_g", "best_g"), ("use_p", "use_p")):
+            setattr(w, field, p[k])
         # ffi.from_buffer less its per-call type parsing, for the per-call pointers
         self.fb = ffi._backend.from_buffer
         self.f32, self.i64 = ffi.typeof("float[]"), ffi.typeof("int64_t[]")
@@ -344,7 +348,7 @@ def price_with_budget_arrays(native, margin: float, a: Arrays) -> Optional[tuple
     pcm, plm, pcn, pln = a.pointers(ws)
     arr, tp = ws.table(a.table)
     native[1].hp_price_with_budget(R, Km, Kn, pcm, plm, pcn, pln, tp, arr.shape[0], a.T, float(a.N), a.draft,
-                                   margin, _cap(a.cap), *ws.pwb_args)
+                                   margin, _cap(a.cap), ws.work_c)
     return ws.chain, ws.admitted, None, None, None
 
 

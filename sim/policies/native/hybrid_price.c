@@ -565,26 +565,33 @@ void hp_sweep(int64_t S, int64_t R, int64_t Km, int64_t Kn, const float *conf_m,
     }
 }
 
+/* hp_price_with_budget's workspace: hp_sweep's and hp_finish's buffers and constants, the same every call (one
+ * pointer instead of 27 arguments: an ABI-mode foreign call converts and classifies each argument each time). */
+typedef struct {
+    int64_t exact, V, G, F;
+    const float *grid, *fine;
+    float *surv_m, *cs_m, *surv_n, *cs_n, *lam, *gch, *gain, *g, *vals;
+    int32_t *code;
+    int64_t *slots, *best, *adm_p, *J, *heap_r, *pos, *chain_out, *adm_out;
+    double *gd, *best_g;
+    uint8_t *use_p;
+} hp_work;
+
 /* hybrid.price_with_budget(batch, "sweep", margin) in one call: hp_sweep over the two sides (0 current,
  * 1 stale; draft: one drafter cost), the budget = the stale pick's admitted total, capped at cap (cap < 0:
- * no cap; a negative cap is the caller's max(cap, 0)), then hp_finish on the current side into chain_out,
- * adm_out [R]. Buffers as hp_sweep's and hp_finish's. */
+ * no cap; a negative cap is the caller's max(cap, 0)), then hp_finish on the current side into w->chain_out,
+ * w->adm_out [R]. Buffers (w) as hp_sweep's and hp_finish's. */
 void hp_price_with_budget(int64_t R, int64_t Km, int64_t Kn, const float *conf_m, const int64_t *len_m,
                           const float *conf_n, const int64_t *len_n, const double *table, int64_t ntab, int64_t T,
-                          float N, float draft, float margin, int64_t cap, int64_t exact, int64_t V,
-                          const float *grid, int64_t G, const float *fine, int64_t F, float *surv_m, float *cs_m,
-                          float *surv_n, float *cs_n, float *lam, float *gch, int32_t *code, int64_t *slots,
-                          float *gain, float *g, double *gd, int64_t *best, uint8_t *use_p, int64_t *adm_p,
-                          double *best_g, int64_t *J, int64_t *heap_r, int64_t *pos, float *vals,
-                          int64_t *chain_out, int64_t *adm_out) {
-    hp_sweep(2, R, Km, Kn, conf_m, len_m, conf_n, len_n, table, ntab, T, N, draft, 0, margin, exact, V, grid, G,
-             fine, F, surv_m, cs_m, surv_n, cs_n, lam, gch, code, slots, gain, g, gd, best, use_p, adm_p, best_g,
-             J);
+                          float N, float draft, float margin, int64_t cap, const hp_work *w) {
+    hp_sweep(2, R, Km, Kn, conf_m, len_m, conf_n, len_n, table, ntab, T, N, draft, 0, margin, w->exact, w->V,
+             w->grid, w->G, w->fine, w->F, w->surv_m, w->cs_m, w->surv_n, w->cs_n, w->lam, w->gch, w->code, w->slots,
+             w->gain, w->g, w->gd, w->best, w->use_p, w->adm_p, w->best_g, w->J);
     int64_t budget = 0;
-    for (int64_t r = 0; r < R; r++) budget += adm_p[R + r];
+    for (int64_t r = 0; r < R; r++) budget += w->adm_p[R + r];
     if (cap >= 0 && cap < budget) budget = cap;
-    hp_finish(R, Km, Kn, surv_m, surv_n, len_m, len_n, use_p, adm_p, budget, 0, heap_r, pos, vals, chain_out,
-              adm_out);
+    hp_finish(R, Km, Kn, w->surv_m, w->surv_n, len_m, len_n, w->use_p, w->adm_p, budget, 0, w->heap_r, w->pos,
+              w->vals, w->chain_out, w->adm_out);
 }
 
 /* ---- adaptive (sim.policies.adaptive.alloc_adaptive) ---------------------------------------------------
