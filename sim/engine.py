@@ -83,6 +83,9 @@ from sim.scheduler import Scheduler, StepPlan, full_kv_need
 from sim.step_log import StepLog
 
 
+HELD_MAX = 4096  # steps the engine runs ahead of simpy's clock at most (Engine._engine)
+
+
 def _advance(env: simpy.Environment, delays: list):
     """simpy's clock taken through steps of `delays` [ms] (now = now + delay each; clock_delays' timeouts)."""
     for d in clock_delays(env.now, delays):
@@ -410,7 +413,9 @@ class Engine:
                 yield env.timeout(step_ms)
             else:
                 held.append(step_ms)
-                if not now < env.peek():  # another event is due by the step's end: simpy orders them
+                # another event is due by the step's end (simpy orders them), or HELD_MAX steps are held (an
+                # offline trace has no next event: the list would grow with the run)
+                if not now < env.peek() or len(held) >= HELD_MAX:
                     yield from _advance(env, held)
                     held = []
             for r in finished:

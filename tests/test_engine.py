@@ -222,3 +222,27 @@ def test_request_that_never_fits_is_refused():
     reqs = random_requests(rng, 2)
     with pytest.raises(ConfigError, match="can never run"):
         Engine(_tables(reqs), np.zeros(2), get_policy("none"), LinearCost(), EngineConfig(kv_capacity_tokens=8))
+
+
+def test_held_steps_are_flushed_without_changing_the_clock(monkeypatch):
+    """Between arrivals (and after the last) the engine runs ahead of simpy's clock, holding the steps' delays,
+    and flushes them every HELD_MAX steps (else an offline trace would hold every step of the run): to the same
+    times, so the same steps and the same arrival handling after an idle gap."""
+    import sim.engine as engine_mod
+
+    rng = np.random.default_rng(11)
+    reqs = random_requests(rng, 6, max_prompt=60, max_out=200)
+    tb = _tables(reqs)
+    runs = []
+    for held_max in (engine_mod.HELD_MAX, 3):
+        monkeypatch.setattr(engine_mod, "HELD_MAX", held_max)
+        # steps of ~6 ms: arrivals while it runs (their order with the held steps matters), and after it idles
+        runs.append(Engine(tb, np.array([0.0, 0.0, 0.05, 0.1, 0.2, 5.0]), get_policy("hybrid-price"), LinearCost(),
+                           EngineConfig(batch_size=2)).run())
+    (a, b), n = runs, len(runs[0].steps["t_start_ms"])
+    assert a.steps["t_start_ms"][-1] > 5000.0 > a.steps["t_start_ms"][20]  # an idle gap, then more steps
+    assert n > 3 * 3
+    for cols in ("steps", "requests"):
+        x, y = getattr(a, cols), getattr(b, cols)
+        for k in x:
+            assert np.asarray(x[k]).tobytes() == np.asarray(y[k]).tobytes(), (cols, k)
