@@ -724,13 +724,13 @@ class Engine:
                 for k, what in zip(bad, self._COMMIT_CHECKS):
                     if k >= 0 and not self.violation:
                         self.violation = f"request {int(reqs[k])}: {what}"
-                verified, accepted, emitted = sums[:2], sums[2:4], sums[4]
+                verified, accepted, emitted, completed = sums[:2], sums[2:4], sums[4], sums[5]
                 self.sched.last_draft = verified[0] + verified[1]
                 total_tokens = T + self.sched.last_draft
             else:
-                total_tokens = prefill_tokens
+                total_tokens, completed = prefill_tokens, 0
             return self._finish_step(now_ms, plan, R, prefill_tokens, kv_tokens, first_tok, n_prefill_done, n_seqs,
-                                     prices, verified, accepted, emitted, total_tokens)
+                                     prices, verified, accepted, emitted, total_tokens, may_finish=completed > 0)
         rows = tb.offsets[reqs] + self.pos[reqs]
         adm_m = adm_n = np.zeros(R, dtype=np.int64)
         chains: dict = {}
@@ -769,9 +769,12 @@ class Engine:
 
     def _finish_step(self, now_ms: float, plan: StepPlan, R: int, prefill_tokens: int, kv_tokens: int,
                      first_tok: list, n_prefill_done: int, n_seqs: int, prices: dict, verified: list,
-                     accepted: list, emitted: int, total_tokens: int) -> tuple[float, list[int]]:
+                     accepted: list, emitted: int, total_tokens: int, may_finish: bool = True) -> tuple[float, list[int]]:
         """The rest of a step after the decoding requests' emission: the prefills' first tokens, the charge,
-        the step's time, finished requests, and the step's row."""
+        the step's time, finished requests, and the step's row. may_finish=False: no decoding request's output
+        completed this step (the native step counts them), so only a first token can finish a request (a
+        request finishes at the step its position reaches its length, with no prefill pending: the scheduler
+        is not asked otherwise)."""
         tb, pol, preempted = self.tb, self.policy, plan.preempted
         if first_tok:  # the prefill's sampled token: output[0], from the target
             fast = getattr(self, "_fast", None)
@@ -794,7 +797,7 @@ class Engine:
         for r in first_tok:
             if np.isnan(self.t_first[r]):
                 self.t_first[r] = end_s
-        finished = self.sched.pop_finished(tb.out_len)
+        finished = self.sched.pop_finished(tb.out_len) if may_finish or first_tok else []
         self.steps.append((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0], accepted[1],
                            emitted, t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"], t["cpu"],
                            step_ms - gpu_ms, kv_tokens, preempted, total_tokens, logit_rows, n_seqs))

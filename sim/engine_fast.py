@@ -61,9 +61,9 @@ class NativeStep:
         # ffi.from_buffer less its per-call type parsing (~1 us of a call's 1.5)
         self._fb = self.ffi._backend.from_buffer
         self._i64, self._f32, self._f64 = (self.ffi.typeof(c) for c in ("int64_t[]", "float[]", "double[]"))
-        self.out = np.zeros(9, dtype=np.int64)  # es_commit's bad[3] and sums[5], es_gather's NaN flag
+        self.out = np.zeros(10, dtype=np.int64)  # es_commit's bad[3] and sums[6], es_gather's NaN flag
         self.p_bad = self.ffi.from_buffer("int64_t[]", self.out)
-        self.p_nan = self.p_bad + 8
+        self.p_nan = self.p_bad + 9
         self._bufs: dict = {}
         self._reqs = (None, None)
         self.bind()
@@ -143,13 +143,14 @@ class NativeStep:
         mean = np.empty((R, self.kn), dtype=np.float64) if with_mean_ng else None
         pm = fb(self._f64, mean) if with_mean_ng else self.ffi.NULL
         kv = self.lib.es_gather(R, preqs, self._b, pi, pf, pm, self.p_nan)
-        return Gathered(reqs, preqs, rows, pi, chains, stale, mean, int(kv), packed, ptrs, bool(self.out[8]))
+        return Gathered(reqs, preqs, rows, pi, chains, stale, mean, int(kv), packed, ptrs, bool(self.out[9]))
 
     def commit(self, g: Gathered, chain: np.ndarray, adm: np.ndarray, sec, model_ran: bool,
                ngram_ran: bool) -> tuple[list, list]:
         """Engine._admit's contract and slots, _verify, _check_chain_bounds, _emit and _record_drafts for the
         step gathered in `g`. Returns (sums, bad): sums = [verified model, verified n-gram, accepted model,
-        accepted n-gram, emitted]; bad = the first request index of each check that failed, else -1
+        accepted n-gram, emitted, requests whose output is now complete]; bad = the first request index of each
+        check that failed, else -1
         (admitted beyond a chain, a drafter that did not run, emitted outside a chain or its context)."""
         fb, i64 = self._fb, self._i64
         R = len(g.reqs)
@@ -165,7 +166,7 @@ class NativeStep:
             raise IndexError("an output slot outside the emitted-token buffer")
         self.eng.n_written += int(written)
         out = self.out.tolist()
-        return out[3:8], out[:3]
+        return out[3:9], out[:3]
 
     def emit_bonus(self, reqs: list) -> None:
         """Engine._emit of one bonus token per request and no drafts (the token a completed prefill samples):

@@ -151,7 +151,9 @@ int64_t es_gather(int64_t R, const int64_t *reqs, const es_bound *b, int64_t *in
  *   history: if model_ran, model_pos = prev_pos, m_sum += m_conf[row], m_cnt += 1; if uses_ngram,
  *   n_sum += ng_conf[row] times (slot < ng_len[row]) (as es_gather's mean; where ng_clean, up to the length
  *   only), n_cnt += 1; n_steps += 1.
- * out[0..2] = bad, out[3..7] = sums: verified model, verified n-gram, accepted model, accepted n-gram, emitted.
+ * out[0..2] = bad, out[3..8] = sums: verified model, verified n-gram, accepted model, accepted n-gram, emitted,
+ * and the number of requests whose output this step completes (pos reaches out_len: the only ones that can
+ * finish, so the engine asks the scheduler only then).
  * Returns the number of tokens written, or -1 if an output slot fell outside the buffer (nothing is
  * written then past that point; the caller raises). */
 int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *ints, const int64_t *chain, const int64_t *adm,
@@ -171,7 +173,7 @@ int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *ints, const int
     int64_t *bad = out, *sums = out + 3;
     int64_t written = 0;
     bad[0] = bad[1] = bad[2] = -1;
-    for (int64_t i = 0; i < 5; i++) sums[i] = 0;
+    for (int64_t i = 0; i < 6; i++) sums[i] = 0;
     for (int64_t k = 0; k < R; k++) {
         int64_t r = reqs[k], row = rows[k], p = pos[r];
         int64_t c = chain[k], a = adm[k], s = sec ? sec[k] : 0;
@@ -202,6 +204,7 @@ int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *ints, const int
         sums[1] += adm_n;
         sums[from_n ? 3 : 2] += acc;
         sums[4] += n_emit;
+        sums[5] += n_emit == left;
         /* emission */
         int64_t out_src = tok_offsets[r] + prompt_len[r] + p;
         int64_t draft_src = from_n ? tok_offsets[r] + ng_start[row] : out_src;
