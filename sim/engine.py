@@ -700,7 +700,7 @@ class Engine:
         tb, pol = self.tb, self.policy
         plan = self._schedule()
         decoding, prefilling = plan.decoding, plan.prefilling
-        prefill_tokens = sum(c for _, c in prefilling)
+        prefill_tokens = sum(c for _, c in prefilling) if prefilling else 0
         kv_tokens, first_tok, n_prefill_done = self._prefill(plan)
         R = len(decoding)
         verified = [0, 0]

@@ -182,3 +182,18 @@ def test_verify_table_fast_and_fresh():
         c.verify_table(1024, 100_000 + i, 64)
         c.verify_ms(300 + i % 7, 100_000, 64)
     assert time.perf_counter() - t0 < 1.0        # ~10 us per call pair; generous on a loaded CI box
+
+
+def test_verify_ms_int_fast_path_equals_the_scalar_path():
+    """verify_ms(int, int, int) (the engine's per-step call) takes a path without conversions: the same floats as
+    the general scalar path (numpy integers take that one), including T <= 0, no context and no sequences."""
+    import numpy as np
+
+    from sim.cost.roofline import RooflineCost
+
+    c = RooflineCost()
+    rng = np.random.default_rng(3)
+    for _ in range(20000):
+        T, kv, s = int(rng.integers(-2, 9000)), int(rng.integers(-5, 10 ** 8)), int(rng.integers(-1, 600))
+        fast, general = c.verify_ms(T, kv, s), c.verify_ms(np.int64(T), np.int64(kv), np.int64(s))
+        assert type(fast) is float and np.float64(fast).tobytes() == np.float64(general).tobytes(), (T, kv, s)

@@ -121,6 +121,16 @@ class RooflineCost(CostModel):
     # ------------------------------------------------------------------------------------ interface
     def verify_ms(self, num_tokens, kv_tokens: int, num_seqs: int, logit_rows=None):
         """logit_rows is not used: linear(T) prices the LM head of every position."""
+        if type(num_tokens) is int and type(kv_tokens) is int and type(num_seqs) is int:
+            # the engine's per-step call: the scalar path below, without its conversions
+            if num_tokens <= 0:
+                return 0.0
+            kv = kv_tokens if kv_tokens > 0 else 0
+            t = float(num_tokens)
+            lin = self.beta * self.weight_ms + t * self.ms_per_token
+            att = t * (self.attn_ms_per_pair * kv / (num_seqs if num_seqs > 1 else 1))
+            kv_ms = kv * self.kv_ms_per_token
+            return self.overhead_ms + (lin if lin > self.weight_ms else self.weight_ms) + (att if att > kv_ms else kv_ms)
         kv = max(int(kv_tokens), 0)
         coef = self.attn_ms_per_pair * kv / max(int(num_seqs), 1)
         kv_ms = kv * self.kv_ms_per_token
