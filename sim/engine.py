@@ -73,7 +73,7 @@ import torch
 from tqdm import tqdm
 
 from sim.cost.base import CostModel
-from sim.drafters.tables import DraftTables, ng_conf_zero_past_length
+from sim.drafters.tables import DraftTables, expected_outputs, ng_conf_zero_past_length
 from sim.engine_fast import ARRAYS_BYPASSES, NativeScans, Unsupported, native_step, steps_as_defined
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.errors import ConfigError, HybridSpecError
@@ -477,14 +477,13 @@ class Engine:
                 return f"{self.n_written} tokens emitted for {self.n_outputs} output positions (some emitted twice)"
             return ""
         tb = self.tb
-        req = np.repeat(np.arange(self.n), tb.out_len)
-        i = np.arange(len(req)) - tb.offsets[req]  # output position of each slot
-        expect = tb.tokens[tb.tok_offsets[req] + tb.prompt_len[req] + i]
-        bad = np.nonzero(expect != self.emitted_tokens)[0]
+        expect = expected_outputs(tb)
+        bad = np.flatnonzero(expect != self.emitted_tokens)
         if len(bad):
             k = int(bad[0])
+            r = int(np.searchsorted(tb.offsets, k, side="right")) - 1  # the request whose output holds slot k
             got = int(self.emitted_tokens[k])
-            return (f"request {int(req[k])} output position {int(i[k])}: "
+            return (f"request {r} output position {k - int(tb.offsets[r])}: "
                     + (f"emitted token {got}, the target's is {int(expect[k])}" if got >= 0 else "never emitted"))
         short = np.nonzero(self.pos != tb.out_len)[0]
         if len(short):

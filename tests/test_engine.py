@@ -246,3 +246,21 @@ def test_held_steps_are_flushed_without_changing_the_clock(monkeypatch):
         x, y = getattr(a, cols), getattr(b, cols)
         for k in x:
             assert np.asarray(x[k]).tobytes() == np.asarray(y[k]).tobytes(), (cols, k)
+
+
+def test_lossless_check_names_the_request_and_position():
+    """check_lossless against the trace's output (sim.drafters.tables.expected_outputs, kept per tables object):
+    the first wrong slot's request and output position, for a token never written and for a wrong one."""
+    _, tb = _bug_tables()
+    eng = Engine(tb, np.zeros(len(tb.out_len)), get_policy("hybrid-price"), LinearCost(), EngineConfig(batch_size=2))
+    assert eng.run().lossless and eng.check_lossless() == ""
+    r = len(tb.out_len) - 1
+    k = int(tb.offsets[r]) + 3
+    good = int(eng.emitted_tokens[k])
+    eng.emitted_tokens[k] = -1
+    assert eng.check_lossless() == f"request {r} output position 3: never emitted"
+    eng.emitted_tokens[k] = good + 1
+    assert eng.check_lossless() == f"request {r} output position 3: emitted token {good + 1}, the target's is {good}"
+    eng.emitted_tokens[k] = good
+    eng.emitted_tokens[int(tb.offsets[1])] = -1
+    assert eng.check_lossless() == "request 1 output position 0: never emitted"
