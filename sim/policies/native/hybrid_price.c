@@ -64,10 +64,12 @@ static void chain(int64_t rows, int64_t K, const float *conf, const int64_t *len
             const float *c = conf + (r + i) * K;
             float *sv = surv + (r + i) * K, *p = cs + (r + i) * (K + 1);
             for (int64_t j = Lmin; j < L[i]; j++) CHAIN_SLOT(c, sv, p, j, acc[i], sum[i]);
-            /* slots j >= len: survival 0, so the prefix sum stays (sum + 0.0 == sum, and sum is never -0.0) */
+            /* slots j >= len: survival 0, so the prefix sum stays (sum + 0.0 == sum, and sum is never -0.0);
+             * the last sum in a local (else reloaded every slot: sv might alias it) */
+            const float last = p[L[i]];
             for (int64_t j = L[i]; j < K; j++) {
                 sv[j] = 0.0f;
-                p[j + 1] = p[L[i]];
+                p[j + 1] = last;
             }
         }
     }
@@ -78,9 +80,10 @@ static void chain(int64_t rows, int64_t K, const float *conf, const int64_t *len
         double acc = 1.0, sum = 0.0;
         p[0] = 0.0f;
         for (int64_t j = 0; j < L; j++) CHAIN_SLOT(c, sv, p, j, acc, sum);
+        const float last = p[L];
         for (int64_t j = L; j < K; j++) {
             sv[j] = 0.0f;
-            p[j + 1] = p[L];
+            p[j + 1] = last;
         }
     }
 }
