@@ -768,7 +768,8 @@ class Engine:
 
     def _finish_step(self, now_ms: float, plan: StepPlan, R: int, prefill_tokens: int, kv_tokens: int,
                      first_tok: list, n_prefill_done: int, n_seqs: int, prices: dict, verified: list,
-                     accepted: list, emitted: int, total_tokens: int, may_finish: bool = True) -> tuple[float, list[int]]:
+                     accepted: list, emitted: int, total_tokens: int,
+                     may_finish: bool = True) -> tuple[float, list[int]]:
         """The rest of a step after the decoding requests' emission: the prefills' first tokens, the charge,
         the step's time, finished requests, and the step's row. may_finish=False: no decoding request's output
         completed this step (the native step counts them), so only a first token can finish a request (a

@@ -130,7 +130,8 @@ class RooflineCost(CostModel):
             lin = self.beta * self.weight_ms + t * self.ms_per_token
             att = t * (self.attn_ms_per_pair * kv / (num_seqs if num_seqs > 1 else 1))
             kv_ms = kv * self.kv_ms_per_token
-            return self.overhead_ms + (lin if lin > self.weight_ms else self.weight_ms) + (att if att > kv_ms else kv_ms)
+            lin = lin if lin > self.weight_ms else self.weight_ms
+            return self.overhead_ms + lin + (att if att > kv_ms else kv_ms)
         kv = max(int(kv_tokens), 0)
         coef = self.attn_ms_per_pair * kv / max(int(num_seqs), 1)
         kv_ms = kv * self.kv_ms_per_token
