@@ -689,6 +689,12 @@ def _cases_type_confusion() -> list[Case]:
             ["sim.bench", "--against", "none", "--trace", str(tmp / "none.jsonl")], [])),
         Case("bench-against-unknown", "args", "sim.bench", lambda tmp: (
             ["sim.bench", "--against", "no-such-commit-xyz", "--trace", str(TINY), "--repeat", "1"], [])),
+        Case("bench-instr-trace-missing", "os", "sim.bench_instr", lambda tmp: (
+            ["sim.bench_instr", "--trace", str(tmp / "none.jsonl")], [])),
+        Case("bench-instr-policy-unknown", "args", "sim.bench_instr", lambda tmp: (
+            ["sim.bench_instr", "--trace", str(TINY), "--policy", "no-such-policy"], [])),
+        Case("bench-instr-tree-not-a-tree", "args", "sim.bench_instr", lambda tmp: (
+            ["sim.bench_instr", "--trace", str(TINY), "--tree", str(tmp)], [])),
         Case("validate-engine-unknown", "args", "real.validate", lambda tmp: (validate_base(tmp) + ["--engine", "tpu"], [])),
         Case("validate-trace-missing", "os", "real.validate", lambda tmp: (validate_base(tmp, tmp / "none.jsonl"), [])),
         Case("validate-cost-table-missing", "os", "real.validate", lambda tmp: (
