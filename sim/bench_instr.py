@@ -26,6 +26,7 @@ from pathlib import Path
 
 from sim.cli_util import ArgumentParser, int_at_least, run_cli
 from sim.errors import ConfigError
+from sim.policies.native import compile_library
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,11 +59,11 @@ def _helper(tmp: Path) -> Path:
         raise ConfigError(f"no C compiler ({cc}): the callgrind helper is compiled on the spot")
     src, so = tmp / "cg_toggle.c", tmp / "cg_toggle.so"
     src.write_text(TOGGLE_C)
-    done = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(so), str(src)], capture_output=True, text=True)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise ConfigError(f"could not compile the callgrind helper ({last}); valgrind's header "
-                          "valgrind/callgrind.h comes with Debian's valgrind package")
+    try:
+        compile_library(src, so, cc)  # as the native forms are built
+    except RuntimeError as exc:
+        raise ConfigError(f"could not compile the callgrind helper ({exc}); valgrind's header "
+                          "valgrind/callgrind.h comes with Debian's valgrind package") from None
     return so
 
 

@@ -38,6 +38,19 @@ class Unsupported(Exception):
     """An array is not of the dtype and layout the C transcription reads: the engine keeps the numpy step."""
 
 
+def _pointer(ffi, cache: dict, a: np.ndarray, dtype):
+    """The C pointer of `a`, checked once per array object and kept in `cache` while `a` is that object
+    (Unsupported: not a C-contiguous array of `dtype`)."""
+    hit = cache.get(id(a))
+    if hit is not None and hit[0] is a:
+        return hit[1]
+    if not isinstance(a, np.ndarray) or a.dtype != np.dtype(dtype) or not a.flags.c_contiguous:
+        raise Unsupported(f"{getattr(a, 'dtype', type(a))} where the native code reads {np.dtype(dtype)}")
+    p = ffi.from_buffer(_CTYPES[a.dtype], a, require_writable=False)
+    cache[id(a)] = (a, p)
+    return p
+
+
 class NativeStep:
     """es_gather / es_commit bound to one engine's tables and state arrays (pointers made once per array
     object and kept while that object is the engine's)."""
@@ -69,15 +82,7 @@ class NativeStep:
         self.bind()
 
     def _ptr(self, a: np.ndarray, dtype):
-        """The C pointer of `a`, checked once per array object (Unsupported: not `dtype`, not C-contiguous)."""
-        hit = self._ptrs.get(id(a))
-        if hit is not None and hit[0] is a:
-            return hit[1]
-        if not isinstance(a, np.ndarray) or a.dtype != np.dtype(dtype) or not a.flags.c_contiguous:
-            raise Unsupported(f"{getattr(a, 'dtype', type(a))} where the native step reads {np.dtype(dtype)}")
-        p = self.ffi.from_buffer(_CTYPES[a.dtype], a, require_writable=False)
-        self._ptrs[id(a)] = (a, p)
-        return p
+        return _pointer(self.ffi, self._ptrs, a, dtype)
 
     def bind(self) -> None:
         """Pointers of the tables' and the engine state's arrays (raises Unsupported on a dtype or layout
@@ -208,16 +213,9 @@ class NativeScans:
                 self._ptr(a)
 
     def _ptr(self, a: np.ndarray):
-        """The int64_t pointer of a state array `a`, kept while `a` lives (Unsupported: not a C-contiguous int64
-        array). The running arrays (views of the scheduler's int64 storage, new each step) go by _run."""
-        hit = self._ptrs.get(id(a))
-        if hit is not None and hit[0] is a:
-            return hit[1]
-        if not isinstance(a, np.ndarray) or a.dtype != np.int64 or not a.flags.c_contiguous:
-            raise Unsupported(f"{getattr(a, 'dtype', type(a))} where the scheduler scans read int64")
-        p = self._fb(self._i64, a)
-        self._ptrs[id(a)] = (a, p)
-        return p
+        """The int64_t pointer of a state array `a` (_pointer). The running arrays (views of the scheduler's
+        int64 storage, new each step) go by _run."""
+        return _pointer(self.ffi, self._ptrs, a, np.int64)
 
     def _run(self, run: np.ndarray):
         return self._fb(self._i64, run)

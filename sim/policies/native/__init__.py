@@ -48,7 +48,9 @@ def cdef(source: str) -> str:
 _LIBS: dict = {}
 
 
-def _compile(src: Path, out: Path, cc: str) -> None:
+def compile_library(src: Path, out: Path, cc: str) -> None:
+    """Compile the C source `src` into the shared library `out` with `cc` and FLAGS, written atomically
+    (RuntimeError naming the compiler's last line on failure)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=".so.tmp", dir=out.parent)
     os.close(fd)
@@ -82,7 +84,7 @@ def load(name: str = "hybrid_price"):
         folder = cache_dir() or Path(tempfile.gettempdir()) / "hybridspec"
         so = folder / "native" / f"{name}-{key}.so"
         if not so.exists():
-            _compile(src, so, cc)
+            compile_library(src, so, cc)
         ffi = cffi.FFI()
         ffi.cdef(cdef(src.read_text()))
         lib = (ffi, ffi.dlopen(str(so)))

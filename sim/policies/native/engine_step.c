@@ -29,6 +29,12 @@ typedef struct {
     double *m_sum, *n_sum;
 } es_bound;
 
+/* The slots of an n-gram row of chain length len that are read: up to the length (clamped to [0, Kn]) where
+ * ng_clean (the rest are +0.0), else all Kn. */
+static inline int64_t ng_span(int64_t len, int64_t Kn, int64_t ng_clean) {
+    return ng_clean ? (len < 0 ? 0 : (len > Kn ? Kn : len)) : Kn;
+}
+
 /* Per request k (r = reqs[k], at output position pos[r], table row rows[k] = offsets[r] + pos[r]):
  *   model_conf[k] = m_conf[row], model_len[k] = min(Km, out_len[r] - pos[r]),
  *   ngram_conf[k] = ng_conf[row], ngram_len[k] = ng_len[row]                        (_propose)
@@ -67,7 +73,7 @@ int64_t es_gather(int64_t R, const int64_t *reqs, const es_bound *b, int64_t *in
  * ng_clean, so they are written without being read (the same floats; a long row spans two or more cache
  * lines, and half the rows of a chat trace have no n-gram match). */
 #define NG_ROW(dst, src, len) do { \
-        int64_t L_ = ng_clean ? ((len) < 0 ? 0 : ((len) > Kn ? Kn : (len))) : Kn; \
+        int64_t L_ = ng_span((len), Kn, ng_clean); \
         for (int64_t j = 0; j < L_; j++) { \
             float x = (src)[j]; \
             nan |= x != x; \
@@ -121,7 +127,7 @@ int64_t es_gather(int64_t R, const int64_t *reqs, const es_bound *b, int64_t *in
                 double d = (double)c;
                 for (int64_t j = 0; j < Kn; j++) mn[j] = n_sum[r * Kn + j] / d;
             } else {
-                int64_t L = ng_clean ? (snl < 0 ? 0 : (snl > Kn ? Kn : snl)) : Kn;
+                int64_t L = ng_span(snl, Kn, ng_clean);
                 for (int64_t j = 0; j < L; j++) mn[j] = (double)(ng_conf[srow * Kn + j] * (float)(j < snl));
                 for (int64_t j = L; j < Kn; j++) mn[j] = 0.0;
             }
@@ -246,7 +252,7 @@ int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *ints, const int
         if (uses_ngram) {
             /* past the length, the term is (double)(x * 0.0f): +0.0 when ng_clean, and adding +0.0 leaves the
              * sum (never -0.0: it starts at +0.0) as it is */
-            int64_t L = ng_len_tab[row], n = b->ng_clean ? (L < 0 ? 0 : (L > Kn ? Kn : L)) : Kn;
+            int64_t L = ng_len_tab[row], n = ng_span(L, Kn, b->ng_clean);
             for (int64_t j = 0; j < n; j++) n_sum[r * Kn + j] += (double)(ng_conf[row * Kn + j] * (float)(j < L));
             n_cnt[r] += 1;
         }
