@@ -76,6 +76,7 @@ from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables, expected_outputs, ng_conf_zero_past_length
 from sim.engine_fast import ARRAYS_BYPASSES, NativeScans, Unsupported, native_step, steps_as_defined
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
+from sim.engine_stretch import steady_steps, stretch_ok
 from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
 from sim.policies.fast import Arrays
@@ -387,9 +388,12 @@ class Engine:
         ends before simpy's next event (an arrival) is not yielded to simpy one by one: nothing else can run
         in between, so the next step starts at once, at now + step_ms (the float sum simpy's timeout would
         make), and the clock catches up, to the same time, before any other event (`held`). With fast-forward
-        (sim/engine_ff.py reads simpy's clock and next event) every step is yielded."""
+        (sim/engine_ff.py reads simpy's clock and next event) every step is yielded. While the scheduler's plan
+        is steady, the steps up to the next event, finished request or full held list run in one loop
+        (sim.engine_stretch), with the same results."""
         done = 0
         ff = fast_forward_ok(self)
+        stretch = not ff and stretch_ok(self)  # steady stretches in one loop (sim.engine_stretch)
         now, held = env.now, []  # the engine's clock: simpy's plus the held steps' delays
         while done < self.n:
             if held and self.sched.idle():
@@ -406,13 +410,22 @@ class Engine:
                     yield from _advance(env, delays)
                     now = env.now
                     continue
-            step_ms, finished = self._step(now)
+            ran = None
+            if stretch and self.sched.steady():
+                ran = steady_steps(self, now, env.peek(), HELD_MAX - len(held))
+                stretch = ran is not None  # None: the engine runs the numpy step, which has no stretches
+            if ran is None:
+                step_ms, finished = self._step(now)
+                delays = (step_ms,)
+            else:
+                delays, finished = ran
             self._release_rows(finished)
-            now = now + step_ms
+            for d in delays:
+                now = now + d
             if ff:  # fast-forward reads simpy's clock: never ahead of it
                 yield env.timeout(step_ms)
             else:
-                held.append(step_ms)
+                held.extend(delays)
                 # another event is due by the step's end (simpy orders them), or HELD_MAX steps are held (an
                 # offline trace has no next event: the list would grow with the run)
                 if not now < env.peek() or len(held) >= HELD_MAX:
@@ -530,16 +543,23 @@ class Engine:
         """Hook: the step's time split (ms: draft, ngram, alloc, verify, sample, cpu). `parts` holds the
         drafters' and the allocation's prices (0 for what did not run). Here: the cost model's true cost,
         at this step's context and at the token count its CUDA graph is padded to."""
-        cost, key = self.cost, (len(self.sched.running), total_tokens)
-        hit = self._charge_memo.get(key)  # what depends on the counts only (the cost model is pure)
+        hit = self._counts_charge(len(self.sched.running), total_tokens)
+        verify = float(self.cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows)) if total_tokens else 0.0
+        return dict(parts, verify=verify, sample=hit[1], cpu=hit[2])
+
+    def _counts_charge(self, running: int, total_tokens: int) -> tuple:
+        """What of a step's charge depends on the counts only (the cost model is pure): (graph tokens, sample
+        ms, CPU ms) for `running` requests and `total_tokens` step tokens, memoised."""
+        key = (running, total_tokens)
+        hit = self._charge_memo.get(key)
         if hit is None:
             if len(self._charge_memo) >= 1 << 16:  # bounded: long runs over many batch shapes start afresh
                 self._charge_memo.clear()
+            cost = self.cost
             hit = self._charge_memo[key] = (cost.graph_tokens(total_tokens),
                                             cost.sample_ms(total_tokens) if total_tokens else 0.0,
                                             cost.cpu_ms(*key))
-        verify = float(cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows)) if total_tokens else 0.0
-        return dict(parts, verify=verify, sample=hit[1], cpu=hit[2])
+        return hit
 
     def _build_batch(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, T: int, kv_tokens: int,
                      n_seqs: int, n_prefill_done: int, prices: dict) -> StepBatch:

@@ -146,10 +146,15 @@ class Scheduler:
             return self.scans.kv_used(r, extra, bs)
         return int(in_blocks(self.prompt_len[r] + self.state.pos[r] + extra, bs).sum())
 
+    def steady(self) -> bool:
+        """Whether `schedule` returns the steady plan now: the running set is steady (module docstring) and
+        nothing can be admitted (nothing waits, or the batch is full). Its decoding requests: `_steady`."""
+        return self._steady is not None and not (self.waiting and len(self.running) < self.batch_size)
+
     def schedule(self) -> StepPlan:
         """Admit waiting requests, preempt on KV overflow, and split the token budget."""
         st, kmax = self.state, self.kmax
-        if self._steady is not None and not (self.waiting and len(self.running) < self.batch_size):
+        if self.steady():
             return StepPlan(self._steady, [], 0, [])
         # used = kv_used(), computed once and then kept by adding or removing the one request whose term
         # changes (positions do not move during scheduling): the same integers without a sum per admission

@@ -57,11 +57,11 @@ class _NoSteady(Scheduler):
 
 
 class _Counting(Scheduler):
-    steady = 0
+    n_steady = 0
 
     def schedule(self):
-        if self._steady is not None and not (self.waiting and len(self.running) < self.batch_size):
-            type(self).steady += 1
+        if self.steady():
+            type(self).n_steady += 1
         return super().schedule()
 
 
@@ -76,10 +76,10 @@ def test_steady_plans_equal_scheduling_every_step(prep, spec, monkeypatch):
     for cfg in (EngineConfig(batch_size=4), EngineConfig(batch_size=3, kv_capacity_tokens=need),
                 EngineConfig(batch_size=16, max_num_batched_tokens=256)):
         for arr in (prep.arrivals, arrivals):
-            _Counting.steady = 0
+            _Counting.n_steady = 0
             monkeypatch.setattr(sim.engine, "Scheduler", _Counting)
             res = Engine(tb, arr, get_policy(spec), prep.cost, cfg).run()
-            assert _Counting.steady > 0, "no steady stretch: the test would not cover the steady plan"
+            assert _Counting.n_steady > 0, "no steady stretch: the test would not cover the steady plan"
             monkeypatch.setattr(sim.engine, "Scheduler", _NoSteady)
             ref = Engine(tb, arr, get_policy(spec), prep.cost, cfg).run()
             monkeypatch.undo()
