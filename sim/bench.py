@@ -1,7 +1,7 @@
 """Simulator speed benchmark: simulated output tokens per wall second, this tree against a previous commit.
 
     python -m sim.bench [--against HEAD~1] [--repeat 3] [--policy P ...] [--batch-size B ...] [--trace T ...]
-                        [--main-job]
+                        [--main-job] [--per-step]
 
 For every policy (default: sim.run's default list) at batch 1, 4, 32, 128, 256 on both bundled traces it
 times the engine run alone (draft tables are built before timing, as sim.run does) in two worker
@@ -14,7 +14,9 @@ Each batch size runs on a seeded sample of the trace of max(16, 2 x batch) reque
 when it holds fewer; --scale multiplies it), so that a batch of B can fill and the slow small batches
 stay short. `--main-job` also times the README's main job (python -m sim.run --trace
 traces/codeedit.jsonl) on both sides, and its setup (sim.run.prepare: trace, cost model, draft tables)
-with a warm draft-table cache, and prints the setup's share of it.
+with a warm draft-table cache, and prints the setup's share of it. `--per-step` splits a step's CPU time at
+batch 4 into the calls into the native libraries (engine step, policy forms; timed around each call, in a
+worker of their own) and the rest, the Python, numpy and cffi glue around them.
 Prints the machine's load average before and after; figures go in docs/performance.md.
 """
 from __future__ import annotations
@@ -42,7 +44,45 @@ import json, sys, time, os
 import torch
 torch.set_num_threads(1)
 from sim.run import SimSetup, prepare, run_one
-preps, warm = {}, set()
+
+
+def timed_natives():
+    # Time every call into the native libraries (engine step, policy forms) from now on: an [ns] accumulator.
+    # The wrapper's own cost counts outside the calls (so the rest is, if anything, overstated).
+    acc = [0]
+    try:
+        from sim.policies import native
+    except ImportError:  # a tree without native forms: everything is the rest
+        return acc
+    clock = time.perf_counter_ns
+
+    class Timed:
+        def __init__(self, lib):
+            self._lib = lib
+
+        def __getattr__(self, name):
+            f = getattr(self._lib, name)
+            if not callable(f):
+                return f
+
+            def timed(*args):
+                t0 = clock()
+                try:
+                    return f(*args)
+                finally:
+                    acc[0] += clock() - t0
+
+            setattr(self, name, timed)
+            return timed
+
+    for name in ("engine_step", "hybrid_price"):
+        got = native.load(name)
+        if got is not None:
+            native._LIBS[name] = (got[0], Timed(got[1]))
+    return acc
+
+
+preps, warm, acc = {}, set(), None
 for line in sys.stdin:
     q = json.loads(line)
     if q["op"] == "run":
@@ -58,6 +98,23 @@ for line in sys.stdin:
         row, res = run_one(preps[key], q["policy"], q["bs"])
         out = {"wall": row["wall_s"], "cpu": time.process_time() - c0, "tokens": int(row["output_tokens"]),
                "steps": int(len(res.steps["emitted"]))}
+    elif q["op"] == "split":  # a worker of its own: its native calls are timed (timed_natives, first use)
+        if acc is None:
+            acc = timed_natives()
+        key = (q["trace"], q["sample"])
+        if key not in preps:
+            preps[key] = prepare(SimSetup(trace=q["trace"], sample=q["sample"], seed=0))
+        run_one(preps[key], q["policy"], q["bs"])  # warm: native builds, workspaces, constants
+        best = None
+        for _ in range(q["repeat"]):
+            acc[0] = 0
+            c0 = time.process_time()
+            row, res = run_one(preps[key], q["policy"], q["bs"])
+            dt = time.process_time() - c0
+            steps = len(res.steps["emitted"])
+            cur = (dt / steps * 1e6, acc[0] / steps / 1e3)
+            best = cur if best is None or cur[0] < best[0] else best
+        out = {"us_step": best[0], "us_native": best[1], "steps": steps}
     elif q["op"] == "setup":
         t0 = time.perf_counter()
         prepare(SimSetup(trace=q["trace"]))
@@ -136,6 +193,34 @@ def main_job(tree: Path) -> float:
     return time.perf_counter() - t0
 
 
+def trees_of(workers: dict) -> dict:
+    return {k: w.tree for k, w in workers.items()}
+
+
+def per_step(trees: dict, traces: list[str], policies: list[str], a) -> list[dict]:
+    """CPU time per step at batch 4 (best of --repeat), split into the time inside the native libraries' calls
+    (timed around each call, in a worker of its own per tree) and the rest: Python, numpy and cffi glue."""
+    bs, rows = 4, []
+    workers = {k: Worker(tree, f"{k} per-step") for k, tree in trees.items()}
+    try:
+        print(f"per step at batch {bs} (CPU time, best of {a.repeat}): total us, of which in native calls, and the "
+              "rest (Python, numpy, cffi)")
+        for trace in traces:
+            sample = min(trace_size(trace), max(16, int(round(2 * bs * a.scale))))
+            for pol in policies:
+                got = {k: w.ask(op="split", trace=trace, sample=sample, policy=pol, bs=bs, repeat=a.repeat)
+                       for k, w in workers.items()}
+                rows.append(dict(trace=Path(trace).stem, policy=pol, bs=bs, requests=sample, **{
+                    f"{k}_{m}": v[m] for k, v in got.items() for m in ("us_step", "us_native")}))
+                print(f"{Path(trace).stem:<10}{pol:<18}{bs:>4}{sample:>5}" + "".join(
+                    f"   {k}: {v['us_step']:6.1f} us = {v['us_native']:5.1f} native + "
+                    f"{v['us_step'] - v['us_native']:5.1f} rest" for k, v in got.items()), flush=True)
+    finally:
+        for w in workers.values():
+            w.close()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     from sim.run import DEFAULT_POLICIES
 
@@ -149,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", type=finite_float(0, strict=True, hi=1e6), default=1.0,
                     help="multiply the per-batch-size sample of requests")
     ap.add_argument("--main-job", action="store_true", help="also time the README's main job and its setup")
+    ap.add_argument("--per-step", action="store_true",
+                    help="also split a step's CPU time at batch 4 into the native calls and the rest (Python)")
     ap.add_argument("--json", type=Path, default=None, help="write every measurement to this file (written whole)")
     ap.add_argument("--force", action="store_true", help="replace an existing --json file")
     a = ap.parse_args(argv)
@@ -206,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"ratio after/before ({what} time): geometric mean {statistics.geometric_mean(ratios):.2f}, "
                       f"min {min(ratios):.2f}, max {max(ratios):.2f}")
         extra = {}
+        if a.per_step:
+            extra["per_step"] = per_step(trees_of(workers), traces, policies, a)
         if a.main_job:
             for k, w in workers.items():
                 w.close()

@@ -60,8 +60,9 @@ rows are freed, with the same comparisons; the count of tokens written is checke
 Step records are kept in numpy chunks (sim.step_log). See docs/memory.md.
 
 Speed. For the `none` policy, a stretch of pure decode steps (nothing admitted, preempted, prefilled or
-finished) is computed at once by sim.engine_ff with the same results bit for bit; `_step` stays the
-definition, and HYBRIDSPEC_REFERENCE_ENGINE=1 (or a subclass overriding a hook) steps every step.
+finished) is computed at once by sim.engine_ff with the same results bit for bit; for the others, the steps
+of a steady schedule run in one loop (sim.engine_stretch) with the same calls and float operations. `_step`
+stays the definition, and HYBRIDSPEC_REFERENCE_ENGINE=1 (or a subclass overriding a hook) steps every step.
 """
 from __future__ import annotations
 
