@@ -76,6 +76,8 @@ def timed_natives():
             return timed
 
     for name in ("engine_step", "hybrid_price"):
+        if not os.path.exists(os.path.join(os.path.dirname(native.__file__), name + ".c")):
+            continue  # an older tree without this library (load would warn that the forms are unavailable)
         got = native.load(name)
         if got is not None:
             native._LIBS[name] = (got[0], Timed(got[1]))

@@ -96,6 +96,25 @@ def test_stretches_equal_step_by_step(prep, spec, batch, rate, small_kv, sync, m
         assert on[1].requests["preemptions"].sum() > 0
 
 
+def test_tight_token_budget(prep, monkeypatch):
+    """A token budget that the draft reservation squeezes: the next full schedule reads the stretch's last
+    verified draft count (Scheduler.last_draft), so a stretch must leave it as the last step did."""
+    for budget in (256, 96, 48):
+        _check(prep.tables, prep, "hybrid-price", EngineConfig(batch_size=4, max_num_batched_tokens=budget),
+               monkeypatch, f"budget {budget}")
+
+
+def test_cost_model_pricing_logit_rows(prep, monkeypatch):
+    """A profiled cost table, whose verify time depends on the logit rows (RooflineCost's does not): the
+    stretch charges the step's logit rows as Engine._finish_step does."""
+    from sim.cost import ProfiledCost
+    from test_cost_profiled import full_table
+
+    p = dataclasses.replace(prep, cost=ProfiledCost(full_table()))
+    for spec in ("hybrid-price", "oracle"):
+        _check(p.tables, p, spec, EngineConfig(batch_size=4, rate=2.0), monkeypatch, f"profiled cost {spec}")
+
+
 def test_short_held_list(prep, monkeypatch):
     """A stretch also ends when the engine's held-step list is full (HELD_MAX)."""
     monkeypatch.setattr(engine_mod, "HELD_MAX", 3)
