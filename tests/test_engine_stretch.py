@@ -1,7 +1,7 @@
 """Steady stretches (sim/engine_stretch.py) against the same engine stepping every step through Engine._step:
 every step and request column bit for bit, the emitted tokens and the per-request state, with arrivals
-(--rate: stretches end at simpy's next event), preemption (a small KV cache), synchronous scheduling, a
-short held-step list, a policy that skips a drafter (its say changes the prices), confidences a fast form
+(--rate: stretches end at simpy's next event), preemption (a small KV cache), synchronous scheduling, tight
+token budgets, a cost model that prices logit rows, a short held-step list, a policy that skips a drafter (its say changes the prices), confidences a fast form
 declines (NaN), an over-admitting policy (the violation) and the gates; and that stretches really ran."""
 import dataclasses
 import shutil
