@@ -195,8 +195,9 @@ def main_job(tree: Path) -> float:
     return time.perf_counter() - t0
 
 
-def trees_of(workers: dict) -> dict:
-    return {k: w.tree for k, w in workers.items()}
+def sample_size(total: int, bs: int, scale: float) -> int:
+    """Requests a cell of batch `bs` runs on: max(16, 2 x bs) x scale, at most the trace's `total`."""
+    return min(total, max(16, int(round(2 * bs * scale))))
 
 
 def per_step(trees: dict, traces: list[str], policies: list[str], a) -> list[dict]:
@@ -208,7 +209,7 @@ def per_step(trees: dict, traces: list[str], policies: list[str], a) -> list[dic
         print(f"per step at batch {bs} (CPU time, best of {a.repeat}): total us, of which in native calls, and the "
               "rest (Python, numpy, cffi)")
         for trace in traces:
-            sample = min(trace_size(trace), max(16, int(round(2 * bs * a.scale))))
+            sample = sample_size(trace_size(trace), bs, a.scale)
             for pol in policies:
                 got = {k: w.ask(op="split", trace=trace, sample=sample, policy=pol, bs=bs, repeat=a.repeat)
                        for k, w in workers.items()}
@@ -263,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             total = trace_size(trace)
             tname = Path(trace).stem
             for bs in sizes:
-                sample = min(total, max(16, int(round(2 * bs * a.scale))))
+                sample = sample_size(total, bs, a.scale)
                 for pol in policies:
                     rates = {k: [] for k in workers}
                     cpu = {k: [] for k in workers}
@@ -296,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"min {min(ratios):.2f}, max {max(ratios):.2f}")
         extra = {}
         if a.per_step:
-            extra["per_step"] = per_step(trees_of(workers), traces, policies, a)
+            extra["per_step"] = per_step({k: w.tree for k, w in workers.items()}, traces, policies, a)
         if a.main_job:
             for k, w in workers.items():
                 w.close()

@@ -6,7 +6,7 @@ Time model of one step (all ms). The GPU runs
 and the CPU prepares the next step (cpu). Under asynchronous scheduling the CPU work of step t+1 overlaps
 the GPU work of step t, so step = max(gpu, cpu); a policy or drafter that needs a host sync (reads GPU
 results on the CPU before the next step, e.g. a CPU n-gram drafter) serialises them: step = gpu + cpu.
-bubble = step - gpu is the time the GPU waits.
+bubble = step - gpu is the time the GPU waits (sim/step_time.py, shared by every path that charges a step).
 
 The step is shared with the real torch engine (real/engine/engine.py), which subclasses Engine and
 overrides only the hooks marked in `_step` (propose, allocate, verify, emit, charge); admission, the
@@ -83,6 +83,7 @@ from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler, StepPlan, full_kv_need
 from sim.step_log import StepLog
+from sim.step_time import host_syncs, step_time
 
 
 HELD_MAX = 4096  # steps the engine runs ahead of simpy's clock at most (Engine._engine)
@@ -811,9 +812,8 @@ class Engine:
             emitted += len(first_tok)
         logit_rows = total_tokens - prefill_tokens + n_prefill_done
         t = self._charge(prices, plan, R, total_tokens, kv_tokens, n_seqs, logit_rows=logit_rows)
-        gpu_ms = t["draft"] + t["ngram"] + t["alloc"] + t["verify"] + t["sample"]
-        sync = pol.host_sync or not self.cfg.async_scheduling
-        step_ms = gpu_ms + t["cpu"] if sync else max(gpu_ms, t["cpu"])
+        gpu_ms, step_ms = step_time(t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"], t["cpu"],
+                                    host_syncs(pol, self.cfg))
         end_s = (now_ms + step_ms) / 1000.0
         for r in first_tok:
             if np.isnan(self.t_first[r]):

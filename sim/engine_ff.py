@@ -20,6 +20,7 @@ import numpy as np
 
 from sim.engine_fast import steps_as_defined
 from sim.scheduler import in_blocks
+from sim.step_time import host_syncs, step_time
 
 # the Engine hooks a stretch stands in for: a subclass overriding any of them (the real engine) steps normally
 HOOKS = ("_step", "_finish_step", "_schedule", "_admit_rows", "_prefill", "_propose", "_allocate", "_verify",
@@ -78,7 +79,7 @@ def fast_forward(engine, now_ms: float, next_event_ms: float) -> list[float]:
                 return []
     # Each step's charge and time, as Engine._finish_step computes them (scalar calls, same float order).
     cost, pol = engine.cost, engine.policy
-    sync = pol.host_sync or not engine.cfg.async_scheduling
+    sync = host_syncs(pol, engine.cfg)
     gt = cost.graph_tokens(R)
     sample = cost.sample_ms(R)
     cpu = cost.cpu_ms(R, R)
@@ -92,8 +93,7 @@ def fast_forward(engine, now_ms: float, next_event_ms: float) -> list[float]:
             break
         kv = kv_first + R * j
         verify = float(cost.verify_ms(gt, kv, R, logit_rows=R))
-        gpu = 0.0 + 0.0 + 0.0 + verify + sample
-        step = gpu + cpu if sync else max(gpu, cpu)
+        gpu, step = step_time(0.0, 0.0, 0.0, verify, sample, cpu, sync)
         append((t, step, R, 0, 0, 0, 0, 0, R, 0.0, 0.0, 0.0, verify, sample, cpu, step - gpu, kv, 0, R, R, R))
         delays.append(step)
         t = t + step

@@ -24,6 +24,7 @@ from sim.engine_fast import steps_as_defined
 from sim.engine_ff import HOOKS
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler
+from sim.step_time import host_syncs, step_time
 
 
 def stretch_ok(engine) -> bool:
@@ -53,7 +54,7 @@ def steady_steps(engine, now_ms: float, next_event_ms: float, room: int) -> Opti
     direct = form is not None and not pol.needs_truth  # else Engine._decide builds what the policy reads
     fixed = dict(base)  # the prices of a step whose policy says nothing of the drafters it ran
     fixed_ran = engine._drafters_ran(None, None, fixed)
-    sync = pol.host_sync or not engine.cfg.async_scheduling
+    sync = host_syncs(pol, engine.cfg)
     verify_ms, charge = engine.cost.verify_ms, engine._counts_charge
     checks = engine._COMMIT_CHECKS
     delays: list[float] = []
@@ -82,8 +83,7 @@ def steady_steps(engine, now_ms: float, next_event_ms: float, room: int) -> Opti
         gt, sample, cpu = charge(R, total)
         verify = float(verify_ms(gt, kv, n_seqs, logit_rows=total))
         d, ng, al = prices["draft"], prices["ngram"], prices["alloc"]
-        gpu = d + ng + al + verify + sample
-        step = gpu + cpu if sync else max(gpu, cpu)
+        gpu, step = step_time(d, ng, al, verify, sample, cpu, sync)
         log.append((t, step, R, 0, sums[0], sums[1], sums[2], sums[3], sums[4], d, ng, al, verify, sample, cpu,
                     step - gpu, kv, 0, total, total, n_seqs))
         delays.append(step)
