@@ -161,6 +161,8 @@ def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False
     row["wall_s"] = wall
     row["sim_tok_per_wall_s"] = row["output_tokens"] / wall if wall > 0 else float("nan")
     row["length_only"] = prep.length_only
+    row["arrivals"] = ("poisson" if s.rate is not None else
+                       console.ARRIVALS_AT_ZERO if not np.any(prep.arrivals) else "trace")
     return row, res
 
 
@@ -203,9 +205,32 @@ def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None 
     return out
 
 
-def add_speedups(rows: list[dict], baseline: str = BASELINE) -> None:
+def pick_baseline(a: argparse.Namespace, policies: list[str], from_spec_config: bool) -> str | None:
+    """The policy every ratio is taken against, or None (no ratios): --baseline P; none with --no-baseline;
+    by default BASELINE, except when only --speculative-config named the runs (then they run alone, as
+    vLLM would run them, unless one of them is BASELINE)."""
+    if a.baseline is not None and a.no_baseline:
+        raise ConfigError("--baseline and --no-baseline exclude each other")
+    if a.baseline is not None:
+        get_policy(a.baseline)
+        return a.baseline
+    if a.no_baseline or (from_spec_config and not a.policy and BASELINE not in policies):
+        return None
+    return BASELINE
+
+
+def fit_batch_sizes(sizes: list[int], n_requests: int) -> tuple[list[int], list[int]]:
+    """(kept, skipped): a batch size above the number of requests runs exactly as batch n_requests (the batch
+    never fills past it), so it is skipped, unless every size is above it (then the smallest runs)."""
+    kept = [b for b in sizes if b <= n_requests]
+    if not kept:
+        kept = [min(sizes)]
+    return kept, [b for b in sizes if b not in kept]
+
+
+def add_speedups(rows: list[dict], baseline: str | None = BASELINE) -> None:
     """speedup_vs_baseline = throughput / the baseline's throughput at the same batch size and setup;
-    steady_speedup_vs_baseline the same for the full-batch (steady-state) throughput."""
+    steady_speedup_vs_baseline the same for the full-batch (steady-state) throughput; NaN without a baseline."""
     keys = ("batch_size", "trace", "model", "gpu", "cost", "drafter", "ngram_k", "seed")
     base = {tuple(r[k] for k in keys): (r["output_throughput_tok_s"], r["steady_throughput_tok_s"])
             for r in rows if r["policy"] == baseline}
@@ -250,6 +275,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "-> ngram-fixed:K, dspark -> model-fixed:K, dspark with enable_adaptive_verification -> adaptive "
                          "(sim/vllm_compat.py)")
     add_flags(ap, COMPONENTS)
+    ap.add_argument("--baseline", default=None, metavar="POLICY",
+                    help=f"the policy every ratio is taken against, run too if not named (default: {BASELINE}; with "
+                         "only --speculative-config: none unless given)")
+    ap.add_argument("--no-baseline", action="store_true", help="run only the named policies (no ratio column)")
     ap.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html "
                     "(a folder; checked before the run, written whole at the end)")
     ap.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")
@@ -291,9 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     policies = list(dict.fromkeys((a.policy or ([] if spec_policies else list(DEFAULT_POLICIES))) + spec_policies))
     for p in policies:
         get_policy(p)  # fail fast on a bad name, before any work
-    add_baseline = BASELINE not in policies
+    baseline = pick_baseline(a, policies, bool(spec_policies))
+    add_baseline = baseline is not None and baseline not in policies
     if add_baseline:
-        policies.insert(0, BASELINE)
+        policies.insert(0, baseline)
     sizes = list(dict.fromkeys(a.batch_size or DEFAULT_BATCH_SIZES))
     for b in sizes:
         check("batch_size", b)
@@ -314,18 +344,29 @@ def main(argv: list[str] | None = None) -> int:
     if prep.tokenizer_note:
         print(f"note: {prep.tokenizer_note}", file=sys.stderr)
     if add_baseline:
-        print(f"note: running the baseline '{BASELINE}' too, for speedup_vs_baseline", file=sys.stderr)
+        print(f"note: running the baseline '{baseline}' too, for the ratios (x {baseline}); --no-baseline skips it",
+              file=sys.stderr)
+    elif baseline is None and not a.no_baseline:
+        print("note: no baseline: running only what --speculative-config names (no ratios); --baseline "
+              f"{BASELINE} adds vLLM's adaptive verification to compare against", file=sys.stderr)
+    if spec_policies and not a.batch_size:
+        print(f"note: batch sizes {' and '.join(map(str, sizes))} (the defaults); --max-num-seqs B runs one",
+              file=sys.stderr)
+    sizes, skipped = fit_batch_sizes(sizes, len(prep.arrivals))
+    if skipped:
+        print(f"note: batch size {', '.join(map(str, skipped))} skipped: the trace has only {len(prep.arrivals)} "
+              f"requests, so a larger batch runs the same as batch {len(prep.arrivals)}", file=sys.stderr)
     combos = [(p, b) for b in sizes for p in policies]
     with console.Heartbeat("runs", len(combos), every) as hb:
         results = run_many(prep, combos, workers=a.workers, progress=progress, heartbeat=hb)
     for row, res in results:  # a lossy run is a simulator bug: its numbers must not be reported
         res.raise_if_lossy(f"policy {row['policy']} at batch size {row['batch_size']}")
     rows = [row for row, _ in results]
-    add_speedups(rows)
+    add_speedups(rows, baseline)
     tok = f" (text tokenized with {prep.tokenizer})" if prep.tokenizer else ""
     header = (f"trace {a.trace}: {rows[0]['requests']} requests, {rows[0]['output_tokens']} output tokens{tok}; "
-              f"{model} on {a.gpu} ({a.cost}); baseline {BASELINE}")
-    console.emit(rows, a.format, BASELINE, header=header)
+              f"{model} on {a.gpu} ({a.cost}); " + (f"baseline {baseline}" if baseline else "no baseline"))
+    console.emit(rows, a.format, baseline, header=header)
     if a.out:
         write_outputs(a.out, rows, results)
         print(f"wrote {a.out}/summary.json, requests.csv, steps.csv, report.html",

@@ -77,3 +77,62 @@ def test_eval_drafter_json_stdout_is_json_only(tmp_path, monkeypatch):
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == figures
     assert "data: 1 prompts" in p.stderr
+
+
+# ------------------------------------------------------------------------------------------ advice and notes
+def _row(policy, x, bs=4):
+    return {"policy": policy, "batch_size": bs, "speedup_vs_baseline": x, "output_throughput_tok_s": 1000 * x}
+
+
+def test_verdict_recommends_the_fastest_deployable_policy():
+    from sim.console import not_deployable, verdicts
+
+    assert not_deployable("hybrid-tree") == "needs tree attention" and not_deployable("oracle") == "upper bound"
+    assert not_deployable("hybrid") is None and not_deployable("adaptive") is None
+    rows = [_row("adaptive", 1.0), _row("hybrid", 2.54), _row("ngram-fixed:32", 2.53), _row("hybrid-tree", 2.60),
+            _row("oracle", 2.75)]
+    (line,) = verdicts(rows, "adaptive")
+    assert line.startswith("batch 4: hybrid is the fastest deployable policy, 2.540x adaptive; next ngram-fixed:32"), line
+    assert "hybrid-tree 2.600x (needs tree attention)" in line and "per-step oracle 2.750x (upper bound)" in line
+    # a tree policy slower than the recommendation is not named
+    (line,) = verdicts([_row("adaptive", 1.0), _row("hybrid", 2.7), _row("hybrid-tree", 2.6)], "adaptive")
+    assert "hybrid-tree" not in line
+    # no baseline: ranked by throughput
+    (line,) = verdicts([_row("ngram-fixed:8", 0.9), _row("hybrid-tree", 1.2)], None)
+    assert "ngram-fixed:8 is the fastest deployable policy, 900 tok/s" in line and "hybrid-tree 1,200 tok/s" in line
+
+
+def _run(tmp_path, *args):
+    return run_cli_inprocess("sim.run", "--trace", TINY, "--workers", "1", "--no-progress", *args, cwd=ROOT,
+                             env=_env(tmp_path))
+
+
+def test_note_when_every_request_arrives_at_zero(tmp_path):
+    p = _run(tmp_path, "--policy", "none", "--batch-size", "2")
+    assert p.returncode == 0 and "all requests arrive at t = 0" in p.stdout
+    p = _run(tmp_path, "--policy", "none", "--batch-size", "2", "--request-rate", "5")
+    assert p.returncode == 0 and "arrive at t = 0" not in p.stdout
+
+
+def test_speculative_config_runs_what_it_names_and_skips_batches_past_the_trace(tmp_path):
+    five = tmp_path / "five.jsonl"
+    five.write_text("".join(TINY.read_text().splitlines(keepends=True)[:5]))
+    spec = '{"method": "ngram", "num_speculative_tokens": 8}'
+    p = run_cli_inprocess("sim.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",
+                          "--speculative-config", spec, cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert [(r["policy"], r["batch_size"]) for r in rows] == [("ngram-fixed:8", 4)]  # 128 > 5 requests: skipped
+    assert "batch size 128 skipped: the trace has only 5 requests" in p.stderr
+    assert "batch sizes 4 and 128 (the defaults)" in p.stderr and "--baseline adaptive" in p.stderr
+    p = run_cli_inprocess("sim.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",
+                          "--policy", "hybrid", "--batch-size", "8", "--batch-size", "16", cwd=ROOT, env=_env(tmp_path))
+    rows = json.loads(p.stdout)  # every size past the trace: the smallest runs (the others would be identical)
+    assert {r["batch_size"] for r in rows} == {8} and {r["policy"] for r in rows} == {"adaptive", "hybrid"}
+    assert "running the baseline 'adaptive' too" in p.stderr
+    p = run_cli_inprocess("sim.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",
+                          "--policy", "hybrid", "--batch-size", "2", "--no-baseline", cwd=ROOT, env=_env(tmp_path))
+    assert [r["policy"] for r in json.loads(p.stdout)] == ["hybrid"]
+    p = run_cli_inprocess("sim.run", "--trace", five, "--policy", "hybrid", "--baseline", "adaptive", "--no-baseline",
+                          cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 2 and "exclude each other" in p.stderr
