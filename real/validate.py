@@ -249,8 +249,10 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
 
 
 def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
+    """The page (sim/html_page.py: plotly.js inlined, renders offline), its heading the figure's title."""
     import plotly.graph_objects as go
 
+    from sim.html_page import figure_div, heading, page
     from sim.plot_style import series_color, style
 
     fig = go.Figure()
@@ -258,9 +260,9 @@ def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
     for name, key in (("real", "real"), ("predicted (replayed drafts)", "predicted"),
                       ("predicted (synthetic drafter)", "synthetic")):
         fig.add_bar(name=name, x=lab, y=[c[key]["tok_per_s"] for c in cells], marker_color=series_color(name))
-    style(fig, barmode="group", title=f"Real vs simulated output throughput (median error "
-          f"{100 * agg['median_error']:.1f}%)", yaxis_title="output tokens / s")
-    return fig.to_html(include_plotlyjs="cdn", full_html=True, div_id="fidelity")  # fixed id: a rerun is byte-identical
+    title = f"Real vs simulated output throughput (median error {100 * agg['median_error']:.1f}%)"
+    style(fig, barmode="group", title=title, yaxis_title="output tokens / s")
+    return page("hybridspec fidelity", [heading(1, title), figure_div(fig, "fidelity")])  # fixed id: byte-identical reruns
 
 
 def validate(a) -> int:

@@ -240,14 +240,16 @@ def add_speedups(rows: list[dict], baseline: str | None = BASELINE) -> None:
         r["steady_speedup_vs_baseline"] = r["steady_throughput_tok_s"] / b[1] if b else float("nan")
 
 
-def write_outputs(dest: Path, rows: list[dict], results: list[tuple[dict, RunResult]]) -> None:
+def write_outputs(dest: Path, rows: list[dict], results: list[tuple[dict, RunResult]],
+                  baseline: str | None = BASELINE) -> None:
     """summary.json, requests.csv, steps.csv and report.html in `dest`, written whole or not at all (a
     temporary sibling folder renamed into place: `dest` is either the earlier result or the new one)."""
     with atomic_dir(dest) as out:
-        _write_outputs(out, rows, results)
+        _write_outputs(out, rows, results, baseline)
 
 
-def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunResult]]) -> None:
+def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunResult]],
+                   baseline: str | None = BASELINE) -> None:
     import pandas as pd  # here, not at the top: 0.6 s of import the runs themselves do not need
 
     from sim.report import write_run_report
@@ -262,7 +264,7 @@ def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunRes
             dest.append(df)
     pd.concat(reqs).to_csv(out / "requests.csv", index=False)
     pd.concat(steps).to_csv(out / "steps.csv", index=False)
-    write_run_report(rows, [(r, res.steps) for r, res in results], out / "report.html")
+    write_run_report(rows, [(r, res.steps) for r, res in results], out / "report.html", baseline)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -368,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{model} on {a.gpu} ({a.cost}); " + (f"baseline {baseline}" if baseline else "no baseline"))
     console.emit(rows, a.format, baseline, header=header)
     if a.out:
-        write_outputs(a.out, rows, results)
+        write_outputs(a.out, rows, results, baseline)
         print(f"wrote {a.out}/summary.json, requests.csv, steps.csv, report.html",
               file=sys.stdout if a.format == "table" else sys.stderr)
     return 0
