@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 
 from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli, write_whole  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
+from sim.models import llm_name  # noqa: E402
 
 ENGINES = ("torch", "vllm")
 DEFAULT_POLICIES = ("none", "adaptive", "hybrid-price", "ngram-fixed:32")
@@ -385,13 +386,16 @@ def parse_args(argv):
                                                 "out/validate; vllm out/validate-vllm)")
     ap.add_argument("--engine", default="torch", help=f"the real engine: {' or '.join(ENGINES)} (vllm: docs/real.md, "
                                                       "'vLLM (A100/H100)')")
-    ap.add_argument("--model", default="smollm2-135m", help="models/llms name; real weights for smollm2-135m")
+    ap.add_argument("--model", default="smollm2-135m", type=llm_name,
+                    help="a models/llms name or its Hugging Face id, as in sim.run (real weights: smollm2-135m, "
+                         "HuggingFaceTB/SmolLM2-135M-Instruct; torch engine; vllm: --vllm-model) (default: smollm2-135m)")
     ap.add_argument("--random-weights", action="store_true", help="random weights, teacher forced (any architecture)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--cost-table", default=None, help="a profiled table of this machine (default: profile into --out)")
     ap.add_argument("--allow-other-machine", action="store_true", help="use a table profiled elsewhere (warns, recorded)")
     ap.add_argument("--max-error", type=finite_float(0), default=None, help="exit 1 if the median error is above this (percent)")
-    ap.add_argument("--quick", action="store_true", help="a small grid for tests (3 requests, 16 tokens, bs 1 and 4)")
+    ap.add_argument("--quick", action="store_true", help="a small grid for tests. torch: none and hybrid-price, 3 "
+                    "requests x 16 tokens, batch 1 and 4; vllm: 8 requests x 64 tokens, batch 1 and 8, a short profile")
     ap.add_argument("--drafter", default="default",
                     help="model drafter weights with real weights (default: the bundled trained drafter; none: the "
                          "synthetic profile's chains as a stand-in)")

@@ -150,7 +150,8 @@ def format_json(rows: list[dict]) -> str:
 
 def format_vllm(row: dict) -> str:
     """One run laid out as `vllm bench serve` prints its result (its labels, ms)."""
-    title = f" {row.get('policy')} at batch {row.get('batch_size')} "
+    where = f" on {Path(str(row['trace'])).stem}" if row.get("trace") else ""
+    title = f" {row.get('policy')} at batch {row.get('batch_size')}{where} "
     lines = ["{s:{c}^{n}}".format(s=title, n=50, c="=")]
 
     def add(label, v, fmt="{:<10.2f}"):
@@ -170,8 +171,36 @@ def format_vllm(row: dict) -> str:
         add(f"Median {name} (ms):", row.get(f"median_{key}_ms"))
         for p in PERCENTILES:
             add(f"P{p} {name} (ms):", row.get(f"p{p}_{key}_ms"))
+    if _num(row.get("num_drafts")):  # vLLM prints this section when the server speculates
+        lines.append("{s:{c}^{n}}".format(s="Speculative Decoding", n=50, c="-"))
+        add("Acceptance rate (%):", 100 * row["accepted_tokens"] / row["draft_tokens"] if row.get("draft_tokens") else None)
+        add("Acceptance length:", row.get("acceptance_length"))
+        add("Drafts:", row.get("num_drafts"), "{:<10}")
+        add("Draft tokens:", row.get("draft_tokens"), "{:<10}")
+        add("Accepted tokens:", row.get("accepted_tokens"), "{:<10}")
+        per_pos = _positions(row.get("acceptance_per_position"))
+        if per_pos:
+            lines.append("Per-position acceptance (%):")
+            for i, rate in enumerate(per_pos):
+                add(f"  Position {i}:", 100 * rate)
     lines.append("=" * 50)
     return "\n".join(lines)
+
+
+def _positions(v) -> list[float]:
+    """The per-position acceptance list (a list, or its text from a CSV), cut after the last position any draft
+    accepted (the rest are zeros up to the longest chain the run could draft)."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return []
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return []
+    v = [float(x) for x in v]
+    while v and v[-1] == 0:
+        v.pop()
+    return v
 
 
 def emit(rows: list[dict], fmt: str, baseline: str | None, header: str | None = None, lead: list[tuple[str, str]] = (),

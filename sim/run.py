@@ -41,7 +41,7 @@ from sim.trace.schema import Request
 from sim.vllm_compat import speculative_config
 
 from sim.config import (BASELINE, COMPONENTS, DEFAULT_BATCH_SIZES, DEFAULT_POLICIES, DrafterConfig,  # noqa: E402,F401
-                        ModelConfig, RunGrid, ServingConfig, TraceConfig, add_flags, check, from_args)
+                        GROUP_ORDER, ModelConfig, RunGrid, ServingConfig, TraceConfig, add_flags, check, flag_group, from_args)
 
 
 @dataclass
@@ -269,27 +269,30 @@ def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunRes
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The flags: sim/config.py's components (generated from their fields) plus what only a run has."""
-    ap = ArgumentParser(prog="python -m sim.run", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap = ArgumentParser(prog="python -m sim.run", description=__doc__.split("\n\n")[0])
+    for title in GROUP_ORDER:  # the help's sections, in this order
+        flag_group(ap, title)
     add_flags(ap, (RunGrid,))
-    ap.add_argument("--speculative-config", action="append", default=None, metavar="JSON",
-                    help="vLLM's speculative config, mapped onto a policy (repeatable; adds to --policy): method ngram "
-                         "-> ngram-fixed:K, dspark -> model-fixed:K, dspark with enable_adaptive_verification -> adaptive "
-                         "(sim/vllm_compat.py)")
+    spec = flag_group(ap, "speculation")
+    spec.add_argument("--speculative-config", action="append", default=None, metavar="JSON",
+                      help="vLLM's speculative config, mapped onto a policy (repeatable; adds to --policy): method ngram "
+                           "-> ngram-fixed:K, dspark -> model-fixed:K, dspark with enable_adaptive_verification -> adaptive "
+                           "(sim/vllm_compat.py); runs only what it names unless --baseline is given")
     add_flags(ap, COMPONENTS)
-    ap.add_argument("--baseline", default=None, metavar="POLICY",
-                    help=f"the policy every ratio is taken against, run too if not named (default: {BASELINE}; with "
-                         "only --speculative-config: none unless given)")
-    ap.add_argument("--no-baseline", action="store_true", help="run only the named policies (no ratio column)")
-    ap.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html "
-                    "(a folder; checked before the run, written whole at the end)")
-    ap.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")
-    ap.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU cores)")
-    ap.add_argument("--format", choices=console.FORMATS, default="table", help=console.FORMAT_HELP)
-    ap.add_argument("--no-progress", action="store_true",
-                    help="no progress bars (terminal) and no progress lines (stderr not a terminal)")
-    ap.add_argument("--progress-every", type=finite_float(0, strict=True), default=30.0, metavar="SECONDS",
-                    help="when stderr is not a terminal (a log, a pipe): a progress line every SECONDS")
+    spec.add_argument("--baseline", default=None, metavar="POLICY",
+                      help=f"the policy every ratio is taken against, run too if not named (default: {BASELINE}; with "
+                           "only --speculative-config: none unless given)")
+    spec.add_argument("--no-baseline", action="store_true", help="run only the named policies (no ratio column)")
+    out = flag_group(ap, "output")
+    out.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html "
+                     "(a folder; checked before the run, written whole at the end)")
+    out.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")
+    out.add_argument("--format", choices=console.FORMATS, default="table", help=console.FORMAT_HELP + " (default: table)")
+    out.add_argument("--no-progress", action="store_true",
+                     help="no progress bars (terminal) and no progress lines (stderr not a terminal)")
+    out.add_argument("--progress-every", type=finite_float(0, strict=True), default=30.0, metavar="SECONDS",
+                     help="when stderr is not a terminal (a log, a pipe): a progress line every SECONDS (default: 30)")
+    out.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU cores)")
     return ap.parse_args(argv)
 
 

@@ -3,8 +3,10 @@ what to do next, stdout that holds only what was asked for."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import run_cli_inprocess
@@ -136,3 +138,93 @@ def test_speculative_config_runs_what_it_names_and_skips_batches_past_the_trace(
     p = run_cli_inprocess("sim.run", "--trace", five, "--policy", "hybrid", "--baseline", "adaptive", "--no-baseline",
                           cwd=ROOT, env=_env(tmp_path))
     assert p.returncode == 2 and "exclude each other" in p.stderr
+
+
+# ------------------------------------------------------------------------------------------ help text
+def _help(module: str, capsys) -> str:
+    import importlib
+
+    with pytest.raises(SystemExit):
+        importlib.import_module(module).parse_args(["--help"])
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("module", ["sim.run", "sim.sweep"])
+def test_help_is_grouped_without_doubled_defaults(module, capsys):
+    out = _help(module, capsys)
+    flat = " ".join(out.split())
+    assert "(default: None)" not in flat
+    assert not re.search(r"default: [^()]*\(default:", flat), "a default printed twice"
+    sections = [x.rstrip(":") for x in out.splitlines() if re.fullmatch(r"[a-z][a-z ]*:", x)]
+    for title in ("workload", "model and hardware", "speculation", "output"):
+        assert title in sections, sections
+    assert len(out.splitlines()) - 3 * len(sections) > 0
+    if module == "sim.run":
+        assert flat.count("default: 4 128") == 1
+
+
+def test_model_means_the_same_in_every_command():
+    """--model takes a models/llms name or its Hugging Face id everywhere (sim.run's meaning)."""
+    import real.gpu_check as gc
+    import real.profile as prof
+    import real.validate as val
+    from sim.models import llm_name
+
+    for parse in (val.parse_args, prof.parse_args, gc.parse_args):
+        assert parse(["--model", "HuggingFaceTB/SmolLM2-135M-Instruct"]).model == "smollm2-135m"
+        assert parse(["--model", "Qwen/Qwen3-8B"]).model == "qwen3-8b" == llm_name("Qwen/Qwen3-8B")
+
+
+def test_validate_help_describes_quick_for_both_engines(capsys):
+    import real.validate as val
+
+    out = " ".join(_help_of(val.parse_args, capsys).split())
+    quick = out[out.index("--quick a small grid"):][:300]
+    assert "torch" in quick and "vllm" in quick
+
+
+def _help_of(parse, capsys) -> str:
+    with pytest.raises(SystemExit):
+        parse(["--help"])
+    return capsys.readouterr().out
+
+
+def test_sweep_prints_vllm_format(tmp_path):
+    p = run_cli_inprocess("sim.sweep", "--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--workers", "1",
+                          "--no-progress", "--format", "vllm", "--out", tmp_path / "s", cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("Output token throughput (tok/s):") == 2  # hybrid and the baseline
+
+
+# ------------------------------------------------------------------------------------------ vLLM's spec-decode figures
+@pytest.mark.parametrize("policy", ["adaptive", "hybrid", "ngram-fixed:8", "hybrid-tree"])
+def test_spec_decode_counts_native_and_reference_agree(policy, monkeypatch):
+    """Drafts by accepted length: the native step (engine_step.c) and the numpy definition give the same counts,
+    and they add up to the step columns' accepted tokens."""
+    from sim.run import SimSetup, prepare, run_one
+
+    prep = prepare(SimSetup(trace=str(TINY)))
+    got = {}
+    for ref in ("0", "1"):
+        monkeypatch.setenv("HYBRIDSPEC_REFERENCE_ENGINE", ref)
+        row, res = run_one(prep, policy, 4)
+        got[ref] = (res.accepted_hist.copy(), row)
+    (h0, row), (h1, _) = got["0"], got["1"]
+    assert (h0 == h1).all() and h0.sum() > 0
+    accepted = int(res.steps["accepted_model"].sum() + res.steps["accepted_ngram"].sum())
+    assert int((np.arange(len(h0)) * h0).sum()) == accepted == row["accepted_tokens"]
+    assert row["num_drafts"] == h0.sum() and row["acceptance_length"] == pytest.approx(1 + accepted / h0.sum())
+    per = row["acceptance_per_position"]
+    assert all(a >= b for a, b in zip(per, per[1:])) and sum(per) == pytest.approx(accepted / h0.sum())
+    assert row["draft_tokens"] >= row["accepted_tokens"]
+
+
+def test_format_vllm_has_the_spec_decode_section(tmp_path):
+    p = _run(tmp_path, "--policy", "ngram-fixed:8", "--batch-size", "2", "--format", "vllm", "--no-baseline")
+    assert p.returncode == 0, p.stderr
+    for label in ("Speculative Decoding", "Acceptance rate (%):", "Acceptance length:", "Drafts:", "Draft tokens:",
+                  "Accepted tokens:", "Per-position acceptance (%):", "  Position 0:"):
+        assert label in p.stdout, label
+    assert "Position 8:" not in p.stdout  # K = 8: positions 0..7
+    p = _run(tmp_path, "--policy", "none", "--batch-size", "2", "--format", "vllm", "--no-baseline")
+    assert "Speculative Decoding" not in p.stdout  # nothing drafted: vLLM prints no such section either
