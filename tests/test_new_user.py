@@ -228,3 +228,25 @@ def test_format_vllm_has_the_spec_decode_section(tmp_path):
     assert "Position 8:" not in p.stdout  # K = 8: positions 0..7
     p = _run(tmp_path, "--policy", "none", "--batch-size", "2", "--format", "vllm", "--no-baseline")
     assert "Speculative Decoding" not in p.stdout  # nothing drafted: vLLM prints no such section either
+
+
+# ------------------------------------------------------------------------------------------ tokens per step
+def test_fidelity_names_its_engine_wide_tokens_per_step():
+    """tok/step is per request per step everywhere (sim.run, sim.sweep); fidelity.md's engine-wide figure is
+    named `tok/engine step` and defined under the table (an old fidelity.json's key still reads)."""
+    from real.validate import format_md
+
+    meta = {"command": "c", "machine": {}, "model": "m", "mode": "real", "max_tokens": 1, "max_prompt": 1}
+    agg = {"median_error": 0.0, "max_error": 0.0, "median_step_error": 0.0, "median_synthetic_error": 0.0,
+           "all_lossless": True}
+    side = {"tok_per_s": 1.0, "steps": 2, "mean_latency_s": 1.0}
+    for key in ("tokens_per_engine_step", "tokens_per_step"):
+        cell = {"trace": "t.jsonl", "policy": "none", "batch_size": 4, "requests": 4, "predicted_error": 0.0,
+                "synthetic_error": 0.0, "step_error_median": 0.0, "real": {**side, key: 3.5}, "predicted": side,
+                "synthetic": side}
+        md = format_md([cell], agg, meta)
+        assert "| tok/engine step |" in md and "| tok/step |" not in md and "| 3.50 |" in md
+        assert "tok/engine step: output tokens per engine step" in md
+    for page in ("fidelity.md", "fidelity-drafter.md"):
+        text = (ROOT / "reports" / page).read_text()
+        assert "| tok/step |" not in text and "tok/engine step" in text
