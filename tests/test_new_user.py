@@ -250,3 +250,14 @@ def test_fidelity_names_its_engine_wide_tokens_per_step():
     for page in ("fidelity.md", "fidelity-drafter.md"):
         text = (ROOT / "reports" / page).read_text()
         assert "| tok/step |" not in text and "tok/engine step" in text
+
+
+def test_trace_convert_has_no_other_model_flag(tmp_path):
+    """sim.trace convert's BurstGPT row filter is --burstgpt-model: --model means the served model only."""
+    out = tmp_path / "b.jsonl"
+    p = run_cli_inprocess("sim.trace", "convert", "--from", "burstgpt", FIX / "burstgpt.csv", "-o", out,
+                          "--burstgpt-model", "all", cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 0, p.stderr
+    p = run_cli_inprocess("sim.trace", "convert", "--from", "burstgpt", FIX / "burstgpt.csv", "-o", tmp_path / "c.jsonl",
+                          "--model", "all", cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 2
