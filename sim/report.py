@@ -61,7 +61,8 @@ def run_report_figures(rows: list[dict], steps: list[tuple[dict, dict]], baselin
     if pols:
         ncol = 2 if len(pols) > 1 else 1
         nrow = -(-len(pols) // ncol)
-        ts = make_subplots(rows=nrow, cols=ncol, subplot_titles=pols, shared_xaxes=True, shared_yaxes=True,
+        # each panel its own time span (a run without speculation lasts several times longer), one y scale
+        ts = make_subplots(rows=nrow, cols=ncol, subplot_titles=pols, shared_yaxes="all",
                            vertical_spacing=min(0.08, 0.5 / nrow))
         for row, st in runs:
             t = np.asarray(st["t_start_ms"], dtype=float) / 1000.0
