@@ -112,8 +112,6 @@ def check_page(text: str, where: str) -> None:
 def check_ratio_scale(tr: dict, where: str) -> None:
     """A ratio heatmap: white at 1, bounds within the cells' own range widened only to 1 (no made-up symmetric
     span: a ratio is never negative)."""
-    from sim.html_page import figures_in  # noqa: F401 (the same module the pages come from)
-
     z = np.asarray([[np.nan if v is None else v for v in row] for row in _z(tr)], dtype=float)
     lo, hi = float(np.nanmin(z)), float(np.nanmax(z))
     assert tr["zmin"] >= min(lo, 1.0) - 1e-9 and tr["zmax"] <= max(hi, 1.0) + 1e-9, (where, tr["zmin"], tr["zmax"], lo, hi)
@@ -125,13 +123,14 @@ def check_ratio_scale(tr: dict, where: str) -> None:
 
 
 def _z(tr: dict):
+    """A trace's z (or any array) as plotly wrote it: a list, or its typed-array form {dtype, bdata, shape}."""
     z = tr["z"]
-    if isinstance(z, dict) and "bdata" in z:  # plotly's typed-array encoding
+    if isinstance(z, dict) and "bdata" in z:
         import base64
 
         arr = np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"]))
-        return arr.reshape(z.get("shape", [len(arr)]) if isinstance(z.get("shape"), list) else
-                           [int(x) for x in str(z.get("shape", len(arr))).split(",")])
+        shape = z.get("shape", len(arr))
+        return arr.reshape([int(x) for x in str(shape).strip("[]").split(",")])
     return z
 
 
