@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 
 from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli, write_whole  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
+from sim.models import llm_name  # noqa: E402
 
 ENGINES = ("torch", "vllm")
 DEFAULT_POLICIES = ("none", "adaptive", "hybrid-price", "ngram-fixed:32")
@@ -113,7 +114,8 @@ def _summary(res, n_tokens: int) -> dict:
     t = float(res.sim_time_s)
     lat = res.requests["finish_s"] - res.requests["arrival_s"]
     return {"time_s": t, "tok_per_s": n_tokens / t if t > 0 else float("nan"), "steps": int(len(st["step_ms"])),
-            "tokens_per_step": n_tokens / max(1, int((st["num_decode"] > 0).sum())),
+            # engine-wide: all output tokens over the steps that decode (sim.run's tok/step is per request per step)
+            "tokens_per_engine_step": n_tokens / max(1, int((st["num_decode"] > 0).sum())),
             "mean_latency_s": float(np.nanmean(lat)), "lossless": bool(res.lossless), "violation": res.violation,
             "step_ms": [float(x) for x in st["step_ms"]]}
 
@@ -231,7 +233,7 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
              f"{100 * agg['median_synthetic_error']:.1f}%. Every real run lossless (outputs equal plain greedy "
              f"decoding): {'yes' if agg['all_lossless'] else 'NO'}.**", "",
              "| trace | policy | bs | reqs | real tok/s | predicted tok/s | error | synthetic tok/s | error | "
-             "steps real/sim | tok/step | mean latency real / sim (s) | step-time error (median) | speedup vs none |",
+             "steps real/sim | tok/engine step | mean latency real / sim (s) | step-time error (median) | speedup vs none |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     base = {(c["trace"], c["batch_size"]): c["real"]["tok_per_s"] for c in cells if c["policy"] == "none"}
     for c in cells:
@@ -241,16 +243,28 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
             f"| {Path(c['trace']).stem} | {c['policy']} | {c['batch_size']} | {c['requests']} | "
             f"{c['real']['tok_per_s']:.1f} | {c['predicted']['tok_per_s']:.1f} | {100 * c['predicted_error']:.1f}% | "
             f"{c['synthetic']['tok_per_s']:.1f} | {100 * c['synthetic_error']:.1f}% | "
-            f"{c['real']['steps']}/{c['predicted']['steps']} | {c['real']['tokens_per_step']:.2f} | "
+            f"{c['real']['steps']}/{c['predicted']['steps']} | {_per_engine_step(c['real']):.2f} | "
             f"{c['real']['mean_latency_s']:.2f} / {c['predicted']['mean_latency_s']:.2f} | "
             f"{100 * c['step_error_median']:.1f}% | {sp} |")
-    lines += ["", "Each predicted cell is reproduced by the `sim_command` recorded for it in fidelity.json.", ""]
+    lines += ["", ENGINE_STEP_NOTE, "", "Each predicted cell is reproduced by the `sim_command` recorded for it in "
+              "fidelity.json.", ""]
     return "\n".join(lines)
 
 
+ENGINE_STEP_NOTE = ("tok/engine step: output tokens per engine step that decodes, across the whole batch (not the "
+                    "per-request tokens per step, `tok/step`, that `python -m sim.run` prints).")
+
+
+def _per_engine_step(real: dict) -> float:
+    """The engine-wide tokens per step of a cell (fidelity.json written before the key was renamed: tokens_per_step)."""
+    return real.get("tokens_per_engine_step", real.get("tokens_per_step", float("nan")))
+
+
 def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
+    """The page (sim/html_page.py: plotly.js inlined, renders offline), its heading the figure's title."""
     import plotly.graph_objects as go
 
+    from sim.html_page import figure_div, heading, page
     from sim.plot_style import series_color, style
 
     fig = go.Figure()
@@ -258,9 +272,9 @@ def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
     for name, key in (("real", "real"), ("predicted (replayed drafts)", "predicted"),
                       ("predicted (synthetic drafter)", "synthetic")):
         fig.add_bar(name=name, x=lab, y=[c[key]["tok_per_s"] for c in cells], marker_color=series_color(name))
-    style(fig, barmode="group", title=f"Real vs simulated output throughput (median error "
-          f"{100 * agg['median_error']:.1f}%)", yaxis_title="output tokens / s")
-    return fig.to_html(include_plotlyjs="cdn", full_html=True, div_id="fidelity")  # fixed id: a rerun is byte-identical
+    title = f"Real vs simulated output throughput (median error {100 * agg['median_error']:.1f}%)"
+    style(fig, barmode="group", title=title, yaxis_title="output tokens / s")
+    return page("hybridspec fidelity", [heading(1, title), figure_div(fig, "fidelity")])  # fixed id: byte-identical reruns
 
 
 def validate(a) -> int:
@@ -383,13 +397,16 @@ def parse_args(argv):
                                                 "out/validate; vllm out/validate-vllm)")
     ap.add_argument("--engine", default="torch", help=f"the real engine: {' or '.join(ENGINES)} (vllm: docs/real.md, "
                                                       "'vLLM (A100/H100)')")
-    ap.add_argument("--model", default="smollm2-135m", help="models/llms name; real weights for smollm2-135m")
+    ap.add_argument("--model", default="smollm2-135m", type=llm_name,
+                    help="a models/llms name or its Hugging Face id, as in sim.run (real weights: smollm2-135m, "
+                         "HuggingFaceTB/SmolLM2-135M-Instruct; torch engine; vllm: --vllm-model) (default: smollm2-135m)")
     ap.add_argument("--random-weights", action="store_true", help="random weights, teacher forced (any architecture)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--cost-table", default=None, help="a profiled table of this machine (default: profile into --out)")
     ap.add_argument("--allow-other-machine", action="store_true", help="use a table profiled elsewhere (warns, recorded)")
     ap.add_argument("--max-error", type=finite_float(0), default=None, help="exit 1 if the median error is above this (percent)")
-    ap.add_argument("--quick", action="store_true", help="a small grid for tests (3 requests, 16 tokens, bs 1 and 4)")
+    ap.add_argument("--quick", action="store_true", help="a small grid for tests. torch: none and hybrid-price, 3 "
+                    "requests x 16 tokens, batch 1 and 4; vllm: 8 requests x 64 tokens, batch 1 and 8, a short profile")
     ap.add_argument("--drafter", default="default",
                     help="model drafter weights with real weights (default: the bundled trained drafter; none: the "
                          "synthetic profile's chains as a stand-in)")
