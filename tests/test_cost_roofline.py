@@ -91,7 +91,8 @@ def test_kv_capacity_qwen3_8b_h100():
 
 @pytest.mark.parametrize("kw,match", [
     (dict(llm="qwen3-14b", gpu="a100-80g", gpu_memory_utilization=0.3), "does not fit"),
-    (dict(tensor_parallel_size=2), "tensor_parallel_size"),
+    (dict(tensor_parallel_size=3), "tensor_parallel_size"),
+    (dict(tensor_parallel_size=2), "interconnect_gbps"),
     (dict(gpu_memory_utilization=1.5), "gpu_memory_utilization"),
     (dict(gpu_memory_utilization=0), "gpu_memory_utilization"),
     (dict(draft_layers=-1), "draft_layers"),
