@@ -336,6 +336,7 @@ class DrafterCostSpec:
     layer_overhead_us: float = 30.0
     caches_context_kv: bool = True
     sequential: bool = False
+    draft_vocab_size: int | None = None  # a reduced draft vocabulary for the LM head (EAGLE-3); None: the target's
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -348,19 +349,24 @@ class DrafterCostSpec:
             raise ConfigError(f"drafter '{self.name}': fusion_inputs must be a non-negative integer")
         if self.overhead_ms < 0 or self.layer_overhead_us < 0:
             raise ConfigError(f"drafter '{self.name}': overheads must be >= 0")
+        v = self.draft_vocab_size
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise ConfigError(f"drafter '{self.name}': draft_vocab_size must be a positive integer, got {v!r}")
 
     def params(self, llm: LLMSpec) -> int:
         """GEMM weights the drafter reads per forward pass (LM head included if it evaluates one)."""
         h = llm.hidden_size
         p = self.draft_layers * llm.layer_params + self.fusion_inputs * h * h
         if self.include_lm_head:
-            p += llm.vocab_size * h
+            p += (self.draft_vocab_size or llm.vocab_size) * h
         return p
 
     def resident_params(self, llm: LLMSpec) -> int:
-        """Extra weights in GPU memory (the LM head is shared with the target, as EAGLE-style drafters do)."""
+        """Extra weights in GPU memory (the LM head is shared with the target, as EAGLE-style drafters do,
+        unless the drafter has its own reduced-vocabulary head)."""
         h = llm.hidden_size
-        return self.draft_layers * llm.layer_params + self.fusion_inputs * h * h
+        own_head = (self.draft_vocab_size or 0) * h if self.include_lm_head else 0
+        return self.draft_layers * llm.layer_params + self.fusion_inputs * h * h + own_head
 
     def kv_bytes_per_token(self, llm: LLMSpec) -> int:
         return self.draft_layers * llm.kv_bytes_per_token_per_layer if self.caches_context_kv else 0

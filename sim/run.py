@@ -26,7 +26,7 @@ from sim import console
 from sim.cli_util import ArgumentParser, atomic_dir, check_out_dir, finite_float, run_cli
 from sim.cost import make_cost_model
 from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
-from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
+from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts, with_block
 from sim.drafters.ngram import NgramConfig
 from sim.drafters.cache import cached_draft_tables
 from sim.drafters.stream import StreamingTables, pick_streaming
@@ -34,7 +34,7 @@ from sim.drafters.tables import DraftTables
 from sim.engine import Engine, EngineConfig, RunResult
 from sim.errors import ConfigError
 from sim.metrics import summarize
-from sim.models import get_llm, llm_name
+from sim.models import DEFAULT_DRAFTER_COST, get_llm, llm_name
 from sim.policies import get_policy
 from sim.scheduler import full_kv_need
 from sim.trace.schema import Request
@@ -72,8 +72,10 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
     only their recipe: each run builds a request's rows when it is admitted. `profile` overrides the named drafter profile (for fitting it)."""
     from sim.trace import load_trace
 
-    cost = make_cost_model(setup.cost, llm=setup.model, gpu=setup.gpu)
     profile = profile or load_drafter_profile(setup.drafter)
+    # the profile names the cost shape of its passes (DSpark's block pass, or an EAGLE head's sequential ones)
+    extra = {} if profile.cost_spec == DEFAULT_DRAFTER_COST else {"drafter": profile.cost_spec}
+    cost = make_cost_model(setup.cost, llm=setup.model, gpu=setup.gpu, **extra)
     calib = NgramCalibrator.load(setup.calibrator)
     ngram_cfg = NgramConfig(n_min=calib.cfg.n_min, n_max=calib.cfg.n_max, k=setup.ngram_k, ext_max=calib.cfg.ext_max)
     from sim.trace.tokenizer import tokenizer_for
@@ -269,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     model = llm_name(a.model)
     get_llm(model)  # fail fast on a bad name
     ngram_k, spec_k = a.ngram_k, None
-    spec_policies = []
+    spec_policies, spec_drafter = [], None  # spec_drafter: (profile name, K) of an eagle/eagle3 config
+    dspark = False
     if a.speculative_config:
         from sim.drafters.calibration import NgramCalibrator
 
@@ -287,7 +290,19 @@ def main(argv: list[str] | None = None) -> int:
                     raise ConfigError(f"--speculative-config: num_speculative_tokens={m.ngram_k} and --ngram-k {a.ngram_k} "
                                       "disagree (the n-gram chain length is one per run)")
                 spec_k = ngram_k = m.ngram_k
+            dspark = dspark or (m.drafter is None and m.ngram_k is None)  # a dspark config: the DSpark drafter
+            if m.drafter is not None:
+                if spec_drafter is not None and spec_drafter != (m.drafter, m.block):
+                    raise ConfigError("--speculative-config: two eagle configs with different methods or "
+                                      "num_speculative_tokens (the model drafter is one per run)")
+                spec_drafter = (m.drafter, m.block)
             spec_policies.append(m.policy)
+        if spec_drafter is not None and (a.drafter != SimSetup.drafter or dspark):
+            raise ConfigError("--speculative-config: method eagle/eagle3 replaces the model drafter of every policy in "
+                              "the run; it cannot be combined with --drafter or with a dspark config")
+        if spec_drafter is not None:
+            print("note: every policy of this run uses the EAGLE-style drafter; its confidences (used by adaptive and "
+                  "the hybrids) are the profile's synthetic ones: EAGLE has no confidence head", file=sys.stderr)
     policies = list(dict.fromkeys((a.policy or ([] if spec_policies else list(DEFAULT_POLICIES))) + spec_policies))
     for p in policies:
         get_policy(p)  # fail fast on a bad name, before any work
@@ -300,11 +315,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.workers is not None and a.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {a.workers}")
     setup = dataclasses.replace(from_args(SimSetup, a), model=model, ngram_k=ngram_k)
+    profile = None
+    if spec_drafter is not None:  # an EAGLE head run for K sequential steps: its profile at block K
+        setup = dataclasses.replace(setup, drafter=spec_drafter[0])
+        profile = with_block(load_drafter_profile(spec_drafter[0]), spec_drafter[1])
     tty = sys.stderr.isatty()
     progress = not a.no_progress and tty
     every = None if a.no_progress or tty else a.progress_every
     with console.Heartbeat("loading the trace and building the draft tables", None, every):
-        prep = prepare(setup, progress=progress)
+        prep = prepare(setup, progress=progress, profile=profile)
     check_kv(prep, setup.kv_capacity_tokens)  # before any simulation, naming the request and its line
     if prep.tables.replayed_requests:
         print(f"note: {prep.tables.replayed_requests} of {len(prep.tables.out_len)} requests replay recorded drafts; "

@@ -75,8 +75,24 @@ def test_speculative_config_maps(cfg, policy, k):
     assert get_policy(m.policy).name == policy
 
 
+def test_speculative_config_maps_eagle_to_a_sequential_drafter():
+    """eagle/eagle3 -> model-fixed:K with the EAGLE-style profile at block K, priced by its sequential cost spec."""
+    from sim.drafters.model import load_drafter_profile, with_block
+
+    for method, name in (("eagle", "eagle-llama3.1-8b"), ("eagle3", "eagle3-llama3.1-8b")):
+        m = speculative_config(json.dumps({"method": method, "num_speculative_tokens": 3}), (2, 5), 7)
+        assert (m.policy, m.drafter, m.block) == ("model-fixed:3", name, 3)
+        prof = with_block(load_drafter_profile(name), 3)
+        assert prof.block == 3 and all(len(r) == 3 for r in prof.copy_prior)
+        assert prof.cost_spec.endswith("-cost") and "eagle" in prof.cost_spec
+        assert with_block(load_drafter_profile(name), 9).block == 9
+
+
 @pytest.mark.parametrize("cfg,needle", [
-    ({"method": "eagle3", "num_speculative_tokens": 3}, "method 'eagle3' cannot be mapped"),
+    ({"method": "mtp", "num_speculative_tokens": 3}, "method 'mtp' cannot be mapped"),
+    ({"method": "eagle"}, "method 'eagle' needs num_speculative_tokens"),
+    ({"method": "eagle3", "num_speculative_tokens": 3, "enable_adaptive_verification": True}, "needs a confidence head"),
+    ({"method": "eagle", "num_speculative_tokens": 65}, "exceeds 64"),
     ({"method": "suffix"}, "method 'suffix' cannot be mapped"),
     ({"num_speculative_tokens": 3}, "'method' is required"),
     ({"method": "ngram"}, "needs num_speculative_tokens"),

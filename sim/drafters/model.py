@@ -42,6 +42,7 @@ recorded acceptance itself.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,7 @@ class ModelDrafterProfile:
     # copy_prior[b][j] = pi_{j+1}(b). Empty = the head assumes no token is copied.
     copy_prior_edges: tuple[int, ...] = (1, 4, 8, 16, 32, 64)
     copy_prior: tuple[tuple[float, ...], ...] = ()
+    cost_spec: str = "dspark-cost"  # the cost shape in models/drafters/ that prices this drafter's passes
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -129,6 +131,16 @@ class ModelDrafterProfile:
         if not self.copy_prior:
             return np.zeros((len(ext), self.block))
         return np.asarray(self.copy_prior, dtype=np.float64)[self.ext_bucket(ext)]
+
+
+def with_block(profile: ModelDrafterProfile, block: int) -> ModelDrafterProfile:
+    """The same drafter proposing `block` tokens per chain (an EAGLE-style head run for K = block steps): q_j
+    and the copy prior are per depth, so depths past the profile's block extend them (the copy prior's last
+    column repeats) and a shorter block truncates them."""
+    if block == profile.block:
+        return profile
+    prior = tuple(tuple(row[:block]) + (row[-1],) * max(0, block - len(row)) for row in profile.copy_prior)
+    return dataclasses.replace(profile, block=int(block), copy_prior=prior)
 
 
 def list_drafter_profiles() -> list[str]:
