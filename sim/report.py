@@ -104,6 +104,7 @@ from sim.config import BASELINE as BASE  # noqa: E402 -- the one baseline name
 # The seed's published hybrid / adaptive throughput ranges (its abstract): workload -> {bs: (lo, hi)};
 # None = every batch size.
 PUBLISHED = {"codeedit": {4: (1.10, 1.62), 128: (1.04, 1.27)}, "chat": {None: (0.97, 1.01)}}
+PUBLISHED["codeedit-model"] = PUBLISHED["codeedit"]  # the same edits with model-shaped outputs
 CONTEXT_BINS = 4  # prompt-length quantile bins of the context-length heatmap
 from sim.config import GRID_KEYS as _GRID_KEYS  # noqa: E402
 
@@ -499,7 +500,8 @@ def paper_md(df, command: str | None = None) -> str:
         out += ["Regenerate (see docs/sweeps.md):", "", "    " + command, ""]
     wl = _workloads(df)
     found = False
-    for key, title in (("codeedit", "Code editing"), ("chat", "Chat")):
+    for key, title in (("codeedit", "Code editing, copy-heavy bound"),
+                       ("codeedit-model", "Code editing, model-shaped outputs"), ("chat", "Chat")):
         for name, g in wl:
             if Path(str(g.iloc[0]["trace"])).stem != key:
                 continue
