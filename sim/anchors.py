@@ -12,8 +12,9 @@ simulator it checks, and which knobs (if any) were fitted to it. Every compared 
     python -m sim.anchors [--only NAME ...] [--json] [--out reports/anchors.md] [--force] [--no-report]
 
 It prints the figures side by side (`--json`: a list of objects with keys anchor, metric, published,
-simulated, error, tolerance, within, plus tolerance_kind and fitted) and writes the report (Markdown,
-written whole; an existing report is replaced only with --force, checked before any work). The anchors are
+simulated, error, tolerance, within, plus tolerance_kind and fitted) and writes the report (Markdown) and the
+same list as JSON beside it (reports/anchors.json, which `python -m sim.report` shows beside the code-editing
+headline), each written whole; existing ones are replaced only with --force, checked before any work. The anchors are
 checks: nothing here tunes a knob, and a knob fitted to one of these measurements is named in its anchor.
 """
 from __future__ import annotations
@@ -429,8 +430,10 @@ def main(argv: list[str] | None = None) -> int:
             if not hit:
                 raise ConfigError(f"--only: unknown anchor {name!r}; choose one of: {', '.join(ANCHORS)}")
             chosen += [x for x in hit if x not in chosen]
+    json_out = Path(a.out).with_suffix(".json")  # the figures as data, beside the report (read by sim.report)
     if not a.no_report:
         check_out_file(a.out, a.force, "--out")  # before any work
+        check_out_file(json_out, a.force, "--out")
     t0 = time.perf_counter()
     figures: dict[str, list[Figure]] = {}
     for i, anc in enumerate(chosen, 1):
@@ -445,8 +448,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{sum(f.within for f in flat)} of {len(flat)} figures within their targets ({wall:.0f} s)")
     if not a.no_report:
         cmd = "python -m sim.anchors" + "".join(f" --only {n}" for n in (a.only or ()))
-        write_whole(Path(a.out), report(chosen, figures, cmd, wall) + "\n", overwrite=a.force)
-        print(f"wrote {a.out}", file=sys.stderr)
+        text = report(chosen, figures, cmd, wall) + "\n"  # both rendered before either is written
+        data = json.dumps([f.as_dict() for f in flat], indent=1) + "\n"
+        write_whole(Path(a.out), text, overwrite=a.force)
+        write_whole(json_out, data, overwrite=a.force)
+        print(f"wrote {a.out} and {json_out}", file=sys.stderr)
     return 0
 
 

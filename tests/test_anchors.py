@@ -47,6 +47,8 @@ def test_report_written_whole_and_not_replaced_without_force(tmp_path, capsys):
     text = out.read_text()
     assert "## pr32374-eagle-itl" in text and "**Source:**" in text and "| published |" not in text.split("\n")[0]
     assert "python -m sim.anchors --only pr32374-eagle-itl" in text
+    rows = json.loads((tmp_path / "anchors.json").read_text())
+    assert len(rows) == 10 and all(r["anchor"] == "pr32374-eagle-itl" for r in rows)
     code, cap = run_anchors(["--only", "pr32374-eagle-itl", "--out", str(out)], capsys)
     assert code == 2 and "already exists" in cap.err and cap.err.count("\n") == 1
     assert out.read_text() == text
@@ -217,3 +219,18 @@ def test_model_shaped_trace_keeps_the_exact_traces_requests():
     assert [r["id"] for r in shaped] == ids
     fenced = sum("```python\n" in r["output"] for r in shaped)
     assert fenced == len(shaped) and sum(not r["output"].startswith("```") for r in shaped) > len(shaped) // 2
+
+
+def test_paper_shows_the_anchors_beside_the_code_edit_headline():
+    from sim.report import _anchor_lines
+
+    rows = [Figure("pr24344-blazedit (codeedit-model.jsonl, model-shaped)", "share of steps with an n-gram draft",
+                   0.547, 0.668, 0.10, "absolute").as_dict(),
+            Figure("pr24344-blazedit (codeedit.jsonl, copy-heavy bound)", "tokens per step, all steps", 2.96, 4.675,
+                   0.15).as_dict(),
+            Figure("pr32374-eagle-itl", "inter-token latency (ms), batch 1, K=0", 6.87, 7.35, 0.15).as_dict()]
+    model = " ".join(_anchor_lines(rows, "codeedit-model"))
+    assert "0.668 vs 0.547" in model and "+0.121" in model and "missed" in model and "4.675" not in model
+    exact = " ".join(_anchor_lines(rows, "codeedit"))
+    assert "4.675 vs 2.960" in exact and "+58%" in exact and "1 of 1 within 15%" in exact
+    assert _anchor_lines(None, "codeedit") == []
