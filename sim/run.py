@@ -26,7 +26,7 @@ from sim import console
 from sim.cli_util import ArgumentParser, atomic_dir, check_out_dir, finite_float, run_cli
 from sim.cost import make_cost_model
 from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
-from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts, with_block
+from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
 from sim.drafters.ngram import NgramConfig
 from sim.drafters.cache import cached_draft_tables
 from sim.drafters.stream import StreamingTables, pick_streaming
@@ -315,15 +315,13 @@ def main(argv: list[str] | None = None) -> int:
     if a.workers is not None and a.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {a.workers}")
     setup = dataclasses.replace(from_args(SimSetup, a), model=model, ngram_k=ngram_k)
-    profile = None
-    if spec_drafter is not None:  # an EAGLE head run for K sequential steps: its profile at block K
+    if spec_drafter is not None:  # an EAGLE head run for K sequential steps: its profile at block K (NAME:K)
         setup = dataclasses.replace(setup, drafter=spec_drafter[0])
-        profile = with_block(load_drafter_profile(spec_drafter[0]), spec_drafter[1])
     tty = sys.stderr.isatty()
     progress = not a.no_progress and tty
     every = None if a.no_progress or tty else a.progress_every
     with console.Heartbeat("loading the trace and building the draft tables", None, every):
-        prep = prepare(setup, progress=progress, profile=profile)
+        prep = prepare(setup, progress=progress)
     check_kv(prep, setup.kv_capacity_tokens)  # before any simulation, naming the request and its line
     if prep.tables.replayed_requests:
         print(f"note: {prep.tables.replayed_requests} of {len(prep.tables.out_len)} requests replay recorded drafts; "

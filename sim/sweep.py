@@ -607,7 +607,8 @@ def grid_from_args(a: argparse.Namespace) -> dict:
             m = speculative_config(text, (cal.cfg.n_min, cal.cfg.n_max), block)
             for note in m.notes:
                 print(f"note: {note}", file=sys.stderr)
-            subs.append({"policy": [m.policy], **({"ngram_k": [m.ngram_k]} if m.ngram_k else {})})
+            subs.append({"policy": [m.policy], **({"ngram_k": [m.ngram_k]} if m.ngram_k else {}),
+                         **({"drafter": [m.drafter]} if m.drafter else {})})  # eagle: its own drafter profile
         grid["grid"] = subs
     return grid
 

@@ -54,7 +54,7 @@ class SpecMapping:
     policy: str
     ngram_k: int | None = None
     notes: list[str] = field(default_factory=list)
-    drafter: str | None = None  # a drafter profile replacing --drafter (eagle, eagle3), run at block `block`
+    drafter: str | None = None  # a drafter profile replacing --drafter (eagle, eagle3): NAME:K, K = `block`
     block: int | None = None
 
 
@@ -141,7 +141,7 @@ def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int
                               "chain a drafter profile holds")
         notes.append(f"--speculative-config: method {method!r} runs the {EAGLE_PROFILES[method]} drafter profile "
                      f"(fitted on Llama-3.1-8B, MT-Bench) for {k} sequential steps")
-        return SpecMapping(f"model-fixed:{k}", notes=notes, drafter=EAGLE_PROFILES[method], block=k)
+        return SpecMapping(f"model-fixed:{k}", notes=notes, drafter=f"{EAGLE_PROFILES[method]}:{k}", block=k)
     raise ConfigError(f"--speculative-config: method {method!r} cannot be mapped: the simulator's drafters are the "
                       "n-gram drafter (method 'ngram'), the DSpark block-drafter profile (method 'dspark', "
                       "optionally with enable_adaptive_verification) and the EAGLE-style heads (methods 'eagle', "

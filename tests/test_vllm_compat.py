@@ -81,7 +81,8 @@ def test_speculative_config_maps_eagle_to_a_sequential_drafter():
 
     for method, name in (("eagle", "eagle-llama3.1-8b"), ("eagle3", "eagle3-llama3.1-8b")):
         m = speculative_config(json.dumps({"method": method, "num_speculative_tokens": 3}), (2, 5), 7)
-        assert (m.policy, m.drafter, m.block) == ("model-fixed:3", name, 3)
+        assert (m.policy, m.drafter, m.block) == ("model-fixed:3", f"{name}:3", 3)
+        assert load_drafter_profile(m.drafter) == with_block(load_drafter_profile(name), 3)
         prof = with_block(load_drafter_profile(name), 3)
         assert prof.block == 3 and all(len(r) == 3 for r in prof.copy_prior)
         assert prof.cost_spec.endswith("-cost") and "eagle" in prof.cost_spec

@@ -155,7 +155,13 @@ def is_profile_path(name: str) -> bool:
 def load_drafter_profile(name: str) -> ModelDrafterProfile:
     """Load models/drafters/NAME.json, or a profile file when NAME is a path (ends in .json or has a folder,
     e.g. one written by `python -m sim.drafters.fit_profile --from-drafts ... --out`); unknown names raise
-    ConfigError listing the known ones."""
+    ConfigError listing the known ones. NAME:K is that profile run for chains of K tokens (with_block; how
+    --speculative-config's eagle methods choose num_speculative_tokens)."""
+    if not is_profile_path(name) and ":" in name:
+        base, _, k = name.rpartition(":")
+        if not k.isdigit() or not 1 <= int(k) <= 64:
+            raise ConfigError(f"drafter profile '{name}': the chain length after ':' must be an integer in 1..64")
+        return with_block(load_drafter_profile(base), int(k))
     if is_profile_path(name):
         path = Path(name)
         if not path.is_file():
