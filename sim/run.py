@@ -75,6 +75,8 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
     profile = profile or load_drafter_profile(setup.drafter)
     # the profile names the cost shape of its passes (DSpark's block pass, or an EAGLE head's sequential ones)
     extra = {} if profile.cost_spec == DEFAULT_DRAFTER_COST else {"drafter": profile.cost_spec}
+    if setup.tensor_parallel_size != 1:
+        extra["tensor_parallel_size"] = setup.tensor_parallel_size
     cost = make_cost_model(setup.cost, llm=setup.model, gpu=setup.gpu, **extra)
     calib = NgramCalibrator.load(setup.calibrator)
     ngram_cfg = NgramConfig(n_min=calib.cfg.n_min, n_max=calib.cfg.n_max, k=setup.ngram_k, ext_max=calib.cfg.ext_max)
@@ -158,6 +160,7 @@ def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False
     res = Engine(prep.tables, prep.arrivals, pol, prep.cost, cfg, progress=progress).run()
     wall = time.perf_counter() - t0
     row = {"policy": pol.name, "batch_size": batch_size, "trace": s.trace, "model": s.model, "gpu": s.gpu,
+           "tensor_parallel_size": s.tensor_parallel_size,
            "cost": s.cost, "drafter": s.drafter, "ngram_k": s.ngram_k, "seed": s.seed, "tokenizer": prep.tokenizer}
     row.update(summarize(res, batch_size))
     row["wall_s"] = wall
@@ -208,7 +211,7 @@ def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None 
 def add_speedups(rows: list[dict], baseline: str = BASELINE) -> None:
     """speedup_vs_baseline = throughput / the baseline's throughput at the same batch size and setup;
     steady_speedup_vs_baseline the same for the full-batch (steady-state) throughput."""
-    keys = ("batch_size", "trace", "model", "gpu", "cost", "drafter", "ngram_k", "seed")
+    keys = ("batch_size", "trace", "model", "gpu", "tensor_parallel_size", "cost", "drafter", "ngram_k", "seed")
     base = {tuple(r[k] for k in keys): (r["output_throughput_tok_s"], r["steady_throughput_tok_s"])
             for r in rows if r["policy"] == baseline}
     for r in rows:
