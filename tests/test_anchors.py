@@ -234,3 +234,23 @@ def test_paper_shows_the_anchors_beside_the_code_edit_headline():
     exact = " ".join(_anchor_lines(rows, "codeedit"))
     assert "4.675 vs 2.960" in exact and "+58%" in exact and "1 of 1 within 15%" in exact
     assert _anchor_lines(None, "codeedit") == []
+
+
+def test_tensor_parallel_on_the_command_line(capsys):
+    from pathlib import Path
+
+    from sim.run import main
+
+    tiny = str(Path(__file__).resolve().parent / "fixtures" / "sim" / "tiny.jsonl")
+    base = ["--trace", tiny, "--policy", "model-fixed:7", "--batch-size", "4", "--workers", "1", "--no-progress",
+            "--format", "json", "--model", "deepseek-v4-flash"]
+    with pytest.raises(SystemExit) as ei:
+        run_cli(main, base + ["--gpu", "mi350x", "-tp", "8"])
+    cap = capsys.readouterr()
+    assert ei.value.code == 0, cap.err
+    rows = json.loads(cap.out[cap.out.index("["):])
+    assert {r["tensor_parallel_size"] for r in rows} == {8}
+    with pytest.raises(SystemExit) as ei:
+        run_cli(main, base + ["--gpu", "h100-sxm", "--tensor-parallel-size", "8"])
+    err = capsys.readouterr().err
+    assert ei.value.code == 2 and "interconnect_gbps" in err and err.count("\n") == 1
