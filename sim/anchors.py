@@ -163,6 +163,22 @@ def _blazedit(trace: str, label: str) -> Callable[[], list[Figure]]:
     return run
 
 
+BLAZEDIT_EAGLE_AL = 2.46  # EAGLE-1 (Llama-3.1-8B), K = 3, Blazedit: mean acceptance length (PR 24344)
+
+
+def _blazedit_eagle(trace: str, label: str) -> Callable[[], list[Figure]]:
+    def run() -> list[Figure]:
+        prep = _prepare(trace, drafter="eagle-llama3.1-8b:3")
+        row, res = _run(prep, "model-fixed:3", 1)
+        ver = np.asarray(res.steps["verified_model"])
+        acc = np.asarray(res.steps["accepted_model"])
+        drafted = ver > 0
+        al = 1 + float(acc[drafted].sum()) / max(int(drafted.sum()), 1)
+        return [Figure(f"pr24344-blazedit-eagle ({label})", "EAGLE-1 K=3 mean acceptance length", BLAZEDIT_EAGLE_AL,
+                       al, 0.10)]
+    return run
+
+
 # --------------------------------------------------------------------------------------------- PR 52362
 # Output tokens/s (ShareGPT, 880 requests, output forced to 512 tokens): no speculation, fixed K=7, adaptive K<=7
 PR52362 = {4: (381.53, 970.33, 902.37), 8: (729.20, 1762.59, 1616.77), 16: (1342.83, 2909.52, 2773.69),
@@ -304,6 +320,19 @@ for _trace, _label in zip(CODEEDIT_TRACES, ("codeedit.jsonl, copy-heavy bound", 
         fitted="none (codeedit-model.jsonl's shape parameters come from public descriptions of edit-model "
                "outputs, traces/README.md; none was fitted on these figures)",
         run=_blazedit(_trace, _label)))
+
+for _trace, _label in zip(CODEEDIT_TRACES, ("codeedit.jsonl, copy-heavy bound", "codeedit-model.jsonl, model-shaped")):
+    _register(Anchor(
+        name=f"pr24344-blazedit-eagle:{Path(_trace).stem}",
+        source="vLLM PR 24344: EAGLE-1 (yuhuili/EAGLE-LLaMA3.1-Instruct-8B) with K = 3 on the same 90 Blazedit "
+               "prompts: mean acceptance length 2.46 (vLLM's counter: 1 + accepted / drafts)",
+        setup=f"{_trace}, model-fixed:3 with the eagle-llama3.1-8b profile at block 3 (--drafter "
+              "eagle-llama3.1-8b:3, what --speculative-config method eagle runs), batch 1, temperature 0",
+        unmatched="as the n-gram anchor on this trace; the EAGLE profile is fitted on MT-Bench (chat), so its "
+                  "acceptance of copied code tokens is the DSpark profile's assumption (q1[copied] 0.897)",
+        checks="the EAGLE-style drafter profile out of its fitting domain (code edits instead of chat)",
+        fitted="none (the profile's q1 and decay are fitted to MT-Bench acceptance lengths, issue 20780)",
+        run=_blazedit_eagle(_trace, _label)))
 
 _register(Anchor(
     name="pr52362-adaptive:dense",
