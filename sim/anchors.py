@@ -64,6 +64,20 @@ class Figure:
             return abs(self.simulated - self.published) <= self.tolerance + 1e-12
         return abs(self.error) <= self.tolerance + 1e-12
 
+    @property
+    def miss(self) -> float:
+        """How far outside (> 1) or inside (<= 1) its target the figure is: deviation / tolerance."""
+        if self.tolerance_kind == "absolute":
+            return abs(self.simulated - self.published) / self.tolerance
+        return abs(self.error) / self.tolerance
+
+    @property
+    def deviation(self) -> str:
+        """simulated - published in the target's terms: a relative error, or an absolute difference."""
+        if self.tolerance_kind == "absolute":
+            return f"{self.simulated - self.published:+.3f}"
+        return f"{self.error:+.1%}"
+
     def as_dict(self) -> dict:
         return {"anchor": self.anchor, "metric": self.metric, "published": self.published,
                 "simulated": self.simulated, "error": self.error, "tolerance": self.tolerance,
@@ -411,10 +425,11 @@ def _fmt(v: float) -> str:
 
 def table(figures: list[Figure]) -> str:
     """Published vs simulated side by side (Markdown table)."""
-    lines = ["| anchor | metric | published | simulated | error | target | within |", "|---|---|---:|---:|---:|---:|---|"]
+    lines = ["| anchor | metric | published | simulated | error (relative, or the difference for ± targets) | target "
+             "| within |", "|---|---|---:|---:|---:|---:|---|"]
     for f in figures:
         tol = f"±{f.tolerance:g}" if f.tolerance_kind == "absolute" else f"±{f.tolerance:.0%}"
-        lines.append(f"| {f.anchor} | {f.metric} | {_fmt(f.published)} | {_fmt(f.simulated)} | {f.error:+.1%} | "
+        lines.append(f"| {f.anchor} | {f.metric} | {_fmt(f.published)} | {_fmt(f.simulated)} | {f.deviation} | "
                      f"{tol} | {'yes' if f.within else '**no**'}{' (fitted)' if f.fitted else ''} |")
     return "\n".join(lines)
 
@@ -428,11 +443,11 @@ def report(anchors: list[Anchor], figures: dict[str, list[Figure]], command: str
            f"**{ok} of {n} figures within their targets.** A target is relative (of the published value) unless "
            "written ±x without %, which is absolute in the figure's units (shares, ratios). What the misses say "
            "about the simulator's missing mechanisms: docs/anchors.md.", "",
-           "| anchor | figures within target | largest error |", "|---|---:|---|"]
+           "| anchor | figures within target | largest miss (in its target's terms) |", "|---|---:|---|"]
     for a in anchors:
         fs = figures[a.name]
-        worst = max(fs, key=lambda f: abs(f.error) if math.isfinite(f.error) else math.inf)
-        out.append(f"| {a.name} | {sum(f.within for f in fs)} of {len(fs)} | {worst.error:+.1%} ({worst.metric}) |")
+        worst = max(fs, key=lambda f: f.miss if math.isfinite(f.miss) else math.inf)
+        out.append(f"| {a.name} | {sum(f.within for f in fs)} of {len(fs)} | {worst.deviation} ({worst.metric}) |")
     out.append("")
     for a in anchors:
         out += [f"## {a.name}", "", f"- **Source:** {a.source}", f"- **Simulator setup:** {a.setup}",

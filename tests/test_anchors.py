@@ -75,6 +75,9 @@ def test_figure_targets():
     assert not Figure("a", "m", 0.547, 0.66, 0.10, "absolute").within
     assert Figure("a", "m", 2.96, 3.38, 0.15).within and not Figure("a", "m", 2.96, 3.42, 0.15).within
     assert not Figure("a", "m", 1.0, float("nan"), 0.5).within
+    assert Figure("a", "m", 0.547, 0.668, 0.10, "absolute").deviation == "+0.121"
+    assert Figure("a", "m", 0.547, 0.668, 0.10, "absolute").miss == pytest.approx(1.21)
+    assert Figure("a", "m", 2.96, 3.376, 0.15).deviation == "+14.1%"
 
 
 def test_ngram_counters_follow_vllm():
