@@ -99,20 +99,17 @@ class Anchor:
 
 # --------------------------------------------------------------------------------------------- helpers
 def _prepare(trace: str, *, policy_k: int | None = None, model: str = "qwen3-8b", gpu: str = "h100-sxm",
-             tp: int = 1, drafter: str = "dspark-qwen3-b7", profile=None):
-    """The simulator's Prepared for one trace (sim.run.prepare), with the cost model at tensor parallelism tp."""
-    from sim.cost import make_cost_model
+             tp: int = 1, drafter: str = "dspark-qwen3-b7"):
+    """The simulator's Prepared for one trace (sim.run.prepare: what `python -m sim.run` would build for
+    --trace TRACE --ngram-k K --model M --gpu G --tensor-parallel-size TP --drafter D)."""
     from sim.run import SimSetup, prepare
 
     path = REPO / trace if not Path(trace).is_absolute() else Path(trace)
     if not path.is_file():
         raise ConfigError(f"anchor trace {trace} not found (python -m sim.trace build builds the bundled traces)")
-    setup = SimSetup(trace=str(path), model=model, gpu=gpu, drafter=drafter,
+    setup = SimSetup(trace=str(path), model=model, gpu=gpu, drafter=drafter, tensor_parallel_size=tp,
                      ngram_k=policy_k or SimSetup.ngram_k)
-    prep = prepare(setup, profile=profile)
-    if tp != 1:
-        prep = dataclasses.replace(prep, cost=make_cost_model("roofline", model, gpu, tensor_parallel_size=tp))
-    return prep
+    return prepare(setup)
 
 
 def _run(prep, policy: str, batch: int, host_sync: bool = False):

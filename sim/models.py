@@ -21,6 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sim.errors import ConfigError
 
 GIB = 1 << 30
@@ -149,8 +151,6 @@ class LLMSpec:
 
     def expert_fraction(self, num_tokens):
         """1 - (1 - k/E)^T: expected share of routed experts a step of T tokens reads (0 for dense)."""
-        import numpy as np
-
         if not self.is_moe:
             return 0.0 * np.asarray(num_tokens, dtype=np.float64)
         t = np.maximum(np.asarray(num_tokens, dtype=np.float64), 0.0)
