@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     model = llm_name(a.model)
     get_llm(model)  # fail fast on a bad name
     ngram_k, spec_k = a.ngram_k, None
-    spec_policies, spec_drafter = [], None  # spec_drafter: (profile name, K) of an eagle/eagle3 config
+    spec_policies, spec_drafter = [], None  # spec_drafter: the drafter (NAME:K) of an eagle/eagle3 config
     dspark = False
     if a.speculative_config:
         from sim.drafters.calibration import NgramCalibrator
@@ -295,10 +295,10 @@ def main(argv: list[str] | None = None) -> int:
                 spec_k = ngram_k = m.ngram_k
             dspark = dspark or (m.drafter is None and m.ngram_k is None)  # a dspark config: the DSpark drafter
             if m.drafter is not None:
-                if spec_drafter is not None and spec_drafter != (m.drafter, m.block):
+                if spec_drafter is not None and spec_drafter != m.drafter:
                     raise ConfigError("--speculative-config: two eagle configs with different methods or "
                                       "num_speculative_tokens (the model drafter is one per run)")
-                spec_drafter = (m.drafter, m.block)
+                spec_drafter = m.drafter
             spec_policies.append(m.policy)
         if spec_drafter is not None and (a.drafter != SimSetup.drafter or dspark):
             raise ConfigError("--speculative-config: method eagle/eagle3 replaces the model drafter of every policy in "
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--workers must be >= 1, got {a.workers}")
     setup = dataclasses.replace(from_args(SimSetup, a), model=model, ngram_k=ngram_k)
     if spec_drafter is not None:  # an EAGLE head run for K sequential steps: its profile at block K (NAME:K)
-        setup = dataclasses.replace(setup, drafter=spec_drafter[0])
+        setup = dataclasses.replace(setup, drafter=spec_drafter)
     tty = sys.stderr.isatty()
     progress = not a.no_progress and tty
     every = None if a.no_progress or tty else a.progress_every

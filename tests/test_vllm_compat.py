@@ -189,3 +189,21 @@ def test_trace_text_tokenized_with_the_models_own_tokenizer(tmp_path, capsys):
                           "--no-progress", "--format", "json", "--model", "smollm2-135m"], capsys)
     row = json.loads(cap.out)[0]
     assert row["tokenizer"] == "smollm2" and row["output_tokens"] == get_tokenizer("smollm2").count("Hello there, how are you?")
+
+
+def test_eagle_config_on_the_command_line(capsys):
+    """method eagle runs model-fixed:K on the EAGLE profile at block K, whose sequential passes cost more per
+    step than the DSpark profile's one block pass at the same K; it refuses to share a run with dspark."""
+    base = ["--trace", TINY, "--batch-size", "2", "--workers", "1", "--no-progress", "--format", "json"]
+    code, cap = run_main(base + ["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 5}'], capsys)
+    assert code == 0, cap.err
+    rows = json.loads(cap.out[cap.out.index("["):])
+    assert {r["drafter"] for r in rows} == {"eagle-llama3.1-8b:5"} and "model-fixed:5" in {r["policy"] for r in rows}
+    eagle = next(r for r in rows if r["policy"] == "model-fixed:5")
+    code, cap = run_main(base + ["--policy", "model-fixed:5"], capsys)
+    dspark = next(r for r in json.loads(cap.out[cap.out.index("["):]) if r["policy"] == "model-fixed:5")
+    assert eagle["mean_step_ms"] > dspark["mean_step_ms"]
+    code, cap = run_main(base + ["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 5}',
+                                 "--speculative-config", '{"method": "dspark"}'], capsys)
+    last = cap.err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("error:") and "cannot be combined" in last and cap.err.count("error:") == 1
