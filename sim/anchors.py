@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, list[Figure]] = {}
     for i, anc in enumerate(chosen, 1):
         print(f"[{i}/{len(chosen)}] {anc.name} ...", file=sys.stderr, flush=True)
-        figures[anc.name] = anc.run()
+        figures[anc.name] = [dataclasses.replace(f, anchor=anc.name) for f in anc.run()]  # --only's names
     wall = time.perf_counter() - t0
     flat = [f for anc in chosen for f in figures[anc.name]]
     if a.json:

@@ -481,7 +481,8 @@ def _anchor_lines(anchors: list[dict] | None, trace_stem: str) -> list[str]:
     trace's headline: PR 24344's Blazedit n-gram figures on that trace, and the step-cost anchor (PR 32374)."""
     if not anchors:
         return []
-    edit = [a for a in anchors if f"({trace_stem}.jsonl" in a["anchor"] and "acceptance at" not in a["metric"]]
+    edit = [a for a in anchors if a["anchor"].startswith("pr24344") and a["anchor"].endswith(f":{trace_stem}")
+            and "acceptance at" not in a["metric"]]
     itl = [a for a in anchors if a["anchor"].startswith("pr32374")]
     if not edit and not itl:
         return []
@@ -492,7 +493,7 @@ def _anchor_lines(anchors: list[dict] | None, trace_stem: str) -> list[str]:
 
     parts = [f"{a['metric']} {a['simulated']:.3f} vs {a['published']:.3f} published ({diff(a)}"
              f"{'' if a['within'] else ': missed'})" for a in edit]
-    line = ("Anchors (`python -m sim.anchors`, reports/anchors.md): vLLM PR 24344's Blazedit n-gram run (K=5, batch 1) "
+    line = ("Anchors (`python -m sim.anchors`, reports/anchors.md): vLLM PR 24344's Blazedit figures (n-gram K=5, EAGLE-1 K=3; batch 1) "
             "reproduced on this trace: " + "; ".join(parts) + "." if parts else "Anchors (reports/anchors.md):")
     if itl:
         worst = max(itl, key=lambda a: abs(a["error"]))

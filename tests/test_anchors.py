@@ -227,9 +227,9 @@ def test_model_shaped_trace_keeps_the_exact_traces_requests():
 def test_paper_shows_the_anchors_beside_the_code_edit_headline():
     from sim.report import _anchor_lines
 
-    rows = [Figure("pr24344-blazedit (codeedit-model.jsonl, model-shaped)", "share of steps with an n-gram draft",
+    rows = [Figure("pr24344-blazedit:codeedit-model", "share of steps with an n-gram draft",
                    0.547, 0.668, 0.10, "absolute").as_dict(),
-            Figure("pr24344-blazedit (codeedit.jsonl, copy-heavy bound)", "tokens per step, all steps", 2.96, 4.675,
+            Figure("pr24344-blazedit:codeedit", "tokens per step, all steps", 2.96, 4.675,
                    0.15).as_dict(),
             Figure("pr32374-eagle-itl", "inter-token latency (ms), batch 1, K=0", 6.87, 7.35, 0.15).as_dict()]
     model = " ".join(_anchor_lines(rows, "codeedit-model"))
