@@ -488,7 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         print(table(flat))
         print(f"{sum(f.within for f in flat)} of {len(flat)} figures within their targets ({wall:.0f} s)")
     if not a.no_report:
-        cmd = "python -m sim.anchors" + "".join(f" --only {n}" for n in (a.only or ())) + (" --force" if a.force else "")
+        cmd = ("python -m sim.anchors" + "".join(f" --only {n}" for n in (a.only or ()))
+               + (" --force" if a.force else ""))
         text = report(chosen, figures, cmd, wall) + "\n"  # both rendered before either is written
         data = json.dumps([f.as_dict() for f in flat], indent=1) + "\n"
         write_whole(Path(a.out), text, overwrite=a.force)

@@ -176,8 +176,9 @@ def model_shaped(rid: str, path: str, old: list[str], new: list[str], ops: list[
             + "\n\nGenerate the updated code.")
     parts = []
     if rng.random() < shape.p_preamble:
-        parts.append(rng.choice(_PREAMBLES).format(where=f" for `{path.rsplit('/', 1)[-1]}`" if rng.random() < 0.5 else "")
-                     + "\n\n")
+        template = rng.choice(_PREAMBLES)
+        where = f" for `{path.rsplit('/', 1)[-1]}`" if rng.random() < 0.5 else ""
+        parts.append(template.format(where=where) + "\n\n")
     if rng.random() < shape.p_whole:
         body = "".join(new)
     else:  # the changed region: each change with context, gaps marked as models mark them
