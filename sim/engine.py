@@ -9,8 +9,14 @@ results on the CPU before the next step, e.g. a CPU n-gram drafter) serialises t
 bubble = step - gpu is the time the GPU waits (sim/step_time.py, shared by every path that charges a step).
 
 The step is shared with the real torch engine (real/engine/engine.py), which subclasses Engine and
-overrides only the hooks marked in `_step` (propose, allocate, verify, emit, charge); admission, the
+overrides only the hooks marked in `_step` (plan, propose, allocate, verify, emit, charge); admission, the
 token budget, chunked prefill and preemption are the shared Scheduler's (sim/scheduler.py).
+
+A decode step has the three phases of the policy contract (sim/policies/base.py): the host's HostView (the
+stale chains and history, the step's shape and prices) -> `_plan` (Policy.plan: which drafters run, the
+budget) -> `_propose` (only the planned drafters: a drafter left out has an empty chain and is not charged)
+-> the StepBatch -> `_allocate` (Policy.allocate with the Plan). The Plan's fields are host values, so the
+engine never reads a device value to decide what runs.
 
 Scheduling (vLLM V1 style): at most `batch_size` running requests; each step has a token budget
 `max_num_batched_tokens`; decoding requests take 1 + (admitted draft) tokens, and prompts are prefilled in
@@ -21,9 +27,8 @@ later; no token is lost or emitted twice).
 
 Costs: policies decide with the verify table vLLM profiles at start-up (CostModel.startup_verify_table, no
 step's real context); the step is charged its true cost, at this step's context and at the token count its
-CUDA graph is padded to (CostModel.graph_tokens). A policy may skip a drafter for the whole step
-(Allocation.model_ran / ngram_ran): that drafter is then not charged, and a slot admitted from it is a
-violation (check 1 below). Host-side history the policies may use (`_host_history`): the chain last drafted
+CUDA graph is padded to (CostModel.graph_tokens). A policy's Plan may leave a drafter out for the whole step:
+that drafter is then not proposed nor charged, and a slot admitted from it is a violation (check 1 below). Host-side history the policies may use (`_host_history`): the chain last drafted
 for each request, its mean drafted model chain and its mean n-gram chain.
 
 Emission: a decoding request at output position i verifies the admitted prefix of its chosen chain and
@@ -79,10 +84,10 @@ from sim.engine_fast import ARRAYS_BYPASSES, NativeScans, Unsupported, native_st
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.engine_stretch import steady_steps, stretch_ok
 from sim.errors import ConfigError, HybridSpecError
-from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
+from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler, StepPlan, full_kv_need
-from sim.step_log import StepLog
+from sim.step_log import STEP_COLUMNS, StepLog, StepRecord
 from sim.step_time import host_syncs, step_time
 
 
@@ -144,9 +149,6 @@ class RunResult:
         return self
 
 
-STEP_COLUMNS = ("t_start_ms", "step_ms", "num_decode", "prefill_tokens", "verified_model", "verified_ngram",
-                "accepted_model", "accepted_ngram", "emitted", "draft_ms", "ngram_ms", "alloc_ms", "verify_ms",
-                "sample_ms", "cpu_ms", "bubble_ms", "kv_tokens", "preempted", "tokens", "logit_rows", "num_seqs")
 
 
 class Engine:
@@ -221,7 +223,8 @@ class Engine:
         vocab = cost.vocab_size
         # vLLM 0.33's verification logits cap: one fp32 chunk of 2**30 bytes, vocab_size * 4 bytes per row
         self.max_logits = 2**30 // (vocab * 4) if vocab else None
-        self.steps = StepLog(STEP_COLUMNS)  # one STEP_COLUMNS tuple per step, kept as numpy chunks
+        self.steps = StepLog(STEP_COLUMNS)  # one StepRecord per step, kept as numpy chunks
+        self.ran = (False, False)  # (model, n-gram): the drafters the last numpy step's _admit found ran
         self._bar = None
 
     # ----------------------------------------------------------------------------------------- utils
@@ -510,8 +513,9 @@ class Engine:
 
     # ----------------------------------------------------------------------------------------- step
     # One step, in the order both engines share (the real engine overrides the marked hooks):
-    #   _schedule -> prefill bookkeeping -> _propose (hook) -> _build_batch -> _allocate (hook: timing)
-    #   -> _admit -> _verify (hook: tables here, a model forward there) -> _accept -> _emit (hook)
+    #   _schedule -> prefill bookkeeping -> _host_state, _host_view -> _plan (hook) -> _propose (hook: the
+    #   planned drafters) -> _step_batch -> _allocate (hook: timing) -> _admit -> _verify (hook: tables here,
+    #   a model forward there) -> _accept -> _emit (hook)
     #   -> _charge (hook: the cost model here, the clock there).
 
     def _schedule(self) -> StepPlan:
@@ -519,18 +523,34 @@ class Engine:
         requests it admits."""
         return self._admit_rows(self.sched.schedule())
 
-    def _propose(self, reqs: np.ndarray, rows: np.ndarray) -> dict:
-        """Hook: the drafters' chains for the decoding requests at output rows `rows` of the tables:
-        model_conf [R, K_m], model_len [R], ngram_conf [R, K_n], ngram_len [R] (numpy)."""
-        tb = self.tb
-        return dict(model_conf=tb.m_conf[rows], model_len=np.minimum(tb.k_model, tb.out_len[reqs] - self.pos[reqs]),
-                    ngram_conf=tb.ng_conf[rows], ngram_len=tb.ng_len[rows])
+    def _plan(self, view: HostView) -> Plan:
+        """Hook: the policy's host phase (Policy.plan), before any drafter runs."""
+        return self.policy.plan(view)
 
-    def _allocate(self, batch: StepBatch) -> Allocation:
-        """Hook: call the policy (the real engine times it). The simulator runs the policy's faster form
-        when it has one (Policy.sim_fn, checked against the definition by tests/test_policy_fast_forms.py)."""
-        run = getattr(self.policy, "sim_callable", self.policy)
-        return run(batch)
+    def _propose(self, reqs: np.ndarray, rows: np.ndarray, plan: Plan) -> dict:
+        """Hook: the chains of the drafters in `plan` for the decoding requests at output rows `rows` of the
+        tables: model_conf [R, K_m], model_len [R], ngram_conf [R, K_n], ngram_len [R] (numpy); a drafter
+        the plan leaves out proposes nothing (length 0, confidence 0)."""
+        tb = self.tb
+        R = len(reqs)
+        if plan.model:
+            m_conf, m_len = tb.m_conf[rows], self._scheduled_model_len(reqs)
+        else:
+            m_conf, m_len = np.zeros((R, tb.k_model), dtype=tb.m_conf.dtype), np.zeros(R, dtype=np.int64)
+        if plan.ngram:
+            n_conf, n_len = tb.ng_conf[rows], tb.ng_len[rows]
+        else:
+            n_conf, n_len = np.zeros((R, tb.k_ngram), dtype=tb.ng_conf.dtype), np.zeros(R, dtype=np.int64)
+        return dict(model_conf=m_conf, model_len=m_len, ngram_conf=n_conf, ngram_len=n_len)
+
+    def _allocate(self, batch: StepBatch, plan: Plan) -> Allocation:
+        """Hook: the policy's device phase (Policy.allocate with `plan`; the real engine times it). The
+        simulator runs the policy's faster form when it has one (Policy.sim_fn, checked against the definition
+        by tests/test_policy_fast_forms.py): a form is the whole policy on one view, its plan recomputed from
+        the batch's host-known fields, which are the HostView `plan` was made from."""
+        pol = self.policy
+        run = getattr(pol, "sim_callable", pol)
+        return pol.allocate(batch, plan) if run is pol else run(batch)
 
     def _verify(self, plan: StepPlan, reqs: np.ndarray, rows: np.ndarray, adm_m: np.ndarray,
                 adm_n: np.ndarray, chains: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -563,16 +583,35 @@ class Engine:
                                             cost.cpu_ms(*key))
         return hit
 
-    def _build_batch(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, T: int, kv_tokens: int,
-                     n_seqs: int, n_prefill_done: int, prices: dict) -> StepBatch:
-        """The policy's view of the step (sim.policies.base.StepBatch), the same in both engines."""
+    def _host_state(self, reqs: np.ndarray) -> tuple[tuple, np.ndarray | None]:
+        """What the host knows of the decoding requests' chains before the step: stale = (model conf, model
+        len, n-gram conf, n-gram len) of the host-side history, and the mean n-gram chain (or None)."""
         tb = self.tb
         srows = tb.offsets[reqs] + self.prev_pos[reqs]
         mrows = tb.offsets[reqs] + self.model_pos[reqs]
         stale_m_conf, mean_ng = self._host_history(reqs, srows, mrows)
         stale = (stale_m_conf, np.minimum(tb.k_model, tb.out_len[reqs] - self.model_pos[reqs]), tb.ng_conf[srows],
                  tb.ng_len[srows])
-        return self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs, n_prefill_done, prices)
+        return stale, mean_ng
+
+    def _host_view(self, reqs: np.ndarray, stale: tuple, mean_ng, T: int, n_seqs: int, n_prefill_done: int,
+                   prices: dict) -> HostView:
+        """The policy's view of the step before any drafter runs (sim.policies.base.HostView), as tensors
+        wrapping the host arrays without copies; prices as if every drafter the policy uses runs."""
+        from_numpy = torch.from_numpy
+        draft_ms, ngram_ms = prices["draft"], prices["ngram"]
+        return HostView(
+            stale_model_conf=from_numpy(stale[0]), stale_model_len=from_numpy(stale[1]),
+            stale_ngram_conf=from_numpy(stale[2]), stale_ngram_len=from_numpy(stale[3]),
+            model_len=from_numpy(self._scheduled_model_len(reqs)), num_nondraft_tokens=T,
+            verify_cost_ms=self.decision_table, draft_cost_ms=draft_ms + ngram_ms + prices["alloc"],
+            mean_ngram_conf=None if mean_ng is None else from_numpy(mean_ng), num_sampling_reqs=len(reqs) + n_prefill_done,
+            max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
+            model_draft_ms=draft_ms, ngram_draft_ms=ngram_ms)
+
+    def _scheduled_model_len(self, reqs: np.ndarray) -> np.ndarray:
+        """The model chain length each decoding request is scheduled: min(K_m, output left) (host-known)."""
+        return np.minimum(self.tb.k_model, self.tb.out_len[reqs] - self.pos[reqs])
 
     def _step_batch(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, stale: tuple, mean_ng, T: int,
                     kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: dict) -> StepBatch:
@@ -609,12 +648,14 @@ class Engine:
         tb = self.tb
         return self.cost.charged_verify_table(T + R * max(tb.k_model, tb.k_ngram) + 1, kv_tokens, n_seqs)
 
-    def _drafters_ran(self, said_model, said_ngram, prices: dict) -> tuple[bool, bool]:
-        """Which drafters ran this step (the policy's say, Allocation.model_ran / ngram_ran, else whether it
-        uses them); drops the prices of those that did not."""
-        pol = self.policy
-        model_ran = pol.uses_model if said_model is None else bool(said_model)
-        ngram_ran = pol.uses_ngram if said_ngram is None else bool(said_ngram)
+    def _drafters_ran(self, said_model, said_ngram, prices: dict, plan: Plan | None = None) -> tuple[bool, bool]:
+        """Which drafters ran this step: those of the plan (None: the policy's default plan, every drafter it
+        uses), less one whose Allocation says it ran not (model_ran / ngram_ran: the oracle's choice, or a
+        fast form's report of its fused plan; host values); drops the prices of those that did not run."""
+        if plan is None:
+            plan = self.policy.default_plan
+        model_ran = plan.model and (said_model is None or bool(said_model))
+        ngram_ran = plan.ngram and (said_ngram is None or bool(said_ngram))
         if not model_ran:
             prices["draft"] = 0.0
         if not ngram_ran:
@@ -623,11 +664,12 @@ class Engine:
             prices["alloc"] = 0.0
         return model_ran, ngram_ran
 
-    def _admit(self, alloc: Allocation, reqs: np.ndarray, chains: dict, prices: dict) -> tuple:
+    def _admit(self, alloc: Allocation, plan: Plan, reqs: np.ndarray, chains: dict, prices: dict) -> tuple:
         """Draft slots verified from each chain (a tree policy verifies the other chain as a second branch),
-        after the Allocation contract check; drops the prices of drafters the policy skipped.
+        after the Allocation contract check; drops the prices of drafters that did not run.
         Returns (adm_m, adm_n, model_ran)."""
-        model_ran, ngram_ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, prices)
+        model_ran, ngram_ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, prices, plan)
+        self.ran = (model_ran, ngram_ran)
         chain = alloc.chain.numpy()
         adm = alloc.admitted.numpy().astype(np.int64)
         is_m = chain == CHAIN_MODEL
@@ -695,11 +737,11 @@ class Engine:
             form = self._arrays = None if steps_as_defined(self, ARRAYS_BYPASSES) else getattr(run, "arrays", None)
         return form
 
-    def _decide(self, form, g, T: int, kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: dict) -> tuple:
+    def _decide(self, form, g, T: int, kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: dict) -> Decision:
         """The native step's policy call on the gathered step `g` (sim.engine_fast.Gathered): the policy's fast
         form on the arrays (`form`, Engine._array_form), else -- no form, or the form declines -- the policy
-        on a StepBatch through _allocate. Returns (chain, admitted, second or None, model_ran or None,
-        ngram_ran or None) as numpy arrays and the policy's say."""
+        on a StepBatch through its plan and _allocate. Returns the Decision: numpy arrays and host bools (a
+        fast form's report of its fused plan, or the Plan's and the Allocation's say combined)."""
         R = len(g.reqs)
         if form is not None:
             tb = self.tb
@@ -710,12 +752,15 @@ class Engine:
                               None if self.max_logits is None else max(0, self.max_logits - n_seqs),
                               self.decision_table, prices["ngram"], *truth, has_nan=g.has_nan))
             if out is not None:
-                return out
+                return Decision._make(out)
+        # the simulator's proposals are table reads, gathered with the history: plan, then allocate on them
+        plan = self._plan(self._host_view(g.reqs, g.stale, g.mean_ng, T, n_seqs, n_prefill_done, prices))
         batch = self._step_batch(g.reqs, g.rows, g.chains, g.stale, g.mean_ng, T, kv_tokens, n_seqs, n_prefill_done,
                                  prices)
-        alloc = self._allocate(batch)
-        return (alloc.chain.numpy(), alloc.admitted.numpy(), None if alloc.second is None else alloc.second.numpy(),
-                alloc.model_ran, alloc.ngram_ran)
+        alloc = self._allocate(batch, plan)
+        ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, {}, plan)
+        return Decision(alloc.chain.numpy(), alloc.admitted.numpy(), None if alloc.second is None else alloc.second.numpy(),
+                        *ran)
 
     def _step(self, now_ms: float) -> tuple[float, list[int]]:
         tb, pol = self.tb, self.policy
@@ -758,12 +803,14 @@ class Engine:
         if R:
             kv_tokens += int((tb.prompt_len[reqs] + self.pos[reqs]).sum())
             T = R + prefill_tokens
-            # Priced as if every drafter the policy uses runs; a policy may skip one (model_ran below).
+            # Quoted as if every drafter the policy uses runs; the plan may leave one out (its price is dropped).
             prices.update(self._prices(R))
-            chains = self._propose(reqs, rows)
-            batch = self._build_batch(reqs, rows, chains, T, kv_tokens, n_seqs, n_prefill_done, prices)
-            alloc = self._allocate(batch)
-            adm_m, adm_n, model_ran = self._admit(alloc, reqs, chains, prices)
+            stale, mean_ng = self._host_state(reqs)
+            drafting = self._plan(self._host_view(reqs, stale, mean_ng, T, n_seqs, n_prefill_done, prices))
+            chains = self._propose(reqs, rows, drafting)
+            batch = self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs, n_prefill_done, prices)
+            alloc = self._allocate(batch, drafting)
+            adm_m, adm_n, model_ran = self._admit(alloc, drafting, reqs, chains, prices)
         acc_m, acc_n = self._verify(plan, reqs, rows, adm_m, adm_n, chains)
         if R:
             from_n = acc_n > acc_m  # the branch whose tokens are kept (ties: the model's, same tokens)
@@ -819,7 +866,7 @@ class Engine:
             if np.isnan(self.t_first[r]):
                 self.t_first[r] = end_s
         finished = self.sched.pop_finished(tb.out_len) if may_finish or first_tok else []
-        self.steps.append((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0], accepted[1],
-                           emitted, t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"], t["cpu"],
-                           step_ms - gpu_ms, kv_tokens, preempted, total_tokens, logit_rows, n_seqs))
+        self.steps.append(StepRecord(now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0],
+                                     accepted[1], emitted, t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"],
+                                     t["cpu"], step_ms - gpu_ms, kv_tokens, preempted, total_tokens, logit_rows, n_seqs))
         return step_ms, finished

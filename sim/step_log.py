@@ -8,9 +8,42 @@ np.concatenate, which promotes an int64 chunk and a float64 chunk as np.asarray 
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 CHUNK = 4096  # steps per chunk: large enough that the chunks' overhead is negligible
+
+
+class StepRecord(NamedTuple):
+    """One engine step's record (a row of the run's step table; sim.result names the columns' meanings).
+    Times in ms (the step's time split as sim/step_time.py charges it), counts in tokens or requests.
+    Every path that records a step (Engine._finish_step, the fast-forward, steady stretches) builds one."""
+
+    t_start_ms: float
+    step_ms: float
+    num_decode: int
+    prefill_tokens: int
+    verified_model: int
+    verified_ngram: int
+    accepted_model: int
+    accepted_ngram: int
+    emitted: int
+    draft_ms: float
+    ngram_ms: float
+    alloc_ms: float
+    verify_ms: float
+    sample_ms: float
+    cpu_ms: float
+    bubble_ms: float
+    kv_tokens: int
+    preempted: int
+    tokens: int
+    logit_rows: int
+    num_seqs: int
+
+
+STEP_COLUMNS = StepRecord._fields
 
 
 class StepLog:
@@ -22,7 +55,7 @@ class StepLog:
         self._chunks: list[list[np.ndarray]] = []  # per chunk: one array per column
         self._n = 0
 
-    def append(self, row: tuple) -> None:
+    def append(self, row: StepRecord) -> None:
         self._rows.append(row)
         self._n += 1
         if len(self._rows) >= CHUNK:
