@@ -79,9 +79,11 @@ import torch
 from tqdm import tqdm
 
 from sim.cost.base import CostModel
-from sim.drafters.tables import DraftTables, expected_outputs, ng_conf_zero_past_length
+from sim.drafters.tables import DraftTables, ng_conf_zero_past_length
 from sim.engine_fast import ARRAYS_BYPASSES, NativeScans, Unsupported, native_step, steps_as_defined
+from sim.engine_checks import LosslessChecks
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
+from sim.engine_history import HostHistory
 from sim.engine_stretch import steady_steps, stretch_ok
 from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
@@ -151,8 +153,10 @@ class RunResult:
 
 
 
-class Engine:
-    """One simulated serving engine running one policy over one trace's draft tables."""
+class Engine(HostHistory, LosslessChecks):
+    """One simulated serving engine running one policy over one trace's draft tables: the loop, the clock and the
+    step here; the per-request host history (sim/engine_history.py) and the lossless checks
+    (sim/engine_checks.py) in their mixins."""
 
     single_thread = True  # torch intra-op threads during run(): one (the simulator's tensors are tiny)
 
@@ -239,47 +243,6 @@ class Engine:
         arena learns it as requests are admitted)."""
         return ng_conf_zero_past_length(self.tb)
 
-    def _hist(self, reqs: np.ndarray) -> np.ndarray:
-        """Rows of the K-wide host-history sums of requests `reqs`."""
-        return reqs if self._hslot is None else self._hslot[reqs]
-
-    def _admit_rows(self, plan: StepPlan) -> StepPlan:
-        """Streaming tables: build the rows and take a history slot for every newly running request."""
-        if self.stream and self.sched.running:
-            run = np.asarray(self.sched.running, dtype=np.int64)
-            new = run[~self.tb.live[run]]
-            if len(new):
-                self.tb.admit(new)
-                for r in new.tolist():
-                    self._hslot[r] = self._free_slots.pop() if self._free_slots else self._new_slot()
-        return plan
-
-    def _new_slot(self) -> int:
-        """A never-used history slot, growing the K-wide sums (doubling) when they are full."""
-        s, cap = self._hused, len(self.m_conf_sum)
-        if s == cap:
-            grow = max(cap, 64)
-            self.m_conf_sum = np.concatenate([self.m_conf_sum, np.zeros((grow, self.tb.k_model))])
-            self.ng_conf_sum = np.concatenate([self.ng_conf_sum, np.zeros((grow, self.tb.k_ngram))])
-        self._hused = s + 1
-        return s
-
-    def _release_rows(self, finished: list[int]) -> None:
-        """Streaming tables: check each finished request's output (lossless item 3), then free its rows and slot."""
-        if not (self.stream and finished):
-            return
-        for r in finished:
-            if self._out_violation is None or r < self._out_violation[0]:
-                msg = self.tb.output_violation(r, int(self.pos[r]))
-                if msg:
-                    self._out_violation = (r, msg)
-            s = int(self._hslot[r])
-            self.m_conf_sum[s] = 0.0
-            self.ng_conf_sum[s] = 0.0
-            self._free_slots.append(s)
-            self._hslot[r] = -1
-        self.tb.release(finished)
-
     def _prices(self, R: int) -> dict:
         """The drafters' and the allocation kernel's prices for R decoding requests, as if every drafter the
         policy uses runs (the cost model's, computed once per R: they depend on nothing else)."""
@@ -325,57 +288,6 @@ class Engine:
         if md.any():  # model draft tokens: the chain's proposals (wrong from the first rejected slot on)
             tok[md] = tb.m_tok[rows[rep[md]], np.minimum(j[md], tb.k_model - 1)]
         self._write(reqs, counts, (tb.offsets[reqs] + pos)[rep] + j, tok)
-
-    def _host_history(self, reqs: np.ndarray, srows: np.ndarray, mrows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """What the host knows of each request's chains before the step: (stale model confidences [R, K_m],
-        mean n-gram confidences [R, K_n]). The model row is the chain drafted at the previous step; if the
-        pass was skipped then, the mean of the chains drafted for the request so far; 1.0 on the first
-        decode step since (re)admission (vLLM's reset). The n-gram row is the mean over the request's
-        earlier steps (0 past each chain's length), or the previous proposal on its first step."""
-        tb = self.tb
-        stale_m = tb.m_conf[mrows]  # a copy (fancy indexing)
-        gap = (self.model_pos[reqs] != self.prev_pos[reqs]) & (self.m_conf_cnt[reqs] > 0)
-        if gap.any():
-            g = reqs[gap]
-            stale_m[gap] = self.m_conf_sum[self._hist(g)] / self.m_conf_cnt[g][:, None]
-        stale_m[self.fresh[reqs]] = 1.0
-        self.fresh[reqs] = False
-        if not self.policy.uses_ngram:  # only policies that draft n-gram chains read their history
-            return stale_m, None
-        cnt = self.ng_conf_cnt[reqs]
-        last = tb.ng_conf[srows] if self._ng_clean else tb.ng_conf[srows] * (np.arange(tb.k_ngram) < tb.ng_len[srows][:, None])
-        mean_ng = np.where(cnt[:, None] > 0, self.ng_conf_sum[self._hist(reqs)] / np.maximum(cnt, 1)[:, None], last)
-        return stale_m, mean_ng
-
-    def _record_drafts(self, reqs: np.ndarray, rows: np.ndarray, model_ran: bool) -> None:
-        """After a step: the chains drafted in it join the requests' host-side history."""
-        tb = self.tb
-        if model_ran:
-            self.model_pos[reqs] = self.prev_pos[reqs]
-            self.m_conf_sum[self._hist(reqs)] += tb.m_conf[rows]
-            self.m_conf_cnt[reqs] += 1
-        if self.policy.uses_ngram:
-            self.ng_conf_sum[self._hist(reqs)] += (tb.ng_conf[rows] if self._ng_clean
-                                       else tb.ng_conf[rows] * (np.arange(tb.k_ngram) < tb.ng_len[rows][:, None]))
-            self.ng_conf_cnt[reqs] += 1
-
-    def _flag(self, bad: np.ndarray, reqs: np.ndarray, what: str) -> None:
-        """Record the first violation: `what` for the first request with bad[k] set."""
-        if not self.violation and bad.any():
-            self.violation = f"request {int(reqs[np.argmax(bad)])}: {what}"
-
-    def _check_chain_bounds(self, reqs: np.ndarray, rows: np.ndarray, from_n: np.ndarray, n_draft: np.ndarray,
-                            m_len: np.ndarray, ng_len: np.ndarray) -> None:
-        """Emitted draft tokens lie inside the chain that proposed them (n_draft <= its length), and an
-        n-gram chain copies from the context only: 0 <= ng_start and ng_start + n_draft <= prompt_len + pos,
-        never from the target's own future tokens (length-only requests, whose sources are synthetic, exempt)."""
-        tb = self.tb
-        bad = n_draft > np.where(from_n, ng_len, m_len)
-        copied = from_n & (n_draft > 0) & ~tb.length_only[reqs]
-        if copied.any():
-            src = tb.ng_start[rows]
-            bad |= copied & ((src < 0) | (src + n_draft > tb.prompt_len[reqs] + self.pos[reqs]))
-        self._flag(bad, reqs, "emitted draft tokens outside the proposed chain or its context")
 
     # ----------------------------------------------------------------------------------------- simpy
     def _arrivals(self, env: simpy.Environment, wake: list):
@@ -478,39 +390,6 @@ class Engine:
         """The steps of a pure-decode stretch computed at once (sim.engine_ff); their delays [ms], or []."""
         return fast_forward(self, env.now, env.peek())
 
-    def check_lossless(self) -> str:
-        """'' if the run was lossless, else a one-line description of the first violation: the step checks'
-        (module docstring, items 1-2), then item 3: the emitted buffer against the trace output, every
-        position at its output length, and the number of tokens written (exactly once each)."""
-        if self.violation:
-            return self.violation
-        if self.stream:  # item 3 was checked per request as it finished (_release_rows); the count here
-            if self._out_violation is not None:
-                return self._out_violation[1]
-            short = np.nonzero(self.pos != self.tb.out_len)[0]  # a request that never finished
-            if len(short):
-                r = int(short[0])
-                return f"request {r} ended at position {int(self.pos[r])} of {int(self.tb.out_len[r])}"
-            if self.n_written != self.n_outputs:
-                return f"{self.n_written} tokens emitted for {self.n_outputs} output positions (some emitted twice)"
-            return ""
-        tb = self.tb
-        expect = expected_outputs(tb)
-        bad = np.flatnonzero(expect != self.emitted_tokens)
-        if len(bad):
-            k = int(bad[0])
-            r = int(np.searchsorted(tb.offsets, k, side="right")) - 1  # the request whose output holds slot k
-            got = int(self.emitted_tokens[k])
-            return (f"request {r} output position {k - int(tb.offsets[r])}: "
-                    + (f"emitted token {got}, the target's is {int(expect[k])}" if got >= 0 else "never emitted"))
-        short = np.nonzero(self.pos != tb.out_len)[0]
-        if len(short):
-            r = int(short[0])
-            return f"request {r} ended at position {int(self.pos[r])} of {int(tb.out_len[r])}"
-        if self.n_written != len(expect):
-            return f"{self.n_written} tokens emitted for {len(expect)} output positions (some emitted twice)"
-        return ""
-
     # ----------------------------------------------------------------------------------------- step
     # One step, in the order both engines share (the real engine overrides the marked hooks):
     #   _schedule -> prefill bookkeeping -> _host_state, _host_view -> _plan (hook) -> _propose (hook: the
@@ -582,17 +461,6 @@ class Engine:
                                             cost.sample_ms(total_tokens) if total_tokens else 0.0,
                                             cost.cpu_ms(*key))
         return hit
-
-    def _host_state(self, reqs: np.ndarray) -> tuple[tuple, np.ndarray | None]:
-        """What the host knows of the decoding requests' chains before the step: stale = (model conf, model
-        len, n-gram conf, n-gram len) of the host-side history, and the mean n-gram chain (or None)."""
-        tb = self.tb
-        srows = tb.offsets[reqs] + self.prev_pos[reqs]
-        mrows = tb.offsets[reqs] + self.model_pos[reqs]
-        stale_m_conf, mean_ng = self._host_history(reqs, srows, mrows)
-        stale = (stale_m_conf, np.minimum(tb.k_model, tb.out_len[reqs] - self.model_pos[reqs]), tb.ng_conf[srows],
-                 tb.ng_len[srows])
-        return stale, mean_ng
 
     def _host_view(self, reqs: np.ndarray, stale: tuple, mean_ng, T: int, n_seqs: int, n_prefill_done: int,
                    prices: dict) -> HostView:
@@ -702,11 +570,6 @@ class Engine:
                 if self.pos[r] == 0:
                     first_tok.append(r)
         return kv_tokens, first_tok, n_prefill_done
-
-    # the violations es_commit reports (sim/engine_fast.py), in the order the numpy step flags them
-    _COMMIT_CHECKS = ("the policy admitted more draft tokens than its chain holds",
-                      "the policy admitted draft tokens of a drafter it did not run this step",
-                      "emitted draft tokens outside the proposed chain or its context")
 
     def _native_step(self):
         """The native form of the step's bookkeeping (sim.engine_fast.NativeStep), or None: the numpy step.

@@ -279,7 +279,9 @@ def steps_as_defined(engine, hooks: tuple[str, ...]) -> bool:
     if os.environ.get("HYBRIDSPEC_REFERENCE_ENGINE", "").strip() not in ("", "0"):
         return True
     cls = type(engine)
-    base = cls.__mro__[-2]  # the root engine class (sim.engine.Engine) below object: no import back up to it
+    # the root engine class (sim.engine.Engine: the first in the MRO from object up that defines the step), found
+    # without importing back up to it
+    base = next(c for c in reversed(cls.__mro__) if "_step" in vars(c))
     return any(getattr(cls, m) is not getattr(base, m) for m in hooks)
 
 
