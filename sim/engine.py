@@ -89,7 +89,7 @@ from sim.errors import ConfigError, HybridSpecError
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler, StepPlan, full_kv_need
-from sim.step_log import STEP_COLUMNS, StepLog, StepRecord
+from sim.step_log import STEP_COLUMNS, StepLog, make_record
 from sim.step_time import host_syncs, step_time
 
 
@@ -729,7 +729,7 @@ class Engine(HostHistory, LosslessChecks):
             if np.isnan(self.t_first[r]):
                 self.t_first[r] = end_s
         finished = self.sched.pop_finished(tb.out_len) if may_finish or first_tok else []
-        self.steps.append(StepRecord(now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0],
-                                     accepted[1], emitted, t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"],
-                                     t["cpu"], step_ms - gpu_ms, kv_tokens, preempted, total_tokens, logit_rows, n_seqs))
+        self.steps.append(make_record((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0],
+                                       accepted[1], emitted, t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"],
+                                       t["cpu"], step_ms - gpu_ms, kv_tokens, preempted, total_tokens, logit_rows, n_seqs)))
         return step_ms, finished

@@ -20,7 +20,7 @@ import numpy as np
 
 from sim.engine_fast import steps_as_defined
 from sim.scheduler import in_blocks
-from sim.step_log import StepRecord
+from sim.step_log import make_record
 from sim.step_time import host_syncs, step_time
 
 # the Engine hooks a stretch stands in for: a subclass overriding any of them (the real engine) steps normally
@@ -95,7 +95,7 @@ def fast_forward(engine, now_ms: float, next_event_ms: float) -> list[float]:
         kv = kv_first + R * j
         verify = float(cost.verify_ms(gt, kv, R, logit_rows=R))
         gpu, step = step_time(0.0, 0.0, 0.0, verify, sample, cpu, sync)
-        append(StepRecord(t, step, R, 0, 0, 0, 0, 0, R, 0.0, 0.0, 0.0, verify, sample, cpu, step - gpu, kv, 0, R, R, R))
+        append(make_record((t, step, R, 0, 0, 0, 0, 0, R, 0.0, 0.0, 0.0, verify, sample, cpu, step - gpu, kv, 0, R, R, R)))
         delays.append(step)
         t = t + step
     if k < MIN_STEPS:

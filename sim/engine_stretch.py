@@ -24,7 +24,7 @@ from sim.engine_fast import steps_as_defined
 from sim.engine_ff import HOOKS
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler
-from sim.step_log import StepRecord
+from sim.step_log import make_record
 from sim.step_time import host_syncs, step_time
 
 
@@ -85,8 +85,8 @@ def steady_steps(engine, now_ms: float, next_event_ms: float, room: int) -> Opti
         verify = float(verify_ms(gt, kv, n_seqs, logit_rows=total))
         d, ng, al = prices["draft"], prices["ngram"], prices["alloc"]
         gpu, step = step_time(d, ng, al, verify, sample, cpu, sync)
-        log.append(StepRecord(t, step, R, 0, sums[0], sums[1], sums[2], sums[3], sums[4], d, ng, al, verify, sample,
-                              cpu, step - gpu, kv, 0, total, total, n_seqs))
+        log.append(make_record((t, step, R, 0, sums[0], sums[1], sums[2], sums[3], sums[4], d, ng, al, verify, sample,
+                                cpu, step - gpu, kv, 0, total, total, n_seqs)))
         delays.append(step)
         t = t + step
         if sums[5]:  # an output completed this step (Engine._finish_step asks the scheduler only then)

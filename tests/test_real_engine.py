@@ -64,7 +64,7 @@ def test_teacher_forcing_reproduces_the_simulators_steps():
                         max_tokens=40, max_prompt=400)
     model = wl.model(max_slots=4)
     cost = provisional_cost(model)
-    for policy in ("adaptive", "hybrid-price", "ngram-fixed:32"):
+    for policy in ("adaptive", "hybrid-price", "ngram-fixed:32", "hybrid"):
         real = run_real(wl, model, policy, 4, cost=cost)
         cfg = EngineConfig(batch_size=4, max_num_batched_tokens=512, async_scheduling=False, kv_capacity_tokens=10**9)
         sim = Engine(wl.tables, np.zeros(len(wl.requests)), get_policy(policy), cost, cfg).run()

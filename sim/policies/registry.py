@@ -47,6 +47,7 @@ class Policy:
     phases_of: Optional[Callable[[StepBatch], Allocation]] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_default_plan", Plan(self.uses_model, self.uses_ngram))  # made once: per-step use
         if (self.plan_fn is None) != (self.alloc_fn is None):
             raise TypeError(f"policy '{self.name}': plan_fn and alloc_fn go together")
         if self.plan_fn is not None and self.phases_of is None:
@@ -61,7 +62,7 @@ class Policy:
     @property
     def default_plan(self) -> Plan:
         """The plan of a single-phase policy: every drafter it uses runs, no budget."""
-        return Plan(self.uses_model, self.uses_ngram)
+        return self._default_plan
 
     def plan(self, view: HostView) -> Plan:
         """Phase 1 (host): which drafters run this step and its budget, from what the host knows."""
