@@ -28,7 +28,8 @@ later; no token is lost or emitted twice).
 Costs: policies decide with the verify table vLLM profiles at start-up (CostModel.startup_verify_table, no
 step's real context); the step is charged its true cost, at this step's context and at the token count its
 CUDA graph is padded to (CostModel.graph_tokens). A policy's Plan may leave a drafter out for the whole step:
-that drafter is then not proposed nor charged, and a slot admitted from it is a violation (check 1 below). Host-side history the policies may use (`_host_history`): the chain last drafted
+that drafter is then not proposed nor charged, and a slot admitted from it is a violation (check 1 below).
+Host-side history the policies may use (`_host_history`): the chain last drafted
 for each request, its mean drafted model chain and its mean n-gram chain.
 
 Emission: a decoding request at output position i verifies the admitted prefix of its chosen chain and
@@ -473,7 +474,8 @@ class Engine(HostHistory, LosslessChecks):
             stale_ngram_conf=from_numpy(stale[2]), stale_ngram_len=from_numpy(stale[3]),
             model_len=from_numpy(self._scheduled_model_len(reqs)), num_nondraft_tokens=T,
             verify_cost_ms=self.decision_table, draft_cost_ms=draft_ms + ngram_ms + prices["alloc"],
-            mean_ngram_conf=None if mean_ng is None else from_numpy(mean_ng), num_sampling_reqs=len(reqs) + n_prefill_done,
+            mean_ngram_conf=None if mean_ng is None else from_numpy(mean_ng),
+            num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
             model_draft_ms=draft_ms, ngram_draft_ms=ngram_ms)
 
@@ -622,8 +624,8 @@ class Engine(HostHistory, LosslessChecks):
                                  prices)
         alloc = self._allocate(batch, plan)
         ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, {}, plan)
-        return Decision(alloc.chain.numpy(), alloc.admitted.numpy(), None if alloc.second is None else alloc.second.numpy(),
-                        *ran)
+        second = None if alloc.second is None else alloc.second.numpy()
+        return Decision(alloc.chain.numpy(), alloc.admitted.numpy(), second, *ran)
 
     def _step(self, now_ms: float) -> tuple[float, list[int]]:
         tb, pol = self.tb, self.policy
@@ -730,6 +732,7 @@ class Engine(HostHistory, LosslessChecks):
                 self.t_first[r] = end_s
         finished = self.sched.pop_finished(tb.out_len) if may_finish or first_tok else []
         self.steps.append(make_record((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0],
-                                       accepted[1], emitted, t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"],
-                                       t["cpu"], step_ms - gpu_ms, kv_tokens, preempted, total_tokens, logit_rows, n_seqs)))
+                                       accepted[1], emitted, t["draft"], t["ngram"], t["alloc"], t["verify"],
+                                       t["sample"], t["cpu"], step_ms - gpu_ms, kv_tokens, preempted, total_tokens,
+                                       logit_rows, n_seqs)))
         return step_ms, finished

@@ -27,8 +27,8 @@ _CTYPES = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]", np
 
 # The Engine methods whose arithmetic the native step transcribes: a subclass overriding any of them
 # (RealEngine: _propose, _verify, _emit) keeps the numpy step.
-REPLACED = ("_propose", "_host_state", "_scheduled_model_len", "_host_history", "_admit", "_verify", "_check_chain_bounds", "_emit",
-            "_write", "_record_drafts")
+REPLACED = ("_propose", "_host_state", "_scheduled_model_len", "_host_history", "_admit", "_verify",
+            "_check_chain_bounds", "_emit", "_write", "_record_drafts")
 
 # The hooks a policy's fast form on the gathered arrays (Engine._array_form: no StepBatch) bypasses.
 ARRAYS_BYPASSES = ("_allocate", "_step_batch", "_host_view", "_plan")
@@ -134,7 +134,8 @@ class NativeStep:
         return out
 
     def gather(self, reqs: np.ndarray, with_mean_ng: bool, reuse: bool = False) -> Gathered:
-        """Engine._propose's chains (every drafter's: table reads) and _host_state's host-side history for the decoding requests `reqs`
+        """Engine._propose's chains (every drafter's: table reads) and _host_state's host-side history for the
+        decoding requests `reqs`
         (Gathered), and the KV context they read, sum of prompt_len + pos. Marks the requests not fresh, as
         _host_history does. The arrays are fresh every step (a StepBatch may keep them) unless `reuse`.
         The caller has called bind() this step."""

@@ -473,7 +473,8 @@ def _hybrid_price(params: List[str]) -> Policy:
     if current:  # no host budget: single-phase
         return Policy(name, lambda b: price_core(b, method, margin), uses_model=True, uses_ngram=True)
     return Policy(name, lambda b: price_with_budget(b, method, margin), uses_model=True, uses_ngram=True,
-                  plan_fn=lambda v: plan_price(v, method, margin), alloc_fn=lambda b, p: allocate_price(b, p, method, margin))
+                  plan_fn=lambda v: plan_price(v, method, margin),
+                  alloc_fn=lambda b, p: allocate_price(b, p, method, margin))
 
 
 @register("hybrid-vllm", "hybrid-vllm[:METHOD][:margin=M][:slots=W]",
