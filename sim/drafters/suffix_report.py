@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from sim.cli_util import ArgumentParser, run_cli
+from sim.cli_util import ArgumentParser, int_at_least, run_cli
 from sim.drafters.suffix import SuffixConfig, SuffixDrafter, accepted_length
 
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
 
     ap = ArgumentParser(prog="python -m sim.drafters.suffix_report", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", action="append", help="trace(s) (default: traces/codeedit.jsonl traces/chat.jsonl)")
-    ap.add_argument("--sample", type=int, default=40, help="requests sampled per trace (default 40)")
+    ap.add_argument("--sample", type=int_at_least(1), default=40, help="requests sampled per trace (default 40)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     cfg = SuffixConfig()
