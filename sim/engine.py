@@ -91,7 +91,7 @@ from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, Ho
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler, StepPlan, full_kv_need
 from sim.step_log import STEP_COLUMNS, StepLog, make_record
-from sim.step_time import host_syncs, step_time
+from sim.step_time import StepCharge, StepPrices, host_syncs
 
 
 HELD_MAX = 4096  # steps the engine runs ahead of simpy's clock at most (Engine._engine)
@@ -244,18 +244,19 @@ class Engine(HostHistory, LosslessChecks):
         arena learns it as requests are admitted)."""
         return ng_conf_zero_past_length(self.tb)
 
-    def _prices(self, R: int) -> dict:
+    def _prices(self, R: int) -> StepPrices:
         """The drafters' and the allocation kernel's prices for R decoding requests, as if every drafter the
-        policy uses runs (the cost model's, computed once per R: they depend on nothing else)."""
+        policy uses runs (the cost model's, computed once per R: they depend on nothing else). Shared: copy it
+        before changing it."""
         out = self._price_memo.get(R)
         if out is None:
-            cost, pol, out = self.cost, self.policy, {}
+            cost, pol, out = self.cost, self.policy, StepPrices()
             if pol.uses_model:
-                out["draft"] = cost.draft_ms(R, self.tb.k_model)
+                out.draft = cost.draft_ms(R, self.tb.k_model)
             if pol.uses_ngram:
-                out["ngram"] = cost.ngram_ms(R, on_gpu=not pol.host_sync)
+                out.ngram = cost.ngram_ms(R, on_gpu=not pol.host_sync)
             if pol.uses_model or pol.uses_ngram:
-                out["alloc"] = cost.alloc_ms(R, policy=pol.name)
+                out.alloc = cost.alloc_ms(R, policy=pol.name)
             self._price_memo[R] = out
         return out
 
@@ -440,14 +441,14 @@ class Engine(HostHistory, LosslessChecks):
         tb = self.tb
         return np.minimum(adm_m, tb.m_acc[rows]), np.minimum(adm_n, tb.ng_acc[rows])
 
-    def _charge(self, parts: dict, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
-                logit_rows: int) -> dict:
-        """Hook: the step's time split (ms: draft, ngram, alloc, verify, sample, cpu). `parts` holds the
-        drafters' and the allocation's prices (0 for what did not run). Here: the cost model's true cost,
-        at this step's context and at the token count its CUDA graph is padded to."""
+    def _charge(self, parts: StepPrices, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
+                logit_rows: int) -> StepCharge:
+        """Hook: the step's time split (StepCharge, ms). `parts` holds the drafters' and the allocation's
+        prices (0 for what did not run). Here: the cost model's true cost, at this step's context and at the
+        token count its CUDA graph is padded to."""
         hit = self._counts_charge(len(self.sched.running), total_tokens)
         verify = float(self.cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows)) if total_tokens else 0.0
-        return dict(parts, verify=verify, sample=hit[1], cpu=hit[2])
+        return StepCharge(parts.draft, parts.ngram, parts.alloc, verify, hit[1], hit[2])
 
     def _counts_charge(self, running: int, total_tokens: int) -> tuple:
         """What of a step's charge depends on the counts only (the cost model is pure): (graph tokens, sample
@@ -464,16 +465,16 @@ class Engine(HostHistory, LosslessChecks):
         return hit
 
     def _host_view(self, reqs: np.ndarray, stale: tuple, mean_ng, T: int, n_seqs: int, n_prefill_done: int,
-                   prices: dict) -> HostView:
+                   prices: StepPrices) -> HostView:
         """The policy's view of the step before any drafter runs (sim.policies.base.HostView), as tensors
         wrapping the host arrays without copies; prices as if every drafter the policy uses runs."""
         from_numpy = torch.from_numpy
-        draft_ms, ngram_ms = prices["draft"], prices["ngram"]
+        draft_ms, ngram_ms = prices.draft, prices.ngram
         return HostView(
             stale_model_conf=from_numpy(stale[0]), stale_model_len=from_numpy(stale[1]),
             stale_ngram_conf=from_numpy(stale[2]), stale_ngram_len=from_numpy(stale[3]),
             model_len=from_numpy(self._scheduled_model_len(reqs)), num_nondraft_tokens=T,
-            verify_cost_ms=self.decision_table, draft_cost_ms=draft_ms + ngram_ms + prices["alloc"],
+            verify_cost_ms=self.decision_table, draft_cost_ms=prices.total(),
             mean_ngram_conf=None if mean_ng is None else from_numpy(mean_ng),
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
@@ -484,11 +485,11 @@ class Engine(HostHistory, LosslessChecks):
         return np.minimum(self.tb.k_model, self.tb.out_len[reqs] - self.pos[reqs])
 
     def _step_batch(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, stale: tuple, mean_ng, T: int,
-                    kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: dict) -> StepBatch:
+                    kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: StepPrices) -> StepBatch:
         """The StepBatch of the chains and the host-side history (stale = model conf, model len, n-gram conf,
         n-gram len), as numpy arrays: wrapped without copies."""
         tb, pol, from_numpy = self.tb, self.policy, torch.from_numpy
-        draft_ms, ngram_ms = prices["draft"], prices["ngram"]
+        draft_ms, ngram_ms = prices.draft, prices.ngram
         return StepBatch(
             model_conf=from_numpy(chains["model_conf"]),
             model_len=from_numpy(chains["model_len"]),
@@ -501,7 +502,7 @@ class Engine(HostHistory, LosslessChecks):
             stale_ngram_len=from_numpy(stale[3]),
             num_nondraft_tokens=T,
             verify_cost_ms=self.decision_table,
-            draft_cost_ms=draft_ms + ngram_ms + prices["alloc"],
+            draft_cost_ms=prices.total(),
             true_model_acc=from_numpy(tb.m_acc[rows]) if pol.needs_truth else None,
             true_ngram_acc=from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
             true_verify_cost_ms=from_numpy(self._true_table(T, len(reqs), kv_tokens, n_seqs)) if pol.needs_truth else None,
@@ -518,23 +519,26 @@ class Engine(HostHistory, LosslessChecks):
         tb = self.tb
         return self.cost.charged_verify_table(T + R * max(tb.k_model, tb.k_ngram) + 1, kv_tokens, n_seqs)
 
-    def _drafters_ran(self, said_model, said_ngram, prices: dict, plan: Plan | None = None) -> tuple[bool, bool]:
+    def _drafters_ran(self, said_model, said_ngram, prices: StepPrices | None,
+                      plan: Plan | None = None) -> tuple[bool, bool]:
         """Which drafters ran this step: those of the plan (None: the policy's default plan, every drafter it
         uses), less one whose Allocation says it ran not (model_ran / ngram_ran: the oracle's choice, or a
-        fast form's report of its fused plan; host values); drops the prices of those that did not run."""
+        fast form's report of its fused plan; host values); drops the prices of those that did not run (from
+        `prices`, unless None)."""
         if plan is None:
             plan = self.policy.default_plan
         model_ran = plan.model and (said_model is None or bool(said_model))
         ngram_ran = plan.ngram and (said_ngram is None or bool(said_ngram))
-        if not model_ran:
-            prices["draft"] = 0.0
-        if not ngram_ran:
-            prices["ngram"] = 0.0
-        if not (model_ran or ngram_ran):
-            prices["alloc"] = 0.0
+        if prices is not None:
+            if not model_ran:
+                prices.draft = 0.0
+            if not ngram_ran:
+                prices.ngram = 0.0
+            if not (model_ran or ngram_ran):
+                prices.alloc = 0.0
         return model_ran, ngram_ran
 
-    def _admit(self, alloc: Allocation, plan: Plan, reqs: np.ndarray, chains: dict, prices: dict) -> tuple:
+    def _admit(self, alloc: Allocation, plan: Plan, reqs: np.ndarray, chains: dict, prices: StepPrices) -> tuple:
         """Draft slots verified from each chain (a tree policy verifies the other chain as a second branch),
         after the Allocation contract check; drops the prices of drafters that did not run.
         Returns (adm_m, adm_n, model_ran)."""
@@ -602,7 +606,8 @@ class Engine(HostHistory, LosslessChecks):
             form = self._arrays = None if steps_as_defined(self, ARRAYS_BYPASSES) else getattr(run, "arrays", None)
         return form
 
-    def _decide(self, form, g, T: int, kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: dict) -> Decision:
+    def _decide(self, form, g, T: int, kv_tokens: int, n_seqs: int, n_prefill_done: int,
+                prices: StepPrices) -> Decision:
         """The native step's policy call on the gathered step `g` (sim.engine_fast.Gathered): the policy's fast
         form on the arrays (`form`, Engine._array_form), else -- no form, or the form declines -- the policy
         on a StepBatch through its plan and _allocate. Returns the Decision: numpy arrays and host bools (a
@@ -613,9 +618,9 @@ class Engine(HostHistory, LosslessChecks):
             truth = (tb.m_acc[g.rows], tb.ng_acc[g.rows], self._true_table(T, R, kv_tokens, n_seqs)) \
                 if self.policy.needs_truth else ()
             out = form(Arrays(g.packed, g.ptrs, g.mean_ng, T, R + n_prefill_done,
-                              prices["draft"] + prices["ngram"] + prices["alloc"], prices["draft"],
+                              prices.total(), prices.draft,
                               None if self.max_logits is None else max(0, self.max_logits - n_seqs),
-                              self.decision_table, prices["ngram"], *truth, has_nan=g.has_nan))
+                              self.decision_table, prices.ngram, *truth, has_nan=g.has_nan))
             if out is not None:
                 return Decision._make(out)
         # the simulator's proposals are table reads, gathered with the history: plan, then allocate on them
@@ -623,7 +628,7 @@ class Engine(HostHistory, LosslessChecks):
         batch = self._step_batch(g.reqs, g.rows, g.chains, g.stale, g.mean_ng, T, kv_tokens, n_seqs, n_prefill_done,
                                  prices)
         alloc = self._allocate(batch, plan)
-        ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, {}, plan)
+        ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, None, plan)
         second = None if alloc.second is None else alloc.second.numpy()
         return Decision(alloc.chain.numpy(), alloc.admitted.numpy(), second, *ran)
 
@@ -637,14 +642,14 @@ class Engine(HostHistory, LosslessChecks):
         verified = [0, 0]
         accepted = [0, 0]
         emitted = 0
-        prices = dict(draft=0.0, ngram=0.0, alloc=0.0)
+        prices = StepPrices()
         n_seqs = R + len(prefilling)
         reqs = decoding
         fast = self._native_step()
         if fast is not None:
             if R:
                 T = R + prefill_tokens
-                prices.update(self._prices(R))
+                prices = self._prices(R).copy()
                 form = self._array_form()
                 g = fast.gather(reqs, pol.uses_ngram and (form is None or form.reads_mean), reuse=form is not None)
                 kv_tokens += g.kv
@@ -669,7 +674,7 @@ class Engine(HostHistory, LosslessChecks):
             kv_tokens += int((tb.prompt_len[reqs] + self.pos[reqs]).sum())
             T = R + prefill_tokens
             # Quoted as if every drafter the policy uses runs; the plan may leave one out (its price is dropped).
-            prices.update(self._prices(R))
+            prices = self._prices(R).copy()
             stale, mean_ng = self._host_state(reqs)
             drafting = self._plan(self._host_view(reqs, stale, mean_ng, T, n_seqs, n_prefill_done, prices))
             chains = self._propose(reqs, rows, drafting)
@@ -701,7 +706,7 @@ class Engine(HostHistory, LosslessChecks):
                                  prices, verified, accepted, emitted, total_tokens)
 
     def _finish_step(self, now_ms: float, plan: StepPlan, R: int, prefill_tokens: int, kv_tokens: int,
-                     first_tok: list, n_prefill_done: int, n_seqs: int, prices: dict, verified: list,
+                     first_tok: list, n_prefill_done: int, n_seqs: int, prices: StepPrices, verified: list,
                      accepted: list, emitted: int, total_tokens: int,
                      may_finish: bool = True) -> tuple[float, list[int]]:
         """The rest of a step after the decoding requests' emission: the prefills' first tokens, the charge,
@@ -724,15 +729,14 @@ class Engine(HostHistory, LosslessChecks):
             emitted += len(first_tok)
         logit_rows = total_tokens - prefill_tokens + n_prefill_done
         t = self._charge(prices, plan, R, total_tokens, kv_tokens, n_seqs, logit_rows=logit_rows)
-        gpu_ms, step_ms = step_time(t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"], t["cpu"],
-                                    host_syncs(pol, self.cfg))
+        gpu_ms, step_ms = t.times(host_syncs(pol, self.cfg))
         end_s = (now_ms + step_ms) / 1000.0
         for r in first_tok:
             if np.isnan(self.t_first[r]):
                 self.t_first[r] = end_s
         finished = self.sched.pop_finished(tb.out_len) if may_finish or first_tok else []
         self.steps.append(make_record((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0],
-                                       accepted[1], emitted, t["draft"], t["ngram"], t["alloc"], t["verify"],
-                                       t["sample"], t["cpu"], step_ms - gpu_ms, kv_tokens, preempted, total_tokens,
+                                       accepted[1], emitted, t.draft, t.ngram, t.alloc, t.verify,
+                                       t.sample, t.cpu, step_ms - gpu_ms, kv_tokens, preempted, total_tokens,
                                        logit_rows, n_seqs)))
         return step_ms, finished

@@ -52,6 +52,7 @@ from sim.engine import Engine, EngineConfig
 from sim.errors import ConfigError
 from sim.policies.base import Allocation, Plan, StepBatch
 from sim.scheduler import StepPlan
+from sim.step_time import StepCharge, StepPrices
 from real.engine.ngram import HistoryBuffer, propose_ngram
 
 
@@ -328,8 +329,8 @@ class RealEngine(Engine):
                                torch.from_numpy(np.concatenate(nxt).astype(np.int64)).to(dev))
         self._fwd, self._feats = [], None
 
-    def _charge(self, parts: dict, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
-                logit_rows: int) -> dict:
+    def _charge(self, parts: StepPrices, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
+                logit_rows: int) -> StepCharge:
         lap = self._lap
         tail = self._clock.lap()
         upkeep = 0.0  # the live drafter's context append: its cache follows every step, drafted or not
@@ -345,7 +346,7 @@ class RealEngine(Engine):
         # read the truth, was charged for one only: that time is the host's then)
         draft, ngram = (lap["draft"] if model_ran else 0.0), (lap["ngram"] if ngram_ran else 0.0)
         cpu += lap["draft"] - draft + lap["ngram"] - ngram
-        return dict(draft=draft + upkeep, ngram=ngram, alloc=alloc, verify=lap["verify"], sample=lap["sample"], cpu=cpu)
+        return StepCharge(draft + upkeep, ngram, alloc, lap["verify"], lap["sample"], cpu)
 
     def run(self):
         self._clock.lap()
