@@ -158,14 +158,6 @@ class RooflineCost(CostModel):
             out = out + self.allreduce_fixed_ms + t * self.allreduce_ms_per_token
         return out if out.ndim else float(out)
 
-    def attention_ms(self, num_tokens, kv_tokens: int, num_seqs: int):
-        """Attention: max(KV read, attention FLOPs over queries x mean context), ms."""
-        kv_ms = max(kv_tokens, 0) * self.kv_ms_per_token
-        coef = self.attn_ms_per_pair * max(kv_tokens, 0) / max(num_seqs, 1)
-        t = np.asarray(num_tokens, dtype=np.float64)
-        out = np.maximum(kv_ms, t * coef)
-        return out if out.ndim else float(out)
-
     def decode_step_ms(self, batch: int, context: int = 512, tokens_per_req: int = 1) -> float:
         """A plain step's GPU time (verify + sampling) for `batch` requests of `context` tokens each."""
         t = batch * tokens_per_req
