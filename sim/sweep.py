@@ -16,7 +16,9 @@ Outputs in --out (default out/sweep): results.parquet and results.csv (a row per
 `status` 'ok'/'error', `error`, `cell_id`, then sim.run's summary-row keys and `speedup_vs_baseline`),
 requests.parquet/.csv (per-request prompt length, output length and decode time of every ok cell, for
 the context-length view of `python -m sim.report`), grid.json, and cells/<cell_id>.json: the cache. A
-cell's id hashes its config, the trace file's bytes and the simulator's code and data (sim/, models/), so
+cell's id hashes its config, the content of every file-valued input (trace, recorded drafts, --drafter,
+--calibrator and --gpu files), the simulator's code and data (sim/, models/, and the folder
+HYBRIDSPEC_MODELS_DIR points to when set), so
 an interrupted sweep resumes where it stopped and a code change never serves stale numbers. Each cell
 file carries a schema version and a checksum of its content: a partial, edited or foreign file is recomputed
 with a warning, never served; the closing line counts only the cells that finished. A failing cell
@@ -239,6 +241,8 @@ def _file_digest(path: str) -> str:
 def code_fingerprint() -> str:
     """Hash of what decides a cell's numbers: the simulator's sources (Python, and the C of its native policy
     forms) and its data files (models/). The sweep and report modules are left out (they do not change results)."""
+    from sim.models import models_dir
+
     h = hashlib.sha256()
     files = sorted(p for p in (ROOT / "sim").rglob("*.py") if p.name not in ("sweep.py", "report.py"))
     files += sorted((ROOT / "sim").rglob("*.c"))
@@ -246,6 +250,11 @@ def code_fingerprint() -> str:
     for p in files:
         h.update(str(p.relative_to(ROOT)).encode())
         h.update(p.read_bytes())
+    used = models_dir().resolve()  # HYBRIDSPEC_MODELS_DIR: the folder the names are actually read from
+    if used != (ROOT / "models").resolve():
+        h.update(b"models_dir\0")
+        for p in sorted(q for q in used.rglob("*") if q.is_file()):
+            h.update(str(p.relative_to(used)).encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 
@@ -258,6 +267,9 @@ def cell_id(cell: Cell, code: str) -> str:
         d["drafts_sha256"] = _file_digest(cell.drafts)
     if is_profile_path(cell.drafter):  # a profile file outside models/ (which code_fingerprint hashes)
         d["drafter_sha256"] = _file_digest(cell.drafter)
+    for k, v in asdict(cell).items():  # every file-valued input by content: --calibrator FILE, --gpu TABLE, ...
+        if isinstance(v, str) and k + "_sha256" not in d and Path(v).is_file():
+            d[k + "_sha256"] = _file_digest(v)
     d["code"] = code
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -476,6 +488,7 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
     from sim.console import Heartbeat
 
     out = Path(out)
+    _PREP_CACHE.clear()  # tables of an earlier sweep in this process may come from files changed since
     cells_dir = out / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
     code = code_fingerprint()
