@@ -65,3 +65,79 @@ def test_a_changed_cost_table_is_never_served_from_the_cell_cache(tmp_path):
     assert "0 cached" in r.stderr
     second = pd.read_csv(out / "results.csv").set_index("policy")["output_throughput_tok_s"]
     assert (second < first).all()
+
+
+# ------------------------------------------------------------------------------------- draft-table cache
+def test_tables_copied_under_another_key_are_refused_and_rebuilt(tmp_path, monkeypatch):
+    """Another seed's tables (and another request count's) planted under this key: a warning, a rebuild,
+    and exactly the fresh tables are served."""
+    import numpy as np
+    from conftest import plausible_calibrator, random_requests
+
+    from sim.drafters import cache
+    from sim.drafters.model import ModelDrafterProfile
+    from sim.drafters.ngram import NgramConfig
+    from sim.drafters.tables import build_draft_tables
+
+    monkeypatch.setenv("HYBRIDSPEC_CACHE_DIR", str(tmp_path))
+    cfg, prof = NgramConfig(n_min=1, n_max=3, k=6, ext_max=16), ModelDrafterProfile(name="t", block=4)
+    cal = plausible_calibrator(cfg)
+    reqs = random_requests(np.random.default_rng(0), 6)
+    for other_reqs, other_seed in ((reqs, 5), (random_requests(np.random.default_rng(1), 9), 0)):
+        for f in (tmp_path / "draft-tables").glob("*.npz"):
+            f.unlink()
+        cache.cached_draft_tables(other_reqs, cfg, prof, cal, seed=other_seed)
+        (src,) = (tmp_path / "draft-tables").glob("*.npz")
+        key = cache.table_key(reqs, cfg, prof, cal, 0, None)
+        src.rename(src.with_name(f"{key}.npz"))
+        with pytest.warns(RuntimeWarning, match="other inputs"):
+            got = cache.cached_draft_tables(reqs, cfg, prof, cal, seed=0)
+        want = build_draft_tables(reqs, cfg, prof, cal, seed=0)
+        for name in ("out_len", "offsets", "ng_len", "m_conf"):
+            assert np.array_equal(getattr(got, name), getattr(want, name)), name
+
+
+def test_token_cache_under_another_key_is_not_served(tmp_path, monkeypatch):
+    from sim.trace.loader import load_trace
+
+    monkeypatch.setenv("HYBRIDSPEC_CACHE_DIR", str(tmp_path / "c"))
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text('{"id": "x", "prompt": "hello there", "output": "general kenobi"}\n')
+    b.write_text('{"id": "x", "prompt": "something else", "output": "entirely, and longer"}\n')
+    want_a = load_trace(str(a)).requests[0].prompt_ids.tolist()
+    (fa,) = (tmp_path / "c" / "tokens").glob("*.npz")
+    load_trace(str(b))
+    fb = next(f for f in (tmp_path / "c" / "tokens").glob("*.npz") if f != fa)
+    fb.replace(fa)  # b's ids planted under a's key
+    assert load_trace(str(a)).requests[0].prompt_ids.tolist() == want_a
+
+
+# ------------------------------------------------------------------------------------- one cache setting
+def test_xdg_cache_home_governs_every_cache(tmp_path, monkeypatch):
+    from real.drafter.data import data_dir
+    from real.engine.weights import cache_dir as weights_cache
+    from sim.drafters.cache import cache_dir as tables_cache
+    from sim.trace.tokenizer import token_cache_path
+
+    monkeypatch.delenv("HYBRIDSPEC_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    root = tmp_path / "xdg" / "hybridspec"
+    assert tables_cache() == root and weights_cache() == root and data_dir() == root / "drafter_data"
+    assert token_cache_path(b"abc").parent == root / "tokens"
+
+
+def test_cache_off_means_off_for_every_cache(tmp_path, monkeypatch):
+    from real.engine.weights import cache_dir as weights_cache
+    from sim.drafters.cache import cache_dir as tables_cache
+    from sim.trace.tokenizer import token_cache_path
+
+    monkeypatch.setenv("HYBRIDSPEC_CACHE_DIR", "off")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    assert tables_cache() is None and weights_cache() is None and token_cache_path(b"abc") is None
+    t = tmp_path / "t.jsonl"
+    t.write_text('{"id": "x", "prompt": "hello there", "output": "general kenobi"}\n')
+    r = run_cli_inprocess("sim.run", "--trace", t, "--policy", "hybrid-price", "--batch-size", "2", "--no-progress",
+                          cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"], "a cache was written despite off"
