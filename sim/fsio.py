@@ -80,17 +80,25 @@ def _raise_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def handle_termination() -> None:
-    """SIGTERM and SIGHUP (what timeout, Slurm, systemd, docker stop and a closed terminal send) raise
-    KeyboardInterrupt in the main thread, so they unwind exactly as Ctrl-C does: temporaries removed, workers
-    stopped, exit 130."""
+@contextmanager
+def termination_as_interrupt() -> Iterator[None]:
+    """For the block: SIGTERM and SIGHUP (what timeout, Slurm, systemd, docker stop and a closed terminal
+    send) raise KeyboardInterrupt in the main thread, so they unwind exactly as Ctrl-C does (temporaries
+    removed, workers stopped, exit 130). The earlier handlers are put back after."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
+        yield
         return
+    saved = {}
     for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-        if sig is not None and signal.getsignal(sig) in (signal.SIG_DFL, None):
-            signal.signal(sig, _raise_interrupt)
+        if sig is not None:
+            saved[sig] = signal.signal(sig, _raise_interrupt)
+    try:
+        yield
+    finally:
+        for sig, h in saved.items():
+            signal.signal(sig, h if h is not None else signal.SIG_DFL)
 
 
 def die_with_parent() -> None:
@@ -140,7 +148,7 @@ def output_lock(path: Path, flag: str = "--out") -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------------------------------ leftovers
-_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.(?:tmp|old|part)$")
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.(?:tmp|old|part|jtmp)$")
 
 
 def _alive(pid: int) -> bool:
@@ -233,11 +241,31 @@ def swap_dir(new: Path, path: Path) -> None:
         os.rename(new, path)
 
 
+def _carry_over(src: Path, dst: Path, keep) -> None:
+    """Hard-link (copy where links fail) the entries of folder `src` for which keep(name) into `dst`."""
+    for e in os.scandir(src):
+        if not keep(e.name) or (dst / e.name).exists():
+            continue
+        s, d = Path(e.path), dst / e.name
+        if e.is_dir(follow_symlinks=False):
+            shutil.copytree(s, d, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(s, d)
+
+
+def _link_or_copy(s, d) -> None:
+    try:
+        os.link(s, d, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(s, d, follow_symlinks=False)
+
+
 @contextmanager
-def atomic_dir(path: Path) -> Iterator[Path]:
+def atomic_dir(path: Path, keep=None) -> Iterator[Path]:
     """Write a folder whole or not at all: yields a temporary sibling to fill; on success it takes the place
     of `path` (swap_dir), on failure it is removed and `path` is left as it was. Leftovers of earlier
-    killed runs beside `path` are cleaned first."""
+    killed runs beside `path` are cleaned first. `keep(name)`: entries of an existing `path` that are not
+    this command's outputs; they are carried into the new folder (hard links) so the swap never loses them."""
     path = Path(os.path.abspath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(path)
@@ -246,6 +274,8 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
+        if keep is not None and path.is_dir():
+            _carry_over(path, tmp, keep)
         swap_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -315,18 +345,25 @@ def recover(folder: Path) -> None:
         _roll_forward(folder, Path(e.path))
 
 
-def clean_parts(folder: Path) -> None:
-    """Remove `.<name>.<pid>.part` files of dead processes in `folder` (an uncommitted unit)."""
+def clean_dead(folder: Path) -> list[Path]:
+    """In `folder`: finish committed units (`recover`), then remove every `.<name>.<pid>.tmp|old|part`
+    temporary whose process is gone (a killed writer's uncommitted files). Returns what was removed."""
     folder = Path(folder)
     recover(folder)
+    gone = []
     try:
         entries = list(os.scandir(folder))
     except OSError:
-        return
+        return gone
     for e in entries:
         m = _LEFTOVER.match(e.name)
-        if m and e.name.endswith(".part") and not _alive(int(m["pid"])):
-            Path(e.path).unlink(missing_ok=True)
+        if m and not _alive(int(m["pid"])):
+            if e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path, ignore_errors=True)
+            else:
+                Path(e.path).unlink(missing_ok=True)
+            gone.append(Path(e.path))
+    return gone
 
 
 # ------------------------------------------------------------------------------------------------ out paths
@@ -345,10 +382,23 @@ def resolve_out(path: Path, flag: str = "--out") -> Path:
     return real
 
 
+@contextmanager
+def out_guard(path, flag: str = "--out") -> Iterator[Path | None]:
+    """For a command writing the output `path` (None: no output): before any work, the real path (resolve_out:
+    links followed, the working folder and its ancestors refused), held under output_lock for the block so a
+    second writer is refused rather than merged. Check the path's content inside the block, under the lock."""
+    if path is None:
+        yield None
+        return
+    real = resolve_out(path, flag)
+    with output_lock(real, flag):
+        yield real
+
+
 def private_tempdir(prefix: str = "hybridspec-") -> Path:
     """A fresh folder only this user can open (mkdtemp: 0700, unpredictable name), for when caching is off."""
     return Path(tempfile.mkdtemp(prefix=prefix))
 
 
-__all__ = ["cache_root", "private_dir", "private_tempdir", "handle_termination", "die_with_parent", "output_lock",
-           "clean_leftovers", "swap_dir", "atomic_dir", "commit_files", "recover", "clean_parts", "resolve_out"]
+__all__ = ["cache_root", "private_dir", "private_tempdir", "termination_as_interrupt", "die_with_parent", "output_lock",
+           "clean_leftovers", "swap_dir", "atomic_dir", "commit_files", "recover", "clean_dead", "resolve_out", "out_guard"]

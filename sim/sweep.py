@@ -46,7 +46,8 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from sim.cli_util import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least, run_cli, write_whole
+from sim.cli_util import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least, run_cli
+from sim.fsio import clean_dead, commit_files, out_guard
 from sim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -282,6 +283,9 @@ _PREP_CACHE_SIZE = 2  # draft tables kept per worker process (a few hundred MB a
 def _worker_init() -> None:
     import torch
 
+    from sim.fsio import die_with_parent
+
+    die_with_parent()  # a killed sweep never leaves workers computing (or hanging) behind it
     torch.set_num_threads(1)
 
 
@@ -395,8 +399,14 @@ def _run_local(todo: list[tuple[str, Cell]], workers: int, on_done) -> None:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
                 on_done(pending.pop(f), f.result())
-    finally:
+    except BaseException:
+        # interrupted (Ctrl-C, SIGTERM) or failed: stop the running cells now instead of waiting for them
+        # (the executor has no public way to end its workers; its process table is read, nothing else)
+        for p in list(getattr(ex, "_processes", {}).values()):
+            p.terminate()
         ex.shutdown(wait=True, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True, cancel_futures=True)
 
 
 def _run_ray(todo: list[tuple[str, Cell]], address: str | None, on_done) -> None:
@@ -461,23 +471,25 @@ def _rows(results: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return df, req
 
 
-def write_tables(out: Path, df: pd.DataFrame, req: pd.DataFrame) -> list[str]:
-    """results and requests, as .csv and .parquet, each file written whole (a temporary sibling renamed into
-    place): a reader sees the earlier table or the new one, never a table cut mid-row."""
+def write_tables(out: Path, df: pd.DataFrame, req: pd.DataFrame, grid: str | None = None) -> list[str]:
+    """results and requests, as .csv and .parquet, and grid.json, written as one unit (sim.fsio.commit_files):
+    a reader sees the earlier set or the new one, never a csv newer than its parquet or a table cut mid-row."""
     import io
 
-    written = []
+    files: dict[str, bytes | str] = {}
     for name, frame in (("results", df), ("requests", req)):
-        write_whole(out / f"{name}.csv", frame.to_csv(index=False), overwrite=True)
-        written.append(f"{name}.csv")
+        files[f"{name}.csv"] = frame.to_csv(index=False)
         try:
             buf = io.BytesIO()
             frame.to_parquet(buf, index=False)
-            write_whole(out / f"{name}.parquet", buf.getvalue(), overwrite=True)
-            written.append(f"{name}.parquet")
+            files[f"{name}.parquet"] = buf.getvalue()
         except ImportError:
             print(f"note: pyarrow is not installed; wrote {name}.csv only (pip install pyarrow)", file=sys.stderr)
-    return written
+            (out / f"{name}.parquet").unlink(missing_ok=True)  # an older parquet must not outlive its csv
+    if grid is not None:
+        files["grid.json"] = grid
+    commit_files(out, files, unit="sweep")
+    return list(files)
 
 
 def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_address: str | None = None,
@@ -491,10 +503,11 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
     _PREP_CACHE.clear()  # tables of an earlier sweep in this process may come from files changed since
     cells_dir = out / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
+    for folder in (out, cells_dir):  # what a killed sweep left: finish its committed tables, drop temporaries
+        clean_dead(folder)
     code = code_fingerprint()
     ids = [(cell_id(c, code), c) for c in _order(cells)]
-    write_whole(out / "grid.json", json.dumps({"code": code, "cells": [dict(asdict(c), cell_id=i) for i, c in ids]},
-                                              indent=1) + "\n", overwrite=True)
+    grid = json.dumps({"code": code, "cells": [dict(asdict(c), cell_id=i) for i, c in ids]}, indent=1) + "\n"
     results: dict[str, dict] = {}
     todo = []
     for cid, c in ids:
@@ -537,7 +550,7 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
         bar.close()
         beat.__exit__(None, None, None)
         df, req = _rows([results[cid] for cid, _ in ids if cid in results])
-        written = write_tables(out, df, req)
+        written = write_tables(out, df, req, grid)
         ran = len(results) - n_cached  # cells that finished in this run (not those an interrupt left undone)
         left = len(todo) - ran
         print(f"{ran} cells run ({n_cached} cached, {len(errors)} failed{f', {left} not run' if left else ''}) in "
@@ -647,6 +660,14 @@ def print_results(df: pd.DataFrame, fmt: str = "table") -> None:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.dry_run:
+        return _main(a)
+    with out_guard(a.out) as out:  # --out's real folder, locked against a second sweep for the whole run
+        a.out = out
+        return _main(a)
+
+
+def _main(a: argparse.Namespace) -> int:
     if not a.dry_run:  # before any work: a folder that can be written, and not someone else's files
         check_out_dir(a.out, force=True)
         if a.out.is_dir() and any(a.out.iterdir()) and not (a.out / "cells").is_dir() and not a.force:
