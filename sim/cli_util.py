@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from sim.errors import ConfigError, HybridSpecError
+from sim.errors import ConfigError, HybridSpecError, SimulatorBug
 from sim.fsio import atomic_dir  # noqa: F401 -- re-exported: folders written whole live in sim/fsio.py
 
 
@@ -146,7 +146,8 @@ def check_out_files(folder: str | os.PathLike, names: tuple[str, ...] | list[str
 
 def write_whole(path: Path, data: str | bytes, overwrite: bool = False, hint: str = "pass --force to replace it") -> Path:
     """Write `data` to `path` whole or not at all (a temporary file renamed into place, removed on failure);
-    an existing file is a ConfigError unless overwrite. Creates the parent folder."""
+    an existing file is a ConfigError unless overwrite. Creates the parent folder. An OS error without a
+    path (a full disk) is raised again naming `path`."""
     path = Path(path)
     if path.exists() and not overwrite:
         raise ConfigError(f"{path} already exists; {hint}")
@@ -158,10 +159,21 @@ def write_whole(path: Path, data: str | bytes, overwrite: bool = False, hint: st
         else:
             tmp.write_text(data)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise with_path(exc, path) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def with_path(exc: OSError, path) -> OSError:
+    """`exc`, or for one that names no file (ENOSPC from a buffered write, EIO) a copy naming `path`, so the
+    one-line message says where (e.g. "no space left on device: out/steps.csv")."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(path))
 
 
 def check_out_dir(path: Path, force: bool = False, flag: str = "--out") -> None:
@@ -191,6 +203,7 @@ def describe_os_error(exc: OSError) -> str:
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> None:
     """Call main(argv) behind the one error boundary of every command.
 
+    A SimulatorBug (a lossy run) prints one line naming it a bug in hybridspec and exits 1.
     Expected failures print one line `error: ...` on stderr and exit 2: a HybridSpecError (bad input: it
     names the file, line and field where there is one), any OSError (missing or unreadable input, an output
     path that is a file or a directory or read-only, a full disk: the path and the reason), input nested
@@ -205,6 +218,10 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
             code = main(argv)
     except HybridSpecError as exc:
         _fail(str(exc))
+    except SimulatorBug as exc:  # e.g. a lossy run: the simulator's fault, never the input's
+        print(f"error: internal error ({type(exc).__name__}): {exc}; this is a bug in hybridspec, not in your "
+              "input; please report it with the command line above", file=sys.stderr)
+        sys.exit(1)
     except BrokenPipeError:
         # the reader went away (`... | head`): nothing more to say, and no traceback at interpreter exit
         try:

@@ -277,6 +277,11 @@ def atomic_dir(path: Path, keep=None) -> Iterator[Path]:
         if keep is not None and path.is_dir():
             _carry_over(path, tmp, keep)
         swap_dir(tmp, path)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.filename is None and exc.errno is not None:  # a full disk mid-write: name the output
+            raise type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from None
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -301,9 +306,13 @@ def commit_files(folder: Path, files: dict[str, bytes | str], unit: str = "commi
             tmps[name] = tmp.name
         journal = folder / f".{unit}.{pid}.commit"
         _journal_write(journal, {"files": tmps})
-    except BaseException:
+    except BaseException as exc:
         for t in tmps.values():
             (folder / t).unlink(missing_ok=True)
+        for t in folder.glob(f".*.{pid}.part"):  # the one being written when it failed
+            t.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            raise type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(folder)) from None
         raise
     _roll_forward(folder, journal)
     return [folder / n for n in files]

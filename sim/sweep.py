@@ -20,7 +20,8 @@ cell's id hashes its config, the content of every file-valued input (trace, reco
 --calibrator and --gpu files), the simulator's code and data (sim/, models/, and the folder
 HYBRIDSPEC_MODELS_DIR points to when set), so
 an interrupted sweep resumes where it stopped and a code change never serves stale numbers. Each cell
-file carries a schema version and a checksum of its content: a partial, edited or foreign file is recomputed
+file carries a schema version and an unkeyed checksum of its content (against accidents, not forgery): a
+partial, edited or foreign file is recomputed
 with a warning, never served; the closing line counts only the cells that finished. A failing cell
 is recorded with its error message and does not stop the others (failures are not cached: a rerun retries
 them). Grid file (TOML): top-level keys give lists (or scalars) for the whole grid; optional [[grid]] tables
@@ -346,6 +347,8 @@ CELL_SCHEMA = 1  # version of the cells/<cell_id>.json layout; a file of another
 
 
 def _checksum(body: dict) -> str:
+    """Unkeyed sha256 of the content: it catches accidents (a partial write, a hand edit, a bit flip), not
+    forgery (anyone who can write cells/ can recompute it); cells/ is trusted like the rest of --out."""
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
