@@ -92,3 +92,17 @@ def test_memory_follows_the_trace_not_a_huge_batch_size():
     assert peak < 100e6, f"{peak / 1e6:.0f} MB for {n} requests"
     for k in ("output_throughput_tok_s", "sim_time_s", "mean_tokens_per_step"):
         assert huge[k] == big[k], k
+
+
+def test_an_unknown_field_in_a_cost_table_is_refused(tmp_path):
+    import json
+
+    from sim.cost.profiled import load_cost_table
+    from sim.errors import ConfigError
+
+    raw = json.loads((ROOT / "models" / "cost_tables" / "h100-sxm_qwen3-8b.json").read_text())
+    raw["kv_ms_per_tok"] = 0.001  # a misspelt kv_ms_per_token
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match="unknown field 'kv_ms_per_tok'"):
+        load_cost_table(p)
