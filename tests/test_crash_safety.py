@@ -371,3 +371,12 @@ def test_sigterm_unwinds_like_ctrl_c(tmp_path):
     _, err = p.communicate(timeout=30)
     assert p.returncode == 130 and err.strip() == "interrupted (SIGTERM)", err
     assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
+def test_validate_refuses_an_out_another_process_writes(tmp_path):
+    """real/validate.py holds the --out lock too: a second validation of one folder is refused at once."""
+    out = tmp_path / "val"
+    with fsio.output_lock(out):  # stands for a first validation still running
+        r = run_cli_inprocess("real.validate", "--quick", "--trace", ROOT / "tests" / "fixtures" / "trace" / "text.jsonl",
+                              "--out", out, cwd=tmp_path)
+    assert r.returncode == 2 and "another process" in r.stderr, r.stderr
