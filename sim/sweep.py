@@ -284,10 +284,16 @@ _PREP_CACHE_SIZE = 2  # draft tables kept per worker process (a few hundred MB a
 def _worker_init() -> None:
     import torch
 
+    torch.set_num_threads(1)
+
+
+def _local_worker_init() -> None:
+    """A local worker process: dies with the sweep (a killed sweep never leaves workers computing or hanging
+    behind it), then the common set-up."""
     from sim.fsio import die_with_parent
 
-    die_with_parent()  # a killed sweep never leaves workers computing (or hanging) behind it
-    torch.set_num_threads(1)
+    die_with_parent()
+    _worker_init()
 
 
 def _prepared(cell: Cell):
@@ -395,7 +401,7 @@ def _run_local(todo: list[tuple[str, Cell]], workers: int, on_done) -> None:
         for cid, cell in todo:
             on_done(cid, run_cell(cell))
         return
-    ex = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
+    ex = ProcessPoolExecutor(max_workers=workers, initializer=_local_worker_init)
     try:
         pending = {ex.submit(run_cell, cell): cid for cid, cell in todo}
         while pending:

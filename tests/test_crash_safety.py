@@ -380,3 +380,32 @@ def test_validate_refuses_an_out_another_process_writes(tmp_path):
         r = run_cli_inprocess("real.validate", "--quick", "--trace", ROOT / "tests" / "fixtures" / "trace" / "text.jsonl",
                               "--out", out, cwd=tmp_path)
     assert r.returncode == 2 and "another process" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("journal", [False, True])
+@pytest.mark.parametrize("kill_at", [1, 2, 3])
+def test_atomic_dir_killed_at_each_rename_leaves_old_or_new(tmp_path, kill_at, journal):
+    """sim.run's folder swap (sim.cli_util.atomic_dir) with the process killed (os._exit, no cleanup) at its
+    1st, 2nd or 3rd os.replace: `out` is there, old or new, at once or after the next run's recover()."""
+    out = _folder(tmp_path / "out", "old")
+    code = ("import os, sys\n"
+            "from pathlib import Path\n"
+            "from sim.cli_util import atomic_dir\n"
+            "real, n = os.replace, [0]\n"
+            "def dying(a, b):\n"
+            "    n[0] += 1\n"
+            f"    if n[0] == {kill_at}: os._exit(9)\n"
+            "    real(a, b)\n"
+            "os.replace = dying\n"
+            f"with atomic_dir(Path({str(out)!r})) as t:\n"
+            "    (t / 'a').write_text('new'); (t / 'b').write_text('new')\n")
+    env = {**os.environ, **({"HYBRIDSPEC_NO_RENAMEAT2": "1"} if journal else {})}  # the fallback without renameat2
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60, env=env)
+    try:
+        from sim.fsio import recover  # the next run's first step
+    except ImportError:
+        recover = None
+    if recover is not None:
+        recover(tmp_path)
+    assert out.is_dir(), sorted(p.name for p in tmp_path.iterdir())
+    assert (out / "a").read_text() == (out / "b").read_text() in ("old", "new")
