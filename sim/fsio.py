@@ -101,12 +101,35 @@ def termination_as_interrupt() -> Iterator[None]:
             signal.signal(sig, h if h is not None else signal.SIG_DFL)
 
 
+_STOP_SIGNALS = {s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)) if s is not None}
+
+
+@contextmanager
+def forking_workers() -> Iterator[None]:
+    """Around the creation of worker processes (fork): SIGTERM, SIGINT and SIGHUP are blocked, so a worker
+    starts with them blocked and the parent's Python handlers inherited; die_with_parent sets the worker's
+    own and unblocks them. A signal sent in between is then delivered to the worker's own disposition
+    instead of being lost (a worker that missed its SIGTERM would idle forever, and its pool's join with it)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def die_with_parent() -> None:
     """In a worker process: be killed when the parent dies (Linux prctl PR_SET_PDEATHSIG), so that a killed
-    command never leaves workers running; SIGTERM and SIGINT in a worker end it at once (the parent decides
-    what to keep). A no-op where prctl is not available."""
+    command never leaves workers running; SIGTERM in a worker ends it at once and SIGINT is left to the
+    parent (the parent decides what to keep). Unblocks what forking_workers blocked. prctl: Linux only."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent handles it
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
@@ -409,5 +432,5 @@ def private_tempdir(prefix: str = "hybridspec-") -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
 
 
-__all__ = ["cache_root", "private_dir", "private_tempdir", "termination_as_interrupt", "die_with_parent", "output_lock",
+__all__ = ["cache_root", "private_dir", "private_tempdir", "termination_as_interrupt", "forking_workers", "die_with_parent", "output_lock",
            "clean_leftovers", "swap_dir", "atomic_dir", "commit_files", "recover", "clean_dead", "resolve_out", "out_guard"]

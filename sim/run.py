@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from sim import console
 from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli
-from sim.fsio import atomic_dir, die_with_parent, out_guard
+from sim.fsio import atomic_dir, die_with_parent, forking_workers, out_guard
 from sim.cost import make_cost_model
 from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
 from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
@@ -189,7 +189,9 @@ def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None 
     order = sorted(range(len(combos)), key=lambda i: (combos[i][1], combos[i][0] != "none"))
     _PREP = prep
     try:
-        with multiprocessing.get_context("fork").Pool(workers, initializer=die_with_parent) as pool:
+        with forking_workers():  # a stop signal during the workers' start-up is not lost (sim/fsio.py)
+            pool = multiprocessing.get_context("fork").Pool(workers, initializer=die_with_parent)
+        with pool:
             it = pool.imap(_run_combo, [combos[i] for i in order], chunksize=1)
             done = []
             for res in tqdm(it, total=len(combos), desc="runs", unit="run", disable=not progress, leave=False):

@@ -48,7 +48,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from sim.cli_util import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least, run_cli
-from sim.fsio import clean_dead, commit_files, out_guard
+from sim.fsio import clean_dead, commit_files, forking_workers, out_guard
 from sim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -403,7 +403,8 @@ def _run_local(todo: list[tuple[str, Cell]], workers: int, on_done) -> None:
         return
     ex = ProcessPoolExecutor(max_workers=workers, initializer=_local_worker_init)
     try:
-        pending = {ex.submit(run_cell, cell): cid for cid, cell in todo}
+        with forking_workers():  # workers fork on submit: a stop signal during their start-up is not lost
+            pending = {ex.submit(run_cell, cell): cid for cid, cell in todo}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
