@@ -95,8 +95,8 @@ def _run_trials(tmp_path: Path, moments: list[tuple[int, float, bool]]) -> None:
         if sig == signal.SIGTERM and r.returncode not in (0, -signal.SIGTERM):
             assert r.returncode == 130 and "interrupted" in r.stderr and "Traceback" not in r.stderr, r.stderr
             assert not _leftovers(tmp_path), _leftovers(tmp_path)
-        if r.returncode == -signal.SIGTERM:  # only before the command started (Python still importing)
-            assert r.stderr == "", r.stderr
+        if r.returncode == -signal.SIGTERM:  # only before the command started (Python still importing) or
+            assert r.stderr == "" or "wrote" in r.stderr, r.stderr  # after it finished (interpreter exit)
         # the next run cleans whatever the kill left, and writes the new result whole
         again = subprocess.run(RUN + ["--policy", "hybrid-price", "--batch-size", "2", "--out", str(out), "--force"],
                                cwd=ROOT, capture_output=True, text=True)
@@ -135,8 +135,8 @@ def _sweep_trials(tmp_path: Path, moments: list[tuple[int, float]]) -> None:
         out = tmp_path / f"s{i}"
         r = _kill_at(SWEEP + grid + ["--out", str(out)], sig, t)
         _sweep_tables(out)
-        if r.returncode == -signal.SIGTERM:  # only before the command started (Python still importing)
-            assert r.stderr == "", r.stderr
+        if r.returncode == -signal.SIGTERM:  # only before the command started (Python still importing) or
+            assert r.stderr == "" or "wrote" in r.stderr, r.stderr  # after it finished (interpreter exit)
         elif sig == signal.SIGTERM and r.returncode != 0:
             assert r.returncode == 130 and "Traceback" not in r.stderr, r.stderr
             if list((out / "cells").glob("*.json")):
@@ -171,19 +171,18 @@ def test_two_runs_on_one_out_never_both_succeed(tmp_path):
 
 
 def test_a_second_sweep_on_a_busy_out_is_refused(tmp_path):
+    """A sweep on an --out another process is writing is refused at once (here the first writer is this test
+    holding the lock, so the timing cannot decide the outcome); the earlier tables stay whole."""
     out = tmp_path / "s"
-    a = _start(SWEEP + ["--policy", "hybrid-price", "--policy", "oracle", "--policy", "ngram-fixed:8", "--batch-size",
-                        "2", "--batch-size", "4", "--batch-size", "8", "--batch-size", "16", "--ngram-k", "8",
-                        "--ngram-k", "16", "--ngram-k", "32", "--out", str(out)])
-    lock = tmp_path / ".s.lock"
-    end = time.monotonic() + 60
-    while time.monotonic() < end and not (lock.exists() and lock.read_text().strip() == str(a.pid)):
-        time.sleep(0.05)
-    b = subprocess.run(SWEEP + ["--policy", "suffix-threshold", "--batch-size", "2", "--out", str(out)], cwd=ROOT,
-                       capture_output=True, text=True)
-    assert a.wait(180) == 0, a.stderr.read()
+    grid = ["--policy", "hybrid-price", "--batch-size", "2", "--out", str(out)]
+    assert subprocess.run(SWEEP + grid, cwd=ROOT, capture_output=True).returncode == 0
+    before = _sweep_tables(out)
+    with fsio.output_lock(out):
+        b = subprocess.run(SWEEP + ["--policy", "suffix-threshold", "--batch-size", "4", "--out", str(out)], cwd=ROOT,
+                           capture_output=True, text=True)
     assert b.returncode == 2 and "another process" in b.stderr, b.stderr
-    assert len(_sweep_tables(out)) == 48  # the first grid's tables, whole, with nothing of the second
+    assert _sweep_tables(out) == before and not _leftovers(out)
+
 
 
 # ---------------------------------------------------------------------------------------------- --out edges
