@@ -96,7 +96,7 @@ def _run_trials(tmp_path: Path, moments: list[tuple[int, float, bool]]) -> None:
             assert r.returncode == 130 and "interrupted" in r.stderr and "Traceback" not in r.stderr, r.stderr
             assert not _leftovers(tmp_path), _leftovers(tmp_path)
         if r.returncode == -signal.SIGTERM:  # only before the command started (Python still importing) or
-            assert r.stderr == "" or "wrote" in r.stderr, r.stderr  # after it finished (interpreter exit)
+            assert r.stderr == "" or "wrote" in r.stdout + r.stderr, r.stderr  # after it finished (at exit)
         # the next run cleans whatever the kill left, and writes the new result whole
         again = subprocess.run(RUN + ["--policy", "hybrid-price", "--batch-size", "2", "--out", str(out), "--force"],
                                cwd=ROOT, capture_output=True, text=True)
@@ -136,7 +136,7 @@ def _sweep_trials(tmp_path: Path, moments: list[tuple[int, float]]) -> None:
         r = _kill_at(SWEEP + grid + ["--out", str(out)], sig, t)
         _sweep_tables(out)
         if r.returncode == -signal.SIGTERM:  # only before the command started (Python still importing) or
-            assert r.stderr == "" or "wrote" in r.stderr, r.stderr  # after it finished (interpreter exit)
+            assert r.stderr == "" or "wrote" in r.stdout + r.stderr, r.stderr  # after it finished (at exit)
         elif sig == signal.SIGTERM and r.returncode != 0:
             assert r.returncode == 130 and "Traceback" not in r.stderr, r.stderr
             if list((out / "cells").glob("*.json")):
