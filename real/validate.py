@@ -430,7 +430,17 @@ def parse_args(argv):
 
 
 def main(argv: list[str] | None = None) -> int:
-    return validate(parse_args(argv))
+    a = parse_args(argv)
+    if a.engine != "torch" or getattr(a, "dry_run", False):
+        return validate(a)
+    from sim.fsio import clean_dead, out_guard
+
+    with out_guard(a.out or "out/validate") as out:  # a second validation of this --out is refused, not merged
+        a.out = str(out)
+        if out.is_dir():  # what a killed run left: temporaries of its writes
+            for d in [out, *(p for p in out.rglob("*") if p.is_dir() and not p.is_symlink())]:
+                clean_dead(d)
+        return validate(a)
 
 
 if __name__ == "__main__":

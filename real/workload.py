@@ -128,11 +128,13 @@ class Workload:
         return m
 
     def write_trace(self, path: Path) -> None:
-        """The reference as a token-id trace the simulator loads (prompt_ids, output_ids)."""
-        with open(path, "w") as fh:
-            for r in self.requests:
-                fh.write(json.dumps({"id": r.id, "prompt_ids": [int(x) for x in r.prompt_ids],
-                                     "output_ids": [int(x) for x in r.output_ids]}) + "\n")
+        """The reference as a token-id trace the simulator loads (prompt_ids, output_ids), written whole (a
+        temporary sibling renamed into place): a kill leaves the earlier file or this one, never half."""
+        from sim.cli_util import write_whole
+
+        write_whole(Path(path), "".join(json.dumps({"id": r.id, "prompt_ids": [int(x) for x in r.prompt_ids],
+                                                    "output_ids": [int(x) for x in r.output_ids]}) + "\n"
+                                        for r in self.requests), overwrite=True)
 
 
 def _reference_with_drafter(wl: Workload, mdl, drafter: str, max_tokens: int, eos: int, progress: bool):

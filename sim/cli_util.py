@@ -6,15 +6,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shutil
 import stat
 import sys
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
-from sim.errors import ConfigError, HybridSpecError
+from sim.errors import ConfigError, HybridSpecError, SimulatorBug
+from sim.fsio import atomic_dir  # noqa: F401 -- re-exported: folders written whole live in sim/fsio.py
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -147,7 +146,8 @@ def check_out_files(folder: str | os.PathLike, names: tuple[str, ...] | list[str
 
 def write_whole(path: Path, data: str | bytes, overwrite: bool = False, hint: str = "pass --force to replace it") -> Path:
     """Write `data` to `path` whole or not at all (a temporary file renamed into place, removed on failure);
-    an existing file is a ConfigError unless overwrite. Creates the parent folder."""
+    an existing file is a ConfigError unless overwrite. Creates the parent folder. An OS error without a
+    path (a full disk) is raised again naming `path`."""
     path = Path(path)
     if path.exists() and not overwrite:
         raise ConfigError(f"{path} already exists; {hint}")
@@ -159,10 +159,21 @@ def write_whole(path: Path, data: str | bytes, overwrite: bool = False, hint: st
         else:
             tmp.write_text(data)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise with_path(exc, path) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def with_path(exc: OSError, path) -> OSError:
+    """`exc`, or for one that names no file (ENOSPC from a buffered write, EIO) a copy naming `path`, so the
+    one-line message says where (e.g. "no space left on device: out/steps.csv")."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(path))
 
 
 def check_out_dir(path: Path, force: bool = False, flag: str = "--out") -> None:
@@ -172,35 +183,11 @@ def check_out_dir(path: Path, force: bool = False, flag: str = "--out") -> None:
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{flag} {p}: exists and is not a folder")
     if p.is_dir() and any(p.iterdir()) and not force:
-        raise ConfigError(f"{flag} {p} already holds files (an earlier run?); pass --force to replace them, or "
-                          "choose another folder")
+        raise ConfigError(f"{flag} {p} already holds files (an earlier run?); pass --force to replace the files "
+                          "this command writes (other files are kept), or choose another folder")
     what = f"{flag} {p}"
     # the folder is filled as a temporary sibling and renamed into place: its parent must be writable
     _probe_writable(_nearest_existing(Path(os.path.abspath(p)).parent, what), what)
-
-
-@contextmanager
-def atomic_dir(path: Path) -> Iterator[Path]:
-    """Write a folder whole or not at all: yields a temporary sibling to fill; on success it takes the place
-    of `path` (an older `path` is moved aside first and removed after the swap), on failure it is removed and
-    `path` is left as it was. No temporary folder is left behind either way."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    old = path.with_name(f".{path.name}.{os.getpid()}.old")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-        if path.exists():
-            os.replace(path, old)
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old.exists() and not path.exists():
-            os.replace(old, path)  # put the earlier result back
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def describe_os_error(exc: OSError) -> str:
@@ -216,16 +203,25 @@ def describe_os_error(exc: OSError) -> str:
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> None:
     """Call main(argv) behind the one error boundary of every command.
 
+    A SimulatorBug (a lossy run) prints one line naming it a bug in hybridspec and exits 1.
     Expected failures print one line `error: ...` on stderr and exit 2: a HybridSpecError (bad input: it
     names the file, line and field where there is one), any OSError (missing or unreadable input, an output
     path that is a file or a directory or read-only, a full disk: the path and the reason), input nested
-    beyond Python's recursion limit, input too large for memory, undecodable text. Ctrl-C exits 130, a
-    closed output pipe (`| head`) quietly. Anything else is a bug in hybridspec, not in the input: its
+    beyond Python's recursion limit, input too large for memory, undecodable text. Ctrl-C, SIGTERM and
+    SIGHUP (timeout, Slurm, systemd, docker stop) unwind alike (temporaries removed, workers stopped) and
+    exit 130; a closed output pipe (`| head`) quietly. Anything else is a bug in hybridspec, not in the input: its
     traceback, then a line saying so, exit 1."""
+    from sim.fsio import termination_as_interrupt
+
     try:
-        code = main(argv)
+        with termination_as_interrupt():
+            code = main(argv)
     except HybridSpecError as exc:
         _fail(str(exc))
+    except SimulatorBug as exc:  # e.g. a lossy run: the simulator's fault, never the input's
+        print(f"error: internal error ({type(exc).__name__}): {exc}; this is a bug in hybridspec, not in your "
+              "input; please report it with the command line above", file=sys.stderr)
+        sys.exit(1)
     except BrokenPipeError:
         # the reader went away (`... | head`): nothing more to say, and no traceback at interpreter exit
         try:
@@ -241,8 +237,8 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
         _fail("out of memory: the input (or a size it asks for) is too large for this machine")
     except UnicodeError as exc:
         _fail(f"input is not valid text ({type(exc).__name__}: {exc})")
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"interrupted{f' ({exc.args[0]})' if exc.args else ''}", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - the boundary: a bug, shown as one, never as an input error
         import traceback

@@ -76,7 +76,7 @@ class DrafterConfig:
                        "profile .json")
     drafts: str | None = opt(None, "recorded model drafts (JSONL sidecar) to replay exactly")
     calibrator: str = opt(DEFAULT_CALIBRATOR, "n-gram calibrator in models/calibrators/ (or a file)")
-    ngram_k: int = opt(32, "n-gram chain length", min=1, max=4096)
+    ngram_k: int = opt(32, "n-gram chain length", min=1, max=256)  # NgramConfig's bound (sim/drafters/ngram.py)
     draft_tables: str = opt("auto", "draft tables: whole (built for the whole trace up front, cached on disk), stream "
                             "(each request's built when it is admitted and freed when it finishes: memory follows the "
                             "running batch) or auto (stream when the whole tables would pass 1 GiB; docs/memory.md)",

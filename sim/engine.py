@@ -86,7 +86,7 @@ from sim.engine_checks import LosslessChecks
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.engine_history import HostHistory
 from sim.engine_stretch import steady_steps, stretch_ok
-from sim.errors import ConfigError, HybridSpecError
+from sim.errors import ConfigError, SimulatorBug
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler, StepPlan, full_kv_need
@@ -130,7 +130,7 @@ class EngineConfig:
             raise ConfigError(f"arrival rate must be > 0 requests/s, got {self.rate}")
 
 
-class LosslessError(HybridSpecError):
+class LosslessError(SimulatorBug):
     """Emitted tokens differ from the trace output: a bug in a policy or drafter, never acceptable."""
 
 
@@ -226,9 +226,10 @@ class Engine(HostHistory, LosslessChecks):
         # Policies decide with the verify table vLLM profiles once at start-up (a fixed reference context,
         # see CostModel.startup_verify_table); every step is charged its true cost at its own context.
         kdec = max(tables.k_model, tables.k_ngram)
+        most = min(cfg.batch_size, max(n, 1))  # never more running than requests: memory follows the trace
         self.decision_table = torch.from_numpy(cost.startup_verify_table(
             cfg.max_num_batched_tokens, cfg.batch_size, 1 + tables.k_model,
-            length=cfg.max_num_batched_tokens + cfg.batch_size * kdec + 2))
+            length=cfg.max_num_batched_tokens + most * kdec + 2))
         vocab = cost.vocab_size
         # vLLM 0.33's verification logits cap: one fp32 chunk of 2**30 bytes, vocab_size * 4 bytes per row
         self.max_logits = 2**30 // (vocab * 4) if vocab else None

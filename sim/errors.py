@@ -10,6 +10,11 @@ class ConfigError(HybridSpecError):
     """An impossible or unknown configuration: unknown policy/model/GPU name, bad numbers."""
 
 
+class SimulatorBug(Exception):
+    """A result the simulator itself got wrong (e.g. emitted tokens differ from the trace: not lossless).
+    Not an input error: CLIs print it as one line naming it a bug in hybridspec and exit 1, not 2."""
+
+
 class TraceError(HybridSpecError):
     """A malformed trace or input file. Carries where: file, line (1-based, or None) and field (or None)."""
 

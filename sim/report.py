@@ -133,6 +133,12 @@ def load_sweep(path) -> tuple["pd.DataFrame", "pd.DataFrame"]:
 
     p = Path(path)
     d = p if p.is_dir() else p.parent
+    try:  # a sweep killed while committing its tables: finish the unit first (sim.fsio.commit_files)
+        from sim.fsio import recover
+
+        recover(d)
+    except OSError:
+        pass
     if p.is_dir():
         cand = [d / "results.parquet", d / "results.csv"]
         p = next((c for c in cand if c.is_file()), None)

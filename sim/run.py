@@ -23,7 +23,8 @@ import numpy as np
 from tqdm import tqdm
 
 from sim import console
-from sim.cli_util import ArgumentParser, atomic_dir, check_out_dir, finite_float, run_cli
+from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli
+from sim.fsio import atomic_dir, die_with_parent, forking_workers, out_guard
 from sim.cost import make_cost_model
 from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
 from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
@@ -195,7 +196,9 @@ def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None 
     order = sorted(range(len(combos)), key=lambda i: (combos[i][1], combos[i][0] != "none"))
     _PREP = prep
     try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+        with forking_workers():  # a stop signal during the workers' start-up is not lost (sim/fsio.py)
+            pool = multiprocessing.get_context("fork").Pool(workers, initializer=die_with_parent)
+        with pool:
             it = pool.imap(_run_combo, [combos[i] for i in order], chunksize=1)
             done = []
             for res in tqdm(it, total=len(combos), desc="runs", unit="run", disable=not progress, leave=False):
@@ -245,11 +248,15 @@ def add_speedups(rows: list[dict], baseline: str | None = BASELINE) -> None:
         r["steady_speedup_vs_baseline"] = r["steady_throughput_tok_s"] / b[1] if b else float("nan")
 
 
+OUTPUTS = ("summary.json", "requests.csv", "steps.csv", "report.html")
+
+
 def write_outputs(dest: Path, rows: list[dict], results: list[tuple[dict, RunResult]],
                   baseline: str | None = BASELINE) -> None:
     """summary.json, requests.csv, steps.csv and report.html in `dest`, written whole or not at all (a
-    temporary sibling folder renamed into place: `dest` is either the earlier result or the new one)."""
-    with atomic_dir(dest) as out:
+    temporary sibling folder swapped into place atomically, sim.fsio.atomic_dir: `dest` is either the earlier
+    result or the new one); other files already in `dest` are kept (carried into the new folder)."""
+    with atomic_dir(dest, keep=lambda name: name not in OUTPUTS and not name.startswith(".")) as out:
         _write_outputs(out, rows, results, baseline)
 
 
@@ -291,7 +298,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     out = flag_group(ap, "output")
     out.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html "
                      "(a folder; checked before the run, written whole at the end)")
-    out.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")
+    out.add_argument("--force", action="store_true", help="replace the files sim.run writes in an --out folder that "
+                     "already holds them (other files there are kept)")
     out.add_argument("--format", choices=console.FORMATS, default="table", help=console.FORMAT_HELP + " (default: table)")
     out.add_argument("--no-progress", action="store_true",
                      help="no progress bars (terminal) and no progress lines (stderr not a terminal)")
@@ -303,8 +311,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    if a.out:
-        check_out_dir(a.out, a.force)  # before any work: a bad --out must not cost a whole simulation
+    with out_guard(a.out) as out:  # --out's real folder, locked against a second writer for the whole run
+        return _run(a, out)
+
+
+def _run(a: argparse.Namespace, out: Path | None) -> int:
+    if out:
+        check_out_dir(out, a.force)  # before any work, under the lock: a bad --out must not cost a simulation
     model = llm_name(a.model)
     get_llm(model)  # fail fast on a bad name
     ngram_k, spec_k = a.ngram_k, None
@@ -393,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{model} on {a.gpu} ({a.cost}); " + (f"baseline {baseline}" if baseline else "no baseline"))
     console.emit(rows, a.format, baseline, header=header)
     if a.out:
-        write_outputs(a.out, rows, results, baseline)
+        write_outputs(out, rows, results, baseline)
         print(f"wrote {a.out}/summary.json, requests.csv, steps.csv, report.html",
               file=sys.stdout if a.format == "table" else sys.stderr)
     return 0

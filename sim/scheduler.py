@@ -117,7 +117,7 @@ class Scheduler:
         if self._run is None:
             n = len(self.running)
             if self._buf.size < n:
-                self._buf = np.empty(max(n, self.batch_size), dtype=np.int64)
+                self._buf = np.empty(max(n, min(self.batch_size, len(self.prompt_len))), dtype=np.int64)
             self._buf[:n] = self.running
             self._run = self._buf[:n]
         return self._run

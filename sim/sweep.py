@@ -16,9 +16,12 @@ Outputs in --out (default out/sweep): results.parquet and results.csv (a row per
 `status` 'ok'/'error', `error`, `cell_id`, then sim.run's summary-row keys and `speedup_vs_baseline`),
 requests.parquet/.csv (per-request prompt length, output length and decode time of every ok cell, for
 the context-length view of `python -m sim.report`), grid.json, and cells/<cell_id>.json: the cache. A
-cell's id hashes its config, the trace file's bytes and the simulator's code and data (sim/, models/), so
+cell's id hashes its config, the content of every file-valued input (trace, recorded drafts, --drafter,
+--calibrator and --gpu files), the simulator's code and data (sim/, models/, and the folder
+HYBRIDSPEC_MODELS_DIR points to when set), so
 an interrupted sweep resumes where it stopped and a code change never serves stale numbers. Each cell
-file carries a schema version and a checksum of its content: a partial, edited or foreign file is recomputed
+file carries a schema version and an unkeyed checksum of its content (against accidents, not forgery): a
+partial, edited or foreign file is recomputed
 with a warning, never served; the closing line counts only the cells that finished. A failing cell
 is recorded with its error message and does not stop the others (failures are not cached: a rerun retries
 them). Grid file (TOML): top-level keys give lists (or scalars) for the whole grid; optional [[grid]] tables
@@ -44,7 +47,8 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from sim.cli_util import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least, run_cli, write_whole
+from sim.cli_util import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least, run_cli
+from sim.fsio import clean_dead, commit_files, forking_workers, out_guard
 from sim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,6 +245,8 @@ def _file_digest(path: str) -> str:
 def code_fingerprint() -> str:
     """Hash of what decides a cell's numbers: the simulator's sources (Python, and the C of its native policy
     forms) and its data files (models/). The sweep and report modules are left out (they do not change results)."""
+    from sim.models import models_dir
+
     h = hashlib.sha256()
     files = sorted(p for p in (ROOT / "sim").rglob("*.py") if p.name not in ("sweep.py", "report.py"))
     files += sorted((ROOT / "sim").rglob("*.c"))
@@ -248,6 +254,11 @@ def code_fingerprint() -> str:
     for p in files:
         h.update(str(p.relative_to(ROOT)).encode())
         h.update(p.read_bytes())
+    used = models_dir().resolve()  # HYBRIDSPEC_MODELS_DIR: the folder the names are actually read from
+    if used != (ROOT / "models").resolve():
+        h.update(b"models_dir\0")
+        for p in sorted(q for q in used.rglob("*") if q.is_file()):
+            h.update(str(p.relative_to(used)).encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 
@@ -260,6 +271,9 @@ def cell_id(cell: Cell, code: str) -> str:
         d["drafts_sha256"] = _file_digest(cell.drafts)
     if is_profile_path(cell.drafter):  # a profile file outside models/ (which code_fingerprint hashes)
         d["drafter_sha256"] = _file_digest(cell.drafter)
+    for k, v in asdict(cell).items():  # every file-valued input by content: --calibrator FILE, --gpu TABLE, ...
+        if isinstance(v, str) and k + "_sha256" not in d and Path(v).is_file():
+            d[k + "_sha256"] = _file_digest(v)
     d["code"] = code
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -273,6 +287,15 @@ def _worker_init() -> None:
     import torch
 
     torch.set_num_threads(1)
+
+
+def _local_worker_init() -> None:
+    """A local worker process: dies with the sweep (a killed sweep never leaves workers computing or hanging
+    behind it), then the common set-up."""
+    from sim.fsio import die_with_parent
+
+    die_with_parent()
+    _worker_init()
 
 
 def _prepared(cell: Cell):
@@ -332,6 +355,8 @@ CELL_SCHEMA = 1  # version of the cells/<cell_id>.json layout; a file of another
 
 
 def _checksum(body: dict) -> str:
+    """Unkeyed sha256 of the content: it catches accidents (a partial write, a hand edit, a bit flip), not
+    forgery (anyone who can write cells/ can recompute it); cells/ is trusted like the rest of --out."""
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -378,15 +403,22 @@ def _run_local(todo: list[tuple[str, Cell]], workers: int, on_done) -> None:
         for cid, cell in todo:
             on_done(cid, run_cell(cell))
         return
-    ex = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
+    ex = ProcessPoolExecutor(max_workers=workers, initializer=_local_worker_init)
     try:
-        pending = {ex.submit(run_cell, cell): cid for cid, cell in todo}
+        with forking_workers():  # workers fork on submit: a stop signal during their start-up is not lost
+            pending = {ex.submit(run_cell, cell): cid for cid, cell in todo}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
                 on_done(pending.pop(f), f.result())
-    finally:
+    except BaseException:
+        # interrupted (Ctrl-C, SIGTERM) or failed: stop the running cells now instead of waiting for them
+        # (the executor has no public way to end its workers; its process table is read, nothing else)
+        for p in list(getattr(ex, "_processes", {}).values()):
+            p.terminate()
         ex.shutdown(wait=True, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True, cancel_futures=True)
 
 
 def _run_ray(todo: list[tuple[str, Cell]], address: str | None, on_done) -> None:
@@ -451,23 +483,25 @@ def _rows(results: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return df, req
 
 
-def write_tables(out: Path, df: pd.DataFrame, req: pd.DataFrame) -> list[str]:
-    """results and requests, as .csv and .parquet, each file written whole (a temporary sibling renamed into
-    place): a reader sees the earlier table or the new one, never a table cut mid-row."""
+def write_tables(out: Path, df: pd.DataFrame, req: pd.DataFrame, grid: str | None = None) -> list[str]:
+    """results and requests, as .csv and .parquet, and grid.json, written as one unit (sim.fsio.commit_files):
+    a reader sees the earlier set or the new one, never a csv newer than its parquet or a table cut mid-row."""
     import io
 
-    written = []
+    files: dict[str, bytes | str] = {}
     for name, frame in (("results", df), ("requests", req)):
-        write_whole(out / f"{name}.csv", frame.to_csv(index=False), overwrite=True)
-        written.append(f"{name}.csv")
+        files[f"{name}.csv"] = frame.to_csv(index=False)
         try:
             buf = io.BytesIO()
             frame.to_parquet(buf, index=False)
-            write_whole(out / f"{name}.parquet", buf.getvalue(), overwrite=True)
-            written.append(f"{name}.parquet")
+            files[f"{name}.parquet"] = buf.getvalue()
         except ImportError:
             print(f"note: pyarrow is not installed; wrote {name}.csv only (pip install pyarrow)", file=sys.stderr)
-    return written
+            (out / f"{name}.parquet").unlink(missing_ok=True)  # an older parquet must not outlive its csv
+    if grid is not None:
+        files["grid.json"] = grid
+    commit_files(out, files, unit="sweep")
+    return list(files)
 
 
 def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_address: str | None = None,
@@ -478,12 +512,14 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
     from sim.console import Heartbeat
 
     out = Path(out)
+    _PREP_CACHE.clear()  # tables of an earlier sweep in this process may come from files changed since
     cells_dir = out / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
+    for folder in (out, cells_dir):  # what a killed sweep left: finish its committed tables, drop temporaries
+        clean_dead(folder)
     code = code_fingerprint()
     ids = [(cell_id(c, code), c) for c in _order(cells)]
-    write_whole(out / "grid.json", json.dumps({"code": code, "cells": [dict(asdict(c), cell_id=i) for i, c in ids]},
-                                              indent=1) + "\n", overwrite=True)
+    grid = json.dumps({"code": code, "cells": [dict(asdict(c), cell_id=i) for i, c in ids]}, indent=1) + "\n"
     results: dict[str, dict] = {}
     todo = []
     for cid, c in ids:
@@ -526,7 +562,7 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
         bar.close()
         beat.__exit__(None, None, None)
         df, req = _rows([results[cid] for cid, _ in ids if cid in results])
-        written = write_tables(out, df, req)
+        written = write_tables(out, df, req, grid)
         ran = len(results) - n_cached  # cells that finished in this run (not those an interrupt left undone)
         left = len(todo) - ran
         print(f"{ran} cells run ({n_cached} cached, {len(errors)} failed{f', {left} not run' if left else ''}) in "
@@ -644,6 +680,14 @@ def print_results(df: pd.DataFrame, fmt: str = "table") -> None:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.dry_run:
+        return _main(a)
+    with out_guard(a.out) as out:  # --out's real folder, locked against a second sweep for the whole run
+        a.out = out
+        return _main(a)
+
+
+def _main(a: argparse.Namespace) -> int:
     if not a.dry_run:  # before any work: a folder that can be written, and not someone else's files
         check_out_dir(a.out, force=True)
         if a.out.is_dir() and any(a.out.iterdir()) and not (a.out / "cells").is_dir() and not a.force:

@@ -90,7 +90,8 @@ def test_bad_calibrator_file_one_line(tmp_path, content):
 
 
 def test_lossy_run_exits_with_one_line(monkeypatch, capsys):
-    """A run whose lossless check fails: no table, exit code 2, one 'error:' line naming the run and the reason."""
+    """A run whose lossless check fails: no table, exit code 1 (a simulator bug, not an input error: 2), one
+    'error:' line naming the run and the reason."""
     from sim.cli_util import run_cli
     from sim.engine import Engine
     from sim.run import main
@@ -98,7 +99,7 @@ def test_lossy_run_exits_with_one_line(monkeypatch, capsys):
     monkeypatch.setattr(Engine, "check_lossless", lambda self: "request 0 output position 3: planted")
     with pytest.raises(SystemExit) as ei:
         run_cli(main, ["--trace", TINY, "--policy", "adaptive", "--batch-size", "2", "--workers", "1", "--no-progress"])
-    assert ei.value.code == 2
+    assert ei.value.code == 1
     cap = capsys.readouterr()
     assert "policy" not in cap.out
     err = cap.err.strip().splitlines()

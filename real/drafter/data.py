@@ -70,7 +70,22 @@ class Sequence:
 def data_dir() -> Path:
     from real.engine.weights import cache_dir
 
-    return cache_dir() / "drafter_data"
+    root = cache_dir()
+    if root is None:  # caching off: this run's data and checkpoints live in a private folder, removed at exit
+        import atexit
+        import shutil
+
+        from sim.fsio import private_tempdir
+
+        global _OFF_DIR
+        if _OFF_DIR is None:
+            _OFF_DIR = private_tempdir("hybridspec-drafter-data-")
+            atexit.register(shutil.rmtree, _OFF_DIR, True)
+        return _OFF_DIR
+    return root / "drafter_data"
+
+
+_OFF_DIR: Path | None = None
 
 
 def load_prompts(cfg: DataConfig, tok) -> tuple[list[str], list[np.ndarray], int]:

@@ -297,7 +297,6 @@ def save_drafter(drafter: DSparkDrafter, path: Path, meta: dict) -> str:
     """Write the drafter (fp16 weights, config, metadata) whole to `path` and its sha256 beside it
     (`path`.sha256); returns the digest. Replaces `path`: the CLI refuses an existing one without --force."""
     import io
-    import os
 
     sd = {k: (v.half() if v.is_floating_point() and k != "sts_temp" else v) for k, v in drafter.state_dict().items()}
     meta = json.loads(json.dumps(meta, default=float))  # plain types only: the file loads with weights_only
@@ -305,12 +304,10 @@ def save_drafter(drafter: DSparkDrafter, path: Path, meta: dict) -> str:
     torch.save({"format": FORMAT, "config": asdict(drafter.cfg), "meta": meta, "state": sd}, buf)
     data = buf.getvalue()
     digest = hashlib.sha256(data).hexdigest()
-    tmp = path.with_name(path.name + f".part{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    sha_tmp = path.with_name(path.name + f".sha256.part{os.getpid()}")
-    sha_tmp.write_text(f"{digest}  {path.name}\n")
-    os.replace(sha_tmp, Path(str(path) + ".sha256"))
+    from sim.fsio import commit_files
+
+    # one unit: a kill leaves the old weights with the old digest or the new with the new, never a mix
+    commit_files(path.parent, {path.name: data, path.name + ".sha256": f"{digest}  {path.name}\n"}, unit=path.name)
     return digest
 
 
@@ -321,6 +318,12 @@ def load_drafter(path: str | Path = DEFAULT_DRAFTER, target: str | None = None, 
     `target` (models/llms name), `target_sha256` (the weights file) and block size `block` when given.
     Every mismatch is a one-line ConfigError."""
     p = Path(path)
+    try:  # finish a save that was killed after it committed (sim.fsio.commit_files)
+        from sim.fsio import recover
+
+        recover(p.parent)
+    except OSError:
+        pass
     if not p.is_file():
         raise ConfigError(f"drafter weights not found: {p} (rebuild: python -m real.train_drafter, docs/drafter.md)")
     sha_file = Path(str(p) + ".sha256")

@@ -152,7 +152,9 @@ def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
 
 def train(d: DSparkDrafter, train_seqs: list[SeqTensors], cfg: TrainConfig, ckpt: Path | None, log=print,
           progress: bool = True) -> dict:
-    """Train in place; resumes from `ckpt` when it exists (model, optimizer, step, generator). Returns stats."""
+    """Train in place; resumes from `ckpt` when it exists (model, optimizer, step, generator, and what is left
+    of the epoch's shuffle order, so a resumed run ends with the same weights as an uninterrupted one; the
+    file is read with weights_only=True: data, never code). Returns stats."""
     cfg.validate()
     params = [p for p in d.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
@@ -160,16 +162,21 @@ def train(d: DSparkDrafter, train_seqs: list[SeqTensors], cfg: TrainConfig, ckpt
     total = max(1, int(round(cfg.epochs * steps_per_epoch)))
     gen = torch.Generator().manual_seed(cfg.seed)
     step, hist = 0, []
+    order: list[int] = []
     if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        if state.get("train_config") != asdict(cfg):
+        try:  # data only: weights_only refuses any pickled code (a planted checkpoint cannot run anything)
+            state = torch.load(ckpt, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 -- any unreadable checkpoint is one line, never code
+            raise ConfigError(f"{ckpt}: not a training checkpoint this version can read ({type(exc).__name__}); "
+                              "remove it to start over") from None
+        if not isinstance(state, dict) or state.get("train_config") != asdict(cfg):
             raise ConfigError(f"{ckpt}: a checkpoint of other training settings; remove it or use the same ones")
         d.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         gen.set_state(state["gen"])
-        step, hist = state["step"], state["hist"]
+        step, hist = state["step"], [tuple(h) for h in state["hist"]]
+        order = [int(i) for i in state.get("order", [])]  # the epoch's shuffle order not yet consumed
         log(f"resumed from {ckpt} at step {step}/{total}")
-    order: list[int] = []
     bar = tqdm(total=total, initial=step, desc="train drafter", unit="step", disable=not progress)
     t0 = time.perf_counter()
     d.train()
@@ -201,10 +208,13 @@ def train(d: DSparkDrafter, train_seqs: list[SeqTensors], cfg: TrainConfig, ckpt
             log(f"step {step}/{total}  ce {ce_sum / cfg.accum:.3f}  conf bce {bce_sum / cfg.accum:.3f}  "
                 f"{time.perf_counter() - t0:.0f} s")
         if ckpt is not None and (step % cfg.checkpoint_every == 0 or step == total):
-            tmp = ckpt.with_name(ckpt.name + f".part{os.getpid()}")
-            torch.save({"model": d.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "step": step,
-                        "hist": hist, "train_config": asdict(cfg)}, tmp)
-            os.replace(tmp, ckpt)
+            tmp = ckpt.with_name(f".{ckpt.name}.{os.getpid()}.part")
+            try:  # the epoch's remaining order too: a resumed run is bit for bit the uninterrupted one
+                torch.save({"model": d.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "step": step,
+                            "hist": hist, "order": list(order), "train_config": asdict(cfg)}, tmp)
+                os.replace(tmp, ckpt)
+            finally:
+                tmp.unlink(missing_ok=True)
     bar.close()
     d.eval()
     return {"steps": total, "hist": hist, "seconds": time.perf_counter() - t0}

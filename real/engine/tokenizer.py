@@ -35,7 +35,9 @@ class SmolTokenizer:
         from real.engine.weights import cache_dir, file_sha256, find_smollm2_gguf
 
         path = find_smollm2_gguf(path)
-        cached = cache_dir() / "weights" / f"{file_sha256(path)[:16]}.tokenizer.json"
+        root = cache_dir()
+        use_cache = use_cache and root is not None
+        cached = (root or Path(".")) / "weights" / f"{file_sha256(path)[:16]}.tokenizer.json"
         if use_cache and cached.is_file():
             try:
                 tok = Tokenizer.from_file(str(cached))

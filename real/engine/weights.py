@@ -28,9 +28,12 @@ GGUF_ENV = "HYBRIDSPEC_SMOLLM2_GGUF"
 _CACHE_FORMAT = 1  # bump when the cached state-dict layout changes
 
 
-def cache_dir() -> Path:
-    """$HYBRIDSPEC_CACHE_DIR, default ~/.cache/hybridspec (outside git)."""
-    return Path(os.environ.get("HYBRIDSPEC_CACHE_DIR") or Path.home() / ".cache" / "hybridspec")
+def cache_dir() -> Path | None:
+    """The cache folder (sim.fsio.cache_root: $HYBRIDSPEC_CACHE_DIR, else $XDG_CACHE_HOME/hybridspec, else
+    ~/.cache/hybridspec), None when caching is off."""
+    from sim.fsio import cache_root
+
+    return cache_root()
 
 
 def find_smollm2_gguf(path: str | os.PathLike | None = None) -> Path:
@@ -139,7 +142,9 @@ def load_gguf(path: str | os.PathLike, use_cache: bool = True) -> tuple[ModelArg
     if not path.is_file():
         raise ConfigError(f"GGUF file not found: {path}")
     digest = file_sha256(path)[:16]
-    cached = cache_dir() / "weights" / f"{digest}.pt"
+    root = cache_dir()
+    use_cache = use_cache and root is not None
+    cached = (root or Path(".")) / "weights" / f"{digest}.pt"
     if use_cache and cached.is_file():
         try:
             blob = torch.load(cached, map_location="cpu", mmap=True, weights_only=True)

@@ -237,6 +237,12 @@ def load_cost_table(path: str | Path) -> CostTable:
     return t
 
 
+# Every top-level field a JSON cost table may have (what cost_table_from_dict reads, plus documentation).
+TABLE_KEYS = frozenset({"format", "llm", "gpu", "source", "derived", "capture_sizes", "verify", "draft",
+                        "kv_ms_per_token", "logits_ms_per_row", "seq_ms", "kv_capacity_tokens", "vocab_size", "ngram",
+                        "sample", "alloc", "cpu", "machine", "name", "notes", "licence", "license", "command"})
+
+
 def cost_table_from_dict(d: dict, where: str | Path = "<cost table>") -> CostTable:
     """A cost table from its JSON object (the format above), validated as load_cost_table does; errors name
     `where` and the field."""
@@ -246,6 +252,9 @@ def cost_table_from_dict(d: dict, where: str | Path = "<cost table>") -> CostTab
     for k in ("llm", "gpu", "verify"):
         if k not in d:
             raise ConfigError(f"{p}: missing field '{k}'")
+    unknown = sorted(set(d) - TABLE_KEYS)
+    if unknown:  # a misspelt field would otherwise be ignored silently (e.g. 'verfy', 'kv_ms_per_tok')
+        raise ConfigError(f"{p}: unknown field '{unknown[0]}'; a cost table's fields are {', '.join(sorted(TABLE_KEYS))}")
     vt, vm = _curve(p, "verify", d["verify"], "num_tokens")
     t = CostTable(llm=str(d["llm"]), gpu=str(d["gpu"]), verify_tokens=vt, verify_ms=vm,
                   source=str(d.get("source", "")), derived=bool(d.get("derived", False)),

@@ -7,8 +7,10 @@ the seed; recorded drafts (every array); the source of the code that builds tabl
 sim/trace/*.py), the numpy and scipy versions; and, when a request is length-only, the bundled traces
 its statistical profile is drawn from. A hit loads the tables from `<cache dir>/draft-tables/<sha256>.npz`.
 
-Cache dir: $HYBRIDSPEC_CACHE_DIR if set, else $XDG_CACHE_HOME/hybridspec, else ~/.cache/hybridspec.
-HYBRIDSPEC_CACHE_DIR=off (or 0, none) disables the cache. Files are written atomically (a temporary file
+Cache dir: sim.fsio.cache_root ($HYBRIDSPEC_CACHE_DIR if set, else $XDG_CACHE_HOME/hybridspec, else
+~/.cache/hybridspec; HYBRIDSPEC_CACHE_DIR=off (or 0, none) disables every cache). Each file stores its own
+key (`key` array): a file whose key differs from its name's (copied or planted under another key) is
+refused and rebuilt with a warning, never served. Files are written atomically (a temporary file
 in the same folder, then os.replace), so a concurrent reader sees the old file or the new one, never half
 of one. A file that cannot be read back whole (truncated, bit flip: the zip's CRC-32 per array, a missing
 or mis-shaped array) is rebuilt with a warning and replaced; it is never served.
@@ -27,18 +29,16 @@ import numpy as np
 from sim.drafters.tables import REPO, DraftTables, build_draft_tables
 
 ENV = "HYBRIDSPEC_CACHE_DIR"
-FORMAT = "draft-tables/1"
+FORMAT = "draft-tables/2"  # /2: the key is stored inside
 _ARRAYS = tuple(f.name for f in fields(DraftTables) if f.name != "replayed_requests")
 _CODE = ("sim/drafters", "sim/trace")
 
 
 def cache_dir() -> Path | None:
-    """The cache folder, or None when caching is off."""
-    env = os.environ.get(ENV)
-    if env is not None:
-        return None if env.strip().lower() in ("", "off", "0", "none", "false") else Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "hybridspec"
+    """The cache folder, or None when caching is off (sim.fsio.cache_root: one setting for every cache)."""
+    from sim.fsio import cache_root
+
+    return cache_root()
 
 
 def _code_digest() -> str:
@@ -88,10 +88,12 @@ def table_key(requests: list, ngram_cfg, profile, calibrator, seed: int, recorde
     return h.hexdigest()
 
 
-def _load(path: Path) -> DraftTables:
+def _load(path: Path, key: str) -> DraftTables:
     with np.load(path, allow_pickle=False) as z:
         if str(z["format"]) != FORMAT:
             raise ValueError(f"format {z['format']!r}, expected {FORMAT!r}")
+        if "key" not in z or str(z["key"]) != key:
+            raise ValueError("it holds the tables of other inputs (its stored key differs from its name's)")
         cols = {k: z[k] for k in _ARRAYS}  # reads every member whole, so the zip CRC is checked
         replayed = int(z["replayed_requests"])
     n = len(cols["out_len"])
@@ -101,12 +103,12 @@ def _load(path: Path) -> DraftTables:
     return DraftTables(replayed_requests=replayed, **cols)
 
 
-def _save(path: Path, tables: DraftTables) -> None:
+def _save(path: Path, tables: DraftTables, key: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, format=np.asarray(FORMAT), replayed_requests=np.asarray(tables.replayed_requests),
+            np.savez(f, format=np.asarray(FORMAT), key=np.asarray(key), replayed_requests=np.asarray(tables.replayed_requests),
                      **{k: getattr(tables, k) for k in _ARRAYS})
         os.replace(tmp, path)
     except BaseException:
@@ -124,17 +126,18 @@ def cached_draft_tables(requests: list, ngram_cfg, profile, calibrator, seed: in
     if folder is None:
         return build_draft_tables(requests, ngram_cfg, profile, calibrator, seed=seed, progress=progress,
                                   recorded=recorded)
-    path = folder / "draft-tables" / f"{table_key(requests, ngram_cfg, profile, calibrator, seed, recorded)}.npz"
+    key = table_key(requests, ngram_cfg, profile, calibrator, seed, recorded)
+    path = folder / "draft-tables" / f"{key}.npz"
     if path.exists():
         try:
-            return _load(path)
+            return _load(path, key)
         except Exception as exc:  # noqa: BLE001 -- any unreadable file is rebuilt, never served
             warnings.warn(f"draft-table cache {path} is unreadable ({type(exc).__name__}: {exc}); rebuilding it",
                           RuntimeWarning, stacklevel=2)
     tables = build_draft_tables(requests, ngram_cfg, profile, calibrator, seed=seed, progress=progress,
                                 recorded=recorded)
     try:
-        _save(path, tables)
+        _save(path, tables, key)
     except OSError as exc:  # a read-only or full disk: run without the cache
         warnings.warn(f"could not write the draft-table cache {path} ({exc})", RuntimeWarning, stacklevel=2)
     return tables

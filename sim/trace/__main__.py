@@ -108,7 +108,20 @@ def _build(args) -> int:
     existing = [out / n for n in names if (out / n).exists()]
     if existing and not args.force:
         raise ConfigError(f"--out-dir: {existing[0]} already exists; pass --force to replace it")
+    created = [p for p in [out, *out.parents] if not p.exists()]
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _build_into(args, out)
+    except BaseException:  # a failed build (full disk, Ctrl-C) leaves no empty folder it made behind
+        for p in created:
+            try:
+                p.rmdir()  # only if still empty
+            except OSError:
+                break
+        raise
+
+
+def _build_into(args, out: Path) -> int:
     progress = not args.no_progress
     if args.which in ("codeedit", "all"):
         from sim.trace import build_codeedit

@@ -374,7 +374,11 @@ def build(out_path: Path, cache: Path | None = None, projects=PROJECTS, target: 
             memo[text] = len(tok.encode(text))
         return memo[text]
 
-    cache = cache or cache_dir() / "wheels"
+    if cache is None:
+        from sim.fsio import private_tempdir
+
+        root = cache_dir()
+        cache = root / "wheels" if root is not None else private_tempdir("hybridspec-wheels-")
     rows, shaped = [], []
     for p in tqdm(projects, desc="build codeedit", unit="project", disable=not progress):
         old = wheel_sources(fetch_wheel(p, p.old, cache))

@@ -222,7 +222,9 @@ def _tokenize(records: list[_Record], cache_key: bytes | None, complete: bool,
     cached: dict[int, np.ndarray] = {}
     if path is not None and path.exists():
         try:
-            with np.load(path) as z:
+            with np.load(path, allow_pickle=False) as z:
+                if str(z["key"]) != path.stem:  # copied or planted under another key: rebuilt, never served
+                    raise ValueError("stored key differs")
                 keys, offs, flat = z["keys"], z["offsets"], z["flat"]
             cached = {int(k): flat[offs[i]:offs[i + 1]] for i, k in enumerate(keys)}
         except Exception:  # a corrupt cache is rebuilt, never fatal
@@ -247,7 +249,7 @@ def _write_cache(path: Path, table: dict[int, np.ndarray]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp.npz")
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, keys=keys, offsets=offsets, flat=flat)
+            np.savez(f, key=np.asarray(path.stem), keys=keys, offsets=offsets, flat=flat)
         os.replace(tmp, path)
     except OSError:  # an unwritable cache only costs speed
         pass

@@ -113,9 +113,11 @@ def tokenizer_for(model: str) -> tuple[str, str | None]:
     return TOKENIZER_NAME, f"trace text is tokenized with the {TOKENIZER_NAME} tokenizer ({why}); token-id traces are used as they are"
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("HYBRIDSPEC_CACHE_DIR")
-    return Path(root) if root else Path.home() / ".cache" / "hybridspec"
+def cache_dir() -> Path | None:
+    """The cache folder (sim.fsio.cache_root: one setting for every cache), None when caching is off."""
+    from sim.fsio import cache_root
+
+    return cache_root()
 
 
 def cache_key_hasher(tokenizer: str | None = None):
@@ -126,7 +128,7 @@ def cache_key_hasher(tokenizer: str | None = None):
     return h
 
 
-def token_cache_path(file_bytes, tokenizer: str = TOKENIZER_NAME) -> Path:
+def token_cache_path(file_bytes, tokenizer: str = TOKENIZER_NAME) -> Path | None:
     """Where the token ids of a trace file with these bytes are cached (tokenizer name is in the key).
     `file_bytes`: the file's bytes, or a cache_key_hasher(tokenizer) state already fed them (streaming)."""
     if isinstance(file_bytes, (bytes, bytearray, memoryview)):
@@ -134,4 +136,5 @@ def token_cache_path(file_bytes, tokenizer: str = TOKENIZER_NAME) -> Path:
         h.update(file_bytes)
     else:
         h = file_bytes
-    return cache_dir() / "tokens" / f"{h.hexdigest()}.npz"
+    root = cache_dir()
+    return None if root is None else root / "tokens" / f"{h.hexdigest()}.npz"

@@ -3,8 +3,13 @@ on disk (hybrid_price.c: the policy forms, sim/policies/fast.py; engine_step.c: 
 bookkeeping, sim/engine_fast.py).
 
 The C source sits next to this file; `load()` compiles it with the system C compiler (`$CC`, else `cc`)
-into `<cache dir>/native/<name>-<sha256 of source, flags and compiler>.so` (written atomically, like the
-draft-table cache: sim.drafters.cache.cache_dir, HYBRIDSPEC_CACHE_DIR) and opens it with cffi. Where
+into `<cache dir>/native/<name>-<sha256 of source, flags and compiler>.so` (written atomically; the cache
+folder is sim.fsio.cache_root, HYBRIDSPEC_CACHE_DIR) and opens it with cffi. Nothing foreign is ever
+loaded: the `native` folder is private (created 0700, checked to be this user's and closed to others before
+use; with the cache off, a fresh private folder removed at exit, never a shared temporary path), the
+library's sha256 is recorded beside it at build (`.so.sha256`) and checked on the bytes before the library
+is opened; a library that does not match its record (planted, replaced, damaged) is refused with one
+warning line and rebuilt. Where
 there is no compiler or no cffi, `load()` returns None and the simulator runs the torch definitions
 (slower, same results). Flags: -O2 -ffp-contract=off and no fast-math, so each float operation is one
 IEEE single-precision operation, as in torch's elementwise kernels (sim/policies/fast.py);
@@ -13,6 +18,7 @@ which builds hybrid_price.c without its AVX2 clones.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import re
@@ -49,8 +55,8 @@ _LIBS: dict = {}
 
 
 def compile_library(src: Path, out: Path, cc: str) -> None:
-    """Compile the C source `src` into the shared library `out` with `cc` and FLAGS, written atomically
-    (RuntimeError naming the compiler's last line on failure)."""
+    """Compile the C source `src` into the shared library `out` with `cc` and FLAGS, written atomically,
+    and record its sha256 in `out`.sha256 (RuntimeError naming the compiler's last line on failure)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=out.stem + ".", suffix=".so.tmp", dir=out.parent)
     os.close(fd)
@@ -59,10 +65,52 @@ def compile_library(src: Path, out: Path, cc: str) -> None:
         if done.returncode != 0:
             err = (done.stderr.strip().splitlines() or ["no message"])[-1]
             raise RuntimeError(f"{cc} failed on {src.name} (exit {done.returncode}): {err}")
+        digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
         os.replace(tmp, out)
+        _record(out).write_text(digest + "\n")  # after the library: a kill between leaves it unrecorded (rebuilt)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _record(so: Path) -> Path:
+    return so.with_name(so.name + ".sha256")
+
+
+def verified(so: Path) -> bool:
+    """Whether `so` exists and its bytes match the sha256 recorded when it was built here."""
+    try:
+        want = _record(so).read_text().strip()
+        got = hashlib.sha256(so.read_bytes()).hexdigest()
+    except OSError:
+        return False
+    return len(want) == 64 and got == want
+
+
+_PRIVATE: list[Path] = []
+
+
+def native_dir() -> Path:
+    """The private folder the libraries are built in: <cache dir>/native, or, with the cache off, a fresh
+    folder of this process (0700, unpredictable name) removed at exit."""
+    from sim.fsio import cache_root, private_dir, private_tempdir
+
+    root = cache_root()
+    if root is not None:
+        return private_dir(root / "native")
+    if not _PRIVATE:
+        _PRIVATE.append(private_tempdir("hybridspec-native-"))
+        atexit.register(shutil.rmtree, _PRIVATE[0], True)
+    return private_dir(_PRIVATE[0])
+
+
+def library_path(name: str, cc: str | None = None) -> Path:
+    """Where the library of `name`.c is built: native_dir()/<name>-<sha256 of source, flags, compiler>.so."""
+    cc = cc or os.environ.get("CC") or "cc"
+    src = HERE / f"{name}.c"
+    ver = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    key = hashlib.sha256(src.read_bytes() + " ".join(_flags()).encode() + ver.encode()).hexdigest()[:24]
+    return native_dir() / f"{name}-{key}.so"
 
 
 def load(name: str = "hybrid_price"):
@@ -73,18 +121,19 @@ def load(name: str = "hybrid_price"):
     try:
         import cffi
 
-        from sim.drafters.cache import cache_dir
-
         cc = os.environ.get("CC") or "cc"
         if shutil.which(cc) is None:
             raise RuntimeError(f"no C compiler ({cc})")
         src = HERE / f"{name}.c"
-        ver = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-        key = hashlib.sha256(src.read_bytes() + " ".join(_flags()).encode() + ver.encode()).hexdigest()[:24]
-        folder = cache_dir() or Path(tempfile.gettempdir()) / "hybridspec"
-        so = folder / "native" / f"{name}-{key}.so"
+        so = library_path(name, cc)
+        if so.exists() and not verified(so):
+            warnings.warn(f"refusing native library {so}: it does not match the sha256 recorded when it was "
+                          "built (planted, replaced or damaged); rebuilding it", RuntimeWarning, stacklevel=2)
+            so.unlink()
         if not so.exists():
             compile_library(src, so, cc)
+        if not verified(so):
+            raise RuntimeError(f"{so} changed between its build and its check")
         ffi = cffi.FFI()
         ffi.cdef(cdef(src.read_text()))
         lib = (ffi, ffi.dlopen(str(so)))
