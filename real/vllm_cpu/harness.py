@@ -35,6 +35,7 @@ HARNESS_ENV = {ENV_FLAG: "1", "TRITON_INTERPRET": "1", "VLLM_USE_V2_MODEL_RUNNER
 # CPU change with the verify shape, so greedy outputs would differ between spec and no-spec)
 ENGINE_KWARGS = {"enforce_eager": True, "dtype": "float32"}
 PROFILE_TOKEN_SIZES = [1]  # handed to vLLM's batches_to_profile, which adds 2, 4, ... up to max_num_batched_tokens
+PROFILE_REPLAYS = 3  # vLLM's _PROFILE_REPLAYS is 5 (medians of 5 graph replays); 3 eager steps here
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ SHIMS = (
          "after the CPU worker's compile_or_warm_up_model the harness runs vLLM's own profiling batches "
          "(AdaptiveVerificationManager.batches_to_profile) under vLLM's StepTimingCollector and hands every "
          "sample to set_cost_curves (vLLM keeps only CUDA-graph-replay samples for the draft curve; on CPU there "
-         "are none). The tables are the harness's wall-clock costs: they price the budget consistently within "
+         "are none); medians of PROFILE_REPLAYS = 3 steps per size instead of vLLM's 5. The tables are the harness's wall-clock costs: they price the budget consistently within "
          "the run (the simulator decides from the same tables) but are not a GPU's costs"),
     Shim("record-drafts", "v1/worker/gpu/spec_decode/dspark/speculator.py DSparkSpeculator.propose (wrapped, "
          "not replaced)",
@@ -312,6 +313,9 @@ def profile_cost_tables(runner) -> None:
     manager = getattr(runner, "adaptive_verification", None)
     if manager is None or manager.cost_tables is not None:
         return
+    from vllm.v1.worker.gpu.spec_decode import adaptive_verification as av
+
+    av._PROFILE_REPLAYS = PROFILE_REPLAYS
     t0 = time.perf_counter()
     with runner.step_timing.collect() as samples:
         for batch in manager.batches_to_profile(list(PROFILE_TOKEN_SIZES)):
