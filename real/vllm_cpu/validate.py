@@ -40,9 +40,9 @@ from real.vllm_run.config import VllmRunConfig
 from sim.errors import ConfigError
 
 POLICIES = (C.NONE, C.BASELINE, C.HYBRID, C.NGRAM)  # none first: its outputs are the reference
-DEFAULTS = {"limit": 8, "max_tokens": 16, "max_prompt": 400, "batch_sizes": (1, 4, 8),
+DEFAULTS = {"limit": 8, "max_tokens": 16, "max_prompt": 800, "batch_sizes": (1, 4, 8),
             "traces": ("traces/codeedit.jsonl", "traces/chat.jsonl")}
-QUICK = {"limit": 3, "max_tokens": 12, "max_prompt": 400, "batch_sizes": (1,), "traces": ("traces/codeedit.jsonl",)}
+QUICK = {"limit": 3, "max_tokens": 12, "max_prompt": 800, "batch_sizes": (1,), "traces": ("traces/codeedit.jsonl",)}
 MAX_MODEL_LEN = 2048
 MAX_NUM_BATCHED_TOKENS = 128  # small: the harness profiles every power of two up to it (interpreted kernels)
 CHECK_PROMPTS, CHECK_TOKENS = 3, 24
