@@ -40,7 +40,7 @@ from real.vllm_run.config import VllmRunConfig
 from sim.errors import ConfigError
 
 POLICIES = (C.NONE, C.BASELINE, C.HYBRID, C.NGRAM)  # none first: its outputs are the reference
-DEFAULTS = {"limit": 8, "max_tokens": 16, "max_prompt": 800, "batch_sizes": (1, 4, 8),
+DEFAULTS = {"limit": 4, "max_tokens": 16, "max_prompt": 800, "batch_sizes": (1, 4, 8),
             "traces": ("traces/codeedit.jsonl", "traces/chat.jsonl")}
 QUICK = {"limit": 3, "max_tokens": 12, "max_prompt": 800, "batch_sizes": (1,), "traces": ("traces/codeedit.jsonl",)}
 MAX_MODEL_LEN = 2048
