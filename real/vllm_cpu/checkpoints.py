@@ -131,7 +131,7 @@ def tiny_successor(vocab: int, cycle: int = 16, seed: int = 0) -> list[int]:
     return nxt
 
 
-def write_tiny_target(out: Path, vocab: int = 512, hidden: int = 128, layers: int = 2, heads: int = 2,
+def write_tiny_target(out: Path, vocab: int = 4096, hidden: int = 128, layers: int = 2, heads: int = 2,
                       kv_heads: int = 1, intermediate: int = 256, cycle: int = 16, seed: int = 0,
                       force: bool = False) -> Path:
     """A random-weight LlamaForCausalLM directory (no tokenizer: run it with skip_tokenizer_init and token ids).
@@ -140,7 +140,8 @@ def write_tiny_target(out: Path, vocab: int = 512, hidden: int = 128, layers: in
     token v is the embedding of its predecessor, and the layers are small (std 0.02) next to the embedding, so the
     last token decides the next one. An output therefore repeats itself every `cycle` tokens: no n-gram match at
     first (the model chain is chosen), then exact matches (the n-gram chain wins), which is what the -m vllm_cpu
-    tests need. head_dim 64: the CPU attention kernels support no smaller head."""
+    tests need. head_dim 64: the CPU attention kernels support no smaller head. Layers, hidden size and vocabulary
+    are models/llms qwen3-tiny's, the simulator's spec for it."""
     from real.engine.model import ModelArgs
 
     args = ModelArgs(name="tiny", num_layers=layers, hidden_size=hidden, intermediate_size=intermediate,

@@ -186,11 +186,13 @@ def drafts_file(sl, run: dict, ref: list[list[int]], k: int, path: Path) -> Path
     if not rec:
         return None
     by_req = dict(zip(run.get("request_ids") or [], sl.ids))
+    # inside the engine a request's id carries a suffix ("3-8a52d547" for the output's "3")
+    by_req.update({f"{vid}-": rid for vid, rid in list(by_req.items())})
     idx = {rid: i for i, rid in enumerate(sl.ids)}
     conf = {rid: np.zeros((len(ref[i]), k)) for rid, i in idx.items()}
     acc = {rid: np.zeros(len(ref[i]), dtype=np.int64) for rid, i in idx.items()}
     for vid, pos, toks, cs in rec:
-        rid = by_req.get(str(vid))
+        rid = by_req.get(str(vid)) or by_req.get(str(vid).rsplit("-", 1)[0] + "-")
         if rid is None:
             continue
         out = ref[idx[rid]]
@@ -223,6 +225,11 @@ def predict(cfg: VllmRunConfig, policy: str, bs: int, ref_path: Path, table: Pat
     n_tok = int(sum(res.requests["output_len"]))
     s = _summary(res, n_tok)
     st = res.steps
+    # vLLM's steps metric (vllm:iteration_tokens_total) observes the iterations that emitted tokens, not the
+    # chunked-prefill steps that emitted none: count the simulator's steps the same way
+    s["steps_all"] = s["steps"]
+    s["steps"] = int(np.sum(np.asarray(st["emitted"]) > 0))
+    s["tokens_per_step"] = n_tok / s["steps"] if s["steps"] else float("nan")
     acc_m, acc_n = float(np.sum(st["accepted_model"])), float(np.sum(st["accepted_ngram"]))
     s.update(accepted_model=acc_m, accepted_ngram=acc_n, ngram_share_accepted=acc_n / (acc_m + acc_n)
              if acc_m + acc_n else 0.0, lossless=bool(res.lossless))

@@ -252,8 +252,9 @@ def _has_tokenizer(model: str) -> bool:
 
 
 def sim_llm_for_dir(path: str) -> str:
-    """The models/llms spec with the shape of the Hugging Face directory `path` (layers, hidden size, heads,
-    vocabulary); ConfigError when none has it."""
+    """The models/llms spec with the shape of the Hugging Face directory `path` (layers, hidden size, vocabulary:
+    what the simulator's step accounting reads when a profiled table prices every part); ConfigError when none
+    has it."""
     from pathlib import Path
 
     from sim.models import get_llm, list_llms
@@ -261,16 +262,15 @@ def sim_llm_for_dir(path: str) -> str:
     cfg_path = Path(path).expanduser() / "config.json"
     try:
         c = json.loads(cfg_path.read_text())
-        shape = (int(c["num_hidden_layers"]), int(c["hidden_size"]), int(c["num_attention_heads"]),
-                 int(c["vocab_size"]))
+        shape = (int(c["num_hidden_layers"]), int(c["hidden_size"]), int(c["vocab_size"]))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"--vllm-model {path}: not a Hugging Face model directory ({type(exc).__name__}: "
                           f"{exc})") from None
     for name in list_llms():
         m = get_llm(name)
-        if (m.num_layers, m.hidden_size, m.num_attention_heads, m.vocab_size) == shape:
+        if (m.num_layers, m.hidden_size, m.vocab_size) == shape:
             return name
-    raise ConfigError(f"--vllm-model {path}: no models/llms spec has its shape (layers, hidden, heads, vocab) "
+    raise ConfigError(f"--vllm-model {path}: no models/llms spec has its shape (layers, hidden, vocab) "
                       f"{shape}; add one (models/README.md)")
 
 
