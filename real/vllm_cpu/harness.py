@@ -51,6 +51,11 @@ SHIMS = (
          "a stand-in 'cpu' backend entry (inactive driver, so Triton and inductor never select it) plus "
          "TRITON_INTERPRET=1: every V2 Triton kernel runs in Triton's interpreter, which computes what the "
          "compiled kernel computes, on host memory (the CPU device's memory)"),
+    Shim("interpreter-int-masks", "triton/runtime/interpreter.py InterpreterBuilder.create_masked_load / "
+         "create_masked_store (Triton 3.9, not vLLM): 'mask has unsupported dtype' when a mask built with & "
+         "reaches the load as int32 (vLLM's ngram_gpu kernels, the plugin's ext scan)",
+         "the interpreter's own typing bug: compiled Triton lowers the same mask as i1. The shim passes "
+         "mask != 0 (a bool array of the same shape), the values compiled Triton uses"),
     Shim("adaptive-without-cuda-graphs", "config/vllm.py VllmConfig._validate_adaptive_verification: 'Adaptive "
          "verification requires full CUDA graphs'",
          "adaptive verification needs full graphs on a GPU only so that its trimmed batches replay captured "
@@ -138,6 +143,8 @@ def install() -> list[str]:
     os.environ["TRITON_INTERPRET"] = "1"
     _stand_in_triton_backend()
     _APPLIED.append("triton-interpreter")
+    _bool_masks()
+    _APPLIED.append("interpreter-int-masks")
     _patch_vllm()
     return applied()
 
@@ -179,6 +186,32 @@ def _stand_in_triton_backend() -> None:
             return False
 
     tb.backends["cpu"] = tb.Backend(compiler=_InterpreterOnlyCompiler, driver=_InterpreterOnlyDriver)
+
+
+def _bool_masks() -> None:
+    """interpreter-int-masks: integer masks reach the interpreter's load/store as `mask != 0`."""
+    import numpy as np
+    from triton.runtime import interpreter as ti
+
+    B = ti.InterpreterBuilder
+    if getattr(B, "_hybridspec_bool_masks", False):
+        return
+    load, store = B.create_masked_load, B.create_masked_store
+
+    def as_bool(mask):
+        d = mask.data
+        if isinstance(d, np.ndarray) and d.dtype != np.bool_:
+            return ti.TensorHandle(d != 0, mask.dtype)
+        return mask
+
+    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        return load(self, ptrs, as_bool(mask), other, cache_policy, is_volatile)
+
+    def create_masked_store(self, ptrs, value, mask, cache_policy):
+        return store(self, ptrs, value, as_bool(mask), cache_policy)
+
+    B.create_masked_load, B.create_masked_store = create_masked_load, create_masked_store
+    B._hybridspec_bool_masks = True
 
 
 class _WallClockEvent:
