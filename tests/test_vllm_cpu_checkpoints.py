@@ -40,8 +40,8 @@ def test_greedy_parity_with_the_torch_engine(smollm2):
              "<|im_start|>user\nWrite a Python function that adds two numbers.<|im_end|>\n<|im_start|>assistant\n"]
     prompts = [np.asarray(tok.encode(t), dtype=np.int64) for t in texts]
     n = 20
-    model = build_model("smollm2-135m-gguf", "cpu", dtype=torch.float32)
-    model.setup_caches(max_slots=len(prompts), max_len=max(len(p) for p in prompts) + n + 1)
+    model, _ = build_model("smollm2-135m-gguf", "cpu", torch.float32, max_slots=len(prompts),
+                           max_len=max(len(p) for p in prompts) + n + 1)
     ours = [list(map(int, o)) for o in greedy_generate(model, prompts, [n] * len(prompts), None)]
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(smollm2), dtype=torch.float32)
     for p, want in zip(prompts, ours):
@@ -73,6 +73,6 @@ def test_dspark_export_checks(tmp_path):
     assert cfg["architectures"] == ["Qwen3DSparkModel"] and cfg["block_size"] == 7
     check_pair(t, d, 7)
     for args, msg in (((t, tmp_path / "nope", 7), "not a model directory"), ((t, d, 5), "block_size 7"),
-                      ((d, d, 7), "target_hidden_size")):
+                      ((d, d, 7), "target_layer_ids")):
         with pytest.raises(ConfigError, match=msg):
             check_pair(*args)
