@@ -263,6 +263,13 @@ def real_summary(run: dict, ref: list[list[int]]) -> dict:
     return out
 
 
+def _read_run(work: Path) -> dict:
+    path = work / "run.result.json"
+    if not path.is_file():
+        raise ConfigError(f"{work.parent}: the ngram cell needs the adaptive cell's cost tables; run --policy adaptive too")
+    return json.loads(path.read_text())
+
+
 def _rel(a, b) -> float:
     return abs(a - b) / b if b else float("nan")
 
@@ -319,7 +326,11 @@ def validate_cpu(a) -> int:
                 cell = {"engine": "vllm-cpu", "trace": sl.trace, "policy": pol, "sim_policy": cfg.sim_policy(pol),
                         "batch_size": bs, "requests": len(sl.ids), "real": real_summary(run, ref)}
                 if pol != C.NONE:
-                    table = cost_table(cfg, run, work / "cost_table.json")
+                    # vLLM's ngram runs without adaptive verification, so it profiles no tables; its simulator
+                    # policy (ngram-fixed) spends no budget, so the steps do not depend on them: the adaptive
+                    # cell's tables (same slice and batch size) stand in
+                    src = run if run.get("cost_tables") else _read_run(work.parent / C.BASELINE)
+                    table = cost_table(cfg, src, work / "cost_table.json")
                     drafts = drafts_file(sl, run, ref, cfg.num_speculative_tokens, work / "drafts.jsonl") \
                         if pol in (C.BASELINE, C.HYBRID) else None
                     cell["predicted"], cell["sim_command"] = predict(cfg, pol, bs, ref_path, table, drafts, run, a.seed)
