@@ -238,14 +238,37 @@ def predict(cfg: VllmRunConfig, policy: str, bs: int, ref_path: Path, table: Pat
 
 
 # ------------------------------------------------------------------------------------------ one cell's record
+def _worker(stats) -> dict | None:
+    ws = (stats or {}).get("workers") or []
+    return ws[0] if ws and isinstance(ws[0], dict) and ws[0].get("loaded") else None
+
+
+def _timed_stats(run: dict) -> dict | None:
+    """The plugin's counters of the timed generate: the totals after it minus those before it (the warm-up's),
+    as vLLM's metrics are; per-depth predicted confidence re-averaged over the difference."""
+    after, before = _worker(run.get("hybrid_stats")), _worker(run.get("hybrid_stats_before"))
+    if after is None or before is None:
+        return after
+    out = dict(after, steps=after["steps"] - before["steps"], warmup_subtracted=True)
+    for chain in ("model", "ngram"):
+        a, b = after[chain], before[chain]
+        reached = [x - y for x, y in zip(a["reached"], b["reached"])]
+        accepted = [x - y for x, y in zip(a["accepted"], b["accepted"])]
+        conf = [(pa or 0.0) * ra - (pb or 0.0) * rb for pa, ra, pb, rb in
+                zip(a["predicted"], a["reached"], b["predicted"], b["reached"])]
+        out[chain] = {"chosen": a["chosen"] - b["chosen"], "reached": reached, "accepted": accepted,
+                      "observed": [c / r if r else None for c, r in zip(accepted, reached)],
+                      "predicted": [c / r if r else None for c, r in zip(conf, reached)]}
+    return out
+
+
 def real_summary(run: dict, ref: list[list[int]]) -> dict:
     from real.vllm_run.checks import compare_outputs
 
     equal, detail = compare_outputs(ref, run["outputs"])
     n, steps = run["output_tokens"], run.get("steps") or 0
     spec = run.get("spec") or {}
-    ws = (run.get("hybrid_stats") or {}).get("workers") or []
-    h = ws[0] if ws and isinstance(ws[0], dict) and ws[0].get("loaded") else None
+    h = _timed_stats(run)
     out = {"lossless": equal, "outputs_equal_reference": equal, "lossless_detail": detail, "steps": steps,
            "tokens_per_step": n / steps if steps else float("nan"), "output_tokens": n,
            "harness_tok_per_s": run.get("tok_per_s"), "harness_wall_s": run.get("wall_s"),
@@ -257,7 +280,7 @@ def real_summary(run: dict, ref: list[list[int]]) -> dict:
                          "ngram_observed": h["ngram"]["observed"], "ngram_predicted": h["ngram"]["predicted"],
                          "ngram_reached": h["ngram"]["reached"], "accepted_model": acc_m, "accepted_ngram": acc_n,
                          "ngram_share_accepted": acc_n / (acc_m + acc_n) if acc_m + acc_n else 0.0,
-                         "steps": h.get("steps")}
+                         "steps": h.get("steps"), "warmup_subtracted": bool(h.get("warmup_subtracted"))}
         pairs = [(o, p) for o, p in zip(h["ngram"]["observed"], h["ngram"]["predicted"]) if o is not None]
         out["plugin"]["ngram_calibration_gap"] = float(np.mean([abs(o - p) for o, p in pairs])) if pairs else None
     return out

@@ -252,6 +252,7 @@ def run_spec(spec: dict) -> dict:
                                                   detokenize=False), use_tqdm=False)
     if cfg.device == "cpu":
         harness.RECORDED["drafts"].clear()  # the timed generate's drafts only
+    res["hybrid_stats_before"] = hybrid_stats(llm)  # the plugin's counters so far (the warm-up's): subtracted
     before = llm.get_metrics()
     outs = None
     try:
