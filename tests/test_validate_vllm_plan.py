@@ -117,6 +117,7 @@ def test_dry_run_lists_the_checklist_and_the_profile(plan):
     bench = [ln for ln in text.splitlines() if "bench forward" in ln]
     assert len(bench) == 2 and "--exclude-drafter" in bench[0] and "--exclude-drafter" not in bench[1]
     assert "--case verify_r1=8@72:7" in bench[0]
+    assert all("enable_adaptive_verification" not in ln for ln in bench)  # bench forward refuses it
 
 
 def test_profile_dry_run():

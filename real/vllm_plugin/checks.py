@@ -67,9 +67,9 @@ def emulate(device, R: int = 8, width: int = 512, steps: int = 12, k: int = 7, s
     Every slot starts at its prompt and appends the emitted count of tokens per step (a random 1..k+1),
     as vLLM's post_update does before the drafter runs. Returns the published chains of every step
     (host copies, taken after the loop), and the device time per step [ms] (CUDA events on a GPU, the wall
-    clock elsewhere). sync_check (CUDA): every step after the first (a warm-up that caches constants on the
-    device) runs under torch.cuda.set_sync_debug_mode("error"), so any host synchronisation inside
-    observe/propose raises."""
+    clock elsewhere). The tables are set and the step warmed up first, as the plugin does when vLLM's tables
+    arrive. sync_check (CUDA): every step runs under torch.cuda.set_sync_debug_mode("error"), so any host
+    synchronisation inside observe/propose raises."""
     import time
 
     from real.vllm_plugin.config import HybridSpecConfig
@@ -82,7 +82,8 @@ def emulate(device, R: int = 8, width: int = 512, steps: int = 12, k: int = 7, s
     total_host = x["plen"].copy()
     d = HybridDrafter(HybridSpecConfig(), R, k, dev)
     t = np.arange(R * (k + 1) + 64, dtype=np.float64)
-    table = d.verify_table(10.0 + np.maximum(t - 64, 0) * 0.05)
+    d.set_cost_tables(np.full(R + 1, 1.5), 10.0 + np.maximum(t - 64, 0) * 0.05)  # as when vLLM's tables arrive
+    table = d.table
     idx = torch.arange(R, device=dev)
     per_step = [(torch.as_tensor(x["ns"][s], dtype=torch.int32, device=dev),
                  torch.as_tensor(x["nr"][s], dtype=torch.int32, device=dev),
@@ -93,6 +94,7 @@ def emulate(device, R: int = 8, width: int = 512, steps: int = 12, k: int = 7, s
         total_host = np.minimum(total_host + x["ns"][s], width)
         totals.append(torch.as_tensor(total_host, dtype=torch.int32, device=dev))
     cuda = dev.type == "cuda"
+    d.warm_up(tok, totals[0], plen)  # start-up: the step's device constants and kernels, before any live step
     if cuda:
         torch.cuda.synchronize(dev)
         events = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
@@ -101,7 +103,7 @@ def emulate(device, R: int = 8, width: int = 512, steps: int = 12, k: int = 7, s
         if cuda:
             events[0].record()
         for s in range(steps):
-            if cuda and sync_check and s == 1:  # after one warm-up step (constants cached on the device)
+            if cuda and sync_check and s == 0:  # every live step (the warm-up ran at start-up)
                 torch.cuda.set_sync_debug_mode("error")
             t0 = time.perf_counter()
             ns, nr, mtok, mconf = per_step[s]
@@ -144,7 +146,7 @@ def plugin_device_check(device, sizes: tuple[int, ...] = (4, 64, 256), width: in
                  f"choices, tokens, confidences; n-gram chosen in {ref['ngram_share']:.0%} of request-steps)")
     if dev.type == "cuda":
         lines.append(f"PASS no host sync in observe + propose (torch.cuda.set_sync_debug_mode('error'), "
-                     f"{steps - 1} steps after a warm-up)")
+                     f"{steps} steps after the start-up warm-up)")
     for R in sizes:
         r = emulate(dev, R=R, width=width, steps=steps)
         med = float(np.median(r["ms"][2:])) if steps > 3 else float(np.median(r["ms"]))
@@ -152,3 +154,81 @@ def plugin_device_check(device, sizes: tuple[int, ...] = (4, 64, 256), width: in
         lines.append(f"time R={R:4d}, history {width}: {med:.3f} ms per step on the device, {host:.3f} ms to launch "
                      "(observe + propose, median)")
     return lines
+
+
+# ---------------------------------------------------------------------------------------- step audits (no GPU)
+# Ops that launch nothing on a GPU: views and aliases of an existing storage.
+_NO_LAUNCH = ("aten::detach", "aten::alias", "aten::lift_fresh")
+# The hybrid step's kernel-launching op budget (observe, propose), counted by `count_step_ops` on the torch n-gram
+# path (CPU; on CUDA the n-gram match is 2 Triton kernels instead of its torch ops, so the GPU step launches
+# fewer). tests/test_vllm_plugin_lifecycle.py fails when a change makes the step launch more than this.
+MAX_STEP_OPS = {"observe": 180, "propose": 261}
+
+
+class _OpCounter:
+    """A TorchDispatchMode that counts the aten ops that would launch a kernel (views excluded), and notes every op
+    that reads a host tensor and writes a tensor on another device (a host-to-device copy)."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if not func.is_view and func.name() not in _NO_LAUNCH:
+                    counter.ops[func.name()] = counter.ops.get(func.name(), 0) + 1
+                ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+                outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+                if any(t.device.type == "cpu" and t.dim() > 0 for t in ins) and \
+                        any(t.device.type != "cpu" for t in outs):
+                    counter.h2d.append(f"{func.name()} {[tuple(t.shape) for t in ins if t.device.type == 'cpu']}")
+                return out
+
+        self.mode = Mode()
+        self.ops: dict[str, int] = {}
+        self.h2d: list[str] = []
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+
+def audit_step(R: int, device="meta", max_reqs: int | None = None, width: int = 512, k: int = 7,
+               warm: bool = True) -> dict:
+    """One hybrid step (observe + propose) of R live rows on `device` after start-up: the kernel-launching ops of
+    each half, and every host-to-device copy in it. On the meta device nothing is computed, every tensor op
+    still dispatches, and a host read of a device value (.item(), .cpu()) raises: a host sync fails the audit
+    too. warm=False skips the start-up warm-up (then the first step makes the step's device constants itself)."""
+    from real.vllm_plugin.config import HybridSpecConfig
+    from real.vllm_plugin.hybrid import HybridDrafter
+
+    dev = torch.device(device)
+    S = max(R, max_reqs or R)
+    d = HybridDrafter(HybridSpecConfig(), S, k, dev)
+    tok = torch.zeros(S, width, dtype=torch.int32, device=dev)
+    total = torch.full((S,), width // 2, dtype=torch.int32, device=dev)
+    plen = torch.full((S,), width // 8, dtype=torch.int32, device=dev)
+    t = np.arange(S * (k + 1) + 65, dtype=np.float64)
+    d.set_cost_tables(np.linspace(1.0, 2.0, S + 1), 10.0 + np.maximum(t - 64, 0) * 0.05)
+    if warm:
+        d.warm_up(tok, total, plen)
+    idx = torch.arange(R, dtype=torch.int32, device=dev)
+    ns = torch.full((R,), 2, dtype=torch.int32, device=dev)
+    mt = torch.zeros(R, k, dtype=torch.int64, device=dev)
+    mc = torch.full((R, k), 0.5, dtype=torch.float32, device=dev)
+    with _OpCounter() as obs:
+        d.observe(idx, ns, torch.zeros_like(ns), tok, total, plen)
+    with _OpCounter() as prop:
+        d.propose(idx, ns, mt, mc, tok, total, plen, d.table, d.draft_ms(R))
+    return {"observe": obs.total, "propose": prop.total, "h2d": obs.h2d + prop.h2d,
+            "ops": {"observe": obs.ops, "propose": prop.ops}}

@@ -82,6 +82,7 @@ class HybridDrafter:
         self.steps = 0
         self._table: torch.Tensor | None = None
         self._table_src = None
+        self.draft_table: list[float] = []
 
     # ------------------------------------------------------------------------------------------ helpers
     def _rows(self, idx_mapping: torch.Tensor) -> torch.Tensor:
@@ -96,11 +97,50 @@ class HybridDrafter:
         return idx_mapping.to(torch.int64).clamp(min=0)
 
     def verify_table(self, table) -> torch.Tensor:
-        """vLLM's profiled verify-cost table (numpy, ms per total tokens) on the device, uploaded once."""
+        """vLLM's profiled verify-cost table (numpy, ms per total tokens) on the device, uploaded once per table.
+        Call it when the table arrives (`set_cost_tables`), never inside a step: the upload is a host-to-device
+        copy, which a step must not make (VLLM_GPU_SYNC_CHECK=error)."""
         if self._table is None or self._table_src is not table:
             self._table = torch.as_tensor(table, dtype=torch.float64).to(self.device)
             self._table_src = table
         return self._table
+
+    def set_cost_tables(self, draft_table, verify_table) -> None:
+        """Adaptive verification's profiled tables arrived (draft ms by request count, verify ms by total tokens,
+        numpy): upload the verify table now and keep the draft table on the host (its entry at R is a Python
+        float of the step)."""
+        self.verify_table(verify_table)
+        self.draft_table = [float(x) for x in draft_table]
+
+    def draft_ms(self, num_reqs: int) -> float:
+        """The drafter's profiled cost at `num_reqs` requests [ms] (host-side: a Python float)."""
+        t = self.draft_table
+        return t[min(int(num_reqs), len(t) - 1)]
+
+    @property
+    def table(self) -> torch.Tensor | None:
+        """The uploaded verify table (None until `set_cost_tables`)."""
+        return self._table
+
+    def warm_up(self, token_ids: torch.Tensor, total_len: torch.Tensor, prompt_len: torch.Tensor,
+                batch_sizes: tuple[int, ...] | None = None) -> None:
+        """Run observe + propose once per batch size on padded rows (index -1, the sink row) so that every constant
+        the step caches on the device (the price grid, aranges) is made and every Triton kernel is compiled now,
+        at start-up, not at the first live request. Needs the uploaded table; leaves the statistics as they were
+        (padded rows count nothing; the step counter is restored). Default sizes: 1 and max_reqs (the sweep's
+        two code paths: exact below SWEEP_EXACT_MAX slots, the two-stage grid above)."""
+        if self._table is None:
+            raise RuntimeError("warm_up needs the cost tables: call set_cost_tables first")
+        dev, K = self.device, self.k
+        steps = self.steps
+        for R in batch_sizes or tuple(sorted({1, self.max_reqs})):
+            idx = torch.full((R,), -1, dtype=torch.int32, device=dev)
+            ns = torch.ones(R, dtype=torch.int32, device=dev)
+            self.observe(idx, ns, torch.zeros_like(ns), token_ids, total_len, prompt_len)
+            self.propose(idx, ns, torch.zeros(R, K, dtype=torch.int64, device=dev),
+                         torch.zeros(R, K, dtype=torch.float32, device=dev), token_ids, total_len, prompt_len,
+                         self._table, self.draft_ms(R))
+        self.steps = steps
 
     # ------------------------------------------------------------------------------------------ observe
     def observe(self, idx_mapping: torch.Tensor, num_sampled: torch.Tensor, num_rejected: torch.Tensor,

