@@ -19,6 +19,7 @@ which builds hybrid_price.c without its AVX2 clones.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import os
 import re
@@ -77,6 +78,20 @@ def _record(so: Path) -> Path:
     return so.with_name(so.name + ".sha256")
 
 
+@contextlib.contextmanager
+def _build_lock(so: Path):
+    """An exclusive, blocking lock on `so`'s build in its private folder: without it a second process could
+    see a library renamed into place before its record was written, take it for a planted one and delete it."""
+    import fcntl
+
+    fd = os.open(so.with_name(so.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def verified(so: Path) -> bool:
     """Whether `so` exists and its bytes match the sha256 recorded when it was built here."""
     try:
@@ -126,14 +141,16 @@ def load(name: str = "hybrid_price"):
             raise RuntimeError(f"no C compiler ({cc})")
         src = HERE / f"{name}.c"
         so = library_path(name, cc)
-        if so.exists() and not verified(so):
-            warnings.warn(f"refusing native library {so}: it does not match the sha256 recorded when it was "
-                          "built (planted, replaced or damaged); rebuilding it", RuntimeWarning, stacklevel=2)
-            so.unlink()
-        if not so.exists():
-            compile_library(src, so, cc)
-        if not verified(so):
-            raise RuntimeError(f"{so} changed between its build and its check")
+        with _build_lock(so):  # processes starting together (sweep workers, tests) build and check one at a time
+            if so.exists() and not verified(so):
+                why = ("it does not match the sha256 recorded when it was built (planted, replaced or damaged)"
+                       if _record(so).exists() else "it has no build record (built by an older hybridspec, or planted)")
+                warnings.warn(f"refusing native library {so}: {why}; rebuilding it", RuntimeWarning, stacklevel=2)
+                so.unlink()
+            if not so.exists():
+                compile_library(src, so, cc)
+            if not verified(so):
+                raise RuntimeError(f"{so} changed between its build and its check")
         ffi = cffi.FFI()
         ffi.cdef(cdef(src.read_text()))
         lib = (ffi, ffi.dlopen(str(so)))
