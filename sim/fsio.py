@@ -411,6 +411,11 @@ def resolve_out(path: Path, flag: str = "--out") -> Path:
     if real == cwd or real in cwd.parents or real == Path(real.anchor) or real == Path.home().resolve():
         raise ConfigError(f"{flag} {path}: resolves to {real}, the working folder, your home or one of their "
                           "ancestors; give a folder of its own, e.g. {flag} out/run".replace("{flag}", flag))
+    for up in real.parents:  # an output under a file: one line naming it, before the lock tries to make folders
+        if up.exists():
+            if not up.is_dir():
+                raise ConfigError(f"{flag} {path}: {up} is a file, not a folder")
+            break
     return real
 
 
