@@ -86,6 +86,10 @@ class CellVerdict:
         d["band"] = None if math.isinf(self.band) else self.band  # JSON has no inf
         return d
 
+    @classmethod
+    def from_json(cls, d: dict) -> "CellVerdict":
+        return cls(**{**d, "band": math.inf if d.get("band") is None else d["band"]})
+
 
 def judge(xs: Sequence[float], predicted: float, margin: float = DEFAULT_MARGIN, loaded: bool = False) -> CellVerdict:
     """The verdict of one cell: repeats xs of the real throughput against the simulator's `predicted` one."""

@@ -90,3 +90,55 @@ def test_probe_reads_this_machine():
     r = p.record
     assert r is not None and r.wall_s > 0 and r.own_cpu_s > 0
     assert r.to_json()["engine_threads"] == 1
+
+
+def _fake_run(tps: float, loaded: bool = False) -> dict:
+    load = {"loaded": loaded, "others_cores": 1.5 if loaded else 0.0, "steal_cores": 0.0, "engine_threads": 2,
+            "cores": 2}
+    return {"time_s": 1.0, "tok_per_s": tps, "steps": 3, "tokens_per_step": 2.0, "mean_latency_s": 0.5,
+            "lossless": True, "violation": None, "step_ms": [10.0, 10.0, 10.0], "outputs_equal_reference": True,
+            "wall_s": 1.0, "load": load, "cpu_tok_per_s": tps, "steps_csv": "a\n1\n"}
+
+
+def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkeypatch, capsys):
+    """The validation loop without a model: repeats in ABBA order, one cache file per repeat, one prediction per
+    cell, the median and verdict assembled; a rerun serves every repeat from the cache."""
+    import types
+
+    import real.validate as V
+
+    calls = []
+    speeds = {("none", 1): [100.0, 101.0, 99.0], ("adaptive", 1): [200.0, 150.0, 250.0]}
+
+    def fake_measure(wl, t_dir, table, pol, bs, guard):
+        calls.append((pol, bs))
+        n = sum(1 for c in calls if c == (pol, bs)) - 1
+        return _fake_run(speeds[(pol, bs)][n], loaded=pol == "adaptive")
+
+    def fake_predict(wl, t_dir, table, pol, bs, seed):
+        calls.append(("predict", pol))
+        pred = dict(_fake_run(101.5 if pol == "none" else 300.0), step_ms=[10.0, 10.0, 10.0])
+        return {"predicted": pred, "synthetic": pred, "steps_predicted_csv": "a\n1\n", "sim_command": "python -m sim.run"}
+
+    monkeypatch.setattr(V, "measure_real", fake_measure)
+    monkeypatch.setattr(V, "predict_cell", fake_predict)
+    wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
+    a = types.SimpleNamespace(load_guard=0.25, seed=0, margin=3.0)
+    cells = V.measure_trace(wl, tmp_path, tmp_path / "t.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
+    assert calls == [("none", 1), ("adaptive", 1), ("adaptive", 1), ("none", 1), ("none", 1), ("adaptive", 1),
+                     ("predict", "none"), ("predict", "adaptive")]
+    none, adap = cells
+    assert none["real"]["tok_per_s"] == 100.0 and [r["tok_per_s"] for r in none["repeats"]] == [100.0, 101.0, 99.0]
+    assert none["verdict"]["verdict"] == "agrees" and not none["loaded"]
+    assert adap["loaded"] and adap["verdict"]["verdict"] == "inconclusive"  # noisy and measured under load
+    assert "measured under load" in capsys.readouterr().err
+    assert (tmp_path / "cells" / "chat__none__bs1" / "real.r2.json").is_file()
+    calls.clear()
+    again = V.measure_trace(wl, tmp_path, tmp_path / "t.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
+    assert calls == [] and [c["verdict"] for c in again] == [c["verdict"] for c in cells]
+    assert capsys.readouterr().err.count("cached  ") == 6
+    agg = V.write_reports(tmp_path, again, {"command": "x", "machine": {}, "model": "m", "mode": "real",
+                                            "max_tokens": 8, "max_prompt": 9, "repeats": 3})
+    assert agg["verdicts"]["agrees"] == 1 and agg["verdicts"]["inconclusive"] == 1
+    md = (tmp_path / "fidelity.md").read_text()
+    assert "| 3 (99.0-101.0) |" in md and "inconclusive (load)" in md and "verdict: AGREES (1 agree" in md
