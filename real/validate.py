@@ -293,8 +293,8 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
             "steps real/sim | tok/engine step | mean latency real / sim (s) | step-time error (median) | speedup vs none |")
     rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     if ver:
-        head += " repeats (min-max tok/s) | noise band | verdict |"
-        rule += "---|---:|---|"
+        head += " repeats (min-max tok/s) | noise band | verdict | cpu-clock tok/s |"
+        rule += "---|---:|---|---:|"
     lines += [head, rule]
     base = {(c["trace"], c["batch_size"]): c["real"]["tok_per_s"] for c in cells if c["policy"] == "none"}
     for c in cells:
@@ -309,11 +309,14 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
         if ver:
             v = c["verdict"]
             band = "-" if v["band"] is None else f"{100 * v['band']:.1f}%"
+            cpu = c["real"].get("cpu_tok_per_s")
             row += (f" {v['repeats']} ({v['real_min']:.1f}-{v['real_max']:.1f}) | {band} | "
-                    f"{v['verdict']}{' (load)' if c.get('loaded') else ''} |")
+                    f"{v['verdict']}{' (load)' if c.get('loaded') else ''} | {'-' if cpu is None else f'{cpu:.1f}'} |")
         lines.append(row)
     lines += ["", "tok/engine step: output tokens per decode step of the whole engine (all running requests together), "
-              "not per request.", "Each predicted cell is reproduced by the `sim_command` recorded for it in "
+              "not per request.", "cpu-clock tok/s: output tokens per second of the engine process's own CPU time "
+              "divided by its threads, beside the wall clock: it moves less with other processes' load, but the "
+              "verdicts use the wall clock, which is what the profiled table and the simulator predict.", "Each predicted cell is reproduced by the `sim_command` recorded for it in "
               "fidelity.json; every repeat's load record (others' cores, steal, load averages, clock) is there too.", ""]
     return "\n".join(lines)
 
