@@ -14,6 +14,7 @@ two context entries and drafting K tokens) against one target decode step, both 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -122,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         if p:
             check_out_file(p, False, flag, inputs=(a.trace, a.drafter), hint="choose another path")
     m, rids, seqs, chains = evaluate_trace(a.trace, a.limit, a.max_tokens, a.max_prompt, a.drafter,
-                                           progress=not a.no_progress, timing=not a.no_timing)
+                                           progress=not a.no_progress, timing=not a.no_timing,
+                                           log=lambda msg: print(msg, file=sys.stderr))  # stdout: the result only
     if a.trace_out:
         write_whole(Path(a.trace_out), "".join(json.dumps({"id": r, "prompt_ids": s.tokens[: s.prompt_len].tolist(),
                                                             "output_ids": s.tokens[s.prompt_len:].tolist()}) + "\n"

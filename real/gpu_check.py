@@ -56,6 +56,7 @@ for _k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):  # 
 
 from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli, write_whole  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
+from sim.models import llm_name  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ["none", "adaptive", "hybrid-price", "ngram-fixed:32"]
@@ -617,7 +618,8 @@ def gpu_check(a: argparse.Namespace) -> int:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = ArgumentParser(prog="python real/gpu_check.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="qwen3-8b", help="models/llms name (random weights, teacher forced)")
+    ap.add_argument("--model", default="qwen3-8b", type=llm_name,
+                    help="a models/llms name or its Hugging Face id, as in sim.run (random weights, teacher forced)")
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (a test run: outputs stay under --out)")
     ap.add_argument("--quick", action="store_true", help="a small run for tests: 2 policies, batch 1 and 2, "
                     "2 requests x 8 tokens, a 2 x 2 x 2 forward grid")

@@ -45,6 +45,7 @@ from real.workload import Workload, build_engine_model, run_real  # noqa: E402
 from sim.cli_util import ArgumentParser, check_out_file, run_cli  # noqa: E402
 from sim.cost.profiled import CostTable, cost_table_from_dict, write_cost_table  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
+from sim.models import llm_name  # noqa: E402
 from sim.policies import get_policy  # noqa: E402
 
 
@@ -331,7 +332,8 @@ def format_grid(rows: list[tuple], table: CostTable, roofline=None) -> str:
 
 def parse_args(argv):
     ap = ArgumentParser(prog="python -m real.profile", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2-135m", help="models/llms name (real weights: smollm2-135m only)")
+    ap.add_argument("--model", default="smollm2-135m", type=llm_name,
+                    help="a models/llms name or its Hugging Face id, as in sim.run (real weights: smollm2-135m only)")
     ap.add_argument("--random-weights", action="store_true", help="random weights, teacher-forced (any models/llms name)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--policy", action="append", help="policies whose allocation cost to profile (repeatable)")

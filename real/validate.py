@@ -47,6 +47,7 @@ from real.fidelity_stats import DEFAULT_MARGIN, CellVerdict, abba_order, judge, 
 from real.machine_load import DEFAULT_LOAD_GUARD, LoadProbe  # noqa: E402
 from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli, write_whole  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
+from sim.models import llm_name  # noqa: E402
 
 ENGINES = ("torch", "vllm")
 DEFAULT_POLICIES = ("none", "adaptive", "hybrid-price", "ngram-fixed:32")
@@ -124,7 +125,8 @@ def _summary(res, n_tokens: int) -> dict:
     t = float(res.sim_time_s)
     lat = res.requests["finish_s"] - res.requests["arrival_s"]
     return {"time_s": t, "tok_per_s": n_tokens / t if t > 0 else float("nan"), "steps": int(len(st["step_ms"])),
-            "tokens_per_step": n_tokens / max(1, int((st["num_decode"] > 0).sum())),
+            # engine-wide: all output tokens over the steps that decode (sim.run's tok/step is per request per step)
+            "tokens_per_engine_step": n_tokens / max(1, int((st["num_decode"] > 0).sum())),
             "mean_latency_s": float(np.nanmean(lat)), "lossless": bool(res.lossless), "violation": res.violation,
             "step_ms": [float(x) for x in st["step_ms"]]}
 
@@ -303,7 +305,7 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
         row = (f"| {Path(c['trace']).stem} | {c['policy']} | {c['batch_size']} | {c['requests']} | "
                f"{c['real']['tok_per_s']:.1f} | {c['predicted']['tok_per_s']:.1f} | {100 * c['predicted_error']:.1f}% | "
                f"{c['synthetic']['tok_per_s']:.1f} | {100 * c['synthetic_error']:.1f}% | "
-               f"{c['real']['steps']}/{c['predicted']['steps']} | {c['real']['tokens_per_step']:.2f} | "
+               f"{c['real']['steps']}/{c['predicted']['steps']} | {_per_engine_step(c['real']):.2f} | "
                f"{c['real']['mean_latency_s']:.2f} / {c['predicted']['mean_latency_s']:.2f} | "
                f"{100 * c['step_error_median']:.1f}% | {sp} |")
         if ver:
@@ -313,10 +315,10 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
             row += (f" {v['repeats']} ({v['real_min']:.1f}-{v['real_max']:.1f}) | {band} | "
                     f"{v['verdict']}{' (load)' if c.get('loaded') else ''} | {'-' if cpu is None else f'{cpu:.1f}'} |")
         lines.append(row)
-    lines += ["", "tok/engine step: output tokens per decode step of the whole engine (all running requests together), "
-              "not per request.", "cpu-clock tok/s: output tokens per second of the engine process's own CPU time "
+    lines += ["", ENGINE_STEP_NOTE, "cpu-clock tok/s: output tokens per second of the engine process's own CPU time "
               "divided by its threads, beside the wall clock: it moves less with other processes' load, but the "
-              "verdicts use the wall clock, which is what the profiled table and the simulator predict.", "Each predicted cell is reproduced by the `sim_command` recorded for it in "
+              "verdicts use the wall clock, which is what the profiled table and the simulator predict.",
+              "Each predicted cell is reproduced by the `sim_command` recorded for it in "
               "fidelity.json; every repeat's load record (others' cores, steal, load averages, clock) is there too.", ""]
     return "\n".join(lines)
 
@@ -329,9 +331,20 @@ def summary_line(ver: dict) -> str:
     return RunSummary(**{k: (nan if v is None else v) for k, v in ver.items()}).line()
 
 
+ENGINE_STEP_NOTE = ("tok/engine step: output tokens per engine step that decodes, across the whole batch (not the "
+                    "per-request tokens per step, `tok/step`, that `python -m sim.run` prints).")
+
+
+def _per_engine_step(real: dict) -> float:
+    """The engine-wide tokens per step of a cell (fidelity.json written before the key was renamed: tokens_per_step)."""
+    return real.get("tokens_per_engine_step", real.get("tokens_per_step", float("nan")))
+
+
 def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
+    """The page (sim/html_page.py: plotly.js inlined, renders offline), its heading the figure's title."""
     import plotly.graph_objects as go
 
+    from sim.html_page import figure_div, heading, page
     from sim.plot_style import series_color, style
 
     fig = go.Figure()
@@ -344,9 +357,9 @@ def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
             err = dict(type="data", symmetric=False, array=[c["verdict"]["real_max"] - y for c, y in zip(cells, ys)],
                        arrayminus=[y - c["verdict"]["real_min"] for c, y in zip(cells, ys)])
         fig.add_bar(name=name, x=lab, y=ys, marker_color=series_color(name), error_y=err)
-    style(fig, barmode="group", title=f"Real vs simulated output throughput (median error "
-          f"{100 * agg['median_error']:.1f}%)", yaxis_title="output tokens / s")
-    return fig.to_html(include_plotlyjs="cdn", full_html=True, div_id="fidelity")  # fixed id: a rerun is byte-identical
+    title = f"Real vs simulated output throughput (median error {100 * agg['median_error']:.1f}%)"
+    style(fig, barmode="group", title=title, yaxis_title="output tokens / s")
+    return page("hybridspec fidelity", [heading(1, title), figure_div(fig, "fidelity")])  # fixed id: byte-identical reruns
 
 
 def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[int], settings: dict, repeats: int,
@@ -513,14 +526,17 @@ def parse_args(argv):
                                                 "out/validate; vllm out/validate-vllm)")
     ap.add_argument("--engine", default="torch", help=f"the real engine: {' or '.join(ENGINES)} (vllm: docs/real.md, "
                                                       "'vLLM (A100/H100)')")
-    ap.add_argument("--model", default="smollm2-135m", help="models/llms name; real weights for smollm2-135m")
+    ap.add_argument("--model", default="smollm2-135m", type=llm_name,
+                    help="a models/llms name or its Hugging Face id, as in sim.run (real weights: smollm2-135m, "
+                         "HuggingFaceTB/SmolLM2-135M-Instruct; torch engine; vllm: --vllm-model) (default: smollm2-135m)")
     ap.add_argument("--random-weights", action="store_true", help="random weights, teacher forced (any architecture)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--cost-table", default=None, help="a profiled table of this machine (default: profile into --out)")
     ap.add_argument("--allow-other-machine", action="store_true", help="use a table profiled elsewhere (warns, recorded)")
     ap.add_argument("--max-error", type=finite_float(0), default=None, help="exit 1 if the median error is above this (percent)")
-    ap.add_argument("--quick", action="store_true", help="checks the pipeline, not fidelity: 3 requests, 16 tokens, "
-                                                      "bs 1 and 4, one repeat (torch); vllm: 8 requests, 64 tokens")
+    ap.add_argument("--quick", action="store_true", help="checks the pipeline, not fidelity. torch: none and "
+                    "hybrid-price, 3 requests x 16 tokens, batch 1 and 4, one repeat; vllm: 8 requests x 64 tokens, "
+                    "batch 1 and 8, a short profile")
     ap.add_argument("--repeat", type=int, default=None,
                     help=f"real runs per cell, ABBA order across cells; the verdicts need >= 2 (default "
                          f"{DEFAULT_REPEATS}, --quick 1; torch engine)")

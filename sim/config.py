@@ -152,28 +152,55 @@ def check(name: str, value) -> None:
         raise ConfigError(f"{flag(name)} must be <= {hi:g}, got {value:.6g}")
 
 
+GROUP_TITLES = {"RunGrid": "what runs", "TraceConfig": "workload", "ModelConfig": "model and hardware",
+                "DrafterConfig": "speculation", "ServingConfig": "serving engine"}
+GROUP_ORDER = ("what runs", "workload", "model and hardware", "speculation", "serving engine", "output")
+
+
+def flag_group(ap: argparse.ArgumentParser, title: str):
+    """The parser's argument group titled `title` (made on first use), so a command's own flags join the
+    groups of the config fields (e.g. --speculative-config under "speculation")."""
+    groups = ap.__dict__.setdefault("_hybridspec_groups", {})
+    if title not in groups:
+        groups[title] = ap.add_argument_group(title)
+    return groups[title]
+
+
+def _default_text(f: dataclasses.Field) -> str:
+    """' (default: X)' for a field with a default worth printing (not None, not a flag that is off)."""
+    v = defaults(f.name)
+    if v is None or v is False:
+        return ""
+    if isinstance(v, bool):
+        return f" (default: --{f.name.replace('_', '-')})"
+    return f" (default: {' '.join(map(str, v)) if isinstance(v, list) else v})"
+
+
 def add_flags(ap: argparse.ArgumentParser, classes, repeatable: bool = False, grid_only: bool = False) -> None:
-    """One option per field of `classes`: its name, its vLLM aliases, its type and help. repeatable: every
-    option appends to a list (sim.sweep's grid values) and has no default; grid_only: sweep keys only."""
-    for f in fields_of(*classes):
-        if grid_only and f.metadata["grid"] is None:
-            continue
-        names = [flag(f.name), *f.metadata["flags"]]
-        help_ = f.metadata["help"]
-        if f.metadata["flags"]:
-            help_ += f" (vLLM's {', '.join(f.metadata['flags'])})"
-        typ = _base_type(f)
-        kw: dict = {"dest": f.name, "help": help_}
-        if repeatable:
-            kw.update(action="append", type=str if f.metadata["parse"] is not None else typ)
-        elif typ is bool:
-            kw.update(action=argparse.BooleanOptionalAction, default=defaults(f.name))
-        elif f.default_factory is not dataclasses.MISSING:  # a list (RunGrid): repeatable, empty = the defaults
-            kw.update(action="append", type=typ, default=None,
-                      help=f"{help_}; default: {' '.join(str(v) for v in defaults(f.name))}")
-        else:
-            kw.update(type=f.metadata["parse"] or typ, default=defaults(f.name))
-        ap.add_argument(*names, **kw)
+    """One option per field of `classes`, in an argument group per class (GROUP_TITLES): its name, its vLLM
+    aliases, its type and help (with its default, once). repeatable: every option appends to a list
+    (sim.sweep's grid values) and has no default; grid_only: sweep keys only."""
+    for cls in classes:
+        group = flag_group(ap, GROUP_TITLES.get(cls.__name__, cls.__name__))
+        for f in dataclasses.fields(cls):
+            if grid_only and f.metadata["grid"] is None:
+                continue
+            names = [flag(f.name), *f.metadata["flags"]]
+            help_ = f.metadata["help"]
+            if f.metadata["flags"]:
+                help_ += f" (vLLM's {', '.join(f.metadata['flags'])})"
+            typ = _base_type(f)
+            kw: dict = {"dest": f.name, "help": help_}
+            if repeatable:
+                kw.update(action="append", type=str if f.metadata["parse"] is not None else typ)
+            elif typ is bool:
+                kw.update(action=argparse.BooleanOptionalAction, default=defaults(f.name),
+                          help=help_ + _default_text(f))
+            elif f.default_factory is not dataclasses.MISSING:  # a list (RunGrid): repeatable, empty = the defaults
+                kw.update(action="append", type=typ, default=None, help=help_ + _default_text(f))
+            else:
+                kw.update(type=f.metadata["parse"] or typ, default=defaults(f.name), help=help_ + _default_text(f))
+            group.add_argument(*names, **kw)
 
 
 def from_args(cls, ns: argparse.Namespace):

@@ -16,7 +16,9 @@ import threading
 import time
 from pathlib import Path
 
+from sim.errors import ConfigError
 from sim.metrics import LATENCIES, PERCENTILES
+from sim.policies import get_policy
 
 FORMATS = ("table", "csv", "json", "vllm")
 FORMAT_HELP = ("table: the narrow table and a verdict per batch size; csv, json: every metric of every run "
@@ -32,10 +34,11 @@ def _num(v) -> float | None:
     return None if math.isnan(f) else f
 
 
-def columns(baseline: str) -> list[tuple[str, str, str]]:
-    """(row key, header, format) of the narrow table."""
+def columns(baseline: str | None) -> list[tuple[str, str, str]]:
+    """(row key, header, format) of the narrow table; no ratio column when no baseline ran (None)."""
+    ratio = [("speedup_vs_baseline", f"x {baseline}", "{:.3f}")] if baseline else []
     return [("policy", "policy", "{}"), ("batch_size", "batch", "{:d}"), ("output_throughput_tok_s", "out tok/s", "{:,.0f}"),
-            ("speedup_vs_baseline", f"x {baseline}", "{:.3f}"), ("mean_tokens_per_step", "tok/step", "{:.2f}"),
+            *ratio, ("mean_tokens_per_step", "tok/step", "{:.2f}"),
             ("median_ttft_ms", "TTFT ms", "{:,.0f}"), ("median_tpot_ms", "TPOT ms", "{:.2f}")]
 
 
@@ -51,7 +54,7 @@ def _cell(v, fmt: str) -> str:
     return "-" if f is None else fmt.format(f)
 
 
-def format_table(rows: list[dict], baseline: str, lead: list[tuple[str, str]] = ()) -> str:
+def format_table(rows: list[dict], baseline: str | None, lead: list[tuple[str, str]] = ()) -> str:
     """The narrow table; `lead`: extra (key, header) columns first (a sweep's setup keys that vary)."""
     cols = [(k, h, "{}") for k, h in lead] + columns(baseline)
     cells = [[h for _, h, _ in cols]] + [[_cell(r.get(k), f) for k, _, f in cols] for r in rows]
@@ -65,31 +68,60 @@ def format_table(rows: list[dict], baseline: str, lead: list[tuple[str, str]] = 
 
 TABLE_NOTE = ("tok/step: output tokens per request per decode step; TTFT, TPOT: medians in ms\n"
               "(--format json or csv: mean, median and p99 of TTFT, TPOT, ITL and E2EL, and every other metric)")
+ARRIVALS_AT_ZERO = "all at t=0"  # a row's `arrivals`: the trace has no arrival times and no --rate was given
+ARRIVALS_NOTE = ("note: all requests arrive at t = 0 (the trace has no arrival times; vLLM's\n"
+                 "--request-rate inf): TTFT counts the wait for a batch slot; --request-rate R\n"
+                 "gives Poisson arrivals")
 
 
-def verdicts(rows: list[dict], baseline: str, oracle: str = "oracle", group: tuple[str, ...] = ()) -> list[str]:
-    """One line per batch size (and per `group` setup): the fastest policy against the baseline, the runner-up,
-    and the per-step oracle's figure when it ran (a bound on a step's goodput, not a policy)."""
+def not_deployable(policy: str) -> str | None:
+    """Why `policy` cannot be deployed as it is simulated, or None if it can: a tree policy needs tree attention
+    (verifying two chains as branches; vLLM verifies one chain per request), a policy that reads the true accepted
+    lengths (the per-step oracle) is an upper bound, not something a server can run."""
+    try:
+        pol = get_policy(policy)
+    except ConfigError:
+        return None
+    if pol.needs_truth:
+        return "upper bound"
+    if pol.tree:
+        return "needs tree attention"
+    return None
+
+
+def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", group: tuple[str, ...] = ()) -> list[str]:
+    """One line per batch size (and per `group` setup): the fastest deployable policy against the baseline
+    (one chain per request, no tree attention, no oracle: not_deployable), the deployable runner-up, and any
+    faster policy that cannot be deployed, named as such (the per-step oracle always, as an upper bound).
+    baseline None (no baseline ran): ranked by output throughput instead."""
     keyf = lambda r: tuple(r.get(k) for k in group) + (r.get("batch_size"),)  # noqa: E731
+    key_v = "speedup_vs_baseline" if baseline else "output_throughput_tok_s"
+    fmt = (lambda v: f"{v:.3f}x") if baseline else (lambda v: f"{v:,.0f} tok/s")  # noqa: E731
     out = []
     for key in dict.fromkeys(keyf(r) for r in rows):
-        rs = [r for r in rows if keyf(r) == key and _num(r.get("speedup_vs_baseline")) is not None]
+        rs = [r for r in rows if keyf(r) == key and _num(r.get(key_v)) is not None]
         label = " ".join(Path(str(v)).stem if k == "trace" else f"{k}={v}" for k, v in zip(group, key[:-1]))
         head = f"{label + ', ' if label else ''}batch {key[-1]}: "
-        orc = [r for r in rs if r["policy"] == oracle]
-        pols = sorted((r for r in rs if r["policy"] != oracle), key=lambda r: -r["speedup_vs_baseline"])
+        ranked = sorted(rs, key=lambda r: -r[key_v])
+        why = {r["policy"]: not_deployable(r["policy"]) for r in ranked}
+        pols = [r for r in ranked if why[r["policy"]] is None]
         if not pols:
-            out.append(head + f"no run beside the baseline '{baseline}' finished")
+            out.append(head + (f"no deployable run beside the baseline '{baseline}' finished" if baseline
+                               else "no deployable run finished"))
             continue
         best = pols[0]
-        line = head + f"{best['policy']} is fastest, {best['speedup_vs_baseline']:.3f}x {baseline}"
+        line = head + f"{best['policy']} is the fastest deployable policy, {fmt(best[key_v])}" + (f" {baseline}" if baseline else "")
         if best["policy"] == baseline:
-            line = head + f"the baseline {baseline} is fastest"
+            line = head + f"the baseline {baseline} is the fastest deployable policy"
         if len(pols) > 1:
             nxt = pols[1]
-            line += f"; next {nxt['policy']} {nxt['speedup_vs_baseline']:.3f}x"
-        if orc:
-            line += f"; per-step oracle {orc[0]['speedup_vs_baseline']:.3f}x"
+            line += f"; next {nxt['policy']} {fmt(nxt[key_v])}"
+        beyond = [r for r in ranked if why[r["policy"]] is not None
+                  and (r[key_v] > best[key_v] or r["policy"] == oracle)]
+        if beyond:
+            line += "; not deployable: " + ", ".join(
+                f"{'per-step oracle' if r['policy'] == oracle else r['policy']} {fmt(r[key_v])} ({why[r['policy']]})"
+                for r in beyond)
         out.append(line)
     return out
 
@@ -118,7 +150,8 @@ def format_json(rows: list[dict]) -> str:
 
 def format_vllm(row: dict) -> str:
     """One run laid out as `vllm bench serve` prints its result (its labels, ms)."""
-    title = f" {row.get('policy')} at batch {row.get('batch_size')} "
+    where = f" on {Path(str(row['trace'])).stem}" if row.get("trace") else ""
+    title = f" {row.get('policy')} at batch {row.get('batch_size')}{where} "
     lines = ["{s:{c}^{n}}".format(s=title, n=50, c="=")]
 
     def add(label, v, fmt="{:<10.2f}"):
@@ -138,11 +171,39 @@ def format_vllm(row: dict) -> str:
         add(f"Median {name} (ms):", row.get(f"median_{key}_ms"))
         for p in PERCENTILES:
             add(f"P{p} {name} (ms):", row.get(f"p{p}_{key}_ms"))
+    if _num(row.get("num_drafts")):  # vLLM prints this section when the server speculates
+        lines.append("{s:{c}^{n}}".format(s="Speculative Decoding", n=50, c="-"))
+        add("Acceptance rate (%):", 100 * row["accepted_tokens"] / row["draft_tokens"] if row.get("draft_tokens") else None)
+        add("Acceptance length:", row.get("acceptance_length"))
+        add("Drafts:", row.get("num_drafts"), "{:<10}")
+        add("Draft tokens:", row.get("draft_tokens"), "{:<10}")
+        add("Accepted tokens:", row.get("accepted_tokens"), "{:<10}")
+        per_pos = _positions(row.get("acceptance_per_position"))
+        if per_pos:
+            lines.append("Per-position acceptance (%):")
+            for i, rate in enumerate(per_pos):
+                add(f"  Position {i}:", 100 * rate)
     lines.append("=" * 50)
     return "\n".join(lines)
 
 
-def emit(rows: list[dict], fmt: str, baseline: str, header: str | None = None, lead: list[tuple[str, str]] = (),
+def _positions(v) -> list[float]:
+    """The per-position acceptance list (a list, or its text from a CSV), cut after the last position any draft
+    accepted (the rest are zeros up to the longest chain the run could draft)."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return []
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return []
+    v = [float(x) for x in v]
+    while v and v[-1] == 0:
+        v.pop()
+    return v
+
+
+def emit(rows: list[dict], fmt: str, baseline: str | None, header: str | None = None, lead: list[tuple[str, str]] = (),
          group: tuple[str, ...] = (), stream=None) -> None:
     """Print `rows` in `fmt` to stdout: table (header line, table, note, verdicts), csv, json or vllm."""
     stream = stream or sys.stdout
@@ -157,6 +218,8 @@ def emit(rows: list[dict], fmt: str, baseline: str, header: str | None = None, l
             print(header, file=stream)
         print(format_table(rows, baseline, lead), file=stream)
         print(TABLE_NOTE, file=stream)
+        if any(r.get("arrivals") == ARRIVALS_AT_ZERO for r in rows):
+            print(ARRIVALS_NOTE, file=stream)
         for line in verdicts(rows, baseline, group=group):
             print(line, file=stream)
 

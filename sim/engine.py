@@ -136,6 +136,7 @@ class RunResult:
     sim_time_s: float
     lossless: bool
     violation: str = ""
+    accepted_hist: np.ndarray | None = None  # drafts by accepted length (Engine.acc_hist); None: not recorded
 
     def raise_if_lossy(self, what: str = "") -> "RunResult":
         """Raise LosslessError (one line, prefixed by `what`) unless the run was lossless; else return self."""
@@ -207,6 +208,9 @@ class Engine:
         self.t_first = np.full(n, np.nan)
         self.t_done = np.full(n, np.nan)
         self.n_steps = np.zeros(n, dtype=np.int64)
+        # drafts (request-steps that verify >= 1 draft token) by accepted length 0..K: vLLM's spec-decode counts
+        # (its acceptance length and per-position acceptance, sim.metrics.spec_decode_metrics)
+        self.acc_hist = np.zeros(max(tables.k_model, tables.k_ngram) + 1, dtype=np.int64)
         self.n_outputs = int(tables.out_len.sum())
         self._emitted = None if self.stream else np.full(self.n_outputs, -1, dtype=np.int64)
         self.n_written = 0  # tokens written into emitted_tokens (== n_outputs iff each slot written once)
@@ -469,7 +473,8 @@ class Engine:
             "decode_steps": self.n_steps, "preemptions": self.n_preempt,
         }
         steps = self.steps.to_columns()
-        return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=not violation, violation=violation)
+        return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=not violation, violation=violation,
+                         accepted_hist=self.acc_hist.copy())
 
     def _fast_forward(self, env: simpy.Environment) -> list:
         """The steps of a pure-decode stretch computed at once (sim.engine_ff); their delays [ms], or []."""
@@ -768,6 +773,9 @@ class Engine:
         if R:
             from_n = acc_n > acc_m  # the branch whose tokens are kept (ties: the model's, same tokens)
             acc = np.maximum(acc_m, acc_n)
+            drafted = (adm_m + adm_n) > 0
+            self.acc_hist += np.bincount(np.minimum(acc[drafted], len(self.acc_hist) - 1),
+                                         minlength=len(self.acc_hist))
             left = tb.out_len[reqs] - self.pos[reqs]
             n_emit = np.minimum(acc + 1, left)
             # Draft tokens as the chosen chain proposed them, then the target's bonus token (none when the

@@ -62,7 +62,7 @@ class NativeStep:
               ("tokens", np.int64))
     STATE = (("pos", np.int64), ("prev_pos", np.int64), ("model_pos", np.int64), ("fresh", np.bool_),
              ("m_conf_sum", np.float64), ("m_conf_cnt", np.int64), ("ng_conf_sum", np.float64),
-             ("ng_conf_cnt", np.int64), ("n_steps", np.int64), ("emitted_tokens", np.int64))
+             ("ng_conf_cnt", np.int64), ("n_steps", np.int64), ("emitted_tokens", np.int64), ("acc_hist", np.int64))
 
     def __init__(self, engine, native) -> None:
         self.eng = engine
@@ -108,8 +108,9 @@ class NativeStep:
         for field, k in (("emitted", "emitted_tokens"), ("pos", "pos"), ("prev_pos", "prev_pos"),
                          ("model_pos", "model_pos"), ("n_steps", "n_steps"), ("m_cnt", "m_conf_cnt"),
                          ("n_cnt", "ng_conf_cnt"), ("fresh", "fresh"), ("m_sum", "m_conf_sum"),
-                         ("n_sum", "ng_conf_sum")):
+                         ("n_sum", "ng_conf_sum"), ("acc_hist", "acc_hist")):
             setattr(b, field, self.s[k])
+        b.hist_len = len(eng.acc_hist)
         self._b = b
         self._bound = cur
 

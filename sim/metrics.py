@@ -116,6 +116,27 @@ def serving_metrics(res: RunLike) -> dict:
     return row
 
 
+def spec_decode_metrics(res: RunLike) -> dict:
+    """vLLM's speculative-decoding counts (what `vllm bench serve` prints under "Speculative Decoding"), from the
+    run's drafts by accepted length (RunResult.accepted_hist: h[a] = drafts that accepted a tokens; a draft is
+    a request-step that verifies at least one draft token):
+      num_drafts = sum_a h[a]; draft_tokens, accepted_tokens = draft tokens verified, accepted (all chains);
+      acceptance_length = 1 + accepted_tokens / num_drafts (tokens per draft, the bonus token included);
+      acceptance_per_position[i] = sum_{a > i} h[a] / num_drafts (share of drafts whose position i was accepted).
+    Empty when the engine did not record the histogram (or nothing was drafted)."""
+    h = getattr(res, "accepted_hist", None)
+    st = res.steps
+    n = int(np.sum(h)) if h is not None else 0
+    if not n:
+        return {}
+    h = np.asarray(h, dtype=np.int64)
+    accepted = int(np.sum(st["accepted_model"]) + np.sum(st["accepted_ngram"]))
+    tail = np.cumsum(h[::-1])[::-1]  # tail[a] = drafts that accepted >= a tokens
+    return {"num_drafts": n, "draft_tokens": int(np.sum(st["verified_model"]) + np.sum(st["verified_ngram"])),
+            "accepted_tokens": accepted, "acceptance_length": 1.0 + accepted / n,
+            "acceptance_per_position": [float(x) / n for x in tail[1:]]}
+
+
 def summarize(res: RunLike, batch_size: int | None = None) -> dict:
     """One summary row of a run (units in the key names: _s seconds, _ms milliseconds, tok tokens).
 
@@ -153,4 +174,5 @@ def summarize(res: RunLike, batch_size: int | None = None) -> dict:
     for k in BREAKDOWN:
         row["share_" + k.removesuffix("_ms")] = float(st[k].sum()) / total_ms
     row.update(serving_metrics(res))
+    row.update(spec_decode_metrics(res))
     return row

@@ -103,6 +103,30 @@ def style(fig, **layout):
     return fig
 
 
+RATIO_LOW, RATIO_ONE, RATIO_HIGH = "#b2182b", "#f7f7f7", "#2166ac"  # below 1 red, 1 white, above 1 blue
+
+
+def ratio_colors(values) -> dict:
+    """Heatmap colour settings for a ratio (a speed over a baseline's): white exactly at 1, red below, blue above,
+    and bounds that are the data's own range widened only to take in 1 (`zmin`, `zmax`). Never a symmetric range
+    made up around 1, which for ratios of 0.9-3 would run the colour bar from -1 (a ratio is never negative)."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    lo, hi = (min(float(v.min()), 1.0), max(float(v.max()), 1.0)) if len(v) else (1.0, 1.0)
+    if hi - lo < 1e-9:  # every cell at 1: a narrow band around it
+        lo, hi = 1.0 - 1e-3, 1.0 + 1e-3
+    mid = (1.0 - lo) / (hi - lo)
+    if mid <= 0:  # every ratio >= 1
+        scale = [[0.0, RATIO_ONE], [1.0, RATIO_HIGH]]
+    elif mid >= 1:  # every ratio <= 1
+        scale = [[0.0, RATIO_LOW], [1.0, RATIO_ONE]]
+    else:
+        scale = [[0.0, RATIO_LOW], [mid, RATIO_ONE], [1.0, RATIO_HIGH]]
+    return dict(zmin=lo, zmax=hi, colorscale=scale)
+
+
 def line_chart_svg(xs, series: dict, title: str, x_label: str, y_label: str, log_x: bool = False,
                    hline: float | None = None, width: int = 640, height: int = 360) -> str:
     """A static line chart as SVG text (for pages and notebooks read without JavaScript): `series` maps a name

@@ -7,19 +7,17 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sim.html_page import downsample, figure_div, heading, page
 from sim.metrics import BREAKDOWN
-from sim.plot_style import part_color, policy_colors, style
-
-
-def _fig_html(fig: go.Figure, first: bool) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs="inline" if first else False)
+from sim.plot_style import part_color, policy_colors, ratio_colors, style
 
 
 _DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
 
-def run_report_figures(rows: list[dict], steps: list[tuple[dict, dict]]) -> list[go.Figure]:
-    """The figures of a `python -m sim.run --out` report, in the shared plot style (sim/plot_style.py)."""
+def run_report_figures(rows: list[dict], steps: list[tuple[dict, dict]], baseline: str | None = "adaptive") -> list[go.Figure]:
+    """The figures of a `python -m sim.run --out` report, in the shared plot style (sim/plot_style.py); each
+    title names what it plots (the page's headings are these titles). baseline None: no speedup figure."""
     sizes = sorted({r["batch_size"] for r in rows})
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     colors = policy_colors(policies)
@@ -30,19 +28,20 @@ def run_report_figures(rows: list[dict], steps: list[tuple[dict, dict]]) -> list
         rs = sorted((r for r in rows if r["policy"] == p), key=lambda r: r["batch_size"])
         thr.add_trace(go.Bar(name=p, x=[str(r["batch_size"]) for r in rs], y=[r["output_throughput_tok_s"] for r in rs],
                              marker_color=colors[p]))
-    style(thr, title="Output throughput by policy", xaxis_title="batch size", yaxis_title="output tokens/s",
-          barmode="group", legend_title="policy")
+    style(thr, title="Output throughput by policy and batch size", xaxis_title="batch size",
+          yaxis_title="output tokens/s", barmode="group", legend_title="policy")
     figs.append(thr)
 
-    sp = go.Figure()
-    for p in policies:
-        rs = sorted((r for r in rows if r["policy"] == p), key=lambda r: r["batch_size"])
-        sp.add_trace(go.Bar(name=p, x=[str(r["batch_size"]) for r in rs], y=[r["speedup_vs_baseline"] for r in rs],
-                            marker_color=colors[p]))
-    sp.add_hline(y=1.0, line_dash="dot")
-    style(sp, title="Speedup over adaptive verification (baseline)", xaxis_title="batch size",
-          yaxis_title="throughput / adaptive", barmode="group", legend_title="policy")
-    figs.append(sp)
+    if baseline:
+        sp = go.Figure()
+        for p in policies:
+            rs = sorted((r for r in rows if r["policy"] == p), key=lambda r: r["batch_size"])
+            sp.add_trace(go.Bar(name=p, x=[str(r["batch_size"]) for r in rs], y=[r["speedup_vs_baseline"] for r in rs],
+                                marker_color=colors[p]))
+        sp.add_hline(y=1.0, line_dash="dot")
+        style(sp, title=f"Output throughput over {baseline} (the baseline) by policy and batch size",
+              xaxis_title="batch size", yaxis_title=f"throughput / {baseline}", barmode="group", legend_title="policy")
+        figs.append(sp)
 
     br = make_subplots(rows=1, cols=len(sizes), subplot_titles=[f"batch size {b}" for b in sizes], shared_yaxes=True)
     for ci, b in enumerate(sizes, start=1):
@@ -51,39 +50,52 @@ def run_report_figures(rows: list[dict], steps: list[tuple[dict, dict]]) -> list
             name = k.removesuffix("_ms")
             br.add_trace(go.Bar(name=name, x=[r["policy"] for r in rs], y=[r["mean_step_ms"] * r["share_" + name] for r in rs],
                                 legendgroup=name, showlegend=ci == 1, marker_color=part_color(name)), row=1, col=ci)
-    style(br, title="Mean step time breakdown (ms)", barmode="stack", yaxis_title="ms per step", legend_title="part")
+    style(br, title="Mean step time by part and policy (ms per engine step)", barmode="stack",
+          yaxis_title="ms per step", legend_title="part")
     figs.append(br)
 
-    ts = go.Figure()
-    for row, st in steps:
-        t = np.asarray(st["t_start_ms"]) / 1000.0
-        if len(t) == 0:
-            continue
-        stride = max(1, len(t) // 2000)
-        em = np.asarray(st["emitted"], dtype=float)
-        dur = np.asarray(st["step_ms"], dtype=float)
-        win = max(1, min(50, len(t) // 20))
-        rate = np.convolve(em, np.ones(win), "same") / np.maximum(np.convolve(dur, np.ones(win), "same") / 1000.0, 1e-9)
-        dash = _DASHES[sizes.index(row["batch_size"]) % len(_DASHES)] if row["batch_size"] in sizes else "solid"
-        ts.add_trace(go.Scatter(x=t[::stride], y=rate[::stride], mode="lines", name=f"{row['policy']} bs={row['batch_size']}",
-                                line=dict(color=colors.get(row["policy"], "#333333"), dash=dash)))
-    style(ts, title="Output throughput over simulated time (moving window; colour: policy, dash: batch size)",
-          xaxis_title="simulated time (s)", yaxis_title="output tokens/s", legend_title="run")
-    figs.append(ts)
+    # one panel per policy (20 lines on one chart cannot be told apart), a line per batch size, each line cut
+    # to html_page.MAX_POINTS points (a long run's steps would make the page megabytes)
+    runs = [(row, st) for row, st in steps if len(st["t_start_ms"])]
+    pols = [p for p in policies if any(row["policy"] == p for row, _ in runs)]
+    if pols:
+        ncol = 2 if len(pols) > 1 else 1
+        nrow = -(-len(pols) // ncol)
+        # each panel its own time span (a run without speculation lasts several times longer), one y scale
+        ts = make_subplots(rows=nrow, cols=ncol, subplot_titles=pols, shared_yaxes="all",
+                           vertical_spacing=min(0.08, 0.5 / nrow))
+        for row, st in runs:
+            t = np.asarray(st["t_start_ms"], dtype=float) / 1000.0
+            em = np.asarray(st["emitted"], dtype=float)
+            dur = np.asarray(st["step_ms"], dtype=float)
+            win = max(1, min(50, len(t) // 20))
+            rate = np.convolve(em, np.ones(win), "same") / np.maximum(np.convolve(dur, np.ones(win), "same") / 1000.0, 1e-9)
+            x, y = downsample(t, rate)
+            i = pols.index(row["policy"])
+            b = row["batch_size"]
+            ts.add_trace(go.Scatter(x=x, y=y, mode="lines", name=f"{row['policy']} bs={b}",
+                                    line=dict(color=colors[row["policy"]], dash=_DASHES[sizes.index(b) % len(_DASHES)])),
+                         row=i // ncol + 1, col=i % ncol + 1)
+        style(ts, title="Output throughput over simulated time by policy (moving window; dash: batch size)",
+              legend_title="run", height=max(360, 230 * nrow))
+        ts.update_xaxes(title_text="simulated time (s)", row=nrow)
+        ts.update_yaxes(title_text="tokens/s", col=1)
+        figs.append(ts)
     return figs
 
 
-def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Path) -> None:
-    """One self-contained HTML page for a `python -m sim.run --out` run."""
-    figs = run_report_figures(rows, steps)
+def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Path, baseline: str | None = "adaptive") -> None:
+    """One self-contained HTML page for a `python -m sim.run --out` run (sim/html_page.py: renders offline);
+    each figure under a heading that is its own title."""
+    figs = run_report_figures(rows, steps, baseline)
     head = rows[0]
-    html = ["<html><head><meta charset='utf-8'><title>hybridspec run</title></head><body style='font-family:sans-serif'>",
-            f"<h1>hybridspec: {head['trace']}</h1><p>{head['requests']} requests, {head['output_tokens']} output tokens; "
-            f"{head['model']} on {head['gpu']} ({head['cost']} cost model); drafter {head['drafter']}, n-gram k={head['ngram_k']}; "
-            f"seed {head['seed']}. Baseline: adaptive.</p>"]
-    html += [_fig_html(f, i == 0) for i, f in enumerate(figs)]
-    html.append("</body></html>")
-    Path(path).write_text("\n".join(html))
+    body = [heading(1, f"hybridspec: {head['trace']}"),
+            f"<p>{head['requests']} requests, {head['output_tokens']} output tokens; {head['model']} on {head['gpu']} "
+            f"({head['cost']} cost model); drafter {head['drafter']}, n-gram k={head['ngram_k']}; seed {head['seed']}. "
+            f"Baseline: {baseline or 'none'}.</p>"]
+    for i, f in enumerate(figs):
+        body += [heading(2, f.layout.title.text, f"fig{i}"), figure_div(f, f"fig{i}")]
+    Path(path).write_text(page("hybridspec run", body))
 
 
 # ================================================================================== sweep reports
@@ -280,6 +292,12 @@ def context_bins(g, req, hybrid: str, base: str = BASE, nbins: int = CONTEXT_BIN
     return ratio, ylabels
 
 
+def _esc(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=False)
+
+
 def _div_id(name: str) -> str:
     return "fig-" + "".join(ch if ch.isalnum() else "-" for ch in name)
 
@@ -311,35 +329,38 @@ def _sweep_figures(df, req) -> list[tuple[str, str, list]]:
         fig.update_yaxes(title_text="x adaptive", row=1, col=2)
         fig.update_layout(title=f"{name}: throughput against batch size", legend_title="policy", height=460)
         figs.append((f"thr-{name}", fig))
-    sections.append(("Throughput against batch size", "Output tokens per simulated second, every request of the "
-                     "trace run to completion; right: the same over adaptive verification (the baseline) at that batch size.", figs))
+    sections.append((f"Output throughput and throughput / {BASE} against batch size", "Output tokens per simulated "
+                     "second, every request of the trace run to completion; right: the same over adaptive verification "
+                     "(the baseline) at that batch size.", figs))
 
     # 2. context-length heatmap
-    figs, notes = [], []
+    figs, notes, plotted = [], [], []
     for name, g in wl:
         hyb = _hybrid_name(g)
         got = context_bins(g, req, hyb) if hyb and BASE in set(g["policy"]) else None
         if got is None:
             notes.append(name)
             continue
+        plotted.append(hyb)
         ratio, ylabels = got
         z = ratio.to_numpy(dtype=float)
         text = [[("" if np.isnan(v) else f"{v:.2f}") for v in row] for row in z]
-        span = max(0.1, float(np.nanmax(np.abs(z - 1.0))) if np.isfinite(z).any() else 0.1)
         fig = go.Figure(go.Heatmap(z=z, x=[str(b) for b in ratio.columns], y=ylabels, text=text,
-                                   texttemplate="%{text}", colorscale="RdBu", zmin=1.0 - span, zmax=1.0 + span,
-                                   colorbar=dict(title=f"{hyb}<br>/ adaptive")))
-        fig.update_layout(title=f"{name}: {hyb} over adaptive, per-request decode speed by prompt length",
+                                   texttemplate="%{text}", **ratio_colors(z),
+                                   colorbar=dict(title=f"{hyb}<br>/ {BASE}")))
+        fig.update_layout(title=f"{name}: {hyb} over {BASE}, per-request decode speed by prompt length",
                           xaxis_title="batch size", yaxis_title="prompt length bin (quartiles)", height=420,
                           xaxis_type="category")
         figs.append((f"ctx-{name}", fig))
+    shown = " and ".join(dict.fromkeys(plotted)) or "the hybrid"
     expl = ("Requests grouped by prompt length (quartiles of the trace). A cell is the decode speed of that group's "
-            "requests (their output tokens after the first over their first-to-last-token time) under hybrid-price "
-            "divided by the same under adaptive, in the same full mixed-batch run: how much faster requests of that "
-            "context length finish their decoding. It is not a throughput of a trace made only of such requests.")
+            f"requests (their output tokens after the first over their first-to-last-token time) under {shown} "
+            f"divided by the same under {BASE}, in the same full mixed-batch run: how much faster requests of that "
+            "context length finish their decoding. It is not a throughput of a trace made only of such requests. "
+            "Colour: white at 1, red below, blue above; the bar spans the cells' own range.")
     if notes:
         expl += f" (No per-request data for: {', '.join(notes)}.)"
-    sections.append(("Hybrid-price over adaptive by context length", expl, figs))
+    sections.append((f"{shown} over {BASE} by context length", expl, figs))
 
     # 3. drafter shares
     figs = []
@@ -382,7 +403,7 @@ def _sweep_figures(df, req) -> list[tuple[str, str, list]]:
         fig.update_yaxes(title_text="ms per step", row=1, col=1)
         fig.update_xaxes(tickangle=-45)
         figs.append((f"steps-{name}", fig))
-    sections.append(("Step-time breakdown", "Mean engine step split into drafting (model drafter, n-gram), allocation "
+    sections.append(("Mean step time by part and policy", "Mean engine step split into drafting (model drafter, n-gram), allocation "
                      "(the policy), target verification, sampling, CPU scheduling and bubbles; a few batch sizes "
                      "(all of them are in tables.md).", figs))
     return sections
@@ -554,7 +575,7 @@ REPORT_FILES = ("index.html", "tables.md", "paper.md")
 
 
 def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND) -> list[Path]:
-    """index.html (plotly.js inlined once), tables.md and paper.md in out_dir, all rendered first, then each
+    """index.html (sim/html_page.py: plotly.js inlined once; renders offline), tables.md and paper.md in out_dir, all rendered first, then each
     written whole (a temporary sibling renamed into place)."""
     from sim.cli_util import write_whole
 
@@ -563,27 +584,20 @@ def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND) ->
     sections = _sweep_figures(df, req)
     ok = df[df["status"] == "ok"]
     setups = sorted({f"{Path(str(r['trace'])).stem}: {r['model']} on {r['gpu']}" for _, r in ok.iterrows()})
-    html = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>hybridspec sweep</title>",
-            "<style>body{font-family:sans-serif;margin:2em;max-width:1400px} p.note{color:#444;max-width:1100px}"
-            " nav a{margin-right:1.2em}</style></head><body>",
-            "<h1>hybridspec sweep</h1>",
+    body = [heading(1, "hybridspec sweep"),
             f"<p>{len(df)} cells ({len(ok)} ok, {len(df) - len(ok)} failed); setups: {', '.join(setups) or 'none'}. "
-            "Baseline: adaptive. Numbers: tables.md; published comparison: paper.md.</p>",
-            "<nav>" + "".join(f"<a href='#sec{i}'>{t}</a>" for i, (t, _, _) in enumerate(sections)) + "</nav>"]
-    first = True
+            f"Baseline: {BASE}. Numbers: tables.md; published comparison: paper.md.</p>",
+            "<nav>" + "".join(f"<a href='#sec{i}'>{_esc(t)}</a>" for i, (t, _, _) in enumerate(sections)) + "</nav>"]
     for i, (title, expl, figs) in enumerate(sections):
-        html += [f"<h2 id='sec{i}'>{title}</h2>", f"<p class='note'>{expl}</p>"]
+        body += [heading(2, title, f"sec{i}"), f"<p class='note'>{_esc(expl)}</p>"]
         if not figs:
-            html.append("<p><i>no data</i></p>")
+            body.append("<p><i>no data</i></p>")
         for fid, fig in figs:
             style(fig, margin=dict(t=80))
-            html.append(fig.to_html(full_html=False, include_plotlyjs=True if first else False, div_id=_div_id(fid),
-                                    config={"displaylogo": False}))
-            first = False
-    if first:
-        html.append("<p><i>No successful cells to plot.</i></p>")
-    html.append("</body></html>")
-    texts = ["\n".join(html), sweep_tables_md(df, req) + "\n", paper_md(df, command) + "\n"]
+            body.append(figure_div(fig, _div_id(fid)))
+    if not any(figs for _, _, figs in sections):
+        body.append("<p><i>No successful cells to plot.</i></p>")
+    texts = [page("hybridspec sweep", body), sweep_tables_md(df, req) + "\n", paper_md(df, command) + "\n"]
     return [write_whole(out_dir / name, text, overwrite=True) for name, text in zip(REPORT_FILES, texts)]
 
 

@@ -41,7 +41,7 @@ from sim.trace.schema import Request
 from sim.vllm_compat import speculative_config
 
 from sim.config import (BASELINE, COMPONENTS, DEFAULT_BATCH_SIZES, DEFAULT_POLICIES, DrafterConfig,  # noqa: E402,F401
-                        ModelConfig, RunGrid, ServingConfig, TraceConfig, add_flags, check, from_args)
+                        GROUP_ORDER, ModelConfig, RunGrid, ServingConfig, TraceConfig, add_flags, check, flag_group, from_args)
 
 
 @dataclass
@@ -161,6 +161,8 @@ def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False
     row["wall_s"] = wall
     row["sim_tok_per_wall_s"] = row["output_tokens"] / wall if wall > 0 else float("nan")
     row["length_only"] = prep.length_only
+    row["arrivals"] = ("poisson" if s.rate is not None else
+                       console.ARRIVALS_AT_ZERO if not np.any(prep.arrivals) else "trace")
     return row, res
 
 
@@ -203,9 +205,32 @@ def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None 
     return out
 
 
-def add_speedups(rows: list[dict], baseline: str = BASELINE) -> None:
+def pick_baseline(a: argparse.Namespace, policies: list[str], from_spec_config: bool) -> str | None:
+    """The policy every ratio is taken against, or None (no ratios): --baseline P; none with --no-baseline;
+    by default BASELINE, except when only --speculative-config named the runs (then they run alone, as
+    vLLM would run them, unless one of them is BASELINE)."""
+    if a.baseline is not None and a.no_baseline:
+        raise ConfigError("--baseline and --no-baseline exclude each other")
+    if a.baseline is not None:
+        get_policy(a.baseline)
+        return a.baseline
+    if a.no_baseline or (from_spec_config and not a.policy and BASELINE not in policies):
+        return None
+    return BASELINE
+
+
+def fit_batch_sizes(sizes: list[int], n_requests: int) -> tuple[list[int], list[int]]:
+    """(kept, skipped): a batch size above the number of requests runs exactly as batch n_requests (the batch
+    never fills past it), so it is skipped, unless every size is above it (then the smallest runs)."""
+    kept = [b for b in sizes if b <= n_requests]
+    if not kept:
+        kept = [min(sizes)]
+    return kept, [b for b in sizes if b not in kept]
+
+
+def add_speedups(rows: list[dict], baseline: str | None = BASELINE) -> None:
     """speedup_vs_baseline = throughput / the baseline's throughput at the same batch size and setup;
-    steady_speedup_vs_baseline the same for the full-batch (steady-state) throughput."""
+    steady_speedup_vs_baseline the same for the full-batch (steady-state) throughput; NaN without a baseline."""
     keys = ("batch_size", "trace", "model", "gpu", "cost", "drafter", "ngram_k", "seed")
     base = {tuple(r[k] for k in keys): (r["output_throughput_tok_s"], r["steady_throughput_tok_s"])
             for r in rows if r["policy"] == baseline}
@@ -215,14 +240,16 @@ def add_speedups(rows: list[dict], baseline: str = BASELINE) -> None:
         r["steady_speedup_vs_baseline"] = r["steady_throughput_tok_s"] / b[1] if b else float("nan")
 
 
-def write_outputs(dest: Path, rows: list[dict], results: list[tuple[dict, RunResult]]) -> None:
+def write_outputs(dest: Path, rows: list[dict], results: list[tuple[dict, RunResult]],
+                  baseline: str | None = BASELINE) -> None:
     """summary.json, requests.csv, steps.csv and report.html in `dest`, written whole or not at all (a
     temporary sibling folder renamed into place: `dest` is either the earlier result or the new one)."""
     with atomic_dir(dest) as out:
-        _write_outputs(out, rows, results)
+        _write_outputs(out, rows, results, baseline)
 
 
-def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunResult]]) -> None:
+def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunResult]],
+                   baseline: str | None = BASELINE) -> None:
     import pandas as pd  # here, not at the top: 0.6 s of import the runs themselves do not need
 
     from sim.report import write_run_report
@@ -237,28 +264,35 @@ def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunRes
             dest.append(df)
     pd.concat(reqs).to_csv(out / "requests.csv", index=False)
     pd.concat(steps).to_csv(out / "steps.csv", index=False)
-    write_run_report(rows, [(r, res.steps) for r, res in results], out / "report.html")
+    write_run_report(rows, [(r, res.steps) for r, res in results], out / "report.html", baseline)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The flags: sim/config.py's components (generated from their fields) plus what only a run has."""
-    ap = ArgumentParser(prog="python -m sim.run", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap = ArgumentParser(prog="python -m sim.run", description=__doc__.split("\n\n")[0])
+    for title in GROUP_ORDER:  # the help's sections, in this order
+        flag_group(ap, title)
     add_flags(ap, (RunGrid,))
-    ap.add_argument("--speculative-config", action="append", default=None, metavar="JSON",
-                    help="vLLM's speculative config, mapped onto a policy (repeatable; adds to --policy): method ngram "
-                         "-> ngram-fixed:K, dspark -> model-fixed:K, dspark with enable_adaptive_verification -> adaptive "
-                         "(sim/vllm_compat.py)")
+    spec = flag_group(ap, "speculation")
+    spec.add_argument("--speculative-config", action="append", default=None, metavar="JSON",
+                      help="vLLM's speculative config, mapped onto a policy (repeatable; adds to --policy): method ngram "
+                           "-> ngram-fixed:K, dspark -> model-fixed:K, dspark with enable_adaptive_verification -> adaptive "
+                           "(sim/vllm_compat.py); runs only what it names unless --baseline is given")
     add_flags(ap, COMPONENTS)
-    ap.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html "
-                    "(a folder; checked before the run, written whole at the end)")
-    ap.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")
-    ap.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU cores)")
-    ap.add_argument("--format", choices=console.FORMATS, default="table", help=console.FORMAT_HELP)
-    ap.add_argument("--no-progress", action="store_true",
-                    help="no progress bars (terminal) and no progress lines (stderr not a terminal)")
-    ap.add_argument("--progress-every", type=finite_float(0, strict=True), default=30.0, metavar="SECONDS",
-                    help="when stderr is not a terminal (a log, a pipe): a progress line every SECONDS")
+    spec.add_argument("--baseline", default=None, metavar="POLICY",
+                      help=f"the policy every ratio is taken against, run too if not named (default: {BASELINE}; with "
+                           "only --speculative-config: none unless given)")
+    spec.add_argument("--no-baseline", action="store_true", help="run only the named policies (no ratio column)")
+    out = flag_group(ap, "output")
+    out.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html "
+                     "(a folder; checked before the run, written whole at the end)")
+    out.add_argument("--force", action="store_true", help="replace an --out folder that already holds files")
+    out.add_argument("--format", choices=console.FORMATS, default="table", help=console.FORMAT_HELP + " (default: table)")
+    out.add_argument("--no-progress", action="store_true",
+                     help="no progress bars (terminal) and no progress lines (stderr not a terminal)")
+    out.add_argument("--progress-every", type=finite_float(0, strict=True), default=30.0, metavar="SECONDS",
+                     help="when stderr is not a terminal (a log, a pipe): a progress line every SECONDS (default: 30)")
+    out.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU cores)")
     return ap.parse_args(argv)
 
 
@@ -291,9 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     policies = list(dict.fromkeys((a.policy or ([] if spec_policies else list(DEFAULT_POLICIES))) + spec_policies))
     for p in policies:
         get_policy(p)  # fail fast on a bad name, before any work
-    add_baseline = BASELINE not in policies
+    baseline = pick_baseline(a, policies, bool(spec_policies))
+    add_baseline = baseline is not None and baseline not in policies
     if add_baseline:
-        policies.insert(0, BASELINE)
+        policies.insert(0, baseline)
     sizes = list(dict.fromkeys(a.batch_size or DEFAULT_BATCH_SIZES))
     for b in sizes:
         check("batch_size", b)
@@ -314,20 +349,31 @@ def main(argv: list[str] | None = None) -> int:
     if prep.tokenizer_note:
         print(f"note: {prep.tokenizer_note}", file=sys.stderr)
     if add_baseline:
-        print(f"note: running the baseline '{BASELINE}' too, for speedup_vs_baseline", file=sys.stderr)
+        print(f"note: running the baseline '{baseline}' too, for the ratios (x {baseline}); --no-baseline skips it",
+              file=sys.stderr)
+    elif baseline is None and not a.no_baseline:
+        print("note: no baseline: running only what --speculative-config names (no ratios); --baseline "
+              f"{BASELINE} adds vLLM's adaptive verification to compare against", file=sys.stderr)
+    if spec_policies and not a.batch_size:
+        print(f"note: batch sizes {' and '.join(map(str, sizes))} (the defaults); --max-num-seqs B runs one",
+              file=sys.stderr)
+    sizes, skipped = fit_batch_sizes(sizes, len(prep.arrivals))
+    if skipped:
+        print(f"note: batch size {', '.join(map(str, skipped))} skipped: the trace has only {len(prep.arrivals)} "
+              f"requests, so a larger batch runs the same as batch {len(prep.arrivals)}", file=sys.stderr)
     combos = [(p, b) for b in sizes for p in policies]
     with console.Heartbeat("runs", len(combos), every) as hb:
         results = run_many(prep, combos, workers=a.workers, progress=progress, heartbeat=hb)
     for row, res in results:  # a lossy run is a simulator bug: its numbers must not be reported
         res.raise_if_lossy(f"policy {row['policy']} at batch size {row['batch_size']}")
     rows = [row for row, _ in results]
-    add_speedups(rows)
+    add_speedups(rows, baseline)
     tok = f" (text tokenized with {prep.tokenizer})" if prep.tokenizer else ""
     header = (f"trace {a.trace}: {rows[0]['requests']} requests, {rows[0]['output_tokens']} output tokens{tok}; "
-              f"{model} on {a.gpu} ({a.cost}); baseline {BASELINE}")
-    console.emit(rows, a.format, BASELINE, header=header)
+              f"{model} on {a.gpu} ({a.cost}); " + (f"baseline {baseline}" if baseline else "no baseline"))
+    console.emit(rows, a.format, baseline, header=header)
     if a.out:
-        write_outputs(a.out, rows, results)
+        write_outputs(a.out, rows, results, baseline)
         print(f"wrote {a.out}/summary.json, requests.csv, steps.csv, report.html",
               file=sys.stdout if a.format == "table" else sys.stderr)
     return 0

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.cli_util import ArgumentParser, check_out_files, int_at_least, run_cli, write_whole
+from sim.cli_util import ArgumentParser, check_in_file, check_out_files, int_at_least, run_cli, write_whole
 from sim.cost import make_cost_model
 from sim.drafters.model import load_drafter_profile
 from sim.errors import ConfigError
@@ -142,18 +142,17 @@ def sensitivity_md(summ: pd.DataFrame, base: SimSetup, batch_sizes: list[int]) -
 
 
 def sensitivity_html(summ: pd.DataFrame) -> str:
+    """The page (sim/html_page.py: renders offline): one figure per axis, under a heading that is its title."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    sizes = sorted(summ["batch_size"].unique())
-    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>hybridspec sensitivity</title></head>"
-             "<body style='font-family:sans-serif;margin:2em'><h1>What moves the headline</h1>"
-             "<p>Throughput / adaptive; simulation only (see sensitivity.md).</p>"]
+    from sim.html_page import figure_div, heading, page
     from sim.plot_style import series_color, style
 
+    sizes = sorted(summ["batch_size"].unique())
+    body = [heading(1, "What moves the headline"), "<p>Throughput / adaptive; simulation only (see sensitivity.md).</p>"]
     colors = {k: series_color(k) for k in ("hybrid", "hybrid-price", "best single", "oracle")}
-    first = True
-    for axis, title in _AXIS_TITLES.items():
+    for i, (axis, title) in enumerate(_AXIS_TITLES.items()):
         g = summ[summ["axis"] == axis]
         fig = make_subplots(rows=1, cols=len(sizes), subplot_titles=[f"batch size {b}" for b in sizes],
                             shared_yaxes=True)
@@ -164,10 +163,8 @@ def sensitivity_html(summ: pd.DataFrame) -> str:
                                      showlegend=ci == 1), row=1, col=ci)
         fig.add_hline(y=1.0, line_dash="dot")
         style(fig, title=title, barmode="group", yaxis_title="throughput / adaptive")
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=first, config={"displaylogo": False}))
-        first = False
-    parts.append("</body></html>")
-    return "\n".join(parts)
+        body += [heading(2, title, f"axis{i}"), figure_div(fig, f"axis-{axis}")]
+    return page("hybridspec sensitivity", body)
 
 
 OUTPUTS = ("sensitivity.md", "sensitivity.html", "sensitivity.csv")
@@ -190,7 +187,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("out/sensitivity"))
     ap.add_argument("--force", action="store_true", help="replace sensitivity.* files already in --out")
     ap.add_argument("--workers", type=int_at_least(1), default=None)
+    ap.add_argument("--html-from", type=Path, default=None, metavar="CSV",
+                    help="only re-render sensitivity.html into --out from an earlier run's sensitivity.csv (no "
+                         "simulation): python -m sim.sensitivity --html-from reports/sensitivity.csv --out reports --force")
     a = ap.parse_args(argv)
+    if a.html_from is not None:
+        check_out_files(a.out, ("sensitivity.html",), a.force)
+        summ = pd.read_csv(check_in_file(a.html_from, "--html-from"), dtype={"value": str})
+        missing = {"axis", "value", "batch_size", "hybrid", "hybrid-price", "best single", "oracle"} - set(summ.columns)
+        if missing:
+            raise ConfigError(f"--html-from {a.html_from}: not a sensitivity.csv (missing {', '.join(sorted(missing))})")
+        path = write_whole(a.out / "sensitivity.html", sensitivity_html(summ), overwrite=True)
+        print(f"wrote {path}", file=sys.stderr)
+        return 0
     sizes = list(dict.fromkeys(a.batch_size or [4, 128]))
     if any(b < 1 for b in sizes):
         raise ConfigError(f"--batch-size must be >= 1, got {min(sizes)}")

@@ -538,29 +538,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Grid flags are repeatable; every combination runs. Flags override the keys "
                                         "of --grid/--preset.")
-    from sim.config import COMPONENTS, RunGrid, add_flags
+    from sim import console
+    from sim.config import COMPONENTS, GROUP_ORDER, RunGrid, add_flags, flag_group
 
+    for title in GROUP_ORDER[:-1] + ("the sweep", "output"):  # the help's sections, in this order
+        flag_group(ap, title)
     add_flags(ap, (RunGrid, *COMPONENTS), repeatable=True, grid_only=True)  # grid values, from sim/config.py
-    ap.add_argument("--speculative-config", action="append", default=None, metavar="JSON",
-                    help="vLLM's speculative config, mapped onto a policy as in sim.run (repeatable; each adds a "
-                         "sub-grid of that policy, with its num_speculative_tokens as ngram_k for method ngram)")
-    ap.add_argument("--grid", type=Path, help="TOML grid file")
-    ap.add_argument("--preset", choices=sorted(PRESETS), help="a built-in grid (paper: the grid of reports/)")
-    ap.add_argument("--out", type=Path, default=Path("out/sweep"), help="output directory (default out/sweep)")
-    ap.add_argument("--workers", type=int_at_least(1), default=None, help="local worker processes (default: CPU cores)")
-    ap.add_argument("--force", action="store_true",
-                    help="write into an --out folder that holds files but is not a sweep's (no cells/ in it)")
-    ap.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+    flag_group(ap, "speculation").add_argument(
+        "--speculative-config", action="append", default=None, metavar="JSON",
+        help="vLLM's speculative config, mapped onto a policy as in sim.run (repeatable; each adds a "
+             "sub-grid of that policy, with its num_speculative_tokens as ngram_k for method ngram)")
+    sw = flag_group(ap, "the sweep")
+    sw.add_argument("--grid", type=Path, help="TOML grid file")
+    sw.add_argument("--preset", choices=sorted(PRESETS), help="a built-in grid (paper: the grid of reports/)")
+    sw.add_argument("--workers", type=int_at_least(1), default=None, help="local worker processes (default: CPU cores)")
+    sw.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                     help="run on Ray: a local instance, or the cluster at ADDRESS (needs the 'ray' extra)")
-    ap.add_argument("--fresh", action="store_true", help="ignore cached cells and recompute everything")
-    ap.add_argument("--dry-run", action="store_true", help="list the cells and exit")
-    ap.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                    help="the results printed at the end: the narrow table and verdicts, or every column as csv/json "
-                         "(results.csv and results.parquet in --out have them all either way)")
-    ap.add_argument("--no-progress", action="store_true",
-                    help="no progress bar (terminal) and no progress lines (stderr not a terminal)")
-    ap.add_argument("--progress-every", type=finite_float(0, strict=True), default=30.0, metavar="SECONDS",
-                    help="when stderr is not a terminal (a log, a pipe): a progress line every SECONDS")
+    sw.add_argument("--fresh", action="store_true", help="ignore cached cells and recompute everything")
+    sw.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    out = flag_group(ap, "output")
+    out.add_argument("--out", type=Path, default=Path("out/sweep"), help="output directory (default: out/sweep)")
+    out.add_argument("--force", action="store_true",
+                     help="write into an --out folder that holds files but is not a sweep's (no cells/ in it)")
+    out.add_argument("--format", choices=console.FORMATS, default="table",
+                     help="the results printed at the end: the narrow table and verdicts, every column as csv/json, "
+                          "or vllm: one block per cell laid out as `vllm bench serve` prints its result (results.csv "
+                          "and results.parquet in --out have every column either way) (default: table)")
+    out.add_argument("--no-progress", action="store_true",
+                     help="no progress bar (terminal) and no progress lines (stderr not a terminal)")
+    out.add_argument("--progress-every", type=finite_float(0, strict=True), default=30.0, metavar="SECONDS",
+                     help="when stderr is not a terminal (a log, a pipe): a progress line every SECONDS (default: 30)")
     return ap.parse_args(argv)
 
 

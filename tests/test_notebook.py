@@ -1,6 +1,7 @@
 """notebooks/policy_tuning.ipynb runs top to bottom on a few requests and prints the best setting; the committed
 copy carries its outputs (a static SVG among them) and its best value lies inside its grid."""
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,35 @@ def test_policy_tuning_notebook(tmp_path, monkeypatch):
     assert "best: --policy suffix-threshold:" in text and "0 failed" in text
     assert any("application/vnd.plotly.v1+json" in o.get("data", {})
                for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    # the only folder of this machine its outputs may name is the one the test gave it
+    assert not machine_paths(outputs_text(nb).replace(str(tmp_path / "out"), "out/policy_tuning"))
+
+
+# an absolute path on a POSIX or Windows machine (a home, a checkout, a temporary folder)
+_MACHINE_PATH = re.compile(r"(?<![\w.:/])(?:/(?:home|Users|work|tmp|root|mnt|opt|var|srv|private|data)/[^\s'\",]+"
+                           r"|[A-Za-z]:\\[^\s'\",]+)")
+
+
+def machine_paths(text: str) -> list[str]:
+    return _MACHINE_PATH.findall(text)
+
+
+def outputs_text(nb) -> str:
+    """Every text a code cell's outputs hold (streams, results, errors; plotly JSON and SVG included)."""
+    import json
+
+    return "\n".join(json.dumps(o) for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
+
+
+def test_committed_notebook_names_no_machine_path():
+    """The committed outputs were made from the repository root with relative paths: nothing of the machine that
+    ran it (its home, its checkout) shows."""
+    import json
+
+    nb = json.loads(NB.read_text())
+    assert not machine_paths(outputs_text(nb)), machine_paths(outputs_text(nb))[:3]
+    assert machine_paths("wrote /work/wt/habits/out/x.csv and C:\\Users\\me") == ["/work/wt/habits/out/x.csv",
+                                                                                  "C:\\Users\\me"]
 
 
 def test_committed_notebook_has_outputs_and_an_interior_optimum():

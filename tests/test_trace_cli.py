@@ -28,7 +28,7 @@ def _one_line_error(proc, *needles):
 
 def test_cli_convert_and_stats(tmp_path):
     out = tmp_path / "a.jsonl"
-    p = _run("convert", "--from", "burstgpt", FIX / "burstgpt.csv", "-o", out, "--model", "all", tmp_path=tmp_path)
+    p = _run("convert", "--from", "burstgpt", FIX / "burstgpt.csv", "-o", out, "--burstgpt-model", "all", tmp_path=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "wrote 2 requests (length-only)" in p.stdout and "dropped 1 failed requests" in p.stdout
     p = _run("stats", out, tmp_path=tmp_path)

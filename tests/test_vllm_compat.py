@@ -100,8 +100,14 @@ def test_speculative_config_on_the_command_line(capsys):
                           "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 8}'], capsys)
     assert code == 0, cap.err
     rows = json.loads(cap.out)
-    assert [r["policy"] for r in rows] == ["adaptive", "ngram-fixed:8"] and rows[1]["ngram_k"] == 8
+    assert [r["policy"] for r in rows] == ["ngram-fixed:8"] and rows[0]["ngram_k"] == 8  # what it names, no more
     assert "prompt_lookup" in cap.err  # the note on the n range
+    assert "--baseline adaptive" in cap.err  # said on screen: how to add the baseline
+    code, cap = run_main(["--trace", TINY, "--batch-size", "2", "--workers", "1", "--no-progress", "--format", "json",
+                          "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 8}',
+                          "--baseline", "adaptive"], capsys)
+    rows = json.loads(cap.out)
+    assert [r["policy"] for r in rows] == ["adaptive", "ngram-fixed:8"] and rows[1]["speedup_vs_baseline"] > 0
     for bad in ("{not json", '["x"]', '{"method": "medusa"}'):
         code, cap = run_main(["--trace", TINY, "--no-progress", "--speculative-config", bad], capsys)
         assert code == 2 and len(cap.err.strip().splitlines()) == 1 and cap.err.startswith("error: --speculative-config")

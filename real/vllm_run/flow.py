@@ -199,7 +199,7 @@ def real_summary(run: dict, equal: bool) -> dict:
     nan = float("nan")
     spec = run.get("spec", {})
     return {"time_s": run["wall_s"], "tok_per_s": run["tok_per_s"], "steps": steps if steps is not None else nan,
-            "tokens_per_step": n / steps if steps else nan,
+            "tokens_per_engine_step": n / steps if steps else nan,
             "mean_latency_s": run["mean_latency_s"] if run.get("mean_latency_s") is not None else nan,
             "lossless": equal, "outputs_equal_reference": equal, "violation": None,
             "accepted_per_draft": spec.get("accepted_per_draft", nan), "drafts": spec.get("drafts", 0),

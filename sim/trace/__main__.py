@@ -49,7 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--skip-chat-template", action="store_true",
                    help="keep prompts raw instead of wrapping them in the chat template (vLLM's flag)")
     g = c.add_argument_group("burstgpt")
-    g.add_argument("--model", default=None, help="keep this model's rows (default GPT-4, as vLLM; all: every model)")
+    g.add_argument("--burstgpt-model", default=None, metavar="NAME",
+                   help="keep the rows of this BurstGPT Model column value (default GPT-4, as vLLM; all: every model); "
+                        "not --model, which names the served model in every other command")
     b = sub.add_parser("build", help="build bundled traces (deterministic)")
     b.add_argument("which", metavar="{codeedit,chat,general,all}")
     b.add_argument("--out-dir", default="out/traces",
@@ -71,7 +73,7 @@ def _convert(args) -> int:
     if args.fmt not in FORMATS:
         raise ConfigError(f"unknown format {args.fmt!r}; known formats: {', '.join(FORMATS)}")
     used = {"sharegpt": ("turns", "sharegpt_output_len", "no_length_filter"),
-            "vllm-custom": ("keep_output_tokens", "skip_chat_template"), "burstgpt": ("model",)}
+            "vllm-custom": ("keep_output_tokens", "skip_chat_template"), "burstgpt": ("burstgpt_model",)}
     for fmt, names in used.items():
         for n in names:
             if fmt != args.fmt and getattr(args, n) not in (None, False, "first"):
@@ -83,7 +85,7 @@ def _convert(args) -> int:
     res = convert(args.fmt, args.input, args.output, skip_bad=args.skip_bad, workload=args.workload,
                   output_len=args.output_len, turns=args.turns, sharegpt_output_len=args.sharegpt_output_len,
                   length_filter=not args.no_length_filter, keep_output_tokens=args.keep_output_tokens,
-                  chat_template=not args.skip_chat_template, model=args.model)
+                  chat_template=not args.skip_chat_template, model=args.burstgpt_model)
     n_lo = sum(1 for r in res.rows if "output_len" in r)
     kind = " (length-only)" if n_lo == len(res.rows) else (f" ({n_lo} length-only)" if n_lo else "")
     print(f"wrote {len(res.rows)} requests{kind} to {args.output}")

@@ -291,6 +291,39 @@ def check_trace_file(p: Path, file: str) -> None:
         raise TraceError(f"cannot read: {(exc.strerror or type(exc).__name__).lower()}", file) from None
 
 
+# (format, what in the file's first 64 KiB shows it): raw files users pass to --trace before converting them
+_RAW_FORMATS = (
+    ("sharegpt", lambda h: h.lstrip().startswith(b"[") and b'"conversations"' in h),
+    ("mooncake", lambda h: b'"input_length"' in h and b'"output_length"' in h),
+    ("vllm-custom", lambda h: h.lstrip().startswith(b"{") and b'"prompt"' in h and b'"id"' not in h),
+    ("burstgpt", lambda h: b"Request tokens" in h.split(b"\n", 1)[0] and b"Response tokens" in h.split(b"\n", 1)[0]),
+    ("azure", lambda h: b"ContextTokens" in h.split(b"\n", 1)[0] and b"GeneratedTokens" in h.split(b"\n", 1)[0]),
+    ("vidur", lambda h: any(c in h.split(b"\n", 1)[0] for c in (b"num_prefill_tokens", b"PromptTokenCount"))),
+)
+
+
+def raw_format(path: str | os.PathLike) -> str | None:
+    """The raw format (a `python -m sim.trace convert --from` name) whose shape the file's first 64 KiB has, or
+    None: for errors that tell a user to convert a file before passing it as a trace."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return None
+    head = head.removeprefix(b"\xef\xbb\xbf")
+    return next((name for name, looks in _RAW_FORMATS if looks(head)), None)
+
+
+def with_convert_hint(exc: TraceError, path: str | os.PathLike) -> TraceError:
+    """`exc` (the first line's error), naming the converter command when the file looks like a raw format."""
+    fmt = raw_format(path)
+    if fmt is None:
+        return exc
+    hint = (f"; this looks like a raw {fmt} file, not a hybridspec trace: convert it first with "
+            f"python -m sim.trace convert --from {fmt} {path} -o OUT.jsonl")
+    return TraceError(exc.reason + hint, exc.file, exc.line, exc.field)
+
+
 def scan_trace(path: str | os.PathLike, limit: int | None = None) -> tuple[int, int]:
     """Check a trace line by line without tokenizing it (what a sweep does before its first cell): the first
     bad line is a TraceError (file, line, field), as load_trace would raise. Returns (requests read, at most
@@ -301,7 +334,10 @@ def scan_trace(path: str | os.PathLike, limit: int | None = None) -> tuple[int, 
     seen: dict[str, int] = {}
     longest = 0
     for lineno, raw in _file_lines(p, file):
-        rec = parse_record(decode_json_line(raw, file, lineno), file, lineno)
+        try:
+            rec = parse_record(decode_json_line(raw, file, lineno), file, lineno)
+        except TraceError as exc:
+            raise (exc if seen else with_convert_hint(exc, p)) from None
         if rec.id in seen:
             raise TraceError(f"duplicate id {rec.id!r} (first on line {seen[rec.id]})", file, lineno, "id")
         seen[rec.id] = lineno
@@ -367,7 +403,7 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
             records.append(rec)
         except TraceError as exc:
             if not skip_bad:
-                raise
+                raise (exc if records or problems else with_convert_hint(exc, p)) from None
             problems.append(str(exc))
         if limit is not None and len(records) >= limit:
             complete = whole = False  # stop here: nothing past this line is read
@@ -375,7 +411,8 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
     if n_lines == 0:
         raise TraceError("empty trace: no requests", file)
     if not records:
-        raise TraceError(f"no valid requests ({len(problems)} bad lines skipped; first: {problems[0]})", file)
+        raise with_convert_hint(TraceError(f"no valid requests ({len(problems)} bad lines skipped; first: {problems[0]})",
+                                           file), p)
     if sample is not None:
         records = [records[i] for i in sample_indices(len(records), sample, seed, file)]
         complete = False  # tokenize (and cache) only what is used, as --limit does

@@ -25,7 +25,15 @@ class TraceStats:
     output: dict[str, float]
     copy_fraction: float | None  # None: no content requests, or the n-gram drafter is unavailable
     mean_ngram_accept: float | None  # mean accepted length per output position (incl. zeros)
-    workloads: dict[str, int]
+    workloads: dict[str | None, int]  # None: requests without a workload field
+
+    def _workloads(self) -> str:
+        """`code=3, chat=2`, requests with no workload field counted as `no workload field=N`."""
+        named = ", ".join(f"{k}={v}" for k, v in sorted((k, v) for k, v in self.workloads.items() if k is not None))
+        unnamed = self.workloads.get(None, 0)
+        if not named:
+            return "none named (no request has a workload field)"
+        return named + (f", no workload field={unnamed}" if unnamed else "")
 
     def format(self) -> str:
         def row(name, d):
@@ -33,7 +41,7 @@ class TraceStats:
         lines = [f"{self.path}: {self.n} requests"
                  + (f" ({self.n_length_only} length-only)" if self.n_length_only else "")
                  + (f", {self.skipped} bad lines skipped" if self.skipped else ""),
-                 "  workloads     " + ", ".join(f"{k}={v}" for k, v in sorted(self.workloads.items())),
+                 "  workloads     " + self._workloads(),
                  row("prompt tokens", self.prompt), row("output tokens", self.output)]
         if self.copy_fraction is None:
             lines.append("  ngram copy fraction: n/a (no output content, or sim.drafters.ngram unavailable)")
@@ -66,8 +74,8 @@ def trace_stats(trace: Trace) -> TraceStats:
         hits += int((table.acc_len >= 1).sum())
         acc += int(table.acc_len.sum())
         positions += len(table.acc_len)
-    workloads: dict[str, int] = {}
+    workloads: dict[str | None, int] = {}  # None: requests without a workload field
     for r in reqs:
-        workloads[r.workload or "-"] = workloads.get(r.workload or "-", 0) + 1
+        workloads[r.workload or None] = workloads.get(r.workload or None, 0) + 1
     return TraceStats(trace.path, len(reqs), sum(r.length_only for r in reqs), trace.skipped, _pct(p), _pct(o),
                       hits / positions if positions else None, acc / positions if positions else None, workloads)

@@ -27,6 +27,8 @@ typedef struct {
     int64_t *emitted, *pos, *prev_pos, *model_pos, *n_steps, *m_cnt, *n_cnt;
     uint8_t *fresh;
     double *m_sum, *n_sum;
+    int64_t *acc_hist;  /* drafts (request-steps verifying >= 1 draft token) by accepted length, hist_len bins */
+    int64_t hist_len;
 } es_bound;
 
 /* The slots of an n-gram row of chain length len that are read: up to the length (clamped to [0, Kn]) where
@@ -209,6 +211,7 @@ int64_t es_commit(int64_t R, const int64_t *reqs, const int64_t *ints, const int
         sums[0] += adm_m;
         sums[1] += adm_n;
         sums[from_n ? 3 : 2] += acc;
+        if (adm_m + adm_n > 0) b->acc_hist[acc < b->hist_len - 1 ? acc : b->hist_len - 1] += 1;
         sums[4] += n_emit;
         sums[5] += n_emit == left;
         /* emission */

@@ -1,0 +1,267 @@
+"""Every HTML page the project writes or commits renders offline and says what it shows (sim/html_page.py).
+
+Static checks (default run): no page loads anything from the network (no src/href to a remote address: plotly.js is
+inlined once per page), every figure has a title and sits under a heading whose policy names it plots, ratio
+colour scales are white at 1 within the data's own bounds, and a run report's own content stays under 1 MB with
+its time series split per policy and cut to html_page.MAX_POINTS points a line.
+
+`python -m pytest -m browser tests/test_html_pages.py` (needs Debian's `chromium`) renders every committed page in
+headless Chromium with the network cut off and checks each figure was drawn.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.html_page import MAX_POINTS, content_bytes, downsample, figures_in
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl"
+COMMITTED = sorted((ROOT / "reports").glob("*.html"))
+URL_ATTRS = ("src", "href", "data", "poster", "srcset", "action", "background")
+
+
+class _Scan(HTMLParser):
+    """The page's remote references and, in order, its headings and figure divs."""
+
+    def __init__(self):
+        super().__init__()
+        self.remote: list[str] = []
+        self.order: list[tuple[str, str]] = []  # ("h", text) or ("fig", div id)
+        self._h = None
+
+    def handle_starttag(self, tag, attrs):
+        for k, v in attrs:
+            if k in URL_ATTRS and v and re.match(r"^\s*(https?:|//|ftp:)", v, re.I):
+                self.remote.append(f"<{tag} {k}={v}>")
+            if k == "style" and v and "url(" in v and re.search(r"url\(\s*['\"]?(https?:|//)", v):
+                self.remote.append(f"<{tag} style={v}>")
+        if re.fullmatch(r"h[1-3]", tag):
+            self._h = ""
+        ident = dict(attrs).get("id")
+        if tag == "div" and ident:
+            self.order.append(("div", ident))
+
+    def handle_data(self, data):
+        if self._h is not None:
+            self._h += data
+
+    def handle_endtag(self, tag):
+        if re.fullmatch(r"h[1-3]", tag) and self._h is not None:
+            self.order.append(("h", self._h.strip()))
+            self._h = None
+
+
+def _policy_families() -> set[str]:
+    from sim.policies import list_policies
+
+    return {u.split(":")[0].split("[")[0] for u in list_policies()}
+
+
+def _policies_named(text: str, families: set[str]) -> set[str]:
+    return {t for t in re.findall(r"[a-z][a-z0-9-]*", str(text).lower()) if t in families}
+
+
+def _figure_text(data: list, layout: dict) -> str:
+    """Every piece of text a figure shows: its title, trace names, colour-bar and axis titles, annotations."""
+    parts = [((layout.get("title") or {}).get("text") or "")]
+    parts += [str(a.get("text", "")) for a in layout.get("annotations", [])]
+    for k, v in layout.items():
+        if k.startswith(("xaxis", "yaxis")) and isinstance(v, dict):
+            parts.append(str((v.get("title") or {}).get("text", "")))
+    for tr in data:
+        parts.append(str(tr.get("name", "")))
+        parts.append(str(((tr.get("colorbar") or {}).get("title") or {}).get("text", "")))
+    return " ".join(parts)
+
+
+def check_page(text: str, where: str) -> None:
+    """The static rules every page keeps (module docstring)."""
+    scan = _Scan()
+    scan.feed(text)
+    assert not scan.remote, f"{where} loads from the network: {scan.remote[:3]}"
+    assert "@import" not in "".join(re.findall(r"<style[^>]*>(.*?)</style>", text, re.S)), where
+    figs = figures_in(text)
+    assert figs, f"{where}: no figure"
+    assert len(re.findall(r"\* plotly\.js v\d", text)) == 1, f"{where}: plotly.js must be inlined exactly once"
+    families = _policy_families()
+    by_id = {fid: (data, layout) for fid, data, layout in figs}
+    head = None
+    for kind, val in scan.order:
+        if kind == "h":
+            head = val
+        elif val in by_id:
+            data, layout = by_id[val]
+            shown = _figure_text(data, layout)
+            assert ((layout.get("title") or {}).get("text") or "").strip(), f"{where}: figure {val} has no title"
+            assert head is not None, f"{where}: figure {val} has no heading above it"
+            missing = _policies_named(head, families) - _policies_named(shown, families)
+            assert not missing, f"{where}: heading {head!r} names {sorted(missing)}, which figure {val} does not plot"
+            for tr in data:
+                if tr.get("type") == "heatmap" and "/" in _figure_text([tr], {}):
+                    check_ratio_scale(tr, f"{where}: {val}")
+    assert {v for k, v in scan.order if k == "div"} >= set(by_id), where
+
+
+def check_ratio_scale(tr: dict, where: str) -> None:
+    """A ratio heatmap: white at 1, bounds within the cells' own range widened only to 1 (no made-up symmetric
+    span: a ratio is never negative)."""
+    z = np.asarray([[np.nan if v is None else v for v in row] for row in _z(tr)], dtype=float)
+    lo, hi = float(np.nanmin(z)), float(np.nanmax(z))
+    assert tr["zmin"] >= min(lo, 1.0) - 1e-9 and tr["zmax"] <= max(hi, 1.0) + 1e-9, (where, tr["zmin"], tr["zmax"], lo, hi)
+    assert tr["zmin"] > 0, where
+    scale = tr["colorscale"]
+    mid = (1.0 - tr["zmin"]) / (tr["zmax"] - tr["zmin"])
+    white = [c for pos, c in scale if abs(pos - mid) < 1e-9]
+    assert white, f"{where}: the colour scale is not pinned at 1 ({scale})"
+
+
+def _z(tr: dict):
+    """A trace's z (or any array) as plotly wrote it: a list, or its typed-array form {dtype, bdata, shape}."""
+    z = tr["z"]
+    if isinstance(z, dict) and "bdata" in z:
+        import base64
+
+        arr = np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"]))
+        shape = z.get("shape", len(arr))
+        return arr.reshape([int(x) for x in str(shape).strip("[]").split(",")])
+    return z
+
+
+@pytest.mark.parametrize("page", COMMITTED, ids=[p.name for p in COMMITTED])
+def test_committed_page_is_offline_and_headed(page):
+    check_page(page.read_text(), str(page.relative_to(ROOT)))
+
+
+def test_a_cdn_page_and_a_mislabelled_heading_are_caught():
+    """The checks themselves fail on what the issue found: plotly from a CDN, a heading naming another policy."""
+    import plotly.graph_objects as go
+
+    from sim.html_page import figure_div, heading, page
+
+    fig = go.Figure(go.Bar(name="hybrid", x=[1], y=[1]))
+    fig.update_layout(title="hybrid over adaptive")
+    cdn = fig.to_html(include_plotlyjs="cdn", full_html=True)
+    with pytest.raises(AssertionError, match="network"):
+        check_page(cdn, "cdn")
+    wrong = page("t", [heading(2, "Hybrid-price over adaptive by context length"), figure_div(fig, "f")])
+    with pytest.raises(AssertionError, match="hybrid-price"):
+        check_page(wrong, "wrong")
+    check_page(page("t", [heading(2, "hybrid over adaptive"), figure_div(fig, "f")]), "right")
+    heat = go.Figure(go.Heatmap(z=[[0.9, 3.0]], colorscale="RdBu", zmin=-1.0, zmax=3.0,
+                                colorbar=dict(title="hybrid / adaptive")))
+    heat.update_layout(title="hybrid over adaptive")
+    with pytest.raises(AssertionError):
+        check_page(page("t", [heading(2, "hybrid over adaptive"), figure_div(heat, "h")]), "heat")
+
+
+def test_run_report_is_light_split_and_offline(tmp_path):
+    """A long run: every time-series line cut to MAX_POINTS, one panel per policy, own content under 1 MB."""
+    from sim.report import write_run_report
+    from sim.result import BREAKDOWN
+
+    rng = np.random.default_rng(0)
+    pols = ["none", "adaptive", "hybrid", "hybrid-price", "hybrid-tree", "oracle", "ngram-fixed:32", "model-fixed:7",
+            "ngram-first", "suffix-threshold"]
+    rows, steps = [], []
+    n = 200_000
+    for b in (4, 128):
+        for p in pols:
+            row = {"policy": p, "batch_size": b, "trace": "t.jsonl", "model": "m", "gpu": "g", "cost": "roofline",
+                   "drafter": "d", "ngram_k": 32, "seed": 0, "requests": 10, "output_tokens": 10,
+                   "output_throughput_tok_s": 1.0, "speedup_vs_baseline": 1.0, "mean_step_ms": 1.0,
+                   **{"share_" + k.removesuffix("_ms"): 1 / len(BREAKDOWN) for k in BREAKDOWN}}
+            rows.append(row)
+            steps.append((row, {"t_start_ms": np.cumsum(rng.random(n)), "emitted": rng.integers(1, 9, n),
+                                "step_ms": rng.random(n) + 0.5}))
+    out = tmp_path / "report.html"
+    write_run_report(rows, steps, out)
+    text = out.read_text()
+    check_page(text, "run report")
+    assert content_bytes(text) < 1_000_000, content_bytes(text)
+    (_, data, layout), = [f for f in figures_in(text) if "simulated time" in f[2]["title"]["text"]]
+    axes = {}
+    for tr in data:
+        assert len(_z({"z": tr["x"]}) if isinstance(tr["x"], dict) else tr["x"]) <= MAX_POINTS
+        axes.setdefault(tr.get("xaxis", "x"), []).append(tr)
+    assert len(axes) == len(pols) and all(len(v) == 2 for v in axes.values())  # a panel per policy, a line per batch
+
+
+def test_run_report_of_a_real_run_and_no_baseline(tmp_path):
+    from conftest import run_cli_inprocess
+
+    env = {"HYBRIDSPEC_CACHE_DIR": str(tmp_path / "cache")}
+    p = run_cli_inprocess("sim.run", "--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--workers", "1",
+                          "--no-progress", "--out", tmp_path / "o", cwd=ROOT, env=env)
+    assert p.returncode == 0, p.stderr
+    check_page((tmp_path / "o" / "report.html").read_text(), "run report")
+    p = run_cli_inprocess("sim.run", "--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--workers", "1",
+                          "--no-progress", "--no-baseline", "--out", tmp_path / "n", cwd=ROOT, env=env)
+    assert p.returncode == 0, p.stderr
+    text = (tmp_path / "n" / "report.html").read_text()
+    check_page(text, "run report, no baseline")
+    assert "over adaptive" not in text.split("* plotly.js")[0] + text.split("</script>", 1)[-1]
+
+
+def test_downsample_keeps_spikes_in_the_mean():
+    x = np.arange(10_000, dtype=float)
+    y = np.zeros(10_000)
+    y[5_001] = 1e6
+    xs, ys = downsample(x, y, 100)
+    assert len(xs) == 100 and ys.max() > 0 and np.isclose(ys.sum() * 100, y.sum())
+
+
+def test_sensitivity_and_fidelity_pages(tmp_path):
+    from real.validate import format_html
+    from sim.sensitivity import sensitivity_html
+    import pandas as pd
+
+    summ = pd.read_csv(ROOT / "reports" / "sensitivity.csv", dtype={"value": str})
+    check_page(sensitivity_html(summ), "sensitivity")
+    cell = {"trace": "traces/codeedit.jsonl", "policy": "hybrid-price", "batch_size": 4,
+            **{k: {"tok_per_s": 10.0} for k in ("real", "predicted", "synthetic")}}
+    check_page(format_html([cell], {"median_error": 0.05}, {}), "fidelity")
+
+
+def test_sweep_page_headings_follow_the_plotted_policy(tmp_path):
+    """The context-length section names the hybrid its heatmaps show (hybrid here, hybrid-price absent)."""
+    import sim.sweep as sw
+    from sim.report import load_sweep, write_sweep_report
+
+    cells = sw.expand({"trace": [str(TINY)], "policy": ["adaptive", "hybrid"], "batch_size": [2, 8]})
+    sw.run_sweep(cells, tmp_path / "s", workers=1, progress=False)
+    df, req = load_sweep(tmp_path / "s")
+    write_sweep_report(df, req, tmp_path / "r")
+    text = (tmp_path / "r" / "index.html").read_text()
+    check_page(text, "sweep index")
+    assert "<h2 id='sec1'>hybrid over adaptive by context length</h2>" in text
+
+
+# ------------------------------------------------------------------------------------------ browser (marked)
+def _chromium() -> str | None:
+    return next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("page", COMMITTED, ids=[p.name for p in COMMITTED])
+def test_committed_page_renders_offline_in_chromium(page, tmp_path):
+    """Headless Chromium, network cut off (a proxy that refuses every connection), scripts run: every figure
+    div ends up holding plotly's drawn SVG. A page that needed a CDN would stay blank."""
+    exe = _chromium()
+    if exe is None:
+        pytest.fail("no chromium: apt-get update && apt-get install -y chromium")
+    n_figs = len(figures_in(page.read_text()))
+    proc = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--proxy-server=127.0.0.1:9",
+                           "--proxy-bypass-list=<-loopback>", f"--user-data-dir={tmp_path / 'profile'}",
+                           "--virtual-time-budget=20000", "--dump-dom", page.resolve().as_uri()],
+                          capture_output=True, text=True, timeout=180)
+    dom = proc.stdout
+    assert proc.returncode == 0 and dom, proc.stderr[-2000:]
+    drawn = dom.count('class="main-svg"')
+    assert drawn >= n_figs, f"{page.name}: {drawn} drawn SVGs for {n_figs} figures (blank page?)"

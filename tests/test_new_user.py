@@ -1,0 +1,263 @@
+"""What a new user meets first (issue 31): advice a user can deploy, output in vLLM's terms, errors that say
+what to do next, stdout that holds only what was asked for."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_cli_inprocess
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures" / "trace"
+TINY = ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl"
+
+
+def _env(tmp_path):
+    return {"HYBRIDSPEC_CACHE_DIR": str(tmp_path / "cache")}
+
+
+# ------------------------------------------------------------------------------------------ trace errors
+@pytest.mark.parametrize("name, fmt", [("sharegpt.json", "sharegpt"), ("mooncake.jsonl", "mooncake"),
+                                       ("vllm_custom.jsonl", "vllm-custom"), ("burstgpt.csv", "burstgpt"),
+                                       ("azure.csv", "azure"), ("vidur_replay.csv", "vidur")])
+def test_raw_format_error_names_the_converter(tmp_path, name, fmt):
+    p = run_cli_inprocess("sim.run", "--trace", FIX / name, "--policy", "none", "--batch-size", "1", "--no-progress",
+                          cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    line = p.stderr.strip()
+    assert len(line.splitlines()) == 1, p.stderr
+    assert f"python -m sim.trace convert --from {fmt} {FIX / name} -o OUT.jsonl" in line, line
+
+
+def test_a_bad_hybridspec_trace_gets_no_converter_hint(tmp_path):
+    bad = tmp_path / "t.jsonl"
+    bad.write_text(TINY.read_text().splitlines()[0] + "\n{oops\n")
+    p = run_cli_inprocess("sim.run", "--trace", bad, "--policy", "none", "--batch-size", "1", cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 2 and ":2: not valid JSON" in p.stderr and "convert" not in p.stderr
+
+
+def test_stats_workloads_line_of_a_trace_without_workloads(tmp_path):
+    conv = tmp_path / "c.jsonl"
+    p = run_cli_inprocess("sim.trace", "convert", "--from", "sharegpt", FIX / "sharegpt.json", "-o", conv,
+                          cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 0, p.stderr
+    p = run_cli_inprocess("sim.trace", "stats", conv, cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 0, p.stderr
+    line = next(x for x in p.stdout.splitlines() if x.strip().startswith("workloads"))
+    assert "-=" not in line and "none named" in line, line
+    mixed = tmp_path / "m.jsonl"
+    rows = [json.loads(x) for x in TINY.read_text().splitlines()[:3]]
+    for r in rows:
+        r.pop("workload", None)
+    rows[0]["workload"] = "code"
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    p = run_cli_inprocess("sim.trace", "stats", mixed, cwd=ROOT, env=_env(tmp_path))
+    line = next(x for x in p.stdout.splitlines() if x.strip().startswith("workloads"))
+    assert "code=1" in line and "no workload field=2" in line, line
+
+
+# ------------------------------------------------------------------------------------------ stdout holds only JSON
+def test_eval_drafter_json_stdout_is_json_only(tmp_path, monkeypatch):
+    """The data collection's log lines go to stderr: `--json`'s stdout loads as JSON."""
+    import real.eval_drafter as ev
+
+    figures = {"trace": "t", "requests": 1}
+
+    def fake_evaluate(trace, limit, max_tokens, max_prompt, drafter, progress=True, timing=True, log=print):
+        log("data: 1 prompts from t")  # what real.drafter.data.collect_with_ids logs
+        return figures, [], [], []
+
+    monkeypatch.setattr(ev, "evaluate_trace", fake_evaluate)
+    drafter = tmp_path / "d.pt"
+    drafter.write_bytes(b"x")
+    p = run_cli_inprocess("real.eval_drafter", "--trace", FIX / "text.jsonl", "--drafter", drafter, "--json",
+                          "--no-timing", "--no-progress", cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == figures
+    assert "data: 1 prompts" in p.stderr
+
+
+# ------------------------------------------------------------------------------------------ advice and notes
+def _row(policy, x, bs=4):
+    return {"policy": policy, "batch_size": bs, "speedup_vs_baseline": x, "output_throughput_tok_s": 1000 * x}
+
+
+def test_verdict_recommends_the_fastest_deployable_policy():
+    from sim.console import not_deployable, verdicts
+
+    assert not_deployable("hybrid-tree") == "needs tree attention" and not_deployable("oracle") == "upper bound"
+    assert not_deployable("hybrid") is None and not_deployable("adaptive") is None
+    rows = [_row("adaptive", 1.0), _row("hybrid", 2.54), _row("ngram-fixed:32", 2.53), _row("hybrid-tree", 2.60),
+            _row("oracle", 2.75)]
+    (line,) = verdicts(rows, "adaptive")
+    assert line.startswith("batch 4: hybrid is the fastest deployable policy, 2.540x adaptive; next ngram-fixed:32"), line
+    assert "hybrid-tree 2.600x (needs tree attention)" in line and "per-step oracle 2.750x (upper bound)" in line
+    # a tree policy slower than the recommendation is not named
+    (line,) = verdicts([_row("adaptive", 1.0), _row("hybrid", 2.7), _row("hybrid-tree", 2.6)], "adaptive")
+    assert "hybrid-tree" not in line
+    # no baseline: ranked by throughput
+    (line,) = verdicts([_row("ngram-fixed:8", 0.9), _row("hybrid-tree", 1.2)], None)
+    assert "ngram-fixed:8 is the fastest deployable policy, 900 tok/s" in line and "hybrid-tree 1,200 tok/s" in line
+
+
+def _run(tmp_path, *args):
+    return run_cli_inprocess("sim.run", "--trace", TINY, "--workers", "1", "--no-progress", *args, cwd=ROOT,
+                             env=_env(tmp_path))
+
+
+def test_note_when_every_request_arrives_at_zero(tmp_path):
+    p = _run(tmp_path, "--policy", "none", "--batch-size", "2")
+    assert p.returncode == 0 and "all requests arrive at t = 0" in p.stdout
+    p = _run(tmp_path, "--policy", "none", "--batch-size", "2", "--request-rate", "5")
+    assert p.returncode == 0 and "arrive at t = 0" not in p.stdout
+
+
+def test_speculative_config_runs_what_it_names_and_skips_batches_past_the_trace(tmp_path):
+    five = tmp_path / "five.jsonl"
+    five.write_text("".join(TINY.read_text().splitlines(keepends=True)[:5]))
+    spec = '{"method": "ngram", "num_speculative_tokens": 8}'
+    p = run_cli_inprocess("sim.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",
+                          "--speculative-config", spec, cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert [(r["policy"], r["batch_size"]) for r in rows] == [("ngram-fixed:8", 4)]  # 128 > 5 requests: skipped
+    assert "batch size 128 skipped: the trace has only 5 requests" in p.stderr
+    assert "batch sizes 4 and 128 (the defaults)" in p.stderr and "--baseline adaptive" in p.stderr
+    p = run_cli_inprocess("sim.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",
+                          "--policy", "hybrid", "--batch-size", "8", "--batch-size", "16", cwd=ROOT, env=_env(tmp_path))
+    rows = json.loads(p.stdout)  # every size past the trace: the smallest runs (the others would be identical)
+    assert {r["batch_size"] for r in rows} == {8} and {r["policy"] for r in rows} == {"adaptive", "hybrid"}
+    assert "running the baseline 'adaptive' too" in p.stderr
+    p = run_cli_inprocess("sim.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",
+                          "--policy", "hybrid", "--batch-size", "2", "--no-baseline", cwd=ROOT, env=_env(tmp_path))
+    assert [r["policy"] for r in json.loads(p.stdout)] == ["hybrid"]
+    p = run_cli_inprocess("sim.run", "--trace", five, "--policy", "hybrid", "--baseline", "adaptive", "--no-baseline",
+                          cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 2 and "exclude each other" in p.stderr
+
+
+# ------------------------------------------------------------------------------------------ help text
+def _help(module: str, capsys) -> str:
+    import importlib
+
+    with pytest.raises(SystemExit):
+        importlib.import_module(module).parse_args(["--help"])
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("module", ["sim.run", "sim.sweep"])
+def test_help_is_grouped_without_doubled_defaults(module, capsys):
+    out = _help(module, capsys)
+    flat = " ".join(out.split())
+    assert "(default: None)" not in flat
+    assert not re.search(r"default: [^()]*\(default:", flat), "a default printed twice"
+    sections = [x.rstrip(":") for x in out.splitlines() if re.fullmatch(r"[a-z][a-z ]*:", x)]
+    for title in ("workload", "model and hardware", "speculation", "output"):
+        assert title in sections, sections
+    assert len(out.splitlines()) - 3 * len(sections) > 0
+    if module == "sim.run":
+        assert flat.count("default: 4 128") == 1
+
+
+def test_model_means_the_same_in_every_command():
+    """--model takes a models/llms name or its Hugging Face id everywhere (sim.run's meaning)."""
+    import real.gpu_check as gc
+    import real.profile as prof
+    import real.validate as val
+    from sim.models import llm_name
+
+    for parse in (val.parse_args, prof.parse_args, gc.parse_args):
+        assert parse(["--model", "HuggingFaceTB/SmolLM2-135M-Instruct"]).model == "smollm2-135m"
+        assert parse(["--model", "Qwen/Qwen3-8B"]).model == "qwen3-8b" == llm_name("Qwen/Qwen3-8B")
+
+
+def test_validate_help_describes_quick_for_both_engines(capsys):
+    import real.validate as val
+
+    out = " ".join(_help_of(val.parse_args, capsys).split())
+    quick = out[out.index("--quick a small grid"):][:300]
+    assert "torch" in quick and "vllm" in quick
+
+
+def _help_of(parse, capsys) -> str:
+    with pytest.raises(SystemExit):
+        parse(["--help"])
+    return capsys.readouterr().out
+
+
+def test_sweep_prints_vllm_format(tmp_path):
+    p = run_cli_inprocess("sim.sweep", "--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--workers", "1",
+                          "--no-progress", "--format", "vllm", "--out", tmp_path / "s", cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("Output token throughput (tok/s):") == 2  # hybrid and the baseline
+
+
+# ------------------------------------------------------------------------------------------ vLLM's spec-decode figures
+@pytest.mark.parametrize("policy", ["adaptive", "hybrid", "ngram-fixed:8", "hybrid-tree"])
+def test_spec_decode_counts_native_and_reference_agree(policy, monkeypatch):
+    """Drafts by accepted length: the native step (engine_step.c) and the numpy definition give the same counts,
+    and they add up to the step columns' accepted tokens."""
+    from sim.run import SimSetup, prepare, run_one
+
+    prep = prepare(SimSetup(trace=str(TINY)))
+    got = {}
+    for ref in ("0", "1"):
+        monkeypatch.setenv("HYBRIDSPEC_REFERENCE_ENGINE", ref)
+        row, res = run_one(prep, policy, 4)
+        got[ref] = (res.accepted_hist.copy(), row)
+    (h0, row), (h1, _) = got["0"], got["1"]
+    assert (h0 == h1).all() and h0.sum() > 0
+    accepted = int(res.steps["accepted_model"].sum() + res.steps["accepted_ngram"].sum())
+    assert int((np.arange(len(h0)) * h0).sum()) == accepted == row["accepted_tokens"]
+    assert row["num_drafts"] == h0.sum() and row["acceptance_length"] == pytest.approx(1 + accepted / h0.sum())
+    per = row["acceptance_per_position"]
+    assert all(a >= b for a, b in zip(per, per[1:])) and sum(per) == pytest.approx(accepted / h0.sum())
+    assert row["draft_tokens"] >= row["accepted_tokens"]
+
+
+def test_format_vllm_has_the_spec_decode_section(tmp_path):
+    p = _run(tmp_path, "--policy", "ngram-fixed:8", "--batch-size", "2", "--format", "vllm", "--no-baseline")
+    assert p.returncode == 0, p.stderr
+    for label in ("Speculative Decoding", "Acceptance rate (%):", "Acceptance length:", "Drafts:", "Draft tokens:",
+                  "Accepted tokens:", "Per-position acceptance (%):", "  Position 0:"):
+        assert label in p.stdout, label
+    assert "Position 8:" not in p.stdout  # K = 8: positions 0..7
+    p = _run(tmp_path, "--policy", "none", "--batch-size", "2", "--format", "vllm", "--no-baseline")
+    assert "Speculative Decoding" not in p.stdout  # nothing drafted: vLLM prints no such section either
+
+
+# ------------------------------------------------------------------------------------------ tokens per step
+def test_fidelity_names_its_engine_wide_tokens_per_step():
+    """tok/step is per request per step everywhere (sim.run, sim.sweep); fidelity.md's engine-wide figure is
+    named `tok/engine step` and defined under the table (an old fidelity.json's key still reads)."""
+    from real.validate import format_md
+
+    meta = {"command": "c", "machine": {}, "model": "m", "mode": "real", "max_tokens": 1, "max_prompt": 1}
+    agg = {"median_error": 0.0, "max_error": 0.0, "median_step_error": 0.0, "median_synthetic_error": 0.0,
+           "all_lossless": True}
+    side = {"tok_per_s": 1.0, "steps": 2, "mean_latency_s": 1.0}
+    for key in ("tokens_per_engine_step", "tokens_per_step"):
+        cell = {"trace": "t.jsonl", "policy": "none", "batch_size": 4, "requests": 4, "predicted_error": 0.0,
+                "synthetic_error": 0.0, "step_error_median": 0.0, "real": {**side, key: 3.5}, "predicted": side,
+                "synthetic": side}
+        md = format_md([cell], agg, meta)
+        assert "| tok/engine step |" in md and "| tok/step |" not in md and "| 3.50 |" in md
+        assert "tok/engine step: output tokens per engine step" in md
+    for page in ("fidelity.md", "fidelity-drafter.md"):
+        text = (ROOT / "reports" / page).read_text()
+        assert "| tok/step |" not in text and "tok/engine step" in text
+
+
+def test_trace_convert_has_no_other_model_flag(tmp_path):
+    """sim.trace convert's BurstGPT row filter is --burstgpt-model: --model means the served model only."""
+    out = tmp_path / "b.jsonl"
+    p = run_cli_inprocess("sim.trace", "convert", "--from", "burstgpt", FIX / "burstgpt.csv", "-o", out,
+                          "--burstgpt-model", "all", cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 0, p.stderr
+    p = run_cli_inprocess("sim.trace", "convert", "--from", "burstgpt", FIX / "burstgpt.csv", "-o", tmp_path / "c.jsonl",
+                          "--model", "all", cwd=ROOT, env=_env(tmp_path))
+    assert p.returncode == 2
