@@ -50,7 +50,7 @@ from sim.errors import ConfigError  # noqa: E402
 from sim.models import llm_name  # noqa: E402
 
 ENGINES = ("torch", "vllm")
-DEFAULT_POLICIES = ("none", "adaptive", "hybrid-price", "ngram-fixed:32")
+DEFAULT_POLICIES = ("none", "adaptive", "hybrid", "hybrid-price", "ngram-fixed:32")
 DEFAULT_BATCH_SIZES = (1, 4, 16)
 DEFAULT_REPEATS = 3  # real runs per cell (--repeat); --quick: 1
 QUICK_NOTE = ("--quick checks the pipeline, not fidelity (by default 3 requests of 16 tokens, one repeat): its errors "
@@ -437,7 +437,7 @@ def validate(a) -> int:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")
     check_out_dir(out, force=True)  # writable, not under a file (a folder of earlier cells is resumed)
-    policies = a.policy or (["none", "hybrid-price"] if a.quick else list(DEFAULT_POLICIES))
+    policies = a.policy or (["none", "hybrid"] if a.quick else list(DEFAULT_POLICIES))
     bss = a.batch_size or ([1, 4] if a.quick else list(DEFAULT_BATCH_SIZES))
     from sim.policies import get_policy
     for p in policies:

@@ -31,8 +31,9 @@ from sim.drafters.model import load_drafter_profile
 from sim.drafters.ngram import NgramConfig
 from sim.drafters.tables import DraftTables, build_draft_tables
 from sim.engine import EngineConfig, RunResult
-from sim.errors import ConfigError, TraceError
+from sim.errors import ConfigError
 from sim.policies import get_policy
+from sim.trace.loader import prompt_texts
 from sim.trace.schema import Request
 
 REAL_WEIGHT_MODELS = {"smollm2-135m": "smollm2-135m-gguf"}  # models/llms name -> weights spec of build_model
@@ -198,22 +199,8 @@ def _read_slice(trace: str, limit, sample, seed, max_prompt, model, random_weigh
     return kept, passed
 
 
-def _prompts(trace: str, sample, seed):
-    """(id, prompt text) of each line of a text trace, in order (or a seeded sample)."""
-    from sim.trace.loader import _file_lines, check_trace_file, decode_json_line, parse_record, sample_indices
-
-    p = Path(trace)
-    check_trace_file(p, trace)
-    recs = []
-    for ln, raw in _file_lines(p, trace):
-        obj = decode_json_line(raw, trace, ln)
-        rec = parse_record(obj, trace, ln)
-        if not isinstance(rec.prompt, str):
-            raise TraceError("real weights need the prompt's text (a 'prompt' field)", trace, ln, "prompt")
-        recs.append((rec.id, rec.prompt))
-    if sample:
-        recs = [recs[i] for i in sample_indices(len(recs), sample, seed, trace)]
-    return recs
+# the trace's prompt texts (callers in real/validate.py and real/eval_drafter.py use this name)
+_prompts = prompt_texts
 
 
 def build_engine_model(wl: Workload, max_slots: int):

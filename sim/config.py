@@ -65,6 +65,9 @@ class ModelConfig:
     model: str = opt("qwen3-8b", "a models/llms name or its Hugging Face id (Qwen/Qwen3-8B)")
     gpu: str = opt("h100-sxm", "GPU name, or with --cost profiled a cost-table file (.json/.csv) profiled for --model")
     cost: str = opt("roofline", "cost model: roofline or profiled")
+    tensor_parallel_size: int = opt(1, "GPUs the model is split over (tensor parallelism: weights and FLOPs split, "
+                                    "all-reduces added; the GPU spec must state interconnect_gbps)",
+                                    flags=("-tp",), grid=None, min=1, max=64)
 
 
 @dataclass

@@ -9,8 +9,14 @@ results on the CPU before the next step, e.g. a CPU n-gram drafter) serialises t
 bubble = step - gpu is the time the GPU waits (sim/step_time.py, shared by every path that charges a step).
 
 The step is shared with the real torch engine (real/engine/engine.py), which subclasses Engine and
-overrides only the hooks marked in `_step` (propose, allocate, verify, emit, charge); admission, the
+overrides only the hooks marked in `_step` (plan, propose, allocate, verify, emit, charge); admission, the
 token budget, chunked prefill and preemption are the shared Scheduler's (sim/scheduler.py).
+
+A decode step has the three phases of the policy contract (sim/policies/base.py): the host's HostView (the
+stale chains and history, the step's shape and prices) -> `_plan` (Policy.plan: which drafters run, the
+budget) -> `_propose` (only the planned drafters: a drafter left out has an empty chain and is not charged)
+-> the StepBatch -> `_allocate` (Policy.allocate with the Plan). The Plan's fields are host values, so the
+engine never reads a device value to decide what runs.
 
 Scheduling (vLLM V1 style): at most `batch_size` running requests; each step has a token budget
 `max_num_batched_tokens`; decoding requests take 1 + (admitted draft) tokens, and prompts are prefilled in
@@ -21,9 +27,9 @@ later; no token is lost or emitted twice).
 
 Costs: policies decide with the verify table vLLM profiles at start-up (CostModel.startup_verify_table, no
 step's real context); the step is charged its true cost, at this step's context and at the token count its
-CUDA graph is padded to (CostModel.graph_tokens). A policy may skip a drafter for the whole step
-(Allocation.model_ran / ngram_ran): that drafter is then not charged, and a slot admitted from it is a
-violation (check 1 below). Host-side history the policies may use (`_host_history`): the chain last drafted
+CUDA graph is padded to (CostModel.graph_tokens). A policy's Plan may leave a drafter out for the whole step:
+that drafter is then not proposed nor charged, and a slot admitted from it is a violation (check 1 below).
+Host-side history the policies may use (`_host_history`): the chain last drafted
 for each request, its mean drafted model chain and its mean n-gram chain.
 
 Emission: a decoding request at output position i verifies the admitted prefix of its chosen chain and
@@ -74,16 +80,18 @@ import torch
 from tqdm import tqdm
 
 from sim.cost.base import CostModel
-from sim.drafters.tables import DraftTables, expected_outputs, ng_conf_zero_past_length
+from sim.drafters.tables import DraftTables, ng_conf_zero_past_length
 from sim.engine_fast import ARRAYS_BYPASSES, NativeScans, Unsupported, native_step, steps_as_defined
+from sim.engine_checks import LosslessChecks
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
+from sim.engine_history import HostHistory
 from sim.engine_stretch import steady_steps, stretch_ok
 from sim.errors import ConfigError, HybridSpecError
-from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
+from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler, StepPlan, full_kv_need
-from sim.step_log import StepLog
-from sim.step_time import host_syncs, step_time
+from sim.step_log import STEP_COLUMNS, StepLog, make_record
+from sim.step_time import StepCharge, StepPrices, host_syncs
 
 
 HELD_MAX = 4096  # steps the engine runs ahead of simpy's clock at most (Engine._engine)
@@ -145,13 +153,12 @@ class RunResult:
         return self
 
 
-STEP_COLUMNS = ("t_start_ms", "step_ms", "num_decode", "prefill_tokens", "verified_model", "verified_ngram",
-                "accepted_model", "accepted_ngram", "emitted", "draft_ms", "ngram_ms", "alloc_ms", "verify_ms",
-                "sample_ms", "cpu_ms", "bubble_ms", "kv_tokens", "preempted", "tokens", "logit_rows", "num_seqs")
 
 
-class Engine:
-    """One simulated serving engine running one policy over one trace's draft tables."""
+class Engine(HostHistory, LosslessChecks):
+    """One simulated serving engine running one policy over one trace's draft tables: the loop, the clock and the
+    step here; the per-request host history (sim/engine_history.py) and the lossless checks
+    (sim/engine_checks.py) in their mixins."""
 
     single_thread = True  # torch intra-op threads during run(): one (the simulator's tensors are tiny)
 
@@ -225,7 +232,8 @@ class Engine:
         vocab = cost.vocab_size
         # vLLM 0.33's verification logits cap: one fp32 chunk of 2**30 bytes, vocab_size * 4 bytes per row
         self.max_logits = 2**30 // (vocab * 4) if vocab else None
-        self.steps = StepLog(STEP_COLUMNS)  # one STEP_COLUMNS tuple per step, kept as numpy chunks
+        self.steps = StepLog(STEP_COLUMNS)  # one StepRecord per step, kept as numpy chunks
+        self.ran = (False, False)  # (model, n-gram): the drafters the last numpy step's _admit found ran
         self._bar = None
 
     # ----------------------------------------------------------------------------------------- utils
@@ -240,59 +248,19 @@ class Engine:
         arena learns it as requests are admitted)."""
         return ng_conf_zero_past_length(self.tb)
 
-    def _hist(self, reqs: np.ndarray) -> np.ndarray:
-        """Rows of the K-wide host-history sums of requests `reqs`."""
-        return reqs if self._hslot is None else self._hslot[reqs]
-
-    def _admit_rows(self, plan: StepPlan) -> StepPlan:
-        """Streaming tables: build the rows and take a history slot for every newly running request."""
-        if self.stream and self.sched.running:
-            run = np.asarray(self.sched.running, dtype=np.int64)
-            new = run[~self.tb.live[run]]
-            if len(new):
-                self.tb.admit(new)
-                for r in new.tolist():
-                    self._hslot[r] = self._free_slots.pop() if self._free_slots else self._new_slot()
-        return plan
-
-    def _new_slot(self) -> int:
-        """A never-used history slot, growing the K-wide sums (doubling) when they are full."""
-        s, cap = self._hused, len(self.m_conf_sum)
-        if s == cap:
-            grow = max(cap, 64)
-            self.m_conf_sum = np.concatenate([self.m_conf_sum, np.zeros((grow, self.tb.k_model))])
-            self.ng_conf_sum = np.concatenate([self.ng_conf_sum, np.zeros((grow, self.tb.k_ngram))])
-        self._hused = s + 1
-        return s
-
-    def _release_rows(self, finished: list[int]) -> None:
-        """Streaming tables: check each finished request's output (lossless item 3), then free its rows and slot."""
-        if not (self.stream and finished):
-            return
-        for r in finished:
-            if self._out_violation is None or r < self._out_violation[0]:
-                msg = self.tb.output_violation(r, int(self.pos[r]))
-                if msg:
-                    self._out_violation = (r, msg)
-            s = int(self._hslot[r])
-            self.m_conf_sum[s] = 0.0
-            self.ng_conf_sum[s] = 0.0
-            self._free_slots.append(s)
-            self._hslot[r] = -1
-        self.tb.release(finished)
-
-    def _prices(self, R: int) -> dict:
+    def _prices(self, R: int) -> StepPrices:
         """The drafters' and the allocation kernel's prices for R decoding requests, as if every drafter the
-        policy uses runs (the cost model's, computed once per R: they depend on nothing else)."""
+        policy uses runs (the cost model's, computed once per R: they depend on nothing else). Shared: copy it
+        before changing it."""
         out = self._price_memo.get(R)
         if out is None:
-            cost, pol, out = self.cost, self.policy, {}
+            cost, pol, out = self.cost, self.policy, StepPrices()
             if pol.uses_model:
-                out["draft"] = cost.draft_ms(R, self.tb.k_model)
+                out.draft = cost.draft_ms(R, self.tb.k_model)
             if pol.uses_ngram:
-                out["ngram"] = cost.ngram_ms(R, on_gpu=not pol.host_sync)
+                out.ngram = cost.ngram_ms(R, on_gpu=not pol.host_sync)
             if pol.uses_model or pol.uses_ngram:
-                out["alloc"] = cost.alloc_ms(R, policy=pol.name)
+                out.alloc = cost.alloc_ms(R, policy=pol.name)
             self._price_memo[R] = out
         return out
 
@@ -326,57 +294,6 @@ class Engine:
         if md.any():  # model draft tokens: the chain's proposals (wrong from the first rejected slot on)
             tok[md] = tb.m_tok[rows[rep[md]], np.minimum(j[md], tb.k_model - 1)]
         self._write(reqs, counts, (tb.offsets[reqs] + pos)[rep] + j, tok)
-
-    def _host_history(self, reqs: np.ndarray, srows: np.ndarray, mrows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """What the host knows of each request's chains before the step: (stale model confidences [R, K_m],
-        mean n-gram confidences [R, K_n]). The model row is the chain drafted at the previous step; if the
-        pass was skipped then, the mean of the chains drafted for the request so far; 1.0 on the first
-        decode step since (re)admission (vLLM's reset). The n-gram row is the mean over the request's
-        earlier steps (0 past each chain's length), or the previous proposal on its first step."""
-        tb = self.tb
-        stale_m = tb.m_conf[mrows]  # a copy (fancy indexing)
-        gap = (self.model_pos[reqs] != self.prev_pos[reqs]) & (self.m_conf_cnt[reqs] > 0)
-        if gap.any():
-            g = reqs[gap]
-            stale_m[gap] = self.m_conf_sum[self._hist(g)] / self.m_conf_cnt[g][:, None]
-        stale_m[self.fresh[reqs]] = 1.0
-        self.fresh[reqs] = False
-        if not self.policy.uses_ngram:  # only policies that draft n-gram chains read their history
-            return stale_m, None
-        cnt = self.ng_conf_cnt[reqs]
-        last = tb.ng_conf[srows] if self._ng_clean else tb.ng_conf[srows] * (np.arange(tb.k_ngram) < tb.ng_len[srows][:, None])
-        mean_ng = np.where(cnt[:, None] > 0, self.ng_conf_sum[self._hist(reqs)] / np.maximum(cnt, 1)[:, None], last)
-        return stale_m, mean_ng
-
-    def _record_drafts(self, reqs: np.ndarray, rows: np.ndarray, model_ran: bool) -> None:
-        """After a step: the chains drafted in it join the requests' host-side history."""
-        tb = self.tb
-        if model_ran:
-            self.model_pos[reqs] = self.prev_pos[reqs]
-            self.m_conf_sum[self._hist(reqs)] += tb.m_conf[rows]
-            self.m_conf_cnt[reqs] += 1
-        if self.policy.uses_ngram:
-            self.ng_conf_sum[self._hist(reqs)] += (tb.ng_conf[rows] if self._ng_clean
-                                       else tb.ng_conf[rows] * (np.arange(tb.k_ngram) < tb.ng_len[rows][:, None]))
-            self.ng_conf_cnt[reqs] += 1
-
-    def _flag(self, bad: np.ndarray, reqs: np.ndarray, what: str) -> None:
-        """Record the first violation: `what` for the first request with bad[k] set."""
-        if not self.violation and bad.any():
-            self.violation = f"request {int(reqs[np.argmax(bad)])}: {what}"
-
-    def _check_chain_bounds(self, reqs: np.ndarray, rows: np.ndarray, from_n: np.ndarray, n_draft: np.ndarray,
-                            m_len: np.ndarray, ng_len: np.ndarray) -> None:
-        """Emitted draft tokens lie inside the chain that proposed them (n_draft <= its length), and an
-        n-gram chain copies from the context only: 0 <= ng_start and ng_start + n_draft <= prompt_len + pos,
-        never from the target's own future tokens (length-only requests, whose sources are synthetic, exempt)."""
-        tb = self.tb
-        bad = n_draft > np.where(from_n, ng_len, m_len)
-        copied = from_n & (n_draft > 0) & ~tb.length_only[reqs]
-        if copied.any():
-            src = tb.ng_start[rows]
-            bad |= copied & ((src < 0) | (src + n_draft > tb.prompt_len[reqs] + self.pos[reqs]))
-        self._flag(bad, reqs, "emitted draft tokens outside the proposed chain or its context")
 
     # ----------------------------------------------------------------------------------------- simpy
     def _arrivals(self, env: simpy.Environment, wake: list):
@@ -480,43 +397,11 @@ class Engine:
         """The steps of a pure-decode stretch computed at once (sim.engine_ff); their delays [ms], or []."""
         return fast_forward(self, env.now, env.peek())
 
-    def check_lossless(self) -> str:
-        """'' if the run was lossless, else a one-line description of the first violation: the step checks'
-        (module docstring, items 1-2), then item 3: the emitted buffer against the trace output, every
-        position at its output length, and the number of tokens written (exactly once each)."""
-        if self.violation:
-            return self.violation
-        if self.stream:  # item 3 was checked per request as it finished (_release_rows); the count here
-            if self._out_violation is not None:
-                return self._out_violation[1]
-            short = np.nonzero(self.pos != self.tb.out_len)[0]  # a request that never finished
-            if len(short):
-                r = int(short[0])
-                return f"request {r} ended at position {int(self.pos[r])} of {int(self.tb.out_len[r])}"
-            if self.n_written != self.n_outputs:
-                return f"{self.n_written} tokens emitted for {self.n_outputs} output positions (some emitted twice)"
-            return ""
-        tb = self.tb
-        expect = expected_outputs(tb)
-        bad = np.flatnonzero(expect != self.emitted_tokens)
-        if len(bad):
-            k = int(bad[0])
-            r = int(np.searchsorted(tb.offsets, k, side="right")) - 1  # the request whose output holds slot k
-            got = int(self.emitted_tokens[k])
-            return (f"request {r} output position {k - int(tb.offsets[r])}: "
-                    + (f"emitted token {got}, the target's is {int(expect[k])}" if got >= 0 else "never emitted"))
-        short = np.nonzero(self.pos != tb.out_len)[0]
-        if len(short):
-            r = int(short[0])
-            return f"request {r} ended at position {int(self.pos[r])} of {int(tb.out_len[r])}"
-        if self.n_written != len(expect):
-            return f"{self.n_written} tokens emitted for {len(expect)} output positions (some emitted twice)"
-        return ""
-
     # ----------------------------------------------------------------------------------------- step
     # One step, in the order both engines share (the real engine overrides the marked hooks):
-    #   _schedule -> prefill bookkeeping -> _propose (hook) -> _build_batch -> _allocate (hook: timing)
-    #   -> _admit -> _verify (hook: tables here, a model forward there) -> _accept -> _emit (hook)
+    #   _schedule -> prefill bookkeeping -> _host_state, _host_view -> _plan (hook) -> _propose (hook: the
+    #   planned drafters) -> _step_batch -> _allocate (hook: timing) -> _admit -> _verify (hook: tables here,
+    #   a model forward there) -> _accept -> _emit (hook)
     #   -> _charge (hook: the cost model here, the clock there).
 
     def _schedule(self) -> StepPlan:
@@ -524,18 +409,34 @@ class Engine:
         requests it admits."""
         return self._admit_rows(self.sched.schedule())
 
-    def _propose(self, reqs: np.ndarray, rows: np.ndarray) -> dict:
-        """Hook: the drafters' chains for the decoding requests at output rows `rows` of the tables:
-        model_conf [R, K_m], model_len [R], ngram_conf [R, K_n], ngram_len [R] (numpy)."""
-        tb = self.tb
-        return dict(model_conf=tb.m_conf[rows], model_len=np.minimum(tb.k_model, tb.out_len[reqs] - self.pos[reqs]),
-                    ngram_conf=tb.ng_conf[rows], ngram_len=tb.ng_len[rows])
+    def _plan(self, view: HostView) -> Plan:
+        """Hook: the policy's host phase (Policy.plan), before any drafter runs."""
+        return self.policy.plan(view)
 
-    def _allocate(self, batch: StepBatch) -> Allocation:
-        """Hook: call the policy (the real engine times it). The simulator runs the policy's faster form
-        when it has one (Policy.sim_fn, checked against the definition by tests/test_policy_fast_forms.py)."""
-        run = getattr(self.policy, "sim_callable", self.policy)
-        return run(batch)
+    def _propose(self, reqs: np.ndarray, rows: np.ndarray, plan: Plan) -> dict:
+        """Hook: the chains of the drafters in `plan` for the decoding requests at output rows `rows` of the
+        tables: model_conf [R, K_m], model_len [R], ngram_conf [R, K_n], ngram_len [R] (numpy); a drafter
+        the plan leaves out proposes nothing (length 0, confidence 0)."""
+        tb = self.tb
+        R = len(reqs)
+        if plan.model:
+            m_conf, m_len = tb.m_conf[rows], self._scheduled_model_len(reqs)
+        else:
+            m_conf, m_len = np.zeros((R, tb.k_model), dtype=tb.m_conf.dtype), np.zeros(R, dtype=np.int64)
+        if plan.ngram:
+            n_conf, n_len = tb.ng_conf[rows], tb.ng_len[rows]
+        else:
+            n_conf, n_len = np.zeros((R, tb.k_ngram), dtype=tb.ng_conf.dtype), np.zeros(R, dtype=np.int64)
+        return dict(model_conf=m_conf, model_len=m_len, ngram_conf=n_conf, ngram_len=n_len)
+
+    def _allocate(self, batch: StepBatch, plan: Plan) -> Allocation:
+        """Hook: the policy's device phase (Policy.allocate with `plan`; the real engine times it). The
+        simulator runs the policy's faster form when it has one (Policy.sim_fn, checked against the definition
+        by tests/test_policy_fast_forms.py): a form is the whole policy on one view, its plan recomputed from
+        the batch's host-known fields, which are the HostView `plan` was made from."""
+        pol = self.policy
+        run = getattr(pol, "sim_callable", pol)
+        return pol.allocate(batch, plan) if run is pol else run(batch)
 
     def _verify(self, plan: StepPlan, reqs: np.ndarray, rows: np.ndarray, adm_m: np.ndarray,
                 adm_n: np.ndarray, chains: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -545,14 +446,14 @@ class Engine:
         tb = self.tb
         return np.minimum(adm_m, tb.m_acc[rows]), np.minimum(adm_n, tb.ng_acc[rows])
 
-    def _charge(self, parts: dict, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
-                logit_rows: int) -> dict:
-        """Hook: the step's time split (ms: draft, ngram, alloc, verify, sample, cpu). `parts` holds the
-        drafters' and the allocation's prices (0 for what did not run). Here: the cost model's true cost,
-        at this step's context and at the token count its CUDA graph is padded to."""
+    def _charge(self, parts: StepPrices, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
+                logit_rows: int) -> StepCharge:
+        """Hook: the step's time split (StepCharge, ms). `parts` holds the drafters' and the allocation's
+        prices (0 for what did not run). Here: the cost model's true cost, at this step's context and at the
+        token count its CUDA graph is padded to."""
         hit = self._counts_charge(len(self.sched.running), total_tokens)
         verify = float(self.cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows)) if total_tokens else 0.0
-        return dict(parts, verify=verify, sample=hit[1], cpu=hit[2])
+        return StepCharge(parts.draft, parts.ngram, parts.alloc, verify, hit[1], hit[2])
 
     def _counts_charge(self, running: int, total_tokens: int) -> tuple:
         """What of a step's charge depends on the counts only (the cost model is pure): (graph tokens, sample
@@ -568,23 +469,32 @@ class Engine:
                                             cost.cpu_ms(*key))
         return hit
 
-    def _build_batch(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, T: int, kv_tokens: int,
-                     n_seqs: int, n_prefill_done: int, prices: dict) -> StepBatch:
-        """The policy's view of the step (sim.policies.base.StepBatch), the same in both engines."""
-        tb = self.tb
-        srows = tb.offsets[reqs] + self.prev_pos[reqs]
-        mrows = tb.offsets[reqs] + self.model_pos[reqs]
-        stale_m_conf, mean_ng = self._host_history(reqs, srows, mrows)
-        stale = (stale_m_conf, np.minimum(tb.k_model, tb.out_len[reqs] - self.model_pos[reqs]), tb.ng_conf[srows],
-                 tb.ng_len[srows])
-        return self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs, n_prefill_done, prices)
+    def _host_view(self, reqs: np.ndarray, stale: tuple, mean_ng, T: int, n_seqs: int, n_prefill_done: int,
+                   prices: StepPrices) -> HostView:
+        """The policy's view of the step before any drafter runs (sim.policies.base.HostView), as tensors
+        wrapping the host arrays without copies; prices as if every drafter the policy uses runs."""
+        from_numpy = torch.from_numpy
+        draft_ms, ngram_ms = prices.draft, prices.ngram
+        return HostView(
+            stale_model_conf=from_numpy(stale[0]), stale_model_len=from_numpy(stale[1]),
+            stale_ngram_conf=from_numpy(stale[2]), stale_ngram_len=from_numpy(stale[3]),
+            model_len=from_numpy(self._scheduled_model_len(reqs)), num_nondraft_tokens=T,
+            verify_cost_ms=self.decision_table, draft_cost_ms=prices.total(),
+            mean_ngram_conf=None if mean_ng is None else from_numpy(mean_ng),
+            num_sampling_reqs=len(reqs) + n_prefill_done,
+            max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
+            model_draft_ms=draft_ms, ngram_draft_ms=ngram_ms)
+
+    def _scheduled_model_len(self, reqs: np.ndarray) -> np.ndarray:
+        """The model chain length each decoding request is scheduled: min(K_m, output left) (host-known)."""
+        return np.minimum(self.tb.k_model, self.tb.out_len[reqs] - self.pos[reqs])
 
     def _step_batch(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, stale: tuple, mean_ng, T: int,
-                    kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: dict) -> StepBatch:
+                    kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: StepPrices) -> StepBatch:
         """The StepBatch of the chains and the host-side history (stale = model conf, model len, n-gram conf,
         n-gram len), as numpy arrays: wrapped without copies."""
         tb, pol, from_numpy = self.tb, self.policy, torch.from_numpy
-        draft_ms, ngram_ms = prices["draft"], prices["ngram"]
+        draft_ms, ngram_ms = prices.draft, prices.ngram
         return StepBatch(
             model_conf=from_numpy(chains["model_conf"]),
             model_len=from_numpy(chains["model_len"]),
@@ -597,7 +507,7 @@ class Engine:
             stale_ngram_len=from_numpy(stale[3]),
             num_nondraft_tokens=T,
             verify_cost_ms=self.decision_table,
-            draft_cost_ms=draft_ms + ngram_ms + prices["alloc"],
+            draft_cost_ms=prices.total(),
             true_model_acc=from_numpy(tb.m_acc[rows]) if pol.needs_truth else None,
             true_ngram_acc=from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
             true_verify_cost_ms=from_numpy(self._true_table(T, len(reqs), kv_tokens, n_seqs)) if pol.needs_truth else None,
@@ -614,25 +524,31 @@ class Engine:
         tb = self.tb
         return self.cost.charged_verify_table(T + R * max(tb.k_model, tb.k_ngram) + 1, kv_tokens, n_seqs)
 
-    def _drafters_ran(self, said_model, said_ngram, prices: dict) -> tuple[bool, bool]:
-        """Which drafters ran this step (the policy's say, Allocation.model_ran / ngram_ran, else whether it
-        uses them); drops the prices of those that did not."""
-        pol = self.policy
-        model_ran = pol.uses_model if said_model is None else bool(said_model)
-        ngram_ran = pol.uses_ngram if said_ngram is None else bool(said_ngram)
-        if not model_ran:
-            prices["draft"] = 0.0
-        if not ngram_ran:
-            prices["ngram"] = 0.0
-        if not (model_ran or ngram_ran):
-            prices["alloc"] = 0.0
+    def _drafters_ran(self, said_model, said_ngram, prices: StepPrices | None,
+                      plan: Plan | None = None) -> tuple[bool, bool]:
+        """Which drafters ran this step: those of the plan (None: the policy's default plan, every drafter it
+        uses), less one whose Allocation says it ran not (model_ran / ngram_ran: the oracle's choice, or a
+        fast form's report of its fused plan; host values); drops the prices of those that did not run (from
+        `prices`, unless None)."""
+        if plan is None:
+            plan = self.policy.default_plan
+        model_ran = plan.model and (said_model is None or bool(said_model))
+        ngram_ran = plan.ngram and (said_ngram is None or bool(said_ngram))
+        if prices is not None:
+            if not model_ran:
+                prices.draft = 0.0
+            if not ngram_ran:
+                prices.ngram = 0.0
+            if not (model_ran or ngram_ran):
+                prices.alloc = 0.0
         return model_ran, ngram_ran
 
-    def _admit(self, alloc: Allocation, reqs: np.ndarray, chains: dict, prices: dict) -> tuple:
+    def _admit(self, alloc: Allocation, plan: Plan, reqs: np.ndarray, chains: dict, prices: StepPrices) -> tuple:
         """Draft slots verified from each chain (a tree policy verifies the other chain as a second branch),
-        after the Allocation contract check; drops the prices of drafters the policy skipped.
+        after the Allocation contract check; drops the prices of drafters that did not run.
         Returns (adm_m, adm_n, model_ran)."""
-        model_ran, ngram_ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, prices)
+        model_ran, ngram_ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, prices, plan)
+        self.ran = (model_ran, ngram_ran)
         chain = alloc.chain.numpy()
         adm = alloc.admitted.numpy().astype(np.int64)
         is_m = chain == CHAIN_MODEL
@@ -666,11 +582,6 @@ class Engine:
                     first_tok.append(r)
         return kv_tokens, first_tok, n_prefill_done
 
-    # the violations es_commit reports (sim/engine_fast.py), in the order the numpy step flags them
-    _COMMIT_CHECKS = ("the policy admitted more draft tokens than its chain holds",
-                      "the policy admitted draft tokens of a drafter it did not run this step",
-                      "emitted draft tokens outside the proposed chain or its context")
-
     def _native_step(self):
         """The native form of the step's bookkeeping (sim.engine_fast.NativeStep), or None: the numpy step.
         Decided on the first step; dropped for good if the tables or state stop matching the C's dtypes."""
@@ -700,27 +611,31 @@ class Engine:
             form = self._arrays = None if steps_as_defined(self, ARRAYS_BYPASSES) else getattr(run, "arrays", None)
         return form
 
-    def _decide(self, form, g, T: int, kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: dict) -> tuple:
+    def _decide(self, form, g, T: int, kv_tokens: int, n_seqs: int, n_prefill_done: int,
+                prices: StepPrices) -> Decision:
         """The native step's policy call on the gathered step `g` (sim.engine_fast.Gathered): the policy's fast
         form on the arrays (`form`, Engine._array_form), else -- no form, or the form declines -- the policy
-        on a StepBatch through _allocate. Returns (chain, admitted, second or None, model_ran or None,
-        ngram_ran or None) as numpy arrays and the policy's say."""
+        on a StepBatch through its plan and _allocate. Returns the Decision: numpy arrays and host bools (a
+        fast form's report of its fused plan, or the Plan's and the Allocation's say combined)."""
         R = len(g.reqs)
         if form is not None:
             tb = self.tb
             truth = (tb.m_acc[g.rows], tb.ng_acc[g.rows], self._true_table(T, R, kv_tokens, n_seqs)) \
                 if self.policy.needs_truth else ()
             out = form(Arrays(g.packed, g.ptrs, g.mean_ng, T, R + n_prefill_done,
-                              prices["draft"] + prices["ngram"] + prices["alloc"], prices["draft"],
+                              prices.total(), prices.draft,
                               None if self.max_logits is None else max(0, self.max_logits - n_seqs),
-                              self.decision_table, prices["ngram"], *truth, has_nan=g.has_nan))
+                              self.decision_table, prices.ngram, *truth, has_nan=g.has_nan))
             if out is not None:
-                return out
+                return Decision._make(out)
+        # the simulator's proposals are table reads, gathered with the history: plan, then allocate on them
+        plan = self._plan(self._host_view(g.reqs, g.stale, g.mean_ng, T, n_seqs, n_prefill_done, prices))
         batch = self._step_batch(g.reqs, g.rows, g.chains, g.stale, g.mean_ng, T, kv_tokens, n_seqs, n_prefill_done,
                                  prices)
-        alloc = self._allocate(batch)
-        return (alloc.chain.numpy(), alloc.admitted.numpy(), None if alloc.second is None else alloc.second.numpy(),
-                alloc.model_ran, alloc.ngram_ran)
+        alloc = self._allocate(batch, plan)
+        ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, None, plan)
+        second = None if alloc.second is None else alloc.second.numpy()
+        return Decision(alloc.chain.numpy(), alloc.admitted.numpy(), second, *ran)
 
     def _step(self, now_ms: float) -> tuple[float, list[int]]:
         tb, pol = self.tb, self.policy
@@ -732,14 +647,14 @@ class Engine:
         verified = [0, 0]
         accepted = [0, 0]
         emitted = 0
-        prices = dict(draft=0.0, ngram=0.0, alloc=0.0)
+        prices = StepPrices()
         n_seqs = R + len(prefilling)
         reqs = decoding
         fast = self._native_step()
         if fast is not None:
             if R:
                 T = R + prefill_tokens
-                prices.update(self._prices(R))
+                prices = self._prices(R).copy()
                 form = self._array_form()
                 g = fast.gather(reqs, pol.uses_ngram and (form is None or form.reads_mean), reuse=form is not None)
                 kv_tokens += g.kv
@@ -763,12 +678,14 @@ class Engine:
         if R:
             kv_tokens += int((tb.prompt_len[reqs] + self.pos[reqs]).sum())
             T = R + prefill_tokens
-            # Priced as if every drafter the policy uses runs; a policy may skip one (model_ran below).
-            prices.update(self._prices(R))
-            chains = self._propose(reqs, rows)
-            batch = self._build_batch(reqs, rows, chains, T, kv_tokens, n_seqs, n_prefill_done, prices)
-            alloc = self._allocate(batch)
-            adm_m, adm_n, model_ran = self._admit(alloc, reqs, chains, prices)
+            # Quoted as if every drafter the policy uses runs; the plan may leave one out (its price is dropped).
+            prices = self._prices(R).copy()
+            stale, mean_ng = self._host_state(reqs)
+            drafting = self._plan(self._host_view(reqs, stale, mean_ng, T, n_seqs, n_prefill_done, prices))
+            chains = self._propose(reqs, rows, drafting)
+            batch = self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs, n_prefill_done, prices)
+            alloc = self._allocate(batch, drafting)
+            adm_m, adm_n, model_ran = self._admit(alloc, drafting, reqs, chains, prices)
         acc_m, acc_n = self._verify(plan, reqs, rows, adm_m, adm_n, chains)
         if R:
             from_n = acc_n > acc_m  # the branch whose tokens are kept (ties: the model's, same tokens)
@@ -797,7 +714,7 @@ class Engine:
                                  prices, verified, accepted, emitted, total_tokens)
 
     def _finish_step(self, now_ms: float, plan: StepPlan, R: int, prefill_tokens: int, kv_tokens: int,
-                     first_tok: list, n_prefill_done: int, n_seqs: int, prices: dict, verified: list,
+                     first_tok: list, n_prefill_done: int, n_seqs: int, prices: StepPrices, verified: list,
                      accepted: list, emitted: int, total_tokens: int,
                      may_finish: bool = True) -> tuple[float, list[int]]:
         """The rest of a step after the decoding requests' emission: the prefills' first tokens, the charge,
@@ -820,14 +737,14 @@ class Engine:
             emitted += len(first_tok)
         logit_rows = total_tokens - prefill_tokens + n_prefill_done
         t = self._charge(prices, plan, R, total_tokens, kv_tokens, n_seqs, logit_rows=logit_rows)
-        gpu_ms, step_ms = step_time(t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"], t["cpu"],
-                                    host_syncs(pol, self.cfg))
+        gpu_ms, step_ms = t.times(host_syncs(pol, self.cfg))
         end_s = (now_ms + step_ms) / 1000.0
         for r in first_tok:
             if np.isnan(self.t_first[r]):
                 self.t_first[r] = end_s
         finished = self.sched.pop_finished(tb.out_len) if may_finish or first_tok else []
-        self.steps.append((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0], accepted[1],
-                           emitted, t["draft"], t["ngram"], t["alloc"], t["verify"], t["sample"], t["cpu"],
-                           step_ms - gpu_ms, kv_tokens, preempted, total_tokens, logit_rows, n_seqs))
+        self.steps.append(make_record((now_ms, step_ms, R, prefill_tokens, verified[0], verified[1], accepted[0],
+                                       accepted[1], emitted, t.draft, t.ngram, t.alloc, t.verify,
+                                       t.sample, t.cpu, step_ms - gpu_ms, kv_tokens, preempted, total_tokens,
+                                       logit_rows, n_seqs)))
         return step_ms, finished

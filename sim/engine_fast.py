@@ -27,11 +27,11 @@ _CTYPES = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]", np
 
 # The Engine methods whose arithmetic the native step transcribes: a subclass overriding any of them
 # (RealEngine: _propose, _verify, _emit) keeps the numpy step.
-REPLACED = ("_propose", "_build_batch", "_host_history", "_admit", "_verify", "_check_chain_bounds", "_emit",
-            "_write", "_record_drafts")
+REPLACED = ("_propose", "_host_state", "_scheduled_model_len", "_host_history", "_admit", "_verify",
+            "_check_chain_bounds", "_emit", "_write", "_record_drafts")
 
 # The hooks a policy's fast form on the gathered arrays (Engine._array_form: no StepBatch) bypasses.
-ARRAYS_BYPASSES = ("_allocate", "_step_batch", "_build_batch")
+ARRAYS_BYPASSES = ("_allocate", "_step_batch", "_host_view", "_plan")
 
 
 class Unsupported(Exception):
@@ -135,7 +135,8 @@ class NativeStep:
         return out
 
     def gather(self, reqs: np.ndarray, with_mean_ng: bool, reuse: bool = False) -> Gathered:
-        """Engine._propose's chains and _build_batch's host-side history for the decoding requests `reqs`
+        """Engine._propose's chains (every drafter's: table reads) and _host_state's host-side history for the
+        decoding requests `reqs`
         (Gathered), and the KV context they read, sum of prompt_len + pos. Marks the requests not fresh, as
         _host_history does. The arrays are fresh every step (a StepBatch may keep them) unless `reuse`.
         The caller has called bind() this step."""
@@ -279,10 +280,11 @@ def steps_as_defined(engine, hooks: tuple[str, ...]) -> bool:
     (the real engine, tests injecting faults). The one gate of this module and sim/engine_ff.py."""
     if os.environ.get("HYBRIDSPEC_REFERENCE_ENGINE", "").strip() not in ("", "0"):
         return True
-    from sim.engine import Engine
-
     cls = type(engine)
-    return any(getattr(cls, m) is not getattr(Engine, m) for m in hooks)
+    # the root engine class (sim.engine.Engine: the first in the MRO from object up that defines the step), found
+    # without importing back up to it
+    base = next(c for c in reversed(cls.__mro__) if "_step" in vars(c))
+    return any(getattr(cls, m) is not getattr(base, m) for m in hooks)
 
 
 def native_step(engine):

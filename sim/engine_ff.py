@@ -20,13 +20,14 @@ import numpy as np
 
 from sim.engine_fast import steps_as_defined
 from sim.scheduler import in_blocks
+from sim.step_log import make_record
 from sim.step_time import host_syncs, step_time
 
 # the Engine hooks a stretch stands in for: a subclass overriding any of them (the real engine) steps normally
-HOOKS = ("_step", "_finish_step", "_schedule", "_admit_rows", "_prefill", "_propose", "_allocate", "_verify",
-         "_charge", "_emit", "_write", "_build_batch", "_step_batch", "_host_history", "_record_drafts", "_admit",
-         "_drafters_ran", "_check_chain_bounds", "_prices", "_release_rows", "_native_step", "_flag",
-         "_decide")
+HOOKS = ("_step", "_finish_step", "_schedule", "_admit_rows", "_prefill", "_plan", "_propose", "_allocate", "_verify",
+         "_charge", "_emit", "_write", "_host_state", "_host_view", "_scheduled_model_len", "_step_batch",
+         "_host_history", "_record_drafts", "_admit", "_drafters_ran", "_check_chain_bounds", "_prices",
+         "_release_rows", "_native_step", "_flag", "_decide")
 
 MIN_STEPS = 2  # shorter stretches step normally (the set-up costs about a step)
 
@@ -94,7 +95,8 @@ def fast_forward(engine, now_ms: float, next_event_ms: float) -> list[float]:
         kv = kv_first + R * j
         verify = float(cost.verify_ms(gt, kv, R, logit_rows=R))
         gpu, step = step_time(0.0, 0.0, 0.0, verify, sample, cpu, sync)
-        append((t, step, R, 0, 0, 0, 0, 0, R, 0.0, 0.0, 0.0, verify, sample, cpu, step - gpu, kv, 0, R, R, R))
+        append(make_record((t, step, R, 0, 0, 0, 0, 0, R, 0.0, 0.0, 0.0, verify, sample, cpu, step - gpu, kv, 0,
+                            R, R, R)))
         delays.append(step)
         t = t + step
     if k < MIN_STEPS:

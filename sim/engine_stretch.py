@@ -24,6 +24,7 @@ from sim.engine_fast import steps_as_defined
 from sim.engine_ff import HOOKS
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler
+from sim.step_log import make_record
 from sim.step_time import host_syncs, step_time
 
 
@@ -46,13 +47,12 @@ def steady_steps(engine, now_ms: float, next_event_ms: float, room: int) -> Opti
     R = n_seqs = T = len(reqs)  # every running request decodes: no prefill tokens, no prefill completes
     form = engine._array_form()
     with_mean, reuse = pol.uses_ngram and (form is None or form.reads_mean), form is not None
-    base = dict(draft=0.0, ngram=0.0, alloc=0.0)
-    base.update(engine._prices(R))
-    priced = base["draft"] + base["ngram"] + base["alloc"]
+    base = engine._prices(R).copy()
+    priced = base.total()
     cap = None if engine.max_logits is None else max(0, engine.max_logits - n_seqs)
     table = engine.decision_table
     direct = form is not None and not pol.needs_truth  # else Engine._decide builds what the policy reads
-    fixed = dict(base)  # the prices of a step whose policy says nothing of the drafters it ran
+    fixed = base.copy()  # the prices of a step whose policy says nothing of the drafters it ran
     fixed_ran = engine._drafters_ran(None, None, fixed)
     sync = host_syncs(pol, engine.cfg)
     verify_ms, charge = engine.cost.verify_ms, engine._counts_charge
@@ -64,7 +64,7 @@ def steady_steps(engine, now_ms: float, next_event_ms: float, room: int) -> Opti
     while True:
         g = fast.gather(reqs, with_mean, reuse=reuse)
         kv = g.kv
-        out = form(Arrays(g.packed, g.ptrs, g.mean_ng, T, R, priced, base["draft"], cap, table, base["ngram"],
+        out = form(Arrays(g.packed, g.ptrs, g.mean_ng, T, R, priced, base.draft, cap, table, base.ngram,
                           has_nan=g.has_nan)) if direct else None
         if out is None:  # the form declined (or reads what only Engine._decide builds): the definition's way
             out = engine._decide(None if direct else form, g, T, kv, n_seqs, 0, base)
@@ -72,7 +72,7 @@ def steady_steps(engine, now_ms: float, next_event_ms: float, room: int) -> Opti
         if said_model is None and said_ngram is None:
             prices, (model_ran, ngram_ran) = fixed, fixed_ran
         else:
-            prices = dict(base)
+            prices = base.copy()
             model_ran, ngram_ran = engine._drafters_ran(said_model, said_ngram, prices)
         sums, bad = fast.commit(g, chain, adm, sec, model_ran, ngram_ran)
         for k, what in zip(bad, checks):
@@ -82,10 +82,10 @@ def steady_steps(engine, now_ms: float, next_event_ms: float, room: int) -> Opti
         total = T + drafted
         gt, sample, cpu = charge(R, total)
         verify = float(verify_ms(gt, kv, n_seqs, logit_rows=total))
-        d, ng, al = prices["draft"], prices["ngram"], prices["alloc"]
+        d, ng, al = prices.draft, prices.ngram, prices.alloc
         gpu, step = step_time(d, ng, al, verify, sample, cpu, sync)
-        log.append((t, step, R, 0, sums[0], sums[1], sums[2], sums[3], sums[4], d, ng, al, verify, sample, cpu,
-                    step - gpu, kv, 0, total, total, n_seqs))
+        log.append(make_record((t, step, R, 0, sums[0], sums[1], sums[2], sums[3], sums[4], d, ng, al, verify, sample,
+                                cpu, step - gpu, kv, 0, total, total, n_seqs)))
         delays.append(step)
         t = t + step
         if sums[5]:  # an output completed this step (Engine._finish_step asks the scheduler only then)

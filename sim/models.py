@@ -21,6 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sim.errors import ConfigError
 
 GIB = 1 << 30
@@ -54,6 +56,17 @@ class LLMSpec:
       kv_bytes_per_token    = L * KV * d * 2 (K and V) * dtype_bytes      (qwen3-8b: 147456 B = 144 KiB)
       attn_flops_per_pair   = 4 * L * H * d                               (QK^T and PV for one query
                               position against one cached position)
+
+    MoE (num_experts E > 0, experts_per_token k): the widths describe the attention, the shared expert
+    (intermediate_size) and the vocabulary; the routed experts are given as totals, not derived:
+      dense_params          = num_params - expert_params       read by every step whatever its tokens
+      weight_bytes          = dense_params * dtype_bytes + expert_params * expert_dtype_bytes   (resident)
+      weight_bytes_per_step = dense_params * dtype_bytes       (the routed experts' share is step-dependent:
+                              expert_bytes * expert_fraction(T), priced by the cost model)
+      expert_fraction(T)    = 1 - (1 - k/E)^T                  expected share of routed experts at least one
+                              of T tokens picks, under uniform independent routing [0, 1]
+      flops_per_token       = 2 * active_params
+    The width-derived parameter check is skipped for MoE models (the totals come from the model card).
     """
 
     name: str
@@ -71,6 +84,12 @@ class LLMSpec:
     hf_id: str = ""  # the Hugging Face repository id; get_llm accepts it in place of the name
     max_model_len: int | None = None  # context length (tokens; vLLM's default max_model_len: the HF config's
     # max_position_embeddings); a request whose prompt + output exceeds it is refused. None: not checked
+    # Mixture of experts (all 0/None: a dense model). See `MoE` in the class docstring.
+    num_experts: int = 0                 # routed experts per MoE layer (E)
+    experts_per_token: int = 0           # routed experts each token activates (k)
+    expert_params: float = 0.0           # weights of all routed experts over all layers (params)
+    active_params: float | None = None   # weights one token multiplies (dense part + k experts per layer)
+    expert_dtype_bytes: float | None = None  # bytes per routed-expert weight (FP4 with per-32 E8M0 scales: 0.53125)
 
     def __post_init__(self) -> None:
         if self.max_model_len is not None and (not isinstance(self.max_model_len, int) or isinstance(self.max_model_len, bool)
@@ -88,12 +107,55 @@ class LLMSpec:
                               f"multiple of num_kv_heads ({self.num_kv_heads})")
         if not (isinstance(self.num_params, (int, float)) and self.num_params > 0):
             raise ConfigError(f"llm '{self.name}': num_params must be a positive number, got {self.num_params!r}")
+        if self.num_experts or self.experts_per_token or self.expert_params:
+            self._check_moe()
+            return
         arch = self.architecture_params
         if abs(arch / self.num_params - 1.0) > 0.03:
             raise ConfigError(f"llm '{self.name}': num_params {self.num_params:.4g} disagrees with the "
                               f"architecture ({arch:.4g} parameters from its widths); check the data file")
 
+    def _check_moe(self) -> None:
+        E, k = self.num_experts, self.experts_per_token
+        for f, v in (("num_experts", E), ("experts_per_token", k)):
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ConfigError(f"llm '{self.name}': {f} must be a positive integer for a MoE model, got {v!r}")
+        if k > E:
+            raise ConfigError(f"llm '{self.name}': experts_per_token ({k}) exceeds num_experts ({E})")
+        ep, ap, eb = self.expert_params, self.active_params, self.expert_dtype_bytes
+        if isinstance(ep, bool) or not isinstance(ep, (int, float)) or not 0 < ep < self.num_params:
+            raise ConfigError(f"llm '{self.name}': expert_params must be in (0, num_params), got {ep!r}")
+        if isinstance(ap, bool) or not isinstance(ap, (int, float)) or not 0 < ap <= self.num_params:
+            raise ConfigError(f"llm '{self.name}': active_params must be in (0, num_params], got {ap!r}")
+        if ap < self.num_params - ep:
+            raise ConfigError(f"llm '{self.name}': active_params ({ap:.4g}) is below the dense part "
+                              f"num_params - expert_params ({self.num_params - ep:.4g})")
+        if eb is not None and (isinstance(eb, bool) or not isinstance(eb, (int, float)) or not 0 < eb <= 4):
+            raise ConfigError(f"llm '{self.name}': expert_dtype_bytes must be in (0, 4], got {eb!r}")
+
     # derived ------------------------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def dense_params(self) -> float:
+        """Weights every step reads whatever its tokens (all of them for a dense model)."""
+        return float(self.num_params) - float(self.expert_params)
+
+    @property
+    def expert_bytes(self) -> float:
+        """Bytes of all routed experts (0 for a dense model)."""
+        eb = self.dtype_bytes if self.expert_dtype_bytes is None else self.expert_dtype_bytes
+        return float(self.expert_params) * eb
+
+    def expert_fraction(self, num_tokens):
+        """1 - (1 - k/E)^T: expected share of routed experts a step of T tokens reads (0 for dense)."""
+        if not self.is_moe:
+            return 0.0 * np.asarray(num_tokens, dtype=np.float64)
+        t = np.maximum(np.asarray(num_tokens, dtype=np.float64), 0.0)
+        return 1.0 - (1.0 - self.experts_per_token / self.num_experts) ** t
+
     @property
     def layer_params(self) -> int:
         h, d = self.hidden_size, self.head_dim
@@ -117,14 +179,21 @@ class LLMSpec:
     @property
     def weight_bytes(self) -> float:
         """Resident weights in GPU memory (bytes)."""
+        if self.is_moe:
+            return self.dense_params * self.dtype_bytes + self.expert_bytes
         return float(self.num_params) * self.dtype_bytes
 
     @property
     def weight_bytes_per_step(self) -> float:
+        """Weights every step streams (MoE: the dense part only; the experts' part depends on the step)."""
+        if self.is_moe:
+            return self.dense_params * self.dtype_bytes
         return float(self.linear_params) * self.dtype_bytes
 
     @property
     def flops_per_token(self) -> float:
+        if self.is_moe:
+            return 2.0 * float(self.active_params)
         return 2.0 * self.linear_params
 
     @property
@@ -163,6 +232,8 @@ class KernelSpec:
     alloc_us_per_req: float
     sample_ms: float
     sample_logit_passes: float
+    adaptive_ms: float = 0.0          # adaptive verification's own GPU work per step (policies that run in it)
+    adaptive_us_per_req: float = 0.0  # ... and per request (see sim/cost/roofline.py, alloc_ms)
 
 
 @dataclass(frozen=True)
@@ -180,6 +251,8 @@ class GPUSpec:
     step_overhead_ms, layer_overhead_us  fixed per-step launch/overhead time: step + per layer
     non_torch_memory_gib     CUDA context, graphs, NCCL: memory outside the KV pool and the weights
     cuda_graph_max_tokens    largest CUDA-graph capture size (vLLM default capture sizes go up to 512)
+    interconnect_gbps        per-GPU all-reduce bus bandwidth under tensor parallelism (GB/s; 0 = not given)
+    allreduce_us             latency of one small all-reduce across the tensor-parallel group (us)
     """
 
     name: str
@@ -197,8 +270,14 @@ class GPUSpec:
     host: HostSpec
     kernels: KernelSpec
     source: str = ""
+    interconnect_gbps: float = 0.0
+    allreduce_us: float = 0.0
 
     def __post_init__(self) -> None:
+        for f in ("interconnect_gbps", "allreduce_us"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ConfigError(f"gpu '{self.name}': {f} must be a number >= 0, got {v!r}")
         for f in ("memory_gib", "memory_bandwidth_tbps", "bf16_tflops"):
             if not getattr(self, f) > 0:
                 raise ConfigError(f"gpu '{self.name}': {f} must be > 0, got {getattr(self, f)!r}")
@@ -244,6 +323,9 @@ class DrafterCostSpec:
     include_lm_head   the drafter evaluates a target-sized LM head (V x h) at every block position
     overhead_ms, layer_overhead_us   its own launch overhead: per step + per drafter layer
     caches_context_kv the drafter keeps K/V of the context for its layers (costs KV memory and reads)
+    sequential        an EAGLE-style head: a chain of K tokens takes K passes, one after another, each over
+                      one position per request (its cost grows with every draft token); False: DSpark's
+                      block drafter, one pass over all K positions of every request
     """
 
     name: str
@@ -253,9 +335,13 @@ class DrafterCostSpec:
     overhead_ms: float = 0.15
     layer_overhead_us: float = 30.0
     caches_context_kv: bool = True
+    sequential: bool = False
+    draft_vocab_size: int | None = None  # a reduced draft vocabulary for the LM head (EAGLE-3); None: the target's
     source: str = ""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.sequential, bool):
+            raise ConfigError(f"drafter '{self.name}': sequential must be true or false, got {self.sequential!r}")
         if not isinstance(self.draft_layers, int) or isinstance(self.draft_layers, bool) or self.draft_layers < 0:
             raise ConfigError(f"drafter '{self.name}': draft_layers must be a non-negative integer, "
                               f"got {self.draft_layers!r}")
@@ -263,19 +349,24 @@ class DrafterCostSpec:
             raise ConfigError(f"drafter '{self.name}': fusion_inputs must be a non-negative integer")
         if self.overhead_ms < 0 or self.layer_overhead_us < 0:
             raise ConfigError(f"drafter '{self.name}': overheads must be >= 0")
+        v = self.draft_vocab_size
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise ConfigError(f"drafter '{self.name}': draft_vocab_size must be a positive integer, got {v!r}")
 
     def params(self, llm: LLMSpec) -> int:
         """GEMM weights the drafter reads per forward pass (LM head included if it evaluates one)."""
         h = llm.hidden_size
         p = self.draft_layers * llm.layer_params + self.fusion_inputs * h * h
         if self.include_lm_head:
-            p += llm.vocab_size * h
+            p += (self.draft_vocab_size or llm.vocab_size) * h
         return p
 
     def resident_params(self, llm: LLMSpec) -> int:
-        """Extra weights in GPU memory (the LM head is shared with the target, as EAGLE-style drafters do)."""
+        """Extra weights in GPU memory (the LM head is shared with the target, as EAGLE-style drafters do,
+        unless the drafter has its own reduced-vocabulary head)."""
         h = llm.hidden_size
-        return self.draft_layers * llm.layer_params + self.fusion_inputs * h * h
+        own_head = (self.draft_vocab_size or 0) * h if self.include_lm_head else 0
+        return self.draft_layers * llm.layer_params + self.fusion_inputs * h * h + own_head
 
     def kv_bytes_per_token(self, llm: LLMSpec) -> int:
         return self.draft_layers * llm.kv_bytes_per_token_per_layer if self.caches_context_kv else 0

@@ -1,12 +1,14 @@
 """HTML reports (plotly) of simulated runs: throughput per policy, speedup, step-time breakdown."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sim.errors import ConfigError
 from sim.html_page import downsample, figure_div, heading, page
 from sim.metrics import BREAKDOWN
 from sim.plot_style import part_color, policy_colors, ratio_colors, style
@@ -116,6 +118,7 @@ from sim.config import BASELINE as BASE  # noqa: E402 -- the one baseline name
 # The seed's published hybrid / adaptive throughput ranges (its abstract): workload -> {bs: (lo, hi)};
 # None = every batch size.
 PUBLISHED = {"codeedit": {4: (1.10, 1.62), 128: (1.04, 1.27)}, "chat": {None: (0.97, 1.01)}}
+PUBLISHED["codeedit-model"] = PUBLISHED["codeedit"]  # the same edits with model-shaped outputs
 CONTEXT_BINS = 4  # prompt-length quantile bins of the context-length heatmap
 from sim.config import GRID_KEYS as _GRID_KEYS  # noqa: E402
 
@@ -496,7 +499,35 @@ def _best_single(t, b):
     return best, vals[best]
 
 
-def paper_md(df, command: str | None = None) -> str:
+def _anchor_lines(anchors: list[dict] | None, trace_stem: str) -> list[str]:
+    """The anchors' errors (reports/anchors.json, written by python -m sim.anchors) that bear on a code-editing
+    trace's headline: PR 24344's Blazedit n-gram figures on that trace, and the step-cost anchor (PR 32374)."""
+    if not anchors:
+        return []
+    edit = [a for a in anchors if a["anchor"].startswith("pr24344") and a["anchor"].endswith(f":{trace_stem}")
+            and "acceptance at" not in a["metric"]]
+    itl = [a for a in anchors if a["anchor"].startswith("pr32374")]
+    if not edit and not itl:
+        return []
+    def diff(a):
+        if a.get("tolerance_kind") == "absolute":
+            return f"{a['simulated'] - a['published']:+.3f}, target ±{a['tolerance']:g}"
+        return f"{a['error']:+.0%}, target ±{a['tolerance']:.0%}"
+
+    parts = [f"{a['metric']} {a['simulated']:.3f} vs {a['published']:.3f} published ({diff(a)}"
+             f"{'' if a['within'] else ': missed'})" for a in edit]
+    line = ("Anchors (`python -m sim.anchors`, reports/anchors.md): vLLM PR 24344's Blazedit figures "
+            "(n-gram K=5, EAGLE-1 K=3; batch 1) "
+            "reproduced on this trace: " + "; ".join(parts) + "." if parts else "Anchors (reports/anchors.md):")
+    if itl:
+        worst = max(itl, key=lambda a: abs(a["error"]))
+        line += (f" The roofline's H100 step cost (llama-3.1-8b with an EAGLE-1 head) against PR 32374's inter-token "
+                 f"latencies: {sum(a['within'] for a in itl)} of {len(itl)} within 15%, largest error "
+                 f"{worst['error']:+.1%}.")
+    return [line, ""]
+
+
+def paper_md(df, command: str | None = None, anchors: list[dict] | None = None) -> str:
     """The default hybrid's and the seed's hybrid-price's throughput over adaptive on the bundled code-editing
     and chat traces beside the seed's published ranges, the hybrid against the best single-drafter policy,
     and every policy's gap to the per-step oracle."""
@@ -520,14 +551,15 @@ def paper_md(df, command: str | None = None) -> str:
         out += ["Regenerate (see docs/sweeps.md):", "", "    " + command, ""]
     wl = _workloads(df)
     found = False
-    for key, title in (("codeedit", "Code editing"), ("chat", "Chat")):
+    for key, title in (("codeedit", "Code editing, copy-heavy bound"),
+                       ("codeedit-model", "Code editing, model-shaped outputs"), ("chat", "Chat")):
         for name, g in wl:
             if Path(str(g.iloc[0]["trace"])).stem != key:
                 continue
             found = True
             pub = PUBLISHED[key]
             hyb = _hybrid_name(g)
-            out += [f"## {title} ({name})", "", _setup_line(g), ""]
+            out += [f"## {title} ({name})", "", _setup_line(g), ""] + _anchor_lines(anchors, key)
             t = g.pivot_table(index="batch_size", columns="policy", values="output_throughput_tok_s", aggfunc="first")
             r_o = _ratio_table(g, ORACLE, BASE)
             r_s = _ratio_table(g, hyb, BASE, "steady_throughput_tok_s") if hyb else None
@@ -597,7 +629,13 @@ def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND) ->
             body.append(figure_div(fig, _div_id(fid)))
     if not any(figs for _, _, figs in sections):
         body.append("<p><i>No successful cells to plot.</i></p>")
-    texts = [page("hybridspec sweep", body), sweep_tables_md(df, req) + "\n", paper_md(df, command) + "\n"]
+    anchors = None
+    if (out_dir / "anchors.json").is_file():  # python -m sim.anchors' figures, shown beside the headline
+        try:
+            anchors = json.loads((out_dir / "anchors.json").read_text())
+        except ValueError:
+            raise ConfigError(f"{out_dir / 'anchors.json'}: not valid JSON (rerun python -m sim.anchors)") from None
+    texts = [page("hybridspec sweep", body), sweep_tables_md(df, req) + "\n", paper_md(df, command, anchors) + "\n"]
     return [write_whole(out_dir / name, text, overwrite=True) for name, text in zip(REPORT_FILES, texts)]
 
 

@@ -34,7 +34,7 @@ from sim.drafters.tables import DraftTables
 from sim.engine import Engine, EngineConfig, RunResult
 from sim.errors import ConfigError
 from sim.metrics import summarize
-from sim.models import get_llm, llm_name
+from sim.models import DEFAULT_DRAFTER_COST, get_llm, llm_name
 from sim.policies import get_policy
 from sim.scheduler import full_kv_need
 from sim.trace.schema import Request
@@ -72,8 +72,12 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
     only their recipe: each run builds a request's rows when it is admitted. `profile` overrides the named drafter profile (for fitting it)."""
     from sim.trace import load_trace
 
-    cost = make_cost_model(setup.cost, llm=setup.model, gpu=setup.gpu)
     profile = profile or load_drafter_profile(setup.drafter)
+    # the profile names the cost shape of its passes (DSpark's block pass, or an EAGLE head's sequential ones)
+    extra = {} if profile.cost_spec == DEFAULT_DRAFTER_COST else {"drafter": profile.cost_spec}
+    if setup.tensor_parallel_size != 1:
+        extra["tensor_parallel_size"] = setup.tensor_parallel_size
+    cost = make_cost_model(setup.cost, llm=setup.model, gpu=setup.gpu, **extra)
     calib = NgramCalibrator.load(setup.calibrator)
     ngram_cfg = NgramConfig(n_min=calib.cfg.n_min, n_max=calib.cfg.n_max, k=setup.ngram_k, ext_max=calib.cfg.ext_max)
     from sim.trace.tokenizer import tokenizer_for
@@ -156,6 +160,7 @@ def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False
     res = Engine(prep.tables, prep.arrivals, pol, prep.cost, cfg, progress=progress).run()
     wall = time.perf_counter() - t0
     row = {"policy": pol.name, "batch_size": batch_size, "trace": s.trace, "model": s.model, "gpu": s.gpu,
+           "tensor_parallel_size": s.tensor_parallel_size,
            "cost": s.cost, "drafter": s.drafter, "ngram_k": s.ngram_k, "seed": s.seed, "tokenizer": prep.tokenizer}
     row.update(summarize(res, batch_size))
     row["wall_s"] = wall
@@ -231,7 +236,7 @@ def fit_batch_sizes(sizes: list[int], n_requests: int) -> tuple[list[int], list[
 def add_speedups(rows: list[dict], baseline: str | None = BASELINE) -> None:
     """speedup_vs_baseline = throughput / the baseline's throughput at the same batch size and setup;
     steady_speedup_vs_baseline the same for the full-batch (steady-state) throughput; NaN without a baseline."""
-    keys = ("batch_size", "trace", "model", "gpu", "cost", "drafter", "ngram_k", "seed")
+    keys = ("batch_size", "trace", "model", "gpu", "tensor_parallel_size", "cost", "drafter", "ngram_k", "seed")
     base = {tuple(r[k] for k in keys): (r["output_throughput_tok_s"], r["steady_throughput_tok_s"])
             for r in rows if r["policy"] == baseline}
     for r in rows:
@@ -303,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     model = llm_name(a.model)
     get_llm(model)  # fail fast on a bad name
     ngram_k, spec_k = a.ngram_k, None
-    spec_policies = []
+    spec_policies, spec_drafter = [], None  # spec_drafter: the drafter (NAME:K) of an eagle/eagle3 config
+    dspark = False
     if a.speculative_config:
         from sim.drafters.calibration import NgramCalibrator
 
@@ -321,7 +327,19 @@ def main(argv: list[str] | None = None) -> int:
                     raise ConfigError(f"--speculative-config: num_speculative_tokens={m.ngram_k} and --ngram-k {a.ngram_k} "
                                       "disagree (the n-gram chain length is one per run)")
                 spec_k = ngram_k = m.ngram_k
+            dspark = dspark or (m.drafter is None and m.ngram_k is None)  # a dspark config: the DSpark drafter
+            if m.drafter is not None:
+                if spec_drafter is not None and spec_drafter != m.drafter:
+                    raise ConfigError("--speculative-config: two eagle configs with different methods or "
+                                      "num_speculative_tokens (the model drafter is one per run)")
+                spec_drafter = m.drafter
             spec_policies.append(m.policy)
+        if spec_drafter is not None and (a.drafter != SimSetup.drafter or dspark):
+            raise ConfigError("--speculative-config: method eagle/eagle3 replaces the model drafter of every policy in "
+                              "the run; it cannot be combined with --drafter or with a dspark config")
+        if spec_drafter is not None:
+            print("note: every policy of this run uses the EAGLE-style drafter; its confidences (used by adaptive and "
+                  "the hybrids) are the profile's synthetic ones: EAGLE has no confidence head", file=sys.stderr)
     policies = list(dict.fromkeys((a.policy or ([] if spec_policies else list(DEFAULT_POLICIES))) + spec_policies))
     for p in policies:
         get_policy(p)  # fail fast on a bad name, before any work
@@ -335,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.workers is not None and a.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {a.workers}")
     setup = dataclasses.replace(from_args(SimSetup, a), model=model, ngram_k=ngram_k)
+    if spec_drafter is not None:  # an EAGLE head run for K sequential steps: its profile at block K (NAME:K)
+        setup = dataclasses.replace(setup, drafter=spec_drafter)
     tty = sys.stderr.isatty()
     progress = not a.no_progress and tty
     every = None if a.no_progress or tty else a.progress_every

@@ -10,6 +10,8 @@ charges a step: Engine._finish_step, the fast-forward (sim/engine_ff.py) and ste
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 def host_syncs(policy, cfg) -> bool:
     """Whether the step's CPU work serialises with its GPU work: the policy needs a host sync, or the engine
@@ -22,3 +24,37 @@ def step_time(draft: float, ngram: float, alloc: float, verify: float, sample: f
     """(gpu, step) [ms] of one step (module docstring)."""
     gpu = draft + ngram + alloc + verify + sample
     return gpu, (gpu + cpu if sync else max(gpu, cpu))
+
+
+@dataclass(slots=True)
+class StepPrices:
+    """The prices of a step's drafters and allocation kernel [ms]: quoted (as if every drafter the policy uses
+    runs) for the policy's view, then 0 for each that did not run (Engine._drafters_ran) for the charge."""
+
+    draft: float = 0.0  # the model drafter's pass
+    ngram: float = 0.0  # the n-gram drafter
+    alloc: float = 0.0  # the allocation kernel, paid whenever a drafter runs
+
+    def total(self) -> float:
+        """draft + ngram + alloc, summed left to right (the policies' draft_cost_ms)."""
+        return self.draft + self.ngram + self.alloc
+
+    def copy(self) -> "StepPrices":
+        return StepPrices(self.draft, self.ngram, self.alloc)
+
+
+@dataclass(slots=True)
+class StepCharge:
+    """A step's time split [ms], what Engine._charge returns and the step record keeps: the drafters' and the
+    allocation's (as run), the target's verification and sampling, and the host's CPU work."""
+
+    draft: float
+    ngram: float
+    alloc: float
+    verify: float
+    sample: float
+    cpu: float
+
+    def times(self, sync: bool) -> tuple[float, float]:
+        """(gpu, step) [ms] of this charge (step_time)."""
+        return step_time(self.draft, self.ngram, self.alloc, self.verify, self.sample, self.cpu, sync)

@@ -66,8 +66,10 @@ PAPER_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 PAPER_POLICIES = ["adaptive", "hybrid", "hybrid-price", "hybrid-tree", "ngram-first", "suffix-threshold", "oracle",
                   "model-fixed:7", "ngram-fixed:32"]
 PRESETS: dict[str, dict] = {
-    # reports/paper.md and reports/index.html: both bundled workloads at temperature 0, qwen3-8b on H100.
-    "paper": {"trace": ["traces/codeedit.jsonl", "traces/chat.jsonl"], "model": ["qwen3-8b"], "gpu": ["h100-sxm"],
+    # reports/paper.md and reports/index.html: the bundled workloads (code editing as the copy-heavy bound and
+    # with model-shaped outputs, chat) at temperature 0, qwen3-8b on H100.
+    "paper": {"trace": ["traces/codeedit.jsonl", "traces/codeedit-model.jsonl", "traces/chat.jsonl"],
+              "model": ["qwen3-8b"], "gpu": ["h100-sxm"],
               "temperature": [0.0], "policy": PAPER_POLICIES, "batch_size": PAPER_BATCH_SIZES},
     # Tuning of the hybrids' knobs (docs/simulator.md, "Knobs and where they come from"): general text only,
     # a seeded sample, never the traces the reports evaluate: the n-gram margin (shared by hybrid and
@@ -612,7 +614,8 @@ def grid_from_args(a: argparse.Namespace) -> dict:
             m = speculative_config(text, (cal.cfg.n_min, cal.cfg.n_max), block)
             for note in m.notes:
                 print(f"note: {note}", file=sys.stderr)
-            subs.append({"policy": [m.policy], **({"ngram_k": [m.ngram_k]} if m.ngram_k else {})})
+            subs.append({"policy": [m.policy], **({"ngram_k": [m.ngram_k]} if m.ngram_k else {}),
+                         **({"drafter": [m.drafter]} if m.drafter else {})})  # eagle: its own drafter profile
         grid["grid"] = subs
     return grid
 

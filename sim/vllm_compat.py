@@ -16,8 +16,11 @@ Flag aliases (sim.run and sim.sweep):
                                                                       calibrator's n range (it is fitted per range)
   dspark                                 model-fixed:K                the DSpark drafter profile (--drafter); K <= its block
   dspark + enable_adaptive_verification  adaptive                     vLLM's adaptive verification (the baseline)
+  eagle, eagle3                          model-fixed:K                with the EAGLE-style drafter (models/drafters/
+                                                                      eagle-llama3.1-8b / eagle3-llama3.1-8b: profile
+                                                                      at block K, K sequential head passes priced)
 
-Other methods (eagle, eagle3, mtp, draft_model, suffix, medusa, ...) have no drafter model in the simulator
+Other methods (mtp, draft_model, suffix, medusa, ...) have no drafter model in the simulator
 and are refused with a one-line error, as are fields that would change what the run means (tree and
 suffix-decoding settings, sampling methods, ...). Fields about where the drafter runs (model,
 quantization, parallelism) do not change what the simulator models and are ignored.
@@ -32,6 +35,9 @@ from sim.errors import ConfigError
 
 NGRAM_METHODS = ("ngram", "[ngram]", "ngram_gpu")
 MODEL_METHODS = ("dspark",)
+# EAGLE-style methods -> the drafter profile that stands for them (fitted on Llama-3.1-8B; models/drafters/)
+EAGLE_PROFILES = {"eagle": "eagle-llama3.1-8b", "eagle3": "eagle3-llama3.1-8b"}
+MAX_EAGLE_K = 64  # the longest chain a drafter profile holds
 # fields that say where or how the drafter runs, not what it proposes or what is verified
 IGNORED_FIELDS = ("model", "quantization", "revision", "code_revision", "draft_tensor_parallel_size",
                   "tensor_parallel_size", "max_model_len", "disable_padded_drafter_batch", "draft_load_config",
@@ -48,6 +54,8 @@ class SpecMapping:
     policy: str
     ngram_k: int | None = None
     notes: list[str] = field(default_factory=list)
+    drafter: str | None = None  # a drafter profile replacing --drafter (eagle, eagle3): NAME:K, K = `block`
+    block: int | None = None
 
 
 def _int(cfg: dict, key: str) -> int | None:
@@ -120,9 +128,24 @@ def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int
                                   f"give {model_block})")
             return SpecMapping("adaptive", notes=notes)
         return SpecMapping(f"model-fixed:{k or model_block}", notes=notes)
+    if method in EAGLE_PROFILES:
+        if lo is not None or hi is not None:
+            raise ConfigError("--speculative-config: prompt_lookup_min/max go with method 'ngram' only")
+        if adaptive:
+            raise ConfigError(f"--speculative-config: enable_adaptive_verification needs a confidence head; method "
+                              f"{method!r} has none (use 'dspark')")
+        if k is None:
+            raise ConfigError(f"--speculative-config: method {method!r} needs num_speculative_tokens")
+        if k > MAX_EAGLE_K:
+            raise ConfigError(f"--speculative-config: num_speculative_tokens={k} exceeds {MAX_EAGLE_K}, the longest "
+                              "chain a drafter profile holds")
+        notes.append(f"--speculative-config: method {method!r} runs the {EAGLE_PROFILES[method]} drafter profile "
+                     f"(fitted on Llama-3.1-8B, MT-Bench) for {k} sequential steps")
+        return SpecMapping(f"model-fixed:{k}", notes=notes, drafter=f"{EAGLE_PROFILES[method]}:{k}", block=k)
     raise ConfigError(f"--speculative-config: method {method!r} cannot be mapped: the simulator's drafters are the "
-                      "n-gram drafter (method 'ngram') and the DSpark block-drafter profile (method 'dspark', "
-                      "optionally with enable_adaptive_verification)")
+                      "n-gram drafter (method 'ngram'), the DSpark block-drafter profile (method 'dspark', "
+                      "optionally with enable_adaptive_verification) and the EAGLE-style heads (methods 'eagle', "
+                      "'eagle3')")
 
 
 MIN_RATE = 1e-6  # req/s (one request in ~12 days): slower Poisson arrivals overflow the simulated clock

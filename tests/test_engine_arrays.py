@@ -20,8 +20,8 @@ POLICIES = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first"
 
 
 class _BatchPath(Engine):
-    def _allocate(self, batch):
-        return super()._allocate(batch)
+    def _allocate(self, batch, plan):
+        return super()._allocate(batch, plan)
 
 
 @pytest.fixture(scope="module")

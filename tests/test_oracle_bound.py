@@ -13,7 +13,8 @@ from sim.drafters.ngram import NgramConfig
 from sim.drafters.tables import build_draft_tables
 from sim.engine import Engine, EngineConfig
 from sim.policies import CHAIN_MODEL, CHAIN_NGRAM, get_policy, list_policies
-from sim.policies.registry import Policy, describe_policies
+from sim.policies import describe_policies
+from sim.policies.registry import Policy
 from sim.policies.testing import random_batch
 
 # one or more specs of every registered family (test_every_family_is_covered keeps this list complete)

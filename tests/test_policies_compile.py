@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sim.policies import adaptive, hybrid, simple
-from sim.policies.base import StepBatch
+from sim.policies.base import Plan, StepBatch
 from sim.policies.testing import random_batch
 
 POLICY_DIR = pathlib.Path(__file__).resolve().parents[1] / "sim" / "policies"
@@ -47,7 +47,9 @@ FAST = {  # one fast compile check in the default run; the rest: -m slow
 }
 SLOW = {
     "adaptive": adaptive.alloc_adaptive,
-    "hybrid": lambda b: hybrid.price_skip(b, "sweep"),
+    # hybrid's device phase under either plan (its plan runs on the host, from host data: not compiled)
+    "hybrid:allocate-with-model": lambda b: hybrid.allocate_skip(b, Plan(True, True, torch.tensor(6)), "sweep"),
+    "hybrid:allocate-skipped": lambda b: hybrid.allocate_skip(b, Plan(False, True, torch.tensor(6)), "sweep"),
     "hybrid-vllm": lambda b: hybrid.alloc_hybrid_vllm(b, "sweep"),
     "adaptive:early-stop": adaptive.alloc_adaptive_early_stop,
     "hybrid-price:sweep:current": lambda b: hybrid.price_core(b, "sweep"),

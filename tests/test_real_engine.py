@@ -16,7 +16,7 @@ import pytest
 
 from real.workload import Workload, run_real
 from sim.errors import ConfigError
-from sim.policies.registry import list_policies  # noqa: F401  (imported for its side effect: registry ready)
+from sim.policies import list_policies  # noqa: F401  (imported for its side effect: registry ready)
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAIN_POLICIES = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold", "hybrid",
@@ -64,7 +64,7 @@ def test_teacher_forcing_reproduces_the_simulators_steps():
                         max_tokens=40, max_prompt=400)
     model = wl.model(max_slots=4)
     cost = provisional_cost(model)
-    for policy in ("adaptive", "hybrid-price", "ngram-fixed:32"):
+    for policy in ("adaptive", "hybrid-price", "ngram-fixed:32", "hybrid"):
         real = run_real(wl, model, policy, 4, cost=cost)
         cfg = EngineConfig(batch_size=4, max_num_batched_tokens=512, async_scheduling=False, kv_capacity_tokens=10**9)
         sim = Engine(wl.tables, np.zeros(len(wl.requests)), get_policy(policy), cost, cfg).run()
@@ -202,3 +202,45 @@ def test_preemption_recomputes_and_stays_lossless(greedy_wl):
     assert res.requests["preemptions"].sum() > 0
     assert res.lossless, res.violation
     assert all(o == [int(x) for x in r.output_ids] for o, r in zip(res.outputs, wl.requests))
+
+
+def test_hybrid_skips_the_model_pass_for_real_and_is_not_charged_for_it(greedy_wl):
+    """The step contract in the real engine: `hybrid` plans on the host before any drafter runs; on a step
+    whose plan leaves the model drafter out, the engine does not run it (no proposal), admits nothing from it
+    and charges no draft time; on the others it runs and is charged (issue: draft time charged on every step)."""
+    from sim.engine import EngineConfig
+    from sim.policies import get_policy
+    from real.engine.engine import RealEngine
+    from real.workload import provisional_cost
+
+    from sim.cost.profiled import ProfiledCost
+
+    class HeavyDrafter(ProfiledCost):
+        """Decisions priced with a model pass as dear as a 64-token verify: skipping it pays on some steps."""
+
+        def draft_ms(self, num_reqs, block):
+            return 5.0
+
+    class Probe(RealEngine):
+        def _propose(self, reqs, rows, plan):
+            self.proposed.append(plan.model)
+            return super()._propose(reqs, rows, plan)
+
+    skipped = ran = 0
+    for wl in greedy_wl:
+        model = wl.model(max_slots=4)
+        heavy = HeavyDrafter(provisional_cost(model).table, fallback=None)
+        cfg = EngineConfig(batch_size=4, max_num_batched_tokens=512, async_scheduling=False, kv_capacity_tokens=10**9)
+        eng = Probe(wl.tables, np.zeros(len(wl.requests)), get_policy("hybrid"), heavy, cfg, model, wl.ngram_cfg)
+        eng.proposed = []
+        res = eng.run()
+        assert res.lossless, res.violation
+        st = res.steps
+        dec = st["num_decode"] > 0
+        model_ran = np.asarray(eng.proposed)
+        assert len(model_ran) == dec.sum()
+        d_ms, v_m = st["draft_ms"][dec], st["verified_model"][dec]
+        assert (d_ms[~model_ran] == 0).all() and (v_m[~model_ran] == 0).all()
+        assert (d_ms[model_ran] > 0).all()
+        skipped, ran = skipped + int((~model_ran).sum()), ran + int(model_ran.sum())
+    assert skipped > 0 and ran > 0, (skipped, ran)  # both kinds of step occur on these traces

@@ -151,7 +151,7 @@ def test_paper_preset_grid():
     from sim.sweep import PRESETS, expand
 
     cells = expand(PRESETS["paper"])
-    assert len(cells) == 9 * 9 * 2
+    assert len(cells) == 9 * 9 * 3  # codeedit, codeedit-model, chat
     assert {"hybrid", "hybrid-price", "oracle", "ngram-fixed:32"} <= {c.policy for c in cells}
     assert {c.batch_size for c in cells} == {1, 2, 4, 8, 16, 32, 64, 128, 256}
 

@@ -107,3 +107,12 @@ def test_codeedit_full_rebuild_is_identical(tmp_path):
     res = bc.build(out, cache=wheels, progress=False)
     assert res["n"] >= 300 and len(res["per_project"]) >= 5
     assert out.read_bytes() == (ROOT / "traces" / "codeedit.jsonl").read_bytes()
+
+
+@pytest.mark.slow
+def test_codeedit_model_full_rebuild_is_identical(tmp_path):
+    """The model-shaped trace rebuilds byte-identically from the same wheels (seeded by request id)."""
+    wheels = Path(os.environ.get("HYBRIDSPEC_WHEELS", Path.home() / ".cache" / "hybridspec" / "wheels"))
+    out = tmp_path / "codeedit-model.jsonl"
+    bc.build(out, cache=wheels, progress=False, shape="model")
+    assert out.read_bytes() == (ROOT / "traces" / "codeedit-model.jsonl").read_bytes()

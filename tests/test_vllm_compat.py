@@ -75,8 +75,25 @@ def test_speculative_config_maps(cfg, policy, k):
     assert get_policy(m.policy).name == policy
 
 
+def test_speculative_config_maps_eagle_to_a_sequential_drafter():
+    """eagle/eagle3 -> model-fixed:K with the EAGLE-style profile at block K, priced by its sequential cost spec."""
+    from sim.drafters.model import load_drafter_profile, with_block
+
+    for method, name in (("eagle", "eagle-llama3.1-8b"), ("eagle3", "eagle3-llama3.1-8b")):
+        m = speculative_config(json.dumps({"method": method, "num_speculative_tokens": 3}), (2, 5), 7)
+        assert (m.policy, m.drafter, m.block) == ("model-fixed:3", f"{name}:3", 3)
+        assert load_drafter_profile(m.drafter) == with_block(load_drafter_profile(name), 3)
+        prof = with_block(load_drafter_profile(name), 3)
+        assert prof.block == 3 and all(len(r) == 3 for r in prof.copy_prior)
+        assert prof.cost_spec.endswith("-cost") and "eagle" in prof.cost_spec
+        assert with_block(load_drafter_profile(name), 9).block == 9
+
+
 @pytest.mark.parametrize("cfg,needle", [
-    ({"method": "eagle3", "num_speculative_tokens": 3}, "method 'eagle3' cannot be mapped"),
+    ({"method": "mtp", "num_speculative_tokens": 3}, "method 'mtp' cannot be mapped"),
+    ({"method": "eagle"}, "method 'eagle' needs num_speculative_tokens"),
+    ({"method": "eagle3", "num_speculative_tokens": 3, "enable_adaptive_verification": True}, "needs a confidence head"),
+    ({"method": "eagle", "num_speculative_tokens": 65}, "exceeds 64"),
     ({"method": "suffix"}, "method 'suffix' cannot be mapped"),
     ({"num_speculative_tokens": 3}, "'method' is required"),
     ({"method": "ngram"}, "needs num_speculative_tokens"),
@@ -178,3 +195,21 @@ def test_trace_text_tokenized_with_the_models_own_tokenizer(tmp_path, capsys):
                           "--no-progress", "--format", "json", "--model", "smollm2-135m"], capsys)
     row = json.loads(cap.out)[0]
     assert row["tokenizer"] == "smollm2" and row["output_tokens"] == get_tokenizer("smollm2").count("Hello there, how are you?")
+
+
+def test_eagle_config_on_the_command_line(capsys):
+    """method eagle runs model-fixed:K on the EAGLE profile at block K, whose sequential passes cost more per
+    step than the DSpark profile's one block pass at the same K; it refuses to share a run with dspark."""
+    base = ["--trace", TINY, "--batch-size", "2", "--workers", "1", "--no-progress", "--format", "json"]
+    code, cap = run_main(base + ["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 5}'], capsys)
+    assert code == 0, cap.err
+    rows = json.loads(cap.out[cap.out.index("["):])
+    assert {r["drafter"] for r in rows} == {"eagle-llama3.1-8b:5"} and "model-fixed:5" in {r["policy"] for r in rows}
+    eagle = next(r for r in rows if r["policy"] == "model-fixed:5")
+    code, cap = run_main(base + ["--policy", "model-fixed:5"], capsys)
+    dspark = next(r for r in json.loads(cap.out[cap.out.index("["):]) if r["policy"] == "model-fixed:5")
+    assert eagle["mean_step_ms"] > dspark["mean_step_ms"]
+    code, cap = run_main(base + ["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 5}',
+                                 "--speculative-config", '{"method": "dspark"}'], capsys)
+    last = cap.err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("error:") and "cannot be combined" in last and cap.err.count("error:") == 1

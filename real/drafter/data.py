@@ -76,7 +76,7 @@ def data_dir() -> Path:
 def load_prompts(cfg: DataConfig, tok) -> tuple[list[str], list[np.ndarray], int]:
     """(ids, prompt token ids) of the first cfg.num_prompts prompts of the trace with at most cfg.max_prompt
     tokens (and at least 2, so that output[0] has a context to draft from), and how many were passed over."""
-    from real.workload import _prompts
+    from sim.trace.loader import prompt_texts as _prompts
 
     ids_out, out, passed = [], [], 0
     for rid, text in _prompts(cfg.trace, None, 0):

@@ -4,14 +4,18 @@ It reuses everything the simulator does between the model calls -- the scheduler
 building each step's StepBatch, the policy call, the Allocation contract check, acceptance and emission
 bookkeeping -- and overrides only the hooks where a real engine differs (see `Engine._step`):
 
-  _propose   the n-gram drafter runs for real on the device over each request's context
-             (real/engine/ngram.py); the model drafter is a replay stand-in (below);
+  _propose   only the drafters the policy's Plan names (the step contract, sim/policies/base.py: the plan
+             is made on the host before any drafter runs): the n-gram drafter runs for real on the device
+             over each request's context (real/engine/ngram.py); the model drafter is live or a replay
+             stand-in (below). A drafter the plan leaves out (`hybrid` skipping the model pass) is not run,
+             and its time is not charged;
   _verify    one varlen target forward over the step's prefill chunks and each decoding request's
              [last token, admitted draft tokens], greedy: accepted = leading draft tokens equal to the
              target's argmax, bonus = the argmax after them (teacher forcing: the reference's tokens);
   _emit      writes the tokens the target actually produced (drafts it accepted, then its bonus token);
   _charge    the clock: each step's measured wall time, split into draft / ngram / alloc / verify /
-             sample / cpu (cpu = the rest of the step: scheduling, batch building, bookkeeping).
+             sample / cpu (cpu = the rest of the step: scheduling, the host's plan, batch building,
+             bookkeeping); draft and ngram only for drafters that ran (Engine.ran).
 Time: simulated time advances by each step's measured duration (a time-compressed replay: waiting for an
 arrival costs no wall time). Steps are synchronous (no CPU/GPU overlap): simulate it with
 EngineConfig(async_scheduling=False).
@@ -46,8 +50,9 @@ from sim.drafters.ngram import NgramConfig
 from sim.drafters.tables import DraftTables
 from sim.engine import Engine, EngineConfig
 from sim.errors import ConfigError
-from sim.policies.base import Allocation, StepBatch
+from sim.policies.base import Allocation, Plan, StepBatch
 from sim.scheduler import StepPlan
+from sim.step_time import StepCharge, StepPrices
 from real.engine.ngram import HistoryBuffer, propose_ngram
 
 
@@ -152,21 +157,23 @@ class RealEngine(Engine):
     # ---------------------------------------------------------------------------------------- hooks
     def _schedule(self) -> StepPlan:
         self._lap = dict(draft=0.0, ngram=0.0, alloc=0.0, verify=0.0, sample=0.0)
+        self.ran = (False, False)
         plan = self.sched.schedule()
         self._sync_slots()
         return plan
 
-    def _propose(self, reqs: np.ndarray, rows: np.ndarray) -> dict:
-        self._lap["cpu_pre"] = self._clock.lap()
-        chains = super()._propose(reqs, rows)  # the stand-in model drafter: a replay of its chains
-        if self.dcache is not None:
-            anchor = torch.tensor([self.out[int(r)][-1] for r in reqs], dtype=torch.int64, device=self.device)
-            out = self.dcache.draft(self._slots(reqs), anchor)
-            self._m_tokens = out.tokens.cpu().numpy()
-            chains["model_conf"] = out.conf.float().cpu().numpy()
-        self._lap["draft"] = self._clock.lap() if self.policy.uses_model else 0.0
+    def _propose(self, reqs: np.ndarray, rows: np.ndarray, plan: Plan) -> dict:
+        self._lap["cpu_pre"] = self._clock.lap()  # scheduling, the host history and the policy's plan
+        chains = super()._propose(reqs, rows, plan)  # the stand-in model drafter: a replay of its chains
+        if plan.model:
+            if self.dcache is not None:
+                anchor = torch.tensor([self.out[int(r)][-1] for r in reqs], dtype=torch.int64, device=self.device)
+                out = self.dcache.draft(self._slots(reqs), anchor)
+                self._m_tokens = out.tokens.cpu().numpy()
+                chains["model_conf"] = out.conf.float().cpu().numpy()
+            self._lap["draft"] = self._clock.lap()
         self._ng_tokens = None
-        if self.policy.uses_ngram:
+        if plan.ngram:
             hist, lens = self.hist.view(self._slots(reqs))
             prop = propose_ngram(hist, lens, self.ngram_cfg)
             live_len = prop.length.cpu().numpy()
@@ -177,12 +184,13 @@ class RealEngine(Engine):
             chains["ngram_len"] = live_len
         return chains
 
-    def _allocate(self, batch: StepBatch) -> Allocation:
-        """The policy on the engine's device (its tensors moved there, the decision copied back)."""
+    def _allocate(self, batch: StepBatch, plan: Plan) -> Allocation:
+        """The policy's device phase on the engine's device (the batch and the plan's budget moved there, the
+        decision copied back)."""
         self._lap["cpu_pre"] += self._clock.lap()  # building the batch
         if self.device.type != "cpu":
-            batch = _to_device(batch, self.device)
-        alloc = self.policy(batch)
+            batch, plan = _to_device(batch, self.device), _to_device(plan, self.device)
+        alloc = self.policy.allocate(batch, plan)
         if self.device.type != "cpu":
             alloc = _to_device(alloc, torch.device("cpu"))
         self._lap["alloc"] = self._clock.lap()
@@ -321,19 +329,24 @@ class RealEngine(Engine):
                                torch.from_numpy(np.concatenate(nxt).astype(np.int64)).to(dev))
         self._fwd, self._feats = [], None
 
-    def _charge(self, parts: dict, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
-                logit_rows: int) -> dict:
+    def _charge(self, parts: StepPrices, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
+                logit_rows: int) -> StepCharge:
         lap = self._lap
         tail = self._clock.lap()
+        upkeep = 0.0  # the live drafter's context append: its cache follows every step, drafted or not
         if self.dcache is not None:
             self._append_drafter_context()
-            lap["draft"] += self._clock.lap()
+            upkeep = self._clock.lap()
         cpu = lap.get("cpu_pre", 0.0) + tail
         alloc = lap["alloc"]
-        if not (self.policy.uses_model or self.policy.uses_ngram):
-            cpu, alloc = cpu + alloc, 0.0  # no drafter: the simulator prices no allocation, only host work
-        return dict(draft=lap["draft"], ngram=lap["ngram"], alloc=alloc, verify=lap["verify"],
-                    sample=lap["sample"], cpu=cpu)
+        model_ran, ngram_ran = self.ran
+        if not (model_ran or ngram_ran):
+            cpu, alloc = cpu + alloc, 0.0  # no drafter ran: the simulator prices no allocation, only host work
+        # a drafter that did not run is not charged (its lap is 0 unless the oracle, which proposes both to
+        # read the truth, was charged for one only: that time is the host's then)
+        draft, ngram = (lap["draft"] if model_ran else 0.0), (lap["ngram"] if ngram_ran else 0.0)
+        cpu += lap["draft"] - draft + lap["ngram"] - ngram
+        return StepCharge(draft + upkeep, ngram, alloc, lap["verify"], lap["sample"], cpu)
 
     def run(self):
         self._clock.lap()

@@ -10,9 +10,3 @@ def hybrid_stats(worker) -> dict:
         return {"loaded": False, "speculator": type(sp).__name__}
     return {"loaded": True, "speculator": type(sp).__name__, **hybrid.stats()}
 
-
-def ngram_selfcheck_rpc(worker) -> tuple[bool, str]:
-    """`checks.ngram_selfcheck` on the worker's device."""
-    from real.vllm_plugin.checks import ngram_selfcheck
-
-    return ngram_selfcheck(getattr(worker, "device", None) or "cuda")

@@ -1,9 +1,10 @@
 """CostConfig: which LLM on which GPU, how much memory the KV cache gets, which drafter; validated once.
 
-KV capacity follows vLLM's rule (tensor parallel 1):
+KV capacity follows vLLM's rule, per GPU of the tensor-parallel group of TP GPUs (weights split TP ways, KV
+heads min(TP, num_kv_heads) ways; every GPU holds the same tokens):
     kv_pool_bytes = memory_gib * 2**30 * gpu_memory_utilization
-                    - target weights - drafter weights - activation reserve
-    kv_capacity_tokens = floor(kv_pool_bytes / (target KV bytes/token + drafter KV bytes/token))
+                    - (target weights + drafter weights) / TP - activation reserve
+    kv_capacity_tokens = floor(kv_pool_bytes / ((target KV bytes/token + drafter KV bytes/token) / min(TP, KV heads)))
 activation reserve (an estimate of what vLLM's profiling run measures as peak non-KV memory):
     non_torch_memory_gib * 2**30                                   (CUDA context, graphs, NCCL)
   + max_num_batched_tokens * dtype * (3*I + (H + 2*KV)*d + 4*h)    (MLP, qkv, residual activations)
@@ -37,9 +38,9 @@ class CostConfig:
         u = self.gpu_memory_utilization
         if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0.0 < u <= 1.0:
             raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {u!r}")
-        if self.tensor_parallel_size != 1:
-            raise ConfigError(f"tensor_parallel_size {self.tensor_parallel_size!r} is not supported; "
-                              f"the cost model covers one GPU (tensor_parallel_size=1)")
+        tp = self.tensor_parallel_size
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or tp & (tp - 1):
+            raise ConfigError(f"tensor_parallel_size must be a power of two >= 1, got {tp!r}")
         for f in ("max_num_batched_tokens", "max_num_seqs"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -49,8 +50,12 @@ class CostConfig:
             raise ConfigError(f"draft_layers must be a non-negative integer, got {d!r}")
         # resolve names now so unknown ones fail at the boundary
         self.llm_spec, self.gpu_spec, self.drafter_spec  # noqa: B018
+        if tp > 1 and self.gpu_spec.interconnect_gbps <= 0:
+            raise ConfigError(f"gpu '{self.gpu}' states no interconnect_gbps; tensor_parallel_size={tp} needs it "
+                              f"(models/gpus/{self.gpu}.json)")
         if self.kv_pool_bytes <= 0 or self.kv_capacity_tokens <= 0:
-            need = (self.llm_spec.weight_bytes + self.drafter_resident_bytes + self.activation_reserve_bytes) / GIB
+            need = ((self.llm_spec.weight_bytes + self.drafter_resident_bytes) / self.tensor_parallel_size
+                    + self.activation_reserve_bytes) / GIB
             have = self.gpu_spec.memory_gib * self.gpu_memory_utilization
             raise ConfigError(
                 f"{self.llm} does not fit on {self.gpu} at gpu_memory_utilization={self.gpu_memory_utilization}: "
@@ -92,14 +97,17 @@ class CostConfig:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV bytes per context token: the target's, plus the drafter's own layers if it caches context."""
+        """KV bytes per context token on one GPU: the target's, plus the drafter's own layers if it caches
+        context, split over min(TP, KV heads) GPUs."""
         d = self.drafter_spec
-        return self.llm_spec.kv_bytes_per_token + (0 if d is None else d.kv_bytes_per_token(self.llm_spec))
+        total = self.llm_spec.kv_bytes_per_token + (0 if d is None else d.kv_bytes_per_token(self.llm_spec))
+        return total // min(self.tensor_parallel_size, self.llm_spec.num_kv_heads)
 
     @property
     def kv_pool_bytes(self) -> float:
-        return (self.gpu_spec.memory_gib * GIB * self.gpu_memory_utilization - self.llm_spec.weight_bytes
-                - self.drafter_resident_bytes - self.activation_reserve_bytes)
+        return (self.gpu_spec.memory_gib * GIB * self.gpu_memory_utilization
+                - (self.llm_spec.weight_bytes + self.drafter_resident_bytes) / self.tensor_parallel_size
+                - self.activation_reserve_bytes)
 
     @property
     def kv_capacity_tokens(self) -> int:

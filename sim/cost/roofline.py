@@ -21,12 +21,33 @@ Target forward pass (verify_ms, ms):
     sequences mean shorter contexts per query, so this term (and only it) falls as S grows: verify is
     monotone in T and K, and in S whenever the added sequence brings its own context share.
 
+Mixture of experts and tensor parallelism (TP = tensor_parallel_size GPUs, each holding 1/TP of every
+weight matrix; these terms are 0 for a dense model on one GPU, and the formulas above are then unchanged):
+    t_w(T)  = (dense_bytes + expert_bytes * f(T)) / TP / BW      f(T) = 1 - (1 - k/E)^T (LLMSpec.expert_fraction):
+              the routed experts some token of the step picks are streamed, so a MoE step's weight traffic
+              grows with its tokens until every expert is read
+    s       = 2 * active_params / TP / F                         ms per token
+    linear(T) = max(t_w(T), beta * t_w(T) + T * s)
+    allreduce(T) = 2 * L * (allreduce_us / 1e3 + T * h * 2 B * 2 (TP-1)/TP / link)   (TP > 1; one all-reduce after
+              attention and one after the MLP of every layer, ring all-reduce of bf16 activations,
+              link = interconnect_gbps in bytes/ms)
+    attention: KV reads and attention FLOPs split over min(TP, num_kv_heads) and TP GPUs (KV heads fewer than
+              TP are replicated, as vLLM does)
+    The drafter's weights and FLOPs are split over TP too.
+
 Model drafter (draft_ms, ms), a DSpark-like block drafter run once over P = R * block positions:
     draft(R, block, K=0) = d_overhead + max(t_wd, beta * t_wd + P * s_d) + K * kv_d / BW
+  an EAGLE-style sequential head (DrafterCostSpec.sequential) runs `block` passes of R positions each:
+    draft_seq(R, block, K=0) = block * (d_overhead + max(t_wd, beta * t_wd + R * s_d) + K * kv_d / BW)
         t_wd = drafter_params * dtype / BW,  s_d = 2 * drafter_params / F,  kv_d = drafter KV bytes/token
         d_overhead = overhead_ms + draft_layers * layer_overhead_us / 1e3
 Small kernels: ngram(R) = ngram_gpu_ms + R*ngram_gpu_us_per_req/1e3 (GPU) or host_sync_ms +
-R*ngram_cpu_us_per_req/1e3 (CPU, blocking); alloc(R) = alloc_ms + R*alloc_us_per_req/1e3;
+R*ngram_cpu_us_per_req/1e3 (CPU, blocking); alloc(R) = alloc_ms + R*alloc_us_per_req/1e3, plus, for the
+policies that run inside vLLM's adaptive verification (ADAPTIVE_MACHINERY: adaptive, hybrid*, the oracle),
+adaptive_ms + R*adaptive_us_per_req/1e3: its own per-step work (publishing confidences and copying them
+to the host, the host-to-device copies of budgets and query lengths, the ranking kernel, the cumsums
+that rebuild query_start_loc and cu_num_logits; vllm/v1/worker/gpu/spec_decode/adaptive_verification.py
+in vLLM 0.33), 0 in GPU specs that do not state it;
 sample(T) = sample_ms + T * vocab * 4 B * passes / BW; cpu(R, T) = cpu_sched_ms + R*us/1e3 + T*us/1e3.
 All of these are 0 when their count is 0 (nothing is launched).
 """
@@ -36,6 +57,17 @@ import numpy as np
 
 from sim.cost.base import CostModel
 from sim.cost.config import CostConfig
+
+
+# Policies that run inside vLLM's adaptive verification (variable per-request verify lengths, the confidence
+# ranking kernel, varlen graphs) and so pay the GPU spec's adaptive_ms / adaptive_us_per_req. The fixed-K
+# policies and `none` run vLLM's uniform decode path and do not.
+ADAPTIVE_MACHINERY = ("adaptive", "hybrid", "oracle", "suffix-threshold", "ngram-first")
+
+
+def runs_adaptive_machinery(policy: str | None) -> bool:
+    """Whether a policy (registered name) pays adaptive verification's own per-step cost."""
+    return policy is not None and policy.split(":", 1)[0].startswith(ADAPTIVE_MACHINERY)
 
 
 class RooflineCost(CostModel):
@@ -54,20 +86,33 @@ class RooflineCost(CostModel):
         bw, f = g.bytes_per_ms, g.flops_per_ms
         beta = g.exposed_weight_fraction
         self.beta = beta
+        tp = int(config.tensor_parallel_size)
+        self.tp = tp
+        kv_split = min(tp, m.num_kv_heads)  # KV heads fewer than TP are replicated
         # target -----------------------------------------------------------------------------------
         self.overhead_ms = g.step_overhead_ms + m.num_layers * g.layer_overhead_us / 1e3
-        self.weight_ms = m.weight_bytes_per_step / bw                   # t_w
-        self.ms_per_token = m.flops_per_token / f                      # s
-        self.kv_ms_per_token = m.kv_bytes_per_token / bw               # per cached entry read
-        self.attn_ms_per_pair = m.attn_flops_per_pair / g.attn_flops_per_ms
+        self.weight_ms = m.weight_bytes_per_step / tp / bw              # t_w (MoE: the dense part)
+        self.expert_ms = m.expert_bytes / tp / bw                      # all routed experts (0: dense)
+        self.ms_per_token = m.flops_per_token / tp / f                 # s
+        self.kv_ms_per_token = m.kv_bytes_per_token / kv_split / bw    # per cached entry read
+        self.attn_ms_per_pair = m.attn_flops_per_pair / tp / g.attn_flops_per_ms
+        if tp > 1:
+            link = g.interconnect_gbps * 1e9 / 1e3  # bytes/ms (> 0: CostConfig checks it)
+            self.allreduce_fixed_ms = 2 * m.num_layers * g.allreduce_us / 1e3
+            self.allreduce_ms_per_token = 2 * m.num_layers * m.hidden_size * 2 * 2 * (tp - 1) / tp / link
+        else:
+            self.allreduce_fixed_ms = self.allreduce_ms_per_token = 0.0
+        self._plain = self.expert_ms == 0.0 and tp == 1  # the dense one-GPU formulas, unchanged
         # drafter ----------------------------------------------------------------------------------
         if d is not None:
             p = d.params(m)
             self.draft_overhead_ms = d.overhead_ms + d.draft_layers * d.layer_overhead_us / 1e3
-            self.draft_weight_ms = p * m.dtype_bytes / bw
-            self.draft_ms_per_position = 2.0 * p / f
-            self.draft_kv_ms_per_token = d.kv_bytes_per_token(m) / bw
+            self.draft_weight_ms = p * m.dtype_bytes / tp / bw
+            self.draft_ms_per_position = 2.0 * p / tp / f
+            self.draft_kv_ms_per_token = d.kv_bytes_per_token(m) / kv_split / bw
+            self.draft_sequential = bool(d.sequential)
         else:
+            self.draft_sequential = False
             self.draft_overhead_ms = self.draft_weight_ms = 0.0
             self.draft_ms_per_position = self.draft_kv_ms_per_token = 0.0
         # small kernels ----------------------------------------------------------------------------
@@ -82,7 +127,8 @@ class RooflineCost(CostModel):
     # ------------------------------------------------------------------------------------ derived
     @property
     def knee_tokens(self) -> float:
-        """Tokens per step where the non-attention layers turn compute-bound: (1 - beta) * t_w / s."""
+        """Tokens per step where the non-attention layers turn compute-bound: (1 - beta) * t_w / s (MoE: with
+        the dense part of t_w only)."""
         return (1.0 - self.beta) * self.weight_ms / self.ms_per_token
 
     @property
@@ -100,17 +146,16 @@ class RooflineCost(CostModel):
         return vllm_capture_sizes(int(self.gpu.cuda_graph_max_tokens))
 
     def linear_ms(self, num_tokens):
-        """Non-attention layers (GEMMs incl. LM head) for `num_tokens` positions, ms (no overhead)."""
+        """Non-attention layers (GEMMs incl. LM head) for `num_tokens` positions, ms (no overhead); with
+        tensor parallelism, their all-reduces too."""
         t = np.asarray(num_tokens, dtype=np.float64)
-        out = np.maximum(self.weight_ms, self.beta * self.weight_ms + t * self.ms_per_token)
-        return out if out.ndim else float(out)
-
-    def attention_ms(self, num_tokens, kv_tokens: int, num_seqs: int):
-        """Attention: max(KV read, attention FLOPs over queries x mean context), ms."""
-        kv_ms = max(kv_tokens, 0) * self.kv_ms_per_token
-        coef = self.attn_ms_per_pair * max(kv_tokens, 0) / max(num_seqs, 1)
-        t = np.asarray(num_tokens, dtype=np.float64)
-        out = np.maximum(kv_ms, t * coef)
+        if self._plain:
+            out = np.maximum(self.weight_ms, self.beta * self.weight_ms + t * self.ms_per_token)
+            return out if out.ndim else float(out)
+        tw = self.weight_ms + self.expert_ms * self.llm.expert_fraction(t)
+        out = np.maximum(tw, self.beta * tw + t * self.ms_per_token)
+        if self.tp > 1:
+            out = out + self.allreduce_fixed_ms + t * self.allreduce_ms_per_token
         return out if out.ndim else float(out)
 
     def decode_step_ms(self, batch: int, context: int = 512, tokens_per_req: int = 1) -> float:
@@ -121,6 +166,12 @@ class RooflineCost(CostModel):
     # ------------------------------------------------------------------------------------ interface
     def verify_ms(self, num_tokens, kv_tokens: int, num_seqs: int, logit_rows=None):
         """logit_rows is not used: linear(T) prices the LM head of every position."""
+        if not self._plain:
+            t = np.asarray(num_tokens, dtype=np.float64)
+            kv = max(int(kv_tokens), 0)
+            att = np.maximum(kv * self.kv_ms_per_token, t * (self.attn_ms_per_pair * kv / max(int(num_seqs), 1)))
+            out = np.where(t > 0, self.overhead_ms + self.linear_ms(t) + att, 0.0)
+            return float(out) if out.ndim == 0 else out
         if type(num_tokens) is int and type(kv_tokens) is int and type(num_seqs) is int:
             # the engine's per-step call: the scalar path below, without its conversions
             if num_tokens <= 0:
@@ -152,8 +203,7 @@ class RooflineCost(CostModel):
         if n > self._tab_base.size:
             size = max(n, 2 * self._tab_base.size, 1024)
             self._tab_t = np.arange(size, dtype=np.float64)
-            self._tab_base = self.overhead_ms + np.maximum(self.weight_ms,
-                                                           self.beta * self.weight_ms + self._tab_t * self.ms_per_token)
+            self._tab_base = self.overhead_ms + np.asarray(self.linear_ms(self._tab_t))
         kv = max(int(kv_tokens), 0)
         coef = self.attn_ms_per_pair * kv / max(int(num_seqs), 1)
         out = self._tab_base[:n] + np.maximum(kv * self.kv_ms_per_token, self._tab_t[:n] * coef)
@@ -166,6 +216,10 @@ class RooflineCost(CostModel):
         if positions <= 0 or self.drafter is None:
             return 0.0
         w = self.draft_weight_ms
+        if self.draft_sequential:  # `block` passes, one position per request each
+            one = (self.draft_overhead_ms + max(w, self.beta * w + int(num_reqs) * self.draft_ms_per_position)
+                   + max(int(kv_tokens), 0) * self.draft_kv_ms_per_token)
+            return int(block) * one
         return (self.draft_overhead_ms + max(w, self.beta * w + positions * self.draft_ms_per_position)
                 + max(int(kv_tokens), 0) * self.draft_kv_ms_per_token)
 
@@ -178,9 +232,15 @@ class RooflineCost(CostModel):
         return self._host.host_sync_ms + r * self._host.ngram_cpu_us_per_req / 1e3
 
     def alloc_ms(self, num_reqs: int, policy: str | None = None) -> float:
-        """The same kernel for every policy (`policy` is not used)."""
+        """The allocation kernel, plus adaptive verification's own work for the policies that run in it."""
         r = max(int(num_reqs), 0)
-        return 0.0 if r == 0 else self._kern.alloc_ms + r * self._kern.alloc_us_per_req / 1e3
+        if r == 0:
+            return 0.0
+        k = self._kern
+        out = k.alloc_ms + r * k.alloc_us_per_req / 1e3
+        if (k.adaptive_ms or k.adaptive_us_per_req) and runs_adaptive_machinery(policy):
+            out += k.adaptive_ms + r * k.adaptive_us_per_req / 1e3
+        return out
 
     def sample_ms(self, num_tokens: int) -> float:
         t = max(int(num_tokens), 0)

@@ -42,6 +42,7 @@ recorded acceptance itself.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,7 @@ class ModelDrafterProfile:
     # copy_prior[b][j] = pi_{j+1}(b). Empty = the head assumes no token is copied.
     copy_prior_edges: tuple[int, ...] = (1, 4, 8, 16, 32, 64)
     copy_prior: tuple[tuple[float, ...], ...] = ()
+    cost_spec: str = "dspark-cost"  # the cost shape in models/drafters/ that prices this drafter's passes
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -131,6 +133,16 @@ class ModelDrafterProfile:
         return np.asarray(self.copy_prior, dtype=np.float64)[self.ext_bucket(ext)]
 
 
+def with_block(profile: ModelDrafterProfile, block: int) -> ModelDrafterProfile:
+    """The same drafter proposing `block` tokens per chain (an EAGLE-style head run for K = block steps): q_j
+    and the copy prior are per depth, so depths past the profile's block extend them (the copy prior's last
+    column repeats) and a shorter block truncates them."""
+    if block == profile.block:
+        return profile
+    prior = tuple(tuple(row[:block]) + (row[-1],) * max(0, block - len(row)) for row in profile.copy_prior)
+    return dataclasses.replace(profile, block=int(block), copy_prior=prior)
+
+
 def list_drafter_profiles() -> list[str]:
     return sorted(p.stem for p in MODELS_DIR.glob("*.json") if not p.stem.endswith("-cost"))
 
@@ -143,7 +155,13 @@ def is_profile_path(name: str) -> bool:
 def load_drafter_profile(name: str) -> ModelDrafterProfile:
     """Load models/drafters/NAME.json, or a profile file when NAME is a path (ends in .json or has a folder,
     e.g. one written by `python -m sim.drafters.fit_profile --from-drafts ... --out`); unknown names raise
-    ConfigError listing the known ones."""
+    ConfigError listing the known ones. NAME:K is that profile run for chains of K tokens (with_block; how
+    --speculative-config's eagle methods choose num_speculative_tokens)."""
+    if not is_profile_path(name) and ":" in name:
+        base, _, k = name.rpartition(":")
+        if not k.isdigit() or not 1 <= int(k) <= 64:
+            raise ConfigError(f"drafter profile '{name}': the chain length after ':' must be an integer in 1..64")
+        return with_block(load_drafter_profile(base), int(k))
     if is_profile_path(name):
         path = Path(name)
         if not path.is_file():

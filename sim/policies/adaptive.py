@@ -12,7 +12,9 @@
   2. Allocation (`reallocate_drafts`), on the GPU from the current confidences: survival
      a = cumprod(model_conf), slots j >= model_len at -inf, global top-B* over the flattened [R, K_m]
      matrix, admitted[r] = row count.
-  Here B* stays a 0-d tensor and top-B is "stable sort, rank < B*", so there is no host sync at all.
+  Step 1 is the policy's plan (`plan_adaptive`: the host's Plan, budget B*), step 2 its allocate
+  (`allocate_adaptive`). B* stays a 0-d tensor and top-B is "stable sort, rank < B*", so there is no host
+  sync at all.
   (vLLM's torch.topk leaves the order of equal survivals unspecified; the stable sort takes the lower
   flat index first, so allocations may differ from vLLM's only among tied slots.)
 
@@ -26,13 +28,13 @@ from typing import List
 
 import torch
 
-from sim.policies.base import Allocation, StepBatch
+from sim.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.policies.common import (CHAIN_MODEL, best_budget, early_stop_budget, finish, rank_scores,
                                  survival, top_b_counts)
 from sim.policies.registry import Policy, register
 
 
-def stale_model_budget(batch: StepBatch) -> torch.Tensor:
+def stale_model_budget(batch: HostView | StepBatch) -> torch.Tensor:
     """B* from the stale model confidences (the part vLLM computes on the CPU), 0-d int64.
     Stale survivals are masked with the current draft count model_len, as vLLM masks them with this
     step's scheduled drafts."""
@@ -41,12 +43,21 @@ def stale_model_budget(batch: StepBatch) -> torch.Tensor:
     return budget
 
 
+def plan_adaptive(view: HostView) -> Plan:
+    """Host phase: the model drafter runs (not the n-gram one); budget B* from the stale confidences."""
+    return Plan(model=True, ngram=False, budget=stale_model_budget(view))
+
+
+def allocate_adaptive(batch: StepBatch, plan: Plan) -> Allocation:
+    """Device phase: the global top-B (B = plan.budget) of the current model-chain survivals."""
+    scores = rank_scores(survival(batch.model_conf, batch.model_len), batch.model_len)
+    admitted = top_b_counts(scores, plan.budget)
+    return finish(torch.full_like(admitted, CHAIN_MODEL), admitted)
+
+
 def alloc_adaptive(batch: StepBatch) -> Allocation:
     """vLLM adaptive verification: stale budget B*, current global top-B* of model-chain survivals."""
-    budget = stale_model_budget(batch)
-    scores = rank_scores(survival(batch.model_conf, batch.model_len), batch.model_len)
-    admitted = top_b_counts(scores, budget)
-    return finish(torch.full_like(admitted, CHAIN_MODEL), admitted)
+    return allocate_adaptive(batch, plan_adaptive(host_view(batch)))
 
 
 def alloc_adaptive_early_stop(batch: StepBatch) -> Allocation:
@@ -62,7 +73,8 @@ def alloc_adaptive_early_stop(batch: StepBatch) -> Allocation:
           "':early-stop' = DSpark Algorithm 1")
 def _adaptive(params: List[str]) -> Policy:
     if not params:
-        return Policy("adaptive", alloc_adaptive, uses_model=True, uses_ngram=False)
+        return Policy("adaptive", alloc_adaptive, uses_model=True, uses_ngram=False, plan_fn=plan_adaptive,
+                      alloc_fn=allocate_adaptive)
     if params == ["early-stop"]:
         return Policy("adaptive:early-stop", alloc_adaptive_early_stop, uses_model=True, uses_ngram=False)
     raise ValueError(f"unknown adaptive variant '{':'.join(params)}' (only 'early-stop')")

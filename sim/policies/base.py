@@ -1,9 +1,21 @@
 """The contract between engines and allocation policies: what a policy sees each step and what it returns.
 
-Every engine (the simulator, the torch engine, the vLLM plugin) builds one `StepBatch` per decode step
-and calls a policy from the registry (`sim.policies.registry`). A policy is a pure function over batched
-tensors: no `.item()`, no `.cpu()`, no Python loop over requests, so the same code runs on the CPU in the
-simulator and inside an asynchronous GPU step.
+Every engine (the simulator, the torch engine, the vLLM plugin) runs one decode step in three phases and
+calls a policy from the registry (`sim.policies.registry`) in two of them:
+
+  1. plan      on the host, before any drafter runs: `Policy.plan(HostView) -> Plan`, from what the host
+               knows (the previous step's chains, the request's history, the step's shape and prices):
+               which drafters run this step and, for budgeted policies, the step's draft budget B;
+  2. propose   the engine runs only the drafters the Plan names (a drafter left out is neither run nor
+               charged; its chain is empty in the StepBatch);
+  3. allocate  on the device, from this step's chains: `Policy.allocate(StepBatch, Plan) -> Allocation`.
+               A pure function over batched tensors: no `.item()`, no `.cpu()`, no Python loop over
+               requests, so the same code runs on the CPU in the simulator and inside an asynchronous GPU
+               step. The Plan's fields are host values (Python bools, a host tensor), so an engine branches
+               on them without a device sync.
+A single-phase policy (no plan function) plans "every drafter it uses, no budget" and decides everything in
+allocate. `Policy.fn(batch)` is the policy on one view, plan then allocate (what tests and the fast forms
+compare against).
 
 Shapes: R running requests that decode this step, K_m model-chain length, K_n n-gram chain length.
 Units: costs in milliseconds, probabilities in [0, 1].
@@ -11,7 +23,7 @@ Units: costs in milliseconds, probabilities in [0, 1].
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import torch
 
@@ -41,7 +53,7 @@ class StepBatch:
     draft_cost_ms       time of the drafters this step if every drafter the policy uses runs, plus the
                         allocation kernel [ms] (float scalar tensor or python float).
     model_draft_ms      the model drafter's pass, the part of draft_cost_ms a policy may skip for the
-                        whole step (Allocation.model_ran = False) [ms]; 0 when the policy does not use it.
+                        whole step (Plan.model = False) [ms]; 0 when the policy does not use it.
     ngram_draft_ms      likewise the n-gram drafter's part of draft_cost_ms [ms]. What is left,
                         draft_cost_ms - model_draft_ms - ngram_draft_ms, is the allocation kernel, paid
                         whenever a drafter runs.
@@ -91,6 +103,64 @@ class StepBatch:
 
 
 @dataclass
+class HostView:
+    """What the host knows of a step before any drafter runs: the input of `Policy.plan`. The fields have
+    StepBatch's names and meanings (see there), so the shared helpers (sim.policies.common: goodput,
+    best_budget, ...) read either. No current chain is here: it is not drafted yet.
+
+    model_len[r]        the model chain length the step schedules (int64 [R]; min(K_m, output left)),
+                        known before the pass (vLLM masks its stale survivals with it)."""
+
+    stale_model_conf: torch.Tensor
+    stale_model_len: torch.Tensor
+    stale_ngram_conf: torch.Tensor
+    stale_ngram_len: torch.Tensor
+    model_len: torch.Tensor
+    num_nondraft_tokens: int
+    verify_cost_ms: torch.Tensor
+    draft_cost_ms: float
+    mean_ngram_conf: Optional[torch.Tensor] = None
+    num_sampling_reqs: Optional[int] = None
+    max_draft_tokens: Optional[int] = None
+    model_draft_ms: Union[float, torch.Tensor] = 0.0
+    ngram_draft_ms: Union[float, torch.Tensor] = 0.0
+
+    @property
+    def num_reqs(self) -> int:
+        return self.stale_model_conf.shape[0]
+
+    @property
+    def num_sampling(self) -> int:
+        return self.num_reqs if self.num_sampling_reqs is None else self.num_sampling_reqs
+
+
+def host_view(batch: StepBatch) -> HostView:
+    """The HostView of a StepBatch (its host-known fields, no copies)."""
+    return HostView(stale_model_conf=batch.stale_model_conf, stale_model_len=batch.stale_model_len,
+                    stale_ngram_conf=batch.stale_ngram_conf, stale_ngram_len=batch.stale_ngram_len,
+                    model_len=batch.model_len, num_nondraft_tokens=batch.num_nondraft_tokens,
+                    verify_cost_ms=batch.verify_cost_ms, draft_cost_ms=batch.draft_cost_ms,
+                    mean_ngram_conf=batch.mean_ngram_conf, num_sampling_reqs=batch.num_sampling_reqs,
+                    max_draft_tokens=batch.max_draft_tokens, model_draft_ms=batch.model_draft_ms,
+                    ngram_draft_ms=batch.ngram_draft_ms)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A policy's host-side decision for one step (phase 1, module docstring), made before any drafter runs.
+
+    model, ngram  whether the model (DSpark) and the n-gram drafter run this step (Python bools: the engine
+                  proposes and charges only those, without a device sync).
+    budget        the step's draft budget B, total draft slots (0-d int64 host tensor), which sizes the
+                  verify pass before it is launched; None: the policy's allocate sizes the step itself.
+    """
+
+    model: bool
+    ngram: bool
+    budget: Optional[torch.Tensor] = None
+
+
+@dataclass
 class Allocation:
     """A policy's decision: per request, which chain is verified and how many of its leading tokens.
 
@@ -100,11 +170,13 @@ class Allocation:
     second[r]    optional (tree policies): leading tokens of the *other* chain verified in the same pass as
                  a second branch of a two-branch tree (int64 [R]); 0 where chain is NONE. The request then
                  emits max(accepted of either branch) + 1 tokens. None for single-chain policies.
-    model_ran    optional 0-d bool: whether the model drafter's pass runs this step at all. A policy that
-                 skips it (False) must decide so from what is known before the step (stale values), and
-                 then admits no model-chain slot; the engine charges the pass only when it ran.
-                 None = it runs whenever the policy uses the model drafter (`Policy.uses_model`).
-    ngram_ran    likewise for the n-gram drafter (only the oracle chooses it).
+    model_ran    optional 0-d bool, what `Policy.fn` reports of its Plan (Plan.model) so that one-view
+                 callers (tests, fast forms) see the drafters the step ran; an engine reads the Plan, not
+                 this. One exception: the `oracle`, a simulation-only bound that reads the true accepted
+                 lengths, chooses after the proposals which drafters it is charged for; an engine reads
+                 its model_ran / ngram_ran on the host copy of the Allocation (the truth is host data).
+                 None = as planned.
+    ngram_ran    likewise for the n-gram drafter.
     """
 
     chain: torch.Tensor
@@ -112,3 +184,15 @@ class Allocation:
     second: Optional[torch.Tensor] = None
     model_ran: Optional[torch.Tensor] = None
     ngram_ran: Optional[torch.Tensor] = None
+
+
+class Decision(NamedTuple):
+    """An allocation as host arrays, what the simulator's native step commits (sim.engine.Engine._decide, the
+    fast forms' `arrays` cores of sim/policies/fast.py): chain and admitted (int64 [R]), second (int64 [R]
+    or None), model_ran / ngram_ran (host bools, or None: as planned)."""
+
+    chain: Any
+    admitted: Any
+    second: Any = None
+    model_ran: Optional[bool] = None
+    ngram_ran: Optional[bool] = None

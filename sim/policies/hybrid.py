@@ -44,9 +44,10 @@ Budget consistency (what runs where in vLLM, `hybrid-price:METHOD`, the default)
     chain with the larger first survival, then model), then admit the global top-B slots of the chosen
     chains by current survival (the same stable-sort top-B kernel as adaptive). B is already paid for, so
     the GPU fills it even if the current lambda would take fewer slots.
-  Here both sides are stacked into one [2, ...] pass of the same ops (same dtype as the current
-  confidences), which halves the per-call op count in the simulator; in vLLM the stale side is the same
-  function on the host copy of the confidences, so nothing waits on the GPU.
+  The CPU part is the policy's plan (`plan_price`, on the HostView), the GPU part its allocate
+  (`allocate_price`, with the Plan's budget): the step contract of sim/policies/base.py, so nothing on the
+  device waits for the host and the host never reads a device value. (The simulator's C form,
+  sim/policies/fast.py, runs both sides in one call with the same results.)
   `hybrid-price:METHOD:current` skips the stale budget and admits the current lambda-prefixes directly
   (the idealised allocation; its token count is data dependent, so in vLLM it would need a host sync or
   padding to the maximum). The optimality tests measure this core.
@@ -60,7 +61,7 @@ from typing import List
 import torch
 
 from sim.policies.adaptive import alloc_adaptive
-from sim.policies.base import Allocation, StepBatch
+from sim.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, finish, goodput,
                                  rank_scores, slot_valid, survival, top_b_counts, verify_ms)
 from sim.policies.registry import Policy, parse_float, parse_int, register
@@ -218,18 +219,34 @@ def price_core(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
     return finish(_chain_ids(use_ngram[0]), admitted[0])
 
 
-def price_with_budget(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> Allocation:
-    """vLLM-consistent hybrid: stale budget B (CPU part), current chain choice by price + global top-B
-    of the chosen chains' current survivals (GPU part). Both sides run through the same ops at once."""
-    ch = Chains(batch, with_stale=True)
+def plan_price(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> Plan:
+    """Host phase of `hybrid-price`: METHOD on the stale chains; their total admitted slots are the step's
+    budget B (capped by vLLM's logits buffer). Both drafters run. Computed in the stale confidences' dtype."""
+    dt = view.stale_model_conf.dtype
+    ch = Chains.of(view.stale_model_conf[None], view.stale_model_len[None], view.stale_ngram_conf[None].to(dt),
+                   view.stale_ngram_len[None])
+    _, admitted, _ = LAMBDA_METHODS[method](view, ch, margin)
+    return Plan(model=True, ngram=True, budget=cap_budget(view, admitted[0].sum()))
+
+
+def allocate_price(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD,
+                   margin: float = NGRAM_MARGIN) -> Allocation:
+    """Device phase of `hybrid-price`: METHOD on the current chains chooses each request's chain (if both
+    lambda-prefixes are empty, the chain with the better first slot, then model), then the global top-B
+    (B = plan.budget) of the chosen chains' current survivals."""
+    ch = Chains(batch, with_stale=False)
     use_ngram, admitted, _ = LAMBDA_METHODS[method](batch, ch, margin)
-    budget = cap_budget(batch, admitted[1].sum())  # the stale side's total: the step's draft budget B
-    # both prefixes empty at the current price: the chain with the better first slot, then model
     use_ngram = torch.where(admitted[0] == 0, ch.surv_n[0, :, 0] > ch.surv_m[0, :, 0], use_ngram[0])
     scores_m = rank_scores(ch.surv_m[0], ch.len_m[0]).masked_fill(use_ngram[:, None], float("-inf"))
     scores_n = rank_scores(ch.surv_n[0], ch.len_n[0]).masked_fill(~use_ngram[:, None], float("-inf"))
     scores = torch.cat([scores_m, scores_n], 1)
-    return finish(_chain_ids(use_ngram), top_b_counts(scores, budget))
+    return finish(_chain_ids(use_ngram), top_b_counts(scores, plan.budget))
+
+
+def price_with_budget(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> Allocation:
+    """vLLM-consistent hybrid on one view: the stale budget B (plan_price, CPU part), then the current chain
+    choice by price and the global top-B of the chosen chains (allocate_price, GPU part)."""
+    return allocate_price(batch, plan_price(host_view(batch), method, margin), method, margin)
 
 
 def free_budget(batch: StepBatch, budget: torch.Tensor) -> torch.Tensor:
@@ -266,33 +283,56 @@ def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
     only in a request that keeps copying (an edit), not in one whose matches are short-lived (chat).
     The budget is capped like adaptive's by vLLM's logits buffer (`cap_budget`).
     """
-    dt = batch.model_conf.dtype
-    zeros_m = torch.zeros_like(batch.model_len)
-    conf_m = torch.stack([batch.model_conf, batch.stale_model_conf.to(dt)]).repeat(2, 1, 1)
-    len_m = torch.stack([batch.model_len, batch.stale_model_len, zeros_m, zeros_m])
-    stale_n = batch.stale_ngram_conf.to(dt)
-    if batch.mean_ngram_conf is not None:  # forecast the n-gram chain from its last proposal and its history
-        stale_n = _FORECASTS[forecast](stale_n, batch.mean_ngram_conf.to(dt))
-    conf_n = torch.stack([batch.ngram_conf.to(dt), stale_n]).repeat(2, 1, 1)
-    len_n = torch.stack([batch.ngram_len, batch.stale_ngram_len]).repeat(2, 1)
+    plan = plan_skip(host_view(batch), method, margin, hysteresis, forecast)
+    out = allocate_skip(batch, plan, method, margin)
+    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(plan.model))
+
+
+def plan_skip(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
+              hysteresis: float = 0.0, forecast: str = FORECASTS[0]) -> Plan:
+    """Host phase of `hybrid` (price_skip's docstring): METHOD on two stale scenarios in one pass, with the
+    model pass (paying draft_cost_ms) and without it (draft_cost_ms - model_draft_ms, no model chain); the
+    model drafter runs iff G_ngram <= G_both (1 + hysteresis); the chosen scenario's admitted slots, widened
+    to the free ones and capped, are the budget B. Plan.model is read on the host: the view is host data."""
+    dt = view.stale_model_conf.dtype
+    zeros_m = torch.zeros_like(view.stale_model_len)
+    conf_m = view.stale_model_conf[None].repeat(2, 1, 1)
+    len_m = torch.stack([view.stale_model_len, zeros_m])
+    stale_n = view.stale_ngram_conf.to(dt)
+    if view.mean_ngram_conf is not None:  # forecast the n-gram chain from its last proposal and its history
+        stale_n = _FORECASTS[forecast](stale_n, view.mean_ngram_conf.to(dt))
+    conf_n = stale_n[None].repeat(2, 1, 1)
+    len_n = view.stale_ngram_len[None].repeat(2, 1)
+    full = torch.as_tensor(view.draft_cost_ms, dtype=torch.float64)
+    skip = full - torch.as_tensor(view.model_draft_ms, dtype=torch.float64)
+    ch = Chains.of(conf_m, len_m, conf_n, len_n, torch.stack([full, skip])[:, None])
+    _, admitted, g = LAMBDA_METHODS[method](view, ch, margin)  # sides: with the model pass, without it
+    run_model = g[1] <= g[0] * (1.0 + hysteresis)
+    budget = cap_budget(view, free_budget(view, torch.where(run_model, admitted[0].sum(), admitted[1].sum())))
+    return Plan(model=bool(run_model), ngram=True, budget=budget)
+
+
+def allocate_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD,
+                  margin: float = NGRAM_MARGIN) -> Allocation:
+    """Device phase of `hybrid`: the chain choice by price on the current chains -- the n-gram chains alone
+    when the plan skipped the model pass (the model chains were not drafted and are not read) -- then the
+    global top-B (B = plan.budget) of the chosen chains. A request whose model chain is empty takes its
+    n-gram chain."""
     full = torch.as_tensor(batch.draft_cost_ms, dtype=torch.float64)
-    skip = full - torch.as_tensor(batch.model_draft_ms, dtype=torch.float64)
-    draft = torch.stack([full, full, skip, skip])[:, None]
-    ch = Chains.of(conf_m, len_m, conf_n, len_n, draft)
-    use_ngram, admitted, g = LAMBDA_METHODS[method](batch, ch, margin)  # sides: cur, stale, cur-ng, stale-ng
-    run_model = g[3] <= g[1] * (1.0 + hysteresis)
-    budget = cap_budget(batch, free_budget(batch, torch.where(run_model, admitted[1].sum(), admitted[3].sum())))
-    # select the current side with where, not an index: a tensor index would sync with the host
-    use_ngram = torch.where(run_model, use_ngram[0], use_ngram[2])
-    adm_cur = torch.where(run_model, admitted[0], admitted[2])
-    len_m_cur = torch.where(run_model, len_m[0], len_m[2])
-    surv_m, surv_n = ch.surv_m[0] * run_model, ch.surv_n[0]
+    if plan.model:
+        conf_m, len_m, draft = batch.model_conf, batch.model_len, full
+    else:
+        len_m = torch.zeros_like(batch.ngram_len)
+        conf_m = torch.zeros((len_m.shape[0], batch.model_conf.shape[-1]), dtype=batch.model_conf.dtype)
+        draft = full - torch.as_tensor(batch.model_draft_ms, dtype=torch.float64)
+    ch = Chains.of(conf_m[None], len_m[None], batch.ngram_conf[None], batch.ngram_len[None], draft.reshape(1, 1))
+    use_ngram, admitted, _ = LAMBDA_METHODS[method](batch, ch, margin)
+    surv_m, surv_n = ch.surv_m[0], ch.surv_n[0]
     # both prefixes empty at the current price: the chain with the better first slot, then model
-    use_ngram = torch.where(adm_cur == 0, surv_n[:, 0] > surv_m[:, 0], use_ngram) | (len_m_cur == 0)
-    scores_m = rank_scores(surv_m, len_m_cur).masked_fill(use_ngram[:, None], float("-inf"))
+    use_ngram = torch.where(admitted[0] == 0, surv_n[:, 0] > surv_m[:, 0], use_ngram[0]) | (len_m == 0)
+    scores_m = rank_scores(surv_m, len_m).masked_fill(use_ngram[:, None], float("-inf"))
     scores_n = rank_scores(surv_n, batch.ngram_len).masked_fill(~use_ngram[:, None], float("-inf"))
-    out = finish(_chain_ids(use_ngram), top_b_counts(torch.cat([scores_m, scores_n], 1), budget))
-    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=run_model)
+    return finish(_chain_ids(use_ngram), top_b_counts(torch.cat([scores_m, scores_n], 1), plan.budget))
 
 
 def choose_chain(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> torch.Tensor:
@@ -398,7 +438,9 @@ def _hybrid(params: List[str]) -> Policy:
     rest = [method] if given else []
     name = ("hybrid" + (f":{method}" if rest else "") + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}")
             + ("" if hyst == 0.0 else f":hyst={hyst:g}") + ("" if forecast == FORECASTS[0] else f":forecast={forecast}"))
-    return Policy(name, lambda b: price_skip(b, method, margin, hyst, forecast), uses_model=True, uses_ngram=True)
+    return Policy(name, lambda b: price_skip(b, method, margin, hyst, forecast), uses_model=True, uses_ngram=True,
+                  plan_fn=lambda v: plan_skip(v, method, margin, hyst, forecast),
+                  alloc_fn=lambda b, p: allocate_skip(b, p, method, margin))
 
 
 def parse_hybrid_price(params: List[str]) -> tuple[str, bool, float, bool]:
@@ -428,8 +470,11 @@ def _hybrid_price(params: List[str]) -> Policy:
     rest = [method] if given else []
     name = ("hybrid-price" + ("" if not rest else f":{method}") + (":current" if current else "")
             + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}"))
-    fn = (lambda b: price_core(b, method, margin)) if current else (lambda b: price_with_budget(b, method, margin))
-    return Policy(name, fn, uses_model=True, uses_ngram=True)
+    if current:  # no host budget: single-phase
+        return Policy(name, lambda b: price_core(b, method, margin), uses_model=True, uses_ngram=True)
+    return Policy(name, lambda b: price_with_budget(b, method, margin), uses_model=True, uses_ngram=True,
+                  plan_fn=lambda v: plan_price(v, method, margin),
+                  alloc_fn=lambda b, p: allocate_price(b, p, method, margin))
 
 
 @register("hybrid-vllm", "hybrid-vllm[:METHOD][:margin=M][:slots=W]",

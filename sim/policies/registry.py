@@ -1,17 +1,17 @@
-"""The policy registry: parse a policy spec such as `model-fixed:7` or `hybrid-price:sweep` into a Policy.
+"""The policy registry: the Policy type and `register`, which the policy families call on import.
 
 A family registers itself with `@register(name, usage, summary)` on a factory that takes the spec's
 parameters (the strings after the first ':') and returns a `Policy`. Factories raise ValueError on a bad
-parameter; `get_policy` turns that into a one-line ConfigError naming the valid choices.
+parameter; `get_policy` (sim/policies/catalog.py, which imports the families: this module imports none of
+them) turns that into a one-line ConfigError naming the valid choices.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 from sim.errors import ConfigError
-from sim.policies.base import Allocation, StepBatch
+from sim.policies.base import Allocation, HostView, Plan, StepBatch
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,10 @@ class Policy:
         by tests/test_policy_fast_forms.py); None = the simulator runs `fn`. Real engines always run `fn`.
     sim_for: the `fn` that sim_fn is a form of; a copy whose fn was replaced (dataclasses.replace(pol,
         fn=...), as tests do to inject a bug) no longer matches it, and the simulator then runs that fn.
+    plan_fn / alloc_fn: the policy's two phases (sim.policies.base: plan on the host from a HostView,
+        allocate on the device from the StepBatch and the Plan); fn must then be alloc_fn(batch,
+        plan_fn(host_view(batch))). None: a single-phase policy, whose plan is every drafter it uses and no
+        budget and whose allocate is fn.
     """
 
     name: str
@@ -38,6 +42,43 @@ class Policy:
     tree: bool = False
     sim_fn: Optional[Callable[[StepBatch], Allocation]] = field(default=None, repr=False, compare=False)
     sim_for: Optional[Callable[[StepBatch], Allocation]] = field(default=None, repr=False, compare=False)
+    plan_fn: Optional[Callable[[HostView], Plan]] = field(default=None, repr=False, compare=False)
+    alloc_fn: Optional[Callable[[StepBatch, Plan], Allocation]] = field(default=None, repr=False, compare=False)
+    phases_of: Optional[Callable[[StepBatch], Allocation]] = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_default_plan", Plan(self.uses_model, self.uses_ngram))  # made once: per-step use
+        if (self.plan_fn is None) != (self.alloc_fn is None):
+            raise TypeError(f"policy '{self.name}': plan_fn and alloc_fn go together")
+        if self.plan_fn is not None and self.phases_of is None:
+            object.__setattr__(self, "phases_of", self.fn)  # the fn the two phases are (sim_for's rule)
+
+    @property
+    def phased(self) -> bool:
+        """Whether the engine runs the policy's two phases: it has them and fn is still the one they make (a
+        copy whose fn was replaced, as tests do to inject a bug, is single-phase: fn decides alone)."""
+        return self.plan_fn is not None and self.phases_of is self.fn
+
+    @property
+    def default_plan(self) -> Plan:
+        """The plan of a single-phase policy: every drafter it uses runs, no budget."""
+        return self._default_plan
+
+    def plan(self, view: HostView) -> Plan:
+        """Phase 1 (host): which drafters run this step and its budget, from what the host knows."""
+        return self.plan_fn(view) if self.phased else self.default_plan
+
+    def allocate(self, batch: StepBatch, plan: Plan) -> Allocation:
+        """Phase 3 (device): the allocation of this step's chains under `plan` (Policy.plan of its HostView)."""
+        if not self.phased:
+            return self(batch)
+        self._check_truth(batch)
+        return self.alloc_fn(batch, plan)
+
+    def _check_truth(self, batch: StepBatch) -> None:
+        if self.needs_truth and (batch.true_model_acc is None or batch.true_ngram_acc is None):
+            raise ConfigError(f"policy '{self.name}' needs the true accepted lengths, which this engine "
+                              "does not provide")
 
     @property
     def sim_callable(self) -> Callable[[StepBatch], Allocation]:
@@ -45,9 +86,7 @@ class Policy:
         return self.sim_fn if self.sim_fn is not None and self.sim_for is self.fn else self
 
     def __call__(self, batch: StepBatch) -> Allocation:
-        if self.needs_truth and (batch.true_model_acc is None or batch.true_ngram_acc is None):
-            raise ConfigError(f"policy '{self.name}' needs the true accepted lengths, which this engine "
-                              "does not provide")
+        self._check_truth(batch)
         return self.fn(batch)
 
 
@@ -61,6 +100,11 @@ class _Family:
 _REGISTRY: Dict[str, _Family] = {}
 
 
+def families() -> Dict[str, _Family]:
+    """The registered families, name -> (usage, summary, factory), in registration order."""
+    return _REGISTRY
+
+
 def register(name: str, usage: str, summary: str):
     """Decorator: register `factory(params: list[str]) -> Policy` under the family `name`."""
 
@@ -71,41 +115,6 @@ def register(name: str, usage: str, summary: str):
         return factory
 
     return deco
-
-
-def _load() -> None:
-    # The families register themselves on import.
-    from sim.policies import simple, adaptive, hybrid, tree  # noqa: F401,I001  (listing order)
-
-
-def list_policies() -> List[str]:
-    """Usage strings of every registered family, e.g. ['none', 'model-fixed:K', ...]."""
-    _load()
-    return [fam.usage for fam in _REGISTRY.values()]
-
-
-def describe_policies() -> Dict[str, str]:
-    """usage -> one-line summary, for CLI help."""
-    _load()
-    return {fam.usage: fam.summary for fam in _REGISTRY.values()}
-
-
-def get_policy(spec: str) -> Policy:
-    """Build the policy named by `spec` ('family' or 'family:param[:param]'); ConfigError if unknown."""
-    _load()
-    choices = ", ".join(list_policies())
-    name, *params = str(spec).strip().split(":")
-    fam = _REGISTRY.get(name)
-    if fam is None:
-        raise ConfigError(f"unknown policy '{spec}'; choose one of: {choices}")
-    try:
-        pol = fam.factory(params)
-    except ValueError as exc:
-        raise ConfigError(f"unknown policy '{spec}' ({exc}); choose one of: {choices}") from None
-    from sim.policies.fast import sim_form
-
-    fast = sim_form(spec)
-    return pol if fast is None else dataclasses.replace(pol, sim_fn=fast, sim_for=pol.fn)
 
 
 def parse_int(text: str, what: str, lo: int = 0) -> int:

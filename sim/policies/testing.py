@@ -107,7 +107,7 @@ def time_call(fn, batch: StepBatch, repeat: int = 300, warmup: int = 20) -> floa
 
 def timing_table(specs: Optional[list[str]] = None, sizes=((4, 7, 32), (128, 7, 32))) -> str:
     """Markdown table of the per-call CPU time of each policy at the given (R, K_m, K_n)."""
-    from sim.policies.registry import get_policy
+    from sim.policies.catalog import get_policy
     torch.set_num_threads(1)
     specs = specs or ["none", "model-fixed:7", "ngram-fixed:16", "adaptive", "adaptive:early-stop",
                       "ngram-first", "suffix-threshold", "oracle"] + [

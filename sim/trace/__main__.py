@@ -1,7 +1,7 @@
 """python -m sim.trace {convert,build,stats}: convert public trace formats, build the bundled traces, print stats.
 
   python -m sim.trace convert --from FORMAT IN -o OUT.jsonl [--force] [--skip-bad] [--workload W] [format options]
-  python -m sim.trace build {codeedit,chat,general,all} [--out-dir out/traces] [--limit N] [--force]
+  python -m sim.trace build {codeedit,codeedit-model,chat,general,all} [--out-dir out/traces] [--limit N] [--force]
       (--out-dir traces --force: replace the bundled ones)
   python -m sim.trace stats FILE [FILE ...] [--skip-bad] [--limit N]
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from sim.cli_util import ArgumentParser as _Parser, check_in_file, check_out_dir, check_out_file, int_at_least, run_cli
 from sim.errors import ConfigError
 
-BUILDS = ("codeedit", "chat", "general", "all")
+BUILDS = ("codeedit", "codeedit-model", "chat", "general", "all")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="keep the rows of this BurstGPT Model column value (default GPT-4, as vLLM; all: every model); "
                         "not --model, which names the served model in every other command")
     b = sub.add_parser("build", help="build bundled traces (deterministic)")
-    b.add_argument("which", metavar="{codeedit,chat,general,all}")
+    b.add_argument("which", metavar="{codeedit,codeedit-model,chat,general,all}",
+                   help="codeedit-model: the same edits shaped as an edit model's answers (traces/README.md)")
     b.add_argument("--out-dir", default="out/traces",
                    help="where to write (default out/traces; --out-dir traces replaces the bundled traces)")
     b.add_argument("--limit", type=int_at_least(1), default=None, help="at most N requests per trace (for tests)")
@@ -102,7 +103,7 @@ def _build(args) -> int:
     if args.which not in BUILDS:
         raise ConfigError(f"unknown trace {args.which!r}; known: {', '.join(BUILDS)}")
     out = Path(args.out_dir)
-    names = [f"{w}.jsonl" for w in ("codeedit", "chat", "general") if args.which in (w, "all")]
+    names = [f"{w}.jsonl" for w in ("codeedit", "codeedit-model", "chat", "general") if args.which in (w, "all")]
     check_out_dir(out, force=True, flag="--out-dir")  # a folder of other files is fine: only these are replaced
     existing = [out / n for n in names if (out / n).exists()]
     if existing and not args.force:
@@ -116,6 +117,13 @@ def _build(args) -> int:
                                                                        build_codeedit.TARGET), progress=progress)
         print(f"codeedit: {res['n']} requests from {len(res['per_project'])} projects "
               f"({', '.join(f'{k}={v}' for k, v in sorted(res['per_project'].items()))}) -> {out / 'codeedit.jsonl'}")
+    if args.which in ("codeedit-model", "all"):
+        from sim.trace import build_codeedit
+
+        dest = out / "codeedit-model.jsonl"
+        res = build_codeedit.build(dest, target=min(args.limit or build_codeedit.TARGET, build_codeedit.TARGET),
+                                   progress=progress, shape="model")
+        print(f"codeedit-model: {res['n']} requests from {len(res['per_project'])} projects -> {dest}")
     which = [w for w in ("chat", "general") if args.which in (w, "all")]
     if which:
         from sim.trace import build_sharegpt

@@ -15,6 +15,14 @@ groups, so each request is a few-place edit as in fast-apply), else the smallest
 least MIN_TOKENS. Requests whose output falls outside [MIN_TOKENS, MAX_TOKENS] are dropped. Requests are
 then picked in hash order of their id with at most PROJECT_CAP per project, until TARGET requests or
 SIZE_BUDGET bytes. Everything iterates in sorted order and writes no timestamps: reruns are byte-identical.
+
+`shape="model"` (codeedit-model.jsonl) builds the same edits the way an edit model is asked and answers
+(`model_shaped`): the prompt holds the code and a change request in words that names where to change and
+how (add / remove / change, the enclosing def or class, the line numbers) but not the new text, so the
+changed lines must be written, not copied; the output is shaped as chat edit models answer (ModelShape):
+an optional one-sentence preamble, the code in a ```python fence (the whole code, or only the changed
+region with a few lines of context around each change), then an optional short explanation listing the
+changes and the identifiers they touch. Every draw is seeded by the request id: reruns are byte-identical.
 """
 from __future__ import annotations
 
@@ -106,6 +114,92 @@ PROJECTS: tuple[Project, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class ModelShape:
+    """How an edit model's answer is shaped (probabilities per request; lengths in lines). These are stated
+    assumptions from public descriptions of chat edit models' answers, not fitted to any measurement:
+    the preamble and explanation wrap ("Here is the updated code: ... The changes: ...") that instruction-
+    tuned chat models add unless told not to; whole-file answers when asked to "generate the new file"
+    (as Blazedit's prompt asks) with a minority answering with the changed part only; a few lines of
+    context around each change in a partial answer (unified-diff and fast-apply conventions use 3)."""
+
+    p_preamble: float = 0.8      # a one-sentence preamble before the code
+    p_whole: float = 0.75        # the whole code (else the changed region with context)
+    context_lines: int = 3       # lines kept around each change in a partial answer
+    p_explanation: float = 0.7   # an explanation after the code
+    max_bullets: int = 4         # at most this many change bullets in the explanation
+
+
+MODEL_SHAPE = ModelShape()
+MODEL_SYSTEM = "You are a code editing assistant. Apply the change request to the given code."
+_PREAMBLES = ("Here is the updated code{where}:", "Here's the modified version{where} with the requested change:",
+              "Sure! Below is the code{where} after applying the change:", "I've updated the code{where} as requested:",
+              "Here is the revised code{where}:")
+_OUTROS = ("The changes:", "Explanation of the changes:", "What changed:", "Summary of the edits:")
+_VERBS = {"insert": ("Added", "Introduced"), "delete": ("Removed", "Dropped"), "replace": ("Updated", "Rewrote")}
+_ASK = {"insert": "add new code", "delete": "remove code", "replace": "change the code"}
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{3,}")
+
+
+def _enclosing(lines: list[str], i: int) -> str | None:
+    """Name of the def/class whose header is the nearest one at or above line i, if any."""
+    for j in range(min(i, len(lines) - 1), -1, -1):
+        m = re.match(r"\s*(?:async\s+)?(?:def|class)\s+([A-Za-z_][A-Za-z0-9_]*)", lines[j])
+        if m:
+            return m.group(1)
+    return None
+
+
+def model_shaped(rid: str, path: str, old: list[str], new: list[str], ops: list[tuple], lo: int,
+                 shape: ModelShape = MODEL_SHAPE) -> tuple[str, str]:
+    """(user turn, answer) of one edit shaped as an edit model is asked and answers (module docstring).
+    old/new: the window's lines before and after; ops: difflib opcodes in file coordinates (window at lo)."""
+    import random
+
+    rng = random.Random(hashlib.sha256(f"{SALT}:model:{rid}".encode()).hexdigest())
+    asks, bullets, spans = [], [], []  # spans: changed line ranges in `new`
+    shift = 0  # new index = old index + shift, within the window
+    for tag, i1, i2, j1, j2 in ops:
+        a1, a2 = i1 - lo, i2 - lo
+        n1, n2 = a1 + shift, a1 + shift + (j2 - j1)
+        shift += (j2 - j1) - (i2 - i1)
+        spans.append((n1, n2))
+        where = _enclosing(old, a1)
+        lines_txt = f"line {a1 + 1}" if a2 - a1 <= 1 else f"lines {a1 + 1}-{a2}"
+        asks.append(f"- {_ASK[tag]} at {lines_txt}" + (f" in `{where}`" if where else ""))
+        idents = sorted(set(_IDENT.findall("".join(new[n1:n2]))) - {"self", "return", "None", "True", "False"})
+        rng.shuffle(idents)
+        what = ", ".join(f"`{x}`" for x in idents[:2]) or "the code"
+        bullets.append(f"- {rng.choice(_VERBS[tag])} {what}" + (f" in `{where}`" if where else "") + ".")
+    old_code = "".join(old)
+    user = (f"Code from `{path}`:\n\n```python\n{old_code}```\n\nChange request:\n" + "\n".join(asks)
+            + "\n\nGenerate the updated code.")
+    parts = []
+    if rng.random() < shape.p_preamble:
+        template = rng.choice(_PREAMBLES)
+        where = f" for `{path.rsplit('/', 1)[-1]}`" if rng.random() < 0.5 else ""
+        parts.append(template.format(where=where) + "\n\n")
+    if rng.random() < shape.p_whole:
+        body = "".join(new)
+    else:  # the changed region: each change with context, gaps marked as models mark them
+        keep = sorted({i for n1, n2 in spans for i in range(max(0, n1 - shape.context_lines),
+                                                              min(len(new), max(n2, n1 + 1) + shape.context_lines))})
+        chunks, prev = [], None
+        for i in keep:
+            if prev is not None and i != prev + 1:
+                chunks.append("# ... existing code ...\n")
+            chunks.append(new[i])
+            prev = i
+        body = "".join(chunks)
+    if body and not body.endswith("\n"):
+        body += "\n"
+    parts.append(f"```python\n{body}```")
+    if rng.random() < shape.p_explanation:
+        picked = bullets[: shape.max_bullets]
+        parts.append(f"\n\n{rng.choice(_OUTROS)}\n" + "\n".join(picked))
+    return user, "".join(parts) + "\n"
+
+
 class DownloadError(HybridSpecError):
     pass
 
@@ -166,8 +260,9 @@ def _diff(path: str, old: list[str], new: list[str]) -> str:
     return "".join(out)
 
 
-def file_edits(label: str, path: str, old_text: str, new_text: str, count) -> list[dict]:
-    """The requests of one changed file. `count(text) -> tokens`. label: 'project old->new'."""
+def file_edits(label: str, path: str, old_text: str, new_text: str, count, shape: str = "exact") -> list[dict]:
+    """The requests of one changed file. `count(text) -> tokens`. label: 'project old->new'. shape: "exact"
+    (the diff in the prompt, the edited code as the output) or "model" (model_shaped)."""
     a = old_text.splitlines(keepends=True)
     b = new_text.splitlines(keepends=True)
     sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
@@ -211,19 +306,25 @@ def file_edits(label: str, path: str, old_text: str, new_text: str, count) -> li
         old_code, new_code = _text(a[lo:hi]), _text(new_lines)
         if old_code == new_code or not new_code.strip():
             continue
+        rid = f"{label}:{path}#{k}"
+        if shape == "model":
+            user, answer = model_shaped(rid, path, a[lo:hi], new_lines, ops, lo)
+            rows.append({"id": rid, "prompt": render_chat([("system", MODEL_SYSTEM), ("user", user)]),
+                         "output": answer, "workload": "codeedit"})
+            continue
         where = "" if (lo == 0 and hi == len(a)) else f" (lines {lo + 1}-{hi} of the file)"
         user = (f"Code from `{path}`{where}:\n\n{old_code}\n\nRequested change (unified diff):\n\n"
                 f"{_diff(path, a[lo:hi], new_lines)}\nReply with the complete updated code.")
         prompt = render_chat([("system", SYSTEM), ("user", user)])
-        rows.append({"id": f"{label}:{path}#{k}", "prompt": prompt, "output": new_code, "workload": "codeedit"})
+        rows.append({"id": rid, "prompt": prompt, "output": new_code, "workload": "codeedit"})
     return rows
 
 
-def project_edits(label: str, old: dict[str, str], new: dict[str, str], count) -> list[dict]:
+def project_edits(label: str, old: dict[str, str], new: dict[str, str], count, shape: str = "exact") -> list[dict]:
     rows = []
     for path in sorted(old):
         if path in new and old[path] != new[path]:
-            rows.extend(file_edits(label, path, old[path], new[path], count))
+            rows.extend(file_edits(label, path, old[path], new[path], count, shape))
     return rows
 
 
@@ -252,8 +353,15 @@ def select(rows: list[dict], count, target: int = TARGET, cap: int = PROJECT_CAP
     return picked
 
 
+SHAPES = ("exact", "model")
+
+
 def build(out_path: Path, cache: Path | None = None, projects=PROJECTS, target: int = TARGET,
-          progress: bool = True) -> dict:
+          progress: bool = True, shape: str = "exact") -> dict:
+    """Build the trace into out_path. shape "exact": codeedit.jsonl; "model": codeedit-model.jsonl (the same
+    release pairs and selection rules, model-shaped prompts and answers)."""
+    if shape not in SHAPES:
+        raise HybridSpecError(f"unknown codeedit shape {shape!r}; choose one of: {', '.join(SHAPES)}")
     from tqdm import tqdm
 
     from sim.trace.tokenizer import cache_dir, get_tokenizer
@@ -267,12 +375,18 @@ def build(out_path: Path, cache: Path | None = None, projects=PROJECTS, target: 
         return memo[text]
 
     cache = cache or cache_dir() / "wheels"
-    rows = []
+    rows, shaped = [], []
     for p in tqdm(projects, desc="build codeedit", unit="project", disable=not progress):
         old = wheel_sources(fetch_wheel(p, p.old, cache))
         new = wheel_sources(fetch_wheel(p, p.new, cache))
-        rows.extend(project_edits(f"{p.name} {p.old.version}->{p.new.version}", old, new, count))
-    picked = select(rows, count, target=target)
+        label = f"{p.name} {p.old.version}->{p.new.version}"
+        rows.extend(project_edits(label, old, new, count))
+        if shape == "model":
+            shaped.extend(project_edits(label, old, new, count, shape))
+    picked = select(rows, count, target=target)  # the model-shaped trace keeps the exact trace's requests
+    if shape == "model":
+        by_id = {r["id"]: r for r in shaped}
+        picked = [by_id[r["id"]] for r in picked]
     write_jsonl(out_path, picked)
     per = {}
     for r in picked:

@@ -155,24 +155,6 @@ def parse_record(obj, file: str, line: int) -> _Record:
     return _Record(line, rid, prompt, output, arrival, workload, temperature)
 
 
-def _iter_lines(data: bytes):
-    """(1-based line number, raw bytes) of each non-blank line."""
-    start = 0
-    lineno = 0
-    n = len(data)
-    while start < n:
-        end = data.find(b"\n", start)
-        if end < 0:
-            end = n
-        lineno += 1
-        raw = data[start:end]
-        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]
-        if raw.strip():
-            yield lineno, raw
-        start = end + 1
-
-
 def raw_lines(path: Path, file: str, hasher=None, what: str = "(not a JSONL trace?)"):
     """(1-based line number, raw bytes with its newline) of every line, read one line at a time (nothing past
     the line the caller stops at is read; a BOM on the first line dropped); `hasher` (hashlib) is fed every
@@ -431,3 +413,20 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
     has_text = any(isinstance(r.prompt, str) or isinstance(r.output, str) for r in records)
     return Trace(path=file, requests=requests, skipped=len(problems), problems=problems,
                  tokenizer=(tokenizer or TOKENIZER_NAME) if has_text else None)
+
+
+def prompt_texts(trace: str, sample, seed) -> list[tuple]:
+    """(id, prompt text) of each line of a text trace, in order (or a seeded sample of `sample` lines); a line
+    without a prompt text is a TraceError (real weights tokenize the text)."""
+    p = Path(trace)
+    check_trace_file(p, trace)
+    recs = []
+    for ln, raw in _file_lines(p, trace):
+        obj = decode_json_line(raw, trace, ln)
+        rec = parse_record(obj, trace, ln)
+        if not isinstance(rec.prompt, str):
+            raise TraceError("real weights need the prompt's text (a 'prompt' field)", trace, ln, "prompt")
+        recs.append((rec.id, rec.prompt))
+    if sample:
+        recs = [recs[i] for i in sample_indices(len(recs), sample, seed, trace)]
+    return recs

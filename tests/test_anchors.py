@@ -1,0 +1,259 @@
+"""python -m sim.anchors (the simulator against published measurements) and what its anchors need: the JSON
+shape and bad input of the command, vLLM's spec-decode counters, the MoE / tensor-parallel roofline, the
+sequential (EAGLE-style) drafter cost, adaptive verification's own per-step cost, the model-shaped code-edit
+outputs and the no-spec fit of models/gpus/mi350x-dsv4-fit.json. All fast (no trace simulation)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sim.anchors import ANCHORS, Figure, eagle_itl_ms, ngram_step_stats
+from sim.cli_util import run_cli
+from sim.cost import CostConfig, make_cost_model
+from sim.errors import ConfigError
+from sim.models import get_llm
+
+
+def run_anchors(argv, capsys):
+    from sim.anchors import main
+
+    with pytest.raises(SystemExit) as ei:
+        run_cli(main, argv)
+    cap = capsys.readouterr()
+    return ei.value.code, cap
+
+
+# --------------------------------------------------------------------------------------------- the command
+def test_json_is_one_object_per_figure(capsys):
+    code, cap = run_anchors(["--only", "pr32374-eagle-itl", "--json", "--no-report"], capsys)
+    assert code == 0, cap.err
+    rows = json.loads(cap.out)
+    assert len(rows) == 10  # batch 1 and 32 at K = 0, 1, 3, 5, 7
+    for r in rows:
+        assert {"anchor", "metric", "published", "simulated", "error", "tolerance", "within"} <= set(r)
+        assert isinstance(r["within"], bool)
+        assert r["error"] == pytest.approx((r["simulated"] - r["published"]) / r["published"])
+        assert r["within"] == (abs(r["error"]) <= r["tolerance"])  # relative targets here
+    b1 = [r["simulated"] for r in rows if "batch 1," in r["metric"]]
+    assert b1 == sorted(b1) and b1[-1] > b1[0] + 4.0  # the step grows with K (sequential head passes)
+
+
+def test_report_written_whole_and_not_replaced_without_force(tmp_path, capsys):
+    out = tmp_path / "anchors.md"
+    code, cap = run_anchors(["--only", "pr32374-eagle-itl", "--out", str(out)], capsys)
+    assert code == 0, cap.err
+    text = out.read_text()
+    assert "## pr32374-eagle-itl" in text and "**Source:**" in text and "| published |" not in text.split("\n")[0]
+    assert "python -m sim.anchors --only pr32374-eagle-itl" in text
+    rows = json.loads((tmp_path / "anchors.json").read_text())
+    assert len(rows) == 10 and all(r["anchor"] == "pr32374-eagle-itl" for r in rows)
+    code, cap = run_anchors(["--only", "pr32374-eagle-itl", "--out", str(out)], capsys)
+    assert code == 2 and "already exists" in cap.err and cap.err.count("\n") == 1
+    assert out.read_text() == text
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--only", "pr-nope", "--no-report"], "unknown anchor 'pr-nope'"),
+    (["--only", "pr32374-eagle-itl", "--out", "/proc/nope/anchors.md"], "--out"),
+])
+def test_bad_input_is_one_line_exit_2(argv, needle, capsys):
+    code, cap = run_anchors(argv, capsys)
+    assert code == 2 and needle in cap.err and cap.err.count("\n") == 1 and "Traceback" not in cap.err
+
+
+def test_every_anchor_states_its_source_and_limits():
+    for a in ANCHORS.values():
+        for f in ("source", "setup", "unmatched", "checks", "fitted"):
+            assert getattr(a, f).strip(), (a.name, f)
+    assert any("fitted" in a.fitted.lower() or "fitted to" in a.fitted for a in ANCHORS.values() if "fit" in a.name)
+
+
+def test_figure_targets():
+    assert Figure("a", "m", 0.547, 0.64, 0.10, "absolute").within
+    assert not Figure("a", "m", 0.547, 0.66, 0.10, "absolute").within
+    assert Figure("a", "m", 2.96, 3.38, 0.15).within and not Figure("a", "m", 2.96, 3.42, 0.15).within
+    assert not Figure("a", "m", 1.0, float("nan"), 0.5).within
+    assert Figure("a", "m", 0.547, 0.668, 0.10, "absolute").deviation == "+0.121"
+    assert Figure("a", "m", 0.547, 0.668, 0.10, "absolute").miss == pytest.approx(1.21)
+    assert Figure("a", "m", 2.96, 3.376, 0.15).deviation == "+14.1%"
+
+
+def test_ngram_counters_follow_vllm():
+    """vLLM's counters on a hand-made batch-1 run: 3 drafted steps accepting 5, 2, 0; 4 steps without a draft."""
+    steps = {"verified_ngram": np.array([0, 5, 5, 0, 5, 0, 0]), "accepted_ngram": np.array([0, 5, 2, 0, 0, 0, 0])}
+    out = 7 + 5 + 2  # one token per step plus the accepted ones
+    st = ngram_step_stats(steps, out, 5)
+    assert st["share"] == pytest.approx(3 / 7)
+    assert st["per_draft"] == pytest.approx(1 + 7 / 3)
+    assert st["overall"] == pytest.approx(out / 7)
+    assert st["pos"] == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3, 1 / 3])
+    # the published Blazedit figures are consistent the same way: 1 + sum of per-position acceptance
+    from sim.anchors import BLAZEDIT
+    assert 1 + sum(BLAZEDIT["pos"]) == pytest.approx(BLAZEDIT["per_draft"])
+
+
+# --------------------------------------------------------------------------------------------- MoE and TP
+def test_moe_spec_and_expert_streaming():
+    m = get_llm("deepseek-v4-flash")
+    assert m.is_moe and m.expert_params == pytest.approx(256 * 43 * 3 * 4096 * 2048)
+    assert m.flops_per_token == pytest.approx(2 * 13e9)
+    f = m.expert_fraction(np.array([0, 1, 43, 10_000]))
+    assert f[0] == 0 and f[1] == pytest.approx(6 / 256) and f[2] == pytest.approx(1 - (1 - 6 / 256) ** 43)
+    assert f[3] == pytest.approx(1.0)
+    assert m.weight_bytes == pytest.approx(m.dense_params * 1 + m.expert_params * 0.53125)
+    assert get_llm("qwen3-8b").expert_fraction(5) == 0.0
+
+
+def test_moe_step_reads_more_experts_as_tokens_grow():
+    c = make_cost_model("roofline", "deepseek-v4-flash", "mi350x", tensor_parallel_size=8)
+    t = np.array([1, 8, 64, 512])
+    lin = np.asarray(c.linear_ms(t))
+    tw = c.weight_ms + c.expert_ms * c.llm.expert_fraction(t)  # weight streaming alone (ms)
+    assert np.all(np.diff(lin) > 0)
+    assert lin[0] == pytest.approx(tw[0] + c.allreduce_fixed_ms + c.allreduce_ms_per_token, rel=1e-9)
+    assert tw[-1] > 10 * tw[0]  # at 512 tokens nearly every expert is read, at 1 token 6 of 256
+    assert float(c.verify_ms(8, 8 * 800, 8)) == pytest.approx(c.verify_table(8, 8 * 800, 8)[8])
+
+
+def test_tensor_parallel_splits_weights_and_adds_allreduce():
+    one = make_cost_model("roofline", "deepseek-v4-flash", "mi350x", tensor_parallel_size=8)
+    two = make_cost_model("roofline", "deepseek-v4-flash", "mi350x", tensor_parallel_size=4)
+    assert two.weight_ms == pytest.approx(2 * one.weight_ms) and two.ms_per_token == pytest.approx(2 * one.ms_per_token)
+    g, m = one.gpu, one.llm
+    assert one.allreduce_fixed_ms == pytest.approx(2 * m.num_layers * g.allreduce_us / 1e3)
+    assert one.allreduce_ms_per_token == pytest.approx(
+        2 * m.num_layers * m.hidden_size * 2 * 2 * 7 / 8 / (g.interconnect_gbps * 1e6))
+    # KV: one KV head is replicated on every GPU; weights split 8 ways
+    cfg = CostConfig(llm="deepseek-v4-flash", gpu="mi350x", tensor_parallel_size=8)
+    assert cfg.kv_bytes_per_token == m.kv_bytes_per_token + cfg.drafter_spec.kv_bytes_per_token(m)
+    with pytest.raises(ConfigError, match="does not fit"):
+        CostConfig(llm="deepseek-v4-flash", gpu="h100-sxm", tensor_parallel_size=1)  # 154 GB of weights
+    # a dense model on one GPU keeps the exact formulas (no MoE, no all-reduce terms)
+    d = make_cost_model("roofline", "qwen3-8b", "h100-sxm")
+    assert d._plain and d.allreduce_fixed_ms == 0.0 and d.expert_ms == 0.0
+
+
+def test_tp_kv_split_for_grouped_heads():
+    one = CostConfig(llm="qwen3-8b", gpu="mi300x")
+    two = CostConfig(llm="qwen3-8b", gpu="mi300x", tensor_parallel_size=2)
+    assert two.kv_bytes_per_token * 2 == one.kv_bytes_per_token
+    assert two.kv_capacity_tokens > 2 * one.kv_capacity_tokens * 0.99
+
+
+# --------------------------------------------------------------------------------------------- drafters
+def test_eagle_cost_grows_per_draft_token():
+    e = make_cost_model("roofline", "llama-3.1-8b", "h100-sxm", drafter="eagle-llama3.1-8b-cost")
+    d = make_cost_model("roofline", "llama-3.1-8b", "h100-sxm")  # DSpark: one block pass
+    for r in (1, 32):
+        one = e.draft_ms(r, 1)
+        assert one > 0 and [e.draft_ms(r, k) for k in range(1, 8)] == pytest.approx([k * one for k in range(1, 8)])
+    assert d.draft_ms(1, 7) < 1.2 * d.draft_ms(1, 1)  # the block drafter's pass is nearly flat in the block
+    assert eagle_itl_ms(e, 1, 7) - eagle_itl_ms(e, 1, 0) == pytest.approx(7 * e.draft_ms(1, 1) + e.alloc_ms(1) + (
+        float(e.verify_ms(8, 256, 1)) - float(e.verify_ms(1, 256, 1))) + e.sample_ms(8) - e.sample_ms(1), rel=1e-6)
+    e3 = make_cost_model("roofline", "llama-3.1-8b", "h100-sxm", drafter="eagle3-llama3.1-8b-cost")
+    assert e3.draft_ms(1, 1) < one  # its 32k-token LM head is cheaper than the target's
+
+
+def test_eagle_profiles_fit_the_acceptance_they_cite():
+    from sim.drafters.model import load_drafter_profile
+
+    for name, al7 in (("eagle-llama3.1-8b", 2.47), ("eagle3-llama3.1-8b", 3.54)):
+        p = load_drafter_profile(name)
+        q = p.q1[0] * p.decay[0] ** np.arange(7)
+        assert 1 + np.cumprod(q).sum() == pytest.approx(al7, abs=0.03)
+
+
+def test_adaptive_machinery_cost_only_for_policies_that_run_it():
+    c = make_cost_model("roofline", "qwen3-8b", "mi300x")
+    k = c.gpu.kernels
+    base = c.alloc_ms(16, policy="model-fixed:7")
+    assert c.alloc_ms(16, policy="adaptive") == pytest.approx(base + k.adaptive_ms + 16 * k.adaptive_us_per_req / 1e3)
+    assert c.alloc_ms(16, policy="hybrid:margin=0.1") > base
+    assert c.alloc_ms(16, policy="ngram-fixed:32") == base
+    h = make_cost_model("roofline", "qwen3-8b", "h100-sxm")  # no stated adaptive cost: unchanged
+    assert h.alloc_ms(16, policy="adaptive") == h.alloc_ms(16, policy="model-fixed:7")
+
+
+def test_mi350x_fit_is_reproducible():
+    from sim.anchors import fit_pr52362_nospec
+    from sim.models import get_gpu
+
+    fit = fit_pr52362_nospec()
+    g = get_gpu("mi350x-dsv4-fit")
+    assert g.layer_overhead_us == pytest.approx(fit["layer_overhead_us"], rel=1e-3)
+    assert g.flops_efficiency == pytest.approx(fit["flops_efficiency"], rel=1e-3)
+    assert np.allclose(fit["fitted_ms"], fit["published_ms"], rtol=0.03)
+
+
+# --------------------------------------------------------------------------------------------- the trace
+OLD = ["import os\n", "\n", "def area(r):\n", "    return 3.14 * r * r\n", "\n", "\n",
+       "class Shape:\n", "    def size(self):\n", "        return 0\n"]
+NEW = ["import os\n", "\n", "def area(radius):\n", "    return math.pi * radius ** 2\n", "\n", "\n",
+       "class Shape:\n", "    def size(self):\n", "        return 0\n"]
+
+
+def test_model_shaped_output():
+    from sim.trace.build_codeedit import ModelShape, model_shaped
+
+    ops = [("replace", 2, 4, 2, 4)]
+    user, out = model_shaped("p 1->2:m.py#0", "m.py", OLD, NEW, ops, 0)
+    assert "math.pi * radius" not in user and "3.14 * r * r" in user  # the new text must be written
+    assert "change the code at lines 3-4 in `area`" in user
+    assert "```python\n" in out and "math.pi * radius ** 2" in out and out.count("```") == 2
+    assert (user, out) == model_shaped("p 1->2:m.py#0", "m.py", OLD, NEW, ops, 0)  # seeded by the id
+    whole = ModelShape(p_preamble=0.0, p_whole=1.0, p_explanation=0.0)
+    assert model_shaped("x", "m.py", OLD, NEW, ops, 0, whole)[1] == "```python\n" + "".join(NEW) + "```\n"
+    part = ModelShape(p_preamble=1.0, p_whole=0.0, context_lines=1, p_explanation=1.0)
+    out = model_shaped("x", "m.py", OLD, NEW, ops, 0, part)[1]
+    head, code, tail = out.split("```")
+    assert head.strip() and tail.strip().startswith(("The changes", "Explanation", "What changed", "Summary"))
+    assert code == "python\n\ndef area(radius):\n    return math.pi * radius ** 2\n\n"
+    assert "`radius`" in tail or "`math`" in tail or "`area`" in tail
+
+
+def test_model_shaped_trace_keeps_the_exact_traces_requests():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    ids = [json.loads(ln)["id"] for ln in (root / "traces/codeedit.jsonl").read_text().splitlines()]
+    shaped = [json.loads(ln) for ln in (root / "traces/codeedit-model.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in shaped] == ids
+    fenced = sum("```python\n" in r["output"] for r in shaped)
+    assert fenced == len(shaped) and sum(not r["output"].startswith("```") for r in shaped) > len(shaped) // 2
+
+
+def test_paper_shows_the_anchors_beside_the_code_edit_headline():
+    from sim.report import _anchor_lines
+
+    rows = [Figure("pr24344-blazedit:codeedit-model", "share of steps with an n-gram draft",
+                   0.547, 0.668, 0.10, "absolute").as_dict(),
+            Figure("pr24344-blazedit:codeedit", "tokens per step, all steps", 2.96, 4.675,
+                   0.15).as_dict(),
+            Figure("pr32374-eagle-itl", "inter-token latency (ms), batch 1, K=0", 6.87, 7.35, 0.15).as_dict()]
+    model = " ".join(_anchor_lines(rows, "codeedit-model"))
+    assert "0.668 vs 0.547" in model and "+0.121" in model and "missed" in model and "4.675" not in model
+    exact = " ".join(_anchor_lines(rows, "codeedit"))
+    assert "4.675 vs 2.960" in exact and "+58%" in exact and "1 of 1 within 15%" in exact
+    assert _anchor_lines(None, "codeedit") == []
+
+
+def test_tensor_parallel_on_the_command_line(capsys):
+    from pathlib import Path
+
+    from sim.run import main
+
+    tiny = str(Path(__file__).resolve().parent / "fixtures" / "sim" / "tiny.jsonl")
+    base = ["--trace", tiny, "--policy", "model-fixed:7", "--batch-size", "4", "--workers", "1", "--no-progress",
+            "--format", "json", "--model", "deepseek-v4-flash"]
+    with pytest.raises(SystemExit) as ei:
+        run_cli(main, base + ["--gpu", "mi350x", "-tp", "8"])
+    cap = capsys.readouterr()
+    assert ei.value.code == 0, cap.err
+    rows = json.loads(cap.out[cap.out.index("["):])
+    assert {r["tensor_parallel_size"] for r in rows} == {8}
+    with pytest.raises(SystemExit) as ei:
+        run_cli(main, base + ["--gpu", "h100-sxm", "--tensor-parallel-size", "8"])
+    err = capsys.readouterr().err
+    assert ei.value.code == 2 and "interconnect_gbps" in err and err.count("\n") == 1
