@@ -535,7 +535,7 @@ def parse_args(argv):
     ap.add_argument("--allow-other-machine", action="store_true", help="use a table profiled elsewhere (warns, recorded)")
     ap.add_argument("--max-error", type=finite_float(0), default=None, help="exit 1 if the median error is above this (percent)")
     ap.add_argument("--quick", action="store_true", help="checks the pipeline, not fidelity. torch: none and "
-                    "hybrid-price, 3 requests x 16 tokens, batch 1 and 4, one repeat; vllm: 8 requests x 64 tokens, "
+                    "hybrid, 3 requests x 16 tokens, batch 1 and 4, one repeat; vllm: 8 requests x 64 tokens, "
                     "batch 1 and 8, a short profile")
     ap.add_argument("--repeat", type=int, default=None,
                     help=f"real runs per cell, ABBA order across cells; the verdicts need >= 2 (default "
