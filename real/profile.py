@@ -263,30 +263,45 @@ def build_table(model_name: str, verify: dict, parts: dict, machine: dict, kv_ca
 
 
 def profile(model_name: str, random_weights: bool, device: str, policies: list[str], batch_sizes: list[int],
-            quick: bool, out: Path | None, overwrite: bool = False, progress: bool = True) -> tuple[CostTable, Path | None, list]:
-    """Measure and (if `out`) write the table; returns it. See the module docstring."""
+            quick: bool, out: Path | None, overwrite: bool = False, progress: bool = True,
+            repeats: int | None = None) -> tuple[CostTable, Path | None, list]:
+    """Measure and (if `out`) write the table; returns it. See the module docstring. Every (policy, batch size)
+    run is made `repeats` times (default 2, --quick 1) in ABBA order after one discarded warm-up run, and the
+    part fits pool their steps; the machine's load over the whole profile is measured (real/machine_load.py)
+    and a loaded profile says so in the table's source and on stderr."""
+    from real.fidelity_stats import abba_order
+    from real.machine_load import LoadProbe
+
+    repeats = repeats if repeats is not None else (1 if quick else 2)
 
     wl = Workload.build("traces/general.jsonl", model_name, random_weights, device, limit=6 if quick else 10,
                         sample=None, seed=0, max_tokens=16 if quick else 24, max_prompt=512,
                         progress=progress)
     model = build_engine_model(wl, max(batch_sizes))
     steps = []
-    for pol in policies:
-        for bs in batch_sizes:
+    machine = machine_info(wl.device, wl.dtype, wl.model_label)
+    with LoadProbe(machine["threads"]) as probe:
+        run_real(wl, model, policies[0], batch_sizes[0], cost=None, progress=False)  # warm-up, discarded
+        for (pol, bs), _ in abba_order([(p, b) for p in policies for b in batch_sizes], repeats):
             res = run_real(wl, model, pol, bs, cost=None, progress=False)
             st = dict(res.steps)
             st["policy"] = pol
             st["logit_rows"] = res.steps["logit_rows"]
             st["tokens"] = res.steps["tokens"]
             steps.append(st)
-    parts = fit_step_parts(steps, policies)
-    verify = fit_verify(steps, time_logits_per_row(model, repeat=3 if quick else 11),
-                        time_kv_per_token(model, repeat=3 if quick else 9))
-    machine = machine_info(wl.device, wl.dtype, wl.model_label)
+        parts = fit_step_parts(steps, policies)
+        verify = fit_verify(steps, time_logits_per_row(model, repeat=3 if quick else 11),
+                            time_kv_per_token(model, repeat=3 if quick else 9))
+    load = probe.record
     src = (f"real/profile.py on {machine['cpu']} ({machine['device']}, {machine['threads']} threads, torch "
            f"{machine['torch']}); every part fitted on engine runs of {', '.join(policies)} "
-           f"at batch {', '.join(map(str, batch_sizes))} on traces/general.jsonl; verify fit over "
-           f"{verify['fit_steps']} steps, median |error| {100 * verify['fit_median_abs_rel_error']:.1f}%")
+           f"at batch {', '.join(map(str, batch_sizes))} on traces/general.jsonl, {repeats} run(s) each after a "
+           f"warm-up; verify fit over {verify['fit_steps']} steps, median |error| "
+           f"{100 * verify['fit_median_abs_rel_error']:.1f}%; {load.note()}"
+           + ("; MEASURED UNDER LOAD" if load.loaded else ""))
+    if load.loaded:
+        print(f"warning: the profile was measured under load ({load.note()}): its step times include other "
+              "processes' contention", file=sys.stderr)
     table = build_table(wl.model_label, verify, parts, machine, kv_capacity=10**9, vocab=model.args.vocab_size, source=src)
     path = write_cost_table(table, out, overwrite=overwrite) if out is not None else None
     if path is not None:  # the measured steps the table was fitted on, for refits and plots
@@ -324,6 +339,8 @@ def parse_args(argv):
     ap.add_argument("--policy", action="append", help="policies whose allocation cost to profile (repeatable)")
     ap.add_argument("--batch-size", action="append", type=int, help="batch sizes of the engine runs (repeatable)")
     ap.add_argument("--quick", action="store_true", help="fewer points and repeats (tests)")
+    ap.add_argument("--repeat", type=int, default=None, help="engine runs per (policy, batch size), ABBA order after "
+                                                             "a warm-up (default 2, --quick 1)")
     ap.add_argument("--out", default=None, help="table file to write (JSON); refuses to overwrite without --force")
     ap.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     ap.add_argument("--engine", default="torch", help="torch or vllm (vllm: `vllm bench forward` on a CUDA GPU; "
@@ -336,6 +353,8 @@ def parse_args(argv):
     a.argv = list(argv) if argv is not None else sys.argv[1:]
     if a.engine not in ("torch", "vllm"):
         raise ConfigError(f"--engine must be one of torch, vllm, got '{a.engine}'")
+    if a.repeat is not None and a.repeat < 1:
+        raise ConfigError(f"--repeat must be >= 1, got {a.repeat}")
     return a
 
 
@@ -359,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:  # before minutes of profiling, not after: writable, a file name, existing only with --force
         check_out_file(a.out, a.force, "--out")
     table, path, grid = profile(a.model, a.random_weights, a.device, pols, bss, a.quick,
-                          Path(a.out) if a.out else None, overwrite=a.force)
+                          Path(a.out) if a.out else None, overwrite=a.force, repeats=a.repeat)
     roof = None
     try:
         from sim.cost import make_cost_model

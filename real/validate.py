@@ -43,6 +43,8 @@ if __package__ in (None, ""):  # `python real/validate.py`: import from the repo
 
 import numpy as np  # noqa: E402
 
+from real.fidelity_stats import DEFAULT_MARGIN, CellVerdict, abba_order, judge, summarize  # noqa: E402
+from real.machine_load import DEFAULT_LOAD_GUARD, LoadProbe  # noqa: E402
 from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli, write_whole  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 from sim.models import llm_name  # noqa: E402
@@ -50,6 +52,9 @@ from sim.models import llm_name  # noqa: E402
 ENGINES = ("torch", "vllm")
 DEFAULT_POLICIES = ("none", "adaptive", "hybrid", "hybrid-price", "ngram-fixed:32")
 DEFAULT_BATCH_SIZES = (1, 4, 16)
+DEFAULT_REPEATS = 3  # real runs per cell (--repeat); --quick: 1
+QUICK_NOTE = ("--quick checks the pipeline, not fidelity (by default 3 requests of 16 tokens, one repeat): its errors "
+              "and verdicts say nothing about the simulator's accuracy")
 MAX_NUM_BATCHED_TOKENS = 512
 
 
@@ -101,6 +106,12 @@ def _write_drafts(wl, path: Path) -> None:
         lines.append(json.dumps({"id": r.id, "model_conf": np.round(tb.m_conf[a:b].astype(np.float64), 6).tolist(),
                                  "model_acc": tb.m_acc[a:b].astype(int).tolist()}))
     _write(path, "\n".join(lines) + "\n")
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _steps_csv(steps: dict) -> str:
@@ -167,36 +178,66 @@ def simulate(ref_trace: Path, drafts: Path | None, table: Path, model: str, bs: 
     return run_one(_prepared_setup(torch_sim_setup(ref_trace, drafts, table, model, seed)), policy, bs)[1]
 
 
-def run_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: int, progress: bool) -> dict:
-    """Real run, prediction and synthetic prediction of one cell, with its records (module docstring)."""
+def measure_real(wl, trace_dir: Path, table: Path, policy: str, bs: int, guard: float) -> dict:
+    """One real run of a cell (one repeat): its summary, whether its outputs equal the reference, the wall time
+    and the machine's load over the run (real/machine_load.py); the steps go to cells/<cell>/steps_real.rR.csv
+    by the caller."""
     from sim.cost.profiled import ProfiledCost
     from real.workload import run_real
 
     cost = ProfiledCost(str(table), fallback=None)
     model = wl.model(max_slots=bs)
-    t0 = time.perf_counter()
-    real = run_real(wl, model, policy, bs, cost, progress=progress, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS)
-    wall = time.perf_counter() - t0
+    n_tok = int(sum(r.output_len for r in wl.requests))
+    with LoadProbe(torch_threads(), guard) as probe:
+        t0 = time.perf_counter()
+        real = run_real(wl, model, policy, bs, cost, progress=False, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS)
+        wall = time.perf_counter() - t0
+    out = _summary(real, n_tok)
+    out["outputs_equal_reference"] = all(
+        list(map(int, o)) == list(map(int, r.output_ids)) for o, r in zip(real.outputs, wl.requests))
+    out["wall_s"] = wall
+    out["load"] = probe.record.to_json()
+    out["cpu_tok_per_s"] = n_tok / (probe.record.own_cpu_s / max(1, torch_threads())) if probe.record.own_cpu_s else None
+    out["steps_csv"] = _steps_csv(real.steps)
+    return out
+
+
+def predict_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: int) -> dict:
+    """The simulator's prediction of a cell (replayed drafts) and its synthetic-drafter variant; deterministic for
+    a given reference, drafts and cost table, so computed once per cell however many repeats the real side has."""
     n_tok = int(sum(r.output_len for r in wl.requests))
     ref = trace_dir / "reference.jsonl"
     drafts = trace_dir / "drafts.jsonl"
     pred = simulate(ref, drafts, table, wl.model_label, bs, policy, seed)
     synth = simulate(ref, None, table, wl.model_label, bs, policy, seed + 1)
+    return {"predicted": _summary(pred, n_tok), "synthetic": _summary(synth, n_tok),
+            "steps_predicted_csv": _steps_csv(pred.steps),
+            "sim_command": sim_command(torch_sim_setup(ref, drafts, table, wl.model_label, seed), policy, bs)}
+
+
+def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dict, margin: float) -> dict:
+    """A cell of fidelity.json from its real repeats and its prediction: the real figures of the median repeat,
+    every repeat's throughput and load, the verdict (real/fidelity_stats.py) and the errors."""
+    n_tok = int(sum(r.output_len for r in wl.requests))
+    tps = [r["tok_per_s"] for r in repeats]
+    mid = sorted(range(len(tps)), key=tps.__getitem__)[len(tps) // 2]  # the median repeat (upper for even counts)
+    real = {k: v for k, v in repeats[mid].items() if k not in ("steps_csv", "load", "wall_s")}
+    real["lossless"] = all(r["lossless"] for r in repeats)
+    real["outputs_equal_reference"] = all(r["outputs_equal_reference"] for r in repeats)
+    loaded = any(r["load"]["loaded"] for r in repeats)
+    v = judge(tps, prediction["predicted"]["tok_per_s"], margin, loaded)
+    real["tok_per_s"] = v.real  # the median of the repeats (= the median repeat's for odd counts)
     out = {"trace": wl.trace, "policy": policy, "batch_size": bs, "requests": len(wl.requests), "output_tokens": n_tok,
-           "real": _summary(real, n_tok), "predicted": _summary(pred, n_tok), "synthetic": _summary(synth, n_tok),
-           "real_wall_s": wall}
-    out["real"]["outputs_equal_reference"] = all(
-        list(map(int, o)) == list(map(int, r.output_ids)) for o, r in zip(real.outputs, wl.requests))
-    rs, ps = np.asarray(out["real"]["step_ms"]), np.asarray(out["predicted"]["step_ms"])
+           "real": real, "predicted": prediction["predicted"], "synthetic": prediction["synthetic"],
+           "real_wall_s": repeats[mid]["wall_s"], "repeats": [
+               {"tok_per_s": r["tok_per_s"], "cpu_tok_per_s": r.get("cpu_tok_per_s"), "wall_s": r["wall_s"],
+                "load": r["load"]} for r in repeats],
+           "verdict": v.to_json(), "loaded": loaded, "sim_command": prediction["sim_command"]}
+    rs, ps = np.asarray(real["step_ms"]), np.asarray(prediction["predicted"]["step_ms"])
     out["steps_aligned"] = len(rs) == len(ps)
     out["step_error_median"] = float(np.median(np.abs(ps - rs) / rs)) if len(rs) == len(ps) and len(rs) else float("nan")
     for k in ("predicted", "synthetic"):
-        out[f"{k}_error"] = abs(out[k]["tok_per_s"] - out["real"]["tok_per_s"]) / out["real"]["tok_per_s"]
-    out["sim_command"] = sim_command(torch_sim_setup(ref, drafts, table, wl.model_label, seed), policy, bs)
-    cdir = trace_dir / "cells" / _cell_id(wl.trace, policy, bs)
-    cdir.mkdir(parents=True, exist_ok=True)
-    _write(cdir / "steps_real.csv", _steps_csv(real.steps))
-    _write(cdir / "steps_predicted.csv", _steps_csv(pred.steps))
+        out[f"{k}_error"] = abs(out[k]["tok_per_s"] - v.real) / v.real
     return out
 
 
@@ -210,6 +251,8 @@ def write_reports(out: Path, cells: list[dict], meta: dict, md=None) -> dict:
            "median_synthetic_error": float(np.median([c["synthetic_error"] for c in cells])) if cells else float("nan"),
            "median_step_error": float(np.nanmedian(serrs)) if np.isfinite(serrs).any() else float("nan"),
            "all_lossless": all(c["real"]["lossless"] and c["real"]["outputs_equal_reference"] for c in cells)}
+    if cells and all("verdict" in c for c in cells):  # repeated cells (the torch engine): verdicts and their summary
+        agg["verdicts"] = summarize(CellVerdict.from_json(c["verdict"]) for c in cells).to_json()
     slim = [{k: ({kk: vv for kk, vv in v.items() if kk != "step_ms"} if isinstance(v, dict) else v)
              for k, v in c.items()} for c in cells]
     _write(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": slim}, indent=1) + "\n")
@@ -218,37 +261,74 @@ def write_reports(out: Path, cells: list[dict], meta: dict, md=None) -> dict:
     return agg
 
 
+VERDICT_TEXT = ("Verdicts (real/fidelity_stats.py): each cell's real run is repeated (ABBA order across the cells) and "
+                "its noise band is the relative half-width of the 90% t interval of the repeats' mean. A cell **agrees** "
+                "when its error is inside the margin and the band is narrower than the margin, **disagrees** when the "
+                "error is outside the margin and the band can resolve it (or the error exceeds margin + band), and is "
+                "**inconclusive** when the band is wider than the margin: the machine's noise hides an error of that "
+                "size. A cell measured while other processes took cores the engine needed is marked *load* and "
+                "cannot disagree (real/machine_load.py).")
+
+
 def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
+    m = meta["machine"]
     lines = ["# Fidelity: the simulator against the real engine", "",
-             f"Produced by `{meta['command']}` on {meta['machine'].get('cpu', '?')} "
-             f"({meta['machine'].get('device', '?')}, {meta['machine'].get('threads', '?')} threads, torch "
-             f"{meta['machine'].get('torch', '?')}); model {meta['model']} ({meta['mode']}); "
-             f"max {meta['max_tokens']} output tokens per request, prompts of at most {meta['max_prompt']} tokens.",
-             "", "Real: the real engine's output tokens per second of engine time. Predicted: the simulator on the "
-             "recorded outputs and drafts with this machine's profiled costs (`real/profile.py`). Synthetic: the "
-             "simulator drawing its synthetic drafter afresh instead of replaying the drafts. "
-             + meta.get("drafter_note", ""), "",
-             f"**Median throughput error {100 * agg['median_error']:.1f}%, max {100 * agg['max_error']:.1f}%; "
-             f"median step-time error {100 * agg['median_step_error']:.1f}%; synthetic drafter: median "
-             f"{100 * agg['median_synthetic_error']:.1f}%. Every real run lossless (outputs equal plain greedy "
-             f"decoding): {'yes' if agg['all_lossless'] else 'NO'}.**", "",
-             "| trace | policy | bs | reqs | real tok/s | predicted tok/s | error | synthetic tok/s | error | "
-             "steps real/sim | tok/engine step | mean latency real / sim (s) | step-time error (median) | speedup vs none |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             f"Produced by `{meta['command']}` on {m.get('cpu', '?')} ({m.get('device', '?')}, {m.get('threads', '?')} "
+             f"threads of {m.get('cores', '?')} cores, torch {m.get('torch', '?')}); model {meta['model']} "
+             f"({meta['mode']}); max {meta['max_tokens']} output tokens per request, prompts of at most "
+             f"{meta['max_prompt']} tokens; {meta.get('repeats', 1)} repeat(s) per cell.", ""]
+    if meta.get("quick"):
+        lines += [f"**{QUICK_NOTE}.**", ""]
+    lines += ["Real: the real engine's output tokens per second of engine time (wall clock; the median of the repeats). "
+              "Predicted: the simulator on the recorded outputs and drafts with this machine's profiled costs "
+              "(`real/profile.py`). Synthetic: the simulator drawing its synthetic drafter afresh instead of replaying "
+              "the drafts. " + meta.get("drafter_note", ""), ""]
+    ver = agg.get("verdicts")
+    if ver:
+        lines += [f"**{summary_line(ver)}.** Every real run lossless (outputs equal plain greedy decoding): "
+                  f"{'yes' if agg['all_lossless'] else 'NO'}.", "", VERDICT_TEXT, ""]
+    lines += [f"Median throughput error over all cells {100 * agg['median_error']:.1f}%, max "
+              f"{100 * agg['max_error']:.1f}%; median step-time error {100 * agg['median_step_error']:.1f}%; synthetic "
+              f"drafter: median {100 * agg['median_synthetic_error']:.1f}%."
+              + ("" if ver else f" Every real run lossless: {'yes' if agg['all_lossless'] else 'NO'}."), ""]
+    head = ("| trace | policy | bs | reqs | real tok/s | predicted tok/s | error | synthetic tok/s | error | "
+            "steps real/sim | tok/engine step | mean latency real / sim (s) | step-time error (median) | speedup vs none |")
+    rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    if ver:
+        head += " repeats (min-max tok/s) | noise band | verdict | cpu-clock tok/s |"
+        rule += "---|---:|---|---:|"
+    lines += [head, rule]
     base = {(c["trace"], c["batch_size"]): c["real"]["tok_per_s"] for c in cells if c["policy"] == "none"}
     for c in cells:
         b = base.get((c["trace"], c["batch_size"]))
         sp = f"{c['real']['tok_per_s'] / b:.2f}x" if b else "-"
-        lines.append(
-            f"| {Path(c['trace']).stem} | {c['policy']} | {c['batch_size']} | {c['requests']} | "
-            f"{c['real']['tok_per_s']:.1f} | {c['predicted']['tok_per_s']:.1f} | {100 * c['predicted_error']:.1f}% | "
-            f"{c['synthetic']['tok_per_s']:.1f} | {100 * c['synthetic_error']:.1f}% | "
-            f"{c['real']['steps']}/{c['predicted']['steps']} | {_per_engine_step(c['real']):.2f} | "
-            f"{c['real']['mean_latency_s']:.2f} / {c['predicted']['mean_latency_s']:.2f} | "
-            f"{100 * c['step_error_median']:.1f}% | {sp} |")
-    lines += ["", ENGINE_STEP_NOTE, "", "Each predicted cell is reproduced by the `sim_command` recorded for it in "
-              "fidelity.json.", ""]
+        row = (f"| {Path(c['trace']).stem} | {c['policy']} | {c['batch_size']} | {c['requests']} | "
+               f"{c['real']['tok_per_s']:.1f} | {c['predicted']['tok_per_s']:.1f} | {100 * c['predicted_error']:.1f}% | "
+               f"{c['synthetic']['tok_per_s']:.1f} | {100 * c['synthetic_error']:.1f}% | "
+               f"{c['real']['steps']}/{c['predicted']['steps']} | {_per_engine_step(c['real']):.2f} | "
+               f"{c['real']['mean_latency_s']:.2f} / {c['predicted']['mean_latency_s']:.2f} | "
+               f"{100 * c['step_error_median']:.1f}% | {sp} |")
+        if ver:
+            v = c["verdict"]
+            band = "-" if v["band"] is None else f"{100 * v['band']:.1f}%"
+            cpu = c["real"].get("cpu_tok_per_s")
+            row += (f" {v['repeats']} ({v['real_min']:.1f}-{v['real_max']:.1f}) | {band} | "
+                    f"{v['verdict']}{' (load)' if c.get('loaded') else ''} | {'-' if cpu is None else f'{cpu:.1f}'} |")
+        lines.append(row)
+    lines += ["", ENGINE_STEP_NOTE, "cpu-clock tok/s: output tokens per second of the engine process's own CPU time "
+              "divided by its threads, beside the wall clock: it moves less with other processes' load, but the "
+              "verdicts use the wall clock, which is what the profiled table and the simulator predict.",
+              "Each predicted cell is reproduced by the `sim_command` recorded for it in "
+              "fidelity.json; every repeat's load record (others' cores, steal, load averages, clock) is there too.", ""]
     return "\n".join(lines)
+
+
+def summary_line(ver: dict) -> str:
+    """RunSummary.line() of a summary read back from fidelity.json."""
+    from real.fidelity_stats import RunSummary
+
+    nan = float("nan")
+    return RunSummary(**{k: (nan if v is None else v) for k, v in ver.items()}).line()
 
 
 ENGINE_STEP_NOTE = ("tok/engine step: output tokens per engine step that decodes, across the whole batch (not the "
@@ -271,10 +351,68 @@ def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
     lab = [f"{Path(c['trace']).stem} {c['policy']} bs{c['batch_size']}" for c in cells]
     for name, key in (("real", "real"), ("predicted (replayed drafts)", "predicted"),
                       ("predicted (synthetic drafter)", "synthetic")):
-        fig.add_bar(name=name, x=lab, y=[c[key]["tok_per_s"] for c in cells], marker_color=series_color(name))
+        ys = [c[key]["tok_per_s"] for c in cells]
+        err = None
+        if key == "real" and cells and all("verdict" in c for c in cells):  # the repeats' range around the median
+            err = dict(type="data", symmetric=False, array=[c["verdict"]["real_max"] - y for c, y in zip(cells, ys)],
+                       arrayminus=[y - c["verdict"]["real_min"] for c, y in zip(cells, ys)])
+        fig.add_bar(name=name, x=lab, y=ys, marker_color=series_color(name), error_y=err)
     title = f"Real vs simulated output throughput (median error {100 * agg['median_error']:.1f}%)"
     style(fig, barmode="group", title=title, yaxis_title="output tokens / s")
     return page("hybridspec fidelity", [heading(1, title), figure_div(fig, "fidelity")])  # fixed id: byte-identical reruns
+
+
+def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[int], settings: dict, repeats: int,
+                  a) -> list[dict]:
+    """Every (policy, batch size) cell of one trace: `repeats` real runs in ABBA order across the cells
+    (real/fidelity_stats.py), each cached as cells/<cell>/real.rR.json and reused on a rerun with the same
+    settings (resumable per repeat), the prediction computed once per cell (cells/<cell>/predicted.json),
+    then assembled with its verdict into cells/<cell>.json. A line per real run; a warning when it ran under load."""
+    keys = [(pol, bs) for bs in bss for pol in policies]  # policies side by side within a batch size
+    real: dict[tuple, dict[int, dict]] = {k: {} for k in keys}
+    for (pol, bs), r in abba_order(keys, repeats):
+        cid = _cell_id(wl.trace, pol, bs)
+        cdir = t_dir / "cells" / cid
+        cf = cdir / f"real.r{r}.json"
+        got = load_cached_cell(cf, settings)
+        if got is None:
+            got = measure_real(wl, t_dir, table, pol, bs, a.load_guard)
+            got["settings"] = settings
+            cdir.mkdir(parents=True, exist_ok=True)
+            _write(cdir / f"steps_real.r{r}.csv", got.pop("steps_csv"))
+            _write(cf, json.dumps(got) + "\n")
+            rec = got["load"]
+            print(f"{Path(wl.trace).stem:10s} {pol:16s} bs={bs:<3d} repeat {r + 1}/{repeats}  real "
+                  f"{got['tok_per_s']:8.1f} tok/s  lossless {got['lossless'] and got['outputs_equal_reference']}  "
+                  f"others {rec['others_cores'] if rec['others_cores'] is None else round(rec['others_cores'], 2)} "
+                  f"cores", file=sys.stderr)
+            if rec["loaded"]:
+                print(f"warning: {cid} repeat {r + 1} measured under load (other processes used "
+                      f"{rec['others_cores']:.2f} cores and steal {rec['steal_cores']:.2f} while the engine needed "
+                      f"{rec['engine_threads']} of {rec['cores']}); its cell cannot disagree", file=sys.stderr)
+        else:
+            print(f"cached  {cid} repeat {r + 1}", file=sys.stderr)
+        real[(pol, bs)][r] = got
+    cells = []
+    for pol, bs in keys:
+        cid = _cell_id(wl.trace, pol, bs)
+        cdir = t_dir / "cells" / cid
+        pf = cdir / "predicted.json"
+        pred = load_cached_cell(pf, settings)
+        if pred is None:
+            pred = predict_cell(wl, t_dir, table, pol, bs, a.seed)
+            pred["settings"] = settings
+            _write(cdir / "steps_predicted.csv", pred.pop("steps_predicted_csv"))
+            _write(pf, json.dumps(pred) + "\n")
+        c = assemble_cell(wl, pol, bs, [real[(pol, bs)][r] for r in range(repeats)], pred, a.margin / 100.0)
+        c["settings"] = settings
+        _write(t_dir / "cells" / f"{cid}.json", json.dumps(c) + "\n")
+        v = c["verdict"]
+        print(f"{Path(wl.trace).stem:10s} {pol:16s} bs={bs:<3d} real {v['real']:8.1f} tok/s (median of {v['repeats']}) "
+              f"predicted {v['predicted']:8.1f}  error {100 * v['error']:+5.1f}%  {v['verdict']}"
+              f"{' (load)' if c['loaded'] else ''}", file=sys.stderr)
+        cells.append(c)
+    return cells
 
 
 def validate(a) -> int:
@@ -316,6 +454,9 @@ def validate(a) -> int:
     for trace in traces:  # every line, with a prompt text, before any model loads
         _prompts(trace, None, 0)
     out.mkdir(parents=True, exist_ok=True)
+    repeats = a.repeat if a.repeat is not None else (1 if a.quick else DEFAULT_REPEATS)
+    if a.quick:
+        print(f"note: {QUICK_NOTE}", file=sys.stderr)
     limit = a.limit if a.limit is not None else (3 if a.quick else 16)
     max_tokens = a.max_tokens if a.max_tokens is not None else (16 if a.quick else 32)
     a.limit_eff, a.max_tokens_eff = limit, max_tokens
@@ -346,25 +487,11 @@ def validate(a) -> int:
         ref = t_dir / "reference.jsonl"
         wl.write_trace(ref)
         _write_drafts(wl, t_dir / "drafts.jsonl")
-        for pol in policies:
-            for bs in bss:
-                cf = t_dir / "cells" / f"{_cell_id(trace, pol, bs)}.json"
-                c = load_cached_cell(cf, settings)
-                if c is not None:
-                    cells.append(c)
-                    print(f"cached  {cf.stem}", file=sys.stderr)
-                    continue
-                c = run_cell(wl, t_dir, table_path, pol, bs, a.seed, progress=False)
-                c["settings"] = settings
-                cf.parent.mkdir(parents=True, exist_ok=True)
-                _write(cf, json.dumps(c) + "\n")
-                cells.append(c)
-                print(f"{Path(trace).stem:10s} {pol:16s} bs={bs:<3d} real {c['real']['tok_per_s']:8.1f} tok/s  "
-                      f"predicted {c['predicted']['tok_per_s']:8.1f}  error {100 * c['predicted_error']:5.1f}%  "
-                      f"lossless {c['real']['lossless'] and c['real']['outputs_equal_reference']}", file=sys.stderr)
+        cells += measure_trace(wl, t_dir, table_path, policies, bss, settings, repeats, a)
     meta = {"command": "python real/validate.py " + " ".join(a.argv), "machine": machine, "model": a.model,
             "mode": "random weights, teacher forced" if a.random_weights else "real weights (GGUF), greedy",
             "max_tokens": max_tokens, "max_prompt": a.max_prompt, "cost_table": str(table_path),
+            "repeats": repeats, "margin": a.margin / 100.0, "load_guard": a.load_guard, "quick": bool(a.quick),
             "drafter_note": ("The model drafter is the project's trained drafter (" + str(a.drafter) + "), live in the "
                              "real engine; the simulator replays its chains recorded on the reference."
                              if not a.random_weights and a.drafter != "none" else
@@ -374,6 +501,8 @@ def validate(a) -> int:
     print(f"median error {100 * agg['median_error']:.2f}%  max {100 * agg['max_error']:.2f}%  "
           f"median step-time error {100 * agg['median_step_error']:.2f}%  lossless {agg['all_lossless']}  "
           f"-> {out / 'fidelity.md'}")
+    if "verdicts" in agg:
+        print(summary_line(agg["verdicts"]) + (" (--quick: the pipeline only)" if a.quick else ""))
     if not agg["all_lossless"]:
         print("error: a real run was not lossless", file=sys.stderr)
         return 1
@@ -405,8 +534,18 @@ def parse_args(argv):
     ap.add_argument("--cost-table", default=None, help="a profiled table of this machine (default: profile into --out)")
     ap.add_argument("--allow-other-machine", action="store_true", help="use a table profiled elsewhere (warns, recorded)")
     ap.add_argument("--max-error", type=finite_float(0), default=None, help="exit 1 if the median error is above this (percent)")
-    ap.add_argument("--quick", action="store_true", help="a small grid for tests. torch: none and hybrid-price, 3 "
-                    "requests x 16 tokens, batch 1 and 4; vllm: 8 requests x 64 tokens, batch 1 and 8, a short profile")
+    ap.add_argument("--quick", action="store_true", help="checks the pipeline, not fidelity. torch: none and "
+                    "hybrid, 3 requests x 16 tokens, batch 1 and 4, one repeat; vllm: 8 requests x 64 tokens, "
+                    "batch 1 and 8, a short profile")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help=f"real runs per cell, ABBA order across cells; the verdicts need >= 2 (default "
+                         f"{DEFAULT_REPEATS}, --quick 1; torch engine)")
+    ap.add_argument("--margin", type=finite_float(0, strict=True), default=100 * DEFAULT_MARGIN,
+                    help="fidelity margin in percent: a cell agrees when its error is inside it and the noise band "
+                         "narrower (default 3)")
+    ap.add_argument("--load-guard", type=finite_float(0), default=DEFAULT_LOAD_GUARD,
+                    help="cores of other processes' work, beyond the cores the engine leaves free, that mark a run "
+                         "as measured under load (default 0.25)")
     ap.add_argument("--drafter", default="default",
                     help="model drafter weights with real weights (default: the bundled trained drafter; none: the "
                          "synthetic profile's chains as a stand-in)")
@@ -424,6 +563,9 @@ def parse_args(argv):
         raise ConfigError(f"--engine must be one of {', '.join(ENGINES)}, got '{a.engine}'")
     if a.limit is not None and a.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {a.limit}")
+    if a.repeat is not None and a.repeat < 1:
+        raise ConfigError(f"--repeat must be >= 1, got {a.repeat}")
+
     if a.max_tokens is not None and a.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {a.max_tokens}")
     return a

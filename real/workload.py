@@ -140,12 +140,11 @@ class Workload:
 def _reference_with_drafter(wl: Workload, mdl, drafter: str, max_tokens: int, eos: int, progress: bool):
     """Greedy reference outputs generated with the target's hidden states, and the trained drafter's chains at
     every output position drafted from them (sim.drafters.model.ModelChains per request id)."""
-    from tqdm import tqdm
-
     from real.drafter.data import generate_group
     from real.drafter.evaluate import output_chains
     from real.drafter.model import DEFAULT_DRAFTER, file_sha256, load_drafter
     from real.engine.weights import find_smollm2_gguf
+    from sim.console import progress_bar
     from sim.drafters.model import ModelChains
 
     if isinstance(drafter, str):
@@ -158,7 +157,7 @@ def _reference_with_drafter(wl: Workload, mdl, drafter: str, max_tokens: int, eo
     wl.drafter = d
     reqs = wl.requests
     outs, recorded = [], {}
-    for g0 in tqdm(range(0, len(reqs), 8), desc="greedy reference + drafts", disable=not progress, leave=False):
+    for g0 in progress_bar(range(0, len(reqs), 8), desc="greedy reference + drafts", unit="group", disable=not progress):
         group = reqs[g0: g0 + 8]
         seqs = generate_group(mdl, [r.prompt_ids.astype(np.int64) for r in group], max_tokens, eos, d.cfg.layers)
         for r, sq in zip(group, seqs):

@@ -261,3 +261,31 @@ class Heartbeat:
             self._thread.join()
             print(self.line(), file=self.stream, flush=True)
         return False
+
+
+class _Lines:
+    """A stream for tqdm that turns its carriage-return redraws into whole lines (a log shows one line per
+    refresh instead of one long line of overwritten bars); the blank redraw of a closing bar prints nothing."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, s: str) -> None:
+        s = s.replace("\r", "").rstrip()
+        if s:
+            self.stream.write(s + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def progress_bar(iterable=None, *, total: int | None = None, desc: str = "", unit: str = "it", disable: bool = False,
+                 every_s: float = 30.0, stream=None):
+    """tqdm on a terminal; on a log or a pipe, the same progress as plain lines at most every `every_s` seconds."""
+    from tqdm import tqdm
+
+    stream = stream or sys.stderr
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    return tqdm(iterable, total=total, desc=desc, unit=unit, disable=disable, leave=False,
+                file=stream if tty else _Lines(stream), mininterval=0.1 if tty else every_s,
+                dynamic_ncols=tty, ascii=not tty)

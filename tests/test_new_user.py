@@ -179,7 +179,7 @@ def test_validate_help_describes_quick_for_both_engines(capsys):
     import real.validate as val
 
     out = " ".join(_help_of(val.parse_args, capsys).split())
-    quick = out[out.index("--quick a small grid"):][:300]
+    quick = out[out.index("--quick checks the pipeline, not fidelity"):][:300]
     assert "torch" in quick and "vllm" in quick
 
 

@@ -93,25 +93,34 @@ def test_profile_table_round_trips_into_the_simulator(tmp_path):
         profile_main(["--model", "qwen3-tiny", "--random-weights", "--quick", "--out", str(out)])
 
 
-@pytest.mark.slow  # about 45 s: the validate CLI end to end (its parts are tested in the default run)
+@pytest.mark.slow  # about 60 s: the validate CLI end to end (its parts are tested in the default run)
 def test_validate_quick_cli(tmp_path):
     out = tmp_path / "v"
     cmd = [sys.executable, "real/validate.py", "--quick", "--model", "qwen3-tiny", "--random-weights",
-           "--policy", "none", "--policy", "ngram-fixed:32", "--batch-size", "2", "--limit", "2", "--out", str(out)]
+           "--policy", "none", "--policy", "ngram-fixed:32", "--batch-size", "2", "--limit", "2", "--repeat", "2",
+           "--out", str(out)]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "checks the pipeline, not fidelity" in r.stderr
+    runs = [ln.split()[1] + " " + ln.split()[4] for ln in r.stderr.splitlines() if " repeat " in ln and "real" in ln
+            and not ln.startswith(("warning", "cached"))]
+    assert runs == ["none 1/2", "ngram-fixed:32 1/2", "ngram-fixed:32 2/2", "none 2/2"]  # ABBA
     fid = json.loads((out / "fidelity.json").read_text())
     assert len(fid["cells"]) == 2 and fid["aggregate"]["all_lossless"]
+    assert fid["aggregate"]["verdicts"]["cells"] == 2 and fid["meta"]["repeats"] == 2
     for c in fid["cells"]:
         assert c["steps_aligned"] and c["real"]["steps"] == c["predicted"]["steps"]
         assert c["real"]["tok_per_s"] > 0 and c["predicted"]["tok_per_s"] > 0
-    assert (out / "fidelity.md").read_text().startswith("# Fidelity")
-    # resumable: a second run reuses every cell
+        assert len(c["repeats"]) == 2 and all("others_cores" in x["load"] for x in c["repeats"])
+        assert c["verdict"]["verdict"] in ("agrees", "disagrees", "inconclusive")
+    md = (out / "fidelity.md").read_text()
+    assert md.startswith("# Fidelity") and "verdict: " in md.lower() and "checks the pipeline" in md
+    # resumable: a second run reuses every repeat
     r2 = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r2.returncode == 0 and r2.stderr.count("cached") == 2
-    # ... but never under other settings: another length cap recomputes both cells
+    assert r2.returncode == 0 and r2.stderr.count("cached  ") == 4
+    # ... but never under other settings: another length cap recomputes every repeat and prediction
     r3 = subprocess.run(cmd + ["--max-tokens", "8"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r3.returncode == 0 and r3.stderr.count("cached with other settings (max_tokens)") == 2, r3.stderr[-2000:]
+    assert r3.returncode == 0 and r3.stderr.count("cached with other settings (max_tokens)") == 6, r3.stderr[-2000:]
 
 
 def test_cached_cells_are_served_only_under_their_settings(tmp_path, capsys):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm import tqdm
+from sim.console import progress_bar
 
 
 @dataclass
@@ -84,7 +84,7 @@ def greedy_generate(model, prompts: list[np.ndarray], max_tokens: list[int], eos
     """Greedy outputs (int64 arrays) of `model` for each prompt, in groups of batch_size. The model's KV cache
     needs batch_size slots of at least max(len(prompt) + max_tokens) tokens."""
     outs: list[np.ndarray] = []
-    bar = tqdm(total=len(prompts), desc="greedy reference", unit="req", disable=not progress, leave=False)
+    bar = progress_bar(total=len(prompts), desc="greedy reference", unit="req", disable=not progress)
     for g0 in range(0, len(prompts), batch_size):
         group = slice(g0, g0 + batch_size)
         outs.extend(g.output for g in greedy_group(model, prompts[group], max_tokens[group], eos_id, chunk))

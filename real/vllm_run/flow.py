@@ -35,7 +35,8 @@ from real.vllm_run.config import VllmRunConfig, shell_line
 DEFAULTS = {"limit": 64, "max_tokens": 256, "max_prompt": 4096, "batch_sizes": (1, 8, 32)}
 QUICK = {"limit": 8, "max_tokens": 64, "max_prompt": 4096, "batch_sizes": (1, 8)}
 DEFAULT_OUT = "out/validate-vllm"
-TORCH_ONLY = {"model": "smollm2-135m", "random_weights": False, "device": "cpu", "drafter": "default"}
+TORCH_ONLY = {"model": "smollm2-135m", "random_weights": False, "device": "cpu", "drafter": "default",
+              "repeat": None}  # repeats and verdicts: the torch engine only, so far
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,9 @@ def refuse_torch_flags(a) -> None:
     """ConfigError when a torch-engine flag was given a value with --engine vllm."""
     for k, d in TORCH_ONLY.items():
         if getattr(a, k, d) != d:
-            raise ConfigError(f"--{k.replace('_', '-')} is for the torch engine; with --engine vllm the target and "
-                              "drafter are --vllm-model and --vllm-drafter")
+            hint = ("; with --engine vllm the target and drafter are --vllm-model and --vllm-drafter"
+                    if k in ("model", "random_weights", "device", "drafter") else "")
+            raise ConfigError(f"--{k.replace('_', '-')} is for the torch engine{hint}")
 
 
 @dataclass(frozen=True)

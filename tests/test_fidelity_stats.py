@@ -1,0 +1,144 @@
+"""The fidelity method's statistics and load probe: ABBA order, noise band, verdicts, run summary, load marks."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from real.fidelity_stats import abba_order, judge, noise_band, summarize
+from real.machine_load import LoadProbe, LoadSample, between
+
+
+def test_abba_order_alternates_and_balances_positions():
+    order = abba_order(["A", "B", "C"], 4)
+    assert [k for k, _ in order] == list("ABCCBAABCCBA")
+    assert [r for _, r in order] == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
+    pos = {k: [i for i, (kk, _) in enumerate(order) if kk == k] for k in "ABC"}
+    means = {k: sum(v) / len(v) for k, v in pos.items()}
+    assert len(set(means.values())) == 1  # over an even number of rounds a linear drift falls on all alike
+    with pytest.raises(ValueError):
+        abba_order(["A"], 0)
+
+
+def test_noise_band_t_interval():
+    assert noise_band([10.0]) == math.inf
+    assert noise_band([10.0, 10.0, 10.0]) == 0.0
+    xs = [9.0, 10.0, 11.0]  # mean 10, sd 1, t_{.95,2} = 2.919986
+    assert noise_band(xs) == pytest.approx(2.919986 / math.sqrt(3) / 10, rel=1e-5)
+    assert noise_band([0.0, 0.0]) == math.inf
+
+
+@pytest.mark.parametrize("xs,pred,loaded,verdict", [
+    ([100.0, 100.5, 99.5], 102.0, False, "agrees"),        # band ~0.8%, error 2%
+    ([100.0, 100.5, 99.5], 104.0, False, "disagrees"),     # band ~0.8%, error 4% (> 3% + 0.8%)
+    ([100.0, 100.5, 99.5], 103.5, False, "disagrees"),     # 3.5%: outside the margin, band narrow enough
+    ([90.0, 100.0, 110.0], 101.0, False, "inconclusive"),  # band ~17%: cannot resolve 3%
+    ([90.0, 100.0, 110.0], 150.0, False, "disagrees"),     # 50% is beyond margin + band
+    ([90.0, 100.0, 110.0], 150.0, True, "inconclusive"),   # ... but not when measured under load
+    ([100.0], 100.0, False, "inconclusive"),               # one repeat: the noise is unknown
+])
+def test_verdicts(xs, pred, loaded, verdict):
+    v = judge(xs, pred, 0.03, loaded)
+    assert v.verdict == verdict, v.reason
+    assert v.real == sorted(xs)[len(xs) // 2]
+    assert v.error == pytest.approx(pred / v.real - 1)
+    assert v.loaded is loaded
+    j = v.to_json()
+    assert j["band"] is None or j["band"] >= 0
+
+
+def test_summary_counts_and_run_verdict():
+    agree = judge([100, 100.2, 99.8], 101)
+    dis = judge([100, 100.2, 99.8], 110)
+    inc = judge([80, 100, 120], 100)
+    s = summarize([agree, agree, dis, inc])
+    assert (s.cells, s.agrees, s.disagrees, s.inconclusive) == (4, 2, 1, 1)
+    assert s.verdict == "disagrees"
+    assert s.median_error == pytest.approx(abs(agree.error))
+    assert s.max_error == pytest.approx(abs(dis.error))
+    assert "1 inconclusive of 4" in s.line()
+    assert summarize([agree, agree]).verdict == "agrees"
+    assert summarize([agree, inc, inc]).verdict == "inconclusive"  # more than half inconclusive
+    none = summarize([inc])
+    assert none.verdict == "inconclusive" and math.isnan(none.median_error) and none.to_json()["median_error"] is None
+
+
+def _s(wall, busy, steal, own):
+    return LoadSample(wall, (busy, steal), own, (1.0, 1.0, 1.0), 2000.0)
+
+
+def test_load_record_marks_others_taking_the_engines_cores():
+    # 10 s, machine busy 20 core-seconds, the engine used 19.5 of them: others 0.05 cores -> quiet
+    quiet = between(_s(0, 0, 0, 0), _s(10, 20, 0, 19.5), engine_threads=2, cores=2)
+    assert quiet.others_cores == pytest.approx(0.05) and not quiet.loaded
+    # the engine got 10 of 20 busy core-seconds: others took a core it needed -> loaded
+    loaded = between(_s(0, 0, 0, 0), _s(10, 20, 0, 10), engine_threads=2, cores=2)
+    assert loaded.others_cores == pytest.approx(1.0) and loaded.loaded
+    # steal time counts as contention too
+    stolen = between(_s(0, 0, 0, 0), _s(10, 10, 5, 10), engine_threads=2, cores=2)
+    assert stolen.steal_cores == pytest.approx(0.5) and stolen.loaded
+    # an engine on 1 thread of 4 cores leaves 3 free: 2 cores of others do not disturb it
+    roomy = between(_s(0, 0, 0, 0), _s(10, 30, 0, 10), engine_threads=1, cores=4)
+    assert not roomy.loaded
+    unknown = between(LoadSample(0, None, 0, None, None), LoadSample(1, None, 1, None, None), 2, cores=2)
+    assert unknown.others_cores is None and not unknown.loaded and "unknown" in unknown.note()
+
+
+def test_probe_reads_this_machine():
+    with LoadProbe(engine_threads=1) as p:
+        sum(i * i for i in range(200_000))  # some CPU work of this process
+    r = p.record
+    assert r is not None and r.wall_s > 0 and r.own_cpu_s > 0
+    assert r.to_json()["engine_threads"] == 1
+
+
+def _fake_run(tps: float, loaded: bool = False) -> dict:
+    load = {"loaded": loaded, "others_cores": 1.5 if loaded else 0.0, "steal_cores": 0.0, "engine_threads": 2,
+            "cores": 2}
+    return {"time_s": 1.0, "tok_per_s": tps, "steps": 3, "tokens_per_step": 2.0, "mean_latency_s": 0.5,
+            "lossless": True, "violation": None, "step_ms": [10.0, 10.0, 10.0], "outputs_equal_reference": True,
+            "wall_s": 1.0, "load": load, "cpu_tok_per_s": tps, "steps_csv": "a\n1\n"}
+
+
+def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkeypatch, capsys):
+    """The validation loop without a model: repeats in ABBA order, one cache file per repeat, one prediction per
+    cell, the median and verdict assembled; a rerun serves every repeat from the cache."""
+    import types
+
+    import real.validate as V
+
+    calls = []
+    speeds = {("none", 1): [100.0, 101.0, 99.0], ("adaptive", 1): [200.0, 150.0, 250.0]}
+
+    def fake_measure(wl, t_dir, table, pol, bs, guard):
+        calls.append((pol, bs))
+        n = sum(1 for c in calls if c == (pol, bs)) - 1
+        return _fake_run(speeds[(pol, bs)][n], loaded=pol == "adaptive")
+
+    def fake_predict(wl, t_dir, table, pol, bs, seed):
+        calls.append(("predict", pol))
+        pred = dict(_fake_run(101.5 if pol == "none" else 300.0), step_ms=[10.0, 10.0, 10.0])
+        return {"predicted": pred, "synthetic": pred, "steps_predicted_csv": "a\n1\n", "sim_command": "python -m sim.run"}
+
+    monkeypatch.setattr(V, "measure_real", fake_measure)
+    monkeypatch.setattr(V, "predict_cell", fake_predict)
+    wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
+    a = types.SimpleNamespace(load_guard=0.25, seed=0, margin=3.0)
+    cells = V.measure_trace(wl, tmp_path, tmp_path / "t.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
+    assert calls == [("none", 1), ("adaptive", 1), ("adaptive", 1), ("none", 1), ("none", 1), ("adaptive", 1),
+                     ("predict", "none"), ("predict", "adaptive")]
+    none, adap = cells
+    assert none["real"]["tok_per_s"] == 100.0 and [r["tok_per_s"] for r in none["repeats"]] == [100.0, 101.0, 99.0]
+    assert none["verdict"]["verdict"] == "agrees" and not none["loaded"]
+    assert adap["loaded"] and adap["verdict"]["verdict"] == "inconclusive"  # noisy and measured under load
+    assert "measured under load" in capsys.readouterr().err
+    assert (tmp_path / "cells" / "chat__none__bs1" / "real.r2.json").is_file()
+    calls.clear()
+    again = V.measure_trace(wl, tmp_path, tmp_path / "t.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
+    assert calls == [] and [c["verdict"] for c in again] == [c["verdict"] for c in cells]
+    assert capsys.readouterr().err.count("cached  ") == 6
+    agg = V.write_reports(tmp_path, again, {"command": "x", "machine": {}, "model": "m", "mode": "real",
+                                            "max_tokens": 8, "max_prompt": 9, "repeats": 3})
+    assert agg["verdicts"]["agrees"] == 1 and agg["verdicts"]["inconclusive"] == 1
+    md = (tmp_path / "fidelity.md").read_text()
+    assert "| 3 (99.0-101.0) |" in md and "inconclusive (load)" in md and "verdict: AGREES (1 agree" in md
