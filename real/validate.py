@@ -514,49 +514,62 @@ def validate(a) -> int:
 
 def parse_args(argv):
     ap = ArgumentParser(prog="python real/validate.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--trace", action="append", help="trace file (repeatable; default traces/codeedit.jsonl)")
-    ap.add_argument("--policy", action="append", help=f"policy (repeatable; default {', '.join(DEFAULT_POLICIES)}; vllm: none, "
-                                                  "adaptive, hybrid, default adaptive hybrid)")
-    ap.add_argument("--batch-size", action="append", type=int, help="max running requests (repeatable; default 1 4 16; vllm 1 8 32)")
-    ap.add_argument("--limit", type=int, default=None, help="requests per trace (default 16, --quick 3; vllm 64, --quick 8)")
-    ap.add_argument("--max-tokens", type=int, default=None, help="cap on each generation, as vLLM's max_tokens (default 32; vllm 256, --quick 64)")
-    ap.add_argument("--max-prompt", type=int, default=None,
-                    help="keep requests whose prompt has at most this many tokens (default 512; vllm 4096)")
-    ap.add_argument("--out", default=None, help="output directory, cells cached there: resumable (default "
-                                                "out/validate; vllm out/validate-vllm)")
-    ap.add_argument("--engine", default="torch", help=f"the real engine: {' or '.join(ENGINES)} (vllm: docs/real.md, "
-                                                      "'vLLM (A100/H100)')")
-    ap.add_argument("--model", default="smollm2-135m", type=llm_name,
+    runs = ap.add_argument_group("what runs")
+    runs.add_argument("--engine", default="torch", help=f"the real engine: {' or '.join(ENGINES)} (vllm: docs/real.md, "
+                                                        "'vLLM (A100/H100)' and 'vLLM on this CPU'; default torch)")
+    runs.add_argument("--policy", action="append", help=f"policy (repeatable; default {', '.join(DEFAULT_POLICIES)}; "
+                                                        "vllm: none, adaptive, hybrid, ngram; default adaptive hybrid)")
+    runs.add_argument("--batch-size", action="append", type=int,
+                      help="max running requests (repeatable; default 1 4 16; vllm 1 8 32, on CPU 1 4 8)")
+    runs.add_argument("--quick", action="store_true", help="checks the pipeline, not fidelity. torch: none and "
+                      "hybrid, 3 requests x 16 tokens, batch 1 and 4, one repeat; vllm: 8 requests x 64 tokens, "
+                      "batch 1 and 8, a short profile")
+    wl = ap.add_argument_group("workload")
+    wl.add_argument("--trace", action="append", help="trace file (repeatable; default traces/codeedit.jsonl)")
+    wl.add_argument("--limit", type=int, default=None, help="requests per trace (default 16, --quick 3; vllm 64, --quick 8; vllm on CPU 4, "
+                    "--quick 3)")
+    wl.add_argument("--max-tokens", type=int, default=None,
+                    help="cap on each generation, as vLLM's max_tokens (default 32; vllm 256, --quick 64; vllm on "
+                         "CPU 16, --quick 12)")
+    wl.add_argument("--max-prompt", type=int, default=None,
+                    help="keep requests whose prompt has at most this many tokens (default 512; vllm 4096; vllm on "
+                         "CPU 800)")
+    wl.add_argument("--seed", type=int, default=0, help="seed of the synthetic drafter's draws (default 0)")
+    hw = ap.add_argument_group("model and hardware (torch engine)")
+    hw.add_argument("--model", default="smollm2-135m", type=llm_name,
                     help="a models/llms name or its Hugging Face id, as in sim.run (real weights: smollm2-135m, "
-                         "HuggingFaceTB/SmolLM2-135M-Instruct; torch engine; vllm: --vllm-model) (default: smollm2-135m)")
-    ap.add_argument("--random-weights", action="store_true", help="random weights, teacher forced (any architecture)")
-    ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--cost-table", default=None, help="a profiled table of this machine (default: profile into --out)")
-    ap.add_argument("--allow-other-machine", action="store_true", help="use a table profiled elsewhere (warns, recorded)")
-    ap.add_argument("--max-error", type=finite_float(0), default=None, help="exit 1 if the median error is above this (percent)")
-    ap.add_argument("--quick", action="store_true", help="checks the pipeline, not fidelity. torch: none and "
-                    "hybrid, 3 requests x 16 tokens, batch 1 and 4, one repeat; vllm: 8 requests x 64 tokens, "
-                    "batch 1 and 8, a short profile")
-    ap.add_argument("--repeat", type=int, default=None,
-                    help=f"real runs per cell, ABBA order across cells; the verdicts need >= 2 (default "
-                         f"{DEFAULT_REPEATS}, --quick 1; torch engine)")
-    ap.add_argument("--margin", type=finite_float(0, strict=True), default=100 * DEFAULT_MARGIN,
-                    help="fidelity margin in percent: a cell agrees when its error is inside it and the noise band "
-                         "narrower (default 3)")
-    ap.add_argument("--load-guard", type=finite_float(0), default=DEFAULT_LOAD_GUARD,
-                    help="cores of other processes' work, beyond the cores the engine leaves free, that mark a run "
-                         "as measured under load (default 0.25)")
-    ap.add_argument("--drafter", default="default",
+                         "HuggingFaceTB/SmolLM2-135M-Instruct; vllm: --vllm-model) (default: smollm2-135m)")
+    hw.add_argument("--random-weights", action="store_true", help="random weights, teacher forced (any architecture)")
+    hw.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    hw.add_argument("--drafter", default="default",
                     help="model drafter weights with real weights (default: the bundled trained drafter; none: the "
                          "synthetic profile's chains as a stand-in)")
-    ap.add_argument("--seed", type=int, default=0)
+    hw.add_argument("--cost-table", default=None, help="a profiled table of this machine (default: profile into --out)")
+    hw.add_argument("--allow-other-machine", action="store_true",
+                    help="use a table profiled elsewhere (warns, recorded)")
+    fm = ap.add_argument_group("fidelity method (torch engine; docs/real.md, 'Verdicts')")
+    fm.add_argument("--repeat", type=int, default=None,
+                    help=f"real runs per cell, ABBA order across cells; the verdicts need >= 2 (default "
+                         f"{DEFAULT_REPEATS}, --quick 1)")
+    fm.add_argument("--margin", type=finite_float(0, strict=True), default=100 * DEFAULT_MARGIN,
+                    help="fidelity margin in percent: a cell agrees when its error is inside it and the noise band "
+                         "narrower (default 3)")
+    fm.add_argument("--load-guard", type=finite_float(0), default=DEFAULT_LOAD_GUARD,
+                    help="cores of other processes' work, beyond the cores the engine leaves free, that mark a run "
+                         "as measured under load (default 0.25)")
+    fm.add_argument("--max-error", type=finite_float(0), default=None,
+                    help="exit 1 if the median error is above this (percent)")
     from real.vllm_run.config import add_arguments
 
-    add_arguments(ap)  # --vllm-model, --vllm-drafter, --num-speculative-tokens, ... (real/vllm_run/config.py)
-    ap.add_argument("--skip-checks", action="store_true",
+    vl = ap.add_argument_group("vLLM engine")
+    add_arguments(vl)  # --vllm-model, --vllm-drafter, --num-speculative-tokens, ... (real/vllm_run/config.py)
+    vl.add_argument("--skip-checks", action="store_true",
                     help="measure even when the first-run checklist fails (vLLM engine)")
-    ap.add_argument("--dry-run", action="store_true", help="print every command and config the run would execute, "
+    vl.add_argument("--dry-run", action="store_true", help="print every command and config the run would execute, "
                                                           "in order, and exit (vLLM engine; needs neither vLLM nor a GPU)")
+    out = ap.add_argument_group("output")
+    out.add_argument("--out", default=None, help="output directory, cells cached there: resumable (default "
+                                                 "out/validate; vllm out/validate-vllm)")
     a = ap.parse_args(argv)
     a.argv = list(argv) if argv is not None else sys.argv[1:]
     if a.engine not in ENGINES:
@@ -565,7 +578,6 @@ def parse_args(argv):
         raise ConfigError(f"--limit must be >= 1, got {a.limit}")
     if a.repeat is not None and a.repeat < 1:
         raise ConfigError(f"--repeat must be >= 1, got {a.repeat}")
-
     if a.max_tokens is not None and a.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {a.max_tokens}")
     return a

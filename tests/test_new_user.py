@@ -175,6 +175,16 @@ def test_model_means_the_same_in_every_command():
         assert parse(["--model", "Qwen/Qwen3-8B"]).model == "qwen3-8b" == llm_name("Qwen/Qwen3-8B")
 
 
+def test_validate_help_is_grouped(capsys):
+    import real.validate as val
+
+    out = _help_of(val.parse_args, capsys)
+    sections = [x.rstrip(":") for x in out.splitlines() if re.fullmatch(r"[a-z][a-zA-Z ()',;./]*:", x)]
+    for title in ("what runs", "workload", "model and hardware (torch engine)", "vLLM engine", "output"):
+        assert title in sections, sections
+    assert "(default: None)" not in " ".join(out.split())
+
+
 def test_validate_help_describes_quick_for_both_engines(capsys):
     import real.validate as val
 
