@@ -23,7 +23,8 @@ Verdict (in this order):
     disagrees     otherwise (M < |e| with a band narrow enough to resolve M).
 A cell measured under load (real/machine_load.py: other processes took cores the engine needed) keeps its
 figures but cannot disagree: a large error under load is reported as "inconclusive (load)", since the load
-alone can explain it.
+alone can explain it. When the cost table itself was profiled under load, every cell is inconclusive: the
+prediction then carries the profile's contention, whatever the real runs saw.
 The run's verdict: inconclusive when more than half of its cells are; otherwise agrees when every conclusive
 cell agrees, else disagrees. Its error figures are the median and max |e| over the conclusive cells.
 """
@@ -91,8 +92,11 @@ class CellVerdict:
         return cls(**{**d, "band": math.inf if d.get("band") is None else d["band"]})
 
 
-def judge(xs: Sequence[float], predicted: float, margin: float = DEFAULT_MARGIN, loaded: bool = False) -> CellVerdict:
-    """The verdict of one cell: repeats xs of the real throughput against the simulator's `predicted` one."""
+def judge(xs: Sequence[float], predicted: float, margin: float = DEFAULT_MARGIN, loaded: bool = False,
+          table_loaded: bool = False) -> CellVerdict:
+    """The verdict of one cell: repeats xs of the real throughput against the simulator's `predicted` one.
+    table_loaded: the cost table behind the prediction was itself profiled under load, so the prediction
+    carries that load's contention and no verdict but inconclusive is honest."""
     if not xs:
         raise ValueError("a cell needs at least one measurement")
     if not margin > 0:
@@ -114,6 +118,8 @@ def judge(xs: Sequence[float], predicted: float, margin: float = DEFAULT_MARGIN,
         verdict, reason = "disagrees", f"|error| {100 * ae:.1f}% outside margin {100 * margin:.0f}% (band {100 * band:.1f}%)"
     if loaded and verdict == "disagrees":
         verdict, reason = "inconclusive", "measured under load: " + reason
+    if table_loaded:
+        verdict, reason = "inconclusive", "cost table profiled under load: " + reason
     return CellVerdict(n, med, srt[0], srt[-1], (srt[-1] - srt[0]) / med if med > 0 else math.inf, band, float(predicted),
                        err, margin, loaded, verdict, reason)
 

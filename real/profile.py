@@ -25,6 +25,7 @@ model and device have one (a GPU in models/gpus), the roofline model's. The tabl
 """
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -42,7 +43,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from real.workload import Workload, build_engine_model, run_real  # noqa: E402
-from sim.cli_util import ArgumentParser, check_out_file, run_cli  # noqa: E402
+from sim.cli_util import ArgumentParser, check_out_file, run_cli, write_whole  # noqa: E402
 from sim.cost.profiled import CostTable, cost_table_from_dict, write_cost_table  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 from sim.models import llm_name  # noqa: E402
@@ -304,6 +305,8 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
               "processes' contention", file=sys.stderr)
     table = build_table(wl.model_label, verify, parts, machine, kv_capacity=10**9, vocab=model.args.vocab_size, source=src)
     path = write_cost_table(table, out, overwrite=overwrite) if out is not None else None
+    if path is not None:  # the load the table was measured under, for validate's verdicts (profile_load)
+        write_whole(Path(str(path) + ".load.json"), json.dumps(load.to_json()) + "\n", overwrite=True)
     if path is not None:  # the measured steps the table was fitted on, for refits and plots
         import pandas as pd
 
@@ -313,6 +316,16 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
         os.replace(tmp, str(path) + ".steps.csv")
     grid = time_decode_grid(model, repeat=3 if quick else 5)
     return table, path, grid
+
+
+def profile_load(table_path: Path) -> dict | None:
+    """The load record written beside a table profiled here (real/machine_load.py), or None (a table given by
+    the user, or profiled before loads were recorded)."""
+    side = Path(str(table_path) + ".load.json")
+    try:
+        return json.loads(side.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def format_grid(rows: list[tuple], table: CostTable, roofline=None) -> str:

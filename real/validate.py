@@ -215,7 +215,8 @@ def predict_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: i
             "sim_command": sim_command(torch_sim_setup(ref, drafts, table, wl.model_label, seed), policy, bs)}
 
 
-def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dict, margin: float) -> dict:
+def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dict, margin: float,
+                  table_loaded: bool = False) -> dict:
     """A cell of fidelity.json from its real repeats and its prediction: the real figures of the median repeat,
     every repeat's throughput and load, the verdict (real/fidelity_stats.py) and the errors."""
     n_tok = int(sum(r.output_len for r in wl.requests))
@@ -225,7 +226,7 @@ def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dic
     real["lossless"] = all(r["lossless"] for r in repeats)
     real["outputs_equal_reference"] = all(r["outputs_equal_reference"] for r in repeats)
     loaded = any(r["load"]["loaded"] for r in repeats)
-    v = judge(tps, prediction["predicted"]["tok_per_s"], margin, loaded)
+    v = judge(tps, prediction["predicted"]["tok_per_s"], margin, loaded, table_loaded)
     real["tok_per_s"] = v.real  # the median of the repeats (= the median repeat's for odd counts)
     out = {"trace": wl.trace, "policy": policy, "batch_size": bs, "requests": len(wl.requests), "output_tokens": n_tok,
            "real": real, "predicted": prediction["predicted"], "synthetic": prediction["synthetic"],
@@ -368,6 +369,14 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
     (real/fidelity_stats.py), each cached as cells/<cell>/real.rR.json and reused on a rerun with the same
     settings (resumable per repeat), the prediction computed once per cell (cells/<cell>/predicted.json),
     then assembled with its verdict into cells/<cell>.json. A line per real run; a warning when it ran under load."""
+    from real.profile import profile_load
+
+    rec = profile_load(table)
+    table_loaded = bool(rec and rec.get("loaded"))
+    if table_loaded:
+        print(f"warning: {table} was profiled under load (others used {rec['others_cores']:.2f} cores): every "
+              "cell's prediction carries that contention, so every verdict is inconclusive; profile again on a "
+              "quiet machine (delete the table or pass another --out)", file=sys.stderr)
     keys = [(pol, bs) for bs in bss for pol in policies]  # policies side by side within a batch size
     real: dict[tuple, dict[int, dict]] = {k: {} for k in keys}
     for (pol, bs), r in abba_order(keys, repeats):
@@ -404,7 +413,8 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
             pred["settings"] = settings
             _write(cdir / "steps_predicted.csv", pred.pop("steps_predicted_csv"))
             _write(pf, json.dumps(pred) + "\n")
-        c = assemble_cell(wl, pol, bs, [real[(pol, bs)][r] for r in range(repeats)], pred, a.margin / 100.0)
+        c = assemble_cell(wl, pol, bs, [real[(pol, bs)][r] for r in range(repeats)], pred, a.margin / 100.0,
+                          table_loaded)
         c["settings"] = settings
         _write(t_dir / "cells" / f"{cid}.json", json.dumps(c) + "\n")
         v = c["verdict"]

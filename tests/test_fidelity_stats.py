@@ -142,3 +142,23 @@ def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkey
     assert agg["verdicts"]["agrees"] == 1 and agg["verdicts"]["inconclusive"] == 1
     md = (tmp_path / "fidelity.md").read_text()
     assert "| 3 (99.0-101.0) |" in md and "inconclusive (load)" in md and "verdict: AGREES (1 agree" in md
+
+
+def test_a_table_profiled_under_load_makes_every_verdict_inconclusive():
+    quiet = [100.0, 100.2, 99.8]
+    assert judge(quiet, 101.0).verdict == "agrees"
+    assert judge(quiet, 150.0).verdict == "disagrees"
+    for pred in (101.0, 150.0):
+        v = judge(quiet, pred, table_loaded=True)
+        assert v.verdict == "inconclusive" and v.reason.startswith("cost table profiled under load")
+
+
+def test_profile_load_sidecar(tmp_path):
+    import json
+
+    from real.profile import profile_load
+
+    t = tmp_path / "cost_table.json"
+    assert profile_load(t) is None
+    (tmp_path / "cost_table.json.load.json").write_text(json.dumps({"loaded": True, "others_cores": 1.5}))
+    assert profile_load(t)["loaded"] is True
