@@ -433,7 +433,7 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
          f"max {100 * agg['max_steps_error']:.1f}%; tokens per step max error "
          f"{100 * agg['max_tokens_per_step_error']:.1f}%). N-gram chains' per-depth acceptance vs their calibrated "
          f"confidence: mean gap {agg['mean_ngram_calibration_gap'] if agg['mean_ngram_calibration_gap'] is None else round(agg['mean_ngram_calibration_gap'], 3)}.**", "",
-         "| trace | policy (simulator) | bs | reqs | steps real / sim | tok/step real / sim | synthetic steps | "
+         "| trace | policy (simulator) | bs | reqs | steps real / sim | tok/engine step real / sim | synthetic steps | "
          "acceptance per depth (real) | chains model / n-gram (plugin) | n-gram share of accepted real / sim | "
          "harness tok/s | lossless |", "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
     for c in cells:
@@ -448,7 +448,9 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
                  f"{r['steps']} / {sim_steps} | {r['tokens_per_step']:.2f} / {sim_tps} | "
                  f"{syn['steps'] if syn else '-'} | {acc} | {chains} | {share_real} / {share_sim} | "
                  f"{r['harness_tok_per_s']:.1f} | {'yes' if r['lossless'] else 'NO'} |")
-    L += ["", "First-run checklist: " + "; ".join(f"({i['key']}) {i['status']}" for i in meta["checklist"]) + ".",
+    L += ["", "tok/engine step: output tokens per engine step that decodes, across the whole batch (not the "
+          "per-request tokens per step, `tok/step`, that `python -m sim.run` prints).",
+          "First-run checklist: " + "; ".join(f"({i['key']}) {i['status']}" for i in meta["checklist"]) + ".",
           "Each predicted cell is reproduced by its `sim_command` in fidelity.json (the cell's cost_table.json and "
           "drafts.jsonl sit under the run's --out).", ""]
     return "\n".join(L)
