@@ -465,8 +465,6 @@ def validate(a) -> int:
         _prompts(trace, None, 0)
     out.mkdir(parents=True, exist_ok=True)
     repeats = a.repeat if a.repeat is not None else (1 if a.quick else DEFAULT_REPEATS)
-    if a.quick:
-        print(f"note: {QUICK_NOTE}", file=sys.stderr)
     limit = a.limit if a.limit is not None else (3 if a.quick else 16)
     max_tokens = a.max_tokens if a.max_tokens is not None else (16 if a.quick else 32)
     a.limit_eff, a.max_tokens_eff = limit, max_tokens
@@ -478,6 +476,8 @@ def validate(a) -> int:
                             max_tokens=max_tokens, max_prompt=a.max_prompt, progress=True,
                             drafter=None if a.drafter == "none" else a.drafter)
         machine = machine_info(wl.device, wl.dtype, wl.model_label)
+        if a.quick and table_path is None:  # once, when the inputs have passed their checks and the work starts
+            print(f"note: {QUICK_NOTE}", file=sys.stderr)
         if table_path is None:
             if a.cost_table:
                 table_path = Path(a.cost_table)
