@@ -182,7 +182,7 @@ def preflight(run: Run) -> None:
             check("FAIL", f"device {a.device}: only {torch.cuda.device_count()} CUDA device(s)")
         else:
             run.device_name = torch.cuda.get_device_name(idx)
-            from real.profile import gpu_models_name
+            from real.machine import gpu_models_name
             run.gpu = gpu_models_name(run.device_name)
             free_mem, total = torch.cuda.mem_get_info(idx)
             cap = torch.cuda.get_device_capability(idx)

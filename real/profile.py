@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -42,6 +41,7 @@ if __package__ in (None, ""):  # `python real/profile.py`: import from the repos
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from real.machine import gpu_models_name, machine_info  # noqa: E402,F401 (profile's callers read them here too)
 from real.workload import Workload, build_engine_model, run_real  # noqa: E402
 from sim.cli_util import ArgumentParser, check_out_file, run_cli, write_whole  # noqa: E402
 from sim.cost.profiled import CostTable, cost_table_from_dict, write_cost_table  # noqa: E402
@@ -49,33 +49,6 @@ from sim.errors import ConfigError  # noqa: E402
 from sim.models import llm_name  # noqa: E402
 from sim.policies import get_policy  # noqa: E402
 
-
-
-def gpu_models_name(device_name: str) -> str:
-    """The models/gpus spec for a CUDA device name: h200, a100-80g, else h100-sxm ("cpu" for the CPU)."""
-    n = device_name.upper()
-    if n == "CPU":
-        return "cpu"
-    return "h200" if "H200" in n else "a100-80g" if "A100" in n else "h100-sxm"
-
-
-def machine_info(device: torch.device, dtype: torch.dtype, model: str) -> dict:
-    """Identity of this machine for check_machine: device, cpu, torch, dtype, threads, model."""
-    if device.type == "cuda":
-        dev = torch.cuda.get_device_name(device)
-    else:
-        dev = "cpu"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"device": dev, "cpu": cpu, "torch": torch.__version__.split("+")[0], "dtype": str(dtype).replace("torch.", ""),
-            "threads": torch.get_num_threads(), "model": model, "cores": os.cpu_count()}
 
 
 def median_ms(fn, repeat: int, device: torch.device) -> float:

@@ -27,10 +27,7 @@ above PCT percent.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -43,9 +40,11 @@ if __package__ in (None, ""):  # `python real/validate.py`: import from the repo
 
 import numpy as np  # noqa: E402
 
-from real.fidelity_stats import DEFAULT_MARGIN, CellVerdict, abba_order, judge, summarize  # noqa: E402
+from real.fidelity import (QUICK_NOTE, clear_prepared, prepared_setup, run_summary, sim_command, steps_csv,  # noqa: E402,F401
+                           summary_line, write_output, write_reports)
+from real.fidelity_stats import DEFAULT_MARGIN, abba_order, judge  # noqa: E402
 from real.machine_load import DEFAULT_LOAD_GUARD, LoadProbe  # noqa: E402
-from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli, write_whole  # noqa: E402
+from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 from sim.models import llm_name  # noqa: E402
 
@@ -53,14 +52,7 @@ ENGINES = ("torch", "vllm")
 DEFAULT_POLICIES = ("none", "adaptive", "hybrid", "hybrid-price", "ngram-fixed:32")
 DEFAULT_BATCH_SIZES = (1, 4, 16)
 DEFAULT_REPEATS = 3  # real runs per cell (--repeat); --quick: 1
-QUICK_NOTE = ("--quick checks the pipeline, not fidelity (by default 3 requests of 16 tokens, one repeat): its errors "
-              "and verdicts say nothing about the simulator's accuracy")
 MAX_NUM_BATCHED_TOKENS = 512
-
-
-def _write(path: Path, text: str) -> None:
-    """Outputs under --out, regenerated from the cached cells on every run."""
-    write_whole(path, text, overwrite=True)
 
 
 def _cell_id(trace: str, policy: str, bs: int) -> str:
@@ -105,61 +97,13 @@ def _write_drafts(wl, path: Path) -> None:
         a, b = int(tb.offsets[i]), int(tb.offsets[i] + tb.out_len[i])
         lines.append(json.dumps({"id": r.id, "model_conf": np.round(tb.m_conf[a:b].astype(np.float64), 6).tolist(),
                                  "model_acc": tb.m_acc[a:b].astype(int).tolist()}))
-    _write(path, "\n".join(lines) + "\n")
+    write_output(path, "\n".join(lines) + "\n")
 
 
 def torch_threads() -> int:
     import torch
 
     return torch.get_num_threads()
-
-
-def _steps_csv(steps: dict) -> str:
-    import pandas as pd
-
-    return pd.DataFrame(steps).to_csv(index=False)
-
-
-def _summary(res, n_tokens: int) -> dict:
-    st = res.steps
-    t = float(res.sim_time_s)
-    lat = res.requests["finish_s"] - res.requests["arrival_s"]
-    return {"time_s": t, "tok_per_s": n_tokens / t if t > 0 else float("nan"), "steps": int(len(st["step_ms"])),
-            # engine-wide: all output tokens over the steps that decode (sim.run's tok/step is per request per step)
-            "tokens_per_engine_step": n_tokens / max(1, int((st["num_decode"] > 0).sum())),
-            "mean_latency_s": float(np.nanmean(lat)), "lossless": bool(res.lossless), "violation": res.violation,
-            "step_ms": [float(x) for x in st["step_ms"]]}
-
-
-def sim_command(setup, policy: str, bs: int) -> str:
-    """The `python -m sim.run` command that computes run_one(prepare(setup), policy, bs): the trace, model,
-    cost and gpu, then every other SimSetup field that differs from its default (flags named after the fields)."""
-    from sim.run import SimSetup
-
-    default = SimSetup()
-    argv = ["python", "-m", "sim.run"]
-    for f in dataclasses.fields(SimSetup):
-        v = getattr(setup, f.name)
-        if v is None or (v == getattr(default, f.name) and f.name not in ("trace", "model", "cost", "gpu")):
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(v, bool):
-            argv.append(flag if v else "--no-" + flag[2:])
-        else:
-            argv += [flag, str(v)]
-    return shlex.join(argv + ["--policy", policy, "--batch-size", str(bs)])
-
-
-@functools.lru_cache(maxsize=16)
-def _prepared_key(key: tuple):
-    from sim.run import SimSetup, prepare
-
-    return prepare(SimSetup(*key))
-
-
-def _prepared_setup(setup):
-    """sim.run's prepare(setup) (a trace's draft tables), built once per distinct setup and reused by its cells."""
-    return _prepared_key(dataclasses.astuple(setup))
 
 
 def torch_sim_setup(ref_trace: Path, drafts: Path | None, table: Path, model: str, seed: int):
@@ -175,7 +119,7 @@ def simulate(ref_trace: Path, drafts: Path | None, table: Path, model: str, bs: 
     """The simulator's prediction of one cell: what `sim.run ... --no-async-scheduling` computes."""
     from sim.run import run_one
 
-    return run_one(_prepared_setup(torch_sim_setup(ref_trace, drafts, table, model, seed)), policy, bs)[1]
+    return run_one(prepared_setup(torch_sim_setup(ref_trace, drafts, table, model, seed)), policy, bs)[1]
 
 
 def measure_real(wl, trace_dir: Path, table: Path, policy: str, bs: int, guard: float) -> dict:
@@ -192,13 +136,13 @@ def measure_real(wl, trace_dir: Path, table: Path, policy: str, bs: int, guard: 
         t0 = time.perf_counter()
         real = run_real(wl, model, policy, bs, cost, progress=False, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS)
         wall = time.perf_counter() - t0
-    out = _summary(real, n_tok)
+    out = run_summary(real, n_tok)
     out["outputs_equal_reference"] = all(
         list(map(int, o)) == list(map(int, r.output_ids)) for o, r in zip(real.outputs, wl.requests))
     out["wall_s"] = wall
     out["load"] = probe.record.to_json()
     out["cpu_tok_per_s"] = n_tok / (probe.record.own_cpu_s / max(1, torch_threads())) if probe.record.own_cpu_s else None
-    out["steps_csv"] = _steps_csv(real.steps)
+    out["steps_csv"] = steps_csv(real.steps)
     return out
 
 
@@ -210,8 +154,8 @@ def predict_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: i
     drafts = trace_dir / "drafts.jsonl"
     pred = simulate(ref, drafts, table, wl.model_label, bs, policy, seed)
     synth = simulate(ref, None, table, wl.model_label, bs, policy, seed + 1)
-    return {"predicted": _summary(pred, n_tok), "synthetic": _summary(synth, n_tok),
-            "steps_predicted_csv": _steps_csv(pred.steps),
+    return {"predicted": run_summary(pred, n_tok), "synthetic": run_summary(synth, n_tok),
+            "steps_predicted_csv": steps_csv(pred.steps),
             "sim_command": sim_command(torch_sim_setup(ref, drafts, table, wl.model_label, seed), policy, bs)}
 
 
@@ -242,127 +186,6 @@ def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dic
     return out
 
 
-def write_reports(out: Path, cells: list[dict], meta: dict, md=None) -> dict:
-    """fidelity.json / .md / .html from the cells; returns the aggregate. md: the markdown formatter
-    (default format_md, the torch engine's)."""
-    errs = np.asarray([c["predicted_error"] for c in cells])
-    serrs = np.asarray([c["step_error_median"] for c in cells], dtype=np.float64)
-    agg = {"cells": len(cells), "median_error": float(np.median(errs)) if len(errs) else float("nan"),
-           "max_error": float(errs.max()) if len(errs) else float("nan"),
-           "median_synthetic_error": float(np.median([c["synthetic_error"] for c in cells])) if cells else float("nan"),
-           "median_step_error": float(np.nanmedian(serrs)) if np.isfinite(serrs).any() else float("nan"),
-           "all_lossless": all(c["real"]["lossless"] and c["real"]["outputs_equal_reference"] for c in cells)}
-    if cells and all("verdict" in c for c in cells):  # repeated cells (the torch engine): verdicts and their summary
-        agg["verdicts"] = summarize(CellVerdict.from_json(c["verdict"]) for c in cells).to_json()
-    slim = [{k: ({kk: vv for kk, vv in v.items() if kk != "step_ms"} if isinstance(v, dict) else v)
-             for k, v in c.items()} for c in cells]
-    _write(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": slim}, indent=1) + "\n")
-    _write(out / "fidelity.md", (md or format_md)(slim, agg, meta))
-    _write(out / "fidelity.html", format_html(slim, agg, meta))
-    return agg
-
-
-VERDICT_TEXT = ("Verdicts (real/fidelity_stats.py): each cell's real run is repeated (ABBA order across the cells) and "
-                "its noise band is the relative half-width of the 90% t interval of the repeats' mean. A cell **agrees** "
-                "when its error is inside the margin and the band is narrower than the margin, **disagrees** when the "
-                "error is outside the margin and the band can resolve it (or the error exceeds margin + band), and is "
-                "**inconclusive** when the band is wider than the margin: the machine's noise hides an error of that "
-                "size. A cell measured while other processes took cores the engine needed is marked *load* and "
-                "cannot disagree (real/machine_load.py).")
-
-
-def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
-    m = meta["machine"]
-    lines = ["# Fidelity: the simulator against the real engine", "",
-             f"Produced by `{meta['command']}` on {m.get('cpu', '?')} ({m.get('device', '?')}, {m.get('threads', '?')} "
-             f"threads of {m.get('cores', '?')} cores, torch {m.get('torch', '?')}); model {meta['model']} "
-             f"({meta['mode']}); max {meta['max_tokens']} output tokens per request, prompts of at most "
-             f"{meta['max_prompt']} tokens; {meta.get('repeats', 1)} repeat(s) per cell.", ""]
-    if meta.get("quick"):
-        lines += [f"**{QUICK_NOTE}.**", ""]
-    lines += ["Real: the real engine's output tokens per second of engine time (wall clock; the median of the repeats). "
-              "Predicted: the simulator on the recorded outputs and drafts with this machine's profiled costs "
-              "(`real/profile.py`). Synthetic: the simulator drawing its synthetic drafter afresh instead of replaying "
-              "the drafts. " + meta.get("drafter_note", ""), ""]
-    ver = agg.get("verdicts")
-    if ver:
-        lines += [f"**{summary_line(ver)}.** Every real run lossless (outputs equal plain greedy decoding): "
-                  f"{'yes' if agg['all_lossless'] else 'NO'}.", "", VERDICT_TEXT, ""]
-    lines += [f"Median throughput error over all cells {100 * agg['median_error']:.1f}%, max "
-              f"{100 * agg['max_error']:.1f}%; median step-time error {100 * agg['median_step_error']:.1f}%; synthetic "
-              f"drafter: median {100 * agg['median_synthetic_error']:.1f}%."
-              + ("" if ver else f" Every real run lossless: {'yes' if agg['all_lossless'] else 'NO'}."), ""]
-    head = ("| trace | policy | bs | reqs | real tok/s | predicted tok/s | error | synthetic tok/s | error | "
-            "steps real/sim | tok/engine step | mean latency real / sim (s) | step-time error (median) | speedup vs none |")
-    rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    if ver:
-        head += " repeats (min-max tok/s) | noise band | verdict | cpu-clock tok/s |"
-        rule += "---|---:|---|---:|"
-    lines += [head, rule]
-    base = {(c["trace"], c["batch_size"]): c["real"]["tok_per_s"] for c in cells if c["policy"] == "none"}
-    for c in cells:
-        b = base.get((c["trace"], c["batch_size"]))
-        sp = f"{c['real']['tok_per_s'] / b:.2f}x" if b else "-"
-        row = (f"| {Path(c['trace']).stem} | {c['policy']} | {c['batch_size']} | {c['requests']} | "
-               f"{c['real']['tok_per_s']:.1f} | {c['predicted']['tok_per_s']:.1f} | {100 * c['predicted_error']:.1f}% | "
-               f"{c['synthetic']['tok_per_s']:.1f} | {100 * c['synthetic_error']:.1f}% | "
-               f"{c['real']['steps']}/{c['predicted']['steps']} | {_per_engine_step(c['real']):.2f} | "
-               f"{c['real']['mean_latency_s']:.2f} / {c['predicted']['mean_latency_s']:.2f} | "
-               f"{100 * c['step_error_median']:.1f}% | {sp} |")
-        if ver:
-            v = c["verdict"]
-            band = "-" if v["band"] is None else f"{100 * v['band']:.1f}%"
-            cpu = c["real"].get("cpu_tok_per_s")
-            row += (f" {v['repeats']} ({v['real_min']:.1f}-{v['real_max']:.1f}) | {band} | "
-                    f"{v['verdict']}{' (load)' if c.get('loaded') else ''} | {'-' if cpu is None else f'{cpu:.1f}'} |")
-        lines.append(row)
-    lines += ["", ENGINE_STEP_NOTE, "cpu-clock tok/s: output tokens per second of the engine process's own CPU time "
-              "divided by its threads, beside the wall clock: it moves less with other processes' load, but the "
-              "verdicts use the wall clock, which is what the profiled table and the simulator predict.",
-              "Each predicted cell is reproduced by the `sim_command` recorded for it in "
-              "fidelity.json; every repeat's load record (others' cores, steal, load averages, clock) is there too.", ""]
-    return "\n".join(lines)
-
-
-def summary_line(ver: dict) -> str:
-    """RunSummary.line() of a summary read back from fidelity.json."""
-    from real.fidelity_stats import RunSummary
-
-    nan = float("nan")
-    return RunSummary(**{k: (nan if v is None else v) for k, v in ver.items()}).line()
-
-
-ENGINE_STEP_NOTE = ("tok/engine step: output tokens per engine step that decodes, across the whole batch (not the "
-                    "per-request tokens per step, `tok/step`, that `python -m sim.run` prints).")
-
-
-def _per_engine_step(real: dict) -> float:
-    """The engine-wide tokens per step of a cell (fidelity.json written before the key was renamed: tokens_per_step)."""
-    return real.get("tokens_per_engine_step", real.get("tokens_per_step", float("nan")))
-
-
-def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
-    """The page (sim/html_page.py: plotly.js inlined, renders offline), its heading the figure's title."""
-    import plotly.graph_objects as go
-
-    from sim.html_page import figure_div, heading, page
-    from sim.plot_style import series_color, style
-
-    fig = go.Figure()
-    lab = [f"{Path(c['trace']).stem} {c['policy']} bs{c['batch_size']}" for c in cells]
-    for name, key in (("real", "real"), ("predicted (replayed drafts)", "predicted"),
-                      ("predicted (synthetic drafter)", "synthetic")):
-        ys = [c[key]["tok_per_s"] for c in cells]
-        err = None
-        if key == "real" and cells and all("verdict" in c for c in cells):  # the repeats' range around the median
-            err = dict(type="data", symmetric=False, array=[c["verdict"]["real_max"] - y for c, y in zip(cells, ys)],
-                       arrayminus=[y - c["verdict"]["real_min"] for c, y in zip(cells, ys)])
-        fig.add_bar(name=name, x=lab, y=ys, marker_color=series_color(name), error_y=err)
-    title = f"Real vs simulated output throughput (median error {100 * agg['median_error']:.1f}%)"
-    style(fig, barmode="group", title=title, yaxis_title="output tokens / s")
-    return page("hybridspec fidelity", [heading(1, title), figure_div(fig, "fidelity")])  # fixed id: byte-identical reruns
-
-
 def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[int], settings: dict, repeats: int,
                   a) -> list[dict]:
     """Every (policy, batch size) cell of one trace: `repeats` real runs in ABBA order across the cells
@@ -388,8 +211,8 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
             got = measure_real(wl, t_dir, table, pol, bs, a.load_guard)
             got["settings"] = settings
             cdir.mkdir(parents=True, exist_ok=True)
-            _write(cdir / f"steps_real.r{r}.csv", got.pop("steps_csv"))
-            _write(cf, json.dumps(got) + "\n")
+            write_output(cdir / f"steps_real.r{r}.csv", got.pop("steps_csv"))
+            write_output(cf, json.dumps(got) + "\n")
             rec = got["load"]
             print(f"{Path(wl.trace).stem:10s} {pol:16s} bs={bs:<3d} repeat {r + 1}/{repeats}  real "
                   f"{got['tok_per_s']:8.1f} tok/s  lossless {got['lossless'] and got['outputs_equal_reference']}  "
@@ -411,12 +234,12 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
         if pred is None:
             pred = predict_cell(wl, t_dir, table, pol, bs, a.seed)
             pred["settings"] = settings
-            _write(cdir / "steps_predicted.csv", pred.pop("steps_predicted_csv"))
-            _write(pf, json.dumps(pred) + "\n")
+            write_output(cdir / "steps_predicted.csv", pred.pop("steps_predicted_csv"))
+            write_output(pf, json.dumps(pred) + "\n")
         c = assemble_cell(wl, pol, bs, [real[(pol, bs)][r] for r in range(repeats)], pred, a.margin / 100.0,
                           table_loaded)
         c["settings"] = settings
-        _write(t_dir / "cells" / f"{cid}.json", json.dumps(c) + "\n")
+        write_output(t_dir / "cells" / f"{cid}.json", json.dumps(c) + "\n")
         v = c["verdict"]
         print(f"{Path(wl.trace).stem:10s} {pol:16s} bs={bs:<3d} real {v['real']:8.1f} tok/s (median of {v['repeats']}) "
               f"predicted {v['predicted']:8.1f}  error {100 * v['error']:+5.1f}%  {v['verdict']}"
@@ -430,7 +253,7 @@ def validate(a) -> int:
     from real.workload import Workload
     from sim.cost.profiled import check_machine, load_cost_table
 
-    _prepared_key.cache_clear()  # references are rewritten per run: never serve one from an earlier call
+    clear_prepared()  # references are rewritten per run: never serve one from an earlier call
     if a.engine == "vllm":
         from real.vllm_run.flow import validate_vllm
 

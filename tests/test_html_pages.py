@@ -218,7 +218,7 @@ def test_downsample_keeps_spikes_in_the_mean():
 
 
 def test_sensitivity_and_fidelity_pages(tmp_path):
-    from real.validate import format_html
+    from real.fidelity import format_html
     from sim.sensitivity import sensitivity_html
     import pandas as pd
 

@@ -244,7 +244,7 @@ def test_format_vllm_has_the_spec_decode_section(tmp_path):
 def test_fidelity_names_its_engine_wide_tokens_per_step():
     """tok/step is per request per step everywhere (sim.run, sim.sweep); fidelity.md's engine-wide figure is
     named `tok/engine step` and defined under the table (an old fidelity.json's key still reads)."""
-    from real.validate import format_md
+    from real.fidelity import format_md
 
     meta = {"command": "c", "machine": {}, "model": "m", "mode": "real", "max_tokens": 1, "max_prompt": 1}
     agg = {"median_error": 0.0, "max_error": 0.0, "median_step_error": 0.0, "median_synthetic_error": 0.0,

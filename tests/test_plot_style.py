@@ -98,7 +98,7 @@ def test_every_page_one_style(tmp_path, monkeypatch):
             for ax in _AXIS_TITLES for v in ("a", "b") for b in (4, 128)]
     check_page(sensitivity_html(pd.DataFrame(rows)), seen)
     # real/validate's fidelity.html
-    from real.validate import format_html
+    from real.fidelity import format_html
 
     cells = [{"trace": "traces/codeedit.jsonl", "policy": p, "batch_size": b, "real": {"tok_per_s": 10.0},
               "predicted": {"tok_per_s": 11.0}, "synthetic": {"tok_per_s": 12.0}} for p in ("none", "adaptive") for b in (1, 4)]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from real.validate import main as validate_main
-from real.validate import sim_command, write_reports
+from real.fidelity import sim_command, write_reports
 from real.vllm_run import checks
 from real.vllm_run.config import VllmRunConfig, parse_hybrid_spec
 from real.vllm_run.engine import metric_delta, metric_snapshot, spec_decode_stats

