@@ -468,7 +468,7 @@ def _fmt(v, spec: str = ".2f") -> str:
 
 def format_report(run: Run, fidelity: Path | None) -> str:
     """reports/fidelity-gpu.md: preflight, phases, grid vs roofline, the validation's fidelity table, command."""
-    from real.validate import format_md
+    from real.fidelity import format_md
 
     a = run.args
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
