@@ -31,6 +31,7 @@ cell agrees, else disagrees. Its error figures are the median and max |e| over t
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass
 from typing import Hashable, Iterable, Sequence
 
@@ -103,7 +104,7 @@ def judge(xs: Sequence[float], predicted: float, margin: float = DEFAULT_MARGIN,
         raise ValueError(f"margin must be > 0, got {margin}")
     srt = sorted(float(x) for x in xs)
     n = len(srt)
-    med = srt[n // 2] if n % 2 else 0.5 * (srt[n // 2 - 1] + srt[n // 2])
+    med = statistics.median(srt)
     band = noise_band(srt)
     err = predicted / med - 1.0 if med > 0 else math.inf
     ae = abs(err)
@@ -152,12 +153,7 @@ def summarize(verdicts: Iterable[CellVerdict]) -> RunSummary:
     vs = list(verdicts)
     count = {k: sum(v.verdict == k for v in vs) for k in VERDICTS}
     concl = sorted(abs(v.error) for v in vs if v.verdict != "inconclusive")
-    if concl:
-        n = len(concl)
-        med = concl[n // 2] if n % 2 else 0.5 * (concl[n // 2 - 1] + concl[n // 2])
-        mx = concl[-1]
-    else:
-        med = mx = math.nan
+    med, mx = (statistics.median(concl), concl[-1]) if concl else (math.nan, math.nan)
     if not vs or 2 * count["inconclusive"] > len(vs):
         verdict = "inconclusive"
     else:
