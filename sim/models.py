@@ -234,6 +234,7 @@ class KernelSpec:
     sample_logit_passes: float
     adaptive_ms: float = 0.0          # adaptive verification's own GPU work per step (policies that run in it)
     adaptive_us_per_req: float = 0.0  # ... and per request (see sim/cost/roofline.py, alloc_ms)
+    adaptive_layer_us: float = 0.0    # ... and per target layer: its variable-length (flattened-query) attention path
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,9 @@ class GPUSpec:
     cuda_graph_max_tokens    largest CUDA-graph capture size (vLLM default capture sizes go up to 512)
     interconnect_gbps        per-GPU all-reduce bus bandwidth under tensor parallelism (GB/s; 0 = not given)
     allreduce_us             latency of one small all-reduce across the tensor-parallel group (us)
+    piecewise_layer_us       extra time per target layer of a step above cuda_graph_max_tokens, which runs
+                             without its full CUDA graph (vLLM: piecewise graphs, attention launched eagerly) (us;
+                             0 = not given)
     """
 
     name: str
@@ -272,9 +276,10 @@ class GPUSpec:
     source: str = ""
     interconnect_gbps: float = 0.0
     allreduce_us: float = 0.0
+    piecewise_layer_us: float = 0.0
 
     def __post_init__(self) -> None:
-        for f in ("interconnect_gbps", "allreduce_us"):
+        for f in ("interconnect_gbps", "allreduce_us", "piecewise_layer_us"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ConfigError(f"gpu '{self.name}': {f} must be a number >= 0, got {v!r}")

@@ -30,7 +30,7 @@ def test_json_is_one_object_per_figure(capsys):
     code, cap = run_anchors(["--only", "pr32374-eagle-itl", "--json", "--no-report"], capsys)
     assert code == 0, cap.err
     rows = json.loads(cap.out)
-    assert len(rows) == 10  # batch 1 and 32 at K = 0, 1, 3, 5, 7
+    assert len(rows) == 23  # the fixture's clean rows: batch 1, 16, 32 at K = 0, 1, 3, 4, 5, 7; batch 64 at K <= 5
     for r in rows:
         assert {"anchor", "metric", "published", "simulated", "error", "tolerance", "within"} <= set(r)
         assert isinstance(r["within"], bool)
@@ -48,7 +48,7 @@ def test_report_written_whole_and_not_replaced_without_force(tmp_path, capsys):
     assert "## pr32374-eagle-itl" in text and "**Source:**" in text and "| published |" not in text.split("\n")[0]
     assert "python -m sim.anchors --only pr32374-eagle-itl" in text
     rows = json.loads((tmp_path / "anchors.json").read_text())
-    assert len(rows) == 10 and all(r["anchor"] == "pr32374-eagle-itl" for r in rows)
+    assert len(rows) == 23 and all(r["anchor"] == "pr32374-eagle-itl" for r in rows)
     code, cap = run_anchors(["--only", "pr32374-eagle-itl", "--out", str(out)], capsys)
     assert code == 2 and "already exists" in cap.err and cap.err.count("\n") == 1
     assert out.read_text() == text
@@ -174,6 +174,83 @@ def test_adaptive_machinery_cost_only_for_policies_that_run_it():
     assert c.alloc_ms(16, policy="ngram-fixed:32") == base
     h = make_cost_model("roofline", "qwen3-8b", "h100-sxm")  # no stated adaptive cost: unchanged
     assert h.alloc_ms(16, policy="adaptive") == h.alloc_ms(16, policy="model-fixed:7")
+
+
+def test_piecewise_step_above_the_capture_limit():
+    """A step above cuda_graph_max_tokens pays num_layers * piecewise_layer_us once; the engine's table, the
+    scalar path and adaptive's start-up table all see the same step up; GPUs that state nothing are unchanged."""
+    import dataclasses
+
+    from sim.cost.roofline import RooflineCost
+    from sim.models import get_gpu
+
+    for llm, gpu, tp in (("deepseek-v4-flash", "mi350x", 8), ("qwen3-8b", "h100-sxm", 1)):
+        base = make_cost_model("roofline", llm, gpu, tensor_parallel_size=tp)
+        g = dataclasses.replace(get_gpu(gpu), piecewise_layer_us=100.0)
+        c = RooflineCost(base.config, gpu_spec=g)
+        step = base.llm.num_layers * 100.0 / 1e3
+        lim = g.cuda_graph_max_tokens
+        for t in (1, lim, lim + 1, 4 * lim):
+            want = base.verify_ms(t, 5000, 8) + (step if t > lim else 0.0)
+            assert c.verify_ms(t, 5000, 8) == pytest.approx(want)
+            assert c.verify_table(4 * lim, 5000, 8)[t] == pytest.approx(want)
+        s0 = base.startup_verify_table(8192, 256, query_per_req=8)
+        s1 = c.startup_verify_table(8192, 256, query_per_req=8)
+        assert np.allclose(s1[: lim + 1], s0[: lim + 1]) and np.all(s1[lim + 1:] >= s0[lim + 1:] + step - 1e-9)
+    h = make_cost_model("roofline", "qwen3-8b", "h100-sxm")
+    assert h.eager_ms(10_000) == 0.0 and h._plain  # no stated graph loss: the dense formulas unchanged
+
+
+def test_adaptive_per_layer_cost_and_the_sized_spec():
+    from sim.models import get_gpu
+
+    c = make_cost_model("roofline", "deepseek-v4-flash", "mi350x-dsv4-graphs", tensor_parallel_size=8)
+    g = get_gpu("mi350x-dsv4-graphs")
+    assert g.cuda_graph_max_tokens == 1024 and g.piecewise_layer_us > 0 and g.kernels.adaptive_layer_us > 0
+    assert "FITTED TO AN ANCHOR" in g.source
+    k = g.kernels
+    fixed = c.alloc_ms(4, policy="model-fixed:7")
+    assert c.alloc_ms(4, policy="adaptive") == pytest.approx(
+        fixed + k.adaptive_ms + 4 * k.adaptive_us_per_req / 1e3 + 43 * k.adaptive_layer_us / 1e3)
+    assert c.graph_tokens(1000) == 1008 and c.graph_tokens(2048) == 2048  # padded up to 1024, as is above
+    assert c.verify_ms(2048, 0, 256) - c.verify_ms(1024, 0, 128) > 43 * g.piecewise_layer_us / 1e3
+
+
+@pytest.mark.slow  # about 2 minutes: 28 simulations of the 512-token ShareGPT workload
+def test_mi350x_graphs_fit_is_reproducible():
+    from sim.anchors import fit_pr52362_graphs
+    from sim.models import get_gpu
+
+    fit = fit_pr52362_graphs(progress=False)
+    g = get_gpu("mi350x-dsv4-graphs")
+    assert g.piecewise_layer_us == pytest.approx(fit["piecewise_layer_us"], rel=1e-3)
+    assert g.kernels.adaptive_layer_us == pytest.approx(fit["adaptive_layer_us"], rel=1e-3)
+    assert fit["fixed/none at 256"] == pytest.approx(7852.42 / 8878.57, abs=2e-3)
+    assert fit["adaptive/fixed at 4"] == pytest.approx(902.37 / 970.33, abs=2e-3)
+
+
+def test_blazedit_runs_are_cut_at_the_published_max_tokens():
+    from sim.anchors import BLAZEDIT_MAX_TOKENS, capped_trace
+    from sim.trace import load_trace
+
+    full = load_trace("traces/codeedit-model.jsonl", tokenizer="qwen3", limit=40)
+    cut = {r.id: r for r in load_trace(capped_trace("traces/codeedit-model.jsonl", BLAZEDIT_MAX_TOKENS)).requests}
+    assert BLAZEDIT_MAX_TOKENS == 256 and len(cut) == 351
+    for r in full.requests:
+        c = cut[r.id]
+        assert np.array_equal(c.prompt_ids, r.prompt_ids)
+        assert np.array_equal(c.output_ids, r.output_ids[:256]) and len(c.output_ids) == min(256, len(r.output_ids))
+
+
+def test_fitted_figures_are_not_counted_as_checks():
+    from sim.anchors import report
+
+    a = ANCHORS["pr32374-eagle-itl"]
+    figs = {a.name: [Figure(a.name, "m1", 1.0, 1.0, 0.1, fitted=True), Figure(a.name, "m2", 1.0, 1.5, 0.1),
+                     Figure(a.name, "m3", 1.0, 1.05, 0.1)]}
+    text = report([a], figs, "python -m sim.anchors", 1.0)
+    assert "**1 of 2 figures within their targets** (1 more were fitted to" in text
+    assert "| 1 of 2 (+1 fitted) | +50.0% (m2) |" in text and "yes (fitted)" in text
 
 
 def test_mi350x_fit_is_reproducible():

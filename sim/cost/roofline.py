@@ -35,6 +35,12 @@ weight matrix; these terms are 0 for a dense model on one GPU, and the formulas 
               TP are replicated, as vLLM does)
     The drafter's weights and FLOPs are split over TP too.
 
+Steps without a full CUDA graph: vLLM captures full graphs up to cuda_graph_max_tokens tokens (L); a larger step
+(fixed K = 7 at 256 requests runs 2048) runs piecewise graphs with attention launched eagerly in every layer:
+    verify(T, K, S) += piecewise(T) = num_layers * piecewise_layer_us / 1e3   if T > L, else 0
+0 in GPU specs that do not state piecewise_layer_us. Start-up profiling prices it as vLLM's does (its points
+above L run piecewise), so adaptive verification's budget sees the step up.
+
 Model drafter (draft_ms, ms), a DSpark-like block drafter run once over P = R * block positions:
     draft(R, block, K=0) = d_overhead + max(t_wd, beta * t_wd + P * s_d) + K * kv_d / BW
   an EAGLE-style sequential head (DrafterCostSpec.sequential) runs `block` passes of R positions each:
@@ -44,10 +50,11 @@ Model drafter (draft_ms, ms), a DSpark-like block drafter run once over P = R * 
 Small kernels: ngram(R) = ngram_gpu_ms + R*ngram_gpu_us_per_req/1e3 (GPU) or host_sync_ms +
 R*ngram_cpu_us_per_req/1e3 (CPU, blocking); alloc(R) = alloc_ms + R*alloc_us_per_req/1e3, plus, for the
 policies that run inside vLLM's adaptive verification (ADAPTIVE_MACHINERY: adaptive, hybrid*, the oracle),
-adaptive_ms + R*adaptive_us_per_req/1e3: its own per-step work (publishing confidences and copying them
-to the host, the host-to-device copies of budgets and query lengths, the ranking kernel, the cumsums
-that rebuild query_start_loc and cu_num_logits; vllm/v1/worker/gpu/spec_decode/adaptive_verification.py
-in vLLM 0.33), 0 in GPU specs that do not state it;
+adaptive_ms + R*adaptive_us_per_req/1e3 + num_layers*adaptive_layer_us/1e3: its own per-step work
+(publishing confidences and copying them to the host, the host-to-device copies of budgets and query lengths, the ranking kernel, the cumsums
+that rebuild query_start_loc and cu_num_logits; per layer, the variable-length (flattened-query) attention
+path its varlen decode graphs run instead of the uniform decode one; vllm/v1/worker/gpu/spec_decode/
+adaptive_verification.py and model_runner.py in vLLM 0.33), 0 in GPU specs that do not state it;
 sample(T) = sample_ms + T * vocab * 4 B * passes / BW; cpu(R, T) = cpu_sched_ms + R*us/1e3 + T*us/1e3.
 All of these are 0 when their count is 0 (nothing is launched).
 """
@@ -75,13 +82,15 @@ class RooflineCost(CostModel):
 
     name = "roofline"
 
-    def __init__(self, config: CostConfig | None = None, **kw) -> None:
+    def __init__(self, config: CostConfig | None = None, gpu_spec=None, **kw) -> None:
+        """gpu_spec (a sim.models.GPUSpec) replaces the named GPU's spec: a variant built in memory, as
+        sim.anchors does while it fits a knob; None: config.gpu's."""
         if config is None:
             config = CostConfig(**kw)
         elif kw:
             config = CostConfig(**{**config.__dict__, **kw})
         self.config = config
-        m, g, d = config.llm_spec, config.gpu_spec, config.drafter_spec
+        m, g, d = config.llm_spec, gpu_spec or config.gpu_spec, config.drafter_spec
         self.llm, self.gpu, self.drafter = m, g, d
         bw, f = g.bytes_per_ms, g.flops_per_ms
         beta = g.exposed_weight_fraction
@@ -91,6 +100,9 @@ class RooflineCost(CostModel):
         kv_split = min(tp, m.num_kv_heads)  # KV heads fewer than TP are replicated
         # target -----------------------------------------------------------------------------------
         self.overhead_ms = g.step_overhead_ms + m.num_layers * g.layer_overhead_us / 1e3
+        # a step above the largest captured size runs without its full CUDA graph (piecewise)
+        self.graph_limit = int(g.cuda_graph_max_tokens)
+        self.piecewise_ms = m.num_layers * g.piecewise_layer_us / 1e3
         self.weight_ms = m.weight_bytes_per_step / tp / bw              # t_w (MoE: the dense part)
         self.expert_ms = m.expert_bytes / tp / bw                      # all routed experts (0: dense)
         self.ms_per_token = m.flops_per_token / tp / f                 # s
@@ -102,7 +114,7 @@ class RooflineCost(CostModel):
             self.allreduce_ms_per_token = 2 * m.num_layers * m.hidden_size * 2 * 2 * (tp - 1) / tp / link
         else:
             self.allreduce_fixed_ms = self.allreduce_ms_per_token = 0.0
-        self._plain = self.expert_ms == 0.0 and tp == 1  # the dense one-GPU formulas, unchanged
+        self._plain = self.expert_ms == 0.0 and tp == 1 and self.piecewise_ms == 0.0  # the dense one-GPU formulas
         # drafter ----------------------------------------------------------------------------------
         if d is not None:
             p = d.params(m)
@@ -158,6 +170,13 @@ class RooflineCost(CostModel):
             out = out + self.allreduce_fixed_ms + t * self.allreduce_ms_per_token
         return out if out.ndim else float(out)
 
+    def eager_ms(self, num_tokens):
+        """What a step of `num_tokens` positions pays for running without its full CUDA graph: piecewise(T) =
+        num_layers * piecewise_layer_us / 1e3 when T > cuda_graph_max_tokens, else 0 (ms)."""
+        t = np.asarray(num_tokens, dtype=np.float64)
+        out = np.where(t > self.graph_limit, self.piecewise_ms, 0.0)
+        return out if out.ndim else float(out)
+
     def decode_step_ms(self, batch: int, context: int = 512, tokens_per_req: int = 1) -> float:
         """A plain step's GPU time (verify + sampling) for `batch` requests of `context` tokens each."""
         t = batch * tokens_per_req
@@ -170,7 +189,7 @@ class RooflineCost(CostModel):
             t = np.asarray(num_tokens, dtype=np.float64)
             kv = max(int(kv_tokens), 0)
             att = np.maximum(kv * self.kv_ms_per_token, t * (self.attn_ms_per_pair * kv / max(int(num_seqs), 1)))
-            out = np.where(t > 0, self.overhead_ms + self.linear_ms(t) + att, 0.0)
+            out = np.where(t > 0, self.overhead_ms + self.linear_ms(t) + att + self.eager_ms(t), 0.0)
             return float(out) if out.ndim == 0 else out
         if type(num_tokens) is int and type(kv_tokens) is int and type(num_seqs) is int:
             # the engine's per-step call: the scalar path below, without its conversions
@@ -203,7 +222,7 @@ class RooflineCost(CostModel):
         if n > self._tab_base.size:
             size = max(n, 2 * self._tab_base.size, 1024)
             self._tab_t = np.arange(size, dtype=np.float64)
-            self._tab_base = self.overhead_ms + np.asarray(self.linear_ms(self._tab_t))
+            self._tab_base = self.overhead_ms + np.asarray(self.linear_ms(self._tab_t)) + self.eager_ms(self._tab_t)
         kv = max(int(kv_tokens), 0)
         coef = self.attn_ms_per_pair * kv / max(int(num_seqs), 1)
         out = self._tab_base[:n] + np.maximum(kv * self.kv_ms_per_token, self._tab_t[:n] * coef)
@@ -238,8 +257,8 @@ class RooflineCost(CostModel):
             return 0.0
         k = self._kern
         out = k.alloc_ms + r * k.alloc_us_per_req / 1e3
-        if (k.adaptive_ms or k.adaptive_us_per_req) and runs_adaptive_machinery(policy):
-            out += k.adaptive_ms + r * k.adaptive_us_per_req / 1e3
+        if (k.adaptive_ms or k.adaptive_us_per_req or k.adaptive_layer_us) and runs_adaptive_machinery(policy):
+            out += k.adaptive_ms + r * k.adaptive_us_per_req / 1e3 + self.llm.num_layers * k.adaptive_layer_us / 1e3
         return out
 
     def sample_ms(self, num_tokens: int) -> float:
