@@ -260,9 +260,10 @@ def _diff(path: str, old: list[str], new: list[str]) -> str:
     return "".join(out)
 
 
-def file_edits(label: str, path: str, old_text: str, new_text: str, count, shape: str = "exact") -> list[dict]:
+def file_edits(label: str, path: str, old_text: str, new_text: str, count, shape: str = "exact",
+               model_shape: ModelShape = MODEL_SHAPE) -> list[dict]:
     """The requests of one changed file. `count(text) -> tokens`. label: 'project old->new'. shape: "exact"
-    (the diff in the prompt, the edited code as the output) or "model" (model_shaped)."""
+    (the diff in the prompt, the edited code as the output) or "model" (model_shaped, with `model_shape`)."""
     a = old_text.splitlines(keepends=True)
     b = new_text.splitlines(keepends=True)
     sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
@@ -308,7 +309,7 @@ def file_edits(label: str, path: str, old_text: str, new_text: str, count, shape
             continue
         rid = f"{label}:{path}#{k}"
         if shape == "model":
-            user, answer = model_shaped(rid, path, a[lo:hi], new_lines, ops, lo)
+            user, answer = model_shaped(rid, path, a[lo:hi], new_lines, ops, lo, model_shape)
             rows.append({"id": rid, "prompt": render_chat([("system", MODEL_SYSTEM), ("user", user)]),
                          "output": answer, "workload": "codeedit"})
             continue
@@ -320,11 +321,12 @@ def file_edits(label: str, path: str, old_text: str, new_text: str, count, shape
     return rows
 
 
-def project_edits(label: str, old: dict[str, str], new: dict[str, str], count, shape: str = "exact") -> list[dict]:
+def project_edits(label: str, old: dict[str, str], new: dict[str, str], count, shape: str = "exact",
+                  model_shape: ModelShape = MODEL_SHAPE) -> list[dict]:
     rows = []
     for path in sorted(old):
         if path in new and old[path] != new[path]:
-            rows.extend(file_edits(label, path, old[path], new[path], count, shape))
+            rows.extend(file_edits(label, path, old[path], new[path], count, shape, model_shape))
     return rows
 
 
@@ -357,9 +359,10 @@ SHAPES = ("exact", "model")
 
 
 def build(out_path: Path, cache: Path | None = None, projects=PROJECTS, target: int = TARGET,
-          progress: bool = True, shape: str = "exact") -> dict:
+          progress: bool = True, shape: str = "exact", model_shape: ModelShape = MODEL_SHAPE) -> dict:
     """Build the trace into out_path. shape "exact": codeedit.jsonl; "model": codeedit-model.jsonl (the same
-    release pairs and selection rules, model-shaped prompts and answers)."""
+    release pairs and selection rules, model-shaped prompts and answers; `model_shape` other than MODEL_SHAPE
+    only for a sensitivity study, sim.anchors.blazedit_shape_sensitivity)."""
     if shape not in SHAPES:
         raise HybridSpecError(f"unknown codeedit shape {shape!r}; choose one of: {', '.join(SHAPES)}")
     from tqdm import tqdm
@@ -386,7 +389,7 @@ def build(out_path: Path, cache: Path | None = None, projects=PROJECTS, target: 
         label = f"{p.name} {p.old.version}->{p.new.version}"
         rows.extend(project_edits(label, old, new, count))
         if shape == "model":
-            shaped.extend(project_edits(label, old, new, count, shape))
+            shaped.extend(project_edits(label, old, new, count, shape, model_shape))
     picked = select(rows, count, target=target)  # the model-shaped trace keeps the exact trace's requests
     if shape == "model":
         by_id = {r["id"]: r for r in shaped}
