@@ -159,8 +159,8 @@ def ngram_step_stats(steps: dict, output_tokens: int, k: int) -> dict:
 BLAZEDIT = {"share": 0.547, "per_draft": 4.59, "overall": 2.96, "pos": (0.81, 0.74, 0.70, 0.68, 0.66)}
 # The published runs' max_tokens: vLLM's examples/offline_inference/spec_decode.py samples with
 # max_tokens = --output-len (default 256); the command's --hf-output-len 2048 only sets the dataset's expected
-# length, which that script does not pass on. Both runs report 5376 output tokens = 21 requests x 256: every
-# answer was cut at 256 tokens (21 of the 90 requested prompts pass the --blazedit-min/max-distance filter).
+# length, which that script does not pass on. Both runs report 5376 output tokens = exactly 21 x 256: read as
+# every answer cut at 256 tokens, 21 of the 90 prompts asked for passing the --blazedit-min/max-distance filter.
 BLAZEDIT_MAX_TOKENS = 256
 
 
@@ -453,26 +453,32 @@ def _register(a: Anchor) -> None:
 for _trace, _label in zip(CODEEDIT_TRACES, ("codeedit.jsonl, copy-heavy bound", "codeedit-model.jsonl, model-shaped")):
     _register(Anchor(
         name=f"pr24344-blazedit:{Path(_trace).stem}",
-        source="vLLM PR 24344 (ngram-eagle hybrid): n-gram speculation (K=5, prompt_lookup_min 2, max 5) on 90 "
-               "Blazedit edit prompts, Llama-3.1-8B-Instruct, offline spec_decode.py counters: n-gram draft on "
-               "54.7% of steps, 4.59 tokens per drafted step, 2.96 over all steps, acceptance .81 .74 .70 .68 .66 "
-               "at draft positions 1-5",
-        setup=f"{_trace}, ngram-fixed:5 with --ngram-k 5 (n 2..5), batch 1, temperature 0; counters from the "
-              "run's steps exactly as vLLM counts them (ngram_step_stats)",
+        source="vLLM PR 24344 (ngram-eagle hybrid): n-gram speculation (K=5, prompt_lookup_min 2, max 5) on "
+               "Blazedit edit prompts (vdaita/edit_5k_char, normalized edit distance 0.01-0.25), "
+               "Llama-3.1-8B-Instruct, offline spec_decode.py counters: n-gram draft on 54.7% of steps, 4.59 tokens "
+               "per drafted step, 2.96 over all steps, acceptance .81 .74 .70 .68 .66 at draft positions 1-5. Its "
+               "5376 output tokens are exactly 21 x 256, read here as 21 answers each cut at 256 tokens: "
+               "spec_decode.py samples with max_tokens = --output-len (default 256; --hf-output-len 2048 only sets "
+               "the dataset's expected length), and of the 90 prompts asked for, those passing the distance filter "
+               "are used (--no-oversample)",
+        setup=f"{_trace} with every output cut at its first {BLAZEDIT_MAX_TOKENS} tokens (capped_trace, the "
+              "published max_tokens), ngram-fixed:5 with --ngram-k 5 (n 2..5), batch 1, temperature 0; counters "
+              "from the run's steps exactly as vLLM counts them (ngram_step_stats)",
         unmatched="Blazedit's prompts and Llama-3.1-8B's outputs are not available offline: the trace's own edits "
                   "(Python release pairs, Qwen3 tokenizer) stand in; the share of steps with a draft depends on how "
                   "much of an output is new text, which is a property of the trace",
         checks="the n-gram drafter (matching rule, chain length, exact acceptance) and the trace's output shape",
-        fitted="none (codeedit-model.jsonl's shape parameters come from public descriptions of edit-model "
-               "outputs, traces/README.md; none was fitted on these figures)",
+        fitted="none (codeedit-model.jsonl's shape parameters are stated assumptions, traces/README.md, fitted "
+               "to nothing; blazedit_shape_sensitivity moves each over its range: all three figures stay within "
+               "target, docs/anchors.md)",
         run=_blazedit(_trace, _label)))
 
 for _trace, _label in zip(CODEEDIT_TRACES, ("codeedit.jsonl, copy-heavy bound", "codeedit-model.jsonl, model-shaped")):
     _register(Anchor(
         name=f"pr24344-blazedit-eagle:{Path(_trace).stem}",
-        source="vLLM PR 24344: EAGLE-1 (yuhuili/EAGLE-LLaMA3.1-Instruct-8B) with K = 3 on the same 90 Blazedit "
-               "prompts: mean acceptance length 2.46 (vLLM's counter: 1 + accepted / drafts)",
-        setup=f"{_trace}, model-fixed:3 with the eagle-llama3.1-8b profile at block 3 (--drafter "
+        source="vLLM PR 24344: EAGLE-1 (yuhuili/EAGLE-LLaMA3.1-Instruct-8B) with K = 3 on the same Blazedit "
+               "prompts (21 answers x 256 tokens): mean acceptance length 2.46 (vLLM's counter: 1 + accepted / drafts)",
+        setup=f"{_trace} cut at {BLAZEDIT_MAX_TOKENS} output tokens, model-fixed:3 with the eagle-llama3.1-8b profile at block 3 (--drafter "
               "eagle-llama3.1-8b:3, what --speculative-config method eagle runs), batch 1, temperature 0",
         unmatched="as the n-gram anchor on this trace; the EAGLE profile is fitted on MT-Bench (chat), so its "
                   "acceptance of copied code tokens is the DSpark profile's assumption (q1[copied] 0.897)",
