@@ -523,7 +523,7 @@ def _anchor_lines(anchors: list[dict] | None, trace_stem: str) -> list[str]:
     parts = [f"{a['metric']} {a['simulated']:.3f} vs {a['published']:.3f} published ({diff(a)}"
              f"{'' if a['within'] else ': missed'})" for a in edit]
     line = ("Anchors (`python -m sim.anchors`, reports/anchors.md): vLLM PR 24344's Blazedit figures "
-            "(n-gram K=5, EAGLE-1 K=3; batch 1) "
+            "(n-gram K=5, EAGLE-1 K=3; batch 1; outputs cut at the published run's 256 tokens) "
             "reproduced on this trace: " + "; ".join(parts) + "." if parts else "Anchors (reports/anchors.md):")
     if itl:
         worst = max(itl, key=lambda a: abs(a["error"]))
