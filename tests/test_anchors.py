@@ -176,6 +176,18 @@ def test_adaptive_machinery_cost_only_for_policies_that_run_it():
     assert h.alloc_ms(16, policy="adaptive") == h.alloc_ms(16, policy="model-fixed:7")
 
 
+def test_tensor_parallel_logits_gather_grows_with_logit_rows():
+    """Under TP the logits of every logit row are all-gathered (bf16 vocab rows); one GPU pays nothing."""
+    c = make_cost_model("roofline", "deepseek-v4-flash", "mi350x", tensor_parallel_size=8)
+    g, m = c.gpu, c.llm
+    per_row = m.vocab_size * 2 * 7 / 8 / (g.interconnect_gbps * 1e6)
+    assert c.gather_ms_per_row == pytest.approx(per_row)
+    assert c.verify_ms(2048, 0, 256) - c.verify_ms(2048, 0, 256, logit_rows=256) == pytest.approx(1792 * per_row)
+    assert c.verify_table(2048, 0, 256)[2048] == pytest.approx(c.verify_ms(2048, 0, 256))
+    assert make_cost_model("roofline", "qwen3-8b", "h100-sxm").verify_ms(64, 1000, 8, logit_rows=8) == \
+        make_cost_model("roofline", "qwen3-8b", "h100-sxm").verify_ms(64, 1000, 8)
+
+
 def test_piecewise_step_above_the_capture_limit():
     """A step above cuda_graph_max_tokens pays num_layers * piecewise_layer_us once; the engine's table, the
     scalar path and adaptive's start-up table all see the same step up; GPUs that state nothing are unchanged."""

@@ -31,6 +31,8 @@ weight matrix; these terms are 0 for a dense model on one GPU, and the formulas 
     allreduce(T) = 2 * L * (allreduce_us / 1e3 + T * h * 2 B * 2 (TP-1)/TP / link)   (TP > 1; one all-reduce after
               attention and one after the MLP of every layer, ring all-reduce of bf16 activations,
               link = interconnect_gbps in bytes/ms)
+    gather(N) = N * vocab * 2 B * (TP-1)/TP / link   the vocab-parallel LM head's bf16 logits all-gathered for the N
+              logit rows of the step (every verified position: fixed K = 7 gathers 8 rows a request)
     attention: KV reads and attention FLOPs split over min(TP, num_kv_heads) and TP GPUs (KV heads fewer than
               TP are replicated, as vLLM does)
     The drafter's weights and FLOPs are split over TP too.
@@ -112,8 +114,10 @@ class RooflineCost(CostModel):
             link = g.interconnect_gbps * 1e9 / 1e3  # bytes/ms (> 0: CostConfig checks it)
             self.allreduce_fixed_ms = 2 * m.num_layers * g.allreduce_us / 1e3
             self.allreduce_ms_per_token = 2 * m.num_layers * m.hidden_size * 2 * 2 * (tp - 1) / tp / link
+            # the vocab-parallel LM head's logits are all-gathered (bf16), one row per logit position
+            self.gather_ms_per_row = m.vocab_size * 2 * (tp - 1) / tp / link
         else:
-            self.allreduce_fixed_ms = self.allreduce_ms_per_token = 0.0
+            self.allreduce_fixed_ms = self.allreduce_ms_per_token = self.gather_ms_per_row = 0.0
         self._plain = self.expert_ms == 0.0 and tp == 1 and self.piecewise_ms == 0.0  # the dense one-GPU formulas
         # drafter ----------------------------------------------------------------------------------
         if d is not None:
@@ -184,12 +188,15 @@ class RooflineCost(CostModel):
 
     # ------------------------------------------------------------------------------------ interface
     def verify_ms(self, num_tokens, kv_tokens: int, num_seqs: int, logit_rows=None):
-        """logit_rows is not used: linear(T) prices the LM head of every position."""
+        """linear(T) prices the LM head of every position; under tensor parallelism logit_rows (None: T) sets
+        the logits all-gather, logit_rows * vocab * 2 B * (TP-1)/TP / link."""
         if not self._plain:
             t = np.asarray(num_tokens, dtype=np.float64)
             kv = max(int(kv_tokens), 0)
             att = np.maximum(kv * self.kv_ms_per_token, t * (self.attn_ms_per_pair * kv / max(int(num_seqs), 1)))
-            out = np.where(t > 0, self.overhead_ms + self.linear_ms(t) + att + self.eager_ms(t), 0.0)
+            rows = t if logit_rows is None else np.minimum(np.asarray(logit_rows, dtype=np.float64), t)
+            out = np.where(t > 0, self.overhead_ms + self.linear_ms(t) + att + self.eager_ms(t)
+                           + rows * self.gather_ms_per_row, 0.0)
             return float(out) if out.ndim == 0 else out
         if type(num_tokens) is int and type(kv_tokens) is int and type(num_seqs) is int:
             # the engine's per-step call: the scalar path below, without its conversions
@@ -222,7 +229,8 @@ class RooflineCost(CostModel):
         if n > self._tab_base.size:
             size = max(n, 2 * self._tab_base.size, 1024)
             self._tab_t = np.arange(size, dtype=np.float64)
-            self._tab_base = self.overhead_ms + np.asarray(self.linear_ms(self._tab_t)) + self.eager_ms(self._tab_t)
+            self._tab_base = (self.overhead_ms + np.asarray(self.linear_ms(self._tab_t)) + self.eager_ms(self._tab_t)
+                              + self._tab_t * self.gather_ms_per_row)  # every position a logit row
         kv = max(int(kv_tokens), 0)
         coef = self.attn_ms_per_pair * kv / max(int(num_seqs), 1)
         out = self._tab_base[:n] + np.maximum(kv * self.kv_ms_per_token, self._tab_t[:n] * coef)
