@@ -18,7 +18,8 @@ real/validate.py does that).
 
 Recordings made before the engine recorded the `draft_pass` step column cannot say which profile steps ran the
 model pass; --legacy-pass-policies names the policies that ran it on every decoding step (default adaptive and
-hybrid-price: `hybrid` is the one that skips it); say so when quoting figures from such a recording.
+hybrid-price: `hybrid` is the one that skips it); a legacy recording with none of them keeps the old rule (every
+step with draft time). Say so when quoting figures from such a recording.
 """
 from __future__ import annotations
 
@@ -41,11 +42,14 @@ def profile_steps(path: Path, legacy_pass: tuple[str, ...]) -> list[dict]:
     import pandas as pd
 
     df = pd.read_csv(path)
+    # a legacy recording: the policies that always run the pass stand for it; when it holds none of them, every
+    # step with draft time counts (the old rule, which mixes in the upkeep-only steps)
+    infer = "draft_pass" not in df.columns and bool(set(df["policy"]) & set(legacy_pass))
     out = []
     for pol, g in df.groupby("policy", sort=True):
         d = {c: g[c].to_numpy() for c in g.columns if c != "policy"}
         d["policy"] = str(pol)
-        if "draft_pass" not in d:  # a legacy recording: the policies that always run the pass
+        if infer:
             d["draft_pass"] = ((g["num_decode"].to_numpy() > 0) & (str(pol) in legacy_pass)).astype(np.int64)
         out.append(d)
     return out
