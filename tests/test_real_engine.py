@@ -147,6 +147,7 @@ def test_cached_cells_are_served_only_under_their_settings(tmp_path, capsys):
     (["--policy", "nope", "--model", "qwen3-tiny", "--random-weights"], "nope"),
     (["--engine", "vllm"], "vllm"),
     (["--max-tokens", "0"], "--max-tokens"),
+    (["--engine", "vllm", "--repeat", "3"], "deterministic"),  # says why vLLM has no repeats yet
 ])
 def test_validate_bad_input_is_one_line(tmp_path, argv, msg):
     from conftest import run_cli_inprocess
