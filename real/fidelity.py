@@ -156,6 +156,10 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
               "verdicts use the wall clock, which is what the profiled table and the simulator predict.",
               "Each predicted cell is reproduced by the `sim_command` recorded for it in "
               "fidelity.json; every repeat's load record (others' cores, steal, load averages, clock) is there too.", ""]
+    probes = meta.get("speed_probes") or {}
+    if probes:  # diagnostic: the same fixed forwards on each trace's model instance against the profile's
+        lines += ["Speed probe (real/profile.py `speed_probe`; diagnostic, not used by the predictions): "
+                  + "; ".join(f"{Path(t).stem}: {p['note']}" for t, p in probes.items()) + ".", ""]
     return "\n".join(lines)
 
 

@@ -92,6 +92,46 @@ def time_decode_grid(model, reqs=(1, 2, 4, 8, 16), q: int = 8, context: int = 51
     return rows
 
 
+PROBE_SHAPES = ((1, 1), (1, 8), (4, 2))  # (requests, tokens each): a decode, a draft verify, a small batched verify
+PROBE_CONTEXT = 256
+
+
+@torch.inference_mode()
+def speed_probe(model, repeat: int = 9) -> dict:
+    """The model instance's speed on fixed inputs, to compare a trace's instance with the profile's: for each
+    PROBE_SHAPES (R requests x q tokens, PROBE_CONTEXT cached tokens each, random token ids, every row's logits),
+    the median ms of `repeat` forwards, the shapes alternated in ABBA order so that a drift falls on all alike.
+    Returns {"<R>x<q>": ms, ..., "context": PROBE_CONTEXT, "repeat": repeat}. Diagnostic: nothing is priced from
+    it (real/validate.py reports trace / profile ratios; docs/real.md, "Where the time goes")."""
+    from real.fidelity_stats import abba_order
+
+    dev = next(model.parameters()).device
+    lt = lambda x: torch.tensor(x, dtype=torch.int64, device=dev)  # noqa: E731
+    ctx = min(PROBE_CONTEXT, model.max_len - 9)
+    fns = {}
+    for R, q in PROBE_SHAPES:
+        if R > model.max_slots:
+            continue
+        toks = torch.randint(0, model.args.vocab_size, (R * q,), generator=torch.Generator().manual_seed(R * 100 + q))
+        args = (toks.to(dev), lt([q] * R), lt([ctx] * R), lt(list(range(R))), torch.arange(R * q, device=dev))
+        fns[f"{R}x{q}"] = (lambda a=args: model(*a))
+    ts: dict[str, list[float]] = {k: [] for k in fns}
+    for f in fns.values():
+        f()  # warm-up
+    for k, _ in abba_order(list(fns), repeat):
+        ts[k].append(median_ms(fns[k], 1, dev))
+    return {**{k: statistics.median(v) for k, v in ts.items()}, "context": ctx, "repeat": repeat}
+
+
+def probe_ratio(probe: dict, reference: dict) -> float | None:
+    """The geometric mean over the shapes both probes timed of probe / reference (> 1: slower than the reference);
+    None when they share no shape."""
+    ks = [k for k in probe if "x" in k and k in reference and reference[k] > 0]
+    if not ks:
+        return None
+    return float(np.exp(np.mean([np.log(probe[k] / reference[k]) for k in ks])))
+
+
 def fit_step_parts(steps: list[dict], policies: list[str]) -> dict:
     """Tables of the engine's non-verify parts from recorded steps (module docstring). `steps`: one dict
     per run with 'policy' and the steps.csv columns as arrays (num_decode, draft_ms, ngram_ms, alloc_ms,
@@ -285,6 +325,7 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
         verify = fit_verify(steps, time_logits_per_row(model, repeat=3 if quick else 11),
                             time_kv_per_token(model, repeat=3 if quick else 9))
     load = probe.record
+    speed = speed_probe(model, repeat=3 if quick else 9)  # this instance's speed, for validate's trace / profile ratio
     src = (f"real/profile.py on {machine['cpu']} ({machine['device']}, {machine['threads']} threads, torch "
            f"{machine['torch']}); every part fitted on engine runs of {', '.join(policies)} "
            f"at batch {', '.join(map(str, batch_sizes))} on traces/general.jsonl, {repeats} run(s) each after a "
@@ -296,8 +337,10 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
               "processes' contention", file=sys.stderr)
     table = build_table(wl.model_label, verify, parts, machine, kv_capacity=10**9, vocab=model.args.vocab_size, source=src)
     path = write_cost_table(table, out, overwrite=overwrite) if out is not None else None
-    if path is not None:  # the load the table was measured under, for validate's verdicts (profile_load)
-        write_whole(Path(str(path) + ".load.json"), json.dumps(load.to_json()) + "\n", overwrite=True)
+    if path is not None:  # the load the table was measured under, for validate's verdicts (profile_load), and the
+        # profile's model instance's speed probe (profile_load(...)["speed_probe"]), for validate's trace / profile ratio
+        write_whole(Path(str(path) + ".load.json"), json.dumps({**load.to_json(), "speed_probe": speed}) + "\n",
+                    overwrite=True)
     if path is not None:  # the measured steps the table was fitted on, for refits and plots
         import pandas as pd
 

@@ -186,6 +186,31 @@ def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dic
     return out
 
 
+def speed_probe_of(wl, bss: list[int]) -> dict:
+    """real.profile.speed_probe on the model instance the trace's cells run on."""
+    from real.profile import speed_probe
+
+    return speed_probe(wl.model(max_slots=max(bss)))
+
+
+def probe_record(probes: list[dict], profile_probe: dict | None) -> dict:
+    """The trace's speed probes (before and after its cells) beside the profile's, with the ratios trace / profile
+    (> 1: the trace's instance ran the same fixed forwards slower than the profile's) and after / before (drift).
+    Diagnostic: the predictions do not use it."""
+    from real.profile import probe_ratio
+
+    before, after = probes[0], probes[-1]
+    out = {"before": before, "after": after, "profile": profile_probe, "drift": probe_ratio(after, before),
+           "vs_profile": None}
+    if profile_probe:
+        out["vs_profile"] = [probe_ratio(before, profile_probe), probe_ratio(after, profile_probe)]
+    vs = ("no profile probe (a table given with --cost-table, or profiled before probes existed)"
+          if out["vs_profile"] is None else
+          f"{out['vs_profile'][0]:.3f}x / {out['vs_profile'][1]:.3f}x the profile's time (before / after the cells)")
+    out["note"] = f"fixed forwards took {vs}; drift over the cells {out['drift']:.3f}x"
+    return out
+
+
 def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[int], settings: dict, repeats: int,
                   a) -> list[dict]:
     """Every (policy, batch size) cell of one trace: `repeats` real runs in ABBA order across the cells
@@ -194,7 +219,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
     then assembled with its verdict into cells/<cell>.json. A line per real run; a warning when it ran under load."""
     from real.profile import profile_load
 
-    rec = profile_load(table)
+    rec = prof_rec = profile_load(table)
     table_loaded = bool(rec and rec.get("loaded"))
     if table_loaded:
         print(f"warning: {table} was profiled under load (others used {rec['others_cores']:.2f} cores): every "
@@ -202,6 +227,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
               "quiet machine (delete the table or pass another --out)", file=sys.stderr)
     keys = [(pol, bs) for bs in bss for pol in policies]  # policies side by side within a batch size
     real: dict[tuple, dict[int, dict]] = {k: {} for k in keys}
+    probes = [speed_probe_of(wl, bss)]  # this trace's model instance, before and after its cells (diagnostic)
     for (pol, bs), r in abba_order(keys, repeats):
         cid = _cell_id(wl.trace, pol, bs)
         cdir = t_dir / "cells" / cid
@@ -225,6 +251,9 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
         else:
             print(f"cached  {cid} repeat {r + 1}", file=sys.stderr)
         real[(pol, bs)][r] = got
+    probes.append(speed_probe_of(wl, bss))
+    a.speed_probes[wl.trace] = probe_record(probes, (prof_rec or {}).get("speed_probe"))
+    print(f"{Path(wl.trace).stem:10s} speed probe: {a.speed_probes[wl.trace]['note']}", file=sys.stderr)
     cells = []
     for pol, bs in keys:
         cid = _cell_id(wl.trace, pol, bs)
@@ -292,6 +321,7 @@ def validate(a) -> int:
     max_tokens = a.max_tokens if a.max_tokens is not None else (16 if a.quick else 32)
     a.limit_eff, a.max_tokens_eff = limit, max_tokens
     cells, table_path, machine = [], None, {}
+    a.speed_probes = {}
     for trace in traces:
         t_dir = out / Path(trace).stem
         t_dir.mkdir(parents=True, exist_ok=True)
@@ -325,6 +355,7 @@ def validate(a) -> int:
             "mode": "random weights, teacher forced" if a.random_weights else "real weights (GGUF), greedy",
             "max_tokens": max_tokens, "max_prompt": a.max_prompt, "cost_table": str(table_path),
             "repeats": repeats, "margin": a.margin / 100.0, "load_guard": a.load_guard, "quick": bool(a.quick),
+            "speed_probes": a.speed_probes,
             "drafter_note": ("The model drafter is the project's trained drafter (" + str(a.drafter) + "), live in the "
                              "real engine; the simulator replays its chains recorded on the reference."
                              if not a.random_weights and a.drafter != "none" else
