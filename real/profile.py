@@ -22,7 +22,7 @@ tuning trace, never an evaluated one -- and fits every part of the table to the 
   draft(R): the mean draft_ms of the steps with R decoding requests on which the model drafter's pass ran
            (the engine's draft_pass column: the pass and that step's context upkeep, in ms), because the
            simulator charges draft only on those steps; a step without the pass (`hybrid` skipping it) still
-           pays the drafter's context upkeep (1-2 ms here), and averaging it in priced the pass 20-30% low
+           pays the drafter's context upkeep (1-2 ms here), and averaging it in priced the pass 10-30% low
            at one request (reports/fidelity-verdicts.md; docs/real.md, "Where the time goes");
   sample(T): means by the step's tokens, in power-of-two buckets;
   cpu(R, T) = a + b R + c T: least-squares fit (the host's share: scheduling, batch building, emission).

@@ -141,6 +141,9 @@ def measure_real(wl, trace_dir: Path, table: Path, policy: str, bs: int, guard: 
         list(map(int, o)) == list(map(int, r.output_ids)) for o, r in zip(real.outputs, wl.requests))
     out["wall_s"] = wall
     out["load"] = probe.record.to_json()
+    # the instance's speed right after the run (untimed), against the profile's: a drift of the machine between
+    # the profile and this run shows here (assemble_cell's drift-corrected error; docs/real.md)
+    out["speed_probe"] = speed_probe_of(wl, [bs], repeat=3)
     out["cpu_tok_per_s"] = n_tok / (probe.record.own_cpu_s / max(1, torch_threads())) if probe.record.own_cpu_s else None
     out["steps_csv"] = steps_csv(real.steps)
     return out
@@ -160,13 +163,19 @@ def predict_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: i
 
 
 def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dict, margin: float,
-                  table_loaded: bool = False) -> dict:
+                  table_loaded: bool = False, profile_probe: dict | None = None) -> dict:
     """A cell of fidelity.json from its real repeats and its prediction: the real figures of the median repeat,
-    every repeat's throughput and load, the verdict (real/fidelity_stats.py) and the errors."""
+    every repeat's throughput and load, the verdict (real/fidelity_stats.py) and the errors. With speed probes
+    (the profile's, and one after each repeat: real.profile.speed_probe) also a drift-corrected error, beside
+    the verdict's and not used by it:
+        s = median over repeats of probe_ratio(repeat's probe, profile's probe)   (> 1: the machine ran the same
+                                                                                  fixed forwards slower than
+                                                                                  while profiling)
+        predicted_corrected = predicted tok/s / s;  error_corrected = predicted_corrected / real - 1."""
     n_tok = int(sum(r.output_len for r in wl.requests))
     tps = [r["tok_per_s"] for r in repeats]
     mid = sorted(range(len(tps)), key=tps.__getitem__)[len(tps) // 2]  # the median repeat (upper for even counts)
-    real = {k: v for k, v in repeats[mid].items() if k not in ("steps_csv", "load", "wall_s")}
+    real = {k: v for k, v in repeats[mid].items() if k not in ("steps_csv", "load", "wall_s", "speed_probe")}
     real["lossless"] = all(r["lossless"] for r in repeats)
     real["outputs_equal_reference"] = all(r["outputs_equal_reference"] for r in repeats)
     loaded = any(r["load"]["loaded"] for r in repeats)
@@ -176,21 +185,29 @@ def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dic
            "real": real, "predicted": prediction["predicted"], "synthetic": prediction["synthetic"],
            "real_wall_s": repeats[mid]["wall_s"], "repeats": [
                {"tok_per_s": r["tok_per_s"], "cpu_tok_per_s": r.get("cpu_tok_per_s"), "wall_s": r["wall_s"],
-                "load": r["load"]} for r in repeats],
+                "load": r["load"], "speed_probe": r.get("speed_probe")} for r in repeats],
            "verdict": v.to_json(), "loaded": loaded, "sim_command": prediction["sim_command"]}
     rs, ps = np.asarray(real["step_ms"]), np.asarray(prediction["predicted"]["step_ms"])
     out["steps_aligned"] = len(rs) == len(ps)
     out["step_error_median"] = float(np.median(np.abs(ps - rs) / rs)) if len(rs) == len(ps) and len(rs) else float("nan")
     for k in ("predicted", "synthetic"):
         out[f"{k}_error"] = abs(out[k]["tok_per_s"] - v.real) / v.real
+    from real.profile import probe_ratio
+
+    ratios = [x for x in (probe_ratio(r["speed_probe"], profile_probe) for r in repeats
+                          if profile_probe and r.get("speed_probe")) if x]
+    if ratios:
+        s = float(np.median(ratios))
+        pc = prediction["predicted"]["tok_per_s"] / s
+        out["drift"] = {"speed_vs_profile": s, "ratios": ratios, "predicted": pc, "error": pc / v.real - 1.0}
     return out
 
 
-def speed_probe_of(wl, bss: list[int]) -> dict:
+def speed_probe_of(wl, bss: list[int], repeat: int = 9) -> dict:
     """real.profile.speed_probe on the model instance the trace's cells run on."""
     from real.profile import speed_probe
 
-    return speed_probe(wl.model(max_slots=max(bss)))
+    return speed_probe(wl.model(max_slots=max(bss)), repeat=repeat)
 
 
 def probe_record(probes: list[dict], profile_probe: dict | None) -> dict:
@@ -266,7 +283,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
             write_output(cdir / "steps_predicted.csv", pred.pop("steps_predicted_csv"))
             write_output(pf, json.dumps(pred) + "\n")
         c = assemble_cell(wl, pol, bs, [real[(pol, bs)][r] for r in range(repeats)], pred, a.margin / 100.0,
-                          table_loaded)
+                          table_loaded, (prof_rec or {}).get("speed_probe"))
         c["settings"] = settings
         write_output(t_dir / "cells" / f"{cid}.json", json.dumps(c) + "\n")
         v = c["verdict"]

@@ -183,3 +183,28 @@ def test_speed_probe_and_its_ratios():
     rec = probe_record([{"1x1": 1.1}, {"1x1": 1.2}], {"1x1": 1.0, "context": 256})
     assert rec["vs_profile"] == [pytest.approx(1.1), pytest.approx(1.2)] and rec["drift"] == pytest.approx(1.2 / 1.1)
     assert "1.100x / 1.200x the profile's time" in rec["note"]
+
+
+def test_drift_corrected_error_from_the_speed_probes(tmp_path):
+    """A run that ran its fixed forwards 5% slower than the profile did has its prediction divided by 1.05 in the
+    drift-corrected column; the verdict stays the wall clock's."""
+    import types
+
+    import real.validate as V
+
+    wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
+    reps = [dict(_fake_run(x), speed_probe={"1x1": 31.5, "1x8": 63.0}) for x in (100.0, 100.5, 99.5)]
+    pred = dict(_fake_run(105.0), step_ms=[10.0, 10.0, 10.0])
+    prediction = {"predicted": pred, "synthetic": pred, "sim_command": "x"}
+    c = V.assemble_cell(wl, "none", 1, reps, prediction, 0.03, profile_probe={"1x1": 30.0, "1x8": 60.0, "context": 256})
+    assert c["drift"]["speed_vs_profile"] == pytest.approx(1.05)
+    assert c["drift"]["error"] == pytest.approx(105.0 / 1.05 / 100.0 - 1.0, abs=1e-12)
+    assert c["verdict"]["verdict"] == "disagrees"          # 5% off on the wall clock, as measured
+    assert c["repeats"][0]["speed_probe"]["1x1"] == 31.5 and "speed_probe" not in c["real"]
+    bare = V.assemble_cell(wl, "none", 1, reps, prediction, 0.03)   # no profile probe: no correction
+    assert "drift" not in bare
+    agg = V.write_reports(tmp_path, [c], {"command": "x", "machine": {}, "model": "m", "mode": "real",
+                                          "max_tokens": 8, "max_prompt": 9, "repeats": 3})
+    assert agg["drift_corrected"]["median_error"] == pytest.approx(0.0, abs=1e-12)
+    md = (tmp_path / "fidelity.md").read_text()
+    assert "| 0.952x | +0.0% |" in md and "Drift-corrected (diagnostic" in md
