@@ -16,8 +16,8 @@ tuning trace, never an evaluated one -- and fits every part of the table to the 
            sequences, K the KV tokens read, M the logit rows; a least-squares fit with every term >= 0
            (`fit_verify`), the last two terms timed apart by microbenchmarks. The attention term prices the
            query rows beyond one per sequence (draft tokens, prefill chunks) against their sequence's cache:
-           without it the table priced the validation grid's steps 3-10% low (docs/real.md, "Where the time
-           goes");
+           without it the table priced the validation grid's prefill steps 4.5% low, 6.8% on its longer
+           prompts (docs/real.md, "Where the time goes");
   ngram(R), alloc[policy](R): means of the steps with R decoding requests that ran them;
   draft(R): the mean draft_ms of the steps with R decoding requests on which the model drafter's pass ran
            (the engine's draft_pass column: the pass and that step's context upkeep, in ms), because the

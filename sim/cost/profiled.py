@@ -46,9 +46,10 @@ Costs (T tokens, K cached KV entries, S sequences, R requests; 0 when T (resp. R
       (without logits_ms_per_row the table includes the LM head of every row and logit_rows is unused).
       The attention term prices the query rows a step has beyond one per sequence -- draft tokens under
       verification, prefill chunks -- each attending to the cached entries of its sequence, K / S on average:
-      kv_ms_per_token*K is what one query row per sequence costs to read the cache, and on a device whose
-      attention is compute-bound (a CPU) every further row costs about as much again. Units: ms per
-      (query row x KV entry). A step of one-token decodes (T = S) pays nothing; S = 0 pays nothing.
+      kv_ms_per_token*K is what reading the cache costs (one query row per sequence), and every further row
+      adds its attention's arithmetic over those entries: a small fraction per entry (on the CPU profiled here
+      1.4-1.5e-4 against 7e-3 ms), but it grows with the square of a prefill chunk. Units: ms per (query row x
+      KV entry). A step of one-token decodes (T = S) pays nothing; S = 0 pays nothing.
   draft_ms(R, block)    = f_draft(ceil(R * block / table block))   (same positions, the table's block)
   ngram_ms(R, on_gpu)   = f_ngram(R)   (what the profiled engine ran; on_gpu is not used)
   alloc_ms(R, policy)   = f_alloc[policy](R), else f_alloc["*"](R), else the fallback's
