@@ -89,6 +89,10 @@ def write_reports(out: Path, cells: list[dict], meta: dict, md=None) -> dict:
            "all_lossless": all(c["real"]["lossless"] and c["real"]["outputs_equal_reference"] for c in cells)}
     if cells and all("verdict" in c for c in cells):  # repeated cells (the torch engine): verdicts and their summary
         agg["verdicts"] = summarize(CellVerdict.from_json(c["verdict"]) for c in cells).to_json()
+    drift = [abs(c["drift"]["error"]) for c in cells if c.get("drift")]
+    if drift:  # the speed probes' drift-corrected errors (real/validate.py assemble_cell): beside, not in, the verdicts
+        agg["drift_corrected"] = {"cells": len(drift), "median_error": float(np.median(drift)),
+                                  "max_error": float(np.max(drift))}
     slim = [{k: ({kk: vv for kk, vv in v.items() if kk != "step_ms"} if isinstance(v, dict) else v)
              for k, v in c.items()} for c in cells]
     write_output(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": slim}, indent=1) + "\n")
@@ -133,6 +137,10 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
     if ver:
         head += " repeats (min-max tok/s) | noise band | verdict | cpu-clock tok/s |"
         rule += "---|---:|---|---:|"
+    dc = agg.get("drift_corrected")
+    if dc:
+        head += " machine speed vs profile | drift-corrected error |"
+        rule += "---:|---:|"
     lines += [head, rule]
     base = {(c["trace"], c["batch_size"]): c["real"]["tok_per_s"] for c in cells if c["policy"] == "none"}
     for c in cells:
@@ -150,12 +158,26 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
             cpu = c["real"].get("cpu_tok_per_s")
             row += (f" {v['repeats']} ({v['real_min']:.1f}-{v['real_max']:.1f}) | {band} | "
                     f"{v['verdict']}{' (load)' if c.get('loaded') else ''} | {'-' if cpu is None else f'{cpu:.1f}'} |")
+        if dc:
+            d = c.get("drift")
+            row += (f" {1 / d['speed_vs_profile']:.3f}x | {100 * d['error']:+.1f}% |" if d else " - | - |")
         lines.append(row)
     lines += ["", ENGINE_STEP_NOTE, "cpu-clock tok/s: output tokens per second of the engine process's own CPU time "
               "divided by its threads, beside the wall clock: it moves less with other processes' load, but the "
               "verdicts use the wall clock, which is what the profiled table and the simulator predict.",
               "Each predicted cell is reproduced by the `sim_command` recorded for it in "
               "fidelity.json; every repeat's load record (others' cores, steal, load averages, clock) is there too.", ""]
+    if dc:
+        lines += [f"Drift-corrected (diagnostic, not used by the verdicts): after each real run the same fixed forwards "
+                  f"as after the profile are timed on the run's model instance (real/profile.py `speed_probe`); "
+                  f"'machine speed vs profile' is the profile's probe time over the runs' (median; < 1: the machine "
+                  f"ran slower than while profiling) and the drift-corrected error divides the prediction by that "
+                  f"slowdown. Over {dc['cells']} cells: median |error| {100 * dc['median_error']:.1f}%, max "
+                  f"{100 * dc['max_error']:.1f}%.", ""]
+    probes = meta.get("speed_probes") or {}
+    if probes:  # diagnostic: the same fixed forwards on each trace's model instance against the profile's
+        lines += ["Speed probe (real/profile.py `speed_probe`; diagnostic, not used by the predictions): "
+                  + "; ".join(f"{Path(t).stem}: {p['note']}" for t, p in probes.items()) + ".", ""]
     return "\n".join(lines)
 
 

@@ -10,11 +10,20 @@ The rest of this docstring is the torch engine's (--engine torch, the default).
 
 It runs the real engine (each --policy at each --batch-size) on a slice of traces/general.jsonl -- the
 tuning trace, never an evaluated one -- and fits every part of the table to the steps it measured:
-  verify   verify_ms = f(T) + seq_ms * S + kv_ms_per_token * K + logits_ms_per_row * M over all steps
+  verify   verify_ms = f(T) + seq_ms * S + attn_ms_per_row_kv * max(T - S, 0) * K / S
+                       + kv_ms_per_token * K + logits_ms_per_row * M over all steps
            (decode verifies, prefill chunks and mixes), f piecewise linear in the step's tokens T, S its
            sequences, K the KV tokens read, M the logit rows; a least-squares fit with every term >= 0
-           (`fit_verify`), the last two terms timed apart by microbenchmarks;
-  ngram(R), draft(R), alloc[policy](R): means of the steps with R decoding requests;
+           (`fit_verify`), the last two terms timed apart by microbenchmarks. The attention term prices the
+           query rows beyond one per sequence (draft tokens, prefill chunks) against their sequence's cache:
+           without it the table priced the validation grid's prefill steps 4.5% low, 6.8% on its longer
+           prompts (docs/real.md, "Where the time goes");
+  ngram(R), alloc[policy](R): means of the steps with R decoding requests that ran them;
+  draft(R): the mean draft_ms of the steps with R decoding requests on which the model drafter's pass ran
+           (the engine's draft_pass column: the pass and that step's context upkeep, in ms), because the
+           simulator charges draft only on those steps; a step without the pass (`hybrid` skipping it) still
+           pays the drafter's context upkeep (1-2 ms here), and averaging it in priced the pass 10-30% low
+           at one request (reports/fidelity-verdicts.md; docs/real.md, "Where the time goes");
   sample(T): means by the step's tokens, in power-of-two buckets;
   cpu(R, T) = a + b R + c T: least-squares fit (the host's share: scheduling, batch building, emission).
 It then times the target forward alone on decode-shaped batches (R requests x 8 tokens, every row's
@@ -83,10 +92,51 @@ def time_decode_grid(model, reqs=(1, 2, 4, 8, 16), q: int = 8, context: int = 51
     return rows
 
 
+PROBE_SHAPES = ((1, 1), (1, 8), (4, 2))  # (requests, tokens each): a decode, a draft verify, a small batched verify
+PROBE_CONTEXT = 256
+
+
+@torch.inference_mode()
+def speed_probe(model, repeat: int = 9) -> dict:
+    """The model instance's speed on fixed inputs, to compare a trace's instance with the profile's: for each
+    PROBE_SHAPES (R requests x q tokens, PROBE_CONTEXT cached tokens each, random token ids, every row's logits),
+    the median ms of `repeat` forwards, the shapes alternated in ABBA order so that a drift falls on all alike.
+    Returns {"<R>x<q>": ms, ..., "context": PROBE_CONTEXT, "repeat": repeat}. Diagnostic: nothing is priced from
+    it (real/validate.py reports trace / profile ratios; docs/real.md, "Where the time goes")."""
+    from real.fidelity_stats import abba_order
+
+    dev = next(model.parameters()).device
+    lt = lambda x: torch.tensor(x, dtype=torch.int64, device=dev)  # noqa: E731
+    ctx = min(PROBE_CONTEXT, model.max_len - 9)
+    fns = {}
+    for R, q in PROBE_SHAPES:
+        if R > model.max_slots:
+            continue
+        toks = torch.randint(0, model.args.vocab_size, (R * q,), generator=torch.Generator().manual_seed(R * 100 + q))
+        args = (toks.to(dev), lt([q] * R), lt([ctx] * R), lt(list(range(R))), torch.arange(R * q, device=dev))
+        fns[f"{R}x{q}"] = (lambda a=args: model(*a))
+    ts: dict[str, list[float]] = {k: [] for k in fns}
+    for f in fns.values():
+        f()  # warm-up
+    for k, _ in abba_order(list(fns), repeat):
+        ts[k].append(median_ms(fns[k], 1, dev))
+    return {**{k: statistics.median(v) for k, v in ts.items()}, "context": ctx, "repeat": repeat}
+
+
+def probe_ratio(probe: dict, reference: dict) -> float | None:
+    """The geometric mean over the shapes both probes timed of probe / reference (> 1: slower than the reference);
+    None when they share no shape."""
+    ks = [k for k in probe if "x" in k and k in reference and reference[k] > 0]
+    if not ks:
+        return None
+    return float(np.exp(np.mean([np.log(probe[k] / reference[k]) for k in ks])))
+
+
 def fit_step_parts(steps: list[dict], policies: list[str]) -> dict:
     """Tables of the engine's non-verify parts from recorded steps (module docstring). `steps`: one dict
     per run with 'policy' and the steps.csv columns as arrays (num_decode, draft_ms, ngram_ms, alloc_ms,
-    sample_ms, cpu_ms, logit_rows, tokens)."""
+    sample_ms, cpu_ms, logit_rows, tokens; draft_pass where the real engine recorded it: the draft table is
+    then the mean over the steps whose model pass ran)."""
     def by_r(part: str, runs: list[dict]) -> dict | None:
         R = np.concatenate([r["num_decode"] for r in runs])
         v = np.concatenate([r[part] for r in runs])
@@ -97,7 +147,11 @@ def fit_step_parts(steps: list[dict], policies: list[str]) -> dict:
         return {"num_reqs": [int(x) for x in xs], "ms": [float(np.mean(v[keep & (R == x)])) for x in xs]}
 
     out: dict = {}
-    out["draft"] = by_r("draft_ms", steps)
+    # the model pass's price: only the steps where it ran (draft_pass; legacy recordings without that column:
+    # every step with draft time, which mixes in upkeep-only steps)
+    passed = [dict(s, draft_ms=np.where(np.asarray(s["draft_pass"]) > 0, s["draft_ms"], 0.0)) if "draft_pass" in s
+              else s for s in steps]
+    out["draft"] = by_r("draft_ms", passed)
     out["ngram"] = by_r("ngram_ms", steps)
     out["alloc"] = {}
     for p in policies:
@@ -170,10 +224,13 @@ def fit_verify(steps: list[dict], logits_ms_per_row: float, kv_ms_per_token: flo
     """The verify part of the table fitted on the engine's own steps (every shape it runs: decode verifies,
     prefill chunks, mixes), by least squares with all terms >= 0 (the mean, not a typical step: a run's
     time is the sum of its steps, the machine's hiccups included):
-        verify_ms - logits_ms_per_row * M - kv_ms_per_token * K = f(T) + seq_ms * S
+        verify_ms - logits_ms_per_row * M - kv_ms_per_token * K = f(T) + seq_ms * S + attn * max(T - S, 0) * K / S
     with f piecewise linear in the step's tokens T on VERIFY_FIT_GRID (a hat-function basis, i.e. exactly
     the table's interpolation), K the KV tokens the step reads, S its sequences (decode requests and prefill
-    chunks: the per-request attention and bookkeeping) and M its logit rows. logits_ms_per_row is
+    chunks: the per-request attention and bookkeeping), M its logit rows and attn (attn_ms_per_row_kv, ms per
+    query row x KV entry) the attention of the rows beyond one per sequence over their sequence's cache, K / S
+    entries on average: draft tokens under verification, prefill chunks. f(T) alone cannot price these: a step
+    of T tokens costs more the longer its contexts, and the profile's contexts are not the evaluated traces'. logits_ms_per_row is
     measured apart (`time_logits_per_row`): on decode steps M = T, so the steps alone cannot separate it;
     so is kv_ms_per_token (`time_kv_per_token`), which the steps (short contexts, K growing with T) pin down
     poorly."""
@@ -202,7 +259,8 @@ def fit_verify(steps: list[dict], logits_ms_per_row: float, kv_ms_per_token: flo
             w = (t - xs[j - 1]) / (xs[j] - xs[j - 1])
             H[i, j - 1], H[i, j] = 1.0 - w, w
     used = H.sum(axis=0) > 0  # grid points no step reached are filled by interpolation afterwards
-    A = np.concatenate([H[:, used], S[:, None]], axis=1)
+    extra_rows = np.maximum(T - S, 0.0) * K / np.maximum(S, 1.0)  # (query rows beyond one per sequence) x K / S
+    A = np.concatenate([H[:, used], S[:, None], extra_rows[:, None]], axis=1)
     x0 = np.maximum(np.linalg.lstsq(A, y, rcond=None)[0], 0.0)
     fit = least_squares(lambda w: A @ w - y, x0, bounds=(0.0, np.inf))
     w = fit.x
@@ -211,7 +269,7 @@ def fit_verify(steps: list[dict], logits_ms_per_row: float, kv_ms_per_token: flo
     ms = np.maximum.accumulate(np.maximum(ms, 1e-6))
     resid = (A @ w - y) / (y + logits_ms_per_row * M + kv_ms_per_token * K)
     return {"num_tokens": [int(x) for x in xs], "ms": [float(v) for v in ms], "kv_ms_per_token": float(kv_ms_per_token),
-            "seq_ms": float(w[-1]),
+            "seq_ms": float(w[-2]), "attn_ms_per_row_kv": float(w[-1]),
             "logits_ms_per_row": float(logits_ms_per_row), "fit_median_abs_rel_error": float(np.median(np.abs(resid))),
             "fit_steps": int(len(y))}
 
@@ -224,7 +282,7 @@ def build_table(model_name: str, verify: dict, parts: dict, machine: dict, kv_ca
            "derived": False, "capture_sizes": [],
            "verify": {"num_tokens": verify["num_tokens"], "ms": verify["ms"]},
            "logits_ms_per_row": verify["logits_ms_per_row"], "kv_ms_per_token": verify["kv_ms_per_token"],
-           "seq_ms": verify.get("seq_ms", 0.0),
+           "seq_ms": verify.get("seq_ms", 0.0), "attn_ms_per_row_kv": verify.get("attn_ms_per_row_kv", 0.0),
            "machine": machine, "kv_capacity_tokens": int(kv_capacity), "vocab_size": int(vocab)}
     for k in ("draft", "ngram", "sample", "cpu"):
         if parts.get(k):
@@ -267,6 +325,7 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
         verify = fit_verify(steps, time_logits_per_row(model, repeat=3 if quick else 11),
                             time_kv_per_token(model, repeat=3 if quick else 9))
     load = probe.record
+    speed = speed_probe(model, repeat=3 if quick else 9)  # this instance's speed, for validate's trace / profile ratio
     src = (f"real/profile.py on {machine['cpu']} ({machine['device']}, {machine['threads']} threads, torch "
            f"{machine['torch']}); every part fitted on engine runs of {', '.join(policies)} "
            f"at batch {', '.join(map(str, batch_sizes))} on traces/general.jsonl, {repeats} run(s) each after a "
@@ -278,8 +337,10 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
               "processes' contention", file=sys.stderr)
     table = build_table(wl.model_label, verify, parts, machine, kv_capacity=10**9, vocab=model.args.vocab_size, source=src)
     path = write_cost_table(table, out, overwrite=overwrite) if out is not None else None
-    if path is not None:  # the load the table was measured under, for validate's verdicts (profile_load)
-        write_whole(Path(str(path) + ".load.json"), json.dumps(load.to_json()) + "\n", overwrite=True)
+    if path is not None:  # the load the table was measured under, for validate's verdicts (profile_load), and the
+        # profile's model instance's speed probe (profile_load(...)["speed_probe"]), for validate's trace / profile ratio
+        write_whole(Path(str(path) + ".load.json"), json.dumps({**load.to_json(), "speed_probe": speed}) + "\n",
+                    overwrite=True)
     if path is not None:  # the measured steps the table was fitted on, for refits and plots
         import pandas as pd
 
@@ -373,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # noqa: BLE001 -- no roofline spec for this device: print the measurements alone
         roof = None
     print(format_grid(grid, table, roof))
-    print(f"fit: logits_ms_per_row {table.logits_ms_per_row:.4f}  kv_ms_per_token {table.kv_ms_per_token:.2e}")
+    print(f"fit: logits_ms_per_row {table.logits_ms_per_row:.4f}  kv_ms_per_token {table.kv_ms_per_token:.2e}  "
+          f"attn_ms_per_row_kv {table.attn_ms_per_row_kv:.2e}")
     if path:
         print(f"wrote {path}")
     return 0

@@ -141,6 +141,9 @@ def measure_real(wl, trace_dir: Path, table: Path, policy: str, bs: int, guard: 
         list(map(int, o)) == list(map(int, r.output_ids)) for o, r in zip(real.outputs, wl.requests))
     out["wall_s"] = wall
     out["load"] = probe.record.to_json()
+    # the instance's speed right after the run (untimed), against the profile's: a drift of the machine between
+    # the profile and this run shows here (assemble_cell's drift-corrected error; docs/real.md)
+    out["speed_probe"] = speed_probe_of(wl, [bs], repeat=3)
     out["cpu_tok_per_s"] = n_tok / (probe.record.own_cpu_s / max(1, torch_threads())) if probe.record.own_cpu_s else None
     out["steps_csv"] = steps_csv(real.steps)
     return out
@@ -160,13 +163,19 @@ def predict_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: i
 
 
 def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dict, margin: float,
-                  table_loaded: bool = False) -> dict:
+                  table_loaded: bool = False, profile_probe: dict | None = None) -> dict:
     """A cell of fidelity.json from its real repeats and its prediction: the real figures of the median repeat,
-    every repeat's throughput and load, the verdict (real/fidelity_stats.py) and the errors."""
+    every repeat's throughput and load, the verdict (real/fidelity_stats.py) and the errors. With speed probes
+    (the profile's, and one after each repeat: real.profile.speed_probe) also a drift-corrected error, beside
+    the verdict's and not used by it:
+        s = median over repeats of probe_ratio(repeat's probe, profile's probe)   (> 1: the machine ran the same
+                                                                                  fixed forwards slower than
+                                                                                  while profiling)
+        predicted_corrected = predicted tok/s / s;  error_corrected = predicted_corrected / real - 1."""
     n_tok = int(sum(r.output_len for r in wl.requests))
     tps = [r["tok_per_s"] for r in repeats]
     mid = sorted(range(len(tps)), key=tps.__getitem__)[len(tps) // 2]  # the median repeat (upper for even counts)
-    real = {k: v for k, v in repeats[mid].items() if k not in ("steps_csv", "load", "wall_s")}
+    real = {k: v for k, v in repeats[mid].items() if k not in ("steps_csv", "load", "wall_s", "speed_probe")}
     real["lossless"] = all(r["lossless"] for r in repeats)
     real["outputs_equal_reference"] = all(r["outputs_equal_reference"] for r in repeats)
     loaded = any(r["load"]["loaded"] for r in repeats)
@@ -176,13 +185,46 @@ def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dic
            "real": real, "predicted": prediction["predicted"], "synthetic": prediction["synthetic"],
            "real_wall_s": repeats[mid]["wall_s"], "repeats": [
                {"tok_per_s": r["tok_per_s"], "cpu_tok_per_s": r.get("cpu_tok_per_s"), "wall_s": r["wall_s"],
-                "load": r["load"]} for r in repeats],
+                "load": r["load"], "speed_probe": r.get("speed_probe")} for r in repeats],
            "verdict": v.to_json(), "loaded": loaded, "sim_command": prediction["sim_command"]}
     rs, ps = np.asarray(real["step_ms"]), np.asarray(prediction["predicted"]["step_ms"])
     out["steps_aligned"] = len(rs) == len(ps)
     out["step_error_median"] = float(np.median(np.abs(ps - rs) / rs)) if len(rs) == len(ps) and len(rs) else float("nan")
     for k in ("predicted", "synthetic"):
         out[f"{k}_error"] = abs(out[k]["tok_per_s"] - v.real) / v.real
+    from real.profile import probe_ratio
+
+    ratios = [x for x in (probe_ratio(r["speed_probe"], profile_probe) for r in repeats
+                          if profile_probe and r.get("speed_probe")) if x]
+    if ratios:
+        s = float(np.median(ratios))
+        pc = prediction["predicted"]["tok_per_s"] / s
+        out["drift"] = {"speed_vs_profile": s, "ratios": ratios, "predicted": pc, "error": pc / v.real - 1.0}
+    return out
+
+
+def speed_probe_of(wl, bss: list[int], repeat: int = 9) -> dict:
+    """real.profile.speed_probe on the model instance the trace's cells run on."""
+    from real.profile import speed_probe
+
+    return speed_probe(wl.model(max_slots=max(bss)), repeat=repeat)
+
+
+def probe_record(probes: list[dict], profile_probe: dict | None) -> dict:
+    """The trace's speed probes (before and after its cells) beside the profile's, with the ratios trace / profile
+    (> 1: the trace's instance ran the same fixed forwards slower than the profile's) and after / before (drift).
+    Diagnostic: the predictions do not use it."""
+    from real.profile import probe_ratio
+
+    before, after = probes[0], probes[-1]
+    out = {"before": before, "after": after, "profile": profile_probe, "drift": probe_ratio(after, before),
+           "vs_profile": None}
+    if profile_probe:
+        out["vs_profile"] = [probe_ratio(before, profile_probe), probe_ratio(after, profile_probe)]
+    vs = ("no profile probe (a table given with --cost-table, or profiled before probes existed)"
+          if out["vs_profile"] is None else
+          f"{out['vs_profile'][0]:.3f}x / {out['vs_profile'][1]:.3f}x the profile's time (before / after the cells)")
+    out["note"] = f"fixed forwards took {vs}; drift over the cells {out['drift']:.3f}x"
     return out
 
 
@@ -194,7 +236,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
     then assembled with its verdict into cells/<cell>.json. A line per real run; a warning when it ran under load."""
     from real.profile import profile_load
 
-    rec = profile_load(table)
+    rec = prof_rec = profile_load(table)
     table_loaded = bool(rec and rec.get("loaded"))
     if table_loaded:
         print(f"warning: {table} was profiled under load (others used {rec['others_cores']:.2f} cores): every "
@@ -202,6 +244,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
               "quiet machine (delete the table or pass another --out)", file=sys.stderr)
     keys = [(pol, bs) for bs in bss for pol in policies]  # policies side by side within a batch size
     real: dict[tuple, dict[int, dict]] = {k: {} for k in keys}
+    probes = [speed_probe_of(wl, bss)]  # this trace's model instance, before and after its cells (diagnostic)
     for (pol, bs), r in abba_order(keys, repeats):
         cid = _cell_id(wl.trace, pol, bs)
         cdir = t_dir / "cells" / cid
@@ -225,6 +268,9 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
         else:
             print(f"cached  {cid} repeat {r + 1}", file=sys.stderr)
         real[(pol, bs)][r] = got
+    probes.append(speed_probe_of(wl, bss))
+    a.speed_probes[wl.trace] = probe_record(probes, (prof_rec or {}).get("speed_probe"))
+    print(f"{Path(wl.trace).stem:10s} speed probe: {a.speed_probes[wl.trace]['note']}", file=sys.stderr)
     cells = []
     for pol, bs in keys:
         cid = _cell_id(wl.trace, pol, bs)
@@ -237,7 +283,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
             write_output(cdir / "steps_predicted.csv", pred.pop("steps_predicted_csv"))
             write_output(pf, json.dumps(pred) + "\n")
         c = assemble_cell(wl, pol, bs, [real[(pol, bs)][r] for r in range(repeats)], pred, a.margin / 100.0,
-                          table_loaded)
+                          table_loaded, (prof_rec or {}).get("speed_probe"))
         c["settings"] = settings
         write_output(t_dir / "cells" / f"{cid}.json", json.dumps(c) + "\n")
         v = c["verdict"]
@@ -292,6 +338,7 @@ def validate(a) -> int:
     max_tokens = a.max_tokens if a.max_tokens is not None else (16 if a.quick else 32)
     a.limit_eff, a.max_tokens_eff = limit, max_tokens
     cells, table_path, machine = [], None, {}
+    a.speed_probes = {}
     for trace in traces:
         t_dir = out / Path(trace).stem
         t_dir.mkdir(parents=True, exist_ok=True)
@@ -325,6 +372,7 @@ def validate(a) -> int:
             "mode": "random weights, teacher forced" if a.random_weights else "real weights (GGUF), greedy",
             "max_tokens": max_tokens, "max_prompt": a.max_prompt, "cost_table": str(table_path),
             "repeats": repeats, "margin": a.margin / 100.0, "load_guard": a.load_guard, "quick": bool(a.quick),
+            "speed_probes": a.speed_probes,
             "drafter_note": ("The model drafter is the project's trained drafter (" + str(a.drafter) + "), live in the "
                              "real engine; the simulator replays its chains recorded on the reference."
                              if not a.random_weights and a.drafter != "none" else

@@ -122,8 +122,10 @@ def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkey
 
     monkeypatch.setattr(V, "measure_real", fake_measure)
     monkeypatch.setattr(V, "predict_cell", fake_predict)
+    probes = iter([{"1x1": 30.0, "1x8": 60.0}, {"1x1": 31.0, "1x8": 62.0}] * 2)
+    monkeypatch.setattr(V, "speed_probe_of", lambda wl, bss: next(probes))
     wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
-    a = types.SimpleNamespace(load_guard=0.25, seed=0, margin=3.0)
+    a = types.SimpleNamespace(load_guard=0.25, seed=0, margin=3.0, speed_probes={})
     cells = V.measure_trace(wl, tmp_path, tmp_path / "t.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
     assert calls == [("none", 1), ("adaptive", 1), ("adaptive", 1), ("none", 1), ("none", 1), ("adaptive", 1),
                      ("predict", "none"), ("predict", "adaptive")]
@@ -133,6 +135,8 @@ def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkey
     assert adap["loaded"] and adap["verdict"]["verdict"] == "inconclusive"  # noisy and measured under load
     assert "measured under load" in capsys.readouterr().err
     assert (tmp_path / "cells" / "chat__none__bs1" / "real.r2.json").is_file()
+    sp = a.speed_probes["traces/chat.jsonl"]   # no profile probe beside this table: drift only
+    assert sp["vs_profile"] is None and sp["drift"] == pytest.approx((31 / 30 * 62 / 60) ** 0.5)
     calls.clear()
     again = V.measure_trace(wl, tmp_path, tmp_path / "t.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
     assert calls == [] and [c["verdict"] for c in again] == [c["verdict"] for c in cells]
@@ -162,3 +166,45 @@ def test_profile_load_sidecar(tmp_path):
     assert profile_load(t) is None
     (tmp_path / "cost_table.json.load.json").write_text(json.dumps({"loaded": True, "others_cores": 1.5}))
     assert profile_load(t)["loaded"] is True
+
+
+def test_speed_probe_and_its_ratios():
+    """The fixed-forward probe of a model instance (diagnostic), and the trace / profile ratios validate reports."""
+    from real.engine.weights import build_model
+    from real.profile import probe_ratio, speed_probe
+    from real.validate import probe_record
+
+    model, _ = build_model("qwen3-tiny", "cpu", max_slots=2, max_len=300)
+    p = speed_probe(model, repeat=2)
+    assert set(p) == {"1x1", "1x8", "context", "repeat"} and p["context"] == 256  # 4 requests need 4 slots
+    assert all(p[k] > 0 for k in ("1x1", "1x8"))
+    assert probe_ratio({"1x1": 2.0, "1x8": 8.0}, {"1x1": 1.0, "1x8": 2.0}) == pytest.approx(8 ** 0.5)
+    assert probe_ratio({"1x1": 2.0}, {"4x2": 1.0}) is None
+    rec = probe_record([{"1x1": 1.1}, {"1x1": 1.2}], {"1x1": 1.0, "context": 256})
+    assert rec["vs_profile"] == [pytest.approx(1.1), pytest.approx(1.2)] and rec["drift"] == pytest.approx(1.2 / 1.1)
+    assert "1.100x / 1.200x the profile's time" in rec["note"]
+
+
+def test_drift_corrected_error_from_the_speed_probes(tmp_path):
+    """A run that ran its fixed forwards 5% slower than the profile did has its prediction divided by 1.05 in the
+    drift-corrected column; the verdict stays the wall clock's."""
+    import types
+
+    import real.validate as V
+
+    wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
+    reps = [dict(_fake_run(x), speed_probe={"1x1": 31.5, "1x8": 63.0}) for x in (100.0, 100.5, 99.5)]
+    pred = dict(_fake_run(105.0), step_ms=[10.0, 10.0, 10.0])
+    prediction = {"predicted": pred, "synthetic": pred, "sim_command": "x"}
+    c = V.assemble_cell(wl, "none", 1, reps, prediction, 0.03, profile_probe={"1x1": 30.0, "1x8": 60.0, "context": 256})
+    assert c["drift"]["speed_vs_profile"] == pytest.approx(1.05)
+    assert c["drift"]["error"] == pytest.approx(105.0 / 1.05 / 100.0 - 1.0, abs=1e-12)
+    assert c["verdict"]["verdict"] == "disagrees"          # 5% off on the wall clock, as measured
+    assert c["repeats"][0]["speed_probe"]["1x1"] == 31.5 and "speed_probe" not in c["real"]
+    bare = V.assemble_cell(wl, "none", 1, reps, prediction, 0.03)   # no profile probe: no correction
+    assert "drift" not in bare
+    agg = V.write_reports(tmp_path, [c], {"command": "x", "machine": {}, "model": "m", "mode": "real",
+                                          "max_tokens": 8, "max_prompt": 9, "repeats": 3})
+    assert agg["drift_corrected"]["median_error"] == pytest.approx(0.0, abs=1e-12)
+    md = (tmp_path / "fidelity.md").read_text()
+    assert "| 0.952x | +0.0% |" in md and "Drift-corrected (diagnostic" in md

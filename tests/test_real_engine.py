@@ -147,6 +147,7 @@ def test_cached_cells_are_served_only_under_their_settings(tmp_path, capsys):
     (["--policy", "nope", "--model", "qwen3-tiny", "--random-weights"], "nope"),
     (["--engine", "vllm"], "vllm"),
     (["--max-tokens", "0"], "--max-tokens"),
+    (["--engine", "vllm", "--repeat", "3"], "deterministic"),  # says why vLLM has no repeats yet
 ])
 def test_validate_bad_input_is_one_line(tmp_path, argv, msg):
     from conftest import run_cli_inprocess
@@ -242,5 +243,8 @@ def test_hybrid_skips_the_model_pass_for_real_and_is_not_charged_for_it(greedy_w
         d_ms, v_m = st["draft_ms"][dec], st["verified_model"][dec]
         assert (d_ms[~model_ran] == 0).all() and (v_m[~model_ran] == 0).all()
         assert (d_ms[model_ran] > 0).all()
+        # the step columns that say what draft_ms holds (real/profile.py prices the pass from them)
+        assert np.array_equal(st["draft_pass"][dec] > 0, model_ran) and not st["draft_pass"][~dec].any()
+        assert (st["draft_upkeep_ms"] == 0).all()  # no live drafter here (random weights): no context upkeep
         skipped, ran = skipped + int((~model_ran).sum()), ran + int(model_ran.sum())
     assert skipped > 0 and ran > 0, (skipped, ran)  # both kinds of step occur on these traces

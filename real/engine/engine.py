@@ -15,7 +15,11 @@ bookkeeping -- and overrides only the hooks where a real engine differs (see `En
   _emit      writes the tokens the target actually produced (drafts it accepted, then its bonus token);
   _charge    the clock: each step's measured wall time, split into draft / ngram / alloc / verify /
              sample / cpu (cpu = the rest of the step: scheduling, the host's plan, batch building,
-             bookkeeping); draft and ngram only for drafters that ran (Engine.ran).
+             bookkeeping); draft and ngram only for drafters that ran (Engine.ran). Two more step columns
+             say what `draft` holds (RealEngine.run): draft_pass (1: the model drafter's pass ran this step)
+             and draft_upkeep_ms (the live drafter's context append, part of draft_ms; it follows every
+             forward, so a step without the pass -- a prefill-only step, a step `hybrid` skips the drafter
+             -- has draft_ms = draft_upkeep_ms). real/profile.py prices the pass from the steps it ran on.
 Time: simulated time advances by each step's measured duration (a time-compressed replay: waiting for an
 arrival costs no wall time). Steps are synchronous (no CPU/GPU overlap): simulate it with
 EngineConfig(async_scheduling=False).
@@ -131,6 +135,8 @@ class RealEngine(Engine):
         self._m_tokens: np.ndarray | None = None
         self._fwd: list[tuple[int, int, int, int, int]] = []  # (request, slot, first position, rows, flat row)
         self._feats: torch.Tensor | None = None
+        self._pass_log: list[bool] = []      # per step: the model drafter's pass ran (the step columns, run())
+        self._upkeep_log: list[float] = []   # per step: the drafter's context append [ms], inside draft_ms
 
     # ---------------------------------------------------------------------------------------- slots
     def _sync_slots(self) -> None:
@@ -346,10 +352,20 @@ class RealEngine(Engine):
         # read the truth, was charged for one only: that time is the host's then)
         draft, ngram = (lap["draft"] if model_ran else 0.0), (lap["ngram"] if ngram_ran else 0.0)
         cpu += lap["draft"] - draft + lap["ngram"] - ngram
+        self._pass_log.append(bool(model_ran))
+        self._upkeep_log.append(upkeep)
         return StepCharge(draft + upkeep, ngram, alloc, lap["verify"], lap["sample"], cpu)
 
     def run(self):
+        """The simulator's RunResult, with the outputs and two more step columns: draft_pass (int 0/1) and
+        draft_upkeep_ms (float, ms, a part of draft_ms); see the module docstring."""
         self._clock.lap()
+        self._pass_log, self._upkeep_log = [], []
         res = super().run()
         res.outputs = [list(o) for o in self.out]
+        n = len(res.steps["step_ms"])
+        if len(self._pass_log) != n:  # one charge per step record: anything else is a bug, not data to drop
+            raise RuntimeError(f"real engine: {len(self._pass_log)} charged steps for {n} step records")
+        res.steps["draft_pass"] = np.asarray(self._pass_log, dtype=np.int64)
+        res.steps["draft_upkeep_ms"] = np.asarray(self._upkeep_log, dtype=np.float64)
         return res

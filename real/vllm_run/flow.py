@@ -81,7 +81,10 @@ def refuse_torch_flags(a) -> None:
     for k, d in TORCH_ONLY.items():
         if getattr(a, k, d) != d:
             hint = ("; with --engine vllm the target and drafter are --vllm-model and --vllm-drafter"
-                    if k in ("model", "random_weights", "device", "drafter") else "")
+                    if k in ("model", "random_weights", "device", "drafter") else
+                    ("; vLLM's steps are deterministic at temperature 0 (a repeat gives the same steps and tokens) and "
+                     "on the CPU build its wall clock is the harness's (interpreted kernels), so repeats and verdicts "
+                     "wait for a GPU run (docs/real.md, 'Verdicts')" if k == "repeat" else ""))
             raise ConfigError(f"--{k.replace('_', '-')} is for the torch engine{hint}")
 
 

@@ -12,6 +12,8 @@ are required; every other key is optional and, when absent, its cost comes from 
      "verify": {"num_tokens": [...], "ms": [...]},   # target forward pass by tokens per step, short context
      "kv_ms_per_token": 5.8e-05,                     # ms per cached KV entry read (summed over sequences)
      "seq_ms": 0.01,                                 # ms per sequence in the step (default 0)
+     "attn_ms_per_row_kv": 1.5e-4,                   # ms per query row beyond each sequence's first, per cached
+                                                    # KV entry of the mean sequence (default 0; see Costs)
      "logits_ms_per_row": 0.02,                      # present: verify was measured WITHOUT the LM head;
                                                     # each row that needs logits costs this much
      "draft":  {"block": 7, "num_reqs": [...], "ms": [...]},   # model drafter by requests (block tokens each)
@@ -39,8 +41,15 @@ Lookup of a table (xs, ys) at x (vLLM-style), StepTable:
   * x <= 0: 0 (nothing is launched).
 Costs (T tokens, K cached KV entries, S sequences, R requests; 0 when T (resp. R; for cpu, R and T) is 0):
   verify_ms(T, K, S, logit_rows=None) = f_verify(T) + kv_ms_per_token*K + seq_ms*S
+                                        + attn_ms_per_row_kv * max(T - S, 0) * K / S
                                         [+ logits_ms_per_row * logit_rows, logit_rows None = T]
-      (without logits_ms_per_row the table includes the LM head of every row and logit_rows is unused)
+      (without logits_ms_per_row the table includes the LM head of every row and logit_rows is unused).
+      The attention term prices the query rows a step has beyond one per sequence -- draft tokens under
+      verification, prefill chunks -- each attending to the cached entries of its sequence, K / S on average:
+      kv_ms_per_token*K is what reading the cache costs (one query row per sequence), and every further row
+      adds its attention's arithmetic over those entries: a small fraction per entry (on the CPU profiled here
+      1.4-1.5e-4 against 7e-3 ms), but it grows with the square of a prefill chunk. Units: ms per (query row x
+      KV entry). A step of one-token decodes (T = S) pays nothing; S = 0 pays nothing.
   draft_ms(R, block)    = f_draft(ceil(R * block / table block))   (same positions, the table's block)
   ngram_ms(R, on_gpu)   = f_ngram(R)   (what the profiled engine ran; on_gpu is not used)
   alloc_ms(R, policy)   = f_alloc[policy](R), else f_alloc["*"](R), else the fallback's
@@ -129,7 +138,7 @@ Curve = tuple  # (points, ms): two equal-length lists of numbers
 
 CPU_KEYS = ("base_ms", "per_req_ms", "per_token_ms")
 # keys of the JSON format that the CSV form does not hold (refused there rather than ignored)
-JSON_ONLY = ("machine", "seq_ms", "logits_ms_per_row", "ngram", "alloc", "sample", "cpu", "kv_capacity_tokens",
+JSON_ONLY = ("machine", "seq_ms", "attn_ms_per_row_kv", "logits_ms_per_row", "ngram", "alloc", "sample", "cpu", "kv_capacity_tokens",
              "vocab_size")
 
 
@@ -150,6 +159,7 @@ class CostTable:
     source: str = ""
     machine: dict = field(default_factory=dict)        # where it was measured (free-form)
     seq_ms: float = 0.0                                 # ms per sequence in the step
+    attn_ms_per_row_kv: float = 0.0                     # ms per (extra query row x mean KV entries per sequence)
     logits_ms_per_row: float | None = None              # set: verify excludes the LM head
     ngram: Curve | None = None                          # (num_reqs, ms)
     alloc: dict[str, Curve] = field(default_factory=dict)  # policy name or "*" -> (num_reqs, ms)
@@ -170,6 +180,8 @@ class CostTable:
         d["verify"] = curve("num_tokens", self.verify_tokens, self.verify_ms)
         if self.seq_ms:
             d["seq_ms"] = float(self.seq_ms)
+        if self.attn_ms_per_row_kv:
+            d["attn_ms_per_row_kv"] = float(f"{self.attn_ms_per_row_kv:.6g}")
         if self.logits_ms_per_row is not None:
             d["logits_ms_per_row"] = float(self.logits_ms_per_row)
         if self.draft_reqs:
@@ -239,7 +251,7 @@ def load_cost_table(path: str | Path) -> CostTable:
 
 # Every top-level field a JSON cost table may have (what cost_table_from_dict reads, plus documentation).
 TABLE_KEYS = frozenset({"format", "llm", "gpu", "source", "derived", "capture_sizes", "verify", "draft",
-                        "kv_ms_per_token", "logits_ms_per_row", "seq_ms", "kv_capacity_tokens", "vocab_size", "ngram",
+                        "kv_ms_per_token", "logits_ms_per_row", "seq_ms", "attn_ms_per_row_kv", "kv_capacity_tokens", "vocab_size", "ngram",
                         "sample", "alloc", "cpu", "machine", "name", "notes", "licence", "license", "command"})
 
 
@@ -267,6 +279,8 @@ def cost_table_from_dict(d: dict, where: str | Path = "<cost table>") -> CostTab
             setattr(t, k, _number(p, k, d[k]))
     if "seq_ms" in d:
         t.seq_ms = _number(p, "seq_ms", d["seq_ms"])
+    if "attn_ms_per_row_kv" in d:
+        t.attn_ms_per_row_kv = _number(p, "attn_ms_per_row_kv", d["attn_ms_per_row_kv"])
     for k in ("kv_capacity_tokens", "vocab_size"):
         if d.get(k) is not None:
             setattr(t, k, _number(p, k, d[k], integer=True))
@@ -399,6 +413,7 @@ class ProfiledCost(CostModel):
             raise ConfigError("kv_ms_per_token must be >= 0")
         self.kv_ms_per_token = kv
         self.seq_ms = float(t.seq_ms)
+        self.attn_ms_per_row_kv = float(t.attn_ms_per_row_kv)
         self.logits_ms_per_row = t.logits_ms_per_row
         self._logit_rows = np.zeros(0)   # logits_ms_per_row * arange(n), for verify_table
         self.verify_curve.table(1024)  # warm the lookup caches used by verify_ms / verify_table / draft_ms
@@ -433,10 +448,16 @@ class ProfiledCost(CostModel):
         """The table's capture sizes ([] = eager only)."""
         return [int(c) for c in self.table.capture_sizes]
 
+    def _attn_per_row(self, kv_tokens: int, num_seqs: int) -> float:
+        """attn_ms_per_row_kv * K / S: what each query row beyond one per sequence adds [ms] (0 when S = 0)."""
+        s = max(int(num_seqs), 0)
+        return self.attn_ms_per_row_kv * max(int(kv_tokens), 0) / s if s and self.attn_ms_per_row_kv else 0.0
+
     def verify_ms(self, num_tokens, kv_tokens: int, num_seqs: int, logit_rows=None):
-        """f_verify(T) + kv_ms_per_token*K + seq_ms*S, plus logits_ms_per_row * logit_rows (None = T) when
-        the table was measured without the LM head."""
+        """f_verify(T) + kv_ms_per_token*K + seq_ms*S + attn_ms_per_row_kv*max(T - S, 0)*K/S, plus
+        logits_ms_per_row * logit_rows (None = T) when the table was measured without the LM head."""
         add = max(int(kv_tokens), 0) * self.kv_ms_per_token + max(int(num_seqs), 0) * self.seq_ms
+        per_row, s = self._attn_per_row(kv_tokens, num_seqs), max(int(num_seqs), 0)
         lg = self.logits_ms_per_row
         if isinstance(num_tokens, (int, np.integer)) and not isinstance(num_tokens, bool):
             t = int(num_tokens)
@@ -446,9 +467,9 @@ class ProfiledCost(CostModel):
             base = float(cache[t] if t < cache.size else self.verify_curve(t))
             if lg is not None:
                 base += lg * (t if logit_rows is None else max(int(logit_rows), 0))
-            return base + add
+            return base + add + per_row * max(t - s, 0)
         t = np.asarray(num_tokens)
-        out = np.asarray(self.verify_curve(t)) + add
+        out = np.asarray(self.verify_curve(t)) + add + per_row * np.maximum(t - s, 0)
         if lg is not None:
             out = out + lg * (t if logit_rows is None else np.maximum(np.asarray(logit_rows), 0))
         return np.where(t > 0, out, 0.0)
@@ -457,6 +478,9 @@ class ProfiledCost(CostModel):
         n = int(max_tokens) + 1
         out = self.verify_curve.table(n) + (max(int(kv_tokens), 0) * self.kv_ms_per_token
                                             + max(int(num_seqs), 0) * self.seq_ms)
+        per_row = self._attn_per_row(kv_tokens, num_seqs)
+        if per_row:
+            out = out + per_row * np.maximum(np.arange(n, dtype=np.float64) - max(int(num_seqs), 0), 0.0)
         if self.logits_ms_per_row is not None:
             if n > self._logit_rows.size:
                 self._logit_rows = self.logits_ms_per_row * np.arange(max(n, 2 * self._logit_rows.size, 1024),
