@@ -219,7 +219,7 @@ def predict(cfg: VllmRunConfig, policy: str, bs: int, ref_path: Path, table: Pat
                      drafter=C.SIM_DRAFTER, calibrator=cfg.hybrid.calibrator, ngram_k=cfg.num_speculative_tokens,
                      seed=seed, temperature=C.TEMPERATURE, max_num_batched_tokens=cfg.max_num_batched_tokens,
                      kv_capacity_tokens=run.get("kv_capacity_tokens"), drafts=str(drafts) if drafts else None,
-                     async_scheduling=run.get("async_scheduling") is not False)
+                     async_scheduling=run.get("async_scheduling") is not False, scheduler="vllm")
     spol = cfg.sim_policy(policy)
     res = run_one(prepared_setup(setup), spol, bs)[1]
     n_tok = int(sum(res.requests["output_len"]))
