@@ -172,3 +172,19 @@ def test_wide_slots_cost_budget_and_the_default_hybrid_is_unchanged():
         R, pre, seqs = (np.asarray(st[k]) for k in ("num_decode", "prefill_tokens", "num_seqs"))
         assert np.all(R * per + pre + (seqs - R) * extra <= 256)
     assert len(w.steps["num_decode"]) >= len(b.steps["num_decode"])
+
+
+def test_logits_cap_bounds_the_wide_budget():
+    """vLLM's adaptive verification caps the draft budget at its logits buffer less one bonus row per request
+    (max_total_logits - num_reqs): hybrid-vllm:slots=32 admits no more than StepBatch.max_draft_tokens."""
+    import dataclasses
+
+    from sim.policies.testing import random_batch
+
+    rng = np.random.default_rng(3)
+    pol = get_policy("hybrid-vllm:slots=32")
+    for _ in range(20):
+        b = random_batch(rng, 4, 7, 32, max_tokens=4 * 33 + 8)
+        for cap in (0, 5, 11):
+            got = pol(dataclasses.replace(b, max_draft_tokens=cap)).admitted
+            assert int(got.sum()) <= cap
