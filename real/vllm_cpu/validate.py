@@ -492,6 +492,6 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
         for x in depths:
             o = "-" if x["observed"] is None else f"{x['observed']:.2f}"
             q = "-" if x["predicted"] is None else f"{x['predicted']:.2f}"
-            L.append(f"| {x['depth']} | {x['reached']} | {x['accepted']} | {o} | {q} | {'yes' if x['measured'] else 'no'} |")
+            L.append(f"| {x['depth']} | {x['reached']:.0f} | {x['accepted']:.0f} | {o} | {q} | {'yes' if x['measured'] else 'no'} |")
         L.append("")
     return "\n".join(L)
