@@ -37,6 +37,11 @@ emits (accepted + 1) tokens: the accepted draft tokens as the drafter proposed t
 proposed tokens (DraftTables.m_tok) or, for an n-gram chain, the tokens at the copy source in the
 context -- and the target's bonus token output[i + accepted] (from the trace). The accepted length comes
 from the tables (m_acc, ng_acc), not from comparing tokens, so the emitted tokens are independent evidence.
+vLLM's n-gram (`vllm-ngram:K`, charged as vLLM) also proposes fillers: past an admitted copy accepted whole,
+its slots up to K hold the last context token, accepted while output[i + copy + j] equals it (`_filler_run`,
+compared on the trace's tokens); they are emitted as that token, after the copy, and the lossless check's
+item 3 compares them with the trace like any other (item 2 bounds the copy part by the context and the
+whole by K). The native step does not emit fillers, so such a run steps as defined.
 
 Lossless check (`check_lossless`; RunResult.lossless is its result and RunResult.violation names the
 first failure; the engine does not raise, callers do: `RunResult.raise_if_lossy`). A run is lossless iff
@@ -90,7 +95,7 @@ from sim.errors import ConfigError, SimulatorBug
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler, StepPlan, full_kv_need
-from sim.vllm_compat import parse_scheduler, slot_charge
+from sim.vllm_compat import filler_slots, parse_scheduler, slot_charge
 from sim.step_log import STEP_COLUMNS, StepLog, make_record
 from sim.step_time import StepCharge, StepPrices, host_syncs
 
@@ -199,6 +204,9 @@ class Engine(HostHistory, LosslessChecks):
         self.sched = Scheduler(tables.prompt_len, cfg.batch_size, cfg.max_num_batched_tokens, cfg.block_size,
                                self.kv_cap, kmax, out_len=tables.out_len, charge=charge)
         self._draft_cap = None  # this step's StepPlan.draft_cap (drafts the budget left each decoding request)
+        # vLLM's n-gram fills its proposal to K with the last sampled token (sim.vllm_compat.filler_slots): K, or 0
+        self.filler_k = filler_slots(policy.vllm, charge) if policy.uses_ngram and not policy.uses_model else 0
+        self._fill_from = None  # this step's n-gram copy lengths, past which accepted draft tokens are fillers
         st = self.sched.state
         self.pos, self.prefilled, self.prefill_target = st.pos, st.prefilled, st.prefill_target
         self.n_preempt, self.fresh = st.n_preempt, st.fresh
@@ -280,6 +288,17 @@ class Engine(HostHistory, LosslessChecks):
         self.emitted_tokens[dst] = tokens
         self.pos[reqs] += counts
         self.n_written += len(tokens)
+
+    def _emit_fill(self, reqs: np.ndarray, counts: np.ndarray) -> None:
+        """Emit counts[k] copies of request reqs[k]'s last context token (vLLM's n-gram fillers it accepted)."""
+        total = int(counts.sum())
+        if total == 0:
+            return
+        pos = self.pos[reqs]
+        rep = np.repeat(np.arange(len(reqs)), counts)
+        j = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        tok = self.tb.tokens[(self._out_base[reqs] + pos - 1)[rep]]
+        self._write(reqs, counts, (self.tb.offsets[reqs] + pos)[rep] + j, tok)
 
     def _emit(self, reqs: np.ndarray, rows: np.ndarray, from_n: np.ndarray, n_draft: np.ndarray,
               n_bonus: np.ndarray) -> None:
@@ -457,7 +476,27 @@ class Engine(HostHistory, LosslessChecks):
         many of each chain's admitted tokens it accepts (acc_m, acc_n; int64 [R]). Here: the tables'
         exact acceptance at temperature 0, capped at what was admitted."""
         tb = self.tb
-        return np.minimum(adm_m, tb.m_acc[rows]), np.minimum(adm_n, tb.ng_acc[rows])
+        acc_m, acc_n = np.minimum(adm_m, tb.m_acc[rows]), np.minimum(adm_n, tb.ng_acc[rows])
+        self._fill_from = None
+        if self.filler_k and len(reqs):
+            acc_n = acc_n + self._filler_run(reqs, adm_n, acc_n)
+        return acc_m, acc_n
+
+    def _filler_run(self, reqs: np.ndarray, adm_n: np.ndarray, acc_n: np.ndarray) -> np.ndarray:
+        """vLLM's n-gram fillers the target accepts (int64 [R]): where a request's admitted copy (L = adm_n
+        tokens, the whole matched chain up to K) is accepted in full, its slots L..K-1 hold the last sampled
+        token c = context[-1]; the target accepts them while output[pos + L + j] == c. Length-only requests
+        (no real tokens) get none. Sets _fill_from = L for the emission."""
+        tb, K = self.tb, self.filler_k
+        base = self._out_base[reqs] + self.pos[reqs]  # token-buffer index of output[pos]
+        last = tb.tokens[base - 1]  # the last token of the context (the prompt's last at pos 0)
+        room = np.minimum(K - adm_n, tb.out_len[reqs] - self.pos[reqs] - adm_n)
+        room = np.where((acc_n == adm_n) & ~tb.length_only[reqs], room, 0)
+        j = np.arange(K)
+        same = tb.tokens.take(base[:, None] + adm_n[:, None] + j[None, :], mode="clip") == last[:, None]
+        run = np.cumprod(same & (j[None, :] < room[:, None]), axis=1).sum(axis=1).astype(np.int64)
+        self._fill_from = adm_n
+        return run
 
     def _charge(self, parts: StepPrices, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
                 logit_rows: int) -> StepCharge:
@@ -602,8 +641,9 @@ class Engine(HostHistory, LosslessChecks):
         Decided on the first step; dropped for good if the tables or state stop matching the C's dtypes."""
         fast = getattr(self, "_fast", False)
         if fast is False:
-            # the native step gathers every decoding request's whole chain: not where the budget may cut it
-            fast = self._fast = None if self.sched.may_cut_drafts else native_step(self)
+            # the native step gathers every decoding request's whole chain (not where the budget may cut it)
+            # and emits copies only (not vLLM's fillers)
+            fast = self._fast = None if self.sched.may_cut_drafts or self.filler_k else native_step(self)
             if fast is not None and type(self.sched) is Scheduler:
                 try:
                     self.sched.scans = NativeScans(self.sched, (fast.ffi, fast.lib))
@@ -707,7 +747,8 @@ class Engine(HostHistory, LosslessChecks):
         if R:
             from_n = acc_n > acc_m  # the branch whose tokens are kept (ties: the model's, same tokens)
             acc = np.maximum(acc_m, acc_n)
-            drafted = (adm_m + adm_n) > 0
+            # vLLM's filling n-gram drafts K slots for every request
+            drafted = (adm_m + adm_n) > 0 if self._fill_from is None else np.ones(R, dtype=bool)
             self.acc_hist += np.bincount(np.minimum(acc[drafted], len(self.acc_hist) - 1),
                                          minlength=len(self.acc_hist))
             left = tb.out_len[reqs] - self.pos[reqs]
@@ -715,8 +756,17 @@ class Engine(HostHistory, LosslessChecks):
             # Draft tokens as the chosen chain proposed them, then the target's bonus token (none when the
             # drafts reach the end of the output).
             n_draft = np.minimum(acc, n_emit)
-            self._check_chain_bounds(reqs, rows, from_n, n_draft, chains["model_len"], chains["ngram_len"])
-            self._emit(reqs, rows, from_n, n_draft, n_emit - n_draft)
+            if self._fill_from is None:
+                self._check_chain_bounds(reqs, rows, from_n, n_draft, chains["model_len"], chains["ngram_len"])
+                self._emit(reqs, rows, from_n, n_draft, n_emit - n_draft)
+            else:  # copies, then vLLM's fillers (the last sampled token), then the bonus token
+                n_fill = np.where(from_n, np.maximum(n_draft - self._fill_from, 0), 0)
+                self._flag(n_draft > self.filler_k, reqs, "emitted more draft tokens than the K slots vLLM drafts")
+                self._check_chain_bounds(reqs, rows, from_n, n_draft - n_fill, chains["model_len"], chains["ngram_len"])
+                zero = np.zeros(R, dtype=np.int64)
+                self._emit(reqs, rows, from_n, n_draft - n_fill, zero)
+                self._emit_fill(reqs, n_fill)
+                self._emit(reqs, rows, np.zeros(R, dtype=bool), zero, n_emit - n_draft)
             self.prev_pos[reqs] = rows - tb.offsets[reqs]
             self._record_drafts(reqs, rows, model_ran)
             self.n_steps[reqs] += 1

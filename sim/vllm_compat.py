@@ -21,7 +21,8 @@ Flag aliases (sim.run and sim.sweep):
                                                                       at block K, K sequential head passes priced)
 
 `ngram` runs on vLLM's Model Runner V2 as its GPU n-gram speculator (NgramGPUSpeculator): every decoding
-request is scheduled and verified all K slots every step, an unmatched slot filled with the last token;
+request is scheduled and verified all K slots every step, an unmatched slot filled with the last token
+(accepted where the target repeats it: the engine models it, sim.vllm_compat.filler_slots);
 `vllm-ngram:K` is that policy (`ngram-fixed:K` verifies only the matched chain, which vLLM does not do).
 
 How vLLM's scheduler charges each method (`VllmRun`, `vllm_slot_charge`; vllm/config/speculative.py
@@ -69,10 +70,13 @@ SCHEDULERS = ("hybridspec", "vllm")  # EngineConfig.scheduler: the project's eng
 class VllmMethod:
     """What vLLM's scheduler charges for one speculative method, for K = num_speculative_tokens [tokens]:
     `extra_minus_k` + K extra slots per scheduled request (max_num_new_slots_for_drafting; None: 0 whatever K)
-    and `lookahead_minus_k` + K KV lookahead slots (num_lookahead_tokens; None: 0)."""
+    and `lookahead_minus_k` + K KV lookahead slots (num_lookahead_tokens; None: 0); `fills`: the method's
+    proposal is always K tokens, the slots past its match holding the last sampled token (Model Runner V2's
+    n-gram speculator, `_ngram_finalize_kernel`), which the target accepts where it repeats that token."""
 
     extra_minus_k: int | None
     lookahead_minus_k: int | None
+    fills: bool = False  # slots past the drafted chain are filled with the last sampled token and verified
 
     def extra(self, k: int) -> int:
         return 0 if self.extra_minus_k is None or k == 0 else k + self.extra_minus_k
@@ -83,7 +87,7 @@ class VllmMethod:
 
 # The one table of vLLM's per-method charges (module docstring); DSpark with its default sample_from_anchor.
 VLLM_METHODS = {"dspark": VllmMethod(extra_minus_k=-1, lookahead_minus_k=0),
-                "ngram": VllmMethod(extra_minus_k=None, lookahead_minus_k=None)}
+                "ngram": VllmMethod(extra_minus_k=None, lookahead_minus_k=None, fills=True)}
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,14 @@ def vllm_slot_charge(run: VllmRun, block: int) -> SlotCharge:
     k = block if run.k is None else run.k
     m = VLLM_METHODS[run.method]
     return SlotCharge(SCHEDULED, drafts=k, extra=m.extra(k), lookahead=m.lookahead(k), verify_all=not run.adaptive)
+
+
+def filler_slots(run: VllmRun | None, charge: SlotCharge) -> int:
+    """K when vLLM runs the policy with a method that fills its proposal to K with the last sampled token (and
+    the engine charges it as vLLM), else 0."""
+    if run is None or run.method is None or charge.rule != SCHEDULED or not VLLM_METHODS[run.method].fills:
+        return 0
+    return charge.drafts
 
 
 def parse_scheduler(text: str) -> str:

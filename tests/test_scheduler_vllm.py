@@ -158,7 +158,26 @@ def test_vllm_ngram_verifies_every_slot():
     R, pre, tok = (np.asarray(st[k]) for k in ("num_decode", "prefill_tokens", "tokens"))
     assert np.array_equal(tok, pre + R * 8)
     assert np.asarray(f.steps["tokens"]).sum() < tok.sum()
-    assert np.array_equal(np.asarray(f.steps["emitted"]), np.asarray(st["emitted"]))
+
+
+def test_vllm_ngram_fillers_are_accepted_where_the_target_repeats(tmp_path):
+    """vLLM's V2 n-gram fills the slots past its match (all K without one) with the last sampled token: after a
+    prompt ending in 8 and a first output token 8, an output of 8, 8, 9 accepts two fillers at once, which
+    ngram-fixed (copies only) cannot. Lossless: the emitted tokens are the trace's."""
+    import json
+
+    from sim.run import SimSetup, prepare, run_one
+
+    trace = tmp_path / "repeat.jsonl"
+    out = [8, 8, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+    trace.write_text(json.dumps({"id": "r", "prompt_ids": [1, 2, 3, 4, 5, 6, 7, 8], "output_ids": out}) + "\n")
+    prep = prepare(SimSetup(trace=str(trace), ngram_k=4, drafter="dspark-qwen3-b7"))
+    v, f = run_one(prep, "vllm-ngram:4", 1)[1], run_one(prep, "ngram-fixed:4", 1)[1]
+    assert v.lossless and f.lossless, (v.violation, f.violation)
+    em = np.asarray(v.steps["emitted"])
+    assert em[em > 0][:2].tolist() == [1, 3]  # the prefill's 8, then fillers 8, 8 and the bonus 9
+    assert len(em[em > 0]) < len(np.asarray(f.steps["emitted"])[np.asarray(f.steps["emitted"]) > 0])
+    assert v.accepted_hist.sum() == len(em[em > 0]) - 1  # every decode step drafts its K slots, matched or not
 
 
 def test_wide_slots_cost_budget_and_the_default_hybrid_is_unchanged():

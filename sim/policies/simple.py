@@ -127,8 +127,8 @@ register("ngram-fixed", "ngram-fixed:K", "verify min(K, len) tokens of the n-gra
 def _vllm_ngram(params: List[str]) -> Policy:
     """The allocation is ngram-fixed:K's (what can be accepted: the matched prefix); what differs is the charge,
     which the engine takes from `vllm` (sim.vllm_compat: 1 + K tokens scheduled and verified per decoding
-    request). An unmatched slot vLLM fills with the last sampled token, which the target accepts when it
-    repeats that token: not modelled (the tables know the matched chain only)."""
+    request), and vLLM's fillers: a slot past the match holds the last sampled token, which the target accepts
+    where it repeats that token (sim.engine.Engine._filler_run, after the matched copy is accepted whole)."""
     if len(params) != 1:
         raise ValueError("'vllm-ngram' needs one parameter K, e.g. 'vllm-ngram:7'")
     k = parse_int(params[0], "K", lo=1)
