@@ -28,7 +28,7 @@ from typing import Any, Callable
 from sim.drafters.calibration import DEFAULT_CALIBRATOR
 from sim.drafters.stream import parse_draft_tables
 from sim.errors import ConfigError
-from sim.vllm_compat import MIN_RATE, parse_rate
+from sim.vllm_compat import MIN_RATE, SCHEDULERS, parse_rate, parse_scheduler
 
 BASELINE = "adaptive"  # vLLM 0.33's adaptive verification: every speedup is taken against it
 DEFAULT_POLICIES = ("none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold",
@@ -93,6 +93,10 @@ class ServingConfig:
     async_scheduling: bool = opt(True, "overlap the CPU work of step t+1 with the GPU work of step t (vLLM's async "
                                  "scheduling); --no-async-scheduling for engines whose steps are synchronous "
                                  "(the real torch engine)", grid=None)
+    scheduler: str = opt("hybridspec", f"how the token budget charges draft slots: {SCHEDULERS[0]} (the project's "
+                         "engines: the slots verified) or vllm (vLLM's scheduler: every proposed slot plus its "
+                         "method's extra slots, KV lookahead; policies with no vLLM counterpart are refused; "
+                         "hybrid-vllm and vllm-ngram always get it)", grid=None, parse=parse_scheduler)
 
 
 @dataclass

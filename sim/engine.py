@@ -37,6 +37,11 @@ emits (accepted + 1) tokens: the accepted draft tokens as the drafter proposed t
 proposed tokens (DraftTables.m_tok) or, for an n-gram chain, the tokens at the copy source in the
 context -- and the target's bonus token output[i + accepted] (from the trace). The accepted length comes
 from the tables (m_acc, ng_acc), not from comparing tokens, so the emitted tokens are independent evidence.
+vLLM's n-gram (`vllm-ngram:K`, charged as vLLM) also proposes fillers: past an admitted copy accepted whole,
+its slots up to K hold the last context token, accepted while output[i + copy + j] equals it (`_filler_run`,
+compared on the trace's tokens); they are emitted as that token, after the copy, and the lossless check's
+item 3 compares them with the trace like any other (item 2 bounds the copy part by the context and the
+whole by K). The native step does not emit fillers, so such a run steps as defined.
 
 Lossless check (`check_lossless`; RunResult.lossless is its result and RunResult.violation names the
 first failure; the engine does not raise, callers do: `RunResult.raise_if_lossy`). A run is lossless iff
@@ -90,6 +95,7 @@ from sim.errors import ConfigError, SimulatorBug
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler, StepPlan, full_kv_need
+from sim.vllm_compat import filler_slots, parse_scheduler, slot_charge
 from sim.step_log import STEP_COLUMNS, StepLog, make_record
 from sim.step_time import StepCharge, StepPrices, host_syncs
 
@@ -107,7 +113,10 @@ def _advance(env: simpy.Environment, delays: list):
 class EngineConfig:
     """Engine settings. batch_size: max running requests; max_num_batched_tokens: per-step token budget;
     block_size: KV block (tokens); kv_capacity_tokens: None = the cost model's; async_scheduling: overlap
-    CPU and GPU; rate: Poisson arrivals per second (None = use the trace's arrival_s, absent = all at 0)."""
+    CPU and GPU; rate: Poisson arrivals per second (None = use the trace's arrival_s, absent = all at 0);
+    scheduler: how the budget charges drafts, "hybridspec" (the project's engines: the verified drafts) or
+    "vllm" (vLLM's scheduler: every proposed slot plus its method's extra slots; sim.vllm_compat.slot_charge;
+    policies that exist only as vLLM runs them get vLLM's charge under either)."""
 
     batch_size: int = 4
     max_num_batched_tokens: int = 8192
@@ -116,8 +125,10 @@ class EngineConfig:
     async_scheduling: bool = True
     rate: float | None = None
     seed: int = 0
+    scheduler: str = "hybridspec"  # the token budget's rule: the project's engines', or "vllm" (sim.vllm_compat)
 
     def __post_init__(self) -> None:
+        parse_scheduler(self.scheduler)
         if self.batch_size < 1:
             raise ConfigError(f"batch size must be >= 1, got {self.batch_size}")
         if self.max_num_batched_tokens < 1:
@@ -179,7 +190,10 @@ class Engine(HostHistory, LosslessChecks):
             self.arrival = np.asarray(arrivals_s, dtype=np.float64)
         self.kv_cap = cfg.kv_capacity_tokens if cfg.kv_capacity_tokens is not None else cost.kv_capacity_tokens
         bs = cfg.block_size
-        need = full_kv_need(tables.prompt_len + tables.out_len, max(tables.k_model, tables.k_ngram), bs)
+        kmax = max(tables.k_model if policy.uses_model else 0, tables.k_ngram if policy.uses_ngram else 0)
+        charge = slot_charge(policy.name, policy.vllm, cfg.scheduler, kmax, tables.k_model)
+        need = full_kv_need(tables.prompt_len + tables.out_len,
+                            max(tables.k_model, tables.k_ngram, charge.kv_extra - 1), bs)
         worst = int(np.argmax(need)) if n else 0
         if n and need[worst] > self.kv_cap:
             raise ConfigError(
@@ -187,9 +201,12 @@ class Engine(HostHistory, LosslessChecks):
                 "it can never run on this model/GPU; use a larger GPU or a smaller --limit/trace")
         self.progress = progress
         # Scheduling state lives in the shared scheduler; these are views of its arrays.
-        kmax = max(tables.k_model if policy.uses_model else 0, tables.k_ngram if policy.uses_ngram else 0)
         self.sched = Scheduler(tables.prompt_len, cfg.batch_size, cfg.max_num_batched_tokens, cfg.block_size,
-                               self.kv_cap, kmax, out_len=tables.out_len)
+                               self.kv_cap, kmax, out_len=tables.out_len, charge=charge)
+        self._draft_cap = None  # this step's StepPlan.draft_cap (drafts the budget left each decoding request)
+        # vLLM's n-gram fills its proposal to K with the last sampled token (sim.vllm_compat.filler_slots): K, or 0
+        self.filler_k = filler_slots(policy.vllm, charge) if policy.uses_ngram and not policy.uses_model else 0
+        self._fill_from = None  # this step's n-gram copy lengths, past which accepted draft tokens are fillers
         st = self.sched.state
         self.pos, self.prefilled, self.prefill_target = st.pos, st.prefilled, st.prefill_target
         self.n_preempt, self.fresh = st.n_preempt, st.fresh
@@ -272,6 +289,17 @@ class Engine(HostHistory, LosslessChecks):
         self.pos[reqs] += counts
         self.n_written += len(tokens)
 
+    def _emit_fill(self, reqs: np.ndarray, counts: np.ndarray) -> None:
+        """Emit counts[k] copies of request reqs[k]'s last context token (vLLM's n-gram fillers it accepted)."""
+        total = int(counts.sum())
+        if total == 0:
+            return
+        pos = self.pos[reqs]
+        rep = np.repeat(np.arange(len(reqs)), counts)
+        j = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        tok = self.tb.tokens[(self._out_base[reqs] + pos - 1)[rep]]
+        self._write(reqs, counts, (self.tb.offsets[reqs] + pos)[rep] + j, tok)
+
     def _emit(self, reqs: np.ndarray, rows: np.ndarray, from_n: np.ndarray, n_draft: np.ndarray,
               n_bonus: np.ndarray) -> None:
         """Emit, for request reqs[k] at table row rows[k], its first n_draft[k] proposed draft tokens --
@@ -317,7 +345,8 @@ class Engine(HostHistory, LosslessChecks):
         (sim.engine_stretch), with the same results."""
         done = 0
         ff = fast_forward_ok(self)
-        stretch = not ff and stretch_ok(self)  # steady stretches in one loop (sim.engine_stretch)
+        # steady stretches in one loop (sim.engine_stretch), which charge the verified drafts
+        stretch = not ff and stretch_ok(self) and not self.sched.charge.verify_all
         now, held = env.now, []  # the engine's clock: simpy's plus the held steps' delays
         while done < self.n:
             if held and self.sched.idle():
@@ -426,6 +455,8 @@ class Engine(HostHistory, LosslessChecks):
             m_conf, m_len = np.zeros((R, tb.k_model), dtype=tb.m_conf.dtype), np.zeros(R, dtype=np.int64)
         if plan.ngram:
             n_conf, n_len = tb.ng_conf[rows], tb.ng_len[rows]
+            if self._draft_cap is not None:
+                n_len = np.minimum(n_len, self._draft_cap)
         else:
             n_conf, n_len = np.zeros((R, tb.k_ngram), dtype=tb.ng_conf.dtype), np.zeros(R, dtype=np.int64)
         return dict(model_conf=m_conf, model_len=m_len, ngram_conf=n_conf, ngram_len=n_len)
@@ -445,7 +476,27 @@ class Engine(HostHistory, LosslessChecks):
         many of each chain's admitted tokens it accepts (acc_m, acc_n; int64 [R]). Here: the tables'
         exact acceptance at temperature 0, capped at what was admitted."""
         tb = self.tb
-        return np.minimum(adm_m, tb.m_acc[rows]), np.minimum(adm_n, tb.ng_acc[rows])
+        acc_m, acc_n = np.minimum(adm_m, tb.m_acc[rows]), np.minimum(adm_n, tb.ng_acc[rows])
+        self._fill_from = None
+        if self.filler_k and len(reqs):
+            acc_n = acc_n + self._filler_run(reqs, adm_n, acc_n)
+        return acc_m, acc_n
+
+    def _filler_run(self, reqs: np.ndarray, adm_n: np.ndarray, acc_n: np.ndarray) -> np.ndarray:
+        """vLLM's n-gram fillers the target accepts (int64 [R]): where a request's admitted copy (L = adm_n
+        tokens, the whole matched chain up to K) is accepted in full, its slots L..K-1 hold the last sampled
+        token c = context[-1]; the target accepts them while output[pos + L + j] == c. Length-only requests
+        (no real tokens) get none. Sets _fill_from = L for the emission."""
+        tb, K = self.tb, self.filler_k
+        base = self._out_base[reqs] + self.pos[reqs]  # token-buffer index of output[pos]
+        last = tb.tokens[base - 1]  # the last token of the context (the prompt's last at pos 0)
+        room = np.minimum(K - adm_n, tb.out_len[reqs] - self.pos[reqs] - adm_n)
+        room = np.where((acc_n == adm_n) & ~tb.length_only[reqs], room, 0)
+        j = np.arange(K)
+        same = tb.tokens.take(base[:, None] + adm_n[:, None] + j[None, :], mode="clip") == last[:, None]
+        run = np.cumprod(same & (j[None, :] < room[:, None]), axis=1).sum(axis=1).astype(np.int64)
+        self._fill_from = adm_n
+        return run
 
     def _charge(self, parts: StepPrices, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
                 logit_rows: int) -> StepCharge:
@@ -487,8 +538,10 @@ class Engine(HostHistory, LosslessChecks):
             model_draft_ms=draft_ms, ngram_draft_ms=ngram_ms)
 
     def _scheduled_model_len(self, reqs: np.ndarray) -> np.ndarray:
-        """The model chain length each decoding request is scheduled: min(K_m, output left) (host-known)."""
-        return np.minimum(self.tb.k_model, self.tb.out_len[reqs] - self.pos[reqs])
+        """The model chain length each decoding request is scheduled: min(K_m, output left, the drafts the
+        step's budget left it) (host-known)."""
+        out = np.minimum(self.tb.k_model, self.tb.out_len[reqs] - self.pos[reqs])
+        return out if self._draft_cap is None else np.minimum(out, self._draft_cap)
 
     def _step_batch(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, stale: tuple, mean_ng, T: int,
                     kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: StepPrices) -> StepBatch:
@@ -588,7 +641,9 @@ class Engine(HostHistory, LosslessChecks):
         Decided on the first step; dropped for good if the tables or state stop matching the C's dtypes."""
         fast = getattr(self, "_fast", False)
         if fast is False:
-            fast = self._fast = native_step(self)
+            # the native step gathers every decoding request's whole chain (not where the budget may cut it)
+            # and emits copies only (not vLLM's fillers)
+            fast = self._fast = None if self.sched.may_cut_drafts or self.filler_k else native_step(self)
             if fast is not None and type(self.sched) is Scheduler:
                 try:
                     self.sched.scans = NativeScans(self.sched, (fast.ffi, fast.lib))
@@ -642,6 +697,7 @@ class Engine(HostHistory, LosslessChecks):
         tb, pol = self.tb, self.policy
         plan = self._schedule()
         decoding, prefilling = plan.decoding, plan.prefilling
+        self._draft_cap = plan.draft_cap
         prefill_tokens = sum(c for _, c in prefilling) if prefilling else 0
         kv_tokens, first_tok, n_prefill_done = self._prefill(plan)
         R = len(decoding)
@@ -668,7 +724,7 @@ class Engine(HostHistory, LosslessChecks):
                         self.violation = f"request {int(reqs[k])}: {what}"
                 verified, accepted, emitted, completed = sums[:2], sums[2:4], sums[4], sums[5]
                 self.sched.last_draft = verified[0] + verified[1]
-                total_tokens = T + self.sched.last_draft
+                total_tokens = T + self._forward_drafts(R)
             else:
                 total_tokens, completed = prefill_tokens, 0
             return self._finish_step(now_ms, plan, R, prefill_tokens, kv_tokens, first_tok, n_prefill_done, n_seqs,
@@ -691,7 +747,8 @@ class Engine(HostHistory, LosslessChecks):
         if R:
             from_n = acc_n > acc_m  # the branch whose tokens are kept (ties: the model's, same tokens)
             acc = np.maximum(acc_m, acc_n)
-            drafted = (adm_m + adm_n) > 0
+            # vLLM's filling n-gram drafts K slots for every request
+            drafted = (adm_m + adm_n) > 0 if self._fill_from is None else np.ones(R, dtype=bool)
             self.acc_hist += np.bincount(np.minimum(acc[drafted], len(self.acc_hist) - 1),
                                          minlength=len(self.acc_hist))
             left = tb.out_len[reqs] - self.pos[reqs]
@@ -699,8 +756,17 @@ class Engine(HostHistory, LosslessChecks):
             # Draft tokens as the chosen chain proposed them, then the target's bonus token (none when the
             # drafts reach the end of the output).
             n_draft = np.minimum(acc, n_emit)
-            self._check_chain_bounds(reqs, rows, from_n, n_draft, chains["model_len"], chains["ngram_len"])
-            self._emit(reqs, rows, from_n, n_draft, n_emit - n_draft)
+            if self._fill_from is None:
+                self._check_chain_bounds(reqs, rows, from_n, n_draft, chains["model_len"], chains["ngram_len"])
+                self._emit(reqs, rows, from_n, n_draft, n_emit - n_draft)
+            else:  # copies, then vLLM's fillers (the last sampled token), then the bonus token
+                n_fill = np.where(from_n, np.maximum(n_draft - self._fill_from, 0), 0)
+                self._flag(n_draft > self.filler_k, reqs, "emitted more draft tokens than the K slots vLLM drafts")
+                self._check_chain_bounds(reqs, rows, from_n, n_draft - n_fill, chains["model_len"], chains["ngram_len"])
+                zero = np.zeros(R, dtype=np.int64)
+                self._emit(reqs, rows, from_n, n_draft - n_fill, zero)
+                self._emit_fill(reqs, n_fill)
+                self._emit(reqs, rows, np.zeros(R, dtype=bool), zero, n_emit - n_draft)
             self.prev_pos[reqs] = rows - tb.offsets[reqs]
             self._record_drafts(reqs, rows, model_ran)
             self.n_steps[reqs] += 1
@@ -708,11 +774,20 @@ class Engine(HostHistory, LosslessChecks):
             self.sched.last_draft = verified[0] + verified[1]
             accepted = [int(acc[~from_n].sum()), int(acc[from_n].sum())]
             emitted = int(n_emit.sum())
-            total_tokens = T + self.sched.last_draft
+            total_tokens = T + self._forward_drafts(R)
         else:
             total_tokens = prefill_tokens
         return self._finish_step(now_ms, plan, R, prefill_tokens, kv_tokens, first_tok, n_prefill_done, n_seqs,
                                  prices, verified, accepted, emitted, total_tokens)
+
+    def _forward_drafts(self, R: int) -> int:
+        """Draft slots the step's target forward holds: the verified ones (Scheduler.last_draft), or under a
+        charge that verifies every scheduled slot (vLLM without adaptive verification) all R decoding requests'
+        scheduled drafts, as the budget left them."""
+        c = self.sched.charge
+        if not c.verify_all:
+            return self.sched.last_draft
+        return R * c.drafts if self._draft_cap is None else int(self._draft_cap.sum())
 
     def _finish_step(self, now_ms: float, plan: StepPlan, R: int, prefill_tokens: int, kv_tokens: int,
                      first_tok: list, n_prefill_done: int, n_seqs: int, prices: StepPrices, verified: list,

@@ -156,7 +156,7 @@ def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False
     pol = get_policy(policy)
     cfg = EngineConfig(batch_size=batch_size, max_num_batched_tokens=s.max_num_batched_tokens,
                        kv_capacity_tokens=s.kv_capacity_tokens, rate=s.rate, seed=s.seed,
-                       async_scheduling=s.async_scheduling)
+                       async_scheduling=s.async_scheduling, scheduler=s.scheduler)
     t0 = time.perf_counter()
     res = Engine(prep.tables, prep.arrivals, pol, prep.cost, cfg, progress=progress).run()
     wall = time.perf_counter() - t0

@@ -8,9 +8,19 @@ Rules (vLLM V1 style; units are tokens):
   * preemption (recompute, LIFO): while more than one request runs and used(kmax) > capacity, the most
     recently admitted request is removed, its KV freed, and it waits at the head of the queue to prefill
     prompt + generated tokens again (no token is lost or emitted twice);
-  * token budget: max_num_batched_tokens per step. Each decoding request takes 1 token, and the draft
-    slots are reserved as adaptive verification's host-side budget does, min(last step's verified draft
-    count, decoding * kmax); prefill chunks take what is left, in running order.
+  * token budget: max_num_batched_tokens per step, charged by one of two rules (`SlotCharge.rule`):
+    - 'verified' (the project's engines, the simulator's default and the real torch engine's): each
+      decoding request takes 1 token, and the draft slots are reserved as adaptive verification's
+      host-side budget does, min(last step's verified draft count, decoding * kmax); prefill chunks take
+      what is left, in running order;
+    - 'scheduled' (vLLM's V1 scheduler, vllm/v1/core/sched/scheduler.py, the same in 0.32 and 0.33): every
+      request scheduled in a step is charged its scheduled tokens plus `extra` slots
+      (max_num_new_slots_for_drafting: K - 1 for DSpark's parallel drafting, 0 for n-gram), in running
+      order, while more than `extra` is left: a decoding request is scheduled 1 + `drafts` tokens (its
+      whole proposal, num_speculative_tokens, whatever adaptive verification later trims on the GPU),
+      cut to what is left (then fewer drafts, or not scheduled at all); a prefill chunk takes
+      min(its prompt left, budget left - extra). KV per request: `drafts` + 1 + `lookahead` past its
+      context (vLLM's num_lookahead_tokens: K for anchor-sampling DSpark, 0 for n-gram).
 kmax is the longest chain the policy's drafters propose (0 for no speculation).
 
 The scheduler owns the request state that scheduling reads and writes (`RequestState`); the engine
@@ -20,7 +30,8 @@ Steady stretches: when the engine gives the output lengths, a running set in whi
 and whose KV at the requests' last steps, sum of need(r, out_len - pos + kmax + 1), fits the capacity can
 neither be preempted nor start a prefill until it changes; while nothing can be admitted (nothing waits, or
 the batch is full) `schedule` then returns the same plan without the per-request arithmetic (the rules
-above give that plan: KV only grows with pos, and pos <= out_len).
+above give that plan: KV only grows with pos, and pos <= out_len; under the 'scheduled' rule a steady
+set is also one whose full drafts fit the budget).
 """
 from __future__ import annotations
 
@@ -28,6 +39,8 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+
+from sim.errors import ConfigError
 
 SMALL = 16  # up to this many running requests, per-request Python arithmetic is cheaper than numpy calls
 
@@ -41,6 +54,57 @@ def full_kv_need(context, kmax: int, block: int):
     """KV tokens a request needs at its last step, alone: its whole context (prompt + output), the longest
     draft chain and the bonus token, in blocks. Above the cache's capacity it can never run."""
     return in_blocks(context + kmax + 1, block)
+
+
+VERIFIED, SCHEDULED = "verified", "scheduled"  # SlotCharge.rule (module docstring)
+
+
+@dataclass(frozen=True)
+class SlotCharge:
+    """How a step's token budget and the KV reservation charge speculative decoding (module docstring).
+
+    rule        VERIFIED: reserve the previous step's verified drafts (the project's engines); SCHEDULED:
+                vLLM's scheduler, every decoding request is scheduled its whole proposal
+    drafts      draft tokens per decoding request [tokens]: kmax under VERIFIED; vLLM's
+                num_speculative_tokens under SCHEDULED
+    extra       slots charged per scheduled request on top of its tokens [tokens] (vLLM's
+                max_num_new_slots_for_drafting); 0 under VERIFIED
+    lookahead   KV slots reserved past the scheduled tokens [tokens] (vLLM's num_lookahead_tokens)
+    verify_all  the target verifies every scheduled draft slot (no adaptive verification to trim them): the
+                step's forward is charged 1 + drafts per decoding request, matched or not
+    Made for vLLM in one place (sim.vllm_compat.vllm_slot_charge); VERIFIED's is `SlotCharge.verified(kmax)`.
+    """
+
+    rule: str = VERIFIED
+    drafts: int = 0
+    extra: int = 0
+    lookahead: int = 0
+    verify_all: bool = False
+
+    def __post_init__(self) -> None:
+        if self.rule not in (VERIFIED, SCHEDULED):
+            raise ConfigError(f"slot charge rule must be {VERIFIED!r} or {SCHEDULED!r}, got {self.rule!r}")
+        for name in ("drafts", "extra", "lookahead"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ConfigError(f"slot charge: {name} must be an integer >= 0, got {v!r}")
+        if self.rule == VERIFIED and (self.extra or self.lookahead or self.verify_all):
+            raise ConfigError("slot charge: extra, lookahead and verify_all belong to the 'scheduled' rule")
+
+    @classmethod
+    def verified(cls, kmax: int) -> "SlotCharge":
+        """The project's engines' charge for chains of at most kmax drafts."""
+        return cls(VERIFIED, drafts=kmax)
+
+    @property
+    def kv_extra(self) -> int:
+        """KV tokens a decoding request reserves past its context: its drafts, the bonus token, the lookahead."""
+        return self.drafts + 1 + self.lookahead
+
+    @property
+    def per_decode(self) -> int:
+        """Budget one fully scheduled decoding request takes under SCHEDULED: 1 + drafts + extra [tokens]."""
+        return 1 + self.drafts + self.extra
 
 
 @dataclass
@@ -71,23 +135,32 @@ class RequestState:
 
 @dataclass
 class StepPlan:
-    """One step's schedule: decoding requests, (request, chunk) prefill pieces, and how many were preempted
-    (`preempted_ids`: which, in preemption order)."""
+    """One step's schedule: decoding requests, (request, chunk) prefill pieces, how many were preempted
+    (`preempted_ids`: which, in preemption order), and `draft_cap`."""
 
     decoding: np.ndarray
     prefilling: list[tuple[int, int]]
     preempted: int
     preempted_ids: list[int]
+    # drafts scheduled per decoding request where the 'scheduled' rule's budget cut them (the last one
+    # scheduled may get fewer than its chain); None: every decoding request is scheduled its whole chain
+    draft_cap: np.ndarray | None = None
 
 
 class Scheduler:
     """Admission, token budget, chunked prefill and preemption; see the module docstring for the rules."""
 
     def __init__(self, prompt_len: np.ndarray, batch_size: int, max_num_batched_tokens: int, block_size: int,
-                 kv_capacity_tokens: int, kmax: int, out_len: np.ndarray | None = None) -> None:
+                 kv_capacity_tokens: int, kmax: int, out_len: np.ndarray | None = None,
+                 charge: SlotCharge | None = None) -> None:
+        """charge: how the budget and the KV charge drafts (None: SlotCharge.verified(kmax))."""
         self.prompt_len = np.asarray(prompt_len, dtype=np.int64)
         self.batch_size, self.budget, self.block = batch_size, max_num_batched_tokens, block_size
         self.kv_cap, self.kmax = kv_capacity_tokens, kmax
+        self.charge = SlotCharge.verified(kmax) if charge is None else charge
+        if self.charge.rule == VERIFIED and self.charge.drafts != kmax:
+            raise ConfigError(f"slot charge: the 'verified' rule reserves kmax = {kmax} drafts, got {self.charge.drafts}")
+        self.kv_extra = self.charge.kv_extra  # KV tokens past the context per running request (kmax + 1 by default)
         self.state = RequestState.new(self.prompt_len)
         self.running: list[int] = []
         self.waiting: deque[int] = deque()  # FIFO; a deque: a million queued requests pop in O(1)
@@ -134,10 +207,10 @@ class Scheduler:
             self._run = None
 
     def kv_used(self) -> int:
-        """KV tokens the running requests hold after this step (each verifying kmax drafts + 1), in blocks."""
+        """KV tokens the running requests hold after this step (each its context + kv_extra), in blocks."""
         if not self.running:
             return 0
-        bs, extra = self.block, self.kmax + 1
+        bs, extra = self.block, self.kv_extra
         if len(self.running) <= SMALL:  # integers either way; per-element Python beats numpy's call overhead
             pl, pos = self.prompt_len, self.state.pos
             return sum(in_blocks(int(pl[r]) + int(pos[r]) + extra, bs) for r in self.running)
@@ -161,7 +234,7 @@ class Scheduler:
         used = None
         while self.waiting and len(self.running) < self.batch_size:
             r = self.waiting[0]
-            need = self.kv_need(r, kmax + 1)
+            need = self.kv_need(r, self.kv_extra)
             if self.running:
                 if used is None:
                     used = self.kv_used()
@@ -180,7 +253,7 @@ class Scheduler:
                 break
             r = self.running.pop()
             self._run = None
-            used -= self.kv_need(r, kmax + 1)
+            used -= self.kv_need(r, self.kv_extra)
             st.prefill_target[r] = self.prompt_len[r] + st.pos[r]
             st.prefilled[r] = 0
             st.n_preempt[r] += 1
@@ -201,20 +274,61 @@ class Scheduler:
             pending = st.prefill_target[run] - st.prefilled[run]
             decoding = run[pending <= 0]
             waiting_prefill = zip(run[pending > 0].tolist(), pending[pending > 0].tolist())
-        # Decoding requests take one token each plus the draft slots; like adaptive verification's
-        # CPU-side budget, the reservation is the previous step's verified draft count (known to the
-        # host under async scheduling), capped at the chains' full length.
-        budget -= len(decoding) + min(self.last_draft, len(decoding) * kmax)
-        prefilling = []
-        for r, left in waiting_prefill:
-            if budget <= 0:
-                break
-            chunk = min(left, budget)
-            prefilling.append((r, chunk))
-            budget -= chunk
+        cap = None
+        if self.charge.rule == SCHEDULED:
+            decoding, prefilling, cap = self._split_scheduled(decoding, waiting_prefill)
+        else:
+            # Decoding requests take one token each plus the draft slots; like adaptive verification's
+            # CPU-side budget, the reservation is the previous step's verified draft count (known to the
+            # host under async scheduling), capped at the chains' full length.
+            budget -= len(decoding) + min(self.last_draft, len(decoding) * kmax)
+            prefilling = []
+            for r, left in waiting_prefill:
+                if budget <= 0:
+                    break
+                chunk = min(left, budget)
+                prefilling.append((r, chunk))
+                budget -= chunk
         if len(decoding) == len(self.running) and self._steady is None and self._fits_to_the_end():
             self._steady = decoding
-        return StepPlan(decoding, prefilling, len(preempted), preempted)
+        return StepPlan(decoding, prefilling, len(preempted), preempted, cap)
+
+    @property
+    def may_cut_drafts(self) -> bool:
+        """Whether the 'scheduled' rule can ever cut a decoding request's drafts (or leave it out): a full batch
+        of whole chains passes the budget. Engines that gather chains at their full width (the native step)
+        step as defined when it can."""
+        c = self.charge
+        most = min(self.batch_size, len(self.prompt_len))
+        return c.rule == SCHEDULED and most * c.per_decode > self.budget
+
+    def _split_scheduled(self, decoding: np.ndarray, waiting_prefill) -> tuple:
+        """The 'scheduled' rule (module docstring): (decoding requests scheduled, prefill chunks, draft_cap or
+        None). Decoding requests come first in running order (admission is FIFO, so no prefilling request is
+        ahead of a decoding one), each charged 1 + drafts + extra while more than `extra` is left."""
+        c = self.charge
+        budget, per = self.budget, c.per_decode
+        cap = None
+        if len(decoding) * per > budget:
+            full = budget // per
+            left = budget - full * per
+            part = left - c.extra  # tokens the next request gets: 1 + its cut drafts (if >= 1)
+            n = full + (1 if part >= 1 else 0)
+            cap = np.full(n, c.drafts, dtype=np.int64)
+            if part >= 1:
+                cap[-1] = part - 1
+            decoding = decoding[:n]
+            budget = 0 if part >= 1 else left
+        else:
+            budget -= len(decoding) * per
+        prefilling = []
+        for r, left in waiting_prefill:
+            if budget <= c.extra:
+                break
+            chunk = min(left, budget - c.extra)
+            prefilling.append((r, chunk))
+            budget -= chunk + c.extra
+        return decoding, prefilling, cap
 
     def _fits_to_the_end(self) -> bool:
         """Whether the running requests' KV fits at every later step without a change of the running set:
@@ -225,8 +339,8 @@ class Scheduler:
             return True
         r = self._running_array()
         if self.scans is not None:
-            return self.scans.full_need(r, self.kmax, self.block) <= self.kv_cap
-        return int(full_kv_need(self.prompt_len[r] + self.out_len[r], self.kmax, self.block).sum()) <= self.kv_cap
+            return self.scans.full_need(r, self.kv_extra - 1, self.block) <= self.kv_cap
+        return int(full_kv_need(self.prompt_len[r] + self.out_len[r], self.kv_extra - 1, self.block).sum()) <= self.kv_cap
 
     def pop_finished(self, out_len: np.ndarray) -> list[int]:
         """Remove the running requests whose output is complete -- its output emitted (pos >= out_len) and no

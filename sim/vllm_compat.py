@@ -11,7 +11,7 @@ Flag aliases (sim.run and sim.sweep):
 `--speculative-config` maps vLLM's fields onto a simulator policy (`speculative_config`):
 
   method                                 policy                       notes
-  ngram, ngram_gpu                       ngram-fixed:K                K = num_speculative_tokens; sets --ngram-k K;
+  ngram, ngram_gpu                       vllm-ngram:K                 K = num_speculative_tokens; sets --ngram-k K;
                                                                       prompt_lookup_min/max must be the n-gram
                                                                       calibrator's n range (it is fitted per range)
   dspark                                 model-fixed:K                the DSpark drafter profile (--drafter); K <= its block
@@ -19,6 +19,21 @@ Flag aliases (sim.run and sim.sweep):
   eagle, eagle3                          model-fixed:K                with the EAGLE-style drafter (models/drafters/
                                                                       eagle-llama3.1-8b / eagle3-llama3.1-8b: profile
                                                                       at block K, K sequential head passes priced)
+
+`ngram` runs on vLLM's Model Runner V2 as its GPU n-gram speculator (NgramGPUSpeculator): every decoding
+request is scheduled and verified all K slots every step, an unmatched slot filled with the last token
+(accepted where the target repeats it: the engine models it, sim.vllm_compat.filler_slots);
+`vllm-ngram:K` is that policy (`ngram-fixed:K` verifies only the matched chain, which vLLM does not do).
+
+How vLLM's scheduler charges each method (`VllmRun`, `vllm_slot_charge`; vllm/config/speculative.py
+max_num_new_slots_for_drafting and vllm/config/vllm.py num_lookahead_tokens, the same in 0.32 and 0.33), for
+K = num_speculative_tokens:
+  method   scheduled drafts   extra slots per scheduled request   KV lookahead   verified
+  dspark   K                  K - 1 (parallel drafting)           K (anchor sampling)  adaptive: B*; else K
+  ngram    K                  0                                   0              K
+  (none)   0                  0                                   0              -
+Adaptive verification trims the verified drafts on the GPU after scheduling: the budget is charged the
+whole K either way.
 
 Other methods (mtp, draft_model, suffix, medusa, ...) have no drafter model in the simulator
 and are refused with a one-line error, as are fields that would change what the run means (tree and
@@ -32,6 +47,7 @@ import math
 from dataclasses import dataclass, field
 
 from sim.errors import ConfigError
+from sim.scheduler import SCHEDULED, SlotCharge
 
 NGRAM_METHODS = ("ngram", "[ngram]", "ngram_gpu")
 MODEL_METHODS = ("dspark",)
@@ -45,6 +61,93 @@ IGNORED_FIELDS = ("model", "quantization", "revision", "code_revision", "draft_t
 MAPPED_FIELDS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
                  "enable_adaptive_verification")
 VLLM_NGRAM_DEFAULT_N = 5  # vLLM: prompt_lookup_min = prompt_lookup_max = 5 when neither is given
+
+
+SCHEDULERS = ("hybridspec", "vllm")  # EngineConfig.scheduler: the project's engines' budget rule, or vLLM's
+
+
+@dataclass(frozen=True)
+class VllmMethod:
+    """What vLLM's scheduler charges for one speculative method, for K = num_speculative_tokens [tokens]:
+    `extra_minus_k` + K extra slots per scheduled request (max_num_new_slots_for_drafting; None: 0 whatever K)
+    and `lookahead_minus_k` + K KV lookahead slots (num_lookahead_tokens; None: 0); `fills`: the method's
+    proposal is always K tokens, the slots past its match holding the last sampled token (Model Runner V2's
+    n-gram speculator, `_ngram_finalize_kernel`), which the target accepts where it repeats that token."""
+
+    extra_minus_k: int | None
+    lookahead_minus_k: int | None
+    fills: bool = False  # slots past the drafted chain are filled with the last sampled token and verified
+
+    def extra(self, k: int) -> int:
+        return 0 if self.extra_minus_k is None or k == 0 else k + self.extra_minus_k
+
+    def lookahead(self, k: int) -> int:
+        return 0 if self.lookahead_minus_k is None or k == 0 else k + self.lookahead_minus_k
+
+
+# The one table of vLLM's per-method charges (module docstring); DSpark with its default sample_from_anchor.
+VLLM_METHODS = {"dspark": VllmMethod(extra_minus_k=-1, lookahead_minus_k=0),
+                "ngram": VllmMethod(extra_minus_k=None, lookahead_minus_k=None, fills=True)}
+
+
+@dataclass(frozen=True)
+class VllmRun:
+    """How vLLM runs a simulator policy (Policy.vllm). method: a VLLM_METHODS key, None for no speculation;
+    k: num_speculative_tokens (None: the DSpark drafter's block); adaptive: adaptive verification trims the
+    verified drafts (else every scheduled slot is verified); only_vllm: the policy is defined as vLLM runs it
+    (vllm-ngram, hybrid-vllm), so it always gets vLLM's charge, whatever the engine's scheduler."""
+
+    method: str | None
+    k: int | None = None
+    adaptive: bool = False
+    only_vllm: bool = False
+
+    def __post_init__(self) -> None:
+        if self.method is not None and self.method not in VLLM_METHODS:
+            raise ConfigError(f"vLLM method {self.method!r} has no charge here (known: {', '.join(VLLM_METHODS)})")
+        if self.k is not None and (not isinstance(self.k, int) or self.k < 0):
+            raise ConfigError(f"num_speculative_tokens must be an integer >= 0, got {self.k!r}")
+
+
+def vllm_slot_charge(run: VllmRun, block: int) -> SlotCharge:
+    """vLLM's charge (sim.scheduler's 'scheduled' rule) for `run`; `block`: the DSpark drafter's chain length,
+    the K of a run that does not give one."""
+    if run.method is None:
+        return SlotCharge(SCHEDULED)
+    k = block if run.k is None else run.k
+    m = VLLM_METHODS[run.method]
+    return SlotCharge(SCHEDULED, drafts=k, extra=m.extra(k), lookahead=m.lookahead(k), verify_all=not run.adaptive)
+
+
+def filler_slots(run: VllmRun | None, charge: SlotCharge) -> int:
+    """K when vLLM runs the policy with a method that fills its proposal to K with the last sampled token (and
+    the engine charges it as vLLM), else 0."""
+    if run is None or run.method is None or charge.rule != SCHEDULED or not VLLM_METHODS[run.method].fills:
+        return 0
+    return charge.drafts
+
+
+def parse_scheduler(text: str) -> str:
+    """A --scheduler value: one of SCHEDULERS (ConfigError otherwise)."""
+    if text not in SCHEDULERS:
+        raise ConfigError(f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {text!r}")
+    return text
+
+
+def slot_charge(policy_name: str, run: VllmRun | None, scheduler: str, kmax: int, block: int) -> SlotCharge:
+    """The engine's charge for a policy: vLLM's where the engine's scheduler is 'vllm' or the policy exists only
+    as vLLM runs it, else the project's ('verified', kmax). ConfigError for a policy vLLM cannot run under
+    the 'vllm' scheduler."""
+    parse_scheduler(scheduler)
+    if run is not None and (run.only_vllm or scheduler == "vllm"):
+        if run.only_vllm and run.method == "dspark" and run.k is not None and run.k < block:
+            raise ConfigError(f"policy '{policy_name}': vLLM's num_speculative_tokens = {run.k} is below the DSpark "
+                              f"drafter's block of {block} (give slots >= {block})")
+        return vllm_slot_charge(run, block)
+    if scheduler == "vllm":
+        raise ConfigError(f"policy '{policy_name}' has no counterpart in vLLM, so the 'vllm' scheduler cannot charge "
+                          "it (vLLM runs none, adaptive, model-fixed:K, hybrid-vllm and vllm-ngram:K)")
+    return SlotCharge.verified(kmax)
 
 
 @dataclass
@@ -114,7 +217,7 @@ def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int
                     f"--speculative-config: prompt_lookup_min={lo}, prompt_lookup_max={hi} cannot be mapped: the n-gram "
                     f"calibrator was fitted for n = {ngram_range[0]}..{ngram_range[1]}; fit one for {lo}..{hi} with "
                     f"python -m sim.calibrate --n-min {lo} --n-max {hi} --out FILE and pass --calibrator FILE")
-        return SpecMapping(f"ngram-fixed:{k}", ngram_k=k, notes=notes)
+        return SpecMapping(f"vllm-ngram:{k}", ngram_k=k, notes=notes)
     if method in MODEL_METHODS:
         if lo is not None or hi is not None:
             raise ConfigError("--speculative-config: prompt_lookup_min/max go with method 'ngram' only")

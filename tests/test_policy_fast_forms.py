@@ -20,7 +20,7 @@ SPECS = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "adaptive:early-
          "suffix-threshold", "hybrid", "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5", "hybrid:fixed-point",
          "hybrid-price", "hybrid-price:sweep", "hybrid-price:margin=0",
          "hybrid-price:margin=0.37", "hybrid-price:model-opt", "hybrid-price:fixed-point", "hybrid-price:current",
-         "hybrid-tree", "oracle", "hybrid-vllm"]
+         "hybrid-tree", "oracle", "hybrid-vllm", "vllm-ngram:7"]
 FAST = ["none", "model-fixed:7", "ngram-fixed:32", "ngram-first", "suffix-threshold", "hybrid-tree", "oracle", "adaptive", "hybrid",
         "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5"] + [
     s for s in SPECS if s.startswith("hybrid-price") and s.split(":")[-1] not in ("model-opt", "fixed-point", "current")]

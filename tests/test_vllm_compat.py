@@ -54,14 +54,14 @@ def test_sweep_speculative_config():
                        "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 8}',
                        "--speculative-config", '{"method": "dspark", "num_speculative_tokens": 5}'])
     cells = {(c.policy, c.ngram_k) for c in sw.expand(sw.grid_from_args(a))}
-    assert cells == {("hybrid", 32), ("adaptive", 32), ("ngram-fixed:8", 8), ("adaptive", 8), ("model-fixed:5", 32)}
+    assert cells == {("hybrid", 32), ("adaptive", 32), ("vllm-ngram:8", 8), ("adaptive", 8), ("model-fixed:5", 32)}
     a = sw.parse_args(["--trace", TINY, "--speculative-config", '{"method": "dspark", "enable_adaptive_verification": true}'])
     assert {c.policy for c in sw.expand(sw.grid_from_args(a))} == {"adaptive"}
 
 
 @pytest.mark.parametrize("cfg,policy,k", [
-    ({"method": "ngram", "num_speculative_tokens": 8}, "ngram-fixed:8", 8),
-    ({"method": "ngram_gpu", "num_speculative_tokens": 16, "prompt_lookup_min": 2, "prompt_lookup_max": 5}, "ngram-fixed:16", 16),
+    ({"method": "ngram", "num_speculative_tokens": 8}, "vllm-ngram:8", 8),
+    ({"method": "ngram_gpu", "num_speculative_tokens": 16, "prompt_lookup_min": 2, "prompt_lookup_max": 5}, "vllm-ngram:16", 16),
     ({"method": "dspark", "num_speculative_tokens": 4, "model": "some/drafter"}, "model-fixed:4", None),
     ({"method": "dspark"}, "model-fixed:7", None),
     ({"method": "dspark", "enable_adaptive_verification": True}, "adaptive", None),
@@ -117,14 +117,14 @@ def test_speculative_config_on_the_command_line(capsys):
                           "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 8}'], capsys)
     assert code == 0, cap.err
     rows = json.loads(cap.out)
-    assert [r["policy"] for r in rows] == ["ngram-fixed:8"] and rows[0]["ngram_k"] == 8  # what it names, no more
+    assert [r["policy"] for r in rows] == ["vllm-ngram:8"] and rows[0]["ngram_k"] == 8  # what it names, no more
     assert "prompt_lookup" in cap.err  # the note on the n range
     assert "--baseline adaptive" in cap.err  # said on screen: how to add the baseline
     code, cap = run_main(["--trace", TINY, "--batch-size", "2", "--workers", "1", "--no-progress", "--format", "json",
                           "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 8}',
                           "--baseline", "adaptive"], capsys)
     rows = json.loads(cap.out)
-    assert [r["policy"] for r in rows] == ["adaptive", "ngram-fixed:8"] and rows[1]["speedup_vs_baseline"] > 0
+    assert [r["policy"] for r in rows] == ["adaptive", "vllm-ngram:8"] and rows[1]["speedup_vs_baseline"] > 0
     for bad in ("{not json", '["x"]', '{"method": "medusa"}'):
         code, cap = run_main(["--trace", TINY, "--no-progress", "--speculative-config", bad], capsys)
         assert code == 2 and len(cap.err.strip().splitlines()) == 1 and cap.err.startswith("error: --speculative-config")

@@ -18,7 +18,8 @@ In order (every step resumable: a cell whose spec did not change is read back fr
                step, per-depth acceptance (vLLM's spec-decode metrics), the chains chosen and the n-gram chain's
                per-depth acceptance against its calibrated confidence (the plugin's counters), and the harness's
                wall-clock throughput (interpreted kernels: not a GPU's).
-  3 predicted  the simulator with the matching policy (config.VllmRunConfig.sim_policy) on the reference, deciding
+  3 predicted  the simulator with the matching policy (config.VllmRunConfig.sim_policy) and vLLM's token-budget
+               charge (--scheduler vllm: sim.scheduler's 'scheduled' rule) on the reference, deciding
                from the cost tables vLLM profiled in that very run (OUT/.../cost_table.json: vLLM's draft and verify
                tables, every other cost 0, since vLLM's budget reads only those two) and replaying the DSpark chains
                the run drafted (OUT/.../drafts.jsonl: each chain's confidences and how many of its tokens match the
@@ -219,7 +220,7 @@ def predict(cfg: VllmRunConfig, policy: str, bs: int, ref_path: Path, table: Pat
                      drafter=C.SIM_DRAFTER, calibrator=cfg.hybrid.calibrator, ngram_k=cfg.num_speculative_tokens,
                      seed=seed, temperature=C.TEMPERATURE, max_num_batched_tokens=cfg.max_num_batched_tokens,
                      kv_capacity_tokens=run.get("kv_capacity_tokens"), drafts=str(drafts) if drafts else None,
-                     async_scheduling=run.get("async_scheduling") is not False)
+                     async_scheduling=run.get("async_scheduling") is not False, scheduler="vllm")
     spol = cfg.sim_policy(policy)
     res = run_one(prepared_setup(setup), spol, bs)[1]
     n_tok = int(sum(res.requests["output_len"]))
@@ -278,7 +279,8 @@ def real_summary(run: dict, ref: list[list[int]]) -> dict:
         acc_m, acc_n = sum(h["model"]["accepted"]), sum(h["ngram"]["accepted"])
         out["plugin"] = {"chosen_model": h["model"]["chosen"], "chosen_ngram": h["ngram"]["chosen"],
                          "ngram_observed": h["ngram"]["observed"], "ngram_predicted": h["ngram"]["predicted"],
-                         "ngram_reached": h["ngram"]["reached"], "accepted_model": acc_m, "accepted_ngram": acc_n,
+                         "ngram_reached": h["ngram"]["reached"], "ngram_accepted": h["ngram"]["accepted"],
+                         "accepted_model": acc_m, "accepted_ngram": acc_n,
                          "ngram_share_accepted": acc_n / (acc_m + acc_n) if acc_m + acc_n else 0.0,
                          "steps": h.get("steps"), "warmup_subtracted": bool(h.get("warmup_subtracted"))}
         pairs = [(o, p) for o, p in zip(h["ngram"]["observed"], h["ngram"]["predicted"]) if o is not None]
@@ -350,7 +352,7 @@ def validate_cpu(a) -> int:
                         "batch_size": bs, "requests": len(sl.ids), "real": real_summary(run, ref)}
                 if pol != C.NONE:
                     # vLLM's ngram runs without adaptive verification, so it profiles no tables; its simulator
-                    # policy (ngram-fixed) spends no budget, so the steps do not depend on them: the adaptive
+                    # policy (vllm-ngram) spends no budget, so the steps do not depend on them: the adaptive
                     # cell's tables (same slice and batch size) stand in
                     src = run if run.get("cost_tables") else _read_run(work.parent / C.BASELINE)
                     table = cost_table(cfg, src, work / "cost_table.json")
@@ -410,7 +412,31 @@ def aggregate(cells: list[dict]) -> dict:
             "max_steps_error": float(np.max(se)) if se else float("nan"),
             "max_tokens_per_step_error": float(np.max(te)) if te else float("nan"),
             "within_3pct": sum(e <= 0.03 for e in se), "predicted_cells": len(se),
-            "mean_ngram_calibration_gap": float(np.mean(gaps)) if gaps else None}
+            "mean_ngram_calibration_gap": float(np.mean(gaps)) if gaps else None,
+            "ngram_depths": ngram_depths(pred)}
+
+
+MIN_REACHED = 20  # a depth's observed acceptance counts as a measurement from this many chosen n-gram chains on
+
+
+def ngram_depths(cells: list[dict]) -> list[dict]:
+    """The plugin's chosen n-gram chains pooled over the cells, per depth d (1-based): chains that reached d,
+    how many of them vLLM accepted there, the observed acceptance (accepted / reached) and the calibrated
+    confidence the plugin published for them (mean over the same chains); `measured` when reached >=
+    MIN_REACHED."""
+    reached, accepted, conf = {}, {}, {}
+    for c in cells:
+        pl = c["real"].get("plugin") or {}
+        if pl.get("ngram_accepted") is None:
+            continue
+        for d, (r, a, p) in enumerate(zip(pl["ngram_reached"], pl["ngram_accepted"], pl["ngram_predicted"])):
+            reached[d] = reached.get(d, 0) + r
+            accepted[d] = accepted.get(d, 0) + a
+            conf[d] = conf.get(d, 0.0) + (p or 0.0) * r
+    return [{"depth": d + 1, "reached": reached[d], "accepted": accepted[d],
+             "observed": accepted[d] / reached[d] if reached[d] else None,
+             "predicted": conf[d] / reached[d] if reached[d] else None, "measured": reached[d] >= MIN_REACHED}
+            for d in sorted(reached)]
 
 
 def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
@@ -453,4 +479,19 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
           "First-run checklist: " + "; ".join(f"({i['key']}) {i['status']}" for i in meta["checklist"]) + ".",
           "Each predicted cell is reproduced by its `sim_command` in fidelity.json (the cell's cost_table.json and "
           "drafts.jsonl sit under the run's --out).", ""]
+    depths = agg.get("ngram_depths") or []
+    if depths:
+        meas = [x for x in depths if x["measured"]]
+        gap = float(np.mean([abs(x["observed"] - x["predicted"]) for x in meas])) if meas else None
+        L += ["## The plugin's n-gram chains per depth", "",
+              f"Pooled over the hybrid cells (the plugin's counters): chains chosen that reached each depth, how many "
+              f"vLLM accepted there, and the calibrated confidence published for them. A depth reached at least "
+              f"{MIN_REACHED} times counts as a measurement: {len(meas)} of {len(depths)} depths; mean |observed - "
+              f"calibrated| over them: {'-' if gap is None else f'{gap:.3f}'}.", "",
+              "| depth | reached | accepted | observed | calibrated | measured |", "|---:|---:|---:|---:|---:|---|"]
+        for x in depths:
+            o = "-" if x["observed"] is None else f"{x['observed']:.2f}"
+            q = "-" if x["predicted"] is None else f"{x['predicted']:.2f}"
+            L.append(f"| {x['depth']} | {x['reached']:.0f} | {x['accepted']:.0f} | {o} | {q} | {'yes' if x['measured'] else 'no'} |")
+        L.append("")
     return "\n".join(L)

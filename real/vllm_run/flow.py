@@ -181,7 +181,7 @@ def sim_setup(v: VllmValidation, ref: Path, run: dict | None, seed: int):
                     calibrator=v.cfg.hybrid.calibrator, ngram_k=v.cfg.num_speculative_tokens, seed=seed,
                     temperature=C.TEMPERATURE, max_num_batched_tokens=v.cfg.max_num_batched_tokens,
                     kv_capacity_tokens=run.get("kv_capacity_tokens"), drafts=str(drafts) if drafts.is_file() else None,
-                    async_scheduling=run.get("async_scheduling") is not False)
+                    async_scheduling=run.get("async_scheduling") is not False, scheduler="vllm")
 
 
 def sim_summary(res, n_tok: int) -> dict:

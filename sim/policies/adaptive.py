@@ -32,6 +32,7 @@ from sim.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.policies.common import (CHAIN_MODEL, best_budget, early_stop_budget, finish, rank_scores,
                                  survival, top_b_counts)
 from sim.policies.registry import Policy, register
+from sim.vllm_compat import VllmRun
 
 
 def stale_model_budget(batch: HostView | StepBatch) -> torch.Tensor:
@@ -74,7 +75,7 @@ def alloc_adaptive_early_stop(batch: StepBatch) -> Allocation:
 def _adaptive(params: List[str]) -> Policy:
     if not params:
         return Policy("adaptive", alloc_adaptive, uses_model=True, uses_ngram=False, plan_fn=plan_adaptive,
-                      alloc_fn=allocate_adaptive)
+                      alloc_fn=allocate_adaptive, vllm=VllmRun("dspark", adaptive=True))
     if params == ["early-stop"]:
         return Policy("adaptive:early-stop", alloc_adaptive_early_stop, uses_model=True, uses_ngram=False)
     raise ValueError(f"unknown adaptive variant '{':'.join(params)}' (only 'early-stop')")

@@ -65,6 +65,7 @@ from sim.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, finish, goodput,
                                  rank_scores, slot_valid, survival, top_b_counts, verify_ms)
 from sim.policies.registry import Policy, parse_float, parse_int, register
+from sim.vllm_compat import VllmRun
 
 METHODS = ("model-opt", "fixed-point", "sweep")
 DEFAULT_METHOD = "sweep"
@@ -496,4 +497,6 @@ def _hybrid_vllm(params: List[str]) -> Policy:
         method = rest[0]
     name = ("hybrid-vllm" + (f":{method}" if rest else "")
             + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}") + ("" if slots is None else f":slots={slots}"))
-    return Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots), uses_model=True, uses_ngram=True)
+    # vLLM runs it as DSpark with adaptive verification at num_speculative_tokens = W (the block when not given)
+    return Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots), uses_model=True, uses_ngram=True,
+                  vllm=VllmRun("dspark", k=slots, adaptive=True, only_vllm=True))

@@ -12,6 +12,7 @@ from typing import Callable, Dict, List, Optional
 
 from sim.errors import ConfigError
 from sim.policies.base import Allocation, HostView, Plan, StepBatch
+from sim.vllm_compat import VllmRun
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class Policy:
         by tests/test_policy_fast_forms.py); None = the simulator runs `fn`. Real engines always run `fn`.
     sim_for: the `fn` that sim_fn is a form of; a copy whose fn was replaced (dataclasses.replace(pol,
         fn=...), as tests do to inject a bug) no longer matches it, and the simulator then runs that fn.
+    vllm: how vLLM runs the policy (sim.vllm_compat.VllmRun: its method, num_speculative_tokens, adaptive
+        verification, and whether the policy exists only as vLLM runs it); None: vLLM has no counterpart.
+        The engine charges the token budget as vLLM's scheduler does from it (sim.vllm_compat.slot_charge).
     plan_fn / alloc_fn: the policy's two phases (sim.policies.base: plan on the host from a HostView,
         allocate on the device from the StepBatch and the Plan); fn must then be alloc_fn(batch,
         plan_fn(host_view(batch))). None: a single-phase policy, whose plan is every drafter it uses and no
@@ -45,6 +49,7 @@ class Policy:
     plan_fn: Optional[Callable[[HostView], Plan]] = field(default=None, repr=False, compare=False)
     alloc_fn: Optional[Callable[[StepBatch, Plan], Allocation]] = field(default=None, repr=False, compare=False)
     phases_of: Optional[Callable[[StepBatch], Allocation]] = field(default=None, repr=False, compare=False)
+    vllm: Optional[VllmRun] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_default_plan", Plan(self.uses_model, self.uses_ngram))  # made once: per-step use

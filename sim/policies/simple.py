@@ -13,6 +13,7 @@ import torch
 from sim.policies.base import Allocation, StepBatch
 from sim.policies.common import CHAIN_MODEL, CHAIN_NGRAM, arange, finish, goodput, survival, top_b_counts
 from sim.policies.registry import Policy, no_params, parse_float, parse_int, register
+from sim.vllm_compat import VllmRun
 
 DEFAULT_SUFFIX_THRESHOLD = 2.0
 
@@ -98,7 +99,7 @@ def alloc_oracle(batch: StepBatch) -> Allocation:
 @register("none", "none", "no speculation: one token per request per step")
 def _none(params: List[str]) -> Policy:
     no_params("none", params)
-    return Policy("none", alloc_none, uses_model=False, uses_ngram=False)
+    return Policy("none", alloc_none, uses_model=False, uses_ngram=False, vllm=VllmRun(None))
 
 
 def _fixed_factory(family: str, which: int, uses_model: bool):
@@ -106,8 +107,11 @@ def _fixed_factory(family: str, which: int, uses_model: bool):
         if len(params) != 1:
             raise ValueError(f"'{family}' needs one parameter K, e.g. '{family}:7'")
         k = parse_int(params[0], "K", lo=0)
+        # model-fixed:K is vLLM's DSpark at num_speculative_tokens = K without adaptive verification;
+        # ngram-fixed:K (only the matched chain verified) has no vLLM counterpart: vllm-ngram:K is vLLM's ngram
+        run = VllmRun("dspark", k=k) if uses_model else None
         return Policy(f"{family}:{k}", lambda b: alloc_fixed(b, k, which),
-                      uses_model=uses_model, uses_ngram=not uses_model)
+                      uses_model=uses_model, uses_ngram=not uses_model, vllm=run)
     return factory
 
 
@@ -115,6 +119,21 @@ register("model-fixed", "model-fixed:K", "verify min(K, len) tokens of the model
     _fixed_factory("model-fixed", CHAIN_MODEL, True))
 register("ngram-fixed", "ngram-fixed:K", "verify min(K, len) tokens of the n-gram chain")(
     _fixed_factory("ngram-fixed", CHAIN_NGRAM, False))
+
+
+@register("vllm-ngram", "vllm-ngram:K",
+          "vLLM's own ngram method as Model Runner V2 runs it: K slots scheduled and verified per request per "
+          "step, matched or not (the matched chain's min(K, len) can be accepted; vLLM's scheduler charges K)")
+def _vllm_ngram(params: List[str]) -> Policy:
+    """The allocation is ngram-fixed:K's (what can be accepted: the matched prefix); what differs is the charge,
+    which the engine takes from `vllm` (sim.vllm_compat: 1 + K tokens scheduled and verified per decoding
+    request), and vLLM's fillers: a slot past the match holds the last sampled token, which the target accepts
+    where it repeats that token (sim.engine.Engine._filler_run, after the matched copy is accepted whole)."""
+    if len(params) != 1:
+        raise ValueError("'vllm-ngram' needs one parameter K, e.g. 'vllm-ngram:7'")
+    k = parse_int(params[0], "K", lo=1)
+    return Policy(f"vllm-ngram:{k}", lambda b: alloc_fixed(b, k, CHAIN_NGRAM), uses_model=False, uses_ngram=True,
+                  vllm=VllmRun("ngram", k=k, only_vllm=True))
 
 
 @register("ngram-first", "ngram-first", "n-gram chain when it matches, else model chain (vLLM PR 24344)")
