@@ -28,10 +28,13 @@ substrings fed, at most D nodes per token: the per-request tree lives from a req
 """
 from __future__ import annotations
 
+import json
 import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Optional
+
+import numpy as np
 
 from sim.errors import ConfigError
 
@@ -230,3 +233,64 @@ def accepted_length(proposal: SuffixProposal, future: list) -> int:
             break
         n += 1
     return n
+
+
+SETTINGS = {"max_depth": int, "max_spec_tokens": int, "max_spec_factor": float, "max_spec_offset": float,
+            "min_token_prob": float, "max_cached": int}
+
+
+def suffix_config(settings: dict) -> SuffixConfig:
+    """SuffixConfig from a settings dict (SuffixConfig's field names); ConfigError (one line) for an unknown
+    name or a value out of range."""
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise ConfigError(f"suffix drafter: unknown setting(s) {', '.join(unknown)} (known: {', '.join(SETTINGS)})")
+    return SuffixConfig(**settings)
+
+
+class LiveSuffixDrafter(SuffixDrafter):
+    """The suffix drafter as the engine runs it (sim.drafters.registry.Drafter, a live drafter): proposals for a
+    batch as padded arrays, and its price.
+
+    Confidence: each slot's p_j, the tree's empirical conditional frequency count(child) / count(children)
+    (uncalibrated: a path seen once has p = 1). Cost: a host-side walk of two tries per request, priced as the
+    host n-gram lookup (cost_model.ngram_ms(R, on_gpu=False)) [ms]; simulation only, no real run checks it."""
+
+    @property
+    def width(self) -> int:
+        return self.cfg.max_spec_tokens
+
+    def propose(self, rids) -> tuple:  # the batch form of SuffixDrafter.propose (one request)
+        K, R = self.width, len(rids)
+        tok = np.zeros((R, K), dtype=np.int64)
+        conf = np.zeros((R, K), dtype=np.float64)
+        n = np.zeros(R, dtype=np.int64)
+        for k, r in enumerate(rids):
+            p = SuffixDrafter.propose(self, int(r))
+            m = len(p)
+            if m:
+                tok[k, :m] = p.tokens
+                conf[k, :m] = p.conf
+                n[k] = m
+        return tok, conf, n
+
+    def cost(self, num_reqs: int, cost_model) -> float:
+        return float(cost_model.ngram_ms(num_reqs, on_gpu=False))
+
+
+def parse_suffix_settings(text: str) -> str:
+    """A --suffix-config value: a JSON object of SuffixConfig settings, checked (ConfigError, one line, for bad JSON,
+    an unknown name or a value out of range) and written back in a canonical form."""
+    try:
+        cfg = json.loads(text)
+    except (ValueError, RecursionError):
+        raise ConfigError(f"--suffix-config: not a JSON object of suffix drafter settings: {text[:60]!r}") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"--suffix-config: expected a JSON object such as '{{\"max_depth\": 24}}', got {text[:60]!r}")
+    suffix_config(cfg)
+    return json.dumps(cfg, sort_keys=True)
+
+
+def suffix_settings(text: str | None) -> dict:
+    """The settings dict of a (checked) --suffix-config value; {} for None."""
+    return {} if not text else json.loads(text)
