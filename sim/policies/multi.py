@@ -226,8 +226,15 @@ def _hybrid_n(params: List[str], names: tuple) -> Policy:
     method, margin, hyst, forecast, _ = parse_hybrid(params)
     plan = lambda v: plan_skip_n(v, names, method, margin, hyst, forecast)  # noqa: E731
     alloc = lambda b, p: allocate_skip_n(b, p, names, method, margin)  # noqa: E731
-    return Policy(":".join(["hybrid", *params]), lambda b: alloc(b, plan(host_view(b))), **_uses(names),
+    return Policy(":".join(["hybrid", *params]), lambda b: _reporting(alloc, plan, b), **_uses(names),
                   plan_fn=plan, alloc_fn=alloc)
+
+
+def _reporting(alloc, plan, batch: StepBatch) -> Allocation:
+    """The policy on one view, reporting its plan's model pass (Allocation.model_ran, as hybrid.price_skip)."""
+    p = plan(host_view(batch))
+    out = alloc(batch, p)
+    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(p.model))
 
 
 @over_drafters("hybrid-price")
