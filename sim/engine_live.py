@@ -13,7 +13,9 @@ Per step (Engine._step, numpy step only: the native step and the fast forms hold
     drafter proposed it, then the target's bonus token; the drafter's price is charged only if it ran;
   * a finished request's drafter state is stopped (`stop`: its output may join a global tree).
 Host history per drafter (the HostView's stale_extra and mean_extra): the chain last proposed for each request,
-and the mean of its proposals' confidences (0 past each chain's length), as the n-gram chain's.
+and the mean of its proposals' confidences (0 past each chain's length), as the n-gram chain's; before its
+first proposal for a request, a whole chain of confidence 1 (as vLLM resets a fresh request's model
+confidences), so that a policy that may skip the drafter tries it first.
 The step record keeps the two-drafter columns: a live drafter's verified and accepted slots and its time are
 counted with the model-free (ngram) ones. Memory: n x K_d per drafter (whole-trace arrays).
 """
@@ -110,6 +112,10 @@ class LiveChains:
         stale, mean = {}, {}
         for k in self.d:
             conf, n, cnt = self.last_conf[k][reqs], self.last_len[k][reqs], self.cnt[k][reqs]
+            fresh = cnt == 0
+            if fresh.any():  # no proposal yet: a whole chain of confidence 1 (vLLM's reset of a fresh request)
+                conf, n = conf.copy(), n.copy()
+                conf[fresh], n[fresh] = 1.0, conf.shape[1]
             stale[k] = (f(conf), f(n))
             mean[k] = f(np.where(cnt[:, None] > 0, self.sum_conf[k][reqs] / np.maximum(cnt, 1)[:, None], conf))
         return dict(stale_extra=stale, mean_extra=mean, extra_draft_ms=dict(self.price_of(R, cost)))

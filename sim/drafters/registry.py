@@ -24,6 +24,7 @@ from typing import Callable, Dict, Iterable, Optional, Protocol, Sequence
 import numpy as np
 
 from sim.drafters.suffix import LiveSuffixDrafter, suffix_config
+from sim.drafters.suffix_calibrate import SuffixCalibrator
 from sim.errors import ConfigError
 
 DEFAULT_DRAFTERS = ("dspark", "ngram")
@@ -107,7 +108,7 @@ def live_drafters(names: Iterable[str], settings: Optional[dict] = None) -> dict
 
 
 def _suffix(settings: dict) -> Drafter:
-    return LiveSuffixDrafter(suffix_config(settings))
+    return LiveSuffixDrafter(suffix_config(settings), SuffixCalibrator.load())
 
 
 register_drafter(DrafterSpec("dspark", "table", 1, "the model drafter (DSpark block drafter profile or recorded "

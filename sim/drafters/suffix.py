@@ -252,9 +252,15 @@ class LiveSuffixDrafter(SuffixDrafter):
     """The suffix drafter as the engine runs it (sim.drafters.registry.Drafter, a live drafter): proposals for a
     batch as padded arrays, and its price.
 
-    Confidence: each slot's p_j, the tree's empirical conditional frequency count(child) / count(children)
-    (uncalibrated: a path seen once has p = 1). Cost: a host-side walk of two tries per request, priced as the
+    Confidence: each slot's p_j, the tree's empirical conditional frequency count(child) / count(children),
+    through `calibrator` (p, e) -> acceptance estimate, e = match length + slot index [tokens]
+    (sim/drafters/suffix_calibrate.py, fit on general text; None: the raw p_j, which over-states acceptance
+    where the tree has seen little). Cost: a host-side walk of two tries per request, priced as the
     host n-gram lookup (cost_model.ngram_ms(R, on_gpu=False)) [ms]; simulation only, no real run checks it."""
+
+    def __init__(self, cfg: SuffixConfig = SuffixConfig(), calibrator=None) -> None:
+        super().__init__(cfg)
+        self.calibrator = calibrator
 
     @property
     def width(self) -> int:
@@ -270,7 +276,8 @@ class LiveSuffixDrafter(SuffixDrafter):
             m = len(p)
             if m:
                 tok[k, :m] = p.tokens
-                conf[k, :m] = p.conf
+                raw = np.asarray(p.conf, dtype=np.float64)
+                conf[k, :m] = raw if self.calibrator is None else self.calibrator(raw, p.match_len + np.arange(m))
                 n[k] = m
         return tok, conf, n
 

@@ -20,11 +20,14 @@ G = (N + sum of the kept gains) / (draft_ms + verify_ms[T + kept slots]) [tokens
                 current chains): METHOD chooses each request's chain (where every lambda-prefix is empty: the
                 chain with the largest first survival, the first in order on ties), then the global top-B of
                 the chosen chains' survivals.
-  hybrid        plan: two stale scenarios in one pass, with the model pass (paying draft_cost_ms) and without
-                it (draft_cost_ms - model_draft_ms, no model chain); each model-free chain forecast slot by slot
-                from its last and its mean proposal (forecast F, hybrid.py); the model pass runs iff
-                G_without <= G_with (1 + H); B = the chosen scenario's slots widened to the free ones, capped.
-                Without dspark in the run there is one scenario. allocate: as hybrid-price over the chains that ran.
+  hybrid        plan: the stale scenarios of every set of drafters that may run (`skip_sides`: each drafter but
+                the n-gram one, a cheap GPU kernel, may be left out for the step: the model pass, the suffix
+                tree's host walk), priced in one pass, each paying the prices of the drafters it runs; the model
+                chain as last drafted, each model-free chain forecast slot by slot from its last and its mean
+                proposal (forecast F, hybrid.py); every drafter runs unless another scenario's G exceeds
+                G_all (1 + H) (then the best one); B = its slots widened to the free ones, capped. On (dspark,
+                ngram) these are hybrid.plan_skip's two scenarios. allocate: as hybrid-price over the chains
+                that ran.
   oracle        every subset s of the drafters (2^N, all first): A_s[r] = max_{d in s} acc_d[r] (true accepted
                 lengths, capped at the chains), D_s = sum_{d in s} price_d + (s not empty) alloc_ms, and the
                 (s, B) of maximal (N + B) / (D_s + verify_ms[T + B]) (simple.alloc_oracle's argument: a bound
@@ -138,36 +141,64 @@ def _forecast(view: HostView, name: str, forecast: str, dt) -> torch.Tensor:
     return conf if mean is None else _FORECASTS[forecast](conf, mean.to(dt))
 
 
+def skip_sides(names: tuple) -> list:
+    """The drafter sets hybrid's plan prices, as the drafters each leaves out: none first, then every subset of
+    the skippable drafters (all but the n-gram drafter, a cheap GPU kernel that always runs) that leaves one
+    drafter at least. On (dspark, ngram): [{}, {dspark}], hybrid.plan_skip's two scenarios."""
+    skippable = [n for n in names if n != "ngram"]
+    sides = []
+    for mask in range(2 ** len(skippable)):
+        left_out = frozenset(n for i, n in enumerate(skippable) if mask >> i & 1)
+        if len(left_out) < len(names):
+            sides.append(left_out)
+    return sides
+
+
 def plan_skip_n(view: HostView, names: tuple, method: str, margin: float, hysteresis: float,
                 forecast: str) -> Plan:
-    """Host phase of `hybrid` over `names` (module docstring): the model pass priced, B from the chosen scenario."""
+    """Host phase of `hybrid` over `names`: every side of `skip_sides` priced in one pass on the host-known
+    chains (the model chain as drafted last, the model-free ones forecast); the side with every drafter runs
+    unless another earns more than G_all (1 + hysteresis) (then the best other); B = its slots widened to the
+    free ones, capped."""
     st = view.stale_chains
-    model = names[0] == "dspark"
+    sides = skip_sides(names)
+    S = len(sides)
     dt = st[names[0]][0].dtype
-    sides = 2 if model else 1
+    prices = view.draft_ms_of
     confs, lens = [], []
     for n in names:
-        if n == "dspark":
-            confs.append(view.stale_model_conf[None].repeat(2, 1, 1))
-            lens.append(torch.stack([view.stale_model_len, torch.zeros_like(view.stale_model_len)]))
-        else:
-            confs.append(_forecast(view, n, forecast, dt)[None].repeat(sides, 1, 1))
-            lens.append(st[n][1][None].repeat(sides, 1))
+        conf = view.stale_model_conf if n == "dspark" else _forecast(view, n, forecast, dt)
+        confs.append(conf[None].repeat(S, 1, 1))
+        zero = torch.zeros_like(st[n][1])
+        lens.append(torch.stack([zero if n in out else st[n][1] for out in sides]))
     full = torch.as_tensor(view.draft_cost_ms, dtype=torch.float64)
-    draft = torch.stack([full, full - torch.as_tensor(view.model_draft_ms, dtype=torch.float64)] if model else [full])
-    _, kept, g = LAMBDA_METHODS[method](view, ChainsN(confs, lens, draft[:, None], model), margin)
-    run_model = bool(g[1] <= g[0] * (1.0 + hysteresis)) if model else False
-    total = kept[0].sum() if run_model or not model else kept[1].sum()
-    return Plan(model=run_model, ngram="ngram" in names, budget=cap_budget(view, free_budget(view, total)),
-                extra=_others(names))
+    draft = []
+    for out in sides:
+        d = full
+        for n in names:
+            if n in out:
+                d = d - torch.as_tensor(prices[n], dtype=torch.float64)
+        draft.append(d)
+    _, kept, g = LAMBDA_METHODS[method](view, ChainsN(confs, lens, torch.stack(draft)[:, None], names[0] == "dspark"),
+                                        margin)
+    k = 0
+    if S > 1:
+        other = int(torch.argmax(g[1:])) + 1
+        k = 0 if bool(g[other] <= g[0] * (1.0 + hysteresis)) else other
+    run = tuple(n for n in names if n not in sides[k])
+    return Plan(model="dspark" in run, ngram="ngram" in run, budget=cap_budget(view, free_budget(view, kept[k].sum())),
+                extra=_others(run))
 
 
 def allocate_skip_n(batch: StepBatch, plan: Plan, names: tuple, method: str, margin: float) -> Allocation:
-    """Device phase of `hybrid` over `names`: hybrid-price's allocation over the chains that ran."""
-    ran = tuple(n for n in names if n != "dspark" or plan.model)
-    full = torch.as_tensor(batch.draft_cost_ms, dtype=torch.float64)
-    draft = full if plan.model or "dspark" not in names else full - torch.as_tensor(batch.model_draft_ms,
-                                                                                  dtype=torch.float64)
+    """Device phase of `hybrid` over `names`: hybrid-price's allocation over the chains that ran, priced at the
+    drafters that ran."""
+    ran = tuple(n for n in names if n in plan.drafters)
+    draft = torch.as_tensor(batch.draft_cost_ms, dtype=torch.float64)
+    prices = batch.draft_ms_of
+    for n in names:
+        if n not in ran:
+            draft = draft - torch.as_tensor(prices[n], dtype=torch.float64)
     return _allocate_chosen(batch, _current(batch, ran, draft.reshape(1, 1)), ran, plan.budget, method, margin)
 
 
