@@ -135,3 +135,19 @@ def test_bad_drafter_input_is_one_line_exit_2(args, what):
     assert p.returncode == 2, p.stderr
     assert what in p.stderr and "Traceback" not in p.stderr
     assert len([ln for ln in p.stderr.splitlines() if ln.startswith("error")]) == 1, p.stderr
+
+
+def test_the_suffix_calibrator():
+    from sim.drafters.suffix_calibrate import SMOOTH, SuffixCalibrator, fit
+
+    p = np.array([1.0, 1.0, 1.0, 0.1])
+    e = np.array([1, 1, 20, 3])
+    y = np.array([False, True, True, False])
+    table, n = fit(p, e, y)
+    prior = 0.5
+    assert n[-1, 0] == 2 and table[-1, 0] == pytest.approx((1 + SMOOTH * prior) / (2 + SMOOTH))
+    assert table[0, 3] == pytest.approx(prior)  # an empty cell: the prior
+    cal = SuffixCalibrator(table)
+    assert cal(np.array([1.0, 0.1]), np.array([1, 3])).tolist() == [table[-1, 0], table[0, 1]]
+    bundled = SuffixCalibrator.load()  # made on general text; a long match is more reliable than a short one
+    assert bundled(np.array([1.0]), np.array([16]))[0] > bundled(np.array([1.0]), np.array([1]))[0] + 0.3
