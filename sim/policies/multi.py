@@ -10,23 +10,22 @@ Math. Chains d = 1..N in registry order (dspark first when enabled), conf_d [R, 
 a^d = cumprod(conf_d), 0 past len_d. At a price lambda (a survival) each chain's lambda-prefix is
 l_d = #{j : a^d_j > lambda}, its gain g_d = a^d_1 + ... + a^d_{l_d} and its value V_d = g_d - l_d lambda
 [expected tokens]. Each request keeps one chain, scanning d in order and switching to chain d iff
-    V_d > V_best + margin   while the best so far is the model chain (dspark),
-    V_d > V_best            otherwise,
-so the margin (hybrid.py's NGRAM_MARGIN, expected tokens) is the winner's-curse correction of a model-free chain
-against the model's; on (dspark, ngram) this is hybrid-price's rule. The batch goodput at lambda is
+    V_d > V_best + margin,
+so the margin (hybrid.py's NGRAM_MARGIN, expected tokens) is the winner's-curse correction of a chain against
+the ones before it (picking the larger of two noisy estimates picks the over-estimated one): on (dspark, ngram)
+this is hybrid-price's rule, and a third chain (suffix) must beat both by the margin. The batch goodput at lambda is
 G = (N + sum of the kept gains) / (draft_ms + verify_ms[T + kept slots]) [tokens/ms], and the price search
 (METHOD: model-opt, fixed-point, sweep) is hybrid.py's, run on these chains (`ChainsN`).
   hybrid-price  plan (host, stale chains): METHOD, total kept slots = the budget B (capped); allocate (device,
                 current chains): METHOD chooses each request's chain (where every lambda-prefix is empty: the
                 chain with the largest first survival, the first in order on ties), then the global top-B of
                 the chosen chains' survivals.
-  hybrid        plan: the stale scenarios of every set of drafters that may run (`skip_sides`: each drafter but
-                the n-gram one, a cheap GPU kernel, may be left out for the step: the model pass, the suffix
-                tree's host walk), priced in one pass, each paying the prices of the drafters it runs; the model
-                chain as last drafted, each model-free chain forecast slot by slot from its last and its mean
-                proposal (forecast F, hybrid.py); every drafter runs unless another scenario's G exceeds
-                G_all (1 + H) (then the best one); B = its slots widened to the free ones, capped. On (dspark,
-                ngram) these are hybrid.plan_skip's two scenarios. allocate: as hybrid-price over the chains
+  hybrid        plan, on the host-known chains (the model chain as last drafted, each model-free chain forecast
+                slot by slot from its last and its mean proposal, forecast F, hybrid.py), each drafter set
+                priced at the drafters it runs: first hybrid.plan_skip's decision over the two default drafters
+                (the model pass runs unless the step earns more than G_all (1 + H) without it), then each
+                further drafter (the suffix tree) joins iff the step earns more than G (1 + H) with it; B = the
+                chosen set's slots widened to the free ones, capped. allocate: as hybrid-price over the chains
                 that ran.
   oracle        every subset s of the drafters (2^N, all first): A_s[r] = max_{d in s} acc_d[r] (true accepted
                 lengths, capped at the chains), D_s = sum_{d in s} price_d + (s not empty) alloc_ms, and the
@@ -50,7 +49,7 @@ from sim.policies.registry import Policy, over_drafters, parse_int, register
 class ChainsN:
     """N chains' survivals for S sides at once (hybrid.Chains' interface for any N): confs [S, R, K_d] and lens
     [S, R] per chain, in order; draft_ms None or [S, 1] per side [ms]; model_first: the first chain is the model
-    chain (the margin applies against it). surv_m / len_m name the first chain (hybrid.model_opt_lambda's)."""
+    chain. surv_m / len_m name the first chain (hybrid.model_opt_lambda's)."""
 
     def __init__(self, confs: list, lens: list, draft_ms=None, model_first: bool = True):
         dt = confs[0].dtype
@@ -81,7 +80,7 @@ class ChainsN:
             if i == 0:
                 choice, gain, slots, value = torch.zeros_like(n), g, n, v
                 continue
-            bar = value + (choice == 0) * margin if self.model_first else value
+            bar = value + margin
             take = v > bar
             choice = torch.where(take, i, choice)
             gain, slots, value = torch.where(take, g, gain), torch.where(take, n, slots), torch.where(take, v, value)
@@ -154,39 +153,56 @@ def skip_sides(names: tuple) -> list:
     return sides
 
 
-def plan_skip_n(view: HostView, names: tuple, method: str, margin: float, hysteresis: float,
-                forecast: str) -> Plan:
-    """Host phase of `hybrid` over `names`: every side of `skip_sides` priced in one pass on the host-known
-    chains (the model chain as drafted last, the model-free ones forecast); the side with every drafter runs
-    unless another earns more than G_all (1 + hysteresis) (then the best other); B = its slots widened to the
-    free ones, capped."""
-    st = view.stale_chains
-    sides = skip_sides(names)
-    S = len(sides)
+def _price_sets(view: HostView, names: tuple, sets: list, method: str, margin: float, forecast: str):
+    """METHOD on the host-known chains of `names` once per drafter set in `sets` (a side each: the chains of
+    drafters outside the set empty, their prices off draft_cost_ms): (kept slots [S, R], goodput [S])."""
+    st, prices = view.stale_chains, view.draft_ms_of
     dt = st[names[0]][0].dtype
-    prices = view.draft_ms_of
+    S = len(sets)
     confs, lens = [], []
     for n in names:
         conf = view.stale_model_conf if n == "dspark" else _forecast(view, n, forecast, dt)
         confs.append(conf[None].repeat(S, 1, 1))
         zero = torch.zeros_like(st[n][1])
-        lens.append(torch.stack([zero if n in out else st[n][1] for out in sides]))
+        lens.append(torch.stack([st[n][1] if n in run else zero for run in sets]))
     full = torch.as_tensor(view.draft_cost_ms, dtype=torch.float64)
     draft = []
-    for out in sides:
+    for run in sets:
         d = full
         for n in names:
-            if n in out:
+            if n not in run:
                 d = d - torch.as_tensor(prices[n], dtype=torch.float64)
         draft.append(d)
     _, kept, g = LAMBDA_METHODS[method](view, ChainsN(confs, lens, torch.stack(draft)[:, None], names[0] == "dspark"),
                                         margin)
+    return kept, g
+
+
+def plan_skip_n(view: HostView, names: tuple, method: str, margin: float, hysteresis: float,
+                forecast: str) -> Plan:
+    """Host phase of `hybrid` over `names` (module docstring): first the two default drafters' decision
+    (`skip_sides`: run the model pass unless the step earns more than G_all (1 + hysteresis) without it), then
+    each further drafter in order joins iff the step with it earns more than G (1 + hysteresis) without it; B =
+    the chosen set's kept slots widened to the free ones, capped."""
+    base = tuple(n for n in names if n in ("dspark", "ngram")) or names[:1]
+    sides = skip_sides(base)
+    kept, g = _price_sets(view, base, [tuple(n for n in base if n not in out) for out in sides], method, margin,
+                          forecast)
     k = 0
-    if S > 1:
+    if len(sides) > 1:
         other = int(torch.argmax(g[1:])) + 1
         k = 0 if bool(g[other] <= g[0] * (1.0 + hysteresis)) else other
-    run = tuple(n for n in names if n not in sides[k])
-    return Plan(model="dspark" in run, ngram="ngram" in run, budget=cap_budget(view, free_budget(view, kept[k].sum())),
+    run, total = tuple(n for n in base if n not in sides[k]), kept[k].sum()
+    for d in names:
+        if d in base:
+            continue
+        with_d = tuple(n for n in names if n in run or n == d)
+        kept, g = _price_sets(view, names, [run, with_d], method, margin, forecast)
+        if bool(g[1] > g[0] * (1.0 + hysteresis)):
+            run, total = with_d, kept[1].sum()
+        else:
+            total = kept[0].sum()
+    return Plan(model="dspark" in run, ngram="ngram" in run, budget=cap_budget(view, free_budget(view, total)),
                 extra=_others(run))
 
 
