@@ -65,6 +65,10 @@ preempted, which keep theirs). Item 3 of the lossless check then runs per reques
 rows are freed, with the same comparisons; the count of tokens written is checked at the end as before.
 Step records are kept in numpy chunks (sim.step_log). See docs/memory.md.
 
+Live drafters (sim/drafters/registry.py: the suffix tree, whose proposals depend on the schedule) run inside
+the step through sim.engine_live.LiveChains, on the numpy step only; their slots and time are recorded with the
+model-free (n-gram) columns.
+
 Speed. For the `none` policy, a stretch of pure decode steps (nothing admitted, preempted, prefilled or
 finished) is computed at once by sim.engine_ff with the same results bit for bit; for the others, the steps
 of a steady schedule run in one loop (sim.engine_stretch) with the same calls and float operations. `_step`
