@@ -181,6 +181,11 @@ class Engine(HostHistory, LosslessChecks):
         self.n = n
         self.live = LiveChains(live or {}, n)
         kx = self.live.width
+        missing = [d for d in getattr(policy, "uses_extra", ()) if d not in self.live.d]
+        if missing:
+            raise ConfigError(f"policy '{policy.name}' uses the drafter(s) {', '.join(missing)}, which this engine does "
+                              "not run (the simulator runs them with --drafters; the real torch engine runs dspark "
+                              "and ngram only)")
         if cfg.rate is not None:
             rng = np.random.default_rng(cfg.seed)
             self.arrival = np.cumsum(rng.exponential(1.0 / cfg.rate, size=n))

@@ -151,3 +151,12 @@ def test_the_suffix_calibrator():
     assert cal(np.array([1.0, 0.1]), np.array([1, 3])).tolist() == [table[-1, 0], table[0, 1]]
     bundled = SuffixCalibrator.load()  # made on general text; a long match is more reliable than a short one
     assert bundled(np.array([1.0]), np.array([16]))[0] > bundled(np.array([1.0]), np.array([1]))[0] + 0.3
+
+
+def test_an_engine_without_the_live_drafter_refuses_a_policy_that_needs_it():
+    from sim.engine import Engine, EngineConfig
+    from sim.run import SimSetup, prepare
+
+    prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=2))
+    with pytest.raises(ConfigError, match="does not run"):
+        Engine(prep.tables, prep.arrivals, get_policy("hybrid", "dspark,ngram,suffix"), prep.cost, EngineConfig())
