@@ -138,7 +138,7 @@ def test_bad_drafter_input_is_one_line_exit_2(args, what):
 
 
 def test_the_suffix_calibrator():
-    from sim.drafters.suffix_calibrate import SMOOTH, SuffixCalibrator, fit
+    from sim.drafters.suffix import SMOOTH, SuffixCalibrator, fit
 
     p = np.array([1.0, 1.0, 1.0, 0.1])
     e = np.array([1, 1, 20, 3])

@@ -23,8 +23,7 @@ from typing import Callable, Dict, Iterable, Optional, Protocol, Sequence
 
 import numpy as np
 
-from sim.drafters.suffix import LiveSuffixDrafter, suffix_config
-from sim.drafters.suffix_calibrate import SuffixCalibrator
+from sim.drafters.suffix import LiveSuffixDrafter, SuffixCalibrator, suffix_config
 from sim.errors import ConfigError
 
 DEFAULT_DRAFTERS = ("dspark", "ngram")

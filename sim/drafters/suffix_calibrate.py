@@ -24,36 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from sim.cli_util import ArgumentParser, int_at_least, run_cli
-from sim.drafters.suffix import SuffixConfig, SuffixDrafter
+from sim.drafters.suffix import E_EDGES, P_EDGES, SMOOTH, SuffixConfig, SuffixDrafter, fit
 from sim.errors import ConfigError
-
-P_EDGES = (0.0, 0.3, 0.5, 0.7, 0.9, 0.99)
-E_EDGES = (1, 2, 4, 8, 16)
-SMOOTH = 4.0
-DEFAULT_SUFFIX_CALIBRATOR = Path(__file__).resolve().parents[2] / "models" / "calibrators" / "suffix-general.json"
-
-
-class SuffixCalibrator:
-    """conf = table[p bin, e bin] (module docstring)."""
-
-    def __init__(self, table: np.ndarray) -> None:
-        self.table = np.asarray(table, dtype=np.float64)
-
-    def __call__(self, p: np.ndarray, e: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(P_EDGES, p, side="right") - 1
-        k = np.searchsorted(E_EDGES, e, side="right") - 1
-        return self.table[np.clip(i, 0, len(P_EDGES) - 1), np.clip(k, 0, len(E_EDGES) - 1)]
-
-    @classmethod
-    def load(cls, path=DEFAULT_SUFFIX_CALIBRATOR) -> "SuffixCalibrator":
-        try:
-            data = json.loads(Path(path).read_text())
-            table = np.asarray(data["table"], dtype=np.float64)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"suffix calibrator {path}: cannot be read ({exc})") from None
-        if table.shape != (len(P_EDGES), len(E_EDGES)) or not ((table >= 0) & (table <= 1)).all():
-            raise ConfigError(f"suffix calibrator {path}: expected a {len(P_EDGES)} x {len(E_EDGES)} table in [0, 1]")
-        return cls(table)
 
 
 def fitting_slots(tables, cfg: SuffixConfig, progress: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -83,18 +55,6 @@ def fitting_slots(tables, cfg: SuffixConfig, progress: bool = True) -> tuple[np.
     if progress:
         print(file=sys.stderr)
     return np.asarray(P, dtype=np.float64), np.asarray(E, dtype=np.int64), np.asarray(Y, dtype=bool)
-
-
-def fit(p: np.ndarray, e: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(table [len(P_EDGES), len(E_EDGES)], slots per cell) of the smoothed acceptance (module docstring)."""
-    prior = float(y.mean()) if len(y) else 0.0
-    i = np.searchsorted(P_EDGES, p, side="right") - 1
-    k = np.searchsorted(E_EDGES, e, side="right") - 1
-    shape = (len(P_EDGES), len(E_EDGES))
-    cells = np.ravel_multi_index((np.clip(i, 0, shape[0] - 1), np.clip(k, 0, shape[1] - 1)), shape)
-    n = np.bincount(cells, minlength=shape[0] * shape[1]).reshape(shape)
-    a = np.bincount(cells, weights=y.astype(np.float64), minlength=shape[0] * shape[1]).reshape(shape)
-    return (a + SMOOTH * prior) / (n + SMOOTH), n
 
 
 def _write_new(path: Path, text: str) -> None:
