@@ -4,8 +4,9 @@ are generated from these classes, so a setting is declared once.
 
     TraceConfig    which requests: the trace, a first-N or seeded sample of it, temperature, context check
     ModelConfig    the served model, the GPU and the cost model
-    DrafterConfig  the model-drafter profile (or recorded drafts), the n-gram calibrator and chain length, and
-                   whether the draft tables are built whole or per request (streamed)
+    DrafterConfig  the model-drafter profile (or recorded drafts), the n-gram calibrator and chain length,
+                   whether the draft tables are built whole or per request (streamed), the drafters the run
+                   enables and the suffix drafter's settings
     ServingConfig  the engine: arrivals, token budget, KV-cache size, asynchronous scheduling
     RunGrid        what a run compares: policies and batch sizes (lists)
 
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from sim.drafters.calibration import DEFAULT_CALIBRATOR
+from sim.drafters.registry import parse_drafter_list
+from sim.drafters.suffix import parse_suffix_settings
 from sim.drafters.stream import parse_draft_tables
 from sim.errors import ConfigError
 from sim.vllm_compat import MIN_RATE, SCHEDULERS, parse_rate, parse_scheduler
@@ -81,6 +84,12 @@ class DrafterConfig:
                             "(each request's built when it is admitted and freed when it finishes: memory follows the "
                             "running batch) or auto (stream when the whole tables would pass 1 GiB; docs/memory.md)",
                             grid=None, parse=parse_draft_tables)
+    drafters: str = opt("dspark,ngram", "the drafters the run enables, by name (sim/drafters/registry.py: dspark, ngram, "
+                        "suffix); hybrid, hybrid-price and oracle choose among all of them, any other policy must "
+                        "use enabled ones", parse=parse_drafter_list)
+    suffix_config: str | None = opt(None, "the suffix drafter's settings as JSON, e.g. '{\"max_depth\": 24, "
+                             "\"min_token_prob\": 0.1}' (sim/drafters/suffix.py: SuffixConfig)",
+                             parse=parse_suffix_settings)
 
 
 @dataclass

@@ -70,6 +70,10 @@ preempted, which keep theirs). Item 3 of the lossless check then runs per reques
 rows are freed, with the same comparisons; the count of tokens written is checked at the end as before.
 Step records are kept in numpy chunks (sim.step_log). See docs/memory.md.
 
+Live drafters (sim/drafters/registry.py: the suffix tree, whose proposals depend on the schedule) run inside
+the step through sim.engine_live.LiveChains, on the numpy step only; their slots and time are recorded with the
+model-free (n-gram) columns.
+
 Speed. For the `none` policy, a stretch of pure decode steps (nothing admitted, preempted, prefilled or
 finished) is computed at once by sim.engine_ff with the same results bit for bit; for the others, the steps
 of a steady schedule run in one loop (sim.engine_stretch) with the same calls and float operations. `_step`
@@ -90,6 +94,7 @@ from sim.engine_fast import ARRAYS_BYPASSES, NativeScans, Unsupported, native_st
 from sim.engine_checks import LosslessChecks
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.engine_history import HostHistory
+from sim.engine_live import LiveChains
 from sim.engine_stretch import steady_steps, stretch_ok
 from sim.errors import ConfigError, SimulatorBug
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
@@ -174,15 +179,24 @@ class Engine(HostHistory, LosslessChecks):
     single_thread = True  # torch intra-op threads during run(): one (the simulator's tensors are tiny)
 
     def __init__(self, tables, arrivals_s: np.ndarray, policy, cost: CostModel,
-                 cfg: EngineConfig, progress: bool = False):
+                 cfg: EngineConfig, progress: bool = False, live: dict | None = None):
         """tables: a whole-trace DraftTables, or a sim.drafters.stream.StreamingTables (then each request's rows
-        are built when it is admitted and freed when it finishes; see Memory in the module docstring)."""
+        are built when it is admitted and freed when it finishes; see Memory in the module docstring).
+        live: the run's live drafters the policy uses, name -> a fresh Drafter (sim/drafters/registry.py;
+        sim.engine_live runs them); their steps take the numpy step (the fast forms transcribe two drafters)."""
         self.stream = getattr(tables, "streaming", False)
         if self.stream:
             tables = tables.open()  # this run's arena
         self.tb, self.policy, self.cost, self.cfg = tables, policy, cost, cfg
         n = len(tables.out_len)
         self.n = n
+        self.live = LiveChains(live or {}, n)
+        kx = self.live.width
+        missing = [d for d in getattr(policy, "uses_extra", ()) if d not in self.live.d]
+        if missing:
+            raise ConfigError(f"policy '{policy.name}' uses the drafter(s) {', '.join(missing)}, which this engine does "
+                              "not run (the simulator runs them with --drafters; the real torch engine runs dspark "
+                              "and ngram only)")
         if cfg.rate is not None:
             rng = np.random.default_rng(cfg.seed)
             self.arrival = np.cumsum(rng.exponential(1.0 / cfg.rate, size=n))
@@ -190,10 +204,10 @@ class Engine(HostHistory, LosslessChecks):
             self.arrival = np.asarray(arrivals_s, dtype=np.float64)
         self.kv_cap = cfg.kv_capacity_tokens if cfg.kv_capacity_tokens is not None else cost.kv_capacity_tokens
         bs = cfg.block_size
-        kmax = max(tables.k_model if policy.uses_model else 0, tables.k_ngram if policy.uses_ngram else 0)
+        kmax = max(tables.k_model if policy.uses_model else 0, tables.k_ngram if policy.uses_ngram else 0, kx)
         charge = slot_charge(policy.name, policy.vllm, cfg.scheduler, kmax, tables.k_model)
         need = full_kv_need(tables.prompt_len + tables.out_len,
-                            max(tables.k_model, tables.k_ngram, charge.kv_extra - 1), bs)
+                            max(tables.k_model, tables.k_ngram, kx, charge.kv_extra - 1), bs)
         worst = int(np.argmax(need)) if n else 0
         if n and need[worst] > self.kv_cap:
             raise ConfigError(
@@ -234,7 +248,7 @@ class Engine(HostHistory, LosslessChecks):
         self.n_steps = np.zeros(n, dtype=np.int64)
         # drafts (request-steps that verify >= 1 draft token) by accepted length 0..K: vLLM's spec-decode counts
         # (its acceptance length and per-position acceptance, sim.metrics.spec_decode_metrics)
-        self.acc_hist = np.zeros(max(tables.k_model, tables.k_ngram) + 1, dtype=np.int64)
+        self.acc_hist = np.zeros(max(tables.k_model, tables.k_ngram, kx) + 1, dtype=np.int64)
         self.n_outputs = int(tables.out_len.sum())
         self._emitted = None if self.stream else np.full(self.n_outputs, -1, dtype=np.int64)
         self.n_written = 0  # tokens written into emitted_tokens (== n_outputs iff each slot written once)
@@ -242,7 +256,7 @@ class Engine(HostHistory, LosslessChecks):
         self._out_violation: tuple[int, str] | None = None  # streaming: (request, message) of item 3's first failure
         # Policies decide with the verify table vLLM profiles once at start-up (a fixed reference context,
         # see CostModel.startup_verify_table); every step is charged its true cost at its own context.
-        kdec = max(tables.k_model, tables.k_ngram)
+        kdec = max(tables.k_model, tables.k_ngram, kx)
         most = min(cfg.batch_size, max(n, 1))  # never more running than requests: memory follows the trace
         self.decision_table = torch.from_numpy(cost.startup_verify_table(
             cfg.max_num_batched_tokens, cfg.batch_size, 1 + tables.k_model,
@@ -253,6 +267,8 @@ class Engine(HostHistory, LosslessChecks):
         self.steps = StepLog(STEP_COLUMNS)  # one StepRecord per step, kept as numpy chunks
         self.ran = (False, False)  # (model, n-gram): the drafters the last numpy step's _admit found ran
         self._bar = None
+        if self.live:  # the native step and the policies' fast forms hold two drafters' chains
+            self._fast = self._arrays = None
 
     # ----------------------------------------------------------------------------------------- utils
     @property
@@ -277,8 +293,9 @@ class Engine(HostHistory, LosslessChecks):
                 out.draft = cost.draft_ms(R, self.tb.k_model)
             if pol.uses_ngram:
                 out.ngram = cost.ngram_ms(R, on_gpu=not pol.host_sync)
-            if pol.uses_model or pol.uses_ngram:
+            if pol.uses_model or pol.uses_ngram or pol.uses_extra:
                 out.alloc = cost.alloc_ms(R, policy=pol.name)
+            out.extra = self.live.prices(R, cost)
             self._price_memo[R] = out
         return out
 
@@ -372,6 +389,8 @@ class Engine(HostHistory, LosslessChecks):
                 delays = (step_ms,)
             else:
                 delays, finished = ran
+            if self.live and finished:
+                self.live.stop(self, finished)
             self._release_rows(finished)
             for d in delays:
                 now = now + d
@@ -505,7 +524,7 @@ class Engine(HostHistory, LosslessChecks):
         token count its CUDA graph is padded to."""
         hit = self._counts_charge(len(self.sched.running), total_tokens)
         verify = float(self.cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows)) if total_tokens else 0.0
-        return StepCharge(parts.draft, parts.ngram, parts.alloc, verify, hit[1], hit[2])
+        return StepCharge(parts.draft, parts.ngram + parts.extra, parts.alloc, verify, hit[1], hit[2])
 
     def _counts_charge(self, running: int, total_tokens: int) -> tuple:
         """What of a step's charge depends on the counts only (the cost model is pure): (graph tokens, sample
@@ -535,7 +554,7 @@ class Engine(HostHistory, LosslessChecks):
             mean_ngram_conf=None if mean_ng is None else from_numpy(mean_ng),
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
-            model_draft_ms=draft_ms, ngram_draft_ms=ngram_ms)
+            model_draft_ms=draft_ms, ngram_draft_ms=ngram_ms, **self.live.host_fields(reqs, len(reqs), self.cost))
 
     def _scheduled_model_len(self, reqs: np.ndarray) -> np.ndarray:
         """The model chain length each decoding request is scheduled: min(K_m, output left, the drafts the
@@ -570,13 +589,14 @@ class Engine(HostHistory, LosslessChecks):
             ngram_draft_ms=ngram_ms,
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
+            **self.live.batch_fields(reqs, chains, pol.needs_truth, self.cost),
         )
 
     def _true_table(self, T: int, R: int, kv_tokens: int, n_seqs: int) -> np.ndarray:
         """The verify time the engine will charge this step for every token count up to all slots (the oracle's
         true_verify_cost_ms) [ms]."""
         tb = self.tb
-        return self.cost.charged_verify_table(T + R * max(tb.k_model, tb.k_ngram) + 1, kv_tokens, n_seqs)
+        return self.cost.charged_verify_table(T + R * max(tb.k_model, tb.k_ngram, self.live.width) + 1, kv_tokens, n_seqs)
 
     def _drafters_ran(self, said_model, said_ngram, prices: StepPrices | None,
                       plan: Plan | None = None) -> tuple[bool, bool]:
@@ -619,6 +639,8 @@ class Engine(HostHistory, LosslessChecks):
                    "the policy admitted more draft tokens than its chain holds")
         self._flag(((want_m > 0) & (not model_ran)) | ((want_n > 0) & (not ngram_ran)), reqs,
                    "the policy admitted draft tokens of a drafter it did not run this step")
+        if self.live:
+            self.live.admit(self, alloc, plan, reqs, chain, adm, chains, prices)
         return np.minimum(want_m, m_len), np.minimum(want_n, ng_len), model_ran
 
     def _prefill(self, plan: StepPlan) -> tuple[int, list[int], int]:
@@ -740,11 +762,18 @@ class Engine(HostHistory, LosslessChecks):
             stale, mean_ng = self._host_state(reqs)
             drafting = self._plan(self._host_view(reqs, stale, mean_ng, T, n_seqs, n_prefill_done, prices))
             chains = self._propose(reqs, rows, drafting)
+            if self.live:
+                self.live.propose(self, reqs, drafting, chains)
             batch = self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs, n_prefill_done, prices)
             alloc = self._allocate(batch, drafting)
             adm_m, adm_n, model_ran = self._admit(alloc, drafting, reqs, chains, prices)
         acc_m, acc_n = self._verify(plan, reqs, rows, adm_m, adm_n, chains)
-        if R:
+        if R and self.live:
+            verified, accepted, emitted = self.live.settle(self, reqs, rows, adm_m, adm_n, acc_m, acc_n, chains,
+                                                           model_ran)
+            self.sched.last_draft = verified[0] + verified[1]
+            total_tokens = T + self.sched.last_draft
+        elif R:
             from_n = acc_n > acc_m  # the branch whose tokens are kept (ties: the model's, same tokens)
             acc = np.maximum(acc_m, acc_n)
             # vLLM's filling n-gram drafts K slots for every request

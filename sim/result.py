@@ -18,8 +18,9 @@ REQUEST_COLUMNS = {
 STEP_COLUMNS = {
     "t_start_ms": "step start (ms)", "step_ms": "step duration (ms)", "num_decode": "decoding requests",
     "emitted": "tokens emitted", "verified_model": "model-drafter tokens verified",
-    "verified_ngram": "n-gram tokens verified", "accepted_model": "model-drafter tokens accepted",
-    "accepted_ngram": "n-gram tokens accepted",
+    "verified_ngram": "n-gram tokens verified (with --drafters suffix: and the suffix drafter's)",
+    "accepted_model": "model-drafter tokens accepted",
+    "accepted_ngram": "n-gram tokens accepted (with --drafters suffix: and the suffix drafter's)",
     **{k: f"time spent in {k.removesuffix('_ms')} (ms)" for k in BREAKDOWN},
 }
 

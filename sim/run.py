@@ -30,7 +30,9 @@ from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
 from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
 from sim.drafters.ngram import NgramConfig
 from sim.drafters.cache import cached_draft_tables
+from sim.drafters.registry import DEFAULT_DRAFTERS, live_drafters, parse_drafters
 from sim.drafters.stream import StreamingTables, pick_streaming
+from sim.drafters.suffix import parse_suffix_settings, suffix_settings
 from sim.drafters.tables import DraftTables
 from sim.engine import Engine, EngineConfig, RunResult
 from sim.errors import ConfigError
@@ -104,6 +106,9 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
     else:
         tables = cached_draft_tables(reqs, ngram_cfg, profile, calib, seed=setup.seed, progress=progress,
                                      recorded=recorded)
+    if trace.length_only and any(n not in DEFAULT_DRAFTERS for n in parse_drafters(setup.drafters)):
+        raise ConfigError(f"{setup.trace}: --drafters {setup.drafters}: a live drafter (suffix) proposes from the "
+                          "request's tokens, and this trace has lengths only")
     arrivals = np.asarray([r.arrival_s or 0.0 for r in reqs], dtype=np.float64)
     return Prepared(setup, tables, arrivals, cost, bool(trace.length_only), trace.skipped, trace.tokenizer,
                     tok_note if trace.tokenizer else None, [r.id for r in reqs], [r.line for r in reqs],
@@ -153,16 +158,17 @@ def check_kv(prep: Prepared, kv_capacity_tokens: int | None = None, block_size: 
 def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False) -> tuple[dict, RunResult]:
     """Simulate one (policy, batch size) and return its summary row and the raw result."""
     s = prep.setup
-    pol = get_policy(policy)
+    pol = get_policy(policy, s.drafters)
+    live = live_drafters(pol.uses_extra, {"suffix": suffix_settings(s.suffix_config)})  # fresh per run
     cfg = EngineConfig(batch_size=batch_size, max_num_batched_tokens=s.max_num_batched_tokens,
                        kv_capacity_tokens=s.kv_capacity_tokens, rate=s.rate, seed=s.seed,
                        async_scheduling=s.async_scheduling, scheduler=s.scheduler)
     t0 = time.perf_counter()
-    res = Engine(prep.tables, prep.arrivals, pol, prep.cost, cfg, progress=progress).run()
+    res = Engine(prep.tables, prep.arrivals, pol, prep.cost, cfg, progress=progress, live=live).run()
     wall = time.perf_counter() - t0
     row = {"policy": pol.name, "batch_size": batch_size, "trace": s.trace, "model": s.model, "gpu": s.gpu,
            "tensor_parallel_size": s.tensor_parallel_size,
-           "cost": s.cost, "drafter": s.drafter, "ngram_k": s.ngram_k, "seed": s.seed, "tokenizer": prep.tokenizer}
+           "cost": s.cost, "drafter": s.drafter, "drafters": s.drafters, "ngram_k": s.ngram_k, "seed": s.seed, "tokenizer": prep.tokenizer}
     row.update(summarize(res, batch_size))
     row["wall_s"] = wall
     row["sim_tok_per_wall_s"] = row["output_tokens"] / wall if wall > 0 else float("nan")
@@ -213,18 +219,34 @@ def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None 
     return out
 
 
-def pick_baseline(a: argparse.Namespace, policies: list[str], from_spec_config: bool) -> str | None:
+def pick_baseline(a: argparse.Namespace, policies: list[str], from_spec_config: bool,
+                  drafters: tuple = DEFAULT_DRAFTERS) -> str | None:
     """The policy every ratio is taken against, or None (no ratios): --baseline P; none with --no-baseline;
     by default BASELINE, except when only --speculative-config named the runs (then they run alone, as
-    vLLM would run them, unless one of them is BASELINE)."""
+    vLLM would run them, unless one of them is BASELINE) or the run does not enable BASELINE's drafter."""
     if a.baseline is not None and a.no_baseline:
         raise ConfigError("--baseline and --no-baseline exclude each other")
     if a.baseline is not None:
-        get_policy(a.baseline)
+        get_policy(a.baseline, drafters)
         return a.baseline
     if a.no_baseline or (from_spec_config and not a.policy and BASELINE not in policies):
         return None
+    if "dspark" not in drafters:
+        return None
     return BASELINE
+
+
+def default_policies(drafters: tuple) -> list[str]:
+    """The policies a run compares when none is named: DEFAULT_POLICIES that use only the enabled drafters,
+    and `suffix` when the suffix drafter is enabled."""
+    out = []
+    for p in DEFAULT_POLICIES:
+        try:
+            get_policy(p, drafters)
+        except ConfigError:
+            continue
+        out.append(p)
+    return out + (["suffix"] if "suffix" in drafters else [])
 
 
 def fit_batch_sizes(sizes: list[int], n_requests: int) -> tuple[list[int], list[int]]:
@@ -323,6 +345,7 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
     ngram_k, spec_k = a.ngram_k, None
     spec_policies, spec_drafter = [], None  # spec_drafter: the drafter (NAME:K) of an eagle/eagle3 config
     dspark = False
+    drafters, suffix_cfg = parse_drafters(a.drafters), a.suffix_config
     if a.speculative_config:
         from sim.drafters.calibration import NgramCalibrator
 
@@ -347,16 +370,24 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
                                       "num_speculative_tokens (the model drafter is one per run)")
                 spec_drafter = m.drafter
             spec_policies.append(m.policy)
+            if m.suffix is not None:  # method suffix: the suffix drafter, with the config's settings
+                if "suffix" not in drafters:
+                    drafters = parse_drafters(drafters + ("suffix",))
+                    print(f"note: --speculative-config method 'suffix' enables the suffix drafter (--drafters "
+                          f"{','.join(drafters)})", file=sys.stderr)
+                merged = {**suffix_settings(suffix_cfg), **m.suffix}
+                suffix_cfg = parse_suffix_settings(json.dumps(merged)) if merged else suffix_cfg
         if spec_drafter is not None and (a.drafter != SimSetup.drafter or dspark):
             raise ConfigError("--speculative-config: method eagle/eagle3 replaces the model drafter of every policy in "
                               "the run; it cannot be combined with --drafter or with a dspark config")
         if spec_drafter is not None:
             print("note: every policy of this run uses the EAGLE-style drafter; its confidences (used by adaptive and "
                   "the hybrids) are the profile's synthetic ones: EAGLE has no confidence head", file=sys.stderr)
-    policies = list(dict.fromkeys((a.policy or ([] if spec_policies else list(DEFAULT_POLICIES))) + spec_policies))
+    defaults_ = [] if spec_policies else default_policies(drafters)
+    policies = list(dict.fromkeys((a.policy or defaults_) + spec_policies))
     for p in policies:
-        get_policy(p)  # fail fast on a bad name, before any work
-    baseline = pick_baseline(a, policies, bool(spec_policies))
+        get_policy(p, drafters)  # fail fast on a bad name or a drafter the run does not enable, before any work
+    baseline = pick_baseline(a, policies, bool(spec_policies), drafters)
     add_baseline = baseline is not None and baseline not in policies
     if add_baseline:
         policies.insert(0, baseline)
@@ -365,7 +396,8 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
         check("batch_size", b)
     if a.workers is not None and a.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {a.workers}")
-    setup = dataclasses.replace(from_args(SimSetup, a), model=model, ngram_k=ngram_k)
+    setup = dataclasses.replace(from_args(SimSetup, a), model=model, ngram_k=ngram_k, drafters=",".join(drafters),
+                                suffix_config=suffix_cfg)
     if spec_drafter is not None:  # an EAGLE head run for K sequential steps: its profile at block K (NAME:K)
         setup = dataclasses.replace(setup, drafter=spec_drafter)
     tty = sys.stderr.isatty()

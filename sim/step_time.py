@@ -34,13 +34,14 @@ class StepPrices:
     draft: float = 0.0  # the model drafter's pass
     ngram: float = 0.0  # the n-gram drafter
     alloc: float = 0.0  # the allocation kernel, paid whenever a drafter runs
+    extra: float = 0.0  # the run's other drafters (sim/drafters/registry.py), charged with the model-free ones
 
     def total(self) -> float:
-        """draft + ngram + alloc, summed left to right (the policies' draft_cost_ms)."""
-        return self.draft + self.ngram + self.alloc
+        """draft + ngram + alloc + extra, summed left to right (the policies' draft_cost_ms)."""
+        return self.draft + self.ngram + self.alloc + self.extra
 
     def copy(self) -> "StepPrices":
-        return StepPrices(self.draft, self.ngram, self.alloc)
+        return StepPrices(self.draft, self.ngram, self.alloc, self.extra)
 
 
 @dataclass(slots=True)

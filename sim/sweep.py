@@ -108,6 +108,8 @@ class Cell:
     drafts: str | None
     calibrator: str
     ngram_k: int
+    drafters: str
+    suffix_config: str | None
     policy: str
     batch_size: int
     rate: float | None
@@ -203,7 +205,7 @@ def validate(cells: list[Cell]) -> None:
             fn(*args)
 
     for c in cells:
-        once("policy", get_policy, c.policy)
+        once("policy", get_policy, c.policy, c.drafters)
         once("cost", lambda cost, m, g: make_cost_model(cost, llm=m, gpu=g), c.cost, c.model, c.gpu)
         once("drafter", load_drafter_profile, c.drafter)
         once("calibrator", NgramCalibrator.load, c.calibrator)

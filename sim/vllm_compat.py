@@ -20,6 +20,12 @@ Flag aliases (sim.run and sim.sweep):
                                                                       eagle-llama3.1-8b / eagle3-llama3.1-8b: profile
                                                                       at block K, K sequential head passes priced)
 
+  suffix                                 suffix                       the suffix-tree drafter (enabled in --drafters);
+                                                                      num_speculative_tokens = its longest chain,
+                                                                      suffix_decoding_max_tree_depth / _max_cached_
+                                                                      requests / _max_spec_factor / _min_token_prob
+                                                                      = its settings (sim/drafters/suffix.py)
+
 `ngram` runs on vLLM's Model Runner V2 as its GPU n-gram speculator (NgramGPUSpeculator): every decoding
 request is scheduled and verified all K slots every step, an unmatched slot filled with the last token
 (accepted where the target repeats it: the engine models it, sim.vllm_compat.filler_slots);
@@ -35,9 +41,9 @@ K = num_speculative_tokens:
 Adaptive verification trims the verified drafts on the GPU after scheduling: the budget is charged the
 whole K either way.
 
-Other methods (mtp, draft_model, suffix, medusa, ...) have no drafter model in the simulator
-and are refused with a one-line error, as are fields that would change what the run means (tree and
-suffix-decoding settings, sampling methods, ...). Fields about where the drafter runs (model,
+Other methods (mtp, draft_model, medusa, ...) have no drafter model in the simulator
+and are refused with a one-line error, as are fields that would change what the run means (tree
+settings, sampling methods, ...). Fields about where the drafter runs (model,
 quantization, parallelism) do not change what the simulator models and are ignored.
 """
 from __future__ import annotations
@@ -46,6 +52,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from sim.drafters.suffix import suffix_config
 from sim.errors import ConfigError
 from sim.scheduler import SCHEDULED, SlotCharge
 
@@ -58,8 +65,12 @@ MAX_EAGLE_K = 64  # the longest chain a drafter profile holds
 IGNORED_FIELDS = ("model", "quantization", "revision", "code_revision", "draft_tensor_parallel_size",
                   "tensor_parallel_size", "max_model_len", "disable_padded_drafter_batch", "draft_load_config",
                   "enforce_eager", "draft_lm_head_quantization")
+# vLLM's suffix-decoding fields -> the suffix drafter's settings (sim/drafters/suffix.py: SuffixConfig)
+SUFFIX_FIELDS = {"suffix_decoding_max_tree_depth": "max_depth", "suffix_decoding_max_cached_requests": "max_cached",
+                 "suffix_decoding_max_spec_factor": "max_spec_factor",
+                 "suffix_decoding_min_token_prob": "min_token_prob"}
 MAPPED_FIELDS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
-                 "enable_adaptive_verification")
+                 "enable_adaptive_verification", *SUFFIX_FIELDS)
 VLLM_NGRAM_DEFAULT_N = 5  # vLLM: prompt_lookup_min = prompt_lookup_max = 5 when neither is given
 
 
@@ -159,6 +170,7 @@ class SpecMapping:
     notes: list[str] = field(default_factory=list)
     drafter: str | None = None  # a drafter profile replacing --drafter (eagle, eagle3): NAME:K, K = `block`
     block: int | None = None
+    suffix: dict | None = None  # method suffix: the suffix drafter's settings (SuffixConfig names)
 
 
 def _int(cfg: dict, key: str) -> int | None:
@@ -199,6 +211,18 @@ def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int
              for f in IGNORED_FIELDS if f in cfg]
     if method is None:
         raise ConfigError("--speculative-config: 'method' is required (the simulator maps ngram, ngram_gpu and dspark)")
+    given = [f for f in SUFFIX_FIELDS if f in cfg]
+    if given and method != "suffix":
+        raise ConfigError(f"--speculative-config: {given[0]} goes with method 'suffix' only")
+    if method == "suffix":
+        if adaptive or lo is not None or hi is not None:
+            raise ConfigError("--speculative-config: method 'suffix' takes num_speculative_tokens and the "
+                              "suffix_decoding_* fields only")
+        settings = {SUFFIX_FIELDS[f]: cfg[f] for f in given}
+        if k is not None:
+            settings["max_spec_tokens"] = k
+        suffix_config(settings)  # a setting out of range: one line, naming it
+        return SpecMapping("suffix", notes=notes, suffix=settings)
     if method in NGRAM_METHODS:
         if adaptive:
             raise ConfigError("--speculative-config: enable_adaptive_verification goes with method 'dspark' only (as in vLLM)")

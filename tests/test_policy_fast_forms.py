@@ -35,7 +35,8 @@ def _same(spec, pol, b, where):
 
 
 def test_every_family_is_covered():
-    assert {u.split(":")[0].split("[")[0] for u in list_policies()} <= {s.split(":")[0] for s in SPECS}
+    # `suffix` runs only with the suffix drafter (a live drafter: the numpy step, no fast form; tests/test_drafter_axis.py)
+    assert {u.split(":")[0].split("[")[0] for u in list_policies()} - {"suffix"} <= {s.split(":")[0] for s in SPECS}
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: the simulator runs the definitions")

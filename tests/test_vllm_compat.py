@@ -94,7 +94,7 @@ def test_speculative_config_maps_eagle_to_a_sequential_drafter():
     ({"method": "eagle"}, "method 'eagle' needs num_speculative_tokens"),
     ({"method": "eagle3", "num_speculative_tokens": 3, "enable_adaptive_verification": True}, "needs a confidence head"),
     ({"method": "eagle", "num_speculative_tokens": 65}, "exceeds 64"),
-    ({"method": "suffix"}, "method 'suffix' cannot be mapped"),
+    ({"method": "medusa"}, "method 'medusa' cannot be mapped"),
     ({"num_speculative_tokens": 3}, "'method' is required"),
     ({"method": "ngram"}, "needs num_speculative_tokens"),
     ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 5, "prompt_lookup_max": 5},
@@ -104,7 +104,7 @@ def test_speculative_config_maps_eagle_to_a_sequential_drafter():
     ({"method": "dspark", "num_speculative_tokens": 9}, "exceeds the DSpark drafter profile's block of 7"),
     ({"method": "dspark", "num_speculative_tokens": 3, "enable_adaptive_verification": True}, "cannot be mapped"),
     ({"method": "ngram", "num_speculative_tokens": 3, "enable_adaptive_verification": True}, "'dspark' only"),
-    ({"method": "dspark", "suffix_decoding_max_tree_depth": 4}, "no counterpart"),
+    ({"method": "dspark", "suffix_decoding_max_tree_depth": 4}, "goes with method 'suffix' only"),
 ])
 def test_speculative_config_refuses(cfg, needle):
     with pytest.raises(ConfigError, match=None) as ei:
@@ -213,3 +213,11 @@ def test_eagle_config_on_the_command_line(capsys):
                                  "--speculative-config", '{"method": "dspark"}'], capsys)
     last = cap.err.strip().splitlines()[-1]
     assert code == 2 and last.startswith("error:") and "cannot be combined" in last and cap.err.count("error:") == 1
+
+
+def test_suffix_maps_onto_the_suffix_policy_and_checks_its_settings():
+    m = speculative_config('{"method": "suffix", "num_speculative_tokens": 16, "suffix_decoding_max_tree_depth": 32}',
+                           (2, 5), 7)
+    assert m.policy == "suffix" and m.suffix == {"max_depth": 32, "max_spec_tokens": 16}
+    with pytest.raises(ConfigError, match="max_depth must be in"):
+        speculative_config('{"method": "suffix", "suffix_decoding_max_tree_depth": 1}', (2, 5), 7)

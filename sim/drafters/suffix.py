@@ -28,10 +28,14 @@ substrings fed, at most D nodes per token: the per-request tree lives from a req
 """
 from __future__ import annotations
 
+import json
 import math
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Optional
+
+import numpy as np
 
 from sim.errors import ConfigError
 
@@ -230,3 +234,114 @@ def accepted_length(proposal: SuffixProposal, future: list) -> int:
             break
         n += 1
     return n
+
+
+SETTINGS = {"max_depth": int, "max_spec_tokens": int, "max_spec_factor": float, "max_spec_offset": float,
+            "min_token_prob": float, "max_cached": int}
+
+
+def suffix_config(settings: dict) -> SuffixConfig:
+    """SuffixConfig from a settings dict (SuffixConfig's field names); ConfigError (one line) for an unknown
+    name or a value out of range."""
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise ConfigError(f"suffix drafter: unknown setting(s) {', '.join(unknown)} (known: {', '.join(SETTINGS)})")
+    return SuffixConfig(**settings)
+
+
+class LiveSuffixDrafter(SuffixDrafter):
+    """The suffix drafter as the engine runs it (sim.drafters.registry.Drafter, a live drafter): proposals for a
+    batch as padded arrays, and its price.
+
+    Confidence: each slot's p_j, the tree's empirical conditional frequency count(child) / count(children),
+    through `calibrator` (p, e) -> acceptance estimate, e = match length + slot index [tokens]
+    (sim/drafters/suffix_calibrate.py, fit on general text; None: the raw p_j, which over-states acceptance
+    where the tree has seen little). Cost: a host-side walk of two tries per request, priced as the
+    host n-gram lookup (cost_model.ngram_ms(R, on_gpu=False)) [ms]; simulation only, no real run checks it."""
+
+    def __init__(self, cfg: SuffixConfig = SuffixConfig(), calibrator=None) -> None:
+        super().__init__(cfg)
+        self.calibrator = calibrator
+
+    @property
+    def width(self) -> int:
+        return self.cfg.max_spec_tokens
+
+    def propose(self, rids) -> tuple:  # the batch form of SuffixDrafter.propose (one request)
+        K, R = self.width, len(rids)
+        tok = np.zeros((R, K), dtype=np.int64)
+        conf = np.zeros((R, K), dtype=np.float64)
+        n = np.zeros(R, dtype=np.int64)
+        for k, r in enumerate(rids):
+            p = SuffixDrafter.propose(self, int(r))
+            m = len(p)
+            if m:
+                tok[k, :m] = p.tokens
+                raw = np.asarray(p.conf, dtype=np.float64)
+                conf[k, :m] = raw if self.calibrator is None else self.calibrator(raw, p.match_len + np.arange(m))
+                n[k] = m
+        return tok, conf, n
+
+    def cost(self, num_reqs: int, cost_model) -> float:
+        return float(cost_model.ngram_ms(num_reqs, on_gpu=False))
+
+
+def parse_suffix_settings(text: str) -> str:
+    """A --suffix-config value: a JSON object of SuffixConfig settings, checked (ConfigError, one line, for bad JSON,
+    an unknown name or a value out of range) and written back in a canonical form."""
+    try:
+        cfg = json.loads(text)
+    except (ValueError, RecursionError):
+        raise ConfigError(f"--suffix-config: not a JSON object of suffix drafter settings: {text[:60]!r}") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"--suffix-config: expected a JSON object such as '{{\"max_depth\": 24}}', got {text[:60]!r}")
+    suffix_config(cfg)
+    return json.dumps(cfg, sort_keys=True)
+
+
+def suffix_settings(text: str | None) -> dict:
+    """The settings dict of a (checked) --suffix-config value; {} for None."""
+    return {} if not text else json.loads(text)
+
+
+# The calibrator of the drafter's confidences (fit on general text by python -m sim.drafters.suffix_calibrate,
+# whose docstring gives the method): conf = table[bin of p_j in P_EDGES, bin of e = match length + j in E_EDGES].
+P_EDGES = (0.0, 0.3, 0.5, 0.7, 0.9, 0.99)
+E_EDGES = (1, 2, 4, 8, 16)
+SMOOTH = 4.0  # fitting slots a cell's estimate is pulled towards the overall acceptance with
+DEFAULT_SUFFIX_CALIBRATOR = Path(__file__).resolve().parents[2] / "models" / "calibrators" / "suffix-general.json"
+
+
+class SuffixCalibrator:
+    """conf = table[p bin, e bin]: the acceptance estimate of a slot with tree frequency p and context e [tokens]."""
+
+    def __init__(self, table: np.ndarray) -> None:
+        self.table = np.asarray(table, dtype=np.float64)
+
+    def __call__(self, p: np.ndarray, e: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(P_EDGES, p, side="right") - 1
+        k = np.searchsorted(E_EDGES, e, side="right") - 1
+        return self.table[np.clip(i, 0, len(P_EDGES) - 1), np.clip(k, 0, len(E_EDGES) - 1)]
+
+    @classmethod
+    def load(cls, path=DEFAULT_SUFFIX_CALIBRATOR) -> "SuffixCalibrator":
+        try:
+            data = json.loads(Path(path).read_text())
+            table = np.asarray(data["table"], dtype=np.float64)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"suffix calibrator {path}: cannot be read ({exc})") from None
+        if table.shape != (len(P_EDGES), len(E_EDGES)) or not ((table >= 0) & (table <= 1)).all():
+            raise ConfigError(f"suffix calibrator {path}: expected a {len(P_EDGES)} x {len(E_EDGES)} table in [0, 1]")
+        return cls(table)
+
+
+def fit(p: np.ndarray, e: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(table [len(P_EDGES), len(E_EDGES)], slots per cell) of the smoothed acceptance (module docstring)."""
+    prior = float(y.mean()) if len(y) else 0.0
+    i = np.searchsorted(P_EDGES, p, side="right") - 1
+    k = np.searchsorted(E_EDGES, e, side="right") - 1
+    shape = (len(P_EDGES), len(E_EDGES))
+    cells = np.ravel_multi_index((np.clip(i, 0, shape[0] - 1), np.clip(k, 0, shape[1] - 1)), shape)
+    n = np.bincount(cells, minlength=shape[0] * shape[1]).reshape(shape)
+    a = np.bincount(cells, weights=y.astype(np.float64), minlength=shape[0] * shape[1]).reshape(shape)
+    return (a + SMOOTH * prior) / (n + SMOOTH), n

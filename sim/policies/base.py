@@ -22,13 +22,13 @@ Units: costs in milliseconds, probabilities in [0, 1].
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional, Union
 
 import torch
 
 CHAIN_NONE = 0
-CHAIN_MODEL = 1
+CHAIN_MODEL = 1  # the registry's chain ids (sim/drafters/registry.py): dspark, ngram, suffix, ...
 CHAIN_NGRAM = 2
 
 
@@ -70,6 +70,12 @@ class StepBatch:
     max_draft_tokens    cap on the draft budget B, int: vLLM 0.33 verifies all logits in one fp32 chunk of
                         at most 2**30 // (vocab_size * 4) rows, one per bonus token and draft slot, so
                         B <= max(0, 2**30 // (vocab_size * 4) - number of scheduled requests). None = no cap.
+    extra               the chains of the run's other drafters (sim/drafters/registry.py), name -> (conf [R, K_d],
+                        len [R]); empty in a two-drafter run. `chains` is every drafter's, dspark and ngram included.
+    stale_extra, mean_extra   their host-known history, name -> (conf, len) of the last proposal, and name ->
+                        mean confidence per slot [R, K_d] (as mean_ngram_conf).
+    extra_draft_ms      name -> that drafter's part of draft_cost_ms [ms] (as ngram_draft_ms).
+    true_extra_acc      name -> true accepted length [R] (oracle only, as true_ngram_acc).
     """
 
     model_conf: torch.Tensor
@@ -91,10 +97,31 @@ class StepBatch:
     max_draft_tokens: Optional[int] = None
     model_draft_ms: Union[float, torch.Tensor] = 0.0
     ngram_draft_ms: Union[float, torch.Tensor] = 0.0
+    extra: dict = field(default_factory=dict)
+    stale_extra: dict = field(default_factory=dict)
+    mean_extra: dict = field(default_factory=dict)
+    extra_draft_ms: dict = field(default_factory=dict)
+    true_extra_acc: dict = field(default_factory=dict)
 
     @property
     def num_reqs(self) -> int:
         return self.model_conf.shape[0]
+
+    @property
+    def chains(self) -> dict:
+        """Every drafter's current chain, name -> (conf [R, K_d], len [R]) (a drafter that did not run: len 0)."""
+        return {"dspark": (self.model_conf, self.model_len), "ngram": (self.ngram_conf, self.ngram_len), **self.extra}
+
+    @property
+    def stale_chains(self) -> dict:
+        """Every drafter's host-known (stale) chain, name -> (conf, len)."""
+        return {"dspark": (self.stale_model_conf, self.stale_model_len),
+                "ngram": (self.stale_ngram_conf, self.stale_ngram_len), **self.stale_extra}
+
+    @property
+    def draft_ms_of(self) -> dict:
+        """Every drafter's part of draft_cost_ms, name -> ms."""
+        return {"dspark": self.model_draft_ms, "ngram": self.ngram_draft_ms, **self.extra_draft_ms}
 
     @property
     def num_sampling(self) -> int:
@@ -124,10 +151,16 @@ class HostView:
     max_draft_tokens: Optional[int] = None
     model_draft_ms: Union[float, torch.Tensor] = 0.0
     ngram_draft_ms: Union[float, torch.Tensor] = 0.0
+    stale_extra: dict = field(default_factory=dict)
+    mean_extra: dict = field(default_factory=dict)
+    extra_draft_ms: dict = field(default_factory=dict)
 
     @property
     def num_reqs(self) -> int:
         return self.stale_model_conf.shape[0]
+
+    stale_chains = StepBatch.stale_chains
+    draft_ms_of = StepBatch.draft_ms_of
 
     @property
     def num_sampling(self) -> int:
@@ -142,7 +175,8 @@ def host_view(batch: StepBatch) -> HostView:
                     verify_cost_ms=batch.verify_cost_ms, draft_cost_ms=batch.draft_cost_ms,
                     mean_ngram_conf=batch.mean_ngram_conf, num_sampling_reqs=batch.num_sampling_reqs,
                     max_draft_tokens=batch.max_draft_tokens, model_draft_ms=batch.model_draft_ms,
-                    ngram_draft_ms=batch.ngram_draft_ms)
+                    ngram_draft_ms=batch.ngram_draft_ms, stale_extra=batch.stale_extra, mean_extra=batch.mean_extra,
+                    extra_draft_ms=batch.extra_draft_ms)
 
 
 @dataclass(frozen=True)
@@ -153,11 +187,18 @@ class Plan:
                   proposes and charges only those, without a device sync).
     budget        the step's draft budget B, total draft slots (0-d int64 host tensor), which sizes the
                   verify pass before it is launched; None: the policy's allocate sizes the step itself.
+    extra         the run's other drafters that run this step (names, sim/drafters/registry.py).
     """
 
     model: bool
     ngram: bool
     budget: Optional[torch.Tensor] = None
+    extra: frozenset = frozenset()
+
+    @property
+    def drafters(self) -> frozenset:
+        """Every drafter that runs this step, by name."""
+        return frozenset(("dspark",) * self.model + ("ngram",) * self.ngram) | self.extra
 
 
 @dataclass
@@ -177,6 +218,8 @@ class Allocation:
                  its model_ran / ngram_ran on the host copy of the Allocation (the truth is host data).
                  None = as planned.
     ngram_ran    likewise for the n-gram drafter.
+    extra_ran    likewise for the run's other drafters: name -> 0-d bool (None = as planned).
+    chain ids beyond CHAIN_NGRAM name the run's other drafters (sim/drafters/registry.py: chain_id).
     """
 
     chain: torch.Tensor
@@ -184,6 +227,7 @@ class Allocation:
     second: Optional[torch.Tensor] = None
     model_ran: Optional[torch.Tensor] = None
     ngram_ran: Optional[torch.Tensor] = None
+    extra_ran: Optional[dict] = None
 
 
 class Decision(NamedTuple):

@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List
 
+from sim.drafters.registry import DEFAULT_DRAFTERS, parse_drafters
 from sim.errors import ConfigError
-from sim.policies import simple, adaptive, hybrid, tree  # noqa: F401,I001  (registration, in listing order)
+from sim.policies import simple, adaptive, hybrid, tree, multi  # noqa: F401,I001  (registration, in listing order)
 from sim.policies.fast import sim_form
 from sim.policies.registry import Policy, families
 
@@ -25,16 +26,25 @@ def describe_policies() -> Dict[str, str]:
     return {fam.usage: fam.summary for fam in families().values()}
 
 
-def get_policy(spec: str) -> Policy:
-    """Build the policy named by `spec` ('family' or 'family:param[:param]'); ConfigError if unknown."""
+def get_policy(spec: str, drafters=DEFAULT_DRAFTERS) -> Policy:
+    """Build the policy named by `spec` ('family' or 'family:param[:param]') for a run that enables `drafters`
+    (registered names, sim/drafters/registry.py; default dspark and ngram). A family with a form over any
+    drafters (registry.over_drafters: hybrid, hybrid-price, oracle) uses all of them; any other policy must
+    use only enabled ones. ConfigError (one line) if unknown or if it needs a drafter the run does not enable."""
     choices = ", ".join(list_policies())
+    drafters = parse_drafters(drafters)
     name, *params = str(spec).strip().split(":")
     fam = families().get(name)
     if fam is None:
         raise ConfigError(f"unknown policy '{spec}'; choose one of: {choices}")
+    general = fam.over is not None and drafters != DEFAULT_DRAFTERS
     try:
-        pol = fam.factory(params)
+        pol = fam.over(params, drafters) if general else fam.factory(params)
     except ValueError as exc:
         raise ConfigError(f"unknown policy '{spec}' ({exc}); choose one of: {choices}") from None
-    fast = sim_form(spec)
+    missing = [d for d in pol.drafters if d not in drafters]
+    if missing:
+        raise ConfigError(f"policy '{spec}' uses the drafter(s) {', '.join(missing)}, which this run does not enable "
+                          f"(--drafters {','.join(drafters)}); add them to --drafters")
+    fast = None if general else sim_form(spec)  # the fast forms transcribe the two-drafter definitions
     return pol if fast is None else dataclasses.replace(pol, sim_fn=fast, sim_for=pol.fn)

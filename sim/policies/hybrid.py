@@ -115,6 +115,10 @@ class Chains:
         self.cs_m = torch.nn.functional.pad(torch.cumsum(self.surv_m, -1), (1, 0))
         self.cs_n = torch.nn.functional.pad(torch.cumsum(self.surv_n, -1), (1, 0))
 
+    def num_slots(self) -> int:
+        """R * (K_m + K_n): the slots of one side."""
+        return self.surv_m[0].numel() + self.surv_n[0].numel()
+
     def all_survivals(self) -> torch.Tensor:
         """[S, R * (K_m + K_n)]: every slot's survival (0 for absent slots)."""
         return torch.cat([self.surv_m, self.surv_n], -1).flatten(1)
@@ -124,7 +128,10 @@ def evaluate(batch: StepBatch, ch: Chains, lam: torch.Tensor, margin: float = 0.
     """Allocation at candidate prices lam [S, C]: returns (use_ngram [S, R, C] bool, admitted
     [S, R, C] int64, goodput [S, C]). Per chain l = #{j : a_j > lam} (a binary search, since a is
     non-increasing), gain = a_1 + ... + a_l and V = gain - l * lam; the chain with the larger V wins
-    (ties -> model). Cost O(S R C log K), so large candidate sets stay cheap."""
+    (ties -> model). Cost O(S R C log K), so large candidate sets stay cheap. Chains of any number of drafters
+    (sim.policies.multi.ChainsN) evaluate by their own rule; their choice is an index, not a bool."""
+    if type(ch) is not Chains:
+        return ch.evaluate(batch, lam, margin)
     lam_r = lam[:, None, :].expand(-1, ch.surv_m.shape[1], -1)  # [S, R, C]
     neg = (-lam_r).contiguous()  # searchsorted on an expanded view takes a slow path (~20x)
     l_m = torch.searchsorted(ch.neg_m, neg)  # #{-a < -lam} = #{a > lam}
@@ -171,7 +178,7 @@ def lambda_fixed_point(batch: StepBatch, ch: Chains, margin: float = 0.0, iters:
 
 
 def lambda_sweep(batch: StepBatch, ch: Chains, margin: float = 0.0):
-    if ch.surv_m[0].numel() + ch.surv_n[0].numel() <= SWEEP_EXACT_MAX:
+    if ch.num_slots() <= SWEEP_EXACT_MAX:
         # every survival (and 0) as the price: all allocations of the threshold family are tried
         lam = torch.nn.functional.pad(ch.all_survivals(), (0, 1))
         return _pick(*evaluate(batch, ch, lam, margin))

@@ -20,6 +20,7 @@ class Policy:
     """An allocation policy: a pure batched-tensor function StepBatch -> Allocation, plus what it needs.
 
     uses_model / uses_ngram: which drafters must run this step (the engine charges their cost).
+    uses_extra: the other registered drafters it uses (names, sim/drafters/registry.py); `drafters` is all of them.
     needs_truth: reads true_model_acc / true_ngram_acc (only the oracle).
     host_sync: needs a device-to-host copy of current-step values (False for every policy here).
     tree: may verify both chains as two branches (Allocation.second); engines that verify chains only
@@ -50,13 +51,20 @@ class Policy:
     alloc_fn: Optional[Callable[[StepBatch, Plan], Allocation]] = field(default=None, repr=False, compare=False)
     phases_of: Optional[Callable[[StepBatch], Allocation]] = field(default=None, repr=False, compare=False)
     vllm: Optional[VllmRun] = field(default=None, compare=False)
+    uses_extra: tuple = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_default_plan", Plan(self.uses_model, self.uses_ngram))  # made once: per-step use
+        object.__setattr__(self, "_default_plan", Plan(self.uses_model, self.uses_ngram,
+                                                       extra=frozenset(self.uses_extra)))  # made once: per-step use
         if (self.plan_fn is None) != (self.alloc_fn is None):
             raise TypeError(f"policy '{self.name}': plan_fn and alloc_fn go together")
         if self.plan_fn is not None and self.phases_of is None:
             object.__setattr__(self, "phases_of", self.fn)  # the fn the two phases are (sim_for's rule)
+
+    @property
+    def drafters(self) -> tuple:
+        """Every drafter the policy uses, by registered name (dspark, ngram, then the others)."""
+        return ("dspark",) * self.uses_model + ("ngram",) * self.uses_ngram + tuple(self.uses_extra)
 
     @property
     def phased(self) -> bool:
@@ -100,6 +108,20 @@ class _Family:
     usage: str
     summary: str
     factory: Callable[[List[str]], Policy]
+    over: Optional[Callable[[List[str], tuple], Policy]] = None  # (params, the run's drafters) -> Policy
+
+
+def over_drafters(name: str):
+    """Decorator: register the form of family `name` over any set of drafters, `factory(params, drafters)`
+    (drafters: the run's, registered names in registry order). get_policy builds it for every set but the
+    default two (sim/drafters/registry.py: DEFAULT_DRAFTERS), which keep the family's own definition."""
+
+    def deco(factory: Callable[[List[str], tuple], Policy]):
+        fam = _REGISTRY[name]
+        _REGISTRY[name] = _Family(fam.usage, fam.summary, fam.factory, factory)
+        return factory
+
+    return deco
 
 
 _REGISTRY: Dict[str, _Family] = {}

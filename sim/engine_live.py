@@ -1,0 +1,213 @@
+"""The engine's live drafters (sim/drafters/registry.py, kind 'live': proposals that depend on the schedule, such
+as the suffix tree's, which learns from the outputs of requests that finished before the step), run inside the
+simulation next to the table drafters, and their per-request host history.
+
+Per step (Engine._step, numpy step only: the native step and the fast forms hold two drafters):
+  * before proposing, each decoding request's drafter state catches up with what it emitted (`start` with
+    prompt + output so far on its first decode step, then `observe` of the new tokens);
+  * `propose`: the drafters the Plan names propose a chain per request (tokens, conf [R, K_d], len [R]); a
+    drafter left out proposes nothing (len 0). Its exact acceptance at temperature 0 is the number of leading
+    proposed tokens equal to the trace's next output tokens (capped at the output left);
+  * after the policy: slots admitted from a drafter chain id (registry chain_id) are checked against its
+    length and its run (lossless check 1), the accepted prefix min(admitted, acceptance) is emitted as the
+    drafter proposed it, then the target's bonus token; the drafter's price is charged only if it ran;
+  * a finished request's drafter state is stopped (`stop`: its output may join a global tree).
+Host history per drafter (the HostView's stale_extra and mean_extra): the chain last proposed for each request,
+and the mean of its proposals' confidences (0 past each chain's length), as the n-gram chain's; before its
+first proposal for a request, a whole chain of confidence 1 (as vLLM resets a fresh request's model
+confidences), so that a policy that may skip the drafter tries it first.
+The step record keeps the two-drafter columns: a live drafter's verified and accepted slots and its time are
+counted with the model-free (ngram) ones. Memory: n x K_d per drafter (whole-trace arrays).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from sim.drafters.registry import chain_id
+
+
+class LiveChains:
+    """The live drafters of one run (name -> Drafter) and their per-request state (module docstring)."""
+
+    def __init__(self, drafters: dict, n: int):
+        self.d = dict(drafters)
+        self.width = max((x.width for x in self.d.values()), default=0)
+        self.started = {k: np.zeros(n, dtype=bool) for k in self.d}
+        self.fed = {k: np.zeros(n, dtype=np.int64) for k in self.d}
+        self.last_conf = {k: np.zeros((n, x.width)) for k, x in self.d.items()}
+        self.last_len = {k: np.zeros(n, dtype=np.int64) for k in self.d}
+        self.sum_conf = {k: np.zeros((n, x.width)) for k, x in self.d.items()}
+        self.cnt = {k: np.zeros(n, dtype=np.int64) for k in self.d}
+        self._price: dict = {}  # R -> {name: ms}
+        self.adm: dict = {}  # this step's admitted slots per drafter
+        self.ran: frozenset = frozenset()  # this step's drafters that ran
+
+    def __bool__(self) -> bool:
+        return bool(self.d)
+
+    def price_of(self, R: int, cost) -> dict:
+        out = self._price.get(R)
+        if out is None:
+            out = self._price[R] = {k: x.cost(R, cost) for k, x in self.d.items()}
+        return out
+
+    def prices(self, R: int, cost) -> float:
+        """The live drafters' price for R requests [ms] (0.0 without any)."""
+        total = 0.0
+        for v in self.price_of(R, cost).values():
+            total = total + v
+        return total
+
+    # ------------------------------------------------------------------------------------------ state
+    def _sync(self, eng, reqs) -> None:
+        """Each request's drafter state catches up with the tokens it emitted (module docstring)."""
+        tb, emitted = eng.tb, eng.emitted_tokens
+        for k, x in self.d.items():
+            st, fed = self.started[k], self.fed[k]
+            for r in np.asarray(reqs).tolist():
+                p, o = int(eng.pos[r]), int(tb.offsets[r])
+                if not st[r]:
+                    t0 = int(tb.tok_offsets[r])
+                    x.start(r, tb.tokens[t0: t0 + int(tb.prompt_len[r])].tolist() + emitted[o: o + p].tolist())
+                    st[r], fed[r] = True, p
+                elif fed[r] < p:
+                    x.observe(r, emitted[o + int(fed[r]): o + p].tolist())
+                    fed[r] = p
+
+    def stop(self, eng, finished) -> None:
+        """Finished requests leave every drafter (after their last tokens are observed)."""
+        for r in finished:
+            self._sync(eng, [r])
+            for k, x in self.d.items():
+                if self.started[k][r]:
+                    x.stop(r, True)
+                    self.started[k][r] = False
+
+    # ------------------------------------------------------------------------------------------ step
+    def propose(self, eng, reqs: np.ndarray, plan, chains: dict) -> None:
+        """The planned live drafters' chains and exact acceptances, into chains['live'][name] = (tokens, conf,
+        len, acc)."""
+        self._sync(eng, reqs)
+        tb, R, out = eng.tb, len(reqs), {}
+        left = tb.out_len[reqs] - eng.pos[reqs]
+        base = eng._out_base[reqs] + eng.pos[reqs]
+        for k, x in self.d.items():
+            K = x.width
+            if k in plan.extra:
+                tok, conf, n = x.propose(reqs)
+            else:
+                tok, conf, n = np.zeros((R, K), np.int64), np.zeros((R, K)), np.zeros(R, np.int64)
+            j = np.arange(K)
+            truth = tb.tokens.take(base[:, None] + j[None, :], mode="clip")
+            same = (tok == truth) & (j[None, :] < np.minimum(n, left)[:, None])
+            out[k] = (tok, conf, n, np.cumprod(same, axis=1).sum(1))
+        chains["live"] = out
+
+    def host_fields(self, reqs: np.ndarray, R: int, cost) -> dict:
+        """The HostView's fields of the live drafters (stale_extra, mean_extra, extra_draft_ms)."""
+        if not self.d:
+            return {}
+        f = torch.from_numpy
+        stale, mean = {}, {}
+        for k in self.d:
+            conf, n, cnt = self.last_conf[k][reqs], self.last_len[k][reqs], self.cnt[k][reqs]
+            fresh = cnt == 0
+            if fresh.any():  # no proposal yet: a whole chain of confidence 1 (vLLM's reset of a fresh request)
+                conf, n = conf.copy(), n.copy()
+                conf[fresh], n[fresh] = 1.0, conf.shape[1]
+            stale[k] = (f(conf), f(n))
+            mean[k] = f(np.where(cnt[:, None] > 0, self.sum_conf[k][reqs] / np.maximum(cnt, 1)[:, None], conf))
+        return dict(stale_extra=stale, mean_extra=mean, extra_draft_ms=dict(self.price_of(R, cost)))
+
+    def batch_fields(self, reqs: np.ndarray, chains: dict, needs_truth: bool, cost) -> dict:
+        """The StepBatch's fields of the live drafters (the HostView's, the current chains, the truth)."""
+        if not self.d:
+            return {}
+        out = self.host_fields(reqs, len(reqs), cost)
+        live = chains["live"]
+        out["extra"] = {k: (torch.from_numpy(c[1]), torch.from_numpy(c[2])) for k, c in live.items()}
+        if needs_truth:
+            out["true_extra_acc"] = {k: torch.from_numpy(c[3]) for k, c in live.items()}
+        return out
+
+    def admit(self, eng, alloc, plan, reqs, chain: np.ndarray, adm: np.ndarray, chains: dict, prices) -> None:
+        """The slots admitted from each live drafter's chain, after the Allocation contract check; its price
+        kept only if it ran (and the allocation kernel's, which a step pays whenever any drafter runs)."""
+        said = alloc.extra_ran or {}
+        self.ran = frozenset(k for k in self.d if k in plan.extra and (k not in said or bool(said[k])))
+        live, self.adm = chains["live"], {}
+        for k in self.d:
+            want = np.where(chain == chain_id(k), adm, 0)
+            eng._flag((want > live[k][2]) | (want < 0), reqs, "the policy admitted more draft tokens than its chain holds")
+            eng._flag((want > 0) & (k not in self.ran), reqs,
+                      "the policy admitted draft tokens of a drafter it did not run this step")
+            self.adm[k] = np.minimum(want, live[k][2])
+        R = len(reqs)
+        price = self.price_of(R, eng.cost)
+        prices.extra = 0.0
+        for k in self.d:
+            if k in self.ran:
+                prices.extra = prices.extra + price[k]
+        if self.ran:
+            prices.alloc = eng._prices(R).alloc
+
+    def settle(self, eng, reqs, rows, adm_m, adm_n, acc_m, acc_n, chains, model_ran) -> tuple:
+        """Emission and bookkeeping of a step with live drafters (Engine._step's, with their chains):
+        returns (verified [model, model-free], accepted [model, model-free], emitted)."""
+        tb, R, live = eng.tb, len(reqs), chains["live"]
+        from_n = acc_n > acc_m
+        acc = np.maximum(acc_m, acc_n)
+        xk = np.zeros(R, dtype=bool)
+        xtok = np.zeros((R, max(self.width, 1)), dtype=np.int64)
+        xlen = np.zeros(R, dtype=np.int64)
+        drafted = (adm_m + adm_n) > 0
+        n_x = 0
+        for k, (tok, conf, n, a) in live.items():
+            sel = self.adm[k] > 0
+            acc = np.where(sel, np.minimum(self.adm[k], a), acc)
+            xk |= sel
+            drafted |= sel
+            xtok[sel, :tok.shape[1]] = tok[sel]
+            xlen = np.where(sel, n, xlen)
+            n_x += int(self.adm[k].sum())
+        eng.acc_hist += np.bincount(np.minimum(acc[drafted], len(eng.acc_hist) - 1), minlength=len(eng.acc_hist))
+        left = tb.out_len[reqs] - eng.pos[reqs]
+        n_emit = np.minimum(acc + 1, left)
+        n_draft = np.minimum(acc, n_emit)
+        t = ~xk
+        eng._check_chain_bounds(reqs[t], rows[t], from_n[t], n_draft[t], chains["model_len"][t],
+                                chains["ngram_len"][t])
+        eng._flag(n_draft > np.where(xk, xlen, n_draft), reqs, "a request emitted more draft tokens than its chain holds")
+        if t.any():
+            eng._emit(reqs[t], rows[t], from_n[t], n_draft[t], n_emit[t] - n_draft[t])
+        if xk.any():
+            self._emit(eng, reqs[xk], xtok[xk], n_draft[xk], n_emit[xk] - n_draft[xk])
+        eng.prev_pos[reqs] = rows - tb.offsets[reqs]
+        eng._record_drafts(reqs, rows, model_ran)
+        for k in self.ran:
+            tok, conf, n, _ = live[k]
+            self.last_conf[k][reqs], self.last_len[k][reqs] = conf, n
+            self.sum_conf[k][reqs] += conf * (np.arange(conf.shape[1]) < n[:, None])
+            self.cnt[k][reqs] += 1
+        eng.n_steps[reqs] += 1
+        verified = [int(adm_m.sum()), int(adm_n.sum()) + n_x]
+        accepted = [int(acc[~from_n & ~xk].sum()), int(acc[from_n | xk].sum())]
+        return verified, accepted, int(n_emit.sum())
+
+    @staticmethod
+    def _emit(eng, reqs, tok, n_draft, n_bonus) -> None:
+        """Emit each request's first n_draft proposed tokens of its live chain (`tok` [R, K]), then n_bonus (0
+        or 1) bonus token from the target, output[pos + n_draft] (Engine._emit's layout)."""
+        tb = eng.tb
+        counts = n_draft + n_bonus
+        total = int(counts.sum())
+        if total == 0:
+            return
+        pos = eng.pos[reqs]
+        rep = np.repeat(np.arange(len(reqs)), counts)
+        j = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        out = tb.tokens.take((eng._out_base[reqs] + pos)[rep] + j, mode="clip")
+        d = j < n_draft[rep]
+        out[d] = tok[rep[d], j[d]]
+        eng._write(reqs, counts, (tb.offsets[reqs] + pos)[rep] + j, out)

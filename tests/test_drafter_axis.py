@@ -1,0 +1,162 @@
+"""The drafter axis (sim/drafters/registry.py, sim/policies/multi.py, sim/engine_live.py): the policies over any
+drafters make the two-drafter definitions' allocations on two drafters; a run with the live suffix drafter is
+lossless and its policies use only the drafters they name; bad drafter input is one line, exit 2."""
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from sim.drafters.registry import parse_drafters
+from sim.errors import ConfigError
+from sim.policies import get_policy
+from sim.policies.base import host_view
+from sim.policies.testing import random_batch
+
+TWO = ("dspark", "ngram")
+
+
+def _batch(seed):
+    rng = np.random.default_rng(seed)
+    R = int(rng.integers(1, 9))
+    b = random_batch(rng, R, 7, int(rng.choice([4, 8, 32])), max_tokens=int(rng.choice([64, 400])))
+    mean = torch.tensor(rng.beta(4.0, 1.0, size=b.ngram_conf.shape), dtype=torch.float32)
+    d = float(b.draft_cost_ms)
+    return dataclasses.replace(b, mean_ngram_conf=mean, model_draft_ms=d * rng.uniform(0, 0.9),
+                               ngram_draft_ms=d * rng.uniform(0, 0.1), num_sampling_reqs=R + int(rng.integers(0, 3)))
+
+
+@pytest.mark.parametrize("spec", ["hybrid", "hybrid:fixed-point", "hybrid:model-opt:hyst=0.1", "hybrid-price",
+                                  "hybrid-price:current", "hybrid-price:model-opt", "oracle"])
+def test_the_general_form_on_two_drafters_is_the_two_drafter_definition(spec):
+    from sim.policies.registry import families
+
+    name, *params = spec.split(":")
+    general = families()[name].over(params, TWO)
+    defn = get_policy(spec)
+    for seed in range(150):
+        b = _batch(seed)
+        if defn.phased:
+            p1, p2 = defn.plan(host_view(b)), general.plan(host_view(b))
+            assert (p1.model, p1.ngram, int(p1.budget)) == (p2.model, p2.ngram, int(p2.budget)), seed
+        want, got = defn.fn(b), general.fn(b)
+        assert torch.equal(want.chain, got.chain) and torch.equal(want.admitted, got.admitted), (spec, seed)
+        for said in ("model_ran", "ngram_ran"):
+            if getattr(want, said) is not None:
+                assert bool(getattr(want, said)) == bool(getattr(got, said)), (spec, seed, said)
+
+
+def test_three_drafter_policies_choose_any_chain_and_the_oracle_bounds_them():
+    from sim.policies.multi import oracle_n
+    from sim.policies.testing import expected_goodput  # noqa: F401  (same goodput definition)
+    from sim.policies.common import goodput
+
+    names = ("dspark", "ngram", "suffix")
+    hyb = get_policy("hybrid", names)
+    chose = set()
+    for seed in range(120):
+        rng = np.random.default_rng(1000 + seed)
+        b = _batch(seed)
+        R = b.num_reqs
+        conf = torch.tensor(rng.beta(8.0, 1.0, size=(R, 16)))
+        n = torch.tensor(rng.integers(0, 17, size=R))
+        b = dataclasses.replace(b, extra={"suffix": (conf, n)}, stale_extra={"suffix": (conf, n)},
+                                extra_draft_ms={"suffix": 0.05}, draft_cost_ms=b.draft_cost_ms + 0.05,
+                                true_extra_acc={"suffix": torch.tensor(rng.integers(0, 17, size=R))})
+        a = hyb.fn(b)
+        assert ((a.chain == 0) == (a.admitted == 0)).all()
+        chose |= set(a.chain.tolist())
+        # the oracle's step goodput bounds the policy's realised one (accepted slots of its allocation)
+        o = oracle_n(b, names)
+        acc = {1: b.true_model_acc, 2: b.true_ngram_acc, 3: b.true_extra_acc["suffix"]}
+        got = sum(int(min(int(a.admitted[r]), int(acc[int(a.chain[r])][r]))) for r in range(R) if a.chain[r] > 0)
+        ran = [names[i] for i in range(3) if (i != 0 or bool(a.model_ran))]
+        cost = b.draft_cost_ms - (0 if bool(a.model_ran) else b.model_draft_ms)
+        t = dataclasses.replace(b, verify_cost_ms=b.verify_cost_ms)
+        g_pol = float(goodput(t, torch.tensor(float(got)), a.admitted.sum(), cost))
+        oacc = sum(min(int(o.admitted[r]), int(acc[int(o.chain[r])][r])) for r in range(R) if o.chain[r] > 0)
+        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool({"dspark": o.model_ran, "ngram": o.ngram_ran,
+                                                                   **o.extra_ran}[nm]))
+        alloc_ms = b.draft_cost_ms - b.model_draft_ms - b.ngram_draft_ms - 0.05
+        ocost += alloc_ms if int(o.admitted.sum()) or ocost else 0.0
+        g_or = float(goodput(t, torch.tensor(float(oacc)), o.admitted.sum(), ocost))
+        assert oacc == int(o.admitted.sum())  # the oracle admits accepted slots only
+        assert g_or >= g_pol - 1e-9, (seed, g_or, g_pol, ran)
+    assert {1, 2, 3} <= chose
+
+
+def test_drafter_names():
+    assert parse_drafters("suffix, dspark") == ("dspark", "suffix")
+    for bad in ("dspark,eagle", "", "ngram,ngram", "dspark,,ngram"):
+        with pytest.raises(ConfigError):
+            parse_drafters(bad)
+    with pytest.raises(ConfigError, match="does not enable"):
+        get_policy("suffix")
+    with pytest.raises(ConfigError, match="does not enable"):
+        get_policy("adaptive", ("ngram", "suffix"))
+    assert get_policy("hybrid", ("ngram", "suffix")).drafters == ("ngram", "suffix")
+    assert get_policy("adaptive", ("dspark", "ngram", "suffix")).drafters == ("dspark",)
+
+
+def test_a_run_with_the_suffix_drafter_is_lossless_and_uses_what_it_names():
+    from sim.run import SimSetup, prepare, run_one
+
+    prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=6, seed=0, drafters="dspark,ngram,suffix"))
+    rows = {}
+    for pol in ("suffix", "hybrid", "oracle", "adaptive"):
+        row, res = run_one(prep, pol, 4)
+        assert res.lossless, (pol, res.violation)
+        rows[pol] = (row, res)
+    st = rows["suffix"][1].steps
+    assert st["verified_model"].sum() == 0 and st["verified_ngram"].sum() > 0  # suffix slots: model-free column
+    assert st["draft_ms"].sum() == 0 and st["ngram_ms"].sum() > 0
+    assert rows["adaptive"][1].steps["ngram_ms"].sum() == 0  # an enabled drafter a policy does not use: not charged
+    assert rows["oracle"][0]["output_throughput_tok_s"] >= rows["hybrid"][0]["output_throughput_tok_s"] * 0.98
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "sim.run", "--trace", "traces/codeedit.jsonl", "--sample", "2",
+                           "--batch-size", "1", "--no-progress", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("args,what", [
+    (("--drafters", "dspark,medusa"), "unknown drafter 'medusa'"),
+    (("--policy", "suffix"), "does not enable"),
+    (("--drafters", "ngram,suffix", "--policy", "adaptive"), "does not enable"),
+    (("--drafters", "dspark,suffix", "--suffix-config", '{"max_depth": 1}'), "max_depth must be in"),
+    (("--speculative-config", '{"method": "suffix", "suffix_decoding_min_token_prob": 2}'), "min_token_prob"),
+    (("--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4, '
+      '"suffix_decoding_max_tree_depth": 8}'), "goes with method 'suffix'"),
+])
+def test_bad_drafter_input_is_one_line_exit_2(args, what):
+    p = _cli(*args)
+    assert p.returncode == 2, p.stderr
+    assert what in p.stderr and "Traceback" not in p.stderr
+    assert len([ln for ln in p.stderr.splitlines() if ln.startswith("error")]) == 1, p.stderr
+
+
+def test_the_suffix_calibrator():
+    from sim.drafters.suffix import SMOOTH, SuffixCalibrator, fit
+
+    p = np.array([1.0, 1.0, 1.0, 0.1])
+    e = np.array([1, 1, 20, 3])
+    y = np.array([False, True, True, False])
+    table, n = fit(p, e, y)
+    prior = 0.5
+    assert n[-1, 0] == 2 and table[-1, 0] == pytest.approx((1 + SMOOTH * prior) / (2 + SMOOTH))
+    assert table[0, 3] == pytest.approx(prior)  # an empty cell: the prior
+    cal = SuffixCalibrator(table)
+    assert cal(np.array([1.0, 0.1]), np.array([1, 3])).tolist() == [table[-1, 0], table[0, 1]]
+    bundled = SuffixCalibrator.load()  # made on general text; a long match is more reliable than a short one
+    assert bundled(np.array([1.0]), np.array([16]))[0] > bundled(np.array([1.0]), np.array([1]))[0] + 0.3
+
+
+def test_an_engine_without_the_live_drafter_refuses_a_policy_that_needs_it():
+    from sim.engine import Engine, EngineConfig
+    from sim.run import SimSetup, prepare
+
+    prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=2))
+    with pytest.raises(ConfigError, match="does not run"):
+        Engine(prep.tables, prep.arrivals, get_policy("hybrid", "dspark,ngram,suffix"), prep.cost, EngineConfig())
