@@ -246,7 +246,8 @@ def test_plugin_checks_speculative_config():
 
     def vc(method="dspark", adaptive=True, extra=None):
         return NS(additional_config={"hybrid_spec": extra or {}},
-                  speculative_config=NS(method=method, enable_adaptive_verification=adaptive))
+                  speculative_config=NS(method=method, enable_adaptive_verification=adaptive, num_speculative_tokens=7,
+                                        draft_model_config=NS(hf_config=NS(block_size=7))))
 
     assert hybrid_config(vc()) == HybridSpecConfig()
     assert hybrid_config(NS(additional_config={}, speculative_config=None)) is None

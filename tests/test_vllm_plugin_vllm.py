@@ -69,7 +69,7 @@ def test_init_speculator_wrapper_routes_by_additional_config(monkeypatch):
 
     monkeypatch.setattr(buffer_utils, "StagedWriteTensor", Staged)
     req_states = NS(max_num_reqs=4, max_model_len=64, all_token_ids=None)
-    spec = NS(method="dspark", enable_adaptive_verification=True)
+    spec = NS(method="dspark", enable_adaptive_verification=True, num_speculative_tokens=7)
     assert wrapped(NS(additional_config={}, speculative_config=spec), "cpu", req_states) == "dspark-or-other"
     assert req_states.all_token_ids is None  # untouched without hybrid_spec
     sp = wrapped(NS(additional_config={"hybrid_spec": {"margin": 0.5}}, speculative_config=spec), "cpu", req_states)
