@@ -105,7 +105,9 @@ class HybridSpecConfig:
     def dspark_block(draft_hf_config, default: int) -> int:
         """DSpark's trained block K_b: the drafter config's block_size (or dspark_block_size); `default` (vLLM's
         num_speculative_tokens) when the checkpoint names none."""
-        block = getattr(draft_hf_config, "block_size", None) or getattr(draft_hf_config, "dspark_block_size", None)
+        block = getattr(draft_hf_config, "block_size", None)
+        if block is None:
+            block = getattr(draft_hf_config, "dspark_block_size", None)
         if block is None:
             return int(default)
         if not isinstance(block, int) or isinstance(block, bool) or block < 1:
