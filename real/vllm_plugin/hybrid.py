@@ -328,7 +328,8 @@ class HybridDrafter:
         """Host copy of the live statistics (a device sync: call outside the step, e.g. over RPC)."""
         reached, accepted, predicted = (t.cpu().tolist() for t in (self.reached, self.accepted, self.predicted))
         chosen = self.chosen.cpu().tolist()
-        out = {"steps": self.steps, "k": self.k, "config": self.cfg.to_additional_config()}
+        out = {"steps": self.steps, "k": self.k, "block": self.block, "skipped": self.skipped,
+               "config": self.cfg.to_additional_config()}
         for c, name in enumerate(CHAINS):
             out[name] = {
                 "chosen": chosen[c],
