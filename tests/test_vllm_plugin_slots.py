@@ -131,3 +131,23 @@ def test_a_new_request_in_a_slot_starts_an_empty_skip_history():
     total2[0] = 71
     _step(d, tok, plen, total2 + 2, 0.5)
     assert int(d.ngram_steps[0]) == 1 and bool((d.ngram_steps[1:4] == 2).all())
+
+
+def test_a_profiling_step_runs_the_plugins_ops_without_touching_request_state():
+    """HybridSpeculator runs padded_step in vLLM's profiling runs so the profiled draft cost includes the plugin's
+    step: before the tables arrive (stand-in prices), and without changing any request's state or counter."""
+    from real.vllm_plugin import checks
+
+    d = HybridDrafter(HybridSpecConfig(slots=32, skip=True), 4, 32, "cpu", calibrator=CAL, block=7)
+    tok = torch.zeros(4, 128, dtype=torch.int32)
+    total = torch.full((4,), 64, dtype=torch.int32)
+    plen = torch.full((4,), 16, dtype=torch.int32)
+    before = [t.clone() for t in (d.pos, d.hits, d.ring, d.last_ngram, d.last_conf, d.reached, d.chosen,
+                                  d.ngram_steps, d.model_conf_last)]
+    with checks._OpCounter() as ops:
+        for ran in (True, False):
+            d.padded_step(4, tok, total, plen, ran_model=ran)
+    assert ops.total > 100  # the step's ops ran
+    after = [d.pos, d.hits, d.ring, d.last_ngram, d.last_conf, d.reached, d.chosen, d.ngram_steps, d.model_conf_last]
+    assert all(torch.equal(a[:4], b[:4]) for a, b in zip(before, after))
+    assert d.steps == 0 and d.skipped == 0

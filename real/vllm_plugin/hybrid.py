@@ -163,17 +163,28 @@ class HybridDrafter:
         two code paths: exact below SWEEP_EXACT_MAX slots, the two-stage grid above)."""
         if self._table is None:
             raise RuntimeError("warm_up needs the cost tables: call set_cost_tables first")
-        dev, Kb = self.device, self.block
-        steps = self.steps
         for R in batch_sizes or tuple(sorted({1, self.max_reqs})):
-            idx = torch.full((R,), -1, dtype=torch.int32, device=dev)
-            ns = torch.ones(R, dtype=torch.int32, device=dev)
-            self.observe(idx, ns, torch.zeros_like(ns), token_ids, total_len, prompt_len)
             for ran in (True, False):  # both shapes of the step: after DSpark's pass and after a skipped one
-                self.propose(idx, ns, torch.zeros(R, Kb, dtype=torch.int64, device=dev),
-                             torch.zeros(R, Kb, dtype=torch.float32, device=dev), token_ids, total_len, prompt_len,
-                             self._table, self.draft_ms(R), ran_model=ran)
-        self.steps = steps
+                self.padded_step(R, token_ids, total_len, prompt_len, ran_model=ran)
+
+    def padded_step(self, R: int, token_ids: torch.Tensor, total_len: torch.Tensor, prompt_len: torch.Tensor,
+                    ran_model: bool = True) -> None:
+        """observe + propose of R padded rows (index -1: the sink row takes every write; the counters are restored):
+        the step's kernels at batch R without touching any request's state. The warm-up runs it, and so does every
+        profiling run of vLLM's (`HybridSpeculator.propose` with dummy_run), so that the drafter cost vLLM
+        profiles includes the plugin's step; before the tables arrive the prices are a stand-in (zeros: same
+        shapes, same ops)."""
+        dev, Kb = self.device, self.block
+        table = self._table if self._table is not None else \
+            torch.zeros(R * (self.k + 1) + 1, dtype=torch.float64, device=dev)
+        steps, skipped = self.steps, self.skipped
+        idx = torch.full((R,), -1, dtype=torch.int32, device=dev)
+        ns = torch.ones(R, dtype=torch.int32, device=dev)
+        self.observe(idx, ns, torch.zeros_like(ns), token_ids, total_len, prompt_len)
+        self.propose(idx, ns, torch.zeros(R, Kb, dtype=torch.int64, device=dev),
+                     torch.zeros(R, Kb, dtype=torch.float32, device=dev), token_ids, total_len, prompt_len,
+                     table, self.draft_ms(R) if self.draft_table else 0.0, ran_model=ran_model)
+        self.steps, self.skipped = steps, skipped
 
     # ------------------------------------------------------------------------------------------ observe
     def observe(self, idx_mapping: torch.Tensor, num_sampled: torch.Tensor, num_rejected: torch.Tensor,

@@ -145,6 +145,12 @@ class HybridSpeculator(DSparkSpeculator):
                             is_profile=is_profile, num_speculative_tokens=num_speculative_tokens)
         finally:
             self._outside_dspark()
+        if dummy_run and not skip_attn_for_dummy_run:
+            # a profiling step (vLLM times the drafter over it): the plugin's step on padded rows, so that the
+            # draft cost adaptive verification profiles includes it (HybridDrafter.padded_step)
+            rs = self.req_states
+            self.hybrid.padded_step(R, rs.all_token_ids.gpu, rs.total_len.gpu, rs.prompt_len.gpu,
+                                    ran_model=not self.skip_block)
         if live:
             ran = not self.skip_block
             self.skip_block = False
