@@ -42,6 +42,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=DEFAULT_OUT, help=f"work directory (default {DEFAULT_OUT})")
     ap.add_argument("--report", help="also write the markdown table here (refused if the file exists)")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="start no engine: tabulate the cells whose runs are already under --out (the others are "
+                         "listed as not run)")
     a = ap.parse_args(argv)
     a.argv = argv
     return a
@@ -92,11 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     ver = require_vllm("cpu")
     block = 7  # the random DSpark checkpoint's block (python -m real.vllm_cpu dspark)
     out = Path(a.out)
-    cells = []
+    cells, missing = [], []
     for trace in traces:
         sl = load_slice(trace, a.limit, a.max_prompt, a.max_tokens, a.seed)
         for bs in bss:
             base = out / sl.stem / f"bs{bs}"
+            if a.cached_only and not (base / "none" / "run.result.json").is_file():
+                missing.append(f"{sl.stem} bs {bs}: none (and every W)")
+                continue
             ref_run = run_cell(run_config(a, block, "none"), sl, "none", bs, base / "none")
             ref = ref_run["outputs"]
             ref_path = base / "reference.jsonl"
@@ -107,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
                 for pol in ["adaptive"] + [p for p in pols if p != "adaptive"]:
                     cfg = run_config(a, W, pol)
                     work = base / f"W{W}" / pol
+                    if a.cached_only and not (work / "run.result.json").is_file():
+                        missing.append(f"{sl.stem} bs {bs} W {W} {pol}")
+                        continue
                     run = run_cell(cfg, sl, pol, bs, work)
                     if run.get("outputs") is None:
                         raise ConfigError(f"{work}: the run recorded no outputs ({run.get('error')})")
@@ -114,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                         adaptive_run = run
                         if "adaptive" not in pols:
                             continue
+                    if adaptive_run is None:  # the ngram cell prices with the adaptive cell's tables
+                        missing.append(f"{sl.stem} bs {bs} W {W} {pol} (its adaptive cell was not run)")
+                        continue
                     real = real_summary(run, ref)
                     table_run = run if run.get("cost_tables") else adaptive_run
                     pred = cell_prediction(cfg, sl, pol, bs, run, ref, ref_path, work, a.seed, table_run, block)
@@ -131,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": machine(), "limit": a.limit, "max_tokens": a.max_tokens, "max_prompt": a.max_prompt,
             "max_num_batched_tokens": a.max_num_batched_tokens, "block": block}
     write_output(out / "slots.json", json.dumps({"meta": meta, "cells": cells}, indent=1) + "\n")
-    md = format_md(cells, meta)
+    md = format_md(cells, meta, missing)
     write_output(out / "slots.md", md)
     if a.report:
         from sim.cli_util import write_whole
@@ -142,25 +154,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if lossless else 1
 
 
-def format_md(cells: list[dict], meta: dict) -> str:
+def format_md(cells: list[dict], meta: dict, missing: list[str] = ()) -> str:
     lines = [f"Produced by `{meta['command']}` with vllm-cpu {meta['vllm_version']} on {meta['machine']['cpu']} "
              f"({meta['machine']['cores']} cores; load average {meta['machine']['load_average']:.1f} at the end). "
              f"SmolLM2-135M fp32 target, random DSpark drafter (block {meta['block']}), "
              f"max_num_batched_tokens {meta['max_num_batched_tokens']}, {meta['limit']} requests per trace, "
              f"max_tokens {meta['max_tokens']}, temperature 0.", "",
-             "| trace | bs | W | policy | steps real / sim | tok/step real / sim | steps (none) | lossless |",
-             "|---|---:|---:|---|---:|---:|---:|---|"]
+             "| trace | bs | W | policy | steps real / sim | tok/step real / sim | steps (none) | chains model / n-gram "
+             "(hybrid) | lossless |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---|"]
     for c in cells:
         r, p = c["real"], c["predicted"]
         sim_steps = p.get("steps", "n/a")
         sim_tps = f"{p['tokens_per_step']:.2f}" if "tokens_per_step" in p else "n/a"
+        pl = r.get("plugin")
+        chains = f"{pl['chosen_model']:.0f} / {pl['chosen_ngram']:.0f}" if pl else "-"
         lines.append(f"| {c['trace']} | {c['batch_size']} | {c['slots']} | {c['policy']} | {r['steps']} / {sim_steps} "
-                     f"| {r['tokens_per_step']:.2f} / {sim_tps} | {c['steps_none']} | "
+                     f"| {r['tokens_per_step']:.2f} / {sim_tps} | {c['steps_none']} | {chains} | "
                      f"{'yes' if r['lossless'] else 'NO'} |")
     errs = [f"- {c['trace']} bs {c['batch_size']} W {c['slots']} {c['policy']}: {c['predicted']['error']}"
             for c in cells if "error" in c["predicted"]]
     if errs:
         lines += ["", "Cells the simulator could not set up:"] + errs
+    if missing:
+        lines += ["", "Not run (--cached-only):"] + [f"- {m}" for m in missing]
     return "\n".join(lines) + "\n"
 
 
