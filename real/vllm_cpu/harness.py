@@ -87,7 +87,8 @@ SHIMS = (
          "(AdaptiveVerificationManager.batches_to_profile) under vLLM's StepTimingCollector and hands every "
          "sample to set_cost_curves (vLLM keeps only CUDA-graph-replay samples for the draft curve; on CPU there "
          "are none); medians of PROFILE_REPLAYS = 3 steps per size instead of vLLM's 5. With the hybrid's skip on, "
-         "the same batches again with DSpark's block pass skipped give the plugin the skipped pass's cost. The tables are the harness's wall-clock costs: they price the budget consistently within "
+         "the same batches again with DSpark's block pass skipped give the plugin the skipped pass's cost. "
+         "The tables are the harness's wall-clock costs: they price the budget consistently within "
          "the run (the simulator decides from the same tables) but are not a GPU's costs"),
     Shim("record-drafts", "v1/worker/gpu/spec_decode/dspark/speculator.py DSparkSpeculator.propose (wrapped, "
          "not replaced)",

@@ -330,7 +330,8 @@ class HybridDrafter:
                         stale_ngram_conf=cpu(self.ngram_conf_last), stale_ngram_len=cpu(self.ngram_len_last),
                         model_len=torch.full((R,), self.block, dtype=torch.int64), num_nondraft_tokens=R,
                         verify_cost_ms=self._table_host, draft_cost_ms=full,
-                        mean_ngram_conf=torch.where(n_steps[:, None] > 0, mean, cpu(self.ngram_conf_last).to(torch.float64)),
+                        mean_ngram_conf=torch.where(n_steps[:, None] > 0, mean,
+                                                    cpu(self.ngram_conf_last).to(torch.float64)),
                         num_sampling_reqs=R, model_draft_ms=saved)
         return plan_skip(view, self.cfg.method, float(self.cfg.margin), hysteresis).model
 

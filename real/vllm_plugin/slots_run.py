@@ -160,8 +160,8 @@ def format_md(cells: list[dict], meta: dict, missing: list[str] = ()) -> str:
              f"SmolLM2-135M fp32 target, random DSpark drafter (block {meta['block']}), "
              f"max_num_batched_tokens {meta['max_num_batched_tokens']}, {meta['limit']} requests per trace, "
              f"max_tokens {meta['max_tokens']}, temperature 0.", "",
-             "| trace | bs | W | policy | steps real / sim | tok/step real / sim | steps (none) | chains model / n-gram "
-             "(hybrid) | lossless |",
+             "| trace | bs | W | policy | steps real / sim | tok/step real / sim | steps (none) "
+             "| chains model / n-gram (hybrid) | lossless |",
              "|---|---:|---:|---|---:|---:|---:|---:|---|"]
     for c in cells:
         r, p = c["real"], c["predicted"]
