@@ -61,7 +61,7 @@ def runs(tmp_path_factory):
 
 def test_w_slots_and_the_skip_run_lossless(runs):
     """W = 32 > DSpark's block: vLLM verifies n-gram chains past 7 tokens; the skip skips DSpark's block pass
-    on some steps (the harness profiled the skipped pass) and stays lossless."""
+    (the harness profiled the skipped pass) and stays lossless."""
     ref = runs["none"]["outputs"]
     w = runs["hybrid-W32"]["hybrid_stats"]["workers"][0]
     assert runs["hybrid-W32"]["outputs"] == ref
@@ -71,7 +71,9 @@ def test_w_slots_and_the_skip_run_lossless(runs):
     s = runs["hybrid-skip"]["hybrid_stats"]["workers"][0]
     assert runs["hybrid-skip"]["outputs"] == ref
     # plan_skip never skips without the skipped pass's profiled cost: a skipped step shows the harness gave it
-    assert s["k"] == 16 and 0 < s["skipped"] < s["steps"]
+    # (with the random drafter every step is skipped: its chains never pay for its pass)
+    assert s["k"] == 16 and 0 < s["skipped"] <= s["steps"]
+    assert sum(s["ngram"]["accepted"][7:]) > 0
 
 
 def test_lossless_against_none(runs):
