@@ -45,8 +45,35 @@ def runs(tmp_path_factory):
         spec = {"config": cfg.to_json(), "policy": pol, "batch_size": BS, "ids": [str(i) for i in range(6)],
                 "prompts": prompts, "max_tokens": [40] * 6, "warmup": False}
         out[pol] = launch(spec, root / pol, "run", cfg.env())
+    # the hybrid at W = 32 slots (DSpark at its block 7), and with the skip on at W = 16
+    from real.vllm_plugin.config import HybridSpecConfig
+
+    for name, W, hy in (("hybrid-W32", 32, HybridSpecConfig(slots=32)),
+                        ("hybrid-skip", 16, HybridSpecConfig(slots=16, skip=True))):
+        c = VllmRunConfig(model=str(target), drafter=str(drafter), device="cpu", max_model_len=512,
+                          max_num_batched_tokens=256, num_speculative_tokens=W, hybrid=hy)
+        spec = {"config": c.to_json(), "policy": "hybrid", "batch_size": BS, "ids": [str(i) for i in range(6)],
+                "prompts": prompts, "max_tokens": [40] * 6, "warmup": False}
+        out[name] = launch(spec, root / name, "run", c.env())
     out["cfg"], out["root"], out["prompts"] = cfg, root, prompts
     return out
+
+
+def test_w_slots_and_the_skip_run_lossless(runs):
+    """W = 32 > DSpark's block: vLLM verifies n-gram chains past 7 tokens; the skip skips DSpark's block pass
+    (the harness profiled the skipped pass) and stays lossless."""
+    ref = runs["none"]["outputs"]
+    w = runs["hybrid-W32"]["hybrid_stats"]["workers"][0]
+    assert runs["hybrid-W32"]["outputs"] == ref
+    assert w["k"] == 32 and w["block"] == 7 and w["skipped"] == 0
+    assert sum(w["ngram"]["accepted"][7:]) > 0  # n-gram tokens accepted past DSpark's block
+    assert sum(w["model"]["reached"][7:]) == 0  # a DSpark chain is never verified past its block
+    s = runs["hybrid-skip"]["hybrid_stats"]["workers"][0]
+    assert runs["hybrid-skip"]["outputs"] == ref
+    # plan_skip never skips without the skipped pass's profiled cost: a skipped step shows the harness gave it
+    # (with the random drafter every step is skipped: its chains never pay for its pass)
+    assert s["k"] == 16 and 0 < s["skipped"] <= s["steps"]
+    assert sum(s["ngram"]["accepted"][7:]) > 0
 
 
 def test_lossless_against_none(runs):

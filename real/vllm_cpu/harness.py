@@ -86,7 +86,9 @@ SHIMS = (
          "after the CPU worker's compile_or_warm_up_model the harness runs vLLM's own profiling batches "
          "(AdaptiveVerificationManager.batches_to_profile) under vLLM's StepTimingCollector and hands every "
          "sample to set_cost_curves (vLLM keeps only CUDA-graph-replay samples for the draft curve; on CPU there "
-         "are none); medians of PROFILE_REPLAYS = 3 steps per size instead of vLLM's 5. The tables are the harness's wall-clock costs: they price the budget consistently within "
+         "are none); medians of PROFILE_REPLAYS = 3 steps per size instead of vLLM's 5. With the hybrid's skip on, "
+         "the same batches again with DSpark's block pass skipped give the plugin the skipped pass's cost. "
+         "The tables are the harness's wall-clock costs: they price the budget consistently within "
          "the run (the simulator decides from the same tables) but are not a GPU's costs"),
     Shim("record-drafts", "v1/worker/gpu/spec_decode/dspark/speculator.py DSparkSpeculator.propose (wrapped, "
          "not replaced)",
@@ -366,7 +368,35 @@ def profile_cost_tables(runner) -> None:
     verify = median_curve((s.num_target_tokens, s.forward_ms) for s in samples)
     manager.set_cost_curves(draft, verify)
     d, v = manager.cost_tables
+    skip = _profile_skipped_pass(runner, manager, median_curve, verify)
     PROFILED.clear()
     PROFILED.update(draft_curve=draft, verify_curve=verify, draft_table=[float(x) for x in d],
                     verify_table=[float(x) for x in v], steps=len(samples), seconds=time.perf_counter() - t0,
-                    cudagraph_limit=int(getattr(manager, "_cudagraph_limit", 0)))
+                    cudagraph_limit=int(getattr(manager, "_cudagraph_limit", 0)),
+                    skip_table=None if skip is None else [float(x) for x in skip])
+
+
+def _profile_skipped_pass(runner, manager, median_curve, verify):
+    """profile-cost-tables, for the hybrid with hybrid_spec.skip: the same profiling batches with DSpark's block
+    pass skipped (the speculator's skip_block; its context K/V still written), timed the same way; their draft
+    cost by request count goes to the plugin (`HybridDrafter.set_skip_table`), which prices the skip with it.
+    None (nothing profiled) without a skipping hybrid."""
+    from vllm.v1.worker.gpu.spec_decode import adaptive_verification as av
+
+    sp = getattr(runner, "speculator", None)
+    hybrid = getattr(sp, "hybrid", None)
+    if hybrid is None or not getattr(sp.hybrid_cfg, "skip", False):
+        return None
+    sp.skip_block = True
+    try:
+        with runner.step_timing.collect() as samples:
+            for batch in manager.batches_to_profile(list(PROFILE_TOKEN_SIZES)):
+                runner._dummy_run(**batch)
+    finally:
+        sp.skip_block = False
+    curve = median_curve((s.num_reqs, s.drafter_ms) for s in samples)
+    table = av.build_cost_tables_from_curves(curve, verify, runner.req_states.max_num_reqs,
+                                             runner.req_states.max_num_batched_tokens,
+                                             int(getattr(manager, "_cudagraph_limit", 0)))[0]
+    hybrid.set_skip_table(table)
+    return table

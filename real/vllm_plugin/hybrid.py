@@ -2,27 +2,38 @@
 confidences, the per-request chain choice, and online acceptance statistics. No vLLM import (the vLLM
 wiring is real/vllm_plugin/speculator.py), so all of it runs and is tested on CPU tensors.
 
-Per step (vLLM's order; R rows of the batch, K = num_speculative_tokens):
+Widths: W = vLLM's num_speculative_tokens (the draft slots per request vLLM schedules and verifies), K_b = DSpark's
+trained block (the model chain's width, K_b <= W). With W > K_b (docs/real.md, "W slots") the model chain is
+padded with confidence 0 past K_b, so adaptive verification admits those slots only when its budget has no
+better slot left, and the n-gram chain keeps up to W tokens.
+
+Per step (vLLM's order; R rows of the batch):
   observe   after the target verified the previous drafts (num_sampled = accepted + 1 bonus, num_rejected):
             - per depth j and chain (the one published last step), slot j was reached iff j <= accepted and
               j < admitted (= accepted + rejected), accepted iff j < accepted: counts and the sum of the
               published confidences of reached slots (live calibration, `stats`);
             - the copy history of each request: for every output position p emitted this step, hit(p) =
               whether the n-gram proposal at context prompt + output[:p] predicted output[p]
-              (`first_token_hits`); kept as a running count and a ring of the last W = 32 positions;
+              (`first_token_hits`); kept as a running count and a ring of the last H = 32 positions (a step
+              may emit W + 1 > H tokens: only its last H positions enter the ring);
             - returns num_sampled / num_rejected with the rows that verified an n-gram chain zeroed, so
               DSpark's own online acceptance estimator only ever grades DSpark's drafts.
-  propose   after DSpark drafted (tokens and confidences [R, K]):
+  propose   after DSpark drafted (tokens and confidences [R, K_b]; none when the pass was skipped):
             - the n-gram proposal at the current context (`ngram_match`: n, start, length <= K, ext, occ,
               in_prompt), its conditional acceptances from the calibrator (`conditional_torch`) with the
               copy-history features read from the state above:
                   i = output position = total_len - prompt_len,  overall = (hits + 1) / (i + 2),
-                  recent = (hits in the ring + 0.5) / (min(i, W) + 1),  prev_hit = ring[(i - 1) mod W];
+                  recent = (hits in the ring + 0.5) / (min(i, H) + 1),  prev_hit = ring[(i - 1) mod H];
             - the choice, by the simulator's own function (sim.policies.hybrid.choose_chain on
-              published_view: K-slot chains, T = N = R, vLLM's profiled verify table and draft cost);
-            - the published chain: tokens (the n-gram chain's where chosen, DSpark's past its length) and
-              confidences (`publish`: 0 past the chosen chain's length), which vLLM's adaptive verification
-              budgets and allocates unchanged.
+              published_view: K_b-slot model and W-slot n-gram chains, T = N = R, vLLM's profiled verify
+              table and draft cost); after a skipped pass every eligible row takes its n-gram chain;
+            - the published chain, W wide: tokens (the n-gram chain's where chosen, DSpark's past its
+              length, FILLER_TOKEN past both) and confidences (`publish`: 0 past the chosen chain's length),
+              which vLLM's adaptive verification budgets and allocates unchanged.
+  plan_skip (host, before DSpark's pass, only with hybrid_spec.skip): the simulator's `hybrid` decision
+            (sim.policies.hybrid.plan_skip) on host copies of the last values: each request's last drafted
+            DSpark chain, its last n-gram chain and its mean n-gram chain so far, vLLM's profiled verify
+            table, the draft cost at R with and without the block pass (`set_skip_table`).
 Everything is batched tensor ops with shapes fixed by (R, K, history width): no host synchronisation.
 A request resumed after preemption restarts its copy history at the resume point (earlier hits count
 as misses); the simulator keeps the whole history, so such requests may get slightly different
@@ -40,13 +51,14 @@ from sim.drafters.calibration import NgramCalibrator, conditional_torch
 from sim.policies.base import StepBatch
 from sim.policies.hybrid import choose_chain, publish, published_view
 
-HISTORY_WINDOW = 32  # output positions in the `recent` copy-history share (sim.drafters.calibration.copy_history)
+HISTORY_WINDOW = 32  # H: output positions in the `recent` copy-history share (sim.drafters.calibration.copy_history)
+FILLER_TOKEN = 0  # token id in a published slot past both chains (confidence 0; any valid id is lossless)
 CHAINS = ("model", "ngram")
 
 
 @dataclass
 class Proposal:
-    """What `HybridDrafter.propose` publishes for R rows: tokens int64 [R, K], conf float32 [R, K],
+    """What `HybridDrafter.propose` publishes for R rows: tokens int64 [R, W], conf float32 [R, W],
     use_ngram bool [R], and the n-gram chain's length int64 [R] (for logging and tests)."""
 
     tokens: torch.Tensor
@@ -60,10 +72,12 @@ class HybridDrafter:
     req_states indices). Row `max_reqs` is a sink that absorbs the writes of padded rows (index -1)."""
 
     def __init__(self, cfg: HybridSpecConfig, max_reqs: int, k: int, device: torch.device | str,
-                 calibrator: NgramCalibrator | None = None):
-        if k + 1 > HISTORY_WINDOW:
-            raise ValueError(f"num_speculative_tokens + 1 must be <= {HISTORY_WINDOW}, got {k}")
-        self.cfg, self.k, self.max_reqs = cfg, k, max_reqs
+                 calibrator: NgramCalibrator | None = None, block: int | None = None):
+        """k: W, the slots vLLM verifies per request (its num_speculative_tokens); block: DSpark's K_b (default W)."""
+        block = k if block is None else int(block)
+        if not 1 <= block <= k:
+            raise ValueError(f"DSpark's block must be in 1..W = {k}, got {block}")
+        self.cfg, self.k, self.block, self.max_reqs = cfg, k, block, max_reqs
         self.device = torch.device(device)
         self.calibrator = calibrator or NgramCalibrator.load(cfg.calibrator)
         self.ngram_cfg = cfg.ngram(k)
@@ -71,18 +85,30 @@ class HybridDrafter:
         self.weights = torch.as_tensor(self.calibrator.weights, dtype=torch.float64, device=dev)
         self.pos = torch.zeros(S, dtype=torch.int64, device=dev)        # output positions in the history
         self.hits = torch.zeros(S, dtype=torch.int64, device=dev)       # hits at those positions
-        self.ring = torch.zeros(S, HISTORY_WINDOW, dtype=torch.int64, device=dev)  # hit at p, at p mod W
+        self.ring = torch.zeros(S, HISTORY_WINDOW, dtype=torch.int64, device=dev)  # hit at p, at p mod H
         self.last_ngram = torch.zeros(S, dtype=torch.bool, device=dev)  # chain published at the last step
         self.last_conf = torch.zeros(S, k, dtype=torch.float32, device=dev)
+        # what plan_skip reads (host copies of these): per request slot, the last DSpark chain drafted for it
+        # (not overwritten by a skipped step), its last n-gram chain, and the running sum / count of its n-gram
+        # chains (the mean proposal of the simulator's forecast)
+        self.model_conf_last = torch.zeros(S, block, dtype=torch.float32, device=dev)
+        self.model_len_last = torch.zeros(S, dtype=torch.int64, device=dev)
+        self.ngram_conf_last = torch.zeros(S, k, dtype=torch.float32, device=dev)
+        self.ngram_len_last = torch.zeros(S, dtype=torch.int64, device=dev)
+        self.ngram_conf_sum = torch.zeros(S, k, dtype=torch.float64, device=dev)
+        self.ngram_steps = torch.zeros(S, dtype=torch.int64, device=dev)
         # live statistics per chain (row 0 model, 1 n-gram) and depth
         self.reached = torch.zeros(2, k, dtype=torch.float64, device=dev)
         self.accepted = torch.zeros(2, k, dtype=torch.float64, device=dev)
         self.predicted = torch.zeros(2, k, dtype=torch.float64, device=dev)
         self.chosen = torch.zeros(2, dtype=torch.float64, device=dev)  # requests x steps per published chain
         self.steps = 0
+        self.skipped = 0  # steps whose DSpark block pass plan_skip skipped
         self._table: torch.Tensor | None = None
         self._table_src = None
+        self._table_host: torch.Tensor | None = None
         self.draft_table: list[float] = []
+        self.skip_table: list[float] | None = None  # draft cost at R when the block pass is skipped [ms]
 
     # ------------------------------------------------------------------------------------------ helpers
     def _rows(self, idx_mapping: torch.Tensor) -> torch.Tensor:
@@ -110,7 +136,13 @@ class HybridDrafter:
         numpy): upload the verify table now and keep the draft table on the host (its entry at R is a Python
         float of the step)."""
         self.verify_table(verify_table)
+        self._table_host = torch.as_tensor(verify_table, dtype=torch.float64).cpu()
         self.draft_table = [float(x) for x in draft_table]
+
+    def set_skip_table(self, skip_table) -> None:
+        """The draft cost at R request counts when DSpark's block pass is skipped (context K/V and the hybrid's
+        step only) [ms]; what plan_skip prices the n-gram-only scenario at (None: the skip is not priced)."""
+        self.skip_table = None if skip_table is None else [float(x) for x in skip_table]
 
     def draft_ms(self, num_reqs: int) -> float:
         """The drafter's profiled cost at `num_reqs` requests [ms] (host-side: a Python float)."""
@@ -131,16 +163,28 @@ class HybridDrafter:
         two code paths: exact below SWEEP_EXACT_MAX slots, the two-stage grid above)."""
         if self._table is None:
             raise RuntimeError("warm_up needs the cost tables: call set_cost_tables first")
-        dev, K = self.device, self.k
-        steps = self.steps
         for R in batch_sizes or tuple(sorted({1, self.max_reqs})):
-            idx = torch.full((R,), -1, dtype=torch.int32, device=dev)
-            ns = torch.ones(R, dtype=torch.int32, device=dev)
-            self.observe(idx, ns, torch.zeros_like(ns), token_ids, total_len, prompt_len)
-            self.propose(idx, ns, torch.zeros(R, K, dtype=torch.int64, device=dev),
-                         torch.zeros(R, K, dtype=torch.float32, device=dev), token_ids, total_len, prompt_len,
-                         self._table, self.draft_ms(R))
-        self.steps = steps
+            for ran in (True, False):  # both shapes of the step: after DSpark's pass and after a skipped one
+                self.padded_step(R, token_ids, total_len, prompt_len, ran_model=ran)
+
+    def padded_step(self, R: int, token_ids: torch.Tensor, total_len: torch.Tensor, prompt_len: torch.Tensor,
+                    ran_model: bool = True) -> None:
+        """observe + propose of R padded rows (index -1: the sink row takes every write; the counters are restored):
+        the step's kernels at batch R without touching any request's state. The warm-up runs it, and so does every
+        profiling run of vLLM's (`HybridSpeculator.propose` with dummy_run), so that the drafter cost vLLM
+        profiles includes the plugin's step; before the tables arrive the prices are a stand-in (zeros: same
+        shapes, same ops)."""
+        dev, Kb = self.device, self.block
+        table = self._table if self._table is not None else \
+            torch.zeros(R * (self.k + 1) + 1, dtype=torch.float64, device=dev)
+        steps, skipped = self.steps, self.skipped
+        idx = torch.full((R,), -1, dtype=torch.int32, device=dev)
+        ns = torch.ones(R, dtype=torch.int32, device=dev)
+        self.observe(idx, ns, torch.zeros_like(ns), token_ids, total_len, prompt_len)
+        self.propose(idx, ns, torch.zeros(R, Kb, dtype=torch.int64, device=dev),
+                     torch.zeros(R, Kb, dtype=torch.float32, device=dev), token_ids, total_len, prompt_len,
+                     table, self.draft_ms(R) if self.draft_table else 0.0, ran_model=ran_model)
+        self.steps, self.skipped = steps, skipped
 
     # ------------------------------------------------------------------------------------------ observe
     def observe(self, idx_mapping: torch.Tensor, num_sampled: torch.Tensor, num_rejected: torch.Tensor,
@@ -174,15 +218,20 @@ class HybridDrafter:
                                plen, n_min=self.ngram_cfg.n_min, n_max=self.ngram_cfg.n_max).to(torch.int64)
         jj = torch.arange(kmax, device=rows.device)
         keep = jj[None] < count[:, None]  # [R, kmax]: emitted position first + j
-        # position first + j lands in ring slot (first + j) mod W; kmax <= W, so at most one j per slot
+        # position first + j lands in ring slot (first + j) mod H; a step emits up to W + 1 tokens, which may
+        # exceed H, so only its last H positions enter the ring: then at most one j per slot
+        last_h = keep & (jj[None] >= count[:, None] - HISTORY_WINDOW) if kmax > HISTORY_WINDOW else keep
         onehot = ((first.clamp(min=0)[:, None] + jj[None]) % HISTORY_WINDOW)[:, :, None] == \
             torch.arange(HISTORY_WINDOW, device=rows.device)[None, None]
-        onehot = onehot & keep[:, :, None]  # [R, kmax, W]
+        onehot = onehot & last_h[:, :, None]  # [R, kmax, H]
         ring = torch.where(fresh[:, None], 0, self.ring[rows])
         ring = torch.where(onehot.any(1), (onehot * hit[:, :, None]).sum(1), ring)
         self.ring[rows] = ring
         self.hits[rows] = torch.where(fresh, 0, self.hits[rows]) + (hit * keep).sum(1)
         self.pos[rows] = torch.where(count > 0, first + count, torch.where(fresh, first, self.pos[rows]))
+        if self.cfg.skip:  # a new request in the slot: plan_skip's history of it starts empty
+            self.ngram_steps[rows] = torch.where(fresh, 0, self.ngram_steps[rows])
+            self.model_len_last[rows] = torch.where(fresh, 0, self.model_len_last[rows])
 
         used_ngram = self.last_ngram[rows] & valid
         return torch.where(used_ngram, 0, num_sampled), torch.where(used_ngram, 0, num_rejected)
@@ -208,35 +257,91 @@ class HybridDrafter:
 
     def propose(self, idx_mapping: torch.Tensor, num_sampled: torch.Tensor, model_tokens: torch.Tensor,
                 model_conf: torch.Tensor, token_ids: torch.Tensor, total_len: torch.Tensor,
-                prompt_len: torch.Tensor, verify_table: torch.Tensor, draft_ms: float) -> Proposal:
-        """The chains to publish for the R rows (module docstring). model_tokens int64 [R, K] and model_conf
-        [R, K] are DSpark's; verify_table float [T_max + 1] in ms; draft_ms the drafter's cost at R [ms]."""
-        R, K = model_tokens.shape
+                prompt_len: torch.Tensor, verify_table: torch.Tensor, draft_ms: float,
+                ran_model: bool = True) -> Proposal:
+        """The W-wide chains to publish for the R rows (module docstring). model_tokens int64 [R, K_b] and
+        model_conf [R, K_b] are DSpark's (not read when ran_model is False: the pass was skipped, so every
+        eligible row takes its n-gram chain); verify_table float [T_max + 1] in ms; draft_ms the drafter's
+        cost at R [ms]; ran_model a host bool (plan_skip's decision)."""
+        R, Kb = model_tokens.shape
+        W = self.k
         rows = self._rows(idx_mapping)
         eligible = (idx_mapping >= 0) & (num_sampled > 0)  # rows still prefilling draft nothing useful
         m, ng_conf = self.ngram_conf(idx_mapping, eligible, token_ids, total_len, prompt_len)
-        model_len = torch.full((R,), K, dtype=torch.int64, device=rows.device)
-        mc = model_conf.to(torch.float32)
-        batch = StepBatch(model_conf=mc, model_len=model_len, ngram_conf=ng_conf, ngram_len=m.length,
-                          stale_model_conf=mc, stale_model_len=model_len, stale_ngram_conf=ng_conf,
-                          stale_ngram_len=m.length, num_nondraft_tokens=R, verify_cost_ms=verify_table,
-                          draft_cost_ms=float(draft_ms), num_sampling_reqs=R)
-        use_ngram = choose_chain(published_view(batch, K), self.cfg.method, float(self.cfg.margin)) & eligible
-        conf = publish(mc, model_len, ng_conf, m.length, use_ngram)
-        j = torch.arange(K, device=rows.device)
-        tokens = torch.where(use_ngram[:, None] & (j[None] < m.length[:, None]), m.tokens, model_tokens)
+        model_len = torch.full((R,), Kb if ran_model else 0, dtype=torch.int64, device=rows.device)
+        mc = model_conf.to(torch.float32) if ran_model else torch.zeros(R, Kb, dtype=torch.float32,
+                                                                        device=rows.device)
+        if ran_model:
+            batch = StepBatch(model_conf=mc, model_len=model_len, ngram_conf=ng_conf, ngram_len=m.length,
+                              stale_model_conf=mc, stale_model_len=model_len, stale_ngram_conf=ng_conf,
+                              stale_ngram_len=m.length, num_nondraft_tokens=R, verify_cost_ms=verify_table,
+                              draft_cost_ms=float(draft_ms), num_sampling_reqs=R)
+            use_ngram = choose_chain(published_view(batch, W), self.cfg.method, float(self.cfg.margin)) & eligible
+        else:  # as the simulator's allocate_skip: a request without a model chain takes its n-gram chain
+            use_ngram = eligible
+        conf = publish(mc, model_len, ng_conf, m.length, use_ngram, W)
+        j = torch.arange(W, device=rows.device)
+        base = model_tokens if W == Kb else \
+            torch.nn.functional.pad(model_tokens.to(torch.int64), (0, W - Kb), value=FILLER_TOKEN)
+        tokens = torch.where(use_ngram[:, None] & (j[None] < m.length[:, None]), m.tokens, base)
         self.last_ngram[rows] = use_ngram
         self.last_conf[rows] = conf
         self.chosen.index_add_(0, use_ngram.to(torch.int64), eligible.to(torch.float64))
+        if self.cfg.skip:
+            self._keep_for_skip(rows, eligible, ran_model, mc, model_len, ng_conf, m.length)
         self.steps += 1
+        self.skipped += 0 if ran_model else 1
         return Proposal(tokens=tokens, conf=conf, use_ngram=use_ngram, ngram_len=m.length)
+
+    # ------------------------------------------------------------------------------------------ skip
+    def _keep_for_skip(self, rows, eligible, ran_model: bool, mc, model_len, ng_conf, ng_len) -> None:
+        """plan_skip's inputs after a step (only with hybrid_spec.skip): only eligible rows count (the sink row
+        takes the others' writes); a skipped step leaves the last drafted DSpark chain in place."""
+        srows = torch.where(eligible, rows, self.max_reqs)
+        if ran_model:
+            self.model_conf_last[srows] = mc
+            self.model_len_last[srows] = model_len
+        self.ngram_conf_last[srows] = ng_conf
+        self.ngram_len_last[srows] = ng_len
+        fresh = self.ngram_steps[srows] == 0
+        self.ngram_conf_sum[srows] = torch.where(fresh[:, None], 0.0, self.ngram_conf_sum[srows]) + \
+            ng_conf.to(torch.float64)
+        self.ngram_steps[srows] = self.ngram_steps[srows] + 1
+
+    def plan_skip(self, slots, hysteresis: float = 0.0) -> bool:
+        """Whether DSpark's block pass runs this step for the requests in vLLM's slots `slots` (host ints, the
+        batch's idx_mapping_np), decided on the host before the pass by the simulator's `hybrid` rule
+        (sim.policies.hybrid.plan_skip) from the host copies of the last values (module docstring). Reads device
+        state with .cpu(): a copy without a device sync only where the state lives on the host (the CPU build;
+        the speculator refuses skip elsewhere). True (run it) when no skip cost is known."""
+        from sim.policies.base import HostView
+        from sim.policies.hybrid import plan_skip
+
+        if self.skip_table is None or self._table_host is None or not self.draft_table:
+            return True
+        R = len(slots)
+        idx = torch.as_tensor(list(slots), dtype=torch.int64)
+        cpu = lambda t: t.cpu()[idx]  # noqa: E731
+        n_steps = cpu(self.ngram_steps)
+        mean = cpu(self.ngram_conf_sum) / n_steps.clamp(min=1)[:, None].to(torch.float64)
+        full = self.draft_ms(R)
+        saved = max(full - self.skip_table[min(R, len(self.skip_table) - 1)], 0.0)
+        view = HostView(stale_model_conf=cpu(self.model_conf_last), stale_model_len=cpu(self.model_len_last),
+                        stale_ngram_conf=cpu(self.ngram_conf_last), stale_ngram_len=cpu(self.ngram_len_last),
+                        model_len=torch.full((R,), self.block, dtype=torch.int64), num_nondraft_tokens=R,
+                        verify_cost_ms=self._table_host, draft_cost_ms=full,
+                        mean_ngram_conf=torch.where(n_steps[:, None] > 0, mean,
+                                                    cpu(self.ngram_conf_last).to(torch.float64)),
+                        num_sampling_reqs=R, model_draft_ms=saved)
+        return plan_skip(view, self.cfg.method, float(self.cfg.margin), hysteresis).model
 
     # ------------------------------------------------------------------------------------------ stats
     def stats(self) -> dict:
         """Host copy of the live statistics (a device sync: call outside the step, e.g. over RPC)."""
         reached, accepted, predicted = (t.cpu().tolist() for t in (self.reached, self.accepted, self.predicted))
         chosen = self.chosen.cpu().tolist()
-        out = {"steps": self.steps, "k": self.k, "config": self.cfg.to_additional_config()}
+        out = {"steps": self.steps, "k": self.k, "block": self.block, "skipped": self.skipped,
+               "config": self.cfg.to_additional_config()}
         for c, name in enumerate(CHAINS):
             out[name] = {
                 "chosen": chosen[c],

@@ -31,7 +31,7 @@ import sys
 import weakref
 
 from real.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, HybridSpecConfig
-from real.vllm_plugin.versions import check_version, installed_version
+from real.vllm_plugin.versions import check_version, installed_version, is_cpu_build
 from sim.errors import ConfigError
 
 MODEL_RUNNER = "vllm.v1.worker.gpu.model_runner"  # Model Runner V2's module (0.32 and 0.33)
@@ -61,6 +61,9 @@ def hybrid_config(vllm_config) -> HybridSpecConfig | None:
     if not spec.enable_adaptive_verification:
         raise ConfigError(f"'{ADDITIONAL_CONFIG_KEY}' prices chains with adaptive verification's cost tables: "
                           "set \"enable_adaptive_verification\": true in --speculative-config")
+    draft = getattr(spec, "draft_model_config", None)
+    block = HybridSpecConfig.dspark_block(getattr(draft, "hf_config", None), spec.num_speculative_tokens)
+    cfg.check_vllm(spec.num_speculative_tokens, block, is_cpu_build())
     return cfg
 
 

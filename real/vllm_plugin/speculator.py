@@ -10,6 +10,17 @@ vLLM's step, with this speculator (Model Runner V2, adaptive verification on):
      rows that take the n-gram chain;
   4. vLLM's AdaptiveVerificationManager publishes those confidences unchanged: next step's budget from
      them (host, one step old) and the top-B over them (device).
+W slots (docs/real.md, "W slots"): vLLM runs with num_speculative_tokens = W, so everything it sizes per request (the
+scheduler's W + 1 tokens of a decode step, input buffers, target graphs, rejection sampler, adaptive verification's
+tables, KV lookahead) is W wide, while DSpark is built from a copy of the config at its trained block K_b <= W
+(`block_config`). DSpark then drafts K_b tokens into the first K_b columns of the plugin's W-wide buffers: during
+DSpark's own code (propose, capture) `draft_tokens` / `draft_token_confidence_probs` are K_b-wide views of them,
+outside it (what the model runner reads after propose) the W-wide buffers. The hybrid publishes W columns, 0
+confidence past each chosen chain. DSpark's pass reads the target's verified tokens of any count (its context K/V
+is written from the target batch's query_start_loc, not from K_b), so a W-slot verify feeds it unchanged.
+The skip (hybrid_spec.skip, CPU build): before DSpark's pass the hybrid decides on the host (HybridDrafter.plan_skip)
+whether the block forward runs; when it does not, `_generate_draft` (DSpark's block forward and Markov sampling)
+is not called, while the context K/V of the verified tokens is still written (DSpark's later blocks attend to it).
 The hybrid's part runs eagerly after DSpark's graph; it never reads a device value on the host, and it makes no
 host-to-device copy: the verify table is uploaded, and the step's constants and kernels warmed, when the cost
 tables arrive (`on_cost_tables`, called by real/vllm_plugin/lifecycle.attach_manager right after vLLM's
@@ -17,6 +28,7 @@ set_cost_curves), before any live request.
 """
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -28,9 +40,24 @@ except ImportError as exc:  # the plugin's other modules import without vLLM; th
                       "pip install -e '.[vllm]'") from exc
 
 from real.vllm_plugin.config import HybridSpecConfig
-from real.vllm_plugin.hybrid import HybridDrafter
+from real.vllm_plugin.hybrid import FILLER_TOKEN, HybridDrafter
 from real.vllm_plugin.lifecycle import attach_manager
 from sim.errors import ConfigError
+
+
+def dspark_block(vllm_config) -> int:
+    """DSpark's trained block K_b of this vLLM config (HybridSpecConfig.dspark_block)."""
+    spec = vllm_config.speculative_config
+    return HybridSpecConfig.dspark_block(spec.draft_model_config.hf_config, spec.num_speculative_tokens)
+
+
+def block_config(vllm_config, block: int):
+    """A shallow copy of vllm_config whose speculative config drafts `block` tokens (DSpark's own view); the
+    runner keeps the original, W wide."""
+    out = copy.copy(vllm_config)
+    out.speculative_config = copy.copy(vllm_config.speculative_config)
+    out.speculative_config.num_speculative_tokens = int(block)
+    return out
 
 
 class HybridSpeculator(DSparkSpeculator):
@@ -39,16 +66,43 @@ class HybridSpeculator(DSparkSpeculator):
     _speculator_name = "DSpark+ngram (hybridspec)"
 
     def __init__(self, vllm_config, device: torch.device, req_states, cfg: HybridSpecConfig):
-        super().__init__(vllm_config, device)
+        block = dspark_block(vllm_config)
+        W = cfg.resolve_slots(vllm_config.speculative_config.num_speculative_tokens, block)
+        super().__init__(block_config(vllm_config, block) if W > block else vllm_config, device)
         if self.speculative_config.draft_sample_method == "probabilistic":
             # n-gram tokens have no draft distribution to hand to probabilistic rejection sampling
             raise ConfigError("hybrid_spec needs greedy drafting; remove draft_sample_method='probabilistic' "
                               "from the speculative config")
         self.req_states = req_states
         self.hybrid_cfg = cfg
-        self.hybrid = HybridDrafter(cfg, self.max_num_reqs, self.num_speculative_steps, device)
+        self.slots, self.block = W, block
+        # the W-wide buffers the runner reads; DSpark writes its K_b columns through views (module docstring)
+        self._wide_tokens = torch.full((self.max_num_reqs, W), FILLER_TOKEN, dtype=torch.int64, device=device)
+        self._wide_conf = torch.zeros(self.max_num_reqs, W, dtype=torch.float32, device=device)
+        self._block_views = (self._wide_tokens[:, :block], self._wide_conf[:, :block])
+        self._outside_dspark()
+        self.hybrid = HybridDrafter(cfg, self.max_num_reqs, W, device, block=block)
         self.adaptive_manager = None  # the live manager: attach_manager, called by plugin.register's wrapper
         self.warmed_up = False
+        self.skip_block = False  # set by propose (plan_skip) or by the harness's skip profile
+
+    def _inside_dspark(self) -> None:
+        self.draft_tokens, self.draft_token_confidence_probs = self._block_views
+
+    def _outside_dspark(self) -> None:
+        self.draft_tokens, self.draft_token_confidence_probs = self._wide_tokens, self._wide_conf
+
+    def capture(self) -> None:
+        self._inside_dspark()
+        try:
+            super().capture()
+        finally:
+            self._outside_dspark()
+
+    def _generate_draft(self, *args, **kwargs) -> None:
+        # the skip: DSpark's block forward and sampling do not run (its context K/V, written before, does)
+        if not self.skip_block:
+            super()._generate_draft(*args, **kwargs)
 
     def attach_manager(self, manager) -> None:
         """vLLM built an adaptive-verification manager: it is the live one until the next (lifecycle.py)."""
@@ -59,6 +113,7 @@ class HybridSpeculator(DSparkSpeculator):
         self.hybrid.set_cost_tables(draft_table, verify_table)
         rs = self.req_states
         self.hybrid.warm_up(rs.all_token_ids.gpu, rs.total_len.gpu, rs.prompt_len.gpu)
+        self._wide_conf.zero_()  # the warm-up ran on padded rows only; nothing of it is published
         self.warmed_up = True
 
     def observe_verification(self, idx_mapping: torch.Tensor, num_sampled: torch.Tensor,
@@ -66,26 +121,44 @@ class HybridSpeculator(DSparkSpeculator):
         rs = self.req_states
         ns, nr = self.hybrid.observe(idx_mapping, num_sampled, num_rejected, rs.all_token_ids.gpu,
                                      rs.total_len.gpu, rs.prompt_len.gpu)
+        if self.slots > self.block:  # DSpark's estimator grades K_b slots: a row never verifies more of its chain
+            ns = ns.clamp(max=self.block + 1)
+            nr = torch.minimum(nr, self.block + 1 - ns)
         super().observe_verification(idx_mapping, ns, nr)
 
     def propose(self, input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states,
                 num_sampled, num_rejected, last_sampled, next_prefill_tokens, temperature, seeds,
                 dp_sync_state=None, dummy_run: bool = False, skip_attn_for_dummy_run: bool = False,
                 mm_inputs=None, is_profile: bool = False, num_speculative_tokens: int | None = None) -> Any:
-        out = super().propose(input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states,
-                              num_sampled, num_rejected, last_sampled, next_prefill_tokens, temperature, seeds,
-                              dp_sync_state=dp_sync_state, dummy_run=dummy_run,
-                              skip_attn_for_dummy_run=skip_attn_for_dummy_run, mm_inputs=mm_inputs,
-                              is_profile=is_profile, num_speculative_tokens=num_speculative_tokens)
+        R = input_batch.num_reqs
         # host-side facts only: profiling and dummy runs, or no uploaded cost table yet, keep DSpark's drafts
         # (the plugin's counters then show no steps, which the first-run checklist fails)
-        if dummy_run or is_profile or num_speculative_tokens == 0 or self.hybrid.table is None:
-            return out
-        R = input_batch.num_reqs
-        rs = self.req_states
-        p = self.hybrid.propose(input_batch.idx_mapping, num_sampled[:R], self.draft_tokens[:R],
-                                self.draft_token_confidence_probs[:R], rs.all_token_ids.gpu, rs.total_len.gpu,
-                                rs.prompt_len.gpu, self.hybrid.table, self.hybrid.draft_ms(R))
-        self.draft_tokens[:R] = p.tokens
-        self.draft_token_confidence_probs[:R] = p.conf
-        return self.draft_tokens[:R]
+        live = not (dummy_run or is_profile or num_speculative_tokens == 0 or self.hybrid.table is None)
+        if live:
+            self.skip_block = self.hybrid_cfg.skip and not self.hybrid.plan_skip(input_batch.idx_mapping_np[:R])
+        self._inside_dspark()
+        try:
+            super().propose(input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states,
+                            num_sampled, num_rejected, last_sampled, next_prefill_tokens, temperature, seeds,
+                            dp_sync_state=dp_sync_state, dummy_run=dummy_run,
+                            skip_attn_for_dummy_run=skip_attn_for_dummy_run, mm_inputs=mm_inputs,
+                            is_profile=is_profile, num_speculative_tokens=num_speculative_tokens)
+        finally:
+            self._outside_dspark()
+        if dummy_run and not skip_attn_for_dummy_run:
+            # a profiling step (vLLM times the drafter over it): the plugin's step on padded rows, so that the
+            # draft cost adaptive verification profiles includes it (HybridDrafter.padded_step)
+            rs = self.req_states
+            self.hybrid.padded_step(R, rs.all_token_ids.gpu, rs.total_len.gpu, rs.prompt_len.gpu,
+                                    ran_model=not self.skip_block)
+        if live:
+            ran = not self.skip_block
+            self.skip_block = False
+            rs = self.req_states
+            tok, conf = self._block_views
+            p = self.hybrid.propose(input_batch.idx_mapping, num_sampled[:R], tok[:R], conf[:R],
+                                    rs.all_token_ids.gpu, rs.total_len.gpu, rs.prompt_len.gpu, self.hybrid.table,
+                                    self.hybrid.draft_ms(R), ran_model=ran)
+            self._wide_tokens[:R] = p.tokens
+            self._wide_conf[:R] = p.conf
+        return self._wide_tokens[:R]

@@ -1,0 +1,153 @@
+"""The vLLM plugin's W slots and skip on CPU tensors, without vLLM (real/vllm_plugin/config.py, plugin.py, hybrid.py):
+W and the skip are validated at start-up in one line each; the skip decision is the simulator's `hybrid` rule on the
+host copies of the last values, and a skipped step publishes the n-gram chains alone."""
+from types import SimpleNamespace as NS
+
+import numpy as np
+import pytest
+import torch
+
+from real.vllm_plugin import plugin
+from real.vllm_plugin.config import MAX_SLOTS, HybridSpecConfig
+from real.vllm_plugin.hybrid import HybridDrafter
+from sim.drafters.calibration import NgramCalibrator
+from sim.errors import ConfigError
+from sim.policies import get_policy
+from sim.policies.base import HostView
+from sim.policies.hybrid import plan_skip
+
+CAL = NgramCalibrator.load()
+
+
+def _vllm_config(W=32, block=7, extra=None, method="dspark"):
+    hf = NS(block_size=block) if block is not None else NS()
+    return NS(additional_config={"hybrid_spec": extra or {}},
+              speculative_config=NS(method=method, enable_adaptive_verification=True, num_speculative_tokens=W,
+                                    draft_model_config=NS(hf_config=hf)))
+
+
+def test_slots_are_validated_at_start_up_in_one_line(monkeypatch):
+    monkeypatch.setattr(plugin, "is_cpu_build", lambda: True)
+    assert plugin.hybrid_config(_vllm_config(32, 7)).slots == 0  # W = num_speculative_tokens
+    assert plugin.hybrid_config(_vllm_config(32, 7, {"slots": 32})).slots == 32
+    assert plugin.hybrid_config(_vllm_config(7, None)) is not None  # no block in the checkpoint: block = W
+    bad = [(_vllm_config(32, 7, {"slots": 16}), "slots = 16 but .* num_speculative_tokens = 32"),
+           (_vllm_config(5, 7), "smaller than DSpark's trained block \\(7\\)"),
+           (_vllm_config(MAX_SLOTS + 1, 7), f"W <= {MAX_SLOTS}"),
+           (_vllm_config(32, 7, {"slots": "32"}), "slots must be a non-negative integer"),
+           (_vllm_config(32, 7, {"slots": MAX_SLOTS + 1}), "at most"),
+           (_vllm_config(32, 7, {"skip": "yes"}), "skip must be true or false"),
+           (_vllm_config(32, 0), "block_size 0")]
+    for cfg, msg in bad:
+        with pytest.raises(ConfigError, match=msg) as e:
+            plugin.hybrid_config(cfg)
+        assert "\n" not in str(e.value)
+
+
+def test_skip_is_refused_where_the_build_cannot_skip(monkeypatch):
+    monkeypatch.setattr(plugin, "is_cpu_build", lambda: False)  # the CUDA build: DSpark's pass is one graph
+    assert plugin.hybrid_config(_vllm_config(32, 7)) is not None
+    with pytest.raises(ConfigError, match="skip runs only on the CPU build") as e:
+        plugin.hybrid_config(_vllm_config(32, 7, {"skip": True}))
+    assert "\n" not in str(e.value)
+    monkeypatch.setattr(plugin, "is_cpu_build", lambda: True)
+    assert plugin.hybrid_config(_vllm_config(32, 7, {"skip": True})).skip
+
+
+def test_sim_policy_names_the_slots_and_refuses_the_unmodelled_skip():
+    c = HybridSpecConfig(slots=32)
+    assert c.sim_policy() == "hybrid-vllm:slots=32"
+    get_policy(c.sim_policy())
+    assert HybridSpecConfig.from_additional_config(c.to_additional_config()) == c
+    with pytest.raises(ConfigError, match="no policy for the plugin's skip"):
+        HybridSpecConfig(skip=True).sim_policy()
+
+
+def _drafter(W=32, Kb=7, skip=True, S=4, width=256, copies=True):
+    d = HybridDrafter(HybridSpecConfig(skip=skip, slots=W), S, W, "cpu", calibrator=CAL, block=Kb)
+    t = np.arange(S * (W + 1) + 65, dtype=np.float64)
+    d.set_cost_tables(np.full(S + 1, 4.0), 10.0 + np.maximum(t - 64, 0) * 0.05)
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 40, 60)
+    seq = np.concatenate([base, base, base, base])[:width] if copies else \
+        rng.permutation(np.arange(1000))[:width]  # copies: long n-gram chains; else none at all
+    tok = torch.as_tensor(np.tile(seq, (S, 1)), dtype=torch.int32)
+    plen = torch.full((S,), 70, dtype=torch.int32)
+    return d, tok, plen
+
+
+def _step(d, tok, plen, total, conf_m, ran=True, ns=2):
+    S = tok.shape[0]
+    idx = torch.arange(S)
+    nst = torch.full((S,), ns, dtype=torch.int32)
+    d.observe(idx, nst, torch.zeros_like(nst), tok, total, plen)
+    mt = torch.zeros(S, d.block, dtype=torch.int64)
+    return d.propose(idx, nst, mt, torch.full((S, d.block), conf_m, dtype=torch.float32), tok, total, plen,
+                     d.table, d.draft_ms(S), ran_model=ran)
+
+
+def test_skipped_step_publishes_the_ngram_chains_and_keeps_the_last_dspark_chain():
+    d, tok, plen = _drafter()
+    total = torch.full((4,), 140, dtype=torch.int32)
+    _step(d, tok, plen, total, 0.9)
+    kept = d.model_conf_last[:4].clone()
+    p = _step(d, tok, plen, total + 2, 0.2, ran=False)
+    assert bool(p.use_ngram.all()) and bool((p.ngram_len > 7).any())  # chains past DSpark's block
+    assert p.conf.shape == (4, 32) and bool((p.conf[:, :1] > 0).all())
+    assert torch.equal(d.model_conf_last[:4], kept)  # a skipped pass drafted nothing: the last chain stays
+    assert d.skipped == 1 and d.steps == 2
+
+
+def test_plan_skip_is_the_simulators_hybrid_decision_on_the_host_copies():
+    decisions = []
+    # a strong DSpark chain beside no n-gram match runs; a useless one beside long copies is skipped
+    for conf_m, copies in ((0.9, False), (0.01, True)):
+        d, tok, plen = _drafter(copies=copies)
+        total = torch.full((4,), 140, dtype=torch.int32)
+        assert d.plan_skip([0, 1, 2, 3])  # no skip cost known: DSpark runs
+        skip_ms = 0.5
+        d.set_skip_table(np.full(5, skip_ms))
+        _step(d, tok, plen, total, conf_m)
+        total = total + 2
+        slots = [0, 1, 2, 3]
+        view = HostView(stale_model_conf=d.model_conf_last[slots], stale_model_len=d.model_len_last[slots],
+                        stale_ngram_conf=d.ngram_conf_last[slots], stale_ngram_len=d.ngram_len_last[slots],
+                        model_len=torch.full((4,), 7), num_nondraft_tokens=4, verify_cost_ms=d._table_host,
+                        draft_cost_ms=4.0, num_sampling_reqs=4, model_draft_ms=4.0 - skip_ms,
+                        mean_ngram_conf=d.ngram_conf_sum[slots] / d.ngram_steps[slots][:, None])
+        got = d.plan_skip(slots)
+        assert got == plan_skip(view).model
+        decisions.append(got)
+    assert decisions == [True, False]
+
+
+def test_a_new_request_in_a_slot_starts_an_empty_skip_history():
+    d, tok, plen = _drafter()
+    total = torch.full((4,), 140, dtype=torch.int32)
+    _step(d, tok, plen, total, 0.5)
+    assert bool((d.ngram_steps[:4] == 1).all())
+    # slot 0 gets a new request: its output position restarts, observe sees a fresh slot
+    total2 = total.clone()
+    total2[0] = 71
+    _step(d, tok, plen, total2 + 2, 0.5)
+    assert int(d.ngram_steps[0]) == 1 and bool((d.ngram_steps[1:4] == 2).all())
+
+
+def test_a_profiling_step_runs_the_plugins_ops_without_touching_request_state():
+    """HybridSpeculator runs padded_step in vLLM's profiling runs so the profiled draft cost includes the plugin's
+    step: before the tables arrive (stand-in prices), and without changing any request's state or counter."""
+    from real.vllm_plugin import checks
+
+    d = HybridDrafter(HybridSpecConfig(slots=32, skip=True), 4, 32, "cpu", calibrator=CAL, block=7)
+    tok = torch.zeros(4, 128, dtype=torch.int32)
+    total = torch.full((4,), 64, dtype=torch.int32)
+    plen = torch.full((4,), 16, dtype=torch.int32)
+    before = [t.clone() for t in (d.pos, d.hits, d.ring, d.last_ngram, d.last_conf, d.reached, d.chosen,
+                                  d.ngram_steps, d.model_conf_last)]
+    with checks._OpCounter() as ops:
+        for ran in (True, False):
+            d.padded_step(4, tok, total, plen, ran_model=ran)
+    assert ops.total > 100  # the step's ops ran
+    after = [d.pos, d.hits, d.ring, d.last_ngram, d.last_conf, d.reached, d.chosen, d.ngram_steps, d.model_conf_last]
+    assert all(torch.equal(a[:4], b[:4]) for a, b in zip(before, after))
+    assert d.steps == 0 and d.skipped == 0
