@@ -29,7 +29,7 @@ STS_GRID = np.exp(np.linspace(np.log(0.25), np.log(4.0), 97))
 @torch.inference_mode()
 def draft_positions(d: DSparkDrafter, st: SeqTensors, anchors: torch.Tensor, chunk: int = 256):
     """Free-running drafts at `anchors`: tokens [B, K] (target ids), calibrated conf [B, K], raw conf [B, K]."""
-    dev = d.fuse.weight.device
+    dev = next(d.parameters()).device
     c, ck, cv = d.sequence_context(st.feats.to(dev), st.next_tok.to(dev))
     tokens = st.tokens.to(dev)
     toks, conf, raw = [], [], []
