@@ -186,3 +186,37 @@ def test_tuning_split_projects_are_disjoint_from_the_evaluation_traces():
         with open(trace, encoding="utf-8") as f:
             seen = {row_project(json.loads(line)["id"]) for line in f}
         assert seen <= eval_project_names() and not seen & tune
+
+
+def test_live_in_the_real_engine_lossless_and_replayed_by_the_simulator(target):
+    """The RealEngine drafting live with this architecture (per-slot context caches fed by its verify forwards)
+    accepts exactly what the recorded chains say: the simulator replaying them takes the same steps."""
+    from real.engine.greedy import greedy_group
+    from real.workload import Workload, provisional_cost, run_real
+    from sim.engine import Engine, EngineConfig
+    from sim.policies import get_policy
+
+    kw = dict(limit=4, sample=None, seed=0, max_tokens=24, max_prompt=300, teacher=False)
+    plain = Workload.build("traces/chat.jsonl", "qwen3-tiny", True, "cpu", drafter=None, **kw)
+    prompts = [r.prompt_ids.astype(np.int64) for r in plain.requests]
+    m = plain.model(max_slots=8, extra=32)
+    gens = greedy_group(m, prompts, [24] * len(prompts), eos_id=None)
+    own = [label_sequence(m, np.concatenate([p, g.output]), (0, 1), topk=8, chunk=256) for p, g in zip(prompts, gens)]
+    torch.manual_seed(0)
+    d = DSparkV(DSparkVConfig(**{**TINY, "block": 7, "vocab": 4096})).attach_target(target.tok_embeddings.weight)
+    d.set_vocab(torch.arange(4096))
+    sts = [prepare(s, 7) for s in own]
+    train_v(d, sts, sts[:1], VTrainConfig(steps=160, anchors=32, lr=3e-3, warmup=2, eval_every=160), None,
+            log=lambda msg: None)
+    wl = Workload.build("traces/chat.jsonl", "qwen3-tiny", True, "cpu", drafter=d, **kw)
+    model = wl.model(max_slots=4)
+    cost = provisional_cost(model)
+    for policy in ("model-fixed:7", "hybrid-price"):
+        real = run_real(wl, model, policy, 4, cost=cost)
+        assert real.lossless, real.violation
+        cfg = EngineConfig(batch_size=4, max_num_batched_tokens=512, async_scheduling=False, kv_capacity_tokens=10**9)
+        sim = Engine(wl.tables, np.zeros(len(wl.requests)), get_policy(policy), cost, cfg).run()
+        for col in ("num_decode", "verified_model", "accepted_model", "emitted"):
+            assert np.array_equal(real.steps[col], sim.steps[col]), (policy, col)
+        if policy == "model-fixed:7":
+            assert real.steps["accepted_model"].sum() > 0  # the drafter's chains were accepted at times
