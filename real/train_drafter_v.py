@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=VTrainConfig.steps, help="optimizer steps (the schedule's length)")
     ap.add_argument("--train-seconds", type=float, default=0.0, help="stop training (checkpointed) after this")
     ap.add_argument("--anchors", type=int, default=VTrainConfig.anchors, help="anchors per sequence per step")
+    ap.add_argument("--eval-every", type=int, default=VTrainConfig.eval_every, help="learning-curve point every N steps")
     ap.add_argument("--lr", type=float, default=VTrainConfig.lr)
     ap.add_argument("--backbone-layers", type=int, default=DSparkVConfig.num_layers)
     ap.add_argument("--rank", type=int, default=DSparkVConfig.rank, help="Markov head rank")
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def heldout_chains(d: DSparkV, st, max_anchors: int = 192) -> dict:
+def heldout_chains(d: DSparkV, st, max_anchors: int = 64) -> dict:
     """Free-running drafts at (up to `max_anchors`, evenly spread) anchors whose first label is valid:
     the same fields as real/drafter/evaluate.output_chains (acc counted on valid labels only)."""
     ok = torch.nonzero(st.valid[1:, 0]).squeeze(1) + 1
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
 
     gguf = find_smollm2_gguf()
     lcfg = default_config(a.general_rows, a.code_rows)
-    tcfg = VTrainConfig(steps=a.steps, anchors=a.anchors, lr=a.lr, seed=a.seed, deadline_s=a.train_seconds)
+    tcfg = VTrainConfig(steps=a.steps, anchors=a.anchors, lr=a.lr, seed=a.seed, deadline_s=a.train_seconds,
+                        eval_every=a.eval_every, checkpoint_every=min(VTrainConfig.checkpoint_every, a.eval_every))
     tcfg.validate()
     t0 = time.perf_counter()
     by_src = collect_labels(lcfg, limit_s=a.label_seconds)
