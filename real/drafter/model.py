@@ -40,6 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from sim.errors import ConfigError
+from real.drafter.draft_out import DraftOut
 from real.engine.model import RMSNorm, apply_rope
 from real.engine.weights import file_sha256
 
@@ -91,15 +92,6 @@ class DrafterConfig:
         cfg = cls(**d)
         cfg.validate()
         return cfg
-
-
-@dataclass
-class DraftOut:
-    """One drafter pass over B anchors: tokens [B, K] (target ids), conf [B, K] calibrated conditional
-    confidences c'_k, raw [B, K] the head's uncalibrated c_k."""
-    tokens: torch.Tensor
-    conf: torch.Tensor
-    raw: torch.Tensor
 
 
 class DSparkDrafter(nn.Module):

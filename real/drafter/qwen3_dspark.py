@@ -36,7 +36,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from sim.errors import ConfigError
-from real.drafter.model import DraftOut
+from real.drafter.draft_out import DraftOut
 from real.engine.model import RMSNorm, apply_rope
 
 FORMAT_V = "hybridspec-dspark-vllm-1"
