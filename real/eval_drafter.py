@@ -24,7 +24,7 @@ import torch
 from sim.cli_util import ArgumentParser, check_in_file, check_out_file, run_cli, write_whole
 from sim.errors import ConfigError
 from real.drafter.data import DataConfig, collect_with_ids
-from real.drafter.evaluate import metrics, output_chains, recorded_drafts
+from real.drafter.evaluate import first_position_by_copy, metrics, output_chains, recorded_drafts
 from real.drafter.model import DEFAULT_DRAFTER, file_sha256, load_drafter
 
 
@@ -74,6 +74,7 @@ def evaluate_trace(trace: str, limit: int, max_tokens: int, max_prompt: int, dra
     rids, seqs = collect_with_ids(dcfg, progress=progress, log=log)
     chains = [output_chains(drafter, s) for s in seqs]
     m = metrics(chains, drafter.cfg.block)
+    m.update(first_position_by_copy(chains, seqs))
     outs = np.concatenate([s.tokens[s.prompt_len:] for s in seqs])
     m.update(trace=trace, requests=len(seqs), output_tokens=int(len(outs)), drafter=str(drafter_path),
              block=drafter.cfg.block, vocab_coverage=float(np.isin(outs, drafter.vocab_ids.numpy()).mean()))
@@ -89,7 +90,9 @@ def format_table(m: dict) -> str:
              f"{m['vocab_coverage']:.1%} of the output tokens are in the drafter's vocabulary",
              f"  tau (decode walk) {m['tau_walk']:.2f}   tau (every position) {m['tau_all']:.2f}",
              "  acceptance per position  " + " ".join(f"{k + 1}:{p:.2f}" for k, p in zip(range(K), m["per_pos"])),
-             f"  survival ECE  raw {m['ece_raw']:.3f}  STS {m['ece_sts']:.3f}",
+             f"  first-position acceptance: copied tokens {m['q1_copied']:.2f} ({m['copied']}), normal "
+             f"{m['q1_normal']:.2f} ({m['normal']})",
+             f"  survival ECE  raw {m['ece_raw']:.3f} (what vLLM sees: its confidence head is used raw)  STS {m['ece_sts']:.3f}",
              f"  survival AUC  raw {m['auc_raw']:.3f}  STS {m['auc_sts']:.3f}   depth-1 AUC {m['auc_depth1_sts']:.3f}"]
     if "cost" in m:
         c = m["cost"]

@@ -65,6 +65,9 @@ class Sequence:
     greedy: np.ndarray   # [F] int32, F = number of forwarded tokens (T - 1, or T when it stopped at EOS)
     feats: torch.Tensor  # [F, len(layers) * hidden] fp16
     prompt_len: int
+    # teacher-forced labels only (real/drafter/labels.py): the target's top-k next tokens and probabilities [F, k]
+    topk_ids: torch.Tensor | None = None
+    topk_p: torch.Tensor | None = None
 
 
 def data_dir() -> Path:

@@ -12,6 +12,9 @@ lossless run (up to float summation order of the target's batched forwards).
   per_pos    P(acc >= k+1 | acc >= k), k = 0..K-1
   survival   s_ik = prod_{l<=k} c_il against y_ik = 1{acc_i >= k+1}, every slot inside the output: ECE (15 bins)
              and AUC, raw and after STS; auc_depth1: c_i0 against y_i0
+  q1 copied / normal   P(acc_i >= 1) over output positions whose token is copied (the simulator's
+             classification: sim/drafters/tables.copy_mask over the n-gram tables of prompt + output, the
+             profile's copy_min_ext) and over the others (`first_position_by_copy`)
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ STS_GRID = np.exp(np.linspace(np.log(0.25), np.log(4.0), 97))
 @torch.inference_mode()
 def draft_positions(d: DSparkDrafter, st: SeqTensors, anchors: torch.Tensor, chunk: int = 256):
     """Free-running drafts at `anchors`: tokens [B, K] (target ids), calibrated conf [B, K], raw conf [B, K]."""
-    dev = d.fuse.weight.device
+    dev = next(d.parameters()).device
     c, ck, cv = d.sequence_context(st.feats.to(dev), st.next_tok.to(dev))
     tokens = st.tokens.to(dev)
     toks, conf, raw = [], [], []
@@ -109,10 +112,32 @@ def metrics(chains: list[dict], K: int) -> dict:
     return out
 
 
+def first_position_by_copy(chains: list[dict], seqs: list[Sequence]) -> dict:
+    """First-position acceptance on copied and on normal output tokens (module docstring)."""
+    from sim.drafters.calibration import NgramCalibrator
+    from sim.drafters.model import load_drafter_profile
+    from sim.drafters.ngram import NgramConfig, ngram_tables
+    from sim.drafters.tables import copy_mask
+
+    cal = NgramCalibrator.load()
+    cfg = NgramConfig(n_min=cal.cfg.n_min, n_max=cal.cfg.n_max, ext_max=cal.cfg.ext_max)
+    min_ext = load_drafter_profile("dspark-qwen3-b7").copy_min_ext
+    hit = {True: [0, 0], False: [0, 0]}
+    for c, s in zip(chains, seqs):
+        tab = ngram_tables(s.tokens.astype(np.int64), s.prompt_len, cfg)
+        cm = np.asarray(copy_mask(tab, min_ext), dtype=bool)[: len(c["acc"])]
+        for flag in (True, False):
+            sel = cm == flag
+            hit[flag][0] += int((c["acc"][: len(cm)][sel] >= 1).sum())
+            hit[flag][1] += int(sel.sum())
+    return {"q1_copied": hit[True][0] / hit[True][1] if hit[True][1] else float("nan"), "copied": hit[True][1],
+            "q1_normal": hit[False][0] / hit[False][1] if hit[False][1] else float("nan"), "normal": hit[False][1]}
+
+
 def recorded_drafts(seq_id: str, chains: dict) -> dict:
     """One line of the simulator's recorded-drafts sidecar (sim.drafters.model.load_recorded_drafts)."""
     return {"id": seq_id, "model_conf": np.round(chains["conf"].astype(np.float64), 5).tolist(),
             "model_acc": chains["acc"].astype(int).tolist()}
 
 
-__all__ = ["draft_positions", "output_chains", "fit_sts", "metrics", "recorded_drafts"]
+__all__ = ["draft_positions", "output_chains", "fit_sts", "metrics", "recorded_drafts", "first_position_by_copy"]

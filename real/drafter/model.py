@@ -40,6 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from sim.errors import ConfigError
+from real.drafter.draft_out import DraftOut
 from real.engine.model import RMSNorm, apply_rope
 from real.engine.weights import file_sha256
 
@@ -93,18 +94,12 @@ class DrafterConfig:
         return cfg
 
 
-@dataclass
-class DraftOut:
-    """One drafter pass over B anchors: tokens [B, K] (target ids), conf [B, K] calibrated conditional
-    confidences c'_k, raw [B, K] the head's uncalibrated c_k."""
-    tokens: torch.Tensor
-    conf: torch.Tensor
-    raw: torch.Tensor
-
-
 class DSparkDrafter(nn.Module):
     """The drafter (module docstring). Call attach_target(embedding) before use: it borrows the target's embedding
     for E and the LM-head rows of the reduced vocabulary."""
+
+    FORMAT = FORMAT
+    ctx_pos_offset = 1  # context entry j sits at RoPE position j + 1 (module docstring)
 
     def __init__(self, cfg: DrafterConfig):
         super().__init__()
@@ -167,6 +162,11 @@ class DSparkDrafter(nn.Module):
         self._remap()
         self.head = self.embed[self.vocab_ids]
         return self
+
+    @property
+    def kv_entry_shape(self) -> tuple[int, ...]:
+        """Shape of one context position's cached keys (and values): [KV, hd]."""
+        return (self.cfg.kv_heads, self.cfg.head_dim)
 
     def init_from_target(self, target) -> None:
         """Training start: the output norm takes the target's final-norm weight, so that the shared LM head sees
@@ -301,7 +301,7 @@ def save_drafter(drafter: DSparkDrafter, path: Path, meta: dict) -> str:
     sd = {k: (v.half() if v.is_floating_point() and k != "sts_temp" else v) for k, v in drafter.state_dict().items()}
     meta = json.loads(json.dumps(meta, default=float))  # plain types only: the file loads with weights_only
     buf = io.BytesIO()
-    torch.save({"format": FORMAT, "config": asdict(drafter.cfg), "meta": meta, "state": sd}, buf)
+    torch.save({"format": drafter.FORMAT, "config": asdict(drafter.cfg), "meta": meta, "state": sd}, buf)
     data = buf.getvalue()
     digest = hashlib.sha256(data).hexdigest()
     from sim.fsio import commit_files
@@ -338,9 +338,14 @@ def load_drafter(path: str | Path = DEFAULT_DRAFTER, target: str | None = None, 
         blob = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise ConfigError(f"{p}: not a drafter file ({exc.__class__.__name__})") from None
-    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
-        raise ConfigError(f"{p}: not a {FORMAT} file")
-    cfg = DrafterConfig.from_dict(blob["config"])
+    from real.drafter.qwen3_dspark import DSparkV, DSparkVConfig  # the other architecture (same layer)
+
+    kinds = {FORMAT: (DrafterConfig, DSparkDrafter), DSparkV.FORMAT: (DSparkVConfig, DSparkV)}
+    if not isinstance(blob, dict) or blob.get("format") not in kinds:
+        raise ConfigError(f"{p}: not a drafter file (format {blob.get('format') if isinstance(blob, dict) else None!r}"
+                          f", want one of {sorted(kinds)})")
+    cfg_cls, model_cls = kinds[blob["format"]]
+    cfg = cfg_cls.from_dict(blob["config"])
     if target is not None and cfg.target != target:
         raise ConfigError(f"{p}: trained for target '{cfg.target}', not '{target}'")
     if target_sha256 and cfg.target_sha256 and cfg.target_sha256 != target_sha256:
@@ -348,7 +353,7 @@ def load_drafter(path: str | Path = DEFAULT_DRAFTER, target: str | None = None, 
                           f"{target_sha256[:12]}...")
     if block is not None and cfg.block != block:
         raise ConfigError(f"{p}: proposes blocks of {cfg.block} tokens, {block} were asked for")
-    d = DSparkDrafter(cfg)
+    d = model_cls(cfg)
     try:
         d.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in blob["state"].items()}, strict=True)
     except RuntimeError as exc:

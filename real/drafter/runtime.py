@@ -1,4 +1,6 @@
 """The drafter inside an engine: per-slot context caches fed by the target's verify forwards, one batched draft.
+Either drafter architecture (real/drafter/model.py, real/drafter/qwen3_dspark.py: vLLM's) runs here: each says
+its cached entry's shape (`kv_entry_shape`) and the RoPE position of context entry j (j + `ctx_pos_offset`).
 
 For a request in slot s whose context is t_0..t_a (t_a the last emitted token, not yet run by the target), the
 cache holds the drafter's context entries j = 0..a-1 (keys, values: [max_len, KV, hd]) and c_{a-1}. After
@@ -18,9 +20,9 @@ class DrafterCache:
 
     def __init__(self, drafter: DSparkDrafter, slots: int, max_len: int) -> None:
         cfg = drafter.cfg
-        p = drafter.fuse.weight
+        p = next(drafter.parameters())
         self.d = drafter
-        self.k = torch.zeros(slots, max_len, cfg.kv_heads, cfg.head_dim, device=p.device, dtype=p.dtype)
+        self.k = torch.zeros(slots, max_len, *drafter.kv_entry_shape, device=p.device, dtype=p.dtype)
         self.v = torch.zeros_like(self.k)
         self.c_last = torch.zeros(slots, cfg.hidden, device=p.device, dtype=p.dtype)
         self.ctx_len = torch.zeros(slots, dtype=torch.int64, device=p.device)
@@ -37,7 +39,7 @@ class DrafterCache:
         if slots.numel() == 0:
             return
         c = self.d.context(feats, next_tokens)
-        k, v = self.d.context_kv(c, pos + 1)
+        k, v = self.d.context_kv(c, pos + self.d.ctx_pos_offset)
         self.k[slots, pos] = k
         self.v[slots, pos] = v
         # each slot's last row: positions ascend within a slot, so it is the row with the largest position

@@ -87,6 +87,8 @@ class SeqTensors:
     labels: torch.Tensor     # [C+1, K] g_{a+k} per anchor a = 0..C (-1 where out of range)
     valid: torch.Tensor      # [C+1, K] bool
     prompt_len: int
+    topk_ids: torch.Tensor | None = None  # [F, k] the target's top-k next tokens (teacher-forced labels only)
+    topk_p: torch.Tensor | None = None    # [F, k] their probabilities
 
 
 def prepare(seq: Sequence, K: int) -> SeqTensors:
@@ -102,7 +104,8 @@ def prepare(seq: Sequence, K: int) -> SeqTensors:
     nxt = idx + 1                                       # t_{a+1+k} must equal g_{a+k} for the next slot
     agree = inside & (nxt <= T - 1) & (t[nxt.clamp(max=T - 1)] == lab)
     prefix_ok = torch.cat([torch.ones(C + 1, 1, dtype=torch.bool), torch.cumprod(agree[:, :-1].int(), 1).bool()], 1)
-    return SeqTensors(seq.feats[:C], t[1: C + 1], t, lab, inside & prefix_ok, seq.prompt_len)
+    return SeqTensors(seq.feats[:C], t[1: C + 1], t, lab, inside & prefix_ok, seq.prompt_len,
+                      getattr(seq, "topk_ids", None), getattr(seq, "topk_p", None))
 
 
 def forward_anchors(d: DSparkDrafter, st: SeqTensors, anchors: torch.Tensor):
