@@ -124,7 +124,7 @@ def test_speculative_config_runs_what_it_names_and_skips_batches_past_the_trace(
                           "--speculative-config", spec, cwd=ROOT, env=_env(tmp_path))
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)
-    assert [(r["policy"], r["batch_size"]) for r in rows] == [("ngram-fixed:8", 4)]  # 128 > 5 requests: skipped
+    assert [(r["policy"], r["batch_size"]) for r in rows] == [("vllm-ngram:8", 4)]  # vLLM's n-gram as it runs; 128 > 5 requests: skipped
     assert "batch size 128 skipped: the trace has only 5 requests" in p.stderr
     assert "batch sizes 4 and 128 (the defaults)" in p.stderr and "--baseline adaptive" in p.stderr
     p = run_cli_inprocess("sim.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",

@@ -86,7 +86,8 @@ def test_profile_table_round_trips_into_the_simulator(tmp_path):
     assert t["machine"]["model"] == "qwen3-tiny" and t["machine"]["device"] == "cpu"
     # the simulator reads back what was measured
     x = t["verify"]["num_tokens"][2]
-    want = t["verify"]["ms"][2] + t["logits_ms_per_row"] * x + t["kv_ms_per_token"] * 100 + t.get("seq_ms", 0.0) * 1
+    want = (t["verify"]["ms"][2] + t["logits_ms_per_row"] * x + t["kv_ms_per_token"] * 100 + t.get("seq_ms", 0.0) * 1
+            + t.get("attn_ms_per_row_kv", 0.0) * max(x - 1, 0) * 100 / 1)  # the attention term, when fitted above 0
     assert cost.verify_ms(x, 100, 1) == pytest.approx(want)
     assert cost.alloc_ms(1, policy="hybrid-price") == pytest.approx(t["alloc"]["hybrid-price"]["ms"][0])
     with pytest.raises(ConfigError):  # never overwrites
