@@ -11,7 +11,7 @@ Per trace and batch size: one `none` run (the lossless reference), then for ever
 Each run is one process (real.vllm_run.engine.launch, cached by its spec under --out, so a rerun resumes).
 What it reports does not depend on the harness's clock: steps (vLLM's iterations that emitted tokens), output
 tokens per step, lossless (outputs equal to `none`'s). Predictions: `real.vllm_cpu.validate.predict` with the
-simulator policy of the cell (`ngram-fixed:W`, `hybrid-vllm:slots=W`, `adaptive`); a cell the simulator cannot set
+simulator policy of the cell (`vllm-ngram:W`, `hybrid-vllm:slots=W`, `adaptive`); a cell the simulator cannot set
 up says why instead of a number.
 """
 from __future__ import annotations
@@ -165,7 +165,7 @@ def format_md(cells: list[dict], meta: dict, missing: list[str] = ()) -> str:
              "Per W: `adaptive` = vLLM's DSpark with adaptive verification at num_speculative_tokens = W (vLLM then "
              "drafts a W-token DSpark block, whatever the checkpoint's block), `ngram` = vLLM's n-gram speculator "
              "with K = W, `hybrid` = the plugin with hybrid_spec.slots = W (DSpark at its block, padded to W; "
-             "docs/real.md, \"W slots\"). sim: the simulator's prediction of the cell (`adaptive`, `ngram-fixed:W`, "
+             "docs/real.md, \"W slots\"). sim: the simulator's prediction of the cell (`adaptive`, `vllm-ngram:W`, "
              "`hybrid-vllm:slots=W`) from the cost tables vLLM profiled in that run and the DSpark chains it "
              "drafted (the `ngram` cell uses the `adaptive` cell's tables).", "",
              f"{made} with vllm-cpu {meta['vllm_version']} on {meta['machine']['cpu']} "
