@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from sim.errors import ConfigError
 from real.drafter.draft_out import DraftOut
+from real.drafter.target_tied import TargetTied
 from real.engine.model import RMSNorm, apply_rope
 
 FORMAT_V = "hybridspec-dspark-vllm-1"
@@ -150,7 +151,7 @@ def attend(q: torch.Tensor, ck: torch.Tensor, cv: torch.Tensor, bk: torch.Tensor
     return out.flatten(2, 3)
 
 
-class DSparkV(nn.Module):
+class DSparkV(TargetTied, nn.Module):
     """The drafter (module docstring). attach_target(embedding) before use (E and the LM-head rows of V)."""
 
     FORMAT = FORMAT_V
@@ -190,42 +191,10 @@ class DSparkV(nn.Module):
         nn.init.zeros_(self.conf.bias)
 
     # ------------------------------------------------------------------------------------------ setup
-    def set_vocab(self, vocab_ids: torch.Tensor) -> None:
-        if vocab_ids.shape != (self.cfg.vocab,) or len(set(vocab_ids.tolist())) != self.cfg.vocab:
-            raise ConfigError(f"drafter: vocab_ids must be {self.cfg.vocab} distinct target ids")
-        self.vocab_ids.copy_(vocab_ids.to(self.vocab_ids))
-        self._remap()
-
-    def _remap(self) -> None:
-        self.to_reduced.fill_(self.cfg.vocab)
-        self.to_reduced[self.vocab_ids] = torch.arange(self.cfg.vocab, device=self.to_reduced.device)
-
-    def attach_target(self, embedding: torch.Tensor) -> "DSparkV":
-        if tuple(embedding.shape) != (self.cfg.target_vocab, self.cfg.hidden):
-            raise ConfigError(f"drafter: the target's embedding is {tuple(embedding.shape)}, the drafter was built for "
-                              f"{(self.cfg.target_vocab, self.cfg.hidden)} ({self.cfg.target})")
-        p = self.fc.weight
-        self.embed = embedding.detach().to(device=p.device, dtype=p.dtype)
-        self._remap()
-        self.head = self.embed[self.vocab_ids]
-        return self
-
     def init_from_target(self, target) -> None:
         """Training start: the final norm at a quarter of the target's final-norm weight (model.py's reason)."""
         with torch.no_grad():
             self.norm.weight.copy_(0.25 * target.norm.weight.to(self.norm.weight))
-
-    def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        need = int(pos.max()) + 1 if pos.numel() else 1
-        if self._rope_cache is None or self._rope_cache[0] < need or self._rope_cache[1].device != pos.device:
-            n = max(need, 4096)
-            hd = self.cfg.head_dim
-            inv = 1.0 / (self.cfg.rope_theta ** (torch.arange(0, hd, 2, device=pos.device, dtype=torch.float64) / hd))
-            ang = torch.arange(n, device=pos.device, dtype=torch.float64)[:, None] * inv[None, :]
-            ang = torch.cat((ang, ang), dim=-1)
-            self._rope_cache = (n, ang.cos().float(), ang.sin().float())
-        _, cos, sin = self._rope_cache
-        return cos[pos].unsqueeze(-2), sin[pos].unsqueeze(-2)
 
     # ------------------------------------------------------------------------------------------ context
     @property
