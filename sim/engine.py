@@ -93,7 +93,7 @@ from sim.drafters.tables import DraftTables, ng_conf_zero_past_length
 from sim.engine_fast import ARRAYS_BYPASSES, NativeScans, Unsupported, native_step, steps_as_defined
 from sim.engine_checks import LosslessChecks
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
-from sim.engine_history import HostHistory
+from sim.engine_history import HostHistory, ragged_slots
 from sim.engine_live import LiveChains
 from sim.engine_stretch import steady_steps, stretch_ok
 from sim.errors import ConfigError, SimulatorBug
@@ -312,8 +312,7 @@ class Engine(HostHistory, LosslessChecks):
         if total == 0:
             return
         pos = self.pos[reqs]
-        rep = np.repeat(np.arange(len(reqs)), counts)
-        j = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        rep, j = ragged_slots(counts)
         tok = self.tb.tokens[(self._out_base[reqs] + pos - 1)[rep]]
         self._write(reqs, counts, (self.tb.offsets[reqs] + pos)[rep] + j, tok)
 
@@ -328,8 +327,7 @@ class Engine(HostHistory, LosslessChecks):
         if total == 0:
             return
         pos = self.pos[reqs]
-        rep = np.repeat(np.arange(len(reqs)), counts)
-        j = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)  # depth of each slot
+        rep, j = ragged_slots(counts)  # j: depth of each slot
         # Where slot j is read from in the token buffer: the target's output at pos + j (bonus, and the
         # default), or the n-gram copy source + j for an n-gram draft token.
         out_src = self._out_base[reqs] + pos

@@ -15,6 +15,13 @@ import numpy as np
 from sim.scheduler import StepPlan
 
 
+def ragged_slots(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The flat layout of a step's emitted slots, counts[k] for request k in turn: for each slot, its request's
+    index k (`rep`) and its depth j = 0 .. counts[k] - 1 (`j`), both [sum(counts)]."""
+    rep = np.repeat(np.arange(len(counts)), counts)
+    return rep, np.arange(len(rep)) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
 class HostHistory:
     """Mixin of sim.engine.Engine: the per-request host history (module docstring)."""
 

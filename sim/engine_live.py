@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from sim.drafters.registry import chain_id
+from sim.engine_history import ragged_slots
 
 
 class LiveChains:
@@ -205,8 +206,7 @@ class LiveChains:
         if total == 0:
             return
         pos = eng.pos[reqs]
-        rep = np.repeat(np.arange(len(reqs)), counts)
-        j = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        rep, j = ragged_slots(counts)
         out = tb.tokens.take((eng._out_base[reqs] + pos)[rep] + j, mode="clip")
         d = j < n_draft[rep]
         out[d] = tok[rep[d], j[d]]
