@@ -65,9 +65,12 @@ def plugin_depths(runs: list[Path]) -> tuple[list[dict], list[str]]:
     return rows, cells
 
 
-def _slot_stats(seqs: list[tuple[np.ndarray, int]], k: int) -> list[dict]:
-    """Tables B and C: the calibrator's conditional estimate vs the observed acceptance per depth over every
-    censored n-gram slot of the sequences (prompt + output token ids, prompt length)."""
+BINS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # table B's reliability bins of the calibrated p_ij
+
+
+def _censored_slots(seqs: list[tuple[np.ndarray, int]], k: int):
+    """Every censored n-gram slot of the sequences (prompt + output token ids, prompt length): depth j (1-based),
+    calibrated conditional p_ij and the label 1{accepted} (module docstring, table B)."""
     from real.vllm_plugin.config import HybridSpecConfig
     from sim.drafters.calibration import NgramCalibrator, _slots
     from sim.drafters.ngram import ngram_tables
@@ -75,7 +78,7 @@ def _slot_stats(seqs: list[tuple[np.ndarray, int]], k: int) -> list[dict]:
     hcfg = HybridSpecConfig()
     cal = NgramCalibrator.load(hcfg.calibrator)
     cfg = hcfg.ngram(k)
-    n, acc, pred = np.zeros(k), np.zeros(k), np.zeros(k)
+    ds, ps, ys = [np.zeros(0, dtype=np.int64)], [np.zeros(0)], [np.zeros(0)]
     for tokens, plen in seqs:
         tab = ngram_tables(np.asarray(tokens), plen, cfg)
         cond = cal.conditional(tab, k)
@@ -83,9 +86,28 @@ def _slot_stats(seqs: list[tuple[np.ndarray, int]], k: int) -> list[dict]:
         L = len(tokens) - plen
         obs = (tab.acc_len[rows] >= depth - 1) & (rows + depth - 1 < L) & (depth <= k)
         rows, depth = rows[obs], depth[obs]
-        np.add.at(n, depth - 1, 1.0)
-        np.add.at(acc, depth - 1, (tab.acc_len[rows] >= depth).astype(np.float64))
-        np.add.at(pred, depth - 1, cond[rows, depth - 1].astype(np.float64))
+        ds.append(depth)
+        ps.append(cond[rows, depth - 1].astype(np.float64))
+        ys.append((tab.acc_len[rows] >= depth).astype(np.float64))
+    return np.concatenate(ds), np.concatenate(ps), np.concatenate(ys)
+
+
+def reliability(seqs: list[tuple[np.ndarray, int]], k: int) -> list[dict]:
+    """Table B's reliability rows: all depths pooled, by bin of the calibrated p_ij (BINS)."""
+    _, p, y = _censored_slots(seqs, k)
+    b = np.clip(np.searchsorted(BINS, p, side="right") - 1, 0, len(BINS) - 2)
+    return [{"bin": f"{BINS[i]:.1f}-{BINS[i + 1]:.1f}", "n": int((b == i).sum()),
+             "calibrated": float(p[b == i].mean()) if (b == i).any() else None,
+             "observed": float(y[b == i].mean()) if (b == i).any() else None} for i in range(len(BINS) - 1)]
+
+
+def _slot_stats(seqs: list[tuple[np.ndarray, int]], k: int) -> list[dict]:
+    """Tables B and C: the calibrator's conditional estimate vs the observed acceptance per depth over every
+    censored n-gram slot of the sequences (prompt + output token ids, prompt length)."""
+    depth, p, y = _censored_slots(seqs, k)
+    n = np.bincount(depth - 1, minlength=k).astype(np.float64)[:k]
+    acc = np.bincount(depth - 1, weights=y, minlength=k)[:k]
+    pred = np.bincount(depth - 1, weights=p, minlength=k)[:k]
     return [{"depth": d + 1, "n": float(n[d]), "observed": acc[d] / n[d] if n[d] else None,
              "calibrated": pred[d] / n[d] if n[d] else None,
              "stderr": float(np.sqrt((acc[d] / n[d]) * (1 - acc[d] / n[d]) / n[d])) if n[d] else None,
@@ -199,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     if not cells:
         raise ConfigError(f"no hybrid cell with the plugin's counters under {', '.join(map(str, runs))}")
     refs = references(runs)
-    B = _slot_stats([(np.asarray(p + o), len(p)) for p, o in refs.values()], K)
+    seqs = [(np.asarray(p + o), len(p)) for p, o in refs.values()]
+    B = _slot_stats(seqs, K)
     stems = sorted({s for s, _ in refs})
     C_same, C_all = {}, {}
     for s in stems:
@@ -223,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
           "No choice, no admission: all censored slots (j <= chain length, tokens 1..j-1 accepted, the slot inside "
           "the recorded output).", ""]
     L += _table(B, "slots")
+    L += ["", "The same slots, all depths pooled, by bin of the calibrated estimate (the calibrator's reliability on "
+          "this text; the hybrid's choice and adaptive verification's admission both keep the high bins):", "",
+          "| calibrated p | slots | calibrated | observed |", "|---|---:|---:|---:|"]
+    f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    for r in reliability(seqs, K):
+        L.append(f"| {r['bin']} | {r['n']} | {f(r['calibrated'])} | {f(r['observed'])} |")
     for s in stems:
         L += ["", f"## C. {s}: the trace's own recorded outputs (what the simulator's runs see)", "",
               f"Same request ids ({sum(1 for t, _ in refs if t == s)}):", ""]
