@@ -55,3 +55,14 @@ def test_main_refuses_nothing_to_read_and_an_existing_report(tmp_path):
         D.main(["--run", str(tmp_path), "--report", str(rep)])
     with pytest.raises(ConfigError, match="no hybrid cell"):
         D.main(["--run", str(tmp_path)])
+
+
+def test_noise_floor_and_pooled_gap():
+    rows = [{"depth": 1, "n": 100.0, "observed": 0.7, "calibrated": 0.5, "stderr": 0.0, "measured": True},
+            {"depth": 2, "n": 10.0, "observed": 0.5, "calibrated": 0.9, "stderr": 0.0, "measured": False}]
+    assert D.noise_floor(rows) == pytest.approx(np.sqrt(2 / np.pi) * 0.05)  # only the measured depth
+    pl = D.pooled(rows)
+    assert pl["n"] == 110
+    assert pl["observed"] == pytest.approx(75 / 110)
+    assert pl["calibrated"] == pytest.approx(59 / 110)
+    assert pl["se"] == pytest.approx(np.sqrt(100 * 0.25 + 10 * 0.09) / 110)

@@ -147,6 +147,25 @@ def signed_gap(rows: list[dict]) -> float | None:
     return float(np.mean(m)) if m else None
 
 
+def noise_floor(rows: list[dict]) -> float | None:
+    """The mean |observed - calibrated| the counts alone would give over the measured depths if the calibrated
+    estimate were exact: E|o - p| = sqrt(2 / pi) * sqrt(p (1 - p) / n) per depth (normal approximation)."""
+    m = [np.sqrt(2 / np.pi) * np.sqrt(x["calibrated"] * (1 - x["calibrated"]) / x["n"]) for x in rows if x["measured"]]
+    return float(np.mean(m)) if m else None
+
+
+def pooled(rows: list[dict]) -> dict | None:
+    """All depths pooled (each reached slot once): observed and calibrated shares, their difference and the
+    binomial standard error of that difference under an exact estimate."""
+    n = sum(x["n"] for x in rows)
+    if not n:
+        return None
+    o = sum(x["observed"] * x["n"] for x in rows if x["n"]) / n
+    p = sum(x["calibrated"] * x["n"] for x in rows if x["n"]) / n
+    var = sum(x["calibrated"] * (1 - x["calibrated"]) * x["n"] for x in rows if x["n"]) / n ** 2
+    return {"n": n, "observed": o, "calibrated": p, "gap": o - p, "se": float(np.sqrt(var))}
+
+
 def _table(rows: list[dict], count: str) -> list[str]:
     f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     L = [f"| depth | {count} | observed | calibrated | observed - calibrated | std. error | measured |",
@@ -155,10 +174,14 @@ def _table(rows: list[dict], count: str) -> list[str]:
         g = None if x["observed"] is None else x["observed"] - x["calibrated"]
         L.append(f"| {x['depth']} | {x['n']:.0f} | {f(x['observed'])} | {f(x['calibrated'])} | "
                  f"{'-' if g is None else f'{g:+.2f}'} | {f(x['stderr'])} | {'yes' if x['measured'] else 'no'} |")
-    gap, sg = mean_gap(rows), signed_gap(rows)
+    gap, sg, nf, pl = mean_gap(rows), signed_gap(rows), noise_floor(rows), pooled(rows)
     L += ["", f"Mean |observed - calibrated| over the {sum(x['measured'] for x in rows)} depths reached at least "
           f"{MIN_REACHED} times: {'-' if gap is None else f'{gap:.3f}'} (signed mean "
-          f"{'-' if sg is None else f'{sg:+.3f}'})."]
+          f"{'-' if sg is None else f'{sg:+.3f}'}); with an exact estimate, counts this size alone would give about "
+          f"{'-' if nf is None else f'{nf:.3f}'}."
+          + ("" if pl is None else f" All depths pooled: observed {pl['observed']:.3f} vs calibrated "
+             f"{pl['calibrated']:.3f} over {pl['n']:.0f} slots (difference {pl['gap']:+.3f}, standard error "
+             f"{pl['se']:.3f}).")]
     return L
 
 
