@@ -255,10 +255,14 @@ def main(argv: list[str] | None = None) -> int:
         C_all[s] = _slot_stats(trace_sequences(trace, None, a.trace_limit), K)
     cmd = "python -m real.vllm_cpu.depth_calibration " + " ".join(sys.argv[1:] if argv is None else argv)
     L = ["# Per-depth acceptance of the plugin's n-gram chains in vLLM (CPU harness) vs the calibrated estimate", "",
-         f"Produced by `{cmd}` from the runs' cells (no engine runs here; the runs name their own commands in their "
-         f"fidelity.md). Hybrid cells pooled: {', '.join(cells)}. Requests: {len(refs)} "
+         f"Produced by `{cmd}` (engine cells: with --out, the hybrid cells this command runs in vLLM's CPU build "
+         f"through real/vllm_cpu/harness.py, a test harness, one process per trace, cached under --out; with --run, "
+         f"a validate run's). Hybrid cells pooled: {', '.join(cells)}. Requests: {len(refs)} "
          f"({', '.join(f'{s} {sum(1 for t, _ in refs if t == s)}' for s in stems)}), target SmolLM2-135M-Instruct "
-         f"greedy (vLLM's `none` outputs), calibrator `{_cal_name()}`, chains of K = {K}.", "",
+         f"fp32, temperature 0, random DSpark drafter, K = {K}; the reference text is the target's greedy output "
+         f"(reference.jsonl: `none`'s in a validate run, the hybrid cell's own with --out, equal to `none`'s since "
+         f"the hybrid is lossless); calibrator `{_cal_name()}` (fitted on traces/general.jsonl's recorded "
+         f"outputs).", "",
          "Depth j is the conditional acceptance P(token j accepted | tokens 1..j-1 accepted, slot j verified) on every "
          "side: the calibrator's p_ij (a hazard) and the plugin's counters (reached: the first j - 1 tokens accepted "
          "and slot j admitted by adaptive verification; vLLM's num_rejected counts the logits it computed, so slots it "
