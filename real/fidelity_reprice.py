@@ -24,6 +24,7 @@ step with draft time). Say so when quoting figures from such a recording.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -97,6 +98,9 @@ def reprice(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICIES, 
         write_cost_table(table, table_out)
     cost = ProfiledCost(table, fallback=None)
     margin = float(fid["meta"].get("margin", 0.03))
+    from real.profile import profile_uncertainty_of
+
+    u_p, dof = profile_uncertainty_of(run_dir / "cost_table.json")  # the band as real/validate.py forms it today
     rows = []
     for c in fid["cells"]:
         trace = Path(c["trace"]).stem
@@ -107,9 +111,13 @@ def reprice(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICIES, 
         t_new = reprice_cell(c, pd.read_csv(f), cost)
         tps = [r["tok_per_s"] for r in c["repeats"]]
         new = c["output_tokens"] / t_new
-        v_old, v_new = c["verdict"], judge(tps, new, margin, bool(c.get("loaded")))
+        v_old, v_new = c["verdict"], judge(tps, new, margin, bool(c.get("loaded")), pred_sd=u_p,
+                                           pred_df=dof if dof else math.inf)
+        v_rule = judge(tps, v_old["predicted"], margin, bool(c.get("loaded")), pred_sd=u_p,
+                       pred_df=dof if dof else math.inf)  # the recorded prediction under today's verdict rule
         rows.append({"cell": cid, "real": v_new.real, "band": v_new.band, "predicted_recorded": v_old["predicted"],
-                     "error_recorded": v_old["error"], "verdict_recorded": v_old["verdict"], "predicted": new,
+                     "error_recorded": v_old["error"], "verdict_recorded": v_old["verdict"],
+                     "verdict_recorded_today": v_rule.verdict, "predicted": new,
                      "error": v_new.error, "verdict": v_new.verdict})
 
     def summary(key: str, vkey: str) -> dict:
@@ -119,7 +127,8 @@ def reprice(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICIES, 
                 "positive": sum(r[key] > 0 for r in rows), "cells": len(rows), **counts}
 
     return {"table": table.to_json(), "cells": rows, "recorded": summary("error_recorded", "verdict_recorded"),
-            "repriced": summary("error", "verdict")}
+            "recorded_today": summary("error_recorded", "verdict_recorded_today"),
+            "repriced": summary("error", "verdict"), "pred_sd": u_p, "pred_df": dof}
 
 
 def format_report(res: dict) -> str:
@@ -128,14 +137,17 @@ def format_report(res: dict) -> str:
              f"kv_ms_per_token {t.get('kv_ms_per_token', 0.0):.3g}  draft ms by requests "
              f"{[round(x, 2) for x in t['draft']['ms'][:4]]}",
              f"{'cell':34s} {'real':>7s} {'band':>6s} {'recorded':>9s} {'error':>7s} {'verdict':>12s} "
-             f"{'repriced':>9s} {'error':>7s} {'verdict':>12s}"]
+             f"{'today':>12s} {'repriced':>9s} {'error':>7s} {'verdict':>12s}"]
     for r in res["cells"]:
         lines.append(f"{r['cell']:34s} {r['real']:7.2f} {100 * r['band']:5.1f}% {r['predicted_recorded']:9.2f} "
-                     f"{100 * r['error_recorded']:+6.1f}% {r['verdict_recorded']:>12s} {r['predicted']:9.2f} "
+                     f"{100 * r['error_recorded']:+6.1f}% {r['verdict_recorded']:>12s} {r['verdict_recorded_today']:>12s} "
+                     f"{r['predicted']:9.2f} "
                      f"{100 * r['error']:+6.1f}% {r['verdict']:>12s}")
-    for k in ("recorded", "repriced"):
+    lines.append(f"prediction's own uncertainty (profile repeats): u_p {100 * res['pred_sd']:.2f}% "
+                 f"({res['pred_df']} dof)")
+    for k in ("recorded", "recorded_today", "repriced"):
         s = res[k]
-        lines.append(f"{k:9s}: median |error| {100 * s['median_abs_error']:.2f}%, max {100 * s['max_abs_error']:.2f}%, "
+        lines.append(f"{k:14s}: median |error| {100 * s['median_abs_error']:.2f}%, max {100 * s['max_abs_error']:.2f}%, "
                      f"{s['positive']} of {s['cells']} positive (simulator fast); {s['agrees']} agree, "
                      f"{s['disagrees']} disagree, {s['inconclusive']} inconclusive")
     return "\n".join(lines)

@@ -318,6 +318,7 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
             res = run_real(wl, model, pol, bs, cost=None, progress=False)
             st = dict(res.steps)
             st["policy"] = pol
+            st["batch_size"] = np.full(len(res.steps["tokens"]), bs, dtype=np.int64)  # the run's point (repeats pair by it)
             st["logit_rows"] = res.steps["logit_rows"]
             st["tokens"] = res.steps["tokens"]
             steps.append(st)
@@ -350,6 +351,31 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
         os.replace(tmp, str(path) + ".steps.csv")
     grid = time_decode_grid(model, repeat=3 if quick else 5)
     return table, path, grid
+
+
+def profile_uncertainty_of(table_path: Path) -> tuple[float, int]:
+    """(u_p, P) of a table profiled here (real.fidelity_stats.profile_uncertainty): its recorded profile runs
+    (`<table>.steps.csv`; a run starts where t_start_ms returns to 0) grouped by point (policy, batch size;
+    recordings made before the batch_size column: policy, step count and largest step batch, the same for runs
+    of one point since profile runs decide with one provisional cost), each run's total step time. (0, 0) when
+    the steps were not recorded (a table given by the user)."""
+    import pandas as pd
+
+    from real.fidelity_stats import profile_uncertainty
+
+    side = Path(str(table_path) + ".steps.csv")
+    if not side.is_file():
+        return 0.0, 0
+    df = pd.read_csv(side)
+    if not {"t_start_ms", "step_ms", "policy", "num_seqs"} <= set(df.columns):
+        return 0.0, 0  # steps without run boundaries (hand-made recordings): the runs cannot be paired
+    run = (df["t_start_ms"] == 0).cumsum()
+    totals: dict = {}
+    for _, g in df.groupby(run, sort=True):
+        key = ((str(g["policy"].iloc[0]), int(g["batch_size"].iloc[0])) if "batch_size" in g else
+               (str(g["policy"].iloc[0]), len(g), int(g["num_seqs"].max())))
+        totals.setdefault(key, []).append(float(g["step_ms"].sum()))
+    return profile_uncertainty(totals)
 
 
 def profile_load(table_path: Path) -> dict | None:
