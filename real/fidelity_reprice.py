@@ -51,7 +51,10 @@ LEGACY_PASS_POLICIES = ("adaptive", "hybrid-price")
 
 
 def _runs(df) -> list:
-    """The recorded profile runs of a steps table, in order (a run starts where t_start_ms returns to 0)."""
+    """The recorded profile runs of a steps table, in order (a run starts where t_start_ms returns to 0; a table
+    without that column: one group per policy)."""
+    if "t_start_ms" not in df.columns:
+        return [g for _, g in df.groupby("policy", sort=True)]
     run = (df["t_start_ms"].to_numpy() == 0).cumsum()
     return [g for _, g in df.groupby(run, sort=True)]
 
