@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from real.fidelity_stats import judge
+from real.fidelity_stats import judge, pooled_scatter
 from sim.cli_util import ArgumentParser, run_cli
 from sim.errors import ConfigError
 
@@ -189,6 +189,12 @@ def reprice(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICIES, 
         padded_rec = _padded_table(json.loads((run_dir / "cost_table.json").read_text()),
                                    Path(tempfile.mkdtemp()) / "recorded_padded.json")
     rows = []
+    by_trace: dict = {}  # the repeats' scatter pooled over each trace's cells, as real/validate.py pools it
+    for c in fid["cells"]:
+        by_trace.setdefault(c["trace"], [])
+        if not c.get("loaded"):  # a loaded cell stays out of the pool
+            by_trace[c["trace"]].append([r["tok_per_s"] for r in c["repeats"]])
+    pooled = {t: pooled_scatter(v) for t, v in by_trace.items()}
     for c in fid["cells"]:
         trace = Path(c["trace"]).stem
         cid = f"{trace}__{c['policy'].replace(':', '-')}__bs{c['batch_size']}"
@@ -210,9 +216,10 @@ def reprice(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICIES, 
         tps = [r["tok_per_s"] for r in c["repeats"]]
         new = c["output_tokens"] / t_new
         v_old, v_new = c["verdict"], judge(tps, new, margin, bool(c.get("loaded")), pred_sd=u_p,
-                                           pred_df=dof if dof else math.inf)
+                                           pred_df=dof if dof else math.inf, pooled=pooled[c["trace"]])
         v_rule = judge(tps, v_old["predicted"], margin, bool(c.get("loaded")), pred_sd=u_p,
-                       pred_df=dof if dof else math.inf)  # the recorded prediction under today's verdict rule
+                       pred_df=dof if dof else math.inf,
+                       pooled=pooled[c["trace"]])  # the recorded prediction under today's verdict rule
         rows.append({"cell": cid, "real": v_new.real, "band": v_new.band, "predicted_recorded": v_old["predicted"],
                      "error_recorded": v_old["error"], "verdict_recorded": v_old["verdict"],
                      "verdict_recorded_today": v_rule.verdict, "predicted": new,

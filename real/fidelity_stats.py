@@ -9,7 +9,17 @@ is compared with the repeats as a sample, not with one draw.
 The math, per cell (throughputs in output tokens per second of engine time):
     x_1..x_N   the real throughputs of the N repeats;  real = median(x)   (the cell's real figure)
     spread     (max(x) - min(x)) / median(x)           (kept for the report)
-    u_r        the relative standard error of the repeats' mean: sd(x) / (sqrt(N) * mean(x))
+    u_r        the relative standard error of the repeats' mean: s / sqrt(N), s the relative sd of one repeat.
+               s is POOLED over the run's cells of a trace (the machine's run-to-run noise, one sd relative to
+               each cell's mean, sum of squares over sum of N - 1 degrees of freedom: 2 per cell with 3 repeats,
+               30 over a trace's 15 cells), unless the cell's own scatter is significantly larger (F test,
+               s_own^2 / s_pool^2 > F_{0.95}(N - 1, dof_pool)): then its own, with N - 1 dof. Why pooled: with
+               3 repeats a cell's own sd has 2 dof, so its band scatters by a factor of 3 from run to run and
+               t_{0.95,2} = 2.92 inflates it; the verdict then flipped on the noise of the noise estimate (two
+               quiet runs of one grid: bands 4.6-5.6% at batch 4 in one, 1.6-2.9% in the other,
+               reports/fidelity-verdicts-run3/4.md). Pooling assumes the relative noise is alike across cells,
+               and the F test keeps a cell that breaks that on its own. A cell measured under load stays out
+               of the pool (another population) and is judged on its own scatter.
     u_p        the prediction's own relative standard uncertainty: the cost table is fitted on profile runs that
                are noisy too. real/profile.py repeats every profile point (ABBA, default 2 runs); two runs of
                the same point differ by d_i (relative, i = 1..P pairs), so one run's relative sd is
@@ -20,8 +30,9 @@ The math, per cell (throughputs in output tokens per second of engine time):
     band b     the relative half-width of the two-sided 90% Student-t interval of the error
                e = predicted / real - 1, whose relative variance is u_r^2 + u_p^2 (independent samples):
                    b = t_{0.95, nu} * sqrt(u_r^2 + u_p^2),  nu = Welch-Satterthwaite
-                       (u_r^2 + u_p^2)^2 / (u_r^4 / (N - 1) + u_p^4 / P);   N = 1: b = inf (noise unknown).
-               With u_p = 0 this is the repeats' interval, t_{0.95, N-1} sd / (sqrt(N) mean).
+                       (u_r^2 + u_p^2)^2 / (u_r^4 / nu_r + u_p^4 / P), nu_r the dof of s;
+               N = 1 with no pooled s: b = inf (noise unknown). With u_p = 0 and the cell's own s this is the
+               repeats' interval, t_{0.95, N-1} sd / (sqrt(N) mean).
     error e    predicted / real - 1                    (signed; |e| is the reported error)
     margin M   the fidelity target (default 0.03)
 Verdict (in this order):
@@ -72,23 +83,60 @@ def abba_order(keys: Sequence[Hashable], repeats: int) -> list[tuple[Hashable, i
     return order
 
 
-def noise_band(xs: Sequence[float], pred_sd: float = 0.0, pred_df: float = math.inf) -> float:
-    """b: relative half-width of the two-sided 90% t interval of the error against a prediction whose relative
-    standard uncertainty is pred_sd with pred_df degrees of freedom (module docstring; pred_sd = 0: the interval
-    of the mean of xs). inf for fewer than 2 samples or a non-positive mean. Identical repeats and pred_sd = 0
-    give 0."""
+def rel_scatter(xs: Sequence[float]) -> tuple[float, int]:
+    """(s, dof): the relative sd of one measurement of xs (sd about the mean over the mean) and its degrees of
+    freedom, N - 1; (nan, 0) for fewer than 2 samples or a non-positive mean."""
     n = len(xs)
     if n < 2:
-        return math.inf
+        return math.nan, 0
     mean = sum(xs) / n
     if not mean > 0:
+        return math.nan, 0
+    return math.sqrt(sum((x / mean - 1.0) ** 2 for x in xs) / (n - 1)), n - 1
+
+
+def pooled_scatter(samples: Iterable[Sequence[float]]) -> tuple[float, int]:
+    """(s_pool, dof): the relative sd of one repeat pooled over cells (module docstring); (nan, 0) without any
+    cell of 2 or more repeats."""
+    ss, dof = 0.0, 0
+    for xs in samples:
+        s, d = rel_scatter(xs)
+        if d:
+            ss += s * s * d
+            dof += d
+    return (math.sqrt(ss / dof), dof) if dof else (math.nan, 0)
+
+
+def cell_scatter(xs: Sequence[float], pooled: tuple[float, int] | None) -> tuple[float, int]:
+    """(s, dof) a cell's band uses: the pooled one unless the cell's own is significantly larger (F test at 5%),
+    else its own (module docstring)."""
+    own = rel_scatter(xs)
+    if pooled is None or not pooled[1] or math.isnan(pooled[0]):
+        return own
+    if own[1] and pooled[0] > 0 and own[0] ** 2 / pooled[0] ** 2 > float(stats.f.ppf(0.95, own[1], pooled[1])):
+        return own
+    if own[1] and pooled[0] == 0:
+        return own
+    return pooled
+
+
+def noise_band(xs: Sequence[float], pred_sd: float = 0.0, pred_df: float = math.inf,
+               pooled: tuple[float, int] | None = None) -> float:
+    """b: relative half-width of the two-sided 90% t interval of the error against a prediction whose relative
+    standard uncertainty is pred_sd with pred_df degrees of freedom (module docstring; pred_sd = 0 and no pooled
+    scatter: the interval of the mean of xs). pooled: (s_pool, dof) of the run's cells (pooled_scatter). inf when
+    the noise is unknown (one repeat and nothing pooled) or the mean is not positive."""
+    n = len(xs)
+    if not n or not sum(xs) > 0:
         return math.inf
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
-    ur2, up2 = (sd / (math.sqrt(n) * mean)) ** 2, max(float(pred_sd), 0.0) ** 2
+    s, nu_r = cell_scatter(xs, pooled)
+    if not nu_r:
+        return math.inf
+    ur2, up2 = s * s / n, max(float(pred_sd), 0.0) ** 2
     var = ur2 + up2
     if var == 0.0:
         return 0.0
-    denom = ur2 * ur2 / (n - 1) + (up2 * up2 / pred_df if up2 and math.isfinite(pred_df) else 0.0)
+    denom = ur2 * ur2 / nu_r + (up2 * up2 / pred_df if up2 and math.isfinite(pred_df) else 0.0)
     nu = var * var / denom if denom > 0 else math.inf
     t = float(stats.t.ppf(0.95, nu)) if math.isfinite(nu) else float(stats.norm.ppf(0.95))
     return t * math.sqrt(var)
@@ -145,9 +193,11 @@ class CellVerdict:
 
 
 def judge(xs: Sequence[float], predicted: float, margin: float = DEFAULT_MARGIN, loaded: bool = False,
-          table_loaded: bool = False, pred_sd: float = 0.0, pred_df: float = math.inf) -> CellVerdict:
+          table_loaded: bool = False, pred_sd: float = 0.0, pred_df: float = math.inf,
+          pooled: tuple[float, int] | None = None) -> CellVerdict:
     """The verdict of one cell: repeats xs of the real throughput against the simulator's `predicted` one, whose
-    relative standard uncertainty is pred_sd (pred_df degrees of freedom; profile_uncertainty).
+    relative standard uncertainty is pred_sd (pred_df degrees of freedom; profile_uncertainty); pooled: the run's
+    pooled repeat scatter (pooled_scatter over the trace's cells), None: the cell's own.
     table_loaded: the cost table behind the prediction was itself profiled under load, so the prediction
     carries that load's contention and no verdict but inconclusive is honest."""
     if not xs:
@@ -159,14 +209,14 @@ def judge(xs: Sequence[float], predicted: float, margin: float = DEFAULT_MARGIN,
     srt = sorted(float(x) for x in xs)
     n = len(srt)
     med = statistics.median(srt)
-    band = noise_band(srt, pred_sd, pred_df)
+    band = noise_band(srt, pred_sd, pred_df, pooled)
     err = predicted / med - 1.0 if med > 0 else math.inf
     ae = abs(err)
     if ae - band > margin:
         verdict, reason = "disagrees", f"|error| {100 * ae:.1f}% beyond margin {100 * margin:.0f}% + band {100 * band:.1f}%"
     elif band > margin:
         verdict, reason = "inconclusive", (f"noise band {100 * band:.1f}% wider than margin {100 * margin:.0f}%"
-                                           if n > 1 else "one repeat: noise unknown")
+                                           if math.isfinite(band) else "one repeat: noise unknown")
     elif ae <= margin:
         verdict, reason = "agrees", f"|error| {100 * ae:.1f}% within margin {100 * margin:.0f}%"
     else:

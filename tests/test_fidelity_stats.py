@@ -253,3 +253,24 @@ def test_profile_uncertainty_of_a_recorded_profile(tmp_path):
     pd.DataFrame(rows).to_csv(str(t) + ".steps.csv", index=False)
     u, dof = profile_uncertainty_of(t)
     assert dof == 2 and u == pytest.approx(math.sqrt(2 * 1e-4 / 2) / math.sqrt(2))
+
+
+def test_pooled_scatter_steadies_the_band_and_a_noisy_cell_keeps_its_own():
+    from real.fidelity_stats import cell_scatter, pooled_scatter, rel_scatter
+
+    cells = [[100.0, 101.0, 99.0], [50.0, 50.5, 49.5], [20.0, 20.2, 19.8]]  # 1% relative sd each
+    s, dof = pooled_scatter(cells)
+    assert dof == 6 and s == pytest.approx(0.01)
+    assert math.isnan(pooled_scatter([[1.0]])[0]) and pooled_scatter([[1.0]])[1] == 0
+    # a cell whose 3 repeats happen to agree closely gets the run's scatter, not a band of ~0
+    lucky = [100.0, 100.01, 99.99]
+    assert cell_scatter(lucky, (s, dof)) == (s, dof)
+    from scipy import stats
+    assert noise_band(lucky, pooled=(s, dof)) == pytest.approx(stats.t.ppf(0.95, 6) * 0.01 / math.sqrt(3), rel=1e-9)
+    # a cell far noisier than the pool (F test at 5%) keeps its own scatter
+    noisy = [90.0, 100.0, 110.0]
+    assert cell_scatter(noisy, (s, dof)) == rel_scatter(noisy)
+    assert judge(noisy, 101.0, pooled=(s, dof)).verdict == "inconclusive"
+    # one repeat with a pooled scatter has a finite band; without, the noise is unknown
+    assert math.isfinite(noise_band([100.0], pooled=(s, dof))) and noise_band([100.0]) == math.inf
+    assert judge([100.0], 101.0, pooled=(s, dof)).verdict == "agrees"
