@@ -228,7 +228,9 @@ def reprice(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICIES, 
     def summary(key: str, vkey: str) -> dict:
         e = [abs(r[key]) for r in rows]
         counts = {k: sum(r[vkey] == k for r in rows) for k in ("agrees", "disagrees", "inconclusive")}
+        ec = [abs(r[key]) for r in rows if r[vkey] != "inconclusive"]  # the run summary's figures (conclusive cells)
         return {"median_abs_error": statistics.median(e), "max_abs_error": max(e),
+                "conclusive_median": statistics.median(ec) if ec else None, "conclusive_max": max(ec) if ec else None,
                 "positive": sum(r[key] > 0 for r in rows), "cells": len(rows), **counts}
 
     return {"table": table.to_json(), "cells": rows, "recorded": summary("error_recorded", "verdict_recorded"),
@@ -254,7 +256,9 @@ def format_report(res: dict) -> str:
         s = res[k]
         lines.append(f"{k:14s}: median |error| {100 * s['median_abs_error']:.2f}%, max {100 * s['max_abs_error']:.2f}%, "
                      f"{s['positive']} of {s['cells']} positive (simulator fast); {s['agrees']} agree, "
-                     f"{s['disagrees']} disagree, {s['inconclusive']} inconclusive")
+                     f"{s['disagrees']} disagree, {s['inconclusive']} inconclusive"
+                     + (f" (conclusive: median {100 * s['conclusive_median']:.2f}%, max {100 * s['conclusive_max']:.2f}%)"
+                        if s["conclusive_median"] is not None else ""))
     return "\n".join(lines)
 
 
