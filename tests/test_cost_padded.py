@@ -95,3 +95,23 @@ def test_fit_verify_recovers_the_padded_terms():
                      0.25, 0.008)
     assert "short_query_max" not in agg and "kv_view_ms_per_token" not in agg
     assert "short_query_max" not in fit_verify(steps, 0.25, 0.008)
+
+
+def test_reprice_reads_recorded_shapes_and_refuses_half_a_rebuild(tmp_path):
+    import pandas as pd
+
+    from real.fidelity_reprice import main as reprice_main, profile_steps
+
+    rows = []
+    for run, pol in enumerate(("none", "none", "adaptive")):
+        for i in range(3):
+            rows.append({"t_start_ms": 10.0 * i, "step_ms": 10.0, "policy": pol, "num_decode": 1, "draft_ms": 0.0,
+                         "num_seqs": 2, "tokens": 2, "kv_gather": 200 + run, "kv_view": 0, "attn_rows_kv": 0})
+    f = tmp_path / "steps.csv"
+    pd.DataFrame(rows).to_csv(f, index=False)
+    runs = profile_steps(f, ("adaptive",))
+    assert [r["policy"] for r in runs] == ["none", "none", "adaptive"]  # one dict per run, split at t_start_ms 0
+    assert [int(r["kv_gather"][0]) for r in runs] == [200, 201, 202]  # recorded shapes kept as they are
+    assert list(runs[2]["draft_pass"]) == [1, 1, 1] and list(runs[0]["draft_pass"]) == [0, 0, 0]
+    with pytest.raises(ConfigError, match="go together"):
+        reprice_main([str(tmp_path), "--profile-reference", str(f)])
