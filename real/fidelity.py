@@ -102,12 +102,13 @@ def write_reports(out: Path, cells: list[dict], meta: dict, md=None) -> dict:
 
 
 VERDICT_TEXT = ("Verdicts (real/fidelity_stats.py): each cell's real run is repeated (ABBA order across the cells) and "
-                "its noise band is the relative half-width of the 90% t interval of the repeats' mean. A cell **agrees** "
-                "when its error is inside the margin and the band is narrower than the margin, **disagrees** when the "
-                "error is outside the margin and the band can resolve it (or the error exceeds margin + band), and is "
-                "**inconclusive** when the band is wider than the margin: the machine's noise hides an error of that "
-                "size. A cell measured while other processes took cores the engine needed is marked *load* and "
-                "cannot disagree (real/machine_load.py).")
+                "its noise band is the relative half-width of the 90% t interval of its error, from the repeats' "
+                "scatter and the prediction's own uncertainty (the profile's repeated runs). A cell **agrees** when "
+                "its error is inside the margin and the band is narrower than the margin, **disagrees** when the "
+                "error exceeds margin + band (\"|error| <= margin\" rejected at the 5% level), and is "
+                "**inconclusive** otherwise: the band is wider than the margin, or the error lies between the margin "
+                "and margin + band. A cell measured while other processes took cores the engine needed is marked "
+                "*load* and cannot disagree (real/machine_load.py).")
 
 
 def format_md(cells: list[dict], agg: dict, meta: dict) -> str:

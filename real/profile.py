@@ -51,6 +51,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from real.machine import gpu_models_name, machine_info  # noqa: E402,F401 (profile's callers read them here too)
+from real.engine.model import SHORT_QUERY_MAX  # noqa: E402
 from real.workload import Workload, build_engine_model, run_real  # noqa: E402
 from sim.cli_util import ArgumentParser, check_out_file, run_cli, write_whole  # noqa: E402
 from sim.cost.profiled import CostTable, cost_table_from_dict, write_cost_table  # noqa: E402
@@ -182,6 +183,12 @@ def fit_step_parts(steps: list[dict], policies: list[str]) -> dict:
 
 
 VERIFY_FIT_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+PROFILE_TRACE = "traces/general.jsonl"  # the tuning trace, never an evaluated one
+
+
+def profile_slice(quick: bool) -> dict:
+    """The profile's slice of PROFILE_TRACE (Workload.build's keywords; real/fidelity_reprice.py rebuilds it)."""
+    return dict(limit=6 if quick else 10, sample=None, seed=0, max_tokens=16 if quick else 24, max_prompt=512)
 
 
 @torch.inference_mode()
@@ -220,30 +227,44 @@ def time_kv_per_token(model, reqs: int = 8, repeat: int = 9) -> float:
     return max(0.0, (statistics.median(ts[hi]) - statistics.median(ts[lo])) / (R * (hi - lo)))
 
 
-def fit_verify(steps: list[dict], logits_ms_per_row: float, kv_ms_per_token: float) -> dict:
+def fit_verify(steps: list[dict], logits_ms_per_row: float, kv_ms_per_token: float, short_query_max: int = 0) -> dict:
     """The verify part of the table fitted on the engine's own steps (every shape it runs: decode verifies,
     prefill chunks, mixes), by least squares with all terms >= 0 (the mean, not a typical step: a run's
-    time is the sum of its steps, the machine's hiccups included):
+    time is the sum of its steps, the machine's hiccups included).
+
+    Padded form (short_query_max > 0 and every run recorded the forward's shape, the real engine's kv_gather,
+    kv_view and attn_rows_kv columns; sim/cost/padded.py):
+        verify_ms - logits_ms_per_row * M - kv_ms_per_token * G = f(T) + seq_ms * S + attn * A + kv_view * V
+    G the KV entries the batched short-query call gathers, padded to the longest sequence (Rs * Kmax), V the
+    entries read in place (a lone short query, prefill chunks), A the query rows beyond one per sequence x the
+    keys they score (padded likewise). kv_ms_per_token, per gathered entry, is timed apart (`time_kv_per_token`:
+    equal contexts, so there G = K); kv_view is fitted (the bs = 1 steps' contexts vary on their own).
+    Aggregate form (otherwise: legacy recordings):
         verify_ms - logits_ms_per_row * M - kv_ms_per_token * K = f(T) + seq_ms * S + attn * max(T - S, 0) * K / S
-    with f piecewise linear in the step's tokens T on VERIFY_FIT_GRID (a hat-function basis, i.e. exactly
-    the table's interpolation), K the KV tokens the step reads, S its sequences (decode requests and prefill
-    chunks: the per-request attention and bookkeeping), M its logit rows and attn (attn_ms_per_row_kv, ms per
-    query row x KV entry) the attention of the rows beyond one per sequence over their sequence's cache, K / S
-    entries on average: draft tokens under verification, prefill chunks. f(T) alone cannot price these: a step
-    of T tokens costs more the longer its contexts, and the profile's contexts are not the evaluated traces'. logits_ms_per_row is
-    measured apart (`time_logits_per_row`): on decode steps M = T, so the steps alone cannot separate it;
-    so is kv_ms_per_token (`time_kv_per_token`), which the steps (short contexts, K growing with T) pin down
-    poorly."""
+    with K the KV tokens the step reads.
+    Both: f piecewise linear in the step's tokens T on VERIFY_FIT_GRID (a hat-function basis, i.e. exactly the
+    table's interpolation), S its sequences (decode requests and prefill chunks: the per-request attention and
+    bookkeeping), M its logit rows, attn (attn_ms_per_row_kv) ms per query row x KV entry. f(T) alone cannot
+    price these: a step of T tokens costs more the longer (padded) its contexts, and the profile's contexts are
+    not the evaluated traces'. The aggregate form charged the sum of contexts K where the engine pays the padded
+    Rs * Kmax, so the profile's mixed-length batches taught f and seq_ms the padding, which equal-length batches
+    (codeedit's prompts) then paid without having it (docs/real.md, "Where the time goes").
+    logits_ms_per_row is measured apart (`time_logits_per_row`): on decode steps M = T, so the steps alone
+    cannot separate it."""
     from scipy.optimize import least_squares
 
-    T = np.concatenate([s["tokens"] for s in steps]).astype(np.float64)
-    K = np.concatenate([s["kv_tokens"] for s in steps]).astype(np.float64)
-    M = np.concatenate([s["logit_rows"] for s in steps]).astype(np.float64)
-    S = np.concatenate([s["num_seqs"] for s in steps]).astype(np.float64)
-    y = np.concatenate([s["verify_ms"] for s in steps]).astype(np.float64)
-    y = y - logits_ms_per_row * M - kv_ms_per_token * K
+    cat = lambda c: np.concatenate([np.asarray(s[c]) for s in steps]).astype(np.float64)  # noqa: E731
+    T, K, M, S, y = cat("tokens"), cat("kv_tokens"), cat("logit_rows"), cat("num_seqs"), cat("verify_ms")
+    padded = short_query_max > 0 and all(all(c in s for c in ("kv_gather", "kv_view", "attn_rows_kv")) for s in steps)
+    if padded:
+        G, V, A2 = cat("kv_gather"), cat("kv_view"), cat("attn_rows_kv")
+        y = y - logits_ms_per_row * M - kv_ms_per_token * G
+        known = logits_ms_per_row * M + kv_ms_per_token * G
+    else:
+        y = y - logits_ms_per_row * M - kv_ms_per_token * K
+        known = logits_ms_per_row * M + kv_ms_per_token * K
     keep = T > 0
-    T, K, M, S, y = T[keep], K[keep], M[keep], S[keep], y[keep]
+    T, K, M, S, y, known = T[keep], K[keep], M[keep], S[keep], y[keep], known[keep]
     grid = [g for g in VERIFY_FIT_GRID if g <= 2 * T.max()] or [1]
     if grid[-1] < T.max():
         grid.append(int(2 ** np.ceil(np.log2(T.max()))))
@@ -259,19 +280,27 @@ def fit_verify(steps: list[dict], logits_ms_per_row: float, kv_ms_per_token: flo
             w = (t - xs[j - 1]) / (xs[j] - xs[j - 1])
             H[i, j - 1], H[i, j] = 1.0 - w, w
     used = H.sum(axis=0) > 0  # grid points no step reached are filled by interpolation afterwards
-    extra_rows = np.maximum(T - S, 0.0) * K / np.maximum(S, 1.0)  # (query rows beyond one per sequence) x K / S
-    A = np.concatenate([H[:, used], S[:, None], extra_rows[:, None]], axis=1)
-    x0 = np.maximum(np.linalg.lstsq(A, y, rcond=None)[0], 0.0)
-    fit = least_squares(lambda w: A @ w - y, x0, bounds=(0.0, np.inf))
-    w = fit.x
-    f_used = w[: used.sum()]
+    if padded:
+        extra = [A2[keep][:, None], V[keep][:, None]]
+    else:
+        extra = [(np.maximum(T - S, 0.0) * K / np.maximum(S, 1.0))[:, None]]  # (rows beyond one per seq) x K / S
+    A = np.concatenate([H[:, used], S[:, None], *extra], axis=1)
+    scale = np.maximum(np.abs(A).max(axis=0), 1e-12)  # columns on one scale: counts of 1e5 beside hat weights
+    x0 = np.maximum(np.linalg.lstsq(A / scale, y, rcond=None)[0], 0.0)
+    fit = least_squares(lambda w: (A / scale) @ w - y, x0, bounds=(0.0, np.inf))
+    w = fit.x / scale
+    nf = int(used.sum())
+    f_used = w[:nf]
     ms = np.interp(xs, xs[used], f_used)
     ms = np.maximum.accumulate(np.maximum(ms, 1e-6))
-    resid = (A @ w - y) / (y + logits_ms_per_row * M + kv_ms_per_token * K)
-    return {"num_tokens": [int(x) for x in xs], "ms": [float(v) for v in ms], "kv_ms_per_token": float(kv_ms_per_token),
-            "seq_ms": float(w[-2]), "attn_ms_per_row_kv": float(w[-1]),
-            "logits_ms_per_row": float(logits_ms_per_row), "fit_median_abs_rel_error": float(np.median(np.abs(resid))),
-            "fit_steps": int(len(y))}
+    resid = (A @ w - y) / (y + known)
+    out = {"num_tokens": [int(x) for x in xs], "ms": [float(v) for v in ms], "kv_ms_per_token": float(kv_ms_per_token),
+           "seq_ms": float(w[nf]), "attn_ms_per_row_kv": float(w[nf + 1]),
+           "logits_ms_per_row": float(logits_ms_per_row), "fit_median_abs_rel_error": float(np.median(np.abs(resid))),
+           "fit_steps": int(len(y))}
+    if padded:
+        out.update(short_query_max=int(short_query_max), kv_view_ms_per_token=float(w[nf + 2]))
+    return out
 
 
 def build_table(model_name: str, verify: dict, parts: dict, machine: dict, kv_capacity: int, vocab: int,
@@ -283,6 +312,8 @@ def build_table(model_name: str, verify: dict, parts: dict, machine: dict, kv_ca
            "verify": {"num_tokens": verify["num_tokens"], "ms": verify["ms"]},
            "logits_ms_per_row": verify["logits_ms_per_row"], "kv_ms_per_token": verify["kv_ms_per_token"],
            "seq_ms": verify.get("seq_ms", 0.0), "attn_ms_per_row_kv": verify.get("attn_ms_per_row_kv", 0.0),
+           **({"short_query_max": verify["short_query_max"], "kv_view_ms_per_token": verify["kv_view_ms_per_token"]}
+              if verify.get("short_query_max") else {}),
            "machine": machine, "kv_capacity_tokens": int(kv_capacity), "vocab_size": int(vocab)}
     for k in ("draft", "ngram", "sample", "cpu"):
         if parts.get(k):
@@ -306,9 +337,7 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
 
     repeats = repeats if repeats is not None else (1 if quick else 2)
 
-    wl = Workload.build("traces/general.jsonl", model_name, random_weights, device, limit=6 if quick else 10,
-                        sample=None, seed=0, max_tokens=16 if quick else 24, max_prompt=512,
-                        progress=progress)
+    wl = Workload.build(PROFILE_TRACE, model_name, random_weights, device, **profile_slice(quick), progress=progress)
     model = build_engine_model(wl, max(batch_sizes))
     steps = []
     machine = machine_info(wl.device, wl.dtype, wl.model_label)
@@ -318,12 +347,13 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
             res = run_real(wl, model, pol, bs, cost=None, progress=False)
             st = dict(res.steps)
             st["policy"] = pol
+            st["batch_size"] = np.full(len(res.steps["tokens"]), bs, dtype=np.int64)  # the run's point (repeats pair by it)
             st["logit_rows"] = res.steps["logit_rows"]
             st["tokens"] = res.steps["tokens"]
             steps.append(st)
         parts = fit_step_parts(steps, policies)
         verify = fit_verify(steps, time_logits_per_row(model, repeat=3 if quick else 11),
-                            time_kv_per_token(model, repeat=3 if quick else 9))
+                            time_kv_per_token(model, repeat=3 if quick else 9), SHORT_QUERY_MAX)
     load = probe.record
     speed = speed_probe(model, repeat=3 if quick else 9)  # this instance's speed, for validate's trace / profile ratio
     src = (f"real/profile.py on {machine['cpu']} ({machine['device']}, {machine['threads']} threads, torch "
@@ -350,6 +380,31 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
         os.replace(tmp, str(path) + ".steps.csv")
     grid = time_decode_grid(model, repeat=3 if quick else 5)
     return table, path, grid
+
+
+def profile_uncertainty_of(table_path: Path) -> tuple[float, int]:
+    """(u_p, P) of a table profiled here (real.fidelity_stats.profile_uncertainty): its recorded profile runs
+    (`<table>.steps.csv`; a run starts where t_start_ms returns to 0) grouped by point (policy, batch size;
+    recordings made before the batch_size column: policy, step count and largest step batch, the same for runs
+    of one point since profile runs decide with one provisional cost), each run's total step time. (0, 0) when
+    the steps were not recorded (a table given by the user)."""
+    import pandas as pd
+
+    from real.fidelity_stats import profile_uncertainty
+
+    side = Path(str(table_path) + ".steps.csv")
+    if not side.is_file():
+        return 0.0, 0
+    df = pd.read_csv(side)
+    if not {"t_start_ms", "step_ms", "policy", "num_seqs"} <= set(df.columns):
+        return 0.0, 0  # steps without run boundaries (hand-made recordings): the runs cannot be paired
+    run = (df["t_start_ms"] == 0).cumsum()
+    totals: dict = {}
+    for _, g in df.groupby(run, sort=True):
+        key = ((str(g["policy"].iloc[0]), int(g["batch_size"].iloc[0])) if "batch_size" in g else
+               (str(g["policy"].iloc[0]), len(g), int(g["num_seqs"].max())))
+        totals.setdefault(key, []).append(float(g["step_ms"].sum()))
+    return profile_uncertainty(totals)
 
 
 def profile_load(table_path: Path) -> dict | None:

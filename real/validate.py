@@ -28,6 +28,7 @@ above PCT percent.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -42,7 +43,7 @@ import numpy as np  # noqa: E402
 
 from real.fidelity import (QUICK_NOTE, clear_prepared, prepared_setup, run_summary, sim_command, steps_csv,  # noqa: E402,F401
                            summary_line, write_output, write_reports)
-from real.fidelity_stats import DEFAULT_MARGIN, abba_order, judge  # noqa: E402
+from real.fidelity_stats import DEFAULT_MARGIN, abba_order, judge, pooled_scatter  # noqa: E402
 from real.machine_load import DEFAULT_LOAD_GUARD, LoadProbe  # noqa: E402
 from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
@@ -163,7 +164,8 @@ def predict_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: i
 
 
 def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dict, margin: float,
-                  table_loaded: bool = False, profile_probe: dict | None = None) -> dict:
+                  table_loaded: bool = False, profile_probe: dict | None = None,
+                  pred_unc: tuple[float, int] = (0.0, 0), pooled: tuple[float, int] | None = None) -> dict:
     """A cell of fidelity.json from its real repeats and its prediction: the real figures of the median repeat,
     every repeat's throughput and load, the verdict (real/fidelity_stats.py) and the errors. With speed probes
     (the profile's, and one after each repeat: real.profile.speed_probe) also a drift-corrected error, beside
@@ -179,7 +181,9 @@ def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dic
     real["lossless"] = all(r["lossless"] for r in repeats)
     real["outputs_equal_reference"] = all(r["outputs_equal_reference"] for r in repeats)
     loaded = any(r["load"]["loaded"] for r in repeats)
-    v = judge(tps, prediction["predicted"]["tok_per_s"], margin, loaded, table_loaded)
+    v = judge(tps, prediction["predicted"]["tok_per_s"], margin, loaded, table_loaded, pred_unc[0],
+              pred_unc[1] if pred_unc[1] else math.inf,  # the prediction's own uncertainty: its profile's repeats
+              pooled)  # the trace's repeat scatter pooled over its cells (real/fidelity_stats.py)
     real["tok_per_s"] = v.real  # the median of the repeats (= the median repeat's for odd counts)
     out = {"trace": wl.trace, "policy": policy, "batch_size": bs, "requests": len(wl.requests), "output_tokens": n_tok,
            "real": real, "predicted": prediction["predicted"], "synthetic": prediction["synthetic"],
@@ -234,9 +238,10 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
     (real/fidelity_stats.py), each cached as cells/<cell>/real.rR.json and reused on a rerun with the same
     settings (resumable per repeat), the prediction computed once per cell (cells/<cell>/predicted.json),
     then assembled with its verdict into cells/<cell>.json. A line per real run; a warning when it ran under load."""
-    from real.profile import profile_load
+    from real.profile import profile_load, profile_uncertainty_of
 
     rec = prof_rec = profile_load(table)
+    pred_unc = profile_uncertainty_of(table)  # (u_p, dof): the table's own uncertainty, in every cell's band
     table_loaded = bool(rec and rec.get("loaded"))
     if table_loaded:
         print(f"warning: {table} was profiled under load (others used {rec['others_cores']:.2f} cores): every "
@@ -272,6 +277,10 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
     a.speed_probes[wl.trace] = probe_record(probes, (prof_rec or {}).get("speed_probe"))
     print(f"{Path(wl.trace).stem:10s} speed probe: {a.speed_probes[wl.trace]['note']}", file=sys.stderr)
     cells = []
+    # the quiet machine's repeat noise, pooled over the trace's cells; a cell measured under load is another
+    # population (real/fidelity_stats.py) and stays out of the pool
+    pooled = pooled_scatter([[real[k][r]["tok_per_s"] for r in range(repeats)] for k in keys
+                             if not any(real[k][r]["load"]["loaded"] for r in range(repeats))])
     for pol, bs in keys:
         cid = _cell_id(wl.trace, pol, bs)
         cdir = t_dir / "cells" / cid
@@ -283,7 +292,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
             write_output(cdir / "steps_predicted.csv", pred.pop("steps_predicted_csv"))
             write_output(pf, json.dumps(pred) + "\n")
         c = assemble_cell(wl, pol, bs, [real[(pol, bs)][r] for r in range(repeats)], pred, a.margin / 100.0,
-                          table_loaded, (prof_rec or {}).get("speed_probe"))
+                          table_loaded, (prof_rec or {}).get("speed_probe"), pred_unc, pooled)
         c["settings"] = settings
         write_output(t_dir / "cells" / f"{cid}.json", json.dumps(c) + "\n")
         v = c["verdict"]

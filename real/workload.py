@@ -225,17 +225,24 @@ def run_real(wl: Workload, model, policy: str, batch_size: int, cost, progress: 
     return eng.run()
 
 
-def provisional_cost(model):
-    """A cost model for decisions before anything is profiled: verify ms proportional to tokens
-    (1 + T/16, a CPU-like shape), every other part 0. Used only by profiling runs."""
-    from sim.cost.profiled import FORMAT, ProfiledCost, cost_table_from_dict
+def provisional_table(llm: str, vocab_size: int) -> dict:
+    """The provisional cost table's JSON object (provisional_cost)."""
+    from sim.cost.profiled import FORMAT
 
     xs = [1, 16, 64, 256, 1024]
     zero = {"num_reqs": [1], "ms": [1e-6]}
-    table = cost_table_from_dict({
-        "format": FORMAT, "llm": model.args.name, "gpu": "cpu", "source": "provisional", "capture_sizes": [],
+    return {
+        "format": FORMAT, "llm": llm, "gpu": "cpu", "source": "provisional", "capture_sizes": [],
         "verify": {"num_tokens": xs, "ms": [1.0 + x / 16 for x in xs]}, "kv_ms_per_token": 0.0,
         "draft": dict(zero, block=7), "ngram": zero, "alloc": {"*": zero}, "sample": {"num_tokens": [1], "ms": [1e-6]},
         "cpu": {"base_ms": 0.0, "per_req_ms": 0.0, "per_token_ms": 0.0}, "kv_capacity_tokens": 10**9,
-        "vocab_size": model.args.vocab_size}, "the provisional cost table")
+        "vocab_size": int(vocab_size)}
+
+
+def provisional_cost(model):
+    """A cost model for decisions before anything is profiled: verify ms proportional to tokens
+    (1 + T/16, a CPU-like shape), every other part 0. Used only by profiling runs."""
+    from sim.cost.profiled import ProfiledCost, cost_table_from_dict
+
+    table = cost_table_from_dict(provisional_table(model.args.name, model.args.vocab_size), "the provisional cost table")
     return ProfiledCost(table, fallback=None)

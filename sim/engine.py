@@ -101,6 +101,7 @@ from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, Ho
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler, StepPlan, full_kv_need
 from sim.vllm_compat import filler_slots, parse_scheduler, slot_charge
+from sim.cost.padded import NO_SHAPE, SHAPE_COLUMNS, padded_shape
 from sim.step_log import STEP_COLUMNS, StepLog, make_record
 from sim.step_time import StepCharge, StepPrices, host_syncs
 
@@ -265,6 +266,11 @@ class Engine(HostHistory, LosslessChecks):
         # vLLM 0.33's verification logits cap: one fp32 chunk of 2**30 bytes, vocab_size * 4 bytes per row
         self.max_logits = 2**30 // (vocab * 4) if vocab else None
         self.steps = StepLog(STEP_COLUMNS)  # one StepRecord per step, kept as numpy chunks
+        # a padded cost table (sim/cost/padded.py) prices each step's padded attention shape: the steps then run
+        # the numpy form (the native step, fast-forward and steady stretches do not track per-request queries)
+        self._padded = int(getattr(cost, "short_query_max", 0) or 0)
+        self._shape = NO_SHAPE
+        self._shape_log: list = []
         self.ran = (False, False)  # (model, n-gram): the drafters the last numpy step's _admit found ran
         self._bar = None
         if self.live:  # the native step and the policies' fast forms hold two drafters' chains
@@ -437,6 +443,9 @@ class Engine(HostHistory, LosslessChecks):
             "decode_steps": self.n_steps, "preemptions": self.n_preempt,
         }
         steps = self.steps.to_columns()
+        if self._padded:  # the padded shape each step was charged at (sim/cost/padded.py)
+            arr = np.asarray(self._shape_log, dtype=np.int64).reshape(-1, len(SHAPE_COLUMNS))
+            steps.update({c: arr[:, i] for i, c in enumerate(SHAPE_COLUMNS)})
         return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=not violation, violation=violation,
                          accepted_hist=self.acc_hist.copy())
 
@@ -521,7 +530,12 @@ class Engine(HostHistory, LosslessChecks):
         prices (0 for what did not run). Here: the cost model's true cost, at this step's context and at the
         token count its CUDA graph is padded to."""
         hit = self._counts_charge(len(self.sched.running), total_tokens)
-        verify = float(self.cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows)) if total_tokens else 0.0
+        if not total_tokens:
+            verify = 0.0
+        elif self._padded:  # the step's padded attention shape (set by _step)
+            verify = float(self.cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows, shape=self._shape))
+        else:
+            verify = float(self.cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows))
         return StepCharge(parts.draft, parts.ngram + parts.extra, parts.alloc, verify, hit[1], hit[2])
 
     def _counts_charge(self, running: int, total_tokens: int) -> tuple:
@@ -659,6 +673,8 @@ class Engine(HostHistory, LosslessChecks):
     def _native_step(self):
         """The native form of the step's bookkeeping (sim.engine_fast.NativeStep), or None: the numpy step.
         Decided on the first step; dropped for good if the tables or state stop matching the C's dtypes."""
+        if self._padded:
+            return None
         fast = getattr(self, "_fast", False)
         if fast is False:
             # the native step gathers every decoding request's whole chain (not where the budget may cut it)
@@ -766,6 +782,8 @@ class Engine(HostHistory, LosslessChecks):
             alloc = self._allocate(batch, drafting)
             adm_m, adm_n, model_ran = self._admit(alloc, drafting, reqs, chains, prices)
         acc_m, acc_n = self._verify(plan, reqs, rows, adm_m, adm_n, chains)
+        if self._padded:
+            self._shape = self._step_shape(plan, reqs, adm_m + adm_n)
         if R and self.live:
             verified, accepted, emitted = self.live.settle(self, reqs, rows, adm_m, adm_n, acc_m, acc_n, chains,
                                                            model_ran)
@@ -807,6 +825,18 @@ class Engine(HostHistory, LosslessChecks):
         return self._finish_step(now_ms, plan, R, prefill_tokens, kv_tokens, first_tok, n_prefill_done, n_seqs,
                                  prices, verified, accepted, emitted, total_tokens)
 
+    def _step_shape(self, plan: StepPlan, reqs: np.ndarray, drafts: np.ndarray):
+        """The step's padded attention shape (sim/cost/padded.py): each prefill chunk's c queries over the
+        entries prefilled so far (its own included), each decoding request's 1 + drafts queries over its cache
+        (prompt + pos - 1 entries, the last emitted token's recomputed here) plus those queries."""
+        q = [c for _, c in plan.prefilling]
+        k = [int(self.prefilled[r]) for r, _ in plan.prefilling]  # _prefill advanced them: entries after the chunk
+        if len(reqs):
+            qd = 1 + np.asarray(drafts, dtype=np.int64)
+            q += qd.tolist()
+            k += (self.tb.prompt_len[reqs] + self.pos[reqs] - 1 + qd).tolist()
+        return padded_shape(q, k, self._padded)
+
     def _forward_drafts(self, R: int) -> int:
         """Draft slots the step's target forward holds: the verified ones (Scheduler.last_draft), or under a
         charge that verifies every scheduled slot (vLLM without adaptive verification) all R decoding requests'
@@ -839,6 +869,8 @@ class Engine(HostHistory, LosslessChecks):
                 prev_pos[r] = model_pos[r] = 0
             emitted += len(first_tok)
         logit_rows = total_tokens - prefill_tokens + n_prefill_done
+        if self._padded:
+            self._shape_log.append(self._shape)
         t = self._charge(prices, plan, R, total_tokens, kv_tokens, n_seqs, logit_rows=logit_rows)
         gpu_ms, step_ms = t.times(host_syncs(pol, self.cfg))
         end_s = (now_ms + step_ms) / 1000.0

@@ -38,8 +38,8 @@ def fast_forward_ok(engine) -> bool:
     from sim.policies.simple import alloc_none
     from sim.scheduler import Scheduler
 
-    if steps_as_defined(engine, HOOKS) or type(engine.sched) is not Scheduler:
-        return False
+    if steps_as_defined(engine, HOOKS) or type(engine.sched) is not Scheduler or engine._padded:
+        return False  # (a padded cost prices each step's per-request shape: Engine._step_shape)
     pol = engine.policy
     # fn is alloc_none: the simulator runs it or its fast form, checked equal (tests/test_policy_fast_forms.py)
     return (not engine.stream and getattr(pol, "fn", None) is alloc_none

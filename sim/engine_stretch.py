@@ -31,7 +31,8 @@ from sim.step_time import host_syncs, step_time
 def stretch_ok(engine) -> bool:
     """Whether `engine` may run steady stretches at all: Engine's own hooks (HOOKS: those the stretch stands
     in for) and scheduler, whole (not streamed) tables, HYBRIDSPEC_REFERENCE_ENGINE unset."""
-    return not engine.stream and type(engine.sched) is Scheduler and not steps_as_defined(engine, HOOKS)
+    return (not engine.stream and type(engine.sched) is Scheduler and not steps_as_defined(engine, HOOKS)
+            and not engine._padded)  # a padded cost prices each step's per-request shape (Engine._step_shape)
 
 
 def steady_steps(engine, now_ms: float, next_event_ms: float, room: int) -> Optional[tuple[list[float], list[int]]]:

@@ -147,7 +147,10 @@ def test_reprice_refits_the_recorded_profile_and_reprices_the_aligned_steps(tmp_
     assert cell["predicted"] < cell["predicted_recorded"]                 # dearer steps, slower prediction
     assert cell["error"] == pytest.approx(cell["predicted"] / 20.0 - 1)
     assert cost.table.attn_ms_per_row_kv == 0.0                           # the recorded table is left as it was
-    assert reprice_main([str(d)]) == 0 and "repriced :" in capsys.readouterr().out
+    assert res["pred_sd"] == 0.0 and res["pred_df"] == 0                  # no run boundaries recorded: no u_p
+    assert reprice_main([str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "repriced      :" in out and "recorded_today:" in out
 
 
 def test_reprice_bad_input_is_one_error(tmp_path):

@@ -31,7 +31,8 @@ def test_noise_band_t_interval():
 @pytest.mark.parametrize("xs,pred,loaded,verdict", [
     ([100.0, 100.5, 99.5], 102.0, False, "agrees"),        # band ~0.8%, error 2%
     ([100.0, 100.5, 99.5], 104.0, False, "disagrees"),     # band ~0.8%, error 4% (> 3% + 0.8%)
-    ([100.0, 100.5, 99.5], 103.5, False, "disagrees"),     # 3.5%: outside the margin, band narrow enough
+    ([100.0, 100.5, 99.5], 103.5, False, "inconclusive"),  # 3.5%: outside the margin, but 3.5 - 0.8 < 3: not rejected
+    ([100.0, 100.1, 99.9], 103.5, False, "disagrees"),     # 3.5% with a 0.2% band: rejected
     ([90.0, 100.0, 110.0], 101.0, False, "inconclusive"),  # band ~17%: cannot resolve 3%
     ([90.0, 100.0, 110.0], 150.0, False, "disagrees"),     # 50% is beyond margin + band
     ([90.0, 100.0, 110.0], 150.0, True, "inconclusive"),   # ... but not when measured under load
@@ -45,6 +46,34 @@ def test_verdicts(xs, pred, loaded, verdict):
     assert v.loaded is loaded
     j = v.to_json()
     assert j["band"] is None or j["band"] >= 0
+
+
+def test_band_includes_the_predictions_uncertainty():
+    xs = [99.0, 100.0, 101.0]
+    assert noise_band(xs, 0.0) == pytest.approx(noise_band(xs))
+    ur = 1.0 / math.sqrt(3) / 100.0
+    up = 0.02
+    nu = (ur ** 2 + up ** 2) ** 2 / (ur ** 4 / 2 + up ** 4 / 6)  # Welch-Satterthwaite
+    from scipy import stats
+    assert noise_band(xs, up, 6) == pytest.approx(stats.t.ppf(0.95, nu) * math.sqrt(ur ** 2 + up ** 2), rel=1e-9)
+    assert noise_band([100.0, 100.0], 0.01, math.inf) == pytest.approx(1.6448536 * 0.01, rel=1e-6)  # normal limit
+    assert noise_band([100.0, 100.0]) == 0.0
+    # a 2.5% error agrees with a certain prediction and is inconclusive when the prediction is 2% uncertain
+    assert judge([100.0, 100.1, 99.9], 102.5).verdict == "agrees"
+    v = judge([100.0, 100.1, 99.9], 102.5, pred_sd=0.02, pred_df=6)
+    assert v.verdict == "inconclusive" and v.band > 0.03 and v.band_real < 0.01 and v.pred_sd == 0.02
+    assert type(v).from_json(v.to_json()) == v
+    with pytest.raises(ValueError):
+        judge([100.0, 101.0], 100.0, pred_sd=float("nan"))
+
+
+def test_profile_uncertainty_pools_the_repeats():
+    from real.fidelity_stats import profile_uncertainty
+
+    assert profile_uncertainty({"a": [10.0]}) == (0.0, 0)
+    u, dof = profile_uncertainty({"a": [99.0, 101.0], "b": [198.0, 202.0], "c": [5.0]})
+    # each pair is +-1% about its mean: s_1 = sqrt((2 * 0.01^2 * 2) / 2) = 1.414%, two runs per point
+    assert dof == 2 and u == pytest.approx(math.sqrt(4 * 1e-4 / 2) / math.sqrt(2))
 
 
 def test_summary_counts_and_run_verdict():
@@ -208,3 +237,40 @@ def test_drift_corrected_error_from_the_speed_probes(tmp_path):
     assert agg["drift_corrected"]["median_error"] == pytest.approx(0.0, abs=1e-12)
     md = (tmp_path / "fidelity.md").read_text()
     assert "| 0.952x | +0.0% |" in md and "Drift-corrected (diagnostic" in md
+
+
+def test_profile_uncertainty_of_a_recorded_profile(tmp_path):
+    import pandas as pd
+
+    from real.profile import profile_uncertainty_of
+
+    t = tmp_path / "table.json"
+    assert profile_uncertainty_of(t) == (0.0, 0)  # nothing recorded beside it
+    rows = []
+    for pol, bs, total in (("none", 1, 99.0), ("none", 4, 50.0), ("none", 1, 101.0), ("none", 4, 50.0)):
+        for i, ms in enumerate((total / 2, total / 2)):  # two steps a run; a run starts at t_start_ms 0
+            rows.append({"t_start_ms": i * ms, "step_ms": ms, "num_seqs": 1, "policy": pol, "batch_size": bs})
+    pd.DataFrame(rows).to_csv(str(t) + ".steps.csv", index=False)
+    u, dof = profile_uncertainty_of(t)
+    assert dof == 2 and u == pytest.approx(math.sqrt(2 * 1e-4 / 2) / math.sqrt(2))
+
+
+def test_pooled_scatter_steadies_the_band_and_a_noisy_cell_keeps_its_own():
+    from real.fidelity_stats import cell_scatter, pooled_scatter, rel_scatter
+
+    cells = [[100.0, 101.0, 99.0], [50.0, 50.5, 49.5], [20.0, 20.2, 19.8]]  # 1% relative sd each
+    s, dof = pooled_scatter(cells)
+    assert dof == 6 and s == pytest.approx(0.01)
+    assert math.isnan(pooled_scatter([[1.0]])[0]) and pooled_scatter([[1.0]])[1] == 0
+    # a cell whose 3 repeats happen to agree closely gets the run's scatter, not a band of ~0
+    lucky = [100.0, 100.01, 99.99]
+    assert cell_scatter(lucky, (s, dof)) == (s, dof)
+    from scipy import stats
+    assert noise_band(lucky, pooled=(s, dof)) == pytest.approx(stats.t.ppf(0.95, 6) * 0.01 / math.sqrt(3), rel=1e-9)
+    # a cell far noisier than the pool (F test at 5%) keeps its own scatter
+    noisy = [90.0, 100.0, 110.0]
+    assert cell_scatter(noisy, (s, dof)) == rel_scatter(noisy)
+    assert judge(noisy, 101.0, pooled=(s, dof)).verdict == "inconclusive"
+    # one repeat with a pooled scatter has a finite band; without, the noise is unknown
+    assert math.isfinite(noise_band([100.0], pooled=(s, dof))) and noise_band([100.0]) == math.inf
+    assert judge([100.0], 101.0, pooled=(s, dof)).verdict == "agrees"

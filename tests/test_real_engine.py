@@ -64,6 +64,14 @@ def test_teacher_forcing_reproduces_the_simulators_steps():
                         max_tokens=40, max_prompt=400)
     model = wl.model(max_slots=4)
     cost = provisional_cost(model)
+    from real.engine.model import SHORT_QUERY_MAX
+    from real.workload import provisional_table
+    from sim.cost.padded import SHAPE_COLUMNS
+    from sim.cost.profiled import ProfiledCost, cost_table_from_dict
+
+    padded_cost = ProfiledCost(cost_table_from_dict(
+        {**provisional_table(model.args.name, model.args.vocab_size), "short_query_max": SHORT_QUERY_MAX}), fallback=None)
+    seen = set()
     for policy in ("adaptive", "hybrid-price", "ngram-fixed:32", "hybrid"):
         real = run_real(wl, model, policy, 4, cost=cost)
         cfg = EngineConfig(batch_size=4, max_num_batched_tokens=512, async_scheduling=False, kv_capacity_tokens=10**9)
@@ -72,6 +80,14 @@ def test_teacher_forcing_reproduces_the_simulators_steps():
         for col in ("num_decode", "prefill_tokens", "verified_model", "verified_ngram", "accepted_model",
                     "accepted_ngram", "emitted", "tokens", "kv_tokens"):
             assert np.array_equal(real.steps[col], sim.steps[col]), (policy, col)
+        # a padded table (sim/cost/padded.py): the same steps, each charged at the padded shape of the forward
+        # the real engine ran (its recorded q_lens and cache_lens), computed by the simulator from its own state
+        padded = Engine(wl.tables, np.zeros(len(wl.requests)), get_policy(policy), padded_cost, cfg).run()
+        assert np.array_equal(padded.steps["tokens"], real.steps["tokens"]), policy
+        for col in SHAPE_COLUMNS:
+            assert np.array_equal(real.steps[col], padded.steps[col]), (policy, col)
+        seen.update(c for c in SHAPE_COLUMNS if real.steps[c].sum() > 0)
+    assert seen == set(SHAPE_COLUMNS)  # every kind of attention work happened somewhere
 
 
 def test_profile_table_round_trips_into_the_simulator(tmp_path):

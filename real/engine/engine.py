@@ -20,6 +20,8 @@ bookkeeping -- and overrides only the hooks where a real engine differs (see `En
              and draft_upkeep_ms (the live drafter's context append, part of draft_ms; it follows every
              forward, so a step without the pass -- a prefill-only step, a step `hybrid` skips the drafter
              -- has draft_ms = draft_upkeep_ms). real/profile.py prices the pass from the steps it ran on.
+             Three more give the forward's padded attention shape (sim/cost/padded.py: kv_gather, kv_view,
+             attn_rows_kv, from the q_lens and cache_lens the model ran), which real/profile.py fits verify on.
 Time: simulated time advances by each step's measured duration (a time-compressed replay: waiting for an
 arrival costs no wall time). Steps are synchronous (no CPU/GPU overlap): simulate it with
 EngineConfig(async_scheduling=False).
@@ -50,6 +52,7 @@ import time
 import numpy as np
 import torch
 
+from sim.cost.padded import NO_SHAPE, SHAPE_COLUMNS, padded_shape
 from sim.drafters.ngram import NgramConfig
 from sim.drafters.tables import DraftTables
 from sim.engine import Engine, EngineConfig
@@ -57,6 +60,7 @@ from sim.errors import ConfigError
 from sim.policies.base import Allocation, Plan, StepBatch
 from sim.scheduler import StepPlan
 from sim.step_time import StepCharge, StepPrices
+from real.engine.model import SHORT_QUERY_MAX
 from real.engine.ngram import HistoryBuffer, propose_ngram
 
 
@@ -137,6 +141,8 @@ class RealEngine(Engine):
         self._feats: torch.Tensor | None = None
         self._pass_log: list[bool] = []      # per step: the model drafter's pass ran (the step columns, run())
         self._upkeep_log: list[float] = []   # per step: the drafter's context append [ms], inside draft_ms
+        self._fwd_shape = NO_SHAPE           # the step's forward's padded attention shape (sim/cost/padded.py)
+        self._fwd_shape_log: list = []       # per step (the step columns kv_gather, kv_view, attn_rows_kv; run())
 
     # ---------------------------------------------------------------------------------------- slots
     def _sync_slots(self) -> None:
@@ -242,6 +248,8 @@ class RealEngine(Engine):
         acc_m = np.zeros(len(reqs), dtype=np.int64)
         acc_n = np.zeros(len(reqs), dtype=np.int64)
         self._bonus = {}
+        # what the forward's attention does with these queries (the model's padded short batch; profile.py fits it)
+        self._fwd_shape = padded_shape(q_lens, np.add(cache_lens, q_lens), SHORT_QUERY_MAX)
         if not q_lens:
             return acc_m, acc_n
         dev = self.device
@@ -354,13 +362,15 @@ class RealEngine(Engine):
         cpu += lap["draft"] - draft + lap["ngram"] - ngram
         self._pass_log.append(bool(model_ran))
         self._upkeep_log.append(upkeep)
+        self._fwd_shape_log.append(self._fwd_shape)
+        self._fwd_shape = NO_SHAPE
         return StepCharge(draft + upkeep, ngram, alloc, lap["verify"], lap["sample"], cpu)
 
     def run(self):
         """The simulator's RunResult, with the outputs and two more step columns: draft_pass (int 0/1) and
         draft_upkeep_ms (float, ms, a part of draft_ms); see the module docstring."""
         self._clock.lap()
-        self._pass_log, self._upkeep_log = [], []
+        self._pass_log, self._upkeep_log, self._fwd_shape_log = [], [], []
         res = super().run()
         res.outputs = [list(o) for o in self.out]
         n = len(res.steps["step_ms"])
@@ -368,4 +378,6 @@ class RealEngine(Engine):
             raise RuntimeError(f"real engine: {len(self._pass_log)} charged steps for {n} step records")
         res.steps["draft_pass"] = np.asarray(self._pass_log, dtype=np.int64)
         res.steps["draft_upkeep_ms"] = np.asarray(self._upkeep_log, dtype=np.float64)
+        arr = np.asarray(self._fwd_shape_log, dtype=np.int64).reshape(-1, len(SHAPE_COLUMNS))
+        res.steps.update({c: arr[:, i] for i, c in enumerate(SHAPE_COLUMNS)})  # measured forwards' shapes
         return res

