@@ -92,6 +92,7 @@ class DSparkVConfig:
         if extra:
             raise ConfigError(f"drafter config: unknown field(s) {sorted(extra)}")
         d = dict(d)
+        d.setdefault("shared_k_norm", False)  # files written before the field had one k_norm per layer
         if "layers" in d:
             d["layers"] = tuple(d["layers"])
         cfg = cls(**d)
