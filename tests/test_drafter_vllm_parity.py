@@ -4,7 +4,12 @@ real/vllm_cpu/harness.py, which records every proposal's K tokens and confidence
 drafts at the same contexts from the same target's hidden states, and must give the same chains and the same
 confidences. Marked vllm_cpu; run in the [vllm-cpu] environment:
     python -m pytest -m vllm_cpu tests/test_drafter_vllm_parity.py
-About 2 minutes on 2 idle cores (one engine run; the harness's kernels are interpreted)."""
+About 2 minutes on 2 idle cores (one engine run; the harness's kernels are interpreted).
+
+The drafter shares one k_norm across its layers (DSparkVConfig.shared_k_norm): vllm-cpu's rms_norm kernel, given
+the stacked per-layer weights [layers, head_dim] in the context-KV precompute, applies row 0 to every layer
+(test_vllm_cpu_rms_norm_uses_row_0_of_stacked_weights); with distinct weights the chains agreed on 72.2% of 72
+proposals, first tokens on 95.8%, confidences within 0.0046 (median)."""
 import random
 
 import numpy as np
@@ -91,7 +96,7 @@ def run(tmp_path_factory):
 
 def compare(res, prompts, target_dir, d, drop_last_context: bool = False) -> dict:
     """Our drafts at every context vLLM recorded a proposal for, against vLLM's: shares of equal first tokens
-    and of equal whole chains, and the confidences' differences on the first position. With
+    and of equal whole chains, and the confidences' differences (all K positions). With
     `drop_last_context` ours misses context row a-1 (a control: an off-by-one the comparison must expose)."""
     by_req = {rid: i for i, rid in enumerate(res["request_ids"])}
     first = chains = 0
@@ -109,27 +114,43 @@ def compare(res, prompts, target_dir, d, drop_last_context: bool = False) -> dic
         ours = o.tokens[0].tolist()
         first += ours[0] == int(toks[0])
         chains += ours == [int(t) for t in toks]
-        dconf.append(abs(float(o.raw[0, 0]) - float(confs[0])))
+        dconf += [abs(x - float(y)) for x, y in zip(o.raw[0].tolist(), confs)]
     n = len(res["harness"]["drafts"])
     return {"n": n, "first": first / n, "chains": chains / n, "dconf_median": float(np.median(dconf)),
             "dconf_max": float(np.max(dconf))}
 
 
 def test_the_same_chains_and_confidences_as_vllm(run):
-    """vllm-cpu's forward is not bit-exact with ours (its confidences differ by about 1% of their value at the
-    same contexts, the same in every run: cause not found, docs/drafter.md), and a random drafter's later
-    tokens sit on near-ties that such a difference flips;
-    so: nearly every first token equal (>= 90%), most chains whole, confidences within a few 1e-2, while a drafter that
-    misses one context row (the control) is far off on all three."""
+    """Every chain equal, token for token, and every confidence equal up to float32 rounding: vLLM's fused CPU
+    kernels (rms_norm, rotary embedding, paged attention) sum in another order than torch's, so its block hidden
+    states differ from ours by a few 1e-6 (measured 3.8e-6 at most on the first proposal); bit-equal floats are
+    not to be had, a bound of 1e-4 on the confidences is. A drafter that misses one context row (the control)
+    is far off."""
     res, d = run["res"], run["drafter"]
     assert res["harness"]["drafts"], "the engine recorded no proposal"
     got = compare(res, run["prompts"], run["target"], d)
     off = compare(res, run["prompts"], run["target"], d, drop_last_context=True)
     print("parity", got, "control", off)
     assert got["n"] >= 30
-    assert got["first"] >= 0.9 and got["chains"] >= 0.6, got
-    assert got["dconf_median"] < 0.01 and got["dconf_max"] < 0.05, got
-    assert off["first"] < got["first"] - 0.1 or off["dconf_median"] > 3 * got["dconf_median"], (got, off)
+    assert got["first"] == 1.0 and got["chains"] == 1.0, got
+    assert got["dconf_max"] < 1e-4, got
+    assert off["chains"] < 0.9 and off["dconf_max"] > 100 * got["dconf_max"], (got, off)
+
+
+def test_vllm_cpu_rms_norm_uses_row_0_of_stacked_weights():
+    """Why the drafter shares k_norm: vllm-cpu's rms_norm with a [layers, head_dim] weight (as DFlash's context-KV
+    precompute calls it) normalises every layer with row 0. Should a vLLM release apply each layer's row, this
+    fails, and shared_k_norm can become optional."""
+    import vllm._custom_ops as ops
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 1, 64, generator=g)
+    w = 1 + 0.1 * torch.randn(2, 64, generator=g)
+    out = torch.empty_like(x)
+    ops.rms_norm(out, x, w, 1e-5)
+    unit = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+    assert torch.allclose(out[1], unit[1] * w[0], atol=1e-5)
+    assert not torch.allclose(out[1], unit[1] * w[1], atol=1e-2)
 
 
 def test_vllm_ran_it_losslessly_as_a_dspark_drafter(run):

