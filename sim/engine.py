@@ -90,13 +90,14 @@ from tqdm import tqdm
 
 from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables, ng_conf_zero_past_length
-from sim.engine_fast import ARRAYS_BYPASSES, NativeScans, Unsupported, native_step, steps_as_defined
+from sim.engine_fast import NativeScans, Unsupported, native_step
 from sim.engine_checks import LosslessChecks
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.engine_history import HostHistory, ragged_slots
 from sim.engine_live import LiveChains
 from sim.engine_stretch import steady_steps, stretch_ok
 from sim.errors import ConfigError, SimulatorBug
+from sim.fast_forms import ARRAY_FORM, NATIVE_STEP, WHOLE_STEP, steps_as_defined, transcribed_by
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler, StepPlan, full_kv_need
@@ -282,6 +283,7 @@ class Engine(HostHistory, LosslessChecks):
         arena learns it as requests are admitted)."""
         return ng_conf_zero_past_length(self.tb)
 
+    @transcribed_by(*WHOLE_STEP)
     def _prices(self, R: int) -> StepPrices:
         """The drafters' and the allocation kernel's prices for R decoding requests, as if every drafter the
         policy uses runs (the cost model's, computed once per R: they depend on nothing else). Shared: copy it
@@ -299,6 +301,7 @@ class Engine(HostHistory, LosslessChecks):
             self._price_memo[R] = out
         return out
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _write(self, reqs: np.ndarray, counts: np.ndarray, dst: np.ndarray, tokens: np.ndarray) -> None:
         """Store `tokens` at buffer slots `dst` (counts[k] of them for request reqs[k], at its position) and
         advance the positions; n_written counts every store so that a slot stored twice is detectable."""
@@ -316,6 +319,7 @@ class Engine(HostHistory, LosslessChecks):
         tok = self.tb.tokens[(self._out_base[reqs] + pos - 1)[rep]]
         self._write(reqs, counts, (self.tb.offsets[reqs] + pos)[rep] + j, tok)
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _emit(self, reqs: np.ndarray, rows: np.ndarray, from_n: np.ndarray, n_draft: np.ndarray,
               n_bonus: np.ndarray) -> None:
         """Emit, for request reqs[k] at table row rows[k], its first n_draft[k] proposed draft tokens --
@@ -451,15 +455,18 @@ class Engine(HostHistory, LosslessChecks):
     #   a model forward there) -> _accept -> _emit (hook)
     #   -> _charge (hook: the cost model here, the clock there).
 
+    @transcribed_by(*WHOLE_STEP)
     def _schedule(self) -> StepPlan:
         """The shared scheduler's plan for this step (sim.scheduler); streaming tables build the rows of the
         requests it admits."""
         return self._admit_rows(self.sched.schedule())
 
+    @transcribed_by(ARRAY_FORM, *WHOLE_STEP)
     def _plan(self, view: HostView) -> Plan:
         """Hook: the policy's host phase (Policy.plan), before any drafter runs."""
         return self.policy.plan(view)
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _propose(self, reqs: np.ndarray, rows: np.ndarray, plan: Plan) -> dict:
         """Hook: the chains of the drafters in `plan` for the decoding requests at output rows `rows` of the
         tables: model_conf [R, K_m], model_len [R], ngram_conf [R, K_n], ngram_len [R] (numpy); a drafter
@@ -478,15 +485,17 @@ class Engine(HostHistory, LosslessChecks):
             n_conf, n_len = np.zeros((R, tb.k_ngram), dtype=tb.ng_conf.dtype), np.zeros(R, dtype=np.int64)
         return dict(model_conf=m_conf, model_len=m_len, ngram_conf=n_conf, ngram_len=n_len)
 
+    @transcribed_by(ARRAY_FORM, *WHOLE_STEP)
     def _allocate(self, batch: StepBatch, plan: Plan) -> Allocation:
         """Hook: the policy's device phase (Policy.allocate with `plan`; the real engine times it). The
         simulator runs the policy's faster form when it has one (Policy.sim_fn, checked against the definition
-        by tests/test_policy_fast_forms.py): a form is the whole policy on one view, its plan recomputed from
+        by tests/test_fast_forms.py): a form is the whole policy on one view, its plan recomputed from
         the batch's host-known fields, which are the HostView `plan` was made from."""
         pol = self.policy
         run = getattr(pol, "sim_callable", pol)
         return pol.allocate(batch, plan) if run is pol else run(batch)
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _verify(self, plan: StepPlan, reqs: np.ndarray, rows: np.ndarray, adm_m: np.ndarray,
                 adm_n: np.ndarray, chains: dict) -> tuple[np.ndarray, np.ndarray]:
         """Hook: run the target over the step (prefill chunks and the admitted draft slots) and return how
@@ -515,6 +524,7 @@ class Engine(HostHistory, LosslessChecks):
         self._fill_from = adm_n
         return run
 
+    @transcribed_by(*WHOLE_STEP)
     def _charge(self, parts: StepPrices, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
                 logit_rows: int) -> StepCharge:
         """Hook: the step's time split (StepCharge, ms). `parts` holds the drafters' and the allocation's
@@ -538,6 +548,7 @@ class Engine(HostHistory, LosslessChecks):
                                             cost.cpu_ms(*key))
         return hit
 
+    @transcribed_by(ARRAY_FORM, *WHOLE_STEP)
     def _host_view(self, reqs: np.ndarray, stale: tuple, mean_ng, T: int, n_seqs: int, n_prefill_done: int,
                    prices: StepPrices) -> HostView:
         """The policy's view of the step before any drafter runs (sim.policies.base.HostView), as tensors
@@ -554,12 +565,14 @@ class Engine(HostHistory, LosslessChecks):
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
             model_draft_ms=draft_ms, ngram_draft_ms=ngram_ms, **self.live.host_fields(reqs, len(reqs), self.cost))
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _scheduled_model_len(self, reqs: np.ndarray) -> np.ndarray:
         """The model chain length each decoding request is scheduled: min(K_m, output left, the drafts the
         step's budget left it) (host-known)."""
         out = np.minimum(self.tb.k_model, self.tb.out_len[reqs] - self.pos[reqs])
         return out if self._draft_cap is None else np.minimum(out, self._draft_cap)
 
+    @transcribed_by(ARRAY_FORM, *WHOLE_STEP)
     def _step_batch(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, stale: tuple, mean_ng, T: int,
                     kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: StepPrices) -> StepBatch:
         """The StepBatch of the chains and the host-side history (stale = model conf, model len, n-gram conf,
@@ -596,6 +609,7 @@ class Engine(HostHistory, LosslessChecks):
         tb = self.tb
         return self.cost.charged_verify_table(T + R * max(tb.k_model, tb.k_ngram, self.live.width) + 1, kv_tokens, n_seqs)
 
+    @transcribed_by(*WHOLE_STEP)
     def _drafters_ran(self, said_model, said_ngram, prices: StepPrices | None,
                       plan: Plan | None = None) -> tuple[bool, bool]:
         """Which drafters ran this step: those of the plan (None: the policy's default plan, every drafter it
@@ -615,6 +629,7 @@ class Engine(HostHistory, LosslessChecks):
                 prices.alloc = 0.0
         return model_ran, ngram_ran
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _admit(self, alloc: Allocation, plan: Plan, reqs: np.ndarray, chains: dict, prices: StepPrices) -> tuple:
         """Draft slots verified from each chain (a tree policy verifies the other chain as a second branch),
         after the Allocation contract check; drops the prices of drafters that did not run.
@@ -641,6 +656,7 @@ class Engine(HostHistory, LosslessChecks):
             self.live.admit(self, alloc, plan, reqs, chain, adm, chains, prices)
         return np.minimum(want_m, m_len), np.minimum(want_n, ng_len), model_ran
 
+    @transcribed_by(*WHOLE_STEP)
     def _prefill(self, plan: StepPlan) -> tuple[int, list[int], int]:
         """Advance the prefill chunks: (KV tokens they read, requests whose fresh prompt completes, chunks
         that complete a prefill). The chunk that completes a fresh prompt samples output token 0."""
@@ -656,6 +672,7 @@ class Engine(HostHistory, LosslessChecks):
                     first_tok.append(r)
         return kv_tokens, first_tok, n_prefill_done
 
+    @transcribed_by(*WHOLE_STEP)
     def _native_step(self):
         """The native form of the step's bookkeeping (sim.engine_fast.NativeStep), or None: the numpy step.
         Decided on the first step; dropped for good if the tables or state stop matching the C's dtypes."""
@@ -684,9 +701,10 @@ class Engine(HostHistory, LosslessChecks):
         form = getattr(self, "_arrays", False)
         if form is False:
             run = getattr(self.policy, "sim_callable", None)
-            form = self._arrays = None if steps_as_defined(self, ARRAYS_BYPASSES) else getattr(run, "arrays", None)
+            form = self._arrays = None if steps_as_defined(self, ARRAY_FORM) else getattr(run, "arrays", None)
         return form
 
+    @transcribed_by(*WHOLE_STEP)
     def _decide(self, form, g, T: int, kv_tokens: int, n_seqs: int, n_prefill_done: int,
                 prices: StepPrices) -> Decision:
         """The native step's policy call on the gathered step `g` (sim.engine_fast.Gathered): the policy's fast
@@ -713,6 +731,7 @@ class Engine(HostHistory, LosslessChecks):
         second = None if alloc.second is None else alloc.second.numpy()
         return Decision(alloc.chain.numpy(), alloc.admitted.numpy(), second, *ran)
 
+    @transcribed_by(*WHOLE_STEP)
     def _step(self, now_ms: float) -> tuple[float, list[int]]:
         tb, pol = self.tb, self.policy
         plan = self._schedule()
@@ -816,6 +835,7 @@ class Engine(HostHistory, LosslessChecks):
             return self.sched.last_draft
         return R * c.drafts if self._draft_cap is None else int(self._draft_cap.sum())
 
+    @transcribed_by(*WHOLE_STEP)
     def _finish_step(self, now_ms: float, plan: StepPlan, R: int, prefill_tokens: int, kv_tokens: int,
                      first_tok: list, n_prefill_done: int, n_seqs: int, prices: StepPrices, verified: list,
                      accepted: list, emitted: int, total_tokens: int,

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sim.engine_fast import steps_as_defined
-from sim.engine_ff import HOOKS
+from sim.fast_forms import STRETCH, steps_as_defined
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler
 from sim.step_log import make_record
@@ -29,9 +28,10 @@ from sim.step_time import host_syncs, step_time
 
 
 def stretch_ok(engine) -> bool:
-    """Whether `engine` may run steady stretches at all: Engine's own hooks (HOOKS: those the stretch stands
-    in for) and scheduler, whole (not streamed) tables, HYBRIDSPEC_REFERENCE_ENGINE unset."""
-    return not engine.stream and type(engine.sched) is Scheduler and not steps_as_defined(engine, HOOKS)
+    """Whether `engine` may run steady stretches at all: Engine's own step methods (those marked STRETCH,
+    sim.fast_forms: the stretch stands in for them) and scheduler, whole (not streamed) tables,
+    HYBRIDSPEC_REFERENCE_ENGINE unset."""
+    return not engine.stream and type(engine.sched) is Scheduler and not steps_as_defined(engine, STRETCH)
 
 
 def steady_steps(engine, now_ms: float, next_event_ms: float, room: int) -> Optional[tuple[list[float], list[int]]]:
