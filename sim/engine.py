@@ -90,7 +90,7 @@ from tqdm import tqdm
 
 from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables, ng_conf_zero_past_length
-from sim.engine_fast import NativeScans, Unsupported, native_step
+from sim.engine_fast import NativeScans, Unsupported, make_native_step
 from sim.engine_checks import LosslessChecks
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.engine_history import HostHistory, ragged_slots
@@ -243,7 +243,7 @@ class Engine(HostHistory, LosslessChecks):
         self._price_memo: dict = {}
         self._charge_memo: dict = {}  # (running, step tokens) -> graph tokens, sample and CPU time [ms]
         # token-buffer index of output[0], per request (the arena keeps its own up to date)
-        self._out_base = tables.out_base if self.stream else tables.tok_offsets[:-1] + tables.prompt_len
+        self.out_base = tables.out_base if self.stream else tables.tok_offsets[:-1] + tables.prompt_len
         self.t_first = np.full(n, np.nan)
         self.t_done = np.full(n, np.nan)
         self.n_steps = np.zeros(n, dtype=np.int64)
@@ -284,7 +284,7 @@ class Engine(HostHistory, LosslessChecks):
         return ng_conf_zero_past_length(self.tb)
 
     @transcribed_by(*WHOLE_STEP)
-    def _prices(self, R: int) -> StepPrices:
+    def step_prices(self, R: int) -> StepPrices:
         """The drafters' and the allocation kernel's prices for R decoding requests, as if every drafter the
         policy uses runs (the cost model's, computed once per R: they depend on nothing else). Shared: copy it
         before changing it."""
@@ -316,7 +316,7 @@ class Engine(HostHistory, LosslessChecks):
             return
         pos = self.pos[reqs]
         rep, j = ragged_slots(counts)
-        tok = self.tb.tokens[(self._out_base[reqs] + pos - 1)[rep]]
+        tok = self.tb.tokens[(self.out_base[reqs] + pos - 1)[rep]]
         self._write(reqs, counts, (self.tb.offsets[reqs] + pos)[rep] + j, tok)
 
     @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
@@ -334,7 +334,7 @@ class Engine(HostHistory, LosslessChecks):
         rep, j = ragged_slots(counts)  # j: depth of each slot
         # Where slot j is read from in the token buffer: the target's output at pos + j (bonus, and the
         # default), or the n-gram copy source + j for an n-gram draft token.
-        out_src = self._out_base[reqs] + pos
+        out_src = self.out_base[reqs] + pos
         draft_src = np.where(from_n, tb.tok_offsets[reqs] + tb.ng_start[rows], out_src)
         draft = j < n_draft[rep]
         tok = tb.tokens.take(np.where(draft, draft_src[rep], out_src[rep]) + j, mode="clip")
@@ -514,7 +514,7 @@ class Engine(HostHistory, LosslessChecks):
         token c = context[-1]; the target accepts them while output[pos + L + j] == c. Length-only requests
         (no real tokens) get none. Sets _fill_from = L for the emission."""
         tb, K = self.tb, self.filler_k
-        base = self._out_base[reqs] + self.pos[reqs]  # token-buffer index of output[pos]
+        base = self.out_base[reqs] + self.pos[reqs]  # token-buffer index of output[pos]
         last = tb.tokens[base - 1]  # the last token of the context (the prompt's last at pos 0)
         room = np.minimum(K - adm_n, tb.out_len[reqs] - self.pos[reqs] - adm_n)
         room = np.where((acc_n == adm_n) & ~tb.length_only[reqs], room, 0)
@@ -530,11 +530,11 @@ class Engine(HostHistory, LosslessChecks):
         """Hook: the step's time split (StepCharge, ms). `parts` holds the drafters' and the allocation's
         prices (0 for what did not run). Here: the cost model's true cost, at this step's context and at the
         token count its CUDA graph is padded to."""
-        hit = self._counts_charge(len(self.sched.running), total_tokens)
+        hit = self.counts_charge(len(self.sched.running), total_tokens)
         verify = float(self.cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows)) if total_tokens else 0.0
         return StepCharge(parts.draft, parts.ngram + parts.extra, parts.alloc, verify, hit[1], hit[2])
 
-    def _counts_charge(self, running: int, total_tokens: int) -> tuple:
+    def counts_charge(self, running: int, total_tokens: int) -> tuple:
         """What of a step's charge depends on the counts only (the cost model is pure): (graph tokens, sample
         ms, CPU ms) for `running` requests and `total_tokens` step tokens, memoised."""
         key = (running, total_tokens)
@@ -610,7 +610,7 @@ class Engine(HostHistory, LosslessChecks):
         return self.cost.charged_verify_table(T + R * max(tb.k_model, tb.k_ngram, self.live.width) + 1, kv_tokens, n_seqs)
 
     @transcribed_by(*WHOLE_STEP)
-    def _drafters_ran(self, said_model, said_ngram, prices: StepPrices | None,
+    def drafters_ran(self, said_model, said_ngram, prices: StepPrices | None,
                       plan: Plan | None = None) -> tuple[bool, bool]:
         """Which drafters ran this step: those of the plan (None: the policy's default plan, every drafter it
         uses), less one whose Allocation says it ran not (model_ran / ngram_ran: the oracle's choice, or a
@@ -634,7 +634,7 @@ class Engine(HostHistory, LosslessChecks):
         """Draft slots verified from each chain (a tree policy verifies the other chain as a second branch),
         after the Allocation contract check; drops the prices of drafters that did not run.
         Returns (adm_m, adm_n, model_ran)."""
-        model_ran, ngram_ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, prices, plan)
+        model_ran, ngram_ran = self.drafters_ran(alloc.model_ran, alloc.ngram_ran, prices, plan)
         self.ran = (model_ran, ngram_ran)
         chain = alloc.chain.numpy()
         adm = alloc.admitted.numpy().astype(np.int64)
@@ -673,14 +673,14 @@ class Engine(HostHistory, LosslessChecks):
         return kv_tokens, first_tok, n_prefill_done
 
     @transcribed_by(*WHOLE_STEP)
-    def _native_step(self):
+    def native_step(self):
         """The native form of the step's bookkeeping (sim.engine_fast.NativeStep), or None: the numpy step.
         Decided on the first step; dropped for good if the tables or state stop matching the C's dtypes."""
         fast = getattr(self, "_fast", False)
         if fast is False:
             # the native step gathers every decoding request's whole chain (not where the budget may cut it)
             # and emits copies only (not vLLM's fillers)
-            fast = self._fast = None if self.sched.may_cut_drafts or self.filler_k else native_step(self)
+            fast = self._fast = None if self.sched.may_cut_drafts or self.filler_k else make_native_step(self)
             if fast is not None and type(self.sched) is Scheduler:
                 try:
                     self.sched.scans = NativeScans(self.sched, (fast.ffi, fast.lib))
@@ -693,7 +693,7 @@ class Engine(HostHistory, LosslessChecks):
                 fast = self._fast = None
         return fast
 
-    def _array_form(self):
+    def array_form(self):
         """The policy's fast form on the native step's gathered arrays (sim.policies.fast.Arrays: a fast
         form's `arrays`), or None: the step builds a StepBatch. Only where the simulator runs the policy's
         fast form (Policy.sim_callable) and the engine's class keeps the hooks it bypasses (a subclass
@@ -705,10 +705,10 @@ class Engine(HostHistory, LosslessChecks):
         return form
 
     @transcribed_by(*WHOLE_STEP)
-    def _decide(self, form, g, T: int, kv_tokens: int, n_seqs: int, n_prefill_done: int,
+    def decide(self, form, g, T: int, kv_tokens: int, n_seqs: int, n_prefill_done: int,
                 prices: StepPrices) -> Decision:
         """The native step's policy call on the gathered step `g` (sim.engine_fast.Gathered): the policy's fast
-        form on the arrays (`form`, Engine._array_form), else -- no form, or the form declines -- the policy
+        form on the arrays (`form`, Engine.array_form), else -- no form, or the form declines -- the policy
         on a StepBatch through its plan and _allocate. Returns the Decision: numpy arrays and host bools (a
         fast form's report of its fused plan, or the Plan's and the Allocation's say combined)."""
         R = len(g.reqs)
@@ -727,7 +727,7 @@ class Engine(HostHistory, LosslessChecks):
         batch = self._step_batch(g.reqs, g.rows, g.chains, g.stale, g.mean_ng, T, kv_tokens, n_seqs, n_prefill_done,
                                  prices)
         alloc = self._allocate(batch, plan)
-        ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, None, plan)
+        ran = self.drafters_ran(alloc.model_ran, alloc.ngram_ran, None, plan)
         second = None if alloc.second is None else alloc.second.numpy()
         return Decision(alloc.chain.numpy(), alloc.admitted.numpy(), second, *ran)
 
@@ -746,19 +746,19 @@ class Engine(HostHistory, LosslessChecks):
         prices = StepPrices()
         n_seqs = R + len(prefilling)
         reqs = decoding
-        fast = self._native_step()
+        fast = self.native_step()
         if fast is not None:
             if R:
                 T = R + prefill_tokens
-                prices = self._prices(R).copy()
-                form = self._array_form()
+                prices = self.step_prices(R).copy()
+                form = self.array_form()
                 g = fast.gather(reqs, pol.uses_ngram and (form is None or form.reads_mean), reuse=form is not None)
                 kv_tokens += g.kv
-                chain, adm, sec, said_model, said_ngram = self._decide(form, g, T, kv_tokens, n_seqs,
+                chain, adm, sec, said_model, said_ngram = self.decide(form, g, T, kv_tokens, n_seqs,
                                                                        n_prefill_done, prices)
-                model_ran, ngram_ran = self._drafters_ran(said_model, said_ngram, prices)
+                model_ran, ngram_ran = self.drafters_ran(said_model, said_ngram, prices)
                 sums, bad = fast.commit(g, chain, adm, sec, model_ran, ngram_ran)
-                for k, what in zip(bad, self._COMMIT_CHECKS):
+                for k, what in zip(bad, self.COMMIT_CHECKS):
                     if k >= 0 and not self.violation:
                         self.violation = f"request {int(reqs[k])}: {what}"
                 verified, accepted, emitted, completed = sums[:2], sums[2:4], sums[4], sums[5]
@@ -775,7 +775,7 @@ class Engine(HostHistory, LosslessChecks):
             kv_tokens += int((tb.prompt_len[reqs] + self.pos[reqs]).sum())
             T = R + prefill_tokens
             # Quoted as if every drafter the policy uses runs; the plan may leave one out (its price is dropped).
-            prices = self._prices(R).copy()
+            prices = self.step_prices(R).copy()
             stale, mean_ng = self._host_state(reqs)
             drafting = self._plan(self._host_view(reqs, stale, mean_ng, T, n_seqs, n_prefill_done, prices))
             chains = self._propose(reqs, rows, drafting)

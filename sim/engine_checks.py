@@ -15,7 +15,7 @@ class LosslessChecks:
     """Mixin of sim.engine.Engine: the lossless checks (module docstring)."""
 
     # the violations es_commit reports (sim/engine_fast.py), in the order the numpy step flags them
-    _COMMIT_CHECKS = ("the policy admitted more draft tokens than its chain holds",
+    COMMIT_CHECKS = ("the policy admitted more draft tokens than its chain holds",
                       "the policy admitted draft tokens of a drafter it did not run this step",
                       "emitted draft tokens outside the proposed chain or its context")
 

@@ -19,6 +19,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from sim.drafters.tables import ng_conf_zero_past_length
+from sim.engine_api import EngineSteps
 from sim.fast_forms import NATIVE_STEP, steps_as_defined
 from sim.scheduler import SMALL
 
@@ -56,7 +57,7 @@ class NativeStep:
              ("m_conf_sum", np.float64), ("m_conf_cnt", np.int64), ("ng_conf_sum", np.float64),
              ("ng_conf_cnt", np.int64), ("n_steps", np.int64), ("emitted_tokens", np.int64), ("acc_hist", np.int64))
 
-    def __init__(self, engine, native) -> None:
+    def __init__(self, engine: EngineSteps, native) -> None:
         self.eng = engine
         self.ffi, self.lib = native
         self._ptrs: dict = {}
@@ -108,7 +109,7 @@ class NativeStep:
 
     def _buffers(self, R: int, reuse: bool) -> tuple:
         """(ints [5, R] int64, floats [R * 2 * (K_m + K_n)] float32, their pointers, views): the step's gathered
-        arrays. Fresh every step unless `reuse` (no StepBatch will keep them: Engine._array_form), else one
+        arrays. Fresh every step unless `reuse` (no StepBatch will keep them: Engine.array_form), else one
         set per R, made once (at most one per batch size the run sees)."""
         hit = self._bufs.get(R) if reuse else None
         if hit is not None:
@@ -174,7 +175,7 @@ class NativeStep:
         request for the few that complete a prefill in a step (numpy's per-call cost dominates there)."""
         eng, tb = self.eng, self.eng.tb
         if len(reqs) <= SMALL:
-            pos, out, tok, off, base = eng.pos, eng.emitted_tokens, tb.tokens, tb.offsets, eng._out_base
+            pos, out, tok, off, base = eng.pos, eng.emitted_tokens, tb.tokens, tb.offsets, eng.out_base
             last = len(tok) - 1
             for r in reqs:
                 p = int(pos[r])
@@ -184,7 +185,7 @@ class NativeStep:
         else:
             reqs = np.asarray(reqs, dtype=np.int64)
             pos = eng.pos[reqs]
-            eng.emitted_tokens[tb.offsets[reqs] + pos] = tb.tokens.take(eng._out_base[reqs] + pos, mode="clip")
+            eng.emitted_tokens[tb.offsets[reqs] + pos] = tb.tokens.take(eng.out_base[reqs] + pos, mode="clip")
             eng.pos[reqs] += 1
         eng.n_written += len(reqs)
 
@@ -266,7 +267,7 @@ class Gathered(NamedTuple):
     has_nan: bool
 
 
-def native_step(engine):
+def make_native_step(engine: EngineSteps):
     """A NativeStep for `engine`, or None where the engine keeps the numpy step (see the module docstring)."""
     if steps_as_defined(engine, NATIVE_STEP):
         return None

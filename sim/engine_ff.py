@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.engine_api import EngineSteps
 from sim.fast_forms import FAST_FORWARD, steps_as_defined
 from sim.scheduler import in_blocks
 from sim.step_log import make_record
@@ -26,7 +27,7 @@ from sim.step_time import host_syncs, step_time
 MIN_STEPS = 2  # shorter stretches step normally (the set-up costs about a step)
 
 
-def fast_forward_ok(engine) -> bool:
+def fast_forward_ok(engine: EngineSteps) -> bool:
     """Whether `engine` may fast-forward at all: Engine's own step methods (those marked FAST_FORWARD,
     sim.fast_forms) and scheduler, whole (not streamed) tables,
     the `none` policy's allocation (nothing drafted or admitted), and HYBRIDSPEC_REFERENCE_ENGINE unset."""
@@ -41,7 +42,7 @@ def fast_forward_ok(engine) -> bool:
             and not pol.uses_model and not pol.uses_ngram and not pol.needs_truth and engine.sched.kmax == 0)
 
 
-def fast_forward(engine, now_ms: float, next_event_ms: float) -> list[float]:
+def fast_forward(engine: EngineSteps, now_ms: float, next_event_ms: float) -> list[float]:
     """Run the pure-decode stretch that starts at `now_ms` (k >= MIN_STEPS steps, else nothing) and return its
     step delays [ms]; `next_event_ms` is the time of simpy's next pending event (an arrival)."""
     sched, tb = engine.sched, engine.tb
@@ -99,7 +100,7 @@ def fast_forward(engine, now_ms: float, next_event_ms: float) -> list[float]:
     # Emission: step j writes output[pos0 + j] of every running request (Engine._emit's bonus token).
     p = pos0[:, None] + np.arange(k)[None, :]
     engine.emitted_tokens[(tb.offsets[reqs][:, None] + p).ravel()] = tb.tokens.take(
-        (engine._out_base[reqs][:, None] + p).ravel(), mode="clip")
+        (engine.out_base[reqs][:, None] + p).ravel(), mode="clip")
     engine.n_written += R * k
     st.pos[reqs] += k
     engine.prev_pos[reqs] = pos0 + (k - 1)

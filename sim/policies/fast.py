@@ -7,7 +7,7 @@ bundled traces (exact equality). The simulator calls a policy thousands of times
 tensors, where each torch op's dispatch (2-4 us) dominates.
 
 A fast form is a core over `Arrays` (a StepBatch as numpy arrays and Python scalars): the native engine step
-calls it on the arrays it gathers, with no StepBatch or tensors (sim/engine.py, Engine._array_form), and
+calls it on the arrays it gathers, with no StepBatch or tensors (sim/engine.py, Engine.array_form), and
 `fn(batch)` wraps the same core for a StepBatch (`_form`). A core may return None where its transcription
 cannot be exact on this machine; the definition then runs.
 
