@@ -42,7 +42,7 @@ def _args(b):
             b.num_nondraft_tokens, b.draft_cost_ms)
 
 
-FAST = {  # one fast compile check in the default run; the rest: -m slow
+FAST = {  # one fast compile check in the extended tier (-m extended); the rest: -m slow
     "hybrid-price": lambda b: hybrid.price_with_budget(b, "sweep"),
 }
 SLOW = {
