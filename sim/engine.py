@@ -90,13 +90,14 @@ from tqdm import tqdm
 
 from sim.cost.base import CostModel
 from sim.drafters.tables import DraftTables, ng_conf_zero_past_length
-from sim.engine_fast import ARRAYS_BYPASSES, NativeScans, Unsupported, native_step, steps_as_defined
+from sim.engine_fast import NativeScans, Unsupported, make_native_step
 from sim.engine_checks import LosslessChecks
 from sim.engine_ff import clock_delays, fast_forward, fast_forward_ok
 from sim.engine_history import HostHistory, ragged_slots
 from sim.engine_live import LiveChains
 from sim.engine_stretch import steady_steps, stretch_ok
 from sim.errors import ConfigError, SimulatorBug
+from sim.fast_forms import ARRAY_FORM, NATIVE_STEP, WHOLE_STEP, steps_as_defined, transcribed_by
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler, StepPlan, full_kv_need
@@ -243,7 +244,7 @@ class Engine(HostHistory, LosslessChecks):
         self._price_memo: dict = {}
         self._charge_memo: dict = {}  # (running, step tokens) -> graph tokens, sample and CPU time [ms]
         # token-buffer index of output[0], per request (the arena keeps its own up to date)
-        self._out_base = tables.out_base if self.stream else tables.tok_offsets[:-1] + tables.prompt_len
+        self.out_base = tables.out_base if self.stream else tables.tok_offsets[:-1] + tables.prompt_len
         self.t_first = np.full(n, np.nan)
         self.t_done = np.full(n, np.nan)
         self.n_steps = np.zeros(n, dtype=np.int64)
@@ -268,7 +269,7 @@ class Engine(HostHistory, LosslessChecks):
         self.steps = StepLog(STEP_COLUMNS)  # one StepRecord per step, kept as numpy chunks
         # a padded cost table (sim/cost/padded.py) prices each step's padded attention shape: the steps then run
         # the numpy form (the native step, fast-forward and steady stretches do not track per-request queries)
-        self._padded = int(getattr(cost, "short_query_max", 0) or 0)
+        self.padded = int(getattr(cost, "short_query_max", 0) or 0)
         self._shape = NO_SHAPE
         self._shape_log: list = []
         self.ran = (False, False)  # (model, n-gram): the drafters the last numpy step's _admit found ran
@@ -288,7 +289,8 @@ class Engine(HostHistory, LosslessChecks):
         arena learns it as requests are admitted)."""
         return ng_conf_zero_past_length(self.tb)
 
-    def _prices(self, R: int) -> StepPrices:
+    @transcribed_by(*WHOLE_STEP)
+    def step_prices(self, R: int) -> StepPrices:
         """The drafters' and the allocation kernel's prices for R decoding requests, as if every drafter the
         policy uses runs (the cost model's, computed once per R: they depend on nothing else). Shared: copy it
         before changing it."""
@@ -305,6 +307,7 @@ class Engine(HostHistory, LosslessChecks):
             self._price_memo[R] = out
         return out
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _write(self, reqs: np.ndarray, counts: np.ndarray, dst: np.ndarray, tokens: np.ndarray) -> None:
         """Store `tokens` at buffer slots `dst` (counts[k] of them for request reqs[k], at its position) and
         advance the positions; n_written counts every store so that a slot stored twice is detectable."""
@@ -319,9 +322,10 @@ class Engine(HostHistory, LosslessChecks):
             return
         pos = self.pos[reqs]
         rep, j = ragged_slots(counts)
-        tok = self.tb.tokens[(self._out_base[reqs] + pos - 1)[rep]]
+        tok = self.tb.tokens[(self.out_base[reqs] + pos - 1)[rep]]
         self._write(reqs, counts, (self.tb.offsets[reqs] + pos)[rep] + j, tok)
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _emit(self, reqs: np.ndarray, rows: np.ndarray, from_n: np.ndarray, n_draft: np.ndarray,
               n_bonus: np.ndarray) -> None:
         """Emit, for request reqs[k] at table row rows[k], its first n_draft[k] proposed draft tokens --
@@ -336,7 +340,7 @@ class Engine(HostHistory, LosslessChecks):
         rep, j = ragged_slots(counts)  # j: depth of each slot
         # Where slot j is read from in the token buffer: the target's output at pos + j (bonus, and the
         # default), or the n-gram copy source + j for an n-gram draft token.
-        out_src = self._out_base[reqs] + pos
+        out_src = self.out_base[reqs] + pos
         draft_src = np.where(from_n, tb.tok_offsets[reqs] + tb.ng_start[rows], out_src)
         draft = j < n_draft[rep]
         tok = tb.tokens.take(np.where(draft, draft_src[rep], out_src[rep]) + j, mode="clip")
@@ -443,7 +447,7 @@ class Engine(HostHistory, LosslessChecks):
             "decode_steps": self.n_steps, "preemptions": self.n_preempt,
         }
         steps = self.steps.to_columns()
-        if self._padded:  # the padded shape each step was charged at (sim/cost/padded.py)
+        if self.padded:  # the padded shape each step was charged at (sim/cost/padded.py)
             arr = np.asarray(self._shape_log, dtype=np.int64).reshape(-1, len(SHAPE_COLUMNS))
             steps.update({c: arr[:, i] for i, c in enumerate(SHAPE_COLUMNS)})
         return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=not violation, violation=violation,
@@ -460,15 +464,18 @@ class Engine(HostHistory, LosslessChecks):
     #   a model forward there) -> _accept -> _emit (hook)
     #   -> _charge (hook: the cost model here, the clock there).
 
+    @transcribed_by(*WHOLE_STEP)
     def _schedule(self) -> StepPlan:
         """The shared scheduler's plan for this step (sim.scheduler); streaming tables build the rows of the
         requests it admits."""
         return self._admit_rows(self.sched.schedule())
 
+    @transcribed_by(ARRAY_FORM, *WHOLE_STEP)
     def _plan(self, view: HostView) -> Plan:
         """Hook: the policy's host phase (Policy.plan), before any drafter runs."""
         return self.policy.plan(view)
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _propose(self, reqs: np.ndarray, rows: np.ndarray, plan: Plan) -> dict:
         """Hook: the chains of the drafters in `plan` for the decoding requests at output rows `rows` of the
         tables: model_conf [R, K_m], model_len [R], ngram_conf [R, K_n], ngram_len [R] (numpy); a drafter
@@ -487,15 +494,17 @@ class Engine(HostHistory, LosslessChecks):
             n_conf, n_len = np.zeros((R, tb.k_ngram), dtype=tb.ng_conf.dtype), np.zeros(R, dtype=np.int64)
         return dict(model_conf=m_conf, model_len=m_len, ngram_conf=n_conf, ngram_len=n_len)
 
+    @transcribed_by(ARRAY_FORM, *WHOLE_STEP)
     def _allocate(self, batch: StepBatch, plan: Plan) -> Allocation:
         """Hook: the policy's device phase (Policy.allocate with `plan`; the real engine times it). The
         simulator runs the policy's faster form when it has one (Policy.sim_fn, checked against the definition
-        by tests/test_policy_fast_forms.py): a form is the whole policy on one view, its plan recomputed from
+        by tests/test_fast_forms.py): a form is the whole policy on one view, its plan recomputed from
         the batch's host-known fields, which are the HostView `plan` was made from."""
         pol = self.policy
         run = getattr(pol, "sim_callable", pol)
         return pol.allocate(batch, plan) if run is pol else run(batch)
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _verify(self, plan: StepPlan, reqs: np.ndarray, rows: np.ndarray, adm_m: np.ndarray,
                 adm_n: np.ndarray, chains: dict) -> tuple[np.ndarray, np.ndarray]:
         """Hook: run the target over the step (prefill chunks and the admitted draft slots) and return how
@@ -514,7 +523,7 @@ class Engine(HostHistory, LosslessChecks):
         token c = context[-1]; the target accepts them while output[pos + L + j] == c. Length-only requests
         (no real tokens) get none. Sets _fill_from = L for the emission."""
         tb, K = self.tb, self.filler_k
-        base = self._out_base[reqs] + self.pos[reqs]  # token-buffer index of output[pos]
+        base = self.out_base[reqs] + self.pos[reqs]  # token-buffer index of output[pos]
         last = tb.tokens[base - 1]  # the last token of the context (the prompt's last at pos 0)
         room = np.minimum(K - adm_n, tb.out_len[reqs] - self.pos[reqs] - adm_n)
         room = np.where((acc_n == adm_n) & ~tb.length_only[reqs], room, 0)
@@ -524,21 +533,22 @@ class Engine(HostHistory, LosslessChecks):
         self._fill_from = adm_n
         return run
 
+    @transcribed_by(*WHOLE_STEP)
     def _charge(self, parts: StepPrices, plan: StepPlan, R: int, total_tokens: int, kv_tokens: int, num_seqs: int,
                 logit_rows: int) -> StepCharge:
         """Hook: the step's time split (StepCharge, ms). `parts` holds the drafters' and the allocation's
         prices (0 for what did not run). Here: the cost model's true cost, at this step's context and at the
         token count its CUDA graph is padded to."""
-        hit = self._counts_charge(len(self.sched.running), total_tokens)
+        hit = self.counts_charge(len(self.sched.running), total_tokens)
         if not total_tokens:
             verify = 0.0
-        elif self._padded:  # the step's padded attention shape (set by _step)
+        elif self.padded:  # the step's padded attention shape (set by _step)
             verify = float(self.cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows, shape=self._shape))
         else:
             verify = float(self.cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows))
         return StepCharge(parts.draft, parts.ngram + parts.extra, parts.alloc, verify, hit[1], hit[2])
 
-    def _counts_charge(self, running: int, total_tokens: int) -> tuple:
+    def counts_charge(self, running: int, total_tokens: int) -> tuple:
         """What of a step's charge depends on the counts only (the cost model is pure): (graph tokens, sample
         ms, CPU ms) for `running` requests and `total_tokens` step tokens, memoised."""
         key = (running, total_tokens)
@@ -552,6 +562,7 @@ class Engine(HostHistory, LosslessChecks):
                                             cost.cpu_ms(*key))
         return hit
 
+    @transcribed_by(ARRAY_FORM, *WHOLE_STEP)
     def _host_view(self, reqs: np.ndarray, stale: tuple, mean_ng, T: int, n_seqs: int, n_prefill_done: int,
                    prices: StepPrices) -> HostView:
         """The policy's view of the step before any drafter runs (sim.policies.base.HostView), as tensors
@@ -568,12 +579,14 @@ class Engine(HostHistory, LosslessChecks):
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
             model_draft_ms=draft_ms, ngram_draft_ms=ngram_ms, **self.live.host_fields(reqs, len(reqs), self.cost))
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _scheduled_model_len(self, reqs: np.ndarray) -> np.ndarray:
         """The model chain length each decoding request is scheduled: min(K_m, output left, the drafts the
         step's budget left it) (host-known)."""
         out = np.minimum(self.tb.k_model, self.tb.out_len[reqs] - self.pos[reqs])
         return out if self._draft_cap is None else np.minimum(out, self._draft_cap)
 
+    @transcribed_by(ARRAY_FORM, *WHOLE_STEP)
     def _step_batch(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, stale: tuple, mean_ng, T: int,
                     kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: StepPrices) -> StepBatch:
         """The StepBatch of the chains and the host-side history (stale = model conf, model len, n-gram conf,
@@ -610,7 +623,8 @@ class Engine(HostHistory, LosslessChecks):
         tb = self.tb
         return self.cost.charged_verify_table(T + R * max(tb.k_model, tb.k_ngram, self.live.width) + 1, kv_tokens, n_seqs)
 
-    def _drafters_ran(self, said_model, said_ngram, prices: StepPrices | None,
+    @transcribed_by(*WHOLE_STEP)
+    def drafters_ran(self, said_model, said_ngram, prices: StepPrices | None,
                       plan: Plan | None = None) -> tuple[bool, bool]:
         """Which drafters ran this step: those of the plan (None: the policy's default plan, every drafter it
         uses), less one whose Allocation says it ran not (model_ran / ngram_ran: the oracle's choice, or a
@@ -629,11 +643,12 @@ class Engine(HostHistory, LosslessChecks):
                 prices.alloc = 0.0
         return model_ran, ngram_ran
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _admit(self, alloc: Allocation, plan: Plan, reqs: np.ndarray, chains: dict, prices: StepPrices) -> tuple:
         """Draft slots verified from each chain (a tree policy verifies the other chain as a second branch),
         after the Allocation contract check; drops the prices of drafters that did not run.
         Returns (adm_m, adm_n, model_ran)."""
-        model_ran, ngram_ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, prices, plan)
+        model_ran, ngram_ran = self.drafters_ran(alloc.model_ran, alloc.ngram_ran, prices, plan)
         self.ran = (model_ran, ngram_ran)
         chain = alloc.chain.numpy()
         adm = alloc.admitted.numpy().astype(np.int64)
@@ -655,6 +670,7 @@ class Engine(HostHistory, LosslessChecks):
             self.live.admit(self, alloc, plan, reqs, chain, adm, chains, prices)
         return np.minimum(want_m, m_len), np.minimum(want_n, ng_len), model_ran
 
+    @transcribed_by(*WHOLE_STEP)
     def _prefill(self, plan: StepPlan) -> tuple[int, list[int], int]:
         """Advance the prefill chunks: (KV tokens they read, requests whose fresh prompt completes, chunks
         that complete a prefill). The chunk that completes a fresh prompt samples output token 0."""
@@ -670,16 +686,17 @@ class Engine(HostHistory, LosslessChecks):
                     first_tok.append(r)
         return kv_tokens, first_tok, n_prefill_done
 
-    def _native_step(self):
+    @transcribed_by(*WHOLE_STEP)
+    def native_step(self):
         """The native form of the step's bookkeeping (sim.engine_fast.NativeStep), or None: the numpy step.
         Decided on the first step; dropped for good if the tables or state stop matching the C's dtypes."""
-        if self._padded:
+        if self.padded:
             return None
         fast = getattr(self, "_fast", False)
         if fast is False:
             # the native step gathers every decoding request's whole chain (not where the budget may cut it)
             # and emits copies only (not vLLM's fillers)
-            fast = self._fast = None if self.sched.may_cut_drafts or self.filler_k else native_step(self)
+            fast = self._fast = None if self.sched.may_cut_drafts or self.filler_k else make_native_step(self)
             if fast is not None and type(self.sched) is Scheduler:
                 try:
                     self.sched.scans = NativeScans(self.sched, (fast.ffi, fast.lib))
@@ -692,7 +709,7 @@ class Engine(HostHistory, LosslessChecks):
                 fast = self._fast = None
         return fast
 
-    def _array_form(self):
+    def array_form(self):
         """The policy's fast form on the native step's gathered arrays (sim.policies.fast.Arrays: a fast
         form's `arrays`), or None: the step builds a StepBatch. Only where the simulator runs the policy's
         fast form (Policy.sim_callable) and the engine's class keeps the hooks it bypasses (a subclass
@@ -700,13 +717,14 @@ class Engine(HostHistory, LosslessChecks):
         form = getattr(self, "_arrays", False)
         if form is False:
             run = getattr(self.policy, "sim_callable", None)
-            form = self._arrays = None if steps_as_defined(self, ARRAYS_BYPASSES) else getattr(run, "arrays", None)
+            form = self._arrays = None if steps_as_defined(self, ARRAY_FORM) else getattr(run, "arrays", None)
         return form
 
-    def _decide(self, form, g, T: int, kv_tokens: int, n_seqs: int, n_prefill_done: int,
+    @transcribed_by(*WHOLE_STEP)
+    def decide(self, form, g, T: int, kv_tokens: int, n_seqs: int, n_prefill_done: int,
                 prices: StepPrices) -> Decision:
         """The native step's policy call on the gathered step `g` (sim.engine_fast.Gathered): the policy's fast
-        form on the arrays (`form`, Engine._array_form), else -- no form, or the form declines -- the policy
+        form on the arrays (`form`, Engine.array_form), else -- no form, or the form declines -- the policy
         on a StepBatch through its plan and _allocate. Returns the Decision: numpy arrays and host bools (a
         fast form's report of its fused plan, or the Plan's and the Allocation's say combined)."""
         R = len(g.reqs)
@@ -725,10 +743,11 @@ class Engine(HostHistory, LosslessChecks):
         batch = self._step_batch(g.reqs, g.rows, g.chains, g.stale, g.mean_ng, T, kv_tokens, n_seqs, n_prefill_done,
                                  prices)
         alloc = self._allocate(batch, plan)
-        ran = self._drafters_ran(alloc.model_ran, alloc.ngram_ran, None, plan)
+        ran = self.drafters_ran(alloc.model_ran, alloc.ngram_ran, None, plan)
         second = None if alloc.second is None else alloc.second.numpy()
         return Decision(alloc.chain.numpy(), alloc.admitted.numpy(), second, *ran)
 
+    @transcribed_by(*WHOLE_STEP)
     def _step(self, now_ms: float) -> tuple[float, list[int]]:
         tb, pol = self.tb, self.policy
         plan = self._schedule()
@@ -743,19 +762,19 @@ class Engine(HostHistory, LosslessChecks):
         prices = StepPrices()
         n_seqs = R + len(prefilling)
         reqs = decoding
-        fast = self._native_step()
+        fast = self.native_step()
         if fast is not None:
             if R:
                 T = R + prefill_tokens
-                prices = self._prices(R).copy()
-                form = self._array_form()
+                prices = self.step_prices(R).copy()
+                form = self.array_form()
                 g = fast.gather(reqs, pol.uses_ngram and (form is None or form.reads_mean), reuse=form is not None)
                 kv_tokens += g.kv
-                chain, adm, sec, said_model, said_ngram = self._decide(form, g, T, kv_tokens, n_seqs,
+                chain, adm, sec, said_model, said_ngram = self.decide(form, g, T, kv_tokens, n_seqs,
                                                                        n_prefill_done, prices)
-                model_ran, ngram_ran = self._drafters_ran(said_model, said_ngram, prices)
+                model_ran, ngram_ran = self.drafters_ran(said_model, said_ngram, prices)
                 sums, bad = fast.commit(g, chain, adm, sec, model_ran, ngram_ran)
-                for k, what in zip(bad, self._COMMIT_CHECKS):
+                for k, what in zip(bad, self.COMMIT_CHECKS):
                     if k >= 0 and not self.violation:
                         self.violation = f"request {int(reqs[k])}: {what}"
                 verified, accepted, emitted, completed = sums[:2], sums[2:4], sums[4], sums[5]
@@ -772,7 +791,7 @@ class Engine(HostHistory, LosslessChecks):
             kv_tokens += int((tb.prompt_len[reqs] + self.pos[reqs]).sum())
             T = R + prefill_tokens
             # Quoted as if every drafter the policy uses runs; the plan may leave one out (its price is dropped).
-            prices = self._prices(R).copy()
+            prices = self.step_prices(R).copy()
             stale, mean_ng = self._host_state(reqs)
             drafting = self._plan(self._host_view(reqs, stale, mean_ng, T, n_seqs, n_prefill_done, prices))
             chains = self._propose(reqs, rows, drafting)
@@ -782,7 +801,7 @@ class Engine(HostHistory, LosslessChecks):
             alloc = self._allocate(batch, drafting)
             adm_m, adm_n, model_ran = self._admit(alloc, drafting, reqs, chains, prices)
         acc_m, acc_n = self._verify(plan, reqs, rows, adm_m, adm_n, chains)
-        if self._padded:
+        if self.padded:
             self._shape = self._step_shape(plan, reqs, adm_m + adm_n)
         if R and self.live:
             verified, accepted, emitted = self.live.settle(self, reqs, rows, adm_m, adm_n, acc_m, acc_n, chains,
@@ -835,7 +854,7 @@ class Engine(HostHistory, LosslessChecks):
             qd = 1 + np.asarray(drafts, dtype=np.int64)
             q += qd.tolist()
             k += (self.tb.prompt_len[reqs] + self.pos[reqs] - 1 + qd).tolist()
-        return padded_shape(q, k, self._padded)
+        return padded_shape(q, k, self.padded)
 
     def _forward_drafts(self, R: int) -> int:
         """Draft slots the step's target forward holds: the verified ones (Scheduler.last_draft), or under a
@@ -846,6 +865,7 @@ class Engine(HostHistory, LosslessChecks):
             return self.sched.last_draft
         return R * c.drafts if self._draft_cap is None else int(self._draft_cap.sum())
 
+    @transcribed_by(*WHOLE_STEP)
     def _finish_step(self, now_ms: float, plan: StepPlan, R: int, prefill_tokens: int, kv_tokens: int,
                      first_tok: list, n_prefill_done: int, n_seqs: int, prices: StepPrices, verified: list,
                      accepted: list, emitted: int, total_tokens: int,
@@ -869,7 +889,7 @@ class Engine(HostHistory, LosslessChecks):
                 prev_pos[r] = model_pos[r] = 0
             emitted += len(first_tok)
         logit_rows = total_tokens - prefill_tokens + n_prefill_done
-        if self._padded:
+        if self.padded:
             self._shape_log.append(self._shape)
         t = self._charge(prices, plan, R, total_tokens, kv_tokens, n_seqs, logit_rows=logit_rows)
         gpu_ms, step_ms = t.times(host_syncs(pol, self.cfg))

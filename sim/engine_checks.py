@@ -8,21 +8,24 @@ from __future__ import annotations
 import numpy as np
 
 from sim.drafters.tables import expected_outputs
+from sim.fast_forms import NATIVE_STEP, WHOLE_STEP, transcribed_by
 
 
 class LosslessChecks:
     """Mixin of sim.engine.Engine: the lossless checks (module docstring)."""
 
     # the violations es_commit reports (sim/engine_fast.py), in the order the numpy step flags them
-    _COMMIT_CHECKS = ("the policy admitted more draft tokens than its chain holds",
+    COMMIT_CHECKS = ("the policy admitted more draft tokens than its chain holds",
                       "the policy admitted draft tokens of a drafter it did not run this step",
                       "emitted draft tokens outside the proposed chain or its context")
 
+    @transcribed_by(*WHOLE_STEP)
     def _flag(self, bad: np.ndarray, reqs: np.ndarray, what: str) -> None:
         """Record the first violation: `what` for the first request with bad[k] set."""
         if not self.violation and bad.any():
             self.violation = f"request {int(reqs[np.argmax(bad)])}: {what}"
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _check_chain_bounds(self, reqs: np.ndarray, rows: np.ndarray, from_n: np.ndarray, n_draft: np.ndarray,
                             m_len: np.ndarray, ng_len: np.ndarray) -> None:
         """Emitted draft tokens lie inside the chain that proposed them (n_draft <= its length), and an

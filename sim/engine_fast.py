@@ -6,32 +6,25 @@ history update -- as ~40 small numpy calls, each 1-3 us at batch 4, most of a st
 the same arithmetic in C (sim/policies/native/engine_step.c: es_gather, es_commit), with the same integer
 results and the same float operations in the same order, so every step column and every token is the
 same bit for bit (tests/test_engine_fast.py runs both paths side by side; tests/test_sim_identity.py
-holds both to the recorded digests). The numpy methods stay the definition: the engine runs them where
-the library cannot be built, where a subclass (the real engine) overrides a hook the native step
-replaces, where the tables or state are not the dtypes transcribed here, with streaming draft tables
+holds both to the recorded digests). The numpy methods stay the definition (each one the native step
+transcribes is marked `@transcribed_by(NATIVE_STEP)` where it is defined, sim.fast_forms): the engine runs
+them where the library cannot be built, where a subclass (the real engine) overrides a marked method, where the tables or state are not the dtypes transcribed here, with streaming draft tables
 (sim.drafters.stream: the history is indexed by live slot there), and when HYBRIDSPEC_REFERENCE_ENGINE=1.
 """
 from __future__ import annotations
 
 import operator
-import os
 from typing import NamedTuple, Optional
 
 import numpy as np
 
 from sim.drafters.tables import ng_conf_zero_past_length
+from sim.engine_api import EngineSteps
+from sim.fast_forms import NATIVE_STEP, steps_as_defined
 from sim.scheduler import SMALL
 
 _CTYPES = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]", np.dtype(np.int64): "int64_t[]",
            np.dtype(np.int32): "int32_t[]", np.dtype(np.uint8): "uint8_t[]", np.dtype(np.bool_): "uint8_t[]"}
-
-# The Engine methods whose arithmetic the native step transcribes: a subclass overriding any of them
-# (RealEngine: _propose, _verify, _emit) keeps the numpy step.
-REPLACED = ("_propose", "_host_state", "_scheduled_model_len", "_host_history", "_admit", "_verify",
-            "_check_chain_bounds", "_emit", "_write", "_record_drafts")
-
-# The hooks a policy's fast form on the gathered arrays (Engine._array_form: no StepBatch) bypasses.
-ARRAYS_BYPASSES = ("_allocate", "_step_batch", "_host_view", "_plan")
 
 
 class Unsupported(Exception):
@@ -64,7 +57,7 @@ class NativeStep:
              ("m_conf_sum", np.float64), ("m_conf_cnt", np.int64), ("ng_conf_sum", np.float64),
              ("ng_conf_cnt", np.int64), ("n_steps", np.int64), ("emitted_tokens", np.int64), ("acc_hist", np.int64))
 
-    def __init__(self, engine, native) -> None:
+    def __init__(self, engine: EngineSteps, native) -> None:
         self.eng = engine
         self.ffi, self.lib = native
         self._ptrs: dict = {}
@@ -116,7 +109,7 @@ class NativeStep:
 
     def _buffers(self, R: int, reuse: bool) -> tuple:
         """(ints [5, R] int64, floats [R * 2 * (K_m + K_n)] float32, their pointers, views): the step's gathered
-        arrays. Fresh every step unless `reuse` (no StepBatch will keep them: Engine._array_form), else one
+        arrays. Fresh every step unless `reuse` (no StepBatch will keep them: Engine.array_form), else one
         set per R, made once (at most one per batch size the run sees)."""
         hit = self._bufs.get(R) if reuse else None
         if hit is not None:
@@ -178,11 +171,11 @@ class NativeStep:
     def emit_bonus(self, reqs: list) -> None:
         """Engine._emit of one bonus token per request and no drafts (the token a completed prefill samples):
         output[pos] of each request written at its slot, pos += 1. The native step runs only with Engine's own
-        _emit and _write (REPLACED), so this is what they do, without their general machinery; request by
+        _emit and _write (marked NATIVE_STEP, sim.fast_forms), so this is what they do, without their general machinery; request by
         request for the few that complete a prefill in a step (numpy's per-call cost dominates there)."""
         eng, tb = self.eng, self.eng.tb
         if len(reqs) <= SMALL:
-            pos, out, tok, off, base = eng.pos, eng.emitted_tokens, tb.tokens, tb.offsets, eng._out_base
+            pos, out, tok, off, base = eng.pos, eng.emitted_tokens, tb.tokens, tb.offsets, eng.out_base
             last = len(tok) - 1
             for r in reqs:
                 p = int(pos[r])
@@ -192,7 +185,7 @@ class NativeStep:
         else:
             reqs = np.asarray(reqs, dtype=np.int64)
             pos = eng.pos[reqs]
-            eng.emitted_tokens[tb.offsets[reqs] + pos] = tb.tokens.take(eng._out_base[reqs] + pos, mode="clip")
+            eng.emitted_tokens[tb.offsets[reqs] + pos] = tb.tokens.take(eng.out_base[reqs] + pos, mode="clip")
             eng.pos[reqs] += 1
         eng.n_written += len(reqs)
 
@@ -274,22 +267,9 @@ class Gathered(NamedTuple):
     has_nan: bool
 
 
-def steps_as_defined(engine, hooks: tuple[str, ...]) -> bool:
-    """Whether `engine` must run its step-by-step numpy definition instead of a faster form that stands in for
-    `hooks` (Engine methods): HYBRIDSPEC_REFERENCE_ENGINE is set, or the engine's class overrides one of them
-    (the real engine, tests injecting faults). The one gate of this module and sim/engine_ff.py."""
-    if os.environ.get("HYBRIDSPEC_REFERENCE_ENGINE", "").strip() not in ("", "0"):
-        return True
-    cls = type(engine)
-    # the root engine class (sim.engine.Engine: the first in the MRO from object up that defines the step), found
-    # without importing back up to it
-    base = next(c for c in reversed(cls.__mro__) if "_step" in vars(c))
-    return any(getattr(cls, m) is not getattr(base, m) for m in hooks)
-
-
-def native_step(engine):
+def make_native_step(engine: EngineSteps):
     """A NativeStep for `engine`, or None where the engine keeps the numpy step (see the module docstring)."""
-    if steps_as_defined(engine, REPLACED):
+    if steps_as_defined(engine, NATIVE_STEP):
         return None
     if getattr(engine, "stream", False):
         # streaming tables index the K-wide history by a live slot (Engine._hist), not by request: the C

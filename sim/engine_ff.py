@@ -18,35 +18,31 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.engine_fast import steps_as_defined
+from sim.engine_api import EngineSteps
+from sim.fast_forms import FAST_FORWARD, steps_as_defined
 from sim.scheduler import in_blocks
 from sim.step_log import make_record
 from sim.step_time import host_syncs, step_time
 
-# the Engine hooks a stretch stands in for: a subclass overriding any of them (the real engine) steps normally
-HOOKS = ("_step", "_finish_step", "_schedule", "_admit_rows", "_prefill", "_plan", "_propose", "_allocate", "_verify",
-         "_charge", "_emit", "_write", "_host_state", "_host_view", "_scheduled_model_len", "_step_batch",
-         "_host_history", "_record_drafts", "_admit", "_drafters_ran", "_check_chain_bounds", "_prices",
-         "_release_rows", "_native_step", "_flag", "_decide")
-
 MIN_STEPS = 2  # shorter stretches step normally (the set-up costs about a step)
 
 
-def fast_forward_ok(engine) -> bool:
-    """Whether `engine` may fast-forward at all: Engine's own hooks and scheduler, whole (not streamed) tables,
+def fast_forward_ok(engine: EngineSteps) -> bool:
+    """Whether `engine` may fast-forward at all: Engine's own step methods (those marked FAST_FORWARD,
+    sim.fast_forms) and scheduler, whole (not streamed) tables,
     the `none` policy's allocation (nothing drafted or admitted), and HYBRIDSPEC_REFERENCE_ENGINE unset."""
     from sim.policies.simple import alloc_none
     from sim.scheduler import Scheduler
 
-    if steps_as_defined(engine, HOOKS) or type(engine.sched) is not Scheduler or engine._padded:
+    if steps_as_defined(engine, FAST_FORWARD) or type(engine.sched) is not Scheduler or engine.padded:
         return False  # (a padded cost prices each step's per-request shape: Engine._step_shape)
     pol = engine.policy
-    # fn is alloc_none: the simulator runs it or its fast form, checked equal (tests/test_policy_fast_forms.py)
+    # fn is alloc_none: the simulator runs it or its fast form, checked equal (tests/test_fast_forms.py)
     return (not engine.stream and getattr(pol, "fn", None) is alloc_none
             and not pol.uses_model and not pol.uses_ngram and not pol.needs_truth and engine.sched.kmax == 0)
 
 
-def fast_forward(engine, now_ms: float, next_event_ms: float) -> list[float]:
+def fast_forward(engine: EngineSteps, now_ms: float, next_event_ms: float) -> list[float]:
     """Run the pure-decode stretch that starts at `now_ms` (k >= MIN_STEPS steps, else nothing) and return its
     step delays [ms]; `next_event_ms` is the time of simpy's next pending event (an arrival)."""
     sched, tb = engine.sched, engine.tb
@@ -104,7 +100,7 @@ def fast_forward(engine, now_ms: float, next_event_ms: float) -> list[float]:
     # Emission: step j writes output[pos0 + j] of every running request (Engine._emit's bonus token).
     p = pos0[:, None] + np.arange(k)[None, :]
     engine.emitted_tokens[(tb.offsets[reqs][:, None] + p).ravel()] = tb.tokens.take(
-        (engine._out_base[reqs][:, None] + p).ravel(), mode="clip")
+        (engine.out_base[reqs][:, None] + p).ravel(), mode="clip")
     engine.n_written += R * k
     st.pos[reqs] += k
     engine.prev_pos[reqs] = pos0 + (k - 1)

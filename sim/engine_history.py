@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.fast_forms import NATIVE_STEP, WHOLE_STEP, transcribed_by
 from sim.scheduler import StepPlan
 
 
@@ -29,6 +30,7 @@ class HostHistory:
         """Rows of the K-wide host-history sums of requests `reqs`."""
         return reqs if self._hslot is None else self._hslot[reqs]
 
+    @transcribed_by(*WHOLE_STEP)
     def _admit_rows(self, plan: StepPlan) -> StepPlan:
         """Streaming tables: build the rows and take a history slot for every newly running request."""
         if self.stream and self.sched.running:
@@ -50,6 +52,7 @@ class HostHistory:
         self._hused = s + 1
         return s
 
+    @transcribed_by(*WHOLE_STEP)
     def _release_rows(self, finished: list[int]) -> None:
         """Streaming tables: check each finished request's output (lossless item 3), then free its rows and slot."""
         if not (self.stream and finished):
@@ -66,6 +69,7 @@ class HostHistory:
             self._hslot[r] = -1
         self.tb.release(finished)
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _host_history(self, reqs: np.ndarray, srows: np.ndarray, mrows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """What the host knows of each request's chains before the step: (stale model confidences [R, K_m],
         mean n-gram confidences [R, K_n]). The model row is the chain drafted at the previous step; if the
@@ -87,6 +91,7 @@ class HostHistory:
         mean_ng = np.where(cnt[:, None] > 0, self.ng_conf_sum[self._hist(reqs)] / np.maximum(cnt, 1)[:, None], last)
         return stale_m, mean_ng
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _record_drafts(self, reqs: np.ndarray, rows: np.ndarray, model_ran: bool) -> None:
         """After a step: the chains drafted in it join the requests' host-side history."""
         tb = self.tb
@@ -99,6 +104,7 @@ class HostHistory:
                                        else tb.ng_conf[rows] * (np.arange(tb.k_ngram) < tb.ng_len[rows][:, None]))
             self.ng_conf_cnt[reqs] += 1
 
+    @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _host_state(self, reqs: np.ndarray) -> tuple[tuple, np.ndarray | None]:
         """What the host knows of the decoding requests' chains before the step: stale = (model conf, model
         len, n-gram conf, n-gram len) of the host-side history, and the mean n-gram chain (or None)."""

@@ -92,7 +92,7 @@ class LiveChains:
         self._sync(eng, reqs)
         tb, R, out = eng.tb, len(reqs), {}
         left = tb.out_len[reqs] - eng.pos[reqs]
-        base = eng._out_base[reqs] + eng.pos[reqs]
+        base = eng.out_base[reqs] + eng.pos[reqs]
         for k, x in self.d.items():
             K = x.width
             if k in plan.extra:
@@ -151,7 +151,7 @@ class LiveChains:
             if k in self.ran:
                 prices.extra = prices.extra + price[k]
         if self.ran:
-            prices.alloc = eng._prices(R).alloc
+            prices.alloc = eng.step_prices(R).alloc
 
     def settle(self, eng, reqs, rows, adm_m, adm_n, acc_m, acc_n, chains, model_ran) -> tuple:
         """Emission and bookkeeping of a step with live drafters (Engine._step's, with their chains):
@@ -207,7 +207,7 @@ class LiveChains:
             return
         pos = eng.pos[reqs]
         rep, j = ragged_slots(counts)
-        out = tb.tokens.take((eng._out_base[reqs] + pos)[rep] + j, mode="clip")
+        out = tb.tokens.take((eng.out_base[reqs] + pos)[rep] + j, mode="clip")
         d = j < n_draft[rep]
         out[d] = tok[rep[d], j[d]]
         eng._write(reqs, counts, (tb.offsets[reqs] + pos)[rep] + j, out)

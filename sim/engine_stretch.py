@@ -20,44 +20,45 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sim.engine_fast import steps_as_defined
-from sim.engine_ff import HOOKS
+from sim.engine_api import EngineSteps
+from sim.fast_forms import STRETCH, steps_as_defined
 from sim.policies.fast import Arrays
 from sim.scheduler import Scheduler
 from sim.step_log import make_record
 from sim.step_time import host_syncs, step_time
 
 
-def stretch_ok(engine) -> bool:
-    """Whether `engine` may run steady stretches at all: Engine's own hooks (HOOKS: those the stretch stands
-    in for) and scheduler, whole (not streamed) tables, HYBRIDSPEC_REFERENCE_ENGINE unset."""
-    return (not engine.stream and type(engine.sched) is Scheduler and not steps_as_defined(engine, HOOKS)
-            and not engine._padded)  # a padded cost prices each step's per-request shape (Engine._step_shape)
+def stretch_ok(engine: EngineSteps) -> bool:
+    """Whether `engine` may run steady stretches at all: Engine's own step methods (those marked STRETCH,
+    sim.fast_forms: the stretch stands in for them) and scheduler, whole (not streamed) tables, no padded cost
+    (it prices each step's per-request shape, Engine._step_shape), HYBRIDSPEC_REFERENCE_ENGINE unset."""
+    return (not engine.stream and type(engine.sched) is Scheduler and not steps_as_defined(engine, STRETCH)
+            and not engine.padded)
 
 
-def steady_steps(engine, now_ms: float, next_event_ms: float, room: int) -> Optional[tuple[list[float], list[int]]]:
+def steady_steps(engine: EngineSteps, now_ms: float, next_event_ms: float, room: int) -> Optional[tuple[list[float], list[int]]]:
     """Run the steady stretch that starts at `now_ms` (the caller checked Scheduler.steady) up to the step that
     completes an output, the step that ends at or past `next_event_ms`, or `room` steps (>= 1). Returns the
     steps' delays [ms] and the requests finished at the last one; None where the engine runs the numpy step
     (no native step: the caller steps by Engine._step from then on)."""
-    fast = engine._native_step()
+    fast = engine.native_step()
     if fast is None:
         return None
     sched, pol, log = engine.sched, engine.policy, engine.steps
-    reqs = sched._steady
+    reqs = sched.steady_decoding
     R = n_seqs = T = len(reqs)  # every running request decodes: no prefill tokens, no prefill completes
-    form = engine._array_form()
+    form = engine.array_form()
     with_mean, reuse = pol.uses_ngram and (form is None or form.reads_mean), form is not None
-    base = engine._prices(R).copy()
+    base = engine.step_prices(R).copy()
     priced = base.total()
     cap = None if engine.max_logits is None else max(0, engine.max_logits - n_seqs)
     table = engine.decision_table
-    direct = form is not None and not pol.needs_truth  # else Engine._decide builds what the policy reads
+    direct = form is not None and not pol.needs_truth  # else Engine.decide builds what the policy reads
     fixed = base.copy()  # the prices of a step whose policy says nothing of the drafters it ran
-    fixed_ran = engine._drafters_ran(None, None, fixed)
+    fixed_ran = engine.drafters_ran(None, None, fixed)
     sync = host_syncs(pol, engine.cfg)
-    verify_ms, charge = engine.cost.verify_ms, engine._counts_charge
-    checks = engine._COMMIT_CHECKS
+    verify_ms, charge = engine.cost.verify_ms, engine.counts_charge
+    checks = engine.COMMIT_CHECKS
     delays: list[float] = []
     finished: list[int] = []
     t = now_ms
@@ -67,14 +68,14 @@ def steady_steps(engine, now_ms: float, next_event_ms: float, room: int) -> Opti
         kv = g.kv
         out = form(Arrays(g.packed, g.ptrs, g.mean_ng, T, R, priced, base.draft, cap, table, base.ngram,
                           has_nan=g.has_nan)) if direct else None
-        if out is None:  # the form declined (or reads what only Engine._decide builds): the definition's way
-            out = engine._decide(None if direct else form, g, T, kv, n_seqs, 0, base)
+        if out is None:  # the form declined (or reads what only Engine.decide builds): the definition's way
+            out = engine.decide(None if direct else form, g, T, kv, n_seqs, 0, base)
         chain, adm, sec, said_model, said_ngram = out
         if said_model is None and said_ngram is None:
             prices, (model_ran, ngram_ran) = fixed, fixed_ran
         else:
             prices = base.copy()
-            model_ran, ngram_ran = engine._drafters_ran(said_model, said_ngram, prices)
+            model_ran, ngram_ran = engine.drafters_ran(said_model, said_ngram, prices)
         sums, bad = fast.commit(g, chain, adm, sec, model_ran, ngram_ran)
         for k, what in zip(bad, checks):
             if k >= 0 and not engine.violation:

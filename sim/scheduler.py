@@ -221,8 +221,14 @@ class Scheduler:
 
     def steady(self) -> bool:
         """Whether `schedule` returns the steady plan now: the running set is steady (module docstring) and
-        nothing can be admitted (nothing waits, or the batch is full). Its decoding requests: `_steady`."""
+        nothing can be admitted (nothing waits, or the batch is full). Its decoding requests: `steady_decoding`."""
         return self._steady is not None and not (self.waiting and len(self.running) < self.batch_size)
+
+    @property
+    def steady_decoding(self) -> np.ndarray | None:
+        """The decoding requests of the steady plan (int64 ids, running order; the array `schedule` hands
+        every steady step), or None while the running set is not steady."""
+        return self._steady
 
     def schedule(self) -> StepPlan:
         """Admit waiting requests, preempt on KV overflow, and split the token budget."""

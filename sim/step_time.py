@@ -29,7 +29,7 @@ def step_time(draft: float, ngram: float, alloc: float, verify: float, sample: f
 @dataclass(slots=True)
 class StepPrices:
     """The prices of a step's drafters and allocation kernel [ms]: quoted (as if every drafter the policy uses
-    runs) for the policy's view, then 0 for each that did not run (Engine._drafters_ran) for the charge."""
+    runs) for the policy's view, then 0 for each that did not run (Engine.drafters_ran) for the charge."""
 
     draft: float = 0.0  # the model drafter's pass
     ngram: float = 0.0  # the n-gram drafter

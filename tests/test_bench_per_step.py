@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.extended
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: no native calls to time")
 def test_per_step_split(tmp_path):
     out = tmp_path / "bench.json"

@@ -1,5 +1,5 @@
 """The native engine step hands the policy's fast form the gathered arrays (sim.policies.fast.Arrays) with no
-StepBatch (Engine._array_form), and the scheduler returns the same plan through steady stretches
+StepBatch (Engine.array_form), and the scheduler returns the same plan through steady stretches
 (sim/scheduler.py): both give exactly the runs of the paths they stand in for -- the StepBatch path (an
 engine subclass that overrides _allocate sees every batch, so it keeps it) and the scheduler without the
 output lengths (which never takes the steady plan)."""
@@ -44,10 +44,10 @@ def test_array_forms_equal_the_batch_path(prep, spec):
     for cfg in (EngineConfig(batch_size=4), EngineConfig(batch_size=8, kv_capacity_tokens=need)):
         fast = Engine(tb, prep.arrivals, get_policy(spec), prep.cost, cfg)
         res = fast.run()
-        assert fast._array_form() is not None, f"{spec}: the array form is not used"
+        assert fast.array_form() is not None, f"{spec}: the array form is not used"
         slow = _BatchPath(tb, prep.arrivals, get_policy(spec), prep.cost, cfg)
         ref = slow.run()
-        assert slow._array_form() is None
+        assert slow.array_form() is None
         _same(res, ref, f"{spec} bs={cfg.batch_size}")
 
 

@@ -122,7 +122,7 @@ def test_short_held_list(prep, monkeypatch):
 
 
 def test_declined_batches(prep, monkeypatch):
-    """NaN model confidences: the fast form declines those batches and the definition runs (Engine._decide)."""
+    """NaN model confidences: the fast form declines those batches and the definition runs (Engine.decide)."""
     tb = prep.tables
     m_conf = tb.m_conf.copy()
     m_conf[::7, 1] = np.nan

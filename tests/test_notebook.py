@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NB = ROOT / "notebooks" / "policy_tuning.ipynb"
 
 
+@pytest.mark.extended
 def test_policy_tuning_notebook(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")

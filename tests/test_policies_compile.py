@@ -42,7 +42,7 @@ def _args(b):
             b.num_nondraft_tokens, b.draft_cost_ms)
 
 
-FAST = {  # one fast compile check in the default run; the rest: -m slow
+FAST = {  # one fast compile check in the extended tier (-m extended); the rest: -m slow
     "hybrid-price": lambda b: hybrid.price_with_budget(b, "sweep"),
 }
 SLOW = {
@@ -80,6 +80,7 @@ def _check_compiled(name, fn, sizes):
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), name
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", list(FAST))
 def test_compiles_fullgraph_and_matches_eager(name):
     _check_compiled(name, FAST[name], [(4, 7, 16, True)])

@@ -56,6 +56,7 @@ def test_padding_rows_change_nothing(name):
         assert (got_adm[R:] == 0).all(), name
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("name", ["adaptive", "hybrid-price"])
 def test_no_recompilation_over_50_steps(name):
     import torch._dynamo

@@ -37,6 +37,7 @@ def test_free_slots_verify_both_chains_and_expensive_slots_do_not():
     assert dear.second.sum() == 0
 
 
+@pytest.mark.extended
 def test_compiles_fullgraph():
     """Compiled as an engine would: a function of tensors only, with fullgraph=True (no host sync)."""
     def fn(mc, ml, nc, nl, table, nnt, dms):

@@ -84,8 +84,8 @@ def cpu_config(a) -> VllmRunConfig:
 
 def load_slice(trace: str, limit: int, max_prompt: int, max_tokens: int, seed: int):
     """The first `limit` requests of `trace` with prompts of at most max_prompt SmolLM2 tokens (real/workload.py's
-    re-tokenization): a flow.Slice."""
-    from real.vllm_run.flow import Slice
+    re-tokenization): a slices.Slice."""
+    from real.vllm_run.slices import Slice
     from real.workload import _read_slice
     from sim.models import get_llm
 
@@ -320,7 +320,7 @@ def validate_cpu(a) -> int:
     """real/validate.py --engine vllm on the CPU build (module docstring)."""
     from real.vllm_cpu.checkpoints import check_pair
     from real.vllm_run.engine import require_vllm
-    from real.vllm_run.flow import refuse_torch_flags, write_reference
+    from real.vllm_run.slices import refuse_torch_flags, write_reference
     from sim.policies import get_policy
 
     refuse_torch_flags(a)

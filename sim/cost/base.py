@@ -19,6 +19,12 @@ import numpy as np
 PROFILE_CONTEXT_LEN = 8192
 
 
+def vllm_capture_sizes(max_size: int = 512) -> list[int]:
+    """vLLM's default CUDA-graph capture sizes: 1, 2, 4, then steps of 8 to 256, of 16 to max_size."""
+    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, max_size + 1, 16))
+    return [s for s in sizes if s <= max_size]
+
+
 class CostModel(ABC):
     """A step-cost model. Implementations must be monotone non-decreasing in every count."""
 
@@ -101,7 +107,6 @@ class CostModel(ABC):
     @property
     def capture_sizes(self) -> list[int]:
         """CUDA-graph capture sizes (tokens) of the simulated deployment; vLLM's defaults up to 512."""
-        from sim.cost.profiled import vllm_capture_sizes
         return vllm_capture_sizes(512)
 
     def startup_verify_table(self, max_num_batched_tokens: int, max_num_reqs: int, query_per_req: int = 1,

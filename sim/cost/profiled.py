@@ -83,18 +83,14 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.cost.base import CostModel
+from sim.cost.base import CostModel, vllm_capture_sizes  # noqa: F401  (vllm_capture_sizes: re-exported)
+from sim.cost.config import CostConfig
+from sim.cost.roofline import RooflineCost
 from sim.cli_util import write_whole
 from sim.errors import ConfigError
 from sim.models import list_gpus, list_llms, models_dir, read_json_object
 
 FORMAT = "hybridspec-cost-table/1"
-
-
-def vllm_capture_sizes(max_size: int = 512) -> list[int]:
-    """vLLM's default CUDA-graph capture sizes: 1, 2, 4, then steps of 8 to 256, of 16 to max_size."""
-    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, max_size + 1, 16))
-    return [s for s in sizes if s <= max_size]
 
 
 class StepTable:
@@ -401,8 +397,6 @@ def list_cost_tables() -> list[str]:
 def roofline_fallback(llm: str, gpu: str, **kw) -> CostModel | None:
     """The roofline model of `llm` on `gpu` (CostConfig keywords in kw), or None when either name has no
     spec in models/ (a table profiled on a CPU, say): then a table must hold every part it is asked for."""
-    from sim.cost.config import CostConfig
-    from sim.cost.roofline import RooflineCost
     if llm.strip().lower() not in list_llms() or gpu.strip().lower() not in list_gpus():
         return None
     return RooflineCost(CostConfig(llm=llm, gpu=gpu, **kw))

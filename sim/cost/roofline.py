@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost.base import CostModel
+from sim.cost.base import CostModel, vllm_capture_sizes
 from sim.cost.config import CostConfig
 
 
@@ -158,7 +158,6 @@ class RooflineCost(CostModel):
     @property
     def capture_sizes(self) -> list[int]:
         """vLLM's default capture sizes up to the GPU spec's cuda_graph_max_tokens."""
-        from sim.cost.profiled import vllm_capture_sizes
         return vllm_capture_sizes(int(self.gpu.cuda_graph_max_tokens))
 
     def linear_ms(self, num_tokens):

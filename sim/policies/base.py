@@ -231,7 +231,7 @@ class Allocation:
 
 
 class Decision(NamedTuple):
-    """An allocation as host arrays, what the simulator's native step commits (sim.engine.Engine._decide, the
+    """An allocation as host arrays, what the simulator's native step commits (sim.engine.Engine.decide, the
     fast forms' `arrays` cores of sim/policies/fast.py): chain and admitted (int64 [R]), second (int64 [R]
     or None), model_ran / ngram_ran (host bools, or None: as planned)."""
 

@@ -1,13 +1,13 @@
 """Faster forms of policies for the simulator only: C and numpy transcriptions of the torch definitions.
 
 The torch functions (hybrid.py, adaptive.py, ...) stay the one definition: the real engines and the vLLM
-plugin run them, and tests/test_policy_fast_forms.py checks every fast form here against its definition,
+plugin run them, and tests/test_fast_forms.py checks every fast form here against its definition,
 allocation for allocation, on thousands of random batches and on batches recorded from engine runs of the
 bundled traces (exact equality). The simulator calls a policy thousands of times per second on tiny
 tensors, where each torch op's dispatch (2-4 us) dominates.
 
 A fast form is a core over `Arrays` (a StepBatch as numpy arrays and Python scalars): the native engine step
-calls it on the arrays it gathers, with no StepBatch or tensors (sim/engine.py, Engine._array_form), and
+calls it on the arrays it gathers, with no StepBatch or tensors (sim/engine.py, Engine.array_form), and
 `fn(batch)` wraps the same core for a StepBatch (`_form`). A core may return None where its transcription
 cannot be exact on this machine; the definition then runs.
 
@@ -22,7 +22,9 @@ Bit-exactness rules of the transcription (why it equals the torch definition, no
   * elementwise IEEE ops (+, -, *, /, comparisons), gathers, integer sums and stable sorts are exact in
     both; Python scalars are added as float32 (NEP 50 / torch's wrapped numbers); the C is compiled
     without fast-math or contraction (one IEEE single-precision operation per op).
-A policy spec has a fast form only where one is written (`_FORMS`); every other spec runs its definition.
+A policy spec has a fast form only where one is written: each builder here is declared with
+sim.fast_forms.policy_form, naming the definition it transcribes and the specs it covers (the one registry
+of fast forms; tests/test_fast_forms.py enrols every registered form); every other spec runs its definition.
 HYBRIDSPEC_REFERENCE_POLICIES=1 makes the simulator run the definitions everywhere.
 """
 from __future__ import annotations
@@ -33,6 +35,8 @@ from typing import Callable, List, NamedTuple, Optional
 import numpy as np
 import torch
 
+from sim.fast_forms import policy_form, policy_form_of
+from sim.policies import adaptive, hybrid, simple, tree
 from sim.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
 
 _CONST: dict = {}
@@ -52,7 +56,6 @@ def _sweep_constants(native):
     the fine prices around each possible coarse best, fine[b] = exp(-(u_lo + q (u_hi - u_lo))) [G, F] with
     u = -log(grid) and u_lo, u_hi the neighbours of b (the same floats as the definition computes per call:
     the argument by hp_fine_arg's float ops, the exp by torch's own exp)."""
-    from sim.policies import hybrid
 
     key = ("sweep", hybrid.SWEEP_COARSE, hybrid.SWEEP_FINE)
     out = _CONST.get(key)
@@ -125,7 +128,6 @@ class _Workspace:
     reused every call; V: the summation width (_sum_width), None where the C sum does not reproduce torch's."""
 
     def __init__(self, native, S: int, R: int, Km: int, Kn: int):
-        from sim.policies import hybrid
 
         ffi = self.ffi = native[0]
         self.R, self.Km, self.Kn = R, Km, Kn
@@ -296,7 +298,8 @@ def _form(core: Callable[[Arrays], Optional[tuple]], covered: Callable[[StepBatc
     fn.arrays = core, what the native engine step calls on its gathered arrays (reads_mean: whether core
     reads mean_ngram_conf, so that the step gathers it). core returns (chain, admitted, second or None,
     model_ran or None, ngram_ran or None) as int64 [R] arrays (valid until its next call) and bools. A core
-    that reads the confidences (`confidences`) declines (None) a batch with NaN in them (_has_nan)."""
+    that reads the confidences (`confidences`, fn.arrays.reads_conf) declines (None) a batch with NaN in them
+    (_has_nan)."""
     if confidences:
         inner = core
 
@@ -308,6 +311,7 @@ def _form(core: Callable[[Arrays], Optional[tuple]], covered: Callable[[StepBatc
         return definition(batch) if out is None else _allocation(out)
 
     core.reads_mean = reads_mean
+    core.reads_conf = confidences
     fn.arrays = core
     return fn
 
@@ -421,8 +425,8 @@ def adaptive_arrays(native, a: Arrays) -> Optional[tuple]:
     return ws["chain"], ws["adm"], None, None, None
 
 
+@policy_form("adaptive", adaptive.alloc_adaptive, specs=("adaptive",))
 def _parse_adaptive(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
-    from sim.policies import adaptive
     from sim.policies.native import load
 
     native = load("hybrid_price") if not params else None
@@ -437,8 +441,9 @@ def _parse_adaptive(params: List[str]) -> Optional[Callable[[StepBatch], Allocat
     return _form(lambda a: adaptive_arrays(native, a), covered, adaptive.alloc_adaptive, confidences=True)
 
 
+@policy_form("hybrid-price", hybrid.price_with_budget,
+             specs=("hybrid-price", "hybrid-price:sweep", "hybrid-price:margin=0", "hybrid-price:margin=0.37"))
 def _parse_hybrid_price(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
-    from sim.policies import hybrid
     from sim.policies.hybrid import parse_hybrid_price
     from sim.policies.native import load
 
@@ -450,8 +455,8 @@ def _parse_hybrid_price(params: List[str]) -> Optional[Callable[[StepBatch], All
                  lambda batch: hybrid.price_with_budget(batch, "sweep", margin), confidences=True)
 
 
+@policy_form("hybrid", hybrid.price_skip, specs=("hybrid", "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5"))
 def _parse_hybrid(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
-    from sim.policies import hybrid
     from sim.policies.hybrid import parse_hybrid
     from sim.policies.native import load
 
@@ -488,8 +493,8 @@ def tree_arrays(native, margin: float, discount: float, a: Arrays) -> Optional[t
     return chain, adm, ws.second, None, None
 
 
+@policy_form("hybrid-tree", tree.tree_alloc, specs=("hybrid-tree",))
 def _parse_tree(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
-    from sim.policies import tree
     from sim.policies.hybrid import NGRAM_MARGIN
     from sim.policies.native import load
 
@@ -545,8 +550,8 @@ def oracle_arrays(native, a: Arrays) -> tuple:
     return chain, adm, None, bool(ran[0]), bool(ran[1])
 
 
+@policy_form("oracle", simple.alloc_oracle, specs=("oracle",))
 def _parse_oracle(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
-    from sim.policies import simple
 
     def covered(batch: StepBatch) -> bool:
         return (batch.true_model_acc is not None
@@ -612,8 +617,8 @@ def suffix_threshold_arrays(native, threshold: float, a: Arrays) -> Optional[tup
     return np.where(adm > 0, np.where(use, CHAIN_NGRAM, CHAIN_MODEL), 0), adm, None, None, None
 
 
+@policy_form("suffix-threshold", simple.alloc_suffix_threshold, specs=("suffix-threshold", "suffix-threshold:0.5"))
 def _parse_suffix_threshold(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
-    from sim.policies import simple
     from sim.policies.registry import parse_float
 
     from sim.policies.native import load
@@ -645,9 +650,9 @@ def _lengths_form(core: Callable[[np.ndarray, np.ndarray], tuple], definition: C
     return _form(arrays, lambda batch: _int64_lengths(batch.model_len, batch.ngram_len), definition)
 
 
+@policy_form("none", simple.alloc_none, specs=("none",))
 def _parse_none(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
     """simple.alloc_none: nothing admitted."""
-    from sim.policies import simple
 
     return _lengths_form(lambda ml, nl: (0, np.zeros(ml.shape, dtype=np.int64)), simple.alloc_none)
 
@@ -655,7 +660,6 @@ def _parse_none(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]
 def _fixed_form(which: int):
     def parse(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
         """simple.alloc_fixed: min(K, the chain's length) slots of one chain."""
-        from sim.policies import simple
         from sim.policies.registry import parse_int
 
         k = parse_int(params[0], "K", lo=0)  # the spec is valid (get_policy parsed it first)
@@ -665,18 +669,16 @@ def _fixed_form(which: int):
     return parse
 
 
+@policy_form("ngram-first", simple.alloc_ngram_first, specs=("ngram-first",))
 def _parse_ngram_first(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
     """simple.alloc_ngram_first: the whole n-gram chain where it matched, else the whole model chain."""
-    from sim.policies import simple
 
     return _lengths_form(lambda ml, nl: (np.where(nl > 0, CHAIN_NGRAM, CHAIN_MODEL), np.where(nl > 0, nl, ml)),
                          simple.alloc_ngram_first)
 
 
-_FORMS = {"hybrid-price": _parse_hybrid_price, "adaptive": _parse_adaptive, "hybrid": _parse_hybrid,
-          "none": _parse_none, "model-fixed": _fixed_form(CHAIN_MODEL), "ngram-fixed": _fixed_form(CHAIN_NGRAM),
-          "ngram-first": _parse_ngram_first, "hybrid-tree": _parse_tree, "oracle": _parse_oracle,
-          "suffix-threshold": _parse_suffix_threshold}
+policy_form("model-fixed", simple.alloc_fixed, specs=("model-fixed:7", "model-fixed:1"))(_fixed_form(CHAIN_MODEL))
+policy_form("ngram-fixed", simple.alloc_fixed, specs=("ngram-fixed:32", "ngram-fixed:3"))(_fixed_form(CHAIN_NGRAM))
 
 
 def sim_form(spec: str) -> Optional[Callable[[StepBatch], Allocation]]:
@@ -684,5 +686,5 @@ def sim_form(spec: str) -> Optional[Callable[[StepBatch], Allocation]]:
     if os.environ.get("HYBRIDSPEC_REFERENCE_POLICIES", "").strip() not in ("", "0"):
         return None
     name, *params = str(spec).strip().split(":")
-    parse = _FORMS.get(name)
-    return parse(params) if parse is not None else None
+    form = policy_form_of(name)
+    return form.build(params) if form is not None else None

@@ -45,7 +45,7 @@ def second_branch(batch: StepBatch, surv_m: torch.Tensor, surv_n: torch.Tensor, 
     """The tree from the primary allocation (use_ngram bool [R], adm int64 [R]) and the current survivals
     (surv_m [R, K_m], surv_n [R, K_n]): the primary chain's prefix plus the other chain's second branch
     (module docstring). The simulator's faster form (sim/policies/fast.py, tree_arrays) computes the primary
-    and this in C, checked equal to it by tests/test_policy_fast_forms.py."""
+    and this in C, checked equal to it by tests/test_fast_forms.py."""
     surv_p = torch.where(use_ngram[:, None], _pad(surv_n, surv_m), _pad(surv_m, surv_n))
     surv_s = torch.where(use_ngram[:, None], _pad(surv_m, surv_n), _pad(surv_n, surv_m))
     K = surv_p.shape[-1]

@@ -1,7 +1,16 @@
-"""The simulator's faster policy forms (Policy.sim_fn: sim/policies/fast.py, sim/policies/native/) give the
-same allocation as the torch definition (Policy.fn), exactly, for every registered policy: on thousands of
-random batches (sizes across the exact and the two-stage sweep, step and smooth cost tables, logits caps,
-prefill tokens) and on every batch of engine runs over slices of the bundled traces."""
+"""The equivalence harness of the simulator's fast forms: every form registered in sim.fast_forms is enrolled
+here, with no list to keep, and checked against the definition it transcribes.
+
+Policy forms (Policy.sim_fn: sim/policies/fast.py, sim/policies/native/): every spec each registered form
+covers gives the torch definition's allocation (Policy.fn), exactly, on random batches (sizes across the
+exact and the two-stage sweep, step and smooth cost tables, logits caps, prefill tokens), on tie-heavy
+batches, on confidences out of [0, 1] (with NaN: the form declines and the definition runs) and on every
+batch of engine runs over slices of the bundled traces (-m slow). A spec whose form is not built (no C
+compiler) is skipped, never compared with its own definition.
+
+Engine forms (the native step, the policy's array form, fast-forward, steady stretches): a run that uses the
+form gives the same step columns, emitted tokens and host-side state as the same run of an engine whose class
+overrides one of the methods marked with the form (a pass-through: the engine then steps as defined)."""
 import dataclasses
 import shutil
 import zlib
@@ -10,37 +19,49 @@ import numpy as np
 import pytest
 import torch
 
-from sim.engine import Engine
+from sim.engine import Engine, EngineConfig
+from sim.engine_ff import fast_forward_ok
+from sim.engine_stretch import stretch_ok
+from sim.fast_forms import ARRAY_FORM, ENGINE_FORMS, FAST_FORWARD, NATIVE_STEP, STRETCH, policy_forms, \
+    steps_as_defined, transcribed_methods
 from sim.policies import get_policy, list_policies
 from sim.policies.fast import Arrays
 from sim.policies.testing import random_batch, random_cost_table
 from sim.run import SimSetup, prepare, run_one
 
-SPECS = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "adaptive:early-stop", "ngram-first",
-         "suffix-threshold", "hybrid", "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5", "hybrid:fixed-point",
-         "hybrid-price", "hybrid-price:sweep", "hybrid-price:margin=0",
-         "hybrid-price:margin=0.37", "hybrid-price:model-opt", "hybrid-price:fixed-point", "hybrid-price:current",
-         "hybrid-tree", "oracle", "hybrid-vllm", "vllm-ngram:7"]
-FAST = ["none", "model-fixed:7", "ngram-fixed:32", "ngram-first", "suffix-threshold", "hybrid-tree", "oracle", "adaptive", "hybrid",
-        "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5"] + [
-    s for s in SPECS if s.startswith("hybrid-price") and s.split(":")[-1] not in ("model-opt", "fixed-point", "current")]
+FORMS = policy_forms()
+FAST = [spec for form in FORMS.values() for spec in form.specs]
+NO_CC = shutil.which("cc") is None
+
+
+def _policy(spec):
+    pol = get_policy(spec)
+    if pol.sim_fn is None:
+        if NO_CC:
+            pytest.skip("no C compiler: the simulator runs the definitions")
+        pytest.fail(f"{spec}: registered as a fast form, but none was built")
+    return pol
 
 
 def _same(spec, pol, b, where):
     want = pol.fn(b)
-    got = (pol.sim_fn or pol.fn)(b)
+    got = pol.sim_fn(b)
     for f in dataclasses.fields(want):
         w, g = getattr(want, f.name), getattr(got, f.name)
         assert (w is None and g is None) or torch.equal(w, g), f"{spec}: {f.name} differs on {where}: {w} vs {g}"
 
 
-def test_every_family_is_covered():
-    # `suffix` runs only with the suffix drafter (a live drafter: the numpy step, no fast form; tests/test_drafter_axis.py)
-    assert {u.split(":")[0].split("[")[0] for u in list_policies()} - {"suffix"} <= {s.split(":")[0] for s in SPECS}
+def test_the_registry_names_families_and_their_definitions():
+    families = {u.split(":")[0].split("[")[0] for u in list_policies()}
+    assert FORMS and set(FORMS) <= families
+    for family, form in FORMS.items():
+        pol = get_policy(form.specs[0])
+        # the registered definition is what the family's fn runs (a form of something else would not be checked)
+        assert form.definition.__module__ == pol.fn.__module__ or form.definition is pol.fn, family
 
 
-@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: the simulator runs the definitions")
-def test_native_forms_are_built_here():
+@pytest.mark.skipif(NO_CC, reason="no C compiler: the simulator runs the definitions")
+def test_registered_forms_are_built_here():
     for spec in FAST:
         assert get_policy(spec).sim_fn is not None, spec
     assert get_policy("hybrid-price:current").sim_fn is None and get_policy("hybrid:fixed-point").sim_fn is None
@@ -74,18 +95,17 @@ def _random_batches(n: int, seed: int):
         yield b
 
 
-def test_specs_without_a_form_run_their_definition():
-    """The specs with no fast form (nothing to compare) have none: the simulator runs their definition."""
-    for spec in sorted(set(SPECS) - set(FAST)):
-        pol = get_policy(spec)
-        assert pol.sim_fn is None and pol.sim_callable is pol, spec
+@pytest.mark.parametrize("spec", ["adaptive:early-stop", "hybrid:fixed-point", "hybrid-price:model-opt",
+                                  "hybrid-price:fixed-point", "hybrid-price:current", "hybrid-vllm", "vllm-ngram:7"])
+def test_specs_without_a_form_run_their_definition(spec):
+    """Specs no registered form covers (nothing to compare): the simulator runs their definition."""
+    pol = get_policy(spec)
+    assert pol.sim_fn is None and pol.sim_callable is pol, spec
 
 
 @pytest.mark.parametrize("spec", FAST)
 def test_random_batches(spec):
-    pol = get_policy(spec)
-    if pol.sim_fn is None:
-        pytest.skip("no C compiler: the simulator runs the definitions")
+    pol = _policy(spec)
     n = 600 if spec in ("adaptive", "hybrid", "hybrid-price", "hybrid-tree", "oracle", "suffix-threshold") else 200
     for i, b in enumerate(_random_batches(n, seed=zlib.crc32(spec.encode()))):
         _same(spec, pol, b, f"random batch {i} (R={b.num_reqs})")
@@ -107,7 +127,7 @@ def test_recorded_engine_batches(trace, monkeypatch):
     prep = prepare(SimSetup(trace=trace, sample=24, seed=2))
     monkeypatch.setattr(sim.run, "Engine", _Recorder)
     for spec in FAST:
-        pol = get_policy(spec)
+        pol = _policy(spec)
         for bs in (4, 32):
             _Recorder.batches = []
             run_one(prep, spec, bs)
@@ -116,13 +136,13 @@ def test_recorded_engine_batches(trace, monkeypatch):
                 _same(spec, pol, b, f"{trace} bs={bs} step {i}")
 
 
-@pytest.mark.parametrize("spec", ["hybrid-price", "hybrid", "hybrid-tree", "adaptive", "suffix-threshold"])
+@pytest.mark.parametrize("spec", FAST)
 def test_tied_confidences(spec):
     """Confidences from a few values only: survivals tie across requests and chains, so the budget cuts
     through equal values (the top-B's selection must give ties to the lower flat index, as the merge does)."""
-    pol = get_policy(spec)
+    pol = _policy(spec)
     rng = np.random.default_rng(zlib.crc32(spec.encode()) + 1)
-    for i in range(300):
+    for i in range(200):
         R = int(rng.choice([2, 4, 5, 9, 33, 128]))
         km, kn = int(rng.choice([3, 7])), int(rng.choice([4, 32]))
         b = random_batch(rng, R, km, kn, max_tokens=int(R * (1 + kn)) + 2)
@@ -135,13 +155,13 @@ def test_tied_confidences(spec):
         _same(spec, pol, b, f"tied batch {i} (R={R})")
 
 
-@pytest.mark.parametrize("spec", ["hybrid-price", "hybrid-price:margin=0.37", "hybrid", "hybrid-tree", "adaptive",
-                                  "suffix-threshold"])
+@pytest.mark.parametrize("spec", FAST)
 def test_out_of_range_confidences(spec):
     """Confidences outside [0, 1] (clamped by the survival) and signed zeros in some requests' chains: the
     native forms give the definition's answer. With NaN among them, the forms decline the batch (their
     transcription does not follow the definitions' NaN semantics) and the definition runs."""
-    pol = get_policy(spec)
+    pol = _policy(spec)
+    reads_conf = pol.sim_fn.arrays.reads_conf
     rng = np.random.default_rng(zlib.crc32(spec.encode()) + 2)
     odd = torch.tensor([float("nan"), -0.25, 1.5, -0.0, 0.0, 1.0, float("inf")])
     for i in range(200):
@@ -156,7 +176,7 @@ def test_out_of_range_confidences(spec):
             else:
                 t[hit] = odd[torch.from_numpy(rng.integers(0, len(odd), tuple(t.shape)))][hit].to(t.dtype)
         _same(spec, pol, b, f"odd batch {i} (R={R})")
-        if pol.sim_fn is not None:  # a form declines NaN (the definition runs) and takes the rest
+        if reads_conf:  # a form that reads the confidences declines NaN (the definition runs) and takes the rest
             nan = any(bool(torch.isnan(getattr(b, n)).any()) for n in (
                 "model_conf", "ngram_conf", "stale_model_conf", "stale_ngram_conf"))
             declined = pol.sim_fn.arrays(Arrays.of(b)) is None
@@ -177,3 +197,57 @@ def test_default_clone(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k", keys],
                           env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------------------ engine forms
+STATE = ("pos", "prev_pos", "model_pos", "m_conf_sum", "m_conf_cnt", "ng_conf_sum", "ng_conf_cnt", "n_steps",
+         "emitted_tokens", "n_preempt")
+# a policy under which each engine form runs, and how a run shows that it did
+ENGINE_CASES = {NATIVE_STEP: ("hybrid", lambda e: e._fast is not None),
+                ARRAY_FORM: ("hybrid-price", lambda e: e._arrays is not None),
+                FAST_FORWARD: ("none", fast_forward_ok),
+                STRETCH: ("adaptive", stretch_ok)}
+
+
+def test_every_engine_form_is_enrolled():
+    assert set(ENGINE_CASES) == set(ENGINE_FORMS)
+    for form in ENGINE_FORMS:
+        assert transcribed_methods(Engine, form), f"{form}: no Engine method is marked as its definition"
+
+
+def _as_defined(form: str) -> type:
+    """An Engine whose class overrides (passes through) the marked method of `form` that the fewest other forms
+    mark: the engine then runs that method's definition where the form would stand in for it."""
+    marks = transcribed_methods(Engine, form)
+    name = min(sorted(marks), key=lambda n: len(getattr(marks[n], "__fast_forms__")))
+    base = marks[name]
+
+    def passthrough(self, *args, **kwargs):
+        return base(self, *args, **kwargs)
+
+    return type(f"Defined{name}", (Engine,), {name: passthrough})
+
+
+@pytest.fixture(scope="module")
+def engine_prep():
+    return prepare(SimSetup(trace="traces/chat.jsonl", sample=12, seed=5))
+
+
+@pytest.mark.skipif(NO_CC, reason="no C compiler: the engine runs its definitions")
+@pytest.mark.parametrize("form", ENGINE_FORMS)
+def test_engine_form_equals_its_definition(engine_prep, form):
+    spec, used = ENGINE_CASES[form]
+    tb, cfg = engine_prep.tables, EngineConfig(batch_size=4)
+    runs = []
+    for cls in (Engine, _as_defined(form)):
+        eng = cls(tb, engine_prep.arrivals, get_policy(spec), engine_prep.cost, cfg)
+        runs.append((eng, eng.run()))
+    (fast, rf), (slow, rs) = runs
+    assert not steps_as_defined(fast, form) and steps_as_defined(slow, form)
+    assert used(fast), f"{form}: the run under {spec} does not use the form, so it checks nothing"
+    assert rf.lossless and rs.lossless
+    for k, v in rf.steps.items():
+        assert np.asarray(v).tobytes() == np.asarray(rs.steps[k]).tobytes(), f"{form}: step column {k} differs"
+    for k in STATE:
+        assert getattr(fast, k).tobytes() == getattr(slow, k).tobytes(), f"{form}: {k} differs"
+    assert fast.n_written == slow.n_written and len(rf.steps["emitted"]) > 10
