@@ -65,6 +65,9 @@ class HybridSpecConfig:
     skip: bool = field(default=False, metadata=_meta(
         "skip DSpark's block pass for a step when the n-gram chains alone pay more (the simulator's `hybrid` "
         "rule, decided on the host from the last step's values); CPU build only (docs/real.md)"))
+    compile: bool = field(default=False, metadata=_meta(
+        "run the plugin's per-step work as compiled graphs (torch.compile at warm-up: observe and propose each one "
+        "fused kernel on the CPU; docs/real.md, 'A cheap step')"))
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -76,7 +79,7 @@ class HybridSpecConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"hybrid_spec.{name} must be a non-negative integer, got {v!r}")
-        for name in ("enabled", "skip"):
+        for name in ("enabled", "skip", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"hybrid_spec.{name} must be true or false, got {getattr(self, name)!r}")
         if self.slots > MAX_SLOTS:

@@ -49,7 +49,7 @@ from real.vllm_plugin.config import HybridSpecConfig
 from real.vllm_plugin.ngram_kernels import first_token_hits, ngram_match
 from sim.drafters.calibration import NgramCalibrator, conditional_torch
 from sim.policies.base import StepBatch
-from sim.policies.hybrid import choose_chain, publish, published_view
+from sim.policies.hybrid import SWEEP_EXACT_MAX, choose_chain, publish, published_view
 
 HISTORY_WINDOW = 32  # H: output positions in the `recent` copy-history share (sim.drafters.calibration.copy_history)
 FILLER_TOKEN = 0  # token id in a published slot past both chains (confidence 0; any valid id is lossless)
@@ -72,8 +72,9 @@ class HybridDrafter:
     req_states indices). Row `max_reqs` is a sink that absorbs the writes of padded rows (index -1)."""
 
     def __init__(self, cfg: HybridSpecConfig, max_reqs: int, k: int, device: torch.device | str,
-                 calibrator: NgramCalibrator | None = None, block: int | None = None):
-        """k: W, the slots vLLM verifies per request (its num_speculative_tokens); block: DSpark's K_b (default W)."""
+                 calibrator: NgramCalibrator | None = None, block: int | None = None, compiled: bool = False):
+        """k: W, the slots vLLM verifies per request (its num_speculative_tokens); block: DSpark's K_b (default W);
+        compiled: run observe and propose as compiled graphs (`compile_step`, made at warm-up)."""
         block = k if block is None else int(block)
         if not 1 <= block <= k:
             raise ValueError(f"DSpark's block must be in 1..W = {k}, got {block}")
@@ -109,6 +110,20 @@ class HybridDrafter:
         self._table_host: torch.Tensor | None = None
         self.draft_table: list[float] = []
         self.skip_table: list[float] | None = None  # draft cost at R when the block pass is skipped [ms]
+        self.compiled = bool(compiled)
+        self._observe_fn, self._propose_fn = self._observe_step, self._propose_step
+        if self.compiled:
+            self.compile_step()
+
+    def compile_step(self) -> None:
+        """Compile observe's and propose's device work (`torch.compile`, fullgraph, the batch size R dynamic), so that
+        each runs as a few fused kernels (counted by `real.vllm_plugin.checks.count_compiled_kernels`; inductor fuses
+        the ops of the step, and the policy functions replace their scans and binary searches by fusable forms
+        while compiling: sim.policies.common.prefix_sum / prefix_product / count_above, same values). The graphs are
+        built at the first call of each shape family: `warm_up` makes them at start-up. Their inputs are the
+        step's arguments and this object's persistent buffers, so a CUDA build can also capture them."""
+        self._observe_fn = torch.compile(self._observe_step, fullgraph=True, dynamic=True)
+        self._propose_fn = torch.compile(self._propose_step, fullgraph=True, dynamic=True)
 
     # ------------------------------------------------------------------------------------------ helpers
     def _rows(self, idx_mapping: torch.Tensor) -> torch.Tensor:
@@ -163,7 +178,12 @@ class HybridDrafter:
         two code paths: exact below SWEEP_EXACT_MAX slots, the two-stage grid above)."""
         if self._table is None:
             raise RuntimeError("warm_up needs the cost tables: call set_cost_tables first")
-        for R in batch_sizes or tuple(sorted({1, self.max_reqs})):
+        if batch_sizes is None:
+            batch_sizes = {1, self.max_reqs}
+            if self.compiled:  # every graph the dynamic-R compile makes: R = 1 is specialised, R >= 2 is symbolic
+                # on both sides of the sweep's exact / two-stage switch
+                batch_sizes |= {min(2, self.max_reqs), max(min(SWEEP_EXACT_MAX // (self.block + self.k), self.max_reqs), 1)}
+        for R in sorted(batch_sizes):
             for ran in (True, False):  # both shapes of the step: after DSpark's pass and after a skipped one
                 self.padded_step(R, token_ids, total_len, prompt_len, ran_model=ran)
 
@@ -194,6 +214,12 @@ class HybridDrafter:
         (num_sampled, num_rejected) for DSpark's estimator, zero on rows that verified an n-gram chain.
         token_ids [max_reqs, width] and total_len / prompt_len [max_reqs] are vLLM's request state after
         this step's tokens were appended."""
+        return self._observe_fn(idx_mapping, num_sampled, num_rejected, token_ids, total_len, prompt_len)
+
+    def _observe_step(self, idx_mapping: torch.Tensor, num_sampled: torch.Tensor, num_rejected: torch.Tensor,
+                      token_ids: torch.Tensor, total_len: torch.Tensor, prompt_len: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """observe's device work (tensor ops and writes to this object's buffers only: it compiles as one graph)."""
         rows = self._rows(idx_mapping)
         valid = idx_mapping >= 0
         ns = num_sampled.to(torch.int64)
@@ -263,6 +289,18 @@ class HybridDrafter:
         model_conf [R, K_b] are DSpark's (not read when ran_model is False: the pass was skipped, so every
         eligible row takes its n-gram chain); verify_table float [T_max + 1] in ms; draft_ms the drafter's
         cost at R [ms]; ran_model a host bool (plan_skip's decision)."""
+        tokens, conf, use_ngram, ngram_len = self._propose_fn(idx_mapping, num_sampled, model_tokens, model_conf,
+                                                              token_ids, total_len, prompt_len, verify_table,
+                                                              float(draft_ms), bool(ran_model))
+        self.steps += 1
+        self.skipped += 0 if ran_model else 1
+        return Proposal(tokens=tokens, conf=conf, use_ngram=use_ngram, ngram_len=ngram_len)
+
+    def _propose_step(self, idx_mapping: torch.Tensor, num_sampled: torch.Tensor, model_tokens: torch.Tensor,
+                      model_conf: torch.Tensor, token_ids: torch.Tensor, total_len: torch.Tensor,
+                      prompt_len: torch.Tensor, verify_table: torch.Tensor, draft_ms: float, ran_model: bool):
+        """propose's device work: (tokens, conf, use_ngram, ngram_len); tensor ops and writes to this object's
+        buffers only, so it compiles as one graph (one per value of ran_model)."""
         R, Kb = model_tokens.shape
         W = self.k
         rows = self._rows(idx_mapping)
@@ -289,9 +327,7 @@ class HybridDrafter:
         self.chosen.index_add_(0, use_ngram.to(torch.int64), eligible.to(torch.float64))
         if self.cfg.skip:
             self._keep_for_skip(rows, eligible, ran_model, mc, model_len, ng_conf, m.length)
-        self.steps += 1
-        self.skipped += 0 if ran_model else 1
-        return Proposal(tokens=tokens, conf=conf, use_ngram=use_ngram, ngram_len=m.length)
+        return tokens, conf, use_ngram, m.length
 
     # ------------------------------------------------------------------------------------------ skip
     def _keep_for_skip(self, rows, eligible, ran_model: bool, mc, model_len, ng_conf, ng_len) -> None:

@@ -62,8 +62,8 @@ import torch
 
 from sim.policies.adaptive import alloc_adaptive
 from sim.policies.base import Allocation, HostView, Plan, StepBatch, host_view
-from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, finish, goodput,
-                                 rank_scores, slot_valid, survival, top_b_counts, verify_ms)
+from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, count_above, finish,
+                                 goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
 from sim.policies.registry import Policy, parse_float, parse_int, register
 from sim.vllm_compat import VllmRun
 
@@ -112,8 +112,8 @@ class Chains:
         self.surv_m = survival(conf_m, self.len_m)
         self.surv_n = survival(conf_n, self.len_n)
         self.neg_m, self.neg_n = -self.surv_m, -self.surv_n
-        self.cs_m = torch.nn.functional.pad(torch.cumsum(self.surv_m, -1), (1, 0))
-        self.cs_n = torch.nn.functional.pad(torch.cumsum(self.surv_n, -1), (1, 0))
+        self.cs_m = torch.nn.functional.pad(prefix_sum(self.surv_m), (1, 0))
+        self.cs_n = torch.nn.functional.pad(prefix_sum(self.surv_n), (1, 0))
 
     def num_slots(self) -> int:
         """R * (K_m + K_n): the slots of one side."""
@@ -134,8 +134,8 @@ def evaluate(batch: StepBatch, ch: Chains, lam: torch.Tensor, margin: float = 0.
         return ch.evaluate(batch, lam, margin)
     lam_r = lam[:, None, :].expand(-1, ch.surv_m.shape[1], -1)  # [S, R, C]
     neg = (-lam_r).contiguous()  # searchsorted on an expanded view takes a slow path (~20x)
-    l_m = torch.searchsorted(ch.neg_m, neg)  # #{-a < -lam} = #{a > lam}
-    l_n = torch.searchsorted(ch.neg_n, neg)
+    l_m = count_above(ch.neg_m, neg)  # #{-a < -lam} = #{a > lam}
+    l_n = count_above(ch.neg_n, neg)
     g_m = ch.cs_m.gather(-1, l_m)
     g_n = ch.cs_n.gather(-1, l_n)
     use_ngram = (g_n - l_n * lam_r) > (g_m - l_m * lam_r) + margin
