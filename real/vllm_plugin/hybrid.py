@@ -31,8 +31,9 @@ Per step (vLLM's order; R rows of the batch):
               length, FILLER_TOKEN past both) and confidences (`publish`: 0 past the chosen chain's length),
               which vLLM's adaptive verification budgets and allocates unchanged.
   plan_skip (host, before DSpark's pass, only with hybrid_spec.skip): the simulator's `hybrid` decision
-            (sim.policies.hybrid.plan_skip) on host copies of the last values: each request's last drafted
-            DSpark chain, its last n-gram chain and its mean n-gram chain so far, vLLM's profiled verify
+            (sim.policies.hybrid.plan_skip) on host copies of the last values: each request's DSpark chain as the
+            simulator's engine forecasts it (the last step's when the pass ran then, else the mean of those
+            drafted so far, 1.0 before any), its last n-gram chain and its mean n-gram chain so far, vLLM's profiled verify
             table, the draft cost at R with and without the block pass (`set_skip_table`).
 Everything is batched tensor ops with shapes fixed by (R, K, history width): no host synchronisation.
 A request resumed after preemption restarts its copy history at the resume point (earlier hits count
@@ -94,6 +95,12 @@ class HybridDrafter:
         # chains (the mean proposal of the simulator's forecast)
         self.model_conf_last = torch.zeros(S, block, dtype=torch.float32, device=dev)
         self.model_len_last = torch.zeros(S, dtype=torch.int64, device=dev)
+        # the running sum / count of a request's drafted DSpark chains and whether the last step drafted one: after a
+        # skipped step plan_skip forecasts the model chain by their mean, as the simulator's engine does
+        # (sim.engine_history._host_history), and by 1.0 before any (vLLM's reset of a new request's confidences)
+        self.model_conf_sum = torch.zeros(S, block, dtype=torch.float64, device=dev)
+        self.model_steps = torch.zeros(S, dtype=torch.int64, device=dev)
+        self.model_ran_last = torch.zeros(S, dtype=torch.bool, device=dev)
         self.ngram_conf_last = torch.zeros(S, k, dtype=torch.float32, device=dev)
         self.ngram_len_last = torch.zeros(S, dtype=torch.int64, device=dev)
         self.ngram_conf_sum = torch.zeros(S, k, dtype=torch.float64, device=dev)
@@ -258,6 +265,8 @@ class HybridDrafter:
         if self.cfg.skip:  # a new request in the slot: plan_skip's history of it starts empty
             self.ngram_steps[rows] = torch.where(fresh, 0, self.ngram_steps[rows])
             self.model_len_last[rows] = torch.where(fresh, 0, self.model_len_last[rows])
+            self.model_steps[rows] = torch.where(fresh, 0, self.model_steps[rows])
+            self.model_ran_last[rows] = self.model_ran_last[rows] & ~fresh
 
         used_ngram = self.last_ngram[rows] & valid
         return torch.where(used_ngram, 0, num_sampled), torch.where(used_ngram, 0, num_rejected)
@@ -337,6 +346,11 @@ class HybridDrafter:
         if ran_model:
             self.model_conf_last[srows] = mc
             self.model_len_last[srows] = model_len
+            first = self.model_steps[srows] == 0
+            self.model_conf_sum[srows] = torch.where(first[:, None], 0.0, self.model_conf_sum[srows]) + \
+                mc.to(torch.float64)
+            self.model_steps[srows] = self.model_steps[srows] + 1
+        self.model_ran_last[srows] = torch.full_like(srows, ran_model, dtype=torch.bool)
         self.ngram_conf_last[srows] = ng_conf
         self.ngram_len_last[srows] = ng_len
         fresh = self.ngram_steps[srows] == 0
@@ -362,7 +376,12 @@ class HybridDrafter:
         mean = cpu(self.ngram_conf_sum) / n_steps.clamp(min=1)[:, None].to(torch.float64)
         full = self.draft_ms(R)
         saved = max(full - self.skip_table[min(R, len(self.skip_table) - 1)], 0.0)
-        view = HostView(stale_model_conf=cpu(self.model_conf_last), stale_model_len=cpu(self.model_len_last),
+        m_steps, ran_last = cpu(self.model_steps), cpu(self.model_ran_last)
+        m_mean = (cpu(self.model_conf_sum) / m_steps.clamp(min=1)[:, None].to(torch.float64)).to(torch.float32)
+        stale_m = torch.where(ran_last[:, None], cpu(self.model_conf_last), m_mean)
+        stale_m = torch.where((m_steps == 0)[:, None], 1.0, stale_m)  # none drafted yet: vLLM's reset value
+        stale_len = torch.where(m_steps == 0, self.block, cpu(self.model_len_last))
+        view = HostView(stale_model_conf=stale_m, stale_model_len=stale_len,
                         stale_ngram_conf=cpu(self.ngram_conf_last), stale_ngram_len=cpu(self.ngram_len_last),
                         model_len=torch.full((R,), self.block, dtype=torch.int64), num_nondraft_tokens=R,
                         verify_cost_ms=self._table_host, draft_cost_ms=full,
