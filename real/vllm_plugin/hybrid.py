@@ -33,8 +33,8 @@ Per step (vLLM's order; R rows of the batch):
   plan_skip (host, before DSpark's pass, only with hybrid_spec.skip): the simulator's `hybrid` decision
             (sim.policies.hybrid.plan_skip) on host copies of the last values: each request's DSpark chain as the
             simulator's engine forecasts it (the last step's when the pass ran then, else the mean of those
-            drafted so far, 1.0 before any), its last n-gram chain and its mean n-gram chain so far, vLLM's profiled verify
-            table, the draft cost at R with and without the block pass (`set_skip_table`).
+            drafted so far, 1.0 before any), its last n-gram chain and its mean n-gram chain so far, vLLM's
+            profiled verify table, the draft cost at R with and without the block pass (`set_skip_table`).
 Everything is batched tensor ops with shapes fixed by (R, K, history width): no host synchronisation.
 A request resumed after preemption restarts its copy history at the resume point (earlier hits count
 as misses); the simulator keeps the whole history, so such requests may get slightly different
@@ -182,14 +182,16 @@ class HybridDrafter:
         the step caches on the device (the price grid, aranges) is made and every Triton kernel is compiled now,
         at start-up, not at the first live request. Needs the uploaded table; leaves the statistics as they were
         (padded rows count nothing; the step counter is restored). Default sizes: 1 and max_reqs (the sweep's
-        two code paths: exact below SWEEP_EXACT_MAX slots, the two-stage grid above)."""
+        two code paths: exact below SWEEP_EXACT_MAX slots, the two-stage grid above); compiled, also 2 and the
+        largest exact-sweep batch, so that every graph of the dynamic batch size is built here."""
         if self._table is None:
             raise RuntimeError("warm_up needs the cost tables: call set_cost_tables first")
         if batch_sizes is None:
             batch_sizes = {1, self.max_reqs}
             if self.compiled:  # every graph the dynamic-R compile makes: R = 1 is specialised, R >= 2 is symbolic
                 # on both sides of the sweep's exact / two-stage switch
-                batch_sizes |= {min(2, self.max_reqs), max(min(SWEEP_EXACT_MAX // (self.block + self.k), self.max_reqs), 1)}
+                exact = max(min(SWEEP_EXACT_MAX // (self.block + self.k), self.max_reqs), 1)
+                batch_sizes |= {min(2, self.max_reqs), exact}
         for R in sorted(batch_sizes):
             for ran in (True, False):  # both shapes of the step: after DSpark's pass and after a skipped one
                 self.padded_step(R, token_ids, total_len, prompt_len, ran_model=ran)
