@@ -1,6 +1,7 @@
 """The vLLM plugin's W slots and skip on CPU tensors, without vLLM (real/vllm_plugin/config.py, plugin.py, hybrid.py):
 W and the skip are validated at start-up in one line each; the skip decision is the simulator's `hybrid` rule on the
 host copies of the last values, and a skipped step publishes the n-gram chains alone."""
+import dataclasses
 from types import SimpleNamespace as NS
 
 import numpy as np
@@ -13,7 +14,7 @@ from real.vllm_plugin.hybrid import HybridDrafter
 from sim.drafters.calibration import NgramCalibrator
 from sim.errors import ConfigError
 from sim.policies import get_policy
-from sim.policies.base import HostView
+from sim.policies.base import CHAIN_NGRAM, HostView, host_view
 from sim.policies.hybrid import plan_skip
 
 CAL = NgramCalibrator.load()
@@ -54,13 +55,109 @@ def test_skip_is_refused_where_the_build_cannot_skip(monkeypatch):
     assert plugin.hybrid_config(_vllm_config(32, 7, {"skip": True})).skip
 
 
-def test_sim_policy_names_the_slots_and_refuses_the_unmodelled_skip():
+def test_sim_policy_names_the_slots_and_the_skip_twin():
     c = HybridSpecConfig(slots=32)
     assert c.sim_policy() == "hybrid-vllm:slots=32"
     get_policy(c.sim_policy())
     assert HybridSpecConfig.from_additional_config(c.to_additional_config()) == c
-    with pytest.raises(ConfigError, match="no policy for the plugin's skip"):
-        HybridSpecConfig(skip=True).sim_policy()
+    s = HybridSpecConfig(skip=True, slots=16, margin=0.5)
+    assert s.sim_policy() == "hybrid-vllm:margin=0.5:slots=16:skip"
+    pol = get_policy(s.sim_policy())
+    assert pol.name == s.sim_policy() and pol.plan_fn is not None and pol.alloc_fn is not None
+    with pytest.raises(ConfigError, match="skip"):
+        get_policy("hybrid-vllm:skip:slots=16")  # skip comes last
+
+
+def _skip_batch(seed=0, R=5, K=7, W=16):
+    from sim.policies import StepBatch
+
+    g = torch.Generator().manual_seed(seed)
+    mc, nc = torch.rand(R, K, generator=g), torch.rand(R, W, generator=g) ** 0.2
+    return StepBatch(model_conf=mc, model_len=torch.full((R,), K), ngram_conf=nc,
+                     ngram_len=torch.randint(0, W + 1, (R,), generator=g), stale_model_conf=torch.rand(R, K, generator=g),
+                     stale_model_len=torch.full((R,), K), stale_ngram_conf=nc.flip(0),
+                     stale_ngram_len=torch.randint(0, W + 1, (R,), generator=g), num_nondraft_tokens=R,
+                     verify_cost_ms=torch.tensor([5.0 + 0.05 * t for t in range(R * (W + 1) + 2)], dtype=torch.float64),
+                     draft_cost_ms=1.0, model_draft_ms=0.8, ngram_draft_ms=0.05, mean_ngram_conf=nc.to(torch.float64))
+
+
+def test_the_skip_twin_runs_hybrid_vllm_when_the_pass_runs_and_publishes_ngram_chains_when_skipped():
+    from sim.policies.base import Plan
+    from sim.policies.hybrid import alloc_hybrid_vllm, alloc_hybrid_vllm_skip, plan_hybrid_vllm_skip
+
+    for seed in range(6):
+        b = _skip_batch(seed)
+        ran = alloc_hybrid_vllm_skip(b, Plan(model=True, ngram=True), slots=16)
+        want = alloc_hybrid_vllm(b, slots=16)
+        assert torch.equal(ran.chain, want.chain) and torch.equal(ran.admitted, want.admitted) and bool(ran.model_ran)
+        skipped = alloc_hybrid_vllm_skip(b, Plan(model=False, ngram=True), slots=16)
+        assert not bool(skipped.model_ran) and bool((skipped.admitted <= b.ngram_len).all())
+        assert bool((skipped.chain[skipped.admitted > 0] == CHAIN_NGRAM).all())
+        # the current model chains were not drafted: changing them changes nothing
+        b2 = dataclasses.replace(b, model_conf=torch.ones_like(b.model_conf))
+        again = alloc_hybrid_vllm_skip(b2, Plan(model=False, ngram=True), slots=16)
+        assert torch.equal(again.admitted, skipped.admitted)
+        # the plan is plan_skip's decision (the plugin's HybridDrafter.plan_skip calls the same function), no budget
+        p = plan_hybrid_vllm_skip(host_view(b))
+        assert p.budget is None and p.model == plan_skip(host_view(b)).model
+
+
+def test_the_skip_twin_skips_in_an_engine_run_and_is_charged_without_the_pass():
+    from conftest import LinearCost, random_requests
+    from sim.drafters.calibration import _KNOTS
+    from sim.drafters.model import ModelDrafterProfile
+    from sim.drafters.ngram import NgramConfig
+    from sim.drafters.tables import build_draft_tables
+    from sim.engine import Engine, EngineConfig
+
+    rng = np.random.default_rng(0)
+    reqs = random_requests(rng, 6, vocab=4, max_prompt=60, max_out=120)
+    w = np.zeros(len(_KNOTS) + 11)
+    w[0], w[1] = 2.0, 1.0
+    cfg = NgramConfig(n_min=1, n_max=3, k=8, ext_max=16)
+    tb = build_draft_tables(reqs, cfg, ModelDrafterProfile(name="t", block=4), NgramCalibrator(w, cfg))
+    res = Engine(tb, np.zeros(len(reqs)), get_policy("hybrid-vllm:slots=8:skip"), LinearCost(),
+                 EngineConfig(batch_size=2, scheduler="vllm")).run()
+    assert res.lossless
+    st = res.steps
+    dec = st["num_decode"] > 0
+    skipped = dec & (st["draft_ms"] == 0)
+    assert skipped.any() and (dec & (st["draft_ms"] > 0)).any()
+    assert (st["verified_model"][skipped] == 0).all()
+
+
+def test_plan_skip_forecasts_the_dspark_chain_as_the_engine_does():
+    """After a skipped step the plugin's host view holds the mean of the request's drafted DSpark chains (the
+    engine's forecast, sim.engine_history._host_history), after a drafted one that chain, before any 1.0."""
+    d, tok, plen = _drafter()
+    d.set_skip_table(np.full(5, 0.5))
+    seen = []
+    import real.vllm_plugin.hybrid as hy
+
+    orig = hy.HybridDrafter.plan_skip
+
+    def spy(view_fn):
+        def plan(view, *a, **k):
+            seen.append(view.stale_model_conf.clone())
+            return view_fn(view, *a, **k)
+        return plan
+
+    import sim.policies.hybrid as sh
+    real_plan = sh.plan_skip
+    sh.plan_skip = spy(real_plan)
+    try:
+        total = torch.full((4,), 140, dtype=torch.int32)
+        orig(d, [0, 1, 2, 3])
+        _step(d, tok, plen, total, 0.8)
+        orig(d, [0, 1, 2, 3])
+        _step(d, tok, plen, total + 2, 0.4)
+        _step(d, tok, plen, total + 4, 0.0, ran=False)
+        orig(d, [0, 1, 2, 3])
+    finally:
+        sh.plan_skip = real_plan
+    assert bool((seen[0] == 1.0).all())
+    assert torch.allclose(seen[1], torch.full((4, 7), 0.8))
+    assert torch.allclose(seen[2], torch.full((4, 7), 0.6))
 
 
 def _drafter(W=32, Kb=7, skip=True, S=4, width=256, copies=True):

@@ -142,7 +142,8 @@ def propose_ngram(history: torch.Tensor, lengths: torch.Tensor, cfg: NgramConfig
         a = (t.unsqueeze(1) - 1 - q).clamp(0, L - 1)
         b = best_e.unsqueeze(1) - 1 - q  # < 0 past the history start and for every q when unmatched
         same = (b >= 0) & _equal(torch.gather(history, 1, a), torch.gather(history, 1, b.clamp(0, L - 1)))
-        prop.ext = torch.cumprod(same.to(torch.uint8), dim=1).sum(dim=1)
+        # the leading run of matches = the first mismatch's index (X if none): one fusable reduction
+        prop.ext = torch.where(same, X, q).amin(dim=1)
     return prop
 
 

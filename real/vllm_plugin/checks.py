@@ -1,6 +1,8 @@
 """First-run self-checks of the plugin's device code (real/validate.py --engine vllm runs them first)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import torch
 
@@ -232,3 +234,99 @@ def audit_step(R: int, device="meta", max_reqs: int | None = None, width: int = 
         d.propose(idx, ns, mt, mc, tok, total, plen, d.table, d.draft_ms(R))
     return {"observe": obs.total, "propose": prop.total, "h2d": obs.h2d + prop.h2d,
             "ops": {"observe": obs.ops, "propose": prop.ops}}
+
+
+# A line of inductor's generated wrapper that launches work: a generated kernel (cpp_fused_* on the CPU, triton_* on
+# CUDA, called directly or through .run), an extern kernel (mm, ...) or an aten fallback op. Allocations, views
+# (reinterpret_tensor, as_strided), size asserts and deletes launch nothing and are not counted.
+_LAUNCH = re.compile(r"^\s*(?:\w+\s*=\s*)?((?:cpp_fused|triton)_\w+|extern_kernels\.\w+|torch\.ops\.\w+\.\w+|aten\.\w+)"
+                     r"[\w.]*\(", re.M)
+_NOT_LAUNCH = ("empty_strided", "as_strided", "reinterpret_tensor", "_reinterpret", "alloc_from_pool")
+
+
+def wrapper_launches(code: str) -> list[str]:
+    """The kernel launches in the `call` functions of inductor's generated wrapper code (see _LAUNCH)."""
+    out = []
+    for i in [m.start() for m in re.finditer(r"def call\(", code)]:
+        body = code[i:]
+        end = body.find("\n    return ", 1)
+        for m in _LAUNCH.finditer(body[:end if end > 0 else None]):
+            name = m.group(1)
+            if not any(n in name for n in _NOT_LAUNCH):
+                out.append(name)
+    return out
+
+
+def trace_histories(path, R: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token histories from a recorded trace, for step checks without a tokenizer: the UTF-8 bytes of the first R
+    requests' prompt + reference output (int32 [R, width], cut or zero-padded) and the prompt lengths in bytes."""
+    import json
+
+    seqs = np.zeros((R, width), dtype=np.int32)
+    plen = np.zeros(R, dtype=np.int64)
+    with open(path, encoding="utf-8") as f:
+        for r, line in zip(range(R), f):
+            req = json.loads(line)
+            p = req["prompt"].encode()
+            out = str(req.get("output") or "").encode()
+            b = np.frombuffer((p + out)[:width], dtype=np.uint8)
+            seqs[r, :len(b)] = b
+            plen[r] = min(len(p), width - 1)
+    return seqs, plen
+
+
+def count_compiled_kernels(R: int, k: int = 7, block: int | None = None, width: int = 512, max_reqs: int = 64,
+                           steps: int = 3, ran_model: bool = True, seed: int = 0,
+                           histories: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
+    """Run `steps` hybrid steps (observe + propose) of R live rows on the CPU twice, eager and compiled
+    (`HybridDrafter(compiled=True)`), on the same inputs, and count the compiled step's kernel launches: every
+    generated kernel, extern kernel and fallback op the compiled graphs' wrapper code calls (`wrapper_launches`),
+    per half, and the barrier-separated loop nests inside the generated CPU kernels (`#pragma omp for` / `single`
+    regions: what a GPU backend would rather launch as separate kernels). Inputs: random
+    repetitive histories (`_emulated_inputs`) or `histories` (seqs [>= max(R, max_reqs), width], prompt lengths);
+    the rows advance by each step's emitted count as vLLM's post_update does. Returns the counts and, per step,
+    every output and state buffer of both runs (lists of tensors), for an equivalence check."""
+    from torch._inductor.utils import run_and_get_code
+
+    from real.vllm_plugin.config import HybridSpecConfig
+    from real.vllm_plugin.hybrid import HybridDrafter
+
+    block = k if block is None else block
+    S = max(R, max_reqs)
+    x = _emulated_inputs(S, width, steps, max(k, block), seed)
+    if histories is not None:
+        x["seqs"], x["plen"] = histories[0][:S, :width], histories[1][:S]
+    g = torch.Generator().manual_seed(seed)
+    tok = torch.as_tensor(x["seqs"])
+    plen = torch.as_tensor(x["plen"], dtype=torch.int32)
+    idx = torch.randperm(S, generator=g)[:R].to(torch.int32)
+    t = np.arange(S * (k + 1) + 65, dtype=np.float64)
+    runs, code = {}, {"observe": [], "propose": []}
+    for compiled in (False, True):
+        d = HybridDrafter(HybridSpecConfig(), S, k, "cpu", block=block, compiled=compiled)
+        d.set_cost_tables(np.linspace(1.0, 2.0, S + 1), 10.0 + np.maximum(t - 64, 0) * 0.05)
+        total = torch.as_tensor(x["plen"], dtype=torch.int64)
+        outs = []
+        for s in range(steps):
+            ns = torch.as_tensor(x["ns"][s][:R], dtype=torch.int32).clamp(max=k + 1)
+            nr = torch.as_tensor(x["nr"][s][:R], dtype=torch.int32).clamp(max=k)
+            total = total.clone()
+            total[idx.long()] = (total[idx.long()] + ns.long()).clamp(max=width)
+            tl32 = total.to(torch.int32)
+            mt = torch.as_tensor(x["mtok"][s][:R, :block], dtype=torch.int64)
+            mc = torch.as_tensor(x["mconf"][s][:R, :block])
+            first = compiled and s == 0
+            run = run_and_get_code if first else (lambda f, *a: (f(*a), []))
+            obs, c_obs = run(d.observe, idx, ns, nr, tok, tl32, plen)
+            prop, c_prop = run(d.propose, idx, ns, mt, mc, tok, tl32, plen, d.table, d.draft_ms(R), ran_model)
+            code["observe"] += c_obs
+            code["propose"] += c_prop
+            outs.append([*obs, prop.tokens, prop.conf, prop.use_ngram, prop.ngram_len, d.ring.clone(),
+                         d.hits.clone(), d.pos.clone(), d.reached.clone(), d.accepted.clone(), d.predicted.clone(),
+                         d.last_conf.clone(), d.last_ngram.clone(), d.chosen.clone()])
+        runs[compiled] = outs
+    launches = {half: [n for c in codes for n in wrapper_launches(c)] for half, codes in code.items()}
+    nests = {half: sum(len(re.findall(r"#pragma omp (?:for|single)", c)) for c in codes)
+             for half, codes in code.items()}
+    return {"observe": len(launches["observe"]), "propose": len(launches["propose"]), "launches": launches,
+            "loop_nests": nests, "eager": runs[False], "compiled": runs[True]}

@@ -65,6 +65,9 @@ class HybridSpecConfig:
     skip: bool = field(default=False, metadata=_meta(
         "skip DSpark's block pass for a step when the n-gram chains alone pay more (the simulator's `hybrid` "
         "rule, decided on the host from the last step's values); CPU build only (docs/real.md)"))
+    compile: bool = field(default=False, metadata=_meta(
+        "run the plugin's per-step work as compiled graphs (torch.compile at warm-up: observe and propose each one "
+        "fused kernel on the CPU; docs/real.md, 'A cheap step')"))
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -76,7 +79,7 @@ class HybridSpecConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"hybrid_spec.{name} must be a non-negative integer, got {v!r}")
-        for name in ("enabled", "skip"):
+        for name in ("enabled", "skip", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"hybrid_spec.{name} must be true or false, got {getattr(self, name)!r}")
         if self.slots > MAX_SLOTS:
@@ -91,15 +94,11 @@ class HybridSpecConfig:
         return NgramConfig(n_min=self.n_min, n_max=self.n_max, k=k, ext_max=self.ext_max)
 
     def sim_policy(self) -> str:
-        """The simulator's policy spec that predicts this engine (`hybrid-vllm[:METHOD][:margin=M][:slots=W]`).
-        The skip has no simulator twin yet: a skip run is refused here (ConfigError), not mispredicted."""
-        if self.skip:
-            raise ConfigError("hybrid_spec.skip: the simulator has no policy for the plugin's skip inside vLLM yet "
-                              "(its `hybrid` also sets the budget, which vLLM's adaptive verification keeps): "
-                              "docs/real.md, 'The skip'")
+        """The simulator's policy spec that predicts this engine (`hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip]`;
+        `:skip` is the twin of the plugin's skip: the same plan_skip decision, vLLM keeping its own budget)."""
         spec = "hybrid-vllm" + ("" if self.method == DEFAULT_METHOD else f":{self.method}")
         spec += "" if float(self.margin) == NGRAM_MARGIN else f":margin={float(self.margin):g}"
-        return spec + (f":slots={self.slots}" if self.slots else "")
+        return spec + (f":slots={self.slots}" if self.slots else "") + (":skip" if self.skip else "")
 
     @staticmethod
     def dspark_block(draft_hf_config, default: int) -> int:

@@ -31,9 +31,10 @@ Per step (vLLM's order; R rows of the batch):
               length, FILLER_TOKEN past both) and confidences (`publish`: 0 past the chosen chain's length),
               which vLLM's adaptive verification budgets and allocates unchanged.
   plan_skip (host, before DSpark's pass, only with hybrid_spec.skip): the simulator's `hybrid` decision
-            (sim.policies.hybrid.plan_skip) on host copies of the last values: each request's last drafted
-            DSpark chain, its last n-gram chain and its mean n-gram chain so far, vLLM's profiled verify
-            table, the draft cost at R with and without the block pass (`set_skip_table`).
+            (sim.policies.hybrid.plan_skip) on host copies of the last values: each request's DSpark chain as the
+            simulator's engine forecasts it (the last step's when the pass ran then, else the mean of those
+            drafted so far, 1.0 before any), its last n-gram chain and its mean n-gram chain so far, vLLM's
+            profiled verify table, the draft cost at R with and without the block pass (`set_skip_table`).
 Everything is batched tensor ops with shapes fixed by (R, K, history width): no host synchronisation.
 A request resumed after preemption restarts its copy history at the resume point (earlier hits count
 as misses); the simulator keeps the whole history, so such requests may get slightly different
@@ -49,7 +50,7 @@ from real.vllm_plugin.config import HybridSpecConfig
 from real.vllm_plugin.ngram_kernels import first_token_hits, ngram_match
 from sim.drafters.calibration import NgramCalibrator, conditional_torch
 from sim.policies.base import StepBatch
-from sim.policies.hybrid import choose_chain, publish, published_view
+from sim.policies.hybrid import SWEEP_EXACT_MAX, choose_chain, publish, published_view
 
 HISTORY_WINDOW = 32  # H: output positions in the `recent` copy-history share (sim.drafters.calibration.copy_history)
 FILLER_TOKEN = 0  # token id in a published slot past both chains (confidence 0; any valid id is lossless)
@@ -72,8 +73,9 @@ class HybridDrafter:
     req_states indices). Row `max_reqs` is a sink that absorbs the writes of padded rows (index -1)."""
 
     def __init__(self, cfg: HybridSpecConfig, max_reqs: int, k: int, device: torch.device | str,
-                 calibrator: NgramCalibrator | None = None, block: int | None = None):
-        """k: W, the slots vLLM verifies per request (its num_speculative_tokens); block: DSpark's K_b (default W)."""
+                 calibrator: NgramCalibrator | None = None, block: int | None = None, compiled: bool = False):
+        """k: W, the slots vLLM verifies per request (its num_speculative_tokens); block: DSpark's K_b (default W);
+        compiled: run observe and propose as compiled graphs (`compile_step`, made at warm-up)."""
         block = k if block is None else int(block)
         if not 1 <= block <= k:
             raise ValueError(f"DSpark's block must be in 1..W = {k}, got {block}")
@@ -93,6 +95,12 @@ class HybridDrafter:
         # chains (the mean proposal of the simulator's forecast)
         self.model_conf_last = torch.zeros(S, block, dtype=torch.float32, device=dev)
         self.model_len_last = torch.zeros(S, dtype=torch.int64, device=dev)
+        # the running sum / count of a request's drafted DSpark chains and whether the last step drafted one: after a
+        # skipped step plan_skip forecasts the model chain by their mean, as the simulator's engine does
+        # (sim.engine_history._host_history), and by 1.0 before any (vLLM's reset of a new request's confidences)
+        self.model_conf_sum = torch.zeros(S, block, dtype=torch.float64, device=dev)
+        self.model_steps = torch.zeros(S, dtype=torch.int64, device=dev)
+        self.model_ran_last = torch.zeros(S, dtype=torch.bool, device=dev)
         self.ngram_conf_last = torch.zeros(S, k, dtype=torch.float32, device=dev)
         self.ngram_len_last = torch.zeros(S, dtype=torch.int64, device=dev)
         self.ngram_conf_sum = torch.zeros(S, k, dtype=torch.float64, device=dev)
@@ -109,6 +117,20 @@ class HybridDrafter:
         self._table_host: torch.Tensor | None = None
         self.draft_table: list[float] = []
         self.skip_table: list[float] | None = None  # draft cost at R when the block pass is skipped [ms]
+        self.compiled = bool(compiled)
+        self._observe_fn, self._propose_fn = self._observe_step, self._propose_step
+        if self.compiled:
+            self.compile_step()
+
+    def compile_step(self) -> None:
+        """Compile observe's and propose's device work (`torch.compile`, fullgraph, the batch size R dynamic), so that
+        each runs as a few fused kernels (counted by `real.vllm_plugin.checks.count_compiled_kernels`; inductor fuses
+        the ops of the step, and the policy functions replace their scans and binary searches by fusable forms
+        while compiling: sim.policies.common.prefix_sum / prefix_product / count_above, same values). The graphs are
+        built at the first call of each shape family: `warm_up` makes them at start-up. Their inputs are the
+        step's arguments and this object's persistent buffers, so a CUDA build can also capture them."""
+        self._observe_fn = torch.compile(self._observe_step, fullgraph=True, dynamic=True)
+        self._propose_fn = torch.compile(self._propose_step, fullgraph=True, dynamic=True)
 
     # ------------------------------------------------------------------------------------------ helpers
     def _rows(self, idx_mapping: torch.Tensor) -> torch.Tensor:
@@ -160,10 +182,17 @@ class HybridDrafter:
         the step caches on the device (the price grid, aranges) is made and every Triton kernel is compiled now,
         at start-up, not at the first live request. Needs the uploaded table; leaves the statistics as they were
         (padded rows count nothing; the step counter is restored). Default sizes: 1 and max_reqs (the sweep's
-        two code paths: exact below SWEEP_EXACT_MAX slots, the two-stage grid above)."""
+        two code paths: exact below SWEEP_EXACT_MAX slots, the two-stage grid above); compiled, also 2 and the
+        largest exact-sweep batch, so that every graph of the dynamic batch size is built here."""
         if self._table is None:
             raise RuntimeError("warm_up needs the cost tables: call set_cost_tables first")
-        for R in batch_sizes or tuple(sorted({1, self.max_reqs})):
+        if batch_sizes is None:
+            batch_sizes = {1, self.max_reqs}
+            if self.compiled:  # every graph the dynamic-R compile makes: R = 1 is specialised, R >= 2 is symbolic
+                # on both sides of the sweep's exact / two-stage switch
+                exact = max(min(SWEEP_EXACT_MAX // (self.block + self.k), self.max_reqs), 1)
+                batch_sizes |= {min(2, self.max_reqs), exact}
+        for R in sorted(batch_sizes):
             for ran in (True, False):  # both shapes of the step: after DSpark's pass and after a skipped one
                 self.padded_step(R, token_ids, total_len, prompt_len, ran_model=ran)
 
@@ -194,6 +223,12 @@ class HybridDrafter:
         (num_sampled, num_rejected) for DSpark's estimator, zero on rows that verified an n-gram chain.
         token_ids [max_reqs, width] and total_len / prompt_len [max_reqs] are vLLM's request state after
         this step's tokens were appended."""
+        return self._observe_fn(idx_mapping, num_sampled, num_rejected, token_ids, total_len, prompt_len)
+
+    def _observe_step(self, idx_mapping: torch.Tensor, num_sampled: torch.Tensor, num_rejected: torch.Tensor,
+                      token_ids: torch.Tensor, total_len: torch.Tensor, prompt_len: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """observe's device work (tensor ops and writes to this object's buffers only: it compiles as one graph)."""
         rows = self._rows(idx_mapping)
         valid = idx_mapping >= 0
         ns = num_sampled.to(torch.int64)
@@ -232,6 +267,8 @@ class HybridDrafter:
         if self.cfg.skip:  # a new request in the slot: plan_skip's history of it starts empty
             self.ngram_steps[rows] = torch.where(fresh, 0, self.ngram_steps[rows])
             self.model_len_last[rows] = torch.where(fresh, 0, self.model_len_last[rows])
+            self.model_steps[rows] = torch.where(fresh, 0, self.model_steps[rows])
+            self.model_ran_last[rows] = self.model_ran_last[rows] & ~fresh
 
         used_ngram = self.last_ngram[rows] & valid
         return torch.where(used_ngram, 0, num_sampled), torch.where(used_ngram, 0, num_rejected)
@@ -263,6 +300,18 @@ class HybridDrafter:
         model_conf [R, K_b] are DSpark's (not read when ran_model is False: the pass was skipped, so every
         eligible row takes its n-gram chain); verify_table float [T_max + 1] in ms; draft_ms the drafter's
         cost at R [ms]; ran_model a host bool (plan_skip's decision)."""
+        tokens, conf, use_ngram, ngram_len = self._propose_fn(idx_mapping, num_sampled, model_tokens, model_conf,
+                                                              token_ids, total_len, prompt_len, verify_table,
+                                                              float(draft_ms), bool(ran_model))
+        self.steps += 1
+        self.skipped += 0 if ran_model else 1
+        return Proposal(tokens=tokens, conf=conf, use_ngram=use_ngram, ngram_len=ngram_len)
+
+    def _propose_step(self, idx_mapping: torch.Tensor, num_sampled: torch.Tensor, model_tokens: torch.Tensor,
+                      model_conf: torch.Tensor, token_ids: torch.Tensor, total_len: torch.Tensor,
+                      prompt_len: torch.Tensor, verify_table: torch.Tensor, draft_ms: float, ran_model: bool):
+        """propose's device work: (tokens, conf, use_ngram, ngram_len); tensor ops and writes to this object's
+        buffers only, so it compiles as one graph (one per value of ran_model)."""
         R, Kb = model_tokens.shape
         W = self.k
         rows = self._rows(idx_mapping)
@@ -289,9 +338,7 @@ class HybridDrafter:
         self.chosen.index_add_(0, use_ngram.to(torch.int64), eligible.to(torch.float64))
         if self.cfg.skip:
             self._keep_for_skip(rows, eligible, ran_model, mc, model_len, ng_conf, m.length)
-        self.steps += 1
-        self.skipped += 0 if ran_model else 1
-        return Proposal(tokens=tokens, conf=conf, use_ngram=use_ngram, ngram_len=m.length)
+        return tokens, conf, use_ngram, m.length
 
     # ------------------------------------------------------------------------------------------ skip
     def _keep_for_skip(self, rows, eligible, ran_model: bool, mc, model_len, ng_conf, ng_len) -> None:
@@ -301,6 +348,11 @@ class HybridDrafter:
         if ran_model:
             self.model_conf_last[srows] = mc
             self.model_len_last[srows] = model_len
+            first = self.model_steps[srows] == 0
+            self.model_conf_sum[srows] = torch.where(first[:, None], 0.0, self.model_conf_sum[srows]) + \
+                mc.to(torch.float64)
+            self.model_steps[srows] = self.model_steps[srows] + 1
+        self.model_ran_last[srows] = torch.full_like(srows, ran_model, dtype=torch.bool)
         self.ngram_conf_last[srows] = ng_conf
         self.ngram_len_last[srows] = ng_len
         fresh = self.ngram_steps[srows] == 0
@@ -326,7 +378,12 @@ class HybridDrafter:
         mean = cpu(self.ngram_conf_sum) / n_steps.clamp(min=1)[:, None].to(torch.float64)
         full = self.draft_ms(R)
         saved = max(full - self.skip_table[min(R, len(self.skip_table) - 1)], 0.0)
-        view = HostView(stale_model_conf=cpu(self.model_conf_last), stale_model_len=cpu(self.model_len_last),
+        m_steps, ran_last = cpu(self.model_steps), cpu(self.model_ran_last)
+        m_mean = (cpu(self.model_conf_sum) / m_steps.clamp(min=1)[:, None].to(torch.float64)).to(torch.float32)
+        stale_m = torch.where(ran_last[:, None], cpu(self.model_conf_last), m_mean)
+        stale_m = torch.where((m_steps == 0)[:, None], 1.0, stale_m)  # none drafted yet: vLLM's reset value
+        stale_len = torch.where(m_steps == 0, self.block, cpu(self.model_len_last))
+        view = HostView(stale_model_conf=stale_m, stale_model_len=stale_len,
                         stale_ngram_conf=cpu(self.ngram_conf_last), stale_ngram_len=cpu(self.ngram_len_last),
                         model_len=torch.full((R,), self.block, dtype=torch.int64), num_nondraft_tokens=R,
                         verify_cost_ms=self._table_host, draft_cost_ms=full,

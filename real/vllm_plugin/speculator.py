@@ -81,7 +81,7 @@ class HybridSpeculator(DSparkSpeculator):
         self._wide_conf = torch.zeros(self.max_num_reqs, W, dtype=torch.float32, device=device)
         self._block_views = (self._wide_tokens[:, :block], self._wide_conf[:, :block])
         self._outside_dspark()
-        self.hybrid = HybridDrafter(cfg, self.max_num_reqs, W, device, block=block)
+        self.hybrid = HybridDrafter(cfg, self.max_num_reqs, W, device, block=block, compiled=cfg.compile)
         self.adaptive_manager = None  # the live manager: attach_manager, called by plugin.register's wrapper
         self.warmed_up = False
         self.skip_block = False  # set by propose (plan_skip) or by the harness's skip profile

@@ -44,6 +44,49 @@ def slot_valid(length: torch.Tensor, num_slots: int) -> torch.Tensor:
     return arange(num_slots, length.device) < length.unsqueeze(-1)
 
 
+def _unrolled_scan(x: torch.Tensor, op) -> torch.Tensor:
+    """The inclusive scan of `op` along the last dim as K - 1 elementwise steps, accumulated in float64 (int64 for
+    integers) and cast back per element: exactly what the CPU's cumsum / cumprod compute (they accumulate in that
+    type, left to right), so a compiled step stays bit-identical to eager while the compiler fuses the steps into
+    its neighbours (inductor has no CPU lowering for scans: each would be a separate fallback kernel)."""
+    acc_dt = torch.float64 if x.dtype.is_floating_point else torch.int64
+    acc = x[..., 0].to(acc_dt)
+    out = [acc.to(x.dtype)]
+    for j in range(1, x.shape[-1]):
+        acc = op(acc, x[..., j].to(acc_dt))
+        out.append(acc.to(x.dtype))
+    return torch.stack(out, -1)
+
+
+def _fuse_scans(x: torch.Tensor) -> bool:
+    """Whether to unroll a scan over x's last dim: only while compiling for the CPU (a shape-only decision)."""
+    return torch.compiler.is_compiling() and x.device.type == "cpu" and x.shape[-1] > 0
+
+
+def prefix_sum(x: torch.Tensor) -> torch.Tensor:
+    """torch.cumsum(x, -1); unrolled under compile on the CPU (`_unrolled_scan`, same values)."""
+    return _unrolled_scan(x, torch.add) if _fuse_scans(x) else torch.cumsum(x, -1)
+
+
+def prefix_product(x: torch.Tensor) -> torch.Tensor:
+    """torch.cumprod(x, -1); unrolled under compile on the CPU (`_unrolled_scan`, same values)."""
+    return _unrolled_scan(x, torch.mul) if _fuse_scans(x) else torch.cumprod(x, -1)
+
+
+def count_above(neg_sorted: torch.Tensor, neg_value: torch.Tensor) -> torch.Tensor:
+    """#{j : neg_sorted[..., j] < neg_value[..., c]} per row and value (int64 [..., C]), for rows sorted ascending:
+    torch.searchsorted(neg_sorted, neg_value) (a binary search, O(C log K)) in eager mode; under compile the same
+    count as a compare-and-sum (O(C K)), which fuses into one kernel with its neighbours, where a searchsorted
+    would be a fallback kernel of its own. Equal whenever each row is sorted (survivals are non-increasing)."""
+    return _count_below(neg_sorted, neg_value) if torch.compiler.is_compiling() else \
+        torch.searchsorted(neg_sorted, neg_value)
+
+
+def _count_below(sorted_rows: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """#{j : sorted_rows[..., j] < value[..., c]} as a compare-and-sum (count_above's compiled form)."""
+    return (sorted_rows.unsqueeze(-2) < value.unsqueeze(-1)).sum(-1)
+
+
 def survival(conf: torch.Tensor, length: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Survival a[..., j] = prod_{i<=j} p[..., i] of the valid slots, 0 on slots j >= length[...].
 
@@ -52,7 +95,7 @@ def survival(conf: torch.Tensor, length: torch.Tensor, dtype: torch.dtype | None
     """
     if dtype is not None:
         conf = conf.to(dtype)
-    surv = torch.cumprod(conf.clamp(0.0, 1.0), dim=-1)
+    surv = prefix_product(conf.clamp(0.0, 1.0))
     return surv * slot_valid(length, conf.shape[-1])
 
 

@@ -62,8 +62,8 @@ import torch
 
 from sim.policies.adaptive import alloc_adaptive
 from sim.policies.base import Allocation, HostView, Plan, StepBatch, host_view
-from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, finish, goodput,
-                                 rank_scores, slot_valid, survival, top_b_counts, verify_ms)
+from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, count_above, finish,
+                                 goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
 from sim.policies.registry import Policy, parse_float, parse_int, register
 from sim.vllm_compat import VllmRun
 
@@ -112,8 +112,8 @@ class Chains:
         self.surv_m = survival(conf_m, self.len_m)
         self.surv_n = survival(conf_n, self.len_n)
         self.neg_m, self.neg_n = -self.surv_m, -self.surv_n
-        self.cs_m = torch.nn.functional.pad(torch.cumsum(self.surv_m, -1), (1, 0))
-        self.cs_n = torch.nn.functional.pad(torch.cumsum(self.surv_n, -1), (1, 0))
+        self.cs_m = torch.nn.functional.pad(prefix_sum(self.surv_m), (1, 0))
+        self.cs_n = torch.nn.functional.pad(prefix_sum(self.surv_n), (1, 0))
 
     def num_slots(self) -> int:
         """R * (K_m + K_n): the slots of one side."""
@@ -134,8 +134,8 @@ def evaluate(batch: StepBatch, ch: Chains, lam: torch.Tensor, margin: float = 0.
         return ch.evaluate(batch, lam, margin)
     lam_r = lam[:, None, :].expand(-1, ch.surv_m.shape[1], -1)  # [S, R, C]
     neg = (-lam_r).contiguous()  # searchsorted on an expanded view takes a slow path (~20x)
-    l_m = torch.searchsorted(ch.neg_m, neg)  # #{-a < -lam} = #{a > lam}
-    l_n = torch.searchsorted(ch.neg_n, neg)
+    l_m = count_above(ch.neg_m, neg)  # #{-a < -lam} = #{a > lam}
+    l_n = count_above(ch.neg_n, neg)
     g_m = ch.cs_m.gather(-1, l_m)
     g_n = ch.cs_n.gather(-1, l_n)
     use_ngram = (g_n - l_n * lam_r) > (g_m - l_m * lam_r) + margin
@@ -401,10 +401,16 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     exactly its block of K): vLLM schedules W draft slots per request, the model chain is padded with
     survival 0 and the n-gram chain keeps up to W tokens. Requests whose model chain is cut by the end of
     their output (model_len < K) are scheduled model_len slots, the others W."""
+    return _alloc_published(batch, method, margin, slots, model_ran=True)
+
+
+def _alloc_published(batch: StepBatch, method: str, margin: float, slots: int | None, model_ran: bool) -> Allocation:
+    """`alloc_hybrid_vllm`'s body; model_ran=False: the plugin skipped DSpark's pass this step, so every request
+    publishes its n-gram chain (the current model chains were not drafted and are not read)."""
     K = batch.model_conf.shape[1]
     W = K if slots is None else max(int(slots), K)
     cur, old = published_view(batch, W), published_view(batch, W, stale=True)
-    use_ngram = choose_chain(cur, method, margin)
+    use_ngram = choose_chain(cur, method, margin) if model_ran else torch.ones_like(batch.ngram_len, dtype=torch.bool)
     use_stale = choose_chain(old, method, margin)
     pub = publish(cur.model_conf, cur.model_len, cur.ngram_conf, cur.ngram_len, use_ngram, W)
     pub_stale = publish(old.model_conf, old.model_len, old.ngram_conf, old.ngram_len, use_stale, W)
@@ -414,6 +420,24 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     admitted = alloc_adaptive(view).admitted
     chain_len = torch.where(use_ngram, cur.ngram_len, batch.model_len)
     return finish(_chain_ids(use_ngram), torch.minimum(admitted, chain_len))
+
+
+def plan_hybrid_vllm_skip(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> Plan:
+    """Host phase of `hybrid-vllm:...:skip`: whether DSpark's pass runs, by `plan_skip` (the default `hybrid`'s
+    rule, forecast `avg`, no hysteresis) on the stale values, as the plugin decides (HybridDrafter.plan_skip calls
+    the same function); no budget: vLLM's adaptive verification keeps its own (from the published confidences,
+    charging DSpark's full profiled draft cost), which the allocate phase computes."""
+    return Plan(model=plan_skip(view, method, margin).model, ngram=True)
+
+
+def alloc_hybrid_vllm_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
+                           slots: int | None = None) -> Allocation:
+    """Device phase of `hybrid-vllm:...:skip`: `alloc_hybrid_vllm` when the pass ran; after a skipped pass every
+    request publishes its n-gram chain (HybridDrafter.propose with ran_model=False) and vLLM's adaptive
+    verification admits from those. model_ran = plan.model, so the engine charges the draft cost without the
+    block pass when it was skipped."""
+    out = _alloc_published(batch, method, margin, slots, model_ran=plan.model)
+    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(plan.model))
 
 
 def parse_hybrid(params: List[str]) -> tuple[str, float, float, str, bool]:
@@ -485,13 +509,17 @@ def _hybrid_price(params: List[str]) -> Policy:
                   alloc_fn=lambda b, p: allocate_price(b, p, method, margin))
 
 
-@register("hybrid-vllm", "hybrid-vllm[:METHOD][:margin=M][:slots=W]",
+@register("hybrid-vllm", "hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip]",
           "the hybrid as the vLLM plugin runs it: per-request chain choice by price, the chosen chain's "
           "confidences published to vLLM's unchanged adaptive verification (stale budget, current top-B); "
-          "slots=W > K: what-if vLLM verified W draft slots per request (the n-gram chain keeps up to W)")
+          "slots=W > K: vLLM verifies W draft slots per request (the n-gram chain keeps up to W); skip: the "
+          "plugin's skip of DSpark's pass (hybrid_spec.skip), vLLM keeping its own budget")
 def _hybrid_vllm(params: List[str]) -> Policy:
     method, margin, slots = DEFAULT_METHOD, NGRAM_MARGIN, None
     rest = list(params)
+    skip = bool(rest) and rest[-1] == "skip"
+    if skip:
+        rest.pop()
     while rest and rest[-1].split("=")[0] in ("margin", "slots") and "=" in rest[-1]:
         key, _, val = rest.pop().partition("=")
         if key == "margin":
@@ -499,11 +527,18 @@ def _hybrid_vllm(params: List[str]) -> Policy:
         else:
             slots = parse_int(val, "slots", lo=1)
     if len(rest) > 1 or (rest and rest[0] not in METHODS):
-        raise ValueError(f"'hybrid-vllm' takes [METHOD][:margin=M][:slots=W], METHOD in {', '.join(METHODS)}")
+        raise ValueError(f"'hybrid-vllm' takes [METHOD][:margin=M][:slots=W][:skip], METHOD in {', '.join(METHODS)}")
     if rest:
         method = rest[0]
     name = ("hybrid-vllm" + (f":{method}" if rest else "")
-            + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}") + ("" if slots is None else f":slots={slots}"))
+            + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}") + ("" if slots is None else f":slots={slots}")
+            + (":skip" if skip else ""))
     # vLLM runs it as DSpark with adaptive verification at num_speculative_tokens = W (the block when not given)
-    return Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots), uses_model=True, uses_ngram=True,
-                  vllm=VllmRun("dspark", k=slots, adaptive=True, only_vllm=True))
+    run = VllmRun("dspark", k=slots, adaptive=True, only_vllm=True)
+    if not skip:
+        return Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots), uses_model=True, uses_ngram=True,
+                      vllm=run)
+    plan = lambda v: plan_hybrid_vllm_skip(v, method, margin)  # noqa: E731
+    alloc = lambda b, p: alloc_hybrid_vllm_skip(b, p, method, margin, slots)  # noqa: E731
+    return Policy(name, lambda b: alloc(b, plan(host_view(b))), uses_model=True, uses_ngram=True, vllm=run,
+                  plan_fn=plan, alloc_fn=alloc)
