@@ -18,7 +18,7 @@
  *              index): by selection (select_top), else a merge of the per-row non-increasing lists.
  * The vector-lane code (LANES prices or columns at a time) does the same ops, lane by lane. NaN confidences
  * are not transcribed (sorts, top-k, searchsorted over NaN): the forms decline them and the definitions run.
- * sim/policies/fast.py drives it; tests/test_policy_fast_forms.py checks it against the definitions and
+ * sim/policies/fast.py drives it; tests/test_fast_forms.py checks it against the definitions and
  * tests/test_native_sums.py the sums against torch.sum.
  */
 #include <stdint.h>
@@ -118,7 +118,7 @@ typedef int32_t vi __attribute__((vector_size(4 * LANES)));
 /* The lane functions get an AVX2 clone (eight lanes in one register) where the compiler and the OS can pick a
  * clone by CPU at load time, and run the default clone (the same lane operations on SSE2) elsewhere; both
  * give the same floats. -DHP_NO_CLONES builds the default alone (HYBRIDSPEC_NATIVE_CFLAGS; the slow test
- * tests/test_policy_fast_forms.py::test_default_clone checks that build). */
+ * tests/test_fast_forms.py::test_default_clone checks that build). */
 #if defined(__x86_64__) && defined(__linux__) && (defined(__clang__) || __GNUC__ >= 6) && !defined(HP_NO_CLONES)
 #define LANE_CLONES __attribute__((target_clones("avx2", "default")))
 #else
