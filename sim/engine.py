@@ -177,6 +177,7 @@ class Engine(HostHistory, LosslessChecks):
     (sim/engine_checks.py) in their mixins."""
 
     single_thread = True  # torch intra-op threads during run(): one (the simulator's tensors are tiny)
+    live_chains = LiveChains  # how the engine runs its live drafters (the real engine's own emits real tokens)
 
     def __init__(self, tables, arrivals_s: np.ndarray, policy, cost: CostModel,
                  cfg: EngineConfig, progress: bool = False, live: dict | None = None):
@@ -190,13 +191,13 @@ class Engine(HostHistory, LosslessChecks):
         self.tb, self.policy, self.cost, self.cfg = tables, policy, cost, cfg
         n = len(tables.out_len)
         self.n = n
-        self.live = LiveChains(live or {}, n)
+        self.live = self.live_chains(live or {}, n)
         kx = self.live.width
         missing = [d for d in getattr(policy, "uses_extra", ()) if d not in self.live.d]
         if missing:
             raise ConfigError(f"policy '{policy.name}' uses the drafter(s) {', '.join(missing)}, which this engine does "
-                              "not run (the simulator runs them with --drafters; the real torch engine runs dspark "
-                              "and ngram only)")
+                              "not run (enable them with --drafters: the simulator and the real torch engine run them "
+                              "live)")
         if cfg.rate is not None:
             rng = np.random.default_rng(cfg.seed)
             self.arrival = np.cumsum(rng.exponential(1.0 / cfg.rate, size=n))
