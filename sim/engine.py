@@ -438,6 +438,8 @@ class Engine(HostHistory, LosslessChecks):
             "decode_steps": self.n_steps, "preemptions": self.n_preempt,
         }
         steps = self.steps.to_columns()
+        if self.live:  # each live drafter's verified, accepted and ms columns (sim/engine_live.py)
+            steps.update(self.live.columns(len(steps["step_ms"])))
         return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=not violation, violation=violation,
                          accepted_hist=self.acc_hist.copy())
 
@@ -523,7 +525,7 @@ class Engine(HostHistory, LosslessChecks):
         token count its CUDA graph is padded to."""
         hit = self._counts_charge(len(self.sched.running), total_tokens)
         verify = float(self.cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows)) if total_tokens else 0.0
-        return StepCharge(parts.draft, parts.ngram + parts.extra, parts.alloc, verify, hit[1], hit[2])
+        return StepCharge(parts.draft, parts.ngram, parts.alloc, verify, hit[1], hit[2], parts.extra)
 
     def _counts_charge(self, running: int, total_tokens: int) -> tuple:
         """What of a step's charge depends on the counts only (the cost model is pure): (graph tokens, sample

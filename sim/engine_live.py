@@ -20,8 +20,10 @@ so that a policy that may skip the drafter tries it once. (A fresh request forec
 `hybrid` run the suffix drafter on every step a request joined: on traces/general.jsonl, batch 32, 82 of
 381 steps, for 39 requests whose suffix chain was chosen; the run-wide mean is what the drafter has been
 worth on a request it knows nothing about.)
-The step record keeps the two-drafter columns: a live drafter's verified and accepted slots and its time are
-counted with the model-free (ngram) ones. Memory: n x K_d per drafter (whole-trace arrays).
+The step record: each live drafter D has its own columns verified_D, accepted_D (tokens) and D_ms (its time as
+charged, 0 on steps it did not run), next to the model and n-gram drafters' (verified_ngram, accepted_ngram and
+ngram_ms are the n-gram drafter's alone); the step's time is charged as before (StepCharge.extra, with the
+model-free ones). Memory: n x K_d per drafter (whole-trace arrays); the columns, a few numbers per step it ran.
 """
 from __future__ import annotations
 
@@ -47,6 +49,8 @@ class LiveChains:
         self.run_sum = {k: np.zeros(x.width) for k, x in self.d.items()}  # over every proposal of the run
         self.run_cnt = {k: 0 for k in self.d}
         self._price: dict = {}  # R -> {name: ms}
+        self._cols = {k: {} for k in self.d}  # step row -> (verified, accepted, ms) of the steps it ran
+        self._ms: dict = {}  # this step's charged time per drafter [ms]
         self.adm: dict = {}  # this step's admitted slots per drafter
         self.ran: frozenset = frozenset()  # this step's drafters that ran
 
@@ -160,9 +164,11 @@ class LiveChains:
         R = len(reqs)
         price = self.price_of(R, eng.cost)
         prices.extra = 0.0
+        self._ms = {}
         for k in self.d:
             if k in self.ran:
                 prices.extra = prices.extra + price[k]
+                self._ms[k] = price[k]
         if self.ran:
             prices.alloc = eng._prices(R).alloc
 
@@ -176,7 +182,6 @@ class LiveChains:
         xtok = np.zeros((R, max(self.width, 1)), dtype=np.int64)
         xlen = np.zeros(R, dtype=np.int64)
         drafted = (adm_m + adm_n) > 0
-        n_x = 0
         for k, (tok, conf, n, a) in live.items():
             sel = self.adm[k] > 0
             acc = np.where(sel, np.minimum(self.adm[k], a), acc)
@@ -184,7 +189,6 @@ class LiveChains:
             drafted |= sel
             xtok[sel, :tok.shape[1]] = tok[sel]
             xlen = np.where(sel, n, xlen)
-            n_x += int(self.adm[k].sum())
         eng.acc_hist += np.bincount(np.minimum(acc[drafted], len(eng.acc_hist) - 1), minlength=len(eng.acc_hist))
         left = tb.out_len[reqs] - eng.pos[reqs]
         n_emit = np.minimum(acc + 1, left)
@@ -208,9 +212,25 @@ class LiveChains:
             self.run_sum[k] += valid.sum(0)
             self.run_cnt[k] += len(reqs)
         eng.n_steps[reqs] += 1
-        verified = [int(adm_m.sum()), int(adm_n.sum()) + n_x]
-        accepted = [int(acc[~from_n & ~xk].sum()), int(acc[from_n | xk].sum())]
+        row = len(eng.steps)  # the record this step appends (Engine._finish_step, after this)
+        for k in live:
+            sel = self.adm[k] > 0
+            if k in self.ran:
+                self._cols[k][row] = (int(self.adm[k].sum()), int(acc[sel].sum()), self._ms.get(k, 0.0))
+        verified = [int(adm_m.sum()), int(adm_n.sum())]
+        accepted = [int(acc[~from_n & ~xk].sum()), int(acc[from_n & ~xk].sum())]
         return verified, accepted, int(n_emit.sum())
+
+    def columns(self, n_steps: int) -> dict:
+        """The step record's columns of the live drafters, over the run's n_steps steps: verified_D, accepted_D
+        (int64 tokens) and D_ms (float64 ms as charged), 0 on steps D did not run."""
+        out = {}
+        for k, rows in self._cols.items():
+            v, a, ms = np.zeros(n_steps, np.int64), np.zeros(n_steps, np.int64), np.zeros(n_steps)
+            for i, (vi, ai, mi) in rows.items():
+                v[i], a[i], ms[i] = vi, ai, mi
+            out[f"verified_{k}"], out[f"accepted_{k}"], out[f"{k}_ms"] = v, a, ms
+        return out
 
     def emit(self, eng, reqs, tok, n_draft, n_bonus) -> None:
         """Emit each request's first n_draft proposed tokens of its live chain (`tok` [R, K]), then n_bonus (0

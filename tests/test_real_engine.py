@@ -254,7 +254,7 @@ def test_hybrid_skips_the_model_pass_for_real_and_is_not_charged_for_it(greedy_w
 def test_suffix_drafter_runs_live_in_the_real_engine(greedy_wl):
     """The suffix drafter (a live drafter) in the torch engine: `suffix` and three-drafter `hybrid` stay lossless
     against plain greedy; suffix chains are chosen and verified by the target; the drafter's time is charged
-    (with the model-free drafters, as the simulator) only on steps whose plan ran it, never on the others."""
+    (its own step columns: suffix_ms, verified_suffix, accepted_suffix) only on steps whose plan ran it."""
     from sim.cost.profiled import ProfiledCost
     from sim.engine import EngineConfig
     from sim.drafters.registry import live_drafters
@@ -277,7 +277,7 @@ def test_suffix_drafter_runs_live_in_the_real_engine(greedy_wl):
             return out
 
     drafters = "dspark,ngram,suffix"
-    seen = dict(chosen=0, ran=0, skipped=0)
+    seen = dict(chosen=0, accepted=0, ran=0, skipped=0)
     for policy in ("suffix", "hybrid"):
         for wl in greedy_wl:
             model = wl.model(max_slots=4)
@@ -296,10 +296,14 @@ def test_suffix_drafter_runs_live_in_the_real_engine(greedy_wl):
             dec, ran, lap, ngram_ms, adm = log.T
             ran = ran > 0
             assert (lap[ran] > 0).all() and (lap[~ran] == 0).all()  # proposed (and timed) only when planned
-            if policy == "suffix":  # no n-gram drafter: the model-free column is the suffix drafter's alone
-                assert np.array_equal(ngram_ms, lap) and (ran == (dec > 0)).all()
+            st = res.steps  # the suffix drafter's own step columns: its measured time and slots, 0 where it did not run
+            assert np.array_equal(st["suffix_ms"], np.where(ran, lap, 0.0)) and np.array_equal(st["verified_suffix"], adm)
+            assert (st["accepted_suffix"] <= st["verified_suffix"]).all()
+            if policy == "suffix":  # no n-gram drafter: nothing in its columns, the suffix drafter runs every decode step
+                assert not ngram_ms.any() and not st["verified_ngram"].any() and (ran == (dec > 0)).all()
             assert (adm[~ran] == 0).all()
             seen["chosen"] += int(adm.sum())
+            seen["accepted"] += int(st["accepted_suffix"].sum())
             seen["ran"] += int(ran.sum())
             seen["skipped"] += int(((dec > 0) & ~ran).sum()) if policy == "hybrid" else 0
-    assert seen["chosen"] > 0 and seen["ran"] > 0 and seen["skipped"] > 0, seen
+    assert seen["chosen"] > 0 and seen["accepted"] > 0 and seen["ran"] > 0 and seen["skipped"] > 0, seen

@@ -11,8 +11,8 @@ bookkeeping -- and overrides only the hooks where a real engine differs (see `En
              and its time is not charged;
              A live drafter of the run (--drafters ... suffix: the suffix tree, sim/engine_live.py) proposes
              on the host from the engine's own context, only when the plan names it (RealLiveChains); its
-             time is charged with the model-free drafters' (the `ngram` part, as the simulator charges it)
-             only on steps it ran, and a request whose suffix chain is chosen verifies those tokens;
+             time is charged (its own step column, suffix_ms) only on steps it ran, and a request whose
+             suffix chain is chosen verifies those tokens;
   _verify    one varlen target forward over the step's prefill chunks and each decoding request's
              [last token, admitted draft tokens], greedy: accepted = leading draft tokens equal to the
              target's argmax, bonus = the argmax after them (teacher forcing: the reference's tokens);
@@ -101,6 +101,11 @@ class RealLiveChains(LiveChains):
         out = super().propose_one(name, reqs)
         eng._lap["live"][name] = eng._clock.lap()
         return out
+
+    def admit(self, eng, *args) -> None:
+        super().admit(eng, *args)
+        for name in self._ms:  # its step column holds the measured proposal time, not the cost model's price
+            self._ms[name] = eng._lap["live"].get(name, 0.0)
 
     def emit(self, eng, reqs, tok, n_draft, n_bonus) -> None:
         new = [[int(x) for x in tok[k, : n_draft[k]]] + ([eng._bonus[int(r)]] if n_bonus[k] else [])
@@ -399,14 +404,15 @@ class RealEngine(Engine):
         # read the truth, was charged for one only: that time is the host's then)
         draft, ngram = (lap["draft"] if model_ran else 0.0), (lap["ngram"] if ngram_ran else 0.0)
         cpu += lap["draft"] - draft + lap["ngram"] - ngram
-        for name, ms in lap["live"].items():  # a live drafter's proposal, with the model-free ones (as the simulator)
+        extra = 0.0  # the live drafters' proposals that ran (StepCharge.extra; each in its own step column)
+        for name, ms in lap["live"].items():
             if name in live_ran:
-                ngram += ms
+                extra += ms
             else:
                 cpu += ms
         self._pass_log.append(bool(model_ran))
         self._upkeep_log.append(upkeep)
-        return StepCharge(draft + upkeep, ngram, alloc, lap["verify"], lap["sample"], cpu)
+        return StepCharge(draft + upkeep, ngram, alloc, lap["verify"], lap["sample"], cpu, extra)
 
     def run(self):
         """The simulator's RunResult, with the outputs and two more step columns: draft_pass (int 0/1) and
