@@ -772,7 +772,7 @@ class Engine(HostHistory, LosslessChecks):
         if R and self.live:
             verified, accepted, emitted = self.live.settle(self, reqs, rows, adm_m, adm_n, acc_m, acc_n, chains,
                                                            model_ran)
-            self.sched.last_draft = verified[0] + verified[1]
+            self.sched.last_draft = verified[0] + verified[1] + self.live.verified_live  # the live chains' too
             total_tokens = T + self.sched.last_draft
         elif R:
             from_n = acc_n > acc_m  # the branch whose tokens are kept (ties: the model's, same tokens)

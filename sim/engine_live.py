@@ -51,6 +51,7 @@ class LiveChains:
         self._price: dict = {}  # R -> {name: ms}
         self._cols = {k: {} for k in self.d}  # step row -> (verified, accepted, ms) of the steps it ran
         self._ms: dict = {}  # this step's charged time per drafter [ms]
+        self.verified_live = 0  # this step's slots verified from the live drafters' chains
         self.adm: dict = {}  # this step's admitted slots per drafter
         self.ran: frozenset = frozenset()  # this step's drafters that ran
 
@@ -213,6 +214,7 @@ class LiveChains:
             self.run_cnt[k] += len(reqs)
         eng.n_steps[reqs] += 1
         row = len(eng.steps)  # the record this step appends (Engine._finish_step, after this)
+        self.verified_live = int(sum(int(self.adm[k].sum()) for k in live))  # slots the verify forward holds too
         for k in live:
             sel = self.adm[k] > 0
             if k in self.ran:

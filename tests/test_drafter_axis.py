@@ -120,6 +120,10 @@ def test_a_run_with_the_suffix_drafter_is_lossless_and_uses_what_it_names():
     assert (hy["verified_suffix"][hy["suffix_ms"] == 0] == 0).all()  # no slot of a drafter on a step it did not run
     assert rows["adaptive"][1].steps["ngram_ms"].sum() == 0  # an enabled drafter a policy does not use: not charged
     assert "suffix_ms" not in rows["adaptive"][1].steps  # nor given a column
+    for pol in ("suffix", "hybrid", "oracle"):  # the verify forward holds every drafter's verified slots
+        s = rows[pol][1].steps
+        assert np.array_equal(s["tokens"], s["num_decode"] + s["prefill_tokens"] + s["verified_model"]
+                              + s["verified_ngram"] + s["verified_suffix"]), pol
     assert rows["oracle"][0]["output_throughput_tok_s"] >= rows["hybrid"][0]["output_throughput_tok_s"] * 0.98
 
 
