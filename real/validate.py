@@ -47,6 +47,7 @@ from real.fidelity_stats import DEFAULT_MARGIN, abba_order, judge, pooled_scatte
 from real.machine_load import DEFAULT_LOAD_GUARD, LoadProbe  # noqa: E402
 from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
+from sim.drafters.registry import DEFAULT_DRAFTERS, parse_drafter_list  # noqa: E402
 from sim.models import llm_name  # noqa: E402
 
 ENGINES = ("torch", "vllm")
@@ -68,7 +69,9 @@ def cell_settings(a, trace: str, table_path: Path) -> dict:
     return {"trace_sha256": hashlib.sha256(Path(trace).read_bytes()).hexdigest(), "model": a.model,
             "random_weights": bool(a.random_weights), "device": a.device, "drafter": a.drafter, "seed": a.seed,
             "limit": a.limit_eff, "max_tokens": a.max_tokens_eff, "max_prompt": a.max_prompt,
-            "cost_table_sha256": hashlib.sha256(table_path.read_bytes()).hexdigest()}
+            "cost_table_sha256": hashlib.sha256(table_path.read_bytes()).hexdigest(),
+            # recorded only when not the default pair, so cells cached before --drafters existed stay valid
+            **({} if a.drafters == ",".join(DEFAULT_DRAFTERS) else {"drafters": a.drafters})}
 
 
 def load_cached_cell(path: Path, settings: dict) -> dict | None:
@@ -107,23 +110,26 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
-def torch_sim_setup(ref_trace: Path, drafts: Path | None, table: Path, model: str, seed: int):
+def torch_sim_setup(ref_trace: Path, drafts: Path | None, table: Path, model: str, seed: int,
+                    drafters: str = ",".join(DEFAULT_DRAFTERS)):
     """The SimSetup predicting a torch-engine cell: synchronous steps, the engine's token budget, no KV limit."""
     from sim.run import SimSetup
 
     return SimSetup(trace=str(ref_trace), model=model, cost="profiled", gpu=str(table), seed=seed,
                     drafts=str(drafts) if drafts else None, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
-                    kv_capacity_tokens=10**9, async_scheduling=False)
+                    kv_capacity_tokens=10**9, async_scheduling=False, drafters=drafters)
 
 
-def simulate(ref_trace: Path, drafts: Path | None, table: Path, model: str, bs: int, policy: str, seed: int):
+def simulate(ref_trace: Path, drafts: Path | None, table: Path, model: str, bs: int, policy: str, seed: int,
+             drafters: str = ",".join(DEFAULT_DRAFTERS)):
     """The simulator's prediction of one cell: what `sim.run ... --no-async-scheduling` computes."""
     from sim.run import run_one
 
-    return run_one(prepared_setup(torch_sim_setup(ref_trace, drafts, table, model, seed)), policy, bs)[1]
+    return run_one(prepared_setup(torch_sim_setup(ref_trace, drafts, table, model, seed, drafters)), policy, bs)[1]
 
 
-def measure_real(wl, trace_dir: Path, table: Path, policy: str, bs: int, guard: float) -> dict:
+def measure_real(wl, trace_dir: Path, table: Path, policy: str, bs: int, guard: float,
+                 drafters: str = ",".join(DEFAULT_DRAFTERS)) -> dict:
     """One real run of a cell (one repeat): its summary, whether its outputs equal the reference, the wall time
     and the machine's load over the run (real/machine_load.py); the steps go to cells/<cell>/steps_real.rR.csv
     by the caller."""
@@ -135,7 +141,8 @@ def measure_real(wl, trace_dir: Path, table: Path, policy: str, bs: int, guard: 
     n_tok = int(sum(r.output_len for r in wl.requests))
     with LoadProbe(torch_threads(), guard) as probe:
         t0 = time.perf_counter()
-        real = run_real(wl, model, policy, bs, cost, progress=False, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS)
+        real = run_real(wl, model, policy, bs, cost, progress=False, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+                        drafters=drafters)
         wall = time.perf_counter() - t0
     out = run_summary(real, n_tok)
     out["outputs_equal_reference"] = all(
@@ -150,14 +157,15 @@ def measure_real(wl, trace_dir: Path, table: Path, policy: str, bs: int, guard: 
     return out
 
 
-def predict_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: int) -> dict:
+def predict_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: int,
+                 drafters: str = ",".join(DEFAULT_DRAFTERS)) -> dict:
     """The simulator's prediction of a cell (replayed drafts) and its synthetic-drafter variant; deterministic for
     a given reference, drafts and cost table, so computed once per cell however many repeats the real side has."""
     n_tok = int(sum(r.output_len for r in wl.requests))
     ref = trace_dir / "reference.jsonl"
     drafts = trace_dir / "drafts.jsonl"
-    pred = simulate(ref, drafts, table, wl.model_label, bs, policy, seed)
-    synth = simulate(ref, None, table, wl.model_label, bs, policy, seed + 1)
+    pred = simulate(ref, drafts, table, wl.model_label, bs, policy, seed, drafters)
+    synth = simulate(ref, None, table, wl.model_label, bs, policy, seed + 1, drafters)
     return {"predicted": run_summary(pred, n_tok), "synthetic": run_summary(synth, n_tok),
             "steps_predicted_csv": steps_csv(pred.steps),
             "sim_command": sim_command(torch_sim_setup(ref, drafts, table, wl.model_label, seed), policy, bs)}
@@ -256,7 +264,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
         cf = cdir / f"real.r{r}.json"
         got = load_cached_cell(cf, settings)
         if got is None:
-            got = measure_real(wl, t_dir, table, pol, bs, a.load_guard)
+            got = measure_real(wl, t_dir, table, pol, bs, a.load_guard, a.drafters)
             got["settings"] = settings
             cdir.mkdir(parents=True, exist_ok=True)
             write_output(cdir / f"steps_real.r{r}.csv", got.pop("steps_csv"))
@@ -287,7 +295,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
         pf = cdir / "predicted.json"
         pred = load_cached_cell(pf, settings)
         if pred is None:
-            pred = predict_cell(wl, t_dir, table, pol, bs, a.seed)
+            pred = predict_cell(wl, t_dir, table, pol, bs, a.seed, a.drafters)
             pred["settings"] = settings
             write_output(cdir / "steps_predicted.csv", pred.pop("steps_predicted_csv"))
             write_output(pf, json.dumps(pred) + "\n")
@@ -310,6 +318,8 @@ def validate(a) -> int:
 
     clear_prepared()  # references are rewritten per run: never serve one from an earlier call
     if a.engine == "vllm":
+        if a.drafters != ",".join(DEFAULT_DRAFTERS):
+            raise ConfigError("--drafters is for --engine torch (vLLM runs the drafters its own config names)")
         from real.vllm_run.flow import validate_vllm
 
         return validate_vllm(a)
@@ -329,7 +339,7 @@ def validate(a) -> int:
     bss = a.batch_size or ([1, 4] if a.quick else list(DEFAULT_BATCH_SIZES))
     from sim.policies import get_policy
     for p in policies:
-        get_policy(p)  # unknown names fail before any work
+        get_policy(p, a.drafters)  # unknown names, or a drafter the run does not enable, fail before any work
     if any(b < 1 for b in bss):
         raise ConfigError(f"--batch-size must be >= 1, got {min(bss)}")
     if a.cost_table and not Path(a.cost_table).is_file():  # before the reference runs, not after
@@ -409,6 +419,9 @@ def parse_args(argv):
                                                         "'vLLM (A100/H100)' and 'vLLM on this CPU'; default torch)")
     runs.add_argument("--policy", action="append", help=f"policy (repeatable; default {', '.join(DEFAULT_POLICIES)}; "
                                                         "vllm: none, adaptive, hybrid, ngram; default adaptive hybrid)")
+    runs.add_argument("--drafters", default=",".join(DEFAULT_DRAFTERS), type=parse_drafter_list,
+                      help="the drafters the run enables (torch engine; default dspark,ngram; with suffix, the suffix "
+                      "drafter runs live in the engine and hybrid chooses among all three: sim/drafters/registry.py)")
     runs.add_argument("--batch-size", action="append", type=int,
                       help="max running requests (repeatable; default 1 4 16; vllm 1 8 32, on CPU 1 4 8)")
     runs.add_argument("--quick", action="store_true", help="checks the pipeline, not fidelity. torch: none and "

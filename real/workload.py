@@ -30,6 +30,8 @@ from sim.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
 from sim.drafters.model import load_drafter_profile
 from sim.drafters.ngram import NgramConfig
 from sim.drafters.tables import DraftTables, build_draft_tables
+from sim.drafters.registry import DEFAULT_DRAFTERS, live_drafters
+from sim.drafters.suffix import suffix_settings
 from sim.engine import EngineConfig, RunResult
 from sim.errors import ConfigError
 from sim.policies import get_policy
@@ -210,9 +212,12 @@ def build_engine_model(wl: Workload, max_slots: int):
 
 
 def run_real(wl: Workload, model, policy: str, batch_size: int, cost, progress: bool = False,
-             max_num_batched_tokens: int = 512) -> RunResult:
+             max_num_batched_tokens: int = 512, drafters: str = ",".join(DEFAULT_DRAFTERS),
+             suffix_config: str | None = None) -> RunResult:
     """One real-engine run of the workload (all requests arrive at 0). `cost` prices the policies'
-    decisions (the machine's profiled table); None = a provisional one (profiling runs)."""
+    decisions (the machine's profiled table); None = a provisional one (profiling runs). drafters: the run's
+    enabled drafters (--drafters; a live one such as suffix runs inside the engine, with `suffix_config`, a
+    checked --suffix-config value)."""
     from real.engine.engine import RealEngine
 
     model = wl.model(max_slots=batch_size)
@@ -220,8 +225,10 @@ def run_real(wl: Workload, model, policy: str, batch_size: int, cost, progress: 
         cost = provisional_cost(model)
     cfg = EngineConfig(batch_size=batch_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=False,
                        kv_capacity_tokens=10**9)
-    eng = RealEngine(wl.tables, np.zeros(len(wl.requests)), get_policy(policy), cost, cfg, model, wl.ngram_cfg,
-                     teacher_forcing=wl.teacher, progress=progress, drafter=wl.drafter)
+    pol = get_policy(policy, drafters)
+    live = live_drafters(pol.uses_extra, {"suffix": suffix_settings(suffix_config)})  # fresh per run
+    eng = RealEngine(wl.tables, np.zeros(len(wl.requests)), pol, cost, cfg, model, wl.ngram_cfg,
+                     teacher_forcing=wl.teacher, progress=progress, drafter=wl.drafter, live=live)
     return eng.run()
 
 

@@ -179,6 +179,7 @@ class Engine(HostHistory, LosslessChecks):
     (sim/engine_checks.py) in their mixins."""
 
     single_thread = True  # torch intra-op threads during run(): one (the simulator's tensors are tiny)
+    live_chains = LiveChains  # how the engine runs its live drafters (the real engine's own emits real tokens)
 
     def __init__(self, tables, arrivals_s: np.ndarray, policy, cost: CostModel,
                  cfg: EngineConfig, progress: bool = False, live: dict | None = None):
@@ -192,13 +193,13 @@ class Engine(HostHistory, LosslessChecks):
         self.tb, self.policy, self.cost, self.cfg = tables, policy, cost, cfg
         n = len(tables.out_len)
         self.n = n
-        self.live = LiveChains(live or {}, n)
+        self.live = self.live_chains(live or {}, n)
         kx = self.live.width
         missing = [d for d in getattr(policy, "uses_extra", ()) if d not in self.live.d]
         if missing:
             raise ConfigError(f"policy '{policy.name}' uses the drafter(s) {', '.join(missing)}, which this engine does "
-                              "not run (the simulator runs them with --drafters; the real torch engine runs dspark "
-                              "and ngram only)")
+                              "not run (enable them with --drafters: the simulator and the real torch engine run them "
+                              "live)")
         if cfg.rate is not None:
             rng = np.random.default_rng(cfg.seed)
             self.arrival = np.cumsum(rng.exponential(1.0 / cfg.rate, size=n))
@@ -450,6 +451,8 @@ class Engine(HostHistory, LosslessChecks):
         if self.padded:  # the padded shape each step was charged at (sim/cost/padded.py)
             arr = np.asarray(self._shape_log, dtype=np.int64).reshape(-1, len(SHAPE_COLUMNS))
             steps.update({c: arr[:, i] for i, c in enumerate(SHAPE_COLUMNS)})
+        if self.live:  # each live drafter's verified, accepted and ms columns (sim/engine_live.py)
+            steps.update(self.live.columns(len(steps["step_ms"])))
         return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=not violation, violation=violation,
                          accepted_hist=self.acc_hist.copy())
 
@@ -546,7 +549,7 @@ class Engine(HostHistory, LosslessChecks):
             verify = float(self.cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows, shape=self._shape))
         else:
             verify = float(self.cost.verify_ms(hit[0], kv_tokens, num_seqs, logit_rows=logit_rows))
-        return StepCharge(parts.draft, parts.ngram + parts.extra, parts.alloc, verify, hit[1], hit[2])
+        return StepCharge(parts.draft, parts.ngram, parts.alloc, verify, hit[1], hit[2], parts.extra)
 
     def counts_charge(self, running: int, total_tokens: int) -> tuple:
         """What of a step's charge depends on the counts only (the cost model is pure): (graph tokens, sample
@@ -801,12 +804,15 @@ class Engine(HostHistory, LosslessChecks):
             alloc = self._allocate(batch, drafting)
             adm_m, adm_n, model_ran = self._admit(alloc, drafting, reqs, chains, prices)
         acc_m, acc_n = self._verify(plan, reqs, rows, adm_m, adm_n, chains)
-        if self.padded:
-            self._shape = self._step_shape(plan, reqs, adm_m + adm_n)
+        if self.padded:  # every drafter's admitted slots are queries of the verify forward
+            drafts = adm_m + adm_n
+            for k in (self.live.adm if self.live else ()):
+                drafts = drafts + self.live.adm[k]
+            self._shape = self._step_shape(plan, reqs, drafts)
         if R and self.live:
             verified, accepted, emitted = self.live.settle(self, reqs, rows, adm_m, adm_n, acc_m, acc_n, chains,
                                                            model_ran)
-            self.sched.last_draft = verified[0] + verified[1]
+            self.sched.last_draft = verified[0] + verified[1] + self.live.verified_live  # the live chains' too
             total_tokens = T + self.sched.last_draft
         elif R:
             from_n = acc_n > acc_m  # the branch whose tokens are kept (ties: the model's, same tokens)

@@ -13,11 +13,17 @@ Per step (Engine._step, numpy step only: the native step and the fast forms hold
     drafter proposed it, then the target's bonus token; the drafter's price is charged only if it ran;
   * a finished request's drafter state is stopped (`stop`: its output may join a global tree).
 Host history per drafter (the HostView's stale_extra and mean_extra): the chain last proposed for each request,
-and the mean of its proposals' confidences (0 past each chain's length), as the n-gram chain's; before its
-first proposal for a request, a whole chain of confidence 1 (as vLLM resets a fresh request's model
-confidences), so that a policy that may skip the drafter tries it first.
-The step record keeps the two-drafter columns: a live drafter's verified and accepted slots and its time are
-counted with the model-free (ngram) ones. Memory: n x K_d per drafter (whole-trace arrays).
+and the mean of its proposals' confidences (0 past each chain's length), as the n-gram chain's. Before its
+first proposal for a request: the mean of every proposal it made in the run so far (all requests), and a
+whole chain of confidence 1 before its very first one (as vLLM resets a fresh request's model confidences),
+so that a policy that may skip the drafter tries it once. (A fresh request forecast at confidence 1 made
+`hybrid` run the suffix drafter on every step a request joined: on traces/general.jsonl, batch 32, 82 of
+381 steps, for 39 requests whose suffix chain was chosen; the run-wide mean is what the drafter has been
+worth on a request it knows nothing about.)
+The step record: each live drafter D has its own columns verified_D, accepted_D (tokens) and D_ms (its time as
+charged, 0 on steps it did not run), next to the model and n-gram drafters' (verified_ngram, accepted_ngram and
+ngram_ms are the n-gram drafter's alone); the step's time is charged as before (StepCharge.extra, with the
+model-free ones). Memory: n x K_d per drafter (whole-trace arrays); the columns, a few numbers per step it ran.
 """
 from __future__ import annotations
 
@@ -40,7 +46,12 @@ class LiveChains:
         self.last_len = {k: np.zeros(n, dtype=np.int64) for k in self.d}
         self.sum_conf = {k: np.zeros((n, x.width)) for k, x in self.d.items()}
         self.cnt = {k: np.zeros(n, dtype=np.int64) for k in self.d}
+        self.run_sum = {k: np.zeros(x.width) for k, x in self.d.items()}  # over every proposal of the run
+        self.run_cnt = {k: 0 for k in self.d}
         self._price: dict = {}  # R -> {name: ms}
+        self._cols = {k: {} for k in self.d}  # step row -> (verified, accepted, ms) of the steps it ran
+        self._ms: dict = {}  # this step's charged time per drafter [ms]
+        self.verified_live = 0  # this step's slots verified from the live drafters' chains
         self.adm: dict = {}  # this step's admitted slots per drafter
         self.ran: frozenset = frozenset()  # this step's drafters that ran
 
@@ -96,7 +107,7 @@ class LiveChains:
         for k, x in self.d.items():
             K = x.width
             if k in plan.extra:
-                tok, conf, n = x.propose(reqs)
+                tok, conf, n = self.propose_one(k, reqs)
             else:
                 tok, conf, n = np.zeros((R, K), np.int64), np.zeros((R, K)), np.zeros(R, np.int64)
             j = np.arange(K)
@@ -104,6 +115,11 @@ class LiveChains:
             same = (tok == truth) & (j[None, :] < np.minimum(n, left)[:, None])
             out[k] = (tok, conf, n, np.cumprod(same, axis=1).sum(1))
         chains["live"] = out
+
+    def propose_one(self, name: str, reqs: np.ndarray) -> tuple:
+        """Drafter `name`'s proposal for the step's requests (tokens, conf, len): the engine's hook around a live
+        drafter's own work (the real engine times it)."""
+        return self.d[name].propose(reqs)
 
     def host_fields(self, reqs: np.ndarray, R: int, cost) -> dict:
         """The HostView's fields of the live drafters (stale_extra, mean_extra, extra_draft_ms)."""
@@ -114,9 +130,11 @@ class LiveChains:
         for k in self.d:
             conf, n, cnt = self.last_conf[k][reqs], self.last_len[k][reqs], self.cnt[k][reqs]
             fresh = cnt == 0
-            if fresh.any():  # no proposal yet: a whole chain of confidence 1 (vLLM's reset of a fresh request)
+            if fresh.any():  # no proposal yet: the run's mean proposal (confidence 1 before any: module docstring)
                 conf, n = conf.copy(), n.copy()
-                conf[fresh], n[fresh] = 1.0, conf.shape[1]
+                total = self.run_cnt[k]
+                conf[fresh] = self.run_sum[k] / total if total else 1.0
+                n[fresh] = conf.shape[1]
             stale[k] = (f(conf), f(n))
             mean[k] = f(np.where(cnt[:, None] > 0, self.sum_conf[k][reqs] / np.maximum(cnt, 1)[:, None], conf))
         return dict(stale_extra=stale, mean_extra=mean, extra_draft_ms=dict(self.price_of(R, cost)))
@@ -147,9 +165,11 @@ class LiveChains:
         R = len(reqs)
         price = self.price_of(R, eng.cost)
         prices.extra = 0.0
+        self._ms = {}
         for k in self.d:
             if k in self.ran:
                 prices.extra = prices.extra + price[k]
+                self._ms[k] = price[k]
         if self.ran:
             prices.alloc = eng.step_prices(R).alloc
 
@@ -163,7 +183,6 @@ class LiveChains:
         xtok = np.zeros((R, max(self.width, 1)), dtype=np.int64)
         xlen = np.zeros(R, dtype=np.int64)
         drafted = (adm_m + adm_n) > 0
-        n_x = 0
         for k, (tok, conf, n, a) in live.items():
             sel = self.adm[k] > 0
             acc = np.where(sel, np.minimum(self.adm[k], a), acc)
@@ -171,7 +190,6 @@ class LiveChains:
             drafted |= sel
             xtok[sel, :tok.shape[1]] = tok[sel]
             xlen = np.where(sel, n, xlen)
-            n_x += int(self.adm[k].sum())
         eng.acc_hist += np.bincount(np.minimum(acc[drafted], len(eng.acc_hist) - 1), minlength=len(eng.acc_hist))
         left = tb.out_len[reqs] - eng.pos[reqs]
         n_emit = np.minimum(acc + 1, left)
@@ -183,23 +201,43 @@ class LiveChains:
         if t.any():
             eng._emit(reqs[t], rows[t], from_n[t], n_draft[t], n_emit[t] - n_draft[t])
         if xk.any():
-            self._emit(eng, reqs[xk], xtok[xk], n_draft[xk], n_emit[xk] - n_draft[xk])
+            self.emit(eng, reqs[xk], xtok[xk], n_draft[xk], n_emit[xk] - n_draft[xk])
         eng.prev_pos[reqs] = rows - tb.offsets[reqs]
         eng._record_drafts(reqs, rows, model_ran)
         for k in self.ran:
             tok, conf, n, _ = live[k]
             self.last_conf[k][reqs], self.last_len[k][reqs] = conf, n
-            self.sum_conf[k][reqs] += conf * (np.arange(conf.shape[1]) < n[:, None])
+            valid = conf * (np.arange(conf.shape[1]) < n[:, None])
+            self.sum_conf[k][reqs] += valid
             self.cnt[k][reqs] += 1
+            self.run_sum[k] += valid.sum(0)
+            self.run_cnt[k] += len(reqs)
         eng.n_steps[reqs] += 1
-        verified = [int(adm_m.sum()), int(adm_n.sum()) + n_x]
-        accepted = [int(acc[~from_n & ~xk].sum()), int(acc[from_n | xk].sum())]
+        row = len(eng.steps)  # the record this step appends (Engine._finish_step, after this)
+        self.verified_live = int(sum(int(self.adm[k].sum()) for k in live))  # slots the verify forward holds too
+        for k in live:
+            sel = self.adm[k] > 0
+            if k in self.ran:
+                self._cols[k][row] = (int(self.adm[k].sum()), int(acc[sel].sum()), self._ms.get(k, 0.0))
+        verified = [int(adm_m.sum()), int(adm_n.sum())]
+        accepted = [int(acc[~from_n & ~xk].sum()), int(acc[from_n & ~xk].sum())]
         return verified, accepted, int(n_emit.sum())
 
-    @staticmethod
-    def _emit(eng, reqs, tok, n_draft, n_bonus) -> None:
+    def columns(self, n_steps: int) -> dict:
+        """The step record's columns of the live drafters, over the run's n_steps steps: verified_D, accepted_D
+        (int64 tokens) and D_ms (float64 ms as charged), 0 on steps D did not run."""
+        out = {}
+        for k, rows in self._cols.items():
+            v, a, ms = np.zeros(n_steps, np.int64), np.zeros(n_steps, np.int64), np.zeros(n_steps)
+            for i, (vi, ai, mi) in rows.items():
+                v[i], a[i], ms[i] = vi, ai, mi
+            out[f"verified_{k}"], out[f"accepted_{k}"], out[f"{k}_ms"] = v, a, ms
+        return out
+
+    def emit(self, eng, reqs, tok, n_draft, n_bonus) -> None:
         """Emit each request's first n_draft proposed tokens of its live chain (`tok` [R, K]), then n_bonus (0
-        or 1) bonus token from the target, output[pos + n_draft] (Engine._emit's layout)."""
+        or 1) bonus token from the target, output[pos + n_draft] (Engine._emit's layout; the real engine's
+        LiveChains writes the target's own bonus token instead)."""
         tb = eng.tb
         counts = n_draft + n_bonus
         total = int(counts.sum())

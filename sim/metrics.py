@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.result import BREAKDOWN, RunLike  # the result schema, not the engine: any engine's result will do
+from sim.result import BREAKDOWN, RunLike, extra_drafters, model_free  # the result schema, not the engine: any engine's result will do
 
 
 def _steady(st: dict, batch_size: int | None) -> float:
@@ -130,9 +130,9 @@ def spec_decode_metrics(res: RunLike) -> dict:
     if not n:
         return {}
     h = np.asarray(h, dtype=np.int64)
-    accepted = int(np.sum(st["accepted_model"]) + np.sum(st["accepted_ngram"]))
+    accepted = int(np.sum(st["accepted_model"]) + np.sum(model_free(st, "accepted")))
     tail = np.cumsum(h[::-1])[::-1]  # tail[a] = drafts that accepted >= a tokens
-    return {"num_drafts": n, "draft_tokens": int(np.sum(st["verified_model"]) + np.sum(st["verified_ngram"])),
+    return {"num_drafts": n, "draft_tokens": int(np.sum(st["verified_model"]) + np.sum(model_free(st, "verified"))),
             "accepted_tokens": accepted, "acceptance_length": 1.0 + accepted / n,
             "acceptance_per_position": [float(x) / n for x in tail[1:]]}
 
@@ -151,8 +151,9 @@ def summarize(res: RunLike, batch_size: int | None = None) -> dict:
     dec = st["num_decode"]
     req_steps = int(dec.sum())
     emitted_decode = int(st["emitted"].sum()) - int(np.count_nonzero(~np.isnan(rq["first_token_s"])))
-    verified = st["verified_model"] + st["verified_ngram"]
-    accepted = st["accepted_model"] + st["accepted_ngram"]
+    ver_free, acc_free = model_free(st, "verified"), model_free(st, "accepted")  # n-gram and live drafters'
+    verified = st["verified_model"] + ver_free
+    accepted = st["accepted_model"] + acc_free
     n_dec_steps = int(np.count_nonzero(dec))
     total_ms = float(st["step_ms"].sum()) or 1.0
     row = {
@@ -164,15 +165,17 @@ def summarize(res: RunLike, batch_size: int | None = None) -> dict:
         "mean_tokens_per_step": emitted_decode / req_steps if req_steps else float("nan"),
         "verified_tokens_per_step": float(verified.sum() / n_dec_steps) if n_dec_steps else 0.0,
         "acceptance_rate": float(accepted.sum() / verified.sum()) if verified.sum() else float("nan"),
-        "ngram_share_verified": float(st["verified_ngram"].sum() / verified.sum()) if verified.sum() else 0.0,
-        "ngram_share_accepted": float(st["accepted_ngram"].sum() / accepted.sum()) if accepted.sum() else 0.0,
+        "ngram_share_verified": float(ver_free.sum() / verified.sum()) if verified.sum() else 0.0,
+        "ngram_share_accepted": float(acc_free.sum() / accepted.sum()) if accepted.sum() else 0.0,
         "steps": int(len(dec)),
         "mean_step_ms": float(st["step_ms"].mean()) if len(dec) else float("nan"),
         "preemptions": int(rq["preemptions"].sum()),
         "lossless": bool(res.lossless),
     }
-    for k in BREAKDOWN:
-        row["share_" + k.removesuffix("_ms")] = float(st[k].sum()) / total_ms
+    for k in BREAKDOWN:  # share_ngram: the model-free drafters' together (sim/result.py)
+        row["share_" + k.removesuffix("_ms")] = float((model_free(st, "ms") if k == "ngram_ms" else st[k]).sum()) / total_ms
+    for d in extra_drafters(st):
+        row["share_" + d] = float(st[f"{d}_ms"].sum()) / total_ms
     row.update(serving_metrics(res))
     row.update(spec_decode_metrics(res))
     return row

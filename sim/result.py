@@ -18,11 +18,31 @@ REQUEST_COLUMNS = {
 STEP_COLUMNS = {
     "t_start_ms": "step start (ms)", "step_ms": "step duration (ms)", "num_decode": "decoding requests",
     "emitted": "tokens emitted", "verified_model": "model-drafter tokens verified",
-    "verified_ngram": "n-gram tokens verified (with --drafters suffix: and the suffix drafter's)",
+    "verified_ngram": "n-gram tokens verified",
     "accepted_model": "model-drafter tokens accepted",
-    "accepted_ngram": "n-gram tokens accepted (with --drafters suffix: and the suffix drafter's)",
+    "accepted_ngram": "n-gram tokens accepted",
     **{k: f"time spent in {k.removesuffix('_ms')} (ms)" for k in BREAKDOWN},
 }
+# A run that enables a live drafter D (--drafters ...,suffix) has three more step columns: verified_D and
+# accepted_D (its tokens) and D_ms (its time, ms; ngram_ms and the n-gram columns are the n-gram drafter's alone).
+# The summary (sim.metrics.summarize) counts them with the model-free drafters: its ngram figures and share_ngram
+# are the n-gram and live drafters' together, as before they had columns of their own, and share_D each one's.
+
+
+def extra_drafters(steps: dict) -> list[str]:
+    """The live drafters with columns of their own in `steps` (verified_D present; not model or ngram)."""
+    return [k.removeprefix("verified_") for k in steps
+            if k.startswith("verified_") and k not in ("verified_model", "verified_ngram")]
+
+
+def model_free(steps: dict, what: str):
+    """The model-free drafters' `what` column ("verified", "accepted" or "ms") summed: the n-gram drafter's and
+    every live drafter's (extra_drafters)."""
+    col = (lambda d: f"{d}_ms") if what == "ms" else (lambda d: f"{what}_{d}")
+    total = steps[col("ngram")]
+    for d in extra_drafters(steps):
+        total = total + steps[col(d)]
+    return total
 
 
 class RunLike(Protocol):

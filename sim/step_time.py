@@ -55,7 +55,8 @@ class StepCharge:
     verify: float
     sample: float
     cpu: float
+    extra: float = 0.0  # the run's live drafters (sim/engine_live.py), each in its own step column
 
     def times(self, sync: bool) -> tuple[float, float]:
-        """(gpu, step) [ms] of this charge (step_time)."""
-        return step_time(self.draft, self.ngram, self.alloc, self.verify, self.sample, self.cpu, sync)
+        """(gpu, step) [ms] of this charge (step_time; the live drafters' time with the model-free n-gram's)."""
+        return step_time(self.draft, self.ngram + self.extra, self.alloc, self.verify, self.sample, self.cpu, sync)

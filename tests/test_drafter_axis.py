@@ -110,9 +110,20 @@ def test_a_run_with_the_suffix_drafter_is_lossless_and_uses_what_it_names():
         assert res.lossless, (pol, res.violation)
         rows[pol] = (row, res)
     st = rows["suffix"][1].steps
-    assert st["verified_model"].sum() == 0 and st["verified_ngram"].sum() > 0  # suffix slots: model-free column
-    assert st["draft_ms"].sum() == 0 and st["ngram_ms"].sum() > 0
+    # each drafter its own step columns: the suffix drafter's slots and time in verified_suffix / suffix_ms
+    assert st["verified_model"].sum() == 0 and st["verified_ngram"].sum() == 0 and st["verified_suffix"].sum() > 0
+    assert 0 < st["accepted_suffix"].sum() <= st["verified_suffix"].sum()
+    assert st["draft_ms"].sum() == 0 and st["ngram_ms"].sum() == 0 and st["suffix_ms"].sum() > 0
+    assert ((st["suffix_ms"] > 0) == (st["num_decode"] > 0)).all()  # charged on every decode step, only there
+    assert rows["suffix"][0]["ngram_share_verified"] == 1.0  # the summary: model-free drafters together, as before
+    hy = rows["hybrid"][1].steps
+    assert (hy["verified_suffix"][hy["suffix_ms"] == 0] == 0).all()  # no slot of a drafter on a step it did not run
     assert rows["adaptive"][1].steps["ngram_ms"].sum() == 0  # an enabled drafter a policy does not use: not charged
+    assert "suffix_ms" not in rows["adaptive"][1].steps  # nor given a column
+    for pol in ("suffix", "hybrid", "oracle"):  # the verify forward holds every drafter's verified slots
+        s = rows[pol][1].steps
+        assert np.array_equal(s["tokens"], s["num_decode"] + s["prefill_tokens"] + s["verified_model"]
+                              + s["verified_ngram"] + s["verified_suffix"]), pol
     assert rows["oracle"][0]["output_throughput_tok_s"] >= rows["hybrid"][0]["output_throughput_tok_s"] * 0.98
 
 

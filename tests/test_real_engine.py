@@ -265,3 +265,61 @@ def test_hybrid_skips_the_model_pass_for_real_and_is_not_charged_for_it(greedy_w
         assert (st["draft_upkeep_ms"] == 0).all()  # no live drafter here (random weights): no context upkeep
         skipped, ran = skipped + int((~model_ran).sum()), ran + int(model_ran.sum())
     assert skipped > 0 and ran > 0, (skipped, ran)  # both kinds of step occur on these traces
+
+
+def test_suffix_drafter_runs_live_in_the_real_engine(greedy_wl):
+    """The suffix drafter (a live drafter) in the torch engine: `suffix` and three-drafter `hybrid` stay lossless
+    against plain greedy; suffix chains are chosen and verified by the target; the drafter's time is charged
+    (its own step columns: suffix_ms, verified_suffix, accepted_suffix) only on steps whose plan ran it."""
+    from sim.cost.profiled import ProfiledCost
+    from sim.engine import EngineConfig
+    from sim.drafters.registry import live_drafters
+    from sim.policies import get_policy
+    from real.engine.engine import RealEngine
+    from real.workload import provisional_cost
+
+    class DearHostLookup(ProfiledCost):
+        """Decisions priced with a host lookup as dear as a 16-token verify: hybrid skips the suffix drafter on
+        some steps and runs it on others."""
+
+        def ngram_ms(self, num_reqs, on_gpu=True):
+            return 0.0 if on_gpu else 1.0
+
+    class Probe(RealEngine):
+        def _charge(self, parts, plan, R, *args, **kw):
+            out = super()._charge(parts, plan, R, *args, **kw)
+            self.log.append((R > 0, "suffix" in self.live.ran, self._lap["live"].get("suffix", 0.0), out.ngram,
+                             int(self.live.adm.get("suffix", np.zeros(1)).sum()) if R else 0))
+            return out
+
+    drafters = "dspark,ngram,suffix"
+    seen = dict(chosen=0, accepted=0, ran=0, skipped=0)
+    for policy in ("suffix", "hybrid"):
+        for wl in greedy_wl:
+            model = wl.model(max_slots=4)
+            cost = DearHostLookup(provisional_cost(model).table, fallback=None)
+            cfg = EngineConfig(batch_size=4, max_num_batched_tokens=512, async_scheduling=False,
+                               kv_capacity_tokens=10**9)
+            pol = get_policy(policy, drafters)
+            eng = Probe(wl.tables, np.zeros(len(wl.requests)), pol, cost, cfg, model, wl.ngram_cfg,
+                        live=live_drafters(pol.uses_extra))
+            eng.log = []
+            res = eng.run()
+            assert res.lossless, (policy, res.violation)
+            assert all(o == [int(x) for x in r.output_ids] for o, r in zip(res.outputs, wl.requests)), policy
+            log = np.asarray(eng.log, dtype=np.float64)
+            assert len(log) == len(res.steps["step_ms"])
+            dec, ran, lap, ngram_ms, adm = log.T
+            ran = ran > 0
+            assert (lap[ran] > 0).all() and (lap[~ran] == 0).all()  # proposed (and timed) only when planned
+            st = res.steps  # the suffix drafter's own step columns: its measured time and slots, 0 where it did not run
+            assert np.array_equal(st["suffix_ms"], np.where(ran, lap, 0.0)) and np.array_equal(st["verified_suffix"], adm)
+            assert (st["accepted_suffix"] <= st["verified_suffix"]).all()
+            if policy == "suffix":  # no n-gram drafter: nothing in its columns, the suffix drafter runs every decode step
+                assert not ngram_ms.any() and not st["verified_ngram"].any() and (ran == (dec > 0)).all()
+            assert (adm[~ran] == 0).all()
+            seen["chosen"] += int(adm.sum())
+            seen["accepted"] += int(st["accepted_suffix"].sum())
+            seen["ran"] += int(ran.sum())
+            seen["skipped"] += int(((dec > 0) & ~ran).sum()) if policy == "hybrid" else 0
+    assert seen["chosen"] > 0 and seen["accepted"] > 0 and seen["ran"] > 0 and seen["skipped"] > 0, seen

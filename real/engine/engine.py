@@ -9,6 +9,10 @@ bookkeeping -- and overrides only the hooks where a real engine differs (see `En
              over each request's context (real/engine/ngram.py); the model drafter is live or a replay
              stand-in (below). A drafter the plan leaves out (`hybrid` skipping the model pass) is not run,
              and its time is not charged;
+             A live drafter of the run (--drafters ... suffix: the suffix tree, sim/engine_live.py) proposes
+             on the host from the engine's own context, only when the plan names it (RealLiveChains); its
+             time is charged (its own step column, suffix_ms) only on steps it ran, and a request whose
+             suffix chain is chosen verifies those tokens;
   _verify    one varlen target forward over the step's prefill chunks and each decoding request's
              [last token, admitted draft tokens], greedy: accepted = leading draft tokens equal to the
              target's argmax, bonus = the argmax after them (teacher forcing: the reference's tokens);
@@ -56,6 +60,7 @@ from sim.cost.padded import NO_SHAPE, SHAPE_COLUMNS, padded_shape
 from sim.drafters.ngram import NgramConfig
 from sim.drafters.tables import DraftTables
 from sim.engine import Engine, EngineConfig
+from sim.engine_live import LiveChains
 from sim.errors import ConfigError
 from sim.policies.base import Allocation, Plan, StepBatch
 from sim.scheduler import StepPlan
@@ -89,6 +94,29 @@ class Clock:
         return ms
 
 
+class RealLiveChains(LiveChains):
+    """The real engine's live drafters (sim.engine_live.LiveChains): each drafter's proposal timed (the step's
+    `live` laps, charged only when it ran), and emission of the tokens the target produced (the accepted
+    drafts, then the target's own bonus token), not the trace's."""
+
+    def propose_one(self, name: str, reqs: np.ndarray) -> tuple:
+        eng = self.eng
+        eng._lap["cpu_pre"] += eng._clock.lap()  # the host work before it (the drafters' context upkeep included)
+        out = super().propose_one(name, reqs)
+        eng._lap["live"][name] = eng._clock.lap()
+        return out
+
+    def admit(self, eng, *args) -> None:
+        super().admit(eng, *args)
+        for name in self._ms:  # its step column holds the measured proposal time, not the cost model's price
+            self._ms[name] = eng._lap["live"].get(name, 0.0)
+
+    def emit(self, eng, reqs, tok, n_draft, n_bonus) -> None:
+        new = [[int(x) for x in tok[k, : n_draft[k]]] + ([eng._bonus[int(r)]] if n_bonus[k] else [])
+               for k, r in enumerate(np.asarray(reqs).tolist())]
+        eng._emit_tokens(np.asarray(reqs, dtype=np.int64), new)
+
+
 class RealEngine(Engine):
     """The simulator's engine with a real target forward, a live n-gram drafter and a clock.
 
@@ -97,13 +125,15 @@ class RealEngine(Engine):
     """
 
     single_thread = False  # the model forward wants every core
+    live_chains = RealLiveChains
 
     def __init__(self, tables: DraftTables, arrivals_s: np.ndarray, policy, cost, cfg: EngineConfig, model,
-                 ngram_cfg: NgramConfig, teacher_forcing: bool = False, progress: bool = False, drafter=None) -> None:
+                 ngram_cfg: NgramConfig, teacher_forcing: bool = False, progress: bool = False, drafter=None,
+                 live: dict | None = None) -> None:
         if getattr(tables, "streaming", False):
             raise ConfigError("the real engine reads every request's context up front: give it whole draft tables "
                               "(--draft-tables whole)")
-        super().__init__(tables, arrivals_s, policy, cost, cfg, progress=progress)
+        super().__init__(tables, arrivals_s, policy, cost, cfg, progress=progress, live=live)
         if policy.tree:
             raise ConfigError(f"policy '{policy.name}' verifies two branches (a tree): the real engine verifies "
                               "chains only; tree policies are simulation-only")
@@ -111,6 +141,7 @@ class RealEngine(Engine):
             raise ConfigError("the real engine steps synchronously: use EngineConfig(async_scheduling=False)")
         if ngram_cfg.k != tables.k_ngram:
             raise ConfigError(f"n-gram chain length {ngram_cfg.k} differs from the tables' {tables.k_ngram}")
+        self.live.eng = self
         self.model, self.ngram_cfg, self.teacher = model, ngram_cfg, teacher_forcing
         self.device = next(model.parameters()).device
         max_ctx = int((tables.prompt_len + tables.out_len).max()) if self.n else 1
@@ -126,6 +157,7 @@ class RealEngine(Engine):
         self._lap: dict = {}
         self._ng_tokens: np.ndarray | None = None
         self._bonus: dict[int, int] = {}
+        self._kpos: dict[int, int] = {}
         self.dcache = None
         if drafter is not None and policy.uses_model:
             from real.drafter.runtime import DrafterCache
@@ -168,7 +200,7 @@ class RealEngine(Engine):
 
     # ---------------------------------------------------------------------------------------- hooks
     def _schedule(self) -> StepPlan:
-        self._lap = dict(draft=0.0, ngram=0.0, alloc=0.0, verify=0.0, sample=0.0)
+        self._lap = dict(draft=0.0, ngram=0.0, alloc=0.0, verify=0.0, sample=0.0, live={})
         self.ran = (False, False)
         plan = self.sched.schedule()
         self._sync_slots()
@@ -194,6 +226,7 @@ class RealEngine(Engine):
             # live proposals must be the reference's (the confidences come from its features)
             self._flag(live_len != chains["ngram_len"], reqs, "the live n-gram proposal differs from the reference's")
             chains["ngram_len"] = live_len
+        self._kpos = {r: k for k, r in enumerate(reqs.tolist())}  # a request's index in the step's chains
         return chains
 
     def _allocate(self, batch: StepBatch, plan: Plan) -> Allocation:
@@ -229,8 +262,16 @@ class RealEngine(Engine):
                 sample_first.append(r)
                 logit_idx.append(n_flat - 1)
         drafts = []
+        live = chains.get("live", {})
+        from_live = {}  # step index -> the live drafter whose chain it verifies
+        for name in live:
+            for k in np.flatnonzero(self.live.adm[name] > 0).tolist():
+                from_live[k] = name
         for k, r in enumerate(reqs.tolist()):
-            if adm_n[k] > 0:
+            if k in from_live:
+                name = from_live[k]
+                d = live[name][0][k, : self.live.adm[name][k]]
+            elif adm_n[k] > 0:
                 d = self._ng_tokens[k, : adm_n[k]]
             else:
                 d = self._model_tokens(k, rows[k])[: adm_m[k]]
@@ -281,7 +322,9 @@ class RealEngine(Engine):
             acc = int(np.cumprod(d == g[: len(d)]).sum()) if len(d) else 0
             acc = min(acc, int(tb.out_len[r] - self.pos[r]))  # nothing is accepted past the output's end
             self._bonus[r] = int(g[acc])
-            if adm_n[k] > 0:
+            if k in from_live:  # the target's acceptance replaces the trace's (LiveChains.settle reads it)
+                live[from_live[k]][3][k] = acc
+            elif adm_n[k] > 0:
                 acc_n[k] = acc
             else:
                 acc_m[k] = acc
@@ -291,19 +334,27 @@ class RealEngine(Engine):
               n_bonus: np.ndarray) -> None:
         """Write what the target produced: request reqs[k]'s first n_draft[k] draft tokens of the chain it
         accepted, then (n_bonus[k] = 1) the target's own next token."""
-        tb = self.tb
-        toks_all, counts, dst = [], [], []
+        new_all = []
         for k, r in enumerate(reqs.tolist()):
+            kk = self._kpos.get(r, k)  # `reqs` may be a subset of the step's (the rest took live chains)
             if n_draft[k]:
                 if from_n[k]:
-                    d = self._ng_tokens[k, : n_draft[k]]
+                    d = self._ng_tokens[kk, : n_draft[k]]
                 else:
-                    d = self._model_tokens(k, rows[k])[: n_draft[k]]
+                    d = self._model_tokens(kk, rows[k])[: n_draft[k]]
                 new = [int(x) for x in d]
             else:
                 new = []
             if n_bonus[k]:
                 new.append(self._bonus[r])
+            new_all.append(new)
+        self._emit_tokens(np.asarray(reqs, dtype=np.int64), new_all)
+
+    def _emit_tokens(self, reqs: np.ndarray, tokens: list) -> None:
+        """Write request reqs[k]'s tokens tokens[k] at its output position (output, device history)."""
+        tb = self.tb
+        toks_all, counts, dst = [], [], []
+        for r, new in zip(reqs.tolist(), tokens):
             base = int(tb.offsets[r] + self.pos[r])
             dst.extend(range(base, base + len(new)))
             toks_all.extend(new)
@@ -354,17 +405,24 @@ class RealEngine(Engine):
         cpu = lap.get("cpu_pre", 0.0) + tail
         alloc = lap["alloc"]
         model_ran, ngram_ran = self.ran
-        if not (model_ran or ngram_ran):
+        live_ran = self.live.ran if self.live else frozenset()
+        if not (model_ran or ngram_ran or live_ran):
             cpu, alloc = cpu + alloc, 0.0  # no drafter ran: the simulator prices no allocation, only host work
         # a drafter that did not run is not charged (its lap is 0 unless the oracle, which proposes both to
         # read the truth, was charged for one only: that time is the host's then)
         draft, ngram = (lap["draft"] if model_ran else 0.0), (lap["ngram"] if ngram_ran else 0.0)
         cpu += lap["draft"] - draft + lap["ngram"] - ngram
+        extra = 0.0  # the live drafters' proposals that ran (StepCharge.extra; each in its own step column)
+        for name, ms in lap["live"].items():
+            if name in live_ran:
+                extra += ms
+            else:
+                cpu += ms
         self._pass_log.append(bool(model_ran))
         self._upkeep_log.append(upkeep)
         self._fwd_shape_log.append(self._fwd_shape)
         self._fwd_shape = NO_SHAPE
-        return StepCharge(draft + upkeep, ngram, alloc, lap["verify"], lap["sample"], cpu)
+        return StepCharge(draft + upkeep, ngram, alloc, lap["verify"], lap["sample"], cpu, extra)
 
     def run(self):
         """The simulator's RunResult, with the outputs and two more step columns: draft_pass (int 0/1) and
