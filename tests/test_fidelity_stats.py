@@ -139,12 +139,13 @@ def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkey
     calls = []
     speeds = {("none", 1): [100.0, 101.0, 99.0], ("adaptive", 1): [200.0, 150.0, 250.0]}
 
-    def fake_measure(wl, t_dir, table, pol, bs, guard):
+    def fake_measure(wl, t_dir, table, pol, bs, guard, drafters):
+        assert drafters == "dspark,ngram"
         calls.append((pol, bs))
         n = sum(1 for c in calls if c == (pol, bs)) - 1
         return _fake_run(speeds[(pol, bs)][n], loaded=pol == "adaptive")
 
-    def fake_predict(wl, t_dir, table, pol, bs, seed):
+    def fake_predict(wl, t_dir, table, pol, bs, seed, drafters):
         calls.append(("predict", pol))
         pred = dict(_fake_run(101.5 if pol == "none" else 300.0), step_ms=[10.0, 10.0, 10.0])
         return {"predicted": pred, "synthetic": pred, "steps_predicted_csv": "a\n1\n", "sim_command": "python -m sim.run"}
@@ -154,7 +155,7 @@ def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkey
     probes = iter([{"1x1": 30.0, "1x8": 60.0}, {"1x1": 31.0, "1x8": 62.0}] * 2)
     monkeypatch.setattr(V, "speed_probe_of", lambda wl, bss: next(probes))
     wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
-    a = types.SimpleNamespace(load_guard=0.25, seed=0, margin=3.0, speed_probes={})
+    a = types.SimpleNamespace(load_guard=0.25, seed=0, margin=3.0, speed_probes={}, drafters="dspark,ngram")
     cells = V.measure_trace(wl, tmp_path, tmp_path / "t.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
     assert calls == [("none", 1), ("adaptive", 1), ("adaptive", 1), ("none", 1), ("none", 1), ("adaptive", 1),
                      ("predict", "none"), ("predict", "adaptive")]
