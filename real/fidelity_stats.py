@@ -53,7 +53,13 @@ alone can explain it. When the cost table itself was profiled under load, every 
 prediction then carries the profile's contention, whatever the real runs saw.
 What the band leaves out: a drift of the machine's speed between the profile and the cells (real/validate.py's
 speed probe measures it; it is reported beside the verdict, not in it: one probe's own scatter, 2-6% here, is
-larger than the drifts it would correct).
+larger than the drifts it would correct). But a cell whose probes (the median over its repeats, each run right
+after a repeat) say the machine ran the profile's fixed forwards more than the margin slower or faster is
+marked *drifted* and, like a loaded cell, cannot disagree: the prediction was priced at another machine speed,
+so an error beyond the margin cannot be put on the simulator. This catches load the guard cannot see (another
+tenant of the host: two quiet default-grid runs here, others 0.01 cores, saw the same forwards take 1.13-1.25x
+the profile's time in one of them). The mark only ever turns "disagrees" into "inconclusive", so a probe's own
+scatter can cost conclusiveness but never makes a verdict wrong.
 The run's verdict: inconclusive when more than half of its cells are; otherwise agrees when every conclusive
 cell agrees, else disagrees. Its error figures are the median and max |e| over the conclusive cells.
 """
@@ -179,6 +185,7 @@ class CellVerdict:
     reason: str            # why, in a few words
     pred_sd: float = 0.0   # u_p, the prediction's relative standard uncertainty (its profile's repeats)
     band_real: float = math.inf  # the repeats' band alone (u_p = 0); inf with one repeat
+    drifted: bool = False  # the machine's speed moved from the profile's by more than the margin (speed probes)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -194,12 +201,13 @@ class CellVerdict:
 
 def judge(xs: Sequence[float], predicted: float, margin: float = DEFAULT_MARGIN, loaded: bool = False,
           table_loaded: bool = False, pred_sd: float = 0.0, pred_df: float = math.inf,
-          pooled: tuple[float, int] | None = None) -> CellVerdict:
+          pooled: tuple[float, int] | None = None, drifted: bool = False) -> CellVerdict:
     """The verdict of one cell: repeats xs of the real throughput against the simulator's `predicted` one, whose
     relative standard uncertainty is pred_sd (pred_df degrees of freedom; profile_uncertainty); pooled: the run's
     pooled repeat scatter (pooled_scatter over the trace's cells), None: the cell's own.
     table_loaded: the cost table behind the prediction was itself profiled under load, so the prediction
-    carries that load's contention and no verdict but inconclusive is honest."""
+    carries that load's contention and no verdict but inconclusive is honest. drifted: the speed probes say the
+    machine's speed moved from the profile's by more than the margin (module docstring): cannot disagree."""
     if not xs:
         raise ValueError("a cell needs at least one measurement")
     if not margin > 0:
@@ -224,10 +232,12 @@ def judge(xs: Sequence[float], predicted: float, margin: float = DEFAULT_MARGIN,
                                            f"margin + band {100 * band:.1f}%: not rejected at the 5% level")
     if loaded and verdict == "disagrees":
         verdict, reason = "inconclusive", "measured under load: " + reason
+    if drifted and verdict == "disagrees":
+        verdict, reason = "inconclusive", "machine speed moved from the profile's: " + reason
     if table_loaded:
         verdict, reason = "inconclusive", "cost table profiled under load: " + reason
     return CellVerdict(n, med, srt[0], srt[-1], (srt[-1] - srt[0]) / med if med > 0 else math.inf, band, float(predicted),
-                       err, margin, loaded, verdict, reason, float(pred_sd), noise_band(srt))
+                       err, margin, loaded, verdict, reason, float(pred_sd), noise_band(srt), bool(drifted))
 
 
 @dataclass(frozen=True)
@@ -241,6 +251,7 @@ class RunSummary:
     median_error: float    # over conclusive cells, |e|; nan when none is conclusive
     max_error: float
     verdict: str
+    drifted: int = 0       # cells whose machine speed moved from the profile's by more than the margin
 
     def to_json(self) -> dict:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
@@ -250,6 +261,7 @@ class RunSummary:
                f"{self.agrees + self.disagrees} conclusive cells" if self.agrees + self.disagrees else
                "no conclusive cell")
         load = f"; {self.loaded} measured under load" if self.loaded else ""
+        load += f"; {self.drifted} at a machine speed off the profile's" if self.drifted else ""
         return (f"verdict: {self.verdict.upper()} ({self.agrees} agree, {self.disagrees} disagree, "
                 f"{self.inconclusive} inconclusive of {self.cells}{load}); {err}")
 
@@ -264,4 +276,4 @@ def summarize(verdicts: Iterable[CellVerdict]) -> RunSummary:
     else:
         verdict = "agrees" if count["disagrees"] == 0 else "disagrees"
     return RunSummary(len(vs), count["agrees"], count["disagrees"], count["inconclusive"], sum(v.loaded for v in vs),
-                      med, mx, verdict)
+                      med, mx, verdict, sum(v.drifted for v in vs))

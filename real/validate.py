@@ -182,6 +182,8 @@ def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dic
                                                                                   fixed forwards slower than
                                                                                   while profiling)
         predicted_corrected = predicted tok/s / s;  error_corrected = predicted_corrected / real - 1."""
+    from real.profile import probe_ratio
+
     n_tok = int(sum(r.output_len for r in wl.requests))
     tps = [r["tok_per_s"] for r in repeats]
     mid = sorted(range(len(tps)), key=tps.__getitem__)[len(tps) // 2]  # the median repeat (upper for even counts)
@@ -189,9 +191,12 @@ def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dic
     real["lossless"] = all(r["lossless"] for r in repeats)
     real["outputs_equal_reference"] = all(r["outputs_equal_reference"] for r in repeats)
     loaded = any(r["load"]["loaded"] for r in repeats)
+    ratios = [x for x in (probe_ratio(r["speed_probe"], profile_probe) for r in repeats
+                          if profile_probe and r.get("speed_probe")) if x]
+    drifted = bool(ratios) and abs(float(np.median(ratios)) - 1.0) > margin  # a load the guard cannot see
     v = judge(tps, prediction["predicted"]["tok_per_s"], margin, loaded, table_loaded, pred_unc[0],
               pred_unc[1] if pred_unc[1] else math.inf,  # the prediction's own uncertainty: its profile's repeats
-              pooled)  # the trace's repeat scatter pooled over its cells (real/fidelity_stats.py)
+              pooled, drifted)  # the trace's repeat scatter pooled over its cells (real/fidelity_stats.py)
     real["tok_per_s"] = v.real  # the median of the repeats (= the median repeat's for odd counts)
     out = {"trace": wl.trace, "policy": policy, "batch_size": bs, "requests": len(wl.requests), "output_tokens": n_tok,
            "real": real, "predicted": prediction["predicted"], "synthetic": prediction["synthetic"],
@@ -204,10 +209,6 @@ def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dic
     out["step_error_median"] = float(np.median(np.abs(ps - rs) / rs)) if len(rs) == len(ps) and len(rs) else float("nan")
     for k in ("predicted", "synthetic"):
         out[f"{k}_error"] = abs(out[k]["tok_per_s"] - v.real) / v.real
-    from real.profile import probe_ratio
-
-    ratios = [x for x in (probe_ratio(r["speed_probe"], profile_probe) for r in repeats
-                          if profile_probe and r.get("speed_probe")) if x]
     if ratios:
         s = float(np.median(ratios))
         pc = prediction["predicted"]["tok_per_s"] / s

@@ -217,7 +217,8 @@ def test_speed_probe_and_its_ratios():
 
 def test_drift_corrected_error_from_the_speed_probes(tmp_path):
     """A run that ran its fixed forwards 5% slower than the profile did has its prediction divided by 1.05 in the
-    drift-corrected column; the verdict stays the wall clock's."""
+    drift-corrected column; the verdict stays the wall clock's, but a 5% drift (beyond the 3% margin) marks the
+    cell drifted: its 5% error cannot disagree."""
     import types
 
     import real.validate as V
@@ -229,7 +230,7 @@ def test_drift_corrected_error_from_the_speed_probes(tmp_path):
     c = V.assemble_cell(wl, "none", 1, reps, prediction, 0.03, profile_probe={"1x1": 30.0, "1x8": 60.0, "context": 256})
     assert c["drift"]["speed_vs_profile"] == pytest.approx(1.05)
     assert c["drift"]["error"] == pytest.approx(105.0 / 1.05 / 100.0 - 1.0, abs=1e-12)
-    assert c["verdict"]["verdict"] == "disagrees"          # 5% off on the wall clock, as measured
+    assert c["verdict"]["verdict"] == "inconclusive" and c["verdict"]["drifted"]  # 5% off, at 5% drift
     assert c["repeats"][0]["speed_probe"]["1x1"] == 31.5 and "speed_probe" not in c["real"]
     bare = V.assemble_cell(wl, "none", 1, reps, prediction, 0.03)   # no profile probe: no correction
     assert "drift" not in bare
@@ -275,3 +276,38 @@ def test_pooled_scatter_steadies_the_band_and_a_noisy_cell_keeps_its_own():
     # one repeat with a pooled scatter has a finite band; without, the noise is unknown
     assert math.isfinite(noise_band([100.0], pooled=(s, dof))) and noise_band([100.0]) == math.inf
     assert judge([100.0], 101.0, pooled=(s, dof)).verdict == "agrees"
+
+
+def test_a_cell_at_another_machine_speed_cannot_disagree():
+    """The speed probes say the machine ran the profile's forwards 20% slower during the cell: an error of 25%
+    beyond margin + band is then inconclusive (drifted), not disagrees; the same error without drift disagrees,
+    and drift never turns an agreeing cell into anything else."""
+    import real.fidelity_stats as F
+
+    xs = [100.0, 100.5, 99.5]
+    plain = F.judge(xs, 125.0)
+    assert plain.verdict == "disagrees" and not plain.drifted
+    drift = F.judge(xs, 125.0, drifted=True)
+    assert drift.verdict == "inconclusive" and drift.drifted and "machine speed" in drift.reason
+    assert F.judge(xs, 101.0, drifted=True).verdict == "agrees"
+    s = F.summarize([drift, plain])
+    assert s.drifted == 1 and "machine speed off the profile's" in s.line()
+
+
+def test_assemble_cell_marks_drift_from_the_repeats_probes():
+    """assemble_cell marks a cell drifted when the median of its repeats' probe ratios to the profile's probe is
+    off 1 by more than the margin, and not when it is within."""
+    import types
+
+    import real.validate as V
+
+    wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
+    pred = dict(_fake_run(125.0), step_ms=[10.0, 10.0, 10.0])
+    prediction = {"predicted": pred, "synthetic": pred, "sim_command": "x"}
+    prof = {"1x1": 30.0, "1x8": 60.0, "context": 256}
+    slow = [dict(_fake_run(x), speed_probe={"1x1": 36.0, "1x8": 72.0}) for x in (100.0, 100.5, 99.5)]
+    same = [dict(_fake_run(x), speed_probe={"1x1": 30.3, "1x8": 60.6}) for x in (100.0, 100.5, 99.5)]
+    c = V.assemble_cell(wl, "none", 1, slow, prediction, 0.03, profile_probe=prof)
+    assert c["verdict"]["drifted"] and c["verdict"]["verdict"] == "inconclusive"
+    c = V.assemble_cell(wl, "none", 1, same, prediction, 0.03, profile_probe=prof)
+    assert not c["verdict"]["drifted"] and c["verdict"]["verdict"] == "disagrees"
