@@ -48,6 +48,8 @@ from real.machine_load import DEFAULT_LOAD_GUARD, LoadProbe  # noqa: E402
 from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 from sim.drafters.registry import DEFAULT_DRAFTERS, parse_drafter_list  # noqa: E402
+
+DRAFTER_LIST = ",".join(DEFAULT_DRAFTERS)  # --drafters' default, as the flag spells it
 from sim.models import llm_name  # noqa: E402
 
 ENGINES = ("torch", "vllm")
@@ -71,7 +73,7 @@ def cell_settings(a, trace: str, table_path: Path) -> dict:
             "limit": a.limit_eff, "max_tokens": a.max_tokens_eff, "max_prompt": a.max_prompt,
             "cost_table_sha256": hashlib.sha256(table_path.read_bytes()).hexdigest(),
             # recorded only when not the default pair, so cells cached before --drafters existed stay valid
-            **({} if a.drafters == ",".join(DEFAULT_DRAFTERS) else {"drafters": a.drafters})}
+            **({} if a.drafters == DRAFTER_LIST else {"drafters": a.drafters})}
 
 
 def load_cached_cell(path: Path, settings: dict) -> dict | None:
@@ -111,7 +113,7 @@ def torch_threads() -> int:
 
 
 def torch_sim_setup(ref_trace: Path, drafts: Path | None, table: Path, model: str, seed: int,
-                    drafters: str = ",".join(DEFAULT_DRAFTERS)):
+                    drafters: str = DRAFTER_LIST):
     """The SimSetup predicting a torch-engine cell: synchronous steps, the engine's token budget, no KV limit."""
     from sim.run import SimSetup
 
@@ -121,7 +123,7 @@ def torch_sim_setup(ref_trace: Path, drafts: Path | None, table: Path, model: st
 
 
 def simulate(ref_trace: Path, drafts: Path | None, table: Path, model: str, bs: int, policy: str, seed: int,
-             drafters: str = ",".join(DEFAULT_DRAFTERS)):
+             drafters: str = DRAFTER_LIST):
     """The simulator's prediction of one cell: what `sim.run ... --no-async-scheduling` computes."""
     from sim.run import run_one
 
@@ -129,7 +131,7 @@ def simulate(ref_trace: Path, drafts: Path | None, table: Path, model: str, bs: 
 
 
 def measure_real(wl, trace_dir: Path, table: Path, policy: str, bs: int, guard: float,
-                 drafters: str = ",".join(DEFAULT_DRAFTERS)) -> dict:
+                 drafters: str = DRAFTER_LIST) -> dict:
     """One real run of a cell (one repeat): its summary, whether its outputs equal the reference, the wall time
     and the machine's load over the run (real/machine_load.py); the steps go to cells/<cell>/steps_real.rR.csv
     by the caller."""
@@ -158,7 +160,7 @@ def measure_real(wl, trace_dir: Path, table: Path, policy: str, bs: int, guard: 
 
 
 def predict_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: int,
-                 drafters: str = ",".join(DEFAULT_DRAFTERS)) -> dict:
+                 drafters: str = DRAFTER_LIST) -> dict:
     """The simulator's prediction of a cell (replayed drafts) and its synthetic-drafter variant; deterministic for
     a given reference, drafts and cost table, so computed once per cell however many repeats the real side has."""
     n_tok = int(sum(r.output_len for r in wl.requests))
@@ -319,7 +321,7 @@ def validate(a) -> int:
 
     clear_prepared()  # references are rewritten per run: never serve one from an earlier call
     if a.engine == "vllm":
-        if a.drafters != ",".join(DEFAULT_DRAFTERS):
+        if a.drafters != DRAFTER_LIST:
             raise ConfigError("--drafters is for --engine torch (vLLM runs the drafters its own config names)")
         from real.vllm_run.flow import validate_vllm
 
@@ -420,7 +422,7 @@ def parse_args(argv):
                                                         "'vLLM (A100/H100)' and 'vLLM on this CPU'; default torch)")
     runs.add_argument("--policy", action="append", help=f"policy (repeatable; default {', '.join(DEFAULT_POLICIES)}; "
                                                         "vllm: none, adaptive, hybrid, ngram; default adaptive hybrid)")
-    runs.add_argument("--drafters", default=",".join(DEFAULT_DRAFTERS), type=parse_drafter_list,
+    runs.add_argument("--drafters", default=DRAFTER_LIST, type=parse_drafter_list,
                       help="the drafters the run enables (torch engine; default dspark,ngram; with suffix, the suffix "
                       "drafter runs live in the engine and hybrid chooses among all three: sim/drafters/registry.py)")
     runs.add_argument("--batch-size", action="append", type=int,
