@@ -48,9 +48,9 @@ from real.machine_load import DEFAULT_LOAD_GUARD, LoadProbe  # noqa: E402
 from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 from sim.drafters.registry import DEFAULT_DRAFTERS, parse_drafter_list  # noqa: E402
+from sim.models import llm_name  # noqa: E402
 
 DRAFTER_LIST = ",".join(DEFAULT_DRAFTERS)  # --drafters' default, as the flag spells it
-from sim.models import llm_name  # noqa: E402
 
 ENGINES = ("torch", "vllm")
 DEFAULT_POLICIES = ("none", "adaptive", "hybrid", "hybrid-price", "ngram-fixed:32")
