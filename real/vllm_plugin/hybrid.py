@@ -346,19 +346,18 @@ class HybridDrafter:
         takes the others' writes); a skipped step leaves the last drafted DSpark chain in place."""
         srows = torch.where(eligible, rows, self.max_reqs)
         if ran_model:
-            self.model_conf_last[srows] = mc
-            self.model_len_last[srows] = model_len
-            first = self.model_steps[srows] == 0
-            self.model_conf_sum[srows] = torch.where(first[:, None], 0.0, self.model_conf_sum[srows]) + \
-                mc.to(torch.float64)
-            self.model_steps[srows] = self.model_steps[srows] + 1
+            self._keep_chain("model", srows, mc, model_len)
         self.model_ran_last[srows] = torch.full_like(srows, ran_model, dtype=torch.bool)
-        self.ngram_conf_last[srows] = ng_conf
-        self.ngram_len_last[srows] = ng_len
-        fresh = self.ngram_steps[srows] == 0
-        self.ngram_conf_sum[srows] = torch.where(fresh[:, None], 0.0, self.ngram_conf_sum[srows]) + \
-            ng_conf.to(torch.float64)
-        self.ngram_steps[srows] = self.ngram_steps[srows] + 1
+        self._keep_chain("ngram", srows, ng_conf, ng_len)
+
+    def _keep_chain(self, drafter: str, srows, conf, length) -> None:
+        """One drafter's kept chain for plan_skip: its last confidences and length, and the running sum of its
+        confidences over the request's steps (restarted at the request's first step; float64)."""
+        getattr(self, f"{drafter}_conf_last")[srows] = conf
+        getattr(self, f"{drafter}_len_last")[srows] = length
+        total, steps = getattr(self, f"{drafter}_conf_sum"), getattr(self, f"{drafter}_steps")
+        total[srows] = torch.where((steps[srows] == 0)[:, None], 0.0, total[srows]) + conf.to(torch.float64)
+        steps[srows] = steps[srows] + 1
 
     def plan_skip(self, slots, hysteresis: float = 0.0) -> bool:
         """Whether DSpark's block pass runs this step for the requests in vLLM's slots `slots` (host ints, the
