@@ -60,6 +60,37 @@ so an error beyond the margin cannot be put on the simulator. This catches load 
 tenant of the host: two quiet default-grid runs here, others 0.01 cores, saw the same forwards take 1.13-1.25x
 the profile's time in one of them). The mark only ever turns "disagrees" into "inconclusive", so a probe's own
 scatter can cost conclusiveness but never makes a verdict wrong.
+Re-anchoring (interleaved speed probes; real/profile.py and real/validate.py). The drift above was the dominant
+error of two quiet default-grid runs (the same fixed forwards 10-25% slower within minutes, the cells' errors
+following them), so the machine's speed is measured beside every timed run and the comparison is made at one
+speed. A probe p is the median ms of a few fixed forwards per shape (real.profile.speed_probe); two probes compare
+by their geometric mean ratio over the shapes both timed, ratio(p, P) = exp(mean_k log(p_k / P_k)) (> 1: slower).
+    profile    a probe after the warm-up and after every profile run (ABBA order), p_0 .. p_n. The reference P is
+               their per-shape geometric mean (reference_probe); run k is bracketed by p_{k-1} and p_k and ran at
+               speed q_k = sqrt(ratio(p_{k-1}, P) ratio(p_k, P)) (bracket_speed); its step times are divided by
+               q_k before the table is fitted, so the table prices the machine at speed P, not at whatever mean
+               speed the profile happened to see (a profile whose last runs took 1.10-1.16x its first ones' time
+               was fitted on a mixture before). The microbenchmarks are bracketed likewise.
+    cell       every repeat r is bracketed by a probe before and after it (the one after a repeat is the one
+               before the next), q_r = bracket_speed(before_r, after_r, P), and measured x_r tok/s. Its
+               throughput at the reference speed is x'_r = x_r q_r (a run q_r times slower than at P produces
+               tokens q_r times slower), so the error of repeat r against the prediction re-anchored to that
+               moment, pred / q_r, is pred / (q_r x_r) - 1 = pred / x'_r - 1. The verdict above is applied to
+               x'_1..x'_N (median, pooled scatter, band) in place of x: the probes' own noise is then inside the
+               repeats' scatter u_r, and the profile's inside u_p (its runs' totals are the anchored ones).
+    u_a        the reference's own uncertainty: 0 when the table was anchored (P cancels: the table and the cells
+               are both expressed at speed P, so a different P scales both alike). A table fitted before probes
+               were interleaved has one probe at the profile's end as its P, which need not be the speed its runs
+               had; its uncertainty is taken as one probe's relative sd, s_1 = sqrt(mean_i d_i^2 / 2) over the
+               repeats' bracket pairs d_i = log(after_i / before_i) (probe_pair_scatter; the pairs' real drift
+               counted as noise, so conservative), with P degrees of freedom, and enters the band as a third
+               independent variance: b = t_{0.95, nu} sqrt(u_r^2 + u_p^2 + u_a^2), nu by Welch-Satterthwaite over
+               the three (nu = var^2 / sum_i u_i^4 / nu_i).
+    drift mark what re-anchoring cannot explain: the machine's speed moving within a repeat. The bracket's mean is
+               the speed of a linear drift; a repeat whose two probes differ by w_r = after / before is pinned to
+               about |log w_r| / 2. A cell whose median over repeats of |log w_r| / 2 exceeds the margin is marked
+               drifted and cannot disagree (as above). Without probes before the repeats (older recordings) the
+               mark is the earlier one: the median ratio to the profile's probe off 1 by more than the margin.
 The run's verdict: inconclusive when more than half of its cells are; otherwise agrees when every conclusive
 cell agrees, else disagrees. Its error figures are the median and max |e| over the conclusive cells.
 """
@@ -73,6 +104,7 @@ from typing import Hashable, Iterable, Sequence
 from scipy import stats
 
 DEFAULT_MARGIN = 0.03
+PROBE_REPEAT = 3  # forwards per shape of a speed probe interleaved with the profile's runs and the cells' repeats
 VERDICTS = ("agrees", "disagrees", "inconclusive")
 
 
@@ -127,33 +159,46 @@ def cell_scatter(xs: Sequence[float], pooled: tuple[float, int] | None) -> tuple
 
 
 def noise_band(xs: Sequence[float], pred_sd: float = 0.0, pred_df: float = math.inf,
-               pooled: tuple[float, int] | None = None) -> float:
+               pooled: tuple[float, int] | None = None, anchor_sd: float = 0.0, anchor_df: float = math.inf) -> float:
     """b: relative half-width of the two-sided 90% t interval of the error against a prediction whose relative
     standard uncertainty is pred_sd with pred_df degrees of freedom (module docstring; pred_sd = 0 and no pooled
-    scatter: the interval of the mean of xs). pooled: (s_pool, dof) of the run's cells (pooled_scatter). inf when
-    the noise is unknown (one repeat and nothing pooled) or the mean is not positive."""
+    scatter: the interval of the mean of xs). pooled: (s_pool, dof) of the run's cells (pooled_scatter). anchor_sd,
+    anchor_df: u_a, the speed reference's own uncertainty (re-anchoring, module docstring). inf when the noise is
+    unknown (one repeat and nothing pooled) or the mean is not positive."""
     n = len(xs)
     if not n or not sum(xs) > 0:
         return math.inf
     s, nu_r = cell_scatter(xs, pooled)
     if not nu_r:
         return math.inf
-    ur2, up2 = s * s / n, max(float(pred_sd), 0.0) ** 2
-    var = ur2 + up2
+    ur2, up2, ua2 = s * s / n, max(float(pred_sd), 0.0) ** 2, max(float(anchor_sd), 0.0) ** 2
+    var = ur2 + up2 + ua2
     if var == 0.0:
         return 0.0
-    denom = ur2 * ur2 / nu_r + (up2 * up2 / pred_df if up2 and math.isfinite(pred_df) else 0.0)
+    denom = ur2 * ur2 / nu_r + sum(u * u / df for u, df in ((up2, pred_df), (ua2, anchor_df))
+                                   if u and math.isfinite(df))  # Welch-Satterthwaite over the three variances
     nu = var * var / denom if denom > 0 else math.inf
     t = float(stats.t.ppf(0.95, nu)) if math.isfinite(nu) else float(stats.norm.ppf(0.95))
     return t * math.sqrt(var)
 
 
-def profile_uncertainty(run_totals: dict[Hashable, Sequence[float]]) -> tuple[float, int]:
+def legacy_reference_sd(probe: tuple[float, int], profile_run: tuple[float, int]) -> tuple[float, float]:
+    """(u_a, dof) of a reference that is one probe taken after a profile fitted without interleaved probes: the
+    probe's own noise (probe_pair_scatter) and the distance of that moment's speed from the mean speed the table
+    was fitted at, whose sd is one profile run's relative sd s_1 (profile_uncertainty's, before dividing by the
+    runs per point), combined as independent variances with Welch-Satterthwaite degrees of freedom."""
+    (sp, dp), (sr, dr) = probe, profile_run
+    var = sp * sp + sr * sr
+    den = sum(s ** 4 / d for s, d in ((sp, dp), (sr, dr)) if s and d)
+    return math.sqrt(var), (var * var / den if den else math.inf)
+
+
+def profile_uncertainty(run_totals: dict[Hashable, Sequence[float]], one_run: bool = False) -> tuple[float, int]:
     """(u_p, P): the relative standard uncertainty of a cost table's level from its profile's repeated runs
     (module docstring). run_totals: per profile point, the total measured time of each of its runs (>= 2 runs
     make it count). u_p = s_1 / sqrt(n_r), s_1 the one-run relative sd from the runs' spread about each point's
     mean (pooled), n_r the runs per point (the smallest count), P the pooled degrees of freedom. (0, 0) when no
-    point has two runs."""
+    point has two runs. one_run: s_1 itself (legacy_reference_sd)."""
     ss, dof, n_r = 0.0, 0, None
     for ts in run_totals.values():
         ts = [float(t) for t in ts if t > 0]
@@ -165,7 +210,61 @@ def profile_uncertainty(run_totals: dict[Hashable, Sequence[float]]) -> tuple[fl
         n_r = len(ts) if n_r is None else min(n_r, len(ts))
     if not dof:
         return 0.0, 0
-    return math.sqrt(ss / dof) / math.sqrt(n_r), dof
+    return math.sqrt(ss / dof) / (1.0 if one_run else math.sqrt(n_r)), dof
+
+
+def is_shape(key: str) -> bool:
+    """A probe's timed shape key, "<R>x<q>" (not its "context" or "repeat" entries)."""
+    r, sep, q = str(key).partition("x")
+    return bool(sep) and r.isdigit() and q.isdigit()
+
+
+def probe_ratio(probe: dict, reference: dict) -> float | None:
+    """ratio(p, P): the geometric mean over the shapes both probes timed (keys "<R>x<q>") of p / P (> 1: slower
+    than the reference); None when they share no shape."""
+    ks = [k for k in probe if is_shape(k) and k in reference and reference[k] > 0 and probe[k] > 0]
+    if not ks:
+        return None
+    return math.exp(sum(math.log(probe[k] / reference[k]) for k in ks) / len(ks))
+
+
+def reference_probe(probes: Sequence[dict]) -> dict:
+    """P: the per-shape geometric mean of the probes' times (each shape over the probes that timed it); the other
+    keys (context, repeat) from the first probe. ValueError without a probe."""
+    if not probes:
+        raise ValueError("a reference needs at least one probe")
+    shapes = sorted({k for p in probes for k in p if is_shape(k)})
+    ref = {k: v for k, v in probes[0].items() if not is_shape(k)}
+    for k in shapes:
+        vs = [p[k] for p in probes if k in p and p[k] > 0]
+        if vs:
+            ref[k] = math.exp(sum(math.log(v) for v in vs) / len(vs))
+    return ref
+
+
+def bracket_speed(before: dict, after: dict, reference: dict) -> float | None:
+    """q: the speed of a run bracketed by two probes, relative to the reference (> 1: slower), the geometric mean
+    of the two probes' ratios: the mean speed of a linear drift between them. None when a probe shares no shape
+    with the reference."""
+    a, b = probe_ratio(before, reference), probe_ratio(after, reference)
+    return None if a is None or b is None else math.sqrt(a * b)
+
+
+def probe_pair_scatter(pairs: Iterable[tuple[dict, dict]]) -> tuple[float, int]:
+    """(s_1, P): one probe's relative sd from pairs of probes taken around one run each (module docstring,
+    u_a): s_1 = sqrt(mean(d_i^2) / 2), d_i = log ratio(after_i, before_i), P the pairs that compare. (0, 0) when
+    none compares."""
+    ds = [math.log(r) for r in (probe_ratio(a, b) for b, a in pairs) if r]
+    if not ds:
+        return 0.0, 0
+    return math.sqrt(sum(d * d for d in ds) / len(ds) / 2.0), len(ds)
+
+
+def within_drift(pairs: Iterable[tuple[dict, dict]]) -> float | None:
+    """The median over runs of |log(after / before)| / 2: how far a run's speed may be from its bracket's mean
+    (module docstring, drift mark); None when no pair compares."""
+    hs = [abs(math.log(r)) / 2.0 for r in (probe_ratio(a, b) for b, a in pairs) if r]
+    return statistics.median(hs) if hs else None
 
 
 @dataclass(frozen=True)
@@ -186,6 +285,9 @@ class CellVerdict:
     pred_sd: float = 0.0   # u_p, the prediction's relative standard uncertainty (its profile's repeats)
     band_real: float = math.inf  # the repeats' band alone (u_p = 0); inf with one repeat
     drifted: bool = False  # the machine's speed moved from the profile's by more than the margin (speed probes)
+    anchored: bool = False  # the repeats were re-anchored to the reference speed (real is then the x' median)
+    speed: float = 1.0     # median q over the repeats (anchored; > 1: the machine ran slower than the reference)
+    anchor_sd: float = 0.0  # u_a, the speed reference's relative standard uncertainty
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -201,15 +303,24 @@ class CellVerdict:
 
 def judge(xs: Sequence[float], predicted: float, margin: float = DEFAULT_MARGIN, loaded: bool = False,
           table_loaded: bool = False, pred_sd: float = 0.0, pred_df: float = math.inf,
-          pooled: tuple[float, int] | None = None, drifted: bool = False) -> CellVerdict:
+          pooled: tuple[float, int] | None = None, drifted: bool = False, speeds: Sequence[float] | None = None,
+          anchor_sd: float = 0.0, anchor_df: float = math.inf) -> CellVerdict:
     """The verdict of one cell: repeats xs of the real throughput against the simulator's `predicted` one, whose
     relative standard uncertainty is pred_sd (pred_df degrees of freedom; profile_uncertainty); pooled: the run's
     pooled repeat scatter (pooled_scatter over the trace's cells), None: the cell's own.
     table_loaded: the cost table behind the prediction was itself profiled under load, so the prediction
     carries that load's contention and no verdict but inconclusive is honest. drifted: the speed probes say the
-    machine's speed moved from the profile's by more than the margin (module docstring): cannot disagree."""
+    machine's speed moved from the profile's by more than the margin (module docstring): cannot disagree.
+    speeds: q_r of each repeat (re-anchoring, module docstring): the verdict is then taken on x'_r = x_r q_r, with
+    the reference's uncertainty anchor_sd (anchor_df degrees of freedom) in the band."""
     if not xs:
         raise ValueError("a cell needs at least one measurement")
+    if speeds is not None:
+        if len(speeds) != len(xs) or not all(q > 0 and math.isfinite(q) for q in speeds):
+            raise ValueError(f"speeds must be one finite q > 0 per repeat, got {list(speeds)}")
+        xs = [float(x) * float(q) for x, q in zip(xs, speeds)]
+    if not (anchor_sd >= 0 and math.isfinite(anchor_sd)):
+        raise ValueError(f"anchor_sd must be a finite number >= 0, got {anchor_sd}")
     if not margin > 0:
         raise ValueError(f"margin must be > 0, got {margin}")
     if not (pred_sd >= 0 and math.isfinite(pred_sd)):
@@ -217,7 +328,7 @@ def judge(xs: Sequence[float], predicted: float, margin: float = DEFAULT_MARGIN,
     srt = sorted(float(x) for x in xs)
     n = len(srt)
     med = statistics.median(srt)
-    band = noise_band(srt, pred_sd, pred_df, pooled)
+    band = noise_band(srt, pred_sd, pred_df, pooled, anchor_sd, anchor_df)
     err = predicted / med - 1.0 if med > 0 else math.inf
     ae = abs(err)
     if ae - band > margin:
@@ -237,7 +348,8 @@ def judge(xs: Sequence[float], predicted: float, margin: float = DEFAULT_MARGIN,
     if table_loaded:
         verdict, reason = "inconclusive", "cost table profiled under load: " + reason
     return CellVerdict(n, med, srt[0], srt[-1], (srt[-1] - srt[0]) / med if med > 0 else math.inf, band, float(predicted),
-                       err, margin, loaded, verdict, reason, float(pred_sd), noise_band(srt), bool(drifted))
+                       err, margin, loaded, verdict, reason, float(pred_sd), noise_band(srt), bool(drifted),
+                       speeds is not None, statistics.median(speeds) if speeds is not None else 1.0, float(anchor_sd))
 
 
 @dataclass(frozen=True)
@@ -252,6 +364,7 @@ class RunSummary:
     max_error: float
     verdict: str
     drifted: int = 0       # cells whose machine speed moved from the profile's by more than the margin
+    anchored: int = 0      # cells whose repeats were re-anchored to the reference speed (interleaved probes)
 
     def to_json(self) -> dict:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
@@ -261,7 +374,9 @@ class RunSummary:
                f"{self.agrees + self.disagrees} conclusive cells" if self.agrees + self.disagrees else
                "no conclusive cell")
         load = f"; {self.loaded} measured under load" if self.loaded else ""
-        load += f"; {self.drifted} at a machine speed off the profile's" if self.drifted else ""
+        load += (f"; {self.drifted} with the machine's speed moving within their repeats" if self.drifted and
+                 self.anchored else f"; {self.drifted} at a machine speed off the profile's" if self.drifted else "")
+        load += f"; {self.anchored} re-anchored to the profile's speed" if self.anchored else ""
         return (f"verdict: {self.verdict.upper()} ({self.agrees} agree, {self.disagrees} disagree, "
                 f"{self.inconclusive} inconclusive of {self.cells}{load}); {err}")
 
@@ -276,4 +391,4 @@ def summarize(verdicts: Iterable[CellVerdict]) -> RunSummary:
     else:
         verdict = "agrees" if count["disagrees"] == 0 else "disagrees"
     return RunSummary(len(vs), count["agrees"], count["disagrees"], count["inconclusive"], sum(v.loaded for v in vs),
-                      med, mx, verdict, sum(v.drifted for v in vs))
+                      med, mx, verdict, sum(v.drifted for v in vs), sum(v.anchored for v in vs))

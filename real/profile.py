@@ -52,6 +52,7 @@ import torch  # noqa: E402
 
 from real.machine import gpu_models_name, machine_info  # noqa: E402,F401 (profile's callers read them here too)
 from real.engine.model import SHORT_QUERY_MAX  # noqa: E402
+from real.fidelity_stats import PROBE_REPEAT, bracket_speed, probe_ratio, reference_probe  # noqa: E402,F401
 from real.workload import Workload, build_engine_model, run_real  # noqa: E402
 from sim.cli_util import ArgumentParser, check_out_file, run_cli, write_whole  # noqa: E402
 from sim.cost.profiled import CostTable, cost_table_from_dict, write_cost_table  # noqa: E402
@@ -102,8 +103,9 @@ def speed_probe(model, repeat: int = 9) -> dict:
     """The model instance's speed on fixed inputs, to compare a trace's instance with the profile's: for each
     PROBE_SHAPES (R requests x q tokens, PROBE_CONTEXT cached tokens each, random token ids, every row's logits),
     the median ms of `repeat` forwards, the shapes alternated in ABBA order so that a drift falls on all alike.
-    Returns {"<R>x<q>": ms, ..., "context": PROBE_CONTEXT, "repeat": repeat}. Diagnostic: nothing is priced from
-    it (real/validate.py reports trace / profile ratios; docs/real.md, "Where the time goes")."""
+    Returns {"<R>x<q>": ms, ..., "context": PROBE_CONTEXT, "repeat": repeat}. Interleaved with the profile's runs
+    and the cells' repeats, it re-anchors both to one machine speed (real/fidelity_stats.py, re-anchoring); each
+    costs about 1.4 s at repeat 3 on this 2-core CPU (SmolLM2-135M: 1 + 2 x repeat forwards of each shape)."""
     from real.fidelity_stats import abba_order
 
     dev = next(model.parameters()).device
@@ -124,13 +126,13 @@ def speed_probe(model, repeat: int = 9) -> dict:
     return {**{k: statistics.median(v) for k, v in ts.items()}, "context": ctx, "repeat": repeat}
 
 
-def probe_ratio(probe: dict, reference: dict) -> float | None:
-    """The geometric mean over the shapes both probes timed of probe / reference (> 1: slower than the reference);
-    None when they share no shape."""
-    ks = [k for k in probe if "x" in k and k in reference and reference[k] > 0]
-    if not ks:
-        return None
-    return float(np.exp(np.mean([np.log(probe[k] / reference[k]) for k in ks])))
+
+def anchor_steps(st: dict, q: float) -> dict:
+    """A run's steps at the reference speed: every *_ms column divided by its bracket speed q (fidelity_stats,
+    re-anchoring), and q recorded per step in `speed_q` (raw ms = anchored ms x speed_q)."""
+    out = {k: (np.asarray(v, dtype=np.float64) / q if k.endswith("_ms") else v) for k, v in st.items()}
+    out["speed_q"] = np.full(len(np.asarray(st["tokens"])), q, dtype=np.float64)
+    return out
 
 
 def fit_step_parts(steps: list[dict], policies: list[str]) -> dict:
@@ -339,27 +341,44 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
 
     wl = Workload.build(PROFILE_TRACE, model_name, random_weights, device, **profile_slice(quick), progress=progress)
     model = build_engine_model(wl, max(batch_sizes))
-    steps = []
+    raw = []
     machine = machine_info(wl.device, wl.dtype, wl.model_label)
+    prep = 1 if quick else PROBE_REPEAT
     with LoadProbe(machine["threads"]) as probe:
         run_real(wl, model, policies[0], batch_sizes[0], cost=None, progress=False)  # warm-up, discarded
-        for (pol, bs), _ in abba_order([(p, b) for p in policies for b in batch_sizes], repeats):
+        probes = [speed_probe(model, repeat=prep)]  # interleaved: one before the first run and one after each
+        order = abba_order([(p, b) for p in policies for b in batch_sizes], repeats)
+        for i, ((pol, bs), _) in enumerate(order):
             res = run_real(wl, model, pol, bs, cost=None, progress=False)
+            probes.append(speed_probe(model, repeat=prep))
             st = dict(res.steps)
             st["policy"] = pol
             st["batch_size"] = np.full(len(res.steps["tokens"]), bs, dtype=np.int64)  # the run's point (repeats pair by it)
             st["logit_rows"] = res.steps["logit_rows"]
             st["tokens"] = res.steps["tokens"]
-            steps.append(st)
-        parts = fit_step_parts(steps, policies)
-        verify = fit_verify(steps, time_logits_per_row(model, repeat=3 if quick else 11),
-                            time_kv_per_token(model, repeat=3 if quick else 9), SHORT_QUERY_MAX)
+            raw.append(st)
+            if progress:
+                print(f"profile run {i + 1}/{len(order)}: {pol} bs={bs}", file=sys.stderr)
+        logits_ms = time_logits_per_row(model, repeat=3 if quick else 11)
+        kv_ms = time_kv_per_token(model, repeat=3 if quick else 9)
+        probes.append(speed_probe(model, repeat=prep))  # after the microbenchmarks, which the last two bracket
     load = probe.record
-    speed = speed_probe(model, repeat=3 if quick else 9)  # this instance's speed, for validate's trace / profile ratio
+    # re-anchoring (real/fidelity_stats.py): the table prices the machine at the reference speed P, the geometric
+    # mean of the interleaved probes; run k (and the microbenchmarks) divided by its bracket's speed q_k
+    ref = reference_probe(probes)
+    qs = [bracket_speed(probes[i], probes[i + 1], ref) or 1.0 for i in range(len(probes) - 1)]
+    steps = [anchor_steps(st, q) for st, q in zip(raw, qs)]
+    parts = fit_step_parts(steps, policies)
+    verify = fit_verify(steps, logits_ms / qs[-1], kv_ms / qs[-1], SHORT_QUERY_MAX)
+    speed = dict(ref, anchored=True, probes=probes, speeds=qs)  # validate's reference (profile_load(...)["speed_probe"])
+    if progress:
+        print(f"profile: machine speed over its runs {min(qs):.3f}-{max(qs):.3f}x the reference (probes "
+              f"interleaved; the table is fitted at the reference speed)", file=sys.stderr)
     src = (f"real/profile.py on {machine['cpu']} ({machine['device']}, {machine['threads']} threads, torch "
            f"{machine['torch']}); every part fitted on engine runs of {', '.join(policies)} "
            f"at batch {', '.join(map(str, batch_sizes))} on traces/general.jsonl, {repeats} run(s) each after a "
-           f"warm-up; verify fit over {verify['fit_steps']} steps, median |error| "
+           f"warm-up, re-anchored to the geometric mean of {len(probes)} interleaved speed probes (runs at "
+           f"{min(qs):.3f}-{max(qs):.3f}x); verify fit over {verify['fit_steps']} steps, median |error| "
            f"{100 * verify['fit_median_abs_rel_error']:.1f}%; {load.note()}"
            + ("; MEASURED UNDER LOAD" if load.loaded else ""))
     if load.loaded:
@@ -382,12 +401,14 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
     return table, path, grid
 
 
-def profile_uncertainty_of(table_path: Path) -> tuple[float, int]:
+def profile_uncertainty_of(table_path: Path, one_run: bool = False) -> tuple[float, int]:
     """(u_p, P) of a table profiled here (real.fidelity_stats.profile_uncertainty): its recorded profile runs
     (`<table>.steps.csv`; a run starts where t_start_ms returns to 0) grouped by point (policy, batch size;
     recordings made before the batch_size column: policy, step count and largest step batch, the same for runs
     of one point since profile runs decide with one provisional cost), each run's total step time. (0, 0) when
-    the steps were not recorded (a table given by the user)."""
+    the steps were not recorded (a table given by the user). one_run: one run's relative sd s_1 instead of u_p.
+    A table profiled with interleaved probes records its steps re-anchored (anchor_steps), so these are the
+    anchored runs' totals."""
     import pandas as pd
 
     from real.fidelity_stats import profile_uncertainty
@@ -404,7 +425,7 @@ def profile_uncertainty_of(table_path: Path) -> tuple[float, int]:
         key = ((str(g["policy"].iloc[0]), int(g["batch_size"].iloc[0])) if "batch_size" in g else
                (str(g["policy"].iloc[0]), len(g), int(g["num_seqs"].max())))
         totals.setdefault(key, []).append(float(g["step_ms"].sum()))
-    return profile_uncertainty(totals)
+    return profile_uncertainty(totals, one_run)
 
 
 def profile_load(table_path: Path) -> dict | None:

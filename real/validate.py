@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 
 from real.fidelity import (QUICK_NOTE, clear_prepared, prepared_setup, run_summary, sim_command, steps_csv,  # noqa: E402,F401
                            summary_line, write_output, write_reports)
-from real.fidelity_stats import DEFAULT_MARGIN, abba_order, judge, pooled_scatter  # noqa: E402
+from real.fidelity_stats import DEFAULT_MARGIN, PROBE_REPEAT, abba_order, judge, pooled_scatter  # noqa: E402
 from real.machine_load import DEFAULT_LOAD_GUARD, LoadProbe  # noqa: E402
 from sim.cli_util import ArgumentParser, check_out_dir, finite_float, run_cli  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
@@ -153,7 +153,7 @@ def measure_real(wl, trace_dir: Path, table: Path, policy: str, bs: int, guard: 
     out["load"] = probe.record.to_json()
     # the instance's speed right after the run (untimed), against the profile's: a drift of the machine between
     # the profile and this run shows here (assemble_cell's drift-corrected error; docs/real.md)
-    out["speed_probe"] = speed_probe_of(wl, [bs], repeat=3)
+    out["speed_probe"] = speed_probe_of(wl, [bs], repeat=PROBE_REPEAT)
     out["cpu_tok_per_s"] = n_tok / (probe.record.own_cpu_s / max(1, torch_threads())) if probe.record.own_cpu_s else None
     out["steps_csv"] = steps_csv(real.steps)
     return out
@@ -173,44 +173,96 @@ def predict_cell(wl, trace_dir: Path, table: Path, policy: str, bs: int, seed: i
             "sim_command": sim_command(torch_sim_setup(ref, drafts, table, wl.model_label, seed), policy, bs)}
 
 
+def repeat_speeds(repeats: list[dict], anchor: dict | None) -> list[float] | None:
+    """q_r of each repeat (real/fidelity_stats.py, re-anchoring): its probes before and after against the anchor's
+    reference probe; None when the anchor or a repeat's two probes are missing (older recordings: one probe after
+    each repeat, no reference)."""
+    from real.fidelity_stats import bracket_speed
+
+    if not anchor or not all(r.get("speed_probe") and r.get("speed_probe_before") for r in repeats):
+        return None
+    qs = [bracket_speed(r["speed_probe_before"], r["speed_probe"], anchor["probe"]) for r in repeats]
+    return None if any(q is None for q in qs) else qs
+
+
+def trace_anchor(profile_rec: dict | None, pairs: list[tuple[dict, dict]],
+                 profile_run: tuple[float, int] = (0.0, 0)) -> dict | None:
+    """The speed reference a trace's cells are re-anchored to (real/fidelity_stats.py): the profile's reference
+    probe; its uncertainty u_a is 0 when the table was fitted at that reference (interleaved probes). A table
+    fitted before probes were interleaved has one probe after the profile: u_a is then legacy_reference_sd of one
+    probe's relative sd from the cells' bracket pairs (probe_pair_scatter) and one profile run's relative sd
+    (profile_run, profile_uncertainty_of(..., one_run=True)). None without a profile probe (a table given with
+    --cost-table and profiled before probes were recorded beside it)."""
+    from real.fidelity_stats import legacy_reference_sd, probe_pair_scatter
+
+    probe = (profile_rec or {}).get("speed_probe")
+    if not probe:
+        return None
+    if probe.get("anchored"):
+        return {"probe": probe, "sd": 0.0, "dof": 0, "table_anchored": True}
+    sd, dof = legacy_reference_sd(probe_pair_scatter(pairs), profile_run)
+    return {"probe": probe, "sd": sd, "dof": dof, "table_anchored": False}
+
+
 def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dict, margin: float,
                   table_loaded: bool = False, profile_probe: dict | None = None,
-                  pred_unc: tuple[float, int] = (0.0, 0), pooled: tuple[float, int] | None = None) -> dict:
+                  pred_unc: tuple[float, int] = (0.0, 0), pooled: tuple[float, int] | None = None,
+                  anchor: dict | None = None) -> dict:
     """A cell of fidelity.json from its real repeats and its prediction: the real figures of the median repeat,
-    every repeat's throughput and load, the verdict (real/fidelity_stats.py) and the errors. With speed probes
-    (the profile's, and one after each repeat: real.profile.speed_probe) also a drift-corrected error, beside
-    the verdict's and not used by it:
+    every repeat's throughput and load, the verdict (real/fidelity_stats.py) and the errors.
+    Re-anchored (anchor given, trace_anchor, and every repeat has its probes before and after): the verdict is
+    taken on x'_r = x_r q_r, the repeats at the reference speed (fidelity_stats, re-anchoring), pooled: the
+    trace's pooled scatter of x'; the wall-clock figures stay beside it (`anchor` in the cell: q_r, the raw
+    median and its error, the within-repeat drift); drifted: the median |log(after / before)| / 2 > margin.
+    Otherwise, with speed probes (the profile's, and one after each repeat: real.profile.speed_probe), a
+    drift-corrected error beside the verdict's and not used by it:
         s = median over repeats of probe_ratio(repeat's probe, profile's probe)   (> 1: the machine ran the same
                                                                                   fixed forwards slower than
                                                                                   while profiling)
-        predicted_corrected = predicted tok/s / s;  error_corrected = predicted_corrected / real - 1."""
-    from real.profile import probe_ratio
+        predicted_corrected = predicted tok/s / s;  error_corrected = predicted_corrected / real - 1
+    and the cell is drifted when |s - 1| > margin."""
+    from real.fidelity_stats import probe_ratio, within_drift
 
     n_tok = int(sum(r.output_len for r in wl.requests))
     tps = [r["tok_per_s"] for r in repeats]
     mid = sorted(range(len(tps)), key=tps.__getitem__)[len(tps) // 2]  # the median repeat (upper for even counts)
-    real = {k: v for k, v in repeats[mid].items() if k not in ("steps_csv", "load", "wall_s", "speed_probe")}
+    real = {k: v for k, v in repeats[mid].items()
+            if k not in ("steps_csv", "load", "wall_s", "speed_probe", "speed_probe_before")}
     real["lossless"] = all(r["lossless"] for r in repeats)
     real["outputs_equal_reference"] = all(r["outputs_equal_reference"] for r in repeats)
     loaded = any(r["load"]["loaded"] for r in repeats)
-    ratios = [x for x in (probe_ratio(r["speed_probe"], profile_probe) for r in repeats
-                          if profile_probe and r.get("speed_probe")) if x]
-    drifted = bool(ratios) and abs(float(np.median(ratios)) - 1.0) > margin  # a load the guard cannot see
+    qs = repeat_speeds(repeats, anchor)
+    ratios = [] if qs is not None else [x for x in (probe_ratio(r["speed_probe"], profile_probe) for r in repeats
+                                                    if profile_probe and r.get("speed_probe")) if x]
+    if qs is not None:  # what re-anchoring cannot explain: the speed moving within the repeats
+        wd = within_drift([(r["speed_probe_before"], r["speed_probe"]) for r in repeats])
+        drifted = wd is not None and wd > margin
+    else:
+        drifted = bool(ratios) and abs(float(np.median(ratios)) - 1.0) > margin  # a load the guard cannot see
     v = judge(tps, prediction["predicted"]["tok_per_s"], margin, loaded, table_loaded, pred_unc[0],
               pred_unc[1] if pred_unc[1] else math.inf,  # the prediction's own uncertainty: its profile's repeats
-              pooled, drifted)  # the trace's repeat scatter pooled over its cells (real/fidelity_stats.py)
-    real["tok_per_s"] = v.real  # the median of the repeats (= the median repeat's for odd counts)
+              pooled, drifted, speeds=qs,  # the trace's repeat scatter pooled over its cells (real/fidelity_stats.py)
+              anchor_sd=anchor["sd"] if qs is not None else 0.0,
+              anchor_df=anchor["dof"] if qs is not None and anchor["dof"] else math.inf)
+    raw = float(np.median(tps))
+    real["tok_per_s"] = raw  # the median of the repeats' wall clock (= the median repeat's for odd counts)
     out = {"trace": wl.trace, "policy": policy, "batch_size": bs, "requests": len(wl.requests), "output_tokens": n_tok,
            "real": real, "predicted": prediction["predicted"], "synthetic": prediction["synthetic"],
            "real_wall_s": repeats[mid]["wall_s"], "repeats": [
                {"tok_per_s": r["tok_per_s"], "cpu_tok_per_s": r.get("cpu_tok_per_s"), "wall_s": r["wall_s"],
-                "load": r["load"], "speed_probe": r.get("speed_probe")} for r in repeats],
+                "load": r["load"], "speed_probe": r.get("speed_probe"),
+                **({"speed_probe_before": r["speed_probe_before"]} if r.get("speed_probe_before") else {})}
+               for r in repeats],
            "verdict": v.to_json(), "loaded": loaded, "sim_command": prediction["sim_command"]}
     rs, ps = np.asarray(real["step_ms"]), np.asarray(prediction["predicted"]["step_ms"])
     out["steps_aligned"] = len(rs) == len(ps)
     out["step_error_median"] = float(np.median(np.abs(ps - rs) / rs)) if len(rs) == len(ps) and len(rs) else float("nan")
-    for k in ("predicted", "synthetic"):
+    for k in ("predicted", "synthetic"):  # against the verdict's real figure (re-anchored when the cell is)
         out[f"{k}_error"] = abs(out[k]["tok_per_s"] - v.real) / v.real
+    if qs is not None:
+        out["anchor"] = {"speeds": qs, "speed": v.speed, "real_at_reference": v.real, "real_wall": raw,
+                         "error_wall": prediction["predicted"]["tok_per_s"] / raw - 1.0,
+                         "within_drift": wd, "table_anchored": bool(anchor.get("table_anchored"))}
     if ratios:
         s = float(np.median(ratios))
         pc = prediction["predicted"]["tok_per_s"] / s
@@ -261,13 +313,17 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
     keys = [(pol, bs) for bs in bss for pol in policies]  # policies side by side within a batch size
     real: dict[tuple, dict[int, dict]] = {k: {} for k in keys}
     probes = [speed_probe_of(wl, bss)]  # this trace's model instance, before and after its cells (diagnostic)
+    last = probes[0]  # the probe right before the next repeat: the one after the previous repeat (interleaved)
     for (pol, bs), r in abba_order(keys, repeats):
         cid = _cell_id(wl.trace, pol, bs)
         cdir = t_dir / "cells" / cid
         cf = cdir / f"real.r{r}.json"
         got = load_cached_cell(cf, settings)
         if got is None:
+            before = last if last is not None else speed_probe_of(wl, [bs], repeat=PROBE_REPEAT)  # after a cached one
             got = measure_real(wl, t_dir, table, pol, bs, a.load_guard, a.drafters)
+            got["speed_probe_before"] = before
+            last = got.get("speed_probe")
             got["settings"] = settings
             cdir.mkdir(parents=True, exist_ok=True)
             write_output(cdir / f"steps_real.r{r}.csv", got.pop("steps_csv"))
@@ -283,15 +339,22 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
                       f"{rec['engine_threads']} of {rec['cores']}); its cell cannot disagree", file=sys.stderr)
         else:
             print(f"cached  {cid} repeat {r + 1}", file=sys.stderr)
+            last = None  # the time between that repeat and the next is unknown: the next measures its own probe
         real[(pol, bs)][r] = got
     probes.append(speed_probe_of(wl, bss))
     a.speed_probes[wl.trace] = probe_record(probes, (prof_rec or {}).get("speed_probe"))
     print(f"{Path(wl.trace).stem:10s} speed probe: {a.speed_probes[wl.trace]['note']}", file=sys.stderr)
     cells = []
-    # the quiet machine's repeat noise, pooled over the trace's cells; a cell measured under load is another
-    # population (real/fidelity_stats.py) and stays out of the pool
-    pooled = pooled_scatter([[real[k][r]["tok_per_s"] for r in range(repeats)] for k in keys
-                             if not any(real[k][r]["load"]["loaded"] for r in range(repeats))])
+    reps = {k: [real[k][r] for r in range(repeats)] for k in keys}
+    anchor = trace_anchor(prof_rec, [(x["speed_probe_before"], x["speed_probe"]) for k in keys for x in reps[k]
+                                     if x.get("speed_probe_before") and x.get("speed_probe")],
+                          profile_uncertainty_of(table, one_run=True))
+    a.anchors[wl.trace] = None if anchor is None else {k: v for k, v in anchor.items() if k != "probe"}
+    # the quiet machine's repeat noise, pooled over the trace's cells (re-anchored: of x' = x q); a cell measured
+    # under load is another population (real/fidelity_stats.py) and stays out of the pool
+    pooled = pooled_scatter([[x["tok_per_s"] * q for x, q in zip(reps[k], repeat_speeds(reps[k], anchor) or
+                                                                 [1.0] * repeats)] for k in keys
+                             if not any(x["load"]["loaded"] for x in reps[k])])
     for pol, bs in keys:
         cid = _cell_id(wl.trace, pol, bs)
         cdir = t_dir / "cells" / cid
@@ -302,12 +365,13 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
             pred["settings"] = settings
             write_output(cdir / "steps_predicted.csv", pred.pop("steps_predicted_csv"))
             write_output(pf, json.dumps(pred) + "\n")
-        c = assemble_cell(wl, pol, bs, [real[(pol, bs)][r] for r in range(repeats)], pred, a.margin / 100.0,
-                          table_loaded, (prof_rec or {}).get("speed_probe"), pred_unc, pooled)
+        c = assemble_cell(wl, pol, bs, reps[(pol, bs)], pred, a.margin / 100.0,
+                          table_loaded, (prof_rec or {}).get("speed_probe"), pred_unc, pooled, anchor)
         c["settings"] = settings
         write_output(t_dir / "cells" / f"{cid}.json", json.dumps(c) + "\n")
         v = c["verdict"]
-        print(f"{Path(wl.trace).stem:10s} {pol:16s} bs={bs:<3d} real {v['real']:8.1f} tok/s (median of {v['repeats']}) "
+        at = f" at the profile's speed (machine {v['speed']:.3f}x)" if v.get("anchored") else ""
+        print(f"{Path(wl.trace).stem:10s} {pol:16s} bs={bs:<3d} real {v['real']:8.1f} tok/s{at} (median of {v['repeats']}) "
               f"predicted {v['predicted']:8.1f}  error {100 * v['error']:+5.1f}%  {v['verdict']}"
               f"{' (load)' if c['loaded'] else ''}", file=sys.stderr)
         cells.append(c)
@@ -360,7 +424,7 @@ def validate(a) -> int:
     max_tokens = a.max_tokens if a.max_tokens is not None else (16 if a.quick else 32)
     a.limit_eff, a.max_tokens_eff = limit, max_tokens
     cells, table_path, machine = [], None, {}
-    a.speed_probes = {}
+    a.speed_probes, a.anchors = {}, {}
     for trace in traces:
         t_dir = out / Path(trace).stem
         t_dir.mkdir(parents=True, exist_ok=True)
@@ -394,7 +458,7 @@ def validate(a) -> int:
             "mode": "random weights, teacher forced" if a.random_weights else "real weights (GGUF), greedy",
             "max_tokens": max_tokens, "max_prompt": a.max_prompt, "cost_table": str(table_path),
             "repeats": repeats, "margin": a.margin / 100.0, "load_guard": a.load_guard, "quick": bool(a.quick),
-            "speed_probes": a.speed_probes,
+            "speed_probes": a.speed_probes, "anchors": a.anchors,
             "drafter_note": ("The model drafter is the project's trained drafter (" + str(a.drafter) + "), live in the "
                              "real engine; the simulator replays its chains recorded on the reference."
                              if not a.random_weights and a.drafter != "none" else
