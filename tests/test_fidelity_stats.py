@@ -143,7 +143,7 @@ def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkey
         assert drafters == "dspark,ngram"
         calls.append((pol, bs))
         n = sum(1 for c in calls if c == (pol, bs)) - 1
-        return _fake_run(speeds[(pol, bs)][n], loaded=pol == "adaptive")
+        return dict(_fake_run(speeds[(pol, bs)][n], loaded=pol == "adaptive"), speed_probe={"1x1": 40.0 + len(calls)})
 
     def fake_predict(wl, t_dir, table, pol, bs, seed, drafters):
         calls.append(("predict", pol))
@@ -153,9 +153,9 @@ def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkey
     monkeypatch.setattr(V, "measure_real", fake_measure)
     monkeypatch.setattr(V, "predict_cell", fake_predict)
     probes = iter([{"1x1": 30.0, "1x8": 60.0}, {"1x1": 31.0, "1x8": 62.0}] * 2)
-    monkeypatch.setattr(V, "speed_probe_of", lambda wl, bss: next(probes))
+    monkeypatch.setattr(V, "speed_probe_of", lambda wl, bss, repeat=9: next(probes))
     wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
-    a = types.SimpleNamespace(load_guard=0.25, seed=0, margin=3.0, speed_probes={}, drafters="dspark,ngram")
+    a = types.SimpleNamespace(load_guard=0.25, seed=0, margin=3.0, speed_probes={}, anchors={}, drafters="dspark,ngram")
     cells = V.measure_trace(wl, tmp_path, tmp_path / "t.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
     assert calls == [("none", 1), ("adaptive", 1), ("adaptive", 1), ("none", 1), ("none", 1), ("adaptive", 1),
                      ("predict", "none"), ("predict", "adaptive")]
@@ -165,6 +165,11 @@ def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkey
     assert adap["loaded"] and adap["verdict"]["verdict"] == "inconclusive"  # noisy and measured under load
     assert "measured under load" in capsys.readouterr().err
     assert (tmp_path / "cells" / "chat__none__bs1" / "real.r2.json").is_file()
+    # interleaved: each repeat's probe before is the trace's first probe or the previous repeat's probe after
+    order = [none["repeats"][0], adap["repeats"][0], adap["repeats"][1], none["repeats"][1], none["repeats"][2],
+             adap["repeats"][2]]
+    assert order[0]["speed_probe_before"] == {"1x1": 30.0, "1x8": 60.0}
+    assert all(b["speed_probe_before"] == a_["speed_probe"] for a_, b in zip(order, order[1:]))
     sp = a.speed_probes["traces/chat.jsonl"]   # no profile probe beside this table: drift only
     assert sp["vs_profile"] is None and sp["drift"] == pytest.approx((31 / 30 * 62 / 60) ** 0.5)
     calls.clear()
@@ -311,3 +316,111 @@ def test_assemble_cell_marks_drift_from_the_repeats_probes():
     assert c["verdict"]["drifted"] and c["verdict"]["verdict"] == "inconclusive"
     c = V.assemble_cell(wl, "none", 1, same, prediction, 0.03, profile_probe=prof)
     assert not c["verdict"]["drifted"] and c["verdict"]["verdict"] == "disagrees"
+
+
+def test_probe_math_shapes_reference_bracket_and_pair_scatter():
+    """Re-anchoring's probe arithmetic (real/fidelity_stats.py): only "<R>x<q>" keys are shapes (a probe's
+    "context" entry, equal in both, once diluted every ratio by a quarter), the reference is the per-shape
+    geometric mean, a bracket is the geometric mean of its two ratios, one probe's sd comes from pairs."""
+    import real.fidelity_stats as F
+
+    ref = {"1x1": 30.0, "1x8": 60.0, "4x2": 80.0, "context": 256, "repeat": 9}
+    slow = {"1x1": 36.0, "1x8": 72.0, "4x2": 96.0, "context": 256, "repeat": 3}
+    assert F.probe_ratio(slow, ref) == pytest.approx(1.2)  # not 1.2 ** 0.75 (context counted as a shape)
+    assert not F.is_shape("context") and F.is_shape("4x2") and not F.is_shape("x")
+    assert F.reference_probe([ref, slow]) == pytest.approx({"1x1": (30 * 36) ** .5, "1x8": (60 * 72) ** .5,
+                                                            "4x2": (80 * 96) ** .5, "context": 256, "repeat": 9})
+    assert F.bracket_speed(ref, slow, ref) == pytest.approx(1.2 ** 0.5)
+    assert F.bracket_speed({"9x9": 1.0}, slow, ref) is None
+    # two pairs: d = log 1.2 and log 1.0 -> s_1 = sqrt((log(1.2)^2 + 0) / 2 / 2)
+    s1, dof = F.probe_pair_scatter([(ref, slow), (ref, ref)])
+    assert dof == 2 and s1 == pytest.approx(math.sqrt(math.log(1.2) ** 2 / 4))
+    assert F.probe_pair_scatter([]) == (0.0, 0)
+    assert F.within_drift([(ref, slow), (ref, ref), (slow, slow)]) == pytest.approx(0.0)
+    assert F.within_drift([(ref, slow)]) == pytest.approx(math.log(1.2) / 2)
+    u, nu = F.legacy_reference_sd((0.03, 10), (0.04, 15))
+    assert u == pytest.approx(0.05) and nu == pytest.approx(0.05 ** 4 / (0.03 ** 4 / 10 + 0.04 ** 4 / 15))
+    with pytest.raises(ValueError):
+        F.reference_probe([])
+
+
+def test_judge_reanchors_the_repeats_to_the_reference_speed():
+    """Repeats that scatter only because the machine's speed moved (q_r measured by the probes) agree once
+    re-anchored (x' = x q), and are inconclusive without; the reference's own uncertainty u_a widens the band by
+    Welch-Satterthwaite; a bad speed is refused."""
+    from scipy import stats
+
+    xs, qs = [100.0, 90.0, 110.0], [1.0, 10 / 9, 10 / 11]
+    assert judge(xs, 101.0).verdict == "inconclusive"
+    v = judge(xs, 101.0, speeds=qs)
+    assert v.anchored and v.verdict == "agrees" and v.real == pytest.approx(100.0) and v.band == pytest.approx(0.0)
+    assert v.speed == pytest.approx(1.0) and v.error == pytest.approx(0.01)
+    # the same with a reference uncertain by 1% (10 dof): the band is the t interval of u_a alone; by 2%, wider
+    # than the margin: inconclusive
+    w = judge(xs, 101.0, speeds=qs, anchor_sd=0.01, anchor_df=10)
+    assert w.band == pytest.approx(stats.t.ppf(0.95, 10) * 0.01) and w.verdict == "agrees" and w.anchor_sd == 0.01
+    assert judge(xs, 101.0, speeds=qs, anchor_sd=0.02, anchor_df=10).verdict == "inconclusive"
+    # and with the repeats' own scatter too: nu = (a + b)^2 / (a^2 / nu_r + b^2 / nu_a)
+    ys = [99.0, 100.0, 101.0]
+    ur2, ua2 = 0.01 ** 2 / 3, 0.02 ** 2
+    nu = (ur2 + ua2) ** 2 / (ur2 ** 2 / 2 + ua2 ** 2 / 10)
+    assert noise_band(ys, anchor_sd=0.02, anchor_df=10) == pytest.approx(stats.t.ppf(0.95, nu) * math.sqrt(ur2 + ua2))
+    # repeats whose wall clock ran 25% slow while the probes ran 25% slow agree with the prediction at the
+    # reference speed; not re-anchored they disagree, and so does a prediction 20% off at the reference speed
+    assert judge([80.0, 80.0, 80.0], 100.0, speeds=[1.25, 1.25, 1.25]).verdict == "agrees"
+    assert judge([80.0, 80.0, 80.0], 100.0).verdict == "disagrees"
+    assert judge([80.0, 80.0, 80.0], 120.0, speeds=[1.25, 1.25, 1.25]).verdict == "disagrees"
+    with pytest.raises(ValueError):
+        judge(xs, 101.0, speeds=[1.0, 0.0, 1.0])
+    with pytest.raises(ValueError):
+        judge(xs, 101.0, speeds=[1.0])
+
+
+def test_profile_runs_are_anchored_before_the_fit():
+    """real.profile.anchor_steps divides every *_ms column of a run by its bracket speed and records it."""
+    import numpy as np
+
+    from real.profile import anchor_steps
+
+    st = {"t_start_ms": np.array([0.0, 10.0]), "step_ms": np.array([10.0, 12.0]), "verify_ms": np.array([8.0, 9.0]),
+          "tokens": np.array([1, 2]), "policy": "none"}
+    out = anchor_steps(st, 1.25)
+    assert out["step_ms"] == pytest.approx([8.0, 9.6]) and out["verify_ms"] == pytest.approx([6.4, 7.2])
+    assert list(out["tokens"]) == [1, 2] and out["policy"] == "none" and list(out["speed_q"]) == [1.25, 1.25]
+    assert out["t_start_ms"][0] == 0.0  # run boundaries (t_start_ms == 0) survive
+
+
+def test_assemble_cell_reanchors_and_marks_speed_moving_within_repeats():
+    """With a reference and probes before and after every repeat, assemble_cell judges x' = x q: a cell whose
+    wall clock ran 10% slow while the probes ran 10% slow agrees; the wall-clock error stays beside it. Probes
+    that move 8% within each repeat (|log w| / 2 = 3.8% > 3%) mark it drifted: its 25% error cannot disagree."""
+    import types
+
+    import real.validate as V
+
+    wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
+    pred = dict(_fake_run(100.0), step_ms=[10.0, 10.0, 10.0])
+    prediction = {"predicted": pred, "synthetic": pred, "sim_command": "x"}
+    ref = {"1x1": 30.0, "1x8": 60.0, "context": 256, "anchored": True}
+    anchor = V.trace_anchor({"speed_probe": ref}, [])
+    assert anchor["sd"] == 0.0 and anchor["table_anchored"]
+    slow = {"1x1": 33.0, "1x8": 66.0}
+    reps = [dict(_fake_run(x), speed_probe=slow, speed_probe_before=slow) for x in (90.5, 91.0, 90.8)]
+    c = V.assemble_cell(wl, "none", 1, reps, prediction, 0.03, profile_probe=ref, pooled=(0.005, 30), anchor=anchor)
+    v = c["verdict"]
+    assert v["anchored"] and v["speed"] == pytest.approx(1.1) and v["real"] == pytest.approx(90.8 * 1.1)
+    assert v["verdict"] == "agrees" and not v["drifted"]
+    assert c["anchor"]["error_wall"] == pytest.approx(100.0 / 90.8 - 1.0) and c["real"]["tok_per_s"] == 90.8
+    assert c["repeats"][0]["speed_probe_before"] == slow and "drift" not in c
+    moving = [dict(r, speed_probe_before={"1x1": 31.7, "1x8": 63.4}, speed_probe={"1x1": 34.3, "1x8": 68.6},
+                   tok_per_s=r["tok_per_s"] * 0.8) for r in reps]
+    m = V.assemble_cell(wl, "none", 1, moving, prediction, 0.03, pooled=(0.005, 30), anchor=anchor)["verdict"]
+    assert m["drifted"] and m["verdict"] == "inconclusive" and abs(m["error"]) > 0.2
+    # a legacy table (one probe after an un-anchored profile): u_a from the pairs and the profile's run sd
+    legacy = V.trace_anchor({"speed_probe": {"1x1": 30.0}}, [({"1x1": 30.0}, {"1x1": 33.0})], (0.04, 15))
+    assert not legacy["table_anchored"] and legacy["sd"] == pytest.approx(math.hypot(math.log(1.1) / 2 ** .5, 0.04))
+    assert V.trace_anchor(None, []) is None
+    # no probe before the repeats (older recordings): the earlier path, no re-anchoring
+    old = V.assemble_cell(wl, "none", 1, [dict(r, speed_probe_before=None) for r in reps], prediction, 0.03,
+                          profile_probe=ref, anchor=anchor)
+    assert not old["verdict"]["anchored"] and "anchor" not in old and "drift" in old
