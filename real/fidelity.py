@@ -111,6 +111,17 @@ VERDICT_TEXT = ("Verdicts (real/fidelity_stats.py): each cell's real run is repe
                 "*load* and cannot disagree (real/machine_load.py).")
 
 
+ANCHOR_TEXT = ("Re-anchored (real/fidelity_stats.py): the same fixed forwards (real/profile.py `speed_probe`) are "
+               "timed after the warm-up and after every profile run, and before and after every cell repeat. The "
+               "table is fitted at the profile probes' geometric mean speed (each profile run divided by the speed "
+               "of the two probes around it), and each repeat's throughput is brought to that speed, x' = x q, q "
+               "the geometric mean of its two probes' times over the reference's (> 1: the machine ran slower). "
+               "The verdict, its error and its band use x'; 'machine speed q' is the median q of the repeats, "
+               "'wall-clock error' the prediction against the repeats' wall clock as measured. A cell whose probes "
+               "moved within its repeats by more than twice the margin (median |log(after / before)| / 2 > margin) "
+               "is marked drifted and cannot disagree.")
+
+
 def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
     m = meta["machine"]
     lines = ["# Fidelity: the simulator against the real engine", "",
@@ -142,6 +153,10 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
     if dc:
         head += " machine speed vs profile | drift-corrected error |"
         rule += "---:|---:|"
+    anch = any(c.get("anchor") for c in cells)
+    if anch:
+        head += " machine speed q | real at the profile's speed tok/s | wall-clock error |"
+        rule += "---:|---:|---:|"
     lines += [head, rule]
     base = {(c["trace"], c["batch_size"]): c["real"]["tok_per_s"] for c in cells if c["policy"] == "none"}
     for c in cells:
@@ -162,6 +177,10 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
         if dc:
             d = c.get("drift")
             row += (f" {1 / d['speed_vs_profile']:.3f}x | {100 * d['error']:+.1f}% |" if d else " - | - |")
+        if anch:
+            an = c.get("anchor")
+            row += (f" {an['speed']:.3f} | {an['real_at_reference']:.1f} | {100 * an['error_wall']:+.1f}% |" if an
+                    else " - | - | - |")
         lines.append(row)
     lines += ["", ENGINE_STEP_NOTE, "cpu-clock tok/s: output tokens per second of the engine process's own CPU time "
               "divided by its threads, beside the wall clock: it moves less with other processes' load, but the "
@@ -175,6 +194,8 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
                   f"ran slower than while profiling) and the drift-corrected error divides the prediction by that "
                   f"slowdown. Over {dc['cells']} cells: median |error| {100 * dc['median_error']:.1f}%, max "
                   f"{100 * dc['max_error']:.1f}%.", ""]
+    if anch:
+        lines += [ANCHOR_TEXT, ""]
     probes = meta.get("speed_probes") or {}
     if probes:  # diagnostic: the same fixed forwards on each trace's model instance against the profile's
         lines += ["Speed probe (real/profile.py `speed_probe`; diagnostic, not used by the predictions): "

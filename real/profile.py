@@ -188,6 +188,11 @@ VERIFY_FIT_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 PROFILE_TRACE = "traces/general.jsonl"  # the tuning trace, never an evaluated one
 
 
+def profile_repeats(quick: bool) -> int:
+    """Runs per (policy, batch size) point by default (--repeat): 2, --quick 1."""
+    return 1 if quick else 2
+
+
 def profile_slice(quick: bool) -> dict:
     """The profile's slice of PROFILE_TRACE (Workload.build's keywords; real/fidelity_reprice.py rebuilds it)."""
     return dict(limit=6 if quick else 10, sample=None, seed=0, max_tokens=16 if quick else 24, max_prompt=512)
@@ -337,7 +342,7 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
     from real.fidelity_stats import abba_order
     from real.machine_load import LoadProbe
 
-    repeats = repeats if repeats is not None else (1 if quick else 2)
+    repeats = repeats if repeats is not None else profile_repeats(quick)
 
     wl = Workload.build(PROFILE_TRACE, model_name, random_weights, device, **profile_slice(quick), progress=progress)
     model = build_engine_model(wl, max(batch_sizes))

@@ -56,6 +56,41 @@ ENGINES = ("torch", "vllm")
 DEFAULT_POLICIES = ("none", "adaptive", "hybrid", "hybrid-price", "ngram-fixed:32")
 DEFAULT_BATCH_SIZES = (1, 4, 16)
 DEFAULT_REPEATS = 3  # real runs per cell (--repeat); --quick: 1
+# --grid: requests per trace, output tokens per request, repeats per cell (batch sizes and policies: the defaults)
+GRIDS = {"default": {"limit": 16, "max_tokens": 32, "repeat": DEFAULT_REPEATS},
+         "big": {"limit": 32, "max_tokens": 128, "repeat": DEFAULT_REPEATS}}
+# the real engine's throughput by batch size on the 2-core CPU the default grid was measured on (SmolLM2-135M, fp32;
+# output tokens over wall seconds of all repeats of the two quiet default-grid runs, 21.8 / 35.4 / 47.6 and 20.0 /
+# 32.4 / 44.5, reports/fidelity-verdicts-3.md and -4.md), for estimate_minutes; longer outputs run at longer
+# contexts, so a bigger grid's estimate is a lower bound
+ESTIMATE_TOK_PER_S = {1: 21.0, 4: 34.0, 16: 46.0}
+ESTIMATE_FILL = 0.8  # output tokens made over limit x max_tokens there (823 of 1024: requests that end early, and
+# codeedit has only 10 prompts of at most 512 tokens)
+ESTIMATE_PROBE_S = 1.4  # one speed probe after each repeat (and after each profile run)
+ESTIMATE_FIXED_S = 20.0  # the profile's microbenchmarks and decode grid
+
+
+def estimate_minutes(traces: int, limit: int, max_tokens: int, policies: int, bss: list[int], repeats: int,
+                     profile: dict | None) -> float:
+    """The wall time of a validation on the CPU ESTIMATE_TOK_PER_S was measured on, in minutes:
+        cells      repeats x traces x policies x sum over batch sizes b of (fill x limit x max_tokens / tok_per_s(b)
+                   + probe)
+        reference  one greedy pass per trace, fill x limit x max_tokens at about tok_per_s(1)
+        profile    (when it runs; profile: real.profile.profile_slice's limit and max_tokens and its runs' repeats)
+                   (repeats x policies + 1) runs over the batch sizes' mean, each followed by a probe, + fixed
+    tok_per_s(b) interpolates ESTIMATE_TOK_PER_S in log b. A lower bound for longer outputs (longer contexts).
+    On the default grid this gives 27 min against 25-27 measured (reports/fidelity-verdicts-3.md, -4.md)."""
+    xs = sorted(ESTIMATE_TOK_PER_S)
+    rate = lambda b: float(np.interp(math.log(b), [math.log(x) for x in xs], [ESTIMATE_TOK_PER_S[x] for x in xs]))  # noqa: E731
+    tok = ESTIMATE_FILL * limit * max_tokens
+    cells_s = repeats * traces * policies * sum(tok / rate(b) + ESTIMATE_PROBE_S for b in bss)
+    ref_s = traces * tok / rate(1)
+    prof_s = 0.0
+    if profile:
+        ptok = ESTIMATE_FILL * profile["limit"] * profile["max_tokens"]
+        per_run = sum(ptok / rate(b) + ESTIMATE_PROBE_S for b in bss) / len(bss)
+        prof_s = (profile["repeats"] * policies * len(bss) + 1) * per_run + ESTIMATE_FIXED_S
+    return (cells_s + ref_s + prof_s) / 60.0
 MAX_NUM_BATCHED_TOKENS = 512
 
 
@@ -419,10 +454,21 @@ def validate(a) -> int:
     for trace in traces:  # every line, with a prompt text, before any model loads
         _prompts(trace, None, 0)
     out.mkdir(parents=True, exist_ok=True)
-    repeats = a.repeat if a.repeat is not None else (1 if a.quick else DEFAULT_REPEATS)
-    limit = a.limit if a.limit is not None else (3 if a.quick else 16)
-    max_tokens = a.max_tokens if a.max_tokens is not None else (16 if a.quick else 32)
+    grid = GRIDS[a.grid]
+    repeats = a.repeat if a.repeat is not None else (1 if a.quick else grid["repeat"])
+    limit = a.limit if a.limit is not None else (3 if a.quick else grid["limit"])
+    max_tokens = a.max_tokens if a.max_tokens is not None else (16 if a.quick else grid["max_tokens"])
     a.limit_eff, a.max_tokens_eff = limit, max_tokens
+    from real.profile import profile_repeats, profile_slice
+
+    prof_est = None if a.cost_table or (out / "cost_table.json").is_file() else \
+        dict(profile_slice(a.quick), repeats=profile_repeats(a.quick))
+    est = estimate_minutes(len(traces), limit, max_tokens, len(policies), bss, repeats, prof_est)
+    print(f"{'--quick' if a.quick else '--grid ' + a.grid}: {len(traces)} trace(s) x {len(policies)} policies x batch "
+          f"{', '.join(map(str, bss))}, {limit} requests x {max_tokens} tokens, {repeats} repeat(s): estimated "
+          f"{est:.0f} min ({est / 60:.1f} h) on a quiet 2-core CPU like the one measured (real/validate.py "
+          f"estimate_minutes; cells already cached under --out are not re-run)", file=sys.stderr)
+    t_start = time.perf_counter()
     cells, table_path, machine = [], None, {}
     a.speed_probes, a.anchors = {}, {}
     for trace in traces:
@@ -464,12 +510,16 @@ def validate(a) -> int:
                              if not a.random_weights and a.drafter != "none" else
                              "The model drafter is a stand-in (the synthetic DSpark profile's chains over the "
                              "reference output, replayed; a table lookup's cost).")}
+    meta["wall_minutes"] = (time.perf_counter() - t_start) / 60.0
+    meta["grid"] = "quick" if a.quick else a.grid
     agg = write_reports(out, cells, meta)
     print(f"median error {100 * agg['median_error']:.2f}%  max {100 * agg['max_error']:.2f}%  "
           f"median step-time error {100 * agg['median_step_error']:.2f}%  lossless {agg['all_lossless']}  "
           f"-> {out / 'fidelity.md'}")
     if "verdicts" in agg:
         print(summary_line(agg["verdicts"]) + (" (--quick: the pipeline only)" if a.quick else ""))
+    print(f"took {meta['wall_minutes']:.1f} min (estimated {est:.0f})"
+          + (f"; {QUICK_NOTE}" if a.quick else ""))
     if not agg["all_lossless"]:
         print("error: a real run was not lossless", file=sys.stderr)
         return 1
@@ -491,6 +541,10 @@ def parse_args(argv):
                       "drafter runs live in the engine and hybrid chooses among all three: sim/drafters/registry.py)")
     runs.add_argument("--batch-size", action="append", type=int,
                       help="max running requests (repeatable; default 1 4 16; vllm 1 8 32, on CPU 1 4 8)")
+    runs.add_argument("--grid", default="default", choices=sorted(GRIDS),
+                      help="torch engine: default (16 requests x 32 tokens, 3 repeats; about 27 min quiet here) or big "
+                      "(32 requests x 128 tokens, 3 repeats, batch 1 4 16: estimated at least 2.9 h here, printed before "
+                      "it starts); --limit, --max-tokens and --repeat override")
     runs.add_argument("--quick", action="store_true", help="checks the pipeline, not fidelity. torch: none and "
                       "hybrid, 3 requests x 16 tokens, batch 1 and 4, one repeat; vllm: 8 requests x 64 tokens, "
                       "batch 1 and 8, a short profile")
