@@ -222,16 +222,24 @@ def per_engine_step(real: dict) -> float:
 
 def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
     """The page (sim/html_page.py: plotly.js inlined, renders offline), its heading the figure's title."""
+    from sim.html_page import page
+
+    return page("hybridspec fidelity", figure_parts(cells, agg, "fidelity"))  # fixed id: byte-identical reruns
+
+
+def figure_parts(cells: list[dict], agg: dict, div_id: str, level: int = 1) -> list[str]:
+    """The throughput figure of a run's cells (real, predicted, synthetic; the repeats' range) and its heading."""
     import plotly.graph_objects as go
 
-    from sim.html_page import figure_div, heading, page
+    from sim.html_page import figure_div, heading
     from sim.plot_style import series_color, style
 
     fig = go.Figure()
     lab = [f"{Path(c['trace']).stem} {c['policy']} bs{c['batch_size']}" for c in cells]
     for name, key in (("real", "real"), ("predicted (replayed drafts)", "predicted"),
                       ("predicted (synthetic drafter)", "synthetic")):
-        ys = [c[key]["tok_per_s"] for c in cells]
+        # a re-anchored run's real side is the verdict's: the repeats at the profile's speed (x' = x q)
+        ys = [c["verdict"]["real"] if key == "real" and c.get("anchor") else c[key]["tok_per_s"] for c in cells]
         err = None
         if key == "real" and cells and all("verdict" in c for c in cells):  # the repeats' range around the median
             err = dict(type="data", symmetric=False, array=[c["verdict"]["real_max"] - y for c, y in zip(cells, ys)],
@@ -239,4 +247,4 @@ def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
         fig.add_bar(name=name, x=lab, y=ys, marker_color=series_color(name), error_y=err)
     title = f"Real vs simulated output throughput (median error {100 * agg['median_error']:.1f}%)"
     style(fig, barmode="group", title=title, yaxis_title="output tokens / s")
-    return page("hybridspec fidelity", [heading(1, title), figure_div(fig, "fidelity")])  # fixed id: byte-identical reruns
+    return [heading(level, title), figure_div(fig, div_id)]

@@ -1,0 +1,185 @@
+"""A fidelity report from one or more recorded validation runs: markdown and an offline HTML page, never
+overwriting a file unless told to.
+
+    python -m real.fidelity_report RUN_DIR [RUN_DIR ...] --out reports/fidelity-N.md [--title TEXT] [--force]
+
+Each RUN_DIR is a `real/validate.py --out` directory (torch engine) holding its fidelity.json. The report gives,
+per run, the command, its wall time, the machine's load over its repeats (other processes' cores, steal, load
+averages, clock: real/machine_load.py), its verdict summary and its full cell table (real/fidelity.format_md);
+with two or more runs, every cell's verdict and error side by side and whether the runs agree on each; and the
+issue's quiet-machine targets checked on the data: the conclusive cells' median |error| <= 3% and max <= 8%, at
+most a quarter of the cells inconclusive, every verdict equal across the runs. Nothing is re-measured: the
+figures are the runs' fidelity.json. The HTML (OUT with .html) holds each run's throughput figure with
+plotly.js inlined (sim/html_page.py), so it renders offline. Both files are written whole; an existing one is
+refused without --force.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+from real.fidelity import figure_parts, format_md, summary_line
+from sim.cli_util import ArgumentParser, run_cli, write_whole
+from sim.errors import ConfigError
+
+TARGET_MEDIAN, TARGET_MAX, TARGET_INCONCLUSIVE = 0.03, 0.08, 0.25  # the issue's quiet-machine targets
+
+
+def load_run(run_dir: Path) -> dict:
+    """A run's fidelity.json (ConfigError naming the file when missing or unreadable)."""
+    f = run_dir / "fidelity.json"
+    try:
+        fid = json.loads(f.read_text())
+    except (OSError, ValueError, UnicodeError) as e:
+        raise ConfigError(f"{f}: unreadable ({type(e).__name__}); give a real/validate.py --out directory") from None
+    if not isinstance(fid, dict) or not {"meta", "aggregate", "cells"} <= set(fid):
+        raise ConfigError(f"{f}: not a real/validate.py fidelity.json (meta, aggregate, cells)")
+    return fid
+
+
+def _cell_key(c: dict) -> str:
+    return f"{Path(c['trace']).stem} {c['policy']} bs{c['batch_size']}"
+
+
+def load_summary(cells: list[dict]) -> str:
+    """The machine's load over a run's repeats, in one sentence."""
+    recs = [r["load"] for c in cells for r in c.get("repeats", []) if r.get("load")]
+    if not recs:
+        return "no load recorded"
+    vals = lambda k: [x[k] for x in recs if x.get(k) is not None]  # noqa: E731
+    others, steal = vals("others_cores"), vals("steal_cores")
+    la = [x["loadavg_before"][0] for x in recs if x.get("loadavg_before")]
+    mhz = vals("freq_mhz_before")
+    loaded = sum(bool(x.get("loaded")) for x in recs)
+    parts = [f"{len(recs)} repeats"]
+    if others:
+        parts.append(f"others {min(others):.2f}-{max(others):.2f} cores")
+    if steal:
+        parts.append(f"steal {min(steal):.2f}-{max(steal):.2f}")
+    if la:
+        parts.append(f"1-min load average {min(la):.2f}-{max(la):.2f}")
+    if mhz:
+        parts.append(f"clock {min(mhz):.0f}-{max(mhz):.0f} MHz")
+    parts.append(f"{loaded} measured under load")
+    return ", ".join(parts)
+
+
+def targets(runs: list[dict]) -> list[tuple[str, bool | None, str]]:
+    """(target, met, figures) for the issue's quiet-machine targets on these runs; met None: not applicable."""
+    out = []
+    for i, fid in enumerate(runs, 1):
+        v = fid["aggregate"].get("verdicts")
+        if not v:
+            out.append((f"run {i}: verdicts", None, "no verdicts (one repeat per cell, or the vLLM engine)"))
+            continue
+        conc = v["agrees"] + v["disagrees"]
+        med, mx = v.get("median_error"), v.get("max_error")
+        out.append((f"run {i}: conclusive cells' median |error| <= {100 * TARGET_MEDIAN:.0f}%",
+                    None if med is None else med <= TARGET_MEDIAN,
+                    "no conclusive cell" if med is None else f"{100 * med:.1f}% over {conc} cells"))
+        out.append((f"run {i}: conclusive cells' max |error| <= {100 * TARGET_MAX:.0f}%",
+                    None if mx is None else mx <= TARGET_MAX, "no conclusive cell" if mx is None else f"{100 * mx:.1f}%"))
+        out.append((f"run {i}: at most {TARGET_INCONCLUSIVE:.0%} of the cells inconclusive",
+                    v["inconclusive"] <= TARGET_INCONCLUSIVE * v["cells"], f"{v['inconclusive']} of {v['cells']}"))
+    if len(runs) >= 2:
+        same, total = verdict_agreement(runs)
+        out.append(("the runs agree on every cell's verdict", same == total, f"{same} of {total} cells"))
+    return out
+
+
+def verdict_agreement(runs: list[dict]) -> tuple[int, int]:
+    """(cells with the same verdict in every run, cells present in every run)."""
+    maps = [{_cell_key(c): c["verdict"]["verdict"] for c in fid["cells"] if "verdict" in c} for fid in runs]
+    common = [k for k in maps[0] if all(k in m for m in maps[1:])]
+    return sum(len({m[k] for m in maps}) == 1 for k in common), len(common)
+
+
+def format_report(runs: list[dict], dirs: list[Path], title: str, command: str) -> str:
+    lines = [f"# {title}", "", f"Produced by `{command}` from the recorded runs below (nothing re-measured: each "
+             "run's figures are its fidelity.json; real/fidelity_report.py).", ""]
+    for i, (fid, d) in enumerate(zip(runs, dirs), 1):
+        m = fid["meta"]
+        wall = m.get("wall_minutes")
+        lines += [f"- **Run {i}** (`{d}`): `{m.get('command', '?')}`"
+                  + (f", {wall:.1f} min" if wall is not None else "") + f"; load: {load_summary(fid['cells'])}."]
+        v = fid["aggregate"].get("verdicts")
+        if v:
+            lines.append(f"  {summary_line(v)}.")
+        if m.get("quick"):
+            lines.append("  --quick: it checks the pipeline, not fidelity.")
+    lines += ["", "## Targets (a quiet machine)", "", "| target | met | figures |", "|---|---|---|"]
+    for name, met, fig in targets(runs):
+        lines.append(f"| {name.replace('|', chr(92) + '|')} | {'n/a' if met is None else 'yes' if met else 'NO'} | {fig} |")
+    lines.append("")
+    if len(runs) >= 2:
+        lines += ["## Verdicts side by side", "",
+                  "| cell | " + " | ".join(f"run {i} error | run {i} band | run {i} verdict"
+                                          for i in range(1, len(runs) + 1)) + " | same |",
+                  "|---|" + "---:|---:|---|" * len(runs) + "---|"]
+        maps = [{_cell_key(c): c for c in fid["cells"]} for fid in runs]
+        for k in maps[0]:
+            if not all(k in m for m in maps[1:]):
+                continue
+            row, vs = f"| {k} |", set()
+            for m in maps:
+                v = m[k].get("verdict") or {}
+                band = v.get("band")
+                row += (f" {100 * v.get('error', math.nan):+.1f}% | {'-' if band is None else f'{100 * band:.1f}%'} | "
+                        f"{v.get('verdict', '-')}{' (drift)' if v.get('drifted') else ''} |")
+                vs.add(v.get("verdict"))
+            lines.append(row + f" {'yes' if len(vs) == 1 else 'NO'} |")
+        errs = [[abs(m[k]["verdict"]["error"]) for k in maps[0] if all(k in mm for mm in maps)] for m in maps]
+        if errs and errs[0]:
+            diffs = [abs(a - b) for a, b in zip(*errs[:2])]
+            lines += ["", f"Runs 1 and 2: median |difference| of the cells' |error| {100 * statistics.median(diffs):.1f} "
+                          f"points, max {100 * max(diffs):.1f}."]
+        lines.append("")
+    for i, fid in enumerate(runs, 1):
+        body = format_md(fid["cells"], fid["aggregate"], fid["meta"]).splitlines()
+        lines += [f"## Run {i}", ""] + ["#" + ln if ln.startswith("# ") else ln for ln in body[1:]] + [""]
+    return "\n".join(lines)
+
+
+def format_page(runs: list[dict], title: str) -> str:
+    from sim.html_page import heading, page
+
+    parts = [heading(1, title)]
+    for i, fid in enumerate(runs, 1):
+        parts += [heading(2, f"Run {i}")] + figure_parts(fid["cells"], fid["aggregate"], f"fidelity-run{i}", level=3)
+    return page(title, parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = ArgumentParser(prog="python -m real.fidelity_report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dir", nargs="+", help="real/validate.py --out directories (torch engine), in order")
+    ap.add_argument("--out", required=True, help="the markdown file to write (the page: the same name, .html)")
+    ap.add_argument("--title", default="Fidelity: the simulator against the real engine", help="the report's title")
+    ap.add_argument("--force", action="store_true", help="overwrite --out and its .html when they exist")
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    if out.suffix != ".md":
+        raise ConfigError(f"--out {out}: give a .md file (the page is written beside it as .html)")
+    page_out = out.with_suffix(".html")
+    for f in (out, page_out):
+        if f.exists() and not a.force:
+            raise ConfigError(f"{f}: exists; pass --force to overwrite it, or another --out")
+    dirs = [Path(d) for d in a.run_dir]
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigError(f"{d}: not a directory")
+    runs = [load_run(d) for d in dirs]
+    command = "python -m real.fidelity_report " + " ".join(argv if argv is not None else sys.argv[1:])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_whole(out, format_report(runs, dirs, a.title, command) + "\n", overwrite=a.force)
+    write_whole(page_out, format_page(runs, a.title), overwrite=a.force)
+    for name, met, fig in targets(runs):
+        print(f"{'n/a' if met is None else 'met' if met else 'MISSED':6s} {name}: {fig}")
+    print(f"wrote {out} and {page_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

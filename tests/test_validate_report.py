@@ -1,0 +1,115 @@
+"""Recorded validation runs, offline: re-anchoring an older recording (real/fidelity_anchor.py) gives the live
+run's verdicts, and the report command (real/fidelity_report.py) writes markdown and an offline page from runs,
+checks the targets on them and never overwrites by default. Also validate's --grid estimate."""
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+
+from sim.errors import ConfigError
+
+
+def _fake_run(tps: float, probe: float) -> dict:
+    load = {"loaded": False, "others_cores": 0.01, "steal_cores": 0.0, "engine_threads": 2, "cores": 2,
+            "loadavg_before": [2.0, 2.0, 2.0], "freq_mhz_before": 2600.0}
+    return {"time_s": 1.0, "tok_per_s": tps, "steps": 3, "tokens_per_engine_step": 2.0, "mean_latency_s": 0.5,
+            "lossless": True, "violation": None, "step_ms": [10.0, 10.0, 10.0], "outputs_equal_reference": True,
+            "wall_s": 1.0, "load": load, "cpu_tok_per_s": tps, "steps_csv": "a\n1\n",
+            "speed_probe": {"1x1": probe, "1x8": 2 * probe}}
+
+
+def _record_run(run, monkeypatch):
+    """A two-cell run recorded by validate's own loop (measure_trace, write_reports) with fake engines: the
+    machine's speed moves from repeat to repeat and the throughputs follow it."""
+    import real.validate as V
+
+    run.mkdir()
+    (run / "cost_table.json").write_text("{}")
+    (run / "cost_table.json.load.json").write_text(json.dumps({"loaded": False, "speed_probe": {"1x1": 30.0,
+                                                                                               "1x8": 60.0}}))
+    speed = iter([1.0, 1.1, 1.2, 1.15, 1.05, 1.0])  # the machine's slowdown at each repeat, in run order
+    n = {"k": 0}
+
+    def fake_measure(wl, t_dir, table, pol, bs, guard, drafters):
+        q = next(speed)
+        n["k"] += 1
+        return _fake_run((100.0 if pol == "none" else 150.0) / q, 30.0 * q)
+
+    def fake_predict(wl, t_dir, table, pol, bs, seed, drafters):
+        pred = dict(_fake_run(101.0 if pol == "none" else 160.0, 30.0))
+        return {"predicted": pred, "synthetic": pred, "steps_predicted_csv": "a\n1\n", "sim_command": "python -m sim.run"}
+
+    monkeypatch.setattr(V, "measure_real", fake_measure)
+    monkeypatch.setattr(V, "predict_cell", fake_predict)
+    monkeypatch.setattr(V, "speed_probe_of", lambda wl, bss, repeat=9: {"1x1": 30.0, "1x8": 60.0})
+    wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
+    a = types.SimpleNamespace(load_guard=0.25, seed=0, margin=3.0, speed_probes={}, anchors={}, drafters="dspark,ngram")
+    cells = V.measure_trace(wl, run / "chat", run / "cost_table.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
+    meta = {"command": "python real/validate.py --out x", "machine": {}, "model": "m", "mode": "real", "max_tokens": 8,
+            "max_prompt": 9, "repeats": 3, "margin": 0.03, "speed_probes": a.speed_probes, "wall_minutes": 1.5}
+    V.write_reports(run, cells, meta)
+    return cells
+
+
+def test_offline_reanchoring_of_an_older_recording_gives_the_live_verdicts(tmp_path, monkeypatch, capsys):
+    from real.fidelity_anchor import main as anchor_main, reanchor
+
+    run = tmp_path / "run"
+    cells = _record_run(run, monkeypatch)
+    assert all(c["verdict"]["anchored"] for c in cells)
+    # run order (ABBA): none, adaptive, adaptive, none, none, adaptive at slowdowns 1.0 1.1 1.2 1.15 1.05 1.0; the
+    # second 'none' repeat had the probe after the second 'adaptive' one (1.2) before it and its own (1.15) after
+    assert cells[0]["anchor"]["speeds"][1] == pytest.approx((1.2 * 1.15) ** 0.5)
+    assert cells[0]["repeats"][0]["speed_probe_before"] == {"1x1": 30.0, "1x8": 60.0}  # the trace's probe
+    for f in (run / "chat" / "cells").rglob("real.r*.json"):  # an older recording: no probe before each repeat
+        d = json.loads(f.read_text())
+        d.pop("speed_probe_before")
+        f.write_text(json.dumps(d))
+    res = reanchor(run)
+    assert [r["verdict"] for r in res["cells"]] == [c["verdict"]["verdict"] for c in cells]
+    assert [r["error"] for r in res["cells"]] == pytest.approx([c["verdict"]["error"] for c in cells])
+    assert res["reanchored"]["anchored"] == 2
+    assert anchor_main([str(run)]) == 0 and "re-anchored" in capsys.readouterr().out
+    with pytest.raises(ConfigError):
+        reanchor(tmp_path)  # no fidelity.json
+
+
+def test_report_from_two_runs_checks_targets_and_never_overwrites(tmp_path, monkeypatch, capsys):
+    from real.fidelity_report import main as report_main
+
+    run = tmp_path / "run"
+    _record_run(run, monkeypatch)
+    out = tmp_path / "rep" / "fidelity-x.md"
+    assert report_main([str(run), str(run), "--out", str(out)]) == 0
+    md, page = out.read_text(), out.with_suffix(".html").read_text()
+    assert "## Verdicts side by side" in md and "| chat none bs1 |" in md and "| 2 of 2 cells |" in md
+    v = json.loads((run / "fidelity.json").read_text())["aggregate"]["verdicts"]
+    assert f"at most 25% of the cells inconclusive | {'yes' if v['inconclusive'] == 0 else 'NO'} | " \
+           f"{v['inconclusive']} of 2" in md
+    assert "median \\|error\\| <= 3% |" in md and "## Run 2" in md and "### " not in md.split("## Run 1")[0]
+    assert "others 0.01-0.01 cores" in md and "1.5 min" in md
+    assert "Plotly" in page and "cdn.plot.ly" not in page  # plotly.js inlined: renders offline
+    assert "wrote" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="exists"):
+        report_main([str(run), "--out", str(out)])
+    assert report_main([str(run), "--out", str(out), "--force"]) == 0
+    with pytest.raises(ConfigError, match=".md"):
+        report_main([str(run), "--out", str(tmp_path / "r.txt")])
+
+
+def test_grid_estimate_prints_before_any_run():
+    """--grid big is estimated at hours from the default grid's measured rates, the default grid near its 25-27
+    measured minutes; more work never estimates less."""
+    from real.validate import GRIDS, estimate_minutes, parse_args
+
+    prof = {"limit": 10, "max_tokens": 24, "repeats": 2}
+    d = estimate_minutes(2, 16, 32, 5, [1, 4, 16], 3, prof)
+    g = GRIDS["big"]
+    big = estimate_minutes(2, g["limit"], g["max_tokens"], 5, [1, 4, 16], g["repeat"], prof)
+    assert 24 <= d <= 30 and big > 150 and big > 5 * d
+    assert estimate_minutes(2, 16, 32, 5, [1, 4, 16], 3, None) < d  # a given table: no profile
+    assert parse_args(["--grid", "big"]).grid == "big"
+    with pytest.raises(SystemExit):
+        parse_args(["--grid", "huge"])
