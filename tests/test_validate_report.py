@@ -90,7 +90,9 @@ def test_report_from_two_runs_checks_targets_and_never_overwrites(tmp_path, monk
            f"{v['inconclusive']} of 2" in md
     assert "median \\|error\\| <= 3% |" in md and "## Run 2" in md and "### " not in md.split("## Run 1")[0]
     assert "others 0.01-0.01 cores" in md and "1.5 min" in md
-    assert "Plotly" in page and "cdn.plot.ly" not in page  # plotly.js inlined: renders offline
+    from test_html_pages import check_page
+
+    check_page(page, "fidelity report")  # plotly.js inlined once, nothing fetched, each figure headed
     assert "wrote" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="exists"):
         report_main([str(run), "--out", str(out)])
