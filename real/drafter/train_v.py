@@ -237,8 +237,8 @@ def train_v(d: DSparkV, train_seqs: list[SeqTensors], held: list[SeqTensors], cf
         if step % cfg.eval_every == 0 or step == cfg.steps:
             curve.append({"step": step, "labelled": labelled, "cpu_s": time.process_time() - c0,
                           **heldout_curve_point(d, held, cfg)})
-            log(f"step {step}: held-out tau_tf {curve[-1]['tau_tf']:.3f}, top-1 "
-                + " ".join(f"{x:.2f}" for x in curve[-1]["top1"]))
+            log(f"step {step}: held-out tau_tf {curve[-1]['tau_tf']:.3f} at {labelled} labelled positions seen, "
+                f"{curve[-1]['cpu_s']:.0f} CPU s; top-1 " + " ".join(f"{x:.2f}" for x in curve[-1]["top1"]))
         if step % cfg.checkpoint_every == 0:
             save()
     if not finished and (not curve or curve[-1]["step"] != step):
