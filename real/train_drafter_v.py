@@ -44,13 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="weights file to write (an existing one needs --force)")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--general-rows", type=int, default=240, help="general.jsonl rows labelled (512 tokens each)")
-    ap.add_argument("--code-rows", type=int, default=110, help="tuning-split rows labelled (up to 3072 tokens)")
+    ap.add_argument("--code-rows", type=int, default=110,
+                    help="tuning-split rows labelled (up to 3072 tokens; 0: general text only)")
     ap.add_argument("--label-seconds", type=float, default=None, help="stop starting label shards after this")
     ap.add_argument("--steps", type=int, default=VTrainConfig.steps, help="optimizer steps (the schedule's length)")
     ap.add_argument("--train-seconds", type=float, default=0.0, help="stop training (checkpointed) after this")
     ap.add_argument("--anchors", type=int, default=VTrainConfig.anchors, help="anchors per sequence per step")
     ap.add_argument("--eval-every", type=int, default=VTrainConfig.eval_every, help="learning-curve point every N steps")
     ap.add_argument("--lr", type=float, default=VTrainConfig.lr)
+    ap.add_argument("--l1-weight", type=float, default=VTrainConfig.l1_weight, help="weight of the L1 distribution loss")
+    ap.add_argument("--ce-weight", type=float, default=VTrainConfig.ce_weight, help="weight of the cross-entropy")
+    ap.add_argument("--no-input-scale", action="store_true", help="train fc on the raw target states (ablation)")
     ap.add_argument("--backbone-layers", type=int, default=DSparkVConfig.num_layers)
     ap.add_argument("--rank", type=int, default=DSparkVConfig.rank, help="Markov head rank")
     ap.add_argument("--vocab", type=int, default=0, help="reduced vocabulary size (0: the full vocabulary)")
@@ -83,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     gguf = find_smollm2_gguf()
     lcfg = default_config(a.general_rows, a.code_rows)
     tcfg = VTrainConfig(steps=a.steps, anchors=a.anchors, lr=a.lr, seed=a.seed, deadline_s=a.train_seconds,
+                        l1_weight=a.l1_weight, ce_weight=a.ce_weight, input_scale=not a.no_input_scale,
                         eval_every=a.eval_every, checkpoint_every=min(VTrainConfig.checkpoint_every, a.eval_every))
     tcfg.validate()
     t0 = time.perf_counter()

@@ -144,6 +144,23 @@ def test_training_lowers_the_loss_and_resumes(target, seqs, tmp_path):
     assert r["finished"] and r["steps_done"] == 24 and r["labelled"] > 0
     assert v_losses(d, sts[0], torch.arange(1, 40), cfg)[0].item() < first
     assert [c["step"] for c in r["curve"]][-1] == 24
+    assert d.in_scale is None  # folded into fc: the saved drafter is vLLM's plain layout
+
+
+def test_input_scale_trains_on_normalised_states_and_folds_into_fc(target, seqs):
+    from real.drafter.train_v import input_scale
+
+    sts = [prepare(s, 5) for s in seqs]
+    s = input_scale(sts)
+    x = torch.cat([st.feats.float() for st in sts])
+    assert torch.allclose((x * s).pow(2).mean(0), torch.ones(x.shape[1]), rtol=1e-3)  # every dimension at RMS 1
+    d = drafter(target)
+    d.in_scale = s * 3.0
+    want = d.context(sts[0].feats)
+    d.fold_input_scale()
+    assert d.in_scale is None and torch.allclose(d.context(sts[0].feats), want, atol=1e-5)
+    with pytest.raises(ConfigError, match="loss weights"):
+        VTrainConfig(l1_weight=0.0, ce_weight=0.0).validate()
 
 
 def test_save_load_and_export_round_trip(target, tmp_path):

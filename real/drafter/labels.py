@@ -202,10 +202,14 @@ def tuning_trace_path() -> Path:
 
 def default_config(general_rows: int = 240, code_rows: int = 110) -> LabelConfig:
     """The labels the drafter is trained on: general text (cut to 512 tokens) and the code-editing tuning
-    split (whole rows up to 3072 tokens: prompt, then the output that copies it)."""
-    return LabelConfig(sources=(
-        LabelSource("codeedit-tune", str(tuning_trace_path()), code_rows, 3072, with_output=True, cut=False),
-        LabelSource("general", "traces/general.jsonl", general_rows, 512, with_output=False, cut=True)))
+    split (whole rows up to 3072 tokens: prompt, then the output that copies it). A source given 0 rows is left
+    out (the copy-data ablation: `code_rows=0`)."""
+    if general_rows < 0 or code_rows < 0 or general_rows + code_rows == 0:
+        raise ConfigError(f"labels: rows must be >= 0 and not both 0, got general {general_rows}, code {code_rows}")
+    code = (LabelSource("codeedit-tune", str(tuning_trace_path()), code_rows, 3072, with_output=True, cut=False),)
+    return LabelConfig(sources=(code if code_rows else ()) + (
+        (LabelSource("general", "traces/general.jsonl", general_rows, 512, with_output=False, cut=True),)
+        if general_rows else ()))
 
 
 if __name__ == "__main__":  # python -m real.drafter.labels [LIMIT_S]: label (resumable), print the totals

@@ -188,6 +188,11 @@ class DSparkV(TargetTied, nn.Module):
                              persistent=False)
         self.embed: torch.Tensor | None = None
         self.head: torch.Tensor | None = None
+        # training only (real/drafter/train_v.py): c_j = W_fc (s * h_j) with s = 1 / (per-dimension RMS of h):
+        # the target's states differ 10x in scale between layers and put about half their energy in 3-4 outlier
+        # dimensions (up to 1.6e3 against a median of 1-20), so W_fc at its init reads mostly those; folded into
+        # W_fc before saving (fold_input_scale), never stored
+        self.in_scale: torch.Tensor | None = None
         self._rope_cache: tuple[int, torch.Tensor, torch.Tensor] | None = None
         self.reset_parameters()
 
@@ -227,7 +232,16 @@ class DSparkV(TargetTied, nn.Module):
 
     def context(self, feats: torch.Tensor, next_tokens: torch.Tensor | None = None) -> torch.Tensor:
         """c_j = fc(h_j): feats [..., L*D] -> [..., D] (the next token is not an input in this architecture)."""
-        return self.fc(feats.to(self.fc.weight.dtype))
+        x = feats.to(self.fc.weight.dtype)
+        return self.fc(x * self.in_scale if self.in_scale is not None else x)
+
+    def fold_input_scale(self) -> None:
+        """W_fc <- W_fc diag(s): the training reparametrisation (`in_scale`) folded into `fc`, which then computes
+        the same c_j from the raw states, as vLLM's `fc` does."""
+        if self.in_scale is not None:
+            with torch.no_grad():
+                self.fc.weight.mul_(self.in_scale.to(self.fc.weight)[None, :])
+            self.in_scale = None
 
     def context_kv(self, c: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Every layer's keys (RoPE at `pos`) and values of context vectors c [..., D] -> [..., layers, KV, hd]."""

@@ -14,6 +14,10 @@ Confidence head: binary cross-entropy of its raw logit (detached inputs) against
 will see at temperature 0, y = 1{argmax l_k = g_{a+k}} (DSpark's soft label min(1, p(x)/q(x)) at temperature
 0), weight `conf_weight`. vLLM applies the head raw, so it is trained to be calibrated raw.
 
+Input scaling (`input_scale`): fc is trained as W_fc (s * h_j) with s_i = 1 / RMS of dimension i over the
+training states (fixed before step 0), then W_fc diag(s) is saved: the same function in vLLM's layout. Without
+it, fc at its init reads mostly the target's outlier dimensions (DSparkV.in_scale says why).
+
 Steps: one sequence per optimizer step (its context computed once, `anchors` anchors sampled among those with
 a valid slot 0), AdamW, warmup then cosine to 10%. Checkpoints every `checkpoint_every` steps and at a wall
 deadline (`deadline_s`): model, optimizer, step, RNG, shuffle order and learning-curve points; a rerun with the
@@ -52,6 +56,7 @@ class VTrainConfig:
     checkpoint_every: int = 50
     eval_every: int = 100
     deadline_s: float = 0.0       # stop (and checkpoint) after this many seconds of this run; 0: none
+    input_scale: bool = True      # train fc on s * h, s = 1 / per-dimension RMS of the training states (folded)
     # warmup/epochs do not depend on the deadline: a resumed run continues the same schedule
     # (`total`: the cosine's length in steps)
 
@@ -62,6 +67,9 @@ class VTrainConfig:
                 raise ConfigError(f"train config: {k} must be a positive integer, got {v!r}")
         if not (self.lr > 0 and math.isfinite(self.lr)) or self.gamma <= 0:
             raise ConfigError("train config: lr and gamma must be positive")
+        if min(self.l1_weight, self.ce_weight) < 0 or self.l1_weight + self.ce_weight <= 0:
+            raise ConfigError(f"train config: loss weights must be >= 0 and not both 0, got L1 {self.l1_weight}, "
+                              f"CE {self.ce_weight}")
 
     def schedule_key(self) -> dict:
         """The settings a checkpoint must share with the run that resumes it (not the deadline)."""
@@ -110,6 +118,16 @@ def v_losses(d: DSparkV, st: SeqTensors, anchors: torch.Tensor, cfg: VTrainConfi
     tot = torch.zeros(K).index_add_(0, sel[1], torch.ones_like(hit, dtype=torch.float))
     return loss, {"l1": float(l1.detach().mean()), "ce": float(ce.detach()[lab_in].mean()) if lab_in.any() else 0.0,
                   "bce": float(bce.detach()), "slots": int(len(sel[0]))}, (hits, tot)
+
+
+def input_scale(seqs: list[SeqTensors]) -> torch.Tensor:
+    """s_i = 1 / sqrt(mean_j h_ji^2) over every position of `seqs` (floored at 1e-3 RMS): [L*D] fp32."""
+    sq, n = None, 0
+    for st in seqs:
+        x = st.feats.float()
+        sq = x.pow(2).sum(0) if sq is None else sq + x.pow(2).sum(0)
+        n += x.shape[0]
+    return 1.0 / (sq / max(n, 1)).sqrt().clamp(min=1e-3)
 
 
 def sample_anchors(st: SeqTensors, n: int, gen: torch.Generator) -> torch.Tensor:
@@ -166,7 +184,11 @@ def train_v(d: DSparkV, train_seqs: list[SeqTensors], held: list[SeqTensors], cf
         gen.set_state(state["gen"])
         step, hist, curve = state["step"], [list(h) for h in state["hist"]], [dict(c) for c in state["curve"]]
         labelled, order = int(state["labelled"]), [int(i) for i in state["order"]]
+        d.in_scale = state.get("in_scale")
         log(f"resumed from {ckpt} at step {step}/{cfg.steps} ({labelled} labelled positions seen)")
+
+    if cfg.input_scale and d.in_scale is None:
+        d.in_scale = input_scale(train_seqs)
 
     def save():
         if ckpt is None:
@@ -175,6 +197,7 @@ def train_v(d: DSparkV, train_seqs: list[SeqTensors], held: list[SeqTensors], cf
         try:
             torch.save({"model": d.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "step": step,
                         "hist": hist, "curve": curve, "labelled": labelled, "order": list(order),
+                        "in_scale": d.in_scale,
                         "train_config": cfg.schedule_key()}, tmp)
             os.replace(tmp, ckpt)  # whole or not at all
         finally:
@@ -214,14 +237,15 @@ def train_v(d: DSparkV, train_seqs: list[SeqTensors], held: list[SeqTensors], cf
         if step % cfg.eval_every == 0 or step == cfg.steps:
             curve.append({"step": step, "labelled": labelled, "cpu_s": time.process_time() - c0,
                           **heldout_curve_point(d, held, cfg)})
-            log(f"step {step}: held-out tau_tf {curve[-1]['tau_tf']:.3f}, top-1 "
-                + " ".join(f"{x:.2f}" for x in curve[-1]["top1"]))
+            log(f"step {step}: held-out tau_tf {curve[-1]['tau_tf']:.3f} at {labelled} labelled positions seen, "
+                f"{curve[-1]['cpu_s']:.0f} CPU s; top-1 " + " ".join(f"{x:.2f}" for x in curve[-1]["top1"]))
         if step % cfg.checkpoint_every == 0:
             save()
     if not finished and (not curve or curve[-1]["step"] != step):
         curve.append({"step": step, "labelled": labelled, "cpu_s": time.process_time() - c0,
                       **heldout_curve_point(d, held, cfg)})
     save()
+    d.fold_input_scale()
     d.eval()
     return {"steps_done": step, "hist": hist, "curve": curve, "labelled": labelled,
             "seconds": time.perf_counter() - t0, "finished": finished}
