@@ -170,11 +170,11 @@ def main(argv: list[str] | None = None) -> int:
                         adaptive_run = run
                         if "adaptive" not in pols:
                             continue
-                    if adaptive_run is None:  # the ngram cell prices with the adaptive cell's tables
+                    table_run = run if run.get("cost_tables") else adaptive_run
+                    if table_run is None:  # the ngram cell prices with the adaptive cell's tables
                         missing.append(f"{label} (its adaptive cell was not run)")
                         continue
                     real = real_summary(run, ref)
-                    table_run = run if run.get("cost_tables") else adaptive_run
                     pred = cell_prediction(cfg, sl, pol, bs, run, ref, ref_path, work, a.seed, table_run,
                                            dr["block"])
                     cell = {"trace": sl.stem, "batch_size": bs, "slots": W, "policy": pol, "requests": len(sl.ids),
