@@ -8,6 +8,11 @@ Per trace and batch size: one `none` run (the lossless reference), then for ever
   ngram     vLLM's n-gram speculator with K = W (prompt_lookup_min/max = the hybrid's n_min/n_max)
   hybrid    the DSpark config at W plus hybrid_spec {"slots": W}: DSpark at its trained block, padded to W
             (real/vllm_plugin/speculator.py), the n-gram chain up to W
+With --drafter DIR (repeatable) the `adaptive` and `hybrid` cells run once per DSpark checkpoint (default: the
+random one `python -m real.vllm_cpu dspark` writes); a checkpoint other than that one keeps its cells beside the
+default's, in `adaptive-NAME` / `hybrid-NAME` (NAME: the directory's name). `none` and `ngram` never load a drafter,
+so they run once (with the default checkpoint in their spec, which keeps earlier caches valid). Each cell's
+drafter block is the checkpoint's block_size.
 Each run is one process (real.vllm_run.engine.launch, cached by its spec under --out, so a rerun resumes).
 What it reports does not depend on the harness's clock: steps (vLLM's iterations that emitted tokens), output
 tokens per step, lossless (outputs equal to `none`'s). Predictions: `real.vllm_cpu.validate.predict` with the
@@ -20,6 +25,7 @@ import argparse
 import json
 import os
 import sys
+from itertools import product
 from pathlib import Path
 
 from sim.errors import ConfigError
@@ -42,6 +48,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--max-prompt", type=int, default=800, help="longest prompt in SmolLM2 tokens (default 800)")
     ap.add_argument("--max-num-batched-tokens", type=int, default=MAX_NUM_BATCHED_TOKENS)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--drafter", action="append", metavar="DIR",
+                    help="DSpark checkpoint directory in vLLM's layout (repeatable; default: the random one, "
+                         "`python -m real.vllm_cpu dspark`; a trained one: `python -m real.drafter.export_vllm`)")
     ap.add_argument("--out", default=DEFAULT_OUT, help=f"work directory (default {DEFAULT_OUT})")
     ap.add_argument("--report", help="also write the markdown table here (refused if the file exists)")
     ap.add_argument("--cached-only", action="store_true",
@@ -52,14 +61,40 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return a
 
 
-def run_config(a, W: int, policy: str):
-    """The VllmRunConfig of one cell (the CPU defaults of real/vllm_cpu/validate.py, K = W)."""
+def drafter_info(path: str) -> dict:
+    """What the report says about one DSpark checkpoint directory: name, block, layers and where it came from;
+    ConfigError (one line) when it is not a DSpark checkpoint."""
+    from real.vllm_cpu.checkpoints import DSPARK_ARCH
+
+    d = Path(path)
+    cfg_path = d / "config.json"
+    if not cfg_path.is_file():
+        raise ConfigError(f"--drafter {d}: not a model directory (no config.json)")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--drafter {cfg_path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    if DSPARK_ARCH not in (cfg.get("architectures") or []) or not isinstance(cfg.get("block_size"), int):
+        raise ConfigError(f"--drafter {d}: not a DSpark checkpoint (architectures {cfg.get('architectures')}, "
+                          f"block_size {cfg.get('block_size')})")
+    source = "?"
+    if (d / "hybridspec.json").is_file():  # real/drafter/export_vllm.py's record of the trained file
+        source = "trained, " + str(json.loads((d / "hybridspec.json").read_text()).get("source", "?"))
+    elif (d / "SOURCE.md").is_file():
+        source = (d / "SOURCE.md").read_text().strip().splitlines()[0]
+    return {"path": str(d), "name": d.name, "block": cfg["block_size"], "layers": cfg.get("num_hidden_layers"),
+            "source": source}
+
+
+def run_config(a, W: int, policy: str, drafter: str | None = None):
+    """The VllmRunConfig of one cell (the CPU defaults of real/vllm_cpu/validate.py, K = W; `drafter`: the DSpark
+    directory, default the random one)."""
     from real.vllm_cpu.validate import MAX_MODEL_LEN, default_drafter, default_model
     from real.vllm_plugin.config import HybridSpecConfig
     from real.vllm_run.config import VllmRunConfig
 
     hybrid = HybridSpecConfig(slots=W) if policy == "hybrid" else HybridSpecConfig()
-    return VllmRunConfig(model=default_model(), drafter=default_drafter(), num_speculative_tokens=W, device="cpu",
+    return VllmRunConfig(model=default_model(), drafter=drafter or default_drafter(), num_speculative_tokens=W, device="cpu",
                          max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=a.max_num_batched_tokens, seed=a.seed,
                          hybrid=hybrid)
 
@@ -83,7 +118,7 @@ def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from real.vllm_cpu.validate import _rel, load_slice, machine, real_summary, run_cell, write_output
+    from real.vllm_cpu.validate import _rel, default_drafter, load_slice, machine, real_summary, run_cell, write_output
     from real.vllm_run.engine import require_vllm
     from real.vllm_run.flow import write_reference
 
@@ -94,8 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     pols = a.policy or list(POLICIES)
     if a.report and Path(a.report).exists():
         raise ConfigError(f"--report {a.report}: exists; choose a new path (reports are never overwritten)")
+    default = default_drafter()
+    drafters = [drafter_info(d) for d in (a.drafter or [default])]
+    if len({d["name"] for d in drafters}) < len(drafters):
+        raise ConfigError("--drafter: two checkpoints with the same directory name (their cells would share a "
+                          "directory)")
     ver = require_vllm("cpu")
-    block = 7  # the random DSpark checkpoint's block (python -m real.vllm_cpu dspark)
+    block = drafters[0]["block"]  # `none` runs at it (K does not matter there)
     out = Path(a.out)
     cells, missing = [], []
     for trace in traces:
@@ -110,13 +150,18 @@ def main(argv: list[str] | None = None) -> int:
             ref_path = base / "reference.jsonl"
             write_reference(sl, ref, ref_path)
             n_none = ref_run.get("steps")
-            for W in slots:
+            for W, (di, dr) in product(slots, enumerate(drafters)):
                 adaptive_run = None
+                mine = dr["path"] == default or Path(dr["path"]).resolve() == Path(default).resolve()
                 for pol in ["adaptive"] + [p for p in pols if p != "adaptive"]:
-                    cfg = run_config(a, W, pol)
-                    work = base / f"W{W}" / pol
+                    if pol == "ngram" and di > 0:  # loads no drafter: one run serves every checkpoint
+                        continue
+                    uses_drafter = pol != "ngram"
+                    cfg = run_config(a, W, pol, dr["path"] if uses_drafter else None)
+                    work = base / f"W{W}" / (pol if mine or not uses_drafter else f"{pol}-{dr['name']}")
+                    label = f"{sl.stem} bs {bs} W {W} {pol}" + (f" ({dr['name']})" if uses_drafter else "")
                     if a.cached_only and not (work / "run.result.json").is_file():
-                        missing.append(f"{sl.stem} bs {bs} W {W} {pol}")
+                        missing.append(label)
                         continue
                     run = run_cell(cfg, sl, pol, bs, work)
                     if run.get("outputs") is None:
@@ -125,25 +170,28 @@ def main(argv: list[str] | None = None) -> int:
                         adaptive_run = run
                         if "adaptive" not in pols:
                             continue
-                    if adaptive_run is None:  # the ngram cell prices with the adaptive cell's tables
-                        missing.append(f"{sl.stem} bs {bs} W {W} {pol} (its adaptive cell was not run)")
+                    table_run = run if run.get("cost_tables") else adaptive_run
+                    if table_run is None:  # the ngram cell prices with the adaptive cell's tables
+                        missing.append(f"{label} (its adaptive cell was not run)")
                         continue
                     real = real_summary(run, ref)
-                    table_run = run if run.get("cost_tables") else adaptive_run
-                    pred = cell_prediction(cfg, sl, pol, bs, run, ref, ref_path, work, a.seed, table_run, block)
+                    pred = cell_prediction(cfg, sl, pol, bs, run, ref, ref_path, work, a.seed, table_run,
+                                           dr["block"])
                     cell = {"trace": sl.stem, "batch_size": bs, "slots": W, "policy": pol, "requests": len(sl.ids),
-                            "steps_none": n_none, "real": real, "predicted": pred}
+                            "drafter": dr["name"] if uses_drafter else None, "steps_none": n_none, "real": real,
+                            "predicted": pred}
                     if "steps" in pred:
                         cell["steps_error"] = _rel(pred["steps"], real["steps"])
                         cell["tokens_per_step_error"] = _rel(pred["tokens_per_step"], real["tokens_per_step"])
                     cells.append(cell)
                     write_output(work / "slots_cell.json", json.dumps(cell) + "\n")
                     p = f"sim {pred['steps']}" if "steps" in pred else "sim n/a"
-                    print(f"{sl.stem:9s} bs={bs:<2d} W={W:<2d} {pol:8s} steps {real['steps']:4d} ({p})  tok/step "
-                          f"{real['tokens_per_step']:.2f}  lossless {real['lossless']}", file=sys.stderr, flush=True)
+                    print(f"{sl.stem:9s} bs={bs:<2d} W={W:<2d} {pol:8s} {cell['drafter'] or '-'} steps "
+                          f"{real['steps']:4d} ({p})  tok/step {real['tokens_per_step']:.2f}  lossless "
+                          f"{real['lossless']}", file=sys.stderr, flush=True)
     meta = {"command": "python -m real.vllm_plugin.slots_run " + " ".join(a.argv), "vllm_version": ver,
             "machine": machine(), "limit": a.limit, "max_tokens": a.max_tokens, "max_prompt": a.max_prompt,
-            "max_num_batched_tokens": a.max_num_batched_tokens, "block": block}
+            "max_num_batched_tokens": a.max_num_batched_tokens, "drafters": drafters}
     write_output(out / "slots.json", json.dumps({"meta": meta, "cells": cells}, indent=1) + "\n")
     md = format_md(cells, meta, missing)
     write_output(out / "slots.md", md)
@@ -154,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     lossless = all(c["real"]["lossless"] for c in cells)
     print(f"{len(cells)} cells, lossless in all: {lossless} -> {out / 'slots.md'}")
     return 0 if lossless else 1
+
+
+def drafters_md(drafters: list[dict]) -> str:
+    """One phrase per checkpoint: `name` (block, layers; where it came from)."""
+    return "; ".join(f"`{d['name']}` (block {d['block']}, {d['layers']} layer(s); {d['source']})" for d in drafters)
 
 
 def format_md(cells: list[dict], meta: dict, missing: list[str] = ()) -> str:
@@ -172,23 +225,25 @@ def format_md(cells: list[dict], meta: dict, missing: list[str] = ()) -> str:
              "drafted (the `ngram` cell uses the `adaptive` cell's tables).", "",
              f"{made} with vllm-cpu {meta['vllm_version']} on {meta['machine']['cpu']} "
              f"({meta['machine']['cores']} cores; load average {meta['machine']['load_average']:.1f} at the end). "
-             f"SmolLM2-135M fp32 target, random DSpark drafter (block {meta['block']}), "
+             f"SmolLM2-135M fp32 target, DSpark checkpoint(s) {drafters_md(meta['drafters'])}, "
              f"max_num_batched_tokens {meta['max_num_batched_tokens']}, {meta['limit']} requests per trace (a batch "
              f"size above that: as many requests as the batch holds), "
              f"max_tokens {meta['max_tokens']}, temperature 0.", "",
-             "| trace | bs | reqs | W | policy | steps real / sim | tok/step real / sim | steps (none) "
+             "| trace | bs | reqs | W | policy | drafter | steps real / sim | tok/step real / sim | steps (none) "
              "| chains model / n-gram (hybrid) | lossless |",
-             "|---|---:|---:|---:|---|---:|---:|---:|---:|---|"]
+             "|---|---:|---:|---:|---|---|---:|---:|---:|---:|---|"]
     for c in cells:
         r, p = c["real"], c["predicted"]
         sim_steps = p.get("steps", "n/a")
         sim_tps = f"{p['tokens_per_step']:.2f}" if "tokens_per_step" in p else "n/a"
         pl = r.get("plugin")
         chains = f"{pl['chosen_model']:.0f} / {pl['chosen_ngram']:.0f}" if pl else "-"
-        lines.append(f"| {c['trace']} | {c['batch_size']} | {c['requests']} | {c['slots']} | {c['policy']} | {r['steps']} / {sim_steps} "
+        lines.append(f"| {c['trace']} | {c['batch_size']} | {c['requests']} | {c['slots']} | {c['policy']} "
+                     f"| {c.get('drafter') or '-'} | {r['steps']} / {sim_steps} "
                      f"| {r['tokens_per_step']:.2f} / {sim_tps} | {c['steps_none']} | {chains} | "
                      f"{'yes' if r['lossless'] else 'NO'} |")
-    errs = [f"- {c['trace']} bs {c['batch_size']} W {c['slots']} {c['policy']}: {c['predicted']['error']}"
+    errs = [f"- {c['trace']} bs {c['batch_size']} W {c['slots']} {c['policy']}"
+            f"{' (' + c['drafter'] + ')' if c.get('drafter') else ''}: {c['predicted']['error']}"
             for c in cells if "error" in c["predicted"]]
     if errs:
         lines += ["", "Cells the simulator could not set up:"] + errs

@@ -210,9 +210,13 @@ class VllmRunConfig:
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_json(self) -> dict:
-        """Every field (the hybrid's as its own dict): what a cell's subprocess is given, and the cache key."""
+        """Every field (the hybrid's as its own dict): what a cell's subprocess is given, and the cache key. The
+        hybrid's `compile` appears only when on: every run before the field existed ran eagerly, so their cached
+        specs keep matching (from_json fills the default)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["hybrid"] = dataclasses.asdict(self.hybrid)
+        if not d["hybrid"]["compile"]:
+            del d["hybrid"]["compile"]
         return d
 
     @classmethod

@@ -1,0 +1,70 @@
+"""`python -m real.vllm_plugin.slots_run` without vLLM: a DSpark checkpoint given by --drafter is read for its block
+and provenance (one line when it is not one), the report names the checkpoint of every cell, and a run config's
+cache key keeps `compile` out while it is off (runs cached before the field existed stay valid)."""
+import json
+
+import pytest
+
+from real.vllm_plugin.config import HybridSpecConfig
+from real.vllm_plugin.slots_run import drafter_info, format_md, parse_args, run_config
+from real.vllm_run.config import VllmRunConfig
+from sim.errors import ConfigError
+
+
+def _checkpoint(d, block=7, layers=2, arch="Qwen3DSparkModel", extra=None):
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": [arch], "block_size": block,
+                                               "num_hidden_layers": layers}))
+    for name, text in (extra or {}).items():
+        (d / name).write_text(text)
+    return d
+
+
+def test_drafter_info_reads_block_layers_and_source(tmp_path):
+    d = _checkpoint(tmp_path / "dspark-v2-vllm", block=5, layers=2,
+                    extra={"hybridspec.json": json.dumps({"source": "dspark-v2.pt sha256 abc"})})
+    info = drafter_info(str(d))
+    assert (info["name"], info["block"], info["layers"]) == ("dspark-v2-vllm", 5, 2)
+    assert info["source"] == "trained, dspark-v2.pt sha256 abc"
+    r = _checkpoint(tmp_path / "rand", extra={"SOURCE.md": "Random-weight DSpark drafter (seed 0)\nmore\n"})
+    assert drafter_info(str(r))["source"] == "Random-weight DSpark drafter (seed 0)"
+
+
+@pytest.mark.parametrize("make, what", [
+    (lambda p: p / "missing", "no config.json"),
+    (lambda p: _checkpoint(p / "llama", arch="LlamaForCausalLM"), "not a DSpark checkpoint"),
+    (lambda p: _checkpoint(p / "noblock", block="7"), "not a DSpark checkpoint"),
+])
+def test_drafter_info_refuses_a_directory_that_is_not_a_dspark_checkpoint(tmp_path, make, what):
+    with pytest.raises(ConfigError, match=what) as e:
+        drafter_info(str(make(tmp_path)))
+    assert "\n" not in str(e.value) and "--drafter" in str(e.value)
+
+
+def test_run_config_uses_the_given_drafter_and_the_cache_key_omits_compile_off():
+    a = parse_args(["--limit", "4"])
+    cfg = run_config(a, 16, "hybrid", "/x/dspark-v2-vllm")
+    assert cfg.drafter == "/x/dspark-v2-vllm" and cfg.hybrid.slots == 16
+    key = cfg.to_json()
+    assert "compile" not in key["hybrid"] and VllmRunConfig.from_json(key) == cfg
+    on = VllmRunConfig.from_json({**key, "hybrid": {**key["hybrid"], "compile": True}})
+    assert on.hybrid.compile and on.to_json()["hybrid"]["compile"] is True
+    assert run_config(a, 16, "ngram").hybrid == HybridSpecConfig()
+
+
+def test_report_names_each_cells_checkpoint():
+    real = {"steps": 26, "tokens_per_step": 3.69, "lossless": True,
+            "plugin": {"chosen_model": 67, "chosen_ngram": 8}}
+    cells = [{"trace": "codeedit", "batch_size": 4, "requests": 4, "slots": 16, "policy": "hybrid",
+              "drafter": name, "steps_none": 32, "real": real, "predicted": {"steps": 26, "tokens_per_step": 3.69}}
+             for name in ("dspark-rand-smollm2-135m", "dspark-v2-vllm")]
+    cells.append({**cells[0], "policy": "ngram", "drafter": None, "real": {**real, "plugin": None}})
+    meta = {"command": "python -m real.vllm_plugin.slots_run --cached-only", "vllm_version": "0.32.0",
+            "machine": {"cpu": "cpu", "cores": 2, "load_average": 1.0}, "max_num_batched_tokens": 256, "limit": 4,
+            "max_tokens": 24, "drafters": [{"name": "dspark-rand-smollm2-135m", "block": 7, "layers": 1,
+                                            "source": "random"},
+                                           {"name": "dspark-v2-vllm", "block": 7, "layers": 2, "source": "trained"}]}
+    md = format_md(cells, meta)
+    rows = [ln for ln in md.splitlines() if ln.startswith("| codeedit")]
+    assert [r.split(" | ")[5] for r in rows] == ["dspark-rand-smollm2-135m", "dspark-v2-vllm", "-"]
+    assert "`dspark-v2-vllm` (block 7, 2 layer(s); trained)" in md
