@@ -7,7 +7,8 @@ and call the pieces of a step that they do not transcribe themselves. Those piec
 overrides (_plan, _propose, _allocate, _verify, _emit, _charge, ...) stay private to the engine, and a fast
 path never calls them: a subclass overriding one runs without the fast path (sim.fast_forms.steps_as_defined).
 `LiveSteps` adds what the live drafters' step (sim/engine_live.py) calls. Both are typing Protocols only;
-Engine satisfies them, and the modules that take one import it from here, not from sim.engine, so that the imports run one way (engine -> fast paths -> this module).
+Engine satisfies them, and the modules that take one import it from here, not from sim.engine, so that the
+imports run one way (engine -> fast paths -> this module).
 """
 from __future__ import annotations
 
