@@ -103,7 +103,7 @@ def tree_alloc_n(batch: StepBatch, names: tuple, method: str = DEFAULT_METHOD, m
     priced as a second branch by the module docstring's rule, v^d_j = a^d_j (1 - a^p_j) DISCOUNT admitted as a
     prefix n_d while v^d_j > lambda, and the request takes the one of largest expected gain sum_{j < n_d} v^d_j
     (the first in order on ties; Allocation.second_chain names it). On (dspark, ngram) this is `tree_alloc`
-    (tests/test_policies_tree.py); with one drafter there is no second branch."""
+    (tests/test_drafter_axis.py); with one drafter there is no second branch."""
     from sim.policies.multi import ChainsN, chain_ids  # multi imports no tree: one way
 
     ch = ChainsN.current(batch, names)
