@@ -1,5 +1,6 @@
-"""Policies over any set of drafters (the drafter axis, sim/drafters/registry.py): `hybrid`, `hybrid-price` and
-the `oracle` over N chains, and `suffix`, the single-drafter policy of vLLM's `method: "suffix"`.
+"""Policies over any set of drafters (the drafter axis, sim/drafters/registry.py): `hybrid`, `hybrid-price`,
+`hybrid-vllm` and the `oracle` over N chains (`hybrid-tree`'s is in tree.py), and `suffix`, the single-drafter
+policy of vLLM's `method: "suffix"`.
 
 A run that enables the default drafters (dspark, ngram) runs the two-drafter definitions of sim/policies/hybrid.py
 and simple.py (and their fast forms); a run with any other set runs these (sim/policies/catalog.py: get_policy).
@@ -31,6 +32,11 @@ G = (N + sum of the kept gains) / (draft_ms + verify_ms[T + kept slots]) [tokens
                 lengths, capped at the chains), D_s = sum_{d in s} price_d + (s not empty) alloc_ms, and the
                 (s, B) of maximal (N + B) / (D_s + verify_ms[T + B]) (simple.alloc_oracle's argument: a bound
                 on every policy's step for any N).
+  hybrid-vllm   the plugin's rule over N chains: per request, the chain of largest value at the best price among
+                the chains that ran (hybrid.choose_chain's rule, the largest first survival where every prefix is
+                empty), its confidences published over W slots to vLLM's unchanged adaptive verification (stale
+                publication chosen among all chains); `:skip` plans the drafters as `hybrid` (no hysteresis,
+                forecast avg) and leaves the budget to vLLM. Needs dspark (vLLM verifies DSpark's slots).
 """
 from __future__ import annotations
 
