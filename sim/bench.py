@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from sim.cli_util import ArgumentParser, check_out_file, finite_float, int_at_least, run_cli, write_whole
+from sim.drafters.registry import parse_drafter_list
 from sim.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,15 +88,16 @@ def timed_natives():
 preps, warm, acc = {}, set(), None
 for line in sys.stdin:
     q = json.loads(line)
+    dr = {"drafters": q["drafters"]} if q.get("drafters") else {}  # only when given: older trees lack the key
     if q["op"] == "run":
         if (q["trace"], q["policy"]) not in warm:  # first use: imports, native builds, constants (untimed)
             warm.add((q["trace"], q["policy"]))
             if (q["trace"], 4) not in preps:
-                preps[(q["trace"], 4)] = prepare(SimSetup(trace=q["trace"], sample=4, seed=0))
+                preps[(q["trace"], 4)] = prepare(SimSetup(trace=q["trace"], sample=4, seed=0, **dr))
             run_one(preps[(q["trace"], 4)], q["policy"], 4)
         key = (q["trace"], q["sample"])
         if key not in preps:
-            preps[key] = prepare(SimSetup(trace=q["trace"], sample=q["sample"], seed=0))
+            preps[key] = prepare(SimSetup(trace=q["trace"], sample=q["sample"], seed=0, **dr))
         c0 = time.process_time()
         row, res = run_one(preps[key], q["policy"], q["bs"])
         out = {"wall": row["wall_s"], "cpu": time.process_time() - c0, "tokens": int(row["output_tokens"]),
@@ -239,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--main-job", action="store_true", help="also time the README's main job and its setup")
     ap.add_argument("--per-step", action="store_true",
                     help="also split a step's CPU time at batch 4 into the native calls and the rest (Python)")
+    ap.add_argument("--drafters", default=None,
+                    help="the drafters both sides enable (sim.run's --drafters; default: its default, dspark,ngram)")
     ap.add_argument("--json", type=Path, default=None, help="write every measurement to this file (written whole)")
     ap.add_argument("--force", action="store_true", help="replace an existing --json file")
     a = ap.parse_args(argv)
@@ -246,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     policies = a.policy or list(DEFAULT_POLICIES)
     sizes = a.batch_size or list(SIZES)
     check_args(a, traces, policies)  # before any worker starts
+    drafters = None if a.drafters is None else parse_drafter_list(a.drafters)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     tmp = Path(tempfile.mkdtemp(prefix="hybridspec-bench-"))
     workers = {"after": Worker(REPO, "after")}
@@ -272,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                     for rep in range(a.repeat):
                         order = list(workers) if rep % 2 == 0 else list(reversed(workers))
                         for k in order:
-                            r = workers[k].ask(op="run", trace=trace, sample=sample, policy=pol, bs=bs)
+                            r = workers[k].ask(op="run", trace=trace, sample=sample, policy=pol, bs=bs,
+                                               drafters=drafters)
                             rates[k].append(r["tokens"] / r["wall"])
                             cpu[k].append(r["tokens"] / max(r["cpu"], 1e-9))
                             info[k] = r

@@ -85,8 +85,8 @@ class DrafterConfig:
                             "running batch) or auto (stream when the whole tables would pass 1 GiB; docs/memory.md)",
                             grid=None, parse=parse_draft_tables)
     drafters: str = opt("dspark,ngram", "the drafters the run enables, by name (sim/drafters/registry.py: dspark, ngram, "
-                        "suffix); hybrid, hybrid-price and oracle choose among all of them, any other policy must "
-                        "use enabled ones", parse=parse_drafter_list)
+                        "suffix); hybrid, hybrid-price, hybrid-tree, hybrid-vllm and oracle choose among all of "
+                        "them, any other policy must use enabled ones", parse=parse_drafter_list)
     suffix_config: str | None = opt(None, "the suffix drafter's settings as JSON, e.g. '{\"max_depth\": 24, "
                              "\"min_token_prob\": 0.1}' (sim/drafters/suffix.py: SuffixConfig)",
                              parse=parse_suffix_settings)

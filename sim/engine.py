@@ -626,6 +626,30 @@ class Engine(HostHistory, LosslessChecks):
         tb = self.tb
         return self.cost.charged_verify_table(T + R * max(tb.k_model, tb.k_ngram, self.live.width) + 1, kv_tokens, n_seqs)
 
+    # ------------------------------------------------- the live drafters' part of the step (sim/engine_live.py)
+    def flag(self, bad: np.ndarray, reqs: np.ndarray, what: str) -> None:
+        """Record the step checks' first violation: `what` for the first request with bad[k] set."""
+        self._flag(bad, reqs, what)
+
+    def check_chain_bounds(self, reqs: np.ndarray, rows: np.ndarray, from_n: np.ndarray, n_draft: np.ndarray,
+                           m_len: np.ndarray, ng_len: np.ndarray) -> None:
+        """The lossless check's item 2 on emitted table-chain drafts (LosslessChecks._check_chain_bounds)."""
+        self._check_chain_bounds(reqs, rows, from_n, n_draft, m_len, ng_len)
+
+    def emit_drafts(self, reqs: np.ndarray, rows: np.ndarray, from_n: np.ndarray, n_draft: np.ndarray,
+                    n_bonus: np.ndarray) -> None:
+        """Emit the table chains' accepted drafts, then the bonus token (the engine's emission hook: a real
+        engine's own)."""
+        self._emit(reqs, rows, from_n, n_draft, n_bonus)
+
+    def write_tokens(self, reqs: np.ndarray, counts: np.ndarray, dst: np.ndarray, tokens: np.ndarray) -> None:
+        """Store emitted tokens at buffer slots `dst` and advance the positions (counted: lossless item 3)."""
+        self._write(reqs, counts, dst, tokens)
+
+    def record_drafts(self, reqs: np.ndarray, rows: np.ndarray, model_ran: bool) -> None:
+        """After a step: the table chains drafted in it join the requests' host-side history."""
+        self._record_drafts(reqs, rows, model_ran)
+
     @transcribed_by(*WHOLE_STEP)
     def drafters_ran(self, said_model, said_ngram, prices: StepPrices | None,
                       plan: Plan | None = None) -> tuple[bool, bool]:
@@ -659,10 +683,15 @@ class Engine(HostHistory, LosslessChecks):
         is_n = chain == CHAIN_NGRAM
         if alloc.second is None:  # single chain: the other chain verifies nothing
             want_m, want_n = np.where(is_m, adm, 0), np.where(is_n, adm, 0)
-        else:
+        elif alloc.second_chain is None:  # the second branch is the other of the two chains
             sec = alloc.second.numpy().astype(np.int64)
             want_m = np.where(is_m, adm, np.where(is_n, sec, 0))
             want_n = np.where(is_n, adm, np.where(is_m, sec, 0))
+        else:  # a tree over more drafters names its second branch's chain
+            sec = np.where(chain > 0, alloc.second.numpy().astype(np.int64), 0)
+            sc = alloc.second_chain.numpy()
+            want_m = np.where(is_m, adm, np.where(sc == CHAIN_MODEL, sec, 0))
+            want_n = np.where(is_n, adm, np.where(sc == CHAIN_NGRAM, sec, 0))
         m_len, ng_len = chains["model_len"], chains["ngram_len"]
         # Allocation contract: 0 <= slots <= the chain's length (what the engine would otherwise clamp).
         self._flag((want_m > m_len) | (want_n > ng_len) | (np.minimum(want_m, want_n) < 0), reqs,

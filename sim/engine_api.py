@@ -6,8 +6,9 @@ and call the pieces of a step that they do not transcribe themselves. Those piec
 (each marked with the fast forms that stand in for the step, where it is defined); the hooks a subclass
 overrides (_plan, _propose, _allocate, _verify, _emit, _charge, ...) stay private to the engine, and a fast
 path never calls them: a subclass overriding one runs without the fast path (sim.fast_forms.steps_as_defined).
-`EngineSteps` is a typing Protocol only; Engine satisfies it, and the modules that take one import it from
-here, not from sim.engine, so that the imports run one way (engine -> fast paths -> this module).
+`LiveSteps` adds what the live drafters' step (sim/engine_live.py) calls. Both are typing Protocols only;
+Engine satisfies them, and the modules that take one import it from here, not from sim.engine, so that the
+imports run one way (engine -> fast paths -> this module).
 """
 from __future__ import annotations
 
@@ -77,3 +78,24 @@ class EngineSteps(Protocol):
 
     def counts_charge(self, running: int, total_tokens: int) -> tuple:
         """(graph tokens, sample ms, CPU ms) of a step with `running` requests and `total_tokens` tokens."""
+
+
+class LiveSteps(EngineSteps, Protocol):
+    """What the live drafters' part of a step (sim.engine_live.LiveChains, not a fast path: a piece of the step's
+    definition) uses of an engine besides EngineSteps: the step checks and emission, each a public Engine method
+    around the engine's own hook, so that a subclass's override (the real engine's emission) still runs."""
+
+    def flag(self, bad: np.ndarray, reqs: np.ndarray, what: str) -> None:
+        """Record the step checks' first violation: `what` for the first request with bad[k] set."""
+
+    def check_chain_bounds(self, reqs, rows, from_n, n_draft, m_len, ng_len) -> None:
+        """The lossless check's item 2 on emitted table-chain drafts."""
+
+    def emit_drafts(self, reqs, rows, from_n, n_draft, n_bonus) -> None:
+        """Emit the table chains' accepted drafts, then the bonus token."""
+
+    def write_tokens(self, reqs, counts, dst, tokens) -> None:
+        """Store emitted tokens at buffer slots `dst` and advance the positions."""
+
+    def record_drafts(self, reqs, rows, model_ran: bool) -> None:
+        """The table chains drafted this step join the host-side history."""

@@ -2,7 +2,8 @@
 as the suffix tree's, which learns from the outputs of requests that finished before the step), run inside the
 simulation next to the table drafters, and their per-request host history.
 
-Per step (Engine._step, numpy step only: the native step and the fast forms hold two drafters):
+Per step (Engine._step, numpy step only: the native step holds two drafters). What it uses of the engine is the
+public step interface (sim/engine_api.py: LiveSteps), no private Engine member:
   * before proposing, each decoding request's drafter state catches up with what it emitted (`start` with
     prompt + output so far on its first decode step, then `observe` of the new tokens);
   * `propose`: the drafters the Plan names propose a chain per request (tokens, conf [R, K_d], len [R]); a
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 
 from sim.drafters.registry import chain_id
+from sim.engine_api import LiveSteps
 from sim.engine_history import ragged_slots
 
 
@@ -72,7 +74,7 @@ class LiveChains:
         return total
 
     # ------------------------------------------------------------------------------------------ state
-    def _sync(self, eng, reqs) -> None:
+    def _sync(self, eng: LiveSteps, reqs) -> None:
         """Each request's drafter state catches up with the tokens it emitted (module docstring)."""
         tb, emitted = eng.tb, eng.emitted_tokens
         for k, x in self.d.items():
@@ -87,7 +89,7 @@ class LiveChains:
                     x.observe(r, emitted[o + int(fed[r]): o + p].tolist())
                     fed[r] = p
 
-    def stop(self, eng, finished) -> None:
+    def stop(self, eng: LiveSteps, finished) -> None:
         """Finished requests leave every drafter (after their last tokens are observed)."""
         for r in finished:
             self._sync(eng, [r])
@@ -97,7 +99,7 @@ class LiveChains:
                     self.started[k][r] = False
 
     # ------------------------------------------------------------------------------------------ step
-    def propose(self, eng, reqs: np.ndarray, plan, chains: dict) -> None:
+    def propose(self, eng: LiveSteps, reqs: np.ndarray, plan, chains: dict) -> None:
         """The planned live drafters' chains and exact acceptances, into chains['live'][name] = (tokens, conf,
         len, acc)."""
         self._sync(eng, reqs)
@@ -150,16 +152,20 @@ class LiveChains:
             out["true_extra_acc"] = {k: torch.from_numpy(c[3]) for k, c in live.items()}
         return out
 
-    def admit(self, eng, alloc, plan, reqs, chain: np.ndarray, adm: np.ndarray, chains: dict, prices) -> None:
+    def admit(self, eng: LiveSteps, alloc, plan, reqs, chain: np.ndarray, adm: np.ndarray, chains: dict, prices) -> None:
         """The slots admitted from each live drafter's chain, after the Allocation contract check; its price
         kept only if it ran (and the allocation kernel's, which a step pays whenever any drafter runs)."""
         said = alloc.extra_ran or {}
         self.ran = frozenset(k for k in self.d if k in plan.extra and (k not in said or bool(said[k])))
         live, self.adm = chains["live"], {}
+        sec = None
+        if alloc.second is not None and alloc.second_chain is not None:  # a tree's second branch may be live
+            sec = np.where(chain > 0, alloc.second.numpy().astype(np.int64), 0)
+            sc = alloc.second_chain.numpy()
         for k in self.d:
-            want = np.where(chain == chain_id(k), adm, 0)
-            eng._flag((want > live[k][2]) | (want < 0), reqs, "the policy admitted more draft tokens than its chain holds")
-            eng._flag((want > 0) & (k not in self.ran), reqs,
+            want = np.where(chain == chain_id(k), adm, 0 if sec is None else np.where(sc == chain_id(k), sec, 0))
+            eng.flag((want > live[k][2]) | (want < 0), reqs, "the policy admitted more draft tokens than its chain holds")
+            eng.flag((want > 0) & (k not in self.ran), reqs,
                       "the policy admitted draft tokens of a drafter it did not run this step")
             self.adm[k] = np.minimum(want, live[k][2])
         R = len(reqs)
@@ -173,7 +179,7 @@ class LiveChains:
         if self.ran:
             prices.alloc = eng.step_prices(R).alloc
 
-    def settle(self, eng, reqs, rows, adm_m, adm_n, acc_m, acc_n, chains, model_ran) -> tuple:
+    def settle(self, eng: LiveSteps, reqs, rows, adm_m, adm_n, acc_m, acc_n, chains, model_ran) -> tuple:
         """Emission and bookkeeping of a step with live drafters (Engine._step's, with their chains):
         returns (verified [model, model-free], accepted [model, model-free], emitted)."""
         tb, R, live = eng.tb, len(reqs), chains["live"]
@@ -183,27 +189,34 @@ class LiveChains:
         xtok = np.zeros((R, max(self.width, 1)), dtype=np.int64)
         xlen = np.zeros(R, dtype=np.int64)
         drafted = (adm_m + adm_n) > 0
+        src = {}  # live drafter -> the requests whose emitted drafts are its chain's
         for k, (tok, conf, n, a) in live.items():
             sel = self.adm[k] > 0
-            acc = np.where(sel, np.minimum(self.adm[k], a), acc)
-            xk |= sel
+            acc_k = np.minimum(self.adm[k], a)
+            take = sel & (acc_k >= acc)  # a tree's branch that accepts most (a single chain: its own)
+            acc = np.where(take, acc_k, acc)
+            for j in src:
+                src[j] &= ~take
+            src[k] = take
+            xk |= take
             drafted |= sel
-            xtok[sel, :tok.shape[1]] = tok[sel]
-            xlen = np.where(sel, n, xlen)
+            xtok[take, :tok.shape[1]] = tok[take]
+            xlen = np.where(take, n, xlen)
+        from_n &= ~xk
         eng.acc_hist += np.bincount(np.minimum(acc[drafted], len(eng.acc_hist) - 1), minlength=len(eng.acc_hist))
         left = tb.out_len[reqs] - eng.pos[reqs]
         n_emit = np.minimum(acc + 1, left)
         n_draft = np.minimum(acc, n_emit)
         t = ~xk
-        eng._check_chain_bounds(reqs[t], rows[t], from_n[t], n_draft[t], chains["model_len"][t],
+        eng.check_chain_bounds(reqs[t], rows[t], from_n[t], n_draft[t], chains["model_len"][t],
                                 chains["ngram_len"][t])
-        eng._flag(n_draft > np.where(xk, xlen, n_draft), reqs, "a request emitted more draft tokens than its chain holds")
+        eng.flag(n_draft > np.where(xk, xlen, n_draft), reqs, "a request emitted more draft tokens than its chain holds")
         if t.any():
-            eng._emit(reqs[t], rows[t], from_n[t], n_draft[t], n_emit[t] - n_draft[t])
+            eng.emit_drafts(reqs[t], rows[t], from_n[t], n_draft[t], n_emit[t] - n_draft[t])
         if xk.any():
             self.emit(eng, reqs[xk], xtok[xk], n_draft[xk], n_emit[xk] - n_draft[xk])
         eng.prev_pos[reqs] = rows - tb.offsets[reqs]
-        eng._record_drafts(reqs, rows, model_ran)
+        eng.record_drafts(reqs, rows, model_ran)
         for k in self.ran:
             tok, conf, n, _ = live[k]
             self.last_conf[k][reqs], self.last_len[k][reqs] = conf, n
@@ -216,9 +229,8 @@ class LiveChains:
         row = len(eng.steps)  # the record this step appends (Engine._finish_step, after this)
         self.verified_live = int(sum(int(self.adm[k].sum()) for k in live))  # slots the verify forward holds too
         for k in live:
-            sel = self.adm[k] > 0
             if k in self.ran:
-                self._cols[k][row] = (int(self.adm[k].sum()), int(acc[sel].sum()), self._ms.get(k, 0.0))
+                self._cols[k][row] = (int(self.adm[k].sum()), int(acc[src[k]].sum()), self._ms.get(k, 0.0))
         verified = [int(adm_m.sum()), int(adm_n.sum())]
         accepted = [int(acc[~from_n & ~xk].sum()), int(acc[from_n & ~xk].sum())]
         return verified, accepted, int(n_emit.sum())
@@ -234,7 +246,7 @@ class LiveChains:
             out[f"verified_{k}"], out[f"accepted_{k}"], out[f"{k}_ms"] = v, a, ms
         return out
 
-    def emit(self, eng, reqs, tok, n_draft, n_bonus) -> None:
+    def emit(self, eng: LiveSteps, reqs, tok, n_draft, n_bonus) -> None:
         """Emit each request's first n_draft proposed tokens of its live chain (`tok` [R, K]), then n_bonus (0
         or 1) bonus token from the target, output[pos + n_draft] (Engine._emit's layout; the real engine's
         LiveChains writes the target's own bonus token instead)."""
@@ -248,4 +260,4 @@ class LiveChains:
         out = tb.tokens.take((eng.out_base[reqs] + pos)[rep] + j, mode="clip")
         d = j < n_draft[rep]
         out[d] = tok[rep[d], j[d]]
-        eng._write(reqs, counts, (tb.offsets[reqs] + pos)[rep] + j, out)
+        eng.write_tokens(reqs, counts, (tb.offsets[reqs] + pos)[rep] + j, out)

@@ -29,7 +29,9 @@ def _batch(seed):
 
 
 @pytest.mark.parametrize("spec", ["hybrid", "hybrid:fixed-point", "hybrid:model-opt:hyst=0.1", "hybrid-price",
-                                  "hybrid-price:current", "hybrid-price:model-opt", "oracle"])
+                                  "hybrid-price:current", "hybrid-price:model-opt", "oracle", "hybrid-tree",
+                                  "hybrid-tree:fixed-point:discount=0.8", "hybrid-vllm", "hybrid-vllm:slots=16",
+                                  "hybrid-vllm:skip", "hybrid-vllm:model-opt:slots=12:skip"])
 def test_the_general_form_on_two_drafters_is_the_two_drafter_definition(spec):
     from sim.policies.registry import families
 
@@ -40,9 +42,14 @@ def test_the_general_form_on_two_drafters_is_the_two_drafter_definition(spec):
         b = _batch(seed)
         if defn.phased:
             p1, p2 = defn.plan(host_view(b)), general.plan(host_view(b))
-            assert (p1.model, p1.ngram, int(p1.budget)) == (p2.model, p2.ngram, int(p2.budget)), seed
+            budget = lambda p: None if p.budget is None else int(p.budget)  # noqa: E731
+            assert (p1.model, p1.ngram, budget(p1)) == (p2.model, p2.ngram, budget(p2)), seed
         want, got = defn.fn(b), general.fn(b)
         assert torch.equal(want.chain, got.chain) and torch.equal(want.admitted, got.admitted), (spec, seed)
+        if want.second is not None:  # the tree's second branch: the other chain, as many slots
+            assert torch.equal(want.second, got.second), (spec, seed)
+            other = torch.where(want.chain == 1, 2, 1)
+            assert torch.equal(got.second_chain[want.second > 0], other[want.second > 0]), (spec, seed)
         for said in ("model_ran", "ngram_ran"):
             if getattr(want, said) is not None:
                 assert bool(getattr(want, said)) == bool(getattr(got, said)), (spec, seed, said)
@@ -87,6 +94,76 @@ def test_three_drafter_policies_choose_any_chain_and_the_oracle_bounds_them():
     assert {1, 2, 3} <= chose
 
 
+def _three(seed, suffix_hi=8.0):
+    """A random batch with a third (suffix) chain of 16 slots, confidences beta(suffix_hi, 1)."""
+    rng = np.random.default_rng(2000 + seed)
+    b = _batch(seed)
+    R = b.num_reqs
+    conf = torch.tensor(rng.beta(suffix_hi, 1.0, size=(R, 16)), dtype=torch.float32)
+    n = torch.tensor(rng.integers(0, 17, size=R))
+    return dataclasses.replace(b, extra={"suffix": (conf, n)}, stale_extra={"suffix": (conf, n)},
+                               mean_extra={"suffix": conf}, extra_draft_ms={"suffix": 0.05},
+                               draft_cost_ms=b.draft_cost_ms + 0.05,
+                               true_extra_acc={"suffix": torch.tensor(rng.integers(0, 17, size=R))})
+
+
+def _realised(b, chain, adm):
+    """Tokens a single-chain allocation accepts (the true accepted lengths of its chains, capped)."""
+    acc = {0: torch.zeros_like(adm), 1: b.true_model_acc, 2: b.true_ngram_acc, 3: b.true_extra_acc["suffix"]}
+    return torch.stack([torch.minimum(adm[r], acc[int(chain[r])][r]) for r in range(len(adm))])
+
+
+@pytest.mark.parametrize("spec", ["hybrid-tree", "hybrid-vllm", "hybrid-vllm:skip"])
+def test_tree_and_vllm_over_three_drafters(spec):
+    """hybrid-tree and hybrid-vllm over (dspark, ngram, suffix): the contract (a chain's slots within its length,
+    a tree's second branch another chain within its length), every chain chosen somewhere, the suffix chain
+    chosen where it is the only good one, and the per-step oracle over three drafters bounds the step's realised
+    goodput (the tree accepting the longer of its two branches)."""
+    from sim.policies.common import goodput
+    from sim.policies.multi import oracle_n
+
+    names = ("dspark", "ngram", "suffix")
+    pol = get_policy(spec, names)
+    assert pol.drafters == names
+    chose, second = set(), set()
+    for seed in range(120):
+        b = _three(seed)
+        a = pol.fn(b)
+        lens = {0: torch.zeros_like(b.model_len), 1: b.model_len, 2: b.ngram_len, 3: b.extra["suffix"][1]}
+        assert ((a.admitted >= 0) & (a.admitted <= torch.stack([lens[int(c)][r] for r, c in enumerate(a.chain)]))).all()
+        chose |= set(a.chain[a.admitted > 0].tolist())
+        got = _realised(b, a.chain, a.admitted)
+        slots = a.admitted.sum()
+        if a.second is not None:
+            sc = a.second_chain
+            assert ((a.second == 0) | (sc != a.chain)).all(), seed
+            assert (a.second <= torch.stack([lens[int(c)][r] for r, c in enumerate(sc)])).all(), seed
+            second |= set(sc[a.second > 0].tolist())
+            got = torch.maximum(got, _realised(b, sc, a.second))
+            slots = slots + a.second.sum()
+        cost = b.draft_cost_ms - (0.0 if a.model_ran is None or bool(a.model_ran) else b.model_draft_ms)
+        g_pol = float(goodput(b, got.sum().to(torch.float64), slots, cost))
+        o = oracle_n(b, names)
+        ran = {"dspark": o.model_ran, "ngram": o.ngram_ran, **o.extra_ran}
+        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool(ran[nm]))
+        ocost += (b.draft_cost_ms - sum(b.draft_ms_of.values())) if int(o.admitted.sum()) or ocost else 0.0
+        g_or = float(goodput(b, o.admitted.sum().to(torch.float64), o.admitted.sum(), ocost))
+        assert g_or >= g_pol - 1e-9, (spec, seed, g_or, g_pol)
+    assert {1, 2, 3} <= chose, chose
+    if spec == "hybrid-tree":
+        assert {1, 2, 3} <= second, second
+    # the suffix chain long and sure, the others short and unsure: it is the chain verified
+    b = _three(7, suffix_hi=60.0)
+    b.extra["suffix"][1][:] = 16
+    b.model_conf.mul_(0.2)
+    b.ngram_conf.mul_(0.2)
+    b.stale_model_conf.mul_(0.2)
+    b.stale_ngram_conf.mul_(0.2)
+    b = dataclasses.replace(b, verify_cost_ms=torch.full_like(b.verify_cost_ms, 5.0), mean_ngram_conf=b.ngram_conf)
+    a = pol.fn(b)
+    assert (a.chain == 3).all() and (a.admitted > 0).all(), (spec, a)
+
+
 def test_drafter_names():
     assert parse_drafters("suffix, dspark") == ("dspark", "suffix")
     for bad in ("dspark,eagle", "", "ngram,ngram", "dspark,,ngram"):
@@ -105,7 +182,7 @@ def test_a_run_with_the_suffix_drafter_is_lossless_and_uses_what_it_names():
 
     prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=6, seed=0, drafters="dspark,ngram,suffix"))
     rows = {}
-    for pol in ("suffix", "hybrid", "oracle", "adaptive"):
+    for pol in ("suffix", "hybrid", "oracle", "adaptive", "hybrid-tree", "hybrid-vllm"):
         row, res = run_one(prep, pol, 4)
         assert res.lossless, (pol, res.violation)
         rows[pol] = (row, res)
@@ -120,11 +197,13 @@ def test_a_run_with_the_suffix_drafter_is_lossless_and_uses_what_it_names():
     assert (hy["verified_suffix"][hy["suffix_ms"] == 0] == 0).all()  # no slot of a drafter on a step it did not run
     assert rows["adaptive"][1].steps["ngram_ms"].sum() == 0  # an enabled drafter a policy does not use: not charged
     assert "suffix_ms" not in rows["adaptive"][1].steps  # nor given a column
-    for pol in ("suffix", "hybrid", "oracle"):  # the verify forward holds every drafter's verified slots
+    for pol in ("suffix", "hybrid", "oracle", "hybrid-tree", "hybrid-vllm"):  # every drafter's verified slots
         s = rows[pol][1].steps
         assert np.array_equal(s["tokens"], s["num_decode"] + s["prefill_tokens"] + s["verified_model"]
                               + s["verified_ngram"] + s["verified_suffix"]), pol
     assert rows["oracle"][0]["output_throughput_tok_s"] >= rows["hybrid"][0]["output_throughput_tok_s"] * 0.98
+    tr = rows["hybrid-tree"][1].steps  # the tree verifies suffix slots (as a first or a second branch) and keeps some
+    assert tr["verified_suffix"].sum() > 0 and 0 < tr["accepted_suffix"].sum() <= tr["verified_suffix"].sum()
 
 
 def _cli(*args):
@@ -137,6 +216,10 @@ def _cli(*args):
     (("--policy", "suffix"), "does not enable"),
     (("--drafters", "ngram,suffix", "--policy", "adaptive"), "does not enable"),
     (("--drafters", "dspark,suffix", "--suffix-config", '{"max_depth": 1}'), "max_depth must be in"),
+    (("--drafters", "dspark,ngram,suffix", "--policy", "hybrid-tree", "--suffix-config", '{"max_depth": 1}'),
+     "max_depth must be in"),
+    (("--drafters", "ngram,suffix", "--policy", "hybrid-vllm"), "must enable dspark"),
+    (("--drafters", "dspark,ngram", "--policy", "hybrid-tree:sweep:x"), "unknown policy"),
     (("--speculative-config", '{"method": "suffix", "suffix_decoding_min_token_prob": 2}'), "min_token_prob"),
     (("--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4, '
       '"suffix_decoding_max_tree_depth": 8}'), "goes with method 'suffix'"),

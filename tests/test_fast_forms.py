@@ -103,6 +103,14 @@ def test_specs_without_a_form_run_their_definition(spec):
     assert pol.sim_fn is None and pol.sim_callable is pol, spec
 
 
+@pytest.mark.parametrize("spec", ["hybrid", "hybrid-price", "hybrid-tree", "oracle", "hybrid-vllm"])
+def test_policies_over_three_drafters_run_their_definition(spec):
+    """The registered forms transcribe the two-drafter definitions: a run over three drafters (the N-drafter
+    definitions of sim/policies/multi.py and tree.py) gets none of them, whatever its spec."""
+    pol = get_policy(spec, ("dspark", "ngram", "suffix"))
+    assert pol.sim_fn is None and pol.sim_callable is pol and "suffix" in pol.drafters, spec
+
+
 @pytest.mark.parametrize("spec", FAST)
 def test_random_batches(spec):
     pol = _policy(spec)

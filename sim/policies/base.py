@@ -211,6 +211,8 @@ class Allocation:
     second[r]    optional (tree policies): leading tokens of the *other* chain verified in the same pass as
                  a second branch of a two-branch tree (int64 [R]); 0 where chain is NONE. The request then
                  emits max(accepted of either branch) + 1 tokens. None for single-chain policies.
+    second_chain[r]  optional: the chain id of the second branch (int64 [R]), where a run has more than two
+                 drafters (sim/policies/multi.py's tree); None: the other of CHAIN_MODEL and CHAIN_NGRAM.
     model_ran    optional 0-d bool, what `Policy.fn` reports of its Plan (Plan.model) so that one-view
                  callers (tests, fast forms) see the drafters the step ran; an engine reads the Plan, not
                  this. One exception: the `oracle`, a simulation-only bound that reads the true accepted
@@ -228,6 +230,7 @@ class Allocation:
     model_ran: Optional[torch.Tensor] = None
     ngram_ran: Optional[torch.Tensor] = None
     extra_ran: Optional[dict] = None
+    second_chain: Optional[torch.Tensor] = None
 
 
 class Decision(NamedTuple):

@@ -29,7 +29,7 @@ def describe_policies() -> Dict[str, str]:
 def get_policy(spec: str, drafters=DEFAULT_DRAFTERS) -> Policy:
     """Build the policy named by `spec` ('family' or 'family:param[:param]') for a run that enables `drafters`
     (registered names, sim/drafters/registry.py; default dspark and ngram). A family with a form over any
-    drafters (registry.over_drafters: hybrid, hybrid-price, oracle) uses all of them; any other policy must
+    drafters (registry.over_drafters: hybrid, hybrid-price, hybrid-tree, hybrid-vllm, oracle) uses all of them; any other policy must
     use only enabled ones. ConfigError (one line) if unknown or if it needs a drafter the run does not enable."""
     choices = ", ".join(list_policies())
     drafters = parse_drafters(drafters)

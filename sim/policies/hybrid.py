@@ -414,12 +414,22 @@ def _alloc_published(batch: StepBatch, method: str, margin: float, slots: int | 
     use_stale = choose_chain(old, method, margin)
     pub = publish(cur.model_conf, cur.model_len, cur.ngram_conf, cur.ngram_len, use_ngram, W)
     pub_stale = publish(old.model_conf, old.model_len, old.ngram_conf, old.ngram_len, use_stale, W)
-    sched = batch.model_len if W == K else torch.where(batch.model_len < K, batch.model_len, W)
+    sched = scheduled_slots(batch.model_len, K, W, model_ran)
     view = dataclasses.replace(batch, model_conf=pub, model_len=sched,
                                stale_model_conf=pub_stale.to(batch.stale_model_conf.dtype))
     admitted = alloc_adaptive(view).admitted
     chain_len = torch.where(use_ngram, cur.ngram_len, batch.model_len)
     return finish(_chain_ids(use_ngram), torch.minimum(admitted, chain_len))
+
+
+def scheduled_slots(model_len: torch.Tensor, K: int, W: int, model_ran: bool) -> torch.Tensor:
+    """The draft slots vLLM schedules per request (int64 [R]) under the plugin: the model chain's scheduled length
+    (min(K, output left)), W where W > K and the block is whole. After a skipped pass a request whose model
+    chain was not proposed (length 0 in the engine's StepBatch) is scheduled W: vLLM schedules its
+    num_speculative_tokens whatever the plugin drafts (a one-view batch keeps the scheduled lengths; the
+    simulator's native step gathers them, its numpy step proposes none, and both now schedule the same)."""
+    sched = model_len if W == K else torch.where(model_len < K, model_len, W)
+    return sched if model_ran else torch.where(model_len > 0, sched, W)
 
 
 def plan_hybrid_vllm_skip(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> Plan:
@@ -515,6 +525,19 @@ def _hybrid_price(params: List[str]) -> Policy:
           "slots=W > K: vLLM verifies W draft slots per request (the n-gram chain keeps up to W); skip: the "
           "plugin's skip of DSpark's pass (hybrid_spec.skip), vLLM keeping its own budget")
 def _hybrid_vllm(params: List[str]) -> Policy:
+    method, margin, slots, skip, name, run = parse_hybrid_vllm(params)
+    if not skip:
+        return Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots), uses_model=True, uses_ngram=True,
+                      vllm=run)
+    plan = lambda v: plan_hybrid_vllm_skip(v, method, margin)  # noqa: E731
+    alloc = lambda b, p: alloc_hybrid_vllm_skip(b, p, method, margin, slots)  # noqa: E731
+    return Policy(name, lambda b: alloc(b, plan(host_view(b))), uses_model=True, uses_ngram=True, vllm=run,
+                  plan_fn=plan, alloc_fn=alloc)
+
+
+def parse_hybrid_vllm(params: List[str]) -> tuple:
+    """`hybrid-vllm`'s parameters: (method, margin, slots W or None, skip, canonical name, VllmRun); ValueError
+    if bad."""
     method, margin, slots = DEFAULT_METHOD, NGRAM_MARGIN, None
     rest = list(params)
     skip = bool(rest) and rest[-1] == "skip"
@@ -534,11 +557,4 @@ def _hybrid_vllm(params: List[str]) -> Policy:
             + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}") + ("" if slots is None else f":slots={slots}")
             + (":skip" if skip else ""))
     # vLLM runs it as DSpark with adaptive verification at num_speculative_tokens = W (the block when not given)
-    run = VllmRun("dspark", k=slots, adaptive=True, only_vllm=True)
-    if not skip:
-        return Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots), uses_model=True, uses_ngram=True,
-                      vllm=run)
-    plan = lambda v: plan_hybrid_vllm_skip(v, method, margin)  # noqa: E731
-    alloc = lambda b, p: alloc_hybrid_vllm_skip(b, p, method, margin, slots)  # noqa: E731
-    return Policy(name, lambda b: alloc(b, plan(host_view(b))), uses_model=True, uses_ngram=True, vllm=run,
-                  plan_fn=plan, alloc_fn=alloc)
+    return method, margin, slots, skip, name, VllmRun("dspark", k=slots, adaptive=True, only_vllm=True)

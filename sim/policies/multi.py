@@ -1,5 +1,6 @@
-"""Policies over any set of drafters (the drafter axis, sim/drafters/registry.py): `hybrid`, `hybrid-price` and
-the `oracle` over N chains, and `suffix`, the single-drafter policy of vLLM's `method: "suffix"`.
+"""Policies over any set of drafters (the drafter axis, sim/drafters/registry.py): `hybrid`, `hybrid-price`,
+`hybrid-vllm` and the `oracle` over N chains (`hybrid-tree`'s is in tree.py), and `suffix`, the single-drafter
+policy of vLLM's `method: "suffix"`.
 
 A run that enables the default drafters (dspark, ngram) runs the two-drafter definitions of sim/policies/hybrid.py
 and simple.py (and their fast forms); a run with any other set runs these (sim/policies/catalog.py: get_policy).
@@ -31,6 +32,11 @@ G = (N + sum of the kept gains) / (draft_ms + verify_ms[T + kept slots]) [tokens
                 lengths, capped at the chains), D_s = sum_{d in s} price_d + (s not empty) alloc_ms, and the
                 (s, B) of maximal (N + B) / (D_s + verify_ms[T + B]) (simple.alloc_oracle's argument: a bound
                 on every policy's step for any N).
+  hybrid-vllm   the plugin's rule over N chains: per request, the chain of largest value at the best price among
+                the chains that ran (hybrid.choose_chain's rule, the largest first survival where every prefix is
+                empty), its confidences published over W slots to vLLM's unchanged adaptive verification (stale
+                publication chosen among all chains); `:skip` plans the drafters as `hybrid` (no hysteresis,
+                forecast avg) and leaves the budget to vLLM. Needs dspark (vLLM verifies DSpark's slots).
 """
 from __future__ import annotations
 
@@ -40,8 +46,11 @@ from typing import List
 import torch
 
 from sim.drafters.registry import chain_id
+from sim.policies import hybrid
+from sim.policies.adaptive import alloc_adaptive
 from sim.policies.base import Allocation, HostView, Plan, StepBatch, host_view
-from sim.policies.common import (arange, cap_budget, finish, goodput, rank_scores, survival, top_b_counts)
+from sim.policies.common import (arange, cap_budget, finish, goodput, rank_scores, slot_valid, survival,
+                                 top_b_counts)
 from sim.policies.hybrid import (_FORECASTS, LAMBDA_METHODS, free_budget, parse_hybrid, parse_hybrid_price)
 from sim.policies.registry import Policy, over_drafters, parse_int, register
 
@@ -87,13 +96,20 @@ class ChainsN:
         return choice, slots, goodput(batch, gain.sum(1), slots.sum(1), self.draft_ms)
 
 
-def _ids(names: tuple) -> torch.Tensor:
+    @classmethod
+    def current(cls, batch: StepBatch, names: tuple, draft_ms=None) -> "ChainsN":
+        """The batch's current chains of `names` (one side)."""
+        ch = batch.chains
+        return cls([ch[n][0][None] for n in names], [ch[n][1][None] for n in names], draft_ms, names[0] == "dspark")
+
+
+def chain_ids(names: tuple) -> torch.Tensor:
+    """The registry's chain ids of `names` (int64 [N]): Allocation.chain of each chain index."""
     return torch.tensor([chain_id(n) for n in names], dtype=torch.int64)
 
 
-def _current(batch: StepBatch, names: tuple, draft_ms=None) -> ChainsN:
-    ch = batch.chains
-    return ChainsN([ch[n][0][None] for n in names], [ch[n][1][None] for n in names], draft_ms, names[0] == "dspark")
+_ids = chain_ids
+_current = ChainsN.current
 
 
 def _allocate_chosen(batch: StepBatch, ch: ChainsN, names: tuple, budget, method: str, margin: float) -> Allocation:
@@ -317,3 +333,85 @@ def _suffix(params: List[str]) -> Policy:
     k = parse_int(params[0], "K", lo=0) if params else None
     return Policy("suffix" + (f":{k}" if params else ""), lambda b: alloc_suffix(b, k), uses_model=False,
                   uses_ngram=False, uses_extra=("suffix",))
+
+
+def _published_chains(batch: StepBatch, names: tuple, W: int, stale: bool) -> tuple:
+    """The chains as the vLLM plugin sees them when it chooses (hybrid.published_view, for N chains): every
+    model-free chain cut to the W slots vLLM drafts, in `names` order: (confs, lens)."""
+    ch = batch.stale_chains if stale else batch.chains
+    confs, lens = [], []
+    for n in names:
+        conf, length = ch[n]
+        confs.append(conf if n == "dspark" else conf[:, :W])
+        lens.append(length if n == "dspark" else length.clamp(max=W))
+    return confs, lens
+
+
+def choose_chain_n(view: StepBatch, confs: list, lens: list, model_first: bool, method: str,
+                   margin: float) -> torch.Tensor:
+    """hybrid.choose_chain over N chains: per request, the index of the chain to publish (int64 [R]): the largest
+    value at the best price (the module docstring's rule); where every lambda-prefix is empty, the largest first
+    survival, the first in order on ties."""
+    ch = ChainsN([c[None] for c in confs], [n[None] for n in lens], None, model_first)
+    choice, kept, _ = LAMBDA_METHODS[method](view, ch, margin)
+    first = torch.stack([s[0, :, 0] for s in ch.survs])
+    return torch.where(kept[0] == 0, torch.argmax(first, 0), choice[0])
+
+
+def publish_n(confs: list, lens: list, choice: torch.Tensor, W: int) -> torch.Tensor:
+    """hybrid.publish over N chains: the chosen chain's conditional acceptances [R, W] (model_conf's dtype), 0 past
+    its length."""
+    dt = confs[0].dtype
+    rows = []
+    for c, n in zip(confs, lens):
+        c = c[:, :W].to(dt) * slot_valid(n.clamp(max=W), c[:, :W].shape[1])
+        rows.append(torch.nn.functional.pad(c, (0, W - c.shape[1])) if c.shape[1] < W else c)
+    return torch.stack(rows).gather(0, choice[None, :, None].expand(1, -1, W))[0]
+
+
+def alloc_hybrid_vllm_n(batch: StepBatch, names: tuple, method: str, margin: float, slots, ran: tuple) -> Allocation:
+    """`hybrid-vllm` over `names` (dspark first): hybrid.alloc_hybrid_vllm with the chain choice among every chain
+    that ran this step (`ran`; the stale publication chose among all of them), the chosen chain's confidences
+    published to vLLM's unchanged adaptive verification over W slots. On (dspark, ngram) it is the two-drafter
+    definition (tests/test_drafter_axis.py)."""
+    K = batch.model_conf.shape[1]
+    W = K if slots is None else max(int(slots), K)
+    cur = hybrid.published_view(batch, W)
+    old = hybrid.published_view(batch, W, stale=True)
+    confs, lens = _published_chains(batch, names, W, stale=False)
+    oconfs, olens = _published_chains(batch, names, W, stale=True)
+    idx = [i for i, n in enumerate(names) if n in ran]
+    sub = choose_chain_n(cur, [confs[i] for i in idx], [lens[i] for i in idx], names[idx[0]] == "dspark", method,
+                         margin)
+    choice = torch.tensor(idx, dtype=torch.int64)[sub]
+    use_stale = choose_chain_n(old, oconfs, olens, True, method, margin)
+    pub = publish_n(confs, lens, choice, W)
+    pub_stale = publish_n(oconfs, olens, use_stale, W)
+    sched = hybrid.scheduled_slots(batch.model_len, K, W, "dspark" in ran)
+    view = dataclasses.replace(batch, model_conf=pub, model_len=sched,
+                               stale_model_conf=pub_stale.to(batch.stale_model_conf.dtype))
+    admitted = alloc_adaptive(view).admitted
+    chain_len = torch.stack(lens).gather(0, choice[None])[0]
+    return finish(_ids(names)[choice], torch.minimum(admitted, chain_len))
+
+
+@over_drafters("hybrid-vllm")
+def _hybrid_vllm_n(params: List[str], names: tuple) -> Policy:
+    if "dspark" not in names:
+        raise ValueError("'hybrid-vllm' publishes to vLLM's adaptive verification of DSpark: --drafters must "
+                         "enable dspark")
+    method, margin, slots, skip, name, run = hybrid.parse_hybrid_vllm(params)
+    if not skip:
+        return Policy(name, lambda b: alloc_hybrid_vllm_n(b, names, method, margin, slots, names), **_uses(names),
+                      vllm=run)
+
+    def plan(v: HostView) -> Plan:  # plan_skip_n's drafters (no hysteresis, forecast avg), vLLM's own budget
+        p = plan_skip_n(v, names, method, margin, 0.0, hybrid.FORECASTS[0])
+        return Plan(model=p.model, ngram=True, extra=p.extra)
+
+    def alloc(b: StepBatch, p: Plan) -> Allocation:
+        out = alloc_hybrid_vllm_n(b, names, method, margin, slots, tuple(n for n in names if n in p.drafters))
+        return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(p.model))
+
+    return Policy(name, lambda b: alloc(b, plan(host_view(b))), **_uses(names), vllm=run, plan_fn=plan,
+                  alloc_fn=alloc)

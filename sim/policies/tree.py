@@ -1,4 +1,5 @@
-"""`hybrid-tree`: beyond the seed -- verify both chains as a two-branch tree when extra slots are cheap.
+"""`hybrid-tree`: beyond the seed -- verify both chains as a two-branch tree when extra slots are cheap (over
+more than two drafters, `tree_alloc_n`: the best other chain is the second branch).
 
 The primary branch is exactly `hybrid-price:METHOD:current` (chain choice and prefix by the price rule).
 The other chain may then add a second branch to the same verification pass. With independent branches
@@ -27,7 +28,7 @@ import torch
 from sim.policies.base import Allocation, StepBatch
 from sim.policies.common import CHAIN_MODEL, CHAIN_NGRAM, finish, goodput, verify_ms
 from sim.policies.hybrid import DEFAULT_METHOD, LAMBDA_METHODS, METHODS, NGRAM_MARGIN, Chains
-from sim.policies.registry import Policy, parse_float, register
+from sim.policies.registry import Policy, over_drafters, parse_float, register
 
 DISCOUNT = 0.5
 SECANT_MIN = 4
@@ -93,3 +94,48 @@ def parse_tree(params: List[str]) -> tuple[str, float, str]:
         method = rest[0]
     name = "hybrid-tree" + (f":{method}" if rest else "") + ("" if discount == DISCOUNT else f":discount={discount:g}")
     return method, discount, name
+
+
+def tree_alloc_n(batch: StepBatch, names: tuple, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
+                 discount: float = DISCOUNT) -> Allocation:
+    """`hybrid-tree` over any drafters `names` (sim/policies/multi.py's chains, in registry order). The primary
+    branch is hybrid-price:METHOD:current over the N chains (multi.ChainsN's choice); every other chain d is
+    priced as a second branch by the module docstring's rule, v^d_j = a^d_j (1 - a^p_j) DISCOUNT admitted as a
+    prefix n_d while v^d_j > lambda, and the request takes the one of largest expected gain sum_{j < n_d} v^d_j
+    (the first in order on ties; Allocation.second_chain names it). On (dspark, ngram) this is `tree_alloc`
+    (tests/test_drafter_axis.py); with one drafter there is no second branch."""
+    from sim.policies.multi import ChainsN, chain_ids  # multi imports no tree: one way
+
+    ch = ChainsN.current(batch, names)
+    choice, adm, _ = LAMBDA_METHODS[method](batch, ch, margin)
+    choice, adm = choice[0], adm[0]
+    ids = chain_ids(names)
+    if len(names) < 2:
+        return finish(ids[choice], adm)
+    W = max(s.shape[-1] for s in ch.survs)
+    survs = torch.stack([torch.nn.functional.pad(s[0], (0, W - s.shape[-1])) for s in ch.survs])  # [N, R, W]
+    surv_p = survs.gather(0, choice[None, :, None].expand(1, -1, W))[0]
+    j = torch.arange(W, device=adm.device)
+    a_p = torch.where(j[None, :] < adm[:, None], surv_p, torch.zeros_like(surv_p))
+    total = adm.sum(-1, keepdim=True)
+    gain = a_p.sum(-1).sum(-1, keepdim=True)
+    g = goodput(batch, gain, total)
+    w = torch.clamp(total // 2, min=SECANT_MIN)
+    lam = g * (verify_ms(batch, total + w) - verify_ms(batch, total)).to(g.dtype) / w
+    v = survs * (1.0 - a_p)[None] * discount
+    n = torch.cumprod((v > lam).to(torch.int64), dim=-1).sum(-1)  # [N, R]
+    worth = torch.where(j[None, None, :] < n[..., None], v, torch.zeros_like(v)).sum(-1)
+    worth = worth.masked_fill(torch.arange(len(names), device=adm.device)[:, None] == choice[None, :], -1.0)
+    other = torch.argmax(worth, 0)  # the first maximum: the earlier chain on ties
+    second = n.gather(0, other[None])[0]
+    second = torch.where(adm > 0, second, torch.zeros_like(second))
+    out = finish(ids[choice], adm)
+    return Allocation(chain=out.chain, admitted=out.admitted, second=second, second_chain=ids[other])
+
+
+@over_drafters("hybrid-tree")
+def _hybrid_tree_n(params: List[str], names: tuple) -> Policy:
+    method, discount, name = parse_tree(params)
+    return Policy(name, lambda b: tree_alloc_n(b, names, method, NGRAM_MARGIN, discount),
+                  uses_model="dspark" in names, uses_ngram="ngram" in names,
+                  uses_extra=tuple(n for n in names if n not in ("dspark", "ngram")), tree=True)
