@@ -51,6 +51,12 @@ Budget consistency (what runs where in vLLM, `hybrid-price:METHOD`, the default)
   `hybrid-price:METHOD:current` skips the stale budget and admits the current lambda-prefixes directly
   (the idealised allocation; its token count is data dependent, so in vLLM it would need a host sync or
   padding to the maximum). The optimality tests measure this core.
+
+Online recalibration (`hybrid:...:recal=k`, `hybrid-price:...:recal=k`, and their forms over any drafters in
+sim/policies/multi.py; off by default): the same two phases on the view's confidences corrected per request and
+drafter by the offsets the engine keeps from each request's own outcomes (`with_recal`; the math, the prior
+precision k and the invariants in sim/drafters/recalibration.py). No fast form transcribes it (get_policy attaches
+none), so the simulator runs these definitions.
 """
 from __future__ import annotations
 
