@@ -89,6 +89,8 @@ import torch
 from tqdm import tqdm
 
 from sim.cost.base import CostModel
+from sim.drafters.recalibration import RecalState
+from sim.drafters.registry import chain_id
 from sim.drafters.tables import DraftTables, ng_conf_zero_past_length
 from sim.engine_fast import NativeScans, Unsupported, make_native_step
 from sim.engine_checks import LosslessChecks
@@ -275,7 +277,12 @@ class Engine(HostHistory, LosslessChecks):
         self._shape_log: list = []
         self.ran = (False, False)  # (model, n-gram): the drafters the last numpy step's _admit found ran
         self._bar = None
-        if self.live:  # the native step and the policies' fast forms hold two drafters' chains
+        # online recalibration (Policy.recal, sim/drafters/recalibration.py): per-request offsets kept here
+        k = getattr(policy, "recal", None)
+        self.recal = None if k is None else RecalState(policy.drafters, n, k)
+        # the native step and the policies' fast forms hold two drafters' chains and no recalibration state: a run
+        # with a live drafter or recalibration takes the numpy step (the definitions)
+        if self.live or self.recal is not None:
             self._fast = self._arrays = None
 
     # ----------------------------------------------------------------------------------------- utils
@@ -580,7 +587,8 @@ class Engine(HostHistory, LosslessChecks):
             mean_ngram_conf=None if mean_ng is None else from_numpy(mean_ng),
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
-            model_draft_ms=draft_ms, ngram_draft_ms=ngram_ms, **self.live.host_fields(reqs, len(reqs), self.cost))
+            model_draft_ms=draft_ms, ngram_draft_ms=ngram_ms, **self.live.host_fields(reqs, len(reqs), self.cost),
+            **({} if self.recal is None else {"recal": self.recal.offsets(reqs)[1]}))
 
     @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _scheduled_model_len(self, reqs: np.ndarray) -> np.ndarray:
@@ -618,6 +626,7 @@ class Engine(HostHistory, LosslessChecks):
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
             **self.live.batch_fields(reqs, chains, pol.needs_truth, self.cost),
+            **({} if self.recal is None else dict(zip(("recal", "stale_recal"), self.recal.offsets(reqs)))),
         )
 
     def _true_table(self, T: int, R: int, kv_tokens: int, n_seqs: int) -> np.ndarray:
@@ -833,6 +842,8 @@ class Engine(HostHistory, LosslessChecks):
             alloc = self._allocate(batch, drafting)
             adm_m, adm_n, model_ran = self._admit(alloc, drafting, reqs, chains, prices)
         acc_m, acc_n = self._verify(plan, reqs, rows, adm_m, adm_n, chains)
+        if R and self.recal is not None:
+            self._recalibrate(reqs, rows, chains, alloc)
         if self.padded:  # every drafter's admitted slots are queries of the verify forward
             drafts = adm_m + adm_n
             for k in (self.live.adm if self.live else ()):
@@ -878,6 +889,26 @@ class Engine(HostHistory, LosslessChecks):
             total_tokens = prefill_tokens
         return self._finish_step(now_ms, plan, R, prefill_tokens, kv_tokens, first_tok, n_prefill_done, n_seqs,
                                  prices, verified, accepted, emitted, total_tokens)
+
+    def _recalibrate(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, alloc: Allocation) -> None:
+        """Recalibration's evidence of the step (sim/drafters/recalibration.py): the tokens each request emits,
+        e = min(accepted of the verified chain + 1, output left), and each drafter's chain with the leading tokens
+        of it the target emits (here the tables' exact acceptance, capped at the chain; a real engine compares the
+        chain's tokens with the emitted ones). Only what is known once the step's tokens are."""
+        tb = self.tb
+        got = {"dspark": (chains["model_conf"], chains["model_len"], tb.m_acc[rows]),
+               "ngram": (chains["ngram_conf"], chains["ngram_len"], tb.ng_acc[rows])}
+        for k, (_, conf, length, acc) in chains.get("live", {}).items():
+            got[k] = (conf, length, acc)
+        cid = alloc.chain.numpy()
+        adm = alloc.admitted.numpy()
+        took = np.zeros(len(reqs), dtype=np.int64)
+        for name, (conf, length, acc) in got.items():
+            sel = cid == chain_id(name)
+            took = np.where(sel, np.minimum(adm, np.minimum(acc, length)), took)
+        e = np.minimum(took + 1, tb.out_len[reqs] - self.pos[reqs])
+        self.recal.observe(reqs, {n: (c, ln) for n, (c, ln, _) in got.items() if n in self.recal.names},
+                           {n: np.minimum(a, ln) for n, (_, ln, a) in got.items()}, e)
 
     def _step_shape(self, plan: StepPlan, reqs: np.ndarray, drafts: np.ndarray):
         """The step's padded attention shape (sim/cost/padded.py): each prefill chunk's c queries over the

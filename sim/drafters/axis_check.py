@@ -32,6 +32,7 @@ from sim.cli_util import ArgumentParser, int_at_least, run_cli
 from sim.drafters.registry import live_drafters
 from sim.drafters.suffix import suffix_settings
 from sim.engine import Engine, EngineConfig
+from sim.errors import ConfigError
 from sim.metrics import summarize
 from sim.policies import get_policy
 from sim.policies.base import Allocation, Plan, StepBatch
@@ -132,12 +133,23 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--targets-only", action="store_true",
                     help="skip the runs the targets do not need (three-drafter hybrid-price and oracle)")
+    ap.add_argument("--recal", type=float, action="append", metavar="K",
+                    help="also run hybrid:recal=K over three and two drafters (online recalibration, prior precision "
+                         "K > 0; sim/drafters/recalibration.py; repeatable) and print its ratio, rK = "
+                         "hybrid:recal=K[3] / max(hybrid[2], hybrid:recal=K[2], best single)")
     a = ap.parse_args(argv)
+    recals = a.recal or []
+    for k in recals:
+        if not k > 0:
+            raise ConfigError(f"--recal must be > 0, got {k:g}")
     runs = [r for r in RUNS if not (a.targets_only and r[0] in ("hybrid-price", "oracle"))]
+    for k in recals:
+        runs += [(f"hybrid:recal={k:g}", THREE), (f"hybrid:recal={k:g}", TWO)]
     sizes = a.batch_size or [1, 4, 32, 128, 256]
-    ok = True
-    print(f"{'trace':24} {'batch':>5} " + " ".join(f"{p + ('[3]' if d == THREE and p == 'hybrid' else '[2]' if p == 'hybrid' else ''):>14}"
-                                              for p, d in runs) + f" {'ratio':>7} {'beaten':>9}")
+    ok, rok = True, {}
+    print(f"{'trace':24} {'batch':>5} " + " ".join(f"{p + ('[3]' if d == THREE and p.split(':')[0] == 'hybrid' else '[2]' if p.split(':')[0] == 'hybrid' else ''):>14}"
+                                              for p, d in runs) + f" {'ratio':>7}"
+          + "".join(f" {'r' + format(k, 'g'):>7}" for k in recals) + f" {'beaten':>9}")
     for trace in a.trace or ["traces/codeedit.jsonl", "traces/chat.jsonl"]:
         prep = prepare(SimSetup(trace=trace, sample=a.sample, seed=a.seed, drafters=THREE))
         n = len(prep.arrivals)
@@ -155,9 +167,17 @@ def main(argv=None) -> int:
             best = max([tput[("hybrid", TWO)]] + [tput[(p, d)] for p, d in runs if p in SINGLES])
             ratio = tput[("hybrid", THREE)] / best
             ok = ok and ratio >= 0.99 and beaten == 0
-            print(f"{trace:24} {b:>5} " + " ".join(f"{tput[k]:>14,.0f}" for k in runs) + f" {ratio:>7.3f} "
-                  f"{beaten:>4}/{checked}", flush=True)
+            rtext = ""
+            for k in recals:
+                rc = f"hybrid:recal={k:g}"
+                rratio = tput[(rc, THREE)] / max(best, tput[(rc, TWO)])
+                rok[k] = rok.get(k, True) and rratio >= 0.99
+                rtext += f"{rratio:>7.3f} "
+            print(f"{trace:24} {b:>5} " + " ".join(f"{tput[k]:>14,.0f}" for k in runs) + f" {ratio:>7.3f} " + rtext
+                  + f"{beaten:>4}/{checked}", flush=True)
     print(f"targets (ratio >= 0.99, no step beats the oracle): {'met' if ok else 'NOT met'}")
+    for k in recals:
+        print(f"with recal={k:g} (r{k:g} >= 0.99): {'met' if rok.get(k, True) else 'NOT met'}")
     return 0
 
 

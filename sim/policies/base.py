@@ -76,6 +76,10 @@ class StepBatch:
                         mean confidence per slot [R, K_d] (as mean_ngram_conf).
     extra_draft_ms      name -> that drafter's part of draft_cost_ms [ms] (as ngram_draft_ms).
     true_extra_acc      name -> true accepted length [R] (oracle only, as true_ngram_acc).
+    recal, stale_recal  name -> the request's online recalibration offset of that drafter [R] (logits,
+                        sim/drafters/recalibration.py), as of the previous step's outcomes (recal) and of the one
+                        before (stale_recal, the HostView's: the host plans before the previous step's outcome is
+                        back); empty unless the policy recalibrates (Policy.recal).
     """
 
     model_conf: torch.Tensor
@@ -102,6 +106,8 @@ class StepBatch:
     mean_extra: dict = field(default_factory=dict)
     extra_draft_ms: dict = field(default_factory=dict)
     true_extra_acc: dict = field(default_factory=dict)
+    recal: dict = field(default_factory=dict)
+    stale_recal: dict = field(default_factory=dict)
 
     @property
     def num_reqs(self) -> int:
@@ -154,6 +160,7 @@ class HostView:
     stale_extra: dict = field(default_factory=dict)
     mean_extra: dict = field(default_factory=dict)
     extra_draft_ms: dict = field(default_factory=dict)
+    recal: dict = field(default_factory=dict)  # name -> recalibration offset [R] (StepBatch.stale_recal)
 
     @property
     def num_reqs(self) -> int:
@@ -176,7 +183,7 @@ def host_view(batch: StepBatch) -> HostView:
                     mean_ngram_conf=batch.mean_ngram_conf, num_sampling_reqs=batch.num_sampling_reqs,
                     max_draft_tokens=batch.max_draft_tokens, model_draft_ms=batch.model_draft_ms,
                     ngram_draft_ms=batch.ngram_draft_ms, stale_extra=batch.stale_extra, mean_extra=batch.mean_extra,
-                    extra_draft_ms=batch.extra_draft_ms)
+                    extra_draft_ms=batch.extra_draft_ms, recal=batch.stale_recal)
 
 
 @dataclass(frozen=True)

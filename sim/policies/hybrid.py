@@ -51,6 +51,12 @@ Budget consistency (what runs where in vLLM, `hybrid-price:METHOD`, the default)
   `hybrid-price:METHOD:current` skips the stale budget and admits the current lambda-prefixes directly
   (the idealised allocation; its token count is data dependent, so in vLLM it would need a host sync or
   padding to the maximum). The optimality tests measure this core.
+
+Online recalibration (`hybrid:...:recal=k`, `hybrid-price:...:recal=k`, and their forms over any drafters in
+sim/policies/multi.py; off by default): the same two phases on the view's confidences corrected per request and
+drafter by the offsets the engine keeps from each request's own outcomes (`with_recal`; the math, the prior
+precision k and the invariants in sim/drafters/recalibration.py). No fast form transcribes it (get_policy attaches
+none), so the simulator runs these definitions.
 """
 from __future__ import annotations
 
@@ -60,6 +66,7 @@ from typing import List
 
 import torch
 
+from sim.drafters.recalibration import recalibrated
 from sim.policies.adaptive import alloc_adaptive
 from sim.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, count_above, finish,
@@ -450,6 +457,43 @@ def alloc_hybrid_vllm_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_M
     return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(plan.model))
 
 
+def split_recal(params: List[str]) -> tuple[List[str], float | None]:
+    """The `recal=k` option (anywhere in the parameters) and the other parameters; ValueError unless k > 0."""
+    rest, k = [], None
+    for p in params:
+        if p.startswith("recal="):
+            k = parse_float(p[len("recal="):], "recal")
+            if k <= 0.0:
+                raise ValueError(f"recal (the prior precision) must be > 0, got {p[len('recal='):]}")
+        else:
+            rest.append(p)
+    return rest, k
+
+
+def with_recal(pol: Policy, k: float | None) -> Policy:
+    """`pol` with online recalibration of prior precision k (sim/drafters/recalibration.py): both phases see the
+    view's confidences recalibrated by its offsets (the HostView's one step older than the StepBatch's); named
+    `NAME:recal=k`. One code path: the same functions, on corrected confidences. `pol` itself when k is None."""
+    if k is None:
+        return pol
+    name = f"{pol.name}:recal={k:g}"
+    if pol.plan_fn is None:  # single-phase
+        inner = pol.fn
+        return dataclasses.replace(pol, name=name, fn=lambda b: inner(recalibrated(b)), recal=k, sim_fn=None,
+                                   sim_for=None)
+    plan_fn, alloc_fn = pol.plan_fn, pol.alloc_fn
+    plan = lambda v: plan_fn(recalibrated(v))  # noqa: E731
+    alloc = lambda b, p: alloc_fn(recalibrated(b), p)  # noqa: E731
+
+    def fn(batch: StepBatch) -> Allocation:
+        p = plan(host_view(batch))
+        out = alloc(batch, p)
+        return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(p.model))
+
+    return dataclasses.replace(pol, name=name, fn=fn, plan_fn=plan, alloc_fn=alloc, phases_of=fn, recal=k,
+                               sim_fn=None, sim_for=None)
+
+
 def parse_hybrid(params: List[str]) -> tuple[str, float, float, str, bool]:
     """`hybrid`'s parameters: (method, margin, hysteresis, forecast, method given); ValueError if bad."""
     method, margin, hyst, forecast = DEFAULT_METHOD, NGRAM_MARGIN, 0.0, FORECASTS[0]
@@ -471,11 +515,17 @@ def parse_hybrid(params: List[str]) -> tuple[str, float, float, str, bool]:
     return method, margin, hyst, forecast, bool(rest)
 
 
-@register("hybrid", "hybrid[:METHOD][:margin=M][:hyst=H][:forecast=F]",
+@register("hybrid", "hybrid[:METHOD][:margin=M][:hyst=H][:forecast=F][:recal=k]",
           "the default hybrid: hybrid-price that also prices the model drafter's pass and skips it for a step "
           f"when host-known values say the step earns more without it; F in {', '.join(FORECASTS)} "
-          f"(default {FORECASTS[0]}), H >= 0 makes skipping harder (default 0)")
+          f"(default {FORECASTS[0]}), H >= 0 makes skipping harder (default 0); recal=k: online recalibration "
+          "of the drafters' confidences from each request's outcomes, prior precision k > 0 (off by default)")
 def _hybrid(params: List[str]) -> Policy:
+    params, k = split_recal(params)
+    return with_recal(_hybrid_plain(params), k)
+
+
+def _hybrid_plain(params: List[str]) -> Policy:
     method, margin, hyst, forecast, given = parse_hybrid(params)
     rest = [method] if given else []
     name = ("hybrid" + (f":{method}" if rest else "") + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}")
@@ -503,11 +553,16 @@ def parse_hybrid_price(params: List[str]) -> tuple[str, bool, float, bool]:
     return method, current, margin, bool(rest)
 
 
-@register("hybrid-price", "hybrid-price[:METHOD][:current][:margin=M]",
+@register("hybrid-price", "hybrid-price[:METHOD][:current][:margin=M][:recal=k]",
           f"the seed's price per verified slot over both chains; METHOD in {', '.join(METHODS)} "
           f"(default {DEFAULT_METHOD}); ':current' = no stale budget (idealised); margin M in expected tokens "
-          f"the n-gram chain must win by (default {NGRAM_MARGIN}; 0 = the pure price rule)")
+          f"the n-gram chain must win by (default {NGRAM_MARGIN}; 0 = the pure price rule); recal=k: as hybrid's")
 def _hybrid_price(params: List[str]) -> Policy:
+    params, k = split_recal(params)
+    return with_recal(_hybrid_price_plain(params), k)
+
+
+def _hybrid_price_plain(params: List[str]) -> Policy:
     method, current, margin, given = parse_hybrid_price(params)
     rest = [method] if given else []
     name = ("hybrid-price" + ("" if not rest else f":{method}") + (":current" if current else "")

@@ -51,7 +51,8 @@ from sim.policies.adaptive import alloc_adaptive
 from sim.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.policies.common import (arange, cap_budget, finish, goodput, rank_scores, slot_valid, survival,
                                  top_b_counts)
-from sim.policies.hybrid import (_FORECASTS, LAMBDA_METHODS, free_budget, parse_hybrid, parse_hybrid_price)
+from sim.policies.hybrid import (_FORECASTS, LAMBDA_METHODS, free_budget, parse_hybrid, parse_hybrid_price,
+                                 split_recal, with_recal)
 from sim.policies.registry import Policy, over_drafters, parse_int, register
 
 
@@ -286,6 +287,11 @@ def _uses(names: tuple) -> dict:
 
 @over_drafters("hybrid")
 def _hybrid_n(params: List[str], names: tuple) -> Policy:
+    params, k = split_recal(params)
+    return with_recal(_hybrid_n_plain(params, names), k)
+
+
+def _hybrid_n_plain(params: List[str], names: tuple) -> Policy:
     method, margin, hyst, forecast, _ = parse_hybrid(params)
     plan = lambda v: plan_skip_n(v, names, method, margin, hyst, forecast)  # noqa: E731
     alloc = lambda b, p: allocate_skip_n(b, p, names, method, margin)  # noqa: E731
@@ -302,6 +308,11 @@ def _reporting(alloc, plan, batch: StepBatch) -> Allocation:
 
 @over_drafters("hybrid-price")
 def _hybrid_price_n(params: List[str], names: tuple) -> Policy:
+    params, k = split_recal(params)
+    return with_recal(_hybrid_price_n_plain(params, names), k)
+
+
+def _hybrid_price_n_plain(params: List[str], names: tuple) -> Policy:
     method, current, margin, _ = parse_hybrid_price(params)
     name = ":".join(["hybrid-price", *params])
     if current:

@@ -32,6 +32,9 @@ class Policy:
     vllm: how vLLM runs the policy (sim.vllm_compat.VllmRun: its method, num_speculative_tokens, adaptive
         verification, and whether the policy exists only as vLLM runs it); None: vLLM has no counterpart.
         The engine charges the token budget as vLLM's scheduler does from it (sim.vllm_compat.slot_charge).
+    recal: the prior precision k of the online recalibration of the drafters' confidences (the `recal=k` option,
+        sim/drafters/recalibration.py): the engine then keeps each request's offsets and hands them to the policy
+        (StepBatch.recal / stale_recal), and runs the definitions (no fast form transcribes it); None: off.
     plan_fn / alloc_fn: the policy's two phases (sim.policies.base: plan on the host from a HostView,
         allocate on the device from the StepBatch and the Plan); fn must then be alloc_fn(batch,
         plan_fn(host_view(batch))). None: a single-phase policy, whose plan is every drafter it uses and no
@@ -52,6 +55,7 @@ class Policy:
     phases_of: Optional[Callable[[StepBatch], Allocation]] = field(default=None, repr=False, compare=False)
     vllm: Optional[VllmRun] = field(default=None, compare=False)
     uses_extra: tuple = ()
+    recal: Optional[float] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_default_plan", Plan(self.uses_model, self.uses_ngram,
