@@ -604,6 +604,8 @@ def parse_args(argv):
         raise ConfigError(f"--repeat must be >= 1, got {a.repeat}")
     if a.max_tokens is not None and a.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be >= 1, got {a.max_tokens}")
+    if a.max_prompt is not None and a.max_prompt < 1:  # here, before the run's plan line, so bad input is one line
+        raise ConfigError(f"--max-prompt must be >= 1, got {a.max_prompt}")
     return a
 
 
