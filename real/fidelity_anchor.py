@@ -28,7 +28,8 @@ from sim.cli_util import ArgumentParser, run_cli
 from sim.errors import ConfigError
 
 
-def _read(path: Path) -> dict:
+def read_json(path: Path) -> dict:
+    """A recorded run's JSON file (ConfigError naming the file when missing or unreadable)."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -41,7 +42,7 @@ def reanchor(run_dir: Path) -> dict:
     from real.profile import profile_load, profile_uncertainty_of
     from real.validate import _cell_id, assemble_cell, repeat_speeds, trace_anchor
 
-    fid = _read(run_dir / "fidelity.json")
+    fid = read_json(run_dir / "fidelity.json")
     meta, margin = fid["meta"], float(fid["meta"].get("margin", 0.03))
     table = run_dir / "cost_table.json"
     prof = profile_load(table)
@@ -57,7 +58,7 @@ def reanchor(run_dir: Path) -> dict:
         t_dir = run_dir / Path(trace).stem
         keys = [(c["policy"], int(c["batch_size"])) for c in cells]  # measure_trace's order: bs outer, policy inner
         n_rep = len(cells[0]["repeats"])
-        reps = {k: [_read(t_dir / "cells" / _cell_id(trace, *k) / f"real.r{r}.json") for r in range(n_rep)]
+        reps = {k: [read_json(t_dir / "cells" / _cell_id(trace, *k) / f"real.r{r}.json") for r in range(n_rep)]
                 for k in keys}
         last = ((meta.get("speed_probes") or {}).get(trace) or {}).get("before")
         for k, r in abba_order(keys, n_rep):  # the probe before each repeat: the one after the repeat before it
@@ -72,7 +73,7 @@ def reanchor(run_dir: Path) -> dict:
                                                                    or [1.0] * n_rep)] for k in keys
                                  if not any(x["load"]["loaded"] for x in reps[k])])
         for c, k in zip(cells, keys):
-            pred = _read(t_dir / "cells" / _cell_id(trace, *k) / "predicted.json")
+            pred = read_json(t_dir / "cells" / _cell_id(trace, *k) / "predicted.json")
             n_tok, n_req = int(c["output_tokens"]), int(c["requests"])
             wl = types.SimpleNamespace(trace=trace, requests=[types.SimpleNamespace(output_len=n_tok)] +
                                        [types.SimpleNamespace(output_len=0)] * (n_req - 1))

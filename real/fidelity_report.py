@@ -15,13 +15,13 @@ refused without --force.
 """
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
 from pathlib import Path
 
 from real.fidelity import figure_parts, format_md, summary_line
+from real.fidelity_anchor import read_json
 from sim.cli_util import ArgumentParser, run_cli, write_whole
 from sim.errors import ConfigError
 
@@ -31,10 +31,7 @@ TARGET_MEDIAN, TARGET_MAX, TARGET_INCONCLUSIVE = 0.03, 0.08, 0.25  # the issue's
 def load_run(run_dir: Path) -> dict:
     """A run's fidelity.json (ConfigError naming the file when missing or unreadable)."""
     f = run_dir / "fidelity.json"
-    try:
-        fid = json.loads(f.read_text())
-    except (OSError, ValueError, UnicodeError) as e:
-        raise ConfigError(f"{f}: unreadable ({type(e).__name__}); give a real/validate.py --out directory") from None
+    fid = read_json(f)
     if not isinstance(fid, dict) or not {"meta", "aggregate", "cells"} <= set(fid):
         raise ConfigError(f"{f}: not a real/validate.py fidelity.json (meta, aggregate, cells)")
     return fid
