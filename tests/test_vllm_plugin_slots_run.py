@@ -68,3 +68,35 @@ def test_report_names_each_cells_checkpoint():
     rows = [ln for ln in md.splitlines() if ln.startswith("| codeedit")]
     assert [r.split(" | ")[5] for r in rows] == ["dspark-rand-smollm2-135m", "dspark-v2-vllm", "-"]
     assert "`dspark-v2-vllm` (block 7, 2 layer(s); trained)" in md
+
+
+def test_cached_only_never_starts_vllm_and_names_a_stale_code_version(tmp_path, capsys, monkeypatch):
+    """--cached-only: a cell with no cached result, or one cached for another spec, raises CacheMiss (one line)
+    instead of starting a vLLM process; a cached cell made by other code is read back and says so."""
+    import types
+
+    import real.vllm_run.engine as engine
+    from real.vllm_cpu.validate import CacheMiss, _digest, code_version, run_cell
+
+    monkeypatch.setattr(engine, "launch", lambda *a, **k: pytest.fail("--cached-only started vLLM"))
+    cfg = run_config(parse_args(["--limit", "2"]), 16, "hybrid")
+    sl = types.SimpleNamespace(ids=["a", "b"], prompts=[[1, 2], [3]], max_tokens=[8, 8])
+    work = tmp_path / "cell"
+    with pytest.raises(CacheMiss, match="no cached result") as e:
+        run_cell(cfg, sl, "hybrid", 2, work, cached_only=True)
+    assert "\n" not in str(e.value) and str(work) in str(e.value)
+    work.mkdir()
+    spec = {"config": cfg.to_json(), "policy": "hybrid", "batch_size": 2, "ids": ["a", "b"], "prompts": [[1, 2], [3]],
+            "max_tokens": [8, 8], "warmup": True, "selfcheck": False}
+    (work / "run.result.json").write_text(json.dumps({"outputs": [[5], [6]], "steps": 3}))
+    (work / "run.spec.json").write_text(json.dumps({**spec, "batch_size": 1}))
+    with pytest.raises(CacheMiss, match="another spec"):
+        run_cell(cfg, sl, "hybrid", 2, work, cached_only=True)
+    (work / "run.spec.json").write_text(json.dumps(spec))
+    (work / "run.code.json").write_text(json.dumps({"code": "0ld"}))
+    assert _digest(spec) == _digest(json.loads((work / "run.spec.json").read_text()))
+    assert run_cell(cfg, sl, "hybrid", 2, work, cached_only=True)["steps"] == 3
+    assert f"made by code 0ld, now {code_version()}" in capsys.readouterr().err
+    (work / "run.code.json").write_text(json.dumps({"code": code_version()}))
+    run_cell(cfg, sl, "hybrid", 2, work, cached_only=True)
+    assert "made by code" not in capsys.readouterr().err

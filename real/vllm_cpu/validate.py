@@ -108,10 +108,31 @@ def write_output(path: Path, text: str) -> None:
     write_whole(path, text, overwrite=True)
 
 
+class CacheMiss(ConfigError):
+    """A cell that `--cached-only` would have to run: no cached result, or one made for another spec."""
+
+
+# The sources whose behaviour a cached vLLM run records: the plugin, its launcher and the policies it calls.
+CODE_DIRS = ("real/vllm_plugin", "real/vllm_run", "sim/policies")
+
+
+def code_version(root: Path = Path(__file__).resolve().parents[2]) -> str:
+    """A digest of the .py sources under CODE_DIRS (sorted by path; content, not mtime), so a cached run says which
+    code made it. Not part of the cache key: a code change that does not alter a run must not discard hours of
+    cached cells; a cell read back from another code version is named on its `cached` line instead."""
+    h = hashlib.sha256()
+    for d in CODE_DIRS:
+        for f in sorted((root / d).rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def run_cell(cfg: VllmRunConfig, sl, policy: str, bs: int, work: Path, warmup: bool = True,
-             selfcheck: bool = False, n: int | None = None, max_tokens: int | None = None) -> dict:
+             selfcheck: bool = False, n: int | None = None, max_tokens: int | None = None,
+             cached_only: bool = False) -> dict:
     """One vLLM process (real/vllm_run/engine.launch), read back from work/run.result.json when its spec is the
-    same (resumable: a run that died leaves the finished cells intact)."""
+    same (resumable: a run that died leaves the finished cells intact). cached_only: never start vLLM; a cell
+    without a cached result for this spec raises CacheMiss (one line: which directory and why)."""
     from real.vllm_run.engine import launch
 
     n = n or len(sl.ids)
@@ -119,13 +140,21 @@ def run_cell(cfg: VllmRunConfig, sl, policy: str, bs: int, work: Path, warmup: b
             "prompts": [list(p) for p in sl.prompts[:n]],
             "max_tokens": [max_tokens or m for m in sl.max_tokens[:n]], "warmup": warmup, "selfcheck": selfcheck}
     res_path, spec_path = work / "run.result.json", work / "run.spec.json"
-    load_path = work / "run.load.json"
-    if res_path.is_file() and spec_path.is_file() and _digest(json.loads(spec_path.read_text())) == _digest(spec):
-        print(f"cached  {work}", file=sys.stderr)
+    load_path, code_path = work / "run.load.json", work / "run.code.json"
+    same = res_path.is_file() and spec_path.is_file() and _digest(json.loads(spec_path.read_text())) == _digest(spec)
+    if same:
+        made = json.loads(code_path.read_text()).get("code") if code_path.is_file() else None
+        now = code_version()
+        note = "" if made == now else f" (made by code {made or 'of unknown version'}, now {now})"
+        print(f"cached  {work}{note}", file=sys.stderr)
         res = json.loads(res_path.read_text())
         if load_path.is_file():
             res["load"] = json.loads(load_path.read_text())
         return res
+    if cached_only:
+        why = "no cached result" if not res_path.is_file() else "its cached result was made for another spec"
+        raise CacheMiss(f"{work}: {why}; --cached-only starts no vLLM process (run without it to measure)")
+    write_output(code_path, json.dumps({"code": code_version(), "dirs": list(CODE_DIRS)}) + "\n")
     print(f"running {work.name} ({policy}, batch {bs}, {n} requests)", file=sys.stderr, flush=True)
     from real.machine_load import LoadProbe
 

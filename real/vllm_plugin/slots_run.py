@@ -54,8 +54,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--out", default=DEFAULT_OUT, help=f"work directory (default {DEFAULT_OUT})")
     ap.add_argument("--report", help="also write the markdown table here (refused if the file exists)")
     ap.add_argument("--cached-only", action="store_true",
-                    help="start no engine: tabulate the cells whose runs are already under --out (the others are "
-                         "listed as not run)")
+                    help="start no engine: tabulate the cells whose runs are already under --out for the same spec "
+                         "(the others are listed as not run, with why); a cell cached by other code says so")
     a = ap.parse_args(argv)
     a.argv = argv
     return a
@@ -118,7 +118,8 @@ def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from real.vllm_cpu.validate import _rel, default_drafter, load_slice, machine, real_summary, run_cell, write_output
+    from real.vllm_cpu.validate import (CacheMiss, _rel, default_drafter, load_slice, machine, real_summary, run_cell,
+                                        write_output)
     from real.vllm_run.engine import require_vllm
     from real.vllm_run.flow import write_reference
 
@@ -142,10 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         for bs in bss:
             sl = load_slice(trace, max(a.limit, bs), a.max_prompt, a.max_tokens, a.seed)
             base = out / sl.stem / f"bs{bs}"
-            if a.cached_only and not (base / "none" / "run.result.json").is_file():
-                missing.append(f"{sl.stem} bs {bs}: none (and every W)")
+            try:
+                ref_run = run_cell(run_config(a, block, "none"), sl, "none", bs, base / "none",
+                                   cached_only=a.cached_only)
+            except CacheMiss as e:
+                missing.append(f"{sl.stem} bs {bs}: none (and every W): {e}")
                 continue
-            ref_run = run_cell(run_config(a, block, "none"), sl, "none", bs, base / "none")
             ref = ref_run["outputs"]
             ref_path = base / "reference.jsonl"
             write_reference(sl, ref, ref_path)
@@ -160,10 +163,11 @@ def main(argv: list[str] | None = None) -> int:
                     cfg = run_config(a, W, pol, dr["path"] if uses_drafter else None)
                     work = base / f"W{W}" / (pol if mine or not uses_drafter else f"{pol}-{dr['name']}")
                     label = f"{sl.stem} bs {bs} W {W} {pol}" + (f" ({dr['name']})" if uses_drafter else "")
-                    if a.cached_only and not (work / "run.result.json").is_file():
-                        missing.append(label)
+                    try:
+                        run = run_cell(cfg, sl, pol, bs, work, cached_only=a.cached_only)
+                    except CacheMiss as e:
+                        missing.append(f"{label}: {e}")
                         continue
-                    run = run_cell(cfg, sl, pol, bs, work)
                     if run.get("outputs") is None:
                         raise ConfigError(f"{work}: the run recorded no outputs ({run.get('error')})")
                     if pol == "adaptive":
