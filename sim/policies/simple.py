@@ -86,14 +86,16 @@ def alloc_oracle(batch: StepBatch) -> Allocation:
     g = g.masked_fill(b[None, :] > a_s.sum(-1, keepdim=True), float("-inf"))
     best = torch.argmax(g.flatten())  # first maximum over (set, B)
     s, budget = best // g.shape[1], best % g.shape[1]
-    acc = a_s[s]
-    use_ngram = (acc_n > acc_m) & (use_n[s] > 0) | (use_m[s] == 0)
+    s1 = s.reshape(1)  # index_select, not a_s[s]: indexing by a 0-d tensor is data-dependent under torch.compile
+    acc = a_s.index_select(0, s1)[0]
+    m_s, n_s = use_m.index_select(0, s1)[0], use_n.index_select(0, s1)[0]
+    use_ngram = (acc_n > acc_m) & (n_s > 0) | (m_s == 0)
     chain = torch.where(use_ngram, torch.full_like(acc_n, CHAIN_NGRAM), torch.full_like(acc_m, CHAIN_MODEL))
     depth = arange(K, dev)
     scores = torch.where(depth[None, :] < acc[:, None], (K - depth).to(torch.float64)[None, :].expand(acc.shape[0], -1),
                          torch.full((acc.shape[0], K), float("-inf"), dtype=torch.float64, device=dev))
     out = finish(chain, top_b_counts(scores, budget))
-    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=use_m[s] > 0, ngram_ran=use_n[s] > 0)
+    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=m_s > 0, ngram_ran=n_s > 0)
 
 
 @register("none", "none", "no speculation: one token per request per step")
