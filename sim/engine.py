@@ -175,6 +175,20 @@ class RunResult:
 
 
 
+def planned_chains(chains: dict, plan: Plan) -> dict:
+    """`chains` (every drafter's, as the native step gathers them) as Engine._propose hands them to the policy:
+    a drafter the plan leaves out proposed nothing (length 0, confidence 0). Without this a policy whose allocate
+    reads a skipped drafter's chain saw one there in the native step and none in the numpy step (hybrid-vllm:skip
+    scheduled min(K, output left) slots after a skipped pass in one, W in the other)."""
+    if plan.model and plan.ngram:
+        return chains
+    out = dict(chains)
+    for ran, conf, length in ((plan.model, "model_conf", "model_len"), (plan.ngram, "ngram_conf", "ngram_len")):
+        if not ran:
+            out[conf], out[length] = np.zeros_like(chains[conf]), np.zeros_like(chains[length])
+    return out
+
+
 class Engine(HostHistory, LosslessChecks):
     """One simulated serving engine running one policy over one trace's draft tables: the loop, the clock and the
     step here; the per-request host history (sim/engine_history.py) and the lossless checks
@@ -781,8 +795,8 @@ class Engine(HostHistory, LosslessChecks):
                 return Decision._make(out)
         # the simulator's proposals are table reads, gathered with the history: plan, then allocate on them
         plan = self._plan(self._host_view(g.reqs, g.stale, g.mean_ng, T, n_seqs, n_prefill_done, prices))
-        batch = self._step_batch(g.reqs, g.rows, g.chains, g.stale, g.mean_ng, T, kv_tokens, n_seqs, n_prefill_done,
-                                 prices)
+        batch = self._step_batch(g.reqs, g.rows, planned_chains(g.chains, plan), g.stale, g.mean_ng, T, kv_tokens,
+                                 n_seqs, n_prefill_done, prices)
         alloc = self._allocate(batch, plan)
         ran = self.drafters_ran(alloc.model_ran, alloc.ngram_ran, None, plan)
         second = None if alloc.second is None else alloc.second.numpy()

@@ -259,3 +259,27 @@ def test_engine_form_equals_its_definition(engine_prep, form):
     for k in STATE:
         assert getattr(fast, k).tobytes() == getattr(slow, k).tobytes(), f"{form}: {k} differs"
     assert fast.n_written == slow.n_written and len(rf.steps["emitted"]) > 10
+
+
+@pytest.fixture(scope="module")
+def codeedit_prep():
+    return prepare(SimSetup(trace="traces/codeedit.jsonl", sample=16, seed=3))
+
+
+@pytest.mark.skipif(NO_CC, reason="no C compiler: the engine runs its definitions")
+def test_native_step_hands_the_policy_only_the_planned_chains(codeedit_prep):
+    """A policy that skips a drafter and still reads its chain in allocate (hybrid-vllm:skip schedules slots from
+    the model chain's length) must see what the numpy step's _propose hands it: nothing from the skipped drafter.
+    The native step gathers every drafter's chain; before planned_chains it passed them through (4,543 vs 4,518
+    verified n-gram slots on a code-editing run)."""
+    spec = "hybrid-vllm:skip"
+    tb, cfg = codeedit_prep.tables, EngineConfig(batch_size=4)
+    runs = []
+    for cls in (Engine, _as_defined(NATIVE_STEP)):
+        eng = cls(tb, codeedit_prep.arrivals, get_policy(spec), codeedit_prep.cost, cfg)
+        runs.append((eng, eng.run()))
+    (fast, rf), (slow, rs) = runs
+    assert fast._fast is not None and steps_as_defined(slow, NATIVE_STEP)
+    assert (np.asarray(rf.steps["draft_ms"]) < np.max(rf.steps["draft_ms"])).any(), "no skipped pass: checks nothing"
+    for k, v in rf.steps.items():
+        assert np.asarray(v).tobytes() == np.asarray(rs.steps[k]).tobytes(), f"step column {k} differs"
