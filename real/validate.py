@@ -425,6 +425,19 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
     return cells
 
 
+def verdict_lines(agg: dict, quick: bool) -> list[str]:
+    """The run's verdict line, and when most cells came out inconclusive (not --quick) a pointer to the
+    machine-noise preflight, which says whether this machine can resolve the margin at all."""
+    if "verdicts" not in agg:
+        return []
+    out = [summary_line(agg["verdicts"]) + (" (--quick: the pipeline only)" if quick else "")]
+    if not quick and agg["verdicts"].get("verdict") == "inconclusive":
+        out.append(f"note: most cells are inconclusive: `{PREFLIGHT_COMMAND}` measures in a few minutes whether this "
+                   "machine's speed holds still enough for the margin, and how many repeats a verdict would need "
+                   "(docs/real.md, 'Machine noise')")
+    return out
+
+
 def validate(a) -> int:
     from real.profile import machine_info, profile
     from real.workload import Workload
@@ -528,12 +541,8 @@ def validate(a) -> int:
     print(f"median error {100 * agg['median_error']:.2f}%  max {100 * agg['max_error']:.2f}%  "
           f"median step-time error {100 * agg['median_step_error']:.2f}%  lossless {agg['all_lossless']}  "
           f"-> {out / 'fidelity.md'}")
-    if "verdicts" in agg:
-        print(summary_line(agg["verdicts"]) + (" (--quick: the pipeline only)" if a.quick else ""))
-        if not a.quick and agg["verdicts"].get("verdict") == "inconclusive":
-            print(f"note: most cells are inconclusive: `{PREFLIGHT_COMMAND}` measures in a few minutes whether this "
-                  "machine's speed holds still enough for the margin, and how many repeats a verdict would need "
-                  "(docs/real.md, 'Machine noise')")
+    for line in verdict_lines(agg, a.quick):
+        print(line)
     print(f"took {meta['wall_minutes']:.1f} min (estimated {est:.0f})"
           + (f"; {QUICK_NOTE}" if a.quick else ""))
     if not agg["all_lossless"]:
