@@ -3,6 +3,7 @@
     python -m real.machine_noise [--minutes 3] [--repeats 3] [--margin 3] [--grid default|big] [--json]
                                  [--out FILE [--force]] [--cell-seconds S] [--profile-run-seconds S]
                                  [--model smollm2-135m | --model NAME --random-weights] [--device cpu|cuda]
+    python -m real.machine_noise --from-run DIR [--repeats 3] [--margin 3] [--json]
 
 It loads the validation's model as real/validate.py does (SmolLM2-135M, its cached GGUF weights, the KV cache of
 the default grid's largest batch), times the speed probe that brackets every timed run of a validation
@@ -19,6 +20,9 @@ series (real/noise_stats.py has the math) it prints, self-contained so that it c
     "cannot be resolved" (within 30 repeats per cell and 12 per profile point);
   - the chance a cell is marked drifted (its repeats' brackets more than the margin apart).
 The figures are lower bounds on what a run here would see: the engine's own run-to-run scatter is not in them.
+--from-run DIR times nothing: it applies the same arithmetic to a recorded validation run's own scatter (its
+re-anchored repeats pooled per trace, its profile's runs), which reproduces the bands its cells were judged with
+and says what the margin would have needed on the machine that run met.
 --json prints the record instead of the text; --out writes the record (series included) as JSON, refusing an
 existing file without --force. Progress lines go to stderr every 15 s.
 """
@@ -219,6 +223,68 @@ def format_text(rec: dict) -> str:
     return "\n".join(lines)
 
 
+def recorded_noise(run_dir: Path, margin: float, repeats: int) -> dict:
+    """The same verdict arithmetic on a recorded validation run (no timing): per trace, one repeat's re-anchored
+    relative sd pooled over its quiet cells (real/validate.py's pooled scatter of x' = x q), the median |log|
+    of its repeats' bracket ratios, and the profile's one-run sd s_1 (real.profile.profile_uncertainty_of); then
+    noise_stats.run_band / resolve with them, so that the band printed for `repeats` and 2 profile runs is the one
+    the run's cells were judged with."""
+    import statistics
+
+    from real.fidelity_anchor import read_json
+    from real.fidelity_stats import pooled_scatter, probe_ratio
+    from real.profile import profile_load, profile_uncertainty_of
+    from real.validate import _cell_id, repeat_speeds, trace_anchor
+
+    fid = read_json(run_dir / "fidelity.json")
+    table = run_dir / "cost_table.json"
+    s1, p_dof = profile_uncertainty_of(table, one_run=True)
+    prof = profile_load(table)
+    out = {"run": str(run_dir), "command": fid["meta"].get("command"), "wall_minutes": fid["meta"].get("wall_minutes"),
+           "profile_run_sd": s1, "profile_dof": p_dof, "traces": {}}
+    by_trace: dict[str, list[dict]] = {}
+    for c in fid["cells"]:
+        by_trace.setdefault(c["trace"], []).append(c)
+    for trace, cells in by_trace.items():
+        reps_of = [[read_json(run_dir / Path(trace).stem / "cells" / _cell_id(trace, c["policy"], int(c["batch_size"]))
+                              / f"real.r{r}.json") for r in range(len(c["repeats"]))] for c in cells]
+        pairs = [(r["speed_probe_before"], r["speed_probe"]) for reps in reps_of for r in reps
+                 if r.get("speed_probe") and r.get("speed_probe_before")]
+        anchor = trace_anchor(prof, pairs, (s1, p_dof))  # as measure_trace: u_a > 0 for a table fitted unanchored
+        ua, ua_df = ((anchor["sd"], anchor["dof"] or math.inf) if anchor and not anchor["table_anchored"]
+                     else (0.0, math.inf))
+        brackets = [abs(math.log(x)) for x in (probe_ratio(a, b) for b, a in pairs) if x]
+        s_r, dof = pooled_scatter([[r["tok_per_s"] * q for r, q in zip(reps, repeat_speeds(reps, anchor)
+                                                                      or [1.0] * len(reps))]
+                                   for reps in reps_of if not any(r["load"]["loaded"] for r in reps)])
+        t = {"cells": len(cells), "repeat_sd": s_r, "repeat_dof": dof, "anchor_sd": ua,
+             "bracket_median": math.expm1(statistics.median(brackets)) if brackets else None}
+        if math.isfinite(s_r) and p_dof:
+            res = ns.resolve(s_r, s1, margin, len(cells), repeats, PROFILE_REPEATS, anchor_sd=ua, anchor_df=ua_df)
+            t["resolution"] = res.to_json()
+            t["band_max_repeats"] = ns.run_band(s_r, s1, ns.MAX_CELL_REPEATS, ns.MAX_PROFILE_REPEATS, len(cells),
+                                                ua, ua_df)
+        out["traces"][trace] = t
+    return out
+
+
+def format_recorded(rec: dict, margin: float, repeats: int) -> str:
+    lines = [f"machine noise of a recorded run: {rec['run']} ({rec['command']}; "
+             f"{rec['wall_minutes'] or float('nan'):.1f} min)",
+             f"  profile: one re-anchored run's relative sd s_1 {_pct(rec['profile_run_sd'])} ({rec['profile_dof']} dof), "
+             f"so u_p = {_pct(rec['profile_run_sd'] / math.sqrt(PROFILE_REPEATS))} with {PROFILE_REPEATS} runs per point"]
+    for trace, t in rec["traces"].items():
+        lines.append(f"  {trace}: one re-anchored repeat's relative sd {_pct(t['repeat_sd'])} pooled over its quiet "
+                     f"cells ({t['repeat_dof']} dof); a repeat's two probes differ by a median {_pct(t['bracket_median'])}")
+        res = t.get("resolution")
+        if res:
+            lines.append(f"    band with {repeats} repeats per cell: {_pct(res['band_default'])}; "
+                         f"{ns.MAX_CELL_REPEATS} repeats: {_pct(res['floor'])}; {ns.MAX_CELL_REPEATS} repeats and "
+                         f"{ns.MAX_PROFILE_REPEATS} profile runs: {_pct(t['band_max_repeats'])}")
+            lines.append("    " + conclusion(res, margin, repeats))
+    return "\n".join(lines)
+
+
 def parse_args(argv):
     ap = ArgumentParser(prog="python -m real.machine_noise", description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=finite_float(0, strict=True), default=DEFAULT_MINUTES,
@@ -239,6 +305,9 @@ def parse_args(argv):
     ap.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     ap.add_argument("--load-guard", type=finite_float(0), default=DEFAULT_LOAD_GUARD,
                     help="as real/validate.py --load-guard: others' cores beyond the free ones that mark a probe loaded")
+    ap.add_argument("--from-run", default=None, metavar="DIR",
+                    help="time nothing: the same arithmetic on a recorded real/validate.py --out folder's repeats and "
+                    "profile (its band per trace, and what --margin would need with that noise)")
     ap.add_argument("--json", action="store_true", help="print the record as JSON instead of the text")
     ap.add_argument("--out", default=None, help="write the record (with the probe series) as JSON to this file")
     ap.add_argument("--force", action="store_true", help="overwrite --out if it exists")
@@ -251,6 +320,14 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.out:  # before minutes of timing, not after
         check_out_file(a.out, a.force, "--out")
+    if a.from_run:
+        if not Path(a.from_run).is_dir():
+            raise ConfigError(f"--from-run {a.from_run}: not a directory (a real/validate.py --out folder)")
+        rec = recorded_noise(Path(a.from_run), a.margin / 100.0, a.repeats)
+        if a.out:
+            write_whole(Path(a.out), json.dumps(rec) + "\n", overwrite=a.force)
+        print(json.dumps(rec) if a.json else format_recorded(rec, a.margin / 100.0, a.repeats))
+        return 0
     from real.machine import machine_info
     from real.profile import profile_slice
 

@@ -161,15 +161,18 @@ def drift_mark_probability(ys: Sequence[float], k: int, margin: float, repeats: 
     return sum(math.comb(repeats, j) * p ** j * (1.0 - p) ** (repeats - j) for j in range(repeats // 2 + 1, repeats + 1))
 
 
-def run_band(s_cell: float, s_profile: float, repeats: int, profile_repeats: int, cells: int) -> float:
+def run_band(s_cell: float, s_profile: float, repeats: int, profile_repeats: int, cells: int,
+             anchor_sd: float = 0.0, anchor_df: float = math.inf) -> float:
     """b: the noise band of a run with `repeats` per cell and `profile_repeats` per profile point, over `cells`
     cells per trace, on a machine whose re-anchored runs scatter by s_cell (a cell repeat) and s_profile (a
-    profile run), relative sds: fidelity_stats.noise_band, exactly as a run's cells are judged (module docstring)."""
+    profile run), relative sds: fidelity_stats.noise_band, exactly as a run's cells are judged (module docstring).
+    anchor_sd, anchor_df: u_a of a table fitted before probes were interleaved (fidelity_stats; 0 otherwise)."""
     if repeats < 2 or profile_repeats < 2 or cells < 1:
         raise ValueError(f"a band needs >= 2 repeats, >= 2 profile runs and a cell, got {repeats}, "
                          f"{profile_repeats}, {cells}")
     up = s_profile / math.sqrt(profile_repeats)
-    return noise_band([1.0] * repeats, up, cells * (profile_repeats - 1), (s_cell, cells * (repeats - 1)))
+    return noise_band([1.0] * repeats, up, cells * (profile_repeats - 1), (s_cell, cells * (repeats - 1)),
+                      anchor_sd, anchor_df)
 
 
 @dataclass(frozen=True)
@@ -189,13 +192,16 @@ class Resolution:
 
 
 def resolve(s_cell: float, s_profile: float, margin: float, cells: int, repeats: int = 3,
-            profile_repeats: int = 2, cost=lambda n, r: n + r) -> Resolution:
+            profile_repeats: int = 2, cost=lambda n, r: n + r, anchor_sd: float = 0.0,
+            anchor_df: float = math.inf) -> Resolution:
     """The smallest margin the default run resolves here (its band) and what it would take to resolve `margin`
     (module docstring): the fewest cell repeats at the default profile repeats, else the (cell, profile) repeats
-    pair of least cost(n, r) (a run's minutes; default n + r) within the search limits."""
+    pair of least cost(n, r) (a run's minutes; default n + r) within the search limits. anchor_sd, anchor_df: the
+    u_a of the table the band `band_default` describes (a recorded run's, fidelity_stats); the search assumes a
+    table profiled with interleaved probes, as real/profile.py makes now (u_a = 0)."""
     if not margin > 0:
         raise ValueError(f"margin must be > 0, got {margin}")
-    b0 = run_band(s_cell, s_profile, repeats, profile_repeats, cells)
+    b0 = run_band(s_cell, s_profile, repeats, profile_repeats, cells, anchor_sd, anchor_df)
     floor = run_band(s_cell, s_profile, MAX_CELL_REPEATS, profile_repeats, cells)
     if b0 <= margin:
         return Resolution(margin, b0, floor, repeats, None, None, "resolvable")

@@ -160,3 +160,26 @@ def test_validate_points_to_the_preflight_when_mostly_inconclusive():
     assert len(verdict_lines({"verdicts": ver}, quick=True)) == 1  # --quick checks the pipeline only
     assert len(verdict_lines({"verdicts": dict(ver, inconclusive=1, agrees=2, verdict="disagrees")}, False)) == 1
     assert verdict_lines({}, False) == []
+
+
+def test_from_run_reproduces_the_bands_the_cells_were_judged_with(tmp_path, monkeypatch):
+    """--from-run on a run recorded by validate's own loop (tests/test_validate_report.py's fake engines, the
+    machine's speed moving between repeats): the band it computes from the run's pooled scatter and profile is the
+    band the cells' verdicts used."""
+    import real.profile as P
+    from real.machine_noise import recorded_noise
+    from tests.test_validate_report import _record_run
+
+    s1 = 0.02
+    monkeypatch.setattr(P, "profile_uncertainty_of",
+                        lambda table, one_run=False: (s1 if one_run else s1 / math.sqrt(2), 2))
+    run = tmp_path / "run"
+    cells = _record_run(run, monkeypatch)
+    rec = recorded_noise(run, 0.03, 3)
+    t = rec["traces"]["traces/chat.jsonl"]
+    assert rec["profile_run_sd"] == s1 and t["repeat_dof"] == 4
+    assert t["resolution"]["band_default"] == pytest.approx(cells[0]["verdict"]["band"], rel=1e-9)
+    r = run_cli_inprocess("real.machine_noise", "--from-run", str(run), cwd=ROOT)
+    assert r.returncode == 0 and "band with 3 repeats per cell" in r.stdout and "=> with this noise" in r.stdout
+    r = run_cli_inprocess("real.machine_noise", "--from-run", str(tmp_path / "none"), cwd=ROOT)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
