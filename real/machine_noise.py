@@ -262,25 +262,27 @@ def recorded_noise(run_dir: Path, margin: float, repeats: int) -> dict:
         if math.isfinite(s_r) and p_dof:
             res = ns.resolve(s_r, s1, margin, len(cells), repeats, PROFILE_REPEATS, anchor_sd=ua, anchor_df=ua_df)
             t["resolution"] = res.to_json()
-            t["band_max_repeats"] = ns.run_band(s_r, s1, ns.MAX_CELL_REPEATS, ns.MAX_PROFILE_REPEATS, len(cells),
-                                                ua, ua_df)
+            t["band_max_repeats"] = ns.run_band(s_r, s1, ns.MAX_CELL_REPEATS, ns.MAX_PROFILE_REPEATS, len(cells))
         out["traces"][trace] = t
     return out
 
 
 def format_recorded(rec: dict, margin: float, repeats: int) -> str:
-    lines = [f"machine noise of a recorded run: {rec['run']} ({rec['command']}; "
-             f"{rec['wall_minutes'] or float('nan'):.1f} min)",
-             f"  profile: one re-anchored run's relative sd s_1 {_pct(rec['profile_run_sd'])} ({rec['profile_dof']} dof), "
+    took = f"; {rec['wall_minutes']:.1f} min" if rec.get("wall_minutes") else ""
+    lines = [f"machine noise of a recorded run: {rec['run']} ({rec['command']}{took})",
+             f"  profile: one run's relative sd s_1 (re-anchored when its table was) {_pct(rec['profile_run_sd'])} ({rec['profile_dof']} dof), "
              f"so u_p = {_pct(rec['profile_run_sd'] / math.sqrt(PROFILE_REPEATS))} with {PROFILE_REPEATS} runs per point"]
     for trace, t in rec["traces"].items():
-        lines.append(f"  {trace}: one re-anchored repeat's relative sd {_pct(t['repeat_sd'])} pooled over its quiet "
+        lines.append(f"  {trace}: one repeat's relative sd (re-anchored where probed) {_pct(t['repeat_sd'])} pooled over its quiet "
                      f"cells ({t['repeat_dof']} dof); a repeat's two probes differ by a median {_pct(t['bracket_median'])}")
         res = t.get("resolution")
         if res:
-            lines.append(f"    band with {repeats} repeats per cell: {_pct(res['band_default'])}; "
-                         f"{ns.MAX_CELL_REPEATS} repeats: {_pct(res['floor'])}; {ns.MAX_CELL_REPEATS} repeats and "
-                         f"{ns.MAX_PROFILE_REPEATS} profile runs: {_pct(t['band_max_repeats'])}")
+            ua = (f" (with u_a {_pct(t['anchor_sd'])}: its table was fitted before re-anchoring)"
+                  if t["anchor_sd"] else "")
+            lines.append(f"    band with {repeats} repeats per cell, as its cells are judged: {_pct(res['band_default'])}"
+                         f"{ua}; a new run (re-anchored table) with {ns.MAX_CELL_REPEATS} repeats: {_pct(res['floor'])}; "
+                         f"with {ns.MAX_CELL_REPEATS} repeats and {ns.MAX_PROFILE_REPEATS} profile runs per point: "
+                         f"{_pct(t['band_max_repeats'])}")
             lines.append("    " + conclusion(res, margin, repeats))
     return "\n".join(lines)
 

@@ -180,6 +180,6 @@ def test_from_run_reproduces_the_bands_the_cells_were_judged_with(tmp_path, monk
     assert rec["profile_run_sd"] == s1 and t["repeat_dof"] == 4
     assert t["resolution"]["band_default"] == pytest.approx(cells[0]["verdict"]["band"], rel=1e-9)
     r = run_cli_inprocess("real.machine_noise", "--from-run", str(run), cwd=ROOT)
-    assert r.returncode == 0 and "band with 3 repeats per cell" in r.stdout and "=> with this noise" in r.stdout
+    assert r.returncode == 0 and "band with 3 repeats per cell, as its cells are judged" in r.stdout and "=> with this noise" in r.stdout
     r = run_cli_inprocess("real.machine_noise", "--from-run", str(tmp_path / "none"), cwd=ROOT)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
