@@ -257,9 +257,9 @@ def recorded_noise(run_dir: Path, margin: float, repeats: int) -> dict:
         s_r, dof = pooled_scatter([[r["tok_per_s"] * q for r, q in zip(reps, repeat_speeds(reps, anchor)
                                                                       or [1.0] * len(reps))]
                                    for reps in reps_of if not any(r["load"]["loaded"] for r in reps)])
-        t = {"cells": len(cells), "repeat_sd": s_r, "repeat_dof": dof, "anchor_sd": ua,
+        t = {"cells": len(cells), "repeat_sd": s_r if math.isfinite(s_r) else None, "repeat_dof": dof, "anchor_sd": ua,
              "bracket_median": math.expm1(statistics.median(brackets)) if brackets else None}
-        if math.isfinite(s_r) and p_dof:
+        if t["repeat_sd"] is not None and p_dof:
             res = ns.resolve(s_r, s1, margin, len(cells), repeats, PROFILE_REPEATS, anchor_sd=ua, anchor_df=ua_df)
             t["resolution"] = res.to_json()
             t["band_max_repeats"] = ns.run_band(s_r, s1, ns.MAX_CELL_REPEATS, ns.MAX_PROFILE_REPEATS, len(cells))
