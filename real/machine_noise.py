@@ -11,7 +11,8 @@ the default grid's largest batch), times the speed probe that brackets every tim
 machine's load beside each probe (real/machine_load.py: other processes' cores, steal, load average). From the
 series (real/noise_stats.py has the math) it prints, self-contained so that it can be pasted into a note:
   - the speed's spread: each probe's ratio to the series' geometric mean (median |off|, 5-95% range);
-  - the drift between probes at the lags of one profile run, one cell repeat, a minute, two, and the span;
+  - the drift between the two probes around one profile run and around one cell repeat, and between probes a
+    minute, two and the series' span apart;
   - the residual a re-anchored run keeps from the machine alone (the speed inside a run's span against the
     mean of its two bracketing probes), for a cell repeat and a profile run of the grid;
   - from those, with real/fidelity_stats.py's verdict math, the band of a default run (--repeats per cell, 2
@@ -135,9 +136,13 @@ def analyse(series: list[dict], margin: float, repeats: int, cell_seconds: list[
                  "spread": ns.spread(ys).__dict__}
     if not math.isfinite(step):
         raise ConfigError("the probe series has no length in time; run longer (--minutes)")
-    lags = [("next probe", step), ("one profile run", max(profile_seconds)), ("one cell repeat", max(cell_seconds)),
-            ("a minute", 60.0), ("two minutes", 120.0), ("the series' span", out["span_s"])]
-    out["drift"] = [ns.drift_at(ys, ns.lag_steps(L, step), label, L).__dict__ for label, L in lags]
+    # the two probes around a run are its bracket apart (bracket_steps); the other lags are plain spans
+    lags = [("next probe", step, 1), ("around a profile run", max(profile_seconds),
+                                      ns.bracket_steps(max(profile_seconds), step)),
+            ("around a cell repeat", max(cell_seconds), ns.bracket_steps(max(cell_seconds), step))]
+    lags += [(label, L, ns.lag_steps(L, step)) for label, L in (("a minute", 60.0), ("two minutes", 120.0),
+                                                                ("the series' span", out["span_s"]))]
+    out["drift"] = [ns.drift_at(ys, k, label, L).__dict__ for label, L, k in lags]
     s_cell, n_cell = ns.pooled_residual(ys, cell_seconds, step)
     s_prof, n_prof = ns.pooled_residual(ys, profile_seconds, step)
     out["residual"] = {"cell": s_cell, "cell_windows": n_cell, "profile": s_prof, "profile_windows": n_prof}

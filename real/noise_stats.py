@@ -16,9 +16,10 @@ The math. A probe p_i ends at t_i seconds (i = 0..n); its time per fixed shape i
                has its brackets k_run(L) = max(2, round(L / Delta) + 1) steps apart, the probes between them
                covering the run's own time.
     drift      d_i(k) = y_{i+k} - y_i: how far the speed moves over k steps; reported as the median and 95th
-               percentile of |d| (exp(|d|) - 1, relative), at the lags of one profile run, one cell repeat, a
-               minute, two, and the series' span (the profile and the cells it predicts lie minutes apart; the
-               re-anchoring removes that drift as well as the probes measure it).
+               percentile of |d| (exp(|d|) - 1, relative), between the two probes around one profile run and
+               around one cell repeat (k_run), and at a minute, two, and the series' span (k(L): the profile
+               and the cells it predicts lie minutes apart; re-anchoring removes that drift as well as the
+               probes measure it).
     residual   e_i(k) = mean(y_{i+1} .. y_{i+k-1}) - (y_i + y_{i+k}) / 2: how far the speed a run saw (the
                probes taken inside its span) is from the mean of its two brackets, the speed re-anchoring
                credits it with (fidelity_stats, re-anchoring: q = sqrt(ratio(before) ratio(after))). Its
