@@ -54,6 +54,7 @@ from sim.models import llm_name  # noqa: E402
 DEFAULT_MINUTES = 3.0
 PROFILE_REPEATS = 2  # runs per profile point of a validation's own profile (real.profile.profile_repeats)
 MIN_PROBES = 3
+MIN_WINDOWS = 20  # run-length windows below which the residual is called rough (the default 3 min gives ~100)
 PROGRESS_EVERY_S = 15.0
 MAX_PROMPT = 512  # real/validate.py's default --max-prompt: the cells' KV cache is sized by it
 
@@ -210,8 +211,9 @@ def format_text(rec: dict) -> str:
     rs = a["residual"]
     lines.append(f"re-anchored run's residual from the machine alone (speed inside a run against its brackets' mean): "
                  f"cell repeat {_pct(rs['cell'])} ({g['name']} grid: "
-                 f"{', '.join(f'{s:.0f}' for s in g['cell_seconds'])} s), profile run {_pct(rs['profile'])} "
-                 f"({', '.join(f'{s:.0f}' for s in g['profile_seconds'])} s)")
+                 f"{', '.join(f'{s:.3g}' for s in g['cell_seconds'])} s; {rs['cell_windows']} windows), profile run "
+                 f"{_pct(rs['profile'])} ({', '.join(f'{s:.3g}' for s in g['profile_seconds'])} s; "
+                 f"{rs['profile_windows']} windows)")
     res = a["resolution"]
     if res is not None:
         lines.append(f"verdict math (real/fidelity_stats.py): a run with {rec['repeats']} repeats per cell and "
@@ -222,6 +224,12 @@ def format_text(rec: dict) -> str:
     if pm is not None:
         lines.append(f"drift mark: a cell's repeats' brackets differ by more than the margin (its median over "
                      f"{rec['repeats']} repeats): probability {_pct(pm)}")
+    if ld["loaded"]:
+        lines.append(f"note: {ld['loaded']} of {a['probes']} probes ran under load (other processes took cores the "
+                     "engine needs): these figures describe that load, not a quiet machine")
+    if res is not None and min(rs["cell_windows"], rs["profile_windows"]) < MIN_WINDOWS:
+        lines.append(f"note: fewer than {MIN_WINDOWS} windows per run length: the figures are rough; run longer "
+                     "(--minutes)")
     lines.append(conclusion(res, rec["margin_pct"] / 100.0, rec["repeats"]))
     lines.append("   (lower bounds: the engine's own run-to-run scatter is not in these figures; docs/real.md, "
                  "'Machine noise')")
