@@ -11,8 +11,9 @@ the default grid's largest batch), times the speed probe that brackets every tim
 machine's load beside each probe (real/machine_load.py: other processes' cores, steal, load average). From the
 series (real/noise_stats.py has the math) it prints, self-contained so that it can be pasted into a note:
   - the speed's spread: each probe's ratio to the series' geometric mean (median |off|, 5-95% range);
-  - the drift between the two probes around one profile run and around one cell repeat, and between probes a
-    minute, two and the series' span apart;
+  - the drift between the two probes around one profile run and around one cell repeat, and between probes 1,
+    2, 5, 10, 20 and 30 minutes apart (those the series covers: the distances between a profile and its cells)
+    and the series' span apart;
   - the residual a re-anchored run keeps from the machine alone (the speed inside a run's span against the
     mean of its two bracketing probes), for a cell repeat and a profile run of the grid;
   - from those, with real/fidelity_stats.py's verdict math, the band of a default run (--repeats per cell, 2
@@ -54,6 +55,7 @@ from sim.models import llm_name  # noqa: E402
 DEFAULT_MINUTES = 3.0
 PROFILE_REPEATS = 2  # runs per profile point of a validation's own profile (real.profile.profile_repeats)
 MIN_PROBES = 3
+PROFILE_TO_CELL_S = (60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0)  # drift lags reported when the series covers them
 MIN_WINDOWS = 20  # run-length windows below which the residual is called rough (the default 3 min gives ~100)
 PROGRESS_EVERY_S = 15.0
 MAX_PROMPT = 512  # real/validate.py's default --max-prompt: the cells' KV cache is sized by it
@@ -141,8 +143,10 @@ def analyse(series: list[dict], margin: float, repeats: int, cell_seconds: list[
     lags = [("next probe", step, 1), ("around a profile run", max(profile_seconds),
                                       ns.bracket_steps(max(profile_seconds), step)),
             ("around a cell repeat", max(cell_seconds), ns.bracket_steps(max(cell_seconds), step))]
-    lags += [(label, L, ns.lag_steps(L, step)) for label, L in (("a minute", 60.0), ("two minutes", 120.0),
-                                                                ("the series' span", out["span_s"]))]
+    # a validation's profile and its cells lie 5-45 minutes apart: the lags the series is long enough for
+    lags += [(f"{L / 60:g} minute{'s' if L > 60 else ''}", L, ns.lag_steps(L, step)) for L in PROFILE_TO_CELL_S
+             if L < out["span_s"]]
+    lags.append(("the series' span", out["span_s"], ns.lag_steps(out["span_s"], step)))
     out["drift"] = [ns.drift_at(ys, k, label, L).__dict__ for label, L, k in lags]
     s_cell, n_cell = ns.pooled_residual(ys, cell_seconds, step)
     s_prof, n_prof = ns.pooled_residual(ys, profile_seconds, step)

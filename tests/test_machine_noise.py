@@ -77,7 +77,8 @@ def test_steady_series_gives_a_small_band_and_a_drifting_one_a_large_band():
     assert dr["drift_mark_probability"] > 0.3
     # the drift grows with the lag on the random walk, not on the steady series
     d = {x["label"]: x["median"] for x in dr["drift"]}
-    assert d["a minute"] > d["around a cell repeat"] > d["next probe"]
+    assert d["1 minute"] > d["around a cell repeat"] > d["next probe"]
+    assert "5 minutes" not in d and d["the series' span"] > d["2 minutes"]  # 300 s: beyond the 298 s series
 
 
 def test_run_band_is_the_verdicts_noise_band():
