@@ -62,10 +62,11 @@ def test_linear_drift_moves_the_speed_but_leaves_no_residual():
 
 
 def test_steady_series_gives_a_small_band_and_a_drifting_one_a_large_band():
+    from real.machine_noise import analyse
+
     out = {}
     for name, ys in (("steady", _steady()), ("drifting", _drifting())):
-        out[name] = a = __import__("real.machine_noise", fromlist=["analyse"]).analyse(
-            _series(ys), 0.03, 3, [12.0, 18.0], [6.0], 15)
+        out[name] = a = analyse(_series(ys), 0.03, 3, [12.0, 18.0], [6.0], 15)
         assert a["probes"] == 200 and a["probe_interval_s"] == pytest.approx(1.5)
         assert a["resolution"] is not None
     st, dr = out["steady"], out["drifting"]
