@@ -70,6 +70,18 @@ ESTIMATE_PROBE_S = 1.4  # one speed probe after each repeat (and after each prof
 ESTIMATE_FIXED_S = 20.0  # the profile's microbenchmarks and decode grid
 
 
+def estimate_tok_per_s(batch_size: int) -> float:
+    """tok_per_s(b): ESTIMATE_TOK_PER_S interpolated in log b (clamped at its ends), output tokens per second."""
+    xs = sorted(ESTIMATE_TOK_PER_S)
+    return float(np.interp(math.log(batch_size), [math.log(x) for x in xs], [ESTIMATE_TOK_PER_S[x] for x in xs]))
+
+
+def estimate_run_seconds(limit: int, max_tokens: int, batch_sizes: list[int]) -> list[float]:
+    """One real run's seconds at each batch size on the estimate's CPU: fill x limit x max_tokens / tok_per_s(b)
+    (a cell repeat; with real.profile.profile_slice's limit and max_tokens, a profile run)."""
+    return [ESTIMATE_FILL * limit * max_tokens / estimate_tok_per_s(b) for b in batch_sizes]
+
+
 def estimate_minutes(traces: int, limit: int, max_tokens: int, policies: int, bss: list[int], repeats: int,
                      profile: dict | None) -> float:
     """The wall time of a validation on the CPU ESTIMATE_TOK_PER_S was measured on, in minutes:
@@ -80,8 +92,7 @@ def estimate_minutes(traces: int, limit: int, max_tokens: int, policies: int, bs
                    (repeats x policies + 1) runs over the batch sizes' mean, each followed by a probe, + fixed
     tok_per_s(b) interpolates ESTIMATE_TOK_PER_S in log b. A lower bound for longer outputs (longer contexts).
     On the default grid this gives 27 min against 25-27 measured (reports/fidelity-verdicts-3.md, -4.md)."""
-    xs = sorted(ESTIMATE_TOK_PER_S)
-    rate = lambda b: float(np.interp(math.log(b), [math.log(x) for x in xs], [ESTIMATE_TOK_PER_S[x] for x in xs]))  # noqa: E731
+    rate = estimate_tok_per_s
     tok = ESTIMATE_FILL * limit * max_tokens
     cells_s = repeats * traces * policies * sum(tok / rate(b) + ESTIMATE_PROBE_S for b in bss)
     ref_s = traces * tok / rate(1)
@@ -92,6 +103,7 @@ def estimate_minutes(traces: int, limit: int, max_tokens: int, policies: int, bs
         prof_s = (profile["repeats"] * policies * len(bss) + 1) * per_run + ESTIMATE_FIXED_S
     return (cells_s + ref_s + prof_s) / 60.0
 MAX_NUM_BATCHED_TOKENS = 512
+PREFLIGHT_COMMAND = "python -m real.machine_noise"  # the machine-noise preflight (real/machine_noise.py)
 
 
 def _cell_id(trace: str, policy: str, bs: int) -> str:
@@ -413,6 +425,19 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
     return cells
 
 
+def verdict_lines(agg: dict, quick: bool) -> list[str]:
+    """The run's verdict line, and when most cells came out inconclusive (not --quick) a pointer to the
+    machine-noise preflight, which says whether this machine can resolve the margin at all."""
+    if "verdicts" not in agg:
+        return []
+    out = [summary_line(agg["verdicts"]) + (" (--quick: the pipeline only)" if quick else "")]
+    if not quick and agg["verdicts"].get("verdict") == "inconclusive":
+        out.append(f"note: most cells are inconclusive: `{PREFLIGHT_COMMAND}` measures in a few minutes whether this "
+                   "machine's speed holds still enough for the margin, and how many repeats a verdict would need "
+                   "(docs/real.md, 'Machine noise')")
+    return out
+
+
 def validate(a) -> int:
     from real.profile import machine_info, profile
     from real.workload import Workload
@@ -516,8 +541,8 @@ def validate(a) -> int:
     print(f"median error {100 * agg['median_error']:.2f}%  max {100 * agg['max_error']:.2f}%  "
           f"median step-time error {100 * agg['median_step_error']:.2f}%  lossless {agg['all_lossless']}  "
           f"-> {out / 'fidelity.md'}")
-    if "verdicts" in agg:
-        print(summary_line(agg["verdicts"]) + (" (--quick: the pipeline only)" if a.quick else ""))
+    for line in verdict_lines(agg, a.quick):
+        print(line)
     print(f"took {meta['wall_minutes']:.1f} min (estimated {est:.0f})"
           + (f"; {QUICK_NOTE}" if a.quick else ""))
     if not agg["all_lossless"]:
@@ -542,9 +567,10 @@ def parse_args(argv):
     runs.add_argument("--batch-size", action="append", type=int,
                       help="max running requests (repeatable; default 1 4 16; vllm 1 8 32, on CPU 1 4 8)")
     runs.add_argument("--grid", default="default", choices=sorted(GRIDS),
-                      help="torch engine: default (16 requests x 32 tokens, 3 repeats; about 27 min quiet here) or big "
-                      "(32 requests x 128 tokens, 3 repeats, batch 1 4 16: estimated at least 2.9 h here, printed before "
-                      "it starts); --limit, --max-tokens and --repeat override")
+                      help="torch engine: default (16 requests x 32 tokens, 3 repeats; estimated 27 min here, 47 min on the "
+                      "last quiet run) or big (32 requests x 128 tokens, 3 repeats, batch 1 4 16: estimated at least "
+                      "2.9 h, about 3.5-4 h from measured throughputs: docs/real.md); --limit, --max-tokens and "
+                      "--repeat override")
     runs.add_argument("--quick", action="store_true", help="checks the pipeline, not fidelity. torch: none and "
                       "hybrid, 3 requests x 16 tokens, batch 1 and 4, one repeat; vllm: 8 requests x 64 tokens, "
                       "batch 1 and 8, a short profile")
