@@ -439,6 +439,8 @@ def _num_slots() -> list[tuple[str, Callable, str, tuple[str, ...]]]:
     ev = lambda tmp: eval_drafter_base(tmp)  # noqa: E731
     rep = lambda tmp: ["real.drafter_report", "-o", str(tmp / "r.md")]  # noqa: E731
     gpu = lambda tmp: ["real.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--out", str(tmp / "g")]  # noqa: E731
+    noise = lambda tmp: ["real.machine_noise", "--model", "qwen3-tiny", "--random-weights", "--minutes", "0.01",  # noqa: E731
+                         "--out", str(tmp / "n.json")]
     return [
         ("run", run, "--batch-size", ("0", "-3", "1e30", "2.5")),
         ("run", run, "--seed", ("-1",)),
@@ -489,11 +491,15 @@ def _num_slots() -> list[tuple[str, Callable, str, tuple[str, ...]]]:
         ("gpu_check", gpu, "--limit", ("0",)),
         ("gpu_check", gpu, "--requests-per-slot", ("0",)),
         ("gpu_check", gpu, "--batch-size", ("0",)),
+        ("machine_noise", noise, "--minutes", ("0", "-1")),
+        ("machine_noise", noise, "--repeats", ("0", "1")),
+        ("machine_noise", noise, "--margin", ("0", "-3")),
+        ("machine_noise", noise, "--cell-seconds", ("0", "-1")),
     ]
 
 
 FLOAT_FLAGS = {"--rate", "--temperature", "--progress-every", "--scale", "--max-error", "--epochs", "--lr",
-               "--subset", "--time-budget-s"}
+               "--subset", "--time-budget-s", "--minutes", "--margin", "--cell-seconds"}
 
 
 def _cases_numbers() -> list[Case]:
