@@ -494,6 +494,37 @@ def with_recal(pol: Policy, k: float | None) -> Policy:
                                sim_fn=None, sim_for=None)
 
 
+TABLES = ("startup", "step")  # the `table=` option's values; the first is the default
+
+
+def split_table(params: List[str]) -> tuple[List[str], bool]:
+    """The `table=T` option (anywhere in the parameters; T in TABLES) and the other parameters: whether the policy
+    prices with the step's own verify table (Policy.step_table); ValueError if T is not one of TABLES."""
+    rest, step = [], False
+    for p in params:
+        if p.startswith("table="):
+            val = p[len("table="):]
+            if val not in TABLES:
+                raise ValueError(f"table must be one of {', '.join(TABLES)}, got '{val}'")
+            step = val == "step"
+        else:
+            rest.append(p)
+    return rest, step
+
+
+def with_table(pol: Policy, step: bool) -> Policy:
+    """`pol` pricing verify slots with the step's own table (`table=step`, Policy.step_table): the same functions,
+    handed the table of this step's token count, KV context and sequences instead of vLLM's start-up profile
+    (docs/design.md). Why: the start-up profile times x tokens with min(x, max_num_seqs) dummy requests at
+    8,192 tokens of context each, so below max_num_seqs tokens each further slot is priced as one more long
+    request (at batch 128 the 37 slots from 37 to 74 tokens cost 15 ms there against about 0.4 ms at a step of 37
+    requests with 1,000 tokens of context): a price-based policy then trims chains whose slots would pay. Named
+    `NAME:table=step`; no fast form transcribes it. `pol` itself when step is False."""
+    if not step:
+        return pol
+    return dataclasses.replace(pol, name=f"{pol.name}:table=step", step_table=True, sim_fn=None, sim_for=None)
+
+
 def parse_hybrid(params: List[str]) -> tuple[str, float, float, str, bool]:
     """`hybrid`'s parameters: (method, margin, hysteresis, forecast, method given); ValueError if bad."""
     method, margin, hyst, forecast = DEFAULT_METHOD, NGRAM_MARGIN, 0.0, FORECASTS[0]
@@ -515,14 +546,17 @@ def parse_hybrid(params: List[str]) -> tuple[str, float, float, str, bool]:
     return method, margin, hyst, forecast, bool(rest)
 
 
-@register("hybrid", "hybrid[:METHOD][:margin=M][:hyst=H][:forecast=F][:recal=k]",
+@register("hybrid", "hybrid[:METHOD][:margin=M][:hyst=H][:forecast=F][:recal=k][:table=T]",
           "the default hybrid: hybrid-price that also prices the model drafter's pass and skips it for a step "
           f"when host-known values say the step earns more without it; F in {', '.join(FORECASTS)} "
           f"(default {FORECASTS[0]}), H >= 0 makes skipping harder (default 0); recal=k: online recalibration "
-          "of the drafters' confidences from each request's outcomes, prior precision k > 0 (off by default)")
+          "of the drafters' confidences from each request's outcomes, prior precision k > 0 (off by default); "
+          "table=step: price verify slots with the step's own verify table, not vLLM's start-up profile "
+          "(T in startup, step; default startup)")
 def _hybrid(params: List[str]) -> Policy:
     params, k = split_recal(params)
-    return with_recal(_hybrid_plain(params), k)
+    params, step = split_table(params)
+    return with_table(with_recal(_hybrid_plain(params), k), step)
 
 
 def _hybrid_plain(params: List[str]) -> Policy:
@@ -553,13 +587,15 @@ def parse_hybrid_price(params: List[str]) -> tuple[str, bool, float, bool]:
     return method, current, margin, bool(rest)
 
 
-@register("hybrid-price", "hybrid-price[:METHOD][:current][:margin=M][:recal=k]",
+@register("hybrid-price", "hybrid-price[:METHOD][:current][:margin=M][:recal=k][:table=T]",
           f"the seed's price per verified slot over both chains; METHOD in {', '.join(METHODS)} "
           f"(default {DEFAULT_METHOD}); ':current' = no stale budget (idealised); margin M in expected tokens "
-          f"the n-gram chain must win by (default {NGRAM_MARGIN}; 0 = the pure price rule); recal=k: as hybrid's")
+          f"the n-gram chain must win by (default {NGRAM_MARGIN}; 0 = the pure price rule); recal=k, table=T: as "
+          "hybrid's")
 def _hybrid_price(params: List[str]) -> Policy:
     params, k = split_recal(params)
-    return with_recal(_hybrid_price_plain(params), k)
+    params, step = split_table(params)
+    return with_table(with_recal(_hybrid_price_plain(params), k), step)
 
 
 def _hybrid_price_plain(params: List[str]) -> Policy:

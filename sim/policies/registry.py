@@ -35,6 +35,9 @@ class Policy:
     recal: the prior precision k of the online recalibration of the drafters' confidences (the `recal=k` option,
         sim/drafters/recalibration.py): the engine then keeps each request's offsets and hands them to the policy
         (StepBatch.recal / stale_recal), and runs the definitions (no fast form transcribes it); None: off.
+    step_table: the policy prices verify slots with the step's own table (the `table=step` option): the engine
+        hands it verify_cost_ms = CostModel.charged_verify_table at the step's token count, KV context and
+        sequences (host-known before launch) instead of vLLM's start-up profile, and runs the definitions.
     plan_fn / alloc_fn: the policy's two phases (sim.policies.base: plan on the host from a HostView,
         allocate on the device from the StepBatch and the Plan); fn must then be alloc_fn(batch,
         plan_fn(host_view(batch))). None: a single-phase policy, whose plan is every drafter it uses and no
@@ -56,6 +59,7 @@ class Policy:
     vllm: Optional[VllmRun] = field(default=None, compare=False)
     uses_extra: tuple = ()
     recal: Optional[float] = None
+    step_table: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_default_plan", Plan(self.uses_model, self.uses_ngram,
