@@ -280,7 +280,7 @@ class Engine(HostHistory, LosslessChecks):
         self._bar = None
         # online recalibration (Policy.recal, sim/drafters/recalibration.py): per-request offsets kept here
         k = getattr(policy, "recal", None)
-        self.recal = None if k is None else RecalState(policy.drafters, n, k)
+        self.recal = None if k is None else RecalState(policy.drafters, n, k, getattr(policy, "recal_shared", False))
         # the verify table the policy decides with this step: the start-up profile, or (Policy.step_table) the
         # step's own, set by the numpy step before the plan
         self.step_table = bool(getattr(policy, "step_table", False))

@@ -35,6 +35,7 @@ class Policy:
     recal: the prior precision k of the online recalibration of the drafters' confidences (the `recal=k` option,
         sim/drafters/recalibration.py): the engine then keeps each request's offsets and hands them to the policy
         (StepBatch.recal / stale_recal), and runs the definitions (no fast form transcribes it); None: off.
+    recal_shared: the offsets are one per drafter for the whole run, not per request (the `runcal=k` option).
     step_table: the policy prices verify slots with the step's own table (the `table=step` option): the engine
         hands it verify_cost_ms = CostModel.charged_verify_table at the step's token count, KV context and
         sequences (host-known before launch) instead of vLLM's start-up profile, and runs the definitions.
@@ -59,6 +60,7 @@ class Policy:
     vllm: Optional[VllmRun] = field(default=None, compare=False)
     uses_extra: tuple = ()
     recal: Optional[float] = None
+    recal_shared: bool = False
     step_table: bool = False
 
     def __post_init__(self) -> None:
