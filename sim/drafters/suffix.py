@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,89 +92,263 @@ class SuffixProposal:
 NO_PROPOSAL = SuffixProposal((), (), 0, 0.0, "none")
 
 
+BULK_MIN = 48  # feed_sequence feeds shorter sequences token by token
+_KEY = 1 << 32  # an edge's key: parent node * _KEY + token (token ids in [0, 2**32), node ids below 2**31)
+
+
 class SuffixTree:
-    """A trie of every substring of length <= max_depth of the sequences fed to it, with occurrence counts."""
+    """A trie of every substring of length <= max_depth of the sequences fed to it, with occurrence counts.
+
+    Stored flat (node ids index arrays; node 0 is the root) so that a node costs no Python object of its own
+    (a node as a [count, {children}] pair cost two garbage-collected containers, and the collector's passes
+    over millions of them were most of a three-drafter run's time):
+      _edge           dict  parent * _KEY + token -> child (ints only: the collector does not track it)
+      _count[v]       occurrences of v's path in the sequences fed
+      _csum[v]        the sum of v's children's counts (occurrences of v's path followed by a token)
+      _best[v]        v's child of the largest count, ties to the smaller token (-1: no child); kept as
+                      counts change, so a greedy step is O(1), not O(children)
+      _tok[v]         the token of the edge into v
+      _first[v], _next[v]  v's children as a list (first child, next sibling; -1 ends it): only removal walks it
+    Removal frees the nodes whose count reaches 0 (their ids are reused), so the tree holds exactly the distinct
+    substrings (length <= max_depth) of the sequences it holds: 6 int64 and one dict entry per node."""
 
     def __init__(self, max_depth: int) -> None:
         self.max_depth = max_depth
-        self.root: list = [0, {}]
+        self._edge: dict = {}
+        self._count = array("q", [0])
+        self._csum = array("q", [0])
+        self._best = array("q", [-1])
+        self._tok = array("q", [-1])
+        self._first = array("q", [-1])
+        self._next = array("q", [-1])
+        self._free: list = []  # ids of removed nodes, reused first
         self._open: list = []  # nodes of the suffixes (length 1 .. D-1) ending at the last token fed
+
+    def __len__(self) -> int:
+        """Nodes held, the root included."""
+        return len(self._count) - len(self._free)
 
     def start(self) -> None:
         """Begin a new sequence: its substrings do not continue the previous one's."""
         self._open = []
 
+    def _new(self, parent: int, token: int) -> int:
+        if self._free:
+            v = self._free.pop()
+            self._count[v] = self._csum[v] = 0
+            self._best[v] = -1
+            self._first[v] = -1
+            self._tok[v] = token
+        else:
+            v = len(self._count)
+            self._count.append(0)
+            self._csum.append(0)
+            self._best.append(-1)
+            self._tok.append(token)
+            self._first.append(-1)
+            self._next.append(-1)
+        self._next[v] = self._first[parent]
+        self._first[parent] = v
+        self._edge[parent * _KEY + token] = v
+        return v
+
     def feed(self, token: int) -> None:
         """Append one token to the current sequence: every open suffix (and the empty one) gains it."""
+        token = int(token)
+        if not 0 <= token < _KEY:
+            raise ValueError(f"suffix tree: token id {token} out of range [0, 2**32)")
+        edge, count, csum, best, tok = self._edge, self._count, self._csum, self._best, self._tok
         opened = []
-        for node in [self.root] + self._open:
-            child = node[1].get(token)
-            if child is None:
-                child = node[1][token] = [0, {}]
-            child[0] += 1
-            opened.append(child)
+        for node in [0] + self._open:
+            c = edge.get(node * _KEY + token)
+            if c is None:
+                c = self._new(node, token)
+            k = count[c] + 1
+            count[c] = k
+            csum[node] += 1
+            b = best[node]
+            if b != c and (b < 0 or k > count[b] or (k == count[b] and token < tok[b])):
+                best[node] = c
+            opened.append(c)
         self._open = opened[: self.max_depth - 1]  # a path of D nodes cannot be extended further
-        self.root[0] += 1
+        count[0] += 1
 
     def feed_all(self, tokens: Iterable[int]) -> None:
         for t in tokens:
-            self.feed(int(t))
+            self.feed(t)
+
+    def feed_sequence(self, tokens) -> None:
+        """start() + feed_all(tokens), level by level over the whole sequence at once (numpy): the same tree, the
+        same open suffixes. Level d holds the substrings x[i:i+d]; each is its parent x[i:i+d-1] (level d - 1)
+        and one token, so a level is one unique() of (parent, token) keys: counts += occurrences, parents' csum
+        += them, new nodes linked under their parents, and each parent's best child the largest (count, -token)
+        among its old best and its children this level touched (the others' counts did not change)."""
+        x = np.asarray(tokens, dtype=np.int64).ravel()
+        n = len(x)
+        self._open = []
+        if n < max(BULK_MIN, 1):  # numpy's per-level overhead outweighs a short sequence's token-by-token feeding
+            self.feed_all(x.tolist())
+            return
+        if x.min() < 0 or x.max() >= _KEY:
+            raise ValueError(f"suffix tree: token ids out of range [0, 2**32) in a sequence of {n}")
+        par = np.zeros(n, dtype=np.int64)  # level d - 1's node of x[i:i+d-1], i = 0 .. n-d (the root first)
+        opened = []
+        for d in range(1, min(self.max_depth, n) + 1):
+            P, T = par[: n - d + 1], x[d - 1:]
+            uk, inv, cnt = np.unique(P * _KEY + T, return_inverse=True, return_counts=True)
+            get = self._edge.get
+            ids = np.fromiter((get(k, -1) for k in uk.tolist()), dtype=np.int64, count=len(uk))
+            new = ids < 0
+            if new.any():
+                ids[new] = self._alloc(int(new.sum()))
+                self._edge.update(zip(uk[new].tolist(), ids[new].tolist()))
+            up, ut = uk // _KEY, uk % _KEY
+            self._bulk_update(ids, up, ut, cnt, new)
+            par = ids[inv.ravel()]
+            opened.append(int(par[-1]))  # the node of x[n-d:n]
+        self._open = opened[: self.max_depth - 1]
+        self._count[0] += n
+
+    def _alloc(self, k: int) -> np.ndarray:
+        """k node ids (freed ones first); fresh ones are appended to every array, their fields set by the caller."""
+        reuse = [self._free.pop() for _ in range(min(k, len(self._free)))]
+        fresh = k - len(reuse)
+        start = len(self._count)
+        if fresh:
+            blank = np.zeros(fresh, dtype=np.int64).tobytes()
+            for a in (self._count, self._csum, self._best, self._tok, self._first, self._next):
+                a.frombytes(blank)
+        return np.concatenate([np.asarray(reuse, dtype=np.int64), np.arange(start, start + fresh, dtype=np.int64)])
+
+    def _bulk_update(self, ids, up, ut, cnt, new) -> None:
+        """One level of feed_sequence: children `ids` (parents `up`, tokens `ut`, `new` ones just allocated) gain
+        `cnt` occurrences each."""
+        view = lambda a: np.frombuffer(a, dtype=np.int64)  # noqa: E731  (writable views, dropped on return)
+        count, csum, best, tok, first, nxt = (view(a) for a in (self._count, self._csum, self._best, self._tok,
+                                                                self._first, self._next))
+        if new.any():
+            v, u = ids[new], up[new]
+            count[v] = 0
+            csum[v] = 0
+            best[v] = -1
+            first[v] = -1
+            tok[v] = ut[new]
+            o = np.argsort(u, kind="stable")  # link each parent's new children in a row before its old ones
+            v, u = v[o], u[o]
+            last = np.r_[u[1:] != u[:-1], True]  # the last new child of each parent
+            nxt[v[:-1]] = v[1:]
+            heads = np.r_[True, u[1:] != u[:-1]]
+            nxt[v[last]] = first[u[last]]
+            first[u[heads]] = v[heads]
+        count[ids] += cnt
+        np.add.at(csum, up, cnt)
+        # best child: among each touched parent's touched children and its old best
+        ob = best[np.unique(up)]
+        cand_v = np.concatenate([ids, ob[ob >= 0]])
+        cand_u = np.concatenate([up, np.unique(up)[ob >= 0]])
+        o = np.lexsort((tok[cand_v], -count[cand_v], cand_u))
+        cu = cand_u[o]
+        head = np.r_[True, cu[1:] != cu[:-1]]
+        best[cu[head]] = cand_v[o][head]
 
     def remove(self, tokens: list) -> None:
-        """Take one whole sequence fed by start() + feed_all(tokens) back out (counts down, empty nodes dropped)."""
+        """Take one whole sequence fed by start() + feed_all(tokens) back out (counts down, nodes whose count
+        reaches 0 freed: every node below one is on the same path, so the walk frees them all)."""
+        edge, count, csum, best = self._edge, self._count, self._csum, self._best
         for i in range(len(tokens)):
-            node = self.root
-            path = []
+            node = 0
             for t in tokens[i: i + self.max_depth]:
-                child = node[1][t]
-                path.append((node, t, child))
-                node = child
-            for parent, t, child in path:
-                child[0] -= 1
-                if child[0] <= 0:
-                    del parent[1][t]
-                    break
-            self.root[0] -= 1
+                key = node * _KEY + int(t)
+                c = edge[key]
+                count[c] -= 1
+                csum[node] -= 1
+                if count[c] <= 0:
+                    del edge[key]
+                    self._unlink(node, c)
+                    self._free.append(c)
+                if best[node] == c:
+                    self._rebest(node)
+                node = c
+            count[0] -= 1
 
-    def node(self, tokens) -> Optional[list]:
+    def _unlink(self, parent: int, v: int) -> None:
+        first, nxt = self._first, self._next
+        if first[parent] == v:
+            first[parent] = nxt[v]
+            return
+        u = first[parent]
+        while nxt[u] != v:
+            u = nxt[u]
+        nxt[u] = nxt[v]
+
+    def _rebest(self, v: int) -> None:
+        """v's most frequent child again (ties: the smaller token), after a child's count went down."""
+        count, tok, nxt = self._count, self._tok, self._next
+        b, u = -1, self._first[v]
+        while u >= 0:
+            if b < 0 or count[u] > count[b] or (count[u] == count[b] and tok[u] < tok[b]):
+                b = u
+            u = nxt[u]
+        self._best[v] = b
+
+    def node(self, tokens) -> Optional[int]:
         """The node of the path `tokens` from the root, or None."""
-        node = self.root
+        node, edge = 0, self._edge
         for t in tokens:
-            node = node[1].get(int(t))
+            node = edge.get(node * _KEY + int(t))
             if node is None:
                 return None
         return node
 
+    def count(self, node: int) -> int:
+        """Occurrences of the node's path in the sequences fed."""
+        return self._count[node]
+
     def propose(self, context: list, cfg: SuffixConfig, source: str = "") -> SuffixProposal:
         """The best-scored greedy proposal over the matched suffixes of `context` (module docstring)."""
         t = len(context)
-        best = NO_PROPOSAL
+        matched = []
         for m in range(1, min(self.max_depth - 1, t) + 1):
             node = self.node(context[t - m:])
             if node is None:
                 break  # a suffix that never occurred: no longer one did either
-            if not node[1]:
+            matched.append(node)
+        return self._best_of(matched, cfg, source)
+
+    def propose_fed(self, cfg: SuffixConfig, source: str = "") -> SuffixProposal:
+        """propose(context) where `context` is the sequence fed since the last start(): its suffixes' nodes are
+        the open ones, with no walk."""
+        return self._best_of(self._open, cfg, source)
+
+    def _best_of(self, matched: list, cfg: SuffixConfig, source: str) -> SuffixProposal:
+        """The best-scored extension over `matched`, the nodes of the matched suffixes of length 1, 2, ..."""
+        best = NO_PROPOSAL
+        csum = self._csum
+        for i, node in enumerate(matched):
+            if not csum[node]:
                 continue
-            p = self._extend(node, m, cfg, source)
+            p = self._extend(node, i + 1, cfg, source)
             if p.score >= best.score and len(p):
                 best = p  # ties: the longer match
         return best
 
-    def _extend(self, node: list, m: int, cfg: SuffixConfig, source: str) -> SuffixProposal:
+    def _extend(self, node: int, m: int, cfg: SuffixConfig, source: str) -> SuffixProposal:
         """Greedy extension from the node of a matched suffix of length m, by the most frequent child."""
         cap = min(cfg.max_spec_tokens, int(cfg.max_spec_factor * m + cfg.max_spec_offset), self.max_depth - m)
-        toks, conf, prob, score = [], [], 1.0, 0.0
-        while len(toks) < cap and node[1]:
-            total = sum(c[0] for c in node[1].values())
-            tok, child = min(node[1].items(), key=lambda kv: (-kv[1][0], kv[0]))
-            p = child[0] / total
-            if prob * p < cfg.min_token_prob:
+        count, csum, best, tok = self._count, self._csum, self._best, self._tok
+        toks, conf, prob, score, floor = [], [], 1.0, 0.0, cfg.min_token_prob
+        while len(toks) < cap:
+            c = best[node]
+            if c < 0:
+                break
+            p = count[c] / csum[node]
+            if prob * p < floor:
                 break
             prob *= p
             score += prob
-            toks.append(tok)
+            toks.append(tok[c])
             conf.append(p)
-            node = child
+            node = c
         return SuffixProposal(tuple(toks), tuple(conf), m, score, source) if toks else NO_PROPOSAL
 
 
@@ -193,13 +368,13 @@ class SuffixDrafter:
         """A request begins (or resumes): its tree is built over its prompt."""
         tree = SuffixTree(self.cfg.max_depth)
         ctx = [int(t) for t in prompt]
-        tree.feed_all(ctx)
+        tree.feed_sequence(ctx)
         self._req[rid] = (tree, ctx, len(ctx))
 
     def propose(self, rid) -> SuffixProposal:
         """The better-scored proposal of the request's tree and the global tree at its current context."""
         tree, ctx, _ = self._req[rid]
-        best = tree.propose(ctx, self.cfg, "request")
+        best = tree.propose_fed(self.cfg, "request")  # the request's tree was fed exactly ctx
         if self.global_tree is not None:
             other = self.global_tree.propose(ctx, self.cfg, "global")
             if other.score > best.score:
@@ -219,8 +394,7 @@ class SuffixDrafter:
         tree, ctx, p = self._req.pop(rid)
         if finished and self.global_tree is not None and len(ctx) > p:
             out = ctx[p:]
-            self.global_tree.start()
-            self.global_tree.feed_all(out)
+            self.global_tree.feed_sequence(out)
             self._cached.append(out)
             if len(self._cached) > self.cfg.max_cached:
                 self.global_tree.remove(self._cached.popleft())
