@@ -269,3 +269,25 @@ def test_whole_sequence_feeding_builds_the_token_by_token_tree(seed, monkeypatch
             step.remove(old)
         assert _canon(bulk) == _canon(step)
     assert len(bulk) == len(step) == len(_canon(step))
+
+
+def test_batch_proposals_calibrate_each_slot_as_one_request_would():
+    import numpy as np
+
+    from sim.drafters.suffix import LiveSuffixDrafter, SuffixCalibrator
+
+    cal = SuffixCalibrator.load()
+    d = LiveSuffixDrafter(SuffixConfig(max_depth=8, max_spec_tokens=6, max_spec_factor=3.0), cal)
+    rng = random.Random(3)
+    reqs = _random_requests(rng, 12, 4)
+    for rid, (prompt, out) in enumerate(reqs):
+        d.start(rid, prompt)
+        d.observe(rid, out[: len(out) // 2])
+    rids = np.array([5, 0, 11, 3, 7, 1])
+    tok, conf, n = d.propose(rids)
+    assert n.sum() > 0
+    for k, r in enumerate(rids.tolist()):
+        p = SuffixDrafter.propose(d, r)
+        assert n[k] == len(p) and tuple(tok[k, :n[k]].tolist()) == p.tokens and not tok[k, n[k]:].any()
+        want = cal(np.asarray(p.conf), p.match_len + np.arange(len(p))) if len(p) else []
+        assert np.array_equal(conf[k, :n[k]], want) and not conf[k, n[k]:].any()

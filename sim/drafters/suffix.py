@@ -191,13 +191,17 @@ class SuffixTree:
             return
         if x.min() < 0 or x.max() >= _KEY:
             raise ValueError(f"suffix tree: token ids out of range [0, 2**32) in a sequence of {n}")
+        fresh = not self._edge  # an empty tree (a request's, at its start)
         par = np.zeros(n, dtype=np.int64)  # level d - 1's node of x[i:i+d-1], i = 0 .. n-d (the root first)
         opened = []
         for d in range(1, min(self.max_depth, n) + 1):
             P, T = par[: n - d + 1], x[d - 1:]
             uk, inv, cnt = np.unique(P * _KEY + T, return_inverse=True, return_counts=True)
-            get = self._edge.get
-            ids = np.fromiter((get(k, -1) for k in uk.tolist()), dtype=np.int64, count=len(uk))
+            if fresh:  # every node of this level is new: its parent is one this call made
+                ids = np.full(len(uk), -1, dtype=np.int64)
+            else:
+                get = self._edge.get
+                ids = np.fromiter((get(k, -1) for k in uk.tolist()), dtype=np.int64, count=len(uk))
             new = ids < 0
             if new.any():
                 ids[new] = self._alloc(int(new.sum()))
@@ -446,14 +450,19 @@ class LiveSuffixDrafter(SuffixDrafter):
         tok = np.zeros((R, K), dtype=np.int64)
         conf = np.zeros((R, K), dtype=np.float64)
         n = np.zeros(R, dtype=np.int64)
+        raw, ctx = [], []
         for k, r in enumerate(rids):
             p = SuffixDrafter.propose(self, int(r))
             m = len(p)
             if m:
                 tok[k, :m] = p.tokens
-                raw = np.asarray(p.conf, dtype=np.float64)
-                conf[k, :m] = raw if self.calibrator is None else self.calibrator(raw, p.match_len + np.arange(m))
                 n[k] = m
+                raw.extend(p.conf)
+                ctx.extend(range(p.match_len, p.match_len + m))
+        if raw:  # the calibrator is elementwise: one call for the batch's slots (row-major, as the mask)
+            raw = np.asarray(raw, dtype=np.float64)
+            conf[np.arange(K)[None, :] < n[:, None]] = (
+                raw if self.calibrator is None else self.calibrator(raw, np.asarray(ctx, dtype=np.int64)))
         return tok, conf, n
 
     def cost(self, num_reqs: int, cost_model) -> float:
