@@ -131,8 +131,9 @@ def _replay(cfg, requests, rng, batch):
             running[rid] = (out, 0)
         for rid in list(running):
             out, i = running[rid]
-            assert fast.propose(rid) == ref.propose(rid), (rid, i)
-            n += 1
+            if rng.random() < 0.7:  # some steps skip the drafter: observed tokens pile up before a proposal
+                assert fast.propose(rid) == ref.propose(rid), (rid, i)
+                n += 1
             step = out[i: i + rng.randint(1, 4)]
             fast.observe(rid, step)
             ref.observe(rid, step)
@@ -174,8 +175,9 @@ def test_flat_tree_proposes_as_the_definition_on_random_streams(seed, monkeypatc
                        max_spec_factor=rng.choice([0.5, 1.0, 4.0]), max_spec_offset=rng.choice([0.0, 1.0, 2.5]),
                        min_token_prob=rng.choice([0.0, 0.1, 0.5]), max_cached=rng.choice([0, 1, 3, 10000]))
     n, fast = _replay(cfg, _random_requests(rng, 40, rng.choice([2, 5, 30])), rng, rng.choice([1, 4, 16]))
-    assert n > 200
+    assert n > 150
     if cfg.max_cached and cfg.max_cached < 40:  # removals happened: the tree holds only what it keeps
+        fast.catch_up()
         want = RefTree(cfg.max_depth)
         for out in fast._cached:
             want.start()
@@ -194,7 +196,7 @@ def test_flat_tree_proposes_as_the_definition_on_real_token_streams():
     reqs = load_trace("traces/codeedit.jsonl", limit=6).requests
     streams = [(r.prompt_ids[-600:].tolist(), r.output_ids[:300].tolist()) for r in reqs]
     n, _ = _replay(SuffixConfig(max_cached=2), streams, random.Random(0), 3)
-    assert n > 300
+    assert n > 150
 
 
 def test_counts_and_removal_free_nodes():
@@ -248,7 +250,7 @@ def _canon(tree):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_whole_sequence_feeding_builds_the_token_by_token_tree(seed, monkeypatch):
+def test_feeding_runs_at_once_builds_the_token_by_token_tree(seed, monkeypatch):
     import sim.drafters.suffix as sx
 
     monkeypatch.setattr(sx, "BULK_MIN", 0)
@@ -258,7 +260,12 @@ def test_whole_sequence_feeding_builds_the_token_by_token_tree(seed, monkeypatch
     kept = []
     for _ in range(12):
         seq = [rng.randrange(rng.choice([2, 7, 200])) for _ in range(rng.randrange(0, 300))]
-        bulk.feed_sequence(seq)
+        bulk.start()
+        i = 0
+        while i < len(seq):  # in runs of any length, each continuing the last (feed_more)
+            j = i + rng.choice([1, 3, 40, 300])
+            bulk.feed_more(seq[i:j])
+            i = j
         step.start()
         step.feed_all(seq)
         kept.append(seq)
@@ -291,3 +298,36 @@ def test_batch_proposals_calibrate_each_slot_as_one_request_would():
         assert n[k] == len(p) and tuple(tok[k, :n[k]].tolist()) == p.tokens and not tok[k, n[k]:].any()
         want = cal(np.asarray(p.conf), p.match_len + np.arange(len(p))) if len(p) else []
         assert np.array_equal(conf[k, :n[k]], want) and not conf[k, n[k]:].any()
+
+
+def test_edge_table_is_a_map():
+    """sim/drafters/edge_table.py against a dict: one-key and many-key puts, gets and deletes, through rebuilds."""
+    import numpy as np
+
+    from sim.drafters.edge_table import EdgeTable
+
+    rng = random.Random(0)
+    for _ in range(20):
+        t, ref = EdgeTable(bits=rng.choice([1, 2, 4])), {}
+        for _ in range(300):
+            op = rng.random()
+            if op < 0.4:
+                k = rng.randrange(rng.choice([50, 10**6, 2**62]))
+                if k not in ref:
+                    ref[k] = rng.randrange(10**9)
+                    t.put(k, ref[k])
+            elif op < 0.6 and ref:
+                k = rng.choice(list(ref))
+                t.delete(k)
+                del ref[k]
+            elif op < 0.8:
+                ks = list({rng.randrange(2**40) for _ in range(rng.randrange(30))} - set(ref))
+                vs = [rng.randrange(10**9) for _ in ks]
+                t.put_many(np.array(ks, dtype=np.int64), np.array(vs, dtype=np.int64))
+                ref.update(zip(ks, vs))
+            else:
+                qs = [rng.choice(list(ref)) if ref and rng.random() < 0.5 else rng.randrange(2**40) for _ in range(20)]
+                got = t.get_many(np.array(qs, dtype=np.int64)).tolist()
+                assert got == [ref.get(q, -1) for q in qs] == [t.get(q, -1) for q in qs]
+            assert len(t) == len(ref)
+            assert 2 * (t.used + t.deleted) <= len(t.keys)  # at most half full

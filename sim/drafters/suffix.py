@@ -38,6 +38,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from sim.drafters.edge_table import EdgeTable
 from sim.errors import ConfigError
 
 
@@ -92,7 +93,7 @@ class SuffixProposal:
 NO_PROPOSAL = SuffixProposal((), (), 0, 0.0, "none")
 
 
-BULK_MIN = 48  # feed_sequence feeds shorter sequences token by token
+BULK_MIN = 48  # feed_more feeds shorter runs of tokens one by one
 _KEY = 1 << 32  # an edge's key: parent node * _KEY + token (token ids in [0, 2**32), node ids below 2**31)
 
 
@@ -102,7 +103,8 @@ class SuffixTree:
     Stored flat (node ids index arrays; node 0 is the root) so that a node costs no Python object of its own
     (a node as a [count, {children}] pair cost two garbage-collected containers, and the collector's passes
     over millions of them were most of a three-drafter run's time):
-      _edge           dict  parent * _KEY + token -> child (ints only: the collector does not track it)
+      _edge           parent * _KEY + token -> child (sim/drafters/edge_table.py: two int64 arrays, looked up
+                      one key at a time or a whole level of a sequence at once)
       _count[v]       occurrences of v's path in the sequences fed
       _csum[v]        the sum of v's children's counts (occurrences of v's path followed by a token)
       _best[v]        v's child of the largest count, ties to the smaller token (-1: no child); kept as
@@ -110,11 +112,11 @@ class SuffixTree:
       _tok[v]         the token of the edge into v
       _first[v], _next[v]  v's children as a list (first child, next sibling; -1 ends it): only removal walks it
     Removal frees the nodes whose count reaches 0 (their ids are reused), so the tree holds exactly the distinct
-    substrings (length <= max_depth) of the sequences it holds: 6 int64 and one dict entry per node."""
+    substrings (length <= max_depth) of the sequences it holds: 6 int64 per node and 2-4 int64 of edge table."""
 
     def __init__(self, max_depth: int) -> None:
         self.max_depth = max_depth
-        self._edge: dict = {}
+        self._edge = EdgeTable()
         self._count = array("q", [0])
         self._csum = array("q", [0])
         self._best = array("q", [-1])
@@ -149,7 +151,7 @@ class SuffixTree:
             self._next.append(-1)
         self._next[v] = self._first[parent]
         self._first[parent] = v
-        self._edge[parent * _KEY + token] = v
+        self._edge.put(parent * _KEY + token, v)
         return v
 
     def feed(self, token: int) -> None:
@@ -160,8 +162,8 @@ class SuffixTree:
         edge, count, csum, best, tok = self._edge, self._count, self._csum, self._best, self._tok
         opened = []
         for node in [0] + self._open:
-            c = edge.get(node * _KEY + token)
-            if c is None:
+            c = edge.get(node * _KEY + token, -1)
+            if c < 0:
                 c = self._new(node, token)
             k = count[c] + 1
             count[c] = k
@@ -178,38 +180,51 @@ class SuffixTree:
             self.feed(t)
 
     def feed_sequence(self, tokens) -> None:
-        """start() + feed_all(tokens), level by level over the whole sequence at once (numpy): the same tree, the
-        same open suffixes. Level d holds the substrings x[i:i+d]; each is its parent x[i:i+d-1] (level d - 1)
-        and one token, so a level is one unique() of (parent, token) keys: counts += occurrences, parents' csum
-        += them, new nodes linked under their parents, and each parent's best child the largest (count, -token)
-        among its old best and its children this level touched (the others' counts did not change)."""
+        """start() + feed_all(tokens)."""
+        self.start()
+        self.feed_more(tokens)
+
+    def feed_more(self, tokens) -> None:
+        """feed_all(tokens), level by level over the whole run of tokens at once (numpy): the same tree, the
+        same open suffixes. Level d holds the substrings of length d ending at each new token j; each is its
+        parent (length d - 1, ending at token j - 1: level d - 1's, or for j = 0 the open suffix of length
+        d - 1) and the edge token x[j], so a level is one unique() of (parent, token) keys and one batch of
+        edge look-ups: counts += occurrences, parents' csum += them, new nodes linked under their parents,
+        and each parent's best child the largest (count, -token) among its old best and its children this
+        level touched (the others' counts did not change)."""
         x = np.asarray(tokens, dtype=np.int64).ravel()
         n = len(x)
-        self._open = []
-        if n < max(BULK_MIN, 1):  # numpy's per-level overhead outweighs a short sequence's token-by-token feeding
+        if n < max(BULK_MIN, 1):  # numpy's per-level overhead outweighs a few tokens fed one by one
             self.feed_all(x.tolist())
             return
         if x.min() < 0 or x.max() >= _KEY:
-            raise ValueError(f"suffix tree: token ids out of range [0, 2**32) in a sequence of {n}")
-        fresh = not self._edge  # an empty tree (a request's, at its start)
-        par = np.zeros(n, dtype=np.int64)  # level d - 1's node of x[i:i+d-1], i = 0 .. n-d (the root first)
+            raise ValueError(f"suffix tree: token ids out of range [0, 2**32) in a run of {n}")
+        fresh = len(self._edge) == 0  # an empty tree (a request's at its start): every node this call makes is new
+        old_open = self._open
+        ids = np.zeros(n, dtype=np.int64)  # level d - 1's node ending at each new token (level 0: the root)
         opened = []
-        for d in range(1, min(self.max_depth, n) + 1):
-            P, T = par[: n - d + 1], x[d - 1:]
-            uk, inv, cnt = np.unique(P * _KEY + T, return_inverse=True, return_counts=True)
-            if fresh:  # every node of this level is new: its parent is one this call made
-                ids = np.full(len(uk), -1, dtype=np.int64)
+        for d in range(1, self.max_depth + 1):
+            if d == 1:
+                par = ids
             else:
-                get = self._edge.get
-                ids = np.fromiter((get(k, -1) for k in uk.tolist()), dtype=np.int64, count=len(uk))
-            new = ids < 0
+                head = old_open[d - 2] if len(old_open) >= d - 1 else -1
+                par = np.concatenate([[head], ids[:-1]])
+            ok = par >= 0
+            if not ok.any():
+                break
+            keys = par[ok] * _KEY + x[ok]
+            uk, inv, cnt = np.unique(keys, return_inverse=True, return_counts=True)
+            got = np.full(len(uk), -1, dtype=np.int64) if fresh else self._edge.get_many(uk)
+            new = got < 0
             if new.any():
-                ids[new] = self._alloc(int(new.sum()))
-                self._edge.update(zip(uk[new].tolist(), ids[new].tolist()))
-            up, ut = uk // _KEY, uk % _KEY
-            self._bulk_update(ids, up, ut, cnt, new)
-            par = ids[inv.ravel()]
-            opened.append(int(par[-1]))  # the node of x[n-d:n]
+                got[new] = self._alloc(int(new.sum()))
+                self._edge.put_many(uk[new], got[new])
+            self._bulk_update(got, uk // _KEY, uk % _KEY, cnt, new)
+            ids = np.full(n, -1, dtype=np.int64)
+            ids[ok] = got[inv.ravel()]
+            if ids[-1] < 0:
+                break
+            opened.append(int(ids[-1]))  # the node of the length-d suffix ending at the last token
         self._open = opened[: self.max_depth - 1]
         self._count[0] += n
 
@@ -225,7 +240,7 @@ class SuffixTree:
         return np.concatenate([np.asarray(reuse, dtype=np.int64), np.arange(start, start + fresh, dtype=np.int64)])
 
     def _bulk_update(self, ids, up, ut, cnt, new) -> None:
-        """One level of feed_sequence: children `ids` (parents `up`, tokens `ut`, `new` ones just allocated) gain
+        """One level of feed_more: children `ids` (parents `up`, tokens `ut`, `new` ones just allocated) gain
         `cnt` occurrences each."""
         view = lambda a: np.frombuffer(a, dtype=np.int64)  # noqa: E731  (writable views, dropped on return)
         count, csum, best, tok, first, nxt = (view(a) for a in (self._count, self._csum, self._best, self._tok,
@@ -263,11 +278,11 @@ class SuffixTree:
             node = 0
             for t in tokens[i: i + self.max_depth]:
                 key = node * _KEY + int(t)
-                c = edge[key]
+                c = edge.get(key)
                 count[c] -= 1
                 csum[node] -= 1
                 if count[c] <= 0:
-                    del edge[key]
+                    edge.delete(key)
                     self._unlink(node, c)
                     self._free.append(c)
                 if best[node] == c:
@@ -299,8 +314,8 @@ class SuffixTree:
         """The node of the path `tokens` from the root, or None."""
         node, edge = 0, self._edge
         for t in tokens:
-            node = edge.get(node * _KEY + int(t))
-            if node is None:
+            node = edge.get(node * _KEY + int(t), -1)
+            if node < 0:
                 return None
         return node
 
@@ -365,43 +380,59 @@ class SuffixDrafter:
     def __init__(self, cfg: SuffixConfig = SuffixConfig()) -> None:
         self.cfg = cfg
         self.global_tree = SuffixTree(cfg.max_depth) if cfg.max_cached else None
-        self._cached: deque = deque()
-        self._req: dict = {}  # request id -> (its tree, its context, prompt length)
+        self._cached: deque = deque()  # the outputs the global tree holds, oldest first
+        self._finished: list = []  # outputs finished since the global tree was last read, not in it yet
+        self._req: dict = {}  # request id -> [its tree (None until its first proposal), its context, prompt
+        #                       length, tokens of the context fed to its tree]
 
+    # Only a proposal reads the trees, so each catches up when one is made, with what happened since the last,
+    # in runs fed at once (SuffixTree.feed_more): a request's tree is built at its first proposal and fed its
+    # new tokens at the next ones; finished outputs join the global tree when a proposal next reads it. A
+    # request that never proposes (a policy that seldom runs the drafter) never costs a tree. The proposals
+    # are those of feeding every token at once: a tree's counts depend on what was fed, not when.
     def start(self, rid, prompt: Iterable[int]) -> None:
-        """A request begins (or resumes): its tree is built over its prompt."""
-        tree = SuffixTree(self.cfg.max_depth)
+        """A request begins (or resumes) with its prompt."""
         ctx = [int(t) for t in prompt]
-        tree.feed_sequence(ctx)
-        self._req[rid] = (tree, ctx, len(ctx))
+        self._req[rid] = [None, ctx, len(ctx), 0]
 
     def propose(self, rid) -> SuffixProposal:
         """The better-scored proposal of the request's tree and the global tree at its current context."""
-        tree, ctx, _ = self._req[rid]
+        req = self._req[rid]
+        tree, ctx, _, fed = req
+        if tree is None:
+            tree = req[0] = SuffixTree(self.cfg.max_depth)
+            tree.feed_sequence(ctx)
+        elif fed < len(ctx):
+            tree.feed_more(ctx[fed:])
+        req[3] = len(ctx)
         best = tree.propose_fed(self.cfg, "request")  # the request's tree was fed exactly ctx
         if self.global_tree is not None:
+            self.catch_up()
             other = self.global_tree.propose(ctx, self.cfg, "global")
             if other.score > best.score:
                 best = other
         return best
 
     def observe(self, rid, tokens: Iterable[int]) -> None:
-        """Tokens the request emitted this step join its context and its tree."""
-        tree, ctx, _ = self._req[rid]
-        for t in tokens:
-            ctx.append(int(t))
-            tree.feed(int(t))
+        """Tokens the request emitted this step join its context."""
+        self._req[rid][1].extend(int(t) for t in tokens)
 
     def stop(self, rid, finished: bool = True) -> None:
-        """The request leaves: a finished one's output joins the global tree (the oldest leaves it past
+        """The request leaves: a finished one's output is to join the global tree (the oldest leaves it past
         max_cached outputs)."""
-        tree, ctx, p = self._req.pop(rid)
+        _, ctx, p, _ = self._req.pop(rid)
         if finished and self.global_tree is not None and len(ctx) > p:
-            out = ctx[p:]
+            self._finished.append(ctx[p:])
+
+    def catch_up(self) -> None:
+        """The global tree takes in the outputs finished since it was last read, in order (and drops the oldest
+        past max_cached)."""
+        for out in self._finished:
             self.global_tree.feed_sequence(out)
             self._cached.append(out)
             if len(self._cached) > self.cfg.max_cached:
                 self.global_tree.remove(self._cached.popleft())
+        self._finished = []
 
 
 def accepted_length(proposal: SuffixProposal, future: list) -> int:
