@@ -64,10 +64,14 @@ def test_option_names_forms_and_bad_values():
         assert pol.name == want
         assert (pol.sim_fn is None) == (want != "hybrid")  # only the plain name keeps its fast form
     assert get_policy("hybrid:table=step").step_table and not get_policy("hybrid").step_table
+    ad = get_policy("adaptive:table=step")  # the single-drafter reference priced the same way (axis_check)
+    assert ad.step_table and ad.sim_fn is None and ad.vllm is None and get_policy("adaptive").vllm is not None
+    assert get_policy("adaptive:table=startup").name == "adaptive"
     run = get_policy("hybrid:runcal=16:table=step", THREE)
     assert run.recal == 16.0 and run.recal_shared and run.step_table and run.drafters == ("dspark", "ngram", "suffix")
     for bad, what in (("hybrid:table=x", "table"), ("hybrid:runcal=0", "runcal"),
-                      ("hybrid:recal=4:runcal=4", "alternatives"), ("hybrid-price:table=", "table")):
+                      ("hybrid:recal=4:runcal=4", "alternatives"), ("hybrid-price:table=", "table"),
+                      ("adaptive:table=now", "table")):
         with pytest.raises(ConfigError, match=what):
             get_policy(bad)
 

@@ -9,6 +9,9 @@ Per trace and batch size it runs, on the same requests and draft tables: `hybrid
 dspark,ngram,suffix and with dspark,ngram; the single-drafter policies adaptive, model-fixed:7 (dspark),
 ngram-fixed:32 (ngram) and suffix; the three-drafter `hybrid-price` and `oracle`. It prints each one's output
 throughput and the ratio hybrid[3] / max(hybrid[2], best single) (target >= 0.99).
+`--option OPT` (repeatable) adds hybrid:OPT over three and two drafters and its ratio hybrid:OPT[3] / max(hybrid[2],
+hybrid:OPT[2], best single); an option with table=step (the step's own verify table) also adds `adaptive:table=step`
+to the single-drafter policies, so that a single-drafter policy priced the same way is in every ratio.
 
 Step bound: on every decode step of every three-drafter run the checking engine also computes the oracle
 (sim/policies/multi.oracle_n) over the drafters whose chains the step holds, from the step's true accepted
@@ -149,6 +152,10 @@ def main(argv=None) -> int:
     for o in opts:
         get_policy(f"hybrid:{o}", THREE)  # a bad option: one line before anything runs
     runs = [r for r in RUNS if not (a.targets_only and r[0] in ("hybrid-price", "oracle"))]
+    singles = SINGLES
+    if any("table=step" in o.split(":") for o in opts):  # a single-drafter policy priced the same way
+        runs.append(("adaptive:table=step", TWO))
+        singles += ("adaptive:table=step",)
     for o in opts:
         runs += [(f"hybrid:{o}", THREE), (f"hybrid:{o}", TWO)]
     sizes = a.batch_size or [1, 4, 32, 128, 256]
@@ -170,7 +177,7 @@ def main(argv=None) -> int:
                 tput[(p, d)] = t
                 checked, beaten = checked + c, beaten + k
             print("\r" + " " * 80 + "\r", end="", file=sys.stderr)
-            best = max([tput[("hybrid", TWO)]] + [tput[(p, d)] for p, d in runs if p in SINGLES])
+            best = max([tput[("hybrid", TWO)]] + [tput[(p, d)] for p, d in runs if p in singles])
             ratio = tput[("hybrid", THREE)] / best
             ok = ok and ratio >= 0.99 and beaten == 0
             rtext = ""

@@ -71,7 +71,7 @@ from sim.policies.adaptive import alloc_adaptive
 from sim.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, count_above, finish,
                                  goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
-from sim.policies.registry import Policy, parse_float, parse_int, register
+from sim.policies.registry import Policy, parse_float, parse_int, register, split_table, with_table
 from sim.vllm_compat import VllmRun
 
 METHODS = ("model-opt", "fixed-point", "sweep")
@@ -509,38 +509,6 @@ def with_recal(pol: Policy, k: float | None, shared: bool = False) -> Policy:
 
     return dataclasses.replace(pol, name=name, fn=fn, plan_fn=plan, alloc_fn=alloc, phases_of=fn, recal=k,
                                recal_shared=shared, sim_fn=None, sim_for=None)
-
-
-TABLES = ("startup", "step")  # the `table=` option's values; the first is the default
-
-
-def split_table(params: List[str]) -> tuple[List[str], bool]:
-    """The `table=T` option (anywhere in the parameters; T in TABLES) and the other parameters: whether the policy
-    prices with the step's own verify table (Policy.step_table); ValueError if T is not one of TABLES."""
-    rest, step = [], False
-    for p in params:
-        if p.startswith("table="):
-            val = p[len("table="):]
-            if val not in TABLES:
-                raise ValueError(f"table must be one of {', '.join(TABLES)}, got '{val}'")
-            step = val == "step"
-        else:
-            rest.append(p)
-    return rest, step
-
-
-def with_table(pol: Policy, step: bool) -> Policy:
-    """`pol` pricing verify slots with the step's own table (`table=step`, Policy.step_table): the same functions,
-    handed the table of this step's token count, KV context and sequences instead of vLLM's start-up profile
-    (docs/design.md). Why: the start-up profile times x tokens with min(x, max_num_seqs) dummy requests at
-    8,192 tokens of context each, so below max_num_seqs tokens each further slot is priced as one more long
-    request (at batch 128 the 37 slots from 37 to 74 tokens cost 18.9 ms there, and nothing at a step of 37
-    requests with 1,000 tokens of context each: 9.6 ms either way, one CUDA-graph bucket): a price-based policy
-    then trims chains whose slots would pay. Named
-    `NAME:table=step`; no fast form transcribes it. `pol` itself when step is False."""
-    if not step:
-        return pol
-    return dataclasses.replace(pol, name=f"{pol.name}:table=step", step_table=True, sim_fn=None, sim_for=None)
 
 
 def parse_hybrid(params: List[str]) -> tuple[str, float, float, str, bool]:
