@@ -36,6 +36,10 @@ torch on the tensors' device with no host synchronisation; the engine keeps the 
 `Engine.recal`) and hands the policy the offsets of the decoding requests: the StepBatch the current ones
 (`StepBatch.recal`), the HostView those one step older (`StepBatch.stale_recal`), as a host under asynchronous
 scheduling plans the step before the previous one's outcome is back.
+
+Run level (`runcal=k`, RecalState(shared=True)): one offset b_d per drafter for the whole run, the same model and
+update with every request's observed slots of a step pooled (`observe_shared`): a bias every request shares (the
+general-text calibration on a copy-heavy workload) from far more evidence, without per-request noise.
 """
 from __future__ import annotations
 

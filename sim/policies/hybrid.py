@@ -57,6 +57,9 @@ sim/policies/multi.py; off by default): the same two phases on the view's confid
 drafter by the offsets the engine keeps from each request's own outcomes (`with_recal`; the math, the prior
 precision k and the invariants in sim/drafters/recalibration.py). No fast form transcribes it (get_policy attaches
 none), so the simulator runs these definitions.
+`runcal=k` is the same with one offset per drafter for the whole run. `table=T` (registry.with_table): T = step
+prices verify slots with the step's own verify table instead of vLLM's start-up profile (the engine hands it in
+verify_cost_ms; the functions are unchanged). Neither has a fast form.
 """
 from __future__ import annotations
 
