@@ -26,7 +26,8 @@ request is preempted (recompute: its KV is freed and its prompt plus generated t
 later; no token is lost or emitted twice).
 
 Costs: policies decide with the verify table vLLM profiles at start-up (CostModel.startup_verify_table, no
-step's real context); the step is charged its true cost, at this step's context and at the token count its
+step's real context), or, a policy with Policy.step_table (`table=step`), with the table of the step's own token
+count, KV context and sequences (CostModel.charged_verify_table: host-known before launch); the step is charged its true cost, at this step's context and at the token count its
 CUDA graph is padded to (CostModel.graph_tokens). A policy's Plan may leave a drafter out for the whole step:
 that drafter is then not proposed nor charged, and a slot admitted from it is a violation (check 1 below).
 Host-side history the policies may use (`_host_history`): the chain last drafted
@@ -293,10 +294,15 @@ class Engine(HostHistory, LosslessChecks):
         self._bar = None
         # online recalibration (Policy.recal, sim/drafters/recalibration.py): per-request offsets kept here
         k = getattr(policy, "recal", None)
-        self.recal = None if k is None else RecalState(policy.drafters, n, k)
-        # the native step and the policies' fast forms hold two drafters' chains and no recalibration state: a run
-        # with a live drafter or recalibration takes the numpy step (the definitions)
-        if self.live or self.recal is not None:
+        self.recal = None if k is None else RecalState(policy.drafters, n, k, getattr(policy, "recal_shared", False))
+        # the verify table the policy decides with this step: the start-up profile, or (Policy.step_table) the
+        # step's own, set by the numpy step before the plan
+        self.step_table = bool(getattr(policy, "step_table", False))
+        self._table = self.decision_table
+        # the native step and the policies' fast forms hold two drafters' chains, no recalibration state and the
+        # start-up table: a run with a live drafter, recalibration or step tables takes the numpy step (the
+        # definitions)
+        if self.live or self.recal is not None or self.step_table:
             self._fast = self._arrays = None
 
     # ----------------------------------------------------------------------------------------- utils
@@ -597,7 +603,7 @@ class Engine(HostHistory, LosslessChecks):
             stale_model_conf=from_numpy(stale[0]), stale_model_len=from_numpy(stale[1]),
             stale_ngram_conf=from_numpy(stale[2]), stale_ngram_len=from_numpy(stale[3]),
             model_len=from_numpy(self._scheduled_model_len(reqs)), num_nondraft_tokens=T,
-            verify_cost_ms=self.decision_table, draft_cost_ms=prices.total(),
+            verify_cost_ms=self._table, draft_cost_ms=prices.total(),
             mean_ngram_conf=None if mean_ng is None else from_numpy(mean_ng),
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
@@ -629,7 +635,7 @@ class Engine(HostHistory, LosslessChecks):
             stale_ngram_conf=from_numpy(stale[2]),
             stale_ngram_len=from_numpy(stale[3]),
             num_nondraft_tokens=T,
-            verify_cost_ms=self.decision_table,
+            verify_cost_ms=self._table,
             draft_cost_ms=prices.total(),
             true_model_acc=from_numpy(tb.m_acc[rows]) if pol.needs_truth else None,
             true_ngram_acc=from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
@@ -848,6 +854,8 @@ class Engine(HostHistory, LosslessChecks):
             # Quoted as if every drafter the policy uses runs; the plan may leave one out (its price is dropped).
             prices = self.step_prices(R).copy()
             stale, mean_ng = self._host_state(reqs)
+            if self.step_table:
+                self._table = torch.from_numpy(self._true_table(T, R, kv_tokens, n_seqs))
             drafting = self._plan(self._host_view(reqs, stale, mean_ng, T, n_seqs, n_prefill_done, prices))
             chains = self._propose(reqs, rows, drafting)
             if self.live:

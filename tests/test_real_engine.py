@@ -20,7 +20,7 @@ from sim.policies import list_policies  # noqa: F401  (imported for its side eff
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAIN_POLICIES = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold", "hybrid",
-                  "hybrid-price", "oracle"]
+                  "hybrid-price", "oracle", "hybrid:runcal=64:table=step", "adaptive:table=step"]
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ def test_counts_are_substring_occurrences():
         s = rng.choice(seqs)
         i = rng.randrange(len(s))
         path = s[i: i + rng.randrange(1, 6)]
-        assert tree.node(path)[0] == _brute_count(seqs, path, 5), path
+        assert tree.count(tree.node(path)) == _brute_count(seqs, path, 5), path
     assert tree.node([0, 1, 2, 3, 0, 1]) is None  # deeper than the tree
     for s in seqs[:2]:  # removing sequences leaves the others' counts
         tree.remove(s)
@@ -35,7 +35,7 @@ def test_counts_are_substring_occurrences():
         s = rng.choice(seqs[2:])
         i = rng.randrange(len(s))
         path = s[i: i + rng.randrange(1, 6)]
-        assert tree.node(path)[0] == _brute_count(seqs[2:], path, 5), path
+        assert tree.count(tree.node(path)) == _brute_count(seqs[2:], path, 5), path
 
 
 def test_proposal_continues_the_longest_matched_suffix_by_frequency():

@@ -9,6 +9,9 @@ Per trace and batch size it runs, on the same requests and draft tables: `hybrid
 dspark,ngram,suffix and with dspark,ngram; the single-drafter policies adaptive, model-fixed:7 (dspark),
 ngram-fixed:32 (ngram) and suffix; the three-drafter `hybrid-price` and `oracle`. It prints each one's output
 throughput and the ratio hybrid[3] / max(hybrid[2], best single) (target >= 0.99).
+`--option OPT` (repeatable) adds hybrid:OPT over three and two drafters and its ratio hybrid:OPT[3] / max(hybrid[2],
+hybrid:OPT[2], best single); an option with table=step (the step's own verify table) also adds `adaptive:table=step`
+to the single-drafter policies, so that a single-drafter policy priced the same way is in every ratio.
 
 Step bound: on every decode step of every three-drafter run the checking engine also computes the oracle
 (sim/policies/multi.oracle_n) over the drafters whose chains the step holds, from the step's true accepted
@@ -137,19 +140,29 @@ def main(argv=None) -> int:
                     help="also run hybrid:recal=K over three and two drafters (online recalibration, prior precision "
                          "K > 0; sim/drafters/recalibration.py; repeatable) and print its ratio, rK = "
                          "hybrid:recal=K[3] / max(hybrid[2], hybrid:recal=K[2], best single)")
+    ap.add_argument("--option", action="append", metavar="OPT",
+                    help="also run hybrid:OPT over three and two drafters (an option of hybrid's, e.g. table=step; "
+                         "repeatable) and print its ratio, r:OPT = hybrid:OPT[3] / max(hybrid[2], hybrid:OPT[2], "
+                         "best single)")
     a = ap.parse_args(argv)
-    recals = a.recal or []
-    for k in recals:
+    for k in a.recal or []:
         if not k > 0:
             raise ConfigError(f"--recal must be > 0, got {k:g}")
+    opts = [f"recal={k:g}" for k in a.recal or []] + list(a.option or [])
+    for o in opts:
+        get_policy(f"hybrid:{o}", THREE)  # a bad option: one line before anything runs
     runs = [r for r in RUNS if not (a.targets_only and r[0] in ("hybrid-price", "oracle"))]
-    for k in recals:
-        runs += [(f"hybrid:recal={k:g}", THREE), (f"hybrid:recal={k:g}", TWO)]
+    singles = SINGLES
+    if any("table=step" in o.split(":") for o in opts):  # a single-drafter policy priced the same way
+        runs.append(("adaptive:table=step", TWO))
+        singles += ("adaptive:table=step",)
+    for o in opts:
+        runs += [(f"hybrid:{o}", THREE), (f"hybrid:{o}", TWO)]
     sizes = a.batch_size or [1, 4, 32, 128, 256]
     ok, rok = True, {}
     print(f"{'trace':24} {'batch':>5} " + " ".join(f"{p + ('[3]' if d == THREE and p.split(':')[0] == 'hybrid' else '[2]' if p.split(':')[0] == 'hybrid' else ''):>14}"
                                               for p, d in runs) + f" {'ratio':>7}"
-          + "".join(f" {'r' + format(k, 'g'):>7}" for k in recals) + f" {'beaten':>9}")
+          + "".join(f" {'r:' + o:>9}" for o in opts) + f" {'beaten':>9}")
     for trace in a.trace or ["traces/codeedit.jsonl", "traces/chat.jsonl"]:
         prep = prepare(SimSetup(trace=trace, sample=a.sample, seed=a.seed, drafters=THREE))
         n = len(prep.arrivals)
@@ -164,20 +177,20 @@ def main(argv=None) -> int:
                 tput[(p, d)] = t
                 checked, beaten = checked + c, beaten + k
             print("\r" + " " * 80 + "\r", end="", file=sys.stderr)
-            best = max([tput[("hybrid", TWO)]] + [tput[(p, d)] for p, d in runs if p in SINGLES])
+            best = max([tput[("hybrid", TWO)]] + [tput[(p, d)] for p, d in runs if p in singles])
             ratio = tput[("hybrid", THREE)] / best
             ok = ok and ratio >= 0.99 and beaten == 0
             rtext = ""
-            for k in recals:
-                rc = f"hybrid:recal={k:g}"
+            for o in opts:
+                rc = f"hybrid:{o}"
                 rratio = tput[(rc, THREE)] / max(best, tput[(rc, TWO)])
-                rok[k] = rok.get(k, True) and rratio >= 0.99
-                rtext += f"{rratio:>7.3f} "
+                rok[o] = rok.get(o, True) and rratio >= 0.99
+                rtext += f"{rratio:>9.3f} "
             print(f"{trace:24} {b:>5} " + " ".join(f"{tput[k]:>14,.0f}" for k in runs) + f" {ratio:>7.3f} " + rtext
                   + f"{beaten:>4}/{checked}", flush=True)
     print(f"targets (ratio >= 0.99, no step beats the oracle): {'met' if ok else 'NOT met'}")
-    for k in recals:
-        print(f"with recal={k:g} (r{k:g} >= 0.99): {'met' if rok.get(k, True) else 'NOT met'}")
+    for o in opts:
+        print(f"with hybrid:{o} (r:{o} >= 0.99): {'met' if rok.get(o, True) else 'NOT met'}")
     return 0
 
 

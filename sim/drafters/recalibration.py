@@ -36,6 +36,10 @@ torch on the tensors' device with no host synchronisation; the engine keeps the 
 `Engine.recal`) and hands the policy the offsets of the decoding requests: the StepBatch the current ones
 (`StepBatch.recal`), the HostView those one step older (`StepBatch.stale_recal`), as a host under asynchronous
 scheduling plans the step before the previous one's outcome is back.
+
+Run level (`runcal=k`, RecalState(shared=True)): one offset b_d per drafter for the whole run, the same model and
+update with every request's observed slots of a step pooled (`observe_shared`): a bias every request shares (the
+general-text calibration on a copy-heavy workload) from far more evidence, without per-request noise.
 """
 from __future__ import annotations
 
@@ -57,22 +61,39 @@ def recalibrate(conf: torch.Tensor, offset: Optional[torch.Tensor]) -> torch.Ten
     return torch.where((c > 0.0) & (c < 1.0), out, c).to(conf.dtype)
 
 
-def observe(offset: torch.Tensor, precision: torch.Tensor, conf: torch.Tensor, length: torch.Tensor,
-            acc: torch.Tensor, evidence: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step's update of (offset b [R], precision P [R]) from drafter d's chain (conf [R, K], its length [R]),
-    the leading tokens of it the target emits (acc [R]) and the tokens emitted (evidence e [R]); module docstring.
-    Rows with no observed slot are unchanged. Returns the new (b, P), float64."""
+def evidence(offset: torch.Tensor, conf: torch.Tensor, length: torch.Tensor, acc: torch.Tensor,
+             evidence: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step's evidence per row at offsets b [R] (module docstring): (g [R] accepted minus expected accepted
+    over the observed slots, h [R] their Fisher information), float64; 0 on rows with no observed slot."""
     f64 = torch.float64
-    b, P = offset.to(f64), precision.to(f64)
     K = conf.shape[-1]
     seen = torch.minimum(torch.minimum(length, acc + 1), evidence).clamp(min=0)  # m
     j = torch.arange(K, device=conf.device)[None, :]
     mask = (j < seen[:, None]).to(f64)
     y = (j < acc[:, None]).to(f64)
-    p = torch.sigmoid(torch.logit(conf.to(f64).clamp(EPS, 1.0 - EPS)) + b[:, None])
-    g = ((y - p) * mask).sum(-1)
-    P = P + (p * (1.0 - p) * mask).sum(-1)
+    p = torch.sigmoid(torch.logit(conf.to(f64).clamp(EPS, 1.0 - EPS)) + offset.to(f64)[:, None])
+    return ((y - p) * mask).sum(-1), (p * (1.0 - p) * mask).sum(-1)
+
+
+def observe(offset: torch.Tensor, precision: torch.Tensor, conf: torch.Tensor, length: torch.Tensor,
+            acc: torch.Tensor, evidence_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step's update of (offset b [R], precision P [R]) from drafter d's chain (conf [R, K], its length [R]),
+    the leading tokens of it the target emits (acc [R]) and the tokens emitted (evidence e [R]); module docstring.
+    Rows with no observed slot are unchanged. Returns the new (b, P), float64."""
+    b, P = offset.to(torch.float64), precision.to(torch.float64)
+    g, h = evidence(b, conf, length, acc, evidence_)
+    P = P + h
     return b + g / P, P
+
+
+def observe_shared(offset: torch.Tensor, precision: torch.Tensor, conf: torch.Tensor, length: torch.Tensor,
+                   acc: torch.Tensor, evidence_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`observe` for one offset shared by every request of the run (the `runcal=k` option: b and P are [1]): the
+    step's evidence of all R rows pooled, P <- P + sum_r h_r, b <- b + sum_r g_r / P."""
+    b, P = offset.to(torch.float64), precision.to(torch.float64)
+    g, h = evidence(b.expand(conf.shape[0]), conf, length, acc, evidence_)
+    P = P + h.sum()
+    return b + g.sum() / P, P
 
 
 def recalibrated(view):
@@ -99,18 +120,26 @@ class RecalState:
     """An engine's recalibration state (module docstring): per request r and drafter d, the offset b [logits] and
     precision P [1 / logit^2], host float64 arrays [n, D] (the trace's n requests, D = the policy's drafters), and
     the offsets one step older that the host plans from. Fixed size per request; the update is `observe`'s torch
-    (the simulator's tensors live on the CPU, so wrapping the arrays costs no copy)."""
+    (the simulator's tensors live on the CPU, so wrapping the arrays costs no copy).
+    shared=True (`runcal=k`): one offset per drafter for the whole run (arrays [1, D]), updated from every
+    request's evidence at once (`observe_shared`): a bias of the general-text calibration that the workload shares
+    (code edits copy more than general text) is learnt from far more slots than one request's, so without the
+    per-request offsets' noise, and it carries over to requests that join later."""
 
-    def __init__(self, drafters: tuple, n: int, k: float):
-        self.names, self.k = tuple(drafters), float(k)
-        D = len(self.names)
-        self.b = torch.zeros((n, D), dtype=torch.float64)
-        self.P = torch.full((n, D), self.k, dtype=torch.float64)
-        self.b_host = torch.zeros((n, D), dtype=torch.float64)
+    def __init__(self, drafters: tuple, n: int, k: float, shared: bool = False):
+        self.names, self.k, self.shared = tuple(drafters), float(k), bool(shared)
+        D, rows = len(self.names), 1 if shared else n
+        self.b = torch.zeros((rows, D), dtype=torch.float64)
+        self.P = torch.full((rows, D), self.k, dtype=torch.float64)
+        self.b_host = torch.zeros((rows, D), dtype=torch.float64)
+
+    def _rows(self, reqs) -> torch.Tensor:
+        idx = torch.as_tensor(reqs)
+        return torch.zeros_like(idx) if self.shared else idx
 
     def offsets(self, reqs) -> tuple[dict, dict]:
         """(current, one step older) offsets of requests `reqs` (int64 [R]): name -> float64 [R]."""
-        idx = torch.as_tensor(reqs)
+        idx = self._rows(reqs)
         cur, old = self.b[idx], self.b_host[idx]
         return ({d: cur[:, i] for i, d in enumerate(self.names)}, {d: old[:, i] for i, d in enumerate(self.names)})
 
@@ -118,8 +147,16 @@ class RecalState:
         """After a step: requests `reqs` emitted `evidence` tokens [R]; chains: name -> (conf [R, K], len [R]) of
         the drafters that ran (absent: did not run, nothing observed); acc: name -> the leading tokens of that
         chain the target emits [R]. The host's offsets take the values before this update (one step old)."""
-        idx = torch.as_tensor(reqs)
         e = torch.as_tensor(evidence)
+        if self.shared:
+            self.b_host.copy_(self.b)
+            for i, d in enumerate(self.names):
+                if d in chains:
+                    conf, length = chains[d]
+                    self.b[:, i], self.P[:, i] = observe_shared(self.b[:, i], self.P[:, i], torch.as_tensor(conf),
+                                                                torch.as_tensor(length), torch.as_tensor(acc[d]), e)
+            return
+        idx = torch.as_tensor(reqs)
         self.b_host[idx] = self.b[idx]
         for i, d in enumerate(self.names):
             if d not in chains:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from sim.drafters.edge_table import EdgeTable
 from sim.errors import ConfigError
 
 
@@ -91,89 +93,281 @@ class SuffixProposal:
 NO_PROPOSAL = SuffixProposal((), (), 0, 0.0, "none")
 
 
+BULK_MIN = 48  # feed_more feeds shorter runs of tokens one by one
+_KEY = 1 << 32  # an edge's key: parent node * _KEY + token (token ids in [0, 2**32), node ids below 2**31)
+
+
 class SuffixTree:
-    """A trie of every substring of length <= max_depth of the sequences fed to it, with occurrence counts."""
+    """A trie of every substring of length <= max_depth of the sequences fed to it, with occurrence counts.
+
+    Stored flat (node ids index arrays; node 0 is the root) so that a node costs no Python object of its own
+    (a node as a [count, {children}] pair cost two garbage-collected containers, and the collector's passes
+    over millions of them were most of a three-drafter run's time):
+      _edge           parent * _KEY + token -> child (sim/drafters/edge_table.py: two int64 arrays, looked up
+                      one key at a time or a whole level of a sequence at once)
+      _count[v]       occurrences of v's path in the sequences fed
+      _csum[v]        the sum of v's children's counts (occurrences of v's path followed by a token)
+      _best[v]        v's child of the largest count, ties to the smaller token (-1: no child); kept as
+                      counts change, so a greedy step is O(1), not O(children)
+      _tok[v]         the token of the edge into v
+      _first[v], _next[v]  v's children as a list (first child, next sibling; -1 ends it): only removal walks it
+    Removal frees the nodes whose count reaches 0 (their ids are reused), so the tree holds exactly the distinct
+    substrings (length <= max_depth) of the sequences it holds: 6 int64 per node and 2-4 int64 of edge table."""
 
     def __init__(self, max_depth: int) -> None:
         self.max_depth = max_depth
-        self.root: list = [0, {}]
+        self._edge = EdgeTable()
+        self._count = array("q", [0])
+        self._csum = array("q", [0])
+        self._best = array("q", [-1])
+        self._tok = array("q", [-1])
+        self._first = array("q", [-1])
+        self._next = array("q", [-1])
+        self._free: list = []  # ids of removed nodes, reused first
         self._open: list = []  # nodes of the suffixes (length 1 .. D-1) ending at the last token fed
+
+    def __len__(self) -> int:
+        """Nodes held, the root included."""
+        return len(self._count) - len(self._free)
 
     def start(self) -> None:
         """Begin a new sequence: its substrings do not continue the previous one's."""
         self._open = []
 
+    def _new(self, parent: int, token: int) -> int:
+        if self._free:
+            v = self._free.pop()
+            self._count[v] = self._csum[v] = 0
+            self._best[v] = -1
+            self._first[v] = -1
+            self._tok[v] = token
+        else:
+            v = len(self._count)
+            self._count.append(0)
+            self._csum.append(0)
+            self._best.append(-1)
+            self._tok.append(token)
+            self._first.append(-1)
+            self._next.append(-1)
+        self._next[v] = self._first[parent]
+        self._first[parent] = v
+        self._edge.put(parent * _KEY + token, v)
+        return v
+
     def feed(self, token: int) -> None:
         """Append one token to the current sequence: every open suffix (and the empty one) gains it."""
+        token = int(token)
+        if not 0 <= token < _KEY:
+            raise ValueError(f"suffix tree: token id {token} out of range [0, 2**32)")
+        edge, count, csum, best, tok = self._edge, self._count, self._csum, self._best, self._tok
         opened = []
-        for node in [self.root] + self._open:
-            child = node[1].get(token)
-            if child is None:
-                child = node[1][token] = [0, {}]
-            child[0] += 1
-            opened.append(child)
+        for node in [0] + self._open:
+            c = edge.get(node * _KEY + token, -1)
+            if c < 0:
+                c = self._new(node, token)
+            k = count[c] + 1
+            count[c] = k
+            csum[node] += 1
+            b = best[node]
+            if b != c and (b < 0 or k > count[b] or (k == count[b] and token < tok[b])):
+                best[node] = c
+            opened.append(c)
         self._open = opened[: self.max_depth - 1]  # a path of D nodes cannot be extended further
-        self.root[0] += 1
+        count[0] += 1
 
     def feed_all(self, tokens: Iterable[int]) -> None:
         for t in tokens:
-            self.feed(int(t))
+            self.feed(t)
+
+    def feed_sequence(self, tokens) -> None:
+        """start() + feed_all(tokens)."""
+        self.start()
+        self.feed_more(tokens)
+
+    def feed_more(self, tokens) -> None:
+        """feed_all(tokens), level by level over the whole run of tokens at once (numpy): the same tree, the
+        same open suffixes. Level d holds the substrings of length d ending at each new token j; each is its
+        parent (length d - 1, ending at token j - 1: level d - 1's, or for j = 0 the open suffix of length
+        d - 1) and the edge token x[j], so a level is one unique() of (parent, token) keys and one batch of
+        edge look-ups: counts += occurrences, parents' csum += them, new nodes linked under their parents,
+        and each parent's best child the largest (count, -token) among its old best and its children this
+        level touched (the others' counts did not change)."""
+        x = np.asarray(tokens, dtype=np.int64).ravel()
+        n = len(x)
+        if n < max(BULK_MIN, 1):  # numpy's per-level overhead outweighs a few tokens fed one by one
+            self.feed_all(x.tolist())
+            return
+        if x.min() < 0 or x.max() >= _KEY:
+            raise ValueError(f"suffix tree: token ids out of range [0, 2**32) in a run of {n}")
+        fresh = len(self._edge) == 0  # an empty tree (a request's at its start): every node this call makes is new
+        old_open = self._open
+        ids = np.zeros(n, dtype=np.int64)  # level d - 1's node ending at each new token (level 0: the root)
+        opened = []
+        for d in range(1, self.max_depth + 1):
+            if d == 1:
+                par = ids
+            else:
+                head = old_open[d - 2] if len(old_open) >= d - 1 else -1
+                par = np.concatenate([[head], ids[:-1]])
+            ok = par >= 0
+            if not ok.any():
+                break
+            keys = par[ok] * _KEY + x[ok]
+            uk, inv, cnt = np.unique(keys, return_inverse=True, return_counts=True)
+            got = np.full(len(uk), -1, dtype=np.int64) if fresh else self._edge.get_many(uk)
+            new = got < 0
+            if new.any():
+                got[new] = self._alloc(int(new.sum()))
+                self._edge.put_many(uk[new], got[new])
+            self._bulk_update(got, uk // _KEY, uk % _KEY, cnt, new)
+            ids = np.full(n, -1, dtype=np.int64)
+            ids[ok] = got[inv.ravel()]
+            if ids[-1] < 0:
+                break
+            opened.append(int(ids[-1]))  # the node of the length-d suffix ending at the last token
+        self._open = opened[: self.max_depth - 1]
+        self._count[0] += n
+
+    def _alloc(self, k: int) -> np.ndarray:
+        """k node ids (freed ones first); fresh ones are appended to every array, their fields set by the caller."""
+        reuse = [self._free.pop() for _ in range(min(k, len(self._free)))]
+        fresh = k - len(reuse)
+        start = len(self._count)
+        if fresh:
+            blank = np.zeros(fresh, dtype=np.int64).tobytes()
+            for a in (self._count, self._csum, self._best, self._tok, self._first, self._next):
+                a.frombytes(blank)
+        return np.concatenate([np.asarray(reuse, dtype=np.int64), np.arange(start, start + fresh, dtype=np.int64)])
+
+    def _bulk_update(self, ids, up, ut, cnt, new) -> None:
+        """One level of feed_more: children `ids` (parents `up`, tokens `ut`, `new` ones just allocated) gain
+        `cnt` occurrences each."""
+        view = lambda a: np.frombuffer(a, dtype=np.int64)  # noqa: E731  (writable views, dropped on return)
+        count, csum, best, tok, first, nxt = (view(a) for a in (self._count, self._csum, self._best, self._tok,
+                                                                self._first, self._next))
+        if new.any():
+            v, u = ids[new], up[new]
+            count[v] = 0
+            csum[v] = 0
+            best[v] = -1
+            first[v] = -1
+            tok[v] = ut[new]
+            o = np.argsort(u, kind="stable")  # link each parent's new children in a row before its old ones
+            v, u = v[o], u[o]
+            last = np.r_[u[1:] != u[:-1], True]  # the last new child of each parent
+            nxt[v[:-1]] = v[1:]
+            heads = np.r_[True, u[1:] != u[:-1]]
+            nxt[v[last]] = first[u[last]]
+            first[u[heads]] = v[heads]
+        count[ids] += cnt
+        np.add.at(csum, up, cnt)
+        # best child: among each touched parent's touched children and its old best
+        ob = best[np.unique(up)]
+        cand_v = np.concatenate([ids, ob[ob >= 0]])
+        cand_u = np.concatenate([up, np.unique(up)[ob >= 0]])
+        o = np.lexsort((tok[cand_v], -count[cand_v], cand_u))
+        cu = cand_u[o]
+        head = np.r_[True, cu[1:] != cu[:-1]]
+        best[cu[head]] = cand_v[o][head]
 
     def remove(self, tokens: list) -> None:
-        """Take one whole sequence fed by start() + feed_all(tokens) back out (counts down, empty nodes dropped)."""
+        """Take one whole sequence fed by start() + feed_all(tokens) back out (counts down, nodes whose count
+        reaches 0 freed: every node below one is on the same path, so the walk frees them all)."""
+        edge, count, csum, best = self._edge, self._count, self._csum, self._best
         for i in range(len(tokens)):
-            node = self.root
-            path = []
+            node = 0
             for t in tokens[i: i + self.max_depth]:
-                child = node[1][t]
-                path.append((node, t, child))
-                node = child
-            for parent, t, child in path:
-                child[0] -= 1
-                if child[0] <= 0:
-                    del parent[1][t]
-                    break
-            self.root[0] -= 1
+                key = node * _KEY + int(t)
+                c = edge.get(key)
+                count[c] -= 1
+                csum[node] -= 1
+                if count[c] <= 0:
+                    edge.delete(key)
+                    self._unlink(node, c)
+                    self._free.append(c)
+                if best[node] == c:
+                    self._rebest(node)
+                node = c
+            count[0] -= 1
 
-    def node(self, tokens) -> Optional[list]:
+    def _unlink(self, parent: int, v: int) -> None:
+        first, nxt = self._first, self._next
+        if first[parent] == v:
+            first[parent] = nxt[v]
+            return
+        u = first[parent]
+        while nxt[u] != v:
+            u = nxt[u]
+        nxt[u] = nxt[v]
+
+    def _rebest(self, v: int) -> None:
+        """v's most frequent child again (ties: the smaller token), after a child's count went down."""
+        count, tok, nxt = self._count, self._tok, self._next
+        b, u = -1, self._first[v]
+        while u >= 0:
+            if b < 0 or count[u] > count[b] or (count[u] == count[b] and tok[u] < tok[b]):
+                b = u
+            u = nxt[u]
+        self._best[v] = b
+
+    def node(self, tokens) -> Optional[int]:
         """The node of the path `tokens` from the root, or None."""
-        node = self.root
+        node, edge = 0, self._edge
         for t in tokens:
-            node = node[1].get(int(t))
-            if node is None:
+            node = edge.get(node * _KEY + int(t), -1)
+            if node < 0:
                 return None
         return node
+
+    def count(self, node: int) -> int:
+        """Occurrences of the node's path in the sequences fed."""
+        return self._count[node]
 
     def propose(self, context: list, cfg: SuffixConfig, source: str = "") -> SuffixProposal:
         """The best-scored greedy proposal over the matched suffixes of `context` (module docstring)."""
         t = len(context)
-        best = NO_PROPOSAL
+        matched = []
         for m in range(1, min(self.max_depth - 1, t) + 1):
             node = self.node(context[t - m:])
             if node is None:
                 break  # a suffix that never occurred: no longer one did either
-            if not node[1]:
+            matched.append(node)
+        return self._best_of(matched, cfg, source)
+
+    def propose_fed(self, cfg: SuffixConfig, source: str = "") -> SuffixProposal:
+        """propose(context) where `context` is the sequence fed since the last start(): its suffixes' nodes are
+        the open ones, with no walk."""
+        return self._best_of(self._open, cfg, source)
+
+    def _best_of(self, matched: list, cfg: SuffixConfig, source: str) -> SuffixProposal:
+        """The best-scored extension over `matched`, the nodes of the matched suffixes of length 1, 2, ..."""
+        best = NO_PROPOSAL
+        csum = self._csum
+        for i, node in enumerate(matched):
+            if not csum[node]:
                 continue
-            p = self._extend(node, m, cfg, source)
+            p = self._extend(node, i + 1, cfg, source)
             if p.score >= best.score and len(p):
                 best = p  # ties: the longer match
         return best
 
-    def _extend(self, node: list, m: int, cfg: SuffixConfig, source: str) -> SuffixProposal:
+    def _extend(self, node: int, m: int, cfg: SuffixConfig, source: str) -> SuffixProposal:
         """Greedy extension from the node of a matched suffix of length m, by the most frequent child."""
         cap = min(cfg.max_spec_tokens, int(cfg.max_spec_factor * m + cfg.max_spec_offset), self.max_depth - m)
-        toks, conf, prob, score = [], [], 1.0, 0.0
-        while len(toks) < cap and node[1]:
-            total = sum(c[0] for c in node[1].values())
-            tok, child = min(node[1].items(), key=lambda kv: (-kv[1][0], kv[0]))
-            p = child[0] / total
-            if prob * p < cfg.min_token_prob:
+        count, csum, best, tok = self._count, self._csum, self._best, self._tok
+        toks, conf, prob, score, floor = [], [], 1.0, 0.0, cfg.min_token_prob
+        while len(toks) < cap:
+            c = best[node]
+            if c < 0:
+                break
+            p = count[c] / csum[node]
+            if prob * p < floor:
                 break
             prob *= p
             score += prob
-            toks.append(tok)
+            toks.append(tok[c])
             conf.append(p)
-            node = child
+            node = c
         return SuffixProposal(tuple(toks), tuple(conf), m, score, source) if toks else NO_PROPOSAL
 
 
@@ -186,44 +380,59 @@ class SuffixDrafter:
     def __init__(self, cfg: SuffixConfig = SuffixConfig()) -> None:
         self.cfg = cfg
         self.global_tree = SuffixTree(cfg.max_depth) if cfg.max_cached else None
-        self._cached: deque = deque()
-        self._req: dict = {}  # request id -> (its tree, its context, prompt length)
+        self._cached: deque = deque()  # the outputs the global tree holds, oldest first
+        self._finished: list = []  # outputs finished since the global tree was last read, not in it yet
+        self._req: dict = {}  # request id -> [its tree (None until its first proposal), its context, prompt
+        #                       length, tokens of the context fed to its tree]
 
+    # Only a proposal reads the trees, so each catches up when one is made, with what happened since the last,
+    # in runs fed at once (SuffixTree.feed_more): a request's tree is built at its first proposal and fed its
+    # new tokens at the next ones; finished outputs join the global tree when a proposal next reads it. A
+    # request that never proposes (a policy that seldom runs the drafter) never costs a tree. The proposals
+    # are those of feeding every token at once: a tree's counts depend on what was fed, not when.
     def start(self, rid, prompt: Iterable[int]) -> None:
-        """A request begins (or resumes): its tree is built over its prompt."""
-        tree = SuffixTree(self.cfg.max_depth)
+        """A request begins (or resumes) with its prompt."""
         ctx = [int(t) for t in prompt]
-        tree.feed_all(ctx)
-        self._req[rid] = (tree, ctx, len(ctx))
+        self._req[rid] = [None, ctx, len(ctx), 0]
 
     def propose(self, rid) -> SuffixProposal:
         """The better-scored proposal of the request's tree and the global tree at its current context."""
-        tree, ctx, _ = self._req[rid]
-        best = tree.propose(ctx, self.cfg, "request")
+        req = self._req[rid]
+        tree, ctx, _, fed = req
+        if tree is None:
+            tree = req[0] = SuffixTree(self.cfg.max_depth)
+            tree.feed_sequence(ctx)
+        elif fed < len(ctx):
+            tree.feed_more(ctx[fed:])
+        req[3] = len(ctx)
+        best = tree.propose_fed(self.cfg, "request")  # the request's tree was fed exactly ctx
         if self.global_tree is not None:
+            self.catch_up()
             other = self.global_tree.propose(ctx, self.cfg, "global")
             if other.score > best.score:
                 best = other
         return best
 
     def observe(self, rid, tokens: Iterable[int]) -> None:
-        """Tokens the request emitted this step join its context and its tree."""
-        tree, ctx, _ = self._req[rid]
-        for t in tokens:
-            ctx.append(int(t))
-            tree.feed(int(t))
+        """Tokens the request emitted this step join its context."""
+        self._req[rid][1].extend(int(t) for t in tokens)
 
     def stop(self, rid, finished: bool = True) -> None:
-        """The request leaves: a finished one's output joins the global tree (the oldest leaves it past
+        """The request leaves: a finished one's output is to join the global tree (the oldest leaves it past
         max_cached outputs)."""
-        tree, ctx, p = self._req.pop(rid)
+        _, ctx, p, _ = self._req.pop(rid)
         if finished and self.global_tree is not None and len(ctx) > p:
-            out = ctx[p:]
-            self.global_tree.start()
-            self.global_tree.feed_all(out)
+            self._finished.append(ctx[p:])
+
+    def catch_up(self) -> None:
+        """The global tree takes in the outputs finished since it was last read, in order (and drops the oldest
+        past max_cached)."""
+        for out in self._finished:
+            self.global_tree.feed_sequence(out)
             self._cached.append(out)
             if len(self._cached) > self.cfg.max_cached:
                 self.global_tree.remove(self._cached.popleft())
+        self._finished = []
 
 
 def accepted_length(proposal: SuffixProposal, future: list) -> int:
@@ -272,14 +481,19 @@ class LiveSuffixDrafter(SuffixDrafter):
         tok = np.zeros((R, K), dtype=np.int64)
         conf = np.zeros((R, K), dtype=np.float64)
         n = np.zeros(R, dtype=np.int64)
+        raw, ctx = [], []
         for k, r in enumerate(rids):
             p = SuffixDrafter.propose(self, int(r))
             m = len(p)
             if m:
                 tok[k, :m] = p.tokens
-                raw = np.asarray(p.conf, dtype=np.float64)
-                conf[k, :m] = raw if self.calibrator is None else self.calibrator(raw, p.match_len + np.arange(m))
                 n[k] = m
+                raw.extend(p.conf)
+                ctx.extend(range(p.match_len, p.match_len + m))
+        if raw:  # the calibrator is elementwise: one call for the batch's slots (row-major, as the mask)
+            raw = np.asarray(raw, dtype=np.float64)
+            conf[np.arange(K)[None, :] < n[:, None]] = (
+                raw if self.calibrator is None else self.calibrator(raw, np.asarray(ctx, dtype=np.int64)))
         return tok, conf, n
 
     def cost(self, num_reqs: int, cost_model) -> float:

@@ -31,7 +31,7 @@ import torch
 from sim.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.policies.common import (CHAIN_MODEL, best_budget, early_stop_budget, finish, rank_scores,
                                  survival, top_b_counts)
-from sim.policies.registry import Policy, register
+from sim.policies.registry import Policy, register, split_table, with_table
 from sim.vllm_compat import VllmRun
 
 
@@ -69,10 +69,16 @@ def alloc_adaptive_early_stop(batch: StepBatch) -> Allocation:
     return finish(torch.full_like(admitted, CHAIN_MODEL), admitted)
 
 
-@register("adaptive", "adaptive[:early-stop]",
+@register("adaptive", "adaptive[:early-stop][:table=T]",
           "DSpark/vLLM adaptive verification of the model chain (stale budget, current top-B); "
-          "':early-stop' = DSpark Algorithm 1")
+          "':early-stop' = DSpark Algorithm 1; table=step: priced with the step's own verify table, not vLLM's "
+          "start-up profile (as hybrid's; T in startup, step)")
 def _adaptive(params: List[str]) -> Policy:
+    params, step = split_table(params)
+    return with_table(_adaptive_plain(params), step)
+
+
+def _adaptive_plain(params: List[str]) -> Policy:
     if not params:
         return Policy("adaptive", alloc_adaptive, uses_model=True, uses_ngram=False, plan_fn=plan_adaptive,
                       alloc_fn=allocate_adaptive, vllm=VllmRun("dspark", adaptive=True))

@@ -46,6 +46,8 @@ def get_policy(spec: str, drafters=DEFAULT_DRAFTERS) -> Policy:
     if missing:
         raise ConfigError(f"policy '{spec}' uses the drafter(s) {', '.join(missing)}, which this run does not enable "
                           f"(--drafters {','.join(drafters)}); add them to --drafters")
-    # the fast forms transcribe the two-drafter definitions without recalibration
-    fast = None if general or pol.recal is not None else sim_form(spec)
+    # the fast forms transcribe the two-drafter definitions without recalibration, on the start-up table
+    # (`table=startup` names the default: the form of the spec without it)
+    fast = None if general or pol.recal is not None or pol.step_table else \
+        sim_form(":".join([name, *(p for p in params if p != "table=startup")]))
     return pol if fast is None else dataclasses.replace(pol, sim_fn=fast, sim_for=pol.fn)

@@ -57,6 +57,9 @@ sim/policies/multi.py; off by default): the same two phases on the view's confid
 drafter by the offsets the engine keeps from each request's own outcomes (`with_recal`; the math, the prior
 precision k and the invariants in sim/drafters/recalibration.py). No fast form transcribes it (get_policy attaches
 none), so the simulator runs these definitions.
+`runcal=k` is the same with one offset per drafter for the whole run. `table=T` (registry.with_table): T = step
+prices verify slots with the step's own verify table instead of vLLM's start-up profile (the engine hands it in
+verify_cost_ms; the functions are unchanged). Neither has a fast form.
 """
 from __future__ import annotations
 
@@ -71,7 +74,7 @@ from sim.policies.adaptive import alloc_adaptive
 from sim.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, count_above, finish,
                                  goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
-from sim.policies.registry import Policy, parse_float, parse_int, register
+from sim.policies.registry import Policy, parse_float, parse_int, register, split_table, with_table
 from sim.vllm_compat import VllmRun
 
 METHODS = ("model-opt", "fixed-point", "sweep")
@@ -457,29 +460,46 @@ def alloc_hybrid_vllm_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_M
     return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(plan.model))
 
 
-def split_recal(params: List[str]) -> tuple[List[str], float | None]:
-    """The `recal=k` option (anywhere in the parameters) and the other parameters; ValueError unless k > 0."""
+def split_recal(params: List[str], key: str = "recal") -> tuple[List[str], float | None]:
+    """The `recal=k` option (or `KEY=k`; anywhere in the parameters) and the other parameters; ValueError unless
+    k > 0."""
     rest, k = [], None
     for p in params:
-        if p.startswith("recal="):
-            k = parse_float(p[len("recal="):], "recal")
+        if p.startswith(key + "="):
+            k = parse_float(p[len(key) + 1:], key)
             if k <= 0.0:
-                raise ValueError(f"recal (the prior precision) must be > 0, got {p[len('recal='):]}")
+                raise ValueError(f"{key} (the prior precision) must be > 0, got {p[len(key) + 1:]}")
         else:
             rest.append(p)
     return rest, k
 
 
-def with_recal(pol: Policy, k: float | None) -> Policy:
+def split_options(params: List[str]):
+    """The options `hybrid` and `hybrid-price` share (over two drafters or any): recal=k (per-request online
+    recalibration), runcal=k (one offset per drafter for the run; not with recal), table=T; returns the other
+    parameters and the function that applies the options to the plain policy. ValueError if bad."""
+    params, k = split_recal(params)
+    params, k_run = split_recal(params, "runcal")
+    if k is not None and k_run is not None:
+        raise ValueError("recal (per request) and runcal (per run) are alternatives: give one")
+    params, step = split_table(params)
+    return params, lambda pol: with_table(with_recal(pol, k if k_run is None else k_run, shared=k_run is not None),
+                                          step)
+
+
+def with_recal(pol: Policy, k: float | None, shared: bool = False) -> Policy:
     """`pol` with online recalibration of prior precision k (sim/drafters/recalibration.py): both phases see the
     view's confidences recalibrated by its offsets (the HostView's one step older than the StepBatch's); named
-    `NAME:recal=k`. One code path: the same functions, on corrected confidences. `pol` itself when k is None."""
+    `NAME:recal=k`, or `NAME:runcal=k` with shared=True (one offset per drafter for the whole run,
+    Policy.recal_shared). One code path: the same functions, on corrected confidences. `pol` itself when k is
+    None."""
     if k is None:
         return pol
-    name = f"{pol.name}:recal={k:g}"
+    name = f"{pol.name}:{'runcal' if shared else 'recal'}={k:g}"
     if pol.plan_fn is None:  # single-phase
         inner = pol.fn
-        return dataclasses.replace(pol, name=name, fn=lambda b: inner(recalibrated(b)), recal=k, sim_fn=None,
+        return dataclasses.replace(pol, name=name, fn=lambda b: inner(recalibrated(b)), recal=k,
+                                   recal_shared=shared, sim_fn=None,
                                    sim_for=None)
     plan_fn, alloc_fn = pol.plan_fn, pol.alloc_fn
     plan = lambda v: plan_fn(recalibrated(v))  # noqa: E731
@@ -491,7 +511,7 @@ def with_recal(pol: Policy, k: float | None) -> Policy:
         return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(p.model))
 
     return dataclasses.replace(pol, name=name, fn=fn, plan_fn=plan, alloc_fn=alloc, phases_of=fn, recal=k,
-                               sim_fn=None, sim_for=None)
+                               recal_shared=shared, sim_fn=None, sim_for=None)
 
 
 def parse_hybrid(params: List[str]) -> tuple[str, float, float, str, bool]:
@@ -515,14 +535,17 @@ def parse_hybrid(params: List[str]) -> tuple[str, float, float, str, bool]:
     return method, margin, hyst, forecast, bool(rest)
 
 
-@register("hybrid", "hybrid[:METHOD][:margin=M][:hyst=H][:forecast=F][:recal=k]",
+@register("hybrid", "hybrid[:METHOD][:margin=M][:hyst=H][:forecast=F][:recal=k|:runcal=k][:table=T]",
           "the default hybrid: hybrid-price that also prices the model drafter's pass and skips it for a step "
           f"when host-known values say the step earns more without it; F in {', '.join(FORECASTS)} "
           f"(default {FORECASTS[0]}), H >= 0 makes skipping harder (default 0); recal=k: online recalibration "
-          "of the drafters' confidences from each request's outcomes, prior precision k > 0 (off by default)")
+          "of the drafters' confidences from each request's outcomes, prior precision k > 0 (off by default); "
+          "runcal=k: the same with one offset per drafter learnt from every request of the run; "
+          "table=step: price verify slots with the step's own verify table, not vLLM's start-up profile "
+          "(T in startup, step; default startup)")
 def _hybrid(params: List[str]) -> Policy:
-    params, k = split_recal(params)
-    return with_recal(_hybrid_plain(params), k)
+    params, wrap = split_options(params)
+    return wrap(_hybrid_plain(params))
 
 
 def _hybrid_plain(params: List[str]) -> Policy:
@@ -553,13 +576,14 @@ def parse_hybrid_price(params: List[str]) -> tuple[str, bool, float, bool]:
     return method, current, margin, bool(rest)
 
 
-@register("hybrid-price", "hybrid-price[:METHOD][:current][:margin=M][:recal=k]",
+@register("hybrid-price", "hybrid-price[:METHOD][:current][:margin=M][:recal=k|:runcal=k][:table=T]",
           f"the seed's price per verified slot over both chains; METHOD in {', '.join(METHODS)} "
           f"(default {DEFAULT_METHOD}); ':current' = no stale budget (idealised); margin M in expected tokens "
-          f"the n-gram chain must win by (default {NGRAM_MARGIN}; 0 = the pure price rule); recal=k: as hybrid's")
+          f"the n-gram chain must win by (default {NGRAM_MARGIN}; 0 = the pure price rule); recal=k, runcal=k, table=T: as "
+          "hybrid's")
 def _hybrid_price(params: List[str]) -> Policy:
-    params, k = split_recal(params)
-    return with_recal(_hybrid_price_plain(params), k)
+    params, wrap = split_options(params)
+    return wrap(_hybrid_price_plain(params))
 
 
 def _hybrid_price_plain(params: List[str]) -> Policy:

@@ -52,7 +52,7 @@ from sim.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.policies.common import (arange, cap_budget, finish, goodput, rank_scores, slot_valid, survival,
                                  top_b_counts)
 from sim.policies.hybrid import (_FORECASTS, LAMBDA_METHODS, free_budget, parse_hybrid, parse_hybrid_price,
-                                 split_recal, with_recal)
+                                 split_options)
 from sim.policies.registry import Policy, over_drafters, parse_int, register
 
 
@@ -287,8 +287,8 @@ def _uses(names: tuple) -> dict:
 
 @over_drafters("hybrid")
 def _hybrid_n(params: List[str], names: tuple) -> Policy:
-    params, k = split_recal(params)
-    return with_recal(_hybrid_n_plain(params, names), k)
+    params, wrap = split_options(params)
+    return wrap(_hybrid_n_plain(params, names))
 
 
 def _hybrid_n_plain(params: List[str], names: tuple) -> Policy:
@@ -308,8 +308,8 @@ def _reporting(alloc, plan, batch: StepBatch) -> Allocation:
 
 @over_drafters("hybrid-price")
 def _hybrid_price_n(params: List[str], names: tuple) -> Policy:
-    params, k = split_recal(params)
-    return with_recal(_hybrid_price_n_plain(params, names), k)
+    params, wrap = split_options(params)
+    return wrap(_hybrid_price_n_plain(params, names))
 
 
 def _hybrid_price_n_plain(params: List[str], names: tuple) -> Policy:

@@ -7,6 +7,7 @@ them) turns that into a one-line ConfigError naming the valid choices.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
@@ -35,6 +36,10 @@ class Policy:
     recal: the prior precision k of the online recalibration of the drafters' confidences (the `recal=k` option,
         sim/drafters/recalibration.py): the engine then keeps each request's offsets and hands them to the policy
         (StepBatch.recal / stale_recal), and runs the definitions (no fast form transcribes it); None: off.
+    recal_shared: the offsets are one per drafter for the whole run, not per request (the `runcal=k` option).
+    step_table: the policy prices verify slots with the step's own table (the `table=step` option): the engine
+        hands it verify_cost_ms = CostModel.charged_verify_table at the step's token count, KV context and
+        sequences (host-known before launch) instead of vLLM's start-up profile, and runs the definitions.
     plan_fn / alloc_fn: the policy's two phases (sim.policies.base: plan on the host from a HostView,
         allocate on the device from the StepBatch and the Plan); fn must then be alloc_fn(batch,
         plan_fn(host_view(batch))). None: a single-phase policy, whose plan is every drafter it uses and no
@@ -56,6 +61,8 @@ class Policy:
     vllm: Optional[VllmRun] = field(default=None, compare=False)
     uses_extra: tuple = ()
     recal: Optional[float] = None
+    recal_shared: bool = False
+    step_table: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_default_plan", Plan(self.uses_model, self.uses_ngram,
@@ -168,6 +175,40 @@ def parse_float(text: str, what: str, lo: float = 0.0) -> float:
     if not (value >= lo and value < float("inf")):
         raise ValueError(f"{what} must be a finite number >= {lo}, got {text}")
     return value
+
+
+TABLES = ("startup", "step")  # the `table=` option's values; the first is the default
+
+
+def split_table(params: List[str]) -> tuple[List[str], bool]:
+    """The `table=T` option (anywhere in the parameters; T in TABLES) and the other parameters: whether the policy
+    prices with the step's own verify table (Policy.step_table); ValueError if T is not one of TABLES."""
+    rest, step = [], False
+    for p in params:
+        if p.startswith("table="):
+            val = p[len("table="):]
+            if val not in TABLES:
+                raise ValueError(f"table must be one of {', '.join(TABLES)}, got '{val}'")
+            step = val == "step"
+        else:
+            rest.append(p)
+    return rest, step
+
+
+def with_table(pol: Policy, step: bool) -> Policy:
+    """`pol` pricing verify slots with the step's own table (`table=step`, Policy.step_table): the same functions,
+    handed the table of this step's token count, KV context and sequences instead of vLLM's start-up profile
+    (docs/design.md). Why: the start-up profile times x tokens with min(x, max_num_seqs) dummy requests at
+    8,192 tokens of context each, so below max_num_seqs tokens each further slot is priced as one more long
+    request (at batch 128 the 37 slots from 37 to 74 tokens cost 18.9 ms there, and nothing at a step of 37
+    requests with 1,000 tokens of context each: 9.6 ms either way, one CUDA-graph bucket): a price-based policy
+    then trims chains whose slots would pay. Named
+    `NAME:table=step`; no fast form transcribes it; vLLM runs no such policy (its adaptive verification keeps the
+    start-up table), so `vllm` is dropped. `pol` itself when step is False."""
+    if not step:
+        return pol
+    return dataclasses.replace(pol, name=f"{pol.name}:table=step", step_table=True, sim_fn=None, sim_for=None,
+                               vllm=None)
 
 
 def no_params(name: str, params: List[str]) -> None:
