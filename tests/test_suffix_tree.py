@@ -275,6 +275,14 @@ def test_feeding_runs_at_once_builds_the_token_by_token_tree(seed, monkeypatch):
             bulk.remove(old)
             step.remove(old)
         assert _canon(bulk) == _canon(step)
+        group = [[rng.randrange(7) for _ in range(rng.randrange(0, 60))] for _ in range(rng.randrange(1, 5))]
+        bulk.feed_sequences(group)  # several sequences in one pass
+        for q in group:
+            step.start()
+            step.feed_all(q)
+        kept += [q for q in group if q]
+        assert _canon(bulk) == _canon(step)
+        assert [_path(bulk, v) for v in bulk._open] == [_path(step, v) for v in step._open]
     assert len(bulk) == len(step) == len(_canon(step))
 
 

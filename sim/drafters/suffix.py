@@ -161,15 +161,26 @@ class SuffixTree:
             raise ValueError(f"suffix tree: token id {token} out of range [0, 2**32)")
         edge, count, csum, best, tok = self._edge, self._count, self._csum, self._best, self._tok
         opened = []
-        for node in [0] + self._open:
+        nodes = [0] + self._open  # the suffixes ending at the last token, shortest first
+        i = 0
+        for node in nodes:
             c = edge.get(node * _KEY + token, -1)
             if c < 0:
-                c = self._new(node, token)
+                break
             k = count[c] + 1
             count[c] = k
             csum[node] += 1
             b = best[node]
-            if b != c and (b < 0 or k > count[b] or (k == count[b] and token < tok[b])):
+            if b != c and (k > count[b] or (k == count[b] and token < tok[b])):
+                best[node] = c
+            opened.append(c)
+            i += 1
+        for node in nodes[i:]:  # a suffix never followed by `token`: no longer one was either (no look-up)
+            c = self._new(node, token)
+            count[c] = 1
+            csum[node] += 1
+            b = best[node]
+            if b < 0 or (count[b] == 1 and token < tok[b]):
                 best[node] = c
             opened.append(c)
         self._open = opened[: self.max_depth - 1]  # a path of D nodes cannot be extended further
@@ -181,27 +192,48 @@ class SuffixTree:
 
     def feed_sequence(self, tokens) -> None:
         """start() + feed_all(tokens)."""
+        self.feed_sequences([tokens])
+
+    def feed_sequences(self, seqs: list) -> None:
+        """start() + feed_all(seq) for each sequence in turn, all in one feed_more pass (each a new sequence)."""
+        seqs = [np.asarray(q, dtype=np.int64).ravel() for q in seqs]
+        ends_empty = not seqs or not len(seqs[-1])
+        seqs = [q for q in seqs if len(q)]
         self.start()
-        self.feed_more(tokens)
+        if seqs:
+            starts = np.zeros(sum(len(q) for q in seqs), dtype=bool)
+            starts[np.cumsum([0] + [len(q) for q in seqs[:-1]])] = True
+            self._feed_runs(np.concatenate(seqs), starts)
+        if ends_empty:  # the last sequence started and had nothing: no suffix is open
+            self.start()
 
     def feed_more(self, tokens) -> None:
-        """feed_all(tokens), level by level over the whole run of tokens at once (numpy): the same tree, the
-        same open suffixes. Level d holds the substrings of length d ending at each new token j; each is its
-        parent (length d - 1, ending at token j - 1: level d - 1's, or for j = 0 the open suffix of length
-        d - 1) and the edge token x[j], so a level is one unique() of (parent, token) keys and one batch of
-        edge look-ups: counts += occurrences, parents' csum += them, new nodes linked under their parents,
-        and each parent's best child the largest (count, -token) among its old best and its children this
-        level touched (the others' counts did not change)."""
+        """feed_all(tokens), continuing the current sequence, in one pass (below)."""
         x = np.asarray(tokens, dtype=np.int64).ravel()
+        self._feed_runs(x, np.zeros(len(x), dtype=bool))
+
+    def _feed_runs(self, x: np.ndarray, starts: np.ndarray) -> None:
+        """feed_all(x), with start() before each token where `starts` is set, level by level over all of x at once
+        (numpy): the same tree, the same open suffixes. Level d holds the substrings of length d ending at each
+        token j; each is its parent (length d - 1, ending at token j - 1: level d - 1's; for the first token
+        of x the open suffix of length d - 1; none for a sequence's first token) and the edge token x[j], so a
+        level is one unique() of (parent, token) keys and one batch of edge look-ups: counts += occurrences,
+        parents' csum += them, new nodes linked under their parents, and each parent's best child the largest
+        (count, -token) among its old best and its children this level touched (the others' counts did not
+        change)."""
         n = len(x)
         if n < max(BULK_MIN, 1):  # numpy's per-level overhead outweighs a few tokens fed one by one
-            self.feed_all(x.tolist())
+            for t, s in zip(x.tolist(), starts.tolist()):
+                if s:
+                    self.start()
+                self.feed(t)
             return
         if x.min() < 0 or x.max() >= _KEY:
             raise ValueError(f"suffix tree: token ids out of range [0, 2**32) in a run of {n}")
         fresh = len(self._edge) == 0  # an empty tree (a request's at its start): every node this call makes is new
-        old_open = self._open
-        ids = np.zeros(n, dtype=np.int64)  # level d - 1's node ending at each new token (level 0: the root)
+        old_open = [] if starts[0] else self._open
+        last = n - 1 - int(np.flatnonzero(starts)[-1]) if starts.any() else n - 1 + len(old_open)  # ... its length - 1
+        ids = np.zeros(n, dtype=np.int64)  # level d - 1's node ending at each token (level 0: the root)
         opened = []
         for d in range(1, self.max_depth + 1):
             if d == 1:
@@ -209,6 +241,7 @@ class SuffixTree:
             else:
                 head = old_open[d - 2] if len(old_open) >= d - 1 else -1
                 par = np.concatenate([[head], ids[:-1]])
+                par[starts] = -1
             ok = par >= 0
             if not ok.any():
                 break
@@ -222,9 +255,8 @@ class SuffixTree:
             self._bulk_update(got, uk // _KEY, uk % _KEY, cnt, new)
             ids = np.full(n, -1, dtype=np.int64)
             ids[ok] = got[inv.ravel()]
-            if ids[-1] < 0:
-                break
-            opened.append(int(ids[-1]))  # the node of the length-d suffix ending at the last token
+            if d <= last + 1:
+                opened.append(int(ids[-1]))  # the node of the length-d suffix ending at the last token
         self._open = opened[: self.max_depth - 1]
         self._count[0] += n
 
@@ -427,12 +459,13 @@ class SuffixDrafter:
     def catch_up(self) -> None:
         """The global tree takes in the outputs finished since it was last read, in order (and drops the oldest
         past max_cached)."""
-        for out in self._finished:
-            self.global_tree.feed_sequence(out)
-            self._cached.append(out)
-            if len(self._cached) > self.cfg.max_cached:
-                self.global_tree.remove(self._cached.popleft())
+        if not self._finished:
+            return
+        self.global_tree.feed_sequences(self._finished)  # the counts are sums over the outputs: any order
+        self._cached.extend(self._finished)
         self._finished = []
+        while len(self._cached) > self.cfg.max_cached:
+            self.global_tree.remove(self._cached.popleft())
 
 
 def accepted_length(proposal: SuffixProposal, future: list) -> int:
