@@ -273,34 +273,39 @@ class SuffixTree:
 
     def _bulk_update(self, ids, up, ut, cnt, new) -> None:
         """One level of feed_more: children `ids` (parents `up`, tokens `ut`, `new` ones just allocated) gain
-        `cnt` occurrences each."""
+        `cnt` occurrences each. The children come sorted by (parent, token) (unique() of parent * _KEY + token),
+        so each parent's are one group, in token order."""
         view = lambda a: np.frombuffer(a, dtype=np.int64)  # noqa: E731  (writable views, dropped on return)
         count, csum, best, tok, first, nxt = (view(a) for a in (self._count, self._csum, self._best, self._tok,
                                                                 self._first, self._next))
         if new.any():
-            v, u = ids[new], up[new]
+            v, u = ids[new], up[new]  # sorted by parent too
             count[v] = 0
             csum[v] = 0
             best[v] = -1
             first[v] = -1
             tok[v] = ut[new]
-            o = np.argsort(u, kind="stable")  # link each parent's new children in a row before its old ones
-            v, u = v[o], u[o]
-            last = np.r_[u[1:] != u[:-1], True]  # the last new child of each parent
+            step = u[1:] != u[:-1]
+            last = np.r_[step, True]  # the last new child of each parent: linked before its old ones
             nxt[v[:-1]] = v[1:]
-            heads = np.r_[True, u[1:] != u[:-1]]
             nxt[v[last]] = first[u[last]]
-            first[u[heads]] = v[heads]
-        count[ids] += cnt
-        np.add.at(csum, up, cnt)
-        # best child: among each touched parent's touched children and its old best
-        ob = best[np.unique(up)]
-        cand_v = np.concatenate([ids, ob[ob >= 0]])
-        cand_u = np.concatenate([up, np.unique(up)[ob >= 0]])
-        o = np.lexsort((tok[cand_v], -count[cand_v], cand_u))
-        cu = cand_u[o]
-        head = np.r_[True, cu[1:] != cu[:-1]]
-        best[cu[head]] = cand_v[o][head]
+            first[u[np.r_[True, step]]] = v[np.r_[True, step]]
+        k = count[ids] + cnt
+        count[ids] = k
+        g = np.flatnonzero(np.r_[True, up[1:] != up[:-1]])  # each parent's group starts
+        par = up[g]
+        csum[par] += np.add.reduceat(cnt, g)
+        # each parent's best: its touched child of the largest count, the first (smallest token) among equals,
+        # against its old best (untouched children kept their counts, at most the old best's)
+        top = np.maximum.reduceat(k, g)
+        size = np.diff(np.r_[g, len(ids)])
+        at = np.flatnonzero(k == np.repeat(top, size))
+        first_at = at[np.r_[True, np.searchsorted(g, at[1:], side="right") != np.searchsorted(g, at[:-1], side="right")]]
+        cand, ck, ct = ids[first_at], top, ut[first_at]
+        ob = best[par]
+        obk = count[np.maximum(ob, 0)]
+        take = (ob < 0) | (ck > obk) | ((ck == obk) & (ct < tok[np.maximum(ob, 0)]))
+        best[par[take]] = cand[take]
 
     def remove(self, tokens: list) -> None:
         """Take one whole sequence fed by start() + feed_all(tokens) back out (counts down, nodes whose count
