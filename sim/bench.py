@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from sim.cli_util import ArgumentParser, check_out_file, finite_float, int_at_least, run_cli, write_whole
-from sim.drafters.registry import parse_drafter_list
+from sim.drafters.registry import DEFAULT_DRAFTERS, parse_drafter_list
 from sim.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,7 +172,7 @@ def check_args(a, traces: list[str], policies: list[str]) -> None:
     for t in traces:
         check_trace_file(REPO / t, t)
     for pol in policies:
-        get_policy(pol)
+        get_policy(pol, a.drafters or DEFAULT_DRAFTERS)  # against the drafters the run enables
     if a.json is not None:
         check_out_file(a.json, a.force, "--json")
     if a.against != "none" and not (Path(a.against) / "sim" / "run.py").exists():
