@@ -22,9 +22,20 @@ Proposal at context c (prompt + output so far), in each tree:
 The drafter proposes the tree's proposal with the larger score (ties: the per-request tree's). Units:
 tokens; probabilities in [0, 1].
 
-A trie node is a pair [count, children] (children: token -> node), so feeding a token costs O(D) (the D
-currently open suffixes each gain one child) and a proposal O(D + L). Memory grows with the distinct
-substrings fed, at most D nodes per token: the per-request tree lives from a request's start to its stop.
+The definition is that trie with a node as a pair [count, {token: child}] (kept, as `RefTree`, in
+tests/test_suffix_tree.py, which checks every proposal of this module against it). It is stored here flat
+(SuffixTree: node ids index int64 arrays, edges in a numpy hash table, sim/drafters/edge_table.py), with each
+node's child-count sum and most frequent child kept as counts change, so a greedy step is O(1); feeding a token
+costs O(D) (the D open suffixes each gain a child; a suffix never followed by the token makes the longer ones
+new without a look-up), a run of tokens is fed level by level at once with numpy (from BULK_MIN tokens), and a
+proposal costs O(D L) with no walk for the request's own tree (its matched suffixes are the open ones). Only a
+proposal reads the trees, so they catch up lazily (SuffixDrafter): a request's tree is built at its first
+proposal, fed its new tokens at the next, and finished outputs join the global tree when a proposal next
+reads it; the proposals are those of feeding every token as it comes (a tree's counts depend on what was fed,
+not when). Memory: 6 int64 per node plus 2-4 int64 of edge table, one node per distinct substring (length
+<= D) of what a tree holds, at most D per token: a request's tree from its first proposal to its stop (then
+freed), the global tree over at most max_cached outputs (nodes whose count drops to 0 are freed and their
+ids reused); the drafter keeps each running request's context and the cached outputs' tokens.
 """
 from __future__ import annotations
 
