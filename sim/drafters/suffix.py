@@ -311,7 +311,8 @@ class SuffixTree:
         top = np.maximum.reduceat(k, g)
         size = np.diff(np.r_[g, len(ids)])
         at = np.flatnonzero(k == np.repeat(top, size))
-        first_at = at[np.r_[True, np.searchsorted(g, at[1:], side="right") != np.searchsorted(g, at[:-1], side="right")]]
+        grp = np.searchsorted(g, at, side="right")  # group (+1) of each maximum
+        first_at = at[np.r_[True, grp[1:] != grp[:-1]]]
         cand, ck, ct = ids[first_at], top, ut[first_at]
         ob = best[par]
         obk = count[np.maximum(ob, 0)]
