@@ -215,6 +215,11 @@ def test_counts_and_removal_free_nodes():
     for s in seqs:
         tree.remove(s)
     assert len(tree) == 1 and not tree._edge and tree.count(0) == 0  # nothing left but the root
+    kept = SuffixTree(4, removable=False)  # a request's tree: no child lists, no removal
+    kept.feed_sequence(seqs[0])
+    assert kept.count(kept.node(seqs[0][:1])) == seqs[0].count(seqs[0][0]) and kept._first is None
+    with pytest.raises(RuntimeError, match="removable"):
+        kept.remove(seqs[0])
     with pytest.raises(ValueError, match="token id"):
         tree.feed(-1)
 

@@ -121,19 +121,23 @@ class SuffixTree:
       _best[v]        v's child of the largest count, ties to the smaller token (-1: no child); kept as
                       counts change, so a greedy step is O(1), not O(children)
       _tok[v]         the token of the edge into v
-      _first[v], _next[v]  v's children as a list (first child, next sibling; -1 ends it): only removal walks it
+      _first[v], _next[v]  v's children as a list (first child, next sibling; -1 ends it): only removal walks
+                      it, so a tree made with removable=False (a request's) keeps none
     Removal frees the nodes whose count reaches 0 (their ids are reused), so the tree holds exactly the distinct
-    substrings (length <= max_depth) of the sequences it holds: 6 int64 per node and 2-4 int64 of edge table."""
+    substrings (length <= max_depth) of the sequences it holds: 6 int64 per node (4 if not removable) and 2-4
+    int64 of edge table."""
 
-    def __init__(self, max_depth: int) -> None:
+    def __init__(self, max_depth: int, removable: bool = True) -> None:
         self.max_depth = max_depth
         self._edge = EdgeTable()
         self._count = array("q", [0])
         self._csum = array("q", [0])
         self._best = array("q", [-1])
         self._tok = array("q", [-1])
-        self._first = array("q", [-1])
-        self._next = array("q", [-1])
+        self._first = array("q", [-1]) if removable else None
+        self._next = array("q", [-1]) if removable else None
+        self._arrays = tuple(a for a in (self._count, self._csum, self._best, self._tok, self._first, self._next)
+                             if a is not None)
         self._free: list = []  # ids of removed nodes, reused first
         self._open: list = []  # nodes of the suffixes (length 1 .. D-1) ending at the last token fed
 
@@ -158,10 +162,12 @@ class SuffixTree:
             self._csum.append(0)
             self._best.append(-1)
             self._tok.append(token)
-            self._first.append(-1)
-            self._next.append(-1)
-        self._next[v] = self._first[parent]
-        self._first[parent] = v
+            if self._first is not None:
+                self._first.append(-1)
+                self._next.append(-1)
+        if self._first is not None:
+            self._next[v] = self._first[parent]
+            self._first[parent] = v
         self._edge.put(parent * _KEY + token, v)
         return v
 
@@ -278,7 +284,7 @@ class SuffixTree:
         start = len(self._count)
         if fresh:
             blank = np.zeros(fresh, dtype=np.int64).tobytes()
-            for a in (self._count, self._csum, self._best, self._tok, self._first, self._next):
+            for a in self._arrays:
                 a.frombytes(blank)
         return np.concatenate([np.asarray(reuse, dtype=np.int64), np.arange(start, start + fresh, dtype=np.int64)])
 
@@ -287,15 +293,16 @@ class SuffixTree:
         `cnt` occurrences each. The children come sorted by (parent, token) (unique() of parent * _KEY + token),
         so each parent's are one group, in token order."""
         view = lambda a: np.frombuffer(a, dtype=np.int64)  # noqa: E731  (writable views, dropped on return)
-        count, csum, best, tok, first, nxt = (view(a) for a in (self._count, self._csum, self._best, self._tok,
-                                                                self._first, self._next))
+        count, csum, best, tok = (view(a) for a in (self._count, self._csum, self._best, self._tok))
         if new.any():
             v, u = ids[new], up[new]  # sorted by parent too
             count[v] = 0
             csum[v] = 0
             best[v] = -1
-            first[v] = -1
             tok[v] = ut[new]
+        if new.any() and self._first is not None:
+            first, nxt = view(self._first), view(self._next)
+            first[v] = -1
             step = u[1:] != u[:-1]
             last = np.r_[step, True]  # the last new child of each parent: linked before its old ones
             nxt[v[:-1]] = v[1:]
@@ -322,6 +329,8 @@ class SuffixTree:
     def remove(self, tokens: list) -> None:
         """Take one whole sequence fed by start() + feed_all(tokens) back out (counts down, nodes whose count
         reaches 0 freed: every node below one is on the same path, so the walk frees them all)."""
+        if self._first is None:
+            raise RuntimeError("suffix tree: made with removable=False")
         edge, count, csum, best = self._edge, self._count, self._csum, self._best
         for i in range(len(tokens)):
             node = 0
@@ -449,7 +458,7 @@ class SuffixDrafter:
         req = self._req[rid]
         tree, ctx, _, fed = req
         if tree is None:
-            tree = req[0] = SuffixTree(self.cfg.max_depth)
+            tree = req[0] = SuffixTree(self.cfg.max_depth, removable=False)  # it is dropped whole at its stop
             tree.feed_sequence(ctx)
         elif fed < len(ctx):
             tree.feed_more(ctx[fed:])
