@@ -32,10 +32,11 @@ proposal costs O(D L) with no walk for the request's own tree (its matched suffi
 proposal reads the trees, so they catch up lazily (SuffixDrafter): a request's tree is built at its first
 proposal, fed its new tokens at the next, and finished outputs join the global tree when a proposal next
 reads it; the proposals are those of feeding every token as it comes (a tree's counts depend on what was fed,
-not when). Memory: 6 int64 per node plus 2-4 int64 of edge table, one node per distinct substring (length
-<= D) of what a tree holds, at most D per token: a request's tree from its first proposal to its stop (then
-freed), the global tree over at most max_cached outputs (nodes whose count drops to 0 are freed and their
-ids reused); the drafter keeps each running request's context and the cached outputs' tokens.
+not when). Memory: 4 int64 a node of a request's tree, 6 of the global tree's, plus 2-4 int64 of edge table;
+one node per distinct substring (length <= D) of what a tree holds, at most D per token: a request's tree
+from its first proposal to its stop (then freed), the global tree over at most max_cached outputs (nodes whose
+count drops to 0 are freed and their ids reused); the drafter keeps each running request's context and the
+cached outputs' tokens.
 """
 from __future__ import annotations
 
