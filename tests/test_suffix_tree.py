@@ -344,3 +344,21 @@ def test_edge_table_is_a_map():
                 assert got == [ref.get(q, -1) for q in qs] == [t.get(q, -1) for q in qs]
             assert len(t) == len(ref)
             assert 2 * (t.used + t.deleted) <= len(t.keys)  # at most half full
+
+
+def test_outputs_waiting_for_the_global_tree_are_bounded():
+    """Finished outputs wait for the next proposal to join the global tree; no more than max_cached of them
+    (an older one would join and leave at once), and the proposal is the definition's."""
+    cfg = SuffixConfig(max_depth=6, max_cached=2, max_spec_factor=4.0)
+    fast, ref = SuffixDrafter(cfg), RefDrafter(cfg)
+    for k in range(7):
+        for d in (fast, ref):
+            d.start(k, [1, 2])
+            d.observe(k, [10 + k, 11 + k, 12 + k, 13])
+            d.stop(k)
+        assert len(fast._finished) <= 2
+    for d in (fast, ref):
+        d.start("q", [0])
+        d.observe("q", [15])
+    assert fast.propose("q") == ref.propose("q") and fast.propose("q").tokens[:2] == (16, 17)
+    assert len(fast._cached) == 2 and not fast._finished

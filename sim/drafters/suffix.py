@@ -440,7 +440,8 @@ class SuffixDrafter:
         self.cfg = cfg
         self.global_tree = SuffixTree(cfg.max_depth) if cfg.max_cached else None
         self._cached: deque = deque()  # the outputs the global tree holds, oldest first
-        self._finished: list = []  # outputs finished since the global tree was last read, not in it yet
+        self._finished: deque = deque()  # outputs finished since the global tree was last read, not in it yet
+        #                                   (the newest max_cached: an older one would join and leave at once)
         self._req: dict = {}  # request id -> [its tree (None until its first proposal), its context, prompt
         #                       length, tokens of the context fed to its tree]
 
@@ -482,15 +483,17 @@ class SuffixDrafter:
         _, ctx, p, _ = self._req.pop(rid)
         if finished and self.global_tree is not None and len(ctx) > p:
             self._finished.append(ctx[p:])
+            if len(self._finished) > self.cfg.max_cached:  # it would leave the tree as soon as it joined
+                self._finished.popleft()
 
     def catch_up(self) -> None:
         """The global tree takes in the outputs finished since it was last read, in order (and drops the oldest
         past max_cached)."""
         if not self._finished:
             return
-        self.global_tree.feed_sequences(self._finished)  # the counts are sums over the outputs: any order
+        self.global_tree.feed_sequences(list(self._finished))  # the counts are sums over the outputs: any order
         self._cached.extend(self._finished)
-        self._finished = []
+        self._finished = deque()
         while len(self._cached) > self.cfg.max_cached:
             self.global_tree.remove(self._cached.popleft())
 
