@@ -16,7 +16,10 @@ stay short. `--main-job` also times the README's main job (python -m sim.run --t
 traces/codeedit.jsonl) on both sides, and its setup (sim.run.prepare: trace, cost model, draft tables)
 with a warm draft-table cache, and prints the setup's share of it. `--per-step` splits a step's CPU time at
 batch 4 into the calls into the native libraries (engine step, policy forms; timed around each call, in a
-worker of their own) and the rest, the Python, numpy and cffi glue around them.
+worker of their own) and the rest, the Python, numpy and cffi glue around them. `--phases` splits each run's
+CPU time on this tree's side into the live drafters' work (sim/engine_live.py: propose, stop), the policy
+(plan + allocate) and the rest, in ms per step (a run with --drafters ... suffix; 0 where the native step
+stands in for them).
 Prints the machine's load average before and after; figures go in docs/performance.md.
 """
 from __future__ import annotations
@@ -32,7 +35,7 @@ import time
 from pathlib import Path
 
 from sim.cli_util import ArgumentParser, check_out_file, finite_float, int_at_least, run_cli, write_whole
-from sim.drafters.registry import parse_drafter_list
+from sim.drafters.registry import DEFAULT_DRAFTERS, parse_drafter_list
 from sim.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +88,35 @@ def timed_natives():
     return acc
 
 
-preps, warm, acc = {}, set(), None
+def timed_phases():
+    # CPU time spent in the live drafters' work (LiveChains.propose / stop) and in the policy (Engine._plan /
+    # _allocate), from now on: [s] accumulators (process time, as tok/cpu-s: time-slicing disturbs it least).
+    # functools.wraps keeps each method's fast-form marks.
+    import functools
+    acc = {"live": 0.0, "policy": 0.0}
+    try:
+        from sim.engine import Engine
+        from sim.engine_live import LiveChains
+    except ImportError:  # a tree without live drafters
+        return acc
+    for cls, names, key in ((LiveChains, ("propose", "stop"), "live"), (Engine, ("_plan", "_allocate"), "policy")):
+        for name in names:
+            f = cls.__dict__.get(name)
+            if f is None:
+                continue
+
+            def timed(*args, _f=f, _key=key, **kw):
+                t0 = time.process_time()
+                try:
+                    return _f(*args, **kw)
+                finally:
+                    acc[_key] += time.process_time() - t0
+
+            setattr(cls, name, functools.wraps(f)(timed))
+    return acc
+
+
+preps, warm, acc, phases = {}, set(), None, None
 for line in sys.stdin:
     q = json.loads(line)
     dr = {"drafters": q["drafters"]} if q.get("drafters") else {}  # only when given: older trees lack the key
@@ -98,10 +129,14 @@ for line in sys.stdin:
         key = (q["trace"], q["sample"])
         if key not in preps:
             preps[key] = prepare(SimSetup(trace=q["trace"], sample=q["sample"], seed=0, **dr))
+        if q.get("phases") and phases is None:
+            phases = timed_phases()
+        for k in phases or ():
+            phases[k] = 0.0
         c0 = time.process_time()
         row, res = run_one(preps[key], q["policy"], q["bs"])
         out = {"wall": row["wall_s"], "cpu": time.process_time() - c0, "tokens": int(row["output_tokens"]),
-               "steps": int(len(res.steps["emitted"]))}
+               "steps": int(len(res.steps["emitted"])), **({f"{k}_s": v for k, v in phases.items()} if phases else {})}
     elif q["op"] == "split":  # a worker of its own: its native calls are timed (timed_natives, first use)
         if acc is None:
             acc = timed_natives()
@@ -172,7 +207,7 @@ def check_args(a, traces: list[str], policies: list[str]) -> None:
     for t in traces:
         check_trace_file(REPO / t, t)
     for pol in policies:
-        get_policy(pol)
+        get_policy(pol, a.drafters or DEFAULT_DRAFTERS)  # against the drafters the run enables
     if a.json is not None:
         check_out_file(a.json, a.force, "--json")
     if a.against != "none" and not (Path(a.against) / "sim" / "run.py").exists():
@@ -243,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also split a step's CPU time at batch 4 into the native calls and the rest (Python)")
     ap.add_argument("--drafters", default=None,
                     help="the drafters both sides enable (sim.run's --drafters; default: its default, dspark,ngram)")
+    ap.add_argument("--phases", action="store_true",
+                    help="also split each run's CPU time on this tree's side into the live drafters' work, the policy "
+                         "(plan + allocate) and the rest [ms per step]")
     ap.add_argument("--json", type=Path, default=None, help="write every measurement to this file (written whole)")
     ap.add_argument("--force", action="store_true", help="replace an existing --json file")
     a = ap.parse_args(argv)
@@ -263,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         head = (f"{'trace':<10}{'policy':<18}{'bs':>4}{'reqs':>5}{'tokens':>8}{'steps':>7}"
                 + "".join(f"{k + ' tok/s':>15}" for k in workers) + (f"{'ratio':>8}" if base else "")
-                + "".join(f"{k + ' tok/cpu-s':>15}" for k in workers) + (f"{'ratio':>8}" if base else ""))
+                + "".join(f"{k + ' tok/cpu-s':>15}" for k in workers) + (f"{'ratio':>8}" if base else "")
+                + ("   after CPU ms/step: all drafters policy rest" if a.phases else ""))
         print(head)
         for trace in traces:
             total = trace_size(trace)
@@ -278,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                         order = list(workers) if rep % 2 == 0 else list(reversed(workers))
                         for k in order:
                             r = workers[k].ask(op="run", trace=trace, sample=sample, policy=pol, bs=bs,
-                                               drafters=drafters)
+                                               drafters=drafters, phases=a.phases and k == "after")
                             rates[k].append(r["tokens"] / r["wall"])
                             cpu[k].append(r["tokens"] / max(r["cpu"], 1e-9))
                             info[k] = r
@@ -288,14 +327,22 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  note: {pol} bs={bs}: {info['before']['steps']} steps before, {info['after']['steps']} after")
                     ratio = med["after"] / med["before"] if base else None
                     ratio_cpu = med_cpu["after"] / med_cpu["before"] if base else None
+                    split = ""
+                    if a.phases:  # the last repeat's run, this tree's side
+                        r, n = info["after"], info["after"]["steps"]
+                        ms = [1e3 * r["cpu"] / n, 1e3 * r.get("live_s", 0) / n, 1e3 * r.get("policy_s", 0) / n]
+                        ms.append(ms[0] - ms[1] - ms[2])
+                        split = "".join(f"{x:>8.2f}" for x in ms)
+                        info["phases_ms"] = dict(zip(("step", "drafters", "policy", "rest"), ms))
                     results.append(dict(trace=tname, policy=pol, bs=bs, requests=sample, tokens=info["after"]["tokens"],
                                         steps=info["after"]["steps"], **{f"{k}_tok_s": v for k, v in med.items()},
                                         **{f"{k}_tok_cpu_s": v for k, v in med_cpu.items()},
-                                        **({"ratio": ratio, "ratio_cpu": ratio_cpu} if base else {})))
+                                        **({"ratio": ratio, "ratio_cpu": ratio_cpu} if base else {}),
+                                        **({"after_ms_per_step": info["phases_ms"]} if a.phases else {})))
                     print(f"{tname:<10}{pol:<18}{bs:>4}{sample:>5}{info['after']['tokens']:>8}{info['after']['steps']:>7}"
                           + "".join(f"{med[k]:>15,.0f}" for k in workers) + (f"{ratio:>8.2f}" if base else "")
-                          + "".join(f"{med_cpu[k]:>15,.0f}" for k in workers) + (f"{ratio_cpu:>8.2f}" if base else ""),
-                          flush=True)
+                          + "".join(f"{med_cpu[k]:>15,.0f}" for k in workers) + (f"{ratio_cpu:>8.2f}" if base else "")
+                          + split, flush=True)
         if base:
             for key, what in (("ratio", "wall"), ("ratio_cpu", "CPU")):
                 ratios = [r[key] for r in results]

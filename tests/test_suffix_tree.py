@@ -215,6 +215,11 @@ def test_counts_and_removal_free_nodes():
     for s in seqs:
         tree.remove(s)
     assert len(tree) == 1 and not tree._edge and tree.count(0) == 0  # nothing left but the root
+    kept = SuffixTree(4, removable=False)  # a request's tree: no child lists, no removal
+    kept.feed_sequence(seqs[0])
+    assert kept.count(kept.node(seqs[0][:1])) == seqs[0].count(seqs[0][0]) and kept._first is None
+    with pytest.raises(RuntimeError, match="removable"):
+        kept.remove(seqs[0])
     with pytest.raises(ValueError, match="token id"):
         tree.feed(-1)
 
@@ -275,6 +280,14 @@ def test_feeding_runs_at_once_builds_the_token_by_token_tree(seed, monkeypatch):
             bulk.remove(old)
             step.remove(old)
         assert _canon(bulk) == _canon(step)
+        group = [[rng.randrange(7) for _ in range(rng.randrange(0, 60))] for _ in range(rng.randrange(1, 5))]
+        bulk.feed_sequences(group)  # several sequences in one pass
+        for q in group:
+            step.start()
+            step.feed_all(q)
+        kept += [q for q in group if q]
+        assert _canon(bulk) == _canon(step)
+        assert [_path(bulk, v) for v in bulk._open] == [_path(step, v) for v in step._open]
     assert len(bulk) == len(step) == len(_canon(step))
 
 
@@ -331,3 +344,21 @@ def test_edge_table_is_a_map():
                 assert got == [ref.get(q, -1) for q in qs] == [t.get(q, -1) for q in qs]
             assert len(t) == len(ref)
             assert 2 * (t.used + t.deleted) <= len(t.keys)  # at most half full
+
+
+def test_outputs_waiting_for_the_global_tree_are_bounded():
+    """Finished outputs wait for the next proposal to join the global tree; no more than max_cached of them
+    (an older one would join and leave at once), and the proposal is the definition's."""
+    cfg = SuffixConfig(max_depth=6, max_cached=2, max_spec_factor=4.0)
+    fast, ref = SuffixDrafter(cfg), RefDrafter(cfg)
+    for k in range(7):
+        for d in (fast, ref):
+            d.start(k, [1, 2])
+            d.observe(k, [10 + k, 11 + k, 12 + k, 13])
+            d.stop(k)
+        assert len(fast._finished) <= 2
+    for d in (fast, ref):
+        d.start("q", [0])
+        d.observe("q", [15])
+    assert fast.propose("q") == ref.propose("q") and fast.propose("q").tokens[:2] == (16, 17)
+    assert len(fast._cached) == 2 and not fast._finished

@@ -22,9 +22,21 @@ Proposal at context c (prompt + output so far), in each tree:
 The drafter proposes the tree's proposal with the larger score (ties: the per-request tree's). Units:
 tokens; probabilities in [0, 1].
 
-A trie node is a pair [count, children] (children: token -> node), so feeding a token costs O(D) (the D
-currently open suffixes each gain one child) and a proposal O(D + L). Memory grows with the distinct
-substrings fed, at most D nodes per token: the per-request tree lives from a request's start to its stop.
+The definition is that trie with a node as a pair [count, {token: child}] (kept, as `RefTree`, in
+tests/test_suffix_tree.py, which checks every proposal of this module against it). It is stored here flat
+(SuffixTree: node ids index int64 arrays, edges in a numpy hash table, sim/drafters/edge_table.py), with each
+node's child-count sum and most frequent child kept as counts change, so a greedy step is O(1); feeding a token
+costs O(D) (the D open suffixes each gain a child; a suffix never followed by the token makes the longer ones
+new without a look-up), a run of tokens is fed level by level at once with numpy (from BULK_MIN tokens), and a
+proposal costs O(D L) with no walk for the request's own tree (its matched suffixes are the open ones). Only a
+proposal reads the trees, so they catch up lazily (SuffixDrafter): a request's tree is built at its first
+proposal, fed its new tokens at the next, and finished outputs join the global tree when a proposal next
+reads it; the proposals are those of feeding every token as it comes (a tree's counts depend on what was fed,
+not when). Memory: 4 int64 a node of a request's tree, 6 of the global tree's, plus 2-4 int64 of edge table;
+one node per distinct substring (length <= D) of what a tree holds, at most D per token: a request's tree
+from its first proposal to its stop (then freed), the global tree over at most max_cached outputs (nodes whose
+count drops to 0 are freed and their ids reused); the drafter keeps each running request's context and the
+cached outputs' tokens.
 """
 from __future__ import annotations
 
@@ -93,7 +105,7 @@ class SuffixProposal:
 NO_PROPOSAL = SuffixProposal((), (), 0, 0.0, "none")
 
 
-BULK_MIN = 48  # feed_more feeds shorter runs of tokens one by one
+BULK_MIN = 384  # runs of fewer tokens are fed one by one: numpy's per-level overhead outweighs them (measured)
 _KEY = 1 << 32  # an edge's key: parent node * _KEY + token (token ids in [0, 2**32), node ids below 2**31)
 
 
@@ -110,19 +122,23 @@ class SuffixTree:
       _best[v]        v's child of the largest count, ties to the smaller token (-1: no child); kept as
                       counts change, so a greedy step is O(1), not O(children)
       _tok[v]         the token of the edge into v
-      _first[v], _next[v]  v's children as a list (first child, next sibling; -1 ends it): only removal walks it
+      _first[v], _next[v]  v's children as a list (first child, next sibling; -1 ends it): only removal walks
+                      it, so a tree made with removable=False (a request's) keeps none
     Removal frees the nodes whose count reaches 0 (their ids are reused), so the tree holds exactly the distinct
-    substrings (length <= max_depth) of the sequences it holds: 6 int64 per node and 2-4 int64 of edge table."""
+    substrings (length <= max_depth) of the sequences it holds: 6 int64 per node (4 if not removable) and 2-4
+    int64 of edge table."""
 
-    def __init__(self, max_depth: int) -> None:
+    def __init__(self, max_depth: int, removable: bool = True) -> None:
         self.max_depth = max_depth
         self._edge = EdgeTable()
         self._count = array("q", [0])
         self._csum = array("q", [0])
         self._best = array("q", [-1])
         self._tok = array("q", [-1])
-        self._first = array("q", [-1])
-        self._next = array("q", [-1])
+        self._first = array("q", [-1]) if removable else None
+        self._next = array("q", [-1]) if removable else None
+        self._arrays = tuple(a for a in (self._count, self._csum, self._best, self._tok, self._first, self._next)
+                             if a is not None)
         self._free: list = []  # ids of removed nodes, reused first
         self._open: list = []  # nodes of the suffixes (length 1 .. D-1) ending at the last token fed
 
@@ -147,10 +163,12 @@ class SuffixTree:
             self._csum.append(0)
             self._best.append(-1)
             self._tok.append(token)
-            self._first.append(-1)
-            self._next.append(-1)
-        self._next[v] = self._first[parent]
-        self._first[parent] = v
+            if self._first is not None:
+                self._first.append(-1)
+                self._next.append(-1)
+        if self._first is not None:
+            self._next[v] = self._first[parent]
+            self._first[parent] = v
         self._edge.put(parent * _KEY + token, v)
         return v
 
@@ -161,15 +179,26 @@ class SuffixTree:
             raise ValueError(f"suffix tree: token id {token} out of range [0, 2**32)")
         edge, count, csum, best, tok = self._edge, self._count, self._csum, self._best, self._tok
         opened = []
-        for node in [0] + self._open:
+        nodes = [0] + self._open  # the suffixes ending at the last token, shortest first
+        i = 0
+        for node in nodes:
             c = edge.get(node * _KEY + token, -1)
             if c < 0:
-                c = self._new(node, token)
+                break
             k = count[c] + 1
             count[c] = k
             csum[node] += 1
             b = best[node]
-            if b != c and (b < 0 or k > count[b] or (k == count[b] and token < tok[b])):
+            if b != c and (k > count[b] or (k == count[b] and token < tok[b])):
+                best[node] = c
+            opened.append(c)
+            i += 1
+        for node in nodes[i:]:  # a suffix never followed by `token`: no longer one was either (no look-up)
+            c = self._new(node, token)
+            count[c] = 1
+            csum[node] += 1
+            b = best[node]
+            if b < 0 or (count[b] == 1 and token < tok[b]):
                 best[node] = c
             opened.append(c)
         self._open = opened[: self.max_depth - 1]  # a path of D nodes cannot be extended further
@@ -181,27 +210,48 @@ class SuffixTree:
 
     def feed_sequence(self, tokens) -> None:
         """start() + feed_all(tokens)."""
+        self.feed_sequences([tokens])
+
+    def feed_sequences(self, seqs: list) -> None:
+        """start() + feed_all(seq) for each sequence in turn, all in one feed_more pass (each a new sequence)."""
+        seqs = [np.asarray(q, dtype=np.int64).ravel() for q in seqs]
+        ends_empty = not seqs or not len(seqs[-1])
+        seqs = [q for q in seqs if len(q)]
         self.start()
-        self.feed_more(tokens)
+        if seqs:
+            starts = np.zeros(sum(len(q) for q in seqs), dtype=bool)
+            starts[np.cumsum([0] + [len(q) for q in seqs[:-1]])] = True
+            self._feed_runs(np.concatenate(seqs), starts)
+        if ends_empty:  # the last sequence started and had nothing: no suffix is open
+            self.start()
 
     def feed_more(self, tokens) -> None:
-        """feed_all(tokens), level by level over the whole run of tokens at once (numpy): the same tree, the
-        same open suffixes. Level d holds the substrings of length d ending at each new token j; each is its
-        parent (length d - 1, ending at token j - 1: level d - 1's, or for j = 0 the open suffix of length
-        d - 1) and the edge token x[j], so a level is one unique() of (parent, token) keys and one batch of
-        edge look-ups: counts += occurrences, parents' csum += them, new nodes linked under their parents,
-        and each parent's best child the largest (count, -token) among its old best and its children this
-        level touched (the others' counts did not change)."""
+        """feed_all(tokens), continuing the current sequence, in one pass (below)."""
         x = np.asarray(tokens, dtype=np.int64).ravel()
+        self._feed_runs(x, np.zeros(len(x), dtype=bool))
+
+    def _feed_runs(self, x: np.ndarray, starts: np.ndarray) -> None:
+        """feed_all(x), with start() before each token where `starts` is set, level by level over all of x at once
+        (numpy): the same tree, the same open suffixes. Level d holds the substrings of length d ending at each
+        token j; each is its parent (length d - 1, ending at token j - 1: level d - 1's; for the first token
+        of x the open suffix of length d - 1; none for a sequence's first token) and the edge token x[j], so a
+        level is one unique() of (parent, token) keys and one batch of edge look-ups: counts += occurrences,
+        parents' csum += them, new nodes linked under their parents, and each parent's best child the largest
+        (count, -token) among its old best and its children this level touched (the others' counts did not
+        change)."""
         n = len(x)
         if n < max(BULK_MIN, 1):  # numpy's per-level overhead outweighs a few tokens fed one by one
-            self.feed_all(x.tolist())
+            for t, s in zip(x.tolist(), starts.tolist()):
+                if s:
+                    self.start()
+                self.feed(t)
             return
         if x.min() < 0 or x.max() >= _KEY:
             raise ValueError(f"suffix tree: token ids out of range [0, 2**32) in a run of {n}")
         fresh = len(self._edge) == 0  # an empty tree (a request's at its start): every node this call makes is new
-        old_open = self._open
-        ids = np.zeros(n, dtype=np.int64)  # level d - 1's node ending at each new token (level 0: the root)
+        old_open = [] if starts[0] else self._open
+        last = n - 1 - int(np.flatnonzero(starts)[-1]) if starts.any() else n - 1 + len(old_open)  # ... its length - 1
+        ids = np.zeros(n, dtype=np.int64)  # level d - 1's node ending at each token (level 0: the root)
         opened = []
         for d in range(1, self.max_depth + 1):
             if d == 1:
@@ -209,6 +259,7 @@ class SuffixTree:
             else:
                 head = old_open[d - 2] if len(old_open) >= d - 1 else -1
                 par = np.concatenate([[head], ids[:-1]])
+                par[starts] = -1
             ok = par >= 0
             if not ok.any():
                 break
@@ -222,9 +273,8 @@ class SuffixTree:
             self._bulk_update(got, uk // _KEY, uk % _KEY, cnt, new)
             ids = np.full(n, -1, dtype=np.int64)
             ids[ok] = got[inv.ravel()]
-            if ids[-1] < 0:
-                break
-            opened.append(int(ids[-1]))  # the node of the length-d suffix ending at the last token
+            if d <= last + 1:
+                opened.append(int(ids[-1]))  # the node of the length-d suffix ending at the last token
         self._open = opened[: self.max_depth - 1]
         self._count[0] += n
 
@@ -235,44 +285,53 @@ class SuffixTree:
         start = len(self._count)
         if fresh:
             blank = np.zeros(fresh, dtype=np.int64).tobytes()
-            for a in (self._count, self._csum, self._best, self._tok, self._first, self._next):
+            for a in self._arrays:
                 a.frombytes(blank)
         return np.concatenate([np.asarray(reuse, dtype=np.int64), np.arange(start, start + fresh, dtype=np.int64)])
 
     def _bulk_update(self, ids, up, ut, cnt, new) -> None:
         """One level of feed_more: children `ids` (parents `up`, tokens `ut`, `new` ones just allocated) gain
-        `cnt` occurrences each."""
+        `cnt` occurrences each. The children come sorted by (parent, token) (unique() of parent * _KEY + token),
+        so each parent's are one group, in token order."""
         view = lambda a: np.frombuffer(a, dtype=np.int64)  # noqa: E731  (writable views, dropped on return)
-        count, csum, best, tok, first, nxt = (view(a) for a in (self._count, self._csum, self._best, self._tok,
-                                                                self._first, self._next))
+        count, csum, best, tok = (view(a) for a in (self._count, self._csum, self._best, self._tok))
         if new.any():
-            v, u = ids[new], up[new]
+            v, u = ids[new], up[new]  # sorted by parent too
             count[v] = 0
             csum[v] = 0
             best[v] = -1
-            first[v] = -1
             tok[v] = ut[new]
-            o = np.argsort(u, kind="stable")  # link each parent's new children in a row before its old ones
-            v, u = v[o], u[o]
-            last = np.r_[u[1:] != u[:-1], True]  # the last new child of each parent
+        if new.any() and self._first is not None:
+            first, nxt = view(self._first), view(self._next)
+            first[v] = -1
+            step = u[1:] != u[:-1]
+            last = np.r_[step, True]  # the last new child of each parent: linked before its old ones
             nxt[v[:-1]] = v[1:]
-            heads = np.r_[True, u[1:] != u[:-1]]
             nxt[v[last]] = first[u[last]]
-            first[u[heads]] = v[heads]
-        count[ids] += cnt
-        np.add.at(csum, up, cnt)
-        # best child: among each touched parent's touched children and its old best
-        ob = best[np.unique(up)]
-        cand_v = np.concatenate([ids, ob[ob >= 0]])
-        cand_u = np.concatenate([up, np.unique(up)[ob >= 0]])
-        o = np.lexsort((tok[cand_v], -count[cand_v], cand_u))
-        cu = cand_u[o]
-        head = np.r_[True, cu[1:] != cu[:-1]]
-        best[cu[head]] = cand_v[o][head]
+            first[u[np.r_[True, step]]] = v[np.r_[True, step]]
+        k = count[ids] + cnt
+        count[ids] = k
+        g = np.flatnonzero(np.r_[True, up[1:] != up[:-1]])  # each parent's group starts
+        par = up[g]
+        csum[par] += np.add.reduceat(cnt, g)
+        # each parent's best: its touched child of the largest count, the first (smallest token) among equals,
+        # against its old best (untouched children kept their counts, at most the old best's)
+        top = np.maximum.reduceat(k, g)
+        size = np.diff(np.r_[g, len(ids)])
+        at = np.flatnonzero(k == np.repeat(top, size))
+        grp = np.searchsorted(g, at, side="right")  # group (+1) of each maximum
+        first_at = at[np.r_[True, grp[1:] != grp[:-1]]]
+        cand, ck, ct = ids[first_at], top, ut[first_at]
+        ob = best[par]
+        obk = count[np.maximum(ob, 0)]
+        take = (ob < 0) | (ck > obk) | ((ck == obk) & (ct < tok[np.maximum(ob, 0)]))
+        best[par[take]] = cand[take]
 
     def remove(self, tokens: list) -> None:
         """Take one whole sequence fed by start() + feed_all(tokens) back out (counts down, nodes whose count
         reaches 0 freed: every node below one is on the same path, so the walk frees them all)."""
+        if self._first is None:
+            raise RuntimeError("suffix tree: made with removable=False")
         edge, count, csum, best = self._edge, self._count, self._csum, self._best
         for i in range(len(tokens)):
             node = 0
@@ -381,7 +440,8 @@ class SuffixDrafter:
         self.cfg = cfg
         self.global_tree = SuffixTree(cfg.max_depth) if cfg.max_cached else None
         self._cached: deque = deque()  # the outputs the global tree holds, oldest first
-        self._finished: list = []  # outputs finished since the global tree was last read, not in it yet
+        self._finished: deque = deque()  # outputs finished since the global tree was last read, not in it yet
+        #                                   (the newest max_cached: an older one would join and leave at once)
         self._req: dict = {}  # request id -> [its tree (None until its first proposal), its context, prompt
         #                       length, tokens of the context fed to its tree]
 
@@ -400,7 +460,7 @@ class SuffixDrafter:
         req = self._req[rid]
         tree, ctx, _, fed = req
         if tree is None:
-            tree = req[0] = SuffixTree(self.cfg.max_depth)
+            tree = req[0] = SuffixTree(self.cfg.max_depth, removable=False)  # it is dropped whole at its stop
             tree.feed_sequence(ctx)
         elif fed < len(ctx):
             tree.feed_more(ctx[fed:])
@@ -423,16 +483,19 @@ class SuffixDrafter:
         _, ctx, p, _ = self._req.pop(rid)
         if finished and self.global_tree is not None and len(ctx) > p:
             self._finished.append(ctx[p:])
+            if len(self._finished) > self.cfg.max_cached:  # it would leave the tree as soon as it joined
+                self._finished.popleft()
 
     def catch_up(self) -> None:
         """The global tree takes in the outputs finished since it was last read, in order (and drops the oldest
         past max_cached)."""
-        for out in self._finished:
-            self.global_tree.feed_sequence(out)
-            self._cached.append(out)
-            if len(self._cached) > self.cfg.max_cached:
-                self.global_tree.remove(self._cached.popleft())
-        self._finished = []
+        if not self._finished:
+            return
+        self.global_tree.feed_sequences(list(self._finished))  # the counts are sums over the outputs: any order
+        self._cached.extend(self._finished)
+        self._finished = deque()
+        while len(self._cached) > self.cfg.max_cached:
+            self.global_tree.remove(self._cached.popleft())
 
 
 def accepted_length(proposal: SuffixProposal, future: list) -> int:
