@@ -27,9 +27,10 @@ later; no token is lost or emitted twice).
 
 Costs: policies decide with the verify table vLLM profiles at start-up (CostModel.startup_verify_table, no
 step's real context), or, a policy with Policy.step_table (`table=step`), with the table of the step's own token
-count, KV context and sequences (CostModel.charged_verify_table: host-known before launch); the step is charged its true cost, at this step's context and at the token count its
-CUDA graph is padded to (CostModel.graph_tokens). A policy's Plan may leave a drafter out for the whole step:
-that drafter is then not proposed nor charged, and a slot admitted from it is a violation (check 1 below).
+count, KV context and sequences (CostModel.charged_verify_table: host-known before launch); the step is charged
+its true cost, at this step's context and at the token count its CUDA graph is padded to (CostModel.graph_tokens).
+A policy's Plan may leave a drafter out for the whole step: that drafter is then not proposed nor charged, and a
+slot admitted from it is a violation (check 1 below).
 Host-side history the policies may use (`_host_history`): the chain last drafted
 for each request, its mean drafted model chain and its mean n-gram chain.
 
