@@ -45,6 +45,15 @@ DRAFTER_SETS = (THREE, ("ngram", "suffix"), ("dspark", "suffix"), ("suffix",), (
 _CONST: dict = {}
 
 
+def _native():
+    """(ffi, lib) of native/multi_price.c, or None where it cannot be built (the definitions then run)."""
+    if "native" not in _CONST:
+        from sim.policies.native import load
+
+        _CONST["native"] = load("multi_price")
+    return _CONST["native"]
+
+
 def _fine_prices() -> tuple:
     """The two-stage sweep's float32 prices by the definition's torch ops: the coarse grid [G] and, for each
     possible coarse best b, the fine prices exp(-(u_lo + q (u_hi - u_lo))) [G, F] (u = -log(grid), u_lo, u_hi the
@@ -99,55 +108,47 @@ def _f32(t: torch.Tensor) -> np.ndarray:
     return t.numpy().astype(F32, copy=False)
 
 
-def _survivals(conf: np.ndarray, length: np.ndarray) -> tuple:
-    """common.survival and its prefix sums with a leading 0 ([..., K], [..., K + 1] float32)."""
-    K = conf.shape[-1]
-    s = np.cumprod(np.clip(conf, F32(0.0), F32(1.0)).astype(np.float64), -1).astype(F32)
-    s = s * (np.arange(K) < length[..., None])
-    cs = np.zeros(s.shape[:-1] + (K + 1,), F32)
-    cs[..., 1:] = np.cumsum(s.astype(np.float64), -1).astype(F32)
-    return s, cs
-
-
-def _count_above(surv: np.ndarray, lam: np.ndarray) -> np.ndarray:
-    """#{j : surv[s, r, j] > lam[s, c]} (int64 [S, R, C]) for rows non-increasing along j: the prices sorted, each
-    survival's count of prices below it (k_j), and the count at the c'-th smallest price = #{j : k_j > c'}."""
-    S, R, K = surv.shape
-    C = lam.shape[1]
-    out = np.empty((S, R, C), I64)
-    rows = (np.arange(R) * (C + 1))[:, None]
-    for s in range(S):
-        order = np.argsort(lam[s], kind="stable")
-        k = np.searchsorted(lam[s][order], surv[s], side="left")  # [R, K]
-        hist = np.bincount((rows + k).ravel(), minlength=R * (C + 1)).reshape(R, C + 1)
-        out[s][:, order] = K - np.cumsum(hist, 1)[:, :C]
-    return out
-
-
 class _Chains:
-    """multi.ChainsN on numpy: confs [S, R, K_d] float32 and lens [S, R] int64 per chain, draft None (the batch's
+    """multi.ChainsN on numpy, every chain in one array: confs [S, R, K_d] (float32) and lens [S, R] (int64) per
+    chain, padded with confidence 0 to K = max K_d (a padded slot's survival is 0, never above a price >= 0, and
+    adds 0 to the prefix sums, so each chain's counts and gains are its own); draft None (the batch's
     draft_cost_ms, float32 goodput) or [S] float64 per side [ms]."""
 
     def __init__(self, confs: list, lens: list, draft: Optional[np.ndarray]):
-        self.lens, self.draft = lens, draft
-        self.sc = [_survivals(c, n) for c, n in zip(confs, lens)]
-        self.survs = [s for s, _ in self.sc]
+        S, R = lens[0].shape
+        self.Ks = Ks = [c.shape[-1] for c in confs]
+        K = max(Ks)
+        conf = np.zeros((S, len(confs), R, K), F32)
+        for i, c in enumerate(confs):
+            conf[:, i, :, :Ks[i]] = c
+        self.len = np.stack(lens, 1)  # [S, N, R]
+        # common.survival: the clamp, cumprod accumulated in float64 and rounded per element, 0 past the length
+        surv = np.cumprod(np.clip(conf, F32(0.0), F32(1.0)).astype(np.float64), -1).astype(F32)
+        self.surv = np.ascontiguousarray(surv * (np.arange(K) < self.len[..., None]))
+        self.cs = np.zeros((S, len(confs), R, K + 1), F32)
+        self.cs[..., 1:] = np.cumsum(self.surv.astype(np.float64), -1).astype(F32)
+        self.draft = draft
+
+    def all_survivals(self) -> np.ndarray:
+        """ChainsN.all_survivals' order: per side, per request, each chain's K_d slots in turn ([S, R * sum K_d])."""
+        S, N, R, K = self.surv.shape
+        keep = np.arange(K)[None, :] < np.array(self.Ks)[:, None]  # [N, K]
+        return self.surv.transpose(0, 2, 1, 3)[:, :, keep].reshape(S, -1)
 
     def evaluate(self, st: _Step, lam: np.ndarray, margin: float) -> tuple:
-        """ChainsN.evaluate at prices lam [S, C]: (choice, kept slots [S, R, C] int64, goodput [S, C])."""
-        lam_r = lam[:, None, :]
-        m = F32(margin)
-        choice = gain = slots = value = None
-        for i, (s, cs) in enumerate(self.sc):
-            n = _count_above(s, lam)
-            g = np.take_along_axis(cs, n, -1)
-            v = g - n.astype(F32) * lam_r
-            if i == 0:
-                choice, gain, slots, value = np.zeros_like(n), g, n, v
-                continue
-            take = v > value + m
-            choice = np.where(take, i, choice)
-            gain, slots, value = np.where(take, g, gain), np.where(take, n, slots), np.where(take, v, value)
+        """ChainsN.evaluate at prices lam [S, C]: (choice, kept slots [S, R, C] int64, goodput [S, C]); the counts,
+        gains and chain choice per price in C (native/multi_price.c: mp_evaluate)."""
+        ffi, lib = _native()
+        S, N, R, K = self.surv.shape
+        C = lam.shape[1]
+        lam = np.ascontiguousarray(lam, F32)
+        order = np.ascontiguousarray(np.argsort(lam, axis=1, kind="stable"), I64)
+        choice, slots = np.empty((S, R, C), I64), np.empty((S, R, C), I64)
+        gain, work = np.empty((S, R, C), F32), np.empty((N, C), I64)
+        fb = ffi.from_buffer
+        lib.mp_evaluate(S, N, R, K, fb("float[]", self.surv), fb("float[]", self.cs), C, fb("float[]", lam),
+                        fb("int64_t[]", order), margin, fb("int64_t[]", choice), fb("int64_t[]", slots),
+                        fb("float[]", gain), fb("int64_t[]", work))
         gsum = torch.from_numpy(np.ascontiguousarray(gain)).sum(1).numpy()  # float32, torch's order
         total = slots.sum(1)
         ver = st.table[np.clip(total + st.T, 0, st.table.shape[0] - 1)].astype(F32)
@@ -159,10 +160,9 @@ class _Chains:
 
     def sweep(self, st: _Step, margin: float) -> tuple:
         """hybrid.lambda_sweep: (choice [S, R], kept [S, R], best goodput [S])."""
-        S = self.survs[0].shape[0]
-        if sum(s[0].size for s in self.survs) <= hybrid.SWEEP_EXACT_MAX:
-            lam = np.concatenate(self.survs, -1).reshape(S, -1)
-            lam = np.concatenate([lam, np.zeros((S, 1), F32)], 1)
+        S, _, R, _ = self.surv.shape
+        if R * sum(self.Ks) <= hybrid.SWEEP_EXACT_MAX:
+            lam = np.concatenate([self.all_survivals(), np.zeros((S, 1), F32)], 1)
             return _pick(*self.evaluate(st, lam, margin))
         grid, fine = _fine_prices()
         c1, k1, g1 = self.evaluate(st, np.broadcast_to(grid, (S, grid.shape[0])), margin)
@@ -280,18 +280,19 @@ def _allocate_chosen(b: StepBatch, st: _Step, names: tuple, draft: Optional[floa
                  None if draft is None else np.array([draft]))
     choice, kept, _ = ch.sweep(st, margin)
     choice, kept = choice[0], kept[0]
-    first = np.stack([s[0, :, 0] for s in ch.survs])  # [N, R]
+    first = ch.surv[0, :, :, 0]  # [N, R]
     choice = np.where(kept == 0, np.argmax(first, 0), choice)
-    lens = [n[0] for n in ch.lens]
+    lens = ch.len[0]  # [N, R]
     if names[0] == "dspark" and len(names) > 1:
         other = np.argmax(first[1:], 0) + 1
         choice = np.where((choice == 0) & (lens[0] == 0), other, choice)
     if budget is None:
         admitted = kept
-    else:
+    else:  # common.rank_scores of each chain, -inf outside the chosen one, in the definition's column order
         scores = []
-        for i, (s, n) in enumerate(zip(ch.survs, lens)):
-            sc = np.where(np.arange(s.shape[-1]) < n[:, None], s[0], F32(-np.inf))
+        for i, K in enumerate(ch.Ks):
+            s = ch.surv[0, i, :, :K]
+            sc = np.where(np.arange(K) < lens[i][:, None], s, F32(-np.inf))
             scores.append(np.where((choice != i)[:, None], F32(-np.inf), sc))
         flat = np.concatenate(scores, 1)
         R = flat.shape[0]
@@ -355,7 +356,7 @@ def _form(plan, alloc, definition_plan, definition_alloc, report_model: bool):
                     "hybrid:forecast=stale:margin=0"))
 def _parse_hybrid_n(params: List[str], names: tuple):
     method, margin, hyst, forecast, _ = hybrid.parse_hybrid(params)
-    if method != "sweep":
+    if method != "sweep" or _native() is None:
         return None
     return _form(lambda v: plan_skip(v, names, margin, hyst, forecast),
                  lambda b, p: allocate_skip(b, p, names, margin),
@@ -367,7 +368,7 @@ def _parse_hybrid_n(params: List[str], names: tuple):
              specs=("hybrid-price", "hybrid-price:sweep", "hybrid-price:margin=0", "hybrid-price:margin=0.37"))
 def _parse_hybrid_price_n(params: List[str], names: tuple):
     method, current, margin, _ = hybrid.parse_hybrid_price(params)
-    if method != "sweep" or current:
+    if method != "sweep" or current or _native() is None:
         return None
     return _form(lambda v: plan_price(v, names, margin), lambda b, p: allocate_price(b, p, names, margin),
                  lambda v: multi.plan_price_n(v, names, method, margin),
