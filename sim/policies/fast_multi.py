@@ -1,24 +1,27 @@
 """The simulator's fast form of `hybrid` and `hybrid-price` over any set of drafters but the default two (the
-N-drafter definitions of sim/policies/multi.py): a numpy transcription of plan_skip_n / allocate_skip_n and
-plan_price_n / allocate_price_n with the `sweep` price search, registered with sim.fast_forms.policy_form
-(`drafters=`: the drafter sets tests/test_fast_forms.py checks it over).
+N-drafter definitions of sim/policies/multi.py): a transcription of plan_skip_n / allocate_skip_n and
+plan_price_n / allocate_price_n with the `sweep` price search, in numpy with the per-price evaluation of the
+chains in C (native/multi_price.c), registered with sim.fast_forms.policy_form (`drafters=`: the drafter sets
+tests/test_fast_forms.py checks it over).
 
 Why: over three drafters a step's plan prices up to four drafter sets and its allocate one, each through some
 hundred torch ops on tensors of a few hundred elements, where each op's dispatch (2-4 us) dominates.
 
 The form has the Policy's three faces: fn(batch) -> Allocation (the whole policy on one view, Policy.fn),
 fn.plan(view) -> Plan (Policy.plan_fn) and fn.allocate(batch, plan) -> Allocation (Policy.alloc_fn); the engine's
-_plan and _allocate hooks call the last two (sim/engine.py). Each returns None where it does not cover its input,
-and the caller runs the definition: confidences that are not float32 CPU tensors or hold a NaN (or mean chains
-that hold one), lengths that are not int64, a chain of no slot, drafter prices or the draft cost given as tensors,
-a verify table that is not a float64 CPU tensor. Specs with `recal=k`, `runcal=k` or `table=step` get no form at
-all (sim/policies/catalog.py), nor `hybrid-price:current` or a method other than sweep.
+_plan and _allocate hooks call the last two (sim/engine.py). Each falls back to the definition where the
+transcription (fn.numpy_plan, fn.numpy_allocate) declines its input: confidences that are not CPU tensors, a
+first chain that is not float32 (the definition then computes in its dtype; the others may be float32 or float64,
+rounded to float32 as the definition does), a NaN in a chain or a mean chain it reads, lengths that are not int64,
+a chain of no slot, drafter prices or the draft cost given as tensors, a verify table that is not a 1-d float64
+CPU tensor. Specs with `recal=k`, `runcal=k` or `table=step` get no form at all (sim/policies/catalog.py), nor
+`hybrid-price:current` or a method other than sweep, nor any spec where the C cannot be built.
 
 Bit-exactness (why it equals the definition, not merely approximates it; sim/policies/fast.py's rules):
   * survival and prefix sums: torch's CPU cumprod / cumsum accumulate float32 in float64 and round each output,
     so np.cumprod / np.cumsum run in float64 and are rounded once per element;
   * l_d = #{j : a^d_j > lambda} (the definition's searchsorted of -lambda in -a^d, exact on non-increasing rows)
-    is counted by sorting the prices and bucketing each survival by np.searchsorted (`_count_above`);
+    by a walk over the prices in ascending order, and V_d = g_d - l_d lambda, the margin test, in float32 ops;
   * the float32 sum of the kept gains over requests runs through torch.sum on a zero-copy view of an array of the
     definition's shape and layout (its summation order depends on the CPU's vector width);
   * elementwise float32 ops in the definition's order, Python scalars as float32 (torch's wrapped numbers), a
@@ -98,7 +101,7 @@ def _covered_view(v, names: tuple, current: bool) -> Optional[_Step]:
         # the definitions compute in the first chain's dtype: float32 here (the others are rounded to it)
         ok = conf.dtype == torch.float32 or (i > 0 and conf.dtype == torch.float64)
         if not (ok and conf.is_cpu and conf.dim() == 2 and conf.shape[1] >= 1
-                and length.dtype == torch.int64 and length.is_cpu) or bool(torch.isnan(conf).any()):
+                and length.dtype == torch.int64 and length.is_cpu) or np.isnan(conf.numpy()).any():
             return None
     return _Step(v)
 
