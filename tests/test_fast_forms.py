@@ -336,6 +336,39 @@ def test_recorded_three_drafter_batches(trace, monkeypatch):
                 _same_over(spec, names, pol, b, f"{trace} bs={bs} step {i}", "recorded")
 
 
+@pytest.mark.skipif(NO_CC, reason="no C compiler: the simulator runs the definitions")
+@pytest.mark.parametrize("spec", ["hybrid", "hybrid-price"])
+def test_a_three_drafter_run_takes_the_form_and_steps_as_defined(spec, monkeypatch):
+    """A run over three drafters plans and allocates through the form's transcription on every step (none
+    declined: the live suffix drafter's float64 chains included) and makes the same steps as the same run on the
+    definitions (the policy without its sim_fn)."""
+    import sim.run
+    from sim.policies import fast_multi
+
+    prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=8, seed=1, drafters="dspark,ngram,suffix"))
+    calls = {"run": 0, "declined": 0}
+
+    def counted(f):
+        def inner(*args):
+            out = f(*args)
+            calls["run"] += 1
+            calls["declined"] += out is None
+            return out
+        return inner
+
+    phases = ("plan_skip", "allocate_skip") if spec == "hybrid" else ("plan_price", "allocate_price")
+    for name in phases:
+        monkeypatch.setattr(fast_multi, name, counted(getattr(fast_multi, name)))
+    _, fast = run_one(prep, spec, 4)
+    assert calls["run"] > 40 and calls["declined"] == 0, calls
+    defined = lambda *a, **k: dataclasses.replace(get_policy(*a, **k), sim_fn=None, sim_for=None)  # noqa: E731
+    monkeypatch.setattr(sim.run, "get_policy", defined)
+    _, slow = run_one(prep, spec, 4)
+    assert fast.lossless and slow.lossless
+    for k, v in fast.steps.items():
+        assert np.asarray(v).tobytes() == np.asarray(slow.steps[k]).tobytes(), f"step column {k} differs"
+
+
 # ------------------------------------------------------------------------------------------ engine forms
 STATE = ("pos", "prev_pos", "model_pos", "m_conf_sum", "m_conf_cnt", "ng_conf_sum", "ng_conf_cnt", "n_steps",
          "emitted_tokens", "n_preempt")
