@@ -6,7 +6,9 @@ covers gives the torch definition's allocation (Policy.fn), exactly, on random b
 exact and the two-stage sweep, step and smooth cost tables, logits caps, prefill tokens), on tie-heavy
 batches, on confidences out of [0, 1] (with NaN: the form declines and the definition runs) and on every
 batch of engine runs over slices of the bundled traces (-m slow). A spec whose form is not built (no C
-compiler) is skipped, never compared with its own definition.
+compiler) is skipped, never compared with its own definition. A form over any drafters (`drafters=`,
+sim/policies/fast_multi.py) is checked on each drafter set it names, phase by phase (plan, allocate) and whole,
+on random, tied, out-of-range and recorded three-drafter batches, and in a three-drafter engine run.
 
 Engine forms (the native step, the policy's array form, fast-forward, steady stretches): a run that uses the
 form gives the same step columns, emitted tokens and host-side state as the same run of an engine whose class
