@@ -318,7 +318,7 @@ class _PlanRecorder(Engine):
         return super()._allocate(batch, plan)
 
 
-@pytest.mark.slow  # about 40 s: engine runs of the live suffix drafter
+@pytest.mark.slow  # about 80 s: engine runs of the live suffix drafter
 @pytest.mark.skipif(NO_CC, reason="no C compiler: the simulator runs the definitions")
 @pytest.mark.parametrize("trace", ["traces/codeedit.jsonl", "traces/chat.jsonl"])
 def test_recorded_three_drafter_batches(trace, monkeypatch):
