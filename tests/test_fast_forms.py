@@ -37,7 +37,8 @@ FAST = [spec for form in FORMS.values() if not form.drafters for spec in form.sp
 # forms over any drafters (sim/policies/fast_multi.py): every spec on the first drafter set the form names, the
 # default spec on every other set
 OVER = [(spec, names) for form in FORMS.values() if form.drafters
-        for spec, names in [(s, form.drafters[0]) for s in form.specs] + [(form.specs[0], d) for d in form.drafters[1:]]]
+        for spec, names in [(s, form.drafters[0]) for s in form.specs]
+        + [(form.specs[0], d) for d in form.drafters[1:]]]
 NO_CC = shutil.which("cc") is None
 
 
