@@ -503,8 +503,16 @@ class Engine(HostHistory, LosslessChecks):
 
     @transcribed_by(ARRAY_FORM, *WHOLE_STEP)
     def _plan(self, view: HostView) -> Plan:
-        """Hook: the policy's host phase (Policy.plan), before any drafter runs."""
-        return self.policy.plan(view)
+        """Hook: the policy's host phase (Policy.plan), before any drafter runs; the simulator runs its fast form's
+        plan where the form has one (a form over any drafters, sim/policies/fast_multi.py) and the engine's class
+        keeps _allocate (the real engine, which overrides it, plans and allocates as defined)."""
+        pol = self.policy
+        memo = getattr(self, "_plan_form", None)
+        if memo is None or memo[0] is not pol:
+            run = getattr(pol, "sim_callable", pol)
+            fast = None if run is pol or steps_as_defined(self, ARRAY_FORM) else getattr(run, "plan", None)
+            memo = self._plan_form = (pol, fast)
+        return pol.plan(view) if memo[1] is None else memo[1](view)
 
     @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _propose(self, reqs: np.ndarray, rows: np.ndarray, plan: Plan) -> dict:
@@ -530,10 +538,14 @@ class Engine(HostHistory, LosslessChecks):
         """Hook: the policy's device phase (Policy.allocate with `plan`; the real engine times it). The
         simulator runs the policy's faster form when it has one (Policy.sim_fn, checked against the definition
         by tests/test_fast_forms.py): a form is the whole policy on one view, its plan recomputed from
-        the batch's host-known fields, which are the HostView `plan` was made from."""
+        the batch's host-known fields, which are the HostView `plan` was made from; a form with both phases
+        (fast_multi) allocates under `plan` as Policy.allocate does."""
         pol = self.policy
         run = getattr(pol, "sim_callable", pol)
-        return pol.allocate(batch, plan) if run is pol else run(batch)
+        if run is pol:
+            return pol.allocate(batch, plan)
+        fast = getattr(run, "allocate", None)
+        return run(batch) if fast is None else fast(batch, plan)
 
     @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _verify(self, plan: StepPlan, reqs: np.ndarray, rows: np.ndarray, adm_m: np.ndarray,

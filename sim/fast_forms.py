@@ -10,7 +10,9 @@ Two kinds of definition have fast forms:
   * policies: the torch functions (sim/policies/hybrid.py, adaptive.py, simple.py, tree.py) are the
     definition; a form in sim/policies/fast.py is declared with `@policy_form(family, definition, specs)`
     on its builder, naming the definition it transcribes and the specs it covers, so that
-    get_policy finds it (`policy_forms`) and tests/test_fast_forms.py enrols it, with no list to keep.
+    get_policy finds it (`policy_forms`) and tests/test_fast_forms.py enrols it, with no list to keep. A form
+    of a family's definition over any drafters (sim/policies/multi.py) is declared with `drafters=`, the
+    drafter sets the harness checks it over, and registered beside the two-drafter form of the same family.
 
 HYBRIDSPEC_REFERENCE_ENGINE=1 makes every engine step run as defined; HYBRIDSPEC_REFERENCE_POLICIES=1 every
 policy (sim.policies.fast.sim_form). This module imports nothing of the project: the engine, its fast paths
@@ -82,37 +84,48 @@ class PolicyForm:
     """A policy family's fast form. build(params) -> the form's fn(batch) (with fn.arrays, its core on
     sim.policies.fast.Arrays) or None where these parameters have no form (or the native library cannot be
     built); definition: the torch function it transcribes; specs: the specs it covers, each one the
-    equivalence harness checks (tests/test_fast_forms.py) on random, tied, out-of-range and recorded batches."""
+    equivalence harness checks (tests/test_fast_forms.py) on random, tied, out-of-range and recorded batches.
+    drafters: empty for a form of the two-drafter definition; else the form transcribes the family's definition
+    over any drafters (build(params, drafters) -> fn or None; fn.plan and fn.allocate: its two phases) and
+    these are the drafter sets the harness checks it over."""
 
     family: str
     build: Callable
     definition: Callable
     specs: tuple
+    drafters: tuple = ()
 
 
 _POLICY_FORMS: Dict[str, PolicyForm] = {}
 
 
-def policy_form(family: str, definition: Callable, specs: tuple):
-    """Decorator on a fast form's builder, `build(params) -> fn or None`: register it as the fast form of the
-    policy family `family`, a transcription of `definition`, covering `specs` (the first is the family's
-    default spec)."""
+def policy_form(family: str, definition: Callable, specs: tuple, drafters: tuple = ()):
+    """Decorator on a fast form's builder, `build(params) -> fn or None` (with `drafters`: `build(params,
+    drafters)`): register it as the fast form of the policy family `family` (over any drafters when `drafters`
+    names the sets it is checked over), a transcription of `definition`, covering `specs` (the first is the
+    family's default spec)."""
     if not specs or any(s.split(":")[0] != family for s in specs):
         raise ValueError(f"fast form of '{family}': specs must name the family, got {specs}")
+    key = _key(family, bool(drafters))
 
     def deco(build: Callable) -> Callable:
-        if family in _POLICY_FORMS:
-            raise RuntimeError(f"two fast forms of the policy family '{family}'")
-        _POLICY_FORMS[family] = PolicyForm(family, build, definition, tuple(specs))
+        if key in _POLICY_FORMS:
+            raise RuntimeError(f"two fast forms of the policy family '{key}'")
+        _POLICY_FORMS[key] = PolicyForm(family, build, definition, tuple(specs), tuple(drafters))
         return build
 
     return deco
 
 
+def _key(family: str, over_drafters: bool) -> str:
+    return family + "@drafters" if over_drafters else family
+
+
 def policy_forms() -> Dict[str, PolicyForm]:
-    """The registered policy forms, family -> PolicyForm (sim.policies.fast registers them on import)."""
+    """The registered policy forms, key -> PolicyForm: the family's name for a two-drafter form, NAME@drafters for
+    a form over any drafters (sim.policies.fast and fast_multi register them on import)."""
     return _POLICY_FORMS
 
 
-def policy_form_of(family: str) -> Optional[PolicyForm]:
-    return _POLICY_FORMS.get(family)
+def policy_form_of(family: str, over_drafters: bool = False) -> Optional[PolicyForm]:
+    return _POLICY_FORMS.get(_key(family, over_drafters))

@@ -6,7 +6,9 @@ covers gives the torch definition's allocation (Policy.fn), exactly, on random b
 exact and the two-stage sweep, step and smooth cost tables, logits caps, prefill tokens), on tie-heavy
 batches, on confidences out of [0, 1] (with NaN: the form declines and the definition runs) and on every
 batch of engine runs over slices of the bundled traces (-m slow). A spec whose form is not built (no C
-compiler) is skipped, never compared with its own definition.
+compiler) is skipped, never compared with its own definition. A form over any drafters (`drafters=`,
+sim/policies/fast_multi.py) is checked on each drafter set it names, phase by phase (plan, allocate) and whole,
+on random, tied, out-of-range and recorded three-drafter batches, and in a three-drafter engine run.
 
 Engine forms (the native step, the policy's array form, fast-forward, steady stretches): a run that uses the
 form gives the same step columns, emitted tokens and host-side state as the same run of an engine whose class
@@ -25,12 +27,18 @@ from sim.engine_stretch import stretch_ok
 from sim.fast_forms import ARRAY_FORM, ENGINE_FORMS, FAST_FORWARD, NATIVE_STEP, STRETCH, policy_forms, \
     steps_as_defined, transcribed_methods
 from sim.policies import get_policy, list_policies
+from sim.policies.base import host_view
 from sim.policies.fast import Arrays
 from sim.policies.testing import random_batch, random_cost_table
 from sim.run import SimSetup, prepare, run_one
 
 FORMS = policy_forms()
-FAST = [spec for form in FORMS.values() for spec in form.specs]
+FAST = [spec for form in FORMS.values() if not form.drafters for spec in form.specs]
+# forms over any drafters (sim/policies/fast_multi.py): every spec on the first drafter set the form names, the
+# default spec on every other set
+OVER = [(spec, names) for form in FORMS.values() if form.drafters
+        for spec, names in [(s, form.drafters[0]) for s in form.specs]
+        + [(form.specs[0], d) for d in form.drafters[1:]]]
 NO_CC = shutil.which("cc") is None
 
 
@@ -53,9 +61,9 @@ def _same(spec, pol, b, where):
 
 def test_the_registry_names_families_and_their_definitions():
     families = {u.split(":")[0].split("[")[0] for u in list_policies()}
-    assert FORMS and set(FORMS) <= families
+    assert FORMS and {f.family for f in FORMS.values()} <= families
     for family, form in FORMS.items():
-        pol = get_policy(form.specs[0])
+        pol = get_policy(form.specs[0], *form.drafters[:1])
         # the registered definition is what the family's fn runs (a form of something else would not be checked)
         assert form.definition.__module__ == pol.fn.__module__ or form.definition is pol.fn, family
 
@@ -64,6 +72,8 @@ def test_the_registry_names_families_and_their_definitions():
 def test_registered_forms_are_built_here():
     for spec in FAST:
         assert get_policy(spec).sim_fn is not None, spec
+    for spec, names in OVER:
+        assert get_policy(spec, names).sim_fn is not None, (spec, names)
     assert get_policy("hybrid-price:current").sim_fn is None and get_policy("hybrid:fixed-point").sim_fn is None
 
 
@@ -103,10 +113,12 @@ def test_specs_without_a_form_run_their_definition(spec):
     assert pol.sim_fn is None and pol.sim_callable is pol, spec
 
 
-@pytest.mark.parametrize("spec", ["hybrid", "hybrid-price", "hybrid-tree", "oracle", "hybrid-vllm"])
+@pytest.mark.parametrize("spec", ["hybrid:fixed-point", "hybrid:recal=4", "hybrid:runcal=4", "hybrid:table=step",
+                                  "hybrid-price:current", "hybrid-price:model-opt", "hybrid-tree", "oracle",
+                                  "hybrid-vllm"])
 def test_policies_over_three_drafters_run_their_definition(spec):
-    """The registered forms transcribe the two-drafter definitions: a run over three drafters (the N-drafter
-    definitions of sim/policies/multi.py and tree.py) gets none of them, whatever its spec."""
+    """Specs over three drafters that no form over any drafters covers (sim/policies/fast_multi.py transcribes
+    hybrid and hybrid-price with the sweep, on the start-up table, without recalibration) run their definition."""
     pol = get_policy(spec, ("dspark", "ngram", "suffix"))
     assert pol.sim_fn is None and pol.sim_callable is pol and "suffix" in pol.drafters, spec
 
@@ -205,6 +217,159 @@ def test_default_clone(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k", keys],
                           env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------- forms over any number of drafters
+def _over_batch(rng, names, kind: str):
+    """A random step over `names` (any of dspark, ngram, suffix): the two-drafter fields of _random_batches'
+    kind and a suffix chain (float32 or float64 confidences, as the live drafter hands over, its own stale chain
+    and mean, its price); kind 'tied' draws every confidence from three levels, 'odd' puts values out of [0, 1],
+    signed zeros and NaN in some; drafters the run does not enable have no chain (length 0)."""
+    R = int(rng.choice([1, 2, 3, 4, 5, 8, 16, 17, 32, 64, 128, 200]))
+    km, kn, ks = int(rng.choice([1, 3, 7])), int(rng.choice([1, 4, 8, 32])), int(rng.choice([1, 5, 16, 24]))
+    b = random_batch(rng, R, km, kn, max_tokens=int(R * (1 + kn + ks) * rng.uniform(0.3, 1.2)) + 2)
+    dt = torch.float64 if rng.random() < 0.5 else torch.float32
+    conf = lambda hi: torch.tensor(rng.beta(hi, 1.0, size=(R, ks)), dtype=dt)  # noqa: E731
+    n = lambda: torch.tensor(rng.integers(0, ks + 1, size=R))  # noqa: E731
+    d = float(b.draft_cost_ms)
+    b = dataclasses.replace(b, extra={"suffix": (conf(8.0), n())}, stale_extra={"suffix": (conf(5.0), n())},
+                            mean_extra={"suffix": conf(6.0)} if rng.random() < 0.8 else {},
+                            model_draft_ms=d * rng.uniform(0, 0.8), ngram_draft_ms=d * rng.uniform(0, 0.1),
+                            extra_draft_ms={"suffix": float(rng.uniform(0, 0.5))},
+                            draft_cost_ms=d + float(rng.uniform(0, 0.6)))
+    if rng.random() < 0.7:
+        b = dataclasses.replace(b, mean_ngram_conf=torch.tensor(rng.random((R, kn)), dtype=dt))
+    if rng.random() < 0.3:
+        b = dataclasses.replace(b, max_draft_tokens=int(rng.integers(0, 3 * R + 2)))
+    if rng.random() < 0.3:
+        b = dataclasses.replace(b, num_sampling_reqs=R + int(rng.integers(0, 4)),
+                                num_nondraft_tokens=R + int(rng.integers(0, 40)))
+    if rng.random() < 0.2:
+        b.model_len[: R // 2] = 0
+    if rng.random() < 0.1:
+        b.ngram_len[:] = 0
+    confs = [b.model_conf, b.ngram_conf, b.stale_model_conf, b.stale_ngram_conf, b.extra["suffix"][0],
+             b.stale_extra["suffix"][0]]
+    if kind == "tied":
+        levels = torch.tensor([0.5, 0.75, 1.0])
+        for t in confs:
+            t.copy_(levels[torch.from_numpy(rng.integers(0, 3, tuple(t.shape)))])
+    elif kind == "odd":
+        odd = torch.tensor([float("nan"), -0.25, 1.5, -0.0, 0.0, 1.0, float("inf")])
+        lo = 0 if rng.random() < 0.5 else 1  # half the batches without NaN: only the clamp and signed zeros
+        for t in confs:
+            hit = torch.from_numpy(rng.random(tuple(t.shape)) < rng.choice([0.02, 0.2]))
+            t[hit] = odd[torch.from_numpy(rng.integers(lo, len(odd), tuple(t.shape)))][hit].to(t.dtype)
+    # a drafter the run does not enable has no chain
+    for name, (c, length) in list(b.chains.items()):
+        if name not in names:
+            length.zero_()
+    return b
+
+
+def _declined(chains: dict, names) -> bool:
+    """Where the transcription declines: NaN confidences, or a first chain not float32 (the definition then
+    computes in its dtype)."""
+    return chains[names[0]][0].dtype != torch.float32 or any(bool(torch.isnan(chains[n][0]).any()) for n in names)
+
+
+def _same_over(spec, names, pol, b, where, kind):
+    """The form's three faces against the definition's: plan (drafters, budget), allocate under the definition's
+    plan and the whole policy on one view (every Allocation field)."""
+    form = pol.sim_fn
+    view = host_view(b)
+    want_p, got_p = pol.plan_fn(view), form.plan(view)
+    assert (want_p.model, want_p.ngram, want_p.extra, int(want_p.budget)) == \
+        (got_p.model, got_p.ngram, got_p.extra, int(got_p.budget)), f"{spec} {names}: plan differs on {where}"
+    for want, got in ((pol.alloc_fn(b, want_p), form.allocate(b, want_p)), (pol.fn(b), form(b))):
+        for f in dataclasses.fields(want):
+            w, g = getattr(want, f.name), getattr(got, f.name)
+            assert (w is None and g is None) or torch.equal(w, g), \
+                f"{spec} {names}: {f.name} differs on {where}: {w} vs {g}"
+    # the transcription declines NaN confidences and float64 first chains (the definition runs), takes the rest
+    ran = [n for n in names if n in want_p.drafters]
+    assert (form.numpy_plan(view) is None) == _declined(b.stale_chains, names), f"{spec} {names}: {where}"
+    assert (form.numpy_allocate(b, want_p) is None) == _declined(b.chains, ran), f"{spec} {names}: {where}"
+
+
+@pytest.mark.skipif(NO_CC, reason="no C compiler: the simulator runs the definitions")
+@pytest.mark.parametrize("kind", ["random", "tied", "odd"])
+@pytest.mark.parametrize("spec,names", OVER)
+def test_forms_over_drafters(spec, names, kind):
+    """Every form over any drafters equals its definition on random batches (sizes across the exact and the
+    two-stage sweep, caps, prefill tokens, float64 live chains), on tie-heavy ones and on confidences out of
+    [0, 1] (with NaN: declined)."""
+    pol = get_policy(spec, names)
+    assert pol.sim_fn is not None and pol.sim_callable is pol.sim_fn
+    rng = np.random.default_rng(zlib.crc32(f"{spec}{names}{kind}".encode()))
+    n = 60 if names == names_three() and kind == "random" else 15
+    for i in range(n):
+        _same_over(spec, names, pol, _over_batch(rng, names, kind), f"{kind} batch {i}", kind)
+
+
+def names_three() -> tuple:
+    return ("dspark", "ngram", "suffix")
+
+
+class _PlanRecorder(Engine):
+    batches: list
+
+    def _allocate(self, batch, plan):
+        type(self).batches.append(batch)
+        return super()._allocate(batch, plan)
+
+
+@pytest.mark.slow  # about 80 s: engine runs of the live suffix drafter
+@pytest.mark.skipif(NO_CC, reason="no C compiler: the simulator runs the definitions")
+@pytest.mark.parametrize("trace", ["traces/codeedit.jsonl", "traces/chat.jsonl"])
+def test_recorded_three_drafter_batches(trace, monkeypatch):
+    """Every form over any drafters equals its definition on every batch of engine runs over three drafters."""
+    import sim.run
+
+    names = names_three()
+    prep = prepare(SimSetup(trace=trace, sample=16, seed=2, drafters=",".join(names)))
+    monkeypatch.setattr(sim.run, "Engine", _PlanRecorder)
+    for spec in sorted({s for s, d in OVER if d == names}):
+        pol = get_policy(spec, names)
+        for bs in (4, 32):
+            _PlanRecorder.batches = []
+            run_one(prep, spec, bs)
+            assert len(_PlanRecorder.batches) > 20
+            for i, b in enumerate(_PlanRecorder.batches):
+                _same_over(spec, names, pol, b, f"{trace} bs={bs} step {i}", "recorded")
+
+
+@pytest.mark.skipif(NO_CC, reason="no C compiler: the simulator runs the definitions")
+@pytest.mark.parametrize("spec", ["hybrid", "hybrid-price"])
+def test_a_three_drafter_run_takes_the_form_and_steps_as_defined(spec, monkeypatch):
+    """A run over three drafters plans and allocates through the form's transcription on every step (none
+    declined: the live suffix drafter's float64 chains included) and makes the same steps as the same run on the
+    definitions (the policy without its sim_fn)."""
+    import sim.run
+    from sim.policies import fast_multi
+
+    prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=8, seed=1, drafters="dspark,ngram,suffix"))
+    calls = {"run": 0, "declined": 0}
+
+    def counted(f):
+        def inner(*args):
+            out = f(*args)
+            calls["run"] += 1
+            calls["declined"] += out is None
+            return out
+        return inner
+
+    phases = ("plan_skip", "allocate_skip") if spec == "hybrid" else ("plan_price", "allocate_price")
+    for name in phases:
+        monkeypatch.setattr(fast_multi, name, counted(getattr(fast_multi, name)))
+    _, fast = run_one(prep, spec, 4)
+    assert calls["run"] > 40 and calls["declined"] == 0, calls
+    defined = lambda *a, **k: dataclasses.replace(get_policy(*a, **k), sim_fn=None, sim_for=None)  # noqa: E731
+    monkeypatch.setattr(sim.run, "get_policy", defined)
+    _, slow = run_one(prep, spec, 4)
+    assert fast.lossless and slow.lossless
+    for k, v in fast.steps.items():
+        assert np.asarray(v).tobytes() == np.asarray(slow.steps[k]).tobytes(), f"step column {k} differs"
 
 
 # ------------------------------------------------------------------------------------------ engine forms

@@ -12,7 +12,8 @@ from typing import Dict, List
 from sim.drafters.registry import DEFAULT_DRAFTERS, parse_drafters
 from sim.errors import ConfigError
 from sim.policies import simple, adaptive, hybrid, tree, multi  # noqa: F401,I001  (registration, in listing order)
-from sim.policies.fast import sim_form
+from sim.policies import fast_multi  # noqa: F401  (registers the forms over any drafters)
+from sim.policies.fast import sim_form, sim_form_over
 from sim.policies.registry import Policy, families
 
 
@@ -46,8 +47,9 @@ def get_policy(spec: str, drafters=DEFAULT_DRAFTERS) -> Policy:
     if missing:
         raise ConfigError(f"policy '{spec}' uses the drafter(s) {', '.join(missing)}, which this run does not enable "
                           f"(--drafters {','.join(drafters)}); add them to --drafters")
-    # the fast forms transcribe the two-drafter definitions without recalibration, on the start-up table
-    # (`table=startup` names the default: the form of the spec without it)
-    fast = None if general or pol.recal is not None or pol.step_table else \
-        sim_form(":".join([name, *(p for p in params if p != "table=startup")]))
+    # the fast forms transcribe the definitions (two-drafter, or over any drafters) without recalibration, on
+    # the start-up table (`table=startup` names the default: the form of the spec without it)
+    plain = ":".join([name, *(p for p in params if p != "table=startup")])
+    fast = None if pol.recal is not None or pol.step_table else \
+        sim_form_over(plain, drafters) if general else sim_form(plain)
     return pol if fast is None else dataclasses.replace(pol, sim_fn=fast, sim_for=pol.fn)

@@ -688,3 +688,13 @@ def sim_form(spec: str) -> Optional[Callable[[StepBatch], Allocation]]:
     name, *params = str(spec).strip().split(":")
     form = policy_form_of(name)
     return form.build(params) if form is not None else None
+
+
+def sim_form_over(spec: str, drafters: tuple) -> Optional[Callable[[StepBatch], Allocation]]:
+    """The fast form of the (valid) policy spec over the run's `drafters` (not the default two), or None when its
+    family has none (sim.fast_forms.policy_form with drafters=) or the definitions are forced."""
+    if os.environ.get("HYBRIDSPEC_REFERENCE_POLICIES", "").strip() not in ("", "0"):
+        return None
+    name, *params = str(spec).strip().split(":")
+    form = policy_form_of(name, over_drafters=True)
+    return form.build(params, tuple(drafters)) if form is not None else None

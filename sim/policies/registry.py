@@ -26,8 +26,10 @@ class Policy:
     host_sync: needs a device-to-host copy of current-step values (False for every policy here).
     tree: may verify both chains as two branches (Allocation.second); engines that verify chains only
         (the real torch engine) refuse it.
-    sim_fn: a faster form of `fn` that the simulator runs instead (sim.policies.fast, checked against `fn`
-        by tests/test_fast_forms.py); None = the simulator runs `fn`. Real engines always run `fn`.
+    sim_fn: a faster form of `fn` that the simulator runs instead (sim.policies.fast, fast_multi, checked
+        against `fn` by tests/test_fast_forms.py); where it has `plan` and `allocate` (a form over any drafters)
+        the simulator's engine runs those as the two phases. None = the simulator runs `fn`. Real engines
+        always run `fn`.
     sim_for: the `fn` that sim_fn is a form of; a copy whose fn was replaced (dataclasses.replace(pol,
         fn=...), as tests do to inject a bug) no longer matches it, and the simulator then runs that fn.
     vllm: how vLLM runs the policy (sim.vllm_compat.VllmRun: its method, num_speculative_tokens, adaptive
