@@ -2,8 +2,6 @@
 drafters make the two-drafter definitions' allocations on two drafters; a run with the live suffix drafter is
 lossless and its policies use only the drafters they name; bad drafter input is one line, exit 2."""
 import dataclasses
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -207,8 +205,10 @@ def test_a_run_with_the_suffix_drafter_is_lossless_and_uses_what_it_names():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "sim.run", "--trace", "traces/codeedit.jsonl", "--sample", "2",
-                           "--batch-size", "1", "--no-progress", *args], capture_output=True, text=True, timeout=300)
+    from conftest import run_cli_inprocess  # in this process: the same error boundary, no interpreter start-up
+
+    return run_cli_inprocess("sim.run", "--trace", "traces/codeedit.jsonl", "--sample", "2", "--batch-size", "1",
+                             "--no-progress", *args)
 
 
 @pytest.mark.parametrize("args,what", [
