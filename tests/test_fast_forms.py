@@ -406,16 +406,21 @@ def engine_prep():
     return prepare(SimSetup(trace="traces/chat.jsonl", sample=12, seed=5))
 
 
+def _run_fast_and_defined(prep, spec: str, form: str) -> tuple:
+    """((engine, result) with the form, (engine, result) on the definition it stands in for): `spec` at batch 4."""
+    cfg = EngineConfig(batch_size=4)
+    runs = []
+    for cls in (Engine, _as_defined(form)):
+        eng = cls(prep.tables, prep.arrivals, get_policy(spec), prep.cost, cfg)
+        runs.append((eng, eng.run()))
+    return tuple(runs)
+
+
 @pytest.mark.skipif(NO_CC, reason="no C compiler: the engine runs its definitions")
 @pytest.mark.parametrize("form", ENGINE_FORMS)
 def test_engine_form_equals_its_definition(engine_prep, form):
     spec, used = ENGINE_CASES[form]
-    tb, cfg = engine_prep.tables, EngineConfig(batch_size=4)
-    runs = []
-    for cls in (Engine, _as_defined(form)):
-        eng = cls(tb, engine_prep.arrivals, get_policy(spec), engine_prep.cost, cfg)
-        runs.append((eng, eng.run()))
-    (fast, rf), (slow, rs) = runs
+    (fast, rf), (slow, rs) = _run_fast_and_defined(engine_prep, spec, form)
     assert not steps_as_defined(fast, form) and steps_as_defined(slow, form)
     assert used(fast), f"{form}: the run under {spec} does not use the form, so it checks nothing"
     assert rf.lossless and rs.lossless
@@ -437,13 +442,7 @@ def test_native_step_hands_the_policy_only_the_planned_chains(codeedit_prep):
     the model chain's length) must see what the numpy step's _propose hands it: nothing from the skipped drafter.
     The native step gathers every drafter's chain; before planned_chains it passed them through (4,543 vs 4,518
     verified n-gram slots on a code-editing run)."""
-    spec = "hybrid-vllm:skip"
-    tb, cfg = codeedit_prep.tables, EngineConfig(batch_size=4)
-    runs = []
-    for cls in (Engine, _as_defined(NATIVE_STEP)):
-        eng = cls(tb, codeedit_prep.arrivals, get_policy(spec), codeedit_prep.cost, cfg)
-        runs.append((eng, eng.run()))
-    (fast, rf), (slow, rs) = runs
+    (fast, rf), (slow, rs) = _run_fast_and_defined(codeedit_prep, "hybrid-vllm:skip", NATIVE_STEP)
     assert fast._fast is not None and steps_as_defined(slow, NATIVE_STEP)
     assert (np.asarray(rf.steps["draft_ms"]) < np.max(rf.steps["draft_ms"])).any(), "no skipped pass: checks nothing"
     for k, v in rf.steps.items():
