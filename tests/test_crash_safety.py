@@ -3,7 +3,9 @@
 not clean; two writers on one output are serialised or refused, never merged; --out edge cases are refused
 or handled before any work; folder swaps and multi-file units survive a kill at every step.
 
-The default run draws a few kill moments (seeded); the longer randomised version runs many more:
+The default run keeps the in-process checks (every step of a folder swap or a multi-file unit, two writers, --out
+edge cases); the kills of a running sim.run / sim.sweep process (a few seeded moments, and many random ones) are
+in the slow tier (about 30 s of subprocesses even seeded):
     python -m pytest tests/test_crash_safety.py -m slow
 """
 from __future__ import annotations
@@ -104,6 +106,7 @@ def _run_trials(tmp_path: Path, moments: list[tuple[int, float, bool]]) -> None:
         assert _run_result(out) == NEW and not _leftovers(tmp_path), _leftovers(tmp_path)
 
 
+@pytest.mark.slow
 def test_sim_run_killed_at_random_moments(tmp_path):
     rng = random.Random(32)
     _run_trials(tmp_path, [(signal.SIGTERM, rng.uniform(0.0, 2.0), True), (signal.SIGKILL, rng.uniform(0.0, 3.0), True)])
@@ -147,6 +150,7 @@ def _sweep_trials(tmp_path: Path, moments: list[tuple[int, float]]) -> None:
         assert not _leftovers(out) and not _leftovers(out / "cells")
 
 
+@pytest.mark.slow
 def test_sim_sweep_killed_at_random_moments(tmp_path):
     rng = random.Random(33)
     _sweep_trials(tmp_path, [(signal.SIGTERM, rng.uniform(3.0, 6.0)), (signal.SIGKILL, rng.uniform(3.0, 6.0))])
