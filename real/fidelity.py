@@ -212,7 +212,10 @@ def summary_line(ver: dict) -> str:
 
 
 ENGINE_STEP_NOTE = ("tok/engine step: output tokens per engine step that decodes, across the whole batch (not the "
-                    "per-request tokens per step, `tok/step`, that `python -m sim.run` prints).")
+                    "per-request tokens per step, `tok/step`, that `python -m sim.run` prints). step-time error: the "
+                    "median over the median repeat's steps of |predicted - real| / real, its real step times brought "
+                    "to the profile's speed (ms / q) in a re-anchored cell (fidelity.json keeps the wall clock's as "
+                    "step_error_median_wall).")
 
 
 def per_engine_step(real: dict) -> float:

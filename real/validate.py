@@ -267,7 +267,9 @@ def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dic
                                                                                   fixed forwards slower than
                                                                                   while profiling)
         predicted_corrected = predicted tok/s / s;  error_corrected = predicted_corrected / real - 1
-    and the cell is drifted when |s - 1| > margin."""
+    and the cell is drifted when |s - 1| > margin.
+    Step times: the median over steps of |predicted - real| / real for the median repeat, its real step times
+    brought to the reference speed (ms / q) when re-anchored (`step_error_median_wall` keeps the wall clock's)."""
     from real.fidelity_stats import probe_ratio, within_drift
 
     n_tok = int(sum(r.output_len for r in wl.requests))
@@ -303,7 +305,9 @@ def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dic
            "verdict": v.to_json(), "loaded": loaded, "sim_command": prediction["sim_command"]}
     rs, ps = np.asarray(real["step_ms"]), np.asarray(prediction["predicted"]["step_ms"])
     out["steps_aligned"] = len(rs) == len(ps)
-    out["step_error_median"] = float(np.median(np.abs(ps - rs) / rs)) if len(rs) == len(ps) and len(rs) else float("nan")
+    out["step_error_median"] = _step_error(ps, rs / qs[mid] if qs is not None else rs)
+    if qs is not None:  # the median repeat's steps at the reference speed (ms / q); the wall-clock figure beside it
+        out["step_error_median_wall"] = _step_error(ps, rs)
     for k in ("predicted", "synthetic"):  # against the verdict's real figure (re-anchored when the cell is)
         out[f"{k}_error"] = abs(out[k]["tok_per_s"] - v.real) / v.real
     if qs is not None:
@@ -315,6 +319,13 @@ def assemble_cell(wl, policy: str, bs: int, repeats: list[dict], prediction: dic
         pc = prediction["predicted"]["tok_per_s"] / s
         out["drift"] = {"speed_vs_profile": s, "ratios": ratios, "predicted": pc, "error": pc / v.real - 1.0}
     return out
+
+
+def _step_error(pred_ms: np.ndarray, real_ms: np.ndarray) -> float:
+    """The median over steps of |predicted - real| / real step time; nan when the steps do not align."""
+    if len(real_ms) != len(pred_ms) or not len(real_ms):
+        return float("nan")
+    return float(np.median(np.abs(pred_ms - real_ms) / real_ms))
 
 
 def speed_probe_of(wl, bss: list[int], repeat: int = 9) -> dict:

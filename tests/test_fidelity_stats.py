@@ -412,6 +412,11 @@ def test_assemble_cell_reanchors_and_marks_speed_moving_within_repeats():
     assert v["verdict"] == "agrees" and not v["drifted"]
     assert c["anchor"]["error_wall"] == pytest.approx(100.0 / 90.8 - 1.0) and c["real"]["tok_per_s"] == 90.8
     assert c["repeats"][0]["speed_probe_before"] == slow and "drift" not in c
+    # step times too: steps 10% long on a machine running 10% slow are the predicted ones at the reference speed
+    long = [dict(r, step_ms=[11.0, 11.0, 11.0]) for r in reps]
+    s = V.assemble_cell(wl, "none", 1, long, prediction, 0.03, pooled=(0.005, 30), anchor=anchor)
+    assert s["step_error_median"] == pytest.approx(0.0, abs=1e-12)
+    assert s["step_error_median_wall"] == pytest.approx(1.0 / 11.0)
     moving = [dict(r, speed_probe_before={"1x1": 31.7, "1x8": 63.4}, speed_probe={"1x1": 34.3, "1x8": 68.6},
                    tok_per_s=r["tok_per_s"] * 0.8) for r in reps]
     m = V.assemble_cell(wl, "none", 1, moving, prediction, 0.03, pooled=(0.005, 30), anchor=anchor)["verdict"]
