@@ -64,17 +64,10 @@ MAX_PROMPT = 512  # real/validate.py's default --max-prompt: the cells' KV cache
 def load_model(model: str, random_weights: bool, device: str, max_slots: int, max_len: int):
     """The target model instance as a validation's cells run it (real.workload.Workload.model: its weights, dtype
     and device), with a KV cache of max_slots x max_len; the reference and draft tables are not built."""
-    import torch
+    from real.engine.weights import build_model
+    from real.workload import target_weights
 
-    from real.engine.weights import build_model, resolve_device
-    from real.workload import REAL_WEIGHT_MODELS
-
-    if not random_weights and model not in REAL_WEIGHT_MODELS:
-        raise ConfigError(f"no real weights for model '{model}' (real weights: {', '.join(REAL_WEIGHT_MODELS)}); "
-                          "use --random-weights to time it with random weights")
-    dev = resolve_device(device)
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    weights = model if random_weights else REAL_WEIGHT_MODELS[model]
+    weights, dev, dtype = target_weights(model, random_weights, device, "to time it with random weights")
     m, _ = build_model(weights, dev, dtype, max_slots=max_slots, max_len=max_len)
     return m, dev, dtype
 

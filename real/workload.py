@@ -66,20 +66,14 @@ class Workload:
         weights); teacher=False with random weights uses the random model's own greedy outputs (tests).
         drafter: weights file of the trained model drafter ("default": the bundled one; None: the synthetic
         stand-in), used with real weights; or a DSparkDrafter built for `model` (any weights, no teacher)."""
-        from real.engine.weights import resolve_device
         from real.engine.model import ModelArgs
 
         if max_tokens < 1:
             raise ConfigError(f"--max-tokens must be >= 1, got {max_tokens}")
         if max_prompt < 1:
             raise ConfigError(f"--max-prompt must be >= 1, got {max_prompt}")
-        dev = resolve_device(device)
-        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        weights, dev, dtype = target_weights(model, random_weights, device, "to run it teacher-forced")
         args = ModelArgs.from_llm(model)
-        if not random_weights and model not in REAL_WEIGHT_MODELS:
-            raise ConfigError(f"no real weights for model '{model}' (real weights: {', '.join(REAL_WEIGHT_MODELS)}); "
-                              "use --random-weights to run it teacher-forced")
-        weights = model if random_weights else REAL_WEIGHT_MODELS[model]
         raw = _read_slice(trace, limit, sample, seed, max_prompt, model, random_weights, args.vocab_size)
         reqs, passed = raw
         if not reqs:
@@ -167,6 +161,20 @@ def _reference_with_drafter(wl: Workload, mdl, drafter: str, max_tokens: int, eo
             ch = output_chains(d, sq)
             recorded[r.id] = ModelChains(conf=ch["conf"].astype(np.float32), acc_len=ch["acc"].astype(np.int64))
     return outs, recorded
+
+
+def target_weights(model: str, random_weights: bool, device: str, random_use: str) -> tuple:
+    """(weights spec for build_model, device, dtype) of the target `model`: its real weights (REAL_WEIGHT_MODELS),
+    or random ones for any models/llms name; bfloat16 on CUDA, float32 elsewhere. A model without real weights
+    and no random_weights is a ConfigError whose hint says what --random-weights would do (`random_use`)."""
+    from real.engine.weights import resolve_device
+
+    if not random_weights and model not in REAL_WEIGHT_MODELS:
+        raise ConfigError(f"no real weights for model '{model}' (real weights: {', '.join(REAL_WEIGHT_MODELS)}); "
+                          f"use --random-weights {random_use}")
+    dev = resolve_device(device)
+    return (model if random_weights else REAL_WEIGHT_MODELS[model], dev,
+            torch.bfloat16 if dev.type == "cuda" else torch.float32)
 
 
 def _read_slice(trace: str, limit, sample, seed, max_prompt, model, random_weights, vocab) -> tuple[list[Request], int]:
