@@ -49,6 +49,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
+import numpy as np
+
 from real.fidelity_stats import noise_band, probe_ratio, reference_probe
 
 MAX_CELL_REPEATS = 30    # the most repeats per cell the search for a resolving run considers
@@ -69,14 +71,8 @@ def log_speeds(probes: Sequence[dict]) -> list[float]:
 
 
 def _quantile(xs: Sequence[float], q: float) -> float:
-    """The q-quantile of xs, linear between order statistics (numpy's default)."""
-    s = sorted(xs)
-    if not s:
-        return math.nan
-    h = (len(s) - 1) * q
-    lo = int(math.floor(h))
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (h - lo) * (s[hi] - s[lo])
+    """The q-quantile of xs, linear between order statistics (numpy's default); nan for no xs."""
+    return float(np.quantile(xs, q)) if len(xs) else math.nan
 
 
 @dataclass(frozen=True)
