@@ -64,26 +64,48 @@ def load_summary(cells: list[dict]) -> str:
     return ", ".join(parts)
 
 
+def _verdict_counts(cells: list[dict]) -> dict:
+    """The run summary's figures over these cells: counts by verdict and the conclusive cells' median and max
+    |error| (None without a conclusive cell), as real/fidelity_stats.summarize forms them."""
+    vs = [c["verdict"] for c in cells if c.get("verdict")]
+    conc = [abs(v["error"]) for v in vs if v["verdict"] in ("agrees", "disagrees")]
+    counts = {k: sum(v["verdict"] == k for v in vs) for k in ("agrees", "disagrees", "inconclusive")}
+    return {"cells": len(vs), **counts, "median_error": statistics.median(conc) if conc else None,
+            "max_error": max(conc) if conc else None}
+
+
+def _target_rows(name: str, v: dict) -> list[tuple[str, bool | None, str]]:
+    conc = v["agrees"] + v["disagrees"]
+    med, mx = v.get("median_error"), v.get("max_error")
+    return [(f"{name}: conclusive cells' median |error| <= {100 * TARGET_MEDIAN:.0f}%",
+             None if med is None else med <= TARGET_MEDIAN,
+             "no conclusive cell" if med is None else f"{100 * med:.1f}% over {conc} cells"),
+            (f"{name}: conclusive cells' max |error| <= {100 * TARGET_MAX:.0f}%",
+             None if mx is None else mx <= TARGET_MAX, "no conclusive cell" if mx is None else f"{100 * mx:.1f}%"),
+            (f"{name}: at most {TARGET_INCONCLUSIVE:.0%} of the cells inconclusive",
+             v["inconclusive"] <= TARGET_INCONCLUSIVE * v["cells"], f"{v['inconclusive']} of {v['cells']}")]
+
+
 def targets(runs: list[dict]) -> list[tuple[str, bool | None, str]]:
-    """(target, met, figures) for the issue's quiet-machine targets on these runs; met None: not applicable."""
+    """(target, met, figures) for the issue's quiet-machine targets on these runs; met None: not applicable.
+    Runs that share no cell (one grid measured trace by trace, e.g. on one profiled table) are parts of one run:
+    the targets are then also checked over all their cells together, and agreement between runs is n/a."""
     out = []
     for i, fid in enumerate(runs, 1):
         v = fid["aggregate"].get("verdicts")
         if not v:
             out.append((f"run {i}: verdicts", None, "no verdicts (one repeat per cell, or the vLLM engine)"))
             continue
-        conc = v["agrees"] + v["disagrees"]
-        med, mx = v.get("median_error"), v.get("max_error")
-        out.append((f"run {i}: conclusive cells' median |error| <= {100 * TARGET_MEDIAN:.0f}%",
-                    None if med is None else med <= TARGET_MEDIAN,
-                    "no conclusive cell" if med is None else f"{100 * med:.1f}% over {conc} cells"))
-        out.append((f"run {i}: conclusive cells' max |error| <= {100 * TARGET_MAX:.0f}%",
-                    None if mx is None else mx <= TARGET_MAX, "no conclusive cell" if mx is None else f"{100 * mx:.1f}%"))
-        out.append((f"run {i}: at most {TARGET_INCONCLUSIVE:.0%} of the cells inconclusive",
-                    v["inconclusive"] <= TARGET_INCONCLUSIVE * v["cells"], f"{v['inconclusive']} of {v['cells']}"))
+        out += _target_rows(f"run {i}", v)
     if len(runs) >= 2:
         same, total = verdict_agreement(runs)
-        out.append(("the runs agree on every cell's verdict", same == total, f"{same} of {total} cells"))
+        if total:
+            out.append(("the runs agree on every cell's verdict", same == total, f"{same} of {total} cells"))
+        else:
+            allv = _verdict_counts([c for fid in runs for c in fid["cells"]])
+            if allv["cells"]:
+                out += _target_rows(f"runs 1-{len(runs)} together (no cell in common: parts of one grid)", allv)
+            out.append(("the runs agree on every cell's verdict", None, "no cell in common: agreement needs a rerun"))
     return out
 
 

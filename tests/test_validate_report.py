@@ -101,6 +101,32 @@ def test_report_from_two_runs_checks_targets_and_never_overwrites(tmp_path, monk
         report_main([str(run), "--out", str(tmp_path / "r.txt")])
 
 
+def test_report_of_runs_with_no_cell_in_common_checks_them_as_one_grid(tmp_path, monkeypatch):
+    """One grid measured trace by trace (two --out directories on one table): no cell in common, so agreement
+    is n/a (not a vacuous "0 of 0: yes") and the targets are checked over all cells together."""
+    import shutil
+
+    from real.fidelity_report import load_run, targets
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    _record_run(run, monkeypatch)
+    shutil.copytree(run, other)
+    fid = json.loads((other / "fidelity.json").read_text())
+    for c in fid["cells"]:
+        c["trace"] = "traces/codeedit.jsonl"
+    (other / "fidelity.json").write_text(json.dumps(fid))
+    rows = targets([load_run(run), load_run(other)])
+    agree = [r for r in rows if r[0] == "the runs agree on every cell's verdict"]
+    assert agree == [("the runs agree on every cell's verdict", None, "no cell in common: agreement needs a rerun")]
+    together = [r for r in rows if r[0].startswith("runs 1-2 together")]
+    v = fid["aggregate"]["verdicts"]
+    assert len(together) == 3 and together[2][2] == f"{2 * v['inconclusive']} of 4"
+    assert together[2][1] == (v["inconclusive"] == 0)
+    same = targets([load_run(run), load_run(run)])
+    assert ("the runs agree on every cell's verdict", True, "2 of 2 cells") in same
+    assert not any(r[0].startswith("runs 1-2 together") for r in same)
+
+
 def test_grid_estimate_prints_before_any_run():
     """--grid big is estimated at hours from the default grid's measured rates, the default grid near its 25-27
     measured minutes; more work never estimates less."""
