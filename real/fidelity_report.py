@@ -22,6 +22,7 @@ from pathlib import Path
 
 from real.fidelity import figure_parts, format_md, summary_line
 from real.fidelity_anchor import read_json
+from real.fidelity_stats import CellVerdict, summarize
 from sim.cli_util import ArgumentParser, run_cli, write_whole
 from sim.errors import ConfigError
 
@@ -64,16 +65,6 @@ def load_summary(cells: list[dict]) -> str:
     return ", ".join(parts)
 
 
-def _verdict_counts(cells: list[dict]) -> dict:
-    """The run summary's figures over these cells: counts by verdict and the conclusive cells' median and max
-    |error| (None without a conclusive cell), as real/fidelity_stats.summarize forms them."""
-    vs = [c["verdict"] for c in cells if c.get("verdict")]
-    conc = [abs(v["error"]) for v in vs if v["verdict"] in ("agrees", "disagrees")]
-    counts = {k: sum(v["verdict"] == k for v in vs) for k in ("agrees", "disagrees", "inconclusive")}
-    return {"cells": len(vs), **counts, "median_error": statistics.median(conc) if conc else None,
-            "max_error": max(conc) if conc else None}
-
-
 def _target_rows(name: str, v: dict) -> list[tuple[str, bool | None, str]]:
     conc = v["agrees"] + v["disagrees"]
     med, mx = v.get("median_error"), v.get("max_error")
@@ -102,7 +93,8 @@ def targets(runs: list[dict]) -> list[tuple[str, bool | None, str]]:
         if total:
             out.append(("the runs agree on every cell's verdict", same == total, f"{same} of {total} cells"))
         else:
-            allv = _verdict_counts([c for fid in runs for c in fid["cells"]])
+            allv = summarize(CellVerdict.from_json(c["verdict"]) for fid in runs for c in fid["cells"]
+                             if c.get("verdict")).to_json()  # as real/fidelity.py forms a run's aggregate
             if allv["cells"]:
                 out += _target_rows(f"runs 1-{len(runs)} together (no cell in common: parts of one grid)", allv)
             out.append(("the runs agree on every cell's verdict", None, "no cell in common: agreement needs a rerun"))
