@@ -80,6 +80,19 @@ def prepared_setup(setup):
 def write_reports(out: Path, cells: list[dict], meta: dict, md=None) -> dict:
     """fidelity.json / .md / .html from the cells; returns the aggregate. md: the markdown formatter
     (default format_md, the torch engine's)."""
+    agg = aggregate(cells)
+    slim = [{k: ({kk: vv for kk, vv in v.items() if kk != "step_ms"} if isinstance(v, dict) else v)
+             for k, v in c.items()} for c in cells]
+    write_output(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": slim}, indent=1) + "\n")
+    write_output(out / "fidelity.md", (md or format_md)(slim, agg, meta))
+    write_output(out / "fidelity.html", format_html(slim, agg, meta))
+    return agg
+
+
+def aggregate(cells: list[dict]) -> dict:
+    """A run's summary over its cells (fidelity.json's "aggregate"): median and max |throughput error|, the
+    synthetic drafter's and the steps' median errors, losslessness, the verdicts' counts and conclusive errors
+    (real/fidelity_stats.summarize) when every cell was repeated, and the drift-corrected errors when recorded."""
     errs = np.asarray([c["predicted_error"] for c in cells])
     serrs = np.asarray([c["step_error_median"] for c in cells], dtype=np.float64)
     agg = {"cells": len(cells), "median_error": float(np.median(errs)) if len(errs) else float("nan"),
@@ -93,11 +106,6 @@ def write_reports(out: Path, cells: list[dict], meta: dict, md=None) -> dict:
     if drift:  # the speed probes' drift-corrected errors (real/validate.py assemble_cell): beside, not in, the verdicts
         agg["drift_corrected"] = {"cells": len(drift), "median_error": float(np.median(drift)),
                                   "max_error": float(np.max(drift))}
-    slim = [{k: ({kk: vv for kk, vv in v.items() if kk != "step_ms"} if isinstance(v, dict) else v)
-             for k, v in c.items()} for c in cells]
-    write_output(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": slim}, indent=1) + "\n")
-    write_output(out / "fidelity.md", (md or format_md)(slim, agg, meta))
-    write_output(out / "fidelity.html", format_html(slim, agg, meta))
     return agg
 
 

@@ -1,9 +1,11 @@
 """A fidelity report from one or more recorded validation runs: markdown and an offline HTML page, never
 overwriting a file unless told to.
 
-    python -m real.fidelity_report RUN_DIR [RUN_DIR ...] --out reports/fidelity-N.md [--title TEXT] [--force]
+    python -m real.fidelity_report RUN [RUN ...] --out reports/fidelity-N.md [--title TEXT] [--force]
 
-Each RUN_DIR is a `real/validate.py --out` directory (torch engine) holding its fidelity.json. The report gives,
+Each RUN is a `real/validate.py --out` directory (torch engine) holding its fidelity.json, or several joined by
+commas (DIR,DIR): the parts of one run, a grid measured trace by trace on one profiled table, whose cells are
+pooled into one run (the aggregate recomputed over them by real/fidelity.aggregate). The report gives,
 per run, the command, its wall time, the machine's load over its repeats (other processes' cores, steal, load
 averages, clock: real/machine_load.py), its verdict summary and its full cell table (real/fidelity.format_md);
 with two or more runs, every cell's verdict and error side by side and whether the runs agree on each; and the
@@ -16,11 +18,12 @@ refused without --force.
 from __future__ import annotations
 
 import math
+import shlex
 import statistics
 import sys
 from pathlib import Path
 
-from real.fidelity import figure_parts, format_md, summary_line
+from real.fidelity import aggregate, figure_parts, format_md, summary_line
 from real.fidelity_anchor import read_json
 from real.fidelity_stats import CellVerdict, summarize
 from sim.cli_util import ArgumentParser, run_cli, write_whole
@@ -29,13 +32,44 @@ from sim.errors import ConfigError
 TARGET_MEDIAN, TARGET_MAX, TARGET_INCONCLUSIVE = 0.03, 0.08, 0.25  # the issue's quiet-machine targets
 
 
-def load_run(run_dir: Path) -> dict:
-    """A run's fidelity.json (ConfigError naming the file when missing or unreadable)."""
-    f = run_dir / "fidelity.json"
-    fid = read_json(f)
-    if not isinstance(fid, dict) or not {"meta", "aggregate", "cells"} <= set(fid):
-        raise ConfigError(f"{f}: not a real/validate.py fidelity.json (meta, aggregate, cells)")
-    return fid
+def load_run(run: Path | str) -> dict:
+    """A run's fidelity.json (ConfigError naming the file when missing or unreadable). `run` may join several
+    directories with commas: the parts of one run, pooled (module docstring); a cell measured in two parts, or
+    parts of different cell shapes (output tokens, prompt cap, repeats), is a ConfigError."""
+    dirs = [Path(d) for d in str(run).split(",")]
+    fids = []
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigError(f"{d}: not a directory")
+        f = d / "fidelity.json"
+        fid = read_json(f)
+        if not isinstance(fid, dict) or not {"meta", "aggregate", "cells"} <= set(fid):
+            raise ConfigError(f"{f}: not a real/validate.py fidelity.json (meta, aggregate, cells)")
+        fids.append(fid)
+    if len(fids) == 1:
+        return fids[0]
+    seen: dict[str, Path] = {}
+    for d, fid in zip(dirs, fids):
+        for c in fid["cells"]:
+            k = _cell_key(c)
+            if k in seen:
+                raise ConfigError(f"{run}: cell '{k}' is in both {seen[k]} and {d}; parts of one run share no cell "
+                                  "(give two runs as two arguments)")
+            seen[k] = d
+    m0 = fids[0]["meta"]
+    for d, fid in zip(dirs[1:], fids[1:]):
+        for key in ("max_tokens", "max_prompt", "repeats", "margin", "model"):
+            if fid["meta"].get(key) != m0.get(key):
+                raise ConfigError(f"{run}: {d} has {key} {fid['meta'].get(key)!r} against {m0.get(key)!r} in "
+                                  f"{dirs[0]}: not parts of one run")
+    cells = [c for fid in fids for c in fid["cells"]]
+    walls = [fid["meta"].get("wall_minutes") for fid in fids]
+    # the formatters wrap the command in backticks: the parts' commands come out as `a` and `b`
+    meta = dict(m0, command=" and ".join(f"`{fid['meta'].get('command', '?')}`" for fid in fids).strip("`"),
+                wall_minutes=sum(walls) if all(w is not None for w in walls) else None,
+                speed_probes={k: v for fid in fids for k, v in (fid["meta"].get("speed_probes") or {}).items()},
+                parts=[str(d) for d in dirs], quick=any(fid["meta"].get("quick") for fid in fids))
+    return {"meta": meta, "aggregate": aggregate(cells), "cells": cells}
 
 
 def _cell_key(c: dict) -> str:
@@ -92,12 +126,17 @@ def targets(runs: list[dict]) -> list[tuple[str, bool | None, str]]:
         same, total = verdict_agreement(runs)
         if total:
             out.append(("the runs agree on every cell's verdict", same == total, f"{same} of {total} cells"))
+            flips = contradictions(runs)
+            out.append(("no cell agrees in one run and disagrees in another", not flips,
+                        f"{len(flips)} of {total} cells" + (f": {', '.join(flips)}" if flips else
+                                                            "; the other differences are conclusive against inconclusive")))
         else:
             allv = summarize(CellVerdict.from_json(c["verdict"]) for fid in runs for c in fid["cells"]
                              if c.get("verdict")).to_json()  # as real/fidelity.py forms a run's aggregate
             if allv["cells"]:
                 out += _target_rows(f"runs 1-{len(runs)} together (no cell in common: parts of one grid)", allv)
-            out.append(("the runs agree on every cell's verdict", None, "no cell in common: agreement needs a rerun"))
+            out.append(("the runs agree on every cell's verdict", None, "no cell in common: agreement needs a rerun "
+                        "(parts of one run: join them as DIR,DIR)"))
     return out
 
 
@@ -108,7 +147,15 @@ def verdict_agreement(runs: list[dict]) -> tuple[int, int]:
     return sum(len({m[k] for m in maps}) == 1 for k in common), len(common)
 
 
-def format_report(runs: list[dict], dirs: list[Path], title: str, command: str) -> str:
+def contradictions(runs: list[dict]) -> list[str]:
+    """The cells present in every run that agree in one and disagree in another: the verdicts' contradictions.
+    A cell conclusive in one run and inconclusive in another is not one (an error near margin + band falls either
+    side of it from run to run); agreeing and disagreeing both are, since each excludes the other at the 5% level."""
+    maps = [{_cell_key(c): c["verdict"]["verdict"] for c in fid["cells"] if "verdict" in c} for fid in runs]
+    return [k for k in maps[0] if all(k in m for m in maps[1:]) and {"agrees", "disagrees"} <= {m[k] for m in maps}]
+
+
+def format_report(runs: list[dict], dirs: list[str], title: str, command: str) -> str:
     lines = [f"# {title}", "", f"Produced by `{command}` from the recorded runs below (nothing re-measured: each "
              "run's figures are its fidelity.json; real/fidelity_report.py).", ""]
     for i, (fid, d) in enumerate(zip(runs, dirs), 1):
@@ -165,7 +212,8 @@ def format_page(runs: list[dict], title: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m real.fidelity_report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("run_dir", nargs="+", help="real/validate.py --out directories (torch engine), in order")
+    ap.add_argument("run_dir", nargs="+", help="real/validate.py --out directories (torch engine), in order; "
+                    "DIR,DIR: the parts of one run (a grid measured trace by trace)")
     ap.add_argument("--out", required=True, help="the markdown file to write (the page: the same name, .html)")
     ap.add_argument("--title", default="Fidelity: the simulator against the real engine", help="the report's title")
     ap.add_argument("--force", action="store_true", help="overwrite --out and its .html when they exist")
@@ -177,12 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     for f in (out, page_out):
         if f.exists() and not a.force:
             raise ConfigError(f"{f}: exists; pass --force to overwrite it, or another --out")
-    dirs = [Path(d) for d in a.run_dir]
-    for d in dirs:
-        if not d.is_dir():
-            raise ConfigError(f"{d}: not a directory")
+    dirs = list(a.run_dir)
     runs = [load_run(d) for d in dirs]
-    command = "python -m real.fidelity_report " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m real.fidelity_report " + shlex.join(argv if argv is not None else sys.argv[1:])
     out.parent.mkdir(parents=True, exist_ok=True)
     write_whole(out, format_report(runs, dirs, a.title, command) + "\n", overwrite=a.force)
     write_whole(page_out, format_page(runs, a.title), overwrite=a.force)

@@ -1,10 +1,12 @@
 """Re-price a recorded validation run with today's cost fits, offline: no model runs, no timing.
 
-    python -m real.fidelity_reprice DIR [--legacy-pass-policies adaptive,hybrid-price] [--table-out FILE]
+    python -m real.fidelity_reprice DIR [--cost-table T.json] [--profile-max-seqs N] [--table-out FILE]
+                                        [--legacy-pass-policies adaptive,hybrid-price]
                                         [--profile-reference REF.jsonl --profile-drafts DRAFTS.jsonl]
 
 DIR is a `real/validate.py --out` directory of the torch engine: fidelity.json, the table it profiled
-(cost_table.json) and the steps that table was fitted on (cost_table.json.steps.csv, traces/general.jsonl), and
+(cost_table.json, or the --cost-table the run was given) and the steps that table was fitted on (its .steps.csv,
+traces/general.jsonl), and
 per cell the simulator's steps (cells/<cell>/steps_predicted.csv) and the real repeats' throughputs.
 
 It refits the table from the recorded profile steps with real/profile.py's current fits (`fit_verify` with the
@@ -124,20 +126,38 @@ def profile_steps(path: Path, legacy_pass: tuple[str, ...], rebuild: tuple[Path,
     return out
 
 
+def steps_up_to(steps: list[dict], max_seqs: int) -> list[dict]:
+    """The recorded profile runs (profile_steps' form) keeping only their steps with at most max_seqs sequences;
+    a run left with none is dropped."""
+    out = []
+    for s in steps:
+        keep = np.asarray(s["num_seqs"]) <= max_seqs
+        if keep.any():
+            out.append({k: (v if k == "policy" else np.asarray(v)[keep]) for k, v in s.items()})
+    return out
+
+
 def refit_table(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICIES,
-                rebuild: tuple[Path, Path] | None = None):
-    """The table real/profile.py would fit today from run_dir's recorded profile steps (CostTable)."""
+                rebuild: tuple[Path, Path] | None = None, table_path: Path | None = None,
+                max_seqs: int | None = None):
+    """The table real/profile.py would fit today from the recorded profile steps of table_path (default run_dir's
+    cost_table.json) (CostTable). max_seqs: fit only the steps with at most that many sequences, what a profile
+    whose runs never verified more together would have priced (the extrapolation real.profile.profile_slice
+    avoids)."""
     import re
 
     from real.engine.model import SHORT_QUERY_MAX
     from real.profile import build_table, fit_step_parts, fit_verify
     from sim.cost.profiled import load_cost_table
 
-    old = load_cost_table(run_dir / "cost_table.json")
+    table_path = table_path or run_dir / "cost_table.json"
+    old = load_cost_table(table_path)
     m = re.search(r"at batch ([0-9, ]+) on", old.source)
     bss = tuple(int(x) for x in m.group(1).split(",")) if m else (1, 4, 16)
-    steps = profile_steps(run_dir / "cost_table.json.steps.csv", legacy_pass, rebuild, old.llm,
+    steps = profile_steps(Path(str(table_path) + ".steps.csv"), legacy_pass, rebuild, old.llm,
                           int(old.vocab_size or 0), bss, run_dir if rebuild is None else Path(tempfile.mkdtemp()))
+    if max_seqs is not None:
+        steps = steps_up_to(steps, max_seqs)
     pols = sorted({s["policy"] for s in steps})
     parts = fit_step_parts(steps, pols)
     verify = fit_verify(steps, float(old.logits_ms_per_row or 0.0), float(old.kv_ms_per_token or 0.0), SHORT_QUERY_MAX)
@@ -164,29 +184,34 @@ def reprice_cell(cell: dict, pred_steps, cost, shapes: np.ndarray | None = None)
 
 
 def reprice(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICIES, table_out: Path | None = None,
-            rebuild: tuple[Path, Path] | None = None) -> dict:
-    """Every cell's recorded and re-priced prediction, error and verdict, and the summary of each."""
+            rebuild: tuple[Path, Path] | None = None, table_path: Path | None = None,
+            max_seqs: int | None = None) -> dict:
+    """Every cell's recorded and re-priced prediction, error and verdict, and the summary of each. table_path: the
+    table the run was priced with when not its own cost_table.json (real/validate.py --cost-table); max_seqs:
+    refit_table's."""
     import pandas as pd
 
     from sim.cost.padded import SHAPE_COLUMNS
     from sim.cost.profiled import ProfiledCost, write_cost_table
 
     fj = run_dir / "fidelity.json"
-    for p in (fj, run_dir / "cost_table.json", run_dir / "cost_table.json.steps.csv"):
+    table_path = table_path or run_dir / "cost_table.json"
+    for p in (fj, table_path, Path(str(table_path) + ".steps.csv")):
         if not p.is_file():
-            raise ConfigError(f"{p}: not found; give a real/validate.py --out directory whose table it profiled")
+            raise ConfigError(f"{p}: not found; give a real/validate.py --out directory whose table it profiled, "
+                              "or --cost-table with the table it was given")
     fid = json.loads(fj.read_text())
-    table = refit_table(run_dir, legacy_pass, rebuild)
+    table = refit_table(run_dir, legacy_pass, rebuild, table_path, max_seqs)
     if table_out is not None:
         write_cost_table(table, table_out)
     cost = ProfiledCost(table, fallback=None)
     margin = float(fid["meta"].get("margin", 0.03))
     from real.profile import profile_uncertainty_of
 
-    u_p, dof = profile_uncertainty_of(run_dir / "cost_table.json")  # the band as real/validate.py forms it today
+    u_p, dof = profile_uncertainty_of(table_path)  # the band as real/validate.py forms it today
     padded_rec = None
     if cost.padded:  # the recorded table, marked padded: the simulator's replay then records each step's shape
-        padded_rec = _padded_table(json.loads((run_dir / "cost_table.json").read_text()),
+        padded_rec = _padded_table(json.loads(table_path.read_text()),
                                    Path(tempfile.mkdtemp()) / "recorded_padded.json")
     rows = []
     by_trace: dict = {}  # the repeats' scatter pooled over each trace's cells, as real/validate.py pools it
@@ -263,9 +288,9 @@ def format_report(res: dict) -> str:
 
 
 def build_profile_reference(out: Path) -> int:
-    """Write the slice real/profile.py runs (its Workload: traces/general.jsonl, 10 requests of at most 512 prompt
-    tokens, 24 output tokens, SmolLM2's greedy outputs and the trained drafter's chains) as reference.jsonl and
-    drafts.jsonl under `out` (refused when they exist)."""
+    """Write the slice real/profile.py ran before the padded shapes were recorded (its Workload: traces/general.jsonl,
+    10 requests of at most 512 prompt tokens, 24 output tokens, SmolLM2's greedy outputs and the trained drafter's
+    chains) as reference.jsonl and drafts.jsonl under `out` (refused when they exist)."""
     from real.profile import PROFILE_TRACE, profile_slice
     from real.validate import _write_drafts
     from real.workload import Workload
@@ -288,6 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--legacy-pass-policies", default=",".join(LEGACY_PASS_POLICIES),
                     help="for recordings without the draft_pass column: the policies that ran the model pass on "
                          "every decoding step (default adaptive,hybrid-price)")
+    ap.add_argument("--cost-table", default=None, help="the table the run was given (real/validate.py "
+                    "--cost-table; default DIR/cost_table.json, the table the run profiled)")
+    ap.add_argument("--profile-max-seqs", type=int, default=None, metavar="N",
+                    help="refit from the profile steps with at most N sequences only: what a profile whose runs "
+                         "never verified more together would have priced")
     ap.add_argument("--table-out", default=None, help="also write the refitted table here (JSON; never overwrites)")
     ap.add_argument("--profile-reference", default=None,
                     help="reference.jsonl of the profile's slice of traces/general.jsonl: rebuilds the padded shapes "
@@ -311,8 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     d = Path(a.run_dir)
     if not d.is_dir():
         raise ConfigError(f"{d}: not a directory")
+    if a.profile_max_seqs is not None and a.profile_max_seqs < 1:
+        raise ConfigError(f"--profile-max-seqs {a.profile_max_seqs}: give 1 or more")
     res = reprice(d, tuple(p for p in a.legacy_pass_policies.split(",") if p),
-                  Path(a.table_out) if a.table_out else None, rebuild)
+                  Path(a.table_out) if a.table_out else None, rebuild,
+                  Path(a.cost_table) if a.cost_table else None, a.profile_max_seqs)
     print(json.dumps(res) if a.json else format_report(res))
     return 0
 

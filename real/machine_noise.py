@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
 
     grid = GRIDS[a.grid]
     bss = list(DEFAULT_BATCH_SIZES)
-    prof = profile_slice(False)
+    prof = profile_slice(False, bss)
     cell_s = [a.cell_seconds] if a.cell_seconds else estimate_run_seconds(grid["limit"], grid["max_tokens"], bss)
     prof_s = [a.profile_run_seconds] if a.profile_run_seconds else \
         estimate_run_seconds(prof["limit"], prof["max_tokens"], bss)

@@ -193,9 +193,18 @@ def profile_repeats(quick: bool) -> int:
     return 1 if quick else 2
 
 
-def profile_slice(quick: bool) -> dict:
-    """The profile's slice of PROFILE_TRACE (Workload.build's keywords; real/fidelity_reprice.py rebuilds it)."""
-    return dict(limit=6 if quick else 10, sample=None, seed=0, max_tokens=16 if quick else 24, max_prompt=512)
+PROFILE_REQUESTS = 10  # the profile slice's requests at least (--quick: 6)
+
+
+def profile_slice(quick: bool, batch_sizes: tuple[int, ...] | list[int] = ()) -> dict:
+    """The profile's slice of PROFILE_TRACE (Workload.build's keywords): PROFILE_REQUESTS requests, or the largest
+    batch size when that is more, so that the fitted steps reach every batch the table will price. A slice smaller
+    than the batch leaves the verify fit extrapolating in the step's sequences S: the 10-request slice of session 5
+    priced chat's 16-sequence verifies 4-7% high (docs/real.md, "The runs so far"). --quick keeps 6 (it checks the
+    pipeline). Without batch_sizes: the slice of the recordings made before (real/fidelity_reprice.py rebuilds it)."""
+    base = 6 if quick else PROFILE_REQUESTS
+    limit = base if quick else max([base, *batch_sizes])
+    return dict(limit=limit, sample=None, seed=0, max_tokens=16 if quick else 24, max_prompt=512)
 
 
 @torch.inference_mode()
@@ -344,7 +353,8 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
 
     repeats = repeats if repeats is not None else profile_repeats(quick)
 
-    wl = Workload.build(PROFILE_TRACE, model_name, random_weights, device, **profile_slice(quick), progress=progress)
+    wl = Workload.build(PROFILE_TRACE, model_name, random_weights, device, **profile_slice(quick, batch_sizes),
+                        progress=progress)
     model = build_engine_model(wl, max(batch_sizes))
     raw = []
     machine = machine_info(wl.device, wl.dtype, wl.model_label)
@@ -381,7 +391,8 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
               f"interleaved; the table is fitted at the reference speed)", file=sys.stderr)
     src = (f"real/profile.py on {machine['cpu']} ({machine['device']}, {machine['threads']} threads, torch "
            f"{machine['torch']}); every part fitted on engine runs of {', '.join(policies)} "
-           f"at batch {', '.join(map(str, batch_sizes))} on traces/general.jsonl, {repeats} run(s) each after a "
+           f"at batch {', '.join(map(str, batch_sizes))} on traces/general.jsonl ({len(wl.requests)} requests), "
+           f"{repeats} run(s) each after a "
            f"warm-up, re-anchored to the geometric mean of {len(probes)} interleaved speed probes (runs at "
            f"{min(qs):.3f}-{max(qs):.3f}x); verify fit over {verify['fit_steps']} steps, median |error| "
            f"{100 * verify['fit_median_abs_rel_error']:.1f}%; {load.note()}"

@@ -498,7 +498,7 @@ def validate(a) -> int:
     from real.profile import profile_repeats, profile_slice
 
     prof_est = None if a.cost_table or (out / "cost_table.json").is_file() else \
-        dict(profile_slice(a.quick), repeats=profile_repeats(a.quick))
+        dict(profile_slice(a.quick, bss), repeats=profile_repeats(a.quick))
     est = estimate_minutes(len(traces), limit, max_tokens, len(policies), bss, repeats, prof_est)
     print(f"{'--quick' if a.quick else '--grid ' + a.grid}: {len(traces)} trace(s) x {len(policies)} policies x batch "
           f"{', '.join(map(str, bss))}, {limit} requests x {max_tokens} tokens, {repeats} repeat(s): estimated "

@@ -115,3 +115,21 @@ def test_reprice_reads_recorded_shapes_and_refuses_half_a_rebuild(tmp_path):
     assert list(runs[2]["draft_pass"]) == [1, 1, 1] and list(runs[0]["draft_pass"]) == [0, 0, 0]
     with pytest.raises(ConfigError, match="go together"):
         reprice_main([str(tmp_path), "--profile-reference", str(f)])
+    with pytest.raises(ConfigError, match="--profile-max-seqs 0"):
+        reprice_main([str(tmp_path), "--profile-max-seqs", "0"])
+    (tmp_path / "fidelity.json").write_text("{}")
+    with pytest.raises(ConfigError, match="nowhere.json: not found.*--cost-table"):
+        reprice_main([str(tmp_path), "--cost-table", str(tmp_path / "nowhere.json")])
+
+
+def test_reprice_can_refit_from_the_steps_of_fewer_sequences():
+    """--profile-max-seqs: each run keeps only its steps with at most N sequences, every column alike; a run with
+    none left is dropped (what a profile that never verified more together would have fitted)."""
+    from real.fidelity_reprice import steps_up_to
+
+    runs = [{"policy": "none", "num_seqs": np.array([1, 12, 4]), "step_ms": np.array([1.0, 2.0, 3.0])},
+            {"policy": "adaptive", "num_seqs": np.array([16, 11]), "step_ms": np.array([4.0, 5.0])}]
+    kept = steps_up_to(runs, 10)
+    assert len(kept) == 1 and kept[0]["policy"] == "none"
+    assert list(kept[0]["num_seqs"]) == [1, 4] and list(kept[0]["step_ms"]) == [1.0, 3.0]
+    assert len(steps_up_to(runs, 16)) == 2

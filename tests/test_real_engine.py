@@ -110,6 +110,16 @@ def test_profile_table_round_trips_into_the_simulator(tmp_path):
         profile_main(["--model", "qwen3-tiny", "--random-weights", "--quick", "--out", str(out)])
 
 
+def test_profile_slice_reaches_the_largest_batch():
+    """The profile's steps must reach every batch it prices: a 16-request batch on a 10-request slice left the
+    verify fit extrapolating in the step's sequences (docs/real.md, "The runs so far")."""
+    from real.profile import PROFILE_REQUESTS, profile_slice
+
+    assert profile_slice(False, [1, 4, 16])["limit"] == 16
+    assert profile_slice(False, [1, 4])["limit"] == PROFILE_REQUESTS == profile_slice(False)["limit"]
+    assert profile_slice(True, [1, 4, 16])["limit"] == 6  # --quick checks the pipeline, at its own size
+
+
 @pytest.mark.slow  # about 60 s: the validate CLI end to end (its parts are tested in the default run)
 def test_validate_quick_cli(tmp_path):
     out = tmp_path / "v"

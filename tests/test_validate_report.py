@@ -117,14 +117,63 @@ def test_report_of_runs_with_no_cell_in_common_checks_them_as_one_grid(tmp_path,
     (other / "fidelity.json").write_text(json.dumps(fid))
     rows = targets([load_run(run), load_run(other)])
     agree = [r for r in rows if r[0] == "the runs agree on every cell's verdict"]
-    assert agree == [("the runs agree on every cell's verdict", None, "no cell in common: agreement needs a rerun")]
+    assert agree == [("the runs agree on every cell's verdict", None, "no cell in common: agreement needs a rerun "
+                      "(parts of one run: join them as DIR,DIR)")]
     together = [r for r in rows if r[0].startswith("runs 1-2 together")]
     v = fid["aggregate"]["verdicts"]
     assert len(together) == 3 and together[2][2] == f"{2 * v['inconclusive']} of 4"
     assert together[2][1] == (v["inconclusive"] == 0)
     same = targets([load_run(run), load_run(run)])
     assert ("the runs agree on every cell's verdict", True, "2 of 2 cells") in same
+    flip = json.loads((run / "fidelity.json").read_text())
+    flip["cells"][0]["verdict"]["verdict"] = "agrees"
+    other_flip = json.loads(json.dumps(flip))
+    other_flip["cells"][0]["verdict"]["verdict"] = "disagrees"
+    other_flip["cells"][1]["verdict"]["verdict"] = "inconclusive"
+    rows = dict((r[0], r[1:]) for r in targets([flip, other_flip]))
+    assert rows["the runs agree on every cell's verdict"][0] is False
+    assert rows["no cell agrees in one run and disagrees in another"] == (False, "1 of 2 cells: chat none bs1")
+    other_flip["cells"][0]["verdict"]["verdict"] = "agrees"
+    rows = dict((r[0], r[1:]) for r in targets([flip, other_flip]))
+    assert rows["no cell agrees in one run and disagrees in another"][0] is True
     assert not any(r[0].startswith("runs 1-2 together") for r in same)
+
+
+def test_parts_of_one_run_joined_by_a_comma_pool_their_cells(tmp_path, monkeypatch, capsys):
+    """DIR,DIR is one run measured trace by trace: its cells pooled, its aggregate recomputed over them, and two
+    such runs compared cell by cell; a cell in two parts, or parts of different cell shapes, is refused."""
+    import shutil
+
+    from real.fidelity_report import load_run, main as report_main, targets
+    from real.fidelity_stats import CellVerdict, summarize
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    _record_run(run, monkeypatch)
+    shutil.copytree(run, other)
+    fid = json.loads((other / "fidelity.json").read_text())
+    for c in fid["cells"]:
+        c["trace"] = "traces/codeedit.jsonl"
+    fid["meta"]["command"] = "python real/validate.py --out other"
+    (other / "fidelity.json").write_text(json.dumps(fid))
+    joined = load_run(f"{run},{other}")
+    assert len(joined["cells"]) == 4 and joined["meta"]["wall_minutes"] == pytest.approx(3.0)
+    want = summarize(CellVerdict.from_json(c["verdict"]) for c in joined["cells"]).to_json()
+    assert joined["aggregate"]["verdicts"] == want and joined["aggregate"]["cells"] == 4
+    rows = targets([joined, load_run(f"{other},{run}")])
+    assert ("the runs agree on every cell's verdict", True, "4 of 4 cells") in rows
+    out = tmp_path / "rep.md"
+    assert report_main([f"{run},{other}", f"{other},{run}", "--out", str(out)]) == 0
+    md = out.read_text()
+    assert "| codeedit none bs1 |" in md and "| chat adaptive bs1 |" in md
+    assert "`python real/validate.py --out x` and `python real/validate.py --out other`" in md
+    with pytest.raises(ConfigError, match="in both"):
+        load_run(f"{run},{run}")
+    fid["meta"]["max_tokens"] = 99
+    (other / "fidelity.json").write_text(json.dumps(fid))
+    with pytest.raises(ConfigError, match="max_tokens"):
+        load_run(f"{run},{other}")
+    with pytest.raises(ConfigError, match="not a directory"):
+        load_run(f"{run},{tmp_path / 'nowhere'}")
 
 
 def test_grid_estimate_prints_before_any_run():
