@@ -578,7 +578,7 @@ def parse_args(argv):
     runs.add_argument("--batch-size", action="append", type=int,
                       help="max running requests (repeatable; default 1 4 16; vllm 1 8 32, on CPU 1 4 8)")
     runs.add_argument("--grid", default="default", choices=sorted(GRIDS),
-                      help="torch engine: default (16 requests x 32 tokens, 3 repeats; estimated 27 min here, 47 min on the "
+                      help="torch engine: default (16 requests x 32 tokens, 3 repeats; estimated 29 min here, 47 min on the "
                       "last quiet run) or big (32 requests x 128 tokens, 3 repeats, batch 1 4 16: estimated at least "
                       "2.9 h, about 3.5-4 h from measured throughputs: docs/real.md); --limit, --max-tokens and "
                       "--repeat override")
