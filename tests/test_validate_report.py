@@ -101,12 +101,10 @@ def test_report_from_two_runs_checks_targets_and_never_overwrites(tmp_path, monk
         report_main([str(run), "--out", str(tmp_path / "r.txt")])
 
 
-def test_report_of_runs_with_no_cell_in_common_checks_them_as_one_grid(tmp_path, monkeypatch):
-    """One grid measured trace by trace (two --out directories on one table): no cell in common, so agreement
-    is n/a (not a vacuous "0 of 0: yes") and the targets are checked over all cells together."""
+def _two_trace_runs(tmp_path, monkeypatch):
+    """A recorded run on chat (tmp_path/run) and its copy relabelled as code editing (tmp_path/other): one grid
+    measured trace by trace. Returns (run, other, other's fidelity.json as a dict)."""
     import shutil
-
-    from real.fidelity_report import load_run, targets
 
     run, other = tmp_path / "run", tmp_path / "other"
     _record_run(run, monkeypatch)
@@ -114,7 +112,17 @@ def test_report_of_runs_with_no_cell_in_common_checks_them_as_one_grid(tmp_path,
     fid = json.loads((other / "fidelity.json").read_text())
     for c in fid["cells"]:
         c["trace"] = "traces/codeedit.jsonl"
+    fid["meta"]["command"] = "python real/validate.py --out other"
     (other / "fidelity.json").write_text(json.dumps(fid))
+    return run, other, fid
+
+
+def test_report_of_runs_with_no_cell_in_common_checks_them_as_one_grid(tmp_path, monkeypatch):
+    """One grid measured trace by trace (two --out directories on one table): no cell in common, so agreement
+    is n/a (not a vacuous "0 of 0: yes") and the targets are checked over all cells together."""
+    from real.fidelity_report import load_run, targets
+
+    run, other, fid = _two_trace_runs(tmp_path, monkeypatch)
     rows = targets([load_run(run), load_run(other)])
     agree = [r for r in rows if r[0] == "the runs agree on every cell's verdict"]
     assert agree == [("the runs agree on every cell's verdict", None, "no cell in common: agreement needs a rerun "
@@ -142,19 +150,10 @@ def test_report_of_runs_with_no_cell_in_common_checks_them_as_one_grid(tmp_path,
 def test_parts_of_one_run_joined_by_a_comma_pool_their_cells(tmp_path, monkeypatch, capsys):
     """DIR,DIR is one run measured trace by trace: its cells pooled, its aggregate recomputed over them, and two
     such runs compared cell by cell; a cell in two parts, or parts of different cell shapes, is refused."""
-    import shutil
-
     from real.fidelity_report import load_run, main as report_main, targets
     from real.fidelity_stats import CellVerdict, summarize
 
-    run, other = tmp_path / "run", tmp_path / "other"
-    _record_run(run, monkeypatch)
-    shutil.copytree(run, other)
-    fid = json.loads((other / "fidelity.json").read_text())
-    for c in fid["cells"]:
-        c["trace"] = "traces/codeedit.jsonl"
-    fid["meta"]["command"] = "python real/validate.py --out other"
-    (other / "fidelity.json").write_text(json.dumps(fid))
+    run, other, fid = _two_trace_runs(tmp_path, monkeypatch)
     joined = load_run(f"{run},{other}")
     assert len(joined["cells"]) == 4 and joined["meta"]["wall_minutes"] == pytest.approx(3.0)
     want = summarize(CellVerdict.from_json(c["verdict"]) for c in joined["cells"]).to_json()
