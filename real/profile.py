@@ -199,7 +199,7 @@ PROFILE_REQUESTS = 10  # the profile slice's requests at least (--quick: 6)
 def profile_slice(quick: bool, batch_sizes: tuple[int, ...] | list[int] = ()) -> dict:
     """The profile's slice of PROFILE_TRACE (Workload.build's keywords): PROFILE_REQUESTS requests, or the largest
     batch size when that is more, so that the fitted steps reach every batch the table will price. A slice smaller
-    than the batch leaves the verify fit extrapolating in the step's sequences S: the 10-request slice of session 5
+    than the batch leaves the verify fit extrapolating in the step's sequences S: a 10-request slice
     priced chat's 16-sequence verifies 4-7% high (docs/real.md, "The runs so far"). --quick keeps 6 (it checks the
     pipeline). Without batch_sizes: the slice of the recordings made before (real/fidelity_reprice.py rebuilds it)."""
     base = 6 if quick else PROFILE_REQUESTS
