@@ -140,19 +140,23 @@ def targets(runs: list[dict]) -> list[tuple[str, bool | None, str]]:
     return out
 
 
+def common_verdicts(runs: list[dict]) -> dict[str, set[str]]:
+    """{cell: the set of its verdicts over the runs} for the cells judged in every run, in the first run's order."""
+    maps = [{_cell_key(c): c["verdict"]["verdict"] for c in fid["cells"] if "verdict" in c} for fid in runs]
+    return {k: {m[k] for m in maps} for k in maps[0] if all(k in m for m in maps[1:])}
+
+
 def verdict_agreement(runs: list[dict]) -> tuple[int, int]:
     """(cells with the same verdict in every run, cells present in every run)."""
-    maps = [{_cell_key(c): c["verdict"]["verdict"] for c in fid["cells"] if "verdict" in c} for fid in runs]
-    common = [k for k in maps[0] if all(k in m for m in maps[1:])]
-    return sum(len({m[k] for m in maps}) == 1 for k in common), len(common)
+    common = common_verdicts(runs)
+    return sum(len(v) == 1 for v in common.values()), len(common)
 
 
 def contradictions(runs: list[dict]) -> list[str]:
     """The cells present in every run that agree in one and disagree in another: the verdicts' contradictions.
     A cell conclusive in one run and inconclusive in another is not one (an error near margin + band falls either
     side of it from run to run); agreeing and disagreeing both are, since each excludes the other at the 5% level."""
-    maps = [{_cell_key(c): c["verdict"]["verdict"] for c in fid["cells"] if "verdict" in c} for fid in runs]
-    return [k for k in maps[0] if all(k in m for m in maps[1:]) and {"agrees", "disagrees"} <= {m[k] for m in maps}]
+    return [k for k, v in common_verdicts(runs).items() if {"agrees", "disagrees"} <= v]
 
 
 def format_report(runs: list[dict], dirs: list[str], title: str, command: str) -> str:
