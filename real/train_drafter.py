@@ -23,8 +23,8 @@ from dataclasses import asdict, fields
 import numpy as np
 import torch
 
-from sim.cli_util import ArgumentParser, check_out_file, run_cli
-from sim.errors import ConfigError
+from sim.infra.cli import ArgumentParser, check_out_file, run_cli
+from sim.infra.errors import ConfigError
 from real.drafter.data import DataConfig, collect, data_dir
 from real.drafter.evaluate import fit_sts, metrics, output_chains
 from real.drafter.model import DEFAULT_DRAFTER, DrafterConfig, DSparkDrafter, file_sha256, save_drafter

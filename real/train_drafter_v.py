@@ -26,8 +26,8 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from sim.cli_util import ArgumentParser, check_out_file, run_cli
-from sim.errors import ConfigError
+from sim.infra.cli import ArgumentParser, check_out_file, run_cli
+from sim.infra.errors import ConfigError
 from real.drafter.data import data_dir
 from real.drafter.evaluate import draft_positions, fit_sts, metrics
 from real.drafter.labels import agreement, collect_labels, default_config

@@ -7,8 +7,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.cost.base import CostModel  # noqa: E402
-from sim.trace.schema import Request  # noqa: E402
+from sim.core.cost.base import CostModel  # noqa: E402
+from sim.core.trace.schema import Request  # noqa: E402
 
 
 class LinearCost(CostModel):
@@ -60,7 +60,7 @@ def random_requests(rng: np.random.Generator, n: int, vocab: int = 6, max_prompt
 
 def plausible_calibrator(cfg):
     """A fixed, plausible n-gram calibrator: acceptance rises with the match length, falls with depth."""
-    from sim.drafters.calibration import _KNOTS, NgramCalibrator
+    from sim.core.drafters.calibration import _KNOTS, NgramCalibrator
 
     w = np.zeros(len(_KNOTS) + 11)
     w[0], w[1], w[1 + len(_KNOTS)] = -0.5, 1.0, -0.3
@@ -79,11 +79,11 @@ class CliResult:
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
 
-_CLI_MAIN = {"sim.trace": "sim.trace.__main__", "sim.cost": "sim.cost.__main__"}
+_CLI_MAIN = {"sim.core.trace": "sim.api.traces", "sim.core.cost": "sim.api.cost_tables"}
 
 
 def run_cli_inprocess(module: str, *args, cwd=None, env: dict | None = None) -> CliResult:
-    """`python -m module args...` in this process (the same error boundary, sim.cli_util.run_cli; stdout and
+    """`python -m module args...` in this process (the same error boundary, sim.infra.cli.run_cli; stdout and
     stderr captured as a pipe would, so not terminals): no interpreter start-up and no torch import per
     call, which is most of a subprocess's cost in these tests."""
     import contextlib
@@ -91,7 +91,7 @@ def run_cli_inprocess(module: str, *args, cwd=None, env: dict | None = None) -> 
     import io
     import os
 
-    from sim.cli_util import run_cli
+    from sim.infra.cli import run_cli
 
     main = importlib.import_module(_CLI_MAIN.get(module, module)).main
     out, err = io.StringIO(), io.StringIO()

@@ -187,35 +187,35 @@ def _copy(src: Path, dst: Path) -> Path:
 
 # ------------------------------------------------------------------------------------------ command bases
 def run_base(tmp: Path, trace: Path | None = None) -> list[str]:
-    return ["sim.run", "--trace", str(trace or TINY), "--policy", "adaptive", "--batch-size", "2", "--limit", "4",
+    return ["sim.api.run", "--trace", str(trace or TINY), "--policy", "adaptive", "--batch-size", "2", "--limit", "4",
             "--no-progress", "--workers", "1"]
 
 
 def sweep_base(tmp: Path, trace: Path | None = None) -> list[str]:
-    return ["sim.sweep", "--trace", str(trace or TINY), "--policy", "adaptive", "--batch-size", "2", "--limit", "4",
+    return ["sim.api.sweep", "--trace", str(trace or TINY), "--policy", "adaptive", "--batch-size", "2", "--limit", "4",
             "--workers", "1", "--no-progress", "--out", str(tmp / "sweep")]
 
 
 def sens_base(tmp: Path, trace: Path | None = None) -> list[str]:
-    return ["sim.sensitivity", "--trace", str(trace or TINY), "--batch-size", "2", "--sample", "6", "--workers", "1",
+    return ["sim.api.sensitivity", "--trace", str(trace or TINY), "--batch-size", "2", "--sample", "6", "--workers", "1",
             "--out", str(tmp / "sens")]
 
 
 def calib_base(tmp: Path, trace: Path | None = None) -> list[str]:
-    return ["sim.calibrate", "--general", str(trace or TINY), "--eval", "--out", str(tmp / "cal" / "c.json")]
+    return ["sim.api.calibrate", "--general", str(trace or TINY), "--eval", "--out", str(tmp / "cal" / "c.json")]
 
 
 def stats_base(tmp: Path, trace: Path | None = None) -> list[str]:
-    return ["sim.trace", "stats", str(trace or TINY)]
+    return ["sim.core.trace", "stats", str(trace or TINY)]
 
 
 def eval_drafter_base(tmp: Path, trace: Path | None = None) -> list[str]:
-    return ["real.eval_drafter", "--trace", str(trace or FIX / "text.jsonl"), "--limit", "1", "--max-tokens", "2",
+    return ["real.validation.eval_drafter", "--trace", str(trace or FIX / "text.jsonl"), "--limit", "1", "--max-tokens", "2",
             "--no-timing", "--no-progress"]
 
 
 def validate_base(tmp: Path, trace: Path | None = None) -> list[str]:
-    return ["real.validate", "--quick", "--trace", str(trace or FIX / "text.jsonl"), "--out", str(tmp / "val")]
+    return ["real.validation.validate", "--quick", "--trace", str(trace or FIX / "text.jsonl"), "--out", str(tmp / "val")]
 
 
 # the commands that read a JSONL trace, and whether they simulate it (then lengths past the context are refused)
@@ -251,8 +251,8 @@ def _cases_trace_inputs() -> list[Case]:
 def _cases_trace_stats_limit() -> list[Case]:
     out = []
     for v in ("0", "-1", HUGE_DIGITS, "nan", "x"):
-        out.append(Case(f"stats-limit-{v[:8]}", "args", "sim.trace",
-                        lambda tmp, v=v: (["sim.trace", "stats", str(TINY), "--limit", v], [])))
+        out.append(Case(f"stats-limit-{v[:8]}", "args", "sim.core.trace",
+                        lambda tmp, v=v: (["sim.core.trace", "stats", str(TINY), "--limit", v], [])))
     return out
 
 
@@ -274,14 +274,14 @@ def _cases_convert() -> list[Case]:
             def build(tmp, fmt=fmt, data=data, kind=kind):
                 src = _write(tmp / "in" / f"{kind}.jsonl", data)
                 extra = ["--custom-output-len", "-1"] if fmt == "vllm-custom" else []
-                return ["sim.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "out.jsonl"), *extra], [src]
-            out.append(Case(f"convert-{fmt}-{kind}", klass, "sim.trace", build))
+                return ["sim.core.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "out.jsonl"), *extra], [src]
+            out.append(Case(f"convert-{fmt}-{kind}", klass, "sim.core.trace", build))
     for fmt in ("azure", "burstgpt", "vidur"):
         for kind, (klass, data) in csv_kinds(fmt).items():
             def build(tmp, fmt=fmt, data=data, kind=kind):
                 src = _write(tmp / "in" / f"{kind}_code.csv", data)
-                return ["sim.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "out.jsonl")], [src]
-            out.append(Case(f"convert-{fmt}-{kind}", klass, "sim.trace", build))
+                return ["sim.core.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "out.jsonl")], [src]
+            out.append(Case(f"convert-{fmt}-{kind}", klass, "sim.core.trace", build))
     share = {"empty": ("parser", b""), "deep": ("parser", b"[" * DEEP + b"]" * DEEP),
              "deep_elem": ("parser", b'[{"id": "a", "conversations": ' + b"[" * DEEP + b"]" * DEEP + b"}]"),
              "bad_utf8": ("parser", b'[{"id": "\xff", "conversations": []}]'),
@@ -292,9 +292,9 @@ def _cases_convert() -> list[Case]:
     for kind, (klass, data) in share.items():
         def build(tmp, data=data, kind=kind):
             src = _write(tmp / "in" / f"{kind}.json", data)
-            return ["sim.trace", "convert", "--from", "sharegpt", str(src), "-o", str(tmp / "out.jsonl"),
+            return ["sim.core.trace", "convert", "--from", "sharegpt", str(src), "-o", str(tmp / "out.jsonl"),
                     "--no-length-filter"], [src]
-        out.append(Case(f"convert-sharegpt-{kind}", klass, "sim.trace", build))
+        out.append(Case(f"convert-sharegpt-{kind}", klass, "sim.core.trace", build))
     for kind, klass, path in (("missing", "os", None), ("dir", "os", "dir"), ("dev_zero", "size", "/dev/zero")):
         for fmt in ("azure", "sharegpt", "mooncake"):
             def build(tmp, fmt=fmt, path=path):
@@ -303,61 +303,61 @@ def _cases_convert() -> list[Case]:
                     src = tmp / "in_code"
                 else:
                     src = Path(path) if path else tmp / "missing_code.csv"
-                return ["sim.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "out.jsonl"),
+                return ["sim.core.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "out.jsonl"),
                         "--workload", "code"] if fmt == "azure" else [
-                        "sim.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "out.jsonl")], []
-            out.append(Case(f"convert-{fmt}-in-{kind}", klass, "sim.trace", build))
+                        "sim.core.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "out.jsonl")], []
+            out.append(Case(f"convert-{fmt}-in-{kind}", klass, "sim.core.trace", build))
     # option numbers
     for flag_, vals in (("--custom-output-len", ("0", "-2", HUGE_DIGITS, "nan")),
                         ("--sharegpt-output-len", ("0", "-1", "x"))):
         for v in vals:
             fmt = "vllm-custom" if flag_ == "--custom-output-len" else "sharegpt"
             src = FIX / ("vllm_custom.jsonl" if fmt == "vllm-custom" else "sharegpt.json")
-            out.append(Case(f"convert-{flag_[2:]}-{v[:6]}", "args", "sim.trace",
+            out.append(Case(f"convert-{flag_[2:]}-{v[:6]}", "args", "sim.core.trace",
                             lambda tmp, fmt=fmt, src=src, flag_=flag_, v=v: (
-                                ["sim.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "o.jsonl"), flag_, v], [])))
-    out.append(Case("convert-unknown-format", "args", "sim.trace", lambda tmp: (
-        ["sim.trace", "convert", "--from", "parquet", str(FIX / "azure.csv"), "-o", str(tmp / "o.jsonl")], [])))
-    out.append(Case("convert-onto-input-via-symlink", "loss", "sim.trace", _convert_onto_symlink))
-    out.append(Case("convert-onto-input-via-dotdot", "loss", "sim.trace", _convert_onto_dotdot))
+                                ["sim.core.trace", "convert", "--from", fmt, str(src), "-o", str(tmp / "o.jsonl"), flag_, v], [])))
+    out.append(Case("convert-unknown-format", "args", "sim.core.trace", lambda tmp: (
+        ["sim.core.trace", "convert", "--from", "parquet", str(FIX / "azure.csv"), "-o", str(tmp / "o.jsonl")], [])))
+    out.append(Case("convert-onto-input-via-symlink", "loss", "sim.core.trace", _convert_onto_symlink))
+    out.append(Case("convert-onto-input-via-dotdot", "loss", "sim.core.trace", _convert_onto_dotdot))
     return out
 
 
 def _convert_onto_symlink(tmp: Path):
     src = _copy(FIX / "mooncake.jsonl", tmp / "m.jsonl")
     (tmp / "link.jsonl").symlink_to(src)
-    return ["sim.trace", "convert", "--from", "mooncake", str(src), "-o", str(tmp / "link.jsonl")], [src]
+    return ["sim.core.trace", "convert", "--from", "mooncake", str(src), "-o", str(tmp / "link.jsonl")], [src]
 
 
 def _convert_onto_dotdot(tmp: Path):
     src = _copy(FIX / "mooncake.jsonl", tmp / "sub" / "m.jsonl")
-    return ["sim.trace", "convert", "--from", "mooncake", str(src), "-o", str(tmp / "sub" / ".." / "sub" / "m.jsonl")], [src]
+    return ["sim.core.trace", "convert", "--from", "mooncake", str(src), "-o", str(tmp / "sub" / ".." / "sub" / "m.jsonl")], [src]
 
 
 # ---- output slots: (id, module, build(tmp, out_path) -> argv, wants 'dir' or 'file', inputs to protect)
 def _out_slots() -> list[tuple[str, str, Callable, str]]:
     return [
-        ("run", "sim.run", lambda tmp, o: run_base(tmp) + ["--out", str(o)], "dir"),
-        ("sweep", "sim.sweep", lambda tmp, o: sweep_base(tmp)[:-2] + ["--out", str(o)], "dir"),
-        ("report", "sim.report", lambda tmp, o: ["sim.report", str(_fake_sweep(tmp)), "-o", str(o)], "dir"),
-        ("calibrate", "sim.calibrate", lambda tmp, o: calib_base(tmp)[:-2] + ["--out", str(o)], "file"),
-        ("convert", "sim.trace", lambda tmp, o: ["sim.trace", "convert", "--from", "mooncake",
+        ("run", "sim.api.run", lambda tmp, o: run_base(tmp) + ["--out", str(o)], "dir"),
+        ("sweep", "sim.api.sweep", lambda tmp, o: sweep_base(tmp)[:-2] + ["--out", str(o)], "dir"),
+        ("report", "sim.api.report", lambda tmp, o: ["sim.api.report", str(_fake_sweep(tmp)), "-o", str(o)], "dir"),
+        ("calibrate", "sim.api.calibrate", lambda tmp, o: calib_base(tmp)[:-2] + ["--out", str(o)], "file"),
+        ("convert", "sim.core.trace", lambda tmp, o: ["sim.core.trace", "convert", "--from", "mooncake",
                                                  str(FIX / "mooncake.jsonl"), "-o", str(o)], "file"),
-        ("build", "sim.trace", lambda tmp, o: ["sim.trace", "build", "codeedit", "--out-dir", str(o), "--limit", "1",
+        ("build", "sim.core.trace", lambda tmp, o: ["sim.core.trace", "build", "codeedit", "--out-dir", str(o), "--limit", "1",
                                                "--no-progress"], "dir"),
-        ("sensitivity", "sim.sensitivity", lambda tmp, o: sens_base(tmp)[:-2] + ["--out", str(o)], "dir"),
-        ("bench", "sim.bench", lambda tmp, o: ["sim.bench", "--against", "none", "--trace", str(TINY), "--policy",
+        ("sensitivity", "sim.api.sensitivity", lambda tmp, o: sens_base(tmp)[:-2] + ["--out", str(o)], "dir"),
+        ("bench", "sim.api.bench", lambda tmp, o: ["sim.api.bench", "--against", "none", "--trace", str(TINY), "--policy",
                                                "adaptive", "--batch-size", "2", "--repeat", "1", "--json", str(o)], "file"),
-        ("profile", "real.profile", lambda tmp, o: ["real.profile", "--quick", "--out", str(o)], "file"),
+        ("profile", "real.validation.profile", lambda tmp, o: ["real.validation.profile", "--quick", "--out", str(o)], "file"),
         ("train_drafter", "real.train_drafter", lambda tmp, o: ["real.train_drafter", "--num-prompts", "1",
                                                                 "--max-tokens", "2", "--out", str(o), "--no-progress"], "file"),
-        ("eval_drafts_out", "real.eval_drafter", lambda tmp, o: eval_drafter_base(tmp) + ["--drafts-out", str(o)], "file"),
-        ("eval_trace_out", "real.eval_drafter", lambda tmp, o: eval_drafter_base(tmp) + ["--trace-out", str(o)], "file"),
-        ("drafter_report", "real.drafter_report", lambda tmp, o: ["real.drafter_report", "-o", str(o), "--limit", "1",
+        ("eval_drafts_out", "real.validation.eval_drafter", lambda tmp, o: eval_drafter_base(tmp) + ["--drafts-out", str(o)], "file"),
+        ("eval_trace_out", "real.validation.eval_drafter", lambda tmp, o: eval_drafter_base(tmp) + ["--trace-out", str(o)], "file"),
+        ("drafter_report", "real.validation.drafter_report", lambda tmp, o: ["real.validation.drafter_report", "-o", str(o), "--limit", "1",
                                                                   "--max-tokens", "2"], "file"),
-        ("gpu_check", "real.gpu_check", lambda tmp, o: ["real.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--out", str(o)], "dir"),
-        ("validate", "real.validate", lambda tmp, o: validate_base(tmp)[:-2] + ["--out", str(o)], "dir"),
-        ("cost_tables", "sim.cost", None, "file"),
+        ("gpu_check", "real.validation.gpu_check", lambda tmp, o: ["real.validation.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--out", str(o)], "dir"),
+        ("validate", "real.validation.validate", lambda tmp, o: validate_base(tmp)[:-2] + ["--out", str(o)], "dir"),
+        ("cost_tables", "sim.core.cost", None, "file"),
     ]
 
 
@@ -414,13 +414,13 @@ def _cases_outputs() -> list[Case]:
                 return argv(tmp, o), protect
             klass = "loss" if kind == "existing" else "os"
             out.append(Case(f"{name}-out-{kind}", klass, module, build))
-    # sim.cost --write-tables replaces a tracked file: refused without --force
-    out.append(Case("cost-write-tables-tracked", "loss", "sim.cost",
-                    lambda tmp: (["sim.cost", "--write-tables"], [COST_TABLE])))
-    out.append(Case("calibrate-write-shipped", "loss", "sim.calibrate",
-                    lambda tmp: (["sim.calibrate", "--general", str(TINY), "--eval", "--write"], [CALIBRATOR])))
-    out.append(Case("report-onto-committed", "loss", "sim.report",
-                    lambda tmp: (["sim.report", str(_fake_sweep(tmp)), "-o", str(ROOT / "reports")],
+    # sim.core.cost --write-tables replaces a tracked file: refused without --force
+    out.append(Case("cost-write-tables-tracked", "loss", "sim.core.cost",
+                    lambda tmp: (["sim.core.cost", "--write-tables"], [COST_TABLE])))
+    out.append(Case("calibrate-write-shipped", "loss", "sim.api.calibrate",
+                    lambda tmp: (["sim.api.calibrate", "--general", str(TINY), "--eval", "--write"], [CALIBRATOR])))
+    out.append(Case("report-onto-committed", "loss", "sim.api.report",
+                    lambda tmp: (["sim.api.report", str(_fake_sweep(tmp)), "-o", str(ROOT / "reports")],
                                  [ROOT / "reports" / "paper.md", ROOT / "reports" / "tables.md", ROOT / "reports" / "index.html"])))
     return out
 
@@ -431,15 +431,15 @@ def _num_slots() -> list[tuple[str, Callable, str, tuple[str, ...]]]:
     sweep = lambda tmp: sweep_base(tmp)  # noqa: E731
     sens = lambda tmp: sens_base(tmp)  # noqa: E731
     calib = lambda tmp: calib_base(tmp)  # noqa: E731
-    bench = lambda tmp: ["sim.bench", "--against", "none", "--trace", str(TINY), "--policy", "adaptive"]  # noqa: E731
-    cost = lambda tmp: ["sim.cost"]  # noqa: E731
+    bench = lambda tmp: ["sim.api.bench", "--against", "none", "--trace", str(TINY), "--policy", "adaptive"]  # noqa: E731
+    cost = lambda tmp: ["sim.core.cost"]  # noqa: E731
     val = lambda tmp: validate_base(tmp)  # noqa: E731
-    prof = lambda tmp: ["real.profile", "--quick", "--out", str(tmp / "p.json")]  # noqa: E731
+    prof = lambda tmp: ["real.validation.profile", "--quick", "--out", str(tmp / "p.json")]  # noqa: E731
     train = lambda tmp: ["real.train_drafter", "--out", str(tmp / "d.pt"), "--no-progress"]  # noqa: E731
     ev = lambda tmp: eval_drafter_base(tmp)  # noqa: E731
-    rep = lambda tmp: ["real.drafter_report", "-o", str(tmp / "r.md")]  # noqa: E731
-    gpu = lambda tmp: ["real.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--out", str(tmp / "g")]  # noqa: E731
-    noise = lambda tmp: ["real.machine_noise", "--model", "qwen3-tiny", "--random-weights", "--minutes", "0.01",  # noqa: E731
+    rep = lambda tmp: ["real.validation.drafter_report", "-o", str(tmp / "r.md")]  # noqa: E731
+    gpu = lambda tmp: ["real.validation.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--out", str(tmp / "g")]  # noqa: E731
+    noise = lambda tmp: ["real.validation.machine_noise", "--model", "qwen3-tiny", "--random-weights", "--minutes", "0.01",  # noqa: E731
                          "--out", str(tmp / "n.json")]
     return [
         ("run", run, "--batch-size", ("0", "-3", "1e30", "2.5")),
@@ -546,7 +546,7 @@ def _cases_data_files() -> list[Case]:
         def build(tmp, data=data, kind=kind):
             p = _write(tmp / "in" / f"drafts_{kind}.jsonl", data)
             return run_base(tmp) + ["--policy", "model-fixed:7", "--drafts", str(p)], [p]
-        out.append(Case(f"run-drafts-{kind}", klass, "sim.run", build))
+        out.append(Case(f"run-drafts-{kind}", klass, "sim.api.run", build))
     # sweep grid TOML
     for kind, (klass, data) in TOML_KINDS.items():
         def build(tmp, data=data, kind=kind):
@@ -555,12 +555,12 @@ def _cases_data_files() -> list[Case]:
             text = data.decode("utf-8", "replace")
             head = "".join(f"{k} = {v}\n" for k, v in base.items() if k not in text)
             g = _write(tmp / "in" / f"{kind}.toml", head.encode() + data)
-            return ["sim.sweep", "--grid", str(g), "--workers", "1", "--no-progress", "--out", str(tmp / "sw")], [g]
-        out.append(Case(f"sweep-grid-{kind}", klass, "sim.sweep", build))
-    out.append(Case("sweep-grid-missing", "os", "sim.sweep", lambda tmp: (
-        ["sim.sweep", "--grid", str(tmp / "none.toml"), "--out", str(tmp / "sw")], [])))
-    out.append(Case("sweep-grid-dir", "os", "sim.sweep", lambda tmp: (
-        ["sim.sweep", "--grid", str(tmp), "--out", str(tmp / "sw")], [])))
+            return ["sim.api.sweep", "--grid", str(g), "--workers", "1", "--no-progress", "--out", str(tmp / "sw")], [g]
+        out.append(Case(f"sweep-grid-{kind}", klass, "sim.api.sweep", build))
+    out.append(Case("sweep-grid-missing", "os", "sim.api.sweep", lambda tmp: (
+        ["sim.api.sweep", "--grid", str(tmp / "none.toml"), "--out", str(tmp / "sw")], [])))
+    out.append(Case("sweep-grid-dir", "os", "sim.api.sweep", lambda tmp: (
+        ["sim.api.sweep", "--grid", str(tmp), "--out", str(tmp / "sw")], [])))
     # report inputs
     good = _fake_results()
     lines = good.split("\n")
@@ -581,28 +581,28 @@ def _cases_data_files() -> list[Case]:
         def build(tmp, data=data, kind=kind):
             d = tmp / "sw"
             f = _write(d / "results.csv", data)
-            return ["sim.report", str(d), "-o", str(tmp / "rep")], [f]
-        out.append(Case(f"report-csv-{kind}", klass, "sim.report", build))
+            return ["sim.api.report", str(d), "-o", str(tmp / "rep")], [f]
+        out.append(Case(f"report-csv-{kind}", klass, "sim.api.report", build))
     for kind, data in (("empty", b""), ("binary", bytes(range(256)) * 4), ("csv_named_parquet", good.encode()),
                        ("truncated_magic", b"PAR1\x00\x00\x00PAR1")):
         def build(tmp, data=data):
             d = tmp / "sw"
             f = _write(d / "results.parquet", data)
             c = _write(d / "results.csv", good.encode())
-            return ["sim.report", str(d), "-o", str(tmp / "rep")], [f, c]
-        out.append(Case(f"report-parquet-{kind}", "parser", "sim.report", build))
+            return ["sim.api.report", str(d), "-o", str(tmp / "rep")], [f, c]
+        out.append(Case(f"report-parquet-{kind}", "parser", "sim.api.report", build))
     for kind, data in (("binary", bytes(range(256)) * 4), ("cut_mid_row", b"cell_id,prompt_len,output_len,decode_s\na,1,2,0.5\nb,1")):
         def build(tmp, data=data):
             d = tmp / "sw"
             c = _write(d / "results.csv", good.encode())
             f = _write(d / "requests.csv", data)
-            return ["sim.report", str(d), "-o", str(tmp / "rep")], [f, c]
-        out.append(Case(f"report-requests-{kind}", "loss", "sim.report", build))
-    out.append(Case("report-missing", "os", "sim.report", lambda tmp: (["sim.report", str(tmp / "nope")], [])))
-    out.append(Case("report-empty-dir", "os", "sim.report", lambda tmp: (
-        ["sim.report", str(tmp), "-o", str(tmp / "rep")], [])))
-    out.append(Case("report-dev-zero", "size", "sim.report", lambda tmp: (
-        ["sim.report", "/dev/zero", "-o", str(tmp / "rep")], [])))
+            return ["sim.api.report", str(d), "-o", str(tmp / "rep")], [f, c]
+        out.append(Case(f"report-requests-{kind}", "loss", "sim.api.report", build))
+    out.append(Case("report-missing", "os", "sim.api.report", lambda tmp: (["sim.api.report", str(tmp / "nope")], [])))
+    out.append(Case("report-empty-dir", "os", "sim.api.report", lambda tmp: (
+        ["sim.api.report", str(tmp), "-o", str(tmp / "rep")], [])))
+    out.append(Case("report-dev-zero", "size", "sim.api.report", lambda tmp: (
+        ["sim.api.report", "/dev/zero", "-o", str(tmp / "rep")], [])))
     return out
 
 
@@ -616,7 +616,7 @@ def _cases_type_confusion() -> list[Case]:
     out = []
 
     def mutant(src: Path, flag: str, policy: str, mut):
-        """A case builder: sim.run with `flag` pointing at a copy of the JSON file `src` changed by `mut`."""
+        """A case builder: sim.api.run with `flag` pointing at a copy of the JSON file `src` changed by `mut`."""
         def build(tmp):
             d = json.loads(src.read_text())
             mut(d)
@@ -636,102 +636,102 @@ def _cases_type_confusion() -> list[Case]:
         "missing_ngram": lambda c: c.pop("ngram", None),
     }
     for k, m in muts.items():
-        out.append(Case(f"calibrator-{k}", "type", "sim.run", mutant(CALIBRATOR, "--calibrator", "hybrid", m)))
+        out.append(Case(f"calibrator-{k}", "type", "sim.api.run", mutant(CALIBRATOR, "--calibrator", "hybrid", m)))
 
     dmuts = {"block_float": lambda d: d.__setitem__("block", 7.0), "block_bool": lambda d: d.__setitem__("block", True),
              "block_zero": lambda d: d.__setitem__("block", 0), "block_huge": lambda d: d.__setitem__("block", 10**12),
              "empty_object": lambda d: d.clear()}
     for k, m in dmuts.items():
-        out.append(Case(f"drafter-{k}", "type", "sim.run", mutant(DRAFTER_JSON, "--drafter", "model-fixed:7", m)))
+        out.append(Case(f"drafter-{k}", "type", "sim.api.run", mutant(DRAFTER_JSON, "--drafter", "model-fixed:7", m)))
     out += [
-        Case("drafter-is-llm-profile", "type", "sim.run", lambda tmp: (
+        Case("drafter-is-llm-profile", "type", "sim.api.run", lambda tmp: (
             run_base(tmp) + ["--policy", "model-fixed:7", "--drafter", str(LLM_JSON)], [LLM_JSON])),
-        Case("drafter-relative-llm", "type", "sim.run", lambda tmp: (
+        Case("drafter-relative-llm", "type", "sim.api.run", lambda tmp: (
             run_base(tmp) + ["--policy", "model-fixed:7", "--drafter", "../llms/qwen3-8b"], [])),
-        Case("calibrator-is-llm-profile", "type", "sim.run", lambda tmp: (
+        Case("calibrator-is-llm-profile", "type", "sim.api.run", lambda tmp: (
             run_base(tmp) + ["--policy", "hybrid", "--calibrator", str(LLM_JSON)], [LLM_JSON])),
-        Case("calibrator-is-trace", "type", "sim.run", lambda tmp: (
+        Case("calibrator-is-trace", "type", "sim.api.run", lambda tmp: (
             run_base(tmp) + ["--policy", "hybrid", "--calibrator", str(TINY)], [])),
-        Case("gpu-is-llm-profile", "type", "sim.run", lambda tmp: (
+        Case("gpu-is-llm-profile", "type", "sim.api.run", lambda tmp: (
             run_base(tmp) + ["--cost", "profiled", "--gpu", str(LLM_JSON)], [LLM_JSON])),
-        Case("drafts-is-trace", "type", "sim.run", lambda tmp: (
+        Case("drafts-is-trace", "type", "sim.api.run", lambda tmp: (
             run_base(tmp) + ["--policy", "model-fixed:7", "--drafts", str(FIX / "lengths.jsonl")], [])),
-        Case("trace-is-calibrator", "type", "sim.run", lambda tmp: (run_base(tmp, CALIBRATOR), [CALIBRATOR])),
-        Case("trace-is-csv", "type", "sim.run", lambda tmp: (run_base(tmp, FIX / "azure.csv"), [])),
-        Case("model-unknown", "type", "sim.run", lambda tmp: (run_base(tmp) + ["--model", "gpt-17"], [])),
-        Case("model-path-escape", "type", "sim.run", lambda tmp: (run_base(tmp) + ["--model", "../gpus/h100-sxm"], [])),
-        Case("gpu-path-escape", "type", "sim.run", lambda tmp: (run_base(tmp) + ["--gpu", "../llms/qwen3-8b"], [])),
-        Case("policy-unknown", "type", "sim.run", lambda tmp: (run_base(tmp) + ["--policy", "warp-drive"], [])),
-        Case("policy-bad-param", "type", "sim.run", lambda tmp: (run_base(tmp) + ["--policy", "hybrid:margin=nan"], [])),
-        Case("policy-bad-k", "type", "sim.run", lambda tmp: (run_base(tmp) + ["--policy", "ngram-fixed:1e30"], [])),
-        Case("policy-huge-k", "size", "sim.run", lambda tmp: (run_base(tmp) + ["--policy", "ngram-fixed:" + HUGE_DIGITS], [])),
-        Case("spec-config-deep", "parser", "sim.run", lambda tmp: (
+        Case("trace-is-calibrator", "type", "sim.api.run", lambda tmp: (run_base(tmp, CALIBRATOR), [CALIBRATOR])),
+        Case("trace-is-csv", "type", "sim.api.run", lambda tmp: (run_base(tmp, FIX / "azure.csv"), [])),
+        Case("model-unknown", "type", "sim.api.run", lambda tmp: (run_base(tmp) + ["--model", "gpt-17"], [])),
+        Case("model-path-escape", "type", "sim.api.run", lambda tmp: (run_base(tmp) + ["--model", "../gpus/h100-sxm"], [])),
+        Case("gpu-path-escape", "type", "sim.api.run", lambda tmp: (run_base(tmp) + ["--gpu", "../llms/qwen3-8b"], [])),
+        Case("policy-unknown", "type", "sim.api.run", lambda tmp: (run_base(tmp) + ["--policy", "warp-drive"], [])),
+        Case("policy-bad-param", "type", "sim.api.run", lambda tmp: (run_base(tmp) + ["--policy", "hybrid:margin=nan"], [])),
+        Case("policy-bad-k", "type", "sim.api.run", lambda tmp: (run_base(tmp) + ["--policy", "ngram-fixed:1e30"], [])),
+        Case("policy-huge-k", "size", "sim.api.run", lambda tmp: (run_base(tmp) + ["--policy", "ngram-fixed:" + HUGE_DIGITS], [])),
+        Case("spec-config-deep", "parser", "sim.api.run", lambda tmp: (
             run_base(tmp) + ["--speculative-config", "[" * DEEP + "]" * DEEP], [])),
-        Case("spec-config-not-json", "type", "sim.run", lambda tmp: (
+        Case("spec-config-not-json", "type", "sim.api.run", lambda tmp: (
             run_base(tmp) + ["--speculative-config", "{method: ngram"], [])),
-        Case("spec-config-huge-k", "parser", "sim.run", lambda tmp: (
+        Case("spec-config-huge-k", "parser", "sim.api.run", lambda tmp: (
             run_base(tmp) + ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": ' + HUGE_DIGITS + "}"], [])),
-        Case("limit-and-sample", "args", "sim.run", lambda tmp: (run_base(tmp) + ["--sample", "2"], [])),
-        Case("cost-llm-unknown", "type", "sim.cost", lambda tmp: (["sim.cost", "--llm", "gpt-17"], [])),
-        Case("cost-llm-path", "type", "sim.cost", lambda tmp: (["sim.cost", "--llm", str(CALIBRATOR)], [])),
-        Case("build-unknown", "args", "sim.trace", lambda tmp: (
-            ["sim.trace", "build", "everything", "--out-dir", str(tmp / "b")], [])),
-        Case("build-limit-zero", "args", "sim.trace", lambda tmp: (
-            ["sim.trace", "build", "chat", "--out-dir", str(tmp / "b"), "--limit", "0"], [])),
-        Case("build-into-bundled", "loss", "sim.trace", lambda tmp: (
-            ["sim.trace", "build", "codeedit", "--out-dir", str(ROOT / "traces"), "--limit", "1", "--no-progress"],
+        Case("limit-and-sample", "args", "sim.api.run", lambda tmp: (run_base(tmp) + ["--sample", "2"], [])),
+        Case("cost-llm-unknown", "type", "sim.core.cost", lambda tmp: (["sim.core.cost", "--llm", "gpt-17"], [])),
+        Case("cost-llm-path", "type", "sim.core.cost", lambda tmp: (["sim.core.cost", "--llm", str(CALIBRATOR)], [])),
+        Case("build-unknown", "args", "sim.core.trace", lambda tmp: (
+            ["sim.core.trace", "build", "everything", "--out-dir", str(tmp / "b")], [])),
+        Case("build-limit-zero", "args", "sim.core.trace", lambda tmp: (
+            ["sim.core.trace", "build", "chat", "--out-dir", str(tmp / "b"), "--limit", "0"], [])),
+        Case("build-into-bundled", "loss", "sim.core.trace", lambda tmp: (
+            ["sim.core.trace", "build", "codeedit", "--out-dir", str(ROOT / "traces"), "--limit", "1", "--no-progress"],
             [ROOT / "traces" / "codeedit.jsonl"])),
-        Case("stats-one-bad-of-two", "os", "sim.trace", lambda tmp: (
-            ["sim.trace", "stats", str(TINY), str(tmp / "none.jsonl")], [])),
-        Case("calibrate-length-only", "type", "sim.calibrate", lambda tmp: (
+        Case("stats-one-bad-of-two", "os", "sim.core.trace", lambda tmp: (
+            ["sim.core.trace", "stats", str(TINY), str(tmp / "none.jsonl")], [])),
+        Case("calibrate-length-only", "type", "sim.api.calibrate", lambda tmp: (
             calib_base(tmp, FIX / "lengths.jsonl"), [])),
-        Case("calibrate-eval-missing", "os", "sim.calibrate", lambda tmp: (
+        Case("calibrate-eval-missing", "os", "sim.api.calibrate", lambda tmp: (
             calib_base(tmp)[:-3] + ["--eval", str(tmp / "none.jsonl"), "--out", str(tmp / "c.json")], [])),
-        Case("sensitivity-one-request", "size", "sim.sensitivity", lambda tmp: (
-            ["sim.sensitivity", "--trace", str(_write(tmp / "one.jsonl", _jsonl_line(id="a", prompt_ids=[1, 2],
+        Case("sensitivity-one-request", "size", "sim.api.sensitivity", lambda tmp: (
+            ["sim.api.sensitivity", "--trace", str(_write(tmp / "one.jsonl", _jsonl_line(id="a", prompt_ids=[1, 2],
                                                                                     output_ids=[3]).encode())),
              "--batch-size", "2", "--workers", "1", "--out", str(tmp / "sens")], [])),
-        Case("bench-trace-missing", "os", "sim.bench", lambda tmp: (
-            ["sim.bench", "--against", "none", "--trace", str(tmp / "none.jsonl")], [])),
-        Case("bench-against-unknown", "args", "sim.bench", lambda tmp: (
-            ["sim.bench", "--against", "no-such-commit-xyz", "--trace", str(TINY), "--repeat", "1"], [])),
-        Case("bench-instr-trace-missing", "os", "sim.bench_instr", lambda tmp: (
-            ["sim.bench_instr", "--trace", str(tmp / "none.jsonl")], [])),
-        Case("bench-instr-policy-unknown", "args", "sim.bench_instr", lambda tmp: (
-            ["sim.bench_instr", "--trace", str(TINY), "--policy", "no-such-policy"], [])),
-        Case("bench-instr-tree-not-a-tree", "args", "sim.bench_instr", lambda tmp: (
-            ["sim.bench_instr", "--trace", str(TINY), "--tree", str(tmp)], [])),
-        Case("validate-engine-unknown", "args", "real.validate", lambda tmp: (validate_base(tmp) + ["--engine", "tpu"], [])),
-        Case("validate-trace-missing", "os", "real.validate", lambda tmp: (validate_base(tmp, tmp / "none.jsonl"), [])),
-        Case("validate-cost-table-missing", "os", "real.validate", lambda tmp: (
+        Case("bench-trace-missing", "os", "sim.api.bench", lambda tmp: (
+            ["sim.api.bench", "--against", "none", "--trace", str(tmp / "none.jsonl")], [])),
+        Case("bench-against-unknown", "args", "sim.api.bench", lambda tmp: (
+            ["sim.api.bench", "--against", "no-such-commit-xyz", "--trace", str(TINY), "--repeat", "1"], [])),
+        Case("bench-instr-trace-missing", "os", "sim.api.bench_instr", lambda tmp: (
+            ["sim.api.bench_instr", "--trace", str(tmp / "none.jsonl")], [])),
+        Case("bench-instr-policy-unknown", "args", "sim.api.bench_instr", lambda tmp: (
+            ["sim.api.bench_instr", "--trace", str(TINY), "--policy", "no-such-policy"], [])),
+        Case("bench-instr-tree-not-a-tree", "args", "sim.api.bench_instr", lambda tmp: (
+            ["sim.api.bench_instr", "--trace", str(TINY), "--tree", str(tmp)], [])),
+        Case("validate-engine-unknown", "args", "real.validation.validate", lambda tmp: (validate_base(tmp) + ["--engine", "tpu"], [])),
+        Case("validate-trace-missing", "os", "real.validation.validate", lambda tmp: (validate_base(tmp, tmp / "none.jsonl"), [])),
+        Case("validate-cost-table-missing", "os", "real.validation.validate", lambda tmp: (
             validate_base(tmp) + ["--cost-table", str(tmp / "none.json")], [])),
-        Case("profile-engine-unknown", "args", "real.profile", lambda tmp: (
-            ["real.profile", "--engine", "tpu", "--out", str(tmp / "p.json")], [])),
-        Case("profile-model-unknown", "type", "real.profile", lambda tmp: (
-            ["real.profile", "--model", "gpt-17", "--quick", "--out", str(tmp / "p.json")], [])),
-        Case("gpu-check-device-bogus", "args", "real.gpu_check", lambda tmp: (
-            ["real.gpu_check", "--device", "tpu:9", "--quick", "--out", str(tmp / "g")], [])),
-        Case("gpu-check-trace-missing", "os", "real.gpu_check", lambda tmp: (
-            ["real.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--trace", str(tmp / "none.jsonl"), "--out", str(tmp / "g")], [])),
-        Case("eval-drafter-weights-missing", "os", "real.eval_drafter", lambda tmp: (
+        Case("profile-engine-unknown", "args", "real.validation.profile", lambda tmp: (
+            ["real.validation.profile", "--engine", "tpu", "--out", str(tmp / "p.json")], [])),
+        Case("profile-model-unknown", "type", "real.validation.profile", lambda tmp: (
+            ["real.validation.profile", "--model", "gpt-17", "--quick", "--out", str(tmp / "p.json")], [])),
+        Case("gpu-check-device-bogus", "args", "real.validation.gpu_check", lambda tmp: (
+            ["real.validation.gpu_check", "--device", "tpu:9", "--quick", "--out", str(tmp / "g")], [])),
+        Case("gpu-check-trace-missing", "os", "real.validation.gpu_check", lambda tmp: (
+            ["real.validation.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--trace", str(tmp / "none.jsonl"), "--out", str(tmp / "g")], [])),
+        Case("eval-drafter-weights-missing", "os", "real.validation.eval_drafter", lambda tmp: (
             eval_drafter_base(tmp) + ["--drafter", str(tmp / "none.pt")], [])),
-        Case("eval-drafter-weights-garbage", "type", "real.eval_drafter", lambda tmp: (
+        Case("eval-drafter-weights-garbage", "type", "real.validation.eval_drafter", lambda tmp: (
             eval_drafter_base(tmp) + ["--drafter", str(_write(tmp / "w.pt", b"not a torch file"))], [tmp / "w.pt"])),
-        Case("eval-drafter-weights-is-llm", "type", "real.eval_drafter", lambda tmp: (
+        Case("eval-drafter-weights-is-llm", "type", "real.validation.eval_drafter", lambda tmp: (
             eval_drafter_base(tmp) + ["--drafter", str(LLM_JSON)], [LLM_JSON])),
-        Case("eval-drafter-length-only", "type", "real.eval_drafter", lambda tmp: (
+        Case("eval-drafter-length-only", "type", "real.validation.eval_drafter", lambda tmp: (
             eval_drafter_base(tmp, FIX / "lengths.jsonl"), [])),
-        Case("drafter-report-compare-missing", "os", "real.drafter_report", lambda tmp: (
-            ["real.drafter_report", "-o", str(tmp / "r.md"), "--compare", str(tmp / "none.pt")], [])),
+        Case("drafter-report-compare-missing", "os", "real.validation.drafter_report", lambda tmp: (
+            ["real.validation.drafter_report", "-o", str(tmp / "r.md"), "--compare", str(tmp / "none.pt")], [])),
         Case("train-drafter-out-is-shipped", "loss", "real.train_drafter", lambda tmp: (
             ["real.train_drafter", "--no-progress"], [ROOT / "models" / "drafters" / "dspark-smollm2-135m-b7.pt"])),
     ]
     return out
 
 
-MODULES = ("sim.run", "sim.sweep", "sim.report", "sim.calibrate", "sim.cost.__main__", "sim.trace.__main__",
-           "sim.sensitivity", "sim.bench", "real.validate", "real.profile", "real.train_drafter", "real.eval_drafter",
-           "real.drafter_report", "real.gpu_check", "real.workload")
+MODULES = ("sim.api.run", "sim.api.sweep", "sim.api.report", "sim.api.calibrate", "sim.api.cost_tables", "sim.api.traces",
+           "sim.api.sensitivity", "sim.api.bench", "real.validation.validate", "real.validation.profile", "real.train_drafter", "real.validation.eval_drafter",
+           "real.validation.drafter_report", "real.validation.gpu_check", "real.validation.workload")
 
 
 def generate() -> list[Case]:

@@ -13,14 +13,15 @@ import numpy as np
 import torch
 
 from conftest import LinearCost, random_requests
-from sim.cost import make_cost_model
-from sim.drafters.calibration import _KNOTS, NgramCalibrator
-from sim.drafters.model import ModelDrafterProfile
-from sim.drafters.ngram import NgramConfig
-from sim.drafters.tables import build_draft_tables
-from sim.engine import Engine, EngineConfig
-from sim.policies import CHAIN_MODEL, StepBatch, get_policy
-from sim.policies.registry import Policy
+from sim.core.cost import make_cost_model
+from sim.core.drafters.calibration import _KNOTS, NgramCalibrator
+from sim.core.drafters.model import ModelDrafterProfile
+from sim.core.drafters.ngram import NgramConfig
+from sim.core.drafters.tables import build_draft_tables
+from sim.engine.engine import Engine, EngineConfig
+from sim.core.policies import CHAIN_MODEL, StepBatch
+from sim.engine.policies import sim_policy
+from sim.core.policies.registry import Policy
 
 
 def batch(cur, stale, model_len=None, T=None, table=None, draft=0.0, n_sampling=None, cap=None):
@@ -37,7 +38,7 @@ def batch(cur, stale, model_len=None, T=None, table=None, draft=0.0, n_sampling=
 
 
 def admitted(b, spec="adaptive"):
-    return get_policy(spec)(b).admitted.tolist()
+    return sim_policy(spec)(b).admitted.tolist()
 
 
 # --- (a) sampling count ---------------------------------------------------------------------------
@@ -184,7 +185,7 @@ def test_decisions_ignore_the_step_context_and_charging_uses_it():
     cfg = EngineConfig(batch_size=3)
     base = Engine(tb, np.zeros(6), pol, LinearCost(), cfg)
     r1 = base.run()
-    heavy = Engine(tb, np.zeros(6), get_policy("adaptive"), ContextHeavy(), cfg).run()
+    heavy = Engine(tb, np.zeros(6), sim_policy("adaptive"), ContextHeavy(), cfg).run()
     s1, s2 = r1.steps, heavy.steps
     # every step decided with the one start-up table, although the context changed from step to step
     assert len({id(t) for t in tables}) == 1 and len(np.unique(s1["kv_tokens"])) > 5
@@ -257,7 +258,7 @@ def test_adaptive_equals_an_independent_vllm_reference():
     rng = np.random.default_rng(21)
     cost = make_cost_model("roofline", llm="qwen3-8b", gpu="h100-sxm")
     tables = {bs: cost.startup_verify_table(8192, bs, 8, length=8192 + bs * 7 + 2) for bs in (4, 16, 128)}
-    pol = get_policy("adaptive")
+    pol = sim_policy("adaptive")
     for it in range(400):
         bs = int(rng.choice([4, 16, 128]))
         R, K = int(rng.integers(1, bs + 1)), 7
@@ -293,7 +294,7 @@ def test_adaptive_equals_an_independent_vllm_reference():
 # --- helpers ----------------------------------------------------------------------------------------
 
 def _spy(spec, see):
-    inner = get_policy(spec)
+    inner = sim_policy(spec)
 
     def fn(b):
         see(b)

@@ -9,15 +9,15 @@ import json
 import numpy as np
 import pytest
 
-from sim.anchors import ANCHORS, Figure, eagle_itl_ms, ngram_step_stats
-from sim.cli_util import run_cli
-from sim.cost import CostConfig, make_cost_model
-from sim.errors import ConfigError
-from sim.models import get_llm
+from sim.api.anchors import ANCHORS, Figure, eagle_itl_ms, ngram_step_stats
+from sim.infra.cli import run_cli
+from sim.core.cost import CostConfig, make_cost_model
+from sim.infra.errors import ConfigError
+from sim.core.models import get_llm
 
 
 def run_anchors(argv, capsys):
-    from sim.anchors import main
+    from sim.api.anchors import main
 
     with pytest.raises(SystemExit) as ei:
         run_cli(main, argv)
@@ -90,7 +90,7 @@ def test_ngram_counters_follow_vllm():
     assert st["overall"] == pytest.approx(out / 7)
     assert st["pos"] == pytest.approx([2 / 3, 2 / 3, 1 / 3, 1 / 3, 1 / 3])
     # the published Blazedit figures are consistent the same way: 1 + sum of per-position acceptance
-    from sim.anchors import BLAZEDIT
+    from sim.api.anchors import BLAZEDIT
     assert 1 + sum(BLAZEDIT["pos"]) == pytest.approx(BLAZEDIT["per_draft"])
 
 
@@ -157,7 +157,7 @@ def test_eagle_cost_grows_per_draft_token():
 
 
 def test_eagle_profiles_fit_the_acceptance_they_cite():
-    from sim.drafters.model import load_drafter_profile
+    from sim.core.drafters.model import load_drafter_profile
 
     for name, al7 in (("eagle-llama3.1-8b", 2.47), ("eagle3-llama3.1-8b", 3.54)):
         p = load_drafter_profile(name)
@@ -193,8 +193,8 @@ def test_piecewise_step_above_the_capture_limit():
     scalar path and adaptive's start-up table all see the same step up; GPUs that state nothing are unchanged."""
     import dataclasses
 
-    from sim.cost.roofline import RooflineCost
-    from sim.models import get_gpu
+    from sim.core.cost.roofline import RooflineCost
+    from sim.core.models import get_gpu
 
     for llm, gpu, tp in (("deepseek-v4-flash", "mi350x", 8), ("qwen3-8b", "h100-sxm", 1)):
         base = make_cost_model("roofline", llm, gpu, tensor_parallel_size=tp)
@@ -214,7 +214,7 @@ def test_piecewise_step_above_the_capture_limit():
 
 
 def test_adaptive_per_layer_cost_and_the_sized_spec():
-    from sim.models import get_gpu
+    from sim.core.models import get_gpu
 
     c = make_cost_model("roofline", "deepseek-v4-flash", "mi350x-dsv4-graphs", tensor_parallel_size=8)
     g = get_gpu("mi350x-dsv4-graphs")
@@ -230,8 +230,8 @@ def test_adaptive_per_layer_cost_and_the_sized_spec():
 
 @pytest.mark.slow  # about 2 minutes: 28 simulations of the 512-token ShareGPT workload
 def test_mi350x_graphs_fit_is_reproducible():
-    from sim.anchors import fit_pr52362_graphs
-    from sim.models import get_gpu
+    from sim.api.anchors import fit_pr52362_graphs
+    from sim.core.models import get_gpu
 
     fit = fit_pr52362_graphs(progress=False)
     g = get_gpu("mi350x-dsv4-graphs")
@@ -242,8 +242,8 @@ def test_mi350x_graphs_fit_is_reproducible():
 
 
 def test_blazedit_runs_are_cut_at_the_published_max_tokens():
-    from sim.anchors import BLAZEDIT_MAX_TOKENS, capped_trace
-    from sim.trace import load_trace
+    from sim.api.anchors import BLAZEDIT_MAX_TOKENS, capped_trace
+    from sim.core.trace import load_trace
 
     full = load_trace("traces/codeedit-model.jsonl", tokenizer="qwen3", limit=40)
     cut = {r.id: r for r in load_trace(capped_trace("traces/codeedit-model.jsonl", BLAZEDIT_MAX_TOKENS)).requests}
@@ -255,7 +255,7 @@ def test_blazedit_runs_are_cut_at_the_published_max_tokens():
 
 
 def test_fitted_figures_are_not_counted_as_checks():
-    from sim.anchors import report
+    from sim.api.anchors import report
 
     a = ANCHORS["pr32374-eagle-itl"]
     figs = {a.name: [Figure(a.name, "m1", 1.0, 1.0, 0.1, fitted=True), Figure(a.name, "m2", 1.0, 1.5, 0.1),
@@ -266,8 +266,8 @@ def test_fitted_figures_are_not_counted_as_checks():
 
 
 def test_mi350x_fit_is_reproducible():
-    from sim.anchors import fit_pr52362_nospec
-    from sim.models import get_gpu
+    from sim.api.anchors import fit_pr52362_nospec
+    from sim.core.models import get_gpu
 
     fit = fit_pr52362_nospec()
     g = get_gpu("mi350x-dsv4-fit")
@@ -284,7 +284,7 @@ NEW = ["import os\n", "\n", "def area(radius):\n", "    return math.pi * radius 
 
 
 def test_model_shaped_output():
-    from sim.trace.build_codeedit import ModelShape, model_shaped
+    from sim.core.trace.build_codeedit import ModelShape, model_shaped
 
     ops = [("replace", 2, 4, 2, 4)]
     user, out = model_shaped("p 1->2:m.py#0", "m.py", OLD, NEW, ops, 0)
@@ -314,7 +314,7 @@ def test_model_shaped_trace_keeps_the_exact_traces_requests():
 
 
 def test_paper_shows_the_anchors_beside_the_code_edit_headline():
-    from sim.report import _anchor_lines
+    from sim.api.report import _anchor_lines
 
     rows = [Figure("pr24344-blazedit:codeedit-model", "share of steps with an n-gram draft",
                    0.547, 0.668, 0.10, "absolute").as_dict(),
@@ -331,7 +331,7 @@ def test_paper_shows_the_anchors_beside_the_code_edit_headline():
 def test_tensor_parallel_on_the_command_line(capsys):
     from pathlib import Path
 
-    from sim.run import main
+    from sim.api.run import main
 
     tiny = str(Path(__file__).resolve().parent / "fixtures" / "sim" / "tiny.jsonl")
     base = ["--trace", tiny, "--policy", "model-fixed:7", "--batch-size", "4", "--workers", "1", "--no-progress",

@@ -1,11 +1,11 @@
-"""sim.bench --drafters: the policies are checked against the drafters the run enables (a single-drafter policy of
+"""sim.api.bench --drafters: the policies are checked against the drafters the run enables (a single-drafter policy of
 a drafter that only --drafters enables, such as `suffix`, is accepted with it and refused in one line without)."""
 from argparse import Namespace
 
 import pytest
 
-from sim.bench import TRACES, check_args
-from sim.errors import ConfigError
+from sim.api.bench import TRACES, check_args
+from sim.infra.errors import ConfigError
 
 
 def test_policies_are_checked_against_the_enabled_drafters():

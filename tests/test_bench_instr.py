@@ -1,9 +1,9 @@
-"""sim.bench_instr: one run's instructions under callgrind (slow: the run is ~50x slower under valgrind)."""
+"""sim.api.bench_instr: one run's instructions under callgrind (slow: the run is ~50x slower under valgrind)."""
 import shutil
 
 import pytest
 
-from sim.bench_instr import REPO, count
+from sim.api.bench_instr import REPO, count
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("cc") is None,

@@ -1,4 +1,4 @@
-"""sim.bench --per-step: a step's CPU time at batch 4 split into the native calls and the rest, in the printed
+"""sim.api.bench --per-step: a step's CPU time at batch 4 split into the native calls and the rest, in the printed
 table and the --json file."""
 import json
 import shutil

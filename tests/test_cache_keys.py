@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from conftest import run_cli_inprocess
 
-from sim.sweep import cell_id, code_fingerprint, expand
+from sim.api.sweep import cell_id, code_fingerprint, expand
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl")
@@ -53,14 +53,14 @@ def test_a_changed_cost_table_is_never_served_from_the_cell_cache(tmp_path):
     out = tmp_path / "sw"
     args = ["--trace", TINY, "--policy", "hybrid-price", "--batch-size", "4", "--cost", "profiled", "--gpu", str(table),
             "--out", str(out), "--workers", "1", "--no-progress"]
-    r = run_cli_inprocess("sim.sweep", *args)
+    r = run_cli_inprocess("sim.api.sweep", *args)
     assert r.returncode == 0, r.stderr
     first = pd.read_csv(out / "results.csv").set_index("policy")["output_throughput_tok_s"]
     raw = json.loads(table.read_text())
     v = raw["verify"]
     v["ms"] = [[x * 2 for x in row] if isinstance(row, list) else row * 2 for row in v["ms"]]
     table.write_text(json.dumps(raw))
-    r = run_cli_inprocess("sim.sweep", *args)
+    r = run_cli_inprocess("sim.api.sweep", *args)
     assert r.returncode == 0, r.stderr
     assert "0 cached" in r.stderr
     second = pd.read_csv(out / "results.csv").set_index("policy")["output_throughput_tok_s"]
@@ -74,10 +74,10 @@ def test_tables_copied_under_another_key_are_refused_and_rebuilt(tmp_path, monke
     import numpy as np
     from conftest import plausible_calibrator, random_requests
 
-    from sim.drafters import cache
-    from sim.drafters.model import ModelDrafterProfile
-    from sim.drafters.ngram import NgramConfig
-    from sim.drafters.tables import build_draft_tables
+    from sim.core.drafters import cache
+    from sim.core.drafters.model import ModelDrafterProfile
+    from sim.core.drafters.ngram import NgramConfig
+    from sim.core.drafters.tables import build_draft_tables
 
     monkeypatch.setenv("HYBRIDSPEC_CACHE_DIR", str(tmp_path))
     cfg, prof = NgramConfig(n_min=1, n_max=3, k=6, ext_max=16), ModelDrafterProfile(name="t", block=4)
@@ -98,7 +98,7 @@ def test_tables_copied_under_another_key_are_refused_and_rebuilt(tmp_path, monke
 
 
 def test_token_cache_under_another_key_is_not_served(tmp_path, monkeypatch):
-    from sim.trace.loader import load_trace
+    from sim.core.trace.loader import load_trace
 
     monkeypatch.setenv("HYBRIDSPEC_CACHE_DIR", str(tmp_path / "c"))
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
@@ -116,8 +116,8 @@ def test_token_cache_under_another_key_is_not_served(tmp_path, monkeypatch):
 def test_xdg_cache_home_governs_every_cache(tmp_path, monkeypatch):
     from real.drafter.data import data_dir
     from real.engine.weights import cache_dir as weights_cache
-    from sim.drafters.cache import cache_dir as tables_cache
-    from sim.trace.tokenizer import token_cache_path
+    from sim.core.drafters.cache import cache_dir as tables_cache
+    from sim.core.trace.tokenizer import token_cache_path
 
     monkeypatch.delenv("HYBRIDSPEC_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -128,8 +128,8 @@ def test_xdg_cache_home_governs_every_cache(tmp_path, monkeypatch):
 
 def test_cache_off_means_off_for_every_cache(tmp_path, monkeypatch):
     from real.engine.weights import cache_dir as weights_cache
-    from sim.drafters.cache import cache_dir as tables_cache
-    from sim.trace.tokenizer import token_cache_path
+    from sim.core.drafters.cache import cache_dir as tables_cache
+    from sim.core.trace.tokenizer import token_cache_path
 
     monkeypatch.setenv("HYBRIDSPEC_CACHE_DIR", "off")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -137,7 +137,7 @@ def test_cache_off_means_off_for_every_cache(tmp_path, monkeypatch):
     assert tables_cache() is None and weights_cache() is None and token_cache_path(b"abc") is None
     t = tmp_path / "t.jsonl"
     t.write_text('{"id": "x", "prompt": "hello there", "output": "general kenobi"}\n')
-    r = run_cli_inprocess("sim.run", "--trace", t, "--policy", "hybrid-price", "--batch-size", "2", "--no-progress",
+    r = run_cli_inprocess("sim.api.run", "--trace", t, "--policy", "hybrid-price", "--batch-size", "2", "--no-progress",
                           cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"], "a cache was written despite off"

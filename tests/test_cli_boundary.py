@@ -1,12 +1,12 @@
-"""The one error boundary of every command (sim.cli_util.run_cli): expected failures are one line and exit 2,
+"""The one error boundary of every command (sim.infra.cli.run_cli): expected failures are one line and exit 2,
 a bug shows its traceback and says it is a bug (exit 1)."""
 import errno
 import json
 
 import pytest
 
-from sim.cli_util import describe_os_error, run_cli
-from sim.errors import ConfigError, TraceError
+from sim.infra.cli import describe_os_error, run_cli
+from sim.infra.errors import ConfigError, TraceError
 
 
 def _run(capsys, exc=None, code=0):

@@ -1,4 +1,4 @@
-"""One config (sim/config.py): sim.run's flags, sim.sweep's grid keys and flags and their checks come from one
+"""One config (sim/core/config.py): sim.api.run's flags, sim.api.sweep's grid keys and flags and their checks come from one
 dataclass per component; one baseline name."""
 import dataclasses
 import re
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sim import config
-from sim.errors import ConfigError
+from sim.core import config
+from sim.infra.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,7 @@ def _options(parser) -> set[str]:
 def test_every_field_has_help_and_a_flag_in_run_and_sweep():
     import argparse
 
-    import sim.sweep as sw
+    import sim.api.sweep as sw
 
     run_ap, sweep_ap = argparse.ArgumentParser(), argparse.ArgumentParser()
     config.add_flags(run_ap, config.COMPONENTS + (config.RunGrid,))
@@ -35,7 +35,7 @@ def test_every_field_has_help_and_a_flag_in_run_and_sweep():
 
 
 def test_run_setup_is_the_components():
-    from sim.run import SimSetup
+    from sim.api.run import SimSetup
 
     names = {f.name for f in dataclasses.fields(SimSetup)}
     assert names == {f.name for f in config.fields_of(*config.COMPONENTS)}
@@ -49,7 +49,7 @@ def test_run_setup_is_the_components():
 def test_checks_come_from_the_metadata(key, value, msg):
     with pytest.raises(ConfigError, match=re.escape(msg)):
         config.check(key, value)
-    import sim.sweep as sw
+    import sim.api.sweep as sw
 
     with pytest.raises(ConfigError, match=re.escape(msg)):
         sw.validate(sw.expand({"trace": str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl"), key: value,
@@ -61,4 +61,4 @@ def test_one_baseline_name():
     for p in (ROOT / "sim").rglob("*.py"):
         for m in re.finditer(r"^\s*(BASELINE|BASE)\s*=\s*['\"]", p.read_text(), re.M):
             hits.append(str(p.relative_to(ROOT)))
-    assert hits == ["sim/config.py"]
+    assert hits == ["sim/core/config.py"]

@@ -1,4 +1,4 @@
-"""What sim.run and sim.sweep print: the narrow table and verdicts, --format csv/json/vllm, progress lines for
+"""What sim.api.run and sim.api.sweep print: the narrow table and verdicts, --format csv/json/vllm, progress lines for
 logs, and the vLLM-named serving metrics (TTFT, TPOT, ITL, E2EL in ms; request and output throughput)."""
 import csv
 import io
@@ -17,7 +17,7 @@ VLLM_KEYS = ["request_throughput", "output_throughput", "total_token_throughput"
 def run_main(mod, argv, capsys):
     import importlib
 
-    from sim.cli_util import run_cli
+    from sim.infra.cli import run_cli
 
     with pytest.raises(SystemExit) as ei:
         run_cli(importlib.import_module(mod).main, argv)
@@ -31,7 +31,7 @@ ARGS = ["--trace", TINY, "--policy", "hybrid", "--policy", "oracle", "--batch-si
 
 
 def test_table_is_narrow_with_verdicts(capsys):
-    out = run_main("sim.run", ARGS, capsys).out
+    out = run_main("sim.api.run", ARGS, capsys).out
     lines = out.splitlines()
     assert max(len(x) for x in lines if not x.startswith(("trace ", "tok/step", "(--format", "batch "))) <= 80
     head = next(x for x in lines if x.startswith("policy"))
@@ -42,13 +42,13 @@ def test_table_is_narrow_with_verdicts(capsys):
 
 
 def test_formats(capsys, tmp_path):
-    rows = json.loads(run_main("sim.run", ARGS + ["--format", "json"], capsys).out)
+    rows = json.loads(run_main("sim.api.run", ARGS + ["--format", "json"], capsys).out)
     assert {(r["policy"], r["batch_size"]) for r in rows} == {(p, b) for p in ("adaptive", "hybrid", "oracle") for b in (2, 8)}
     assert all(set(VLLM_KEYS) <= set(r) for r in rows)
-    got = list(csv.DictReader(io.StringIO(run_main("sim.run", ARGS + ["--format", "csv"], capsys).out)))
+    got = list(csv.DictReader(io.StringIO(run_main("sim.api.run", ARGS + ["--format", "csv"], capsys).out)))
     assert [(r["policy"], int(r["batch_size"])) for r in got] == [(r["policy"], r["batch_size"]) for r in rows]
     assert float(got[0]["output_throughput"]) == pytest.approx(rows[0]["output_throughput"])
-    cap = run_main("sim.run", ARGS + ["--format", "vllm", "--out", str(tmp_path / "o")], capsys)
+    cap = run_main("sim.api.run", ARGS + ["--format", "vllm", "--out", str(tmp_path / "o")], capsys)
     for label in ("Request throughput (req/s):", "Output token throughput (tok/s):", "Mean TTFT (ms):",
                   "Median TPOT (ms):", "P99 ITL (ms):", "Mean E2EL (ms):"):
         assert cap.out.count(label) == 6
@@ -59,20 +59,20 @@ def test_progress_lines_when_stderr_is_not_a_terminal(capsys):
     import sys
 
     assert not sys.stderr.isatty()  # captured: as in a log or a pipe
-    cap = run_main("sim.run", ["--trace", TINY, "--policy", "none", "--batch-size", "1", "--workers", "1",
+    cap = run_main("sim.api.run", ["--trace", TINY, "--policy", "none", "--batch-size", "1", "--workers", "1",
                                "--progress-every", "0.01"], capsys)
     assert "progress: 2/2 runs done" in cap.err  # the closing line; periodic ones before it
     assert "progress:" not in cap.out
 
 
 def test_vllm_metrics_definitions():
-    from sim.metrics import itl_samples_s
-    from sim.run import SimSetup, prepare, run_one
+    from sim.core.metrics import itl_samples_s
+    from sim.api.run import SimSetup, prepare, run_one
 
     prep = prepare(SimSetup(trace=TINY))
     for pol, bs in (("none", 4), ("hybrid", 2), ("adaptive", 128)):
         row, res = run_one(prep, pol, bs)
-        from sim.result import REQUEST_COLUMNS, STEP_COLUMNS
+        from sim.core.result import REQUEST_COLUMNS, STEP_COLUMNS
 
         assert set(REQUEST_COLUMNS) <= set(res.requests) and set(STEP_COLUMNS) <= set(res.steps)  # the schema
         rq = res.requests
@@ -90,7 +90,7 @@ def test_vllm_metrics_definitions():
 
 
 def test_sweep_prints_its_results(tmp_path, capsys):
-    cap = run_main("sim.sweep", ["--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--batch-size", "4",
+    cap = run_main("sim.api.sweep", ["--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--batch-size", "4",
                                  "--seed", "0", "--seed", "1", "--workers", "1", "--progress-every", "0.01",
                                  "--out", str(tmp_path / "s")], capsys)
     out = cap.out

@@ -1,17 +1,17 @@
 """Issue 30's cost-model fixes: the profiled table's attention term for query rows beyond one per sequence
-(sim/cost/profiled.py, fitted by real/profile.py), the draft table priced from the steps whose model pass ran,
-and the offline re-pricing of a recorded validation (real/fidelity_reprice.py)."""
+(sim/core/cost/profiled.py, fitted by real/validation/profile.py), the draft table priced from the steps whose model pass ran,
+and the offline re-pricing of a recorded validation (real/validation/reprice.py)."""
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from real.fidelity_reprice import main as reprice_main, reprice
-from real.profile import fit_step_parts, fit_verify
-from sim.cost import CostTable, ProfiledCost, load_cost_table, write_cost_table
-from sim.cost.profiled import cost_table_from_dict
-from sim.errors import ConfigError
+from real.validation.reprice import main as reprice_main, reprice
+from real.validation.profile import fit_step_parts, fit_verify
+from sim.core.cost import CostTable, ProfiledCost, load_cost_table, write_cost_table
+from sim.core.cost.profiled import cost_table_from_dict
+from sim.infra.errors import ConfigError
 
 
 def table(**kw) -> CostTable:

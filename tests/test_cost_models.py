@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from sim.errors import ConfigError
-from sim.models import get_drafter_cost, get_gpu, get_llm, list_gpus, list_llms
+from sim.infra.errors import ConfigError
+from sim.core.models import get_drafter_cost, get_gpu, get_llm, list_gpus, list_llms
 
 REQUIRED_LLMS = {"qwen3-8b", "qwen3-4b", "qwen3-14b", "llama-3.1-8b", "smollm2-135m"}
 REQUIRED_GPUS = {"a100-80g", "h100-sxm", "h200"}
@@ -57,7 +57,7 @@ def _tmp_models(tmp_path, monkeypatch, llm: dict):
 
 
 def test_bad_data_files(tmp_path, monkeypatch):
-    base = json.loads((__import__("sim.models", fromlist=["models_dir"]).models_dir() / "llms" / "qwen3-8b.json")
+    base = json.loads((__import__("sim.core.models", fromlist=["models_dir"]).models_dir() / "llms" / "qwen3-8b.json")
                       .read_text())
     bad = dict(base, name="x")
     del bad["num_layers"]
@@ -76,7 +76,7 @@ def test_bad_data_files(tmp_path, monkeypatch):
 
 
 def test_graph_tokens_pad_to_the_next_capture_size_and_the_charge_follows():
-    from sim.cost import make_cost_model
+    from sim.core.cost import make_cost_model
     c = make_cost_model("roofline", llm="qwen3-8b", gpu="h100-sxm")
     caps = sorted(c.capture_sizes)
     assert c.graph_tokens(0) == 0 and c.graph_tokens(1) == 1 and c.graph_tokens(3) == 4

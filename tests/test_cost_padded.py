@@ -1,14 +1,14 @@
-"""The padded verify form (sim/cost/padded.py): a step's padded attention shape, the table's price of it, the
-simulator charging it step by step, and real/profile.py fitting it from recorded shapes."""
+"""The padded verify form (sim/core/cost/padded.py): a step's padded attention shape, the table's price of it, the
+simulator charging it step by step, and real/validation/profile.py fitting it from recorded shapes."""
 import json
 
 import numpy as np
 import pytest
 
-from real.profile import fit_verify
-from sim.cost import CostTable, ProfiledCost, load_cost_table, write_cost_table
-from sim.cost.padded import AttentionShape, padded_shape
-from sim.errors import ConfigError
+from real.validation.profile import fit_verify
+from sim.core.cost import CostTable, ProfiledCost, load_cost_table, write_cost_table
+from sim.core.cost.padded import AttentionShape, padded_shape
+from sim.infra.errors import ConfigError
 
 
 def table(**kw) -> CostTable:
@@ -100,7 +100,7 @@ def test_fit_verify_recovers_the_padded_terms():
 def test_reprice_reads_recorded_shapes_and_refuses_half_a_rebuild(tmp_path):
     import pandas as pd
 
-    from real.fidelity_reprice import main as reprice_main, profile_steps
+    from real.validation.reprice import main as reprice_main, profile_steps
 
     rows = []
     for run, pol in enumerate(("none", "none", "adaptive")):
@@ -125,7 +125,7 @@ def test_reprice_reads_recorded_shapes_and_refuses_half_a_rebuild(tmp_path):
 def test_reprice_can_refit_from_the_steps_of_fewer_sequences():
     """--profile-max-seqs: each run keeps only its steps with at most N sequences, every column alike; a run with
     none left is dropped (what a profile that never verified more together would have fitted)."""
-    from real.fidelity_reprice import steps_up_to
+    from real.validation.reprice import steps_up_to
 
     runs = [{"policy": "none", "num_seqs": np.array([1, 12, 4]), "step_ms": np.array([1.0, 2.0, 3.0])},
             {"policy": "adaptive", "num_seqs": np.array([16, 11]), "step_ms": np.array([4.0, 5.0])}]

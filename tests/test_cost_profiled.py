@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cost import (COST_KINDS, CostTable, ProfiledCost, RooflineCost, StepTable, check_machine, default_table_path,
+from sim.core.cost import (COST_KINDS, CostTable, ProfiledCost, RooflineCost, StepTable, check_machine, default_table_path,
                       load_cost_table, make_cost_model, tables_from_cost_model, vllm_capture_sizes,
                       write_cost_table)
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 
 ROOF = RooflineCost(llm="qwen3-8b", gpu="h100-sxm")
 PROF = make_cost_model("profiled", "qwen3-8b", "h100-sxm")
@@ -351,7 +351,7 @@ def _sim_run(*args):
     from conftest import run_cli_inprocess
 
     root = Path(__file__).resolve().parents[1]
-    return run_cli_inprocess("sim.run", "--trace", str(root / "tests/fixtures/sim/tiny.jsonl"), "--limit", "3",
+    return run_cli_inprocess("sim.api.run", "--trace", str(root / "tests/fixtures/sim/tiny.jsonl"), "--limit", "3",
                              "--batch-size", "2", "--workers", "1", "--no-progress", *args, cwd=root)
 
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cost import CostConfig, RooflineCost, make_cost_model
-from sim.errors import ConfigError
-from sim.models import get_llm, GIB, list_gpus, list_llms
+from sim.core.cost import CostConfig, RooflineCost, make_cost_model
+from sim.infra.errors import ConfigError
+from sim.core.models import get_llm, GIB, list_gpus, list_llms
 
 COSTS = {(l, g): RooflineCost(llm=l, gpu=g) for l in ("qwen3-8b", "llama-3.1-8b", "smollm2-135m", "qwen3-4b")
          for g in list_gpus()}
@@ -196,7 +196,7 @@ def test_verify_ms_int_fast_path_equals_the_scalar_path():
     the general scalar path (numpy integers take that one), including T <= 0, no context and no sequences."""
     import numpy as np
 
-    from sim.cost.roofline import RooflineCost
+    from sim.core.cost.roofline import RooflineCost
 
     c = RooflineCost()
     rng = np.random.default_rng(3)

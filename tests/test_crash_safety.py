@@ -1,10 +1,10 @@
-"""Crashes, signals and a second process: SIGKILL and SIGTERM at random moments of sim.run and sim.sweep
+"""Crashes, signals and a second process: SIGKILL and SIGTERM at random moments of sim.api.run and sim.api.sweep
 (tiny settings) leave every output old or new as a whole, no worker behind, and nothing the next run does
 not clean; two writers on one output are serialised or refused, never merged; --out edge cases are refused
 or handled before any work; folder swaps and multi-file units survive a kill at every step.
 
 The default run keeps the in-process checks (every step of a folder swap or a multi-file unit, two writers, --out
-edge cases); the kills of a running sim.run / sim.sweep process (a few seeded moments, and many random ones) are
+edge cases); the kills of a running sim.api.run / sim.api.sweep process (a few seeded moments, and many random ones) are
 in the slow tier (about 30 s of subprocesses even seeded):
     python -m pytest tests/test_crash_safety.py -m slow
 """
@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 from conftest import run_cli_inprocess
 
-from sim import fsio
+from sim.infra import fsio
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl")
@@ -68,7 +68,7 @@ def _leftovers(folder: Path) -> list[str]:
     return [e.name for e in folder.iterdir() if fsio._LEFTOVER.match(e.name) or e.name.endswith((".commit", ".swap"))]
 
 
-# ---------------------------------------------------------------------------------------------- sim.run
+# ---------------------------------------------------------------------------------------------- sim.api.run
 def _run_result(out: Path) -> tuple[str, ...] | None:
     """The policies of the result in `out`, checked whole: the four files present and telling one story."""
     if not out.exists():
@@ -119,7 +119,7 @@ def test_sim_run_killed_at_many_random_moments(tmp_path):
                            for _ in range(16)])
 
 
-# ---------------------------------------------------------------------------------------------- sim.sweep
+# ---------------------------------------------------------------------------------------------- sim.api.sweep
 def _sweep_tables(out: Path) -> set[str] | None:
     """cell ids of the results in `out`, checked as one unit (csv, parquet and grid agree)."""
     if not (out / "results.csv").exists():
@@ -191,7 +191,7 @@ def test_a_second_sweep_on_a_busy_out_is_refused(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- --out edges
 def _run_inproc(*args, cwd):
-    return run_cli_inprocess("sim.run", "--trace", TINY, "--policy", "hybrid-price", "--batch-size", "2",
+    return run_cli_inprocess("sim.api.run", "--trace", TINY, "--policy", "hybrid-price", "--batch-size", "2",
                              "--no-progress", *args, cwd=cwd)
 
 
@@ -208,7 +208,7 @@ def test_out_naming_the_working_folder_or_an_ancestor_is_refused_before_any_work
 
 
 def test_sweep_out_dot_is_refused(tmp_path):
-    r = run_cli_inprocess("sim.sweep", "--trace", TINY, "--out", ".", "--no-progress", cwd=tmp_path)
+    r = run_cli_inprocess("sim.api.sweep", "--trace", TINY, "--out", ".", "--no-progress", cwd=tmp_path)
     assert r.returncode == 2 and "current folder" in r.stderr
 
 
@@ -217,7 +217,7 @@ def test_a_symlinked_out_gets_the_new_result_through_the_link(tmp_path):
     link = tmp_path / "link"
     assert _run_inproc("--out", target, cwd=tmp_path).returncode == 0
     link.symlink_to(target)
-    r = run_cli_inprocess("sim.run", "--trace", TINY, "--policy", "oracle", "--batch-size", "2", "--no-progress",
+    r = run_cli_inprocess("sim.api.run", "--trace", TINY, "--policy", "oracle", "--batch-size", "2", "--no-progress",
                           "--out", link, "--force", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert link.is_symlink() and os.path.realpath(link) == str(target)
@@ -250,7 +250,7 @@ def test_leftovers_of_killed_runs_are_cleaned_by_the_next(tmp_path):
     (s / "cells").mkdir(parents=True)
     (s / f".results.csv.{dead}.part").write_text("half")
     (s / "cells" / f".abc.{dead}.tmp").write_text("half")
-    r = run_cli_inprocess("sim.sweep", "--trace", TINY, "--policy", "hybrid-price", "--batch-size", "2",
+    r = run_cli_inprocess("sim.api.sweep", "--trace", TINY, "--policy", "hybrid-price", "--batch-size", "2",
                           "--no-progress", "--workers", "1", "--out", s, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert not _leftovers(s) and not _leftovers(s / "cells")
@@ -361,8 +361,8 @@ def test_sigterm_unwinds_like_ctrl_c(tmp_path):
     """A command under SIGTERM exits 130 with one line, and its finally blocks ran (here: the temporary
     folder of an output being written is removed)."""
     code = ("import os, signal, time, sys\n"
-            "from sim.cli_util import run_cli\n"
-            "from sim.fsio import atomic_dir\n"
+            "from sim.infra.cli import run_cli\n"
+            "from sim.infra.fsio import atomic_dir\n"
             "def main(argv):\n"
             f"    with atomic_dir(__import__('pathlib').Path({str(tmp_path / 'o')!r})) as t:\n"
             "        (t / 'f').write_text('x'); print('ready', flush=True); time.sleep(60)\n"
@@ -377,10 +377,10 @@ def test_sigterm_unwinds_like_ctrl_c(tmp_path):
 
 
 def test_validate_refuses_an_out_another_process_writes(tmp_path):
-    """real/validate.py holds the --out lock too: a second validation of one folder is refused at once."""
+    """real/validation/validate.py holds the --out lock too: a second validation of one folder is refused at once."""
     out = tmp_path / "val"
     with fsio.output_lock(out):  # stands for a first validation still running
-        r = run_cli_inprocess("real.validate", "--quick", "--trace", ROOT / "tests" / "fixtures" / "trace" / "text.jsonl",
+        r = run_cli_inprocess("real.validation.validate", "--quick", "--trace", ROOT / "tests" / "fixtures" / "trace" / "text.jsonl",
                               "--out", out, cwd=tmp_path)
     assert r.returncode == 2 and "another process" in r.stderr, r.stderr
 
@@ -388,12 +388,12 @@ def test_validate_refuses_an_out_another_process_writes(tmp_path):
 @pytest.mark.parametrize("journal", [False, True])
 @pytest.mark.parametrize("kill_at", [1, 2, 3])
 def test_atomic_dir_killed_at_each_rename_leaves_old_or_new(tmp_path, kill_at, journal):
-    """sim.run's folder swap (sim.cli_util.atomic_dir) with the process killed (os._exit, no cleanup) at its
+    """sim.api.run's folder swap (sim.infra.cli.atomic_dir) with the process killed (os._exit, no cleanup) at its
     1st, 2nd or 3rd os.replace: `out` is there, old or new, at once or after the next run's recover()."""
     out = _folder(tmp_path / "out", "old")
     code = ("import os, sys\n"
             "from pathlib import Path\n"
-            "from sim.cli_util import atomic_dir\n"
+            "from sim.infra.cli import atomic_dir\n"
             "real, n = os.replace, [0]\n"
             "def dying(a, b):\n"
             "    n[0] += 1\n"
@@ -405,7 +405,7 @@ def test_atomic_dir_killed_at_each_rename_leaves_old_or_new(tmp_path, kill_at, j
     env = {**os.environ, **({"HYBRIDSPEC_NO_RENAMEAT2": "1"} if journal else {})}  # the fallback without renameat2
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60, env=env)
     try:
-        from sim.fsio import recover  # the next run's first step
+        from sim.infra.fsio import recover  # the next run's first step
     except ImportError:
         recover = None
     if recover is not None:

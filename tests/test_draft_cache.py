@@ -1,4 +1,4 @@
-"""The on-disk draft-table cache (sim.drafters.cache): a hit serves exactly the built tables, every input
+"""The on-disk draft-table cache (sim.core.drafters.cache): a hit serves exactly the built tables, every input
 changes the key, a corrupt or truncated file is rebuilt with a warning (never served), writes are atomic."""
 import dataclasses
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from conftest import plausible_calibrator, random_requests
-from sim.drafters import cache
-from sim.drafters.model import ModelDrafterProfile
-from sim.drafters.ngram import NgramConfig
-from sim.drafters.tables import build_draft_tables
+from sim.core.drafters import cache
+from sim.core.drafters.model import ModelDrafterProfile
+from sim.core.drafters.ngram import NgramConfig
+from sim.core.drafters.tables import build_draft_tables
 
 CFG = NgramConfig(n_min=1, n_max=3, k=6, ext_max=16)
 PROFILE = ModelDrafterProfile(name="t", block=4)

@@ -15,7 +15,7 @@ from real.drafter.evaluate import fit_sts, metrics, output_chains
 from real.drafter.model import DEFAULT_DRAFTER, DrafterConfig, DSparkDrafter, load_drafter, save_drafter
 from real.drafter.runtime import DrafterCache
 from real.drafter.train import TrainConfig, heldout_loss, prepare, reduced_vocab, train
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 
 TINY = dict(target="qwen3-tiny", target_vocab=4096, hidden=128, layers=(0, 1), block=5, heads=4, kv_heads=2,
             head_dim=32, intermediate=256, vocab=512, rank=16)
@@ -168,9 +168,9 @@ def test_save_load_and_mismatch_errors(target, seqs, tmp_path):
 def test_live_drafter_in_the_real_engine_is_lossless_and_replays_in_the_simulator(target, seqs):
     """The real engine drafting live from its verify forwards accepts exactly what the recorded chains
     (drafted from the reference's hidden states) say: the simulator replaying them takes the same steps."""
-    from real.workload import Workload, provisional_cost, run_real
-    from sim.engine import Engine, EngineConfig
-    from sim.policies import get_policy
+    from real.validation.workload import Workload, provisional_cost, run_real
+    from sim.engine.engine import Engine, EngineConfig
+    from sim.engine.policies import sim_policy
 
     kw = dict(limit=6, sample=None, seed=0, max_tokens=32, max_prompt=300, teacher=False)
     plain = Workload.build("traces/chat.jsonl", "qwen3-tiny", True, "cpu", drafter=None, **kw)
@@ -192,7 +192,7 @@ def test_live_drafter_in_the_real_engine_is_lossless_and_replays_in_the_simulato
         assert real.lossless, real.violation
         assert real.outputs == [[int(x) for x in r.output_ids] for r in wl.requests]
         cfg = EngineConfig(batch_size=4, max_num_batched_tokens=512, async_scheduling=False, kv_capacity_tokens=10**9)
-        sim = Engine(wl.tables, np.zeros(len(wl.requests)), get_policy(policy), cost, cfg).run()
+        sim = Engine(wl.tables, np.zeros(len(wl.requests)), sim_policy(policy), cost, cfg).run()
         for col in ("num_decode", "verified_model", "accepted_model", "emitted"):
             assert np.array_equal(real.steps[col], sim.steps[col]), (policy, col)
     assert real.steps["accepted_model"].sum() > 0
@@ -202,9 +202,9 @@ def test_live_drafter_in_the_real_engine_is_lossless_and_replays_in_the_simulato
     need = int(max(r.prompt_len + r.output_len for r in wl.requests))
     cfg = EngineConfig(batch_size=4, max_num_batched_tokens=256, async_scheduling=False,
                        kv_capacity_tokens=need + 48)
-    real = RealEngine(wl.tables, np.zeros(len(wl.requests)), get_policy("hybrid-price"), cost, cfg, model,
+    real = RealEngine(wl.tables, np.zeros(len(wl.requests)), sim_policy("hybrid-price"), cost, cfg, model,
                       wl.ngram_cfg, drafter=wl.drafter).run()
-    sim = Engine(wl.tables, np.zeros(len(wl.requests)), get_policy("hybrid-price"), cost, cfg).run()
+    sim = Engine(wl.tables, np.zeros(len(wl.requests)), sim_policy("hybrid-price"), cost, cfg).run()
     assert real.requests["preemptions"].sum() > 0 and real.lossless, real.violation
     for col in ("num_decode", "verified_model", "accepted_model", "emitted"):
         assert np.array_equal(real.steps[col], sim.steps[col]), ("preempted", col)

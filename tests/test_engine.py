@@ -7,13 +7,13 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from conftest import LinearCost, plausible_calibrator, random_requests
-from sim.drafters.model import ModelDrafterProfile
-from sim.drafters.ngram import NgramConfig
-from sim.drafters.tables import build_draft_tables
-from sim.engine import Engine, EngineConfig, LosslessError
-from sim.errors import ConfigError
-from sim.policies import get_policy
-from sim.policies.base import CHAIN_MODEL, Allocation
+from sim.core.drafters.model import ModelDrafterProfile
+from sim.core.drafters.ngram import NgramConfig
+from sim.core.drafters.tables import build_draft_tables
+from sim.engine.engine import Engine, EngineConfig, LosslessError
+from sim.infra.errors import ConfigError
+from sim.engine.policies import sim_policy
+from sim.core.policies.base import CHAIN_MODEL, Allocation
 
 POLICIES = ["none", "model-fixed:3", "ngram-fixed:4", "adaptive", "ngram-first", "suffix-threshold", "hybrid-price",
             "hybrid-tree", "oracle"]
@@ -39,7 +39,7 @@ def test_every_token_once_and_lossless(seed, bs, policy, kv, budget):
     arrivals = np.sort(rng.uniform(0, 0.05, len(reqs))) if seed % 2 else np.zeros(len(reqs))
     cfg = EngineConfig(batch_size=bs, kv_capacity_tokens=kv, max_num_batched_tokens=budget)
     try:
-        res = Engine(tb, arrivals, get_policy(policy), LinearCost(), cfg).run()
+        res = Engine(tb, arrivals, sim_policy(policy), LinearCost(), cfg).run()
     except ConfigError as e:  # a request that can never fit the tiny cache is refused up front
         assert kv is not None and "can never run" in str(e)
         return
@@ -61,7 +61,7 @@ def test_preemption_happens_and_stays_lossless():
     reqs = random_requests(rng, 6, max_prompt=60, max_out=120)
     tb = _tables(reqs)
     cap = int(max(r.prompt_len + r.output_len for r in reqs)) + 64
-    res = Engine(tb, np.zeros(len(reqs)), get_policy("hybrid-price"), LinearCost(),
+    res = Engine(tb, np.zeros(len(reqs)), sim_policy("hybrid-price"), LinearCost(),
                  EngineConfig(batch_size=6, kv_capacity_tokens=cap)).run()
     assert res.lossless
     assert res.requests["preemptions"].sum() > 0
@@ -73,7 +73,7 @@ def test_oracle_emits_at_least_as_much_per_step_as_adaptive():
     tb = _tables(reqs)
     steps = {}
     for p in ("adaptive", "oracle", "none"):
-        res = Engine(tb, np.zeros(len(reqs)), get_policy(p), LinearCost(), EngineConfig(batch_size=2)).run()
+        res = Engine(tb, np.zeros(len(reqs)), sim_policy(p), LinearCost(), EngineConfig(batch_size=2)).run()
         steps[p] = res.requests["decode_steps"].sum()
     assert steps["oracle"] <= steps["adaptive"] < steps["none"]
 
@@ -82,7 +82,7 @@ def test_host_sync_adds_a_bubble():
     rng = np.random.default_rng(3)
     reqs = random_requests(rng, 3)
     tb = _tables(reqs)
-    pol = get_policy("none")
+    pol = sim_policy("none")
     a = Engine(tb, np.zeros(3), pol, LinearCost(), EngineConfig(batch_size=3)).run()
     s = Engine(tb, np.zeros(3), pol, LinearCost(), EngineConfig(batch_size=3, async_scheduling=False)).run()
     assert s.sim_time_s > a.sim_time_s
@@ -98,7 +98,7 @@ def _bug_tables(seed: int = 4):
 
 
 def _run(tb, policy, engine_cls=Engine, bs=2):
-    return engine_cls(tb, np.zeros(len(tb.out_len)), policy if not isinstance(policy, str) else get_policy(policy),
+    return engine_cls(tb, np.zeros(len(tb.out_len)), policy if not isinstance(policy, str) else sim_policy(policy),
                       LinearCost(), EngineConfig(batch_size=bs)).run()
 
 
@@ -160,7 +160,7 @@ def test_wrong_ngram_source_is_caught(shift):
                                         ("hybrid-tree", "second")])
 def test_over_admitting_policy_is_caught(base, field):
     _, tb = _bug_tables()
-    pol = get_policy(base)
+    pol = sim_policy(base)
 
     def greedy(batch):  # one draft token more than the chain holds wherever it drafts
         a = pol.fn(batch)
@@ -221,14 +221,14 @@ def test_request_that_never_fits_is_refused():
     rng = np.random.default_rng(6)
     reqs = random_requests(rng, 2)
     with pytest.raises(ConfigError, match="can never run"):
-        Engine(_tables(reqs), np.zeros(2), get_policy("none"), LinearCost(), EngineConfig(kv_capacity_tokens=8))
+        Engine(_tables(reqs), np.zeros(2), sim_policy("none"), LinearCost(), EngineConfig(kv_capacity_tokens=8))
 
 
 def test_held_steps_are_flushed_without_changing_the_clock(monkeypatch):
     """Between arrivals (and after the last) the engine runs ahead of simpy's clock, holding the steps' delays,
     and flushes them every HELD_MAX steps (else an offline trace would hold every step of the run): to the same
     times, so the same steps and the same arrival handling after an idle gap."""
-    import sim.engine as engine_mod
+    import sim.engine.engine as engine_mod
 
     rng = np.random.default_rng(11)
     reqs = random_requests(rng, 6, max_prompt=60, max_out=200)
@@ -237,7 +237,7 @@ def test_held_steps_are_flushed_without_changing_the_clock(monkeypatch):
     for held_max in (engine_mod.HELD_MAX, 3):
         monkeypatch.setattr(engine_mod, "HELD_MAX", held_max)
         # steps of ~6 ms: arrivals while it runs (their order with the held steps matters), and after it idles
-        runs.append(Engine(tb, np.array([0.0, 0.0, 0.05, 0.1, 0.2, 5.0]), get_policy("hybrid-price"), LinearCost(),
+        runs.append(Engine(tb, np.array([0.0, 0.0, 0.05, 0.1, 0.2, 5.0]), sim_policy("hybrid-price"), LinearCost(),
                            EngineConfig(batch_size=2)).run())
     (a, b), n = runs, len(runs[0].steps["t_start_ms"])
     assert a.steps["t_start_ms"][-1] > 5000.0 > a.steps["t_start_ms"][20]  # an idle gap, then more steps
@@ -249,10 +249,10 @@ def test_held_steps_are_flushed_without_changing_the_clock(monkeypatch):
 
 
 def test_lossless_check_names_the_request_and_position():
-    """check_lossless against the trace's output (sim.drafters.tables.expected_outputs, kept per tables object):
+    """check_lossless against the trace's output (sim.core.drafters.tables.expected_outputs, kept per tables object):
     the first wrong slot's request and output position, for a token never written and for a wrong one."""
     _, tb = _bug_tables()
-    eng = Engine(tb, np.zeros(len(tb.out_len)), get_policy("hybrid-price"), LinearCost(), EngineConfig(batch_size=2))
+    eng = Engine(tb, np.zeros(len(tb.out_len)), sim_policy("hybrid-price"), LinearCost(), EngineConfig(batch_size=2))
     assert eng.run().lossless and eng.check_lossless() == ""
     r = len(tb.out_len) - 1
     k = int(tb.offsets[r]) + 3

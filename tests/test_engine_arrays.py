@@ -1,6 +1,6 @@
-"""The native engine step hands the policy's fast form the gathered arrays (sim.policies.fast.Arrays) with no
+"""The native engine step hands the policy's fast form the gathered arrays (sim.engine.policy_fast.Arrays) with no
 StepBatch (Engine.array_form), and the scheduler returns the same plan through steady stretches
-(sim/scheduler.py): both give exactly the runs of the paths they stand in for -- the StepBatch path (an
+(sim/core/scheduler.py): both give exactly the runs of the paths they stand in for -- the StepBatch path (an
 engine subclass that overrides _allocate sees every batch, so it keeps it) and the scheduler without the
 output lengths (which never takes the steady plan)."""
 import shutil
@@ -8,10 +8,10 @@ import shutil
 import numpy as np
 import pytest
 
-from sim.engine import Engine, EngineConfig
-from sim.policies import get_policy
-from sim.run import SimSetup, prepare
-from sim.scheduler import Scheduler
+from sim.engine.engine import Engine, EngineConfig
+from sim.engine.policies import sim_policy
+from sim.api.run import SimSetup, prepare
+from sim.core.scheduler import Scheduler
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: the engine runs the numpy step")
 
@@ -42,10 +42,10 @@ def test_array_forms_equal_the_batch_path(prep, spec):
     tb = prep.tables
     need = int((tb.prompt_len + tb.out_len).max()) + max(tb.k_model, tb.k_ngram) + 32
     for cfg in (EngineConfig(batch_size=4), EngineConfig(batch_size=8, kv_capacity_tokens=need)):
-        fast = Engine(tb, prep.arrivals, get_policy(spec), prep.cost, cfg)
+        fast = Engine(tb, prep.arrivals, sim_policy(spec), prep.cost, cfg)
         res = fast.run()
         assert fast.array_form() is not None, f"{spec}: the array form is not used"
-        slow = _BatchPath(tb, prep.arrivals, get_policy(spec), prep.cost, cfg)
+        slow = _BatchPath(tb, prep.arrivals, sim_policy(spec), prep.cost, cfg)
         ref = slow.run()
         assert slow.array_form() is None
         _same(res, ref, f"{spec} bs={cfg.batch_size}")
@@ -67,7 +67,7 @@ class _Counting(Scheduler):
 
 @pytest.mark.parametrize("spec", ["none", "adaptive", "hybrid-price"])
 def test_steady_plans_equal_scheduling_every_step(prep, spec, monkeypatch):
-    import sim.engine
+    import sim.engine.engine
 
     tb = prep.tables
     need = int((tb.prompt_len + tb.out_len).max()) + max(tb.k_model, tb.k_ngram) + 32
@@ -77,11 +77,11 @@ def test_steady_plans_equal_scheduling_every_step(prep, spec, monkeypatch):
                 EngineConfig(batch_size=16, max_num_batched_tokens=256)):
         for arr in (prep.arrivals, arrivals):
             _Counting.n_steady = 0
-            monkeypatch.setattr(sim.engine, "Scheduler", _Counting)
-            res = Engine(tb, arr, get_policy(spec), prep.cost, cfg).run()
+            monkeypatch.setattr(sim.engine.engine, "Scheduler", _Counting)
+            res = Engine(tb, arr, sim_policy(spec), prep.cost, cfg).run()
             assert _Counting.n_steady > 0, "no steady stretch: the test would not cover the steady plan"
-            monkeypatch.setattr(sim.engine, "Scheduler", _NoSteady)
-            ref = Engine(tb, arr, get_policy(spec), prep.cost, cfg).run()
+            monkeypatch.setattr(sim.engine.engine, "Scheduler", _NoSteady)
+            ref = Engine(tb, arr, sim_policy(spec), prep.cost, cfg).run()
             monkeypatch.undo()
             _same(res, ref, f"{spec} {cfg}")
 
@@ -93,7 +93,7 @@ def test_nan_confidences_run_the_definition(prep, spec, monkeypatch):
     definitions' own NaN semantics). `oracle` reads no confidence: its form runs on, with the same result."""
     import dataclasses
 
-    import sim.engine_fast
+    import sim.engine.native_step
 
     tb = prep.tables
     rng = np.random.default_rng(3)
@@ -102,17 +102,17 @@ def test_nan_confidences_run_the_definition(prep, spec, monkeypatch):
     ng_conf[rng.random(len(ng_conf)) < 0.05, 0] = np.nan
     odd = dataclasses.replace(tb, m_conf=m_conf, ng_conf=ng_conf)
     flags = []
-    gather = sim.engine_fast.NativeStep.gather
+    gather = sim.engine.native_step.NativeStep.gather
 
     def spy(self, *a, **k):
         g = gather(self, *a, **k)
         flags.append(g.has_nan)
         return g
 
-    monkeypatch.setattr(sim.engine_fast.NativeStep, "gather", spy)
+    monkeypatch.setattr(sim.engine.native_step.NativeStep, "gather", spy)
     cfg = EngineConfig(batch_size=4)
-    res = Engine(odd, prep.arrivals, get_policy(spec), prep.cost, cfg).run()
+    res = Engine(odd, prep.arrivals, sim_policy(spec), prep.cost, cfg).run()
     assert any(flags), f"{spec}: no step gathered a NaN"
     monkeypatch.setenv("HYBRIDSPEC_REFERENCE_ENGINE", "1")
-    ref = Engine(odd, prep.arrivals, get_policy(spec), prep.cost, cfg).run()
+    ref = Engine(odd, prep.arrivals, sim_policy(spec), prep.cost, cfg).run()
     _same(res, ref, f"{spec} with NaN confidences")

@@ -1,4 +1,4 @@
-"""The engine's native step (sim/engine_fast.py, sim/policies/native/engine_step.c) against the numpy step it
+"""The engine's native step (sim/engine/native_step.py, sim/engine/native/engine_step.c) against the numpy step it
 transcribes (HYBRIDSPEC_REFERENCE_ENGINE=1): the same step columns bit for bit, the same emitted tokens and
 host-side history, under preemption, tree policies and n-gram confidences that are not 0 past their length."""
 import dataclasses
@@ -7,9 +7,9 @@ import shutil
 import numpy as np
 import pytest
 
-from sim.engine import Engine, EngineConfig
-from sim.policies import get_policy
-from sim.run import SimSetup, prepare
+from sim.engine.engine import Engine, EngineConfig
+from sim.engine.policies import sim_policy
+from sim.api.run import SimSetup, prepare
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: the engine runs the numpy step")
 
@@ -24,7 +24,7 @@ def prep():
 
 def _run(tables, prep, spec, cfg, monkeypatch, reference: bool):
     monkeypatch.setenv("HYBRIDSPEC_REFERENCE_ENGINE", "1" if reference else "0")
-    eng = Engine(tables, prep.arrivals, get_policy(spec), prep.cost, cfg)
+    eng = Engine(tables, prep.arrivals, sim_policy(spec), prep.cost, cfg)
     res = eng.run()
     assert (eng._fast is None) == reference
     return eng, res
@@ -78,12 +78,12 @@ def test_subclass_overriding_a_hook_keeps_the_numpy_step(prep, monkeypatch):
             return super()._emit(*args)
 
     monkeypatch.delenv("HYBRIDSPEC_REFERENCE_ENGINE", raising=False)
-    eng = Hooked(prep.tables, prep.arrivals, get_policy("none"), prep.cost, EngineConfig(batch_size=4))
+    eng = Hooked(prep.tables, prep.arrivals, sim_policy("none"), prep.cost, EngineConfig(batch_size=4))
     assert eng.run().lossless and eng._fast is None
 
 
 def test_zero_past_length_is_bitwise():
-    from sim.drafters.tables import zero_past_length
+    from sim.core.drafters.tables import zero_past_length
 
     conf = np.array([[0.5, 0.0, 0.0], [0.5, 0.25, 0.0], [1.0, 1.0, 1.0]], dtype=np.float32)
     length = np.array([1, 2, 3])
@@ -98,9 +98,9 @@ def test_zero_past_length_is_bitwise():
 def test_native_scans_equal_the_scheduler_numpy():
     """The scheduler's scans in C (NativeScans) against its numpy on random states: kv_used, the decoding /
     prefilling split, the finished requests (and the running order kept) and the full-context need."""
-    from sim.engine_fast import NativeScans
-    from sim.policies.native import load
-    from sim.scheduler import SMALL, Scheduler
+    from sim.engine.native_step import NativeScans
+    from sim.engine.native import load
+    from sim.core.scheduler import SMALL, Scheduler
 
     native = load("engine_step")
     rng = np.random.default_rng(7)

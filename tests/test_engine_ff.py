@@ -1,14 +1,14 @@
-"""The fast-forward over pure decode stretches (sim/engine_ff.py) against the step-by-step engine
+"""The fast-forward over pure decode stretches (sim/engine/fast_forward.py) against the step-by-step engine
 (HYBRIDSPEC_REFERENCE_ENGINE=1): every step and request column bit for bit, the emitted tokens and the
 per-request state, with arrivals (--rate), preemption (a small KV cache), synchronous scheduling and
 batch 1, 4 and 32; and that stretches really were skipped."""
 import numpy as np
 import pytest
 
-import sim.engine as engine_mod
-from sim.engine import Engine, EngineConfig
-from sim.policies import get_policy
-from sim.run import SimSetup, prepare
+import sim.engine.engine as engine_mod
+from sim.engine.engine import Engine, EngineConfig
+from sim.engine.policies import sim_policy
+from sim.api.run import SimSetup, prepare
 
 STATE = ("pos", "prev_pos", "model_pos", "n_steps", "emitted_tokens", "n_preempt", "fresh")
 
@@ -29,7 +29,7 @@ def _run(prep, spec, cfg, monkeypatch, reference: bool):
         return out
 
     monkeypatch.setattr(engine_mod, "fast_forward", counting)
-    eng = Engine(prep.tables, prep.arrivals, get_policy(spec), prep.cost, cfg)
+    eng = Engine(prep.tables, prep.arrivals, sim_policy(spec), prep.cost, cfg)
     res = eng.run()
     return eng, res, sum(skipped)
 
@@ -71,25 +71,25 @@ def test_fast_forward_equals_step_by_step(prep, batch, rate, small_kv, sync, mon
 
 def test_only_the_none_policy_and_engine_hooks(prep, monkeypatch):
     """A drafting policy, a subclass overriding a hook, and streamed tables step normally."""
-    from sim.engine_ff import fast_forward_ok
+    from sim.engine.fast_forward import fast_forward_ok
     monkeypatch.setenv("HYBRIDSPEC_REFERENCE_ENGINE", "0")
     cfg = EngineConfig(batch_size=4)
-    assert fast_forward_ok(Engine(prep.tables, prep.arrivals, get_policy("none"), prep.cost, cfg))
-    assert not fast_forward_ok(Engine(prep.tables, prep.arrivals, get_policy("adaptive"), prep.cost, cfg))
+    assert fast_forward_ok(Engine(prep.tables, prep.arrivals, sim_policy("none"), prep.cost, cfg))
+    assert not fast_forward_ok(Engine(prep.tables, prep.arrivals, sim_policy("adaptive"), prep.cost, cfg))
 
     class Hooked(Engine):
         def _charge(self, *a, **kw):
             return super()._charge(*a, **kw)
 
-    assert not fast_forward_ok(Hooked(prep.tables, prep.arrivals, get_policy("none"), prep.cost, cfg))
+    assert not fast_forward_ok(Hooked(prep.tables, prep.arrivals, sim_policy("none"), prep.cost, cfg))
     monkeypatch.setenv("HYBRIDSPEC_REFERENCE_ENGINE", "1")
-    assert not fast_forward_ok(Engine(prep.tables, prep.arrivals, get_policy("none"), prep.cost, cfg))
+    assert not fast_forward_ok(Engine(prep.tables, prep.arrivals, sim_policy("none"), prep.cost, cfg))
 
 
 def test_step_by_step_clock_fallback(prep, monkeypatch):
     """The clock advanced one timeout per skipped step (the fallback when one total would round differently)
     gives the same run, and clock_delays' single total lands exactly on the sequential sum."""
-    from sim.engine_ff import clock_delays
+    from sim.engine.fast_forward import clock_delays
     delays = [7.729180112, 7.72924003, 0.1, 1e-3]
     for now in (0.0, 104.23917121, 1e6 + 0.3):
         out = clock_delays(now, delays)

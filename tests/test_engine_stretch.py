@@ -1,4 +1,4 @@
-"""Steady stretches (sim/engine_stretch.py) against the same engine stepping every step through Engine._step:
+"""Steady stretches (sim/engine/stretch.py) against the same engine stepping every step through Engine._step:
 every step and request column bit for bit, the emitted tokens and the per-request state, with arrivals
 (--rate: stretches end at simpy's next event), preemption (a small KV cache), synchronous scheduling, tight
 token budgets, a cost model that prices logit rows, a short held-step list, a policy that skips a drafter (its say changes the prices), confidences a fast form
@@ -9,16 +9,16 @@ import shutil
 import numpy as np
 import pytest
 
-import sim.engine as engine_mod
+import sim.engine.engine as engine_mod
 from conftest import LinearCost, plausible_calibrator, random_requests
-from sim.drafters.model import ModelDrafterProfile
-from sim.drafters.ngram import NgramConfig
-from sim.drafters.stream import StreamingTables
-from sim.engine import Engine, EngineConfig
-from sim.engine_stretch import stretch_ok
-from sim.policies import get_policy
-from sim.policies.base import Allocation
-from sim.run import SimSetup, prepare
+from sim.core.drafters.model import ModelDrafterProfile
+from sim.core.drafters.ngram import NgramConfig
+from sim.core.drafters.stream import StreamingTables
+from sim.engine.engine import Engine, EngineConfig
+from sim.engine.stretch import stretch_ok
+from sim.engine.policies import sim_policy
+from sim.core.policies.base import Allocation
+from sim.api.run import SimSetup, prepare
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: no native step, no stretches")
 
@@ -44,7 +44,7 @@ def _run(tables, prep, pol, cfg, monkeypatch, stretch: bool):
 
     monkeypatch.setattr(engine_mod, "steady_steps", counting)
     monkeypatch.setattr(engine_mod, "stretch_ok", stretch_ok if stretch else (lambda eng: False))
-    pol = get_policy(pol) if isinstance(pol, str) else pol
+    pol = sim_policy(pol) if isinstance(pol, str) else pol
     eng = Engine(tables, prep.arrivals, pol, prep.cost, cfg)
     res = eng.run()
     assert eng._fast is not None
@@ -82,7 +82,7 @@ def _check(tables, prep, pol, cfg, monkeypatch, what, min_share=0.25):
 
 
 POLICIES = ("hybrid-price", "hybrid", "hybrid-tree", "oracle", "adaptive", "model-fixed:7", "ngram-first",
-            "suffix-threshold")  # `none` fast-forwards its stretches instead (sim/engine_ff.py)
+            "suffix-threshold")  # `none` fast-forwards its stretches instead (sim/engine/fast_forward.py)
 
 
 @pytest.mark.parametrize("spec", POLICIES)
@@ -107,7 +107,7 @@ def test_tight_token_budget(prep, monkeypatch):
 def test_cost_model_pricing_logit_rows(prep, monkeypatch):
     """A profiled cost table, whose verify time depends on the logit rows (RooflineCost's does not): the
     stretch charges the step's logit rows as Engine._finish_step does."""
-    from sim.cost import ProfiledCost
+    from sim.core.cost import ProfiledCost
     from test_cost_profiled import full_table
 
     p = dataclasses.replace(prep, cost=ProfiledCost(full_table()))
@@ -132,7 +132,7 @@ def test_declined_batches(prep, monkeypatch):
 
 def test_over_admitting_policy(prep, monkeypatch):
     """A policy with no fast form that admits one token more than a chain holds: the same first violation."""
-    base = get_policy("model-fixed:4")
+    base = sim_policy("model-fixed:4")
 
     def greedy(batch):
         a = base.fn(batch)
@@ -147,7 +147,7 @@ def test_gates(prep, monkeypatch):
     """A subclass overriding a hook the stretch stands in for, HYBRIDSPEC_REFERENCE_ENGINE and streamed tables
     step every step."""
     cfg = EngineConfig(batch_size=4)
-    pol = get_policy("hybrid-price")
+    pol = sim_policy("hybrid-price")
     monkeypatch.setenv("HYBRIDSPEC_REFERENCE_ENGINE", "0")
     assert stretch_ok(Engine(prep.tables, prep.arrivals, pol, prep.cost, cfg))
 

@@ -1,13 +1,13 @@
-"""The equivalence harness of the simulator's fast forms: every form registered in sim.fast_forms is enrolled
+"""The equivalence harness of the simulator's fast forms: every form registered in sim.engine.forms is enrolled
 here, with no list to keep, and checked against the definition it transcribes.
 
-Policy forms (Policy.sim_fn: sim/policies/fast.py, sim/policies/native/): every spec each registered form
+Policy forms (Policy.sim_fn: sim/engine/policy_fast.py, sim/engine/native/): every spec each registered form
 covers gives the torch definition's allocation (Policy.fn), exactly, on random batches (sizes across the
 exact and the two-stage sweep, step and smooth cost tables, logits caps, prefill tokens), on tie-heavy
 batches, on confidences out of [0, 1] (with NaN: the form declines and the definition runs) and on every
 batch of engine runs over slices of the bundled traces (-m slow). A spec whose form is not built (no C
 compiler) is skipped, never compared with its own definition. A form over any drafters (`drafters=`,
-sim/policies/fast_multi.py) is checked on each drafter set it names, phase by phase (plan, allocate) and whole,
+sim/engine/policy_fast_multi.py) is checked on each drafter set it names, phase by phase (plan, allocate) and whole,
 on random, tied, out-of-range and recorded three-drafter batches, and in a three-drafter engine run.
 
 Engine forms (the native step, the policy's array form, fast-forward, steady stretches): a run that uses the
@@ -21,20 +21,21 @@ import numpy as np
 import pytest
 import torch
 
-from sim.engine import Engine, EngineConfig
-from sim.engine_ff import fast_forward_ok
-from sim.engine_stretch import stretch_ok
-from sim.fast_forms import ARRAY_FORM, ENGINE_FORMS, FAST_FORWARD, NATIVE_STEP, STRETCH, policy_forms, \
+from sim.engine.engine import Engine, EngineConfig
+from sim.engine.fast_forward import fast_forward_ok
+from sim.engine.stretch import stretch_ok
+from sim.engine.forms import ARRAY_FORM, ENGINE_FORMS, FAST_FORWARD, NATIVE_STEP, STRETCH, policy_forms, \
     steps_as_defined, transcribed_methods
-from sim.policies import get_policy, list_policies
-from sim.policies.base import host_view
-from sim.policies.fast import Arrays
-from sim.policies.testing import random_batch, random_cost_table
-from sim.run import SimSetup, prepare, run_one
+from sim.core.policies import get_policy as get_definition, list_policies
+from sim.engine.policies import sim_policy
+from sim.core.policies.base import host_view
+from sim.engine.policy_fast import Arrays
+from sim.core.policies.testing import random_batch, random_cost_table
+from sim.api.run import SimSetup, prepare, run_one
 
 FORMS = policy_forms()
 FAST = [spec for form in FORMS.values() if not form.drafters for spec in form.specs]
-# forms over any drafters (sim/policies/fast_multi.py): every spec on the first drafter set the form names, the
+# forms over any drafters (sim/engine/policy_fast_multi.py): every spec on the first drafter set the form names, the
 # default spec on every other set
 OVER = [(spec, names) for form in FORMS.values() if form.drafters
         for spec, names in [(s, form.drafters[0]) for s in form.specs]
@@ -43,7 +44,7 @@ NO_CC = shutil.which("cc") is None
 
 
 def _policy(spec):
-    pol = get_policy(spec)
+    pol = sim_policy(spec)
     if pol.sim_fn is None:
         if NO_CC:
             pytest.skip("no C compiler: the simulator runs the definitions")
@@ -63,7 +64,7 @@ def test_the_registry_names_families_and_their_definitions():
     families = {u.split(":")[0].split("[")[0] for u in list_policies()}
     assert FORMS and {f.family for f in FORMS.values()} <= families
     for family, form in FORMS.items():
-        pol = get_policy(form.specs[0], *form.drafters[:1])
+        pol = sim_policy(form.specs[0], *form.drafters[:1])
         # the registered definition is what the family's fn runs (a form of something else would not be checked)
         assert form.definition.__module__ == pol.fn.__module__ or form.definition is pol.fn, family
 
@@ -71,10 +72,10 @@ def test_the_registry_names_families_and_their_definitions():
 @pytest.mark.skipif(NO_CC, reason="no C compiler: the simulator runs the definitions")
 def test_registered_forms_are_built_here():
     for spec in FAST:
-        assert get_policy(spec).sim_fn is not None, spec
+        assert sim_policy(spec).sim_fn is not None, spec
     for spec, names in OVER:
-        assert get_policy(spec, names).sim_fn is not None, (spec, names)
-    assert get_policy("hybrid-price:current").sim_fn is None and get_policy("hybrid:fixed-point").sim_fn is None
+        assert sim_policy(spec, names).sim_fn is not None, (spec, names)
+    assert sim_policy("hybrid-price:current").sim_fn is None and sim_policy("hybrid:fixed-point").sim_fn is None
 
 
 def _random_batches(n: int, seed: int):
@@ -109,7 +110,7 @@ def _random_batches(n: int, seed: int):
                                   "hybrid-price:fixed-point", "hybrid-price:current", "hybrid-vllm", "vllm-ngram:7"])
 def test_specs_without_a_form_run_their_definition(spec):
     """Specs no registered form covers (nothing to compare): the simulator runs their definition."""
-    pol = get_policy(spec)
+    pol = sim_policy(spec)
     assert pol.sim_fn is None and pol.sim_callable is pol, spec
 
 
@@ -117,9 +118,9 @@ def test_specs_without_a_form_run_their_definition(spec):
                                   "hybrid-price:current", "hybrid-price:model-opt", "hybrid-tree", "oracle",
                                   "hybrid-vllm"])
 def test_policies_over_three_drafters_run_their_definition(spec):
-    """Specs over three drafters that no form over any drafters covers (sim/policies/fast_multi.py transcribes
+    """Specs over three drafters that no form over any drafters covers (sim/engine/policy_fast_multi.py transcribes
     hybrid and hybrid-price with the sweep, on the start-up table, without recalibration) run their definition."""
-    pol = get_policy(spec, ("dspark", "ngram", "suffix"))
+    pol = sim_policy(spec, ("dspark", "ngram", "suffix"))
     assert pol.sim_fn is None and pol.sim_callable is pol and "suffix" in pol.drafters, spec
 
 
@@ -142,10 +143,10 @@ class _Recorder(Engine):
 @pytest.mark.slow  # 15 s per trace; the default run compares the forms on random batches
 @pytest.mark.parametrize("trace", ["traces/codeedit.jsonl", "traces/chat.jsonl"])
 def test_recorded_engine_batches(trace, monkeypatch):
-    import sim.run
+    import sim.api.run
 
     prep = prepare(SimSetup(trace=trace, sample=24, seed=2))
-    monkeypatch.setattr(sim.run, "Engine", _Recorder)
+    monkeypatch.setattr(sim.api.run, "Engine", _Recorder)
     for spec in FAST:
         pol = _policy(spec)
         for bs in (4, 32):
@@ -299,7 +300,7 @@ def test_forms_over_drafters(spec, names, kind):
     """Every form over any drafters equals its definition on random batches (sizes across the exact and the
     two-stage sweep, caps, prefill tokens, float64 live chains), on tie-heavy ones and on confidences out of
     [0, 1] (with NaN: declined)."""
-    pol = get_policy(spec, names)
+    pol = sim_policy(spec, names)
     assert pol.sim_fn is not None and pol.sim_callable is pol.sim_fn
     rng = np.random.default_rng(zlib.crc32(f"{spec}{names}{kind}".encode()))
     n = 60 if names == names_three() and kind == "random" else 15
@@ -324,13 +325,13 @@ class _PlanRecorder(Engine):
 @pytest.mark.parametrize("trace", ["traces/codeedit.jsonl", "traces/chat.jsonl"])
 def test_recorded_three_drafter_batches(trace, monkeypatch):
     """Every form over any drafters equals its definition on every batch of engine runs over three drafters."""
-    import sim.run
+    import sim.api.run
 
     names = names_three()
     prep = prepare(SimSetup(trace=trace, sample=16, seed=2, drafters=",".join(names)))
-    monkeypatch.setattr(sim.run, "Engine", _PlanRecorder)
+    monkeypatch.setattr(sim.api.run, "Engine", _PlanRecorder)
     for spec in sorted({s for s, d in OVER if d == names}):
-        pol = get_policy(spec, names)
+        pol = sim_policy(spec, names)
         for bs in (4, 32):
             _PlanRecorder.batches = []
             run_one(prep, spec, bs)
@@ -345,8 +346,8 @@ def test_a_three_drafter_run_takes_the_form_and_steps_as_defined(spec, monkeypat
     """A run over three drafters plans and allocates through the form's transcription on every step (none
     declined: the live suffix drafter's float64 chains included) and makes the same steps as the same run on the
     definitions (the policy without its sim_fn)."""
-    import sim.run
-    from sim.policies import fast_multi
+    import sim.api.run
+    from sim.engine import policy_fast_multi as fast_multi
 
     prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=8, seed=1, drafters="dspark,ngram,suffix"))
     calls = {"run": 0, "declined": 0}
@@ -364,8 +365,8 @@ def test_a_three_drafter_run_takes_the_form_and_steps_as_defined(spec, monkeypat
         monkeypatch.setattr(fast_multi, name, counted(getattr(fast_multi, name)))
     _, fast = run_one(prep, spec, 4)
     assert calls["run"] > 40 and calls["declined"] == 0, calls
-    defined = lambda *a, **k: dataclasses.replace(get_policy(*a, **k), sim_fn=None, sim_for=None)  # noqa: E731
-    monkeypatch.setattr(sim.run, "get_policy", defined)
+    defined = get_definition  # the core's get_policy: the definitions, no fast form
+    monkeypatch.setattr(sim.api.run, "sim_policy", defined)
     _, slow = run_one(prep, spec, 4)
     assert fast.lossless and slow.lossless
     for k, v in fast.steps.items():
@@ -411,7 +412,7 @@ def _run_fast_and_defined(prep, spec: str, form: str) -> tuple:
     cfg = EngineConfig(batch_size=4)
     runs = []
     for cls in (Engine, _as_defined(form)):
-        eng = cls(prep.tables, prep.arrivals, get_policy(spec), prep.cost, cfg)
+        eng = cls(prep.tables, prep.arrivals, sim_policy(spec), prep.cost, cfg)
         runs.append((eng, eng.run()))
     return tuple(runs)
 

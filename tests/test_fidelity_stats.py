@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from real.fidelity_stats import abba_order, judge, noise_band, summarize
-from real.machine_load import LoadProbe, LoadSample, between
+from real.validation.fidelity_stats import abba_order, judge, noise_band, summarize
+from real.validation.machine_load import LoadProbe, LoadSample, between
 
 
 def test_abba_order_alternates_and_balances_positions():
@@ -68,7 +68,7 @@ def test_band_includes_the_predictions_uncertainty():
 
 
 def test_profile_uncertainty_pools_the_repeats():
-    from real.fidelity_stats import profile_uncertainty
+    from real.validation.fidelity_stats import profile_uncertainty
 
     assert profile_uncertainty({"a": [10.0]}) == (0.0, 0)
     u, dof = profile_uncertainty({"a": [99.0, 101.0], "b": [198.0, 202.0], "c": [5.0]})
@@ -134,7 +134,7 @@ def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkey
     cell, the median and verdict assembled; a rerun serves every repeat from the cache."""
     import types
 
-    import real.validate as V
+    import real.validation.validate as V
 
     calls = []
     speeds = {("none", 1): [100.0, 101.0, 99.0], ("adaptive", 1): [200.0, 150.0, 250.0]}
@@ -195,7 +195,7 @@ def test_a_table_profiled_under_load_makes_every_verdict_inconclusive():
 def test_profile_load_sidecar(tmp_path):
     import json
 
-    from real.profile import profile_load
+    from real.validation.profile import profile_load
 
     t = tmp_path / "cost_table.json"
     assert profile_load(t) is None
@@ -206,8 +206,8 @@ def test_profile_load_sidecar(tmp_path):
 def test_speed_probe_and_its_ratios():
     """The fixed-forward probe of a model instance (diagnostic), and the trace / profile ratios validate reports."""
     from real.engine.weights import build_model
-    from real.profile import probe_ratio, speed_probe
-    from real.validate import probe_record
+    from real.validation.profile import probe_ratio, speed_probe
+    from real.validation.validate import probe_record
 
     model, _ = build_model("qwen3-tiny", "cpu", max_slots=2, max_len=300)
     p = speed_probe(model, repeat=2)
@@ -226,7 +226,7 @@ def test_drift_corrected_error_from_the_speed_probes(tmp_path):
     cell drifted: its 5% error cannot disagree."""
     import types
 
-    import real.validate as V
+    import real.validation.validate as V
 
     wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
     reps = [dict(_fake_run(x), speed_probe={"1x1": 31.5, "1x8": 63.0}) for x in (100.0, 100.5, 99.5)]
@@ -249,7 +249,7 @@ def test_drift_corrected_error_from_the_speed_probes(tmp_path):
 def test_profile_uncertainty_of_a_recorded_profile(tmp_path):
     import pandas as pd
 
-    from real.profile import profile_uncertainty_of
+    from real.validation.profile import profile_uncertainty_of
 
     t = tmp_path / "table.json"
     assert profile_uncertainty_of(t) == (0.0, 0)  # nothing recorded beside it
@@ -263,7 +263,7 @@ def test_profile_uncertainty_of_a_recorded_profile(tmp_path):
 
 
 def test_pooled_scatter_steadies_the_band_and_a_noisy_cell_keeps_its_own():
-    from real.fidelity_stats import cell_scatter, pooled_scatter, rel_scatter
+    from real.validation.fidelity_stats import cell_scatter, pooled_scatter, rel_scatter
 
     cells = [[100.0, 101.0, 99.0], [50.0, 50.5, 49.5], [20.0, 20.2, 19.8]]  # 1% relative sd each
     s, dof = pooled_scatter(cells)
@@ -287,7 +287,7 @@ def test_a_cell_at_another_machine_speed_cannot_disagree():
     """The speed probes say the machine ran the profile's forwards 20% slower during the cell: an error of 25%
     beyond margin + band is then inconclusive (drifted), not disagrees; the same error without drift disagrees,
     and drift never turns an agreeing cell into anything else."""
-    import real.fidelity_stats as F
+    import real.validation.fidelity_stats as F
 
     xs = [100.0, 100.5, 99.5]
     plain = F.judge(xs, 125.0)
@@ -304,7 +304,7 @@ def test_assemble_cell_marks_drift_from_the_repeats_probes():
     off 1 by more than the margin, and not when it is within."""
     import types
 
-    import real.validate as V
+    import real.validation.validate as V
 
     wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
     pred = dict(_fake_run(125.0), step_ms=[10.0, 10.0, 10.0])
@@ -319,10 +319,10 @@ def test_assemble_cell_marks_drift_from_the_repeats_probes():
 
 
 def test_probe_math_shapes_reference_bracket_and_pair_scatter():
-    """Re-anchoring's probe arithmetic (real/fidelity_stats.py): only "<R>x<q>" keys are shapes (a probe's
+    """Re-anchoring's probe arithmetic (real/validation/fidelity_stats.py): only "<R>x<q>" keys are shapes (a probe's
     "context" entry, equal in both, once diluted every ratio by a quarter), the reference is the per-shape
     geometric mean, a bracket is the geometric mean of its two ratios, one probe's sd comes from pairs."""
-    import real.fidelity_stats as F
+    import real.validation.fidelity_stats as F
 
     ref = {"1x1": 30.0, "1x8": 60.0, "4x2": 80.0, "context": 256, "repeat": 9}
     slow = {"1x1": 36.0, "1x8": 72.0, "4x2": 96.0, "context": 256, "repeat": 3}
@@ -377,10 +377,10 @@ def test_judge_reanchors_the_repeats_to_the_reference_speed():
 
 
 def test_profile_runs_are_anchored_before_the_fit():
-    """real.profile.anchor_steps divides every *_ms column of a run by its bracket speed and records it."""
+    """real.validation.profile.anchor_steps divides every *_ms column of a run by its bracket speed and records it."""
     import numpy as np
 
-    from real.profile import anchor_steps
+    from real.validation.profile import anchor_steps
 
     st = {"t_start_ms": np.array([0.0, 10.0]), "step_ms": np.array([10.0, 12.0]), "verify_ms": np.array([8.0, 9.0]),
           "tokens": np.array([1, 2]), "policy": "none"}
@@ -396,7 +396,7 @@ def test_assemble_cell_reanchors_and_marks_speed_moving_within_repeats():
     that move 8% within each repeat (|log w| / 2 = 3.8% > 3%) mark it drifted: its 25% error cannot disagree."""
     import types
 
-    import real.validate as V
+    import real.validation.validate as V
 
     wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
     pred = dict(_fake_run(100.0), step_ms=[10.0, 10.0, 10.0])

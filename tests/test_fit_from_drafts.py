@@ -1,7 +1,7 @@
-"""python -m sim.drafters.fit_profile --from-drafts: fit the synthetic DSpark profile to recorded drafts.
+"""python -m sim.fit_profile --from-drafts: fit the synthetic DSpark profile to recorded drafts.
 
 The recorded drafts here are the bundled profile's own chains (seed 1) on the first 40 requests of
-general.jsonl, written as a sidecar the way real/validate.py's _write_drafts does; the fit draws its
+general.jsonl, written as a sidecar the way real/validation/validate.py's _write_drafts does; the fit draws its
 synthetic chains with seed 0, so recovery is checked against independent draws, not the same ones."""
 import json
 import shutil
@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.cli_util import run_cli
-from sim.drafters import fit_profile as fp
-from sim.drafters import model as model_mod
-from sim.drafters.model import load_drafter_profile
-from sim.run import SimSetup, prepare, run_one
+from sim.infra.cli import run_cli
+from sim.api import fit_profile as fp
+from sim.core.drafters import model as model_mod
+from sim.core.drafters.model import load_drafter_profile
+from sim.api.run import SimSetup, prepare, run_one
 
 REPO = Path(__file__).resolve().parents[1]
 TRACE = str(REPO / "traces" / "general.jsonl")
@@ -36,7 +36,7 @@ def _write_sidecar(path: Path, prep, ids, rows=None) -> None:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """The sidecar, its request ids and the simulated tau of the profile that drew it (seed 1)."""
-    from sim.trace import load_trace
+    from sim.core.trace import load_trace
 
     d = tmp_path_factory.mktemp("drafts")
     prep = prepare(SimSetup(trace=TRACE, limit=N, seed=1))

@@ -1,4 +1,4 @@
-"""real/gpu_check.py on the CPU: the --quick path end to end with the 2-layer test model (preflight printed,
+"""real/validation/gpu_check.py on the CPU: the --quick path end to end with the 2-layer test model (preflight printed,
 grid.csv and the reports under --out, nothing written into the repository's reports/ or models/), a one-line
 refusal of --device cuda without CUDA, of existing outputs, and a spent time budget."""
 import subprocess
@@ -12,10 +12,10 @@ PREFLIGHT = ("torch ", "CUDA available", "device name and memory", "bf16 support
 
 
 def _run(*argv: str, timeout: int = 600):
-    """real/gpu_check.py in this process (tests/conftest.run_cli_inprocess); timeout: kept for the callers."""
+    """real/validation/gpu_check.py in this process (tests/conftest.run_cli_inprocess); timeout: kept for the callers."""
     from conftest import run_cli_inprocess
 
-    return run_cli_inprocess("real.gpu_check", *argv, cwd=ROOT)
+    return run_cli_inprocess("real.validation.gpu_check", *argv, cwd=ROOT)
 
 
 def _repo_state() -> str:

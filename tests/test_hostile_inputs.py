@@ -20,7 +20,7 @@ def _one_line(r, needle):
     assert "Traceback" not in r.stderr
 
 
-RUN = ["sim.run", "--trace", TINY, "--policy", "adaptive", "--batch-size", "2", "--no-progress"]
+RUN = ["sim.api.run", "--trace", TINY, "--policy", "adaptive", "--batch-size", "2", "--no-progress"]
 
 
 @pytest.mark.parametrize("extra, needle", [
@@ -43,12 +43,12 @@ def test_convert_onto_its_input_is_refused(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text('{"prompt": "hi", "output_tokens": 5}\n')
     before = src.read_bytes()
-    _one_line(_run("sim.trace", "convert", "--from", "vllm-custom", str(src), "-o", str(src)), "is the input file")
+    _one_line(_run("sim.core.trace", "convert", "--from", "vllm-custom", str(src), "-o", str(src)), "is the input file")
     assert src.read_bytes() == before
 
 
 def test_cost_negative_context():
-    _one_line(_run("sim.cost", "--context", "-1000000"), "--context: must be >= 0")
+    _one_line(_run("sim.core.cost", "--context", "-1000000"), "--context: must be >= 0")
 
 
 def test_run_out_folder_is_checked_first_and_written_whole(tmp_path):
@@ -83,4 +83,4 @@ def test_calibrator_with_a_float_setting_is_one_line(tmp_path):
 def test_toml_true_is_not_a_batch_size(tmp_path):
     g = tmp_path / "g.toml"
     g.write_text(f'batch_size = [true]\npolicy = ["adaptive"]\ntrace = ["{TINY}"]\n')
-    _one_line(_run("sim.sweep", "--grid", str(g), "--out", str(tmp_path / "sw"), "--no-progress"), "true/false")
+    _one_line(_run("sim.api.sweep", "--grid", str(g), "--out", str(tmp_path / "sw"), "--no-progress"), "true/false")

@@ -98,18 +98,18 @@ def test_hostile_case(case, tmp_path):
 def test_the_suite_is_large_and_covers_every_command_and_class():
     assert len(CASES) >= 250
     modules = Counter(c.module for c in CASES)
-    for m in ("sim.run", "sim.sweep", "sim.report", "sim.calibrate", "sim.cost", "sim.trace", "sim.sensitivity",
-              "sim.bench", "real.validate", "real.profile", "real.train_drafter", "real.eval_drafter",
-              "real.drafter_report", "real.gpu_check"):
+    for m in ("sim.api.run", "sim.api.sweep", "sim.api.report", "sim.api.calibrate", "sim.core.cost", "sim.core.trace", "sim.api.sensitivity",
+              "sim.api.bench", "real.validation.validate", "real.validation.profile", "real.train_drafter", "real.validation.eval_drafter",
+              "real.validation.drafter_report", "real.validation.gpu_check"):
         assert modules[m] >= 3, (m, modules[m])
     assert set(Counter(c.klass for c in CASES)) == {"parser", "os", "size", "type", "loss", "args"}
 
 
 # ---------------------------------------------------------------------------------------- beyond refusals
 def test_stats_limit_reads_only_the_lines_it_needs(tmp_path, monkeypatch):
-    """`sim.trace stats --limit 1` stops after the first request: the second line is garbage (it would be an
+    """`sim.core.trace stats --limit 1` stops after the first request: the second line is garbage (it would be an
     error if read) and the loader's line reader is asked for exactly one line."""
-    import sim.trace.loader as loader
+    import sim.core.trace.loader as loader
 
     f = tmp_path / "big.jsonl"
     with open(f, "w") as fh:
@@ -125,17 +125,17 @@ def test_stats_limit_reads_only_the_lines_it_needs(tmp_path, monkeypatch):
             yield item
 
     monkeypatch.setattr(loader, "_file_lines", counting)
-    r = run_cli_inprocess("sim.trace", "stats", str(f), "--limit", "1", cwd=tmp_path)
+    r = run_cli_inprocess("sim.core.trace", "stats", str(f), "--limit", "1", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert ": 1 requests" in r.stdout and read == [1]
-    r = run_cli_inprocess("sim.trace", "stats", str(f), cwd=tmp_path)  # without --limit it reaches line 2
+    r = run_cli_inprocess("sim.core.trace", "stats", str(f), cwd=tmp_path)  # without --limit it reaches line 2
     assert r.returncode == 2 and f"{f}:2" in r.stderr and read[-1] == 2
 
 
 def test_kv_need_is_refused_up_front_with_the_request_and_its_line(tmp_path):
     from hostile_cases import TINY
 
-    r = run_cli_inprocess("sim.run", "--trace", TINY, "--policy", "adaptive", "--batch-size", "2", "--no-progress",
+    r = run_cli_inprocess("sim.api.run", "--trace", TINY, "--policy", "adaptive", "--batch-size", "2", "--no-progress",
                           "--workers", "1", "--kv-capacity-tokens", "64", "--out", tmp_path / "o", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "request 't" in r.stderr and "tiny.jsonl:" in r.stderr and "--kv-capacity-tokens holds 64" in r.stderr
@@ -147,7 +147,7 @@ def test_sweep_interrupted_counts_only_the_cells_that_ran(tmp_path, monkeypatch)
     finished cell, written whole."""
     import pandas as pd
 
-    import sim.sweep as sw
+    import sim.api.sweep as sw
     from hostile_cases import TINY
 
     calls = []
@@ -160,7 +160,7 @@ def test_sweep_interrupted_counts_only_the_cells_that_ran(tmp_path, monkeypatch)
         return real(cell)
 
     monkeypatch.setattr(sw, "run_cell", interrupt_second)
-    r = run_cli_inprocess("sim.sweep", "--trace", TINY, "--limit", "4", "--policy", "adaptive", "--policy", "oracle",
+    r = run_cli_inprocess("sim.api.sweep", "--trace", TINY, "--limit", "4", "--policy", "adaptive", "--policy", "oracle",
                           "--batch-size", "2", "--batch-size", "4", "--workers", "1", "--no-progress",
                           "--out", tmp_path / "sw", cwd=tmp_path)
     assert r.returncode == 130
@@ -178,7 +178,7 @@ def test_a_damaged_sweep_cell_is_recomputed_with_a_warning(tmp_path, damage):
 
     from hostile_cases import TINY
 
-    args = ["sim.sweep", "--trace", TINY, "--limit", "4", "--policy", "adaptive", "--batch-size", "2", "--workers", "1",
+    args = ["sim.api.sweep", "--trace", TINY, "--limit", "4", "--policy", "adaptive", "--batch-size", "2", "--workers", "1",
             "--no-progress", "--out", tmp_path / "sw"]
     assert run_cli_inprocess(*args, cwd=tmp_path).returncode == 0
     fresh = pd.read_csv(tmp_path / "sw" / "results.csv")

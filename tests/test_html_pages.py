@@ -1,4 +1,4 @@
-"""Every HTML page the project writes or commits renders offline and says what it shows (sim/html_page.py).
+"""Every HTML page the project writes or commits renders offline and says what it shows (sim/infra/html_page.py).
 
 Static checks (default run): no page loads anything from the network (no src/href to a remote address: plotly.js is
 inlined once per page), every figure has a title and sits under a heading whose policy names it plots, ratio
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.html_page import MAX_POINTS, content_bytes, downsample, figures_in
+from sim.infra.html_page import MAX_POINTS, content_bytes, downsample, figures_in
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl"
@@ -59,7 +59,7 @@ class _Scan(HTMLParser):
 
 
 def _policy_families() -> set[str]:
-    from sim.policies import list_policies
+    from sim.core.policies import list_policies
 
     return {u.split(":")[0].split("[")[0] for u in list_policies()}
 
@@ -143,7 +143,7 @@ def test_a_cdn_page_and_a_mislabelled_heading_are_caught():
     """The checks themselves fail on what the issue found: plotly from a CDN, a heading naming another policy."""
     import plotly.graph_objects as go
 
-    from sim.html_page import figure_div, heading, page
+    from sim.infra.html_page import figure_div, heading, page
 
     fig = go.Figure(go.Bar(name="hybrid", x=[1], y=[1]))
     fig.update_layout(title="hybrid over adaptive")
@@ -163,8 +163,8 @@ def test_a_cdn_page_and_a_mislabelled_heading_are_caught():
 
 def test_run_report_is_light_split_and_offline(tmp_path):
     """A long run: every time-series line cut to MAX_POINTS, one panel per policy, own content under 1 MB."""
-    from sim.report import write_run_report
-    from sim.result import BREAKDOWN
+    from sim.api.report import write_run_report
+    from sim.core.result import BREAKDOWN
 
     rng = np.random.default_rng(0)
     pols = ["none", "adaptive", "hybrid", "hybrid-price", "hybrid-tree", "oracle", "ngram-fixed:32", "model-fixed:7",
@@ -197,11 +197,11 @@ def test_run_report_of_a_real_run_and_no_baseline(tmp_path):
     from conftest import run_cli_inprocess
 
     env = {"HYBRIDSPEC_CACHE_DIR": str(tmp_path / "cache")}
-    p = run_cli_inprocess("sim.run", "--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--workers", "1",
+    p = run_cli_inprocess("sim.api.run", "--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--workers", "1",
                           "--no-progress", "--out", tmp_path / "o", cwd=ROOT, env=env)
     assert p.returncode == 0, p.stderr
     check_page((tmp_path / "o" / "report.html").read_text(), "run report")
-    p = run_cli_inprocess("sim.run", "--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--workers", "1",
+    p = run_cli_inprocess("sim.api.run", "--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--workers", "1",
                           "--no-progress", "--no-baseline", "--out", tmp_path / "n", cwd=ROOT, env=env)
     assert p.returncode == 0, p.stderr
     text = (tmp_path / "n" / "report.html").read_text()
@@ -218,8 +218,8 @@ def test_downsample_keeps_spikes_in_the_mean():
 
 
 def test_sensitivity_and_fidelity_pages(tmp_path):
-    from real.fidelity import format_html
-    from sim.sensitivity import sensitivity_html
+    from real.validation.fidelity import format_html
+    from sim.api.sensitivity import sensitivity_html
     import pandas as pd
 
     summ = pd.read_csv(ROOT / "reports" / "sensitivity.csv", dtype={"value": str})
@@ -231,8 +231,8 @@ def test_sensitivity_and_fidelity_pages(tmp_path):
 
 def test_sweep_page_headings_follow_the_plotted_policy(tmp_path):
     """The context-length section names the hybrid its heatmaps show (hybrid here, hybrid-price absent)."""
-    import sim.sweep as sw
-    from sim.report import load_sweep, write_sweep_report
+    import sim.api.sweep as sw
+    from sim.api.report import load_sweep, write_sweep_report
 
     cells = sw.expand({"trace": [str(TINY)], "policy": ["adaptive", "hybrid"], "batch_size": [2, 8]})
     sw.run_sweep(cells, tmp_path / "s", workers=1, progress=False)

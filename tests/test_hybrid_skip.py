@@ -6,14 +6,15 @@ import numpy as np
 import torch
 
 from conftest import LinearCost, random_requests
-from sim.drafters.calibration import _KNOTS, NgramCalibrator
-from sim.drafters.model import ModelDrafterProfile
-from sim.drafters.ngram import NgramConfig
-from sim.drafters.tables import build_draft_tables
-from sim.engine import Engine, EngineConfig
-from sim.policies import CHAIN_MODEL, CHAIN_NGRAM, get_policy
-from sim.policies.hybrid import free_budget, price_skip
-from sim.policies.testing import random_batch
+from sim.core.drafters.calibration import _KNOTS, NgramCalibrator
+from sim.core.drafters.model import ModelDrafterProfile
+from sim.core.drafters.ngram import NgramConfig
+from sim.core.drafters.tables import build_draft_tables
+from sim.engine.engine import Engine, EngineConfig
+from sim.core.policies import CHAIN_MODEL, CHAIN_NGRAM
+from sim.engine.policies import sim_policy
+from sim.core.policies.hybrid import free_budget, price_skip
+from sim.core.policies.testing import random_batch
 
 CFG = NgramConfig(n_min=1, n_max=3, k=8, ext_max=16)
 
@@ -21,7 +22,7 @@ CFG = NgramConfig(n_min=1, n_max=3, k=8, ext_max=16)
 def _batch(model_conf, ngram_conf, stale_model, stale_ngram, draft=1.0, model_draft=0.9, table=None):
     mc, nc = torch.tensor(model_conf), torch.tensor(ngram_conf)
     R = mc.shape[0]
-    from sim.policies import StepBatch
+    from sim.core.policies import StepBatch
     return StepBatch(model_conf=mc, model_len=torch.full((R,), mc.shape[1]), ngram_conf=nc,
                      ngram_len=torch.full((R,), nc.shape[1]), stale_model_conf=torch.tensor(stale_model),
                      stale_model_len=torch.full((R,), mc.shape[1]), stale_ngram_conf=torch.tensor(stale_ngram),
@@ -71,7 +72,7 @@ def test_engine_charges_the_model_pass_only_when_it_ran():
     w = np.zeros(len(_KNOTS) + 11)
     w[0], w[1] = 2.0, 1.0
     tb = build_draft_tables(reqs, CFG, ModelDrafterProfile(name="t", block=4), NgramCalibrator(w, CFG))
-    res = Engine(tb, np.zeros(len(reqs)), get_policy("hybrid"), LinearCost(), EngineConfig(batch_size=2)).run()
+    res = Engine(tb, np.zeros(len(reqs)), sim_policy("hybrid"), LinearCost(), EngineConfig(batch_size=2)).run()
     assert res.lossless
     st = res.steps
     dec = st["num_decode"] > 0
@@ -84,7 +85,7 @@ def test_engine_flags_slots_of_a_drafter_that_did_not_run():
     rng = np.random.default_rng(1)
     reqs = random_requests(rng, 4)
     tb = build_draft_tables(reqs, CFG, ModelDrafterProfile(name="t", block=4), NgramCalibrator(np.zeros(len(_KNOTS) + 11), CFG))
-    inner = get_policy("model-fixed:3")
+    inner = sim_policy("model-fixed:3")
 
     def cheat(batch):  # claims the pass was skipped but admits model slots
         a = inner.fn(batch)
@@ -106,6 +107,6 @@ def test_subset_tables_run_like_a_trace_of_those_requests():
     alone = build_draft_tables([reqs[i] for i in idx], CFG, prof, calib)
     for f in ("offsets", "out_len", "prompt_len", "ng_len", "ng_acc", "ng_start", "m_acc", "m_tok", "tokens", "tok_offsets"):
         assert np.array_equal(getattr(sub, f), getattr(alone, f)), f
-    res = Engine(sub, np.zeros(3), get_policy("hybrid"), LinearCost(), EngineConfig(batch_size=2)).run()
+    res = Engine(sub, np.zeros(3), sim_policy("hybrid"), LinearCost(), EngineConfig(batch_size=2)).run()
     assert res.lossless
     assert np.allclose(full.copy_fraction()[idx], sub.copy_fraction())

@@ -1,4 +1,4 @@
-"""The machine-noise preflight: its statistics on synthetic probe series (real/noise_stats.py: a steady machine
+"""The machine-noise preflight: its statistics on synthetic probe series (real/validation/noise_stats.py: a steady machine
 resolves a 3% margin, a drifting one does not; a linear drift is what re-anchoring removes), the CLI end to end on
 the 2-layer test model for a few seconds, its bad input, and validate's pointer to it."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from real import noise_stats as ns
+from real.validation import noise_stats as ns
 from tests.conftest import run_cli_inprocess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def test_linear_drift_moves_the_speed_but_leaves_no_residual():
 
 
 def test_steady_series_gives_a_small_band_and_a_drifting_one_a_large_band():
-    from real.machine_noise import analyse
+    from real.validation.machine_noise import analyse
 
     out = {}
     for name, ys in (("steady", _steady()), ("drifting", _drifting())):
@@ -115,7 +115,7 @@ def test_drift_mark_probability():
 
 
 def test_short_series_reports_not_measured():
-    from real.machine_noise import analyse, conclusion
+    from real.validation.machine_noise import analyse, conclusion
 
     a = analyse(_series(_steady(n=4)), 0.03, 3, [30.0], [10.0], 15)
     assert a["resolution"] is None and a["residual"]["cell"] is None
@@ -126,7 +126,7 @@ def test_cli_on_the_test_model(tmp_path):
     out = tmp_path / "noise.json"
     argv = ["--model", "qwen3-tiny", "--random-weights", "--minutes", "0.02", "--cell-seconds", "0.05",
             "--profile-run-seconds", "0.05", "--out", str(out)]
-    r = run_cli_inprocess("real.machine_noise", *argv, cwd=ROOT)
+    r = run_cli_inprocess("real.validation.machine_noise", *argv, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.startswith("machine-noise preflight: python -m real.machine_noise")
     assert "=> with this noise" in r.stdout and "load:" in r.stdout and "noise band of" in r.stdout
@@ -135,7 +135,7 @@ def test_cli_on_the_test_model(tmp_path):
     assert rec["analysis"]["resolution"]["verdict"] in ("resolvable", "needs repeats", "needs profile repeats",
                                                         "cannot be resolved")
     assert rec["conclusion"].startswith("=>")
-    r2 = run_cli_inprocess("real.machine_noise", *argv, cwd=ROOT)  # never overwrites by default
+    r2 = run_cli_inprocess("real.validation.machine_noise", *argv, cwd=ROOT)  # never overwrites by default
     assert r2.returncode == 2 and "already exists" in r2.stderr and len(r2.stderr.strip().splitlines()) == 1
 
 
@@ -148,12 +148,12 @@ def test_cli_on_the_test_model(tmp_path):
     (["--model", "smollm2-135m", "--cell-seconds", "nan"], "--cell-seconds"),
 ])
 def test_bad_input_is_one_line(argv, msg):
-    r = run_cli_inprocess("real.machine_noise", *argv, cwd=ROOT)
+    r = run_cli_inprocess("real.validation.machine_noise", *argv, cwd=ROOT)
     assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_validate_points_to_the_preflight_when_mostly_inconclusive():
-    from real.validate import PREFLIGHT_COMMAND, verdict_lines
+    from real.validation.validate import PREFLIGHT_COMMAND, verdict_lines
 
     ver = {"cells": 4, "agrees": 0, "disagrees": 1, "inconclusive": 3, "loaded": 0, "median_error": 0.1,
            "max_error": 0.1, "verdict": "inconclusive"}
@@ -168,8 +168,8 @@ def test_from_run_reproduces_the_bands_the_cells_were_judged_with(tmp_path, monk
     """--from-run on a run recorded by validate's own loop (tests/test_validate_report.py's fake engines, the
     machine's speed moving between repeats): the band it computes from the run's pooled scatter and profile is the
     band the cells' verdicts used."""
-    import real.profile as P
-    from real.machine_noise import recorded_noise
+    import real.validation.profile as P
+    from real.validation.machine_noise import recorded_noise
     from tests.test_validate_report import _record_run
 
     s1 = 0.02
@@ -181,7 +181,7 @@ def test_from_run_reproduces_the_bands_the_cells_were_judged_with(tmp_path, monk
     t = rec["traces"]["traces/chat.jsonl"]
     assert rec["profile_run_sd"] == s1 and t["repeat_dof"] == 4
     assert t["resolution"]["band_default"] == pytest.approx(cells[0]["verdict"]["band"], rel=1e-9)
-    r = run_cli_inprocess("real.machine_noise", "--from-run", str(run), cwd=ROOT)
+    r = run_cli_inprocess("real.validation.machine_noise", "--from-run", str(run), cwd=ROOT)
     assert r.returncode == 0 and "band with 3 repeats per cell, as its cells are judged" in r.stdout and "=> with this noise" in r.stdout
-    r = run_cli_inprocess("real.machine_noise", "--from-run", str(tmp_path / "none"), cwd=ROOT)
+    r = run_cli_inprocess("real.validation.machine_noise", "--from-run", str(tmp_path / "none"), cwd=ROOT)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1

@@ -1,9 +1,9 @@
-"""sim.memory_bench's generators: seeded (same flags, same bytes), valid traces, never overwriting a file."""
+"""sim.api.memory_bench's generators: seeded (same flags, same bytes), valid traces, never overwriting a file."""
 import pytest
 
-from sim.errors import ConfigError
-from sim.memory_bench import MAX_LEN, main
-from sim.trace import load_trace
+from sim.infra.errors import ConfigError
+from sim.api.memory_bench import MAX_LEN, main
+from sim.core.trace import load_trace
 
 
 def test_generators_are_seeded_valid_and_do_not_overwrite(tmp_path):

@@ -1,12 +1,12 @@
 """ITL statistics of huge runs come from (gap, count) pairs instead of ~10^8 materialised samples
-(sim.metrics._itl_stats_ms): the same median and p99 (order statistics, linear interpolation), the same mean
+(sim.core.metrics._itl_stats_ms): the same median and p99 (order statistics, linear interpolation), the same mean
 and std up to rounding, as the sample-array path on random step timelines."""
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-import sim.metrics as metrics
+import sim.core.metrics as metrics
 
 
 def _res(rng):

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from sim.drafters.calibration import auc, ece
-from sim.drafters.model import ModelDrafterProfile, load_drafter_profile, request_seed, synth_model_chains
-from sim.errors import ConfigError
+from sim.core.drafters.calibration import auc, ece
+from sim.core.drafters.model import ModelDrafterProfile, load_drafter_profile, request_seed, synth_model_chains
+from sim.infra.errors import ConfigError
 
 
 def _chains(profile, L=20000, copy_frac=0.0, seed=0, ext=0):
@@ -103,7 +103,7 @@ def test_profiles_load_and_bad_names_fail():
 
 def _copying_request(rng, rid="c", prompt_len=200, spans=12, vocab=1000):
     """A request whose output alternates fresh tokens with spans copied from its prompt (an edit)."""
-    from sim.trace.schema import Request
+    from sim.core.trace.schema import Request
 
     prompt = rng.integers(1, vocab, prompt_len)
     out = []
@@ -120,9 +120,9 @@ def test_confidences_do_not_depend_on_future_tokens():
     change what the target accepts (rows <= i), never the confidences (model head or n-gram calibrator)."""
     from dataclasses import replace
 
-    from sim.drafters.calibration import NgramCalibrator
-    from sim.drafters.ngram import NgramConfig
-    from sim.drafters.tables import build_draft_tables
+    from sim.core.drafters.calibration import NgramCalibrator
+    from sim.core.drafters.ngram import NgramConfig
+    from sim.core.drafters.tables import build_draft_tables
 
     cal = NgramCalibrator.load()
     cfg = NgramConfig(n_min=cal.cfg.n_min, n_max=cal.cfg.n_max, k=cal.cfg.k, ext_max=cal.cfg.ext_max)

@@ -31,7 +31,7 @@ def _py(code: str, env: dict) -> subprocess.CompletedProcess:
 def test_a_planted_library_is_refused_rebuilt_and_never_run(tmp_path):
     cache = tmp_path / "cache"
     env = {"HYBRIDSPEC_CACHE_DIR": str(cache)}
-    where = _py("from sim.policies.native import library_path; print(library_path('engine_step'))", env)
+    where = _py("from sim.engine.native import library_path; print(library_path('engine_step'))", env)
     assert where.returncode == 0, where.stderr
     so = Path(where.stdout.strip())
     assert so.parent == cache / "native" and stat.S_IMODE(so.parent.stat().st_mode) == 0o700
@@ -40,28 +40,28 @@ def test_a_planted_library_is_refused_rebuilt_and_never_run(tmp_path):
     c.write_text(PAYLOAD % marker)
     subprocess.run([os.environ.get("CC") or "cc", "-shared", "-fPIC", "-o", str(so), str(c)], check=True)
     got = _py("import warnings; warnings.simplefilter('always')\n"
-              "from sim.policies.native import load; print(load('engine_step') is not None)", env)
+              "from sim.engine.native import load; print(load('engine_step') is not None)", env)
     assert got.returncode == 0, got.stderr
     assert not marker.exists(), "the planted library's constructor ran"
     assert got.stdout.strip() == "True"
     assert [ln for ln in got.stderr.splitlines() if "refusing native library" in ln], got.stderr
     assert (so.with_name(so.name + ".sha256")).is_file()
-    again = _py("from sim.policies.native import load; print(load('engine_step') is not None)", env)
+    again = _py("from sim.engine.native import load; print(load('engine_step') is not None)", env)
     assert again.stdout.strip() == "True" and "refusing" not in again.stderr  # the rebuilt one is served
 
 
 def test_a_library_without_its_build_record_is_rebuilt(tmp_path):
     env = {"HYBRIDSPEC_CACHE_DIR": str(tmp_path / "c")}
-    assert _py("from sim.policies.native import load; assert load('engine_step')", env).returncode == 0
+    assert _py("from sim.engine.native import load; assert load('engine_step')", env).returncode == 0
     rec = next((tmp_path / "c" / "native").glob("engine_step-*.so.sha256"))
     rec.unlink()
-    got = _py("from sim.policies.native import load; assert load('engine_step')", env)
+    got = _py("from sim.engine.native import load; assert load('engine_step')", env)
     assert got.returncode == 0 and "refusing native library" in got.stderr and rec.is_file()
 
 
 def test_a_folder_open_to_others_is_closed_and_anothers_folder_refused(tmp_path):
-    from sim.errors import ConfigError
-    from sim.fsio import private_dir
+    from sim.infra.errors import ConfigError
+    from sim.infra.fsio import private_dir
 
     d = tmp_path / "open"
     d.mkdir(mode=0o777)
@@ -79,7 +79,7 @@ def test_a_folder_open_to_others_is_closed_and_anothers_folder_refused(tmp_path)
 
 
 def test_with_the_cache_off_the_libraries_never_go_to_the_shared_temp_folder():
-    got = _py("from sim.policies.native import load, native_dir; import stat, os\n"
+    got = _py("from sim.engine.native import load, native_dir; import stat, os\n"
               "assert load('engine_step'); d = native_dir(); print(d, oct(stat.S_IMODE(os.stat(d).st_mode)))",
               {"HYBRIDSPEC_CACHE_DIR": "off"})
     assert got.returncode == 0, got.stderr

@@ -1,4 +1,4 @@
-"""The C transcriptions of torch's float32 sums (sim/policies/native/hybrid_price.c: hp_sum_requests, the
+"""The C transcriptions of torch's float32 sums (sim/engine/native/hybrid_price.c: hp_sum_requests, the
 sum over requests of [S, R, C]; st_expected, the sum along a survival row) against torch.sum itself, bit for
 bit, over many shapes and magnitudes; and the width check that decides whether the simulator may use them."""
 import shutil
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from sim.policies import fast
-from sim.policies.native import load
+from sim.engine import policy_fast as fast
+from sim.engine.native import load
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: the simulator runs the definitions")
 
@@ -64,14 +64,14 @@ def test_a_wrong_width_is_refused(native):
 
 def test_no_width_runs_the_definition(monkeypatch):
     """Where the C sum cannot reproduce torch's, the fast forms return None and fn(batch) runs the definition."""
-    from sim.policies import get_policy
-    from sim.policies.testing import random_batch
+    from sim.engine.policies import sim_policy
+    from sim.core.policies.testing import random_batch
 
     monkeypatch.setattr(fast, "_sum_width", lambda *a, **k: None)
     monkeypatch.setattr(fast, "_CONST", {})
     rng = np.random.default_rng(3)
     for spec in ("hybrid-price", "hybrid", "hybrid-tree"):
-        pol = get_policy(spec)
+        pol = sim_policy(spec)
         b = random_batch(rng, 16, 7, 32)
         assert pol.sim_fn.arrays(fast.Arrays.of(b)) is None
         want, got = pol.fn(b), pol.sim_fn(b)

@@ -25,7 +25,7 @@ def _env(tmp_path):
                                        ("vllm_custom.jsonl", "vllm-custom"), ("burstgpt.csv", "burstgpt"),
                                        ("azure.csv", "azure"), ("vidur_replay.csv", "vidur")])
 def test_raw_format_error_names_the_converter(tmp_path, name, fmt):
-    p = run_cli_inprocess("sim.run", "--trace", FIX / name, "--policy", "none", "--batch-size", "1", "--no-progress",
+    p = run_cli_inprocess("sim.api.run", "--trace", FIX / name, "--policy", "none", "--batch-size", "1", "--no-progress",
                           cwd=ROOT, env=_env(tmp_path))
     assert p.returncode == 2 and "Traceback" not in p.stderr
     line = p.stderr.strip()
@@ -36,16 +36,16 @@ def test_raw_format_error_names_the_converter(tmp_path, name, fmt):
 def test_a_bad_hybridspec_trace_gets_no_converter_hint(tmp_path):
     bad = tmp_path / "t.jsonl"
     bad.write_text(TINY.read_text().splitlines()[0] + "\n{oops\n")
-    p = run_cli_inprocess("sim.run", "--trace", bad, "--policy", "none", "--batch-size", "1", cwd=ROOT, env=_env(tmp_path))
+    p = run_cli_inprocess("sim.api.run", "--trace", bad, "--policy", "none", "--batch-size", "1", cwd=ROOT, env=_env(tmp_path))
     assert p.returncode == 2 and ":2: not valid JSON" in p.stderr and "convert" not in p.stderr
 
 
 def test_stats_workloads_line_of_a_trace_without_workloads(tmp_path):
     conv = tmp_path / "c.jsonl"
-    p = run_cli_inprocess("sim.trace", "convert", "--from", "sharegpt", FIX / "sharegpt.json", "-o", conv,
+    p = run_cli_inprocess("sim.core.trace", "convert", "--from", "sharegpt", FIX / "sharegpt.json", "-o", conv,
                           cwd=ROOT, env=_env(tmp_path))
     assert p.returncode == 0, p.stderr
-    p = run_cli_inprocess("sim.trace", "stats", conv, cwd=ROOT, env=_env(tmp_path))
+    p = run_cli_inprocess("sim.core.trace", "stats", conv, cwd=ROOT, env=_env(tmp_path))
     assert p.returncode == 0, p.stderr
     line = next(x for x in p.stdout.splitlines() if x.strip().startswith("workloads"))
     assert "-=" not in line and "none named" in line, line
@@ -55,7 +55,7 @@ def test_stats_workloads_line_of_a_trace_without_workloads(tmp_path):
         r.pop("workload", None)
     rows[0]["workload"] = "code"
     mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    p = run_cli_inprocess("sim.trace", "stats", mixed, cwd=ROOT, env=_env(tmp_path))
+    p = run_cli_inprocess("sim.core.trace", "stats", mixed, cwd=ROOT, env=_env(tmp_path))
     line = next(x for x in p.stdout.splitlines() if x.strip().startswith("workloads"))
     assert "code=1" in line and "no workload field=2" in line, line
 
@@ -63,7 +63,7 @@ def test_stats_workloads_line_of_a_trace_without_workloads(tmp_path):
 # ------------------------------------------------------------------------------------------ stdout holds only JSON
 def test_eval_drafter_json_stdout_is_json_only(tmp_path, monkeypatch):
     """The data collection's log lines go to stderr: `--json`'s stdout loads as JSON."""
-    import real.eval_drafter as ev
+    import real.validation.eval_drafter as ev
 
     figures = {"trace": "t", "requests": 1}
 
@@ -74,7 +74,7 @@ def test_eval_drafter_json_stdout_is_json_only(tmp_path, monkeypatch):
     monkeypatch.setattr(ev, "evaluate_trace", fake_evaluate)
     drafter = tmp_path / "d.pt"
     drafter.write_bytes(b"x")
-    p = run_cli_inprocess("real.eval_drafter", "--trace", FIX / "text.jsonl", "--drafter", drafter, "--json",
+    p = run_cli_inprocess("real.validation.eval_drafter", "--trace", FIX / "text.jsonl", "--drafter", drafter, "--json",
                           "--no-timing", "--no-progress", cwd=ROOT, env=_env(tmp_path))
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == figures
@@ -87,7 +87,7 @@ def _row(policy, x, bs=4):
 
 
 def test_verdict_recommends_the_fastest_deployable_policy():
-    from sim.console import not_deployable, verdicts
+    from sim.api.console import not_deployable, verdicts
 
     assert not_deployable("hybrid-tree") == "needs tree attention" and not_deployable("oracle") == "upper bound"
     assert not_deployable("hybrid") is None and not_deployable("adaptive") is None
@@ -105,7 +105,7 @@ def test_verdict_recommends_the_fastest_deployable_policy():
 
 
 def _run(tmp_path, *args):
-    return run_cli_inprocess("sim.run", "--trace", TINY, "--workers", "1", "--no-progress", *args, cwd=ROOT,
+    return run_cli_inprocess("sim.api.run", "--trace", TINY, "--workers", "1", "--no-progress", *args, cwd=ROOT,
                              env=_env(tmp_path))
 
 
@@ -120,22 +120,22 @@ def test_speculative_config_runs_what_it_names_and_skips_batches_past_the_trace(
     five = tmp_path / "five.jsonl"
     five.write_text("".join(TINY.read_text().splitlines(keepends=True)[:5]))
     spec = '{"method": "ngram", "num_speculative_tokens": 8}'
-    p = run_cli_inprocess("sim.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",
+    p = run_cli_inprocess("sim.api.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",
                           "--speculative-config", spec, cwd=ROOT, env=_env(tmp_path))
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)
     assert [(r["policy"], r["batch_size"]) for r in rows] == [("vllm-ngram:8", 4)]  # vLLM's n-gram as it runs; 128 > 5 requests: skipped
     assert "batch size 128 skipped: the trace has only 5 requests" in p.stderr
     assert "batch sizes 4 and 128 (the defaults)" in p.stderr and "--baseline adaptive" in p.stderr
-    p = run_cli_inprocess("sim.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",
+    p = run_cli_inprocess("sim.api.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",
                           "--policy", "hybrid", "--batch-size", "8", "--batch-size", "16", cwd=ROOT, env=_env(tmp_path))
     rows = json.loads(p.stdout)  # every size past the trace: the smallest runs (the others would be identical)
     assert {r["batch_size"] for r in rows} == {8} and {r["policy"] for r in rows} == {"adaptive", "hybrid"}
     assert "running the baseline 'adaptive' too" in p.stderr
-    p = run_cli_inprocess("sim.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",
+    p = run_cli_inprocess("sim.api.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",
                           "--policy", "hybrid", "--batch-size", "2", "--no-baseline", cwd=ROOT, env=_env(tmp_path))
     assert [r["policy"] for r in json.loads(p.stdout)] == ["hybrid"]
-    p = run_cli_inprocess("sim.run", "--trace", five, "--policy", "hybrid", "--baseline", "adaptive", "--no-baseline",
+    p = run_cli_inprocess("sim.api.run", "--trace", five, "--policy", "hybrid", "--baseline", "adaptive", "--no-baseline",
                           cwd=ROOT, env=_env(tmp_path))
     assert p.returncode == 2 and "exclude each other" in p.stderr
 
@@ -149,7 +149,7 @@ def _help(module: str, capsys) -> str:
     return capsys.readouterr().out
 
 
-@pytest.mark.parametrize("module", ["sim.run", "sim.sweep"])
+@pytest.mark.parametrize("module", ["sim.api.run", "sim.api.sweep"])
 def test_help_is_grouped_without_doubled_defaults(module, capsys):
     out = _help(module, capsys)
     flat = " ".join(out.split())
@@ -159,16 +159,16 @@ def test_help_is_grouped_without_doubled_defaults(module, capsys):
     for title in ("workload", "model and hardware", "speculation", "output"):
         assert title in sections, sections
     assert len(out.splitlines()) - 3 * len(sections) > 0
-    if module == "sim.run":
+    if module == "sim.api.run":
         assert flat.count("default: 4 128") == 1
 
 
 def test_model_means_the_same_in_every_command():
-    """--model takes a models/llms name or its Hugging Face id everywhere (sim.run's meaning)."""
-    import real.gpu_check as gc
-    import real.profile as prof
-    import real.validate as val
-    from sim.models import llm_name
+    """--model takes a models/llms name or its Hugging Face id everywhere (sim.api.run's meaning)."""
+    import real.validation.gpu_check as gc
+    import real.validation.profile as prof
+    import real.validation.validate as val
+    from sim.core.models import llm_name
 
     for parse in (val.parse_args, prof.parse_args, gc.parse_args):
         assert parse(["--model", "HuggingFaceTB/SmolLM2-135M-Instruct"]).model == "smollm2-135m"
@@ -176,7 +176,7 @@ def test_model_means_the_same_in_every_command():
 
 
 def test_validate_help_is_grouped(capsys):
-    import real.validate as val
+    import real.validation.validate as val
 
     out = _help_of(val.parse_args, capsys)
     sections = [x.rstrip(":") for x in out.splitlines() if re.fullmatch(r"[a-z][a-zA-Z ()',;./]*:", x)]
@@ -186,7 +186,7 @@ def test_validate_help_is_grouped(capsys):
 
 
 def test_validate_help_describes_quick_for_both_engines(capsys):
-    import real.validate as val
+    import real.validation.validate as val
 
     out = " ".join(_help_of(val.parse_args, capsys).split())
     quick = out[out.index("--quick checks the pipeline, not fidelity"):][:300]
@@ -200,7 +200,7 @@ def _help_of(parse, capsys) -> str:
 
 
 def test_sweep_prints_vllm_format(tmp_path):
-    p = run_cli_inprocess("sim.sweep", "--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--workers", "1",
+    p = run_cli_inprocess("sim.api.sweep", "--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--workers", "1",
                           "--no-progress", "--format", "vllm", "--out", tmp_path / "s", cwd=ROOT, env=_env(tmp_path))
     assert p.returncode == 0, p.stderr
     assert p.stdout.count("Output token throughput (tok/s):") == 2  # hybrid and the baseline
@@ -211,7 +211,7 @@ def test_sweep_prints_vllm_format(tmp_path):
 def test_spec_decode_counts_native_and_reference_agree(policy, monkeypatch):
     """Drafts by accepted length: the native step (engine_step.c) and the numpy definition give the same counts,
     and they add up to the step columns' accepted tokens."""
-    from sim.run import SimSetup, prepare, run_one
+    from sim.api.run import SimSetup, prepare, run_one
 
     prep = prepare(SimSetup(trace=str(TINY)))
     got = {}
@@ -242,9 +242,9 @@ def test_format_vllm_has_the_spec_decode_section(tmp_path):
 
 # ------------------------------------------------------------------------------------------ tokens per step
 def test_fidelity_names_its_engine_wide_tokens_per_step():
-    """tok/step is per request per step everywhere (sim.run, sim.sweep); fidelity.md's engine-wide figure is
+    """tok/step is per request per step everywhere (sim.api.run, sim.api.sweep); fidelity.md's engine-wide figure is
     named `tok/engine step` and defined under the table (an old fidelity.json's key still reads)."""
-    from real.fidelity import format_md
+    from real.validation.fidelity import format_md
 
     meta = {"command": "c", "machine": {}, "model": "m", "mode": "real", "max_tokens": 1, "max_prompt": 1}
     agg = {"median_error": 0.0, "max_error": 0.0, "median_step_error": 0.0, "median_synthetic_error": 0.0,
@@ -263,11 +263,11 @@ def test_fidelity_names_its_engine_wide_tokens_per_step():
 
 
 def test_trace_convert_has_no_other_model_flag(tmp_path):
-    """sim.trace convert's BurstGPT row filter is --burstgpt-model: --model means the served model only."""
+    """sim.core.trace convert's BurstGPT row filter is --burstgpt-model: --model means the served model only."""
     out = tmp_path / "b.jsonl"
-    p = run_cli_inprocess("sim.trace", "convert", "--from", "burstgpt", FIX / "burstgpt.csv", "-o", out,
+    p = run_cli_inprocess("sim.core.trace", "convert", "--from", "burstgpt", FIX / "burstgpt.csv", "-o", out,
                           "--burstgpt-model", "all", cwd=ROOT, env=_env(tmp_path))
     assert p.returncode == 0, p.stderr
-    p = run_cli_inprocess("sim.trace", "convert", "--from", "burstgpt", FIX / "burstgpt.csv", "-o", tmp_path / "c.jsonl",
+    p = run_cli_inprocess("sim.core.trace", "convert", "--from", "burstgpt", FIX / "burstgpt.csv", "-o", tmp_path / "c.jsonl",
                           "--model", "all", cwd=ROOT, env=_env(tmp_path))
     assert p.returncode == 2

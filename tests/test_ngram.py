@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from sim.drafters.ngram import NgramConfig, ngram_tables, propose_bruteforce
-from sim.errors import ConfigError
+from sim.core.drafters.ngram import NgramConfig, ngram_tables, propose_bruteforce
+from sim.infra.errors import ConfigError
 
 
 def _check(toks, P, cfg):

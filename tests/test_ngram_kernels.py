@@ -6,7 +6,7 @@ import torch
 
 from real.vllm_plugin import ngram_kernels as nk
 from real.vllm_plugin.ngram_kernels import PAD_TOKEN, first_token_hits, ngram_match, ngram_match_torch
-from sim.drafters.ngram import NgramConfig, ngram_tables
+from sim.core.drafters.ngram import NgramConfig, ngram_tables
 
 # (n_min, n_max, k, ext_max): the default, a tight ext cap, ext_max == n_max, the smallest
 CONFIGS = [NgramConfig(), NgramConfig(n_min=1, n_max=3, k=4, ext_max=5), NgramConfig(n_min=3, n_max=3, k=8, ext_max=3),

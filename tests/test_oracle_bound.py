@@ -7,15 +7,16 @@ import pytest
 import torch
 
 from conftest import plausible_calibrator, random_requests
-from sim.cost import make_cost_model
-from sim.drafters.model import ModelDrafterProfile
-from sim.drafters.ngram import NgramConfig
-from sim.drafters.tables import build_draft_tables
-from sim.engine import Engine, EngineConfig
-from sim.policies import CHAIN_MODEL, CHAIN_NGRAM, get_policy, list_policies
-from sim.policies import describe_policies
-from sim.policies.registry import Policy
-from sim.policies.testing import random_batch
+from sim.core.cost import make_cost_model
+from sim.core.drafters.model import ModelDrafterProfile
+from sim.core.drafters.ngram import NgramConfig
+from sim.core.drafters.tables import build_draft_tables
+from sim.engine.engine import Engine, EngineConfig
+from sim.core.policies import CHAIN_MODEL, CHAIN_NGRAM, list_policies
+from sim.engine.policies import sim_policy
+from sim.core.policies import describe_policies
+from sim.core.policies.registry import Policy
+from sim.core.policies.testing import random_batch
 
 # one or more specs of every registered family (test_every_family_is_covered keeps this list complete)
 POLICIES = ["none", "model-fixed:3", "model-fixed:7", "ngram-fixed:4", "ngram-fixed:32", "adaptive",
@@ -32,7 +33,7 @@ def _calib():
 def test_every_family_is_covered():
     families = {u.split(":")[0].split("[")[0] for u in list_policies()}
     # `suffix` needs the suffix drafter: its steps are checked against the oracle over three drafters by
-    # tests/test_drafter_axis.py and python -m sim.drafters.axis_check
+    # tests/test_drafter_axis.py and python -m sim.drafter_axis
     assert families - {"oracle", "suffix"} <= {p.split(":")[0] for p in POLICIES}
 
 
@@ -62,9 +63,9 @@ def test_oracle_beats_every_policy_on_random_steps(seed):
         b = random_batch(rng, R, 7, 32, max_tokens=R * 40 + R + 2)
         b.model_draft_ms, b.ngram_draft_ms = float(rng.uniform(0, 3)), float(rng.uniform(0, 0.2))
         b.draft_cost_ms = b.model_draft_ms + b.ngram_draft_ms + 0.05
-        best = _step_goodput(b, get_policy("oracle")(b))
+        best = _step_goodput(b, sim_policy("oracle")(b))
         for spec in POLICIES:
-            g = _step_goodput(b, get_policy(spec)(b))
+            g = _step_goodput(b, sim_policy(spec)(b))
             assert g <= best * (1 + 1e-9), (spec, R, g, best)
 
 
@@ -83,7 +84,7 @@ class _Shadow:
     allocation of that same step with every drafter's cost; records both realised goodputs."""
 
     def __init__(self, spec, cost):
-        self.inner, self.cost, self.pairs = get_policy(spec), cost, []
+        self.inner, self.cost, self.pairs = sim_policy(spec), cost, []
 
     def __call__(self, batch):
         alloc = self.inner.fn(batch)
@@ -92,7 +93,7 @@ class _Shadow:
                                    ngram_draft_ms=self.cost.ngram_ms(R))
         full.draft_cost_ms = full.model_draft_ms + full.ngram_draft_ms + self.cost.alloc_ms(R)
         self.pairs.append((_step_goodput(full, alloc, self.inner.uses_model, self.inner.uses_ngram),
-                           _step_goodput(full, get_policy("oracle")(full))))
+                           _step_goodput(full, sim_policy("oracle")(full))))
         return alloc
 
     def policy(self):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.plot_style import PART_COLORS, POLICY_COLORS, SERIES_COLORS, family, policy_colors
+from sim.infra.plot_style import PART_COLORS, POLICY_COLORS, SERIES_COLORS, family, policy_colors
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl")
@@ -73,10 +73,10 @@ def test_policy_colors_fixed_and_distinct():
 
 
 def test_every_page_one_style(tmp_path, monkeypatch):
-    import sim.sweep as sw
-    from sim.report import load_sweep, write_sweep_report
-    from sim.run import main as run_main
-    from sim.sensitivity import _AXIS_TITLES, sensitivity_html
+    import sim.api.sweep as sw
+    from sim.api.report import load_sweep, write_sweep_report
+    from sim.api.run import main as run_main
+    from sim.api.sensitivity import _AXIS_TITLES, sensitivity_html
 
     seen: dict = {}
     # the run's report.html: several batch sizes, so several step-time panels
@@ -98,7 +98,7 @@ def test_every_page_one_style(tmp_path, monkeypatch):
             for ax in _AXIS_TITLES for v in ("a", "b") for b in (4, 128)]
     check_page(sensitivity_html(pd.DataFrame(rows)), seen)
     # real/validate's fidelity.html
-    from real.fidelity import format_html
+    from real.validation.fidelity import format_html
 
     cells = [{"trace": "traces/codeedit.jsonl", "policy": p, "batch_size": b, "real": {"tok_per_s": 10.0},
               "predicted": {"tok_per_s": 11.0}, "synthetic": {"tok_per_s": 12.0}} for p in ("none", "adaptive") for b in (1, 4)]

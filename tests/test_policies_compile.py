@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from sim.policies import adaptive, hybrid, simple
-from sim.policies.base import Plan, StepBatch
-from sim.policies.testing import random_batch
+from sim.core.policies import adaptive, hybrid, simple
+from sim.core.policies.base import Plan, StepBatch
+from sim.core.policies.testing import random_batch
 
 POLICY_DIR = pathlib.Path(__file__).resolve().parents[1] / "sim" / "policies"
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from sim.policies import adaptive, hybrid
-from sim.policies.base import StepBatch
-from sim.policies.testing import random_batch
+from sim.core.policies import adaptive, hybrid
+from sim.core.policies.base import StepBatch
+from sim.core.policies.testing import random_batch
 
 R_MAX, K_M, K_N = 16, 7, 8  # 16 x 15 slots <= hybrid.SWEEP_EXACT_MAX: padded and unpadded take the exact sweep
 POLICIES = {

@@ -8,9 +8,9 @@ Run with `pytest -s` to see the worst ratio of each lambda method.
 import numpy as np
 import pytest
 
-from sim.policies import get_policy
-from sim.policies import hybrid
-from sim.policies.testing import brute_force_goodput, expected_goodput, random_batch
+from sim.core.policies import get_policy
+from sim.core.policies import hybrid
+from sim.core.policies.testing import brute_force_goodput, expected_goodput, random_batch
 
 N_BATCHES = 300
 

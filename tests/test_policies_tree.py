@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 import torch
 
-from sim.errors import ConfigError
-from sim.policies import CHAIN_NONE, StepBatch, get_policy
-from sim.policies.hybrid import price_core
-from sim.policies.testing import random_batch
-from sim.policies.tree import tree_alloc
+from sim.infra.errors import ConfigError
+from sim.core.policies import CHAIN_NONE, StepBatch, get_policy
+from sim.core.policies.hybrid import price_core
+from sim.core.policies.testing import random_batch
+from sim.core.policies.tree import tree_alloc
 
 
 def _flat(batch, per_token):

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from sim.errors import ConfigError
-from sim.policies import CHAIN_MODEL, CHAIN_NGRAM, CHAIN_NONE, StepBatch, get_policy, list_policies
-from sim.policies.testing import random_batch
+from sim.infra.errors import ConfigError
+from sim.core.policies import CHAIN_MODEL, CHAIN_NGRAM, CHAIN_NONE, StepBatch, get_policy, list_policies
+from sim.core.policies.testing import random_batch
 
 
 def make_batch(model_conf, ngram_conf, model_len=None, ngram_len=None, table=None, draft=0.0, T=None,

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from real.workload import Workload, run_real
-from sim.errors import ConfigError
-from sim.policies import list_policies  # noqa: F401  (imported for its side effect: registry ready)
+from real.validation.workload import Workload, run_real
+from sim.infra.errors import ConfigError
+from sim.core.policies import list_policies  # noqa: F401  (imported for its side effect: registry ready)
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAIN_POLICIES = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold", "hybrid",
@@ -56,18 +56,18 @@ def test_speculation_accepts_tokens_and_tree_policies_are_refused(greedy_wl):
 def test_teacher_forcing_reproduces_the_simulators_steps():
     """Teacher forced, the real engine's acceptance is the trace's: with the same decision costs it takes
     exactly the simulator's steps, drafts and tokens (the shared scheduler and step, a real forward)."""
-    from sim.engine import Engine, EngineConfig
-    from sim.policies import get_policy
-    from real.workload import provisional_cost
+    from sim.engine.engine import Engine, EngineConfig
+    from sim.engine.policies import sim_policy
+    from real.validation.workload import provisional_cost
 
     wl = Workload.build("traces/codeedit.jsonl", "qwen3-tiny", True, "cpu", limit=6, sample=None, seed=0,
                         max_tokens=40, max_prompt=400)
     model = wl.model(max_slots=4)
     cost = provisional_cost(model)
     from real.engine.model import SHORT_QUERY_MAX
-    from real.workload import provisional_table
-    from sim.cost.padded import SHAPE_COLUMNS
-    from sim.cost.profiled import ProfiledCost, cost_table_from_dict
+    from real.validation.workload import provisional_table
+    from sim.core.cost.padded import SHAPE_COLUMNS
+    from sim.core.cost.profiled import ProfiledCost, cost_table_from_dict
 
     padded_cost = ProfiledCost(cost_table_from_dict(
         {**provisional_table(model.args.name, model.args.vocab_size), "short_query_max": SHORT_QUERY_MAX}), fallback=None)
@@ -75,14 +75,14 @@ def test_teacher_forcing_reproduces_the_simulators_steps():
     for policy in ("adaptive", "hybrid-price", "ngram-fixed:32", "hybrid"):
         real = run_real(wl, model, policy, 4, cost=cost)
         cfg = EngineConfig(batch_size=4, max_num_batched_tokens=512, async_scheduling=False, kv_capacity_tokens=10**9)
-        sim = Engine(wl.tables, np.zeros(len(wl.requests)), get_policy(policy), cost, cfg).run()
+        sim = Engine(wl.tables, np.zeros(len(wl.requests)), sim_policy(policy), cost, cfg).run()
         assert real.lossless and sim.lossless
         for col in ("num_decode", "prefill_tokens", "verified_model", "verified_ngram", "accepted_model",
                     "accepted_ngram", "emitted", "tokens", "kv_tokens"):
             assert np.array_equal(real.steps[col], sim.steps[col]), (policy, col)
-        # a padded table (sim/cost/padded.py): the same steps, each charged at the padded shape of the forward
+        # a padded table (sim/core/cost/padded.py): the same steps, each charged at the padded shape of the forward
         # the real engine ran (its recorded q_lens and cache_lens), computed by the simulator from its own state
-        padded = Engine(wl.tables, np.zeros(len(wl.requests)), get_policy(policy), padded_cost, cfg).run()
+        padded = Engine(wl.tables, np.zeros(len(wl.requests)), sim_policy(policy), padded_cost, cfg).run()
         assert np.array_equal(padded.steps["tokens"], real.steps["tokens"]), policy
         for col in SHAPE_COLUMNS:
             assert np.array_equal(real.steps[col], padded.steps[col]), (policy, col)
@@ -91,8 +91,8 @@ def test_teacher_forcing_reproduces_the_simulators_steps():
 
 
 def test_profile_table_round_trips_into_the_simulator(tmp_path):
-    from real.profile import main as profile_main
-    from sim.cost import make_cost_model
+    from real.validation.profile import main as profile_main
+    from sim.core.cost import make_cost_model
 
     out = tmp_path / "t.json"
     assert profile_main(["--model", "qwen3-tiny", "--random-weights", "--quick", "--policy", "none",
@@ -113,7 +113,7 @@ def test_profile_table_round_trips_into_the_simulator(tmp_path):
 def test_profile_slice_reaches_the_largest_batch():
     """The profile's steps must reach every batch it prices: a 16-request batch on a 10-request slice left the
     verify fit extrapolating in the step's sequences (docs/real.md, "The runs so far")."""
-    from real.profile import PROFILE_REQUESTS, profile_slice
+    from real.validation.profile import PROFILE_REQUESTS, profile_slice
 
     assert profile_slice(False, [1, 4, 16])["limit"] == 16
     assert profile_slice(False, [1, 4])["limit"] == PROFILE_REQUESTS == profile_slice(False)["limit"]
@@ -151,7 +151,7 @@ def test_validate_quick_cli(tmp_path):
 
 
 def test_cached_cells_are_served_only_under_their_settings(tmp_path, capsys):
-    from real.validate import load_cached_cell
+    from real.validation.validate import load_cached_cell
 
     cf = tmp_path / "c.json"
     settings = {"drafter": "default", "max_tokens": 32, "cost_table_sha256": "ab"}
@@ -183,7 +183,7 @@ def test_validate_bad_input_is_one_line(tmp_path, argv, msg):
         r = subprocess.run([sys.executable, "real/validate.py", "--quick", "--out", str(tmp_path / "o"), *argv],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     else:
-        r = run_cli_inprocess("real.validate", "--quick", "--out", str(tmp_path / "o"), *argv, cwd=ROOT)
+        r = run_cli_inprocess("real.validation.validate", "--quick", "--out", str(tmp_path / "o"), *argv, cwd=ROOT)
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert msg.lower() in r.stderr.lower(), r.stderr
 
@@ -215,17 +215,17 @@ def test_real_weights_lossless_on_the_bundled_traces():
 def test_preemption_recomputes_and_stays_lossless(greedy_wl):
     """A KV cache too small for every running request: the shared scheduler preempts, the real engine
     re-prefills prompt + generated tokens into a fresh slot, and the output still equals plain greedy."""
-    from sim.engine import EngineConfig
-    from sim.policies import get_policy
+    from sim.engine.engine import EngineConfig
+    from sim.engine.policies import sim_policy
     from real.engine.engine import RealEngine
-    from real.workload import provisional_cost
+    from real.validation.workload import provisional_cost
 
     wl = greedy_wl[1]
     model = wl.model(max_slots=4)
     need = int(max(r.prompt_len + r.output_len for r in wl.requests))
     cfg = EngineConfig(batch_size=4, max_num_batched_tokens=256, async_scheduling=False,
                        kv_capacity_tokens=need + 2 * 48 + 96)
-    res = RealEngine(wl.tables, np.zeros(len(wl.requests)), get_policy("hybrid-price"), provisional_cost(model), cfg,
+    res = RealEngine(wl.tables, np.zeros(len(wl.requests)), sim_policy("hybrid-price"), provisional_cost(model), cfg,
                      model, wl.ngram_cfg).run()
     assert res.requests["preemptions"].sum() > 0
     assert res.lossless, res.violation
@@ -236,12 +236,12 @@ def test_hybrid_skips_the_model_pass_for_real_and_is_not_charged_for_it(greedy_w
     """The step contract in the real engine: `hybrid` plans on the host before any drafter runs; on a step
     whose plan leaves the model drafter out, the engine does not run it (no proposal), admits nothing from it
     and charges no draft time; on the others it runs and is charged (issue: draft time charged on every step)."""
-    from sim.engine import EngineConfig
-    from sim.policies import get_policy
+    from sim.engine.engine import EngineConfig
+    from sim.engine.policies import sim_policy
     from real.engine.engine import RealEngine
-    from real.workload import provisional_cost
+    from real.validation.workload import provisional_cost
 
-    from sim.cost.profiled import ProfiledCost
+    from sim.core.cost.profiled import ProfiledCost
 
     class HeavyDrafter(ProfiledCost):
         """Decisions priced with a model pass as dear as a 64-token verify: skipping it pays on some steps."""
@@ -259,7 +259,7 @@ def test_hybrid_skips_the_model_pass_for_real_and_is_not_charged_for_it(greedy_w
         model = wl.model(max_slots=4)
         heavy = HeavyDrafter(provisional_cost(model).table, fallback=None)
         cfg = EngineConfig(batch_size=4, max_num_batched_tokens=512, async_scheduling=False, kv_capacity_tokens=10**9)
-        eng = Probe(wl.tables, np.zeros(len(wl.requests)), get_policy("hybrid"), heavy, cfg, model, wl.ngram_cfg)
+        eng = Probe(wl.tables, np.zeros(len(wl.requests)), sim_policy("hybrid"), heavy, cfg, model, wl.ngram_cfg)
         eng.proposed = []
         res = eng.run()
         assert res.lossless, res.violation
@@ -270,7 +270,7 @@ def test_hybrid_skips_the_model_pass_for_real_and_is_not_charged_for_it(greedy_w
         d_ms, v_m = st["draft_ms"][dec], st["verified_model"][dec]
         assert (d_ms[~model_ran] == 0).all() and (v_m[~model_ran] == 0).all()
         assert (d_ms[model_ran] > 0).all()
-        # the step columns that say what draft_ms holds (real/profile.py prices the pass from them)
+        # the step columns that say what draft_ms holds (real/validation/profile.py prices the pass from them)
         assert np.array_equal(st["draft_pass"][dec] > 0, model_ran) and not st["draft_pass"][~dec].any()
         assert (st["draft_upkeep_ms"] == 0).all()  # no live drafter here (random weights): no context upkeep
         skipped, ran = skipped + int((~model_ran).sum()), ran + int(model_ran.sum())
@@ -281,12 +281,12 @@ def test_suffix_drafter_runs_live_in_the_real_engine(greedy_wl):
     """The suffix drafter (a live drafter) in the torch engine: `suffix` and three-drafter `hybrid` stay lossless
     against plain greedy; suffix chains are chosen and verified by the target; the drafter's time is charged
     (its own step columns: suffix_ms, verified_suffix, accepted_suffix) only on steps whose plan ran it."""
-    from sim.cost.profiled import ProfiledCost
-    from sim.engine import EngineConfig
-    from sim.drafters.registry import live_drafters
-    from sim.policies import get_policy
+    from sim.core.cost.profiled import ProfiledCost
+    from sim.engine.engine import EngineConfig
+    from sim.core.drafters.registry import live_drafters
+    from sim.engine.policies import sim_policy
     from real.engine.engine import RealEngine
-    from real.workload import provisional_cost
+    from real.validation.workload import provisional_cost
 
     class DearHostLookup(ProfiledCost):
         """Decisions priced with a host lookup as dear as a 16-token verify: hybrid skips the suffix drafter on
@@ -310,7 +310,7 @@ def test_suffix_drafter_runs_live_in_the_real_engine(greedy_wl):
             cost = DearHostLookup(provisional_cost(model).table, fallback=None)
             cfg = EngineConfig(batch_size=4, max_num_batched_tokens=512, async_scheduling=False,
                                kv_capacity_tokens=10**9)
-            pol = get_policy(policy, drafters)
+            pol = sim_policy(policy, drafters)
             eng = Probe(wl.tables, np.zeros(len(wl.requests)), pol, cost, cfg, model, wl.ngram_cfg,
                         live=live_drafters(pol.uses_extra))
             eng.log = []

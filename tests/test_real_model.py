@@ -9,7 +9,7 @@ import torch
 
 from real.engine.model import SHORT_QUERY_MAX, ModelArgs, Transformer
 from real.engine.weights import build_model, find_smollm2_gguf, load_gguf, random_weights
-from sim.errors import ConfigError, HybridSpecError
+from sim.infra.errors import ConfigError, HybridSpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -282,7 +282,7 @@ def _smollm2_or_skip() -> Path:
 
 @pytest.mark.slow
 def test_smollm2_greedy_answers_paris():
-    from real.engine.tokenizer import SmolTokenizer
+    from sim.core.trace.smollm2_tokenizer import SmolTokenizer
 
     _smollm2_or_skip()
     tok = SmolTokenizer.from_gguf()
@@ -303,7 +303,7 @@ def test_smollm2_greedy_answers_paris():
 
 @pytest.mark.slow
 def test_smollm2_tokenizer_round_trip_on_traces():
-    from real.engine.tokenizer import SmolTokenizer
+    from sim.core.trace.smollm2_tokenizer import SmolTokenizer
 
     _smollm2_or_skip()
     tok = SmolTokenizer.from_gguf()

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from real.engine.ngram import PAD_TOKEN, HistoryBuffer, propose_ngram
-from sim.drafters.ngram import NgramConfig, ngram_tables, propose_bruteforce
-from sim.trace.loader import load_trace
+from sim.core.drafters.ngram_torch import PAD_TOKEN, HistoryBuffer, propose_ngram
+from sim.core.drafters.ngram import NgramConfig, ngram_tables, propose_bruteforce
+from sim.core.trace.loader import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [NgramConfig(), NgramConfig(n_min=1, n_max=3, k=4)]

@@ -1,4 +1,4 @@
-"""Online recalibration (sim/drafters/recalibration.py, the `recal=k` option of hybrid / hybrid-price): the update's
+"""Online recalibration (sim/core/drafters/recalibration.py, the `recal=k` option of hybrid / hybrid-price): the update's
 invariants, the policy wrapper (one code path, no fast form), and the engine keeping the state on the definitions."""
 import dataclasses
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from sim.drafters.recalibration import observe, recalibrate, recalibrated
-from sim.errors import ConfigError
-from sim.policies import get_policy
-from sim.policies.base import host_view
-from sim.policies.testing import random_batch
+from sim.core.drafters.recalibration import observe, recalibrate, recalibrated
+from sim.infra.errors import ConfigError
+from sim.engine.policies import sim_policy
+from sim.core.policies.base import host_view
+from sim.core.policies.testing import random_batch
 
 
 def _obs(conf, length, acc, e, b=0.0, P=4.0):
@@ -63,7 +63,7 @@ def _batch(seed, offsets=True):
 
 def test_the_policy_is_the_plain_policy_on_recalibrated_views():
     for spec in ("hybrid", "hybrid-price"):
-        plain, rec = get_policy(spec), get_policy(spec + ":recal=4")
+        plain, rec = sim_policy(spec), sim_policy(spec + ":recal=4")
         assert rec.recal == 4.0 and rec.name == spec + ":recal=4" and rec.sim_fn is None and plain.sim_fn is not None
         for seed in range(40):
             b = _batch(seed)
@@ -82,19 +82,19 @@ def test_the_policy_is_the_plain_policy_on_recalibrated_views():
 
 
 def test_recal_over_three_drafters_and_bad_values():
-    pol = get_policy("hybrid:recal=2.5", "dspark,ngram,suffix")
+    pol = sim_policy("hybrid:recal=2.5", "dspark,ngram,suffix")
     assert pol.recal == 2.5 and pol.drafters == ("dspark", "ngram", "suffix")
     for bad in ("hybrid:recal=0", "hybrid:recal=x", "hybrid-price:recal=-1"):
         with pytest.raises(ConfigError, match="recal"):
-            get_policy(bad)
+            sim_policy(bad)
 
 
 def test_the_engine_keeps_the_state_and_runs_the_definitions():
-    from sim.engine import Engine, EngineConfig
-    from sim.run import SimSetup, prepare
+    from sim.engine.engine import Engine, EngineConfig
+    from sim.api.run import SimSetup, prepare
 
     prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=6, seed=0))
-    eng = Engine(prep.tables, prep.arrivals, get_policy("hybrid:recal=4"), prep.cost, EngineConfig(batch_size=4))
+    eng = Engine(prep.tables, prep.arrivals, sim_policy("hybrid:recal=4"), prep.cost, EngineConfig(batch_size=4))
     assert eng.native_step() is None and eng.array_form() is None  # no fast form ignores the recalibration
     res = eng.run()
     assert res.lossless, res.violation
@@ -102,5 +102,5 @@ def test_the_engine_keeps_the_state_and_runs_the_definitions():
     assert st.names == ("dspark", "ngram") and (st.P >= 4.0).all() and (st.P > 4.0).any()
     # code edits copy more than general text: the n-gram drafter's offsets end up raised on the whole
     assert st.b[:, 1].mean() > 0
-    plain = Engine(prep.tables, prep.arrivals, get_policy("hybrid"), prep.cost, EngineConfig(batch_size=4))
+    plain = Engine(prep.tables, prep.arrivals, sim_policy("hybrid"), prep.cost, EngineConfig(batch_size=4))
     assert plain.recal is None and plain.run().lossless

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from sim.drafters.model import load_recorded_drafts
-from sim.errors import ConfigError, TraceError
-from sim.run import SimSetup, prepare, run_one
-from sim.trace import load_trace
+from sim.core.drafters.model import load_recorded_drafts
+from sim.infra.errors import ConfigError, TraceError
+from sim.api.run import SimSetup, prepare, run_one
+from sim.core.trace import load_trace
 
 TINY = str(Path(__file__).resolve().parent / "fixtures" / "sim" / "tiny.jsonl")
 

@@ -11,7 +11,7 @@ TINY = ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl"
 
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory):
-    import sim.sweep as sw
+    import sim.api.sweep as sw
 
     d = tmp_path_factory.mktemp("sweep")
     traces = []
@@ -26,8 +26,8 @@ def sweep_dir(tmp_path_factory):
 
 
 def run_main(argv, capsys):
-    from sim.cli_util import run_cli
-    from sim.report import main
+    from sim.infra.cli import run_cli
+    from sim.api.report import main
 
     with pytest.raises(SystemExit) as exc:
         run_cli(main, argv)
@@ -68,7 +68,7 @@ def test_report_deterministic_and_csv_only(sweep_dir, tmp_path, capsys):
 
 
 def test_context_bins(sweep_dir):
-    from sim.report import context_bins, load_sweep
+    from sim.api.report import context_bins, load_sweep
 
     df, req = load_sweep(sweep_dir)
     g = df[df["trace"].str.endswith("codeedit.jsonl")]
@@ -82,7 +82,7 @@ def test_context_bins(sweep_dir):
 
 
 def test_failed_cells_reported(sweep_dir, tmp_path):
-    from sim.report import load_sweep, write_sweep_report
+    from sim.api.report import load_sweep, write_sweep_report
 
     df, req = load_sweep(sweep_dir)
     df = df.copy()

@@ -10,7 +10,7 @@ TINY = str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl")
 
 
 def run(*args, cwd=ROOT):
-    return run_cli_inprocess("sim.run", *args, cwd=cwd)
+    return run_cli_inprocess("sim.api.run", *args, cwd=cwd)
 
 
 def test_table_and_outputs(tmp_path):
@@ -92,9 +92,9 @@ def test_bad_calibrator_file_one_line(tmp_path, content):
 def test_lossy_run_exits_with_one_line(monkeypatch, capsys):
     """A run whose lossless check fails: no table, exit code 1 (a simulator bug, not an input error: 2), one
     'error:' line naming the run and the reason."""
-    from sim.cli_util import run_cli
-    from sim.engine import Engine
-    from sim.run import main
+    from sim.infra.cli import run_cli
+    from sim.engine.engine import Engine
+    from sim.api.run import main
 
     monkeypatch.setattr(Engine, "check_lossless", lambda self: "request 0 output position 3: planted")
     with pytest.raises(SystemExit) as ei:
@@ -111,7 +111,7 @@ def test_sample_flag(tmp_path):
             "--out", str(tmp_path / "o"), "--no-progress", "--workers", "1")
     assert r.returncode == 0, r.stderr
     assert "5 requests" in r.stdout
-    from sim.trace import load_trace
+    from sim.core.trace import load_trace
 
     want = [r_.id for r_ in load_trace(TINY, sample=5, seed=1).requests]
     import pandas as pd

@@ -1,4 +1,4 @@
-"""vLLM's scheduler charge (sim.scheduler's 'scheduled' rule, sim.vllm_compat's method table): every scheduled
+"""vLLM's scheduler charge (sim.core.scheduler's 'scheduled' rule, sim.core.vllm's method table): every scheduled
 request is charged its scheduled tokens plus its method's extra slots, decoding requests their whole proposal,
 whatever adaptive verification later trims; KV reserves drafts + 1 + lookahead. Each charge is pinned here
 against the numbers vLLM's source gives (vllm/v1/core/sched/scheduler.py, max_num_new_slots_for_drafting,
@@ -6,10 +6,10 @@ num_lookahead_tokens), and the engine's runs are checked to spend the budget tha
 import numpy as np
 import pytest
 
-from sim.errors import ConfigError
-from sim.policies import get_policy
-from sim.scheduler import SCHEDULED, VERIFIED, Scheduler, SlotCharge
-from sim.vllm_compat import VllmRun, slot_charge, vllm_slot_charge
+from sim.infra.errors import ConfigError
+from sim.core.policies import get_policy
+from sim.core.scheduler import SCHEDULED, VERIFIED, Scheduler, SlotCharge
+from sim.core.vllm import VllmRun, slot_charge, vllm_slot_charge
 
 
 def _sched(charge, budget, prompts=(10, 10, 10, 700), batch=4, kmax=7):
@@ -123,7 +123,7 @@ def test_kv_reserves_drafts_bonus_and_lookahead():
 
 # ------------------------------------------------------------------------------------------ in the engine
 def _run(policy, scheduler="hybridspec", budget=64, bs=4):
-    from sim.run import SimSetup, prepare, run_one
+    from sim.api.run import SimSetup, prepare, run_one
 
     setup = SimSetup(trace="tests/fixtures/sim/tiny.jsonl", max_num_batched_tokens=budget, ngram_k=7,
                      drafter="dspark-qwen3-b7", scheduler=scheduler)
@@ -166,7 +166,7 @@ def test_vllm_ngram_fillers_are_accepted_where_the_target_repeats(tmp_path):
     ngram-fixed (copies only) cannot. Lossless: the emitted tokens are the trace's."""
     import json
 
-    from sim.run import SimSetup, prepare, run_one
+    from sim.api.run import SimSetup, prepare, run_one
 
     trace = tmp_path / "repeat.jsonl"
     out = [8, 8, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
@@ -198,7 +198,7 @@ def test_logits_cap_bounds_the_wide_budget():
     (max_total_logits - num_reqs): hybrid-vllm:slots=32 admits no more than StepBatch.max_draft_tokens."""
     import dataclasses
 
-    from sim.policies.testing import random_batch
+    from sim.core.policies.testing import random_batch
 
     rng = np.random.default_rng(3)
     pol = get_policy("hybrid-vllm:slots=32")

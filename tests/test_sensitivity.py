@@ -1,10 +1,10 @@
-"""sim.sensitivity: every axis reported, files written whole, no overwrite without --force."""
+"""sim.api.sensitivity: every axis reported, files written whole, no overwrite without --force."""
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from sim import sensitivity
+from sim.api import sensitivity
 
 TINY = str(Path(__file__).resolve().parent / "fixtures" / "sim" / "tiny.jsonl")
 
@@ -23,7 +23,7 @@ def test_sensitivity_reports_every_axis_and_refuses_to_overwrite(tmp_path, capsy
     assert not list(out.glob("*.tmp"))
     before = (out / "sensitivity.md").read_text()
     with pytest.raises(SystemExit) as exc:
-        from sim.cli_util import run_cli
+        from sim.infra.cli import run_cli
         run_cli(sensitivity.main, ["--trace", TINY, "--batch-size", "2", "--out", str(out)])
     assert exc.value.code == 2 and "--force" in capsys.readouterr().err
     assert (out / "sensitivity.md").read_text() == before

@@ -21,7 +21,7 @@ def test_a_full_disk_names_the_output(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", full)
     out = tmp_path / "o"
-    r = run_cli_inprocess("sim.run", "--trace", TINY, "--policy", "oracle", "--batch-size", "2", "--no-progress",
+    r = run_cli_inprocess("sim.api.run", "--trace", TINY, "--policy", "oracle", "--batch-size", "2", "--no-progress",
                           "--workers", "1", "--out", out)
     errs = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.returncode == 2 and errs == [f"error: no space left on device: {out}"], r.stderr
@@ -29,7 +29,7 @@ def test_a_full_disk_names_the_output(tmp_path, monkeypatch):
 
 
 def test_write_whole_on_a_full_disk_names_the_file(tmp_path, monkeypatch):
-    from sim.cli_util import describe_os_error, write_whole
+    from sim.infra.cli import describe_os_error, write_whole
 
     def full(self, *a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -43,31 +43,31 @@ def test_write_whole_on_a_full_disk_names_the_file(tmp_path, monkeypatch):
 
 
 def test_a_failed_trace_build_leaves_no_empty_folder(tmp_path, monkeypatch):
-    from sim.trace import build_sharegpt
+    from sim.core.trace import build_sharegpt
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "new" / "chat.jsonl"))
 
     monkeypatch.setattr(build_sharegpt, "build_pair", full)
-    r = run_cli_inprocess("sim.trace", "build", "chat", "--out-dir", tmp_path / "new" / "deeper", "--no-progress")
+    r = run_cli_inprocess("sim.core.trace", "build", "chat", "--out-dir", tmp_path / "new" / "deeper", "--no-progress")
     assert r.returncode == 2 and "no space left" in r.stderr, r.stderr
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_lossy_run_is_a_bug_exit_1_not_an_input_error(monkeypatch):
-    from sim.engine import Engine
+    from sim.engine.engine import Engine
 
     monkeypatch.setattr(Engine, "check_lossless", lambda self: "request 0 output position 3: planted")
-    r = run_cli_inprocess("sim.run", "--trace", TINY, "--policy", "oracle", "--batch-size", "2", "--no-progress",
+    r = run_cli_inprocess("sim.api.run", "--trace", TINY, "--policy", "oracle", "--batch-size", "2", "--no-progress",
                           "--workers", "1")
     assert r.returncode == 1, r.stderr
     assert "bug in hybridspec" in r.stderr and "planted" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_ngram_k_declared_range_is_the_checked_one():
-    from sim.config import FIELDS, check
-    from sim.drafters.ngram import NgramConfig
-    from sim.errors import ConfigError
+    from sim.core.config import FIELDS, check
+    from sim.core.drafters.ngram import NgramConfig
+    from sim.infra.errors import ConfigError
 
     hi = FIELDS["ngram_k"].metadata["max"]
     NgramConfig(k=int(hi))  # the declared maximum is accepted by the drafter's own check
@@ -80,7 +80,7 @@ def test_memory_follows_the_trace_not_a_huge_batch_size():
     (at most that many run), not by the batch size; the results do not depend on how far above it is."""
     import tracemalloc
 
-    from sim.run import SimSetup, prepare, run_one
+    from sim.api.run import SimSetup, prepare, run_one
 
     prep = prepare(SimSetup(trace=TINY))
     n = len(prep.tables.out_len)
@@ -97,8 +97,8 @@ def test_memory_follows_the_trace_not_a_huge_batch_size():
 def test_an_unknown_field_in_a_cost_table_is_refused(tmp_path):
     import json
 
-    from sim.cost.profiled import load_cost_table
-    from sim.errors import ConfigError
+    from sim.core.cost.profiled import load_cost_table
+    from sim.infra.errors import ConfigError
 
     raw = json.loads((ROOT / "models" / "cost_tables" / "h100-sxm_qwen3-8b.json").read_text())
     raw["kv_ms_per_tok"] = 0.001  # a misspelt kv_ms_per_token

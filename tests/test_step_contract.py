@@ -1,4 +1,4 @@
-"""The step contract (sim/policies/base.py): plan on the host from a HostView, propose only the planned
+"""The step contract (sim/core/policies/base.py): plan on the host from a HostView, propose only the planned
 drafters, allocate on the device with the Plan. A plan is host values; a skipped drafter's chain is never read
 nor proposed nor charged; a policy's one-view fn is its two phases; the simulator engine runs the phases in
 order (its numpy step, the definition the real engine shares)."""
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from sim.engine import Engine, EngineConfig
-from sim.policies import get_policy
-from sim.policies.base import HostView, Plan, host_view
-from sim.policies.testing import random_batch
-from sim.run import SimSetup, prepare
+from sim.engine.engine import Engine, EngineConfig
+from sim.engine.policies import sim_policy
+from sim.core.policies.base import HostView, Plan, host_view
+from sim.core.policies.testing import random_batch
+from sim.api.run import SimSetup, prepare
 
 PHASED = ["adaptive", "hybrid", "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5", "hybrid:fixed-point",
           "hybrid-price", "hybrid-price:model-opt", "hybrid-price:fixed-point", "hybrid-price:margin=0"]
@@ -30,7 +30,7 @@ def _batches(n, seed):
 
 @pytest.mark.parametrize("spec", PHASED)
 def test_fn_is_plan_then_allocate_and_the_plan_is_host_values(spec):
-    pol = get_policy(spec)
+    pol = sim_policy(spec)
     assert pol.phased
     for b in _batches(60, 1):
         plan = pol.plan(host_view(b))
@@ -44,7 +44,7 @@ def test_fn_is_plan_then_allocate_and_the_plan_is_host_values(spec):
 def test_a_skipped_model_pass_is_never_read(spec):
     """Where hybrid's plan skips the model pass, its allocate gives the same answer with the model chains
     poisoned (NaN confidences, any length): they were not drafted. Both kinds of plan occur."""
-    pol = get_policy(spec)
+    pol = sim_policy(spec)
     kinds = set()
     for b in _batches(200, 2):
         plan = pol.plan(host_view(b))
@@ -62,7 +62,7 @@ def test_a_skipped_model_pass_is_never_read(spec):
 def test_single_phase_policies_plan_every_drafter_they_use():
     for spec, want in (("none", (False, False)), ("model-fixed:3", (True, False)), ("ngram-fixed:8", (False, True)),
                        ("ngram-first", (True, True)), ("oracle", (True, True)), ("hybrid-tree", (True, True))):
-        pol = get_policy(spec)
+        pol = sim_policy(spec)
         assert not pol.phased
         b = next(_batches(1, 3))
         plan = pol.plan(host_view(b))
@@ -72,7 +72,7 @@ def test_single_phase_policies_plan_every_drafter_they_use():
 def test_a_copy_with_a_replaced_fn_is_single_phase():
     """Tests inject bugs with dataclasses.replace(pol, fn=...): the engine must then run that fn, not the
     policy's own phases."""
-    pol = get_policy("hybrid")
+    pol = sim_policy("hybrid")
     bad = dataclasses.replace(pol, fn=lambda b: pol.fn(b))
     assert pol.phased and not bad.phased and bad.plan(host_view(next(_batches(1, 4)))) == Plan(True, True)
 
@@ -100,7 +100,7 @@ def test_engine_plans_before_it_proposes_only_the_planned_drafters():
     prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=10, seed=3))
     skipped = 0
     for spec in ("hybrid", "adaptive", "hybrid-price"):
-        eng = _Phases(prep.tables, prep.arrivals, get_policy(spec), prep.cost, EngineConfig(batch_size=4))
+        eng = _Phases(prep.tables, prep.arrivals, sim_policy(spec), prep.cost, EngineConfig(batch_size=4))
         eng.log = []
         res = eng.run()
         assert res.lossless, res.violation

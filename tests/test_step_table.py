@@ -1,16 +1,16 @@
-"""The `table=step` and `runcal=k` options of hybrid / hybrid-price (sim/policies/hybrid.py: with_table,
-split_options; sim/drafters/recalibration.py: observe_shared, RecalState(shared=True)): the engine hands a
+"""The `table=step` and `runcal=k` options of hybrid / hybrid-price (sim/core/policies/hybrid.py: with_table,
+split_options; sim/core/drafters/recalibration.py: observe_shared, RecalState(shared=True)): the engine hands a
 step-table policy the verify table of the step's own shape and context, every other policy the start-up profile;
 the run-level offsets pool every request's evidence; bad options are one-line errors."""
 import numpy as np
 import pytest
 import torch
 
-from sim.drafters.recalibration import RecalState, evidence, observe, observe_shared
-from sim.engine import Engine, EngineConfig
-from sim.errors import ConfigError
-from sim.policies import get_policy
-from sim.run import SimSetup, prepare
+from sim.core.drafters.recalibration import RecalState, evidence, observe, observe_shared
+from sim.engine.engine import Engine, EngineConfig
+from sim.infra.errors import ConfigError
+from sim.engine.policies import sim_policy
+from sim.api.run import SimSetup, prepare
 
 THREE = "dspark,ngram,suffix"
 
@@ -33,11 +33,11 @@ class Seen(Engine):
 
 def test_a_step_table_policy_decides_with_the_step_table(prep):
     cfg = EngineConfig(batch_size=8)
-    step = Seen(prep.tables, prep.arrivals, get_policy("hybrid:table=step"), prep.cost, cfg)
+    step = Seen(prep.tables, prep.arrivals, sim_policy("hybrid:table=step"), prep.cost, cfg)
     assert step.native_step() is None and step.array_form() is None  # no fast form reads the start-up table
     assert step.run().lossless
     assert step.seen and all(np.array_equal(got, want) for got, want in step.seen)
-    plain = Seen(prep.tables, prep.arrivals, get_policy("hybrid"), prep.cost, cfg)
+    plain = Seen(prep.tables, prep.arrivals, sim_policy("hybrid"), prep.cost, cfg)
     assert plain.run().lossless
     start = plain.decision_table.numpy()
     assert all(np.array_equal(got, start) for got, _ in plain.seen)
@@ -48,8 +48,8 @@ def test_a_step_table_policy_decides_with_the_step_table(prep):
 
 def test_step_table_changes_the_allocation_not_the_definitions(prep):
     cfg = EngineConfig(batch_size=8)
-    a = Engine(prep.tables, prep.arrivals, get_policy("hybrid"), prep.cost, cfg).run()
-    b = Engine(prep.tables, prep.arrivals, get_policy("hybrid:table=step"), prep.cost, cfg).run()
+    a = Engine(prep.tables, prep.arrivals, sim_policy("hybrid"), prep.cost, cfg).run()
+    b = Engine(prep.tables, prep.arrivals, sim_policy("hybrid:table=step"), prep.cost, cfg).run()
     assert a.lossless and b.lossless
     assert int(a.steps["emitted"].sum()) == int(b.steps["emitted"].sum())  # the same tokens, scheduled otherwise
     verified = lambda r: int(r.steps["verified_model"].sum() + r.steps["verified_ngram"].sum())  # noqa: E731
@@ -60,20 +60,20 @@ def test_option_names_forms_and_bad_values():
     for spec, want in (("hybrid:table=step", "hybrid:table=step"), ("hybrid:table=startup", "hybrid"),
                        ("hybrid:table=step:runcal=16", "hybrid:runcal=16:table=step"),
                        ("hybrid-price:recal=4:table=step", "hybrid-price:recal=4:table=step")):
-        pol = get_policy(spec)
+        pol = sim_policy(spec)
         assert pol.name == want
         assert (pol.sim_fn is None) == (want != "hybrid")  # only the plain name keeps its fast form
-    assert get_policy("hybrid:table=step").step_table and not get_policy("hybrid").step_table
-    ad = get_policy("adaptive:table=step")  # the single-drafter reference priced the same way (axis_check)
-    assert ad.step_table and ad.sim_fn is None and ad.vllm is None and get_policy("adaptive").vllm is not None
-    assert get_policy("adaptive:table=startup").name == "adaptive"
-    run = get_policy("hybrid:runcal=16:table=step", THREE)
+    assert sim_policy("hybrid:table=step").step_table and not sim_policy("hybrid").step_table
+    ad = sim_policy("adaptive:table=step")  # the single-drafter reference priced the same way (axis_check)
+    assert ad.step_table and ad.sim_fn is None and ad.vllm is None and sim_policy("adaptive").vllm is not None
+    assert sim_policy("adaptive:table=startup").name == "adaptive"
+    run = sim_policy("hybrid:runcal=16:table=step", THREE)
     assert run.recal == 16.0 and run.recal_shared and run.step_table and run.drafters == ("dspark", "ngram", "suffix")
     for bad, what in (("hybrid:table=x", "table"), ("hybrid:runcal=0", "runcal"),
                       ("hybrid:recal=4:runcal=4", "alternatives"), ("hybrid-price:table=", "table"),
                       ("adaptive:table=now", "table")):
         with pytest.raises(ConfigError, match=what):
-            get_policy(bad)
+            sim_policy(bad)
 
 
 def test_shared_offsets_pool_every_requests_evidence():
@@ -97,7 +97,7 @@ def test_shared_offsets_pool_every_requests_evidence():
 
 def test_runcal_learns_the_code_edit_bias_on_the_run():
     prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=6, seed=0))
-    eng = Engine(prep.tables, prep.arrivals, get_policy("hybrid:runcal=16"), prep.cost, EngineConfig(batch_size=4))
+    eng = Engine(prep.tables, prep.arrivals, sim_policy("hybrid:runcal=16"), prep.cost, EngineConfig(batch_size=4))
     assert eng.native_step() is None
     assert eng.run().lossless
     st = eng.recal

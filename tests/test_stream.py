@@ -1,4 +1,4 @@
-"""Streaming draft tables (sim.drafters.stream): the same run as whole-trace tables, memory bounded by the live
+"""Streaming draft tables (sim.core.drafters.stream): the same run as whole-trace tables, memory bounded by the live
 requests, and the lossless check as strong."""
 import dataclasses
 import importlib.util
@@ -8,16 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import sim.step_log
+import sim.engine.step_log
 from conftest import LinearCost, plausible_calibrator, random_requests
-from sim.drafters import stream
-from sim.drafters.model import ModelDrafterProfile
-from sim.drafters.ngram import NgramConfig
-from sim.drafters.stream import StreamingTables, pick_streaming
-from sim.drafters.tables import build_draft_tables
-from sim.engine import Engine, EngineConfig
-from sim.errors import ConfigError
-from sim.policies import get_policy
+from sim.core.drafters import stream
+from sim.core.drafters.model import ModelDrafterProfile
+from sim.core.drafters.ngram import NgramConfig
+from sim.core.drafters.stream import StreamingTables, pick_streaming
+from sim.core.drafters.tables import build_draft_tables
+from sim.engine.engine import Engine, EngineConfig
+from sim.infra.errors import ConfigError
+from sim.engine.policies import sim_policy
 
 CFG = NgramConfig(n_min=1, n_max=3, k=6, ext_max=16)
 PROFILE = ModelDrafterProfile(name="t", block=4)
@@ -49,7 +49,7 @@ def _same(a, b) -> None:
 def test_streaming_equals_whole_tables_with_preemption_and_compaction(policy, monkeypatch):
     """Random traces under KV pressure (preempted requests keep their rows), a tiny arena (it grows and
     compacts many times) and tiny step chunks: every step column, dtype and request column is the same."""
-    monkeypatch.setattr(sim.step_log, "CHUNK", 7)
+    monkeypatch.setattr(sim.engine.step_log, "CHUNK", 7)
     monkeypatch.setattr(stream.TableArena.__init__, "__defaults__", (8, 8))
     preempted = 0
     for seed in range(2):
@@ -58,8 +58,8 @@ def test_streaming_equals_whole_tables_with_preemption_and_compaction(policy, mo
         whole, streamed = _both(reqs, seed)
         arrivals = np.sort(rng.uniform(0, 0.05, len(reqs)))
         cfg = EngineConfig(batch_size=4, kv_capacity_tokens=256, max_num_batched_tokens=48)
-        a = Engine(whole, arrivals, get_policy(policy), LinearCost(), cfg).run()
-        eng = Engine(streamed, arrivals, get_policy(policy), LinearCost(), cfg)
+        a = Engine(whole, arrivals, sim_policy(policy), LinearCost(), cfg).run()
+        eng = Engine(streamed, arrivals, sim_policy(policy), LinearCost(), cfg)
         b = eng.run()
         _same(a, b)
         preempted += int(a.requests["preemptions"].sum())
@@ -74,7 +74,7 @@ def test_streaming_matches_the_recorded_identity_reference(policy):
     """A slice of a bundled trace, streamed, gives the digests recorded from the code before (test_sim_identity)."""
     trace, seed = "traces/chat.jsonl", 0
     want = json.loads((record.HERE / "reference.json").read_text())[f"{trace}#{seed}"]
-    from sim.run import SimSetup, prepare, run_one
+    from sim.api.run import SimSetup, prepare, run_one
 
     prep = prepare(SimSetup(trace=str(record.HERE.parents[2] / trace), sample=record.SAMPLE, seed=seed,
                             draft_tables="stream"))
@@ -92,7 +92,7 @@ def test_live_state_is_bounded_by_the_running_requests(monkeypatch):
         rng = np.random.default_rng(1)
         reqs = random_requests(rng, n, max_out=40)
         _, streamed = _both(reqs)
-        eng = Engine(streamed, np.zeros(n), get_policy("hybrid-price"), LinearCost(), EngineConfig(batch_size=3))
+        eng = Engine(streamed, np.zeros(n), sim_policy("hybrid-price"), LinearCost(), EngineConfig(batch_size=3))
         assert eng.run().lossless
         arena = eng.tb
         longest3 = int(np.sort(arena.out_len)[-3:].sum())
@@ -115,7 +115,7 @@ def _overstate(rows_fn, rid):
 
 def test_streaming_lossless_check_catches_what_the_whole_check_catches(monkeypatch):
     """An over-stated model acceptance emits a wrong token: both forms flag it, with the same message."""
-    import sim.drafters.tables as tables
+    import sim.core.drafters.tables as tables
 
     rng = np.random.default_rng(3)
     reqs = [r for r in random_requests(rng, 6, copy=False) if r.output_len >= 4]
@@ -123,8 +123,8 @@ def test_streaming_lossless_check_catches_what_the_whole_check_catches(monkeypat
     monkeypatch.setattr(stream, "request_rows", tables.request_rows)
     whole, streamed = _both(reqs)
     cfg = EngineConfig(batch_size=2)
-    a = Engine(whole, np.zeros(len(reqs)), get_policy("model-fixed:3"), LinearCost(), cfg).run()
-    b = Engine(streamed, np.zeros(len(reqs)), get_policy("model-fixed:3"), LinearCost(), cfg).run()
+    a = Engine(whole, np.zeros(len(reqs)), sim_policy("model-fixed:3"), LinearCost(), cfg).run()
+    b = Engine(streamed, np.zeros(len(reqs)), sim_policy("model-fixed:3"), LinearCost(), cfg).run()
     assert not a.lossless and not b.lossless
     assert a.violation == b.violation and "request 1 " in a.violation
 
@@ -140,7 +140,7 @@ def test_auto_streams_only_above_the_budget(monkeypatch):
 
 
 def test_draft_tables_flag_is_checked_at_the_boundary(capsys):
-    from sim.run import main
+    from sim.api.run import main
 
     with pytest.raises(ConfigError, match="--draft-tables must be one of auto, whole, stream"):
         main(["--trace", "traces/chat.jsonl", "--limit", "2", "--draft-tables", "half"])
@@ -152,5 +152,5 @@ def test_the_real_engine_refuses_streaming_tables():
 
     _, streamed = _both(random_requests(np.random.default_rng(0), 2))
     with pytest.raises(ConfigError, match="whole draft tables"):
-        RealEngine(streamed, np.zeros(2), get_policy("adaptive"), LinearCost(),
+        RealEngine(streamed, np.zeros(2), sim_policy("adaptive"), LinearCost(),
                    EngineConfig(async_scheduling=False), model=None, ngram_cfg=CFG)

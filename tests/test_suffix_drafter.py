@@ -1,4 +1,4 @@
-"""The suffix-tree drafter (sim/drafters/suffix.py): trie counts, the longest continued suffix, greedy extension
+"""The suffix-tree drafter (sim/core/drafters/suffix.py): trie counts, the longest continued suffix, greedy extension
 by frequency with the probability stop and the length cap, the global tree of finished outputs (and its
 bound), and one-line errors for settings out of range."""
 import math
@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from sim.drafters.suffix import NO_PROPOSAL, SuffixConfig, SuffixDrafter, SuffixTree, accepted_length
-from sim.errors import ConfigError
+from sim.core.drafters.suffix import NO_PROPOSAL, SuffixConfig, SuffixDrafter, SuffixTree, accepted_length
+from sim.infra.errors import ConfigError
 
 
 def _brute_count(seqs, path, depth):

@@ -1,4 +1,4 @@
-"""The suffix drafter's flat tree (sim/drafters/suffix.py: SuffixTree, arrays and one int-keyed dict) against the
+"""The suffix drafter's flat tree (sim/core/drafters/suffix.py: SuffixTree, arrays and one int-keyed dict) against the
 straightforward definition kept here (`RefTree`: a trie of [count, {token: child}] nodes, the drafter's first
 form): the same proposal (tokens, confidences, match length, score, source) at every position of random and real
 token streams, through prompts, outputs, a global tree of finished outputs and its removals past max_cached; and
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from sim.drafters.suffix import NO_PROPOSAL, SuffixConfig, SuffixDrafter, SuffixProposal, SuffixTree
+from sim.core.drafters.suffix import NO_PROPOSAL, SuffixConfig, SuffixDrafter, SuffixProposal, SuffixTree
 
 
 class RefTree:
@@ -166,7 +166,7 @@ def _random_requests(rng, n, vocab):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_flat_tree_proposes_as_the_definition_on_random_streams(seed, monkeypatch):
-    import sim.drafters.suffix as sx
+    import sim.core.drafters.suffix as sx
 
     if seed % 2:  # every prompt and finished output fed whole (feed_sequence's numpy levels)
         monkeypatch.setattr(sx, "BULK_MIN", 0)
@@ -191,7 +191,7 @@ def _nodes(node):
 
 
 def test_flat_tree_proposes_as_the_definition_on_real_token_streams():
-    from sim.trace import load_trace
+    from sim.core.trace import load_trace
 
     reqs = load_trace("traces/codeedit.jsonl", limit=6).requests
     streams = [(r.prompt_ids[-600:].tolist(), r.output_ids[:300].tolist()) for r in reqs]
@@ -256,7 +256,7 @@ def _canon(tree):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_feeding_runs_at_once_builds_the_token_by_token_tree(seed, monkeypatch):
-    import sim.drafters.suffix as sx
+    import sim.core.drafters.suffix as sx
 
     monkeypatch.setattr(sx, "BULK_MIN", 0)
     rng = random.Random(seed)
@@ -294,7 +294,7 @@ def test_feeding_runs_at_once_builds_the_token_by_token_tree(seed, monkeypatch):
 def test_batch_proposals_calibrate_each_slot_as_one_request_would():
     import numpy as np
 
-    from sim.drafters.suffix import LiveSuffixDrafter, SuffixCalibrator
+    from sim.core.drafters.suffix import LiveSuffixDrafter, SuffixCalibrator
 
     cal = SuffixCalibrator.load()
     d = LiveSuffixDrafter(SuffixConfig(max_depth=8, max_spec_tokens=6, max_spec_factor=3.0), cal)
@@ -314,10 +314,10 @@ def test_batch_proposals_calibrate_each_slot_as_one_request_would():
 
 
 def test_edge_table_is_a_map():
-    """sim/drafters/edge_table.py against a dict: one-key and many-key puts, gets and deletes, through rebuilds."""
+    """sim/core/drafters/edge_table.py against a dict: one-key and many-key puts, gets and deletes, through rebuilds."""
     import numpy as np
 
-    from sim.drafters.edge_table import EdgeTable
+    from sim.core.drafters.edge_table import EdgeTable
 
     rng = random.Random(0)
     for _ in range(20):

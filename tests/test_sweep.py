@@ -10,7 +10,7 @@ TINY = str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl")
 
 
 def sweep(*args, cwd=ROOT):
-    return run_cli_inprocess("sim.sweep", *args, "--no-progress", cwd=cwd)
+    return run_cli_inprocess("sim.api.sweep", *args, "--no-progress", cwd=cwd)
 
 
 SUMMARY_KEYS = {"requests", "output_tokens", "sim_time_s", "output_throughput_tok_s", "mean_tokens_per_step",
@@ -28,7 +28,7 @@ def test_schema_and_resume(tmp_path):
     for name in ("results.parquet", "results.csv", "requests.parquet", "requests.csv", "grid.json"):
         assert (out / name).stat().st_size > 0
     df = pd.read_parquet(out / "results.parquet")
-    from sim.sweep import GRID_KEYS
+    from sim.api.sweep import GRID_KEYS
 
     assert list(df.columns[:len(GRID_KEYS) + 3]) == list(GRID_KEYS) + ["status", "error", "cell_id"]
     assert SUMMARY_KEYS <= set(df.columns)
@@ -113,8 +113,8 @@ def test_failing_cell_recorded_others_finish(tmp_path):
     (["--workers", "0"], "workers"),
 ])
 def test_bad_names_one_line(tmp_path, capsys, args, needle):
-    from sim.cli_util import run_cli
-    from sim.sweep import main
+    from sim.infra.cli import run_cli
+    from sim.api.sweep import main
 
     base = ["--trace", TINY] if "--trace" not in args else []
     with pytest.raises(SystemExit) as exc:
@@ -127,7 +127,7 @@ def test_bad_names_one_line(tmp_path, capsys, args, needle):
 
 
 def test_toml_grid_and_subgrids(tmp_path):
-    from sim.sweep import expand, grid_from_args, load_grid, parse_args
+    from sim.api.sweep import expand, grid_from_args, load_grid, parse_args
 
     g = tmp_path / "g.toml"
     g.write_text(f'trace = "{TINY}"\nbatch_size = [2, 4]\npolicy = ["hybrid-price"]\n'
@@ -148,7 +148,7 @@ def test_toml_grid_and_subgrids(tmp_path):
 
 
 def test_paper_preset_grid():
-    from sim.sweep import PRESETS, expand
+    from sim.api.sweep import PRESETS, expand
 
     cells = expand(PRESETS["paper"])
     assert len(cells) == 9 * 9 * 3  # codeedit, codeedit-model, chat
@@ -157,17 +157,17 @@ def test_paper_preset_grid():
 
 
 def test_prepare_once_per_key(tmp_path, monkeypatch):
-    import sim.run
-    import sim.sweep as sw
+    import sim.api.run
+    import sim.api.sweep as sw
 
     calls = []
-    real = sim.run.prepare
+    real = sim.api.run.prepare
 
     def counting(setup, *a, **k):
         calls.append(setup.ngram_k)
         return real(setup, *a, **k)
 
-    monkeypatch.setattr(sim.run, "prepare", counting)
+    monkeypatch.setattr(sim.api.run, "prepare", counting)
     sw._PREP_CACHE.clear()
     cells = sw.expand({"trace": TINY, "policy": ["adaptive", "oracle"], "batch_size": [2, 4], "ngram_k": [8, 16]})
     df = sw.run_sweep(cells, tmp_path / "sw", workers=1, progress=False)
@@ -196,8 +196,8 @@ def test_ray_local(tmp_path):
 
 def test_lossy_cell_is_an_error(monkeypatch):
     """A cell whose run fails the lossless check is recorded as an error, never as a result."""
-    from sim.engine import Engine
-    from sim.sweep import expand, run_cell
+    from sim.engine.engine import Engine
+    from sim.api.sweep import expand, run_cell
 
     monkeypatch.setattr(Engine, "check_lossless", lambda self: "request 0 output position 3: planted")
     cell = expand({"trace": TINY, "policy": "adaptive", "batch_size": 2}, add_baseline=False)[0]
@@ -206,8 +206,8 @@ def test_lossy_cell_is_an_error(monkeypatch):
 
 
 def test_sample_grid_key():
-    from sim.errors import ConfigError
-    from sim.sweep import GRID_KEYS, expand, validate
+    from sim.infra.errors import ConfigError
+    from sim.api.sweep import GRID_KEYS, expand, validate
 
     assert "sample" in GRID_KEYS
     cells = expand({"trace": TINY, "policy": "adaptive", "batch_size": 2, "sample": [3, "none"]}, add_baseline=False)

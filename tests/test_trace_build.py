@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sim.trace import load_trace
-from sim.trace import build_codeedit as bc
-from sim.trace import build_sharegpt as bs
+from sim.core.trace import load_trace
+from sim.core.trace import build_codeedit as bc
+from sim.core.trace import build_sharegpt as bs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ def _tree(n_funcs: int, edit: bool) -> str:
 
 
 def _count(text: str) -> int:
-    from sim.trace.tokenizer import get_tokenizer
+    from sim.core.trace.tokenizer import get_tokenizer
     return len(get_tokenizer().encode(text))
 
 

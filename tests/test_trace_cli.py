@@ -6,15 +6,15 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli_inprocess
-from sim.trace import load_trace
-from sim.trace.__main__ import main
+from sim.core.trace import load_trace
+from sim.api.traces import main
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "trace"
 
 
 def _run(*args, tmp_path):
-    return run_cli_inprocess("sim.trace", *args, cwd=ROOT, env={"HYBRIDSPEC_CACHE_DIR": str(tmp_path / "cache")})
+    return run_cli_inprocess("sim.core.trace", *args, cwd=ROOT, env={"HYBRIDSPEC_CACHE_DIR": str(tmp_path / "cache")})
 
 
 def _one_line_error(proc, *needles):
@@ -43,7 +43,7 @@ def test_cli_stats_copy_fraction(tmp_path, monkeypatch, capsys):
     assert main(["stats", str(f)]) == 0
     out = capsys.readouterr().out
     assert "1 requests" in out and "ngram copy fraction" in out
-    from sim.trace.stats import trace_stats
+    from sim.core.trace.stats import trace_stats
     st = trace_stats(load_trace(f))
     assert 0.5 < st.copy_fraction <= 1.0  # the output copies the prompt: most positions are predicted
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sim.errors import ConfigError
-from sim.trace import TraceError, load_trace
-from sim.trace.convert import FORMATS, convert, convert_rows
-from sim.trace.formats import iter_json_list
+from sim.infra.errors import ConfigError
+from sim.core.trace import TraceError, load_trace
+from sim.core.trace.convert import FORMATS, convert, convert_rows
+from sim.core.trace.formats import iter_json_list
 
 FIX = Path(__file__).parent / "fixtures" / "trace"
 
@@ -39,7 +39,7 @@ def test_sharegpt(tmp_path):
 def test_sharegpt_first_turn_is_vllms_reading(tmp_path):
     """vLLM: conversations with >= 2 turns; turn 0 -> prompt, turn 1 -> output, whatever their roles, raw text;
     kept when prompt has 4..1024 tokens, output >= 4 and the sum <= 2048 (output minimum off with a fixed length)."""
-    from sim.trace.tokenizer import get_tokenizer
+    from sim.core.trace.tokenizer import get_tokenizer
 
     res = convert_rows("sharegpt", FIX / "sharegpt_vllm.json")
     assert [r["id"] for r in res.rows] == ["keep", "roles-ignored"]

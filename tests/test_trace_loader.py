@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.errors import ConfigError
-from sim.trace import Request, Trace, TraceError, load_trace
-from sim.trace.tokenizer import get_tokenizer, token_cache_path
+from sim.infra.errors import ConfigError
+from sim.core.trace import Request, Trace, TraceError, load_trace
+from sim.core.trace.tokenizer import get_tokenizer, token_cache_path
 
 FIX = Path(__file__).parent / "fixtures" / "trace"
 

@@ -1,5 +1,5 @@
-"""Recorded validation runs, offline: re-anchoring an older recording (real/fidelity_anchor.py) gives the live
-run's verdicts, and the report command (real/fidelity_report.py) writes markdown and an offline page from runs,
+"""Recorded validation runs, offline: re-anchoring an older recording (real/validation/anchor.py) gives the live
+run's verdicts, and the report command (real/validation/report.py) writes markdown and an offline page from runs,
 checks the targets on them and never overwrites by default. Also validate's --grid estimate."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 
 
 def _fake_run(tps: float, probe: float) -> dict:
@@ -23,7 +23,7 @@ def _fake_run(tps: float, probe: float) -> dict:
 def _record_run(run, monkeypatch):
     """A two-cell run recorded by validate's own loop (measure_trace, write_reports) with fake engines: the
     machine's speed moves from repeat to repeat and the throughputs follow it."""
-    import real.validate as V
+    import real.validation.validate as V
 
     run.mkdir()
     (run / "cost_table.json").write_text("{}")
@@ -54,7 +54,7 @@ def _record_run(run, monkeypatch):
 
 
 def test_offline_reanchoring_of_an_older_recording_gives_the_live_verdicts(tmp_path, monkeypatch, capsys):
-    from real.fidelity_anchor import main as anchor_main, reanchor
+    from real.validation.anchor import main as anchor_main, reanchor
 
     run = tmp_path / "run"
     cells = _record_run(run, monkeypatch)
@@ -77,7 +77,7 @@ def test_offline_reanchoring_of_an_older_recording_gives_the_live_verdicts(tmp_p
 
 
 def test_report_from_two_runs_checks_targets_and_never_overwrites(tmp_path, monkeypatch, capsys):
-    from real.fidelity_report import main as report_main
+    from real.validation.report import main as report_main
 
     run = tmp_path / "run"
     _record_run(run, monkeypatch)
@@ -120,7 +120,7 @@ def _two_trace_runs(tmp_path, monkeypatch):
 def test_report_of_runs_with_no_cell_in_common_checks_them_as_one_grid(tmp_path, monkeypatch):
     """One grid measured trace by trace (two --out directories on one table): no cell in common, so agreement
     is n/a (not a vacuous "0 of 0: yes") and the targets are checked over all cells together."""
-    from real.fidelity_report import load_run, targets
+    from real.validation.report import load_run, targets
 
     run, other, fid = _two_trace_runs(tmp_path, monkeypatch)
     rows = targets([load_run(run), load_run(other)])
@@ -150,8 +150,8 @@ def test_report_of_runs_with_no_cell_in_common_checks_them_as_one_grid(tmp_path,
 def test_parts_of_one_run_joined_by_a_comma_pool_their_cells(tmp_path, monkeypatch, capsys):
     """DIR,DIR is one run measured trace by trace: its cells pooled, its aggregate recomputed over them, and two
     such runs compared cell by cell; a cell in two parts, or parts of different cell shapes, is refused."""
-    from real.fidelity_report import load_run, main as report_main, targets
-    from real.fidelity_stats import CellVerdict, summarize
+    from real.validation.report import load_run, main as report_main, targets
+    from real.validation.fidelity_stats import CellVerdict, summarize
 
     run, other, fid = _two_trace_runs(tmp_path, monkeypatch)
     joined = load_run(f"{run},{other}")
@@ -178,7 +178,7 @@ def test_parts_of_one_run_joined_by_a_comma_pool_their_cells(tmp_path, monkeypat
 def test_grid_estimate_prints_before_any_run():
     """--grid big is estimated at hours from the default grid's measured rates, the default grid near its 25-27
     measured minutes; more work never estimates less."""
-    from real.validate import GRIDS, estimate_minutes, parse_args
+    from real.validation.validate import GRIDS, estimate_minutes, parse_args
 
     prof = {"limit": 10, "max_tokens": 24, "repeats": 2}
     d = estimate_minutes(2, 16, 32, 5, [1, 4, 16], 3, prof)

@@ -1,5 +1,5 @@
 """`real/validate.py --engine vllm` and `real/profile.py --engine vllm` without vLLM or a GPU: the --dry-run plan
-(serve command, LLM kwargs, sim.run commands, checklist), one-line errors, and every piece that runs after vLLM
+(serve command, LLM kwargs, sim.api.run commands, checklist), one-line errors, and every piece that runs after vLLM
 returns (metric deltas, the checklist's verdicts, the cost table from bench results, the per-cell predictions
 and the report), fed with made-up vLLM results."""
 from __future__ import annotations
@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from real.validate import main as validate_main
-from real.fidelity import sim_command, write_reports
-from real.vllm_run import checks
-from real.vllm_run.config import VllmRunConfig, parse_hybrid_spec
-from real.vllm_run.engine import metric_delta, metric_snapshot, spec_decode_stats
-from sim.cli_util import run_cli
-from sim.errors import ConfigError
+from real.validation.validate import main as validate_main
+from real.validation.fidelity import sim_command, write_reports
+from real.validation.vllm import checks
+from real.validation.vllm.config import VllmRunConfig, parse_hybrid_spec
+from real.validation.vllm.engine import metric_delta, metric_snapshot, spec_decode_stats
+from sim.infra.cli import run_cli
+from sim.infra.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -95,7 +95,7 @@ def test_dry_run_serve_command_carries_the_configs(plan):
 
 
 def test_dry_run_sim_commands_parse_and_name_the_policies(plan):
-    from sim.run import SimSetup, parse_args
+    from sim.api.run import SimSetup, parse_args
 
     text, _ = plan
     sims = [_after(ln, "predicted: ") for ln in text.splitlines() if ln.strip().startswith("predicted: ")]
@@ -121,7 +121,7 @@ def test_dry_run_lists_the_checklist_and_the_profile(plan):
 
 
 def test_profile_dry_run():
-    from real.profile import main as profile_main
+    from real.validation.profile import main as profile_main
 
     code, text, err = _run(profile_main, ["--engine", "vllm", "--dry-run", "--batch-size", "4"])
     assert code == 0, err
@@ -149,7 +149,7 @@ def test_bad_input_is_one_line(tmp_path, argv, msg):
 
 @pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here")
 def test_vllm_engine_without_vllm_says_how(tmp_path):
-    from real.profile import main as profile_main
+    from real.validation.profile import main as profile_main
 
     for main in (validate_main, profile_main):
         code, _, err = _run(main, ["--engine", "vllm", "--out", str(tmp_path / "o")])
@@ -159,7 +159,7 @@ def test_vllm_engine_without_vllm_says_how(tmp_path):
 
 
 def test_sim_command_round_trips_through_sim_run():
-    from sim.run import SimSetup, parse_args
+    from sim.api.run import SimSetup, parse_args
 
     setup = SimSetup(trace="a b.jsonl", model="qwen3-8b", cost="profiled", gpu="t.json", ngram_k=7, seed=3,
                      temperature=0.0, max_num_batched_tokens=512, kv_capacity_tokens=123456, drafts="d.jsonl",
@@ -175,7 +175,7 @@ def test_sim_command_round_trips_through_sim_run():
 def test_config_flags_and_serve_line_come_from_the_dataclass():
     import argparse
 
-    from real.vllm_run.config import add_arguments, from_args
+    from real.validation.vllm.config import add_arguments, from_args
 
     ap = argparse.ArgumentParser()
     add_arguments(ap)
@@ -212,7 +212,7 @@ class Gauge:
 
 
 def test_metric_delta_and_spec_stats():
-    from real.vllm_run.engine import kv_capacity_from_metrics
+    from real.validation.vllm.engine import kv_capacity_from_metrics
 
     before = [Counter("vllm:spec_decode_num_drafts", 5), Vector("vllm:spec_decode_num_accepted_tokens_per_pos", [4, 2, 1]),
               Histogram("vllm:iteration_tokens_total", 3, 30.0)]
@@ -256,8 +256,8 @@ def test_checklist_verdicts():
 def test_table_from_bench_results_and_the_cell_report(tmp_path):
     """A table built from made-up `vllm bench forward` medians loads in the simulator with the parts it was
     given, and made-up vLLM runs go through prediction, lossless check and fidelity.{json,md}."""
-    from real.vllm_run import bench, flow
-    from sim.cost.profiled import ProfiledCost, write_cost_table
+    from real.validation.vllm import bench, flow
+    from sim.core.cost.profiled import ProfiledCost, write_cost_table
 
     cfg = VllmRunConfig()
     cases = bench.forward_cases(cfg, [1, 2], quick=True)

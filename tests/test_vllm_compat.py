@@ -5,17 +5,17 @@ from pathlib import Path
 
 import pytest
 
-from sim.errors import ConfigError
-from sim.vllm_compat import parse_rate, speculative_config
+from sim.infra.errors import ConfigError
+from sim.core.vllm import parse_rate, speculative_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl")
 
 
-def run_main(argv, capsys, mod="sim.run"):
+def run_main(argv, capsys, mod="sim.api.run"):
     import importlib
 
-    from sim.cli_util import run_cli
+    from sim.infra.cli import run_cli
 
     with pytest.raises(SystemExit) as ei:
         run_cli(importlib.import_module(mod).main, argv)
@@ -38,7 +38,7 @@ def test_run_aliases_equal_the_native_flags(capsys):
 
 
 def test_sweep_aliases():
-    import sim.sweep as sw
+    import sim.api.sweep as sw
 
     a = sw.parse_args(["--trace", TINY, "--num-prompts", "5", "--request-rate", "inf", "--request-rate", "2",
                        "--max-num-seqs", "4", "--model", "Qwen/Qwen3-8B"])
@@ -48,7 +48,7 @@ def test_sweep_aliases():
 
 
 def test_sweep_speculative_config():
-    import sim.sweep as sw
+    import sim.api.sweep as sw
 
     a = sw.parse_args(["--trace", TINY, "--policy", "hybrid", "--batch-size", "4",
                        "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 8}',
@@ -70,14 +70,14 @@ def test_sweep_speculative_config():
 def test_speculative_config_maps(cfg, policy, k):
     m = speculative_config(json.dumps(cfg), (2, 5), 7)
     assert (m.policy, m.ngram_k) == (policy, k)
-    from sim.policies import get_policy
+    from sim.core.policies import get_policy
 
     assert get_policy(m.policy).name == policy
 
 
 def test_speculative_config_maps_eagle_to_a_sequential_drafter():
     """eagle/eagle3 -> model-fixed:K with the EAGLE-style profile at block K, priced by its sequential cost spec."""
-    from sim.drafters.model import load_drafter_profile, with_block
+    from sim.core.drafters.model import load_drafter_profile, with_block
 
     for method, name in (("eagle", "eagle-llama3.1-8b"), ("eagle3", "eagle3-llama3.1-8b")):
         m = speculative_config(json.dumps({"method": method, "num_speculative_tokens": 3}), (2, 5), 7)
@@ -141,7 +141,7 @@ def test_rate_values():
 
 
 def test_hf_ids_and_context_lengths():
-    from sim.models import get_llm, list_llms, llm_name
+    from sim.core.models import get_llm, list_llms, llm_name
 
     assert llm_name("Qwen/Qwen3-8B") == "qwen3-8b" and llm_name("QWEN3-8B") == "qwen3-8b"
     assert get_llm("meta-llama/Llama-3.1-8B-Instruct").name == "llama-3.1-8b"
@@ -179,7 +179,7 @@ def test_request_longer_than_the_context_one_line(tmp_path, capsys):
 
 
 def test_trace_text_tokenized_with_the_models_own_tokenizer(tmp_path, capsys):
-    from sim.trace.tokenizer import get_tokenizer, tokenizer_for
+    from sim.core.trace.tokenizer import get_tokenizer, tokenizer_for
 
     assert tokenizer_for("qwen3-8b") == ("qwen3", None)
     name, note = tokenizer_for("llama-3.1-8b")

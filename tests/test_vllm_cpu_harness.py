@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from real.vllm_cpu import harness
-from real.vllm_cpu.checkpoints import check_pair, dspark_config, target_layer_ids
-from sim.errors import ConfigError
+from real.validation.vllm_cpu import harness
+from real.validation.vllm_cpu.checkpoints import check_pair, dspark_config, target_layer_ids
+from sim.infra.errors import ConfigError
 
 TARGET = {"hidden_size": 576, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
           "num_hidden_layers": 30, "intermediate_size": 1536, "vocab_size": 49152, "rms_norm_eps": 1e-5,
@@ -81,10 +81,10 @@ def test_the_cpu_flow_without_vllm_cpu_is_one_line(tmp_path, capsys):
 
     if installed_build() is not None:
         pytest.skip("a vLLM is installed here")
-    from real.validate import main
+    from real.validation.validate import main
 
     with pytest.raises(SystemExit) as e:
-        from sim.cli_util import run_cli
+        from sim.infra.cli import run_cli
 
         run_cli(main, ["--engine", "vllm", "--vllm-device", "cpu", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err

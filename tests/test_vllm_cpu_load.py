@@ -1,9 +1,9 @@
-"""The vLLM-CPU path records the machine's load around each engine process (real/vllm_cpu/validate.run_cell), and
+"""The vLLM-CPU path records the machine's load around each engine process (real/validation/vllm_cpu/validate.run_cell), and
 serves it back with a cached run; no vLLM needed (the process launch is replaced)."""
 import types
 
-import real.vllm_cpu.validate as V
-import real.vllm_run.engine as E
+import real.validation.vllm_cpu.validate as V
+import real.validation.vllm.engine as E
 
 
 def test_run_cell_records_the_load_and_serves_it_cached(tmp_path, monkeypatch, capsys):

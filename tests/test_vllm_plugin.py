@@ -16,11 +16,11 @@ import torch
 
 from real.vllm_plugin.config import HybridSpecConfig
 from real.vllm_plugin.hybrid import HybridDrafter
-from sim.drafters.calibration import NgramCalibrator
-from sim.drafters.ngram import ngram_tables
-from sim.errors import ConfigError
-from sim.policies import StepBatch, get_policy
-from sim.policies.hybrid import choose_chain, publish, published_view
+from sim.core.drafters.calibration import NgramCalibrator
+from sim.core.drafters.ngram import ngram_tables
+from sim.infra.errors import ConfigError
+from sim.core.policies import StepBatch, get_policy
+from sim.core.policies.hybrid import choose_chain, publish, published_view
 
 K = 7
 CAL = NgramCalibrator.load()
@@ -286,7 +286,7 @@ def test_dataclass_fields_have_help():
 
 
 def test_plugin_device_check_on_cpu():
-    """real/gpu_check.py's plugin phase, small, on the CPU: every comparison passes and it times each size."""
+    """real/validation/gpu_check.py's plugin phase, small, on the CPU: every comparison passes and it times each size."""
     from real.vllm_plugin.checks import plugin_device_check
 
     lines = plugin_device_check("cpu", sizes=(2, 3), width=128, steps=3)

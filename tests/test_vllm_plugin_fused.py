@@ -1,16 +1,16 @@
 """The plugin's cheap step: observe + propose compiled into a few fused kernels (HybridDrafter(compiled=True)), with
 outputs bit-identical to the eager step, and the fusable forms the policy functions take while compiling
-(sim.policies.common.prefix_sum / prefix_product / count_above) equal to the scans and binary search they replace.
+(sim.core.policies.common.prefix_sum / prefix_product / count_above) equal to the scans and binary search they replace.
 The compiled checks take minutes on a loaded CPU: `python -m pytest -m slow tests/test_vllm_plugin_fused.py`."""
 from pathlib import Path
 
 import pytest
 import torch
 
-from real.engine.ngram import propose_ngram
+from sim.core.drafters.ngram_torch import propose_ngram
 from real.vllm_plugin import checks
-from sim.drafters.ngram import NgramConfig
-from sim.policies import common
+from sim.core.drafters.ngram import NgramConfig
+from sim.core.policies import common
 
 ROOT = Path(__file__).resolve().parents[1]
 

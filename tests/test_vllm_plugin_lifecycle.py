@@ -10,7 +10,7 @@ import pytest
 
 from real.vllm_plugin import checks, plugin, versions
 from real.vllm_plugin.lifecycle import attach_manager
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 
 
 # ------------------------------------------------------------------------------------------ registration
@@ -148,7 +148,7 @@ def test_a_manager_that_already_has_tables_hands_them_over_at_once():
 def test_no_host_to_device_copy_after_start_up(R):
     """A step on the meta device after set_cost_tables + warm_up: no op reads host memory into a device tensor
     (the verify table and the price grid, R >= 19, are uploaded at start-up), and no host sync (meta raises)."""
-    import sim.policies.common as common
+    import sim.core.policies.common as common
 
     common._CONST.clear()  # a fresh process: no device constant cached yet
     assert checks.audit_step(R, max_reqs=64)["h2d"] == []
@@ -156,7 +156,7 @@ def test_no_host_to_device_copy_after_start_up(R):
 
 def test_the_audit_sees_a_host_to_device_copy():
     """The audit's own check: without the start-up warm-up the first step at R >= 19 uploads the price grid."""
-    import sim.policies.common as common
+    import sim.core.policies.common as common
 
     common._CONST.clear()
     assert any("_to_copy" in c for c in checks.audit_step(32, warm=False)["h2d"])

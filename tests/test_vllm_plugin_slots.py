@@ -11,11 +11,11 @@ import torch
 from real.vllm_plugin import plugin
 from real.vllm_plugin.config import MAX_SLOTS, HybridSpecConfig
 from real.vllm_plugin.hybrid import HybridDrafter
-from sim.drafters.calibration import NgramCalibrator
-from sim.errors import ConfigError
-from sim.policies import get_policy
-from sim.policies.base import CHAIN_NGRAM, HostView, host_view
-from sim.policies.hybrid import plan_skip
+from sim.core.drafters.calibration import NgramCalibrator
+from sim.infra.errors import ConfigError
+from sim.engine.policies import sim_policy
+from sim.core.policies.base import CHAIN_NGRAM, HostView, host_view
+from sim.core.policies.hybrid import plan_skip
 
 CAL = NgramCalibrator.load()
 
@@ -58,18 +58,18 @@ def test_skip_is_refused_where_the_build_cannot_skip(monkeypatch):
 def test_sim_policy_names_the_slots_and_the_skip_twin():
     c = HybridSpecConfig(slots=32)
     assert c.sim_policy() == "hybrid-vllm:slots=32"
-    get_policy(c.sim_policy())
+    sim_policy(c.sim_policy())
     assert HybridSpecConfig.from_additional_config(c.to_additional_config()) == c
     s = HybridSpecConfig(skip=True, slots=16, margin=0.5)
     assert s.sim_policy() == "hybrid-vllm:margin=0.5:slots=16:skip"
-    pol = get_policy(s.sim_policy())
+    pol = sim_policy(s.sim_policy())
     assert pol.name == s.sim_policy() and pol.plan_fn is not None and pol.alloc_fn is not None
     with pytest.raises(ConfigError, match="skip"):
-        get_policy("hybrid-vllm:skip:slots=16")  # skip comes last
+        sim_policy("hybrid-vllm:skip:slots=16")  # skip comes last
 
 
 def _skip_batch(seed=0, R=5, K=7, W=16):
-    from sim.policies import StepBatch
+    from sim.core.policies import StepBatch
 
     g = torch.Generator().manual_seed(seed)
     mc, nc = torch.rand(R, K, generator=g), torch.rand(R, W, generator=g) ** 0.2
@@ -82,8 +82,8 @@ def _skip_batch(seed=0, R=5, K=7, W=16):
 
 
 def test_the_skip_twin_runs_hybrid_vllm_when_the_pass_runs_and_publishes_ngram_chains_when_skipped():
-    from sim.policies.base import Plan
-    from sim.policies.hybrid import alloc_hybrid_vllm, alloc_hybrid_vllm_skip, plan_hybrid_vllm_skip
+    from sim.core.policies.base import Plan
+    from sim.core.policies.hybrid import alloc_hybrid_vllm, alloc_hybrid_vllm_skip, plan_hybrid_vllm_skip
 
     for seed in range(6):
         b = _skip_batch(seed)
@@ -104,11 +104,11 @@ def test_the_skip_twin_runs_hybrid_vllm_when_the_pass_runs_and_publishes_ngram_c
 
 def test_the_skip_twin_skips_in_an_engine_run_and_is_charged_without_the_pass():
     from conftest import LinearCost, random_requests
-    from sim.drafters.calibration import _KNOTS
-    from sim.drafters.model import ModelDrafterProfile
-    from sim.drafters.ngram import NgramConfig
-    from sim.drafters.tables import build_draft_tables
-    from sim.engine import Engine, EngineConfig
+    from sim.core.drafters.calibration import _KNOTS
+    from sim.core.drafters.model import ModelDrafterProfile
+    from sim.core.drafters.ngram import NgramConfig
+    from sim.core.drafters.tables import build_draft_tables
+    from sim.engine.engine import Engine, EngineConfig
 
     rng = np.random.default_rng(0)
     reqs = random_requests(rng, 6, vocab=4, max_prompt=60, max_out=120)
@@ -116,7 +116,7 @@ def test_the_skip_twin_skips_in_an_engine_run_and_is_charged_without_the_pass():
     w[0], w[1] = 2.0, 1.0
     cfg = NgramConfig(n_min=1, n_max=3, k=8, ext_max=16)
     tb = build_draft_tables(reqs, cfg, ModelDrafterProfile(name="t", block=4), NgramCalibrator(w, cfg))
-    res = Engine(tb, np.zeros(len(reqs)), get_policy("hybrid-vllm:slots=8:skip"), LinearCost(),
+    res = Engine(tb, np.zeros(len(reqs)), sim_policy("hybrid-vllm:slots=8:skip"), LinearCost(),
                  EngineConfig(batch_size=2, scheduler="vllm")).run()
     assert res.lossless
     st = res.steps
@@ -128,7 +128,7 @@ def test_the_skip_twin_skips_in_an_engine_run_and_is_charged_without_the_pass():
 
 def test_plan_skip_forecasts_the_dspark_chain_as_the_engine_does():
     """After a skipped step the plugin's host view holds the mean of the request's drafted DSpark chains (the
-    engine's forecast, sim.engine_history._host_history), after a drafted one that chain, before any 1.0."""
+    engine's forecast, sim.engine.history._host_history), after a drafted one that chain, before any 1.0."""
     d, tok, plen = _drafter()
     d.set_skip_table(np.full(5, 0.5))
     seen = []
@@ -142,7 +142,7 @@ def test_plan_skip_forecasts_the_dspark_chain_as_the_engine_does():
             return view_fn(view, *a, **k)
         return plan
 
-    import sim.policies.hybrid as sh
+    import sim.core.policies.hybrid as sh
     real_plan = sh.plan_skip
     sh.plan_skip = spy(real_plan)
     try:

@@ -1,4 +1,4 @@
-"""`python -m real.vllm_plugin.slots_run` without vLLM: a DSpark checkpoint given by --drafter is read for its block
+"""`python -m real.vllm_slots` without vLLM: a DSpark checkpoint given by --drafter is read for its block
 and provenance (one line when it is not one), the report names the checkpoint of every cell, and a run config's
 cache key keeps `compile` out while it is off (runs cached before the field existed stay valid)."""
 import json
@@ -6,9 +6,9 @@ import json
 import pytest
 
 from real.vllm_plugin.config import HybridSpecConfig
-from real.vllm_plugin.slots_run import drafter_info, format_md, parse_args, run_config
-from real.vllm_run.config import VllmRunConfig
-from sim.errors import ConfigError
+from real.validation.vllm_slots import drafter_info, format_md, parse_args, run_config
+from real.validation.vllm.config import VllmRunConfig
+from sim.infra.errors import ConfigError
 
 
 def _checkpoint(d, block=7, layers=2, arch="Qwen3DSparkModel", extra=None):
@@ -59,7 +59,7 @@ def test_report_names_each_cells_checkpoint():
               "drafter": name, "steps_none": 32, "real": real, "predicted": {"steps": 26, "tokens_per_step": 3.69}}
              for name in ("dspark-rand-smollm2-135m", "dspark-v2-vllm")]
     cells.append({**cells[0], "policy": "ngram", "drafter": None, "real": {**real, "plugin": None}})
-    meta = {"command": "python -m real.vllm_plugin.slots_run --cached-only", "vllm_version": "0.32.0",
+    meta = {"command": "python -m real.vllm_slots --cached-only", "vllm_version": "0.32.0",
             "machine": {"cpu": "cpu", "cores": 2, "load_average": 1.0}, "max_num_batched_tokens": 256, "limit": 4,
             "max_tokens": 24, "drafters": [{"name": "dspark-rand-smollm2-135m", "block": 7, "layers": 1,
                                             "source": "random"},
@@ -75,8 +75,8 @@ def test_cached_only_never_starts_vllm_and_names_a_stale_code_version(tmp_path, 
     instead of starting a vLLM process; a cached cell made by other code is read back and says so."""
     import types
 
-    import real.vllm_run.engine as engine
-    from real.vllm_cpu.validate import CacheMiss, _digest, code_version, run_cell
+    import real.validation.vllm.engine as engine
+    from real.validation.vllm_cpu.validate import CacheMiss, _digest, code_version, run_cell
 
     monkeypatch.setattr(engine, "launch", lambda *a, **k: pytest.fail("--cached-only started vLLM"))
     cfg = run_config(parse_args(["--limit", "2"]), 16, "hybrid")

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from sim.policies import StepBatch, get_policy
-from sim.policies.hybrid import choose_chain, publish, published_view
+from sim.core.policies import StepBatch, get_policy
+from sim.core.policies.hybrid import choose_chain, publish, published_view
 
 from conftest import vllm_modules
 

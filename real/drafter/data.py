@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 from real.engine.greedy import greedy_group
 
 GENERAL_TRACE = "traces/general.jsonl"
@@ -78,7 +78,7 @@ def data_dir() -> Path:
         import atexit
         import shutil
 
-        from sim.fsio import private_tempdir
+        from sim.infra.fsio import private_tempdir
 
         global _OFF_DIR
         if _OFF_DIR is None:
@@ -94,7 +94,7 @@ _OFF_DIR: Path | None = None
 def load_prompts(cfg: DataConfig, tok) -> tuple[list[str], list[np.ndarray], int]:
     """(ids, prompt token ids) of the first cfg.num_prompts prompts of the trace with at most cfg.max_prompt
     tokens (and at least 2, so that output[0] has a context to draft from), and how many were passed over."""
-    from sim.trace.loader import prompt_texts as _prompts
+    from sim.core.trace.loader import prompt_texts as _prompts
 
     ids_out, out, passed = [], [], 0
     for rid, text in _prompts(cfg.trace, None, 0):
@@ -140,7 +140,7 @@ def collect(cfg: DataConfig, progress: bool = True, log=print) -> list[Sequence]
 
 def collect_with_ids(cfg: DataConfig, progress: bool = True, log=print) -> tuple[list[str], list[Sequence]]:
     """(request ids, sequences) of `cfg` (see collect)."""
-    from real.engine.tokenizer import SmolTokenizer
+    from sim.core.trace.smollm2_tokenizer import SmolTokenizer
     from real.engine.weights import build_model
 
     cfg.validate()

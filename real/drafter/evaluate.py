@@ -13,7 +13,7 @@ lossless run (up to float summation order of the target's batched forwards).
   survival   s_ik = prod_{l<=k} c_il against y_ik = 1{acc_i >= k+1}, every slot inside the output: ECE (15 bins)
              and AUC, raw and after STS; auc_depth1: c_i0 against y_i0
   q1 copied / normal   P(acc_i >= 1) over output positions whose token is copied (the simulator's
-             classification: sim/drafters/tables.copy_mask over the n-gram tables of prompt + output, the
+             classification: sim/core/drafters/tables.copy_mask over the n-gram tables of prompt + output, the
              profile's copy_min_ext) and over the others (`first_position_by_copy`)
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sim.drafters.calibration import auc, ece
+from sim.core.drafters.calibration import auc, ece
 from real.drafter.data import Sequence
 from real.drafter.model import DSparkDrafter
 from real.drafter.train import SeqTensors, prepare
@@ -114,10 +114,10 @@ def metrics(chains: list[dict], K: int) -> dict:
 
 def first_position_by_copy(chains: list[dict], seqs: list[Sequence]) -> dict:
     """First-position acceptance on copied and on normal output tokens (module docstring)."""
-    from sim.drafters.calibration import NgramCalibrator
-    from sim.drafters.model import load_drafter_profile
-    from sim.drafters.ngram import NgramConfig, ngram_tables
-    from sim.drafters.tables import copy_mask
+    from sim.core.drafters.calibration import NgramCalibrator
+    from sim.core.drafters.model import load_drafter_profile
+    from sim.core.drafters.ngram import NgramConfig, ngram_tables
+    from sim.core.drafters.tables import copy_mask
 
     cal = NgramCalibrator.load()
     cfg = NgramConfig(n_min=cal.cfg.n_min, n_max=cal.cfg.n_max, ext_max=cal.cfg.ext_max)
@@ -135,7 +135,7 @@ def first_position_by_copy(chains: list[dict], seqs: list[Sequence]) -> dict:
 
 
 def recorded_drafts(seq_id: str, chains: dict) -> dict:
-    """One line of the simulator's recorded-drafts sidecar (sim.drafters.model.load_recorded_drafts)."""
+    """One line of the simulator's recorded-drafts sidecar (sim.core.drafters.model.load_recorded_drafts)."""
     return {"id": seq_id, "model_conf": np.round(chains["conf"].astype(np.float64), 5).tolist(),
             "model_acc": chains["acc"].astype(int).tolist()}
 

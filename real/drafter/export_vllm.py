@@ -1,7 +1,7 @@
 """Export the vLLM-architecture drafter (real/drafter/qwen3_dspark.py) to vLLM's DSpark checkpoint layout, and
 read such a directory back.
 
-    python -m real.drafter.export_vllm --drafter models/drafters/dspark-v-smollm2-135m-b7.pt --out DIR
+    python -m real.export_drafter --drafter models/drafters/dspark-v-smollm2-135m-b7.pt --out DIR
 
 The directory vLLM 0.32 / 0.33 loads as `Qwen3DSparkModel` (speculative method "dspark", the target
 SmolLM2-135M-Instruct as `python -m real.vllm_cpu smollm2` writes it):
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 from real.drafter.qwen3_dspark import DSparkV, DSparkVConfig
 
 DSPARK_ARCH = "Qwen3DSparkModel"
@@ -124,7 +124,7 @@ def vllm_state_dict(d: DSparkV) -> dict[str, torch.Tensor]:
 
 def export_vllm(d: DSparkV, out: Path, source: str = "", force: bool = False) -> Path:
     """Write the directory (module docstring) whole: a temporary folder renamed into place."""
-    from sim.cli_util import atomic_dir, check_out_dir
+    from sim.infra.cli import atomic_dir, check_out_dir
 
     out = Path(out)
     check_out_dir(out, force=force)
@@ -194,11 +194,11 @@ def read_vllm_dir(path: Path) -> DSparkV:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sim.cli_util import ArgumentParser, check_in_file
+    from sim.infra.cli import ArgumentParser, check_in_file
 
     from real.drafter.model import load_drafter
 
-    ap = ArgumentParser(prog="python -m real.drafter.export_vllm", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m real.export_drafter", description=__doc__.split("\n")[0])
     ap.add_argument("--drafter", required=True, help="a drafter file of the vLLM architecture")
     ap.add_argument("--out", required=True, help="directory to write (must not exist unless --force)")
     ap.add_argument("--force", action="store_true")
@@ -219,9 +219,3 @@ def main(argv: list[str] | None = None) -> int:
                       force=a.force)
     print(f"wrote {out} ({sum(f.stat().st_size for f in out.iterdir()) / 1e6:.1f} MB)")
     return 0
-
-
-if __name__ == "__main__":
-    from sim.cli_util import run_cli
-
-    run_cli(main)

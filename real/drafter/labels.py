@@ -11,7 +11,7 @@ it is read off the text only while the text agrees with the target (t_{a+1+i} = 
 real/drafter/train.py `prepare` masks the rest). Labelled positions = such valid (anchor, slot) pairs.
 
 Sources (`SOURCES`): traces/general.jsonl prompts (ShareGPT conversations, chat-formatted: never the chat or
-code-editing evaluation traces) and the code-editing tuning split (real/drafter/tuning_split.py: prompt then
+code-editing evaluation traces) and the code-editing tuning split (real/tuning_split.py: prompt then
 the expected output, the copy-heavy part). Each source is cut to `max_len` tokens per row (rows longer are
 passed over for the code split, whose outputs copy the prompt's code: a cut would drop the copied part) and
 processed in shards of `shard` rows, each written whole (rename) as soon as it is done: an interrupted run
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 from real.drafter.data import Sequence, data_dir
 
 EVAL_TRACES = ("chat.jsonl", "codeedit.jsonl", "codeedit-model.jsonl")
@@ -145,7 +145,7 @@ def agreement(seqs: list[Sequence]) -> float:
 def collect_labels(cfg: LabelConfig, log=print, limit_s: float | None = None) -> dict[str, list[Sequence]]:
     """{source name: sequences}, labelling the missing shards (progress lines with positions per second).
     With `limit_s`, stops starting new shards after that many seconds (what is done stays; rerun resumes)."""
-    from real.engine.tokenizer import SmolTokenizer
+    from sim.core.trace.smollm2_tokenizer import SmolTokenizer
     from real.engine.weights import build_model
 
     cfg.validate()
@@ -191,7 +191,7 @@ __all__ = ["LabelSource", "LabelConfig", "collect_labels", "label_sequence", "ag
 
 
 def tuning_trace_path() -> Path:
-    """Where the code-editing tuning split lives (built on first use: real/drafter/tuning_split.py)."""
+    """Where the code-editing tuning split lives (built on first use: real/tuning_split.py)."""
     p = data_dir() / "codeedit-tune.jsonl"
     if not p.is_file():
         from real.drafter.tuning_split import build_tuning_split

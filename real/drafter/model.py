@@ -39,13 +39,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 from real.drafter.draft_out import DraftOut
 from real.drafter.target_tied import TargetTied
 from real.engine.model import RMSNorm, apply_rope
 from real.engine.weights import file_sha256
+from sim.infra import paths
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = paths.REPO
 DRAFTERS_DIR = REPO / "models" / "drafters"
 DEFAULT_DRAFTER = DRAFTERS_DIR / "dspark-smollm2-135m-b7.pt"
 FORMAT = "hybridspec-drafter-1"
@@ -270,7 +271,7 @@ def save_drafter(drafter: DSparkDrafter, path: Path, meta: dict) -> str:
     torch.save({"format": drafter.FORMAT, "config": asdict(drafter.cfg), "meta": meta, "state": sd}, buf)
     data = buf.getvalue()
     digest = hashlib.sha256(data).hexdigest()
-    from sim.fsio import commit_files
+    from sim.infra.fsio import commit_files
 
     # one unit: a kill leaves the old weights with the old digest or the new with the new, never a mix
     commit_files(path.parent, {path.name: data, path.name + ".sha256": f"{digest}  {path.name}\n"}, unit=path.name)
@@ -284,8 +285,8 @@ def load_drafter(path: str | Path = DEFAULT_DRAFTER, target: str | None = None, 
     `target` (models/llms name), `target_sha256` (the weights file) and block size `block` when given.
     Every mismatch is a one-line ConfigError."""
     p = Path(path)
-    try:  # finish a save that was killed after it committed (sim.fsio.commit_files)
-        from sim.fsio import recover
+    try:  # finish a save that was killed after it committed (sim.infra.fsio.commit_files)
+        from sim.infra.fsio import recover
 
         recover(p.parent)
     except OSError:

@@ -1,5 +1,5 @@
 """The DSpark drafter in vLLM's architecture (`Qwen3DSparkModel`, vLLM 0.32 / 0.33), in the project's torch code:
-one set of weights runs in the project's RealEngine and, exported (real/drafter/export_vllm.py), in vLLM.
+one set of weights runs in the project's RealEngine and, exported (real/export_drafter.py), in vLLM.
 
 Notation as real/drafter/model.py: the target has run t_0 .. t_{a-1} and emitted t_a (not yet run); h_j is the
 concatenation of the target's residual stream after each of `layers` (vLLM: target_layer_ids) at position j,
@@ -41,7 +41,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 from real.drafter.draft_out import DraftOut
 from real.drafter.target_tied import TargetTied
 from real.engine.model import RMSNorm, apply_rope

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 
 
 class TargetTied:

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 from real.drafter.data import Sequence
 from real.drafter.model import DSparkDrafter
 

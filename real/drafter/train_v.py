@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 from real.drafter.qwen3_dspark import DSparkV
 from real.drafter.train import SeqTensors, lr_at
 

@@ -1,7 +1,7 @@
 """The drafter's copy-heavy code-editing tuning split: real edits between releases of other PyPI projects than
 the ones the evaluation traces are built from.
 
-traces/codeedit.jsonl and traces/codeedit-model.jsonl (sim/trace/build_codeedit.py `PROJECTS`: attrs, click,
+traces/codeedit.jsonl and traces/codeedit-model.jsonl (sim/core/trace/build_codeedit.py `PROJECTS`: attrs, click,
 rich, Jinja2, packaging, more-itertools, requests, Markdown, Pygments) are evaluation traces; the drafter never
 trains on them. The tuning split is built by the same builder (same prompts, selection rules and fast-apply
 shape: the output copies most of the prompt's code) from `TUNE_PROJECTS` below, whose names are disjoint from
@@ -10,7 +10,7 @@ the evaluation projects' (tests/test_drafter_v.py checks the lists and the built
   pyparsing 3.0.9 -> 3.1.1 (MIT), itsdangerous 2.0.1 -> 2.1.2 (BSD-3-Clause), pluggy 0.13.1 -> 1.3.0 (MIT),
   tqdm 4.62.3 -> 4.66.1 (MPL-2.0 AND MIT), python-dateutil 2.8.1 -> 2.8.2 (Apache-2.0 OR BSD-3-Clause)
 
-    python -m real.drafter.tuning_split --out PATH      # fetches the pinned wheels with pip (sha256 checked)
+    python -m real.tuning_split --out PATH      # fetches the pinned wheels with pip (sha256 checked)
 
 Written to the drafter data cache by `python -m real.train_drafter_v` when absent (never into traces/: it is
 data built by a command, not a bundled trace).
@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sim.trace.build_codeedit import PROJECTS as EVAL_PROJECTS
-from sim.trace.build_codeedit import Project, Release
+from sim.core.trace.build_codeedit import PROJECTS as EVAL_PROJECTS
+from sim.core.trace.build_codeedit import Project, Release
 
 TUNE_PROJECTS: tuple[Project, ...] = (
     Project("pyparsing", "MIT",
@@ -69,7 +69,7 @@ def row_project(row_id: str) -> str:
 
 def build_tuning_split(out: Path, cache: Path | None = None, progress: bool = True) -> dict:
     """Build the split into `out` (whole or not at all: the builder writes it in one piece)."""
-    from sim.trace.build_codeedit import build
+    from sim.core.trace.build_codeedit import build
 
     if project_names(TUNE_PROJECTS) & eval_project_names():  # a guard on edits to either list
         raise AssertionError("tuning projects overlap the evaluation projects")
@@ -77,17 +77,11 @@ def build_tuning_split(out: Path, cache: Path | None = None, progress: bool = Tr
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sim.cli_util import ArgumentParser, check_out_file, run_cli  # noqa: F401
+    from sim.infra.cli import ArgumentParser, check_out_file, run_cli  # noqa: F401
 
-    ap = ArgumentParser(prog="python -m real.drafter.tuning_split", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m real.tuning_split", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="JSONL file to write (must not exist)")
     a = ap.parse_args(argv)
     out = check_out_file(a.out, False, "--out")
     print(json.dumps(build_tuning_split(out)))
     return 0
-
-
-if __name__ == "__main__":
-    from sim.cli_util import run_cli
-
-    run_cli(main)

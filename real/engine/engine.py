@@ -1,15 +1,15 @@
-"""The real speculative-decoding engine: the simulator's engine (sim/engine.py) with a model in the loop.
+"""The real speculative-decoding engine: the simulator's engine (sim/engine/engine.py) with a model in the loop.
 
-It reuses everything the simulator does between the model calls -- the scheduler (sim/scheduler.py),
+It reuses everything the simulator does between the model calls -- the scheduler (sim/core/scheduler.py),
 building each step's StepBatch, the policy call, the Allocation contract check, acceptance and emission
 bookkeeping -- and overrides only the hooks where a real engine differs (see `Engine._step`):
 
-  _propose   only the drafters the policy's Plan names (the step contract, sim/policies/base.py: the plan
+  _propose   only the drafters the policy's Plan names (the step contract, sim/core/policies/base.py: the plan
              is made on the host before any drafter runs): the n-gram drafter runs for real on the device
-             over each request's context (real/engine/ngram.py); the model drafter is live or a replay
+             over each request's context (sim/core/drafters/ngram_torch.py); the model drafter is live or a replay
              stand-in (below). A drafter the plan leaves out (`hybrid` skipping the model pass) is not run,
              and its time is not charged;
-             A live drafter of the run (--drafters ... suffix: the suffix tree, sim/engine_live.py) proposes
+             A live drafter of the run (--drafters ... suffix: the suffix tree, sim/engine/live.py) proposes
              on the host from the engine's own context, only when the plan names it (RealLiveChains); its
              time is charged (its own step column, suffix_ms) only on steps it ran, and a request whose
              suffix chain is chosen verifies those tokens;
@@ -23,9 +23,9 @@ bookkeeping -- and overrides only the hooks where a real engine differs (see `En
              say what `draft` holds (RealEngine.run): draft_pass (1: the model drafter's pass ran this step)
              and draft_upkeep_ms (the live drafter's context append, part of draft_ms; it follows every
              forward, so a step without the pass -- a prefill-only step, a step `hybrid` skips the drafter
-             -- has draft_ms = draft_upkeep_ms). real/profile.py prices the pass from the steps it ran on.
-             Three more give the forward's padded attention shape (sim/cost/padded.py: kv_gather, kv_view,
-             attn_rows_kv, from the q_lens and cache_lens the model ran), which real/profile.py fits verify on.
+             -- has draft_ms = draft_upkeep_ms). real/validation/profile.py prices the pass from the steps it ran on.
+             Three more give the forward's padded attention shape (sim/core/cost/padded.py: kv_gather, kv_view,
+             attn_rows_kv, from the q_lens and cache_lens the model ran), which real/validation/profile.py fits verify on.
 Time: simulated time advances by each step's measured duration (a time-compressed replay: waiting for an
 arrival costs no wall time). Steps are synchronous (no CPU/GPU overlap): simulate it with
 EngineConfig(async_scheduling=False).
@@ -56,17 +56,17 @@ import time
 import numpy as np
 import torch
 
-from sim.cost.padded import NO_SHAPE, SHAPE_COLUMNS, padded_shape
-from sim.drafters.ngram import NgramConfig
-from sim.drafters.tables import DraftTables
-from sim.engine import Engine, EngineConfig
-from sim.engine_live import LiveChains
-from sim.errors import ConfigError
-from sim.policies.base import Allocation, Plan, StepBatch
-from sim.scheduler import StepPlan
-from sim.step_time import StepCharge, StepPrices
+from sim.core.cost.padded import NO_SHAPE, SHAPE_COLUMNS, padded_shape
+from sim.core.drafters.ngram import NgramConfig
+from sim.core.drafters.tables import DraftTables
+from sim.engine.engine import Engine, EngineConfig
+from sim.engine.live import LiveChains
+from sim.infra.errors import ConfigError
+from sim.core.policies.base import Allocation, Plan, StepBatch
+from sim.core.scheduler import StepPlan
+from sim.engine.step_time import StepCharge, StepPrices
 from real.engine.model import SHORT_QUERY_MAX
-from real.engine.ngram import HistoryBuffer, propose_ngram
+from sim.core.drafters.ngram_torch import HistoryBuffer, propose_ngram
 
 
 def _to_device(obj, device: torch.device):
@@ -95,7 +95,7 @@ class Clock:
 
 
 class RealLiveChains(LiveChains):
-    """The real engine's live drafters (sim.engine_live.LiveChains): each drafter's proposal timed (the step's
+    """The real engine's live drafters (sim.engine.live.LiveChains): each drafter's proposal timed (the step's
     `live` laps, charged only when it ran), and emission of the tokens the target produced (the accepted
     drafts, then the target's own bonus token), not the trace's."""
 
@@ -173,7 +173,7 @@ class RealEngine(Engine):
         self._feats: torch.Tensor | None = None
         self._pass_log: list[bool] = []      # per step: the model drafter's pass ran (the step columns, run())
         self._upkeep_log: list[float] = []   # per step: the drafter's context append [ms], inside draft_ms
-        self._fwd_shape = NO_SHAPE           # the step's forward's padded attention shape (sim/cost/padded.py)
+        self._fwd_shape = NO_SHAPE           # the step's forward's padded attention shape (sim/core/cost/padded.py)
         self._fwd_shape_log: list = []       # per step (the step columns kv_gather, kv_view, attn_rows_kv; run())
 
     # ---------------------------------------------------------------------------------------- slots

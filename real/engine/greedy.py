@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from sim.console import progress_bar
+from sim.api.console import progress_bar
 
 
 @dataclass

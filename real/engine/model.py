@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 
 # A query of at most this many tokens (decode, draft verification) joins the padded batched attention call;
 # longer ones (prefill chunks) get their own SDPA call, where padding them to a common length would waste work.
@@ -73,9 +73,9 @@ class ModelArgs:
 
     @classmethod
     def from_llm(cls, name: str) -> "ModelArgs":
-        """Shapes from models/llms/<name>.json (via sim.models.get_llm, which lists the known names if `name` is
+        """Shapes from models/llms/<name>.json (via sim.core.models.get_llm, which lists the known names if `name` is
         unknown) plus the family constants above, chosen by the name's prefix."""
-        from sim.models import get_llm
+        from sim.core.models import get_llm
 
         spec = get_llm(name)
         family = next((f for f in _FAMILY_DEFAULTS if spec.name.startswith(f)), None)

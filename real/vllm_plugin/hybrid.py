@@ -24,14 +24,14 @@ Per step (vLLM's order; R rows of the batch):
               copy-history features read from the state above:
                   i = output position = total_len - prompt_len,  overall = (hits + 1) / (i + 2),
                   recent = (hits in the ring + 0.5) / (min(i, H) + 1),  prev_hit = ring[(i - 1) mod H];
-            - the choice, by the simulator's own function (sim.policies.hybrid.choose_chain on
+            - the choice, by the simulator's own function (sim.core.policies.hybrid.choose_chain on
               published_view: K_b-slot model and W-slot n-gram chains, T = N = R, vLLM's profiled verify
               table and draft cost); after a skipped pass every eligible row takes its n-gram chain;
             - the published chain, W wide: tokens (the n-gram chain's where chosen, DSpark's past its
               length, FILLER_TOKEN past both) and confidences (`publish`: 0 past the chosen chain's length),
               which vLLM's adaptive verification budgets and allocates unchanged.
   plan_skip (host, before DSpark's pass, only with hybrid_spec.skip): the simulator's `hybrid` decision
-            (sim.policies.hybrid.plan_skip) on host copies of the last values: each request's DSpark chain as the
+            (sim.core.policies.hybrid.plan_skip) on host copies of the last values: each request's DSpark chain as the
             simulator's engine forecasts it (the last step's when the pass ran then, else the mean of those
             drafted so far, 1.0 before any), its last n-gram chain and its mean n-gram chain so far, vLLM's
             profiled verify table, the draft cost at R with and without the block pass (`set_skip_table`).
@@ -48,11 +48,11 @@ import torch
 
 from real.vllm_plugin.config import HybridSpecConfig
 from real.vllm_plugin.ngram_kernels import first_token_hits, ngram_match
-from sim.drafters.calibration import NgramCalibrator, conditional_torch
-from sim.policies.base import StepBatch
-from sim.policies.hybrid import SWEEP_EXACT_MAX, choose_chain, publish, published_view
+from sim.core.drafters.calibration import NgramCalibrator, conditional_torch
+from sim.core.policies.base import StepBatch
+from sim.core.policies.hybrid import SWEEP_EXACT_MAX, choose_chain, publish, published_view
 
-HISTORY_WINDOW = 32  # H: output positions in the `recent` copy-history share (sim.drafters.calibration.copy_history)
+HISTORY_WINDOW = 32  # H: output positions in the `recent` copy-history share (sim.core.drafters.calibration.copy_history)
 FILLER_TOKEN = 0  # token id in a published slot past both chains (confidence 0; any valid id is lossless)
 CHAINS = ("model", "ngram")
 
@@ -97,7 +97,7 @@ class HybridDrafter:
         self.model_len_last = torch.zeros(S, dtype=torch.int64, device=dev)
         # the running sum / count of a request's drafted DSpark chains and whether the last step drafted one: after a
         # skipped step plan_skip forecasts the model chain by their mean, as the simulator's engine does
-        # (sim.engine_history._host_history), and by 1.0 before any (vLLM's reset of a new request's confidences)
+        # (sim.engine.history._host_history), and by 1.0 before any (vLLM's reset of a new request's confidences)
         self.model_conf_sum = torch.zeros(S, block, dtype=torch.float64, device=dev)
         self.model_steps = torch.zeros(S, dtype=torch.int64, device=dev)
         self.model_ran_last = torch.zeros(S, dtype=torch.bool, device=dev)
@@ -126,7 +126,7 @@ class HybridDrafter:
         """Compile observe's and propose's device work (`torch.compile`, fullgraph, the batch size R dynamic), so that
         each runs as a few fused kernels (counted by `real.vllm_plugin.checks.count_compiled_kernels`; inductor fuses
         the ops of the step, and the policy functions replace their scans and binary searches by fusable forms
-        while compiling: sim.policies.common.prefix_sum / prefix_product / count_above, same values). The graphs are
+        while compiling: sim.core.policies.common.prefix_sum / prefix_product / count_above, same values). The graphs are
         built at the first call of each shape family: `warm_up` makes them at start-up. Their inputs are the
         step's arguments and this object's persistent buffers, so a CUDA build can also capture them."""
         self._observe_fn = torch.compile(self._observe_step, fullgraph=True, dynamic=True)
@@ -362,11 +362,11 @@ class HybridDrafter:
     def plan_skip(self, slots, hysteresis: float = 0.0) -> bool:
         """Whether DSpark's block pass runs this step for the requests in vLLM's slots `slots` (host ints, the
         batch's idx_mapping_np), decided on the host before the pass by the simulator's `hybrid` rule
-        (sim.policies.hybrid.plan_skip) from the host copies of the last values (module docstring). Reads device
+        (sim.core.policies.hybrid.plan_skip) from the host copies of the last values (module docstring). Reads device
         state with .cpu(): a copy without a device sync only where the state lives on the host (the CPU build;
         the speculator refuses skip elsewhere). True (run it) when no skip cost is known."""
-        from sim.policies.base import HostView
-        from sim.policies.hybrid import plan_skip
+        from sim.core.policies.base import HostView
+        from sim.core.policies.hybrid import plan_skip
 
         if self.skip_table is None or self._table_host is None or not self.draft_table:
             return True

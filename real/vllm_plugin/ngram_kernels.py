@@ -5,7 +5,7 @@ proposals with features of the match. Both read vLLM's history buffer `req_state
 ([max_num_reqs, max_model_len] int32) through a batch -> row mapping, as vLLM's own GPU n-gram speculator
 does; unlike it, these return the match itself (n, start, length) and the calibrator features.
 
-Semantics: exactly `sim.drafters.ngram.ngram_tables` at a context c = token_ids[rows[b], :t] of length
+Semantics: exactly `sim.core.drafters.ngram.ngram_tables` at a context c = token_ids[rows[b], :t] of length
 t = ctx_len[b] (a caller may ask for a context shorter than the row, e.g. an earlier output position):
 
     n*   = the largest n in [n_min, n_max] with an earlier occurrence of the suffix c[t-n:t], an end e with
@@ -24,7 +24,7 @@ only on input shapes, so both versions can run inside an asynchronous step or a 
 Triton version (two kernels; Q = n_max, NQ = n_max - n_min + 1):
   scan, grid (B, ceil(L / BLOCK_L)): for each end e of its block, the matched suffix length
       m[e] = #leading q in 0..Q-1 with e-1-q >= 0, e < t and c[e-1-q] == c[t-1-q]
-  (m <= e because a compare at q needs e >= q+1, so no separate cap as in `real.engine.ngram`), and per n
+  (m <= e because a compare at q needs e >= q+1, so no separate cap as in `sim.core.drafters.ngram_torch`), and per n
   in [n_min, n_max] the block's count of ends with m >= n and its rightmost such end -> scratch [B, NB, NQ].
   A block that starts at or past t exits at once and writes nothing (L is vLLM's max_model_len, so without
   the exit every step would scan every request's whole row).
@@ -33,7 +33,7 @@ Triton version (two kernels; Q = n_max, NQ = n_max - n_min + 1):
   chain tokens, ext (blocks of 64 positions backwards with a running "still matching" flag; loads are
   masked off once a mismatch is seen, so the trip count min(ext_max, L) / 64 is data independent) and
   in_prompt. Work O(B * L * Q) compares for the scan, O(B * (L / BLOCK_L * NQ + ext_max + k)) to finalize.
-The torch version is `real.engine.ngram.propose_ngram(features=True)` on the gathered rows (one
+The torch version is `sim.core.drafters.ngram_torch.propose_ngram(features=True)` on the gathered rows (one
 definition of the rule for the engine and the plugin); it copies the B rows ([B, L]), fine as a reference.
 
 The module imports without Triton; the kernels are defined on first use (see `_kernels`), so that
@@ -47,9 +47,9 @@ from typing import Literal
 
 import torch
 
-from real.engine.ngram import PAD_TOKEN, propose_ngram
-from sim.drafters.ngram import NgramConfig
-from sim.policies.common import arange
+from sim.core.drafters.ngram_torch import PAD_TOKEN, propose_ngram
+from sim.core.drafters.ngram import NgramConfig
+from sim.core.policies.common import arange
 
 try:  # optional: the default (CPU) environment has no Triton
     import triton

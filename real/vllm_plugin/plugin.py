@@ -32,7 +32,7 @@ import weakref
 
 from real.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, HybridSpecConfig
 from real.vllm_plugin.versions import check_version, installed_version, is_cpu_build
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 
 MODEL_RUNNER = "vllm.v1.worker.gpu.model_runner"  # Model Runner V2's module (0.32 and 0.33)
 _ACTIVE: list = []           # weak references to the speculators built in this process (one per model runner)

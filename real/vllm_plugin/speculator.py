@@ -42,7 +42,7 @@ except ImportError as exc:  # the plugin's other modules import without vLLM; th
 from real.vllm_plugin.config import HybridSpecConfig
 from real.vllm_plugin.hybrid import FILLER_TOKEN, HybridDrafter
 from real.vllm_plugin.lifecycle import attach_manager
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 
 
 def dspark_block(vllm_config) -> int:
@@ -61,7 +61,7 @@ def block_config(vllm_config, block: int):
 
 
 class HybridSpeculator(DSparkSpeculator):
-    """DSpark + n-gram, one chain per request by the simulator's price rule (sim.policies.hybrid)."""
+    """DSpark + n-gram, one chain per request by the simulator's price rule (sim.core.policies.hybrid)."""
 
     _speculator_name = "DSpark+ngram (hybridspec)"
 

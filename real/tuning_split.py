@@ -1,0 +1,9 @@
+"""`python -m real.tuning_split`: Build the drafter's copy-heavy code-editing tuning split.
+
+A thin command over its library, real/drafter/tuning_split.py (the options, what it does and the Python API are there).
+"""
+from real.drafter.tuning_split import main
+from sim.infra.cli import run_cli
+
+if __name__ == "__main__":
+    run_cli(main)

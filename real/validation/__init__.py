@@ -1,0 +1,1 @@
+"""The validation pipeline: run a trace slice on a real engine (torch, vLLM on GPU, vLLM on CPU), profile the machine, simulate the same run and judge the difference. The commands real/<name>.py are thin wrappers over these modules."""

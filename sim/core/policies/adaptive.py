@@ -1,0 +1,87 @@
+"""Adaptive verification over the model chain: vLLM 0.33's budget + global top-B, and DSpark's early stop.
+
+`adaptive` (the baseline every result is compared to), as vLLM 0.33's `enable_adaptive_verification`
+(vllm/v1/worker/gpu/spec_decode/adaptive_verification.py, AdaptiveVerificationManager):
+  1. Budget (`get_num_tokens`), on the CPU from one-step-old (stale) confidences, in float64 like vLLM:
+       S = stale survivals cumprod(stale_model_conf) of slots j < model_len, sorted descending; the mask
+         is this step's scheduled draft count (model_len), not the stale chain's length, as in vLLM
+       C = min(|S|, max_draft_tokens)      (vLLM's logits-buffer cap, when the engine gives it)
+       B* = argmax_{B = 0..C} (N + S_1 + ... + S_B) / (draft_ms + verify_ms[T + B])     [tokens/ms]
+     N = num_sampling (decoding requests + prefill chunks that complete their prefill this step), T =
+     non-draft tokens, verify_ms the start-up profiled table (first maximum on ties; index clamped).
+  2. Allocation (`reallocate_drafts`), on the GPU from the current confidences: survival
+     a = cumprod(model_conf), slots j >= model_len at -inf, global top-B* over the flattened [R, K_m]
+     matrix, admitted[r] = row count.
+  Step 1 is the policy's plan (`plan_adaptive`: the host's Plan, budget B*), step 2 its allocate
+  (`allocate_adaptive`). B* stays a 0-d tensor and top-B is "stable sort, rank < B*", so there is no host
+  sync at all.
+  (vLLM's torch.topk leaves the order of equal survivals unspecified; the stable sort takes the lower
+  flat index first, so allocations may differ from vLLM's only among tied slots.)
+
+`adaptive:early-stop`: the DSpark paper's Algorithm 1. Slots are taken in descending *current*
+  survival while each one raises the goodput G_B; it stops at the first slot that does not
+  (B_es <= B* of the same confidences). Budget and allocation both use current values.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import torch
+
+from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
+from sim.core.policies.common import (CHAIN_MODEL, best_budget, early_stop_budget, finish, rank_scores,
+                                 survival, top_b_counts)
+from sim.core.policies.registry import Policy, register, split_table, with_table
+from sim.core.vllm import VllmRun
+
+
+def stale_model_budget(batch: HostView | StepBatch) -> torch.Tensor:
+    """B* from the stale model confidences (the part vLLM computes on the CPU), 0-d int64.
+    Stale survivals are masked with the current draft count model_len, as vLLM masks them with this
+    step's scheduled drafts."""
+    surv = survival(batch.stale_model_conf, batch.model_len, dtype=torch.float64)
+    budget, _ = best_budget(batch, rank_scores(surv, batch.model_len))
+    return budget
+
+
+def plan_adaptive(view: HostView) -> Plan:
+    """Host phase: the model drafter runs (not the n-gram one); budget B* from the stale confidences."""
+    return Plan(model=True, ngram=False, budget=stale_model_budget(view))
+
+
+def allocate_adaptive(batch: StepBatch, plan: Plan) -> Allocation:
+    """Device phase: the global top-B (B = plan.budget) of the current model-chain survivals."""
+    scores = rank_scores(survival(batch.model_conf, batch.model_len), batch.model_len)
+    admitted = top_b_counts(scores, plan.budget)
+    return finish(torch.full_like(admitted, CHAIN_MODEL), admitted)
+
+
+def alloc_adaptive(batch: StepBatch) -> Allocation:
+    """vLLM adaptive verification: stale budget B*, current global top-B* of model-chain survivals."""
+    return allocate_adaptive(batch, plan_adaptive(host_view(batch)))
+
+
+def alloc_adaptive_early_stop(batch: StepBatch) -> Allocation:
+    """DSpark Algorithm 1: greedy over current survivals, stop at the first slot that does not raise G."""
+    scores = rank_scores(survival(batch.model_conf, batch.model_len), batch.model_len)
+    budget = early_stop_budget(batch, scores)
+    admitted = top_b_counts(scores, budget)
+    return finish(torch.full_like(admitted, CHAIN_MODEL), admitted)
+
+
+@register("adaptive", "adaptive[:early-stop][:table=T]",
+          "DSpark/vLLM adaptive verification of the model chain (stale budget, current top-B); "
+          "':early-stop' = DSpark Algorithm 1; table=step: priced with the step's own verify table, not vLLM's "
+          "start-up profile (as hybrid's; T in startup, step)")
+def _adaptive(params: List[str]) -> Policy:
+    params, step = split_table(params)
+    return with_table(_adaptive_plain(params), step)
+
+
+def _adaptive_plain(params: List[str]) -> Policy:
+    if not params:
+        return Policy("adaptive", alloc_adaptive, uses_model=True, uses_ngram=False, plan_fn=plan_adaptive,
+                      alloc_fn=allocate_adaptive, vllm=VllmRun("dspark", adaptive=True))
+    if params == ["early-stop"]:
+        return Policy("adaptive:early-stop", alloc_adaptive_early_stop, uses_model=True, uses_ngram=False)
+    raise ValueError(f"unknown adaptive variant '{':'.join(params)}' (only 'early-stop')")

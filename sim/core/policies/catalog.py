@@ -1,0 +1,48 @@
+"""The policy catalog: every registered family, and `get_policy`, which parses a spec such as `model-fixed:7` or
+`hybrid-price:sweep` into a Policy: the definition, which every engine runs (the simulator attaches its fast forms:
+sim/engine/policies.py, sim_policy).
+
+The families register themselves (sim/core/policies/registry.py: `register`) when this module imports them; the
+registry imports none of them, so the imports run one way: catalog -> families -> registry.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from sim.core.drafters.registry import DEFAULT_DRAFTERS, parse_drafters
+from sim.infra.errors import ConfigError
+from sim.core.policies import simple, adaptive, hybrid, tree, multi  # noqa: F401,I001  (registration, in listing order)
+from sim.core.policies.registry import Policy, families
+
+
+def list_policies() -> List[str]:
+    """Usage strings of every registered family, e.g. ['none', 'model-fixed:K', ...]."""
+    return [fam.usage for fam in families().values()]
+
+
+def describe_policies() -> Dict[str, str]:
+    """usage -> one-line summary, for CLI help."""
+    return {fam.usage: fam.summary for fam in families().values()}
+
+
+def get_policy(spec: str, drafters=DEFAULT_DRAFTERS) -> Policy:
+    """Build the policy named by `spec` ('family' or 'family:param[:param]') for a run that enables `drafters`
+    (registered names, sim/core/drafters/registry.py; default dspark and ngram). A family with a form over any
+    drafters (registry.over_drafters: hybrid, hybrid-price, hybrid-tree, hybrid-vllm, oracle) uses all of them; any other policy must
+    use only enabled ones. ConfigError (one line) if unknown or if it needs a drafter the run does not enable."""
+    choices = ", ".join(list_policies())
+    drafters = parse_drafters(drafters)
+    name, *params = str(spec).strip().split(":")
+    fam = families().get(name)
+    if fam is None:
+        raise ConfigError(f"unknown policy '{spec}'; choose one of: {choices}")
+    general = fam.over is not None and drafters != DEFAULT_DRAFTERS
+    try:
+        pol = fam.over(params, drafters) if general else fam.factory(params)
+    except ValueError as exc:
+        raise ConfigError(f"unknown policy '{spec}' ({exc}); choose one of: {choices}") from None
+    missing = [d for d in pol.drafters if d not in drafters]
+    if missing:
+        raise ConfigError(f"policy '{spec}' uses the drafter(s) {', '.join(missing)}, which this run does not enable "
+                          f"(--drafters {','.join(drafters)}); add them to --drafters")
+    return pol

@@ -1,0 +1,218 @@
+"""The policy registry: the Policy type and `register`, which the policy families call on import.
+
+A family registers itself with `@register(name, usage, summary)` on a factory that takes the spec's
+parameters (the strings after the first ':') and returns a `Policy`. Factories raise ValueError on a bad
+parameter; `get_policy` (sim/core/policies/catalog.py, which imports the families: this module imports none of
+them) turns that into a one-line ConfigError naming the valid choices.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+from sim.infra.errors import ConfigError
+from sim.core.policies.base import Allocation, HostView, Plan, StepBatch
+from sim.core.vllm import VllmRun
+
+
+@dataclass(frozen=True)
+class Policy:
+    """An allocation policy: a pure batched-tensor function StepBatch -> Allocation, plus what it needs.
+
+    uses_model / uses_ngram: which drafters must run this step (the engine charges their cost).
+    uses_extra: the other registered drafters it uses (names, sim/core/drafters/registry.py); `drafters` is all of them.
+    needs_truth: reads true_model_acc / true_ngram_acc (only the oracle).
+    host_sync: needs a device-to-host copy of current-step values (False for every policy here).
+    tree: may verify both chains as two branches (Allocation.second); engines that verify chains only
+        (the real torch engine) refuse it.
+    sim_fn: a faster form of `fn` that the simulator runs instead (sim.engine.policy_fast, fast_multi, checked
+        against `fn` by tests/test_fast_forms.py); where it has `plan` and `allocate` (a form over any drafters)
+        the simulator's engine runs those as the two phases. None = the simulator runs `fn`. Real engines
+        always run `fn`.
+    sim_for: the `fn` that sim_fn is a form of; a copy whose fn was replaced (dataclasses.replace(pol,
+        fn=...), as tests do to inject a bug) no longer matches it, and the simulator then runs that fn.
+    vllm: how vLLM runs the policy (sim.core.vllm.VllmRun: its method, num_speculative_tokens, adaptive
+        verification, and whether the policy exists only as vLLM runs it); None: vLLM has no counterpart.
+        The engine charges the token budget as vLLM's scheduler does from it (sim.core.vllm.slot_charge).
+    recal: the prior precision k of the online recalibration of the drafters' confidences (the `recal=k` option,
+        sim/core/drafters/recalibration.py): the engine then keeps each request's offsets and hands them to the policy
+        (StepBatch.recal / stale_recal), and runs the definitions (no fast form transcribes it); None: off.
+    recal_shared: the offsets are one per drafter for the whole run, not per request (the `runcal=k` option).
+    step_table: the policy prices verify slots with the step's own table (the `table=step` option): the engine
+        hands it verify_cost_ms = CostModel.charged_verify_table at the step's token count, KV context and
+        sequences (host-known before launch) instead of vLLM's start-up profile, and runs the definitions.
+    plan_fn / alloc_fn: the policy's two phases (sim.core.policies.base: plan on the host from a HostView,
+        allocate on the device from the StepBatch and the Plan); fn must then be alloc_fn(batch,
+        plan_fn(host_view(batch))). None: a single-phase policy, whose plan is every drafter it uses and no
+        budget and whose allocate is fn.
+    """
+
+    name: str
+    fn: Callable[[StepBatch], Allocation] = field(repr=False, compare=False)
+    uses_model: bool
+    uses_ngram: bool
+    needs_truth: bool = False
+    host_sync: bool = False
+    tree: bool = False
+    sim_fn: Optional[Callable[[StepBatch], Allocation]] = field(default=None, repr=False, compare=False)
+    sim_for: Optional[Callable[[StepBatch], Allocation]] = field(default=None, repr=False, compare=False)
+    plan_fn: Optional[Callable[[HostView], Plan]] = field(default=None, repr=False, compare=False)
+    alloc_fn: Optional[Callable[[StepBatch, Plan], Allocation]] = field(default=None, repr=False, compare=False)
+    phases_of: Optional[Callable[[StepBatch], Allocation]] = field(default=None, repr=False, compare=False)
+    vllm: Optional[VllmRun] = field(default=None, compare=False)
+    uses_extra: tuple = ()
+    recal: Optional[float] = None
+    recal_shared: bool = False
+    step_table: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_default_plan", Plan(self.uses_model, self.uses_ngram,
+                                                       extra=frozenset(self.uses_extra)))  # made once: per-step use
+        if (self.plan_fn is None) != (self.alloc_fn is None):
+            raise TypeError(f"policy '{self.name}': plan_fn and alloc_fn go together")
+        if self.plan_fn is not None and self.phases_of is None:
+            object.__setattr__(self, "phases_of", self.fn)  # the fn the two phases are (sim_for's rule)
+
+    @property
+    def drafters(self) -> tuple:
+        """Every drafter the policy uses, by registered name (dspark, ngram, then the others)."""
+        return ("dspark",) * self.uses_model + ("ngram",) * self.uses_ngram + tuple(self.uses_extra)
+
+    @property
+    def phased(self) -> bool:
+        """Whether the engine runs the policy's two phases: it has them and fn is still the one they make (a
+        copy whose fn was replaced, as tests do to inject a bug, is single-phase: fn decides alone)."""
+        return self.plan_fn is not None and self.phases_of is self.fn
+
+    @property
+    def default_plan(self) -> Plan:
+        """The plan of a single-phase policy: every drafter it uses runs, no budget."""
+        return self._default_plan
+
+    def plan(self, view: HostView) -> Plan:
+        """Phase 1 (host): which drafters run this step and its budget, from what the host knows."""
+        return self.plan_fn(view) if self.phased else self.default_plan
+
+    def allocate(self, batch: StepBatch, plan: Plan) -> Allocation:
+        """Phase 3 (device): the allocation of this step's chains under `plan` (Policy.plan of its HostView)."""
+        if not self.phased:
+            return self(batch)
+        self._check_truth(batch)
+        return self.alloc_fn(batch, plan)
+
+    def _check_truth(self, batch: StepBatch) -> None:
+        if self.needs_truth and (batch.true_model_acc is None or batch.true_ngram_acc is None):
+            raise ConfigError(f"policy '{self.name}' needs the true accepted lengths, which this engine "
+                              "does not provide")
+
+    @property
+    def sim_callable(self) -> Callable[[StepBatch], Allocation]:
+        """What the simulator runs: sim_fn while it is the form of this policy's fn, else the policy itself."""
+        return self.sim_fn if self.sim_fn is not None and self.sim_for is self.fn else self
+
+    def __call__(self, batch: StepBatch) -> Allocation:
+        self._check_truth(batch)
+        return self.fn(batch)
+
+
+@dataclass(frozen=True)
+class _Family:
+    usage: str
+    summary: str
+    factory: Callable[[List[str]], Policy]
+    over: Optional[Callable[[List[str], tuple], Policy]] = None  # (params, the run's drafters) -> Policy
+
+
+def over_drafters(name: str):
+    """Decorator: register the form of family `name` over any set of drafters, `factory(params, drafters)`
+    (drafters: the run's, registered names in registry order). get_policy builds it for every set but the
+    default two (sim/core/drafters/registry.py: DEFAULT_DRAFTERS), which keep the family's own definition."""
+
+    def deco(factory: Callable[[List[str], tuple], Policy]):
+        fam = _REGISTRY[name]
+        _REGISTRY[name] = _Family(fam.usage, fam.summary, fam.factory, factory)
+        return factory
+
+    return deco
+
+
+_REGISTRY: Dict[str, _Family] = {}
+
+
+def families() -> Dict[str, _Family]:
+    """The registered families, name -> (usage, summary, factory), in registration order."""
+    return _REGISTRY
+
+
+def register(name: str, usage: str, summary: str):
+    """Decorator: register `factory(params: list[str]) -> Policy` under the family `name`."""
+
+    def deco(factory: Callable[[List[str]], Policy]):
+        if name in _REGISTRY:
+            raise RuntimeError(f"policy family '{name}' registered twice")
+        _REGISTRY[name] = _Family(usage, summary, factory)
+        return factory
+
+    return deco
+
+
+def parse_int(text: str, what: str, lo: int = 0) -> int:
+    """Parse an integer parameter >= lo, ValueError otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{what} must be an integer, got '{text}'") from None
+    if value < lo:
+        raise ValueError(f"{what} must be >= {lo}, got {value}")
+    return value
+
+
+def parse_float(text: str, what: str, lo: float = 0.0) -> float:
+    """Parse a finite float parameter >= lo, ValueError otherwise."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{what} must be a number, got '{text}'") from None
+    if not (value >= lo and value < float("inf")):
+        raise ValueError(f"{what} must be a finite number >= {lo}, got {text}")
+    return value
+
+
+TABLES = ("startup", "step")  # the `table=` option's values; the first is the default
+
+
+def split_table(params: List[str]) -> tuple[List[str], bool]:
+    """The `table=T` option (anywhere in the parameters; T in TABLES) and the other parameters: whether the policy
+    prices with the step's own verify table (Policy.step_table); ValueError if T is not one of TABLES."""
+    rest, step = [], False
+    for p in params:
+        if p.startswith("table="):
+            val = p[len("table="):]
+            if val not in TABLES:
+                raise ValueError(f"table must be one of {', '.join(TABLES)}, got '{val}'")
+            step = val == "step"
+        else:
+            rest.append(p)
+    return rest, step
+
+
+def with_table(pol: Policy, step: bool) -> Policy:
+    """`pol` pricing verify slots with the step's own table (`table=step`, Policy.step_table): the same functions,
+    handed the table of this step's token count, KV context and sequences instead of vLLM's start-up profile
+    (docs/design.md). Why: the start-up profile times x tokens with min(x, max_num_seqs) dummy requests at
+    8,192 tokens of context each, so below max_num_seqs tokens each further slot is priced as one more long
+    request (at batch 128 the 37 slots from 37 to 74 tokens cost 18.9 ms there, and nothing at a step of 37
+    requests with 1,000 tokens of context each: 9.6 ms either way, one CUDA-graph bucket): a price-based policy
+    then trims chains whose slots would pay. Named
+    `NAME:table=step`; no fast form transcribes it; vLLM runs no such policy (its adaptive verification keeps the
+    start-up table), so `vllm` is dropped. `pol` itself when step is False."""
+    if not step:
+        return pol
+    return dataclasses.replace(pol, name=f"{pol.name}:table=step", step_table=True, sim_fn=None, sim_for=None,
+                               vllm=None)
+
+
+def no_params(name: str, params: List[str]) -> None:
+    if params:
+        raise ValueError(f"'{name}' takes no parameter")

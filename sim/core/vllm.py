@@ -1,0 +1,290 @@
+"""vLLM's habits on the simulator's command lines: its flag names and its `--speculative-config` JSON.
+
+Flag aliases (sim.api.run and sim.api.sweep):
+  --num-prompts N     = --sample N: N requests drawn across the trace, seeded by --seed (vLLM shuffles the
+                        dataset with its seed and takes the first N; the simulator keeps them in trace order,
+                        which only moves arrival order when the trace has no arrival times)
+  --request-rate R    = --rate R: Poisson arrivals at R req/s; `inf` (vLLM's default) = all at time 0
+  --max-num-seqs B    = --batch-size B: the most requests running at once
+  --max-model-len N   : the context length to check requests against (default: the model's, models/llms/)
+
+`--speculative-config` maps vLLM's fields onto a simulator policy (`speculative_config`):
+
+  method                                 policy                       notes
+  ngram, ngram_gpu                       vllm-ngram:K                 K = num_speculative_tokens; sets --ngram-k K;
+                                                                      prompt_lookup_min/max must be the n-gram
+                                                                      calibrator's n range (it is fitted per range)
+  dspark                                 model-fixed:K                the DSpark drafter profile (--drafter); K <= its block
+  dspark + enable_adaptive_verification  adaptive                     vLLM's adaptive verification (the baseline)
+  eagle, eagle3                          model-fixed:K                with the EAGLE-style drafter (models/drafters/
+                                                                      eagle-llama3.1-8b / eagle3-llama3.1-8b: profile
+                                                                      at block K, K sequential head passes priced)
+
+  suffix                                 suffix                       the suffix-tree drafter (enabled in --drafters);
+                                                                      num_speculative_tokens = its longest chain,
+                                                                      suffix_decoding_max_tree_depth / _max_cached_
+                                                                      requests / _max_spec_factor / _min_token_prob
+                                                                      = its settings (sim/core/drafters/suffix.py)
+
+`ngram` runs on vLLM's Model Runner V2 as its GPU n-gram speculator (NgramGPUSpeculator): every decoding
+request is scheduled and verified all K slots every step, an unmatched slot filled with the last token
+(accepted where the target repeats it: the engine models it, sim.core.vllm.filler_slots);
+`vllm-ngram:K` is that policy (`ngram-fixed:K` verifies only the matched chain, which vLLM does not do).
+
+How vLLM's scheduler charges each method (`VllmRun`, `vllm_slot_charge`; vllm/config/speculative.py
+max_num_new_slots_for_drafting and vllm/config/vllm.py num_lookahead_tokens, the same in 0.32 and 0.33), for
+K = num_speculative_tokens:
+  method   scheduled drafts   extra slots per scheduled request   KV lookahead   verified
+  dspark   K                  K - 1 (parallel drafting)           K (anchor sampling)  adaptive: B*; else K
+  ngram    K                  0                                   0              K
+  (none)   0                  0                                   0              -
+Adaptive verification trims the verified drafts on the GPU after scheduling: the budget is charged the
+whole K either way.
+
+Other methods (mtp, draft_model, medusa, ...) have no drafter model in the simulator
+and are refused with a one-line error, as are fields that would change what the run means (tree
+settings, sampling methods, ...). Fields about where the drafter runs (model,
+quantization, parallelism) do not change what the simulator models and are ignored.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from sim.core.drafters.suffix import suffix_config
+from sim.infra.errors import ConfigError
+from sim.core.scheduler import SCHEDULED, SlotCharge
+
+NGRAM_METHODS = ("ngram", "[ngram]", "ngram_gpu")
+MODEL_METHODS = ("dspark",)
+# EAGLE-style methods -> the drafter profile that stands for them (fitted on Llama-3.1-8B; models/drafters/)
+EAGLE_PROFILES = {"eagle": "eagle-llama3.1-8b", "eagle3": "eagle3-llama3.1-8b"}
+MAX_EAGLE_K = 64  # the longest chain a drafter profile holds
+# fields that say where or how the drafter runs, not what it proposes or what is verified
+IGNORED_FIELDS = ("model", "quantization", "revision", "code_revision", "draft_tensor_parallel_size",
+                  "tensor_parallel_size", "max_model_len", "disable_padded_drafter_batch", "draft_load_config",
+                  "enforce_eager", "draft_lm_head_quantization")
+# vLLM's suffix-decoding fields -> the suffix drafter's settings (sim/core/drafters/suffix.py: SuffixConfig)
+SUFFIX_FIELDS = {"suffix_decoding_max_tree_depth": "max_depth", "suffix_decoding_max_cached_requests": "max_cached",
+                 "suffix_decoding_max_spec_factor": "max_spec_factor",
+                 "suffix_decoding_min_token_prob": "min_token_prob"}
+MAPPED_FIELDS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+                 "enable_adaptive_verification", *SUFFIX_FIELDS)
+VLLM_NGRAM_DEFAULT_N = 5  # vLLM: prompt_lookup_min = prompt_lookup_max = 5 when neither is given
+
+
+SCHEDULERS = ("hybridspec", "vllm")  # EngineConfig.scheduler: the project's engines' budget rule, or vLLM's
+
+
+@dataclass(frozen=True)
+class VllmMethod:
+    """What vLLM's scheduler charges for one speculative method, for K = num_speculative_tokens [tokens]:
+    `extra_minus_k` + K extra slots per scheduled request (max_num_new_slots_for_drafting; None: 0 whatever K)
+    and `lookahead_minus_k` + K KV lookahead slots (num_lookahead_tokens; None: 0); `fills`: the method's
+    proposal is always K tokens, the slots past its match holding the last sampled token (Model Runner V2's
+    n-gram speculator, `_ngram_finalize_kernel`), which the target accepts where it repeats that token."""
+
+    extra_minus_k: int | None
+    lookahead_minus_k: int | None
+    fills: bool = False  # slots past the drafted chain are filled with the last sampled token and verified
+
+    def extra(self, k: int) -> int:
+        return 0 if self.extra_minus_k is None or k == 0 else k + self.extra_minus_k
+
+    def lookahead(self, k: int) -> int:
+        return 0 if self.lookahead_minus_k is None or k == 0 else k + self.lookahead_minus_k
+
+
+# The one table of vLLM's per-method charges (module docstring); DSpark with its default sample_from_anchor.
+VLLM_METHODS = {"dspark": VllmMethod(extra_minus_k=-1, lookahead_minus_k=0),
+                "ngram": VllmMethod(extra_minus_k=None, lookahead_minus_k=None, fills=True)}
+
+
+@dataclass(frozen=True)
+class VllmRun:
+    """How vLLM runs a simulator policy (Policy.vllm). method: a VLLM_METHODS key, None for no speculation;
+    k: num_speculative_tokens (None: the DSpark drafter's block); adaptive: adaptive verification trims the
+    verified drafts (else every scheduled slot is verified); only_vllm: the policy is defined as vLLM runs it
+    (vllm-ngram, hybrid-vllm), so it always gets vLLM's charge, whatever the engine's scheduler."""
+
+    method: str | None
+    k: int | None = None
+    adaptive: bool = False
+    only_vllm: bool = False
+
+    def __post_init__(self) -> None:
+        if self.method is not None and self.method not in VLLM_METHODS:
+            raise ConfigError(f"vLLM method {self.method!r} has no charge here (known: {', '.join(VLLM_METHODS)})")
+        if self.k is not None and (not isinstance(self.k, int) or self.k < 0):
+            raise ConfigError(f"num_speculative_tokens must be an integer >= 0, got {self.k!r}")
+
+
+def vllm_slot_charge(run: VllmRun, block: int) -> SlotCharge:
+    """vLLM's charge (sim.core.scheduler's 'scheduled' rule) for `run`; `block`: the DSpark drafter's chain length,
+    the K of a run that does not give one."""
+    if run.method is None:
+        return SlotCharge(SCHEDULED)
+    k = block if run.k is None else run.k
+    m = VLLM_METHODS[run.method]
+    return SlotCharge(SCHEDULED, drafts=k, extra=m.extra(k), lookahead=m.lookahead(k), verify_all=not run.adaptive)
+
+
+def filler_slots(run: VllmRun | None, charge: SlotCharge) -> int:
+    """K when vLLM runs the policy with a method that fills its proposal to K with the last sampled token (and
+    the engine charges it as vLLM), else 0."""
+    if run is None or run.method is None or charge.rule != SCHEDULED or not VLLM_METHODS[run.method].fills:
+        return 0
+    return charge.drafts
+
+
+def parse_scheduler(text: str) -> str:
+    """A --scheduler value: one of SCHEDULERS (ConfigError otherwise)."""
+    if text not in SCHEDULERS:
+        raise ConfigError(f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {text!r}")
+    return text
+
+
+def slot_charge(policy_name: str, run: VllmRun | None, scheduler: str, kmax: int, block: int) -> SlotCharge:
+    """The engine's charge for a policy: vLLM's where the engine's scheduler is 'vllm' or the policy exists only
+    as vLLM runs it, else the project's ('verified', kmax). ConfigError for a policy vLLM cannot run under
+    the 'vllm' scheduler."""
+    parse_scheduler(scheduler)
+    if run is not None and (run.only_vllm or scheduler == "vllm"):
+        if run.only_vllm and run.method == "dspark" and run.k is not None and run.k < block:
+            raise ConfigError(f"policy '{policy_name}': vLLM's num_speculative_tokens = {run.k} is below the DSpark "
+                              f"drafter's block of {block} (give slots >= {block})")
+        return vllm_slot_charge(run, block)
+    if scheduler == "vllm":
+        raise ConfigError(f"policy '{policy_name}' has no counterpart in vLLM, so the 'vllm' scheduler cannot charge "
+                          "it (vLLM runs none, adaptive, model-fixed:K, hybrid-vllm and vllm-ngram:K)")
+    return SlotCharge.verified(kmax)
+
+
+@dataclass
+class SpecMapping:
+    """What one --speculative-config becomes: a policy name, setup overrides and notes for stderr."""
+
+    policy: str
+    ngram_k: int | None = None
+    notes: list[str] = field(default_factory=list)
+    drafter: str | None = None  # a drafter profile replacing --drafter (eagle, eagle3): NAME:K, K = `block`
+    block: int | None = None
+    suffix: dict | None = None  # method suffix: the suffix drafter's settings (SuffixConfig names)
+
+
+def _int(cfg: dict, key: str) -> int | None:
+    v = cfg.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ConfigError(f"--speculative-config: {key} must be a positive integer, got {v!r}")
+    return v
+
+
+def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int) -> SpecMapping:
+    """Map vLLM's `--speculative-config` JSON onto a simulator policy. `ngram_range`: the (n_min, n_max) the
+    n-gram calibrator was fitted for; `model_block`: the DSpark profile's chain length. ConfigError (one line)
+    for anything that cannot be mapped, naming the field."""
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--speculative-config: not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise ConfigError(f"--speculative-config: not valid JSON: {str(exc).split(';')[0]}") from None
+    except RecursionError:
+        raise ConfigError("--speculative-config: not valid JSON: nested too deeply") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError("--speculative-config: expected a JSON object such as "
+                          "'{\"method\": \"ngram\", \"num_speculative_tokens\": 8}'")
+    unknown = sorted(set(cfg) - set(MAPPED_FIELDS) - set(IGNORED_FIELDS))
+    if unknown:
+        raise ConfigError(f"--speculative-config: field(s) {', '.join(unknown)} have no counterpart in the simulator "
+                          f"(it maps {', '.join(MAPPED_FIELDS)})")
+    method = cfg.get("method")
+    k = _int(cfg, "num_speculative_tokens")
+    lo, hi = _int(cfg, "prompt_lookup_min"), _int(cfg, "prompt_lookup_max")
+    adaptive = cfg.get("enable_adaptive_verification", False)
+    if not isinstance(adaptive, bool):
+        raise ConfigError(f"--speculative-config: enable_adaptive_verification must be true or false, got {adaptive!r}")
+    notes = [f"--speculative-config: ignored {f} (where the drafter runs, not what it proposes)"
+             for f in IGNORED_FIELDS if f in cfg]
+    if method is None:
+        raise ConfigError("--speculative-config: 'method' is required (the simulator maps ngram, ngram_gpu and dspark)")
+    given = [f for f in SUFFIX_FIELDS if f in cfg]
+    if given and method != "suffix":
+        raise ConfigError(f"--speculative-config: {given[0]} goes with method 'suffix' only")
+    if method == "suffix":
+        if adaptive or lo is not None or hi is not None:
+            raise ConfigError("--speculative-config: method 'suffix' takes num_speculative_tokens and the "
+                              "suffix_decoding_* fields only")
+        settings = {SUFFIX_FIELDS[f]: cfg[f] for f in given}
+        if k is not None:
+            settings["max_spec_tokens"] = k
+        suffix_config(settings)  # a setting out of range: one line, naming it
+        return SpecMapping("suffix", notes=notes, suffix=settings)
+    if method in NGRAM_METHODS:
+        if adaptive:
+            raise ConfigError("--speculative-config: enable_adaptive_verification goes with method 'dspark' only (as in vLLM)")
+        if k is None:
+            raise ConfigError("--speculative-config: method 'ngram' needs num_speculative_tokens")
+        if lo is None and hi is None:
+            notes.append(f"--speculative-config: no prompt_lookup_min/max given: the simulator's n-gram drafter matches "
+                         f"n = {ngram_range[0]}..{ngram_range[1]} (its calibrator's range), where vLLM would use "
+                         f"{VLLM_NGRAM_DEFAULT_N}..{VLLM_NGRAM_DEFAULT_N}")
+        else:
+            lo, hi = lo or hi, hi or lo
+            if lo > hi:
+                raise ConfigError(f"--speculative-config: prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}")
+            if (lo, hi) != tuple(ngram_range):
+                raise ConfigError(
+                    f"--speculative-config: prompt_lookup_min={lo}, prompt_lookup_max={hi} cannot be mapped: the n-gram "
+                    f"calibrator was fitted for n = {ngram_range[0]}..{ngram_range[1]}; fit one for {lo}..{hi} with "
+                    f"python -m sim.calibrate --n-min {lo} --n-max {hi} --out FILE and pass --calibrator FILE")
+        return SpecMapping(f"vllm-ngram:{k}", ngram_k=k, notes=notes)
+    if method in MODEL_METHODS:
+        if lo is not None or hi is not None:
+            raise ConfigError("--speculative-config: prompt_lookup_min/max go with method 'ngram' only")
+        if k is not None and k > model_block:
+            raise ConfigError(f"--speculative-config: num_speculative_tokens={k} exceeds the DSpark drafter profile's "
+                              f"block of {model_block} tokens (--drafter)")
+        if adaptive:
+            if k is not None and k != model_block:
+                raise ConfigError(f"--speculative-config: adaptive verification sizes the budget within the drafter's "
+                                  f"block of {model_block}; num_speculative_tokens={k} cannot be mapped (omit it or "
+                                  f"give {model_block})")
+            return SpecMapping("adaptive", notes=notes)
+        return SpecMapping(f"model-fixed:{k or model_block}", notes=notes)
+    if method in EAGLE_PROFILES:
+        if lo is not None or hi is not None:
+            raise ConfigError("--speculative-config: prompt_lookup_min/max go with method 'ngram' only")
+        if adaptive:
+            raise ConfigError(f"--speculative-config: enable_adaptive_verification needs a confidence head; method "
+                              f"{method!r} has none (use 'dspark')")
+        if k is None:
+            raise ConfigError(f"--speculative-config: method {method!r} needs num_speculative_tokens")
+        if k > MAX_EAGLE_K:
+            raise ConfigError(f"--speculative-config: num_speculative_tokens={k} exceeds {MAX_EAGLE_K}, the longest "
+                              "chain a drafter profile holds")
+        notes.append(f"--speculative-config: method {method!r} runs the {EAGLE_PROFILES[method]} drafter profile "
+                     f"(fitted on Llama-3.1-8B, MT-Bench) for {k} sequential steps")
+        return SpecMapping(f"model-fixed:{k}", notes=notes, drafter=f"{EAGLE_PROFILES[method]}:{k}", block=k)
+    raise ConfigError(f"--speculative-config: method {method!r} cannot be mapped: the simulator's drafters are the "
+                      "n-gram drafter (method 'ngram'), the DSpark block-drafter profile (method 'dspark', "
+                      "optionally with enable_adaptive_verification) and the EAGLE-style heads (methods 'eagle', "
+                      "'eagle3')")
+
+
+MIN_RATE = 1e-6  # req/s (one request in ~12 days): slower Poisson arrivals overflow the simulated clock
+
+def parse_rate(text: str) -> float | None:
+    """A --rate/--request-rate value: req/s > 0, or `inf` (vLLM's default: every request at time 0) = None."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise ConfigError(f"--request-rate must be a number of requests per second or 'inf', got {text[:40]!r}") from None
+    if math.isinf(v) and v > 0 and text.strip().lower().lstrip("+") in ("inf", "infinity"):
+        return None
+    if math.isinf(v) or math.isnan(v) or v < MIN_RATE:  # (a number of 400 digits overflows to inf: not 'inf')
+        raise ConfigError(f"--request-rate must be >= {MIN_RATE:g} req/s (or 'inf'), got {text[:40]!r}")
+    return v

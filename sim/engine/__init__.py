@@ -1,0 +1,1 @@
+"""The simulator's engine room: the simpy engine, every fast form of its step and of the policies (native C, array forms, stretches, fast-forward) and the one place that chooses which form a step takes (forms.py). Imports the core and infra only."""

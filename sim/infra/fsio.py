@@ -1,0 +1,441 @@
+"""Files that survive crashes, signals and a second process: the one cache folder setting, user-private
+folders, output locks, atomic folder swaps, sets of files committed as one unit, crash leftovers, and
+SIGTERM handled like Ctrl-C.
+
+Cache folder (`cache_root`): $HYBRIDSPEC_CACHE_DIR if set (`off`, `0`, `none`, `false` or empty: no cache
+at all, for every cache), else $XDG_CACHE_HOME/hybridspec, else ~/.cache/hybridspec. Every cache
+(draft tables, token ids, native libraries, converted weights, drafter data and checkpoints) lives under it.
+
+Invariants this module keeps:
+- `private_dir` folders are created 0700 and refused (one-line ConfigError) unless owned by this user and
+  closed to group and others, so nobody else can plant a file in them.
+- `output_lock` holds an exclusive flock on `.<name>.lock` beside an output for the whole command: a second
+  writer of the same output is refused at once with one line, never silently merged. The lock dies with
+  the process (kill -9 included); the lock file itself is left (removing it would race a new locker).
+- `swap_dir` replaces a folder atomically: renameat2(RENAME_EXCHANGE) where the kernel and C library have it
+  (the new folder and the old one trade places in one step), else a journal `.<name>.swap` written before
+  two renames and read back by `recover` (a kill between them rolls forward to the new folder).
+- `commit_files` writes several files as one unit: every file whole under a temporary name, then a journal
+  `.<folder>.commit` naming them, then the renames, then the journal is removed. `recover` (run before a
+  read and at the start of every writer) finishes a committed unit and removes temporaries of one that was
+  never committed, so a reader sees the old set or the new set, never a mix.
+- `clean_leftovers` removes what an earlier killed run left beside an output (`.<name>.<pid>.tmp`/`.old`
+  folders and files whose process is gone).
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from sim.infra.errors import ConfigError
+
+ENV = "HYBRIDSPEC_CACHE_DIR"
+_OFF = ("", "off", "0", "none", "false", "no")
+
+
+# ------------------------------------------------------------------------------------------------ cache
+def cache_root() -> Path | None:
+    """The one cache folder every cache lives under, or None when caching is off (for every cache)."""
+    env = os.environ.get(ENV)
+    if env is not None:
+        return None if env.strip().lower() in _OFF else Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    if not base.strip() or not os.path.isabs(base):  # the XDG spec: a relative value is ignored
+        base = str(Path.home() / ".cache")
+    return Path(base) / "hybridspec"
+
+
+def private_dir(path: Path) -> Path:
+    """`path`, created with owner-only permissions (0700) if missing, and checked: a real folder (not a
+    link), owned by this user, not writable or readable by group or others. ConfigError otherwise."""
+    path = Path(path)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{path}: expected a private folder, found a link or a file; remove it")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise ConfigError(f"{path}: owned by another user (uid {st.st_uid}); refusing to load code or data from it")
+    if st.st_mode & 0o077:
+        try:  # a folder of ours left open by an older version or a umask: close it
+            os.chmod(path, 0o700)
+        except OSError:
+            raise ConfigError(f"{path}: open to other users (mode {stat.S_IMODE(st.st_mode):o}); "
+                              f"run chmod 700 {path}") from None
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ signals
+def _raise_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+@contextmanager
+def termination_as_interrupt() -> Iterator[None]:
+    """For the block: SIGTERM and SIGHUP (what timeout, Slurm, systemd, docker stop and a closed terminal
+    send) raise KeyboardInterrupt in the main thread, so they unwind exactly as Ctrl-C does (temporaries
+    removed, workers stopped, exit 130). The earlier handlers are put back after."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {}
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            saved[sig] = signal.signal(sig, _raise_interrupt)
+    try:
+        yield
+    finally:
+        for sig, h in saved.items():
+            signal.signal(sig, h if h is not None else signal.SIG_DFL)
+
+
+_STOP_SIGNALS = {s for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)) if s is not None}
+
+
+@contextmanager
+def forking_workers() -> Iterator[None]:
+    """Around the creation of worker processes (fork): SIGTERM, SIGINT and SIGHUP are blocked, so a worker
+    starts with them blocked and the parent's Python handlers inherited; die_with_parent sets the worker's
+    own and unblocks them. A signal sent in between is then delivered to the worker's own disposition
+    instead of being lost (a worker that missed its SIGTERM would idle forever, and its pool's join with it)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def die_with_parent() -> None:
+    """In a worker process: be killed when the parent dies (Linux prctl PR_SET_PDEATHSIG), so that a killed
+    command never leaves workers running; SIGTERM in a worker ends it at once and SIGINT is left to the
+    parent (the parent decides what to keep). Unblocks what forking_workers blocked. prctl: Linux only."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent handles it
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+# ------------------------------------------------------------------------------------------------ locks
+@contextmanager
+def output_lock(path: Path, flag: str = "--out") -> Iterator[None]:
+    """Hold an exclusive lock on the output `path` (file or folder) for the block; ConfigError at once if
+    another process holds it."""
+    import fcntl
+
+    path = Path(os.path.abspath(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.parent / f".{path.name}.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            try:
+                who = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            except OSError:
+                who = ""
+            raise ConfigError(f"{flag} {path}: another process{f' (pid {who})' if who else ''} is writing it; "
+                              "wait for it to finish or choose another output") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+# ------------------------------------------------------------------------------------------------ leftovers
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.(?:tmp|old|part|jtmp)$")
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_leftovers(path: Path) -> list[Path]:
+    """Remove `.<name>.<pid>.tmp|old|part` siblings of `path` whose process is gone (an earlier run that was
+    killed), after `recover` has finished any committed swap. Returns what was removed."""
+    path = Path(os.path.abspath(path))
+    recover(path.parent)
+    gone = []
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return gone
+    for e in entries:
+        m = _LEFTOVER.match(e.name)
+        if not m or m["name"] != path.name or _alive(int(m["pid"])):
+            continue
+        p = Path(e.path)
+        if e.is_dir(follow_symlinks=False):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        gone.append(p)
+    return gone
+
+
+# ------------------------------------------------------------------------------------------------ swaps
+_RENAME_EXCHANGE = 2
+_RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+
+
+def _renameat2(a: Path, b: Path, flags: int) -> bool:
+    """renameat2(a, b, flags); False where the system has no renameat2 (or the file system refuses it)."""
+    if not sys.platform.startswith("linux") or os.environ.get("HYBRIDSPEC_NO_RENAMEAT2"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EPERM, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def _journal_write(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + f".{os.getpid()}.jtmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def swap_dir(new: Path, path: Path) -> None:
+    """Put the filled folder `new` in the place of `path` (a sibling), atomically; an older `path` is removed
+    afterwards. A kill at any moment leaves `path` old or new (via `recover` where the journal is used)."""
+    new, path = Path(os.path.abspath(new)), Path(os.path.abspath(path))
+    if path.is_dir() and not path.is_symlink():
+        if _renameat2(new, path, _RENAME_EXCHANGE):
+            shutil.rmtree(new, ignore_errors=True)  # `new` now holds the old folder
+            return
+        old = path.with_name(f".{path.name}.{os.getpid()}.old")
+        journal = path.with_name(f".{path.name}.swap")
+        _journal_write(journal, {"path": path.name, "new": new.name, "old": old.name})
+        os.replace(path, old)
+        os.replace(new, path)
+        journal.unlink()
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    if path.exists() or path.is_symlink():
+        raise ConfigError(f"{path}: exists and is not a folder")
+    if not _renameat2(new, path, _RENAME_NOREPLACE):
+        os.rename(new, path)
+
+
+def _carry_over(src: Path, dst: Path, keep) -> None:
+    """Hard-link (copy where links fail) the entries of folder `src` for which keep(name) into `dst`."""
+    for e in os.scandir(src):
+        if not keep(e.name) or (dst / e.name).exists():
+            continue
+        s, d = Path(e.path), dst / e.name
+        if e.is_dir(follow_symlinks=False):
+            shutil.copytree(s, d, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(s, d)
+
+
+def _link_or_copy(s, d) -> None:
+    try:
+        os.link(s, d, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(s, d, follow_symlinks=False)
+
+
+@contextmanager
+def atomic_dir(path: Path, keep=None) -> Iterator[Path]:
+    """Write a folder whole or not at all: yields a temporary sibling to fill; on success it takes the place
+    of `path` (swap_dir), on failure it is removed and `path` is left as it was. Leftovers of earlier
+    killed runs beside `path` are cleaned first. `keep(name)`: entries of an existing `path` that are not
+    this command's outputs; they are carried into the new folder (hard links) so the swap never loses them."""
+    path = Path(os.path.abspath(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean_leftovers(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if keep is not None and path.is_dir():
+            _carry_over(path, tmp, keep)
+        swap_dir(tmp, path)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.filename is None and exc.errno is not None:  # a full disk mid-write: name the output
+            raise type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from None
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# ------------------------------------------------------------------------------------------------ units
+def commit_files(folder: Path, files: dict[str, bytes | str], unit: str = "commit") -> list[Path]:
+    """Write `files` (name -> content) into `folder` as one unit: a reader (after `recover`) sees all the
+    old files or all the new ones. Returns the paths written."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    recover(folder)
+    pid = os.getpid()
+    tmps = {}
+    try:
+        for name, data in files.items():
+            tmp = folder / f".{name}.{pid}.part"
+            with open(tmp, "wb") as f:
+                f.write(data.encode() if isinstance(data, str) else data)
+                f.flush()
+                os.fsync(f.fileno())
+            tmps[name] = tmp.name
+        journal = folder / f".{unit}.{pid}.commit"
+        _journal_write(journal, {"files": tmps})
+    except BaseException as exc:
+        for t in tmps.values():
+            (folder / t).unlink(missing_ok=True)
+        for t in folder.glob(f".*.{pid}.part"):  # the one being written when it failed
+            t.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            raise type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(folder)) from None
+        raise
+    _roll_forward(folder, journal)
+    return [folder / n for n in files]
+
+
+def _roll_forward(folder: Path, journal: Path) -> None:
+    try:
+        data = json.loads(journal.read_text())
+    except (OSError, ValueError):
+        return
+    if "files" in data:
+        for name, tmp in data["files"].items():
+            try:
+                os.replace(folder / tmp, folder / name)
+            except FileNotFoundError:  # already renamed (by us before a kill, or by a concurrent recover)
+                pass
+    elif "new" in data:  # a folder swap of the journal fallback
+        path, new, old = folder / data["path"], folder / data["new"], folder / data["old"]
+        if new.is_dir():
+            if path.is_dir() and not old.exists():
+                os.replace(path, old)
+            if not path.exists():
+                os.replace(new, path)
+        if old.is_dir() and path.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+    journal.unlink(missing_ok=True)
+
+
+def recover(folder: Path) -> None:
+    """Finish what a killed writer committed in `folder` (journals `.*.commit`, `.*.swap`): roll forward.
+    Temporaries of a unit never committed are removed by clean_leftovers / the next writer."""
+    folder = Path(folder)
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.startswith(".")
+                   and (e.name.endswith(".commit") or e.name.endswith(".swap"))]
+    except OSError:
+        return
+    for e in entries:
+        _roll_forward(folder, Path(e.path))
+
+
+def clean_dead(folder: Path) -> list[Path]:
+    """In `folder`: finish committed units (`recover`), then remove every `.<name>.<pid>.tmp|old|part`
+    temporary whose process is gone (a killed writer's uncommitted files). Returns what was removed."""
+    folder = Path(folder)
+    recover(folder)
+    gone = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return gone
+    for e in entries:
+        m = _LEFTOVER.match(e.name)
+        if m and not _alive(int(m["pid"])):
+            if e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path, ignore_errors=True)
+            else:
+                Path(e.path).unlink(missing_ok=True)
+            gone.append(Path(e.path))
+    return gone
+
+
+# ------------------------------------------------------------------------------------------------ out paths
+def resolve_out(path: Path, flag: str = "--out") -> Path:
+    """The real folder an output path names, checked before any work: a symlink is followed (the link keeps
+    pointing at the new result); `.`, `..`, the working folder, an ancestor of it, or the file system root
+    are refused (replacing them would move the user's files away)."""
+    p = Path(path)
+    if p.name in ("", ".", "..") or str(p).rstrip("/") in ("", ".", ".."):
+        raise ConfigError(f"{flag} {path}: names the current folder or its parent; give a folder name, e.g. {flag} out/run")
+    real = Path(os.path.realpath(p))
+    cwd = Path(os.path.realpath(os.getcwd()))
+    if real == cwd or real in cwd.parents or real == Path(real.anchor) or real == Path.home().resolve():
+        raise ConfigError(f"{flag} {path}: resolves to {real}, the working folder, your home or one of their "
+                          "ancestors; give a folder of its own, e.g. {flag} out/run".replace("{flag}", flag))
+    for up in real.parents:  # an output under a file: one line naming it, before the lock tries to make folders
+        if up.exists():
+            if not up.is_dir():
+                raise ConfigError(f"{flag} {path}: {up} is a file, not a folder")
+            break
+    return real
+
+
+@contextmanager
+def out_guard(path, flag: str = "--out") -> Iterator[Path | None]:
+    """For a command writing the output `path` (None: no output): before any work, the real path (resolve_out:
+    links followed, the working folder and its ancestors refused), held under output_lock for the block so a
+    second writer is refused rather than merged. Check the path's content inside the block, under the lock."""
+    if path is None:
+        yield None
+        return
+    real = resolve_out(path, flag)
+    with output_lock(real, flag):
+        yield real
+
+
+def private_tempdir(prefix: str = "hybridspec-") -> Path:
+    """A fresh folder only this user can open (mkdtemp: 0700, unpredictable name), for when caching is off."""
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+__all__ = ["cache_root", "private_dir", "private_tempdir", "termination_as_interrupt", "forking_workers", "die_with_parent", "output_lock",
+           "clean_leftovers", "swap_dir", "atomic_dir", "commit_files", "recover", "clean_dead", "resolve_out", "out_guard"]
