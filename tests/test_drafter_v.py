@@ -244,7 +244,7 @@ def test_live_in_the_real_engine_lossless_and_replayed_by_the_simulator(target):
     d = DSparkV(DSparkVConfig(**{**TINY, "block": 7, "vocab": 4096})).attach_target(target.tok_embeddings.weight)
     d.set_vocab(torch.arange(4096))
     sts = [prepare(s, 7) for s in own]
-    train_v(d, sts, sts[:1], VTrainConfig(steps=160, anchors=32, lr=3e-3, warmup=2, eval_every=160), None,
+    train_v(d, sts, sts[:1], VTrainConfig(steps=400, anchors=32, lr=3e-3, warmup=2, eval_every=400), None,
             log=lambda msg: None)
     wl = Workload.build("traces/chat.jsonl", "qwen3-tiny", True, "cpu", drafter=d, **kw)
     model = wl.model(max_slots=4)
