@@ -60,10 +60,10 @@ def random_requests(rng: np.random.Generator, n: int, vocab: int = 6, max_prompt
 
 def plausible_calibrator(cfg):
     """A fixed, plausible n-gram calibrator: acceptance rises with the match length, falls with depth."""
-    from sim.core.drafters.calibration import _KNOTS, NgramCalibrator
+    from sim.core.drafters.calibration import KNOTS, NgramCalibrator
 
-    w = np.zeros(len(_KNOTS) + 11)
-    w[0], w[1], w[1 + len(_KNOTS)] = -0.5, 1.0, -0.3
+    w = np.zeros(len(KNOTS) + 11)
+    w[0], w[1], w[1 + len(KNOTS)] = -0.5, 1.0, -0.3
     return NgramCalibrator(w, cfg)
 
 

@@ -14,7 +14,7 @@ import torch
 
 from conftest import LinearCost, random_requests
 from sim.core.cost import make_cost_model
-from sim.core.drafters.calibration import _KNOTS, NgramCalibrator
+from sim.core.drafters.calibration import KNOTS, NgramCalibrator
 from sim.core.drafters.model import ModelDrafterProfile
 from sim.core.drafters.ngram import NgramConfig
 from sim.core.drafters.tables import build_draft_tables
@@ -306,6 +306,6 @@ _CFG = NgramConfig(n_min=1, n_max=3, k=6, ext_max=16)
 
 
 def _tables(reqs, seed=0):
-    w = np.zeros(len(_KNOTS) + 11)
-    w[0], w[1], w[1 + len(_KNOTS)] = -0.5, 1.0, -0.3
+    w = np.zeros(len(KNOTS) + 11)
+    w[0], w[1], w[1 + len(KNOTS)] = -0.5, 1.0, -0.3
     return build_draft_tables(reqs, _CFG, ModelDrafterProfile(name="t", block=4), NgramCalibrator(w, _CFG), seed=seed)

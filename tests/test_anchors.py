@@ -314,18 +314,18 @@ def test_model_shaped_trace_keeps_the_exact_traces_requests():
 
 
 def test_paper_shows_the_anchors_beside_the_code_edit_headline():
-    from sim.api.report import _anchor_lines
+    from sim.api.report import anchor_lines
 
     rows = [Figure("pr24344-blazedit:codeedit-model", "share of steps with an n-gram draft",
                    0.547, 0.668, 0.10, "absolute").as_dict(),
             Figure("pr24344-blazedit:codeedit", "tokens per step, all steps", 2.96, 4.675,
                    0.15).as_dict(),
             Figure("pr32374-eagle-itl", "inter-token latency (ms), batch 1, K=0", 6.87, 7.35, 0.15).as_dict()]
-    model = " ".join(_anchor_lines(rows, "codeedit-model"))
+    model = " ".join(anchor_lines(rows, "codeedit-model"))
     assert "0.668 vs 0.547" in model and "+0.121" in model and "missed" in model and "4.675" not in model
-    exact = " ".join(_anchor_lines(rows, "codeedit"))
+    exact = " ".join(anchor_lines(rows, "codeedit"))
     assert "4.675 vs 2.960" in exact and "+58%" in exact and "1 of 1 within 15%" in exact
-    assert _anchor_lines(None, "codeedit") == []
+    assert anchor_lines(None, "codeedit") == []
 
 
 def test_tensor_parallel_on_the_command_line(capsys):

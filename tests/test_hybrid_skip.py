@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from conftest import LinearCost, random_requests
-from sim.core.drafters.calibration import _KNOTS, NgramCalibrator
+from sim.core.drafters.calibration import KNOTS, NgramCalibrator
 from sim.core.drafters.model import ModelDrafterProfile
 from sim.core.drafters.ngram import NgramConfig
 from sim.core.drafters.tables import build_draft_tables
@@ -69,7 +69,7 @@ def test_free_budget_widens_only_across_flat_cost():
 def test_engine_charges_the_model_pass_only_when_it_ran():
     rng = np.random.default_rng(0)
     reqs = random_requests(rng, 6, vocab=4, max_prompt=60, max_out=120)
-    w = np.zeros(len(_KNOTS) + 11)
+    w = np.zeros(len(KNOTS) + 11)
     w[0], w[1] = 2.0, 1.0
     tb = build_draft_tables(reqs, CFG, ModelDrafterProfile(name="t", block=4), NgramCalibrator(w, CFG))
     res = Engine(tb, np.zeros(len(reqs)), sim_policy("hybrid"), LinearCost(), EngineConfig(batch_size=2)).run()
@@ -84,7 +84,7 @@ def test_engine_charges_the_model_pass_only_when_it_ran():
 def test_engine_flags_slots_of_a_drafter_that_did_not_run():
     rng = np.random.default_rng(1)
     reqs = random_requests(rng, 4)
-    tb = build_draft_tables(reqs, CFG, ModelDrafterProfile(name="t", block=4), NgramCalibrator(np.zeros(len(_KNOTS) + 11), CFG))
+    tb = build_draft_tables(reqs, CFG, ModelDrafterProfile(name="t", block=4), NgramCalibrator(np.zeros(len(KNOTS) + 11), CFG))
     inner = sim_policy("model-fixed:3")
 
     def cheat(batch):  # claims the pass was skipped but admits model slots
@@ -100,7 +100,7 @@ def test_subset_tables_run_like_a_trace_of_those_requests():
     rng = np.random.default_rng(2)
     reqs = random_requests(rng, 8)
     prof = ModelDrafterProfile(name="t", block=4)
-    calib = NgramCalibrator(np.zeros(len(_KNOTS) + 11), CFG)
+    calib = NgramCalibrator(np.zeros(len(KNOTS) + 11), CFG)
     full = build_draft_tables(reqs, CFG, prof, calib)
     idx = np.array([1, 4, 6])
     sub = full.subset(idx)

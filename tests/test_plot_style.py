@@ -76,7 +76,7 @@ def test_every_page_one_style(tmp_path, monkeypatch):
     import sim.api.sweep as sw
     from sim.api.report import load_sweep, write_sweep_report
     from sim.api.run import main as run_main
-    from sim.api.sensitivity import _AXIS_TITLES, sensitivity_html
+    from sim.api.sensitivity import AXIS_TITLES, sensitivity_html
 
     seen: dict = {}
     # the run's report.html: several batch sizes, so several step-time panels
@@ -95,7 +95,7 @@ def test_every_page_one_style(tmp_path, monkeypatch):
     assert check_page((d / "rep" / "index.html").read_text(), seen) > 8
     # sensitivity.html
     rows = [{"axis": ax, "value": v, "batch_size": b, "hybrid": 1.2, "hybrid-price": 1.1, "best single": 1.0, "oracle": 1.4}
-            for ax in _AXIS_TITLES for v in ("a", "b") for b in (4, 128)]
+            for ax in AXIS_TITLES for v in ("a", "b") for b in (4, 128)]
     check_page(sensitivity_html(pd.DataFrame(rows)), seen)
     # real/validate's fidelity.html
     from real.validation.fidelity import format_html

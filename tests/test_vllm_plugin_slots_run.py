@@ -76,7 +76,7 @@ def test_cached_only_never_starts_vllm_and_names_a_stale_code_version(tmp_path, 
     import types
 
     import real.validation.vllm.engine as engine
-    from real.validation.vllm_cpu.validate import CacheMiss, _digest, code_version, run_cell
+    from real.validation.vllm_cpu.validate import CacheMiss, digest, code_version, run_cell
 
     monkeypatch.setattr(engine, "launch", lambda *a, **k: pytest.fail("--cached-only started vLLM"))
     cfg = run_config(parse_args(["--limit", "2"]), 16, "hybrid")
@@ -94,7 +94,7 @@ def test_cached_only_never_starts_vllm_and_names_a_stale_code_version(tmp_path, 
         run_cell(cfg, sl, "hybrid", 2, work, cached_only=True)
     (work / "run.spec.json").write_text(json.dumps(spec))
     (work / "run.code.json").write_text(json.dumps({"code": "0ld"}))
-    assert _digest(spec) == _digest(json.loads((work / "run.spec.json").read_text()))
+    assert digest(spec) == digest(json.loads((work / "run.spec.json").read_text()))
     assert run_cell(cfg, sl, "hybrid", 2, work, cached_only=True)["steps"] == 3
     assert f"made by code 0ld, now {code_version()}" in capsys.readouterr().err
     (work / "run.code.json").write_text(json.dumps({"code": code_version()}))

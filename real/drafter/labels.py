@@ -212,9 +212,12 @@ def default_config(general_rows: int = 240, code_rows: int = 110) -> LabelConfig
         if general_rows else ()))
 
 
-if __name__ == "__main__":  # python -m real.drafter.labels [LIMIT_S]: label (resumable), print the totals
+def main(argv: list[str] | None = None) -> int:
+    """python -m real.label_drafter [LIMIT_S]: label the drafter's training text (resumable), print the totals."""
     import sys
 
-    got = collect_labels(default_config(), limit_s=float(sys.argv[1]) if len(sys.argv) > 1 else None)
+    argv = sys.argv[1:] if argv is None else argv
+    got = collect_labels(default_config(), limit_s=float(argv[0]) if argv else None)
     for k, v in got.items():
         print(f"{k}: {len(v)} sequences, {sum(len(s.tokens) for s in v)} tokens, agreement {agreement(v):.1%}")
+    return 0

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from sim.api.console import progress_bar
+from sim.infra.progress import progress_bar
 
 
 @dataclass

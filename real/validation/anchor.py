@@ -40,7 +40,7 @@ def reanchor(run_dir: Path) -> dict:
     """Every cell re-assembled with re-anchoring (module docstring): {"cells": [...], "recorded": summary,
     "reanchored": summary, "anchors": per trace}."""
     from real.validation.profile import profile_load, profile_uncertainty_of
-    from real.validation.validate import _cell_id, assemble_cell, repeat_speeds, trace_anchor
+    from real.validation.validate import cell_id, assemble_cell, repeat_speeds, trace_anchor
 
     fid = read_json(run_dir / "fidelity.json")
     meta, margin = fid["meta"], float(fid["meta"].get("margin", 0.03))
@@ -58,7 +58,7 @@ def reanchor(run_dir: Path) -> dict:
         t_dir = run_dir / Path(trace).stem
         keys = [(c["policy"], int(c["batch_size"])) for c in cells]  # measure_trace's order: bs outer, policy inner
         n_rep = len(cells[0]["repeats"])
-        reps = {k: [read_json(t_dir / "cells" / _cell_id(trace, *k) / f"real.r{r}.json") for r in range(n_rep)]
+        reps = {k: [read_json(t_dir / "cells" / cell_id(trace, *k) / f"real.r{r}.json") for r in range(n_rep)]
                 for k in keys}
         last = ((meta.get("speed_probes") or {}).get(trace) or {}).get("before")
         for k, r in abba_order(keys, n_rep):  # the probe before each repeat: the one after the repeat before it
@@ -73,7 +73,7 @@ def reanchor(run_dir: Path) -> dict:
                                                                    or [1.0] * n_rep)] for k in keys
                                  if not any(x["load"]["loaded"] for x in reps[k])])
         for c, k in zip(cells, keys):
-            pred = read_json(t_dir / "cells" / _cell_id(trace, *k) / "predicted.json")
+            pred = read_json(t_dir / "cells" / cell_id(trace, *k) / "predicted.json")
             n_tok, n_req = int(c["output_tokens"]), int(c["requests"])
             wl = types.SimpleNamespace(trace=trace, requests=[types.SimpleNamespace(output_len=n_tok)] +
                                        [types.SimpleNamespace(output_len=0)] * (n_req - 1))
@@ -82,7 +82,7 @@ def reanchor(run_dir: Path) -> dict:
             v_old, v_new = CellVerdict.from_json(c["verdict"]), CellVerdict.from_json(got["verdict"])
             recorded.append(v_old)
             new.append(v_new)
-            rows.append({"cell": _cell_id(trace, *k), "error_recorded": v_old.error, "verdict_recorded": v_old.verdict,
+            rows.append({"cell": cell_id(trace, *k), "error_recorded": v_old.error, "verdict_recorded": v_old.verdict,
                          "speed": v_new.speed, "error": v_new.error, "band": v_new.band, "verdict": v_new.verdict,
                          "drifted": v_new.drifted, "anchored": v_new.anchored})
     return {"cells": rows, "recorded": summarize(recorded).to_json(), "reanchored": summarize(new).to_json(),

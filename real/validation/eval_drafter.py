@@ -118,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError("--limit and --max-tokens must be >= 1, --max-prompt >= 2")
     if a.max_prompt + a.max_tokens > 8192:
         raise ConfigError(f"--max-prompt + --max-tokens = {a.max_prompt + a.max_tokens} exceeds SmolLM2's context 8192")
-    from real.validation.workload import _prompts
+    from real.validation.workload import slice_prompts
 
-    _prompts(a.trace, None, 0)  # every line, and a prompt text on each, before the model loads
+    slice_prompts(a.trace, None, 0)  # every line, and a prompt text on each, before the model loads
     check_in_file(a.drafter, "--drafter")
     for flag, p in (("--drafts-out", a.drafts_out), ("--trace-out", a.trace_out)):
         if p:

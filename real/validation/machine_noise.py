@@ -238,7 +238,7 @@ def recorded_noise(run_dir: Path, margin: float, repeats: int) -> dict:
     from real.validation.anchor import read_json
     from real.validation.fidelity_stats import pooled_scatter, probe_ratio
     from real.validation.profile import profile_load, profile_uncertainty_of
-    from real.validation.validate import _cell_id, repeat_speeds, trace_anchor
+    from real.validation.validate import cell_id, repeat_speeds, trace_anchor
 
     fid = read_json(run_dir / "fidelity.json")
     table = run_dir / "cost_table.json"
@@ -250,7 +250,7 @@ def recorded_noise(run_dir: Path, margin: float, repeats: int) -> dict:
     for c in fid["cells"]:
         by_trace.setdefault(c["trace"], []).append(c)
     for trace, cells in by_trace.items():
-        reps_of = [[read_json(run_dir / Path(trace).stem / "cells" / _cell_id(trace, c["policy"], int(c["batch_size"]))
+        reps_of = [[read_json(run_dir / Path(trace).stem / "cells" / cell_id(trace, c["policy"], int(c["batch_size"]))
                               / f"real.r{r}.json") for r in range(len(c["repeats"]))] for c in cells]
         pairs = [(r["speed_probe_before"], r["speed_probe"]) for reps in reps_of for r in reps
                  if r.get("speed_probe") and r.get("speed_probe_before")]

@@ -292,7 +292,7 @@ def build_profile_reference(out: Path) -> int:
     10 requests of at most 512 prompt tokens, 24 output tokens, SmolLM2's greedy outputs and the trained drafter's
     chains) as reference.jsonl and drafts.jsonl under `out` (refused when they exist)."""
     from real.validation.profile import PROFILE_TRACE, profile_slice
-    from real.validation.validate import _write_drafts
+    from real.validation.validate import write_drafts
     from real.validation.workload import Workload
 
     out.mkdir(parents=True, exist_ok=True)
@@ -302,7 +302,7 @@ def build_profile_reference(out: Path) -> int:
             raise ConfigError(f"{q}: exists; give an empty directory")
     wl = Workload.build(PROFILE_TRACE, "smollm2-135m", False, "cpu", **profile_slice(False), progress=True)
     wl.write_trace(ref)
-    _write_drafts(wl, drafts)
+    write_drafts(wl, drafts)
     print(f"wrote {ref} and {drafts}")
     return 0
 

@@ -100,7 +100,7 @@ MAX_NUM_BATCHED_TOKENS = 512
 PREFLIGHT_COMMAND = "python -m real.machine_noise"  # the machine-noise preflight (real/validation/machine_noise.py)
 
 
-def _cell_id(trace: str, policy: str, bs: int) -> str:
+def cell_id(trace: str, policy: str, bs: int) -> str:
     return f"{Path(trace).stem}__{policy.replace(':', '-')}__bs{bs}"
 
 
@@ -136,7 +136,7 @@ def load_cached_cell(path: Path, settings: dict) -> dict | None:
     return cell
 
 
-def _write_drafts(wl, path: Path) -> None:
+def write_drafts(wl, path: Path) -> None:
     """The recorded-drafts sidecar (sim.core.drafters.model.load_recorded_drafts) of the model drafter's chains."""
     tb = wl.tables
     lines = []
@@ -367,7 +367,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
     probes = [speed_probe_of(wl, bss)]  # this trace's model instance, before and after its cells (diagnostic)
     last = probes[0]  # the probe right before the next repeat: the one after the previous repeat (interleaved)
     for (pol, bs), r in abba_order(keys, repeats):
-        cid = _cell_id(wl.trace, pol, bs)
+        cid = cell_id(wl.trace, pol, bs)
         cdir = t_dir / "cells" / cid
         cf = cdir / f"real.r{r}.json"
         got = load_cached_cell(cf, settings)
@@ -408,7 +408,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
                                                                  [1.0] * repeats)] for k in keys
                              if not any(x["load"]["loaded"] for x in reps[k])])
     for pol, bs in keys:
-        cid = _cell_id(wl.trace, pol, bs)
+        cid = cell_id(wl.trace, pol, bs)
         cdir = t_dir / "cells" / cid
         pf = cdir / "predicted.json"
         pred = load_cached_cell(pf, settings)
@@ -479,10 +479,10 @@ def validate(a) -> int:
     if a.cost_table or (out / "cost_table.json").is_file():  # its content too (given, or resumed from --out):
         load_cost_table(a.cost_table or out / "cost_table.json")  # a bad table fails now, not after the runs
     traces = a.trace or ["traces/codeedit.jsonl"]
-    from real.validation.workload import _prompts
+    from real.validation.workload import slice_prompts
 
     for trace in traces:  # every line, with a prompt text, before any model loads
-        _prompts(trace, None, 0)
+        slice_prompts(trace, None, 0)
     out.mkdir(parents=True, exist_ok=True)
     grid = GRIDS[a.grid]
     repeats = a.repeat if a.repeat is not None else (1 if a.quick else grid["repeat"])
@@ -528,7 +528,7 @@ def validate(a) -> int:
         settings = cell_settings(a, trace, table_path)
         ref = t_dir / "reference.jsonl"
         wl.write_trace(ref)
-        _write_drafts(wl, t_dir / "drafts.jsonl")
+        write_drafts(wl, t_dir / "drafts.jsonl")
         cells += measure_trace(wl, t_dir, table_path, policies, bss, settings, repeats, a)
     meta = {"command": "python real/validate.py " + " ".join(a.argv), "machine": machine, "model": a.model,
             "mode": "random weights, teacher forced" if a.random_weights else "real weights (GGUF), greedy",

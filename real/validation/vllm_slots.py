@@ -118,7 +118,7 @@ def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from real.validation.vllm_cpu.validate import (CacheMiss, _rel, default_drafter, load_slice, machine, real_summary, run_cell,
+    from real.validation.vllm_cpu.validate import (CacheMiss, rel_path, default_drafter, load_slice, machine, real_summary, run_cell,
                                         write_output)
     from real.validation.vllm.engine import require_vllm
     from real.validation.vllm.flow import write_reference
@@ -185,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                             "drafter": dr["name"] if uses_drafter else None, "steps_none": n_none, "real": real,
                             "predicted": pred}
                     if "steps" in pred:
-                        cell["steps_error"] = _rel(pred["steps"], real["steps"])
-                        cell["tokens_per_step_error"] = _rel(pred["tokens_per_step"], real["tokens_per_step"])
+                        cell["steps_error"] = rel_path(pred["steps"], real["steps"])
+                        cell["tokens_per_step_error"] = rel_path(pred["tokens_per_step"], real["tokens_per_step"])
                     cells.append(cell)
                     write_output(work / "slots_cell.json", json.dumps(cell) + "\n")
                     p = f"sim {pred['steps']}" if "steps" in pred else "sim n/a"

@@ -74,7 +74,7 @@ class Workload:
             raise ConfigError(f"--max-prompt must be >= 1, got {max_prompt}")
         weights, dev, dtype = target_weights(model, random_weights, device, "to run it teacher-forced")
         args = ModelArgs.from_llm(model)
-        raw = _read_slice(trace, limit, sample, seed, max_prompt, model, random_weights, args.vocab_size)
+        raw = read_slice(trace, limit, sample, seed, max_prompt, model, random_weights, args.vocab_size)
         reqs, passed = raw
         if not reqs:
             raise ConfigError(f"{trace}: no request has a prompt of at most {max_prompt} tokens")
@@ -140,7 +140,7 @@ def _reference_with_drafter(wl: Workload, mdl, drafter: str, max_tokens: int, eo
     from real.drafter.evaluate import output_chains
     from real.drafter.model import DEFAULT_DRAFTER, file_sha256, load_drafter
     from real.engine.weights import find_smollm2_gguf
-    from sim.api.console import progress_bar
+    from sim.infra.progress import progress_bar
     from sim.core.drafters.model import ModelChains
 
     if isinstance(drafter, str):
@@ -177,7 +177,7 @@ def target_weights(model: str, random_weights: bool, device: str, random_use: st
             torch.bfloat16 if dev.type == "cuda" else torch.float32)
 
 
-def _read_slice(trace: str, limit, sample, seed, max_prompt, model, random_weights, vocab) -> tuple[list[Request], int]:
+def read_slice(trace: str, limit, sample, seed, max_prompt, model, random_weights, vocab) -> tuple[list[Request], int]:
     """The slice's requests (prompt ids in the target's vocabulary) and how many were passed over."""
     from sim.core.trace.loader import load_trace
 
@@ -195,7 +195,7 @@ def _read_slice(trace: str, limit, sample, seed, max_prompt, model, random_weigh
 
         tok = SmolTokenizer.from_gguf()
         pool = []
-        for rid, text in _prompts(trace, sample, seed):
+        for rid, text in slice_prompts(trace, sample, seed):
             ids = np.asarray(tok.encode(text), dtype=np.int32)
             pool.append(Request(id=rid, prompt_ids=ids, output_ids=np.zeros(1, dtype=np.int32), prompt_len=len(ids),
                                 output_len=1))
@@ -212,7 +212,7 @@ def _read_slice(trace: str, limit, sample, seed, max_prompt, model, random_weigh
 
 
 # the trace's prompt texts (callers in real/validation/validate.py and real/validation/eval_drafter.py use this name)
-_prompts = prompt_texts
+slice_prompts = prompt_texts
 
 
 def build_engine_model(wl: Workload, max_slots: int):

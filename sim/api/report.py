@@ -505,7 +505,7 @@ def _best_single(t, b):
     return best, vals[best]
 
 
-def _anchor_lines(anchors: list[dict] | None, trace_stem: str) -> list[str]:
+def anchor_lines(anchors: list[dict] | None, trace_stem: str) -> list[str]:
     """The anchors' errors (reports/anchors.json, written by python -m sim.anchors) that bear on a code-editing
     trace's headline: PR 24344's Blazedit n-gram figures on that trace, and the step-cost anchor (PR 32374)."""
     if not anchors:
@@ -565,7 +565,7 @@ def paper_md(df, command: str | None = None, anchors: list[dict] | None = None) 
             found = True
             pub = PUBLISHED[key]
             hyb = _hybrid_name(g)
-            out += [f"## {title} ({name})", "", _setup_line(g), ""] + _anchor_lines(anchors, key)
+            out += [f"## {title} ({name})", "", _setup_line(g), ""] + anchor_lines(anchors, key)
             t = g.pivot_table(index="batch_size", columns="policy", values="output_throughput_tok_s", aggfunc="first")
             r_o = _ratio_table(g, ORACLE, BASE)
             r_s = _ratio_table(g, hyb, BASE, "steady_throughput_tok_s") if hyb else None

@@ -23,6 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from sim.api import console
+from sim.infra.progress import Heartbeat
 from sim.infra.cli import ArgumentParser, check_out_dir, finite_float, run_cli
 from sim.infra.fsio import atomic_dir, die_with_parent, forking_workers, out_guard
 from sim.core.cost import make_cost_model
@@ -187,7 +188,7 @@ def _run_combo(combo: tuple[str, int]) -> tuple[dict, RunResult]:
 
 
 def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None = None,
-             progress: bool = False, heartbeat: console.Heartbeat | None = None) -> list[tuple[dict, RunResult]]:
+             progress: bool = False, heartbeat: Heartbeat | None = None) -> list[tuple[dict, RunResult]]:
     """run_one for every (policy, batch size), in parallel on forked processes that inherit the draft
     tables (no copy). Slow runs (small batches, no speculation) start first. Results keep `combos` order.
     `heartbeat` (if any) is told of each finished run."""
@@ -404,7 +405,7 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
     tty = sys.stderr.isatty()
     progress = not a.no_progress and tty
     every = None if a.no_progress or tty else a.progress_every
-    with console.Heartbeat("loading the trace and building the draft tables", None, every):
+    with Heartbeat("loading the trace and building the draft tables", None, every):
         prep = prepare(setup, progress=progress)
     check_kv(prep, setup.kv_capacity_tokens)  # before any simulation, naming the request and its line
     if prep.tables.replayed_requests:
@@ -428,7 +429,7 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
         print(f"note: batch size {', '.join(map(str, skipped))} skipped: the trace has only {len(prep.arrivals)} "
               f"requests, so a larger batch runs the same as batch {len(prep.arrivals)}", file=sys.stderr)
     combos = [(p, b) for b in sizes for p in policies]
-    with console.Heartbeat("runs", len(combos), every) as hb:
+    with Heartbeat("runs", len(combos), every) as hb:
         results = run_many(prep, combos, workers=a.workers, progress=progress, heartbeat=hb)
     for row, res in results:  # a lossy run is a simulator bug: its numbers must not be reported
         res.raise_if_lossy(f"policy {row['policy']} at batch size {row['batch_size']}")

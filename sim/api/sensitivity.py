@@ -103,7 +103,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-_AXIS_TITLES = {"ngram_k": "n-gram chain length k", "gpu": "GPU", "copy": "copy-fraction tercile of the trace",
+AXIS_TITLES = {"ngram_k": "n-gram chain length k", "gpu": "GPU", "copy": "copy-fraction tercile of the trace",
                 "copied_acc": "DSpark acceptance of copied tokens (q1[1], an assumption)"}
 
 
@@ -121,7 +121,7 @@ def sensitivity_md(summ: pd.DataFrame, base: SimSetup, batch_sizes: list[int]) -
     lines += ["## Summary: the range each assumption spans", "",
               "| assumption | batch | hybrid / adaptive | best single / adaptive | hybrid / best single |",
               "|---|---:|---:|---:|---:|"]
-    for axis, title in _AXIS_TITLES.items():
+    for axis, title in AXIS_TITLES.items():
         for b in batch_sizes:
             g = summ[(summ["axis"] == axis) & (summ["batch_size"] == b)]
             if len(g):
@@ -129,7 +129,7 @@ def sensitivity_md(summ: pd.DataFrame, base: SimSetup, batch_sizes: list[int]) -
                              f"{g['best single'].min():.2f}-{g['best single'].max():.2f} | "
                              f"{g['hybrid / best single'].min():.3f}-{g['hybrid / best single'].max():.3f} |")
     lines.append("")
-    for axis, title in _AXIS_TITLES.items():
+    for axis, title in AXIS_TITLES.items():
         g = summ[summ["axis"] == axis]
         lines += [f"## {title}", "", "| value | batch | hybrid | hybrid-price | best single | (policy) | "
                   "hybrid / best single | oracle |", "|---|---:|---:|---:|---:|---|---:|---:|"]
@@ -152,7 +152,7 @@ def sensitivity_html(summ: pd.DataFrame) -> str:
     sizes = sorted(summ["batch_size"].unique())
     body = [heading(1, "What moves the headline"), "<p>Throughput / adaptive; simulation only (see sensitivity.md).</p>"]
     colors = {k: series_color(k) for k in ("hybrid", "hybrid-price", "best single", "oracle")}
-    for i, (axis, title) in enumerate(_AXIS_TITLES.items()):
+    for i, (axis, title) in enumerate(AXIS_TITLES.items()):
         g = summ[summ["axis"] == axis]
         fig = make_subplots(rows=1, cols=len(sizes), subplot_titles=[f"batch size {b}" for b in sizes],
                             shared_yaxes=True)

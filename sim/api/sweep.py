@@ -518,7 +518,7 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
               progress_every: float = 30.0) -> pd.DataFrame:
     """Run (or resume) the cells; write the results tables in `out`; return the results table. progress: a bar
     on a terminal, else a progress line every `progress_every` seconds (logs and pipes)."""
-    from sim.api.console import Heartbeat
+    from sim.infra.progress import Heartbeat
 
     out = Path(out)
     _PREP_CACHE.clear()  # tables of an earlier sweep in this process may come from files changed since

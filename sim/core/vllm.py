@@ -52,7 +52,6 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from sim.core.drafters.suffix import suffix_config
 from sim.infra.errors import ConfigError
 from sim.core.scheduler import SCHEDULED, SlotCharge
 
@@ -221,6 +220,8 @@ def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int
         settings = {SUFFIX_FIELDS[f]: cfg[f] for f in given}
         if k is not None:
             settings["max_spec_tokens"] = k
+        from sim.core.drafters.suffix import suffix_config  # lazy: the vLLM plugin loads this module, not the suffix drafter
+
         suffix_config(settings)  # a setting out of range: one line, naming it
         return SpecMapping("suffix", notes=notes, suffix=settings)
     if method in NGRAM_METHODS:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import json
+import hashlib
 import os
 import re
 import shutil
@@ -438,4 +439,13 @@ def private_tempdir(prefix: str = "hybridspec-") -> Path:
 
 
 __all__ = ["cache_root", "private_dir", "private_tempdir", "termination_as_interrupt", "forking_workers", "die_with_parent", "output_lock",
-           "clean_leftovers", "swap_dir", "atomic_dir", "commit_files", "recover", "clean_dead", "resolve_out", "out_guard"]
+           "clean_leftovers", "swap_dir", "atomic_dir", "commit_files", "recover", "clean_dead", "resolve_out", "out_guard", "file_sha256"]
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 hex digest of a file's bytes, read in 4 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()

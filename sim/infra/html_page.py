@@ -94,34 +94,3 @@ def rewrap(text: str, title: str) -> str:
         fig = go.Figure({"data": data, "layout": layout}, skip_invalid=True)
         body += [heading(1 if not body else 2, fig.layout.title.text or div_id), figure_div(fig, div_id)]
     return page(title, body)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """python -m sim.infra.html_page rewrap PAGE... --force: re-render pages whose figures were written before this
-    module (the fidelity pages that loaded plotly.js from a CDN) with plotly.js inlined; their data unchanged."""
-    from pathlib import Path
-
-    from sim.infra.cli import ArgumentParser, check_in_file, write_whole
-    from sim.infra.errors import ConfigError
-
-    ap = ArgumentParser(prog="python -m sim.infra.html_page", description=main.__doc__.split("\n")[0])
-    ap.add_argument("cmd", choices=("rewrap",))
-    ap.add_argument("pages", nargs="+", type=Path)
-    ap.add_argument("--force", action="store_true", help="required: each page is replaced in place")
-    a = ap.parse_args(argv)
-    if not a.force:
-        raise ConfigError("rewrap replaces each page in place; pass --force")
-    for p in a.pages:
-        text = check_in_file(p, "page").read_text()
-        if not figures_in(text):
-            raise ConfigError(f"page {p}: no plotly figure on it")
-        t = re.search(r"<title>(.*?)</title>", text)
-        write_whole(p, rewrap(text, t.group(1) if t else p.stem), overwrite=True)
-        print(f"wrote {p}")
-    return 0
-
-
-if __name__ == "__main__":
-    from sim.infra.cli import run_cli
-
-    run_cli(main)

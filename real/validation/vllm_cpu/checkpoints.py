@@ -85,9 +85,9 @@ def llama_config(args, bos_id: int | None, eos_id: int) -> dict:
 def _chat_template(gguf_path: Path) -> str | None:
     import gguf
 
-    from real.engine.weights import _field
+    from sim.core.trace.gguf import gguf_field
 
-    return _field(gguf.GGUFReader(gguf_path), "tokenizer.chat_template")
+    return gguf_field(gguf.GGUFReader(gguf_path), "tokenizer.chat_template")
 
 
 def write_smollm2(out: Path, force: bool = False, gguf_path: str | None = None) -> Path:

@@ -72,7 +72,7 @@ def _censored_slots(seqs: list[tuple[np.ndarray, int]], k: int):
     """Every censored n-gram slot of the sequences (prompt + output token ids, prompt length): depth j (1-based),
     calibrated conditional p_ij and the label 1{accepted} (module docstring, table B)."""
     from real.vllm_plugin.config import HybridSpecConfig
-    from sim.core.drafters.calibration import NgramCalibrator, _slots
+    from sim.core.drafters.calibration import NgramCalibrator, calibrator_slots
     from sim.core.drafters.ngram import ngram_tables
 
     hcfg = HybridSpecConfig()
@@ -82,7 +82,7 @@ def _censored_slots(seqs: list[tuple[np.ndarray, int]], k: int):
     for tokens, plen in seqs:
         tab = ngram_tables(np.asarray(tokens), plen, cfg)
         cond = cal.conditional(tab, k)
-        rows, depth = _slots(tab)
+        rows, depth = calibrator_slots(tab)
         L = len(tokens) - plen
         obs = (tab.acc_len[rows] >= depth - 1) & (rows + depth - 1 < L) & (depth <= k)
         rows, depth = rows[obs], depth[obs]

@@ -145,7 +145,7 @@ def install() -> list[str]:
     os.environ["TRITON_INTERPRET"] = "1"
     _stand_in_triton_backend()
     _APPLIED.append("triton-interpreter")
-    _bool_masks()
+    bool_masks()
     _APPLIED.append("interpreter-int-masks")
     _patch_vllm()
     return applied()
@@ -190,7 +190,7 @@ def _stand_in_triton_backend() -> None:
     tb.backends["cpu"] = tb.Backend(compiler=_InterpreterOnlyCompiler, driver=_InterpreterOnlyDriver)
 
 
-def _bool_masks() -> None:
+def bool_masks() -> None:
     """interpreter-int-masks: integer masks reach the interpreter's load/store as `mask != 0`."""
     import numpy as np
     from triton.runtime import interpreter as ti

@@ -87,10 +87,10 @@ def load_slice(trace: str, limit: int, max_prompt: int, max_tokens: int, seed: i
     """The first `limit` requests of `trace` with prompts of at most max_prompt SmolLM2 tokens (real/validation/workload.py's
     re-tokenization): a slices.Slice."""
     from real.validation.vllm.slices import Slice
-    from real.validation.workload import _read_slice
+    from real.validation.workload import read_slice
     from sim.core.models import get_llm
 
-    reqs, passed = _read_slice(trace, limit, None, seed, max_prompt, "smollm2-135m", False,
+    reqs, passed = read_slice(trace, limit, None, seed, max_prompt, "smollm2-135m", False,
                                get_llm("smollm2-135m").vocab_size)
     if not reqs:
         raise ConfigError(f"{trace}: no request has a prompt of at most {max_prompt} tokens")
@@ -98,7 +98,7 @@ def load_slice(trace: str, limit: int, max_prompt: int, max_tokens: int, seed: i
                  tuple(max_tokens for _ in reqs), passed)
 
 
-def _digest(obj) -> str:
+def digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -142,7 +142,7 @@ def run_cell(cfg: VllmRunConfig, sl, policy: str, bs: int, work: Path, warmup: b
             "max_tokens": [max_tokens or m for m in sl.max_tokens[:n]], "warmup": warmup, "selfcheck": selfcheck}
     res_path, spec_path = work / "run.result.json", work / "run.spec.json"
     load_path, code_path = work / "run.load.json", work / "run.code.json"
-    same = res_path.is_file() and spec_path.is_file() and _digest(json.loads(spec_path.read_text())) == _digest(spec)
+    same = res_path.is_file() and spec_path.is_file() and digest(json.loads(spec_path.read_text())) == digest(spec)
     if same:
         made = json.loads(code_path.read_text()).get("code") if code_path.is_file() else None
         now = code_version()
@@ -341,7 +341,7 @@ def _read_run(work: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def _rel(a, b) -> float:
+def rel_path(a, b) -> float:
     return abs(a - b) / b if b else float("nan")
 
 
@@ -410,8 +410,8 @@ def validate_cpu(a) -> int:
                         cell["synthetic"], cell["synthetic_command"] = predict(cfg, pol, bs, ref_path, table, None,
                                                                               run, a.seed + 1)
                     r, p = cell["real"], cell["predicted"]
-                    cell["steps_error"] = _rel(p["steps"], r["steps"])
-                    cell["tokens_per_step_error"] = _rel(p["tokens_per_step"], r["tokens_per_step"])
+                    cell["steps_error"] = rel_path(p["steps"], r["steps"])
+                    cell["tokens_per_step_error"] = rel_path(p["tokens_per_step"], r["tokens_per_step"])
                     cell["harness"] = {"shims": (run.get("harness") or {}).get("shims"),
                                        "profile_s": ((run.get("harness") or {}).get("profile") or {}).get("seconds")}
                 cells.append(cell)

@@ -37,7 +37,7 @@ from sim.infra import paths
 CALIBRATOR_DIR = paths.REPO / "models" / "calibrators"
 DEFAULT_CALIBRATOR = "ngram-general"
 FEATURE_SET = "hinge8+history2"
-_KNOTS = (0.0, 1.0, 1.7, 2.3, 2.9, 3.5, 4.2, 5.0)  # in log1p(ext): ext ~ 0, 2, 4.5, 9, 17, 32, 66, 147
+KNOTS = (0.0, 1.0, 1.7, 2.3, 2.9, 3.5, 4.2, 5.0)  # in log1p(ext): ext ~ 0, 2, 4.5, 9, 17, 32, 66, 147
 
 
 def prev_hit(table: NgramTable) -> np.ndarray:
@@ -66,7 +66,7 @@ def _columns(le, lj, n_frac, in_prompt, locc, prev_hit, lo, lr) -> list:
     build the design matrix from numpy arrays (offline: fitting, draft tables) and from torch tensors
     (live: `conditional_torch`, the vLLM plugin). Inputs broadcast against each other."""
     cols = [le * 0.0 + 1.0]
-    cols += [(le - k).clip(min=0.0) for k in _KNOTS]
+    cols += [(le - k).clip(min=0.0) for k in KNOTS]
     cols += [lj, le * lj, n_frac, in_prompt, locc, prev_hit]
     cols += [lo, lr, lo * le, lr * le]
     return cols
@@ -105,7 +105,7 @@ def conditional_torch(weights: torch.Tensor, ext: torch.Tensor, n: torch.Tensor,
     return (p * (depth[None, :] <= length[:, None])).to(torch.float32)
 
 
-def _slots(table: NgramTable) -> tuple[np.ndarray, np.ndarray]:
+def calibrator_slots(table: NgramTable) -> tuple[np.ndarray, np.ndarray]:
     """All (row, depth) slot pairs with depth <= chain length."""
     rows = np.repeat(np.arange(len(table)), table.length)
     starts = np.repeat(np.cumsum(table.length) - table.length, table.length)
@@ -125,7 +125,7 @@ class NgramCalibrator:
         """p[i, j-1] for every output position i and depth j <= k (0 beyond the chain length); float32 [L, k]."""
         k = k or self.cfg.k
         out = np.zeros((len(table), k), dtype=np.float32)
-        rows, depth = _slots(table)
+        rows, depth = calibrator_slots(table)
         keep = depth <= k
         rows, depth = rows[keep], depth[keep]
         if len(rows):
@@ -140,7 +140,7 @@ class NgramCalibrator:
         write_whole(Path(path), json.dumps({
             "kind": "logistic-hinge",
             "features": FEATURE_SET,
-            "knots": list(_KNOTS),
+            "knots": list(KNOTS),
             "weights": [round(float(w), 8) for w in self.weights],
             "ngram": {"n_min": self.cfg.n_min, "n_max": self.cfg.n_max, "k": self.cfg.k, "ext_max": self.cfg.ext_max},
             "fitted_on": self.fitted_on,
@@ -155,15 +155,15 @@ class NgramCalibrator:
             known = ", ".join(sorted(x.stem for x in CALIBRATOR_DIR.glob("*.json")))
             raise ConfigError(f"unknown n-gram calibrator '{name_or_path}'; choose one of: {known or '(none fitted yet)'}")
         raw = read_json_object(p, "n-gram calibrator")
-        if tuple(raw.get("knots", ())) != _KNOTS or raw.get("features") != FEATURE_SET:
+        if tuple(raw.get("knots", ())) != KNOTS or raw.get("features") != FEATURE_SET:
             raise ConfigError(f"calibrator {p} was fitted with another feature set; refit with python -m sim.calibrate")
         try:
             w = np.asarray(raw["weights"], dtype=np.float64)
             cfg = NgramConfig(**raw["ngram"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{p}: bad calibrator file ({exc.__class__.__name__}: {exc})") from None
-        if w.shape != (len(_KNOTS) + 11,) or not np.all(np.isfinite(w)):
-            raise ConfigError(f"{p}: 'weights' must be {len(_KNOTS) + 11} finite numbers")
+        if w.shape != (len(KNOTS) + 11,) or not np.all(np.isfinite(w)):
+            raise ConfigError(f"{p}: 'weights' must be {len(KNOTS) + 11} finite numbers")
         return cls(w, cfg, raw.get("fitted_on", ""))
 
 
@@ -171,7 +171,7 @@ def censored_rows(tables: list[NgramTable], cfg: NgramConfig) -> tuple[np.ndarra
     """Design matrix and labels of every observed slot (the censoring rule in the module docstring)."""
     Xs, ys = [], []
     for tab in tables:
-        rows, depth = _slots(tab)
+        rows, depth = calibrator_slots(tab)
         obs = tab.acc_len[rows] >= depth - 1
         rows, depth = rows[obs], depth[obs]
         if len(rows) == 0:
@@ -207,7 +207,7 @@ def survival_labels(tables: list[NgramTable], conds: list[np.ndarray]) -> tuple[
     preds, labels = [], []
     for tab, p in zip(tables, conds):
         surv = np.cumprod(p.astype(np.float64), axis=1)
-        rows, depth = _slots(tab)
+        rows, depth = calibrator_slots(tab)
         keep = depth <= p.shape[1]
         rows, depth = rows[keep], depth[keep]
         preds.append(surv[rows, depth - 1])

@@ -207,11 +207,11 @@ def load_recorded_drafts(path: str, block: int | None = None) -> dict[str, Model
     position i; model_acc[i] is how many of that chain's tokens the target accepted. Errors name the
     file, line and field (TraceError)."""
     from sim.infra.errors import TraceError
-    from sim.core.trace.loader import _file_lines, check_trace_file, decode_json_line
+    from sim.core.trace.loader import file_lines, check_trace_file, decode_json_line
 
     out: dict[str, ModelChains] = {}
     check_trace_file(Path(path), str(path))
-    for ln, raw in _file_lines(Path(path), str(path)):  # one line at a time, with the loader's located errors
+    for ln, raw in file_lines(Path(path), str(path)):  # one line at a time, with the loader's located errors
         obj = decode_json_line(raw, str(path), ln)
         if not isinstance(obj, dict):
             raise TraceError("expected a JSON object", path, ln)

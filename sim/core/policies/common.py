@@ -24,7 +24,7 @@ from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, CHAIN_NONE, Allocat
 Scalar = Union[float, torch.Tensor]
 
 
-_CONST: dict = {}
+CONST: dict = {}
 
 
 def arange(n: int, device) -> torch.Tensor:
@@ -33,9 +33,9 @@ def arange(n: int, device) -> torch.Tensor:
     if torch.compiler.is_compiling():
         return torch.arange(n, device=device)
     key = ("arange", n, str(device))
-    out = _CONST.get(key)
+    out = CONST.get(key)
     if out is None:
-        out = _CONST[key] = torch.arange(n, device=device)
+        out = CONST[key] = torch.arange(n, device=device)
     return out
 
 

@@ -72,7 +72,7 @@ import torch
 from sim.core.drafters.recalibration import recalibrated
 from sim.core.policies.adaptive import alloc_adaptive
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
-from sim.core.policies.common import (_CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, count_above, finish,
+from sim.core.policies.common import (CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, count_above, finish,
                                  goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
 from sim.core.policies.registry import Policy, parse_float, parse_int, register, split_table, with_table
 from sim.core.vllm import VllmRun
@@ -86,9 +86,9 @@ SWEEP_COARSE = 48
 SWEEP_FINE = 32
 NGRAM_MARGIN = 1.0  # expected tokens; see the module docstring
 # hybrid's host-side forecast of a request's n-gram chain from (previous proposal, mean proposal)
-_FORECASTS = {"avg": lambda last, mean: 0.5 * (last + mean), "min": torch.minimum,
+FORECAST_RULES = {"avg": lambda last, mean: 0.5 * (last + mean), "min": torch.minimum,
               "mean": lambda last, mean: mean, "stale": lambda last, mean: last}
-FORECASTS = tuple(_FORECASTS)  # the first is the default
+FORECASTS = tuple(FORECAST_RULES)  # the first is the default
 
 
 class Chains:
@@ -198,12 +198,12 @@ def lambda_sweep(batch: StepBatch, ch: Chains, margin: float = 0.0):
 def _price_grid(n: int, device, dtype) -> torch.Tensor:
     """SWEEP_COARSE prices lambda = exp(-u), u log-spaced in [1e-3, 12], plus lambda = 0 (cached)."""
     key = ("price-grid", n, str(device), dtype)
-    out = None if torch.compiler.is_compiling() else _CONST.get(key)
+    out = None if torch.compiler.is_compiling() else CONST.get(key)
     if out is None:
         u = torch.logspace(-3.0, math.log10(12.0), n - 1, dtype=torch.float64)
         out = torch.cat([torch.exp(-u), torch.zeros(1, dtype=torch.float64)]).to(device=device, dtype=dtype)
         if not torch.compiler.is_compiling():
-            _CONST[key] = out
+            CONST[key] = out
     return out
 
 
@@ -318,7 +318,7 @@ def plan_skip(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRA
     len_m = torch.stack([view.stale_model_len, zeros_m])
     stale_n = view.stale_ngram_conf.to(dt)
     if view.mean_ngram_conf is not None:  # forecast the n-gram chain from its last proposal and its history
-        stale_n = _FORECASTS[forecast](stale_n, view.mean_ngram_conf.to(dt))
+        stale_n = FORECAST_RULES[forecast](stale_n, view.mean_ngram_conf.to(dt))
     conf_n = stale_n[None].repeat(2, 1, 1)
     len_n = view.stale_ngram_len[None].repeat(2, 1)
     full = torch.as_tensor(view.draft_cost_ms, dtype=torch.float64)

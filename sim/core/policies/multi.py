@@ -51,7 +51,7 @@ from sim.core.policies.adaptive import alloc_adaptive
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.core.policies.common import (arange, cap_budget, finish, goodput, rank_scores, slot_valid, survival,
                                  top_b_counts)
-from sim.core.policies.hybrid import (_FORECASTS, LAMBDA_METHODS, free_budget, parse_hybrid, parse_hybrid_price,
+from sim.core.policies.hybrid import (FORECAST_RULES, LAMBDA_METHODS, free_budget, parse_hybrid, parse_hybrid_price,
                                  split_options)
 from sim.core.policies.registry import Policy, over_drafters, parse_int, register
 
@@ -154,7 +154,7 @@ def _forecast(view: HostView, name: str, forecast: str, dt) -> torch.Tensor:
     """A model-free chain's host-side forecast: forecast F of its last proposal and its mean one (hybrid.py)."""
     conf = view.stale_chains[name][0].to(dt)
     mean = view.mean_ngram_conf if name == "ngram" else view.mean_extra.get(name)
-    return conf if mean is None else _FORECASTS[forecast](conf, mean.to(dt))
+    return conf if mean is None else FORECAST_RULES[forecast](conf, mean.to(dt))
 
 
 def skip_sides(names: tuple) -> list:

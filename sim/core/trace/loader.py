@@ -175,7 +175,7 @@ def raw_lines(path: Path, file: str, hasher=None, what: str = "(not a JSONL trac
             yield lineno, raw
 
 
-def _file_lines(path: Path, file: str, hasher=None):
+def file_lines(path: Path, file: str, hasher=None):
     """(1-based line number, raw bytes without the newline) of each non-blank line (raw_lines)."""
     for lineno, raw in raw_lines(path, file, hasher):
         if raw.endswith(b"\n"):
@@ -317,7 +317,7 @@ def scan_trace(path: str | os.PathLike, limit: int | None = None) -> tuple[int, 
     check_trace_file(p, file)
     seen: dict[str, int] = {}
     longest = 0
-    for lineno, raw in _file_lines(p, file):
+    for lineno, raw in file_lines(p, file):
         try:
             rec = parse_record(decode_json_line(raw, file, lineno), file, lineno)
         except TraceError as exc:
@@ -377,7 +377,7 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
     complete = True  # every request of the file is used (the token cache may be written)
     whole = True  # the whole file was read (its hash, the token cache's key, is known)
     hasher = _cache_hasher(tokenizer)
-    for lineno, raw in _file_lines(p, file, hasher):
+    for lineno, raw in file_lines(p, file, hasher):
         n_lines += 1
         try:
             rec = parse_record(decode_json_line(raw, file, lineno), file, lineno)
@@ -423,7 +423,7 @@ def prompt_texts(trace: str, sample, seed) -> list[tuple]:
     p = Path(trace)
     check_trace_file(p, trace)
     recs = []
-    for ln, raw in _file_lines(p, trace):
+    for ln, raw in file_lines(p, trace):
         obj = decode_json_line(raw, trace, ln)
         rec = parse_record(obj, trace, ln)
         if not isinstance(rec.prompt, str):

