@@ -28,7 +28,7 @@ class LinearCost(CostModel):
     def ngram_ms(self, num_reqs, on_gpu=True):
         return 0.03 if on_gpu else 0.3 + 0.01 * num_reqs
 
-    def alloc_ms(self, num_reqs, policy=None):
+    def alloc_ms(self, num_reqs, policy=None, adaptive=False):
         return 0.02
 
     def sample_ms(self, num_tokens):

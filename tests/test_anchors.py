@@ -165,15 +165,31 @@ def test_eagle_profiles_fit_the_acceptance_they_cite():
         assert 1 + np.cumprod(q).sum() == pytest.approx(al7, abs=0.03)
 
 
+def _alloc(c, r, spec):
+    """The cost model's allocation charge for the policy `spec` as the engine asks for it: its name and what it
+    declares (Policy.adaptive_verification)."""
+    from sim.core.policies import get_policy
+
+    pol = get_policy(spec)
+    return c.alloc_ms(r, policy=pol.name, adaptive=pol.adaptive_verification)
+
+
 def test_adaptive_machinery_cost_only_for_policies_that_run_it():
     c = make_cost_model("roofline", "qwen3-8b", "mi300x")
     k = c.gpu.kernels
-    base = c.alloc_ms(16, policy="model-fixed:7")
-    assert c.alloc_ms(16, policy="adaptive") == pytest.approx(base + k.adaptive_ms + 16 * k.adaptive_us_per_req / 1e3)
-    assert c.alloc_ms(16, policy="hybrid:margin=0.1") > base
-    assert c.alloc_ms(16, policy="ngram-fixed:32") == base
+    base = _alloc(c, 16, "model-fixed:7")
+    assert _alloc(c, 16, "adaptive") == pytest.approx(base + k.adaptive_ms + 16 * k.adaptive_us_per_req / 1e3)
+    assert _alloc(c, 16, "hybrid:margin=0.1") > base and _alloc(c, 16, "ngram-threshold") > base
+    assert _alloc(c, 16, "ngram-fixed:32") == base and _alloc(c, 16, "vllm-ngram:7") == base
     h = make_cost_model("roofline", "qwen3-8b", "h100-sxm")  # no stated adaptive cost: unchanged
-    assert h.alloc_ms(16, policy="adaptive") == h.alloc_ms(16, policy="model-fixed:7")
+    assert _alloc(h, 16, "adaptive") == _alloc(h, 16, "model-fixed:7")
+
+
+def test_the_cost_model_prices_what_a_policy_declares_not_its_name():
+    c = make_cost_model("roofline", "qwen3-8b", "mi300x")
+    assert c.alloc_ms(16, policy="adaptive") == c.alloc_ms(16, policy="model-fixed:7")  # a name alone: no charge
+    assert c.alloc_ms(16, policy="my-policy", adaptive=True) == c.alloc_ms(16, policy="adaptive", adaptive=True) > \
+        c.alloc_ms(16, policy="my-policy")
 
 
 def test_tensor_parallel_logits_gather_grows_with_logit_rows():
@@ -221,8 +237,8 @@ def test_adaptive_per_layer_cost_and_the_sized_spec():
     assert g.cuda_graph_max_tokens == 1024 and g.piecewise_layer_us > 0 and g.kernels.adaptive_layer_us > 0
     assert "FITTED TO AN ANCHOR" in g.source
     k = g.kernels
-    fixed = c.alloc_ms(4, policy="model-fixed:7")
-    assert c.alloc_ms(4, policy="adaptive") == pytest.approx(
+    fixed = _alloc(c, 4, "model-fixed:7")
+    assert _alloc(c, 4, "adaptive") == pytest.approx(
         fixed + k.adaptive_ms + 4 * k.adaptive_us_per_req / 1e3 + 43 * k.adaptive_layer_us / 1e3)
     assert c.graph_tokens(1000) == 1008 and c.graph_tokens(2048) == 2048  # padded up to 1024, as is above
     assert c.verify_ms(2048, 0, 256) - c.verify_ms(1024, 0, 128) > 43 * g.piecewise_layer_us / 1e3

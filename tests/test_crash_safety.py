@@ -182,7 +182,7 @@ def test_a_second_sweep_on_a_busy_out_is_refused(tmp_path):
     assert subprocess.run(SWEEP + grid, cwd=ROOT, capture_output=True).returncode == 0
     before = _sweep_tables(out)
     with fsio.output_lock(out):
-        b = subprocess.run(SWEEP + ["--policy", "suffix-threshold", "--batch-size", "4", "--out", str(out)], cwd=ROOT,
+        b = subprocess.run(SWEEP + ["--policy", "ngram-threshold", "--batch-size", "4", "--out", str(out)], cwd=ROOT,
                            capture_output=True, text=True)
     assert b.returncode == 2 and "another process" in b.stderr, b.stderr
     assert _sweep_tables(out) == before and not _leftovers(out)

@@ -15,7 +15,7 @@ from sim.infra.errors import ConfigError
 from sim.engine.policies import sim_policy
 from sim.core.policies.base import CHAIN_MODEL, Allocation
 
-POLICIES = ["none", "model-fixed:3", "ngram-fixed:4", "adaptive", "ngram-first", "suffix-threshold", "hybrid-price",
+POLICIES = ["none", "model-fixed:3", "ngram-fixed:4", "adaptive", "ngram-first", "ngram-threshold", "hybrid-price",
             "hybrid-tree", "oracle"]
 CFG = NgramConfig(n_min=1, n_max=3, k=6, ext_max=16)
 PROFILE = ModelDrafterProfile(name="t", block=4)

@@ -15,7 +15,7 @@ from sim.core.scheduler import Scheduler
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: the engine runs the numpy step")
 
-POLICIES = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold", "hybrid",
+POLICIES = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "ngram-threshold", "hybrid",
             "hybrid-price", "hybrid-tree", "oracle"]
 
 
@@ -86,7 +86,7 @@ def test_steady_plans_equal_scheduling_every_step(prep, spec, monkeypatch):
             _same(res, ref, f"{spec} {cfg}")
 
 
-@pytest.mark.parametrize("spec", ["hybrid-price", "hybrid", "adaptive", "suffix-threshold", "hybrid-tree", "oracle"])
+@pytest.mark.parametrize("spec", ["hybrid-price", "hybrid", "adaptive", "ngram-threshold", "hybrid-tree", "oracle"])
 def test_nan_confidences_run_the_definition(prep, spec, monkeypatch):
     """Tables with NaN confidences in some rows: the gather flags them (Gathered.has_nan), the policy's form
     declines those steps and the definition runs, so the run equals the reference engine's (numpy step, the

@@ -82,7 +82,7 @@ def _check(tables, prep, pol, cfg, monkeypatch, what, min_share=0.25):
 
 
 POLICIES = ("hybrid-price", "hybrid", "hybrid-tree", "oracle", "adaptive", "model-fixed:7", "ngram-first",
-            "suffix-threshold")  # `none` fast-forwards its stretches instead (sim/engine/fast_forward.py)
+            "ngram-threshold")  # `none` fast-forwards its stretches instead (sim/engine/fast_forward.py)
 
 
 @pytest.mark.parametrize("spec", POLICIES)

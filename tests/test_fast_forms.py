@@ -127,7 +127,7 @@ def test_policies_over_three_drafters_run_their_definition(spec):
 @pytest.mark.parametrize("spec", FAST)
 def test_random_batches(spec):
     pol = _policy(spec)
-    n = 600 if spec in ("adaptive", "hybrid", "hybrid-price", "hybrid-tree", "oracle", "suffix-threshold") else 200
+    n = 600 if spec in ("adaptive", "hybrid", "hybrid-price", "hybrid-tree", "oracle", "ngram-threshold") else 200
     for i, b in enumerate(_random_batches(n, seed=zlib.crc32(spec.encode()))):
         _same(spec, pol, b, f"random batch {i} (R={b.num_reqs})")
 

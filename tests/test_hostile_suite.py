@@ -117,14 +117,14 @@ def test_stats_limit_reads_only_the_lines_it_needs(tmp_path, monkeypatch):
         fh.write("\x00 not json at all\n")
         fh.write('{"id": "b", "prompt_len": 3, "output_len": 4}\n' * 20000)
     read = []
-    real = loader._file_lines
+    real = loader.file_lines
 
     def counting(*a, **k):
         for item in real(*a, **k):
             read.append(item[0])
             yield item
 
-    monkeypatch.setattr(loader, "_file_lines", counting)
+    monkeypatch.setattr(loader, "file_lines", counting)
     r = run_cli_inprocess("sim.core.trace", "stats", str(f), "--limit", "1", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert ": 1 requests" in r.stdout and read == [1]

@@ -1,7 +1,8 @@
 """Every HTML page the project writes or commits renders offline and says what it shows (sim/infra/html_page.py).
 
 Static checks (default run): no page loads anything from the network (no src/href to a remote address: plotly.js is
-inlined once per page), every figure has a title and sits under a heading whose policy names it plots, ratio
+inlined once per page, or, written with --plotly shared, loaded from the one plotly-VERSION.min.js beside it: the
+committed reports/ pages share one copy), every figure has a title and sits under a heading whose policy names it plots, ratio
 colour scales are white at 1 within the data's own bounds, and a run report's own content stays under 1 MB with
 its time series split per policy and cut to html_page.MAX_POINTS points a line.
 
@@ -19,12 +20,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sim.infra.errors import ConfigError
 from sim.infra.html_page import MAX_POINTS, content_bytes, downsample, figures_in
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl"
 COMMITTED = sorted((ROOT / "reports").glob("*.html"))
 URL_ATTRS = ("src", "href", "data", "poster", "srcset", "action", "background")
+INLINED = re.compile(r"\* plotly\.js v\d")  # the banner at the top of plotly.js: one per copy of it
+SHARED = re.compile(r"<script type='text/javascript' src='(plotly-[0-9A-Za-z.+_-]+\.min\.js)'></script>")
 
 
 class _Scan(HTMLParser):
@@ -81,15 +85,24 @@ def _figure_text(data: list, layout: dict) -> str:
     return " ".join(parts)
 
 
-def check_page(text: str, where: str) -> None:
-    """The static rules every page keeps (module docstring)."""
+def check_page(text: str, where: str, folder: Path | None = None) -> None:
+    """The static rules every page keeps (module docstring). folder: where the page lies, to check the shared
+    plotly.js it loads is there."""
     scan = _Scan()
     scan.feed(text)
     assert not scan.remote, f"{where} loads from the network: {scan.remote[:3]}"
     assert "@import" not in "".join(re.findall(r"<style[^>]*>(.*?)</style>", text, re.S)), where
     figs = figures_in(text)
     assert figs, f"{where}: no figure"
-    assert len(re.findall(r"\* plotly\.js v\d", text)) == 1, f"{where}: plotly.js must be inlined exactly once"
+    inlined, shared = len(INLINED.findall(text)), SHARED.findall(text)
+    assert (inlined, len(shared)) in ((1, 0), (0, 1)), \
+        f"{where}: plotly.js must be inlined exactly once or loaded once from beside the page ({inlined} inlined, {shared})"
+    if shared and folder is not None:
+        asset = folder / shared[0]
+        assert asset.is_file(), f"{where}: loads {shared[0]}, which is not beside it"
+        version = shared[0].removeprefix("plotly-").removesuffix(".min.js")
+        assert INLINED.findall(asset.read_text()[:400]) and f"plotly.js v{version}" in asset.read_text()[:400], \
+            f"{where}: {asset} is not plotly.js {version}"
     families = _policy_families()
     by_id = {fid: (data, layout) for fid, data, layout in figs}
     head = None
@@ -136,7 +149,18 @@ def _z(tr: dict):
 
 @pytest.mark.parametrize("page", COMMITTED, ids=[p.name for p in COMMITTED])
 def test_committed_page_is_offline_and_headed(page):
-    check_page(page.read_text(), str(page.relative_to(ROOT)))
+    check_page(page.read_text(), str(page.relative_to(ROOT)), page.parent)
+
+
+def test_committed_pages_share_one_plotly():
+    """reports/ keeps one plotly.js for all its pages (the issue: reports/ <= 10 MB, plotly.js at most once)."""
+    assert COMMITTED
+    for page in COMMITTED:
+        text = page.read_text()
+        assert not INLINED.findall(text) and SHARED.findall(text), f"{page.name}: not written with --plotly shared"
+        assert len(text.encode()) < 1_000_000, page.name
+    assets = sorted((ROOT / "reports").glob("plotly-*.min.js"))
+    assert len(assets) == 1 and {SHARED.findall(p.read_text())[0] for p in COMMITTED} == {assets[0].name}
 
 
 def test_a_cdn_page_and_a_mislabelled_heading_are_caught():
@@ -168,7 +192,7 @@ def test_run_report_is_light_split_and_offline(tmp_path):
 
     rng = np.random.default_rng(0)
     pols = ["none", "adaptive", "hybrid", "hybrid-price", "hybrid-tree", "oracle", "ngram-fixed:32", "model-fixed:7",
-            "ngram-first", "suffix-threshold"]
+            "ngram-first", "ngram-threshold"]
     rows, steps = [], []
     n = 200_000
     for b in (4, 128):
@@ -215,6 +239,138 @@ def test_downsample_keeps_spikes_in_the_mean():
     y[5_001] = 1e6
     xs, ys = downsample(x, y, 100)
     assert len(xs) == 100 and ys.max() > 0 and np.isclose(ys.sum() * 100, y.sum())
+
+
+# ------------------------------------------------------------------------------------------ --plotly inline|shared
+def _fig_page(plotly: str, title: str = "t") -> str:
+    import plotly.graph_objects as go
+
+    from sim.infra.html_page import figure_div, heading, page
+
+    fig = go.Figure(go.Bar(name="hybrid", x=[1], y=[1]))
+    fig.update_layout(title="hybrid over adaptive")
+    return page(title, [heading(2, "hybrid over adaptive"), figure_div(fig, "f")], plotly)
+
+
+def test_inline_default_inlines_plotly_once():
+    from sim.infra.html_page import page, plotly_js, uses_shared
+
+    text = _fig_page("inline")
+    assert text == _fig_page(page.__defaults__[0])  # inline is the default
+    assert text.count(plotly_js()) == 1 and len(INLINED.findall(text)) == 1 and not SHARED.findall(text)
+    assert not uses_shared(text)
+    check_page(text, "inline")
+
+
+def test_shared_pages_reference_one_asset_written_once(tmp_path):
+    """Written shared: the page loads plotly-VERSION.min.js from its folder and carries none of plotly.js; the
+    first page writes the file whole, a second page in the same folder reuses it (not rewritten)."""
+    from sim.infra.html_page import asset_name, content_bytes, plotly_js, to_shared, write_page
+
+    text = _fig_page("shared")
+    assert plotly_js()[:2000] not in text and not INLINED.findall(text) and len(text) < 20_000
+    assert SHARED.findall(text) == [asset_name()] and content_bytes(text) == len(text.encode())
+    assert to_shared(_fig_page("inline")) == text  # a transformed inlined page is exactly what `shared` writes
+    p1 = write_page(tmp_path / "a.html", text)
+    asset = tmp_path / asset_name()
+    assert asset.read_bytes() == plotly_js().encode() and p1.read_text() == text
+    check_page(p1.read_text(), "shared", tmp_path)
+    first = asset.stat()
+    write_page(tmp_path / "b.html", _fig_page("shared", "second"))
+    assert (asset.stat().st_ino, asset.stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)  # reused
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted(["a.html", "b.html", asset_name()])  # no temporaries
+    write_page(tmp_path / "c.html", _fig_page("inline"))  # an inlined page needs no asset, and leaves it alone
+    assert asset.stat().st_mtime_ns == first.st_mtime_ns
+    with pytest.raises(ConfigError, match="--plotly must be one of inline, shared"):
+        _fig_page("cdn")
+    with pytest.raises(ConfigError, match="inlined once, found 0"):
+        to_shared(text)
+
+
+@pytest.mark.parametrize("damage", ["edited", "cut", "folder"])
+def test_a_differing_asset_is_refused_never_replaced(tmp_path, damage):
+    from sim.infra.html_page import asset_name, check_asset, plotly_js, write_page
+
+    asset = tmp_path / asset_name()
+    if damage == "folder":
+        asset.mkdir()
+    else:
+        js = plotly_js()
+        asset.write_text(js.replace("plotly", "PLOTLY", 1) if damage == "edited" else js[:1000])
+        before = asset.read_bytes()
+    with pytest.raises(ConfigError, match=re.escape(str(asset))):
+        check_asset(tmp_path)
+    with pytest.raises(ConfigError, match="never replaced silently|expected plotly.js"):
+        write_page(tmp_path / "p.html", _fig_page("shared"))
+    assert not (tmp_path / "p.html").exists()  # no page pointing at the wrong plotly.js
+    if damage != "folder":
+        assert asset.read_bytes() == before
+
+
+def test_every_html_command_has_the_plotly_flag(capsys):
+    """Each command that writes a page takes --plotly inline|shared (default inline), with help."""
+    import importlib
+
+    parsers = {"sim.api.run": "parse_args", "real.validation.validate": "parse_args",
+               "real.validation.gpu_check": "parse_args", "sim.api.report": "main", "sim.api.sensitivity": "main",
+               "real.validation.report": "main"}
+    for module, fn in parsers.items():
+        with pytest.raises(SystemExit):
+            getattr(importlib.import_module(module), fn)(["--help"])
+        flat = " ".join(capsys.readouterr().out.split())
+        assert "--plotly {inline,shared}" in flat and "inline (default)" in flat, module
+        assert "(default: None)" not in flat, module
+
+
+@pytest.mark.parametrize("module,args", [("sim.api.sensitivity", ["--html-from", "reports/sensitivity.csv"]),
+                                         ("sim.api.report", ["nowhere"]), ("real.validation.report", ["nowhere"])])
+def test_a_bad_plotly_value_is_one_line(module, args, tmp_path):
+    from conftest import run_cli_inprocess
+
+    p = run_cli_inprocess(module, *args, "--out", tmp_path / "o.md", "--plotly", "cdn", cwd=ROOT)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: ") and "invalid choice: 'cdn'" in p.stderr
+    assert "'inline', 'shared'" in p.stderr and not (tmp_path / "o.md").exists()
+
+
+def test_sensitivity_page_shared_then_reused_and_a_tampered_asset_stops_it(tmp_path):
+    """The command end to end: --plotly shared writes the page and the asset; a rerun reuses the asset; a
+    tampered asset is one error line, exit 2, before any page is written, and is left as it was."""
+    from conftest import run_cli_inprocess
+
+    from sim.infra.html_page import asset_name, plotly_js
+
+    out = tmp_path / "o"
+    args = ["--html-from", ROOT / "reports" / "sensitivity.csv", "--out", out, "--plotly", "shared"]
+    p = run_cli_inprocess("sim.api.sensitivity", *args, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    page_, asset = out / "sensitivity.html", out / asset_name()
+    check_page(page_.read_text(), "sensitivity shared", out)
+    assert asset.read_bytes() == plotly_js().encode() and page_.stat().st_size < 200_000
+    ino = asset.stat().st_ino
+    assert run_cli_inprocess("sim.api.sensitivity", *args, "--force", cwd=ROOT).returncode == 0
+    assert asset.stat().st_ino == ino
+    page_.unlink()
+    asset.write_text("alert('not plotly')")
+    p = run_cli_inprocess("sim.api.sensitivity", *args, cwd=ROOT)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and str(asset) in p.stderr, p.stderr
+    assert asset.read_text() == "alert('not plotly')" and not page_.exists()
+    p = run_cli_inprocess("sim.api.sensitivity", *args[:-2], cwd=ROOT)  # the default: inline, asset untouched
+    assert p.returncode == 0, p.stderr
+    assert len(INLINED.findall(page_.read_text())) == 1 and asset.read_text() == "alert('not plotly')"
+
+
+def test_run_report_shared(tmp_path):
+    from conftest import run_cli_inprocess
+
+    from sim.infra.html_page import asset_name
+
+    p = run_cli_inprocess("sim.api.run", "--trace", TINY, "--policy", "hybrid", "--batch-size", "2", "--workers", "1",
+                          "--no-progress", "--plotly", "shared", "--out", tmp_path / "o", cwd=ROOT,
+                          env={"HYBRIDSPEC_CACHE_DIR": str(tmp_path / "cache")})
+    assert p.returncode == 0, p.stderr
+    check_page((tmp_path / "o" / "report.html").read_text(), "run report, shared", tmp_path / "o")
+    assert (tmp_path / "o" / asset_name()).is_file()
 
 
 def test_sensitivity_and_fidelity_pages(tmp_path):

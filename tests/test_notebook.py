@@ -24,7 +24,7 @@ def test_policy_tuning_notebook(tmp_path, monkeypatch):
     client.execute()
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                      if o.get("output_type") == "stream")
-    assert "best: --policy suffix-threshold:" in text and "0 failed" in text
+    assert "best: --policy ngram-threshold:" in text and "0 failed" in text
     assert any("application/vnd.plotly.v1+json" in o.get("data", {})
                for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     # the only folder of this machine its outputs may name is the one the test gave it
@@ -67,7 +67,7 @@ def test_committed_notebook_has_outputs_and_an_interior_optimum():
     assert outs, "commit the notebook with its outputs (python -m nbclient or Jupyter's Run All, then save)"
     assert any("image/svg+xml" in o.get("data", {}) for o in outs)  # readable without JavaScript
     text = "\n".join("".join(o.get("text", "")) for o in outs)
-    m = re.search(r"best: --policy suffix-threshold:([0-9.]+)", text)
+    m = re.search(r"best: --policy ngram-threshold:([0-9.]+)", text)
     assert m and "interior optimum" in text
     values = re.search(r"VALUES = \[([^\]]+)\]", "".join(nb["cells"][1]["source"])).group(1)
     grid = [float(v) for v in values.split(",")]

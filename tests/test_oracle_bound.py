@@ -20,7 +20,7 @@ from sim.core.policies.testing import random_batch
 
 # one or more specs of every registered family (test_every_family_is_covered keeps this list complete)
 POLICIES = ["none", "model-fixed:3", "model-fixed:7", "ngram-fixed:4", "ngram-fixed:32", "adaptive",
-            "adaptive:early-stop", "ngram-first", "suffix-threshold", "hybrid-price", "hybrid-price:current",
+            "adaptive:early-stop", "ngram-first", "ngram-threshold", "hybrid-price", "hybrid-price:current",
             "hybrid-tree", "hybrid", "hybrid-vllm", "vllm-ngram:4"]
 CFG = NgramConfig(n_min=1, n_max=3, k=32, ext_max=64)
 PROFILE = ModelDrafterProfile(name="t", block=7)

@@ -58,7 +58,7 @@ SLOW = {
     "none": simple.alloc_none,
     "model-fixed:4": lambda b: simple.alloc_fixed(b, 4, simple.CHAIN_MODEL),
     "ngram-first": simple.alloc_ngram_first,
-    "suffix-threshold": lambda b: simple.alloc_suffix_threshold(b, 2.0),
+    "ngram-threshold": lambda b: simple.alloc_ngram_threshold(b, 2.0),
     "oracle": simple.alloc_oracle,
 }
 

@@ -35,13 +35,13 @@ def lists(alloc):
 
 def test_registry_lists_every_family():
     names = " ".join(list_policies())
-    for fam in ["none", "model-fixed", "ngram-fixed", "adaptive", "ngram-first", "suffix-threshold",
+    for fam in ["none", "model-fixed", "ngram-fixed", "adaptive", "ngram-first", "ngram-threshold",
                 "hybrid-price", "oracle"]:
         assert fam in names
 
 
 @pytest.mark.parametrize("spec", ["none", "model-fixed:7", "ngram-fixed:16", "adaptive", "adaptive:early-stop",
-                                  "ngram-first", "suffix-threshold", "suffix-threshold:3.0", "hybrid-price",
+                                  "ngram-first", "ngram-threshold", "ngram-threshold:3.0", "hybrid-price",
                                   "hybrid-price:model-opt", "hybrid-price:fixed-point", "hybrid-price:sweep",
                                   "hybrid-price:sweep:current", "hybrid-price:current", "oracle"])
 def test_every_spec_builds_and_runs(spec):
@@ -54,8 +54,8 @@ def test_every_spec_builds_and_runs(spec):
 
 
 @pytest.mark.parametrize("spec", ["bogus", "model-fixed", "model-fixed:x", "model-fixed:-1", "none:3",
-                                  "adaptive:nope", "hybrid-price:newton", "suffix-threshold:abc",
-                                  "suffix-threshold:1:2", "oracle:1", "ngram-fixed:1:2"])
+                                  "adaptive:nope", "hybrid-price:newton", "ngram-threshold:abc",
+                                  "ngram-threshold:1:2", "oracle:1", "ngram-fixed:1:2"])
 def test_bad_specs_raise_config_error(spec):
     with pytest.raises(ConfigError, match="unknown policy .*choose one of: "):
         get_policy(spec)
@@ -96,12 +96,12 @@ def test_ngram_first():
     assert lists(get_policy("ngram-first")(b)) == ([CHAIN_NGRAM, CHAIN_MODEL, CHAIN_NONE], [8, 4, 0])
 
 
-def test_suffix_threshold():
+def test_ngram_threshold():
     # expected n-gram accepted length: 0.9 + 0.81 + 0.729 = 2.439 (row 0); 0.5 + 0.25 + 0.125 = 0.875 (row 1)
     b = make_batch([[0.8] * 5] * 2, [[0.9, 0.9, 0.9], [0.5, 0.5, 0.5]])
-    assert lists(get_policy("suffix-threshold")(b)) == ([CHAIN_NGRAM, CHAIN_MODEL], [3, 5])
-    assert lists(get_policy("suffix-threshold:2.5")(b)) == ([CHAIN_MODEL, CHAIN_MODEL], [5, 5])
-    assert lists(get_policy("suffix-threshold:0.8")(b)) == ([CHAIN_NGRAM, CHAIN_NGRAM], [3, 3])
+    assert lists(get_policy("ngram-threshold")(b)) == ([CHAIN_NGRAM, CHAIN_MODEL], [3, 5])
+    assert lists(get_policy("ngram-threshold:2.5")(b)) == ([CHAIN_MODEL, CHAIN_MODEL], [5, 5])
+    assert lists(get_policy("ngram-threshold:0.8")(b)) == ([CHAIN_NGRAM, CHAIN_NGRAM], [3, 3])
 
 
 def test_oracle_picks_true_better_chain():
@@ -205,7 +205,7 @@ def test_early_stop_by_hand():
 # --- invariants of every policy -------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec", ["none", "model-fixed:5", "ngram-fixed:9", "adaptive", "adaptive:early-stop",
-                                  "ngram-first", "suffix-threshold", "hybrid-price", "hybrid-price:model-opt",
+                                  "ngram-first", "ngram-threshold", "hybrid-price", "hybrid-price:model-opt",
                                   "hybrid-price:fixed-point", "hybrid-price:sweep:current",
                                   "hybrid-price:model-opt:current", "hybrid-price:fixed-point:current", "oracle"])
 def test_invariants(spec):

@@ -19,7 +19,7 @@ from sim.infra.errors import ConfigError
 from sim.core.policies import list_policies  # noqa: F401  (imported for its side effect: registry ready)
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAIN_POLICIES = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold", "hybrid",
+CHAIN_POLICIES = ["none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "ngram-threshold", "hybrid",
                   "hybrid-price", "oracle", "hybrid:runcal=64:table=step", "adaptive:table=step"]
 
 

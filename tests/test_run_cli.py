@@ -16,7 +16,7 @@ def run(*args, cwd=ROOT):
 def test_table_and_outputs(tmp_path):
     r = run("--trace", TINY, "--batch-size", "2", "--batch-size", "8", "--out", str(tmp_path / "o"), "--no-progress")
     assert r.returncode == 0, r.stderr
-    for p in ("none", "adaptive", "hybrid-price", "oracle", "ngram-first", "suffix-threshold"):
+    for p in ("none", "adaptive", "hybrid-price", "oracle", "ngram-first", "ngram-threshold"):
         assert p in r.stdout
     rows = json.loads((tmp_path / "o" / "summary.json").read_text())
     need = {"policy", "batch_size", "trace", "model", "gpu", "requests", "output_tokens", "sim_time_s",

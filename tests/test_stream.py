@@ -21,7 +21,7 @@ from sim.engine.policies import sim_policy
 
 CFG = NgramConfig(n_min=1, n_max=3, k=6, ext_max=16)
 PROFILE = ModelDrafterProfile(name="t", block=4)
-POLICIES = ["none", "model-fixed:3", "ngram-fixed:4", "adaptive", "ngram-first", "suffix-threshold", "hybrid",
+POLICIES = ["none", "model-fixed:3", "ngram-fixed:4", "adaptive", "ngram-first", "ngram-threshold", "hybrid",
             "hybrid-price", "hybrid-tree", "oracle"]
 
 _spec = importlib.util.spec_from_file_location("identity_record", Path(__file__).parent / "fixtures/identity/record.py")

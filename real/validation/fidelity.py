@@ -77,15 +77,18 @@ def prepared_setup(setup):
     return _prepared_key(dataclasses.astuple(setup))
 
 
-def write_reports(out: Path, cells: list[dict], meta: dict, md=None) -> dict:
+def write_reports(out: Path, cells: list[dict], meta: dict, md=None, plotly: str = "inline") -> dict:
     """fidelity.json / .md / .html from the cells; returns the aggregate. md: the markdown formatter
-    (default format_md, the torch engine's)."""
+    (default format_md, the torch engine's); plotly: the page's plotly.js inlined, or "shared" beside it
+    (sim/infra/html_page.py; real/validate.py's --plotly)."""
+    from sim.infra.html_page import write_page
+
     agg = aggregate(cells)
     slim = [{k: ({kk: vv for kk, vv in v.items() if kk != "step_ms"} if isinstance(v, dict) else v)
              for k, v in c.items()} for c in cells]
     write_output(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": slim}, indent=1) + "\n")
     write_output(out / "fidelity.md", (md or format_md)(slim, agg, meta))
-    write_output(out / "fidelity.html", format_html(slim, agg, meta))
+    write_page(out / "fidelity.html", format_html(slim, agg, meta, plotly), overwrite=True)
     return agg
 
 
@@ -231,11 +234,12 @@ def per_engine_step(real: dict) -> float:
     return real.get("tokens_per_engine_step", real.get("tokens_per_step", float("nan")))
 
 
-def format_html(cells: list[dict], agg: dict, meta: dict) -> str:
-    """The page (sim/infra/html_page.py: plotly.js inlined, renders offline), its heading the figure's title."""
+def format_html(cells: list[dict], agg: dict, meta: dict, plotly: str = "inline") -> str:
+    """The page (sim/infra/html_page.py: plotly.js inlined, or shared beside it; renders offline), its heading
+    the figure's title."""
     from sim.infra.html_page import page
 
-    return page("hybridspec fidelity", figure_parts(cells, agg, "fidelity"))  # fixed id: byte-identical reruns
+    return page("hybridspec fidelity", figure_parts(cells, agg, "fidelity"), plotly)  # fixed id: byte-identical reruns
 
 
 def figure_parts(cells: list[dict], agg: dict, div_id: str, level: int = 1) -> list[str]:

@@ -418,6 +418,8 @@ def phase_validate(run: Run) -> Path | None:
                 argv += ["--policy", p]
             argv += ["--batch-size", str(bs), "--limit", str(lim), "--max-tokens", str(a.max_tokens),
                      "--max-prompt", str(a.max_prompt), "--seed", str(a.seed)]
+            if a.plotly != "inline":  # the default is left out: the recorded commands stay as they were
+                argv += ["--plotly", a.plotly]
             run.validate_cmds.append("python real/validate.py " + shlex.join(argv))
             say(f"{what}: python real/validate.py {shlex.join(argv)}")
             t0 = time.perf_counter()
@@ -446,7 +448,7 @@ def phase_validate(run: Run) -> Path | None:
     meta["command"] = run_command(run)
     meta["validate_commands"] = list(run.validate_cmds)
     meta["requests_per_cell"] = {str(b): cell_limit(a, b) for b in sorted(set(a.batch_size))}
-    agg = V.write_reports(vdir, cells, meta)
+    agg = V.write_reports(vdir, cells, meta, plotly=a.plotly)
     say(f"validation: {agg['cells']} cells, median throughput error {100 * agg['median_error']:.1f}%, max "
         f"{100 * agg['max_error']:.1f}%, lossless {agg['all_lossless']} -> {vdir / 'fidelity.md'}")
     return vdir / "fidelity.json"
@@ -631,6 +633,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-tokens", type=int, default=None, help="output tokens per request (default 128; --quick 8)")
     ap.add_argument("--max-prompt", type=int, default=None, help="longest prompt kept (default 2048; --quick 512)")
     ap.add_argument("--seed", type=int, default=0)
+    from sim.infra.html_page import add_plotly_flag
+
+    add_plotly_flag(ap, "the validation's fidelity.html pages under --out/validate/: ")
     a = ap.parse_args(argv)
     a.argv = list(argv) if argv is not None else sys.argv[1:]
     a.trace = a.trace or list(TRACES)

@@ -1,7 +1,7 @@
 """A fidelity report from one or more recorded validation runs: markdown and an offline HTML page, never
 overwriting a file unless told to.
 
-    python -m real.fidelity_report RUN [RUN ...] --out reports/fidelity-N.md [--title TEXT] [--force]
+    python -m real.fidelity_report RUN [RUN ...] --out reports/fidelity-NAME.md [--title TEXT] [--force] [--plotly shared]
 
 Each RUN is a `real/validate.py --out` directory (torch engine) holding its fidelity.json, or several joined by
 commas (DIR,DIR): the parts of one run, a grid measured trace by trace on one profiled table, whose cells are
@@ -11,9 +11,10 @@ averages, clock: real/validation/machine_load.py), its verdict summary and its f
 with two or more runs, every cell's verdict and error side by side and whether the runs agree on each; and the
 issue's quiet-machine targets checked on the data: the conclusive cells' median |error| <= 3% and max <= 8%, at
 most a quarter of the cells inconclusive, every verdict equal across the runs. Nothing is re-measured: the
-figures are the runs' fidelity.json. The HTML (OUT with .html) holds each run's throughput figure with
-plotly.js inlined (sim/infra/html_page.py), so it renders offline. Both files are written whole; an existing one is
-refused without --force.
+figures are the runs' fidelity.json. The HTML (OUT with .html) holds each run's throughput figure and renders
+offline (sim/infra/html_page.py): plotly.js inlined (--plotly inline, the default), or, with --plotly shared (the
+committed reports/), loaded from the one plotly-VERSION.min.js written beside it. Both files are written whole; an
+existing one is refused without --force.
 """
 from __future__ import annotations
 
@@ -205,22 +206,25 @@ def format_report(runs: list[dict], dirs: list[str], title: str, command: str) -
     return "\n".join(lines)
 
 
-def format_page(runs: list[dict], title: str) -> str:
+def format_page(runs: list[dict], title: str, plotly: str = "inline") -> str:
     from sim.infra.html_page import heading, page
 
     parts = [heading(1, title)]
     for i, fid in enumerate(runs, 1):
         parts += [heading(2, f"Run {i}")] + figure_parts(fid["cells"], fid["aggregate"], f"fidelity-run{i}", level=3)
-    return page(title, parts)
+    return page(title, parts, plotly)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from sim.infra.html_page import add_plotly_flag, check_asset, write_page
+
     ap = ArgumentParser(prog="python -m real.fidelity_report", description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", nargs="+", help="real/validate.py --out directories (torch engine), in order; "
                     "DIR,DIR: the parts of one run (a grid measured trace by trace)")
     ap.add_argument("--out", required=True, help="the markdown file to write (the page: the same name, .html)")
     ap.add_argument("--title", default="Fidelity: the simulator against the real engine", help="the report's title")
     ap.add_argument("--force", action="store_true", help="overwrite --out and its .html when they exist")
+    add_plotly_flag(ap, "the .html page: ")
     a = ap.parse_args(argv)
     out = Path(a.out)
     if out.suffix != ".md":
@@ -229,12 +233,14 @@ def main(argv: list[str] | None = None) -> int:
     for f in (out, page_out):
         if f.exists() and not a.force:
             raise ConfigError(f"{f}: exists; pass --force to overwrite it, or another --out")
+    if a.plotly == "shared":
+        check_asset(page_out.parent)
     dirs = list(a.run_dir)
     runs = [load_run(d) for d in dirs]
     command = "python -m real.fidelity_report " + shlex.join(argv if argv is not None else sys.argv[1:])
     out.parent.mkdir(parents=True, exist_ok=True)
     write_whole(out, format_report(runs, dirs, a.title, command) + "\n", overwrite=a.force)
-    write_whole(page_out, format_page(runs, a.title), overwrite=a.force)
+    write_page(page_out, format_page(runs, a.title, a.plotly), overwrite=a.force)
     for name, met, fig in targets(runs):
         print(f"{'n/a' if met is None else 'met' if met else 'MISSED':6s} {name}: {fig}")
     print(f"wrote {out} and {page_out}")

@@ -467,6 +467,10 @@ def validate(a) -> int:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")
     check_out_dir(out, force=True)  # writable, not under a file (a folder of earlier cells is resumed)
+    if a.plotly == "shared":  # fidelity.html's plotly.js beside it: a differing file is refused now, not after the runs
+        from sim.infra.html_page import check_asset
+
+        check_asset(out)
     policies = a.policy or (["none", "hybrid"] if a.quick else list(DEFAULT_POLICIES))
     bss = a.batch_size or ([1, 4] if a.quick else list(DEFAULT_BATCH_SIZES))
     from sim.core.policies import get_policy
@@ -542,7 +546,7 @@ def validate(a) -> int:
                              "reference output, replayed; a table lookup's cost).")}
     meta["wall_minutes"] = (time.perf_counter() - t_start) / 60.0
     meta["grid"] = "quick" if a.quick else a.grid
-    agg = write_reports(out, cells, meta)
+    agg = write_reports(out, cells, meta, plotly=a.plotly)
     print(f"median error {100 * agg['median_error']:.2f}%  max {100 * agg['max_error']:.2f}%  "
           f"median step-time error {100 * agg['median_step_error']:.2f}%  lossless {agg['all_lossless']}  "
           f"-> {out / 'fidelity.md'}")
@@ -625,6 +629,9 @@ def parse_args(argv):
     out = ap.add_argument_group("output")
     out.add_argument("--out", default=None, help="output directory, cells cached there: resumable (default "
                                                  "out/validate; vllm out/validate-vllm)")
+    from sim.infra.html_page import add_plotly_flag
+
+    add_plotly_flag(out, "fidelity.html in --out (torch engine and vllm; vLLM on this CPU writes no page): ")
     a = ap.parse_args(argv)
     a.argv = list(argv) if argv is not None else sys.argv[1:]
     if a.engine not in ENGINES:

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sim.infra.errors import ConfigError
-from sim.infra.html_page import downsample, figure_div, heading, page
+from sim.infra.html_page import downsample, figure_div, heading, page, write_page
 from sim.core.metrics import BREAKDOWN
 from sim.infra.plot_style import part_color, policy_colors, ratio_colors, style
 
@@ -86,9 +86,10 @@ def run_report_figures(rows: list[dict], steps: list[tuple[dict, dict]], baselin
     return figs
 
 
-def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Path, baseline: str | None = "adaptive") -> None:
-    """One self-contained HTML page for a `python -m sim.run --out` run (sim/infra/html_page.py: renders offline);
-    each figure under a heading that is its own title."""
+def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Path, baseline: str | None = "adaptive",
+                     plotly: str = "inline") -> None:
+    """One HTML page for a `python -m sim.run --out` run (sim/infra/html_page.py: renders offline; plotly.js
+    inlined, or with plotly="shared" one copy beside it); each figure under a heading that is its own title."""
     figs = run_report_figures(rows, steps, baseline)
     head = rows[0]
     body = [heading(1, f"hybridspec: {head['trace']}"),
@@ -97,21 +98,22 @@ def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Pat
             f"Baseline: {baseline or 'none'}.</p>"]
     for i, f in enumerate(figs):
         body += [heading(2, f.layout.title.text, f"fig{i}"), figure_div(f, f"fig{i}")]
-    Path(path).write_text(page("hybridspec run", body))
+    write_page(path, page("hybridspec run", body, plotly), overwrite=True)
 
 
 # ================================================================================== sweep reports
 # python -m sim.report SWEEP_DIR_OR_RESULTS -o reports/  ->  index.html, tables.md, paper.md
 
 SWEEP_USAGE = """python -m sim.report SWEEP_DIR_OR_RESULTS [-o DIR]: the report of a `python -m sim.sweep` run
-(default DIR: a `report/` folder inside the sweep directory; `-o reports/ --force` regenerates the committed report).
+(default DIR: a `report/` folder inside the sweep directory; `-o reports/ --force --plotly shared` regenerates the
+committed report: its index.html loads the plotly.js copy beside it instead of inlining 4.7 MB of it).
 An existing index.html, tables.md or paper.md is replaced only with --force; a results table that is empty,
 binary, corrupt or cut mid-row is an error, never a silently shorter report."""
 
 HYBRID = "hybrid"  # the default hybrid; the seed's rule, hybrid-price, is reported beside it
 SEED = "hybrid-price"
 # single-drafter and fixed-rule policies the default hybrid must not lose to (issue: dominance >= 0.99)
-SINGLE_PREFIXES = ("ngram-fixed:", "model-fixed:", "ngram-first", "suffix-threshold", "adaptive")
+SINGLE_PREFIXES = ("ngram-fixed:", "model-fixed:", "ngram-first", "ngram-threshold", "adaptive")
 DOMINANCE = 0.99
 ORACLE = "oracle"
 from sim.core.config import BASELINE as BASE  # noqa: E402 -- the one baseline name
@@ -546,7 +548,7 @@ def paper_md(df, command: str | None = None, anchors: list[dict] | None = None) 
            f"`{HYBRID}` is the project's default hybrid: the seed's price rule (`{SEED}`, reported beside it) that also "
            "prices the model drafter's pass and skips it for a step when host-known values say the step earns "
            "more without it (docs/simulator.md). `best single` is the best of the single-drafter and fixed-rule "
-           "policies run (adaptive, model-fixed, ngram-fixed, ngram-first, suffix-threshold), named; "
+           "policies run (adaptive, model-fixed, ngram-fixed, ngram-first, ngram-threshold), named; "
            f"`{HYBRID} / best` must stay >= {DOMINANCE}. `oracle` is the per-step oracle: each step's best "
            "allocation with perfect knowledge (which drafters run, which chain, the accepted prefix). It bounds "
            "every policy's step goodput on the states that policy visits (tests/test_oracle_bound.py); it is not "
@@ -606,15 +608,17 @@ def paper_md(df, command: str | None = None, anchors: list[dict] | None = None) 
     return "\n".join(out)
 
 
-PAPER_COMMAND = "python -m sim.sweep --preset paper --out out/paper && python -m sim.report out/paper -o reports/ --force"
+PAPER_COMMAND = ("python -m sim.sweep --preset paper --out out/paper && "
+                 "python -m sim.report out/paper -o reports/ --force --plotly shared")
 
 
 REPORT_FILES = ("index.html", "tables.md", "paper.md")
 
 
-def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND) -> list[Path]:
-    """index.html (sim/infra/html_page.py: plotly.js inlined once; renders offline), tables.md and paper.md in out_dir, all rendered first, then each
-    written whole (a temporary sibling renamed into place)."""
+def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND, plotly: str = "inline") -> list[Path]:
+    """index.html (sim/infra/html_page.py: renders offline; plotly.js inlined once, or with plotly="shared" one
+    copy beside it), tables.md and paper.md in out_dir, all rendered first, then each written whole (a temporary
+    sibling renamed into place)."""
     from sim.infra.cli import write_whole
 
     out_dir = Path(out_dir)
@@ -641,8 +645,9 @@ def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND) ->
             anchors = json.loads((out_dir / "anchors.json").read_text())
         except ValueError:
             raise ConfigError(f"{out_dir / 'anchors.json'}: not valid JSON (rerun python -m sim.anchors)") from None
-    texts = [page("hybridspec sweep", body), sweep_tables_md(df, req) + "\n", paper_md(df, command, anchors) + "\n"]
-    return [write_whole(out_dir / name, text, overwrite=True) for name, text in zip(REPORT_FILES, texts)]
+    texts = [page("hybridspec sweep", body, plotly), sweep_tables_md(df, req) + "\n", paper_md(df, command, anchors) + "\n"]
+    return [(write_page if name.endswith(".html") else write_whole)(out_dir / name, text, overwrite=True)
+            for name, text in zip(REPORT_FILES, texts)]
 
 
 def default_out(sweep) -> Path:
@@ -654,16 +659,21 @@ def default_out(sweep) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     from sim.infra.cli import ArgumentParser, check_out_files
+    from sim.infra.html_page import add_plotly_flag, check_asset
 
     ap = ArgumentParser(prog="python -m sim.report", description=SWEEP_USAGE)
     ap.add_argument("sweep", help="a sweep output directory (results.parquet/.csv, requests.parquet/.csv) or results file")
     ap.add_argument("-o", "--out", default=None,
-                    help="output directory (default: SWEEP/report/; -o reports/ --force replaces the committed report)")
+                    help="output directory (default: SWEEP/report/; -o reports/ --force --plotly shared replaces the committed "
+                         "report)")
     ap.add_argument("--force", action="store_true", help="replace index.html, tables.md, paper.md already in the folder")
+    add_plotly_flag(ap, "index.html: ")
     a = ap.parse_args(argv)
     out = Path(a.out) if a.out else default_out(a.sweep)
     check_out_files(out, REPORT_FILES, a.force, "-o")  # before any work
+    if a.plotly == "shared":
+        check_asset(out)
     df, req = load_sweep(a.sweep)
-    paths = write_sweep_report(df, req, out)
+    paths = write_sweep_report(df, req, out, plotly=a.plotly)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -26,6 +26,7 @@ from sim.api import console
 from sim.infra.progress import Heartbeat
 from sim.infra.cli import ArgumentParser, check_out_dir, finite_float, run_cli
 from sim.infra.fsio import atomic_dir, die_with_parent, forking_workers, out_guard
+from sim.infra.html_page import add_plotly_flag, check_asset
 from sim.core.cost import make_cost_model
 from sim.core.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
 from sim.core.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
@@ -276,16 +277,16 @@ OUTPUTS = ("summary.json", "requests.csv", "steps.csv", "report.html")
 
 
 def write_outputs(dest: Path, rows: list[dict], results: list[tuple[dict, RunResult]],
-                  baseline: str | None = BASELINE) -> None:
+                  baseline: str | None = BASELINE, plotly: str = "inline") -> None:
     """summary.json, requests.csv, steps.csv and report.html in `dest`, written whole or not at all (a
     temporary sibling folder swapped into place atomically, sim.infra.fsio.atomic_dir: `dest` is either the earlier
     result or the new one); other files already in `dest` are kept (carried into the new folder)."""
     with atomic_dir(dest, keep=lambda name: name not in OUTPUTS and not name.startswith(".")) as out:
-        _write_outputs(out, rows, results, baseline)
+        _write_outputs(out, rows, results, baseline, plotly)
 
 
 def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunResult]],
-                   baseline: str | None = BASELINE) -> None:
+                   baseline: str | None = BASELINE, plotly: str = "inline") -> None:
     import pandas as pd  # here, not at the top: 0.6 s of import the runs themselves do not need
 
     from sim.api.report import write_run_report
@@ -300,7 +301,7 @@ def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunRes
             dest.append(df)
     pd.concat(reqs).to_csv(out / "requests.csv", index=False)
     pd.concat(steps).to_csv(out / "steps.csv", index=False)
-    write_run_report(rows, [(r, res.steps) for r, res in results], out / "report.html", baseline)
+    write_run_report(rows, [(r, res.steps) for r, res in results], out / "report.html", baseline, plotly)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -324,6 +325,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      "(a folder; checked before the run, written whole at the end)")
     out.add_argument("--force", action="store_true", help="replace the files sim.api.run writes in an --out folder that "
                      "already holds them (other files there are kept)")
+    add_plotly_flag(out, "report.html in --out: ")
     out.add_argument("--format", choices=console.FORMATS, default="table", help=console.FORMAT_HELP + " (default: table)")
     out.add_argument("--no-progress", action="store_true",
                      help="no progress bars (terminal) and no progress lines (stderr not a terminal)")
@@ -342,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(a: argparse.Namespace, out: Path | None) -> int:
     if out:
         check_out_dir(out, a.force)  # before any work, under the lock: a bad --out must not cost a simulation
+        if a.plotly == "shared":  # a plotly.js beside report.html that is not this one: refused now, not after the runs
+            check_asset(out)
     model = llm_name(a.model)
     get_llm(model)  # fail fast on a bad name
     ngram_k, spec_k = a.ngram_k, None
@@ -440,7 +444,7 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
               f"{model} on {a.gpu} ({a.cost}); " + (f"baseline {baseline}" if baseline else "no baseline"))
     console.emit(rows, a.format, baseline, header=header)
     if a.out:
-        write_outputs(out, rows, results, baseline)
+        write_outputs(out, rows, results, baseline, a.plotly)
         print(f"wrote {a.out}/summary.json, requests.csv, steps.csv, report.html",
               file=sys.stdout if a.format == "table" else sys.stderr)
     return 0

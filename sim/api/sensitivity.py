@@ -1,7 +1,10 @@
 """What moves the headline: the code-editing ratios over `adaptive` when one assumption changes at a time.
 
-    python -m sim.sensitivity --out out/sensitivity          # sensitivity.md, sensitivity.html, results.csv
-    python -m sim.sensitivity --out reports --force          # regenerate the committed reports/sensitivity.md
+    python -m sim.sensitivity --out out/sensitivity          # sensitivity.md, sensitivity.html, sensitivity.csv
+    python -m sim.sensitivity --out reports --force --plotly shared   # regenerate the committed reports/sensitivity.*
+
+--plotly shared (the committed reports/) writes plotly.js once beside the page as plotly-VERSION.min.js, which
+the page loads; the default, inline, puts it in the page (one file to send around).
 
 From the default setup (the trace, qwen3-8b on h100-sxm, roofline costs, n-gram k = 32, the default DSpark
 profile), each axis varies one thing:
@@ -13,7 +16,7 @@ profile), each axis varies one thing:
               assumption no trace pins down (docs/simulator.md)
 and every policy below runs at each batch size. Each row reports throughput / adaptive's for the default
 hybrid, the seed's hybrid-price, the best single-drafter policy (ngram-fixed:k, model-fixed:7,
-ngram-first, suffix-threshold; named) and the per-step oracle. Simulation only: no real run checks
+ngram-first, ngram-threshold; named) and the per-step oracle. Simulation only: no real run checks
 these figures yet.
 """
 from __future__ import annotations
@@ -33,10 +36,10 @@ from sim.infra.errors import ConfigError
 from sim.api.run import BASELINE, SimSetup, prepare, run_many
 
 HYBRIDS = ("hybrid", "hybrid-price")
-SINGLES = ("model-fixed:7", "ngram-first", "suffix-threshold")  # plus ngram-fixed:k of the row's k
+SINGLES = ("model-fixed:7", "ngram-first", "ngram-threshold")  # plus ngram-fixed:k of the row's k
 AXES = {"ngram_k": (8, 16, 32, 64), "gpu": ("a100-80g", "h100-sxm", "h200"), "copy": ("low", "mid", "high"),
         "copied_acc": (0.8, None, 0.95, 0.99)}  # None = the profile's own value
-COMMAND = "python -m sim.sensitivity --out reports --force"
+COMMAND = "python -m sim.sensitivity --out reports --force --plotly shared"
 
 
 def _policies(k: int) -> list[str]:
@@ -114,7 +117,7 @@ def sensitivity_md(summ: pd.DataFrame, base: SimSetup, batch_sizes: list[int]) -
              f"{base.drafter}, seed {base.seed}, temperature 0"
              + (f", a seeded sample of {base.sample} requests" if base.sample else "") + ". Each section changes "
              "one assumption; `best single` is the best of ngram-fixed:k, model-fixed:7, ngram-first and "
-             "suffix-threshold (named), `oracle` the per-step oracle (a per-step bound, not an end-to-end one).",
+             "ngram-threshold (named), `oracle` the per-step oracle (a per-step bound, not an end-to-end one).",
              "", "**Simulation only**: no real run has confirmed these figures. The real runs in "
              "reports/fidelity*.md check the simulator itself on a CPU engine with a small model, not these "
              "H100 figures. Regenerate with:", "", f"    {COMMAND}", ""]
@@ -141,8 +144,9 @@ def sensitivity_md(summ: pd.DataFrame, base: SimSetup, batch_sizes: list[int]) -
     return "\n".join(lines)
 
 
-def sensitivity_html(summ: pd.DataFrame) -> str:
-    """The page (sim/infra/html_page.py: renders offline): one figure per axis, under a heading that is its title."""
+def sensitivity_html(summ: pd.DataFrame, plotly: str = "inline") -> str:
+    """The page (sim/infra/html_page.py: renders offline; plotly.js inlined, or shared beside it): one figure per
+    axis, under a heading that is its title."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -164,21 +168,27 @@ def sensitivity_html(summ: pd.DataFrame) -> str:
         fig.add_hline(y=1.0, line_dash="dot")
         style(fig, title=title, barmode="group", yaxis_title="throughput / adaptive")
         body += [heading(2, title, f"axis{i}"), figure_div(fig, f"axis-{axis}")]
-    return page("hybridspec sensitivity", body)
+    return page("hybridspec sensitivity", body, plotly)
 
 
 OUTPUTS = ("sensitivity.md", "sensitivity.html", "sensitivity.csv")
 
 
-def write_outputs(out: Path, summ: pd.DataFrame, base: SimSetup, sizes: list[int]) -> list[Path]:
-    """Each file written whole (a temporary sibling renamed into place)."""
+def write_outputs(out: Path, summ: pd.DataFrame, base: SimSetup, sizes: list[int], plotly: str = "inline") -> list[Path]:
+    """Each file written whole (a temporary sibling renamed into place); with plotly="shared" the page's
+    plotly.js beside it first (sim/infra/html_page.py write_page)."""
+    from sim.infra.html_page import write_page
+
     out.mkdir(parents=True, exist_ok=True)
-    files = {"sensitivity.md": sensitivity_md(summ, base, sizes) + "\n", "sensitivity.html": sensitivity_html(summ),
-             "sensitivity.csv": summ.to_csv(index=False)}
-    return [write_whole(out / name, text, overwrite=True) for name, text in files.items()]
+    files = {"sensitivity.md": sensitivity_md(summ, base, sizes) + "\n",
+             "sensitivity.html": sensitivity_html(summ, plotly), "sensitivity.csv": summ.to_csv(index=False)}
+    return [(write_page if name.endswith(".html") else write_whole)(out / name, text, overwrite=True)
+            for name, text in files.items()]
 
 
 def main(argv: list[str] | None = None) -> int:
+    from sim.infra.html_page import add_plotly_flag, check_asset, write_page
+
     ap = ArgumentParser(prog="python -m sim.sensitivity", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--trace", default="traces/codeedit.jsonl")
@@ -189,21 +199,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int_at_least(1), default=None)
     ap.add_argument("--html-from", type=Path, default=None, metavar="CSV",
                     help="only re-render sensitivity.html into --out from an earlier run's sensitivity.csv (no "
-                         "simulation): python -m sim.sensitivity --html-from reports/sensitivity.csv --out reports --force")
+                         "simulation): python -m sim.sensitivity --html-from reports/sensitivity.csv --out reports "
+                         "--force --plotly shared")
+    add_plotly_flag(ap, "sensitivity.html: ")
     a = ap.parse_args(argv)
     if a.html_from is not None:
         check_out_files(a.out, ("sensitivity.html",), a.force)
+        if a.plotly == "shared":
+            check_asset(a.out)
         summ = pd.read_csv(check_in_file(a.html_from, "--html-from"), dtype={"value": str})
         missing = {"axis", "value", "batch_size", "hybrid", "hybrid-price", "best single", "oracle"} - set(summ.columns)
         if missing:
             raise ConfigError(f"--html-from {a.html_from}: not a sensitivity.csv (missing {', '.join(sorted(missing))})")
-        path = write_whole(a.out / "sensitivity.html", sensitivity_html(summ), overwrite=True)
+        path = write_page(a.out / "sensitivity.html", sensitivity_html(summ, a.plotly), overwrite=True)
         print(f"wrote {path}", file=sys.stderr)
         return 0
     sizes = list(dict.fromkeys(a.batch_size or [4, 128]))
     if any(b < 1 for b in sizes):
         raise ConfigError(f"--batch-size must be >= 1, got {min(sizes)}")
     check_out_files(a.out, OUTPUTS, a.force)  # before the runs, not after
+    if a.plotly == "shared":
+        check_asset(a.out)
     from sim.core.trace.loader import scan_trace
 
     n = scan_trace(a.trace)[0]  # every line, before any run
@@ -214,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     base = SimSetup(trace=a.trace, sample=a.sample)
     df = run_sensitivity(base, sizes, workers=a.workers, progress=True)
     summ = summary_table(df)
-    paths = write_outputs(a.out, summ, base, sizes)
+    paths = write_outputs(a.out, summ, base, sizes, a.plotly)
     print(sensitivity_md(summ, base, sizes))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0

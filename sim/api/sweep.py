@@ -68,7 +68,7 @@ def _defaults() -> dict[str, list]:
 
 # Preset grids (the same structure as a TOML grid file).
 PAPER_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-PAPER_POLICIES = ["adaptive", "hybrid", "hybrid-price", "hybrid-tree", "ngram-first", "suffix-threshold", "oracle",
+PAPER_POLICIES = ["adaptive", "hybrid", "hybrid-price", "hybrid-tree", "ngram-first", "ngram-threshold", "oracle",
                   "model-fixed:7", "ngram-fixed:32"]
 PRESETS: dict[str, dict] = {
     # reports/paper.md and reports/index.html: the bundled workloads (code editing as the copy-heavy bound and

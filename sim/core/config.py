@@ -34,7 +34,7 @@ from sim.infra.errors import ConfigError
 from sim.core.vllm import MIN_RATE, SCHEDULERS, parse_rate, parse_scheduler
 
 BASELINE = "adaptive"  # vLLM 0.33's adaptive verification: every speedup is taken against it
-DEFAULT_POLICIES = ("none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "suffix-threshold",
+DEFAULT_POLICIES = ("none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "ngram-threshold",
                     "hybrid", "hybrid-price", "hybrid-tree", "oracle")
 DEFAULT_BATCH_SIZES = (4, 128)
 

@@ -331,7 +331,7 @@ class Engine(HostHistory, LosslessChecks):
             if pol.uses_ngram:
                 out.ngram = cost.ngram_ms(R, on_gpu=not pol.host_sync)
             if pol.uses_model or pol.uses_ngram or pol.uses_extra:
-                out.alloc = cost.alloc_ms(R, policy=pol.name)
+                out.alloc = cost.alloc_ms(R, policy=pol.name, adaptive=pol.adaptive_verification)
             out.extra = self.live.prices(R, cost)
             self._price_memo[R] = out
         return out

@@ -14,7 +14,7 @@ import dataclasses
 
 from sim.core.drafters.registry import DEFAULT_DRAFTERS, parse_drafters
 from sim.core.policies.catalog import get_policy
-from sim.core.policies.registry import Policy, families
+from sim.core.policies.registry import Policy, aliases, families
 from sim.engine import policy_fast_multi  # noqa: F401  (registers the forms over any drafters)
 from sim.engine.policy_fast import sim_form, sim_form_over
 
@@ -23,6 +23,7 @@ def with_sim_form(pol: Policy, spec: str, drafters: tuple = DEFAULT_DRAFTERS) ->
     """`pol` (get_policy(spec, drafters)) with its simulator fast form, if one transcribes it."""
     drafters = parse_drafters(drafters)
     name, *params = str(spec).strip().split(":")
+    name = aliases().get(name, name)  # a deprecated spelling takes its family's forms
     general = families()[name].over is not None and drafters != DEFAULT_DRAFTERS
     plain = ":".join([name, *(p for p in params if p != "table=startup")])
     fast = None if pol.recal is not None or pol.step_table else \

@@ -594,8 +594,8 @@ def _inner_sum_width(native) -> Optional[int]:
     return _first_width(("inner-width", torch.get_num_threads()), lambda V: _inner_checked(native, V))
 
 
-def suffix_threshold_arrays(native, threshold: float, a: Arrays) -> Optional[tuple]:
-    """simple.alloc_suffix_threshold in C (native/hybrid_price.c: st_expected): the n-gram survivals as
+def ngram_threshold_arrays(native, threshold: float, a: Arrays) -> Optional[tuple]:
+    """simple.alloc_ngram_threshold in C (native/hybrid_price.c: st_expected): the n-gram survivals as
     common.survival computes them and their float32 sum in torch's order, compared with the threshold in
     float32 (torch's wrapped-number rule). None where the C sum does not reproduce torch's here."""
     ffi, lib = native
@@ -617,8 +617,8 @@ def suffix_threshold_arrays(native, threshold: float, a: Arrays) -> Optional[tup
     return np.where(adm > 0, np.where(use, CHAIN_NGRAM, CHAIN_MODEL), 0), adm, None, None, None
 
 
-@policy_form("suffix-threshold", simple.alloc_suffix_threshold, specs=("suffix-threshold", "suffix-threshold:0.5"))
-def _parse_suffix_threshold(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
+@policy_form("ngram-threshold", simple.alloc_ngram_threshold, specs=("ngram-threshold", "ngram-threshold:0.5"))
+def _parse_ngram_threshold(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
     from sim.core.policies.registry import parse_float
 
     from sim.engine.native import load
@@ -626,11 +626,11 @@ def _parse_suffix_threshold(params: List[str]) -> Optional[Callable[[StepBatch],
     native = load("hybrid_price")
     if native is None:
         return None
-    t = parse_float(params[0], "t") if params else simple.DEFAULT_SUFFIX_THRESHOLD  # the spec is valid
-    return _form(lambda a: suffix_threshold_arrays(native, t, a),
+    t = parse_float(params[0], "t") if params else simple.DEFAULT_NGRAM_THRESHOLD  # the spec is valid
+    return _form(lambda a: ngram_threshold_arrays(native, t, a),
                  lambda batch: batch.ngram_conf.dtype == torch.float32 and batch.ngram_conf.is_cpu
                  and _int64_lengths(batch.model_len, batch.ngram_len),
-                 lambda batch: simple.alloc_suffix_threshold(batch, t), confidences=True)
+                 lambda batch: simple.alloc_ngram_threshold(batch, t), confidences=True)
 
 
 def _int64_lengths(*ts) -> bool:

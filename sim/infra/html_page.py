@@ -1,7 +1,16 @@
 """The one way every HTML page of the project is built (sim.api.run's report.html, sim.api.report's index.html,
-sim.api.sensitivity's sensitivity.html, real/validate's fidelity.html): plotly.js inlined once in the page's head,
-each figure a div after it, so a page renders with no network (no CDN, no MathJax, nothing fetched), and
-each figure's heading is made from what the figure plots (`heading`).
+sim.api.sensitivity's sensitivity.html, real/validate's fidelity.html, real.fidelity_report's pages): plotly.js
+once in the page's head, each figure a div after it, so a page renders with no network (no CDN, no MathJax,
+nothing fetched), and each figure's heading is made from what the figure plots (`heading`).
+
+Where plotly.js comes from is the `--plotly` flag of every command that writes a page (`add_plotly_flag`):
+- `inline` (the default): plotly.js (4.7 MB) inlined in the page: one file that renders anywhere, offline.
+- `shared`: the page loads `plotly-<version>.min.js` from its own folder (`<script src=...>`, a relative path:
+  still offline), and `write_page` writes that file there once, whole, the first time; a page written later
+  into the same folder reuses it. A file of that name that is not byte for byte the installed plotly package's
+  plotly.js is never replaced: the command stops with one line naming it (`check_asset`, called before any
+  work). The committed reports/ are written shared, so its pages carry one copy between them.
+`to_shared` turns an inlined page into exactly the shared page the same command would have written.
 
 A page's own content (its figures' data and layout, plotly.js aside) is what `content_bytes` measures; long
 series are cut to at most MAX_POINTS points per line before they reach a figure (`downsample`).
@@ -11,12 +20,30 @@ from __future__ import annotations
 import functools
 import html as _html
 import re
+from pathlib import Path
 
 import numpy as np
+
+from sim.infra.cli import write_whole
+from sim.infra.errors import ConfigError
 
 MAX_POINTS = 400  # points per line of a time series: enough to read its shape, small enough to keep a page light
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1400px} p.note{color:#444;max-width:1100px} "
          "nav a{margin-right:1.2em}")
+
+
+PLOTLY_MODES = ("inline", "shared")
+PLOTLY_HELP = ("where the HTML page gets plotly.js (4.7 MB) from: inline (default) puts it in the page, one file that "
+               "renders anywhere offline (to mail around); shared writes it once beside the page as "
+               "plotly-VERSION.min.js and the page loads that file (still offline, no CDN; keep the two together; "
+               "pages written into the same folder share it; an existing file of that name that is not this "
+               "plotly.js is refused, never replaced). The committed reports/ are written with shared")
+
+
+def add_plotly_flag(parser, help_prefix: str = "") -> None:
+    """The `--plotly inline|shared` flag (default inline) on an argparse parser or argument group. A bad value is
+    argparse's one-line error and exit 2 (sim.infra.cli.ArgumentParser)."""
+    parser.add_argument("--plotly", choices=PLOTLY_MODES, default="inline", help=help_prefix + PLOTLY_HELP)
 
 
 @functools.lru_cache(maxsize=1)
@@ -27,18 +54,109 @@ def plotly_js() -> str:
     return get_plotlyjs()
 
 
+@functools.lru_cache(maxsize=1)
+def plotly_version() -> str:
+    """The version of plotly_js() (plotly.js's, not the Python package's), as a file name may hold it."""
+    from plotly.offline import get_plotlyjs_version
+
+    return re.sub(r"[^0-9A-Za-z.+-]", "_", str(get_plotlyjs_version()))
+
+
+def asset_name() -> str:
+    """The shared copy's file name, `plotly-<plotly.js version>.min.js`: another version gets another file, so
+    pages written by an older plotly keep the copy they were written with."""
+    return f"plotly-{plotly_version()}.min.js"
+
+
+def _inline_script() -> str:
+    return f"<script type='text/javascript'>{plotly_js()}</script>"
+
+
+def _shared_script() -> str:
+    return f"<script type='text/javascript' src='{_html.escape(asset_name())}'></script>"
+
+
+def _script(plotly: str) -> str:
+    if plotly == "inline":
+        return _inline_script()
+    if plotly == "shared":
+        return _shared_script()
+    raise ConfigError(f"--plotly must be one of {', '.join(PLOTLY_MODES)}, got {str(plotly)[:40]!r}")
+
+
 def figure_div(fig, div_id: str) -> str:
-    """A figure as a div and the script that draws it; plotly.js is not included (`page` inlines it once).
+    """A figure as a div and the script that draws it; plotly.js is not included (`page` adds it once).
     A fixed div_id keeps a rerun byte-identical."""
     return fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False, div_id=div_id,
                        config={"displaylogo": False})
 
 
-def page(title: str, body: list[str]) -> str:
-    """A whole HTML page: `title`, plotly.js inlined once in the head, then the `body` parts (HTML strings)."""
+def page(title: str, body: list[str], plotly: str = "inline") -> str:
+    """A whole HTML page: `title`, plotly.js once in the head (plotly: `inline`, the default, inlines it;
+    `shared` loads asset_name() from the page's folder: write it with `write_page`), then the `body` parts."""
     head = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_html.escape(title)}</title>"
-            f"<style>{STYLE}</style><script type='text/javascript'>{plotly_js()}</script></head><body>")
+            f"<style>{STYLE}</style>{_script(plotly)}</head><body>")
     return "\n".join([head, *body, "</body></html>"])
+
+
+def uses_shared(text: str) -> bool:
+    """Whether a page loads the shared plotly.js beside it (a page written with plotly="shared")."""
+    return _shared_script() in text
+
+
+def to_shared(text: str) -> str:
+    """An inlined page as the shared page the same command writes with --plotly shared: the one inlined
+    plotly.js script replaced by the reference, every other byte kept. ConfigError unless inlined exactly once."""
+    n = text.count(_inline_script())
+    if n != 1:
+        raise ConfigError(f"expected a page with this plotly's plotly.js inlined once, found {n} copies")
+    return text.replace(_inline_script(), _shared_script(), 1)
+
+
+def check_asset(folder) -> Path:
+    """Before any work of a command writing a shared page into `folder`: a `plotly-<version>.min.js` already
+    there must be this plotly's plotly.js byte for byte (a page would load whatever it holds, and it is never
+    replaced); ConfigError naming it otherwise. Returns its path (which may not exist yet)."""
+    path = Path(folder) / asset_name()
+    if not (path.exists() or path.is_symlink()):
+        return path
+    if not path.is_file():
+        raise ConfigError(f"{path}: expected plotly.js (the shared copy the pages beside it load), found "
+                          f"{'a broken link' if path.is_symlink() else 'a folder or a device'}; remove it or choose "
+                          "another output folder")
+    want = plotly_js().encode()
+    try:
+        same = path.stat().st_size == len(want) and path.read_bytes() == want
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the shared plotly.js ({(exc.strerror or type(exc).__name__).lower()})") from None
+    if not same:
+        raise ConfigError(f"{path}: not the plotly.js {plotly_version()} of the installed plotly package (edited, "
+                          "cut or from another install), and the pages beside it load it; it is never replaced "
+                          "silently: remove it (the next page written with --plotly shared writes it afresh) or "
+                          "choose another output folder")
+    return path
+
+
+def write_asset(folder) -> Path:
+    """The shared plotly.js in `folder`: checked and reused when there (check_asset), else written whole (a
+    temporary file renamed into place: a reader never sees half of it). Returns its path."""
+    path = check_asset(folder)
+    if not path.exists():
+        try:
+            write_whole(path, plotly_js().encode(), overwrite=False)  # bytes: UTF-8 whatever the locale
+        except ConfigError:  # another writer put it there in between: it must be the same file
+            pass
+        check_asset(folder)
+    return path
+
+
+def write_page(path, text: str, overwrite: bool = False, hint: str = "pass --force to replace it") -> Path:
+    """Write the page `text` to `path` whole (sim.infra.cli.write_whole); a page that loads the shared
+    plotly.js (`uses_shared`) gets it beside it first (`write_asset`), so it never points at a missing file."""
+    path = Path(path)
+    if uses_shared(text):
+        write_asset(path.parent)
+    return write_whole(path, text, overwrite=overwrite, hint=hint)
 
 
 def content_bytes(text: str) -> int:
@@ -84,13 +202,13 @@ def figures_in(text: str) -> list[tuple[str, list, dict]]:
     return out
 
 
-def rewrap(text: str, title: str) -> str:
-    """The page `text`'s figures, unchanged, re-rendered as a `page`: plotly.js inlined (a page that loaded it
-    from a CDN renders offline after this), each figure under a heading that is its own title."""
+def rewrap(text: str, title: str, plotly: str = "inline") -> str:
+    """The page `text`'s figures, unchanged, re-rendered as a `page` (plotly.js inlined, or shared: see `page`;
+    a page that loaded it from a CDN renders offline after this), each figure under a heading that is its own title."""
     import plotly.graph_objects as go
 
     body = []
     for div_id, data, layout in figures_in(text):
         fig = go.Figure({"data": data, "layout": layout}, skip_invalid=True)
         body += [heading(1 if not body else 2, fig.layout.title.text or div_id), figure_div(fig, div_id)]
-    return page(title, body)
+    return page(title, body, plotly)

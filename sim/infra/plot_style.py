@@ -18,7 +18,7 @@ POLICY_COLORS = {
     "ngram-fixed": "#2ca02c",
     "model-fixed": "#17becf",
     "ngram-first": "#8c564b",
-    "suffix-threshold": "#e377c2",
+    "ngram-threshold": "#e377c2",
     "oracle": "#7f7f7f",
     "none": "#bcbd22",
 }

@@ -206,6 +206,10 @@ def validate_vllm(a) -> int:
     ver = require_vllm()
     for p in v.policies:
         get_policy(v.cfg.sim_policy(p))  # the simulator must know every policy before the GPU work starts
+    if getattr(a, "plotly", "inline") == "shared":  # fidelity.html's plotly.js beside it: checked before the GPU work
+        from sim.infra.html_page import check_asset
+
+        check_asset(v.out)
     v.out.mkdir(parents=True, exist_ok=True)
     run_checks(v, slices[0])
     machine = ensure_table(v)
@@ -231,7 +235,7 @@ def validate_vllm(a) -> int:
             "drafter_note": drafter_note(v, slices)}
     from real.validation.fidelity import write_reports
 
-    agg = write_reports(v.out, cells, meta, md=format_md)
+    agg = write_reports(v.out, cells, meta, md=format_md, plotly=getattr(a, "plotly", "inline"))
     print(f"median error {100 * agg['median_error']:.2f}%  max {100 * agg['max_error']:.2f}%  lossless "
           f"{agg['all_lossless']}  -> {v.out / 'fidelity.md'}")
     if not agg["all_lossless"]:

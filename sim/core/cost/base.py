@@ -47,9 +47,10 @@ class CostModel(ABC):
         """Model-free n-gram drafter for `num_reqs` requests (GPU kernel, or CPU lookup if not on_gpu)."""
 
     @abstractmethod
-    def alloc_ms(self, num_reqs: int, policy: str | None = None) -> float:
-        """Allocation kernel (survivals, selection) for `num_reqs` requests of policy `policy` (its
-        registered name; None = unspecified; a model without per-policy costs ignores it)."""
+    def alloc_ms(self, num_reqs: int, policy: str | None = None, adaptive: bool = False) -> float:
+        """Allocation kernel (survivals, selection) for `num_reqs` requests of policy `policy` (its name: the key of
+        a profiled table's per-policy measurement; None = unspecified); adaptive: the policy runs inside vLLM's
+        adaptive verification and pays its per-step work (Policy.adaptive_verification)."""
 
     @abstractmethod
     def sample_ms(self, num_tokens: int) -> float:

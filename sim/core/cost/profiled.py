@@ -541,7 +541,7 @@ class ProfiledCost(CostModel):
             return self._need("ngram").ngram_ms(num_reqs, on_gpu)
         return float(self.ngram_curve(int(num_reqs)))
 
-    def alloc_ms(self, num_reqs: int, policy: str | None = None) -> float:
+    def alloc_ms(self, num_reqs: int, policy: str | None = None, adaptive: bool = False) -> float:
         """The policy's own alloc table, else the "*" one, else the fallback's."""
         c = self.alloc_curves.get(policy) if policy is not None else None
         if c is None:
@@ -549,7 +549,7 @@ class ProfiledCost(CostModel):
         if c is not None:
             return float(c(int(num_reqs)))
         fb = self._need("alloc")
-        return fb.alloc_ms(num_reqs) if policy is None else fb.alloc_ms(num_reqs, policy)
+        return fb.alloc_ms(num_reqs, policy, adaptive)
 
     def sample_ms(self, num_tokens: int) -> float:
         if self.sample_curve is None:

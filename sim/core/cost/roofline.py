@@ -51,7 +51,8 @@ Model drafter (draft_ms, ms), a DSpark-like block drafter run once over P = R * 
         d_overhead = overhead_ms + draft_layers * layer_overhead_us / 1e3
 Small kernels: ngram(R) = ngram_gpu_ms + R*ngram_gpu_us_per_req/1e3 (GPU) or host_sync_ms +
 R*ngram_cpu_us_per_req/1e3 (CPU, blocking); alloc(R) = alloc_ms + R*alloc_us_per_req/1e3, plus, for the
-policies that run inside vLLM's adaptive verification (ADAPTIVE_MACHINERY: adaptive, hybrid*, the oracle),
+policies that run inside vLLM's adaptive verification (Policy.adaptive_verification, declared by each family:
+adaptive, the hybrids, ngram-first, ngram-threshold, the oracle; never read from a name),
 adaptive_ms + R*adaptive_us_per_req/1e3 + num_layers*adaptive_layer_us/1e3: its own per-step work
 (publishing confidences and copying them to the host, the host-to-device copies of budgets and query lengths, the ranking kernel, the cumsums
 that rebuild query_start_loc and cu_num_logits; per layer, the variable-length (flattened-query) attention
@@ -66,17 +67,6 @@ import numpy as np
 
 from sim.core.cost.base import CostModel, vllm_capture_sizes
 from sim.core.cost.config import CostConfig
-
-
-# Policies that run inside vLLM's adaptive verification (variable per-request verify lengths, the confidence
-# ranking kernel, varlen graphs) and so pay the GPU spec's adaptive_ms / adaptive_us_per_req. The fixed-K
-# policies and `none` run vLLM's uniform decode path and do not.
-ADAPTIVE_MACHINERY = ("adaptive", "hybrid", "oracle", "suffix-threshold", "ngram-first")
-
-
-def runs_adaptive_machinery(policy: str | None) -> bool:
-    """Whether a policy (registered name) pays adaptive verification's own per-step cost."""
-    return policy is not None and policy.split(":", 1)[0].startswith(ADAPTIVE_MACHINERY)
 
 
 class RooflineCost(CostModel):
@@ -257,14 +247,15 @@ class RooflineCost(CostModel):
             return self._kern.ngram_gpu_ms + r * self._kern.ngram_gpu_us_per_req / 1e3
         return self._host.host_sync_ms + r * self._host.ngram_cpu_us_per_req / 1e3
 
-    def alloc_ms(self, num_reqs: int, policy: str | None = None) -> float:
-        """The allocation kernel, plus adaptive verification's own work for the policies that run in it."""
+    def alloc_ms(self, num_reqs: int, policy: str | None = None, adaptive: bool = False) -> float:
+        """The allocation kernel, plus adaptive verification's own work where the policy runs inside it
+        (`adaptive`: Policy.adaptive_verification)."""
         r = max(int(num_reqs), 0)
         if r == 0:
             return 0.0
         k = self._kern
         out = k.alloc_ms + r * k.alloc_us_per_req / 1e3
-        if (k.adaptive_ms or k.adaptive_us_per_req or k.adaptive_layer_us) and runs_adaptive_machinery(policy):
+        if (k.adaptive_ms or k.adaptive_us_per_req or k.adaptive_layer_us) and adaptive:
             out += k.adaptive_ms + r * k.adaptive_us_per_req / 1e3 + self.llm.num_layers * k.adaptive_layer_us / 1e3
         return out
 

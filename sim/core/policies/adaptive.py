@@ -72,7 +72,7 @@ def alloc_adaptive_early_stop(batch: StepBatch) -> Allocation:
 @register("adaptive", "adaptive[:early-stop][:table=T]",
           "DSpark/vLLM adaptive verification of the model chain (stale budget, current top-B); "
           "':early-stop' = DSpark Algorithm 1; table=step: priced with the step's own verify table, not vLLM's "
-          "start-up profile (as hybrid's; T in startup, step)")
+          "start-up profile (as hybrid's; T in startup, step)", adaptive_verification=True)
 def _adaptive(params: List[str]) -> Policy:
     params, step = split_table(params)
     return with_table(_adaptive_plain(params), step)

@@ -7,12 +7,14 @@ registry imports none of them, so the imports run one way: catalog -> families -
 """
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from typing import Dict, List
 
 from sim.core.drafters.registry import DEFAULT_DRAFTERS, parse_drafters
 from sim.infra.errors import ConfigError
 from sim.core.policies import simple, adaptive, hybrid, tree, multi  # noqa: F401,I001  (registration, in listing order)
-from sim.core.policies.registry import Policy, families
+from sim.core.policies.registry import Policy, aliases, families
 
 
 def list_policies() -> List[str]:
@@ -33,6 +35,12 @@ def get_policy(spec: str, drafters=DEFAULT_DRAFTERS) -> Policy:
     choices = ", ".join(list_policies())
     drafters = parse_drafters(drafters)
     name, *params = str(spec).strip().split(":")
+    if name in aliases():
+        new = aliases()[name]
+        if name not in _WARNED:
+            _WARNED.add(name)
+            warnings.warn(f"policy '{name}' is deprecated: it is now called '{new}'", FutureWarning, stacklevel=2)
+        name = new
     fam = families().get(name)
     if fam is None:
         raise ConfigError(f"unknown policy '{spec}'; choose one of: {choices}")
@@ -45,4 +53,8 @@ def get_policy(spec: str, drafters=DEFAULT_DRAFTERS) -> Policy:
     if missing:
         raise ConfigError(f"policy '{spec}' uses the drafter(s) {', '.join(missing)}, which this run does not enable "
                           f"(--drafters {','.join(drafters)}); add them to --drafters")
-    return pol
+    return pol if pol.adaptive_verification == fam.adaptive_verification else \
+        dataclasses.replace(pol, adaptive_verification=fam.adaptive_verification)
+
+
+_WARNED: set = set()  # deprecated names already warned about in this process

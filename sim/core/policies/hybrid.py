@@ -542,7 +542,7 @@ def parse_hybrid(params: List[str]) -> tuple[str, float, float, str, bool]:
           "of the drafters' confidences from each request's outcomes, prior precision k > 0 (off by default); "
           "runcal=k: the same with one offset per drafter learnt from every request of the run; "
           "table=step: price verify slots with the step's own verify table, not vLLM's start-up profile "
-          "(T in startup, step; default startup)")
+          "(T in startup, step; default startup)", adaptive_verification=True)
 def _hybrid(params: List[str]) -> Policy:
     params, wrap = split_options(params)
     return wrap(_hybrid_plain(params))
@@ -580,7 +580,7 @@ def parse_hybrid_price(params: List[str]) -> tuple[str, bool, float, bool]:
           f"the seed's price per verified slot over both chains; METHOD in {', '.join(METHODS)} "
           f"(default {DEFAULT_METHOD}); ':current' = no stale budget (idealised); margin M in expected tokens "
           f"the n-gram chain must win by (default {NGRAM_MARGIN}; 0 = the pure price rule); recal=k, runcal=k, table=T: as "
-          "hybrid's")
+          "hybrid's", adaptive_verification=True)
 def _hybrid_price(params: List[str]) -> Policy:
     params, wrap = split_options(params)
     return wrap(_hybrid_price_plain(params))
@@ -602,7 +602,8 @@ def _hybrid_price_plain(params: List[str]) -> Policy:
           "the hybrid as the vLLM plugin runs it: per-request chain choice by price, the chosen chain's "
           "confidences published to vLLM's unchanged adaptive verification (stale budget, current top-B); "
           "slots=W > K: vLLM verifies W draft slots per request (the n-gram chain keeps up to W); skip: the "
-          "plugin's skip of DSpark's pass (hybrid_spec.skip), vLLM keeping its own budget")
+          "plugin's skip of DSpark's pass (hybrid_spec.skip), vLLM keeping its own budget",
+          adaptive_verification=True)
 def _hybrid_vllm(params: List[str]) -> Policy:
     method, margin, slots, skip, name, run = parse_hybrid_vllm(params)
     if not skip:

@@ -39,6 +39,10 @@ class Policy:
         sim/core/drafters/recalibration.py): the engine then keeps each request's offsets and hands them to the policy
         (StepBatch.recal / stale_recal), and runs the definitions (no fast form transcribes it); None: off.
     recal_shared: the offsets are one per drafter for the whole run, not per request (the `runcal=k` option).
+    adaptive_verification: the policy runs inside vLLM's adaptive verification (variable per-request verify
+        lengths, the confidence-ranking kernel, varlen graphs), so the cost model charges that machinery's own
+        per-step work (sim/core/cost: alloc_ms); the fixed-K policies and `none` run vLLM's uniform decode path.
+        Declared by the family (register(..., adaptive_verification=True)); get_policy sets it.
     step_table: the policy prices verify slots with the step's own table (the `table=step` option): the engine
         hands it verify_cost_ms = CostModel.charged_verify_table at the step's token count, KV context and
         sequences (host-known before launch) instead of vLLM's start-up profile, and runs the definitions.
@@ -65,6 +69,7 @@ class Policy:
     recal: Optional[float] = None
     recal_shared: bool = False
     step_table: bool = False
+    adaptive_verification: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_default_plan", Plan(self.uses_model, self.uses_ngram,
@@ -122,6 +127,7 @@ class _Family:
     summary: str
     factory: Callable[[List[str]], Policy]
     over: Optional[Callable[[List[str], tuple], Policy]] = None  # (params, the run's drafters) -> Policy
+    adaptive_verification: bool = False  # Policy.adaptive_verification of every policy of the family
 
 
 def over_drafters(name: str):
@@ -131,7 +137,7 @@ def over_drafters(name: str):
 
     def deco(factory: Callable[[List[str], tuple], Policy]):
         fam = _REGISTRY[name]
-        _REGISTRY[name] = _Family(fam.usage, fam.summary, fam.factory, factory)
+        _REGISTRY[name] = dataclasses.replace(fam, over=factory)
         return factory
 
     return deco
@@ -145,16 +151,33 @@ def families() -> Dict[str, _Family]:
     return _REGISTRY
 
 
-def register(name: str, usage: str, summary: str):
-    """Decorator: register `factory(params: list[str]) -> Policy` under the family `name`."""
+def register(name: str, usage: str, summary: str, *, adaptive_verification: bool = False):
+    """Decorator: register `factory(params: list[str]) -> Policy` under the family `name`; adaptive_verification:
+    the family's policies run inside vLLM's adaptive verification (Policy.adaptive_verification)."""
 
     def deco(factory: Callable[[List[str]], Policy]):
-        if name in _REGISTRY:
+        if name in _REGISTRY or name in _ALIASES:
             raise RuntimeError(f"policy family '{name}' registered twice")
-        _REGISTRY[name] = _Family(usage, summary, factory)
+        _REGISTRY[name] = _Family(usage, summary, factory, adaptive_verification=adaptive_verification)
         return factory
 
     return deco
+
+
+_ALIASES: Dict[str, str] = {}
+
+
+def deprecated_alias(old: str, new: str) -> None:
+    """Accept the family name `old` as a deprecated spelling of the registered family `new` (get_policy warns once
+    per process and builds `new`)."""
+    if old in _REGISTRY or old in _ALIASES or new not in _REGISTRY:
+        raise RuntimeError(f"alias '{old}' -> '{new}': '{old}' is taken or '{new}' is not registered")
+    _ALIASES[old] = new
+
+
+def aliases() -> Dict[str, str]:
+    """Deprecated family names -> the registered family each stands for."""
+    return _ALIASES
 
 
 def parse_int(text: str, what: str, lo: int = 0) -> int:

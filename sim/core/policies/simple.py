@@ -1,4 +1,4 @@
-"""Baseline policies without a batch budget: none, fixed-length, ngram-first, suffix-threshold, oracle.
+"""Baseline policies without a batch budget: none, fixed-length, ngram-first, ngram-threshold, oracle.
 
 All are batched torch over the StepBatch, host-sync free. Lengths and admitted counts are in draft
 tokens (slots); survivals are probabilities.
@@ -12,10 +12,10 @@ import torch
 
 from sim.core.policies.base import Allocation, StepBatch
 from sim.core.policies.common import CHAIN_MODEL, CHAIN_NGRAM, arange, finish, goodput, survival, top_b_counts
-from sim.core.policies.registry import Policy, no_params, parse_float, parse_int, register
+from sim.core.policies.registry import Policy, deprecated_alias, no_params, parse_float, parse_int, register
 from sim.core.vllm import VllmRun
 
-DEFAULT_SUFFIX_THRESHOLD = 2.0
+DEFAULT_NGRAM_THRESHOLD = 2.0
 
 
 def alloc_none(batch: StepBatch) -> Allocation:
@@ -38,7 +38,7 @@ def alloc_ngram_first(batch: StepBatch) -> Allocation:
     return finish(chain, torch.where(use_ngram, batch.ngram_len, batch.model_len))
 
 
-def alloc_suffix_threshold(batch: StepBatch, threshold: float) -> Allocation:
+def alloc_ngram_threshold(batch: StepBatch, threshold: float) -> Allocation:
     """Arctic Inference style: E_n[r] = sum_j a^n[r, j] (expected accepted n-gram tokens, from the
     calibrated n-gram confidences). If E_n >= threshold [tokens], verify the whole n-gram chain, else
     the whole model chain (fixed length, as Arctic's fallback to its model drafter does; no budget)."""
@@ -138,25 +138,31 @@ def _vllm_ngram(params: List[str]) -> Policy:
                   vllm=VllmRun("ngram", k=k, only_vllm=True))
 
 
-@register("ngram-first", "ngram-first", "n-gram chain when it matches, else model chain (vLLM PR 24344)")
+@register("ngram-first", "ngram-first", "n-gram chain when it matches, else model chain (vLLM PR 24344)",
+          adaptive_verification=True)
 def _ngram_first(params: List[str]) -> Policy:
     no_params("ngram-first", params)
     return Policy("ngram-first", alloc_ngram_first, uses_model=True, uses_ngram=True)
 
 
-@register("suffix-threshold", "suffix-threshold[:t]",
-          f"n-gram chain if its expected accepted length >= t (default {DEFAULT_SUFFIX_THRESHOLD}), "
-          "else model chain (Arctic Inference style)")
-def _suffix_threshold(params: List[str]) -> Policy:
+@register("ngram-threshold", "ngram-threshold[:t]",
+          f"n-gram chain if its expected accepted length >= t (default {DEFAULT_NGRAM_THRESHOLD}), "
+          "else model chain (Arctic Inference's rule, on the n-gram drafter; formerly `suffix-threshold`)",
+          adaptive_verification=True)
+def _ngram_threshold(params: List[str]) -> Policy:
     if len(params) > 1:
-        raise ValueError("'suffix-threshold' takes at most one parameter t")
-    t = parse_float(params[0], "t") if params else DEFAULT_SUFFIX_THRESHOLD
-    name = "suffix-threshold" if not params else f"suffix-threshold:{t:g}"
-    return Policy(name, lambda b: alloc_suffix_threshold(b, t), uses_model=True, uses_ngram=True)
+        raise ValueError("'ngram-threshold' takes at most one parameter t")
+    t = parse_float(params[0], "t") if params else DEFAULT_NGRAM_THRESHOLD
+    name = "ngram-threshold" if not params else f"ngram-threshold:{t:g}"
+    return Policy(name, lambda b: alloc_ngram_threshold(b, t), uses_model=True, uses_ngram=True)
+
+
+deprecated_alias("suffix-threshold", "ngram-threshold")  # the old name: the rule runs on the n-gram chain
 
 
 @register("oracle", "oracle", "per-step oracle: knows the true accepted lengths, picks the drafters to run, "
-          "the chain and the accepted prefix of maximal step goodput; a bound, not realisable")
+          "the chain and the accepted prefix of maximal step goodput; a bound, not realisable",
+          adaptive_verification=True)
 def _oracle(params: List[str]) -> Policy:
     no_params("oracle", params)
     return Policy("oracle", alloc_oracle, uses_model=True, uses_ngram=True, needs_truth=True)

@@ -119,7 +119,7 @@ def timing_table(specs: Optional[list[str]] = None, sizes=((4, 7, 32), (128, 7, 
 def _timing_table(specs: Optional[list[str]], sizes) -> str:
     from sim.core.policies.catalog import get_policy
     specs = specs or ["none", "model-fixed:7", "ngram-fixed:16", "adaptive", "adaptive:early-stop",
-                      "ngram-first", "suffix-threshold", "oracle"] + [
+                      "ngram-first", "ngram-threshold", "oracle"] + [
         f"hybrid-price:{m}{c}" for m in ("model-opt", "fixed-point", "sweep") for c in ("", ":current")]
     rng = np.random.default_rng(0)
     batches = [random_batch(rng, r, km, kn, max_tokens=r * (km + kn) + r + 1) for r, km, kn in sizes]

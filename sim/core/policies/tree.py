@@ -74,7 +74,8 @@ def _pad(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
 
 @register("hybrid-tree", "hybrid-tree[:METHOD][:discount=D]",
           "beyond the seed: hybrid-price's chain plus the other chain as a second tree branch where its "
-          f"slots pay for themselves (discount D for correlated branches, default {DISCOUNT})")
+          f"slots pay for themselves (discount D for correlated branches, default {DISCOUNT})",
+          adaptive_verification=True)
 def _hybrid_tree(params: List[str]) -> Policy:
     method, discount, name = parse_tree(params)
     return Policy(name, lambda b: tree_alloc(b, method, NGRAM_MARGIN, discount), uses_model=True, uses_ngram=True, tree=True)

@@ -1,6 +1,6 @@
 /* Native forms of sim.core.policies.hybrid.price_with_budget(batch, "sweep", margin) (and price_skip, and
  * hybrid-tree's primary allocation: hp_sweep), sim.core.policies.adaptive.alloc_adaptive, simple.alloc_oracle,
- * tree.second_branch and simple.alloc_suffix_threshold, for the simulator.
+ * tree.second_branch and simple.alloc_ngram_threshold, for the simulator.
  *
  * The torch function is the definition; this is a transcription of it, op for op, with the same
  * floating-point semantics (compiled with -O2 -ffp-contract=off, no fast-math: every float op is one
@@ -747,7 +747,7 @@ void tr_second(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const flo
     }
 }
 
-/* ---- suffix-threshold (sim.core.policies.simple.alloc_suffix_threshold) ------------------------------------
+/* ---- ngram-threshold (sim.core.policies.simple.alloc_ngram_threshold) ------------------------------------
  * expected[r] = torch.sum(survival(conf, len), dim=1): the survivals as chain() computes them, summed along
  * the contiguous row as ATen's cascade sum does an inner reduction: with K >= V (V floats per vector), the
  * K / V whole vectors summed lane by lane by ilp4 (four cascades over vectors v = 4 i + k), then 0 + the
