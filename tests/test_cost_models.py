@@ -86,3 +86,26 @@ def test_graph_tokens_pad_to_the_next_capture_size_and_the_charge_follows():
     for n in (5, 130, 257, 300):
         assert t[n] == raw[c.graph_tokens(n)]
     assert t[129] == t[136] < t[137]  # one bucket (129..136) costs the same: padding is paid anyway
+
+
+def test_cost_kinds_are_a_registry():
+    """A new kind is one decorated builder: make_cost_model finds it, the help lists it, a second registration of a
+    name fails, and an unknown name names the choices."""
+    import pytest
+
+    from sim.core import cost
+    from sim.infra.errors import ConfigError
+
+    @cost.cost_kind("test-flat")
+    def _flat(llm, gpu, **kw):
+        return cost.make_cost_model("roofline", llm, gpu, **kw)
+
+    try:
+        assert "test-flat" in cost.cost_kinds() and cost.COST_KINDS == ("roofline", "profiled")
+        assert isinstance(cost.make_cost_model("test-flat", "qwen3-8b", "h100-sxm"), cost.RooflineCost)
+        with pytest.raises(RuntimeError):
+            cost.cost_kind("test-flat")(_flat)
+        with pytest.raises(ConfigError, match="choose one of: roofline, profiled, test-flat"):
+            cost.make_cost_model("nope")
+    finally:
+        cost._KINDS.pop("test-flat")

@@ -13,7 +13,7 @@ def test_sensitivity_reports_every_axis_and_refuses_to_overwrite(tmp_path, capsy
     out = tmp_path / "s"
     assert sensitivity.main(["--trace", TINY, "--batch-size", "2", "--out", str(out), "--workers", "1"]) == 0
     md = (out / "sensitivity.md").read_text()
-    for title in sensitivity._AXIS_TITLES.values():
+    for title in sensitivity.AXIS_TITLES.values():
         assert f"## {title}" in md
     assert "Simulation only" in md and sensitivity.COMMAND in md
     summ = pd.read_csv(out / "sensitivity.csv")
@@ -21,6 +21,7 @@ def test_sensitivity_reports_every_axis_and_refuses_to_overwrite(tmp_path, capsy
     assert (summ["oracle"] > 0).all() and summ["hybrid"].notna().all()
     assert len(summ[summ["axis"] == "copy"]) == 3
     assert not list(out.glob("*.tmp"))
+    assert not list(out.glob("plotly-*.js"))  # the default page inlines plotly.js: no shared copy beside it
     before = (out / "sensitivity.md").read_text()
     with pytest.raises(SystemExit) as exc:
         from sim.infra.cli import run_cli

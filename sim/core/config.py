@@ -26,6 +26,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from sim.core.cost import DEFAULT_COST_KIND, cost_kinds
 from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
 from sim.core.drafters.registry import parse_drafter_list
 from sim.core.drafters.suffix import parse_suffix_settings
@@ -67,7 +68,7 @@ class TraceConfig:
 class ModelConfig:
     model: str = opt("qwen3-8b", "a models/llms name or its Hugging Face id (Qwen/Qwen3-8B)")
     gpu: str = opt("h100-sxm", "GPU name, or with --cost profiled a cost-table file (.json/.csv) profiled for --model")
-    cost: str = opt("roofline", "cost model: roofline or profiled")
+    cost: str = opt(DEFAULT_COST_KIND, f"cost model, one of the registered kinds: {', '.join(cost_kinds())}")
     tensor_parallel_size: int = opt(1, "GPUs the model is split over (tensor parallelism: weights and FLOPs split, "
                                     "all-reduces added; the GPU spec must state interconnect_gbps)",
                                     flags=("-tp",), grid=None, min=1, max=64)

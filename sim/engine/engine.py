@@ -103,6 +103,7 @@ from sim.engine.stretch import steady_steps, stretch_ok
 from sim.infra.errors import ConfigError, SimulatorBug
 from sim.engine.forms import ARRAY_FORM, NATIVE_STEP, WHOLE_STEP, steps_as_defined, transcribed_by
 from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
+from sim.core.policies.registry import Policy
 from sim.engine.policy_fast import Arrays
 from sim.core.scheduler import Scheduler, StepPlan, full_kv_need
 from sim.core.vllm import filler_slots, parse_scheduler, slot_charge
@@ -205,6 +206,8 @@ class Engine(HostHistory, LosslessChecks):
         are built when it is admitted and freed when it finishes; see Memory in the module docstring).
         live: the run's live drafters the policy uses, name -> a fresh Drafter (sim/core/drafters/registry.py;
         sim.engine.live runs them); their steps take the numpy step (the fast forms transcribe two drafters)."""
+        if not isinstance(policy, Policy):
+            raise TypeError(f"Engine takes a Policy (sim.engine.policies.sim_policy), got {type(policy).__name__}")
         self.stream = getattr(tables, "streaming", False)
         if self.stream:
             tables = tables.open()  # this run's arena
@@ -213,7 +216,7 @@ class Engine(HostHistory, LosslessChecks):
         self.n = n
         self.live = self.live_chains(live or {}, n)
         kx = self.live.width
-        missing = [d for d in getattr(policy, "uses_extra", ()) if d not in self.live.d]
+        missing = [d for d in policy.uses_extra if d not in self.live.d]
         if missing:
             raise ConfigError(f"policy '{policy.name}' uses the drafter(s) {', '.join(missing)}, which this engine does "
                               "not run (enable them with --drafters: the simulator and the real torch engine run them "
@@ -294,11 +297,11 @@ class Engine(HostHistory, LosslessChecks):
         self.ran = (False, False)  # (model, n-gram): the drafters the last numpy step's _admit found ran
         self._bar = None
         # online recalibration (Policy.recal, sim/core/drafters/recalibration.py): per-request offsets kept here
-        k = getattr(policy, "recal", None)
-        self.recal = None if k is None else RecalState(policy.drafters, n, k, getattr(policy, "recal_shared", False))
+        k = policy.recal
+        self.recal = None if k is None else RecalState(policy.drafters, n, k, policy.recal_shared)
         # the verify table the policy decides with this step: the start-up profile, or (Policy.step_table) the
         # step's own, set by the numpy step before the plan
-        self.step_table = bool(getattr(policy, "step_table", False))
+        self.step_table = policy.step_table
         self._table = self.decision_table
         # the native step and the policies' fast forms hold two drafters' chains, no recalibration state and the
         # start-up table: a run with a live drafter, recalibration or step tables takes the numpy step (the
@@ -509,7 +512,7 @@ class Engine(HostHistory, LosslessChecks):
         pol = self.policy
         memo = getattr(self, "_plan_form", None)
         if memo is None or memo[0] is not pol:
-            run = getattr(pol, "sim_callable", pol)
+            run = pol.sim_callable
             fast = None if run is pol or steps_as_defined(self, ARRAY_FORM) else getattr(run, "plan", None)
             memo = self._plan_form = (pol, fast)
         return pol.plan(view) if memo[1] is None else memo[1](view)
@@ -541,7 +544,7 @@ class Engine(HostHistory, LosslessChecks):
         the batch's host-known fields, which are the HostView `plan` was made from; a form with both phases
         (fast_multi) allocates under `plan` as Policy.allocate does."""
         pol = self.policy
-        run = getattr(pol, "sim_callable", pol)
+        run = pol.sim_callable
         if run is pol:
             return pol.allocate(batch, plan)
         fast = getattr(run, "allocate", None)
@@ -790,7 +793,7 @@ class Engine(HostHistory, LosslessChecks):
         overriding _allocate sees every batch); decided on the first step."""
         form = getattr(self, "_arrays", False)
         if form is False:
-            run = getattr(self.policy, "sim_callable", None)
+            run = self.policy.sim_callable
             form = self._arrays = None if steps_as_defined(self, ARRAY_FORM) else getattr(run, "arrays", None)
         return form
 

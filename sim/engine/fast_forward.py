@@ -38,7 +38,7 @@ def fast_forward_ok(engine: EngineSteps) -> bool:
         return False  # (a padded cost prices each step's per-request shape: Engine._step_shape)
     pol = engine.policy
     # fn is alloc_none: the simulator runs it or its fast form, checked equal (tests/test_fast_forms.py)
-    return (not engine.stream and getattr(pol, "fn", None) is alloc_none
+    return (not engine.stream and pol.fn is alloc_none
             and not pol.uses_model and not pol.uses_ngram and not pol.needs_truth and engine.sched.kmax == 0)
 
 

@@ -12,11 +12,15 @@ file (is_table_path: it ends in .json or .csv, or contains a path separator): th
 `llm`, and parts it lacks fall back to the roofline model of `llm` on the table's gpu when both have
 specs in models/ (otherwise asking for a missing part is a ConfigError). This is the one place that
 resolves --gpu for sim.api.run, sim.api.sweep and sim.api.sensitivity. `python -m sim.cost` prints the anchor figures.
+
+Kinds are registered (`@cost_kind("name")` on a builder `(llm, gpu, **kw) -> CostModel`), like policies and
+drafters; a cost model prices what a policy declares (Policy.adaptive_verification), never its name.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable, Dict
 
 from sim.core.cost.base import CostModel
 from sim.core.cost.config import CostConfig
@@ -27,8 +31,27 @@ from sim.core.cost.roofline import RooflineCost
 from sim.infra.errors import ConfigError
 from sim.core.models import DEFAULT_GPU, DEFAULT_LLM
 
-COST_KINDS = ("roofline", "profiled")
 DEFAULT_COST_KIND = "roofline"
+
+_KINDS: Dict[str, Callable[..., CostModel]] = {}
+
+
+def cost_kind(name: str):
+    """Decorator: register `build(llm, gpu, **kw) -> CostModel` as the cost-model kind `name` (`--cost NAME`).
+    `build` validates its own arguments and raises ConfigError (one line) on a bad one."""
+
+    def deco(build: Callable[..., CostModel]) -> Callable[..., CostModel]:
+        if name in _KINDS:
+            raise RuntimeError(f"cost model kind '{name}' registered twice")
+        _KINDS[name] = build
+        return build
+
+    return deco
+
+
+def cost_kinds() -> tuple[str, ...]:
+    """The registered cost-model kinds, in registration order."""
+    return tuple(_KINDS)
 
 
 def is_table_path(gpu) -> bool:
@@ -37,39 +60,55 @@ def is_table_path(gpu) -> bool:
     return g.lower().endswith((".json", ".csv")) or "/" in g or os.sep in g
 
 
-def make_cost_model(kind: str = DEFAULT_COST_KIND, llm: str = DEFAULT_LLM, gpu: str = DEFAULT_GPU,
-                    **kw) -> CostModel:
-    """Build a cost model by kind name; ConfigError for unknown kinds, names or impossible configs."""
-    k = kind.strip().lower() if isinstance(kind, str) else kind
-    if k in COST_KINDS and is_table_path(gpu):
-        if k != "profiled":
-            raise ConfigError(f"gpu '{gpu}' is a cost table; it needs cost model 'profiled', not '{kind}'")
+@cost_kind("roofline")
+def _roofline(llm: str, gpu: str, **kw) -> CostModel:
+    """The analytic roofline of `llm` on the GPU spec `gpu` (models/llms, models/gpus)."""
+    if is_table_path(gpu):
+        raise ConfigError(f"gpu '{gpu}' is a cost table; it needs cost model 'profiled', not 'roofline'")
+    if "path" in kw:
+        raise ConfigError("cost model 'roofline' takes no table path; use kind 'profiled'")
+    return RooflineCost(CostConfig(llm=llm, gpu=gpu, **kw))
+
+
+@cost_kind("profiled")
+def _profiled(llm: str, gpu: str, **kw) -> CostModel:
+    """A profiled table (real/profile.py) looked up as vLLM does: `gpu` itself a table file, or `path=`, or the
+    default table of `llm` on `gpu` (models/cost_tables); parts a table lacks fall back to the roofline."""
+    if is_table_path(gpu):
         if "path" in kw:
             raise ConfigError(f"give the cost table either as gpu ('{gpu}') or as path, not both")
         table = load_cost_table(gpu)
         if table.llm.strip().lower() != str(llm).strip().lower():
             raise ConfigError(f"cost table {gpu} was profiled for model {table.llm}, not {llm}")
         return ProfiledCost(table, fallback=roofline_fallback(llm, table.gpu, **kw))
-    if k == "roofline":
-        if "path" in kw:
-            raise ConfigError("cost model 'roofline' takes no table path; use kind 'profiled'")
-        return RooflineCost(CostConfig(llm=llm, gpu=gpu, **kw))
-    if k == "profiled":
-        path = kw.pop("path", None)
-        fallback = RooflineCost(CostConfig(llm=llm, gpu=gpu, **kw))  # validates names and memory first
-        if path is None:
-            path = default_table_path(fallback.config.llm.strip().lower(), fallback.config.gpu.strip().lower())
-            if not Path(path).is_file():
-                raise ConfigError(f"no cost table for {llm} on {gpu} ({path}); pass path=... or choose one of: "
-                                  f"{', '.join(list_cost_tables()) or '(none)'}")
-        table = load_cost_table(path)
-        if (table.llm.lower(), table.gpu.lower()) != (llm.strip().lower(), gpu.strip().lower()):
-            raise ConfigError(f"cost table {path} is for {table.llm} on {table.gpu}, not {llm} on {gpu}")
-        return ProfiledCost(table, fallback=fallback)
-    raise ConfigError(f"unknown cost model '{kind}'; choose one of: {', '.join(COST_KINDS)}")
+    path = kw.pop("path", None)
+    fallback = RooflineCost(CostConfig(llm=llm, gpu=gpu, **kw))  # validates names and memory first
+    if path is None:
+        path = default_table_path(fallback.config.llm.strip().lower(), fallback.config.gpu.strip().lower())
+        if not Path(path).is_file():
+            raise ConfigError(f"no cost table for {llm} on {gpu} ({path}); pass path=... or choose one of: "
+                              f"{', '.join(list_cost_tables()) or '(none)'}")
+    table = load_cost_table(path)
+    if (table.llm.lower(), table.gpu.lower()) != (llm.strip().lower(), gpu.strip().lower()):
+        raise ConfigError(f"cost table {path} is for {table.llm} on {table.gpu}, not {llm} on {gpu}")
+    return ProfiledCost(table, fallback=fallback)
+
+
+COST_KINDS = cost_kinds()  # the built-in kinds (a kind registered later is in cost_kinds())
+
+
+def make_cost_model(kind: str = DEFAULT_COST_KIND, llm: str = DEFAULT_LLM, gpu: str = DEFAULT_GPU,
+                    **kw) -> CostModel:
+    """Build a cost model by kind name (the registry: cost_kind); ConfigError for unknown kinds, names or
+    impossible configs."""
+    k = kind.strip().lower() if isinstance(kind, str) else kind
+    build = _KINDS.get(k)
+    if build is None:
+        raise ConfigError(f"unknown cost model '{kind}'; choose one of: {', '.join(cost_kinds())}")
+    return build(llm, gpu, **kw)
 
 
 __all__ = ["CostModel", "CostConfig", "RooflineCost", "ProfiledCost", "CostTable", "StepTable", "make_cost_model",
            "COST_KINDS", "DEFAULT_COST_KIND", "load_cost_table", "tables_from_cost_model", "write_cost_table",
            "vllm_capture_sizes", "default_table_path", "list_cost_tables", "check_machine", "MACHINE_IDENTITY_KEYS",
-           "roofline_fallback", "is_table_path"]
+           "roofline_fallback", "is_table_path", "cost_kind", "cost_kinds"]
