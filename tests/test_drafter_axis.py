@@ -215,12 +215,12 @@ def _cli(*args):
     (("--drafters", "dspark,medusa"), "unknown drafter 'medusa'"),
     (("--policy", "suffix"), "does not enable"),
     (("--drafters", "ngram,suffix", "--policy", "adaptive"), "does not enable"),
-    (("--drafters", "dspark,suffix", "--suffix-config", '{"max_depth": 1}'), "max_depth must be in"),
+    (("--drafters", "dspark,suffix", "--suffix-config", '{"max_depth": 1}'), "--suffix-max-depth must be in 2..256"),
     (("--drafters", "dspark,ngram,suffix", "--policy", "hybrid-tree", "--suffix-config", '{"max_depth": 1}'),
-     "max_depth must be in"),
+     "--suffix-max-depth must be in 2..256"),
     (("--drafters", "ngram,suffix", "--policy", "hybrid-vllm"), "must enable dspark"),
     (("--drafters", "dspark,ngram", "--policy", "hybrid-tree:sweep:x"), "unknown policy"),
-    (("--speculative-config", '{"method": "suffix", "suffix_decoding_min_token_prob": 2}'), "min_token_prob"),
+    (("--speculative-config", '{"method": "suffix", "suffix_decoding_min_token_prob": 2}'), "suffix-min-token-prob"),
     (("--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4, '
       '"suffix_decoding_max_tree_depth": 8}'), "goes with method 'suffix'"),
 ])

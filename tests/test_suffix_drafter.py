@@ -91,9 +91,31 @@ def test_global_tree_learns_from_finished_outputs_and_is_bounded():
     assert d.propose("c") is NO_PROPOSAL
 
 
-@pytest.mark.parametrize("kw,msg", [({"max_depth": 1}, "max_depth"), ({"max_spec_tokens": 0}, "max_spec_tokens"),
-                                    ({"min_token_prob": 1.5}, "min_token_prob"), ({"max_spec_factor": -1.0}, "max_spec_factor"),
-                                    ({"max_cached": -1}, "max_cached"), ({"max_depth": 2.5}, "integer")])
+@pytest.mark.parametrize("kw,msg", [({"max_depth": 1}, "--suffix-max-depth must be in 2..256"),
+                                    ({"max_spec_tokens": 0}, "--suffix-max-spec-tokens"),
+                                    ({"min_token_prob": 1.5}, "--suffix-min-token-prob must be in 0..1"),
+                                    ({"max_spec_factor": -1.0}, "--suffix-max-spec-factor must be >= 0"),
+                                    ({"max_cached": -1}, "--suffix-max-cached"), ({"max_depth": 2.5}, "integer")])
 def test_settings_out_of_range_are_one_line_errors(kw, msg):
     with pytest.raises(ConfigError, match=msg):
         SuffixConfig(**kw)
+
+
+def test_declared_settings_become_flags_and_one_json_config():
+    """The suffix drafter's settings, declared once (SuffixConfig), are flags of sim.run (--suffix-SETTING and
+    --suffix-config) that land in the run's one drafter_config, checked by the declaration; the live drafter is
+    built from it."""
+    from sim.api.run import SimSetup, parse_args
+    from sim.core.config import from_args
+    from sim.core.drafters.registry import live_drafters
+
+    a = parse_args(["--trace", "t.jsonl", "--suffix-config", '{"max_depth": 30, "min_token_prob": 0.2}',
+                    "--suffix-max-depth", "40"])
+    setup = from_args(SimSetup, a)
+    assert setup.drafter_config == '{"suffix": {"max_depth": 40, "min_token_prob": 0.2}}'  # the flag wins
+    cfg = live_drafters(["suffix"], setup.drafter_config)["suffix"].cfg
+    assert (cfg.max_depth, cfg.min_token_prob, cfg.max_spec_tokens) == (40, 0.2, SuffixConfig().max_spec_tokens)
+    with pytest.raises(ConfigError, match="--suffix-min-token-prob must be in 0..1"):
+        from_args(SimSetup, parse_args(["--trace", "t.jsonl", "--suffix-min-token-prob", "3"]))
+    with pytest.raises(ConfigError, match="unknown drafter 'nope'"):
+        from_args(SimSetup, parse_args(["--trace", "t.jsonl", "--drafter-config", '{"nope": {}}']))

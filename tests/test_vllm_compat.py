@@ -219,5 +219,5 @@ def test_suffix_maps_onto_the_suffix_policy_and_checks_its_settings():
     m = speculative_config('{"method": "suffix", "num_speculative_tokens": 16, "suffix_decoding_max_tree_depth": 32}',
                            (2, 5), 7)
     assert m.policy == "suffix" and m.suffix == {"max_depth": 32, "max_spec_tokens": 16}
-    with pytest.raises(ConfigError, match="max_depth must be in"):
+    with pytest.raises(ConfigError, match="--suffix-max-depth must be in"):
         speculative_config('{"method": "suffix", "suffix_decoding_max_tree_depth": 1}', (2, 5), 7)

@@ -31,7 +31,6 @@ from sim.core.drafters.model import load_drafter_profile
 from sim.core.drafters.ngram import NgramConfig
 from sim.core.drafters.tables import DraftTables, build_draft_tables
 from sim.core.drafters.registry import DEFAULT_DRAFTERS, live_drafters
-from sim.core.drafters.suffix import suffix_settings
 from sim.engine.engine import EngineConfig, RunResult
 from sim.infra.errors import ConfigError
 from sim.core.policies import get_policy
@@ -221,11 +220,11 @@ def build_engine_model(wl: Workload, max_slots: int):
 
 def run_real(wl: Workload, model, policy: str, batch_size: int, cost, progress: bool = False,
              max_num_batched_tokens: int = 512, drafters: str = ",".join(DEFAULT_DRAFTERS),
-             suffix_config: str | None = None) -> RunResult:
+             drafter_config: str | None = None) -> RunResult:
     """One real-engine run of the workload (all requests arrive at 0). `cost` prices the policies'
     decisions (the machine's profiled table); None = a provisional one (profiling runs). drafters: the run's
-    enabled drafters (--drafters; a live one such as suffix runs inside the engine, with `suffix_config`, a
-    checked --suffix-config value)."""
+    enabled drafters (--drafters; a live one such as suffix runs inside the engine, with its settings from
+    `drafter_config`, a checked --drafter-config value)."""
     from real.engine.engine import RealEngine
 
     model = wl.model(max_slots=batch_size)
@@ -234,7 +233,7 @@ def run_real(wl: Workload, model, policy: str, batch_size: int, cost, progress: 
     cfg = EngineConfig(batch_size=batch_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=False,
                        kv_capacity_tokens=10**9)
     pol = get_policy(policy, drafters)
-    live = live_drafters(pol.uses_extra, {"suffix": suffix_settings(suffix_config)})  # fresh per run
+    live = live_drafters(pol.uses_extra, drafter_config)  # fresh per run
     eng = RealEngine(wl.tables, np.zeros(len(wl.requests)), pol, cost, cfg, model, wl.ngram_cfg,
                      teacher_forcing=wl.teacher, progress=progress, drafter=wl.drafter, live=live)
     return eng.run()

@@ -33,7 +33,6 @@ import torch
 
 from sim.infra.cli import ArgumentParser, int_at_least, run_cli
 from sim.core.drafters.registry import live_drafters
-from sim.core.drafters.suffix import suffix_settings
 from sim.engine.engine import Engine, EngineConfig
 from sim.infra.errors import ConfigError
 from sim.core.metrics import summarize
@@ -115,7 +114,7 @@ def run(prep, policy: str, drafters: str, batch_size: int) -> tuple[float, int, 
     engine and settings, on the bound-checking engine)."""
     s = prep.setup
     pol = sim_policy(policy, drafters)
-    live = live_drafters(pol.uses_extra, {"suffix": suffix_settings(s.suffix_config)})
+    live = live_drafters(pol.uses_extra, s.drafter_config)
     cfg = EngineConfig(batch_size=batch_size, max_num_batched_tokens=s.max_num_batched_tokens,
                        kv_capacity_tokens=s.kv_capacity_tokens, rate=s.rate, seed=s.seed,
                        async_scheduling=s.async_scheduling)

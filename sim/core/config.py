@@ -6,7 +6,7 @@ are generated from these classes, so a setting is declared once.
     ModelConfig    the served model, the GPU and the cost model
     DrafterConfig  the model-drafter profile (or recorded drafts), the n-gram calibrator and chain length,
                    whether the draft tables are built whole or per request (streamed), the drafters the run
-                   enables and the suffix drafter's settings
+                   enables and their settings (drafter_config; each drafter declares its own)
     ServingConfig  the engine: arrivals, token budget, KV-cache size, asynchronous scheduling
     RunGrid        what a run compares: policies and batch sizes (lists)
 
@@ -28,8 +28,7 @@ from typing import Any, Callable
 
 from sim.core.cost import DEFAULT_COST_KIND, cost_kinds
 from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
-from sim.core.drafters.registry import parse_drafter_list
-from sim.core.drafters.suffix import parse_suffix_settings
+from sim.core.drafters.registry import add_drafter_flags, collect_drafter_flags, parse_drafter_config, parse_drafter_list
 from sim.core.drafters.stream import parse_draft_tables
 from sim.infra.errors import ConfigError
 from sim.core.vllm import MIN_RATE, SCHEDULERS, parse_rate, parse_scheduler
@@ -88,9 +87,10 @@ class DrafterConfig:
     drafters: str = opt("dspark,ngram", "the drafters the run enables, by name (sim/core/drafters/registry.py: dspark, ngram, "
                         "suffix); hybrid, hybrid-price, hybrid-tree, hybrid-vllm and oracle choose among all of "
                         "them, any other policy must use enabled ones", parse=parse_drafter_list)
-    suffix_config: str | None = opt(None, "the suffix drafter's settings as JSON, e.g. '{\"max_depth\": 24, "
-                             "\"min_token_prob\": 0.1}' (sim/core/drafters/suffix.py: SuffixConfig)",
-                             parse=parse_suffix_settings)
+    drafter_config: str | None = opt(None, "every drafter's settings as one JSON object, e.g. '{\"suffix\": "
+                                     "{\"max_depth\": 24}}' (each drafter declares its settings: "
+                                     "sim/core/drafters/registry.py; or the per-drafter flags below)",
+                                     parse=parse_drafter_config)
 
 
 @dataclass
@@ -218,11 +218,15 @@ def add_flags(ap: argparse.ArgumentParser, classes, repeatable: bool = False, gr
             else:
                 kw.update(type=f.metadata["parse"] or typ, default=defaults(f.name), help=help_ + _default_text(f))
             group.add_argument(*names, **kw)
+        if cls is DrafterConfig and not repeatable:  # each drafter's declared settings as flags of their own
+            add_drafter_flags(group)
 
 
 def from_args(cls, ns: argparse.Namespace):
     """An instance of `cls` (a dataclass built from the components) from parsed flags, every field checked."""
     kw = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls) if hasattr(ns, f.name)}
+    if "drafter_config" in kw:  # --D-config / --D-SETTING laid over --drafter-config
+        kw["drafter_config"] = collect_drafter_flags(ns, kw["drafter_config"])
     for k, v in kw.items():
         if k in FIELDS and not isinstance(v, list):
             check(k, v)

@@ -12,18 +12,28 @@ Each drafter has a chain id (Allocation.chain: 1 = dspark, 2 = ngram, 3 = suffix
 the registry so that a policy's allocation means the same in every run. The default set, ("dspark",
 "ngram"), is today's two-drafter run: its policies, fast forms and results are unchanged.
 
-How to add a drafter (docs/design.md, "Adding a drafter"): write its module with a class implementing
-`Drafter` (live) or a DraftTables column (table), register it below with `register_drafter`, and price it in
-`cost`; the N-drafter policies (sim/core/policies/multi.py) then choose among it and the others.
+Settings: a drafter declares them once, as a frozen dataclass of `setting(...)` fields in its own module
+(sim/core/drafters/settings.py), named in its DrafterSpec. A run carries every drafter's settings as one canonical
+JSON object {"drafter": {"setting": value}} (DrafterConfig.drafter_config); the flags --D-SETTING and --D-config
+JSON are made from the declaration (add_drafter_flags), and `live_drafters` hands each factory its checked
+settings instance.
+
+How to add a drafter (docs/design.md, "Extending"): write its module with a class implementing `Drafter` (live)
+or a DraftTables column (table) and its settings class, register it below with `register_drafter`, and price it
+in its `cost`; the N-drafter policies (sim/core/policies/multi.py) then choose among it and the others.
 """
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Optional, Protocol, Sequence
+from typing import Any, Callable, Dict, Iterable, Optional, Protocol, Sequence
 
 import numpy as np
 
-from sim.core.drafters.suffix import LiveSuffixDrafter, SuffixCalibrator, suffix_config
+from sim.core.drafters.settings import check_value, setting_flag, setting_types, settings_from
+from sim.core.drafters.suffix import LiveSuffixDrafter, SuffixCalibrator, SuffixConfig
 from sim.infra.errors import ConfigError
 
 DEFAULT_DRAFTERS = ("dspark", "ngram")
@@ -56,14 +66,16 @@ class Drafter(Protocol):
 
 @dataclass(frozen=True)
 class DrafterSpec:
-    """A registered drafter: name, kind ('table' or 'live'), chain id, one-line summary, and for a live drafter
-    its factory (settings dict -> a fresh Drafter for one run; ConfigError on a setting out of range)."""
+    """A registered drafter: name, kind ('table' or 'live'), chain id, one-line summary, for a live drafter its
+    factory (its settings instance -> a fresh Drafter for one run), and its settings class (a frozen dataclass of
+    sim/core/drafters/settings.py `setting` fields; None: no settings)."""
 
     name: str
     kind: str
     chain: int
     summary: str
-    factory: Optional[Callable[[dict], Drafter]] = None
+    factory: Optional[Callable[[Any], Drafter]] = None
+    settings: Optional[type] = None
 
 
 _REGISTRY: Dict[str, DrafterSpec] = {}
@@ -99,15 +111,108 @@ def parse_drafters(text) -> tuple[str, ...]:
     return tuple(n for n in _REGISTRY if n in names)
 
 
-def live_drafters(names: Iterable[str], settings: Optional[dict] = None) -> dict:
-    """Fresh live drafters (name -> Drafter) for one run, for the live ones among `names`; settings: name ->
-    that drafter's settings dict."""
-    settings = settings or {}
-    return {n: _REGISTRY[n].factory(dict(settings.get(n) or {})) for n in names if _REGISTRY[n].kind == "live"}
+def drafter_settings(config: str | dict | None) -> dict[str, dict]:
+    """name -> settings dict of a run's drafter_config (canonical JSON, a dict of the same, or None: {})."""
+    if config is None or config == "":
+        return {}
+    return json.loads(config) if isinstance(config, str) else {k: dict(v) for k, v in config.items()}
 
 
-def _suffix(settings: dict) -> Drafter:
-    return LiveSuffixDrafter(suffix_config(settings), SuffixCalibrator.load())
+def parse_drafter_config(text: str | dict | None) -> str | None:
+    """A --drafter-config value (a JSON object {"drafter": {"setting": value}}), each drafter's settings checked by
+    its declaration, written back in a canonical form (sorted keys); None for nothing set. ConfigError (one line)
+    for bad JSON, an unknown drafter, a drafter without settings, or a bad setting."""
+    if text is None:
+        return None
+    if isinstance(text, str):
+        try:
+            cfg = json.loads(text)
+        except (ValueError, RecursionError):
+            raise ConfigError(f"--drafter-config: not JSON: {text[:60]!r}") from None
+    else:
+        cfg = text
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"--drafter-config: expected a JSON object such as '{{\"suffix\": {{\"max_depth\": 24}}}}', "
+                          f"got {str(text)[:60]!r}")
+    for name, values in cfg.items():
+        spec = _REGISTRY.get(name)
+        if spec is None:
+            raise ConfigError(f"--drafter-config: unknown drafter '{name}'; registered: {', '.join(_REGISTRY)}")
+        if spec.settings is None:
+            raise ConfigError(f"--drafter-config: drafter '{name}' has no settings")
+        settings_from(name, spec.settings, values)
+    cfg = {n: dict(sorted(v.items())) for n, v in sorted(cfg.items()) if v}
+    return json.dumps(cfg, sort_keys=True) if cfg else None
+
+
+def merge_drafter_config(config: str | None, extra: dict[str, dict]) -> str | None:
+    """`config` with `extra` (name -> settings dict) laid over it, setting by setting, checked (parse_drafter_config)."""
+    merged = drafter_settings(config)
+    for name, values in extra.items():
+        merged[name] = {**merged.get(name, {}), **values}
+    return parse_drafter_config(merged)
+
+
+def live_drafters(names: Iterable[str], config: str | dict | None = None) -> dict:
+    """Fresh live drafters (name -> Drafter) for one run, for the live ones among `names`, each built from its
+    settings in `config` (a run's drafter_config: canonical JSON, or name -> settings dict)."""
+    values = drafter_settings(config)
+    out = {}
+    for n in names:
+        spec = _REGISTRY[n]
+        if spec.kind != "live":
+            continue
+        arg = settings_from(n, spec.settings, values.get(n, {})) if spec.settings is not None else None
+        out[n] = spec.factory(arg)
+    return out
+
+
+def add_drafter_flags(group) -> None:
+    """Each registered drafter's settings as flags in `group` (an argparse group): --D-config JSON (several at once)
+    and --D-SETTING VALUE (one each; the declared type and help), default unset. collect_drafter_flags reads them."""
+    for spec in _REGISTRY.values():
+        if spec.settings is None:
+            continue
+        group.add_argument(f"--{spec.name}-config", dest=f"drafter_json__{spec.name}", default=None, metavar="JSON",
+                           help=f"the {spec.name} drafter's settings as a JSON object, e.g. "
+                                f"'{{\"{dataclasses.fields(spec.settings)[0].name}\": ...}}' (or one flag each, below)")
+        for f in dataclasses.fields(spec.settings):
+            typ = setting_types(spec.settings)[f.name]
+            kw: dict = {"dest": f"drafter__{spec.name}__{f.name}", "default": None,
+                        "help": f"{spec.name} drafter: {f.metadata['help']} (default: {f.default})"}
+            if typ is bool:
+                kw["action"] = argparse.BooleanOptionalAction
+            else:
+                kw["type"] = typ
+            group.add_argument(setting_flag(spec.name, f.name), **kw)
+
+
+def collect_drafter_flags(ns: argparse.Namespace, config: str | None) -> str | None:
+    """`config` (a --drafter-config value) with the flags add_drafter_flags made laid over it: --D-config first,
+    then each --D-SETTING; checked, canonical (parse_drafter_config)."""
+    extra: dict[str, dict] = {}
+    for spec in _REGISTRY.values():
+        if spec.settings is None:
+            continue
+        text = getattr(ns, f"drafter_json__{spec.name}", None)
+        if text is not None:
+            try:
+                values = json.loads(text)
+            except (ValueError, RecursionError):
+                raise ConfigError(f"--{spec.name}-config: not a JSON object of settings: {text[:60]!r}") from None
+            if not isinstance(values, dict):
+                raise ConfigError(f"--{spec.name}-config: expected a JSON object such as "
+                                  f"'{{\"{dataclasses.fields(spec.settings)[0].name}\": ...}}', got {text[:60]!r}")
+            extra.setdefault(spec.name, {}).update(values)
+        for f in dataclasses.fields(spec.settings):
+            v = getattr(ns, f"drafter__{spec.name}__{f.name}", None)
+            if v is not None:
+                extra.setdefault(spec.name, {})[f.name] = check_value(spec.name, spec.settings, f.name, v)
+    return merge_drafter_config(parse_drafter_config(config), extra) if extra else parse_drafter_config(config)
+
+
+def _suffix(settings: SuffixConfig) -> Drafter:
+    return LiveSuffixDrafter(settings, SuffixCalibrator.load())
 
 
 register_drafter(DrafterSpec("dspark", "table", 1, "the model drafter (DSpark block drafter profile or recorded "
@@ -115,7 +220,7 @@ register_drafter(DrafterSpec("dspark", "table", 1, "the model drafter (DSpark bl
 register_drafter(DrafterSpec("ngram", "table", 2, "the exact n-gram drafter over the request's context (vLLM's "
                              "prompt lookup; --ngram-k)"))
 register_drafter(DrafterSpec("suffix", "live", 3, "the suffix-tree drafter over the request's context and the "
-                             "outputs of finished requests (sim/core/drafters/suffix.py)", _suffix))
+                             "outputs of finished requests (sim/core/drafters/suffix.py)", _suffix, SuffixConfig))
 
 
 def parse_drafter_list(text: str) -> str:

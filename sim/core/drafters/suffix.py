@@ -44,48 +44,36 @@ import json
 import math
 from array import array
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterable, Optional
 
 import numpy as np
 
 from sim.core.drafters.edge_table import EdgeTable
+from sim.core.drafters.settings import check_value, setting, settings_from
 from sim.infra.errors import ConfigError
 from sim.infra import paths
 
 
 @dataclass(frozen=True)
 class SuffixConfig:
-    """Suffix drafter settings (vLLM 0.33's `suffix_decoding_*` names and defaults): max_depth D (tokens of a
-    tree path), max_spec_tokens (longest chain), max_spec_factor and max_spec_offset (the chain cap
-    factor * match length + offset), min_token_prob (stop below this path probability), max_cached (finished
-    outputs the global tree keeps; 0 = no global tree)."""
+    """Suffix drafter settings (vLLM 0.33's `suffix_decoding_*` names and defaults), declared once here: the registry
+    makes them the flags --suffix-max-depth ... and --suffix-config JSON (sim/core/drafters/settings.py)."""
 
-    max_depth: int = 24
-    max_spec_tokens: int = 24
-    max_spec_factor: float = 1.0
-    max_spec_offset: float = 0.0
-    min_token_prob: float = 0.1
-    max_cached: int = 10000
+    max_depth: int = setting(24, "tokens of a tree path (vLLM's suffix_decoding_max_tree_depth)", lo=2, hi=256)
+    max_spec_tokens: int = setting(24, "the longest chain [tokens] (vLLM's num_speculative_tokens)", lo=1, hi=256)
+    max_spec_factor: float = setting(1.0, "chain cap = factor * match length + offset (suffix_decoding_max_spec_"
+                                     "factor)", lo=0.0)
+    max_spec_offset: float = setting(0.0, "the offset of that cap [tokens]", lo=0.0)
+    min_token_prob: float = setting(0.1, "stop a chain below this path probability (suffix_decoding_min_token_prob)",
+                                    lo=0.0, hi=1.0)
+    max_cached: int = setting(10000, "finished outputs the global tree keeps; 0 = no global tree "
+                              "(suffix_decoding_max_cached_requests)", lo=0)
 
     def __post_init__(self) -> None:
-        for name in ("max_depth", "max_spec_tokens", "max_cached"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ConfigError(f"suffix drafter setting {name} must be an integer, got {v!r}")
-        if not 2 <= self.max_depth <= 256:
-            raise ConfigError(f"suffix drafter max_depth must be in 2..256, got {self.max_depth}")
-        if not 1 <= self.max_spec_tokens <= 256:
-            raise ConfigError(f"suffix drafter max_spec_tokens must be in 1..256, got {self.max_spec_tokens}")
-        if self.max_cached < 0:
-            raise ConfigError(f"suffix drafter max_cached must be >= 0, got {self.max_cached}")
-        for name in ("max_spec_factor", "max_spec_offset"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ConfigError(f"suffix drafter setting {name} must be a finite number >= 0, got {v!r}")
-        if not (isinstance(self.min_token_prob, (int, float)) and 0.0 <= self.min_token_prob <= 1.0):
-            raise ConfigError(f"suffix drafter min_token_prob must be in [0, 1], got {self.min_token_prob!r}")
+        for f in fields(self):
+            check_value("suffix", SuffixConfig, f.name, getattr(self, f.name))
 
 
 @dataclass(frozen=True)
@@ -509,17 +497,10 @@ def accepted_length(proposal: SuffixProposal, future: list) -> int:
     return n
 
 
-SETTINGS = {"max_depth": int, "max_spec_tokens": int, "max_spec_factor": float, "max_spec_offset": float,
-            "min_token_prob": float, "max_cached": int}
-
-
 def suffix_config(settings: dict) -> SuffixConfig:
     """SuffixConfig from a settings dict (SuffixConfig's field names); ConfigError (one line) for an unknown
     name or a value out of range."""
-    unknown = sorted(set(settings) - set(SETTINGS))
-    if unknown:
-        raise ConfigError(f"suffix drafter: unknown setting(s) {', '.join(unknown)} (known: {', '.join(SETTINGS)})")
-    return SuffixConfig(**settings)
+    return settings_from("suffix", SuffixConfig, settings)
 
 
 class LiveSuffixDrafter(SuffixDrafter):
@@ -562,24 +543,6 @@ class LiveSuffixDrafter(SuffixDrafter):
 
     def cost(self, num_reqs: int, cost_model) -> float:
         return float(cost_model.ngram_ms(num_reqs, on_gpu=False))
-
-
-def parse_suffix_settings(text: str) -> str:
-    """A --suffix-config value: a JSON object of SuffixConfig settings, checked (ConfigError, one line, for bad JSON,
-    an unknown name or a value out of range) and written back in a canonical form."""
-    try:
-        cfg = json.loads(text)
-    except (ValueError, RecursionError):
-        raise ConfigError(f"--suffix-config: not a JSON object of suffix drafter settings: {text[:60]!r}") from None
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"--suffix-config: expected a JSON object such as '{{\"max_depth\": 24}}', got {text[:60]!r}")
-    suffix_config(cfg)
-    return json.dumps(cfg, sort_keys=True)
-
-
-def suffix_settings(text: str | None) -> dict:
-    """The settings dict of a (checked) --suffix-config value; {} for None."""
-    return {} if not text else json.loads(text)
 
 
 # The calibrator of the drafter's confidences (fit on general text by python -m sim.suffix_calibrate,
