@@ -32,9 +32,9 @@ from sim.core.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
 from sim.core.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
 from sim.core.drafters.ngram import NgramConfig
 from sim.core.drafters.cache import cached_draft_tables
-from sim.core.drafters.registry import DEFAULT_DRAFTERS, live_drafters, parse_drafters
+from sim.core.drafters.registry import (DEFAULT_DRAFTERS, collect_drafter_flags, live_drafters, merge_drafter_config,
+                                        parse_drafters)
 from sim.core.drafters.stream import StreamingTables, pick_streaming
-from sim.core.drafters.suffix import parse_suffix_settings, suffix_settings
 from sim.core.drafters.tables import DraftTables
 from sim.engine.engine import Engine, EngineConfig, RunResult
 from sim.infra.errors import ConfigError
@@ -162,7 +162,7 @@ def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False
     """Simulate one (policy, batch size) and return its summary row and the raw result."""
     s = prep.setup
     pol = sim_policy(policy, s.drafters)
-    live = live_drafters(pol.uses_extra, {"suffix": suffix_settings(s.suffix_config)})  # fresh per run
+    live = live_drafters(pol.uses_extra, s.drafter_config)  # fresh per run
     cfg = EngineConfig(batch_size=batch_size, max_num_batched_tokens=s.max_num_batched_tokens,
                        kv_capacity_tokens=s.kv_capacity_tokens, rate=s.rate, seed=s.seed,
                        async_scheduling=s.async_scheduling, scheduler=s.scheduler)
@@ -351,7 +351,7 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
     ngram_k, spec_k = a.ngram_k, None
     spec_policies, spec_drafter = [], None  # spec_drafter: the drafter (NAME:K) of an eagle/eagle3 config
     dspark = False
-    drafters, suffix_cfg = parse_drafters(a.drafters), a.suffix_config
+    drafters, drafter_cfg = parse_drafters(a.drafters), collect_drafter_flags(a, a.drafter_config)
     if a.speculative_config:
         from sim.core.drafters.calibration import NgramCalibrator
 
@@ -381,8 +381,7 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
                     drafters = parse_drafters(drafters + ("suffix",))
                     print(f"note: --speculative-config method 'suffix' enables the suffix drafter (--drafters "
                           f"{','.join(drafters)})", file=sys.stderr)
-                merged = {**suffix_settings(suffix_cfg), **m.suffix}
-                suffix_cfg = parse_suffix_settings(json.dumps(merged)) if merged else suffix_cfg
+                drafter_cfg = merge_drafter_config(drafter_cfg, {"suffix": m.suffix})
         if spec_drafter is not None and (a.drafter != SimSetup.drafter or dspark):
             raise ConfigError("--speculative-config: method eagle/eagle3 replaces the model drafter of every policy in "
                               "the run; it cannot be combined with --drafter or with a dspark config")
@@ -403,7 +402,7 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
     if a.workers is not None and a.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {a.workers}")
     setup = dataclasses.replace(from_args(SimSetup, a), model=model, ngram_k=ngram_k, drafters=",".join(drafters),
-                                suffix_config=suffix_cfg)
+                                drafter_config=drafter_cfg)
     if spec_drafter is not None:  # an EAGLE head run for K sequential steps: its profile at block K (NAME:K)
         setup = dataclasses.replace(setup, drafter=spec_drafter)
     tty = sys.stderr.isatty()

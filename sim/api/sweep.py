@@ -110,7 +110,7 @@ class Cell:
     calibrator: str
     ngram_k: int
     drafters: str
-    suffix_config: str | None
+    drafter_config: str | None
     policy: str
     batch_size: int
     rate: float | None

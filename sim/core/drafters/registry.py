@@ -178,10 +178,11 @@ def add_drafter_flags(group) -> None:
                                 f"'{{\"{dataclasses.fields(spec.settings)[0].name}\": ...}}' (or one flag each, below)")
         for f in dataclasses.fields(spec.settings):
             typ = setting_types(spec.settings)[f.name]
-            kw: dict = {"dest": f"drafter__{spec.name}__{f.name}", "default": None,
+            kw: dict = {"dest": f"drafter__{spec.name}__{f.name}", "default": None, "metavar": f.name.upper(),
                         "help": f"{spec.name} drafter: {f.metadata['help']} (default: {f.default})"}
             if typ is bool:
                 kw["action"] = argparse.BooleanOptionalAction
+                del kw["metavar"]
             else:
                 kw["type"] = typ
             group.add_argument(setting_flag(spec.name, f.name), **kw)
