@@ -135,6 +135,7 @@ def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkey
     import types
 
     import real.validation.validate as V
+    from real.validation.options import ValidateOptions
 
     calls = []
     speeds = {("none", 1): [100.0, 101.0, 99.0], ("adaptive", 1): [200.0, 150.0, 250.0]}
@@ -155,8 +156,8 @@ def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkey
     probes = iter([{"1x1": 30.0, "1x8": 60.0}, {"1x1": 31.0, "1x8": 62.0}] * 2)
     monkeypatch.setattr(V, "speed_probe_of", lambda wl, bss, repeat=9: next(probes))
     wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
-    a = types.SimpleNamespace(load_guard=0.25, seed=0, margin=3.0, speed_probes={}, anchors={}, drafters="dspark,ngram")
-    cells = V.measure_trace(wl, tmp_path, tmp_path / "t.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
+    a = ValidateOptions(load_guard=0.25, seed=0, margin=3.0, drafters="dspark,ngram")
+    cells, sp, _ = V.measure_trace(wl, tmp_path, tmp_path / "t.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
     assert calls == [("none", 1), ("adaptive", 1), ("adaptive", 1), ("none", 1), ("none", 1), ("adaptive", 1),
                      ("predict", "none"), ("predict", "adaptive")]
     none, adap = cells
@@ -170,10 +171,10 @@ def test_measure_trace_runs_repeats_abba_caches_them_and_judges(tmp_path, monkey
              adap["repeats"][2]]
     assert order[0]["speed_probe_before"] == {"1x1": 30.0, "1x8": 60.0}
     assert all(b["speed_probe_before"] == a_["speed_probe"] for a_, b in zip(order, order[1:]))
-    sp = a.speed_probes["traces/chat.jsonl"]   # no profile probe beside this table: drift only
+    # sp: the trace's speed-probe record; no profile probe beside this table: drift only
     assert sp["vs_profile"] is None and sp["drift"] == pytest.approx((31 / 30 * 62 / 60) ** 0.5)
     calls.clear()
-    again = V.measure_trace(wl, tmp_path, tmp_path / "t.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
+    again, _, _ = V.measure_trace(wl, tmp_path, tmp_path / "t.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
     assert calls == [] and [c["verdict"] for c in again] == [c["verdict"] for c in cells]
     assert capsys.readouterr().err.count("cached  ") == 6
     agg = V.write_reports(tmp_path, again, {"command": "x", "machine": {}, "model": "m", "mode": "real",

@@ -257,7 +257,7 @@ def test_fidelity_names_its_engine_wide_tokens_per_step():
         md = format_md([cell], agg, meta)
         assert "| tok/engine step |" in md and "| tok/step |" not in md and "| 3.50 |" in md
         assert "tok/engine step: output tokens per engine step" in md
-    for page in ("fidelity.md", "fidelity-drafter.md"):
+    for page in ("fidelity-slice16.md", "fidelity-agreement.md", "fidelity-drafter.md"):
         text = (ROOT / "reports" / page).read_text()
         assert "| tok/step |" not in text and "tok/engine step" in text
 

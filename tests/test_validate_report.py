@@ -8,6 +8,7 @@ import types
 
 import pytest
 
+from real.validation.options import ValidateOptions
 from sim.infra.errors import ConfigError
 
 
@@ -45,10 +46,11 @@ def _record_run(run, monkeypatch):
     monkeypatch.setattr(V, "predict_cell", fake_predict)
     monkeypatch.setattr(V, "speed_probe_of", lambda wl, bss, repeat=9: {"1x1": 30.0, "1x8": 60.0})
     wl = types.SimpleNamespace(trace="traces/chat.jsonl", requests=[types.SimpleNamespace(output_len=10)])
-    a = types.SimpleNamespace(load_guard=0.25, seed=0, margin=3.0, speed_probes={}, anchors={}, drafters="dspark,ngram")
-    cells = V.measure_trace(wl, run / "chat", run / "cost_table.json", ["none", "adaptive"], [1], {"k": 1}, 3, a)
+    a = ValidateOptions(load_guard=0.25, seed=0, margin=3.0, drafters="dspark,ngram")
+    cells, probes, _ = V.measure_trace(wl, run / "chat", run / "cost_table.json", ["none", "adaptive"], [1], {"k": 1},
+                                       3, a)
     meta = {"command": "python real/validate.py --out x", "machine": {}, "model": "m", "mode": "real", "max_tokens": 8,
-            "max_prompt": 9, "repeats": 3, "margin": 0.03, "speed_probes": a.speed_probes, "wall_minutes": 1.5}
+            "max_prompt": 9, "repeats": 3, "margin": 0.03, "speed_probes": {wl.trace: probes}, "wall_minutes": 1.5}
     V.write_reports(run, cells, meta)
     return cells
 

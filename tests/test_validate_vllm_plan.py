@@ -175,12 +175,12 @@ def test_sim_command_round_trips_through_sim_run():
 def test_config_flags_and_serve_line_come_from_the_dataclass():
     import argparse
 
-    from real.validation.vllm.config import add_arguments, from_args
+    from real.validation.vllm.config import add_arguments, from_args, vllm_flags
 
     ap = argparse.ArgumentParser()
     add_arguments(ap)
-    cfg = from_args(ap.parse_args(["--num-speculative-tokens", "7", "--vllm-model", "Qwen/Qwen3-4B",
-                                   "--hybrid-spec", '{"enabled": false}']), seed=2)
+    cfg = from_args(vllm_flags(ap.parse_args(["--num-speculative-tokens", "7", "--vllm-model", "Qwen/Qwen3-4B",
+                                              "--hybrid-spec", '{"enabled": false}'])), seed=2)
     assert cfg == VllmRunConfig(model="Qwen/Qwen3-4B", seed=2, hybrid=parse_hybrid_spec('{"enabled": false}'))
     assert cfg.sim_model() == "qwen3-4b" and cfg.sim_policy("hybrid") == "adaptive"  # disabled: plain DSpark
     assert VllmRunConfig.from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
@@ -275,11 +275,10 @@ def test_table_from_bench_results_and_the_cell_report(tmp_path):
     assert cost.draft_ms(2, 7) == pytest.approx(0.3 + 0.05 * 2)
     assert cost.sample_ms(8) > 0  # from the roofline fallback (qwen3-8b on h100-sxm)
 
-    from argparse import Namespace
+    from real.validation.options import ValidateOptions
 
-    a = Namespace(model="smollm2-135m", random_weights=False, device="cpu", drafter="default", seed=0, quick=True,
-                  policy=["none"], batch_size=[2], cost_table=str(path), out=str(tmp_path / "v"), max_prompt=None,
-                  trace=["traces/codeedit.jsonl"], limit=3, max_tokens=8, skip_checks=False)
+    a = ValidateOptions(engine="vllm", quick=True, policy=("none",), batch_size=(2,), cost_table=str(path),
+                        out=str(tmp_path / "v"), trace=("traces/codeedit.jsonl",), limit=3, max_tokens=8)
     v = flow.VllmValidation.from_args(a)
     assert v.policies == ("adaptive", "none") and v.table == path
     sl = flow.load_slice("traces/codeedit.jsonl", 3, v.max_prompt, 8)

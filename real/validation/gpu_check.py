@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime as _dt
 import functools
 import gc
@@ -71,7 +72,7 @@ REPORT = "reports/fidelity-gpu.md"
 @dataclass
 class Run:
     """State shared by the phases: the budget clock, what ran, what was skipped or failed."""
-    args: argparse.Namespace
+    args: "GpuCheckOptions"
     out: Path
     t0: float
     budget_s: float
@@ -553,11 +554,34 @@ def phase_plugin(run: Run) -> None:
 
 
 # --------------------------------------------------------------------------------------------- main
-def gpu_check(a: argparse.Namespace) -> int:
-    run = Run(args=a, out=Path(a.out).resolve(), t0=time.perf_counter(), budget_s=float(a.time_budget_s))
+@dataclass(frozen=True)
+class GpuCheckOptions:
+    """The check's options, every default resolved at the command line (parse_args), handed down unchanged."""
+
+    model: str
+    device: str
+    quick: bool
+    out: str
+    time_budget_s: float
+    force: bool
+    trace: tuple[str, ...]
+    policy: tuple[str, ...]
+    batch_size: tuple[int, ...]
+    limit: int
+    requests_per_slot: int
+    max_tokens: int
+    max_prompt: int
+    seed: int
+    plotly: str
+    argv: tuple[str, ...]
+
+
+def gpu_check(a: GpuCheckOptions) -> int:
     # traces given relative to the working directory stay valid; the defaults are relative to the repository,
     # as are the profiler's traces/general.jsonl and the reports
-    a.trace = [str(Path(t).resolve()) if Path(t).is_file() and not (ROOT / t).is_file() else t for t in a.trace]
+    a = dataclasses.replace(a, trace=tuple(str(Path(t).resolve()) if Path(t).is_file() and not (ROOT / t).is_file()
+                                           else t for t in a.trace))
+    run = Run(args=a, out=Path(a.out).resolve(), t0=time.perf_counter(), budget_s=float(a.time_budget_s))
     os.chdir(ROOT)
     if run.out.exists() and not run.out.is_dir():
         raise ConfigError(f"--out {run.out}: exists and is not a directory")
@@ -613,7 +637,7 @@ def gpu_check(a: argparse.Namespace) -> int:
     return 1 if run.failed else 0
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None) -> GpuCheckOptions:
     ap = ArgumentParser(prog="python real/gpu_check.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen3-8b", type=llm_name,
                     help="a models/llms name or its Hugging Face id, as in sim.api.run (random weights, teacher forced)")
@@ -636,14 +660,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from sim.infra.html_page import add_plotly_flag
 
     add_plotly_flag(ap, "the validation's fidelity.html pages under --out/validate/: ")
-    a = ap.parse_args(argv)
-    a.argv = list(argv) if argv is not None else sys.argv[1:]
-    a.trace = a.trace or list(TRACES)
-    a.policy = a.policy or list(QUICK_POLICIES if a.quick else POLICIES)
-    a.batch_size = a.batch_size or list(QUICK_BATCH_SIZES if a.quick else BATCH_SIZES)
-    a.limit = a.limit if a.limit is not None else (2 if a.quick else 64)
-    a.max_tokens = a.max_tokens if a.max_tokens is not None else (8 if a.quick else 128)
-    a.max_prompt = a.max_prompt if a.max_prompt is not None else (512 if a.quick else 2048)
+    ns = ap.parse_args(argv)
+    q = ns.quick
+    a = GpuCheckOptions(
+        model=ns.model, device=ns.device, quick=q, out=ns.out, time_budget_s=ns.time_budget_s, force=ns.force,
+        trace=tuple(ns.trace or TRACES), policy=tuple(ns.policy or (QUICK_POLICIES if q else POLICIES)),
+        batch_size=tuple(ns.batch_size or (QUICK_BATCH_SIZES if q else BATCH_SIZES)),
+        limit=ns.limit if ns.limit is not None else (2 if q else 64), requests_per_slot=ns.requests_per_slot,
+        max_tokens=ns.max_tokens if ns.max_tokens is not None else (8 if q else 128),
+        max_prompt=ns.max_prompt if ns.max_prompt is not None else (512 if q else 2048), seed=ns.seed,
+        plotly=ns.plotly, argv=tuple(argv if argv is not None else sys.argv[1:]))
     for name in ("limit", "max_tokens", "max_prompt", "requests_per_slot"):
         if getattr(a, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")

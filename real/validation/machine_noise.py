@@ -317,9 +317,7 @@ def parse_args(argv):
     ap.add_argument("--json", action="store_true", help="print the record as JSON instead of the text")
     ap.add_argument("--out", default=None, help="write the record (with the probe series) as JSON to this file")
     ap.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    a = ap.parse_args(argv)
-    a.argv = list(argv) if argv is not None else sys.argv[1:]
-    return a
+    return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -361,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     analysis = analyse(series, a.margin / 100.0, a.repeats, cell_s, prof_s, cells, minutes_of)
     ld = load_summary(series, machine["threads"], machine["cores"])
     ys = ns.log_speeds([s["probe"] for s in series])
-    rec = {"command": "python -m real.machine_noise " + " ".join(a.argv), "utc": utc, "minutes_measured": minutes,
+    rec = {"command": "python -m real.machine_noise " + " ".join(argv if argv is not None else sys.argv[1:]), "utc": utc, "minutes_measured": minutes,
            "machine": machine, "margin_pct": a.margin, "repeats": a.repeats,
            "grid": {"name": a.grid, "cells": cells, "cell_seconds": cell_s, "profile_seconds": prof_s,
                     "batch_sizes": bss},

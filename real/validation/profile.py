@@ -483,7 +483,6 @@ def parse_args(argv):
 
     add_arguments(ap, hybrid=False)
     a = ap.parse_args(argv)
-    a.argv = list(argv) if argv is not None else sys.argv[1:]
     if a.engine not in ("torch", "vllm"):
         raise ConfigError(f"--engine must be one of torch, vllm, got '{a.engine}'")
     if a.repeat is not None and a.repeat < 1:
@@ -492,14 +491,16 @@ def parse_args(argv):
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
+    from real.validation.options import ProfileOptions
+
+    a = ProfileOptions.from_namespace(parse_args(argv), argv if argv is not None else sys.argv[1:])
     if a.engine == "vllm":
         from real.validation.vllm.flow import profile_vllm
 
         return profile_vllm(a)
     from real.validation.vllm.config import given_flags
 
-    given = given_flags(a) + (["--dry-run"] if a.dry_run else [])
+    given = given_flags(a.vllm) + (["--dry-run"] if a.dry_run else [])
     if given:
         raise ConfigError(f"{given[0]} is for --engine vllm")
     pols = a.policy or ["none", "adaptive", "hybrid-price", "ngram-fixed:32"]

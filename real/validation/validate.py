@@ -27,6 +27,7 @@ above PCT percent.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -39,6 +40,7 @@ from real.validation.fidelity import (QUICK_NOTE, clear_prepared, prepared_setup
                            summary_line, write_output, write_reports)
 from real.validation.fidelity_stats import DEFAULT_MARGIN, PROBE_REPEAT, abba_order, judge, pooled_scatter
 from real.validation.machine_load import DEFAULT_LOAD_GUARD, LoadProbe
+from real.validation.options import ValidateOptions
 from sim.infra.cli import ArgumentParser, check_out_dir, finite_float, run_cli
 from sim.infra.errors import ConfigError
 from sim.core.drafters.registry import DEFAULT_DRAFTERS, parse_drafter_list
@@ -104,14 +106,15 @@ def cell_id(trace: str, policy: str, bs: int) -> str:
     return f"{Path(trace).stem}__{policy.replace(':', '-')}__bs{bs}"
 
 
-def cell_settings(a, trace: str, table_path: Path) -> dict:
+def cell_settings(a: ValidateOptions, trace: str, table_path: Path, limit: int, max_tokens: int,
+                  max_prompt: int) -> dict:
     """Everything besides (trace, policy, batch size) that a cell's real run and prediction depend on. A cached
     cell is served only when its recorded settings equal these: a rerun with another drafter, model, length
     cap or cost table recomputes the cell instead of reporting old numbers under the new settings."""
     import hashlib
     return {"trace_sha256": hashlib.sha256(Path(trace).read_bytes()).hexdigest(), "model": a.model,
             "random_weights": bool(a.random_weights), "device": a.device, "drafter": a.drafter, "seed": a.seed,
-            "limit": a.limit_eff, "max_tokens": a.max_tokens_eff, "max_prompt": a.max_prompt,
+            "limit": limit, "max_tokens": max_tokens, "max_prompt": max_prompt,
             "cost_table_sha256": hashlib.sha256(table_path.read_bytes()).hexdigest(),
             # recorded only when not the default pair, so cells cached before --drafters existed stay valid
             **({} if a.drafters == DRAFTER_LIST else {"drafters": a.drafters})}
@@ -348,11 +351,12 @@ def probe_record(probes: list[dict], profile_probe: dict | None) -> dict:
 
 
 def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[int], settings: dict, repeats: int,
-                  a) -> list[dict]:
+                  a: ValidateOptions) -> tuple[list[dict], dict, dict | None]:
     """Every (policy, batch size) cell of one trace: `repeats` real runs in ABBA order across the cells
     (real/validation/fidelity_stats.py), each cached as cells/<cell>/real.rR.json and reused on a rerun with the same
     settings (resumable per repeat), the prediction computed once per cell (cells/<cell>/predicted.json),
-    then assembled with its verdict into cells/<cell>.json. A line per real run; a warning when it ran under load."""
+    then assembled with its verdict into cells/<cell>.json. A line per real run; a warning when it ran under load.
+    Returns the cells, the trace's speed-probe record and its anchor (None: no re-anchoring)."""
     from real.validation.profile import profile_load, profile_uncertainty_of
 
     rec = prof_rec = profile_load(table)
@@ -394,14 +398,14 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
             last = None  # the time between that repeat and the next is unknown: the next measures its own probe
         real[(pol, bs)][r] = got
     probes.append(speed_probe_of(wl, bss))
-    a.speed_probes[wl.trace] = probe_record(probes, (prof_rec or {}).get("speed_probe"))
-    print(f"{Path(wl.trace).stem:10s} speed probe: {a.speed_probes[wl.trace]['note']}", file=sys.stderr)
+    probe_rec = probe_record(probes, (prof_rec or {}).get("speed_probe"))
+    print(f"{Path(wl.trace).stem:10s} speed probe: {probe_rec['note']}", file=sys.stderr)
     cells = []
     reps = {k: [real[k][r] for r in range(repeats)] for k in keys}
     anchor = trace_anchor(prof_rec, [(x["speed_probe_before"], x["speed_probe"]) for k in keys for x in reps[k]
                                      if x.get("speed_probe_before") and x.get("speed_probe")],
                           profile_uncertainty_of(table, one_run=True))
-    a.anchors[wl.trace] = None if anchor is None else {k: v for k, v in anchor.items() if k != "probe"}
+    anchor_rec = None if anchor is None else {k: v for k, v in anchor.items() if k != "probe"}
     # the quiet machine's repeat noise, pooled over the trace's cells (re-anchored: of x' = x q); a cell measured
     # under load is another population (real/validation/fidelity_stats.py) and stays out of the pool
     pooled = pooled_scatter([[x["tok_per_s"] * q for x, q in zip(reps[k], repeat_speeds(reps[k], anchor) or
@@ -427,7 +431,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
               f"predicted {v['predicted']:8.1f}  error {100 * v['error']:+5.1f}%  {v['verdict']}"
               f"{' (load)' if c['loaded'] else ''}", file=sys.stderr)
         cells.append(c)
-    return cells
+    return cells, probe_rec, anchor_rec
 
 
 def verdict_lines(agg: dict, quick: bool) -> list[str]:
@@ -443,7 +447,7 @@ def verdict_lines(agg: dict, quick: bool) -> list[str]:
     return out
 
 
-def validate(a) -> int:
+def validate(a: ValidateOptions) -> int:
     from real.validation.profile import machine_info, profile
     from real.validation.workload import Workload
     from sim.core.cost.profiled import check_machine, load_cost_table
@@ -457,13 +461,11 @@ def validate(a) -> int:
         return validate_vllm(a)
     from real.validation.vllm.config import given_flags
 
-    given = given_flags(a) + [f for f in ("--dry-run", "--skip-checks") if getattr(a, f[2:].replace("-", "_"))]
+    given = given_flags(a.vllm) + [f for f, on in (("--dry-run", a.dry_run), ("--skip-checks", a.skip_checks)) if on]
     if given:
         raise ConfigError(f"{given[0]} is for --engine vllm")
-    if a.max_prompt is None:
-        a.max_prompt = 512
-    a.out = a.out or "out/validate"
-    out = Path(a.out)
+    max_prompt = a.max_prompt if a.max_prompt is not None else 512
+    out = Path(a.out or "out/validate")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")
     check_out_dir(out, force=True)  # writable, not under a file (a folder of earlier cells is resumed)
@@ -492,7 +494,6 @@ def validate(a) -> int:
     repeats = a.repeat if a.repeat is not None else (1 if a.quick else grid["repeat"])
     limit = a.limit if a.limit is not None else (3 if a.quick else grid["limit"])
     max_tokens = a.max_tokens if a.max_tokens is not None else (16 if a.quick else grid["max_tokens"])
-    a.limit_eff, a.max_tokens_eff = limit, max_tokens
     from real.validation.profile import profile_repeats, profile_slice
 
     prof_est = None if a.cost_table or (out / "cost_table.json").is_file() else \
@@ -504,12 +505,12 @@ def validate(a) -> int:
           f"estimate_minutes; cells already cached under --out are not re-run)", file=sys.stderr)
     t_start = time.perf_counter()
     cells, table_path, machine = [], None, {}
-    a.speed_probes, a.anchors = {}, {}
+    speed_probes, anchors = {}, {}
     for trace in traces:
         t_dir = out / Path(trace).stem
         t_dir.mkdir(parents=True, exist_ok=True)
         wl = Workload.build(trace, a.model, a.random_weights, a.device, limit=limit, sample=None, seed=a.seed,
-                            max_tokens=max_tokens, max_prompt=a.max_prompt, progress=True,
+                            max_tokens=max_tokens, max_prompt=max_prompt, progress=True,
                             drafter=None if a.drafter == "none" else a.drafter)
         machine = machine_info(wl.device, wl.dtype, wl.model_label)
         if a.quick and table_path is None:  # once, when the inputs have passed their checks and the work starts
@@ -529,16 +530,18 @@ def validate(a) -> int:
                     raise ConfigError(f"{table_path}: {diff}; profile here (omit --cost-table) or pass --allow-other-machine")
                 print(f"warning: {table_path}: {diff}", file=sys.stderr)
                 machine["table_from_other_machine"] = diff
-        settings = cell_settings(a, trace, table_path)
+        settings = cell_settings(a, trace, table_path, limit, max_tokens, max_prompt)
         ref = t_dir / "reference.jsonl"
         wl.write_trace(ref)
         write_drafts(wl, t_dir / "drafts.jsonl")
-        cells += measure_trace(wl, t_dir, table_path, policies, bss, settings, repeats, a)
+        got, speed_probes[wl.trace], anchors[wl.trace] = measure_trace(wl, t_dir, table_path, policies, bss, settings,
+                                                                        repeats, a)
+        cells += got
     meta = {"command": "python real/validate.py " + " ".join(a.argv), "machine": machine, "model": a.model,
             "mode": "random weights, teacher forced" if a.random_weights else "real weights (GGUF), greedy",
-            "max_tokens": max_tokens, "max_prompt": a.max_prompt, "cost_table": str(table_path),
+            "max_tokens": max_tokens, "max_prompt": max_prompt, "cost_table": str(table_path),
             "repeats": repeats, "margin": a.margin / 100.0, "load_guard": a.load_guard, "quick": bool(a.quick),
-            "speed_probes": a.speed_probes, "anchors": a.anchors,
+            "speed_probes": speed_probes, "anchors": anchors,
             "drafter_note": ("The model drafter is the project's trained drafter (" + str(a.drafter) + "), live in the "
                              "real engine; the simulator replays its chains recorded on the reference."
                              if not a.random_weights and a.drafter != "none" else
@@ -633,7 +636,6 @@ def parse_args(argv):
 
     add_plotly_flag(out, "fidelity.html in --out (torch engine and vllm; vLLM on this CPU writes no page): ")
     a = ap.parse_args(argv)
-    a.argv = list(argv) if argv is not None else sys.argv[1:]
     if a.engine not in ENGINES:
         raise ConfigError(f"--engine must be one of {', '.join(ENGINES)}, got '{a.engine}'")
     if a.limit is not None and a.limit < 1:
@@ -648,13 +650,13 @@ def parse_args(argv):
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    if a.engine != "torch" or getattr(a, "dry_run", False):
+    a = ValidateOptions.from_namespace(parse_args(argv), argv if argv is not None else sys.argv[1:])
+    if a.engine != "torch" or a.dry_run:
         return validate(a)
     from sim.infra.fsio import clean_dead, out_guard
 
     with out_guard(a.out or "out/validate") as out:  # a second validation of this --out is refused, not merged
-        a.out = str(out)
+        a = dataclasses.replace(a, out=str(out))  # the folder's real path, as the lock resolved it
         if out.is_dir():  # what a killed run left: temporaries of its writes
             for d in [out, *(p for p in out.rglob("*") if p.is_dir() and not p.is_symlink())]:
                 clean_dead(d)

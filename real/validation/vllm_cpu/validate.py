@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from real.validation.options import ValidateOptions
 from real.validation.vllm import config as C
 from real.validation.vllm.config import VllmRunConfig
 from sim.infra.errors import ConfigError
@@ -71,16 +72,12 @@ def make_commands(cfg: VllmRunConfig) -> str:
             f"{cfg.model} --num-speculative-tokens {cfg.num_speculative_tokens} --out {default_drafter()}")
 
 
-def cpu_config(a) -> VllmRunConfig:
+def cpu_config(a: ValidateOptions) -> VllmRunConfig:
     """The run's VllmRunConfig: the flags, with the CPU defaults (local SmolLM2 and random DSpark directories,
     max_model_len 2048, a 128-token step budget) where a flag was not given."""
-    for flag, key, val in (("vllm_model", "model", default_model()), ("vllm_drafter", "drafter", default_drafter()),
-                           ("vllm_max_model_len", "max_model_len", MAX_MODEL_LEN),
-                           ("vllm_max_num_batched_tokens", "max_num_batched_tokens", MAX_NUM_BATCHED_TOKENS)):
-        if getattr(a, flag, None) is None:
-            setattr(a, flag, val)
-    a.vllm_device = "cpu"
-    return C.from_args(a, seed=a.seed)
+    cpu = {"model": default_model(), "drafter": default_drafter(), "max_model_len": MAX_MODEL_LEN,
+           "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS}
+    return C.from_args({**cpu, **a.vllm, "device": "cpu"}, seed=a.seed)
 
 
 def load_slice(trace: str, limit: int, max_prompt: int, max_tokens: int, seed: int):
@@ -346,7 +343,7 @@ def rel_path(a, b) -> float:
 
 
 # ------------------------------------------------------------------------------------------ validate
-def validate_cpu(a) -> int:
+def validate_cpu(a: ValidateOptions) -> int:
     """real/validate.py --engine vllm on the CPU build (module docstring)."""
     from real.validation.vllm_cpu.checkpoints import check_pair
     from real.validation.vllm.engine import require_vllm

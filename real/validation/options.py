@@ -1,0 +1,91 @@
+"""The options of the validation commands as frozen dataclasses: what the command line gave, read once at the
+command's boundary and handed down unchanged (a value the pipeline resolves, such as the engine's default limit, is
+a local of the flow that resolves it, never written back).
+
+    ValidateOptions   python real/validate.py   (real/validation/validate.py's parser)
+    ProfileOptions    python real/profile.py    (real/validation/profile.py's parser)
+
+`vllm` holds the vLLM flags that were given, by VllmRunConfig field (real/validation/vllm/config.py: vllm_flags), so
+the vLLM flows build their config from it (config.from_args) and the torch flow refuses it (config.given_flags).
+None in a field means "the engine's default" (the torch engine, vLLM on GPU and on CPU each have their own).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+def _tuple(v):
+    return None if v is None else tuple(v)
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    engine: str = "torch"
+    policy: tuple[str, ...] | None = None
+    drafters: str = "dspark,ngram"
+    batch_size: tuple[int, ...] | None = None
+    grid: str = "default"
+    quick: bool = False
+    trace: tuple[str, ...] | None = None
+    limit: int | None = None
+    max_tokens: int | None = None
+    max_prompt: int | None = None
+    seed: int = 0
+    model: str = "smollm2-135m"
+    random_weights: bool = False
+    device: str = "cpu"
+    drafter: str = "default"
+    cost_table: str | None = None
+    allow_other_machine: bool = False
+    repeat: int | None = None
+    margin: float = 3.0                  # percent
+    load_guard: float = 0.25             # cores
+    max_error: float | None = None       # percent
+    skip_checks: bool = False
+    dry_run: bool = False
+    out: str | None = None
+    plotly: str = "inline"
+    argv: tuple[str, ...] = ()
+    vllm: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace, argv) -> "ValidateOptions":
+        """The options of parsed flags (validate's parser) and the command line they came from."""
+        from real.validation.vllm.config import vllm_flags
+
+        kw = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls) if f.name not in ("argv", "vllm")
+              and hasattr(ns, f.name)}
+        for k in ("policy", "batch_size", "trace"):
+            kw[k] = _tuple(kw.get(k))
+        return cls(**kw, argv=tuple(argv), vllm=vllm_flags(ns))
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    model: str = "smollm2-135m"
+    random_weights: bool = False
+    device: str = "cpu"
+    policy: tuple[str, ...] | None = None
+    batch_size: tuple[int, ...] | None = None
+    quick: bool = False
+    repeat: int | None = None
+    out: str | None = None
+    force: bool = False
+    engine: str = "torch"
+    dry_run: bool = False
+    argv: tuple[str, ...] = ()
+    vllm: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace, argv) -> "ProfileOptions":
+        """The options of parsed flags (profile's parser) and the command line they came from."""
+        from real.validation.vllm.config import vllm_flags
+
+        kw = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls) if f.name not in ("argv", "vllm")
+              and hasattr(ns, f.name)}
+        for k in ("policy", "batch_size"):
+            kw[k] = _tuple(kw.get(k))
+        return cls(**kw, argv=tuple(argv), vllm=vllm_flags(ns))
