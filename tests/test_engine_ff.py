@@ -71,7 +71,7 @@ def test_fast_forward_equals_step_by_step(prep, batch, rate, small_kv, sync, mon
 
 def test_only_the_none_policy_and_engine_hooks(prep, monkeypatch):
     """A drafting policy, a subclass overriding a hook, and streamed tables step normally."""
-    from sim.engine.fast_forward import fast_forward_ok
+    from sim.engine.choice import fast_forward_ok
     monkeypatch.setenv("HYBRIDSPEC_REFERENCE_ENGINE", "0")
     cfg = EngineConfig(batch_size=4)
     assert fast_forward_ok(Engine(prep.tables, prep.arrivals, sim_policy("none"), prep.cost, cfg))

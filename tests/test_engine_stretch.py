@@ -15,7 +15,8 @@ from sim.core.drafters.model import ModelDrafterProfile
 from sim.core.drafters.ngram import NgramConfig
 from sim.core.drafters.stream import StreamingTables
 from sim.engine.engine import Engine, EngineConfig
-from sim.engine.stretch import stretch_ok
+import sim.engine.choice as choice_mod
+from sim.engine.choice import stretch_ok
 from sim.engine.policies import sim_policy
 from sim.core.policies.base import Allocation
 from sim.api.run import SimSetup, prepare
@@ -43,7 +44,7 @@ def _run(tables, prep, pol, cfg, monkeypatch, stretch: bool):
         return out
 
     monkeypatch.setattr(engine_mod, "steady_steps", counting)
-    monkeypatch.setattr(engine_mod, "stretch_ok", stretch_ok if stretch else (lambda eng: False))
+    monkeypatch.setattr(choice_mod, "stretch_ok", stretch_ok if stretch else (lambda eng: False))
     pol = sim_policy(pol) if isinstance(pol, str) else pol
     eng = Engine(tables, prep.arrivals, pol, prep.cost, cfg)
     res = eng.run()

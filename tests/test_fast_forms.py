@@ -22,8 +22,7 @@ import pytest
 import torch
 
 from sim.engine.engine import Engine, EngineConfig
-from sim.engine.fast_forward import fast_forward_ok
-from sim.engine.stretch import stretch_ok
+from sim.engine.choice import fast_forward_ok, stretch_ok
 from sim.engine.forms import ARRAY_FORM, ENGINE_FORMS, FAST_FORWARD, NATIVE_STEP, STRETCH, policy_forms, \
     steps_as_defined, transcribed_methods
 from sim.core.policies import get_policy as get_definition, list_policies

@@ -103,6 +103,33 @@ def test_report_from_two_runs_checks_targets_and_never_overwrites(tmp_path, monk
         report_main([str(run), "--out", str(tmp_path / "r.txt")])
 
 
+def test_report_page_shared_records_the_flag_and_a_shared_validate_page(tmp_path, monkeypatch):
+    """--plotly shared (the committed reports/): the page loads the plotly.js written once beside it, two reports
+    in one folder share it, and the markdown records the command with the flag. validate's own fidelity.html
+    (write_reports) takes the same choice."""
+    import re
+
+    from real.validation.report import main as report_main
+    from real.validation.fidelity import write_reports
+    from sim.infra.html_page import asset_name, plotly_js
+    from test_html_pages import check_page
+
+    run = tmp_path / "run"
+    cells = _record_run(run, monkeypatch)
+    assert len(re.findall(r"\* plotly\.js v\d", (run / "fidelity.html").read_text())) == 1  # the default: inlined
+    rep = tmp_path / "rep"
+    for name in ("a", "b"):
+        assert report_main([str(run), "--out", str(rep / f"fidelity-{name}.md"), "--plotly", "shared"]) == 0
+        check_page((rep / f"fidelity-{name}.html").read_text(), f"fidelity report {name}, shared", rep)
+    assert {p.name for p in rep.iterdir()} == {"fidelity-a.md", "fidelity-a.html", "fidelity-b.md", "fidelity-b.html",
+                                               asset_name()}  # one plotly.js for both pages, no temporaries
+    assert (rep / asset_name()).read_bytes() == plotly_js().encode()
+    assert "--plotly shared`" in (rep / "fidelity-a.md").read_text().split("\n")[2]
+    meta = json.loads((run / "fidelity.json").read_text())["meta"]
+    write_reports(tmp_path / "v", cells, meta, plotly="shared")
+    check_page((tmp_path / "v" / "fidelity.html").read_text(), "validate page, shared", tmp_path / "v")
+
+
 def _two_trace_runs(tmp_path, monkeypatch):
     """A recorded run on chat (tmp_path/run) and its copy relabelled as code editing (tmp_path/other): one grid
     measured trace by trace. Returns (run, other, other's fidelity.json as a dict)."""

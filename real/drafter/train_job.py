@@ -23,7 +23,7 @@ from dataclasses import asdict, fields
 import numpy as np
 import torch
 
-from sim.infra.cli import ArgumentParser, check_out_file, run_cli
+from sim.infra.cli import ArgumentParser, check_out_file
 from sim.infra.errors import ConfigError
 from real.drafter.data import DataConfig, collect, data_dir
 from real.drafter.evaluate import fit_sts, metrics, output_chains

@@ -26,7 +26,7 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from sim.infra.cli import ArgumentParser, check_out_file, run_cli
+from sim.infra.cli import ArgumentParser, check_out_file
 from sim.infra.errors import ConfigError
 from real.drafter.data import data_dir
 from real.drafter.evaluate import draft_positions, fit_sts, metrics

@@ -77,7 +77,7 @@ def build_tuning_split(out: Path, cache: Path | None = None, progress: bool = Tr
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sim.infra.cli import ArgumentParser, check_out_file, run_cli  # noqa: F401
+    from sim.infra.cli import ArgumentParser, check_out_file
 
     ap = ArgumentParser(prog="python -m real.tuning_split", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="JSONL file to write (must not exist)")

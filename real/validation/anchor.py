@@ -19,12 +19,11 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import types
 from pathlib import Path
 
 from real.validation.fidelity_stats import CellVerdict, abba_order, pooled_scatter, summarize
-from sim.infra.cli import ArgumentParser, run_cli
+from sim.infra.cli import ArgumentParser
 from sim.infra.errors import ConfigError
 
 

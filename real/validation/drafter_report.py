@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.infra.cli import ArgumentParser, check_out_file, run_cli, write_whole
+from sim.infra.cli import ArgumentParser, check_out_file, write_whole
 from sim.infra.errors import ConfigError
 from real.drafter.evaluate import recorded_drafts
 from real.drafter.model import DEFAULT_DRAFTER, load_drafter

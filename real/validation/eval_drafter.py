@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from sim.infra.cli import ArgumentParser, check_in_file, check_out_file, run_cli, write_whole
+from sim.infra.cli import ArgumentParser, check_in_file, check_out_file, write_whole
 from sim.infra.errors import ConfigError
 from real.drafter.data import DataConfig, collect_with_ids
 from real.drafter.evaluate import first_position_by_copy, metrics, output_chains, recorded_drafts

@@ -29,7 +29,6 @@ is still written and records the failure; details in DIR/errors.log), 2 on a pre
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import datetime as _dt
@@ -49,7 +48,7 @@ from pathlib import Path
 for _k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):  # nothing may download anything
     os.environ.setdefault(_k, "1")
 
-from sim.infra.cli import ArgumentParser, check_out_dir, finite_float, run_cli, write_whole
+from sim.infra.cli import ArgumentParser, check_out_dir, finite_float, write_whole
 from sim.infra.errors import ConfigError
 from sim.core.models import llm_name
 from sim.infra import paths

@@ -42,7 +42,7 @@ from real.validation.fidelity_stats import DEFAULT_MARGIN, PROBE_REPEAT
 from real.validation.machine_load import DEFAULT_LOAD_GUARD
 from real.validation.validate import (DEFAULT_BATCH_SIZES, DEFAULT_POLICIES, GRIDS, estimate_minutes,
                            estimate_run_seconds)
-from sim.infra.cli import ArgumentParser, check_out_file, finite_float, int_at_least, run_cli, write_whole
+from sim.infra.cli import ArgumentParser, check_out_file, finite_float, int_at_least, write_whole
 from sim.infra.errors import ConfigError
 from sim.core.models import llm_name
 

@@ -48,7 +48,7 @@ from real.validation.machine import gpu_models_name, machine_info  # noqa: F401 
 from real.engine.model import SHORT_QUERY_MAX
 from real.validation.fidelity_stats import PROBE_REPEAT, bracket_speed, probe_ratio, reference_probe  # noqa: F401
 from real.validation.workload import Workload, build_engine_model, run_real
-from sim.infra.cli import ArgumentParser, check_out_file, run_cli, write_whole
+from sim.infra.cli import ArgumentParser, check_out_file, write_whole
 from sim.core.cost.profiled import CostTable, cost_table_from_dict, write_cost_table
 from sim.infra.errors import ConfigError
 from sim.core.models import llm_name

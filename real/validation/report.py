@@ -27,7 +27,7 @@ from pathlib import Path
 from real.validation.fidelity import aggregate, figure_parts, format_md, summary_line
 from real.validation.anchor import read_json
 from real.validation.fidelity_stats import CellVerdict, summarize
-from sim.infra.cli import ArgumentParser, run_cli, write_whole
+from sim.infra.cli import ArgumentParser, write_whole
 from sim.infra.errors import ConfigError
 
 TARGET_MEDIAN, TARGET_MAX, TARGET_INCONCLUSIVE = 0.03, 0.08, 0.25  # the quiet-machine targets

@@ -39,14 +39,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from real.validation.fidelity_stats import judge, pooled_scatter
-from sim.infra.cli import ArgumentParser, run_cli
+from sim.infra.cli import ArgumentParser
 from sim.infra.errors import ConfigError
 
 LEGACY_PASS_POLICIES = ("adaptive", "hybrid-price")

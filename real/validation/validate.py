@@ -41,7 +41,7 @@ from real.validation.fidelity import (QUICK_NOTE, clear_prepared, prepared_setup
 from real.validation.fidelity_stats import DEFAULT_MARGIN, PROBE_REPEAT, abba_order, judge, pooled_scatter
 from real.validation.machine_load import DEFAULT_LOAD_GUARD, LoadProbe
 from real.validation.options import ValidateOptions
-from sim.infra.cli import ArgumentParser, check_out_dir, finite_float, run_cli
+from sim.infra.cli import ArgumentParser, check_out_dir, finite_float
 from sim.infra.errors import ConfigError
 from sim.core.drafters.registry import DEFAULT_DRAFTERS, parse_drafter_list
 from sim.core.models import llm_name

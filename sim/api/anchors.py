@@ -32,7 +32,7 @@ from typing import Callable
 
 import numpy as np
 
-from sim.infra.cli import ArgumentParser, check_out_file, run_cli, write_whole
+from sim.infra.cli import ArgumentParser, check_out_file, write_whole
 from sim.infra.errors import ConfigError
 from sim.infra import paths
 

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sim.infra.cli import ArgumentParser, check_out_file, finite_float, int_at_least, run_cli, write_whole
+from sim.infra.cli import ArgumentParser, check_out_file, finite_float, int_at_least, write_whole
 from sim.core.drafters.registry import DEFAULT_DRAFTERS, parse_drafter_list
 from sim.infra.errors import ConfigError
 from sim.infra import paths

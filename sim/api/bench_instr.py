@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sim.infra.cli import ArgumentParser, int_at_least, run_cli
+from sim.infra.cli import ArgumentParser, int_at_least
 from sim.infra.errors import ConfigError
 from sim.engine.native import compile_library
 from sim.infra import paths

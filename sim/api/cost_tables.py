@@ -6,7 +6,7 @@ the derived example table models/cost_tables/h100-sxm_qwen3-8b.json (a tracked f
 """
 from __future__ import annotations
 
-from sim.infra.cli import ArgumentParser, check_out_file, int_at_least, run_cli
+from sim.infra.cli import ArgumentParser, check_out_file, int_at_least
 from sim.core.cost.profiled import default_table_path, tables_from_cost_model, write_cost_table
 from sim.core.cost.roofline import RooflineCost
 from sim.infra.errors import ConfigError

@@ -28,10 +28,9 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-import numpy as np
 import torch
 
-from sim.infra.cli import ArgumentParser, int_at_least, run_cli
+from sim.infra.cli import ArgumentParser, int_at_least
 from sim.core.drafters.registry import live_drafters
 from sim.engine.engine import Engine, EngineConfig
 from sim.infra.errors import ConfigError

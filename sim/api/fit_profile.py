@@ -74,7 +74,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.infra.cli import run_cli, write_whole
+from sim.infra.cli import write_whole
 from sim.core.drafters import model as model_mod
 from sim.core.drafters.calibration import NgramCalibrator, auc, ece
 from sim.core.drafters.model import (MODELS_DIR, ModelChains, ModelDrafterProfile, load_drafter_profile,

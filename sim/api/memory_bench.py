@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.infra.cli import run_cli
 from sim.infra.errors import ConfigError
 
 MAX_LEN = 16384  # tokens: the longest request or response kept (BurstGPT's longest responses are ~12.5k)

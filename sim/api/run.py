@@ -24,11 +24,11 @@ from tqdm import tqdm
 
 from sim.api import console
 from sim.infra.progress import Heartbeat
-from sim.infra.cli import ArgumentParser, check_out_dir, finite_float, run_cli
+from sim.infra.cli import ArgumentParser, check_out_dir, finite_float
 from sim.infra.fsio import atomic_dir, die_with_parent, forking_workers, out_guard
 from sim.infra.html_page import add_plotly_flag, check_asset
 from sim.core.cost import make_cost_model
-from sim.core.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
+from sim.core.drafters.calibration import NgramCalibrator
 from sim.core.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
 from sim.core.drafters.ngram import NgramConfig
 from sim.core.drafters.cache import cached_draft_tables

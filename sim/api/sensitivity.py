@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.infra.cli import ArgumentParser, check_in_file, check_out_files, int_at_least, run_cli, write_whole
+from sim.infra.cli import ArgumentParser, check_in_file, check_out_files, int_at_least, write_whole
 from sim.core.cost import make_cost_model
 from sim.core.drafters.model import load_drafter_profile
 from sim.infra.errors import ConfigError

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.infra.cli import ArgumentParser, int_at_least, run_cli
+from sim.infra.cli import ArgumentParser, int_at_least
 from sim.core.drafters.suffix import E_EDGES, P_EDGES, SMOOTH, SuffixConfig, SuffixDrafter, fit
 from sim.infra.errors import ConfigError
 

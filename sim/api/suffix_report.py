@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from sim.infra.cli import ArgumentParser, int_at_least, run_cli
+from sim.infra.cli import ArgumentParser, int_at_least
 from sim.core.drafters.suffix import SuffixConfig, SuffixDrafter, accepted_length
 
 

@@ -47,7 +47,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from sim.infra.cli import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least, run_cli
+from sim.infra.cli import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least
 from sim.infra.fsio import clean_dead, commit_files, forking_workers, out_guard
 from sim.infra.errors import ConfigError
 from sim.infra import paths

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sim.infra.cli import ArgumentParser as _Parser, check_in_file, check_out_dir, check_out_file, int_at_least, run_cli
+from sim.infra.cli import ArgumentParser as _Parser, check_in_file, check_out_dir, check_out_file, int_at_least
 from sim.infra.errors import ConfigError
 
 BUILDS = ("codeedit", "codeedit-model", "chat", "general", "all")

@@ -30,7 +30,8 @@ class EngineSteps(Protocol):
     Set-up: tb (DraftTables), sched (sim.core.scheduler.Scheduler), policy, cost (CostModel), cfg (EngineConfig),
     stream (streaming tables), steps (the StepLog), decision_table (the policies' verify table, a tensor),
     max_logits (vLLM's logits cap in rows, or None), padded (the cost's short_query_max: a padded cost prices
-    each step's attention shape, which only the numpy step computes; 0 otherwise)."""
+    each step's attention shape, which only the numpy step computes; 0 otherwise), filler_k (vLLM's filler
+    slots of a vllm-ngram run, 0 otherwise)."""
 
     tb: object
     sched: object
@@ -42,6 +43,7 @@ class EngineSteps(Protocol):
     decision_table: object
     max_logits: Optional[int]
     padded: int
+    filler_k: int
     pos: np.ndarray
     prev_pos: np.ndarray
     model_pos: np.ndarray

@@ -93,15 +93,16 @@ from tqdm import tqdm
 from sim.core.cost.base import CostModel
 from sim.core.drafters.recalibration import RecalState
 from sim.core.drafters.registry import chain_id
-from sim.core.drafters.tables import DraftTables, ng_conf_zero_past_length
+from sim.core.drafters.tables import ng_conf_zero_past_length
 from sim.engine.native_step import NativeScans, Unsupported, make_native_step
 from sim.engine.checks import LosslessChecks
-from sim.engine.fast_forward import clock_delays, fast_forward, fast_forward_ok
+from sim.engine.choice import array_form_of, choose, native_step_ok, plan_form_of
+from sim.engine.fast_forward import clock_delays, fast_forward
 from sim.engine.history import HostHistory, ragged_slots
 from sim.engine.live import LiveChains
-from sim.engine.stretch import steady_steps, stretch_ok
+from sim.engine.stretch import steady_steps
 from sim.infra.errors import ConfigError, SimulatorBug
-from sim.engine.forms import ARRAY_FORM, NATIVE_STEP, WHOLE_STEP, steps_as_defined, transcribed_by
+from sim.engine.forms import ARRAY_FORM, NATIVE_STEP, WHOLE_STEP, transcribed_by
 from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
 from sim.core.policies.registry import Policy
 from sim.engine.policy_fast import Arrays
@@ -401,9 +402,8 @@ class Engine(HostHistory, LosslessChecks):
         is steady, the steps up to the next event, finished request or full held list run in one loop
         (sim.engine.stretch), with the same results."""
         done = 0
-        ff = fast_forward_ok(self)
-        # steady stretches in one loop (sim.engine.stretch), which charge the verified drafts
-        stretch = not ff and stretch_ok(self) and not self.sched.charge.verify_all
+        forms = choose(self)  # sim/engine/choice.py: the one place a step's form is chosen
+        ff, stretch = forms.fast_forward, forms.stretch
         now, held = env.now, []  # the engine's clock: simpy's plus the held steps' delays
         while done < self.n:
             if held and self.sched.idle():
@@ -512,9 +512,7 @@ class Engine(HostHistory, LosslessChecks):
         pol = self.policy
         memo = getattr(self, "_plan_form", None)
         if memo is None or memo[0] is not pol:
-            run = pol.sim_callable
-            fast = None if run is pol or steps_as_defined(self, ARRAY_FORM) else getattr(run, "plan", None)
-            memo = self._plan_form = (pol, fast)
+            memo = self._plan_form = (pol, plan_form_of(self))
         return pol.plan(view) if memo[1] is None else memo[1](view)
 
     @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
@@ -767,13 +765,9 @@ class Engine(HostHistory, LosslessChecks):
     def native_step(self):
         """The native form of the step's bookkeeping (sim.engine.native_step.NativeStep), or None: the numpy step.
         Decided on the first step; dropped for good if the tables or state stop matching the C's dtypes."""
-        if self.padded:
-            return None
         fast = getattr(self, "_fast", False)
         if fast is False:
-            # the native step gathers every decoding request's whole chain (not where the budget may cut it)
-            # and emits copies only (not vLLM's fillers)
-            fast = self._fast = None if self.sched.may_cut_drafts or self.filler_k else make_native_step(self)
+            fast = self._fast = make_native_step(self) if native_step_ok(self) else None
             if fast is not None and type(self.sched) is Scheduler:
                 try:
                     self.sched.scans = NativeScans(self.sched, (fast.ffi, fast.lib))
@@ -793,8 +787,7 @@ class Engine(HostHistory, LosslessChecks):
         overriding _allocate sees every batch); decided on the first step."""
         form = getattr(self, "_arrays", False)
         if form is False:
-            run = self.policy.sim_callable
-            form = self._arrays = None if steps_as_defined(self, ARRAY_FORM) else getattr(run, "arrays", None)
+            form = self._arrays = array_form_of(self)
         return form
 
     @transcribed_by(*WHOLE_STEP)

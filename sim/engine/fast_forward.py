@@ -19,27 +19,11 @@ from __future__ import annotations
 import numpy as np
 
 from sim.engine.api import EngineSteps
-from sim.engine.forms import FAST_FORWARD, steps_as_defined
 from sim.core.scheduler import in_blocks
 from sim.engine.step_log import make_record
 from sim.engine.step_time import host_syncs, step_time
 
 MIN_STEPS = 2  # shorter stretches step normally (the set-up costs about a step)
-
-
-def fast_forward_ok(engine: EngineSteps) -> bool:
-    """Whether `engine` may fast-forward at all: Engine's own step methods (those marked FAST_FORWARD,
-    sim.engine.forms) and scheduler, whole (not streamed) tables,
-    the `none` policy's allocation (nothing drafted or admitted), and HYBRIDSPEC_REFERENCE_ENGINE unset."""
-    from sim.core.policies.simple import alloc_none
-    from sim.core.scheduler import Scheduler
-
-    if steps_as_defined(engine, FAST_FORWARD) or type(engine.sched) is not Scheduler or engine.padded:
-        return False  # (a padded cost prices each step's per-request shape: Engine._step_shape)
-    pol = engine.policy
-    # fn is alloc_none: the simulator runs it or its fast form, checked equal (tests/test_fast_forms.py)
-    return (not engine.stream and pol.fn is alloc_none
-            and not pol.uses_model and not pol.uses_ngram and not pol.needs_truth and engine.sched.kmax == 0)
 
 
 def fast_forward(engine: EngineSteps, now_ms: float, next_event_ms: float) -> list[float]:

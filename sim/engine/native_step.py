@@ -20,7 +20,6 @@ import numpy as np
 
 from sim.core.drafters.tables import ng_conf_zero_past_length
 from sim.engine.api import EngineSteps
-from sim.engine.forms import NATIVE_STEP, steps_as_defined
 from sim.core.scheduler import SMALL
 
 _CTYPES = {np.dtype(np.float32): "float[]", np.dtype(np.float64): "double[]", np.dtype(np.int64): "int64_t[]",
@@ -268,13 +267,8 @@ class Gathered(NamedTuple):
 
 
 def make_native_step(engine: EngineSteps):
-    """A NativeStep for `engine`, or None where the engine keeps the numpy step (see the module docstring)."""
-    if steps_as_defined(engine, NATIVE_STEP):
-        return None
-    if getattr(engine, "stream", False):
-        # streaming tables index the K-wide history by a live slot (Engine._hist), not by request: the C
-        # transcription reads them by request, so a streamed run keeps the numpy step
-        return None
+    """A NativeStep for `engine` (where sim.engine.choice.native_step_ok allows it), or None where its library does
+    not load or the engine's arrays are not the C's dtypes: the numpy step."""
     from sim.engine.native import load
 
     native = load("engine_step")

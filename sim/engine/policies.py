@@ -15,7 +15,7 @@ import dataclasses
 from sim.core.drafters.registry import DEFAULT_DRAFTERS, parse_drafters
 from sim.core.policies.catalog import get_policy
 from sim.core.policies.registry import Policy, aliases, families
-from sim.engine import policy_fast_multi  # noqa: F401  (registers the forms over any drafters)
+from sim.engine import policy_fast_multi  # noqa: F401  (imported to register the forms over any drafters)
 from sim.engine.policy_fast import sim_form, sim_form_over
 
 

@@ -21,19 +21,9 @@ from __future__ import annotations
 from typing import Optional
 
 from sim.engine.api import EngineSteps
-from sim.engine.forms import STRETCH, steps_as_defined
 from sim.engine.policy_fast import Arrays
-from sim.core.scheduler import Scheduler
 from sim.engine.step_log import make_record
 from sim.engine.step_time import host_syncs, step_time
-
-
-def stretch_ok(engine: EngineSteps) -> bool:
-    """Whether `engine` may run steady stretches at all: Engine's own step methods (those marked STRETCH,
-    sim.engine.forms: the stretch stands in for them) and scheduler, whole (not streamed) tables, no padded cost
-    (it prices each step's per-request shape, Engine._step_shape), HYBRIDSPEC_REFERENCE_ENGINE unset."""
-    return (not engine.stream and type(engine.sched) is Scheduler and not steps_as_defined(engine, STRETCH)
-            and not engine.padded)
 
 
 def steady_steps(engine: EngineSteps, now_ms: float, next_event_ms: float, room: int) -> Optional[tuple[list[float], list[int]]]:

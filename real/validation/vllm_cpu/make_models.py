@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.infra.cli import ArgumentParser, int_at_least, run_cli
+from sim.infra.cli import ArgumentParser, int_at_least
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,6 @@ cached outputs' tokens.
 from __future__ import annotations
 
 import json
-import math
 from array import array
 from collections import deque
 from dataclasses import dataclass, fields

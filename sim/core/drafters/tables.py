@@ -15,7 +15,6 @@ same workload (a block bootstrap of its empirical acceptance; `stat_profile` bel
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm

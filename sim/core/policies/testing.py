@@ -107,7 +107,6 @@ def time_call(fn, batch: StepBatch, repeat: int = 300, warmup: int = 20) -> floa
 
 def timing_table(specs: Optional[list[str]] = None, sizes=((4, 7, 32), (128, 7, 32))) -> str:
     """Markdown table of the per-call CPU time of each policy at the given (R, K_m, K_n)."""
-    from sim.core.policies.catalog import get_policy
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # per-call times of tiny tensors; restored below, the caller's setting is its own
     try:
