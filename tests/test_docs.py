@@ -38,3 +38,22 @@ def test_design_doc_covers_its_sections():
     text = (ROOT / "docs" / "design.md").read_text()
     for head in ("What is modelled", "policies' math", "move the headline", "validated"):
         assert head in text
+
+
+def test_the_docs_stay_a_guide_and_reports_stay_small():
+    """README at most 200 lines, docs/*.md at most 2,000 together, tracked reports/ at most 10 MB: measurement logs
+    belong in reports/ (with their command) and in closing notes, not in the guide."""
+    readme = len((ROOT / "README.md").read_text().splitlines())
+    docs = sum(len(p.read_text().splitlines()) for p in (ROOT / "docs").glob("*.md"))
+    reports = sum(p.stat().st_size for p in _tracked_all() if p.is_file() and p.relative_to(ROOT).parts[0] == "reports")
+    assert readme <= 200, f"README.md has {readme} lines"
+    assert docs <= 2000, f"docs/*.md have {docs} lines together"
+    assert reports <= 10 * 2**20, f"reports/ holds {reports / 2**20:.1f} MiB"
+
+
+def _tracked_all() -> list[Path]:
+    r = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "reports"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    if r.returncode != 0:
+        pytest.skip("not a git checkout")
+    return [ROOT / f for f in r.stdout.splitlines()]

@@ -150,7 +150,7 @@ def test_no_host_to_device_copy_after_start_up(R):
     (the verify table and the price grid, R >= 19, are uploaded at start-up), and no host sync (meta raises)."""
     import sim.core.policies.common as common
 
-    common._CONST.clear()  # a fresh process: no device constant cached yet
+    common.CONST.clear()  # a fresh process: no device constant cached yet
     assert checks.audit_step(R, max_reqs=64)["h2d"] == []
 
 
@@ -158,7 +158,7 @@ def test_the_audit_sees_a_host_to_device_copy():
     """The audit's own check: without the start-up warm-up the first step at R >= 19 uploads the price grid."""
     import sim.core.policies.common as common
 
-    common._CONST.clear()
+    common.CONST.clear()
     assert any("_to_copy" in c for c in checks.audit_step(32, warm=False)["h2d"])
 
 

@@ -17,7 +17,7 @@ The math, per cell (throughputs in output tokens per second of engine time):
                3 repeats a cell's own sd has 2 dof, so its band scatters by a factor of 3 from run to run and
                t_{0.95,2} = 2.92 inflates it; the verdict then flipped on the noise of the noise estimate (two
                quiet runs of one grid: bands 4.6-5.6% at batch 4 in one, 1.6-2.9% in the other,
-               reports/fidelity-verdicts-run3/4.md). Pooling assumes the relative noise is alike across cells,
+               reports/fidelity-verdicts-run3/4.md in git history). Pooling assumes the relative noise is alike across cells,
                and the F test keeps a cell that breaks that on its own. A cell measured under load stays out
                of the pool (another population) and is judged on its own scatter.
     u_p        the prediction's own relative standard uncertainty: the cost table is fitted on profile runs that
@@ -45,7 +45,7 @@ Verdict (in this order):
     inconclusive  otherwise: M < |e| <= M + b, the point error is outside the margin but the interval reaches
                   back inside it, so "|true error| <= M" is not rejected. (Before, such a cell was called
                   "disagrees"; that is no test at the 5% level, and a cell whose true error sits near the margin
-                  then flipped between agrees and disagrees from run to run: reports/fidelity-verdicts-run3/4.md,
+                  then flipped between agrees and disagrees from run to run: git history's reports/fidelity-verdicts-run3/4.md,
                   ngram-fixed:32 at batch 1, 0.0% then 4.0% with a 1.3% band.)
 A cell measured under load (real/validation/machine_load.py: other processes took cores the engine needed) keeps its
 figures but cannot disagree: a large error under load is reported as "inconclusive (load)", since the load

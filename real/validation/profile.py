@@ -23,7 +23,7 @@ tuning trace, never an evaluated one -- and fits every part of the table to the 
            (the engine's draft_pass column: the pass and that step's context upkeep, in ms), because the
            simulator charges draft only on those steps; a step without the pass (`hybrid` skipping it) still
            pays the drafter's context upkeep (1-2 ms here), and averaging it in priced the pass 10-30% low
-           at one request (reports/fidelity-verdicts.md; docs/real.md, "Where the time goes");
+           at one request (reports/fidelity-verdicts.md in git history; docs/real.md, "Where the time goes");
   sample(T): means by the step's tokens, in power-of-two buckets;
   cpu(R, T) = a + b R + c T: least-squares fit (the host's share: scheduling, batch building, emission).
 It then times the target forward alone on decode-shaped batches (R requests x 8 tokens, every row's

@@ -57,7 +57,7 @@ GRIDS = {"default": {"limit": 16, "max_tokens": 32, "repeat": DEFAULT_REPEATS},
          "big": {"limit": 32, "max_tokens": 128, "repeat": DEFAULT_REPEATS}}
 # the real engine's throughput by batch size on the 2-core CPU the default grid was measured on (SmolLM2-135M, fp32;
 # output tokens over wall seconds of all repeats of the two quiet default-grid runs, 21.8 / 35.4 / 47.6 and 20.0 /
-# 32.4 / 44.5, reports/fidelity-verdicts-3.md and -4.md), for estimate_minutes; longer outputs run at longer
+# 32.4 / 44.5, reports/fidelity-verdicts-3.md and -4.md in git history), for estimate_minutes; longer outputs run at longer
 # contexts, so a bigger grid's estimate is a lower bound
 ESTIMATE_TOK_PER_S = {1: 21.0, 4: 34.0, 16: 46.0}
 ESTIMATE_FILL = 0.8  # output tokens made over limit x max_tokens there (823 of 1024: requests that end early, and
@@ -87,7 +87,7 @@ def estimate_minutes(traces: int, limit: int, max_tokens: int, policies: int, bs
         profile    (when it runs; profile: real.validation.profile.profile_slice's limit and max_tokens and its runs' repeats)
                    (repeats x policies + 1) runs over the batch sizes' mean, each followed by a probe, + fixed
     tok_per_s(b) interpolates ESTIMATE_TOK_PER_S in log b. A lower bound for longer outputs (longer contexts).
-    On the default grid this gives 27 min against 25-27 measured (reports/fidelity-verdicts-3.md, -4.md)."""
+    On the default grid this gives 27 min against 25-27 measured (reports/fidelity-verdicts-3.md, -4.md in git history)."""
     rate = estimate_tok_per_s
     tok = ESTIMATE_FILL * limit * max_tokens
     cells_s = repeats * traces * policies * sum(tok / rate(b) + ESTIMATE_PROBE_S for b in bss)
