@@ -16,5 +16,6 @@ __all__ = list(_WHERE)
 
 def __getattr__(name: str):
     if name in _WHERE:
-        return getattr(importlib.import_module(f"sim.core.policies.{_WHERE[name]}"), name)
+        value = globals()[name] = getattr(importlib.import_module(f"sim.core.policies.{_WHERE[name]}"), name)
+        return value  # kept as a module global: the next access is a plain lookup
     raise AttributeError(f"module 'sim.core.policies' has no attribute {name!r}")
