@@ -17,8 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 
-def _tuple(v):
-    return None if v is None else tuple(v)
+def _from_namespace(cls, ns: argparse.Namespace, argv, lists: tuple[str, ...]):
+    """An instance of the options class `cls` from parsed flags: the fields the parser has, `lists` (repeatable
+    flags) as tuples, the command line, and the vLLM flags given."""
+    from real.validation.vllm.config import vllm_flags
+
+    kw = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls) if f.name not in ("argv", "vllm")
+          and hasattr(ns, f.name)}
+    for k in lists:
+        kw[k] = None if kw.get(k) is None else tuple(kw[k])
+    return cls(**kw, argv=tuple(argv), vllm=vllm_flags(ns))
 
 
 @dataclass(frozen=True)
@@ -54,13 +62,7 @@ class ValidateOptions:
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace, argv) -> "ValidateOptions":
         """The options of parsed flags (validate's parser) and the command line they came from."""
-        from real.validation.vllm.config import vllm_flags
-
-        kw = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls) if f.name not in ("argv", "vllm")
-              and hasattr(ns, f.name)}
-        for k in ("policy", "batch_size", "trace"):
-            kw[k] = _tuple(kw.get(k))
-        return cls(**kw, argv=tuple(argv), vllm=vllm_flags(ns))
+        return _from_namespace(cls, ns, argv, ("policy", "batch_size", "trace"))
 
 
 @dataclass(frozen=True)
@@ -82,10 +84,4 @@ class ProfileOptions:
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace, argv) -> "ProfileOptions":
         """The options of parsed flags (profile's parser) and the command line they came from."""
-        from real.validation.vllm.config import vllm_flags
-
-        kw = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls) if f.name not in ("argv", "vllm")
-              and hasattr(ns, f.name)}
-        for k in ("policy", "batch_size"):
-            kw[k] = _tuple(kw.get(k))
-        return cls(**kw, argv=tuple(argv), vllm=vllm_flags(ns))
+        return _from_namespace(cls, ns, argv, ("policy", "batch_size"))
