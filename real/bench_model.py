@@ -1,6 +1,7 @@
-"""`python -m real.bench_model`: timing of the real/engine model on its own (no engine loop): weight load (cold/warm), batch-1 greedy decode
+"""`python -m real.bench_model`: timing of the real/engine model on its own (no engine loop): weight load (cold/warm),
+batch-1 greedy decode
 
-A thin command over its library, real/engine/bench_model.py (the options, what it does and the Python API are there).
+A thin command over its library, real/engine/bench_model.py: the options, what it does, the Python API.
 """
 from real.engine.bench_model import main
 

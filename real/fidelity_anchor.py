@@ -1,6 +1,7 @@
-"""`python -m real.fidelity_anchor`: Re-assemble a recorded validation run's verdicts re-anchored to the machine's speed, offline: no model runs.
+"""`python -m real.fidelity_anchor`: Re-assemble a recorded validation run's verdicts re-anchored to the machine's
+speed, offline: no model runs.
 
-A thin command over its library, real/validation/anchor.py (the options, what it does and the Python API are there).
+A thin command over its library, real/validation/anchor.py: the options, what it does, the Python API.
 """
 import sys
 

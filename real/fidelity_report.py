@@ -1,6 +1,7 @@
-"""`python -m real.fidelity_report`: A fidelity report (markdown and an offline HTML page) from recorded validation runs.
+"""`python -m real.fidelity_report`: A fidelity report (markdown and an offline HTML page) from recorded validation
+runs.
 
-A thin command over its library, real/validation/report.py (the options, what it does and the Python API are there).
+A thin command over its library, real/validation/report.py: the options, what it does, the Python API.
 """
 import sys
 

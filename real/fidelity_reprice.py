@@ -1,6 +1,7 @@
-"""`python -m real.fidelity_reprice`: Re-price a recorded validation run with today's cost fits, offline: no model runs, no timing.
+"""`python -m real.fidelity_reprice`: Re-price a recorded validation run with today's cost fits, offline: no model
+runs, no timing.
 
-A thin command over its library, real/validation/reprice.py (the options, what it does and the Python API are there).
+A thin command over its library, real/validation/reprice.py: the options, what it does, the Python API.
 """
 import sys
 

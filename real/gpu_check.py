@@ -1,6 +1,7 @@
-"""`python real/gpu_check.py`: The one prepared run for a borrowed CUDA machine: preflight, profile, timing grid, plugin checks.
+"""`python real/gpu_check.py`: The one prepared run for a borrowed CUDA machine: preflight, profile, timing grid,
+plugin checks.
 
-A thin command over its library, real/validation/gpu_check.py (the options, what it does and the Python API are there).
+A thin command over its library, real/validation/gpu_check.py: the options, what it does, the Python API.
 """
 import sys
 from pathlib import Path

@@ -1,6 +1,7 @@
-"""`python real/machine_noise.py`: Machine-noise preflight: is this machine's speed still enough for a fidelity verdict, before a long validation?
+"""`python real/machine_noise.py`: Machine-noise preflight: is this machine's speed still enough for a fidelity
+verdict, before a long validation?
 
-A thin command over its library, real/validation/machine_noise.py (the options, what it does and the Python API are there).
+A thin command over its library, real/validation/machine_noise.py: the options, what it does, the Python API.
 """
 import sys
 from pathlib import Path

@@ -1,6 +1,6 @@
 """`python real/profile.py`: Measure the real engine's step costs on this machine and write a profiled cost table.
 
-A thin command over its library, real/validation/profile.py (the options, what it does and the Python API are there).
+A thin command over its library, real/validation/profile.py: the options, what it does, the Python API.
 """
 import sys
 from pathlib import Path

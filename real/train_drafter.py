@@ -1,6 +1,7 @@
-"""`python -m real.train_drafter`: train the project's DSpark-style drafter for SmolLM2-135M-Instruct on a CPU (real/drafter/).
+"""`python -m real.train_drafter`: train the project's DSpark-style drafter for SmolLM2-135M-Instruct on a CPU
+(real/drafter/).
 
-A thin command over its library, real/drafter/train_job.py (the options, what it does and the Python API are there).
+A thin command over its library, real/drafter/train_job.py: the options, what it does, the Python API.
 """
 from real.drafter.train_job import main
 from sim.infra.cli import run_cli

@@ -1,6 +1,6 @@
 """`python -m real.tuning_split`: Build the drafter's copy-heavy code-editing tuning split.
 
-A thin command over its library, real/drafter/tuning_split.py (the options, what it does and the Python API are there).
+A thin command over its library, real/drafter/tuning_split.py: the options, what it does, the Python API.
 """
 from real.drafter.tuning_split import main
 from sim.infra.cli import run_cli

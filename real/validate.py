@@ -1,6 +1,7 @@
-"""`python real/validate.py`: Check the simulator against a real engine: run a trace slice for real, simulate the same run, compare.
+"""`python real/validate.py`: Check the simulator against a real engine: run a trace slice for real, simulate the same
+run, compare.
 
-A thin command over its library, real/validation/validate.py (the options, what it does and the Python API are there).
+A thin command over its library, real/validation/validate.py: the options, what it does, the Python API.
 """
 import sys
 from pathlib import Path

@@ -1,6 +1,7 @@
-"""`python -m real.vllm_slots`: The hybrid plugin at W draft slots against vLLM's `adaptive` and n-gram, on the CPU build.
+"""`python -m real.vllm_slots`: The hybrid plugin at W draft slots against vLLM's `adaptive` and n-gram, on the CPU
+build.
 
-A thin command over its library, real/validation/vllm_slots.py (the options, what it does and the Python API are there).
+A thin command over its library, real/validation/vllm_slots.py: the options, what it does, the Python API.
 """
 import os
 

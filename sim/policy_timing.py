@@ -1,4 +1,5 @@
-"""`python -m sim.policy_timing`: the per-call CPU time of each policy's definition on random batches (a markdown table).
+"""`python -m sim.policy_timing`: the per-call CPU time of each policy's definition on random batches (a markdown
+table).
 
 A thin command over sim/core/policies/testing.py (timing_table).
 """
