@@ -43,13 +43,13 @@ def test_drafter_info_refuses_a_directory_that_is_not_a_dspark_checkpoint(tmp_pa
 
 def test_run_config_uses_the_given_drafter_and_the_cache_key_omits_compile_off():
     a = parse_args(["--limit", "4"])
-    cfg = run_config(a, 16, "hybrid", "/x/dspark-v2-vllm")
+    cfg = run_config(a.max_num_batched_tokens, a.seed, 16, "hybrid", "/x/dspark-v2-vllm")
     assert cfg.drafter == "/x/dspark-v2-vllm" and cfg.hybrid.slots == 16
     key = cfg.to_json()
     assert "compile" not in key["hybrid"] and VllmRunConfig.from_json(key) == cfg
     on = VllmRunConfig.from_json({**key, "hybrid": {**key["hybrid"], "compile": True}})
     assert on.hybrid.compile and on.to_json()["hybrid"]["compile"] is True
-    assert run_config(a, 16, "ngram").hybrid == HybridSpecConfig()
+    assert run_config(a.max_num_batched_tokens, a.seed, 16, "ngram").hybrid == HybridSpecConfig()
 
 
 def test_report_names_each_cells_checkpoint():
@@ -79,7 +79,8 @@ def test_cached_only_never_starts_vllm_and_names_a_stale_code_version(tmp_path, 
     from real.validation.vllm_cpu.validate import CacheMiss, digest, code_version, run_cell
 
     monkeypatch.setattr(engine, "launch", lambda *a, **k: pytest.fail("--cached-only started vLLM"))
-    cfg = run_config(parse_args(["--limit", "2"]), 16, "hybrid")
+    a2 = parse_args(["--limit", "2"])
+    cfg = run_config(a2.max_num_batched_tokens, a2.seed, 16, "hybrid")
     sl = types.SimpleNamespace(ids=["a", "b"], prompts=[[1, 2], [3]], max_tokens=[8, 8])
     work = tmp_path / "cell"
     with pytest.raises(CacheMiss, match="no cached result") as e:

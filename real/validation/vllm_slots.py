@@ -83,16 +83,16 @@ def drafter_info(path: str) -> dict:
             "source": source}
 
 
-def run_config(a, W: int, policy: str, drafter: str | None = None):
-    """The VllmRunConfig of one cell (the CPU defaults of real/validation/vllm_cpu/validate.py, K = W; `drafter`: the DSpark
-    directory, default the random one)."""
+def run_config(max_num_batched_tokens: int, seed: int, W: int, policy: str, drafter: str | None = None):
+    """The VllmRunConfig of one cell (the CPU defaults of real/validation/vllm_cpu/validate.py, K = W; `drafter`: the
+    DSpark directory, default the random one)."""
     from real.validation.vllm_cpu.validate import MAX_MODEL_LEN, default_drafter, default_model
     from real.vllm_plugin.config import HybridSpecConfig
     from real.validation.vllm.config import VllmRunConfig
 
     hybrid = HybridSpecConfig(slots=W) if policy == "hybrid" else HybridSpecConfig()
     return VllmRunConfig(model=default_model(), drafter=drafter or default_drafter(), num_speculative_tokens=W, device="cpu",
-                         max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=a.max_num_batched_tokens, seed=a.seed,
+                         max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=max_num_batched_tokens, seed=seed,
                          hybrid=hybrid)
 
 
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             sl = load_slice(trace, max(a.limit, bs), a.max_prompt, a.max_tokens, a.seed)
             base = out / sl.stem / f"bs{bs}"
             try:
-                ref_run = run_cell(run_config(a, block, "none"), sl, "none", bs, base / "none",
+                ref_run = run_cell(run_config(a.max_num_batched_tokens, a.seed, block, "none"), sl, "none", bs, base / "none",
                                    cached_only=a.cached_only)
             except CacheMiss as e:
                 missing.append(f"{sl.stem} bs {bs}: none (and every W): {e}")
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                     if pol == "ngram" and di > 0:  # loads no drafter: one run serves every checkpoint
                         continue
                     uses_drafter = pol != "ngram"
-                    cfg = run_config(a, W, pol, dr["path"] if uses_drafter else None)
+                    cfg = run_config(a.max_num_batched_tokens, a.seed, W, pol, dr["path"] if uses_drafter else None)
                     work = base / f"W{W}" / (pol if mine or not uses_drafter else f"{pol}-{dr['name']}")
                     label = f"{sl.stem} bs {bs} W {W} {pol}" + (f" ({dr['name']})" if uses_drafter else "")
                     try:

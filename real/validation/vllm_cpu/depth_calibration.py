@@ -185,8 +185,9 @@ def _table(rows: list[dict], count: str) -> list[str]:
     return L
 
 
-def run_hybrid_cells(a) -> Path:
-    """Run (or read back) the hybrid cells of --trace at --batch-size under --out, in validate's layout."""
+def run_hybrid_cells(out: Path, traces: list[str], batch_size: int, limit: int, max_prompt: int, max_tokens: int,
+                     seed: int) -> Path:
+    """Run (or read back) the hybrid cells of `traces` at `batch_size` under `out`, in validate's layout."""
     from real.validation.vllm_cpu.validate import (MAX_MODEL_LEN, MAX_NUM_BATCHED_TOKENS, default_drafter, default_model,
                                         load_slice, real_summary, run_cell, write_output)
     from real.vllm_plugin.config import HybridSpecConfig
@@ -197,17 +198,16 @@ def run_hybrid_cells(a) -> Path:
 
     require_vllm("cpu")
     cfg = VllmRunConfig(model=default_model(), drafter=default_drafter(), num_speculative_tokens=K, device="cpu",
-                        max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, seed=a.seed,
+                        max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, seed=seed,
                         hybrid=HybridSpecConfig())
-    out = Path(a.out)
-    for trace in a.trace:
-        sl = load_slice(trace, a.limit, a.max_prompt, a.max_tokens, a.seed)
-        work = out / sl.stem / f"bs{a.batch_size}" / C.HYBRID
-        run = run_cell(cfg, sl, C.HYBRID, a.batch_size, work)
+    for trace in traces:
+        sl = load_slice(trace, limit, max_prompt, max_tokens, seed)
+        work = out / sl.stem / f"bs{batch_size}" / C.HYBRID
+        run = run_cell(cfg, sl, C.HYBRID, batch_size, work)
         if run.get("outputs") is None:
             raise ConfigError(f"{work}: the run recorded no outputs ({run.get('error')})")
         write_reference(sl, run["outputs"], work.parent / "reference.jsonl")
-        cell = {"engine": "vllm-cpu", "trace": sl.trace, "policy": C.HYBRID, "batch_size": a.batch_size,
+        cell = {"engine": "vllm-cpu", "trace": sl.trace, "policy": C.HYBRID, "batch_size": batch_size,
                 "requests": len(sl.ids), "real": real_summary(run, run["outputs"])}
         write_output(work / "cell.json", json.dumps(cell) + "\n")
         print(f"{sl.stem}: {cell['real']['steps']} steps, {cell['real']['output_tokens']} tokens", file=sys.stderr)
@@ -234,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError("--out and --trace go together (run the hybrid cells of --trace under --out)")
     if a.report and Path(a.report).exists():
         raise ConfigError(f"--report {a.report}: exists; choose a new path (reports are never overwritten)")
-    runs = [Path(r) for r in a.run] + ([run_hybrid_cells(a)] if a.out else [])
+    runs = [Path(r) for r in a.run] + ([run_hybrid_cells(Path(a.out), a.trace, a.batch_size, a.limit, a.max_prompt,
+                                                        a.max_tokens, a.seed)] if a.out else [])
     if not runs:
         raise ConfigError("nothing to read: give --run DIR or --out DIR --trace TRACE")
     for r in runs:
