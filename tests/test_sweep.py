@@ -219,3 +219,23 @@ def test_sample_grid_key():
         validate(expand({"trace": TINY, "policy": "adaptive", "batch_size": 2, "sample": 3, "limit": 3}))
     with pytest.raises(ConfigError, match="--sample must be >= 1"):
         validate(expand({"trace": TINY, "policy": "adaptive", "batch_size": 2, "sample": 0}))
+
+
+def test_a_sweep_stopped_before_any_cell_finished_writes_no_table(tmp_path, monkeypatch, capsys):
+    """An interrupt before the first cell finishes leaves no results table (not one without columns, which a
+    reader cannot parse); the rerun writes them whole."""
+    import sim.api.sweep as sw
+
+    cells = sw.expand({"trace": [TINY], "policy": ["adaptive"], "batch_size": [2]})
+
+    def interrupted(todo, workers, on_done):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sw, "_run_local", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sw.run_sweep(cells, tmp_path / "sw", workers=1, progress=False)
+    assert not (tmp_path / "sw" / "results.csv").exists() and not (tmp_path / "sw" / "grid.json").exists()
+    assert "wrote no table: no cell finished" in capsys.readouterr().err
+    monkeypatch.undo()
+    df = sw.run_sweep(cells, tmp_path / "sw", workers=1, progress=False)
+    assert len(pd.read_csv(tmp_path / "sw" / "results.csv")) == len(df) == 1

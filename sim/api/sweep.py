@@ -571,11 +571,13 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
         bar.close()
         beat.__exit__(None, None, None)
         df, req = _rows([results[cid] for cid, _ in ids if cid in results])
-        written = write_tables(out, df, req, grid)
+        # no cell finished (an interrupt before the first): no tables, rather than tables without a column
+        written = write_tables(out, df, req, grid) if results else []
         ran = len(results) - n_cached  # cells that finished in this run (not those an interrupt left undone)
         left = len(todo) - ran
         print(f"{ran} cells run ({n_cached} cached, {len(errors)} failed{f', {left} not run' if left else ''}) in "
-              f"{time.perf_counter() - t0:.1f} s; wrote {out}/{', '.join(written)}", file=sys.stderr)
+              f"{time.perf_counter() - t0:.1f} s; " + (f"wrote {out}/{', '.join(written)}" if written else
+                                                  "wrote no table: no cell finished"), file=sys.stderr)
     return df
 
 
