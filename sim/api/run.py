@@ -313,7 +313,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     spec = flag_group(ap, "speculation")
     spec.add_argument("--speculative-config", action="append", default=None, metavar="JSON",
                       help="vLLM's speculative config, mapped onto a policy (repeatable; adds to --policy): method ngram "
-                           "-> ngram-fixed:K, dspark -> model-fixed:K, dspark with enable_adaptive_verification -> adaptive "
+                           "-> vllm-ngram:K, dspark -> model-fixed:K, dspark with enable_adaptive_verification -> adaptive "
                            "(sim/core/vllm.py); runs only what it names unless --baseline is given")
     add_flags(ap, COMPONENTS)
     spec.add_argument("--baseline", default=None, metavar="POLICY",
