@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from sim.infra.cli import ArgumentParser, check_out_file, int_at_least
-from sim.core.drafters.calibration import CALIBRATOR_DIR, DEFAULT_CALIBRATOR, NgramCalibrator, auc, ece, fit_calibrator, survival_labels
+from sim.core.drafters.calibration import (CALIBRATOR_DIR, DEFAULT_CALIBRATOR, NgramCalibrator, auc, ece,
+                                           fit_calibrator, survival_labels)
 from sim.core.drafters.ngram import NgramConfig, NgramTable, ngram_tables
 from sim.infra.errors import ConfigError
 

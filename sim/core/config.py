@@ -28,7 +28,8 @@ from typing import Any, Callable
 
 from sim.core.cost import DEFAULT_COST_KIND, cost_kinds
 from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
-from sim.core.drafters.registry import add_drafter_flags, collect_drafter_flags, parse_drafter_config, parse_drafter_list
+from sim.core.drafters.registry import (add_drafter_flags, collect_drafter_flags, parse_drafter_config,
+                                        parse_drafter_list)
 from sim.core.drafters.stream import parse_draft_tables
 from sim.infra.errors import ConfigError
 from sim.core.vllm import MIN_RATE, SCHEDULERS, parse_rate, parse_scheduler
