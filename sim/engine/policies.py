@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 
 from sim.core.drafters.registry import DEFAULT_DRAFTERS, parse_drafters
-from sim.core.policies.catalog import get_policy
-from sim.core.policies.registry import Policy, aliases, families
+from sim.core.policies.catalog import get_policy, over_drafters, split_spec
+from sim.core.policies.registry import Policy
 from sim.engine import policy_fast_multi  # noqa: F401  (imported to register the forms over any drafters)
 from sim.engine.policy_fast import sim_form, sim_form_over
 
@@ -22,9 +22,8 @@ from sim.engine.policy_fast import sim_form, sim_form_over
 def with_sim_form(pol: Policy, spec: str, drafters: tuple = DEFAULT_DRAFTERS) -> Policy:
     """`pol` (get_policy(spec, drafters)) with its simulator fast form, if one transcribes it."""
     drafters = parse_drafters(drafters)
-    name, *params = str(spec).strip().split(":")
-    name = aliases().get(name, name)  # a deprecated spelling takes its family's forms
-    general = families()[name].over is not None and drafters != DEFAULT_DRAFTERS
+    name, params = split_spec(spec)  # a deprecated spelling takes its family's forms
+    general = over_drafters(name, drafters)
     plain = ":".join([name, *(p for p in params if p != "table=startup")])
     fast = None if pol.recal is not None or pol.step_table else \
         sim_form_over(plain, drafters) if general else sim_form(plain)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Protocol, Sequence
 
 import numpy as np
 
-from sim.core.drafters.settings import check_value, setting_flag, setting_types, settings_from
+from sim.core.drafters.settings import setting_flag, setting_types, settings_from
 from sim.core.drafters.suffix import LiveSuffixDrafter, SuffixCalibrator, SuffixConfig
 from sim.infra.errors import ConfigError
 
@@ -167,6 +167,11 @@ def live_drafters(names: Iterable[str], config: str | dict | None = None) -> dic
     return out
 
 
+def _example(spec: DrafterSpec) -> str:
+    """A --D-config value to show: '{"first_setting": ...}'."""
+    return f"'{{\"{dataclasses.fields(spec.settings)[0].name}\": ...}}'"
+
+
 def add_drafter_flags(group) -> None:
     """Each registered drafter's settings as flags in `group` (an argparse group): --D-config JSON (several at once)
     and --D-SETTING VALUE (one each; the declared type and help), default unset. collect_drafter_flags reads them."""
@@ -174,8 +179,8 @@ def add_drafter_flags(group) -> None:
         if spec.settings is None:
             continue
         group.add_argument(f"--{spec.name}-config", dest=f"drafter_json__{spec.name}", default=None, metavar="JSON",
-                           help=f"the {spec.name} drafter's settings as a JSON object, e.g. "
-                                f"'{{\"{dataclasses.fields(spec.settings)[0].name}\": ...}}' (or one flag each, below)")
+                           help=f"the {spec.name} drafter's settings as a JSON object, e.g. {_example(spec)} "
+                                "(or one flag each, below)")
         for f in dataclasses.fields(spec.settings):
             typ = setting_types(spec.settings)[f.name]
             kw: dict = {"dest": f"drafter__{spec.name}__{f.name}", "default": None, "metavar": f.name.upper(),
@@ -190,7 +195,7 @@ def add_drafter_flags(group) -> None:
 
 def collect_drafter_flags(ns: argparse.Namespace, config: str | None) -> str | None:
     """`config` (a --drafter-config value) with the flags add_drafter_flags made laid over it: --D-config first,
-    then each --D-SETTING; checked, canonical (parse_drafter_config)."""
+    then each --D-SETTING; checked by each drafter's declaration, canonical (merge_drafter_config)."""
     extra: dict[str, dict] = {}
     for spec in _REGISTRY.values():
         if spec.settings is None:
@@ -202,14 +207,14 @@ def collect_drafter_flags(ns: argparse.Namespace, config: str | None) -> str | N
             except (ValueError, RecursionError):
                 raise ConfigError(f"--{spec.name}-config: not a JSON object of settings: {text[:60]!r}") from None
             if not isinstance(values, dict):
-                raise ConfigError(f"--{spec.name}-config: expected a JSON object such as "
-                                  f"'{{\"{dataclasses.fields(spec.settings)[0].name}\": ...}}', got {text[:60]!r}")
+                raise ConfigError(f"--{spec.name}-config: expected a JSON object such as {_example(spec)}, got "
+                                  f"{text[:60]!r}")
             extra.setdefault(spec.name, {}).update(values)
         for f in dataclasses.fields(spec.settings):
             v = getattr(ns, f"drafter__{spec.name}__{f.name}", None)
             if v is not None:
-                extra.setdefault(spec.name, {})[f.name] = check_value(spec.name, spec.settings, f.name, v)
-    return merge_drafter_config(parse_drafter_config(config), extra) if extra else parse_drafter_config(config)
+                extra.setdefault(spec.name, {})[f.name] = v
+    return merge_drafter_config(config, extra)
 
 
 def _suffix(settings: SuffixConfig) -> Drafter:

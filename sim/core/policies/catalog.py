@@ -34,17 +34,11 @@ def get_policy(spec: str, drafters=DEFAULT_DRAFTERS) -> Policy:
     use only enabled ones. ConfigError (one line) if unknown or if it needs a drafter the run does not enable."""
     choices = ", ".join(list_policies())
     drafters = parse_drafters(drafters)
-    name, *params = str(spec).strip().split(":")
-    if name in aliases():
-        new = aliases()[name]
-        if name not in _WARNED:
-            _WARNED.add(name)
-            warnings.warn(f"policy '{name}' is deprecated: it is now called '{new}'", FutureWarning, stacklevel=2)
-        name = new
+    name, params = split_spec(spec)
     fam = families().get(name)
     if fam is None:
         raise ConfigError(f"unknown policy '{spec}'; choose one of: {choices}")
-    general = fam.over is not None and drafters != DEFAULT_DRAFTERS
+    general = over_drafters(name, drafters)
     try:
         pol = fam.over(params, drafters) if general else fam.factory(params)
     except ValueError as exc:
@@ -55,6 +49,25 @@ def get_policy(spec: str, drafters=DEFAULT_DRAFTERS) -> Policy:
                           f"(--drafters {','.join(drafters)}); add them to --drafters")
     return pol if pol.adaptive_verification == fam.adaptive_verification else \
         dataclasses.replace(pol, adaptive_verification=fam.adaptive_verification)
+
+
+def split_spec(spec: str) -> tuple[str, list[str]]:
+    """A spec's family name and its parameters; a deprecated spelling of a family (registry.deprecated_alias) is
+    read as the family's name, with a FutureWarning once per process."""
+    name, *params = str(spec).strip().split(":")
+    if name in aliases():
+        new = aliases()[name]
+        if name not in _WARNED:
+            _WARNED.add(name)
+            warnings.warn(f"policy '{name}' is deprecated: it is now called '{new}'", FutureWarning, stacklevel=3)
+        name = new
+    return name, params
+
+
+def over_drafters(name: str, drafters: tuple) -> bool:
+    """Whether the (registered) family `name` builds its form over any drafters for a run enabling `drafters`: it
+    has one, and the run's drafters are not the default two (which keep the family's own definition)."""
+    return families()[name].over is not None and drafters != DEFAULT_DRAFTERS
 
 
 _WARNED: set = set()  # deprecated names already warned about in this process
