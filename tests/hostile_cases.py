@@ -489,7 +489,7 @@ def _num_slots() -> list[tuple[str, Callable, str, tuple[str, ...]]]:
         ("drafter_report", rep, "--limit", ("0",)),
         ("gpu_check", gpu, "--time-budget-s", ("0", "-1")),
         ("gpu_check", gpu, "--limit", ("0",)),
-        ("gpu_check", gpu, "--requests-per-slot", ("0",)),
+        ("gpu_check", gpu, "--requests-per-slot", ("-1",)),  # 0 is valid: --limit at every batch size
         ("gpu_check", gpu, "--batch-size", ("0",)),
         ("machine_noise", noise, "--minutes", ("0", "-1")),
         ("machine_noise", noise, "--repeats", ("0", "1")),

@@ -101,7 +101,7 @@ def compare(res, prompts, target_dir, d, drop_last_context: bool = False) -> dic
     by_req = {rid: i for i, rid in enumerate(res["request_ids"])}
     first = chains = 0
     dconf = []
-    for rid, pos, toks, confs in res["harness"]["drafts"]:
+    for rid, pos, toks, confs in res["drafts"]:
         rid = str(rid)
         i = by_req[rid] if rid in by_req else by_req[rid.rsplit("-", 1)[0]]  # the engine's ids carry a suffix
         ctx = list(prompts[i]) + list(res["outputs"][i][:pos])  # t_0 .. t_a: the bonus token t_a is the last
@@ -115,7 +115,7 @@ def compare(res, prompts, target_dir, d, drop_last_context: bool = False) -> dic
         first += ours[0] == int(toks[0])
         chains += ours == [int(t) for t in toks]
         dconf += [abs(x - float(y)) for x, y in zip(o.raw[0].tolist(), confs)]
-    n = len(res["harness"]["drafts"])
+    n = len(res["drafts"])
     return {"n": n, "first": first / n, "chains": chains / n, "dconf_median": float(np.median(dconf)),
             "dconf_max": float(np.max(dconf))}
 
@@ -127,7 +127,7 @@ def test_the_same_chains_and_confidences_as_vllm(run):
     not to be had, a bound of 1e-4 on the confidences is. A drafter that misses one context row (the control)
     is far off."""
     res, d = run["res"], run["drafter"]
-    assert res["harness"]["drafts"], "the engine recorded no proposal"
+    assert res["drafts"], "the engine recorded no proposal"
     got = compare(res, run["prompts"], run["target"], d)
     off = compare(res, run["prompts"], run["target"], d, drop_last_context=True)
     print("parity", got, "control", off)
@@ -157,4 +157,4 @@ def test_vllm_ran_it_losslessly_as_a_dspark_drafter(run):
     res = run["res"]
     assert res["error"] is None
     assert all(len(o) == 24 for o in res["outputs"])
-    assert np.isfinite([c for _, _, _, cs in res["harness"]["drafts"] for c in cs]).all()
+    assert np.isfinite([c for _, _, _, cs in res["drafts"] for c in cs]).all()

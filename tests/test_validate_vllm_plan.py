@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from real.validation.validate import main as validate_main
-from real.validation.fidelity import sim_command, write_reports
+from real.validation.fidelity import write_reports
+from real.validation.pipeline.predict import sim_command
 from real.validation.vllm import checks
 from real.validation.vllm.config import VllmRunConfig, parse_hybrid_spec
 from real.validation.vllm.engine import metric_delta, metric_snapshot, spec_decode_stats
@@ -66,32 +67,36 @@ def plan(tmp_path_factory):
 def test_dry_run_imports_no_vllm_and_writes_nothing(plan):
     text, out = plan
     assert "vllm" not in sys.modules and not out.exists()
-    assert text.index("== 1. first-run checklist") < text.index("== 2. profile") < text.index("== 3. cells") \
+    assert text.index("== 1. first-run checklist") < text.index("== 2. complement table") < text.index("== 3. cells") \
         < text.index("== 4. report")
+    assert "build cuda (vllm; the simulator models vLLM 0.33's scheduling)" in text
 
 
 def test_dry_run_serve_command_carries_the_configs(plan):
     text, _ = plan
     cfg = VllmRunConfig(hybrid=parse_hybrid_spec('{"margin": 0.5, "method": "fixed-point"}'))
     serves = [ln for ln in text.splitlines() if "as a server: " in ln]
-    assert len(serves) == 2  # adaptive and hybrid at batch 2
-    for ln in serves:
-        words = _after(ln, "as a server: ")
-        assert words[:3] == ["vllm", "serve", "Qwen/Qwen3-8B"] and "VLLM_USE_V2_MODEL_RUNNER=1" in ln
-        f = _flags(words[3:])
-        assert json.loads(f["--speculative-config"]) == {
-            "method": "dspark", "model": "deepseek-ai/dspark_qwen3_8b_block7", "num_speculative_tokens": 7,
-            "enable_adaptive_verification": True}
-        assert f["--max-num-seqs"] == "2" and f["--no-enable-prefix-caching"] is True
-        assert "--enforce-eager" not in f
-    hyb = [ln for ln in serves if "--additional-config" in ln]
-    assert len(hyb) == 1
-    assert json.loads(_flags(_after(hyb[0], "as a server: "))["--additional-config"]) == \
-        {"hybrid_spec": {"method": "fixed-point", "margin": 0.5}} == cfg.hybrid.to_additional_config()
-    # the offline LLM(**kwargs) of each cell is the same engine
+    assert len(serves) == 6  # none, adaptive, hybrid, the recommended hybrid at 32 slots without and with the skip,
+    # and ngram, at batch 2
+    flags = [_flags(_after(ln, "as a server: ")[3:]) for ln in serves]
+    for ln, f in zip(serves, flags):
+        assert _after(ln, "as a server: ")[:3] == ["vllm", "serve", "Qwen/Qwen3-8B"] and "VLLM_USE_V2_MODEL_RUNNER=1" in ln
+        assert f["--max-num-seqs"] == "2" and f["--no-enable-prefix-caching"] is True and "--enforce-eager" not in f
+    assert "--speculative-config" not in flags[0]  # none: the reference
+    dspark = {"method": "dspark", "model": "deepseek-ai/dspark_qwen3_8b_block7", "num_speculative_tokens": 7,
+              "enable_adaptive_verification": True}
+    assert json.loads(flags[1]["--speculative-config"]) == dspark == json.loads(flags[2]["--speculative-config"])
+    assert json.loads(flags[2]["--additional-config"]) == {"hybrid_spec": {"method": "fixed-point", "margin": 0.5}} \
+        == cfg.hybrid.to_additional_config()
+    # the recommended hybrid: vLLM at W = 32 slots, the plugin told so, DSpark at its block inside it
+    assert json.loads(flags[3]["--speculative-config"]) == dict(dspark, num_speculative_tokens=32)
+    assert json.loads(flags[3]["--additional-config"]) == {"hybrid_spec": {"method": "fixed-point", "margin": 0.5,
+                                                                           "slots": 32}}
+    assert json.loads(flags[4]["--additional-config"])["hybrid_spec"]["skip"] is True
+    assert json.loads(flags[5]["--speculative-config"])["method"] == "ngram"
     kws = [json.loads(ln.split("LLM(**", 1)[1][:-1]) for ln in text.splitlines() if ln.strip().startswith("LLM(**")]
-    assert {"additional_config": {"hybrid_spec": {"method": "fixed-point", "margin": 0.5}}}.items() <= kws[1].items()
-    assert kws[0]["disable_log_stats"] is False and "additional_config" not in kws[0]
+    assert kws[0]["disable_log_stats"] is False and "speculative_config" not in kws[0]
+    assert kws[2]["additional_config"] == cfg.hybrid.to_additional_config()
 
 
 def test_dry_run_sim_commands_parse_and_name_the_policies(plan):
@@ -100,12 +105,15 @@ def test_dry_run_sim_commands_parse_and_name_the_policies(plan):
     text, _ = plan
     sims = [_after(ln, "predicted: ") for ln in text.splitlines() if ln.strip().startswith("predicted: ")]
     pols = [_flags(w)["--policy"] for w in sims]
-    assert pols == ["adaptive", "hybrid-vllm:fixed-point:margin=0.5"]
-    for w in sims:
+    assert pols == ["none", "adaptive", "hybrid-vllm:fixed-point:margin=0.5",
+                    "hybrid-vllm:fixed-point:margin=0.5:slots=32", "hybrid-vllm:fixed-point:margin=0.5:slots=32:skip",
+                    "vllm-ngram:7"]
+    for w, k in zip(sims, (7, 7, 7, 32, 32, 7)):
         assert w[:3] == ["python", "-m", "sim.run"]
         a = parse_args(w[3:])
-        assert (a.cost, a.model, a.ngram_k, a.temperature, a.batch_size) == ("profiled", "qwen3-8b", 7, 0.0, [2])
-        assert a.gpu.endswith("cost_table.json") and a.trace.endswith("reference_bs2.jsonl")
+        assert (a.cost, a.model, a.ngram_k, a.temperature, a.batch_size) == ("profiled", "qwen3-8b", k, 0.0, [2])
+        assert a.gpu.endswith("cost_table.json") and a.trace.endswith("bs2/reference.jsonl")
+        assert a.drafts.endswith("drafts.jsonl")  # the chains the run records are replayed
         assert SimSetup().async_scheduling and a.async_scheduling  # vLLM schedules asynchronously by default
 
 
@@ -113,7 +121,8 @@ def test_dry_run_lists_the_checklist_and_the_profile(plan):
     text, _ = plan
     for k in "abcd":
         assert f"  [{k}] " in text
-    assert "VLLM_GPU_SYNC_CHECK=error" in text and "check_hybrid" in text and "check_baseline" in text
+    assert "VLLM_GPU_SYNC_CHECK=error" in text and "checks/hybrid/run.spec.json" in text \
+        and "checks/none/run.spec.json" in text
     bench = [ln for ln in text.splitlines() if "bench forward" in ln]
     assert len(bench) == 2 and "--exclude-drafter" in bench[0] and "--exclude-drafter" not in bench[1]
     assert "--case verify_r1=8@72:7" in bench[0]
@@ -138,6 +147,12 @@ def test_profile_dry_run():
     (["--engine", "vllm", "--dry-run", "--num-speculative-tokens", "5"], "drafts 7 tokens"),
     (["--engine", "vllm", "--dry-run", "--random-weights"], "torch engine"),
     (["--engine", "vllm", "--dry-run", "--gpu-memory-utilization", "1.5"], "gpu-memory-utilization"),
+    (["--engine", "vllm", "--dry-run", "--policy", "hybrid:slots=100"], "at most 64"),
+    (["--engine", "vllm", "--dry-run", "--policy", "hybrid:slots=4"], "smaller than DSpark"),
+    (["--engine", "vllm", "--dry-run", "--policy", "hybrid:wings=3"], "not a hybrid setting"),
+    (["--engine", "vllm", "--dry-run", "--policy", "ngram:slots=3"], "only hybrid takes settings"),
+    (["--engine", "vllm", "--dry-run", "--vllm-device", "tpu"], "--vllm-device"),
+    (["--engine", "vllm", "--dry-run", "--policy", "hybrid:compile"], "compile runs only on the CPU build"),
     (["--dry-run"], "--dry-run is for --engine vllm"),
     (["--hybrid-spec", "{}"], "--hybrid-spec is for --engine vllm"),
 ])
@@ -244,13 +259,21 @@ def test_checklist_verdicts():
                                    ngram_selfcheck=[[None, "not available: no checks module"]]))
     assert st(r) == ["FAIL", "N/A", "PASS", "PASS"] and "not available" in r[1].detail
     r = checks.evaluate(base, _hyb(outputs=[[1, 2, 9], [4, 5]]))
-    assert st(r)[3] == "FAIL" and "request 0 first at output token 2 (baseline 3, hybrid 9)" in r[3].detail
+    assert st(r)[3] == "FAIL" and "request 0 first at output token 2 (none 3, hybrid 9" in r[3].detail
     r = checks.evaluate(base, _hyb(error="RuntimeError: host sync in step", outputs=None))
     assert st(r)[2:] == ["FAIL", "FAIL"] and "host sync" in r[2].detail
     assert st(checks.evaluate(base, _hyb(hybrid_stats={"available": True, "workers": [{"active": False}]})))[0] == "FAIL"
     assert st(checks.evaluate(base, _hyb(hybrid_stats={"available": True, "workers": [{"steps": 0}]})))[0] == "FAIL"
     assert st(checks.evaluate(base, _hyb(ngram_selfcheck=[[False, "slot 3 differs"]])))[1] == "FAIL"
     assert "[d] PASS" in checks.evaluate(base, _hyb())[3].line()
+    # bf16: a flip where `none`'s top-2 margin is below epsilon is a tie flip (PASS, counted); above it, a FAIL
+    tied = dict(base, margins=[[3.0, 2.0, 0.01], [3.0, 3.0]])
+    r = checks.evaluate(tied, _hyb(outputs=[[1, 2, 9], [4, 5]]))
+    assert st(r)[3] == "PASS" and "1 tie flip(s)" in r[3].detail
+    r = checks.evaluate(dict(base, margins=[[3.0, 2.0, 0.9], [3.0, 3.0]]), _hyb(outputs=[[1, 2, 9], [4, 5]]))
+    assert st(r)[3] == "FAIL" and "margin 0.900" in r[3].detail
+    # the CPU build has no device sync to check: N/A, not a PASS
+    assert st(checks.evaluate(base, _hyb(), sync_check=False))[2] == "N/A"
 
 
 def test_table_from_bench_results_and_the_cell_report(tmp_path):
@@ -276,35 +299,50 @@ def test_table_from_bench_results_and_the_cell_report(tmp_path):
     assert cost.sample_ms(8) > 0  # from the roofline fallback (qwen3-8b on h100-sxm)
 
     from real.validation.options import ValidateOptions
+    from real.validation.vllm.slices import write_reference
 
-    a = ValidateOptions(engine="vllm", quick=True, policy=("none",), batch_size=(2,), cost_table=str(path),
+    a = ValidateOptions(engine="vllm", quick=True, policy=("none", "adaptive"), batch_size=(2,), cost_table=str(path),
                         out=str(tmp_path / "v"), trace=("traces/codeedit.jsonl",), limit=3, max_tokens=8)
     v = flow.VllmValidation.from_args(a)
-    assert v.policies == ("adaptive", "none") and v.table == path
-    sl = flow.load_slice("traces/codeedit.jsonl", 3, v.max_prompt, 8)
+    assert v.policies == ("none", "adaptive") and v.table == path and v.build.timed
+    sl = v.build.load_slice("traces/codeedit.jsonl", 3, v.max_prompt, 8, 0)
     ref = [list(range(100, 100 + m)) for m in sl.max_tokens]
-    flow.write_reference(sl, ref, v.out / sl.stem / "reference_bs2.jsonl")
+    ref_path = v.out / sl.stem / "bs2" / "reference.jsonl"
+    write_reference(sl, ref, ref_path)
+    vtab = [0.0] + [5.0 + 0.01 * t for t in range(1, 65)]  # vLLM's verify table by tokens (index 0: nothing run)
 
-    def run(outputs, tps):
+    def run(outputs, tps, tables=True):
         n = sum(map(len, outputs))
-        return {"outputs": outputs, "output_tokens": n, "wall_s": n / tps, "tok_per_s": tps, "steps": 12,
-                "mean_latency_s": 0.5, "kv_capacity_tokens": 400000, "async_scheduling": True,
+        return {"policy": "x", "outputs": outputs, "output_tokens": n, "wall_s": n / tps, "tok_per_s": tps,
+                "steps": 12, "mean_latency_s": 0.5, "kv_capacity_tokens": 400000, "async_scheduling": True,
+                "capture_sizes": [1, 2, 4, 8, 16, 32, 64], "request_ids": list(sl.ids),
+                "drafts": [[sl.ids[0], 0, [100, 101, 7, 7, 7, 7, 7], [0.9, 0.8, 0.1, 0.1, 0.1, 0.1, 0.1]]],
+                "cost_tables": {"draft_ms": [0.0, 0.4, 0.5], "verify_ms": vtab} if tables else None,
                 "spec": spec_decode_stats({"vllm:spec_decode_num_drafts": 10,
                                            "vllm:spec_decode_num_accepted_tokens": 15})}
     bad = [list(o) for o in ref]
     bad[1][-1] += 1
-    cells = [flow.predict_cell(v, sl, "adaptive", 2, run(ref, 900.0), ref),
-             flow.predict_cell(v, sl, "none", 2, run(bad, 300.0), ref)]
+    runs = {"none": dict(run(ref, 300.0, tables=False), margins=[[5.0] * len(o) for o in ref]),
+            "adaptive": run(bad, 900.0)}
+    cells = [flow.cell_record(v, sl, 2, p, runs, ref_path, json.loads(path.read_text())) for p in ("none", "adaptive")]
     assert cells[0]["real"]["lossless"] and not cells[1]["real"]["lossless"]
-    assert "request 1 first at output token" in cells[1]["lossless_detail"]
+    assert "request 1 first at output token" in cells[1]["real"]["lossless_detail"]
+    assert cells[0]["table_from"] == "adaptive" and cells[1]["table_from"] == "adaptive"
+    tab = json.loads((v.cell_dir(sl, 2, "adaptive") / "cost_table.json").read_text())
+    assert tab["capture_sizes"] == [1, 2, 4, 8, 16, 32, 64] and tab["verify"]["ms"][:2] == [5.01, 5.02]
+    assert tab["logits_ms_per_row"] == pytest.approx(0.002, rel=1e-6)  # the complement's part
+    side = [json.loads(ln) for ln in (v.cell_dir(sl, 2, "adaptive") / "drafts.jsonl").read_text().splitlines()]
+    assert side[0]["model_acc"][0] == 2 and side[0]["model_conf"][0][:2] == [0.9, 0.8] and side[1]["model_acc"][0] == 0
     for c in cells:
-        assert c["predicted"]["tok_per_s"] > 0 and c["predicted_error"] >= 0
+        assert c["predicted"]["tok_per_s"] > 0 and c["predicted_error"] >= 0 and c["steps_error"] >= 0
         assert "--kv-capacity-tokens 400000" in c["sim_command"] and f"--policy {c['sim_policy']}" in c["sim_command"]
+        assert "--drafts" in c["sim_command"] and "--drafts" not in c["synthetic_command"]
     meta = {"command": "python real/validate.py --engine vllm", "machine": machine, "config": cfg.to_json(),
             "hybrid_additional_config": cfg.hybrid.to_additional_config(), "sim_model": "qwen3-8b", "model": cfg.model,
-            "max_tokens": 8, "max_prompt": 4096, "limit": 3, "vllm_version": "0.33.0"}
+            "max_tokens": 8, "max_prompt": 4096, "limit": 3, "vllm_version": "0.33.0", "semantics": "0.33",
+            "timed": True, "checklist": [], "tie_epsilon": 0.25, "complement_table": str(path)}
     agg = write_reports(v.out, cells, meta, md=flow.format_md)
-    assert agg["cells"] == 2 and not agg["all_lossless"]
+    assert agg["cells"] == 2 and not agg["all_lossless"] and agg["predicted_cells"] == 2
     md = (v.out / "fidelity.md").read_text()
-    assert md.startswith("# Fidelity: the simulator against vLLM") and "| codeedit | none (none) | 2 | 3 |" in md
-    assert json.loads((v.out / "fidelity.json").read_text())["cells"][1]["lossless_detail"]
+    assert md.startswith("# Fidelity: the simulator against vLLM (CUDA)") and "| codeedit | none (none) | 2 | 3 |" in md
+    assert json.loads((v.out / "fidelity.json").read_text())["cells"][1]["real"]["lossless_detail"]

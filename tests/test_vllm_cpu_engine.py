@@ -115,8 +115,8 @@ def test_the_harness_shims_and_the_profiled_tables(runs):
 def test_the_simulator_predicts_the_runs_steps(runs, policy):
     """The simulator with the matching policy, on none's outputs, deciding from the tables vLLM profiled in the
     run and replaying the DSpark chains it drafted, takes the engine's number of steps (within 3%)."""
-    from real.validation.vllm_cpu.validate import cost_table, drafts_file, predict
-    from real.validation.vllm.flow import Slice, write_reference
+    from real.validation.vllm.cells import cost_table, drafts_file, predict
+    from real.validation.vllm.slices import Slice, write_reference
 
     cfg, root = runs["cfg"], runs["root"]
     sl = Slice("tiny", tuple(str(i) for i in range(6)), tuple(tuple(p) for p in runs["prompts"]), (40,) * 6, 0)
@@ -125,6 +125,24 @@ def test_the_simulator_predicts_the_runs_steps(runs, policy):
     run = runs[policy]
     table = cost_table(cfg, run, root / policy / "cost_table.json")
     drafts = drafts_file(sl, run, ref, K, root / policy / "drafts.jsonl")
-    pred, cmd = predict(cfg, policy, BS, root / "reference.jsonl", table, drafts, run, 0)
+    pred, cmd = predict(cfg, "0.32", policy, BS, root / "reference.jsonl", table, drafts, run, 0)
     assert pred["lossless"]
     assert abs(pred["steps"] - run["steps"]) <= 0.03 * run["steps"], (pred["steps"], run["steps"], cmd)
+
+
+def test_the_plugin_times_its_own_step_and_the_table_carries_it(runs, tmp_path):
+    """One sample per live step (R rows, wall clock on the CPU), the profiling runs' padded steps apart; the run's
+    cost table carries their fits as the "plugin" field, which the simulator reads back."""
+    from real.validation.vllm.cells import cost_table
+    from sim.core.cost.profiled import ProfiledCost, load_cost_table
+
+    for name in ("hybrid", "hybrid-skip"):
+        w = runs[name]["hybrid_stats"]["workers"][0]
+        live, prof = w["plugin_ms"]["live"], w["plugin_ms"]["profiled"]
+        assert len(live["samples"]) == w["steps"] > 0
+        assert all(1 <= R <= BS and ms > 0 for R, ms in live["samples"])
+        assert prof["samples"] and live["fit"]["steps"] == w["steps"]
+    t = load_cost_table(cost_table(runs["cfg"], runs["hybrid"], tmp_path / "cost_table.json"))
+    w = runs["hybrid"]["hybrid_stats"]["workers"][0]["plugin_ms"]
+    assert t.plugin == {**w["live"]["fit"], "in_draft": w["profiled"]["fit"]}
+    assert ProfiledCost(t).plugin_ms(BS) >= 0.0

@@ -4,6 +4,7 @@ its tables when they arrive, a step after start-up copies nothing host-to-device
 of ops, and the builds the plugin accepts (real/vllm_plugin/versions.py)."""
 import sys
 import types
+from types import SimpleNamespace as NS
 
 import numpy as np
 import pytest
@@ -141,6 +142,59 @@ def test_a_manager_that_already_has_tables_hands_them_over_at_once():
     attach_manager(sp, m)  # attached twice: set_cost_curves wrapped once
     m.set_cost_curves([(1, 1.0)], [(1, 5.0)])
     assert [t[1].tolist() for t in sp.tables] == [[2.0], [2.0], [5.0]]
+
+
+class ProfilingManager(FakeManager):
+    """The manager's profiling half as vLLM 0.33's capture_model drives it (adaptive_verification.py)."""
+
+    def batches_to_profile(self, capture_sizes):
+        for n in capture_sizes:
+            for _ in range(3):
+                yield {"num_tokens": n}
+
+    def set_initial_cost_curves(self, samples):
+        self.initial = list(samples)
+        self.set_cost_curves([(s.num_reqs, s.drafter_ms) for s in samples], [(1, 1.0)])
+
+
+class SkipOwner(Owner):
+    def __init__(self):
+        super().__init__()
+        self.skip_block, self.curves = False, []
+
+    def on_skip_curve(self, curve, limit):
+        self.curves.append((curve, limit))
+
+
+def _profile(m, owner, extra=0):
+    """capture_model's loop: one timed dummy step per batch (drafter 2 ms, 0.5 ms with the pass skipped), then the
+    samples to set_initial_cost_curves."""
+    samples = []
+    for b in m.batches_to_profile([1, 2, 4]):
+        ms = 0.5 if owner.skip_block else 2.0
+        samples.append(NS(num_reqs=b["num_tokens"], drafter_ms=ms * b["num_tokens"], full_cudagraph=True))
+    samples += samples[:extra]
+    m.set_initial_cost_curves(samples)
+
+
+def test_the_skipped_pass_is_profiled_by_vllms_own_loop_run_twice():
+    """CUDA: vLLM's profiling batches run once as vLLM runs them and once with skip_block set; vLLM's tables get the
+    first round only, the plugin the second's median by request count; a count that does not split is one line."""
+    from real.vllm_plugin.lifecycle import attach_skip_profile
+
+    owner, m = SkipOwner(), ProfilingManager(1.0)
+    attach_manager(owner, m)
+    attach_skip_profile(owner, m)
+    attach_skip_profile(owner, m)  # idempotent
+    _profile(m, owner)
+    assert [s.drafter_ms for s in m.initial] == [2.0] * 3 + [4.0] * 3 + [8.0] * 3  # vLLM's: the pass ran
+    assert owner.curves == [([(1, 0.5), (2, 1.0), (4, 2.0)], 4)] and not owner.skip_block
+    assert owner.tables[-1][0].tolist()[:3] == [2.0, 2.0, 2.0]  # vLLM's draft table from the first round alone
+    with pytest.raises(RuntimeError, match="timed 19 profiling steps for 2 x 9 batches") as e:
+        _profile(m, owner, extra=1)
+    assert "\n" not in str(e.value)
+    m.set_initial_cost_curves([NS(num_reqs=1, drafter_ms=3.0)])  # not a round of ours: passed through
+    assert len(owner.curves) == 1 and m.initial[0].drafter_ms == 3.0
 
 
 # ------------------------------------------------------------------------------------------ the step itself

@@ -45,14 +45,29 @@ def test_slots_are_validated_at_start_up_in_one_line(monkeypatch):
         assert "\n" not in str(e.value)
 
 
-def test_skip_is_refused_where_the_build_cannot_skip(monkeypatch):
-    monkeypatch.setattr(plugin, "is_cpu_build", lambda: False)  # the CUDA build: DSpark's pass is one graph
-    assert plugin.hybrid_config(_vllm_config(32, 7)) is not None
-    with pytest.raises(ConfigError, match="skip runs only on the CPU build") as e:
-        plugin.hybrid_config(_vllm_config(32, 7, {"skip": True}))
-    assert "\n" not in str(e.value)
-    monkeypatch.setattr(plugin, "is_cpu_build", lambda: True)
+def _ranks(cfg, tp=1, dp=1):
+    cfg.parallel_config = NS(tensor_parallel_size=tp, data_parallel_size=dp)
+    return cfg
+
+
+@pytest.mark.parametrize("cpu_build", [True, False])
+def test_the_skip_runs_on_both_builds_on_one_rank_and_compile_only_on_the_cpu_build(monkeypatch, cpu_build):
+    """The skip runs on CUDA too (vLLM 0.33's K = 0 path), but not across ranks, which would each decide alone;
+    compile is refused on CUDA (its Triton n-gram kernels are untested under torch.compile), one line each."""
+    monkeypatch.setattr(plugin, "is_cpu_build", lambda: cpu_build)
     assert plugin.hybrid_config(_vllm_config(32, 7, {"skip": True})).skip
+    assert plugin.hybrid_config(_ranks(_vllm_config(32, 7, {"skip": True}))).skip
+    assert plugin.hybrid_config(_ranks(_vllm_config(32, 7), tp=2)) is not None  # no skip: any ranks
+    for tp, dp in ((2, 1), (1, 4)):
+        with pytest.raises(ConfigError, match=f"parallel size 1 \\(got {tp * dp} ranks\\)") as e:
+            plugin.hybrid_config(_ranks(_vllm_config(32, 7, {"skip": True}), tp, dp))
+        assert "\n" not in str(e.value)
+    if cpu_build:
+        assert plugin.hybrid_config(_vllm_config(32, 7, {"compile": True})).compile
+    else:
+        with pytest.raises(ConfigError, match="compile runs only on the CPU build.*Triton") as e:
+            plugin.hybrid_config(_vllm_config(32, 7, {"compile": True}))
+        assert "\n" not in str(e.value)
 
 
 def test_sim_policy_names_the_slots_and_the_skip_twin():
@@ -248,3 +263,56 @@ def test_a_profiling_step_runs_the_plugins_ops_without_touching_request_state():
     after = [d.pos, d.hits, d.ring, d.last_ngram, d.last_conf, d.reached, d.chosen, d.ngram_steps, d.model_conf_last]
     assert all(torch.equal(a[:4], b[:4]) for a, b in zip(before, after))
     assert d.steps == 0 and d.skipped == 0
+
+
+def _live_view(d, slots):
+    """plan_skip's view built from the device state as it is now (what observe left): the definition the host
+    copies must reproduce."""
+    idx = torch.as_tensor(slots)
+    g = {n: getattr(d, n)[idx] for n in ("ngram_steps", "ngram_conf_sum", "ngram_conf_last", "ngram_len_last",
+                                         "model_steps", "model_ran_last", "model_conf_last", "model_conf_sum",
+                                         "model_len_last")}
+    m_mean = (g["model_conf_sum"] / g["model_steps"].clamp(min=1)[:, None]).float()
+    stale_m = torch.where(g["model_ran_last"][:, None], g["model_conf_last"], m_mean)
+    stale_m = torch.where((g["model_steps"] == 0)[:, None], 1.0, stale_m)
+    mean = g["ngram_conf_sum"] / g["ngram_steps"].clamp(min=1)[:, None].double()
+    return (stale_m, torch.where(g["model_steps"] == 0, d.block, g["model_len_last"]), g["ngram_conf_last"],
+            torch.where(g["ngram_steps"][:, None] > 0, mean, g["ngram_conf_last"].double()))
+
+
+def test_plan_skip_reads_the_last_steps_host_copies_and_restarts_a_new_request(monkeypatch):
+    """plan_skip reads host copies taken at the end of the last propose (on CUDA: pinned, asynchronous), not the
+    device state; a request new in its slot (a new request id there) gets the empty history observe gives it on
+    the device, so the view equals the one the device state after observe gives."""
+    import sim.core.policies.hybrid as sh
+
+    seen = []
+    real_plan = sh.plan_skip
+    monkeypatch.setattr(sh, "plan_skip", lambda view, *a, **k: seen.append(view) or real_plan(view, *a, **k))
+    d, tok, plen = _drafter()
+    d.set_skip_table(np.full(5, 0.5))
+    total = torch.full((4,), 140, dtype=torch.int32)
+    slots, ids = [0, 1, 2, 3], ["a", "b", "c", "d"]
+    d.plan_skip(slots, req_ids=ids)
+    for i, c in enumerate((0.8, 0.4)):
+        _step(d, tok, plen, total + 2 * i, c)
+        d.plan_skip(slots, req_ids=ids)
+    d.ngram_conf_last.fill_(0.123)  # the device state changes after the copy: plan_skip does not see it
+    d.plan_skip(slots, req_ids=ids)
+    assert torch.equal(seen[-1].stale_ngram_conf, seen[-2].stale_ngram_conf)
+    assert not bool((seen[-1].stale_ngram_conf == 0.123).any())
+    d.ngram_conf_last.copy_(d._skip_host["ngram_conf_last"])
+    # slot 0 gets request "e": observe restarts its history on the device; the host copies predate it
+    total2 = total + 4
+    total2[0] = 73
+    idx = torch.arange(4)
+    nst = torch.full((4,), 2, dtype=torch.int32)
+    d.observe(idx, nst, torch.zeros_like(nst), tok, total2, plen)
+    assert int(d.ngram_steps[0]) == 0 and int(d._skip_host["ngram_steps"][0]) == 2
+    d.plan_skip(slots, req_ids=["e", "b", "c", "d"])
+    want = _live_view(d, slots)
+    got = seen[-1]
+    for w, g in zip(want, (got.stale_model_conf, got.stale_model_len, got.stale_ngram_conf, got.mean_ngram_conf)):
+        assert torch.allclose(g.to(w.dtype), w)
+    d.plan_skip(slots, req_ids=["e", "b", "c", "d"])  # the same requests again: no longer new, the copies stand
+    assert bool((seen[-1].mean_ngram_conf[0] != want[3][0]).any())

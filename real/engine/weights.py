@@ -152,7 +152,9 @@ def resolve_device(device: torch.device | str) -> torch.device:
     except (RuntimeError, TypeError) as e:
         raise ConfigError(f"bad device {device!r}: {e}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("CUDA requested but torch.cuda.is_available() is False")
+        from sim.infra.cuda import no_cuda_reason
+
+        raise ConfigError(f"device {device!r}: {no_cuda_reason()}")
     return dev
 
 

@@ -39,7 +39,8 @@ def reanchor(run_dir: Path) -> dict:
     """Every cell re-assembled with re-anchoring (module docstring): {"cells": [...], "recorded": summary,
     "reanchored": summary, "anchors": per trace}."""
     from real.validation.profile import profile_load, profile_uncertainty_of
-    from real.validation.validate import cell_id, assemble_cell, repeat_speeds, trace_anchor
+    from real.validation.pipeline.cells import cell_id
+    from real.validation.validate import assemble_cell, repeat_speeds, trace_anchor
 
     fid = read_json(run_dir / "fidelity.json")
     meta, margin = fid["meta"], float(fid["meta"].get("margin", 0.03))

@@ -1,13 +1,11 @@
-"""What a fidelity run writes and how it names the simulator's side: the pieces every real engine's validation
-flow shares (real/validation/validate.py for the torch engine, real/validation/vllm/flow.py and real/validation/vllm_cpu/validate.py for
-vLLM): a simulated run's summary, the `python -m sim.run` command that reproduces a prediction, prepared draft
-tables reused across cells, and fidelity.json / .md / .html with the verdicts of real/validation/fidelity_stats.py."""
+"""The report step of the validation pipeline (real/validation/pipeline/), for every engine: fidelity.json / .md /
+.html from a run's cells, the aggregate over them (throughput errors and the verdicts of
+real/validation/fidelity_stats.py where the engine is timed and repeated, steps errors, losslessness and tie flips,
+the plugin's n-gram chains per depth), and the torch engine's page (the vLLM builds' is real/validation/vllm/flow.py
+format_md)."""
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
-import shlex
 from pathlib import Path
 
 import numpy as np
@@ -29,58 +27,11 @@ def steps_csv(steps: dict) -> str:
     return pd.DataFrame(steps).to_csv(index=False)
 
 
-def run_summary(res, n_tokens: int) -> dict:
-    st = res.steps
-    t = float(res.sim_time_s)
-    lat = res.requests["finish_s"] - res.requests["arrival_s"]
-    return {"time_s": t, "tok_per_s": n_tokens / t if t > 0 else float("nan"), "steps": int(len(st["step_ms"])),
-            # engine-wide: all output tokens over the steps that decode (sim.api.run's tok/step is per request per step)
-            "tokens_per_engine_step": n_tokens / max(1, int((st["num_decode"] > 0).sum())),
-            "mean_latency_s": float(np.nanmean(lat)), "lossless": bool(res.lossless), "violation": res.violation,
-            "step_ms": [float(x) for x in st["step_ms"]]}
-
-
-def sim_command(setup, policy: str, bs: int) -> str:
-    """The `python -m sim.run` command that computes run_one(prepare(setup), policy, bs): the trace, model,
-    cost and gpu, then every other SimSetup field that differs from its default (flags named after the fields)."""
-    from sim.api.run import SimSetup
-
-    default = SimSetup()
-    argv = ["python", "-m", "sim.run"]
-    for f in dataclasses.fields(SimSetup):
-        v = getattr(setup, f.name)
-        if v is None or (v == getattr(default, f.name) and f.name not in ("trace", "model", "cost", "gpu")):
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(v, bool):
-            argv.append(flag if v else "--no-" + flag[2:])
-        else:
-            argv += [flag, str(v)]
-    return shlex.join(argv + ["--policy", policy, "--batch-size", str(bs)])
-
-
-@functools.lru_cache(maxsize=16)
-def _prepared_key(key: tuple):
-    from sim.api.run import SimSetup, prepare
-
-    return prepare(SimSetup(*key))
-
-
-def clear_prepared() -> None:
-    """Forget every prepared setup: a validation rewrites its references, so none may be served from an earlier
-    call in the same process."""
-    _prepared_key.cache_clear()
-
-
-def prepared_setup(setup):
-    """sim.api.run's prepare(setup) (a trace's draft tables), built once per distinct setup and reused by its cells."""
-    return _prepared_key(dataclasses.astuple(setup))
-
-
-def write_reports(out: Path, cells: list[dict], meta: dict, md=None, plotly: str = "inline") -> dict:
+def write_reports(out: Path, cells: list[dict], meta: dict, md=None, plotly: str = "inline", page: bool = True) -> dict:
     """fidelity.json / .md / .html from the cells; returns the aggregate. md: the markdown formatter
     (default format_md, the torch engine's); plotly: the page's plotly.js inlined, or "shared" beside it
-    (sim/infra/html_page.py; real/validate.py's --plotly)."""
+    (sim/infra/html_page.py; real/validate.py's --plotly); page: write the throughput page (an engine whose
+    wall clock is not its own -- the vLLM CPU harness -- has no throughput to plot)."""
     from sim.infra.html_page import write_page
 
     agg = aggregate(cells)
@@ -88,21 +39,41 @@ def write_reports(out: Path, cells: list[dict], meta: dict, md=None, plotly: str
              for k, v in c.items()} for c in cells]
     write_output(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": slim}, indent=1) + "\n")
     write_output(out / "fidelity.md", (md or format_md)(slim, agg, meta))
-    write_page(out / "fidelity.html", format_html(slim, agg, meta, plotly), overwrite=True)
+    if page:
+        write_page(out / "fidelity.html", format_html(slim, agg, meta, plotly), overwrite=True)
     return agg
 
 
+def _med(xs) -> float:
+    a = np.asarray([x for x in xs if x is not None], dtype=np.float64)
+    return float(np.nanmedian(a)) if np.isfinite(a).any() else float("nan")
+
+
+def _max(xs) -> float:
+    a = np.asarray([x for x in xs if x is not None], dtype=np.float64)
+    return float(np.nanmax(a)) if np.isfinite(a).any() else float("nan")
+
+
 def aggregate(cells: list[dict]) -> dict:
-    """A run's summary over its cells (fidelity.json's "aggregate"): median and max |throughput error|, the
-    synthetic drafter's and the steps' median errors, losslessness, the verdicts' counts and conclusive errors
-    (real/fidelity_stats.summarize) when every cell was repeated, and the drift-corrected errors when recorded."""
-    errs = np.asarray([c["predicted_error"] for c in cells])
-    serrs = np.asarray([c["step_error_median"] for c in cells], dtype=np.float64)
-    agg = {"cells": len(cells), "median_error": float(np.median(errs)) if len(errs) else float("nan"),
-           "max_error": float(errs.max()) if len(errs) else float("nan"),
-           "median_synthetic_error": float(np.median([c["synthetic_error"] for c in cells])) if cells else float("nan"),
-           "median_step_error": float(np.nanmedian(serrs)) if np.isfinite(serrs).any() else float("nan"),
-           "all_lossless": all(c["real"]["lossless"] and c["real"]["outputs_equal_reference"] for c in cells)}
+    """A run's summary over its cells (fidelity.json's "aggregate"), over the cells that carry each figure: median
+    and max |throughput error|, the synthetic drafter's and the step times' median errors, the steps' errors (how
+    many within 3%), losslessness and tie flips, the verdicts' counts and conclusive errors
+    (real/validation/fidelity_stats.summarize) when every cell was repeated, the drift-corrected errors when
+    recorded, and the plugin's n-gram chains per depth when it ran."""
+    pe = [c["predicted_error"] for c in cells if "predicted_error" in c]
+    se = [c["steps_error"] for c in cells if "steps_error" in c]
+    agg = {"cells": len(cells), "median_error": _med(pe), "max_error": _max(pe),
+           "median_synthetic_error": _med(c["synthetic_error"] for c in cells if "synthetic_error" in c),
+           "median_step_error": _med(c.get("step_error_median") for c in cells),
+           "median_steps_error": _med(se), "max_steps_error": _max(se),
+           "max_tokens_per_step_error": _max(c.get("tokens_per_step_error") for c in cells),
+           "within_3pct": sum(e <= 0.03 for e in se), "predicted_cells": len(se),
+           "tie_flips": int(sum(c["real"].get("tie_flips", 0) for c in cells)),
+           "all_lossless": all(c["real"]["lossless"] and (c["real"]["outputs_equal_reference"]
+                                                          or c["real"].get("tie_flips", 0) > 0) for c in cells)}
+    depths = ngram_depths(cells)
+    if depths:
+        agg["ngram_depths"] = depths
     if cells and all("verdict" in c for c in cells):  # repeated cells (the torch engine): verdicts and their summary
         agg["verdicts"] = summarize(CellVerdict.from_json(c["verdict"]) for c in cells).to_json()
     drift = [abs(c["drift"]["error"]) for c in cells if c.get("drift")]
@@ -263,3 +234,45 @@ def figure_parts(cells: list[dict], agg: dict, div_id: str, level: int = 1) -> l
     title = f"Real vs simulated output throughput (median error {100 * agg['median_error']:.1f}%)"
     style(fig, barmode="group", title=title, yaxis_title="output tokens / s")
     return [heading(level, title), figure_div(fig, div_id)]
+
+
+MIN_REACHED = 20  # a depth's observed acceptance counts as a measurement from this many chosen n-gram chains on
+
+
+def ngram_depths(cells: list[dict]) -> list[dict]:
+    """The plugin's chosen n-gram chains pooled over the cells, per depth d (1-based): chains that reached d,
+    how many of them the engine accepted there, the observed acceptance (accepted / reached) and the calibrated
+    confidence the plugin published for them (mean over the same chains); `measured` when reached >= MIN_REACHED."""
+    reached, accepted, conf = {}, {}, {}
+    for c in cells:
+        pl = c["real"].get("plugin") or {}
+        if pl.get("ngram_accepted") is None:
+            continue
+        for d, (r, a, p) in enumerate(zip(pl["ngram_reached"], pl["ngram_accepted"], pl["ngram_predicted"])):
+            reached[d] = reached.get(d, 0) + r
+            accepted[d] = accepted.get(d, 0) + a
+            conf[d] = conf.get(d, 0.0) + (p or 0.0) * r
+    return [{"depth": d + 1, "reached": reached[d], "accepted": accepted[d],
+             "observed": accepted[d] / reached[d] if reached[d] else None,
+             "predicted": conf[d] / reached[d] if reached[d] else None, "measured": reached[d] >= MIN_REACHED}
+            for d in sorted(reached)]
+
+
+def depth_section(depths: list[dict]) -> list[str]:
+    """The markdown section of the plugin's n-gram chains per depth ([] without any)."""
+    if not depths:
+        return []
+    meas = [x for x in depths if x["measured"]]
+    gap = float(np.mean([abs(x["observed"] - x["predicted"]) for x in meas])) if meas else None
+    L = ["## The plugin's n-gram chains per depth", "",
+         f"Pooled over the hybrid cells (the plugin's counters): chains chosen that reached each depth, how many the "
+         f"engine accepted there, and the calibrated confidence published for them. A depth reached at least "
+         f"{MIN_REACHED} times counts as a measurement: {len(meas)} of {len(depths)} depths; mean |observed - "
+         f"calibrated| over them: {'-' if gap is None else f'{gap:.3f}'}.", "",
+         "| depth | reached | accepted | observed | calibrated | measured |", "|---:|---:|---:|---:|---:|---|"]
+    for x in depths:
+        o = "-" if x["observed"] is None else f"{x['observed']:.2f}"
+        q = "-" if x["predicted"] is None else f"{x['predicted']:.2f}"
+        L.append(f"| {x['depth']} | {x['reached']:.0f} | {x['accepted']:.0f} | {o} | {q} | "
+                 f"{'yes' if x['measured'] else 'no'} |")
+    return L + [""]

@@ -1,19 +1,23 @@
-"""One prepared run for a borrowed CUDA machine: preflight, profile, forward-timing grid against the roofline,
-and a teacher-forced validation slice of each bundled trace, written as files to commit.
+"""One prepared run for a borrowed CUDA machine: the project's own torch engine (real/engine/, never vLLM) on a
+random-weight model, profiled, its forward timed against the roofline, and a teacher-forced validation slice of
+each bundled trace, written as files to commit. It checks the roofline's costs for this engine on this GPU, not
+vLLM's (real/validate.py --engine vllm does that).
 
     python real/gpu_check.py [--model qwen3-8b] [--device cuda] [--quick] [--out DIR] [--time-budget-s 420]
-                             [--force]                   (also: python -m real.gpu_check)
+                             [--gpu-spec NAME] [--force]        (also: python -m real.gpu_check)
 
 Meant for a machine with torch (and CUDA) but no vLLM, no internet and no model weights: the target runs with
 random weights, teacher forced (real/validation/workload.py), so nothing is downloaded (the Hugging Face offline switches
-are set as well). Phases, in order, each started only while --time-budget-s lasts (what is skipped is said):
+are set as well). Without a GPU torch can see, it stops with one line naming torch's CUDA build and the driver
+(sim/infra/cuda.py). Phases, in order, each started only while --time-budget-s lasts (what is skipped is said):
   1 preflight  OK / FAIL / SKIP lines: torch, CUDA, the device and its memory, bf16, python packages, traces,
                free disk, whether the model fits (bf16 weights num_params * 2 bytes + the largest KV cache the
                runs need), and that no output would be overwritten (unless --force). Any FAIL: one line, exit 2.
   1b plugin    the vLLM plugin's device code without vLLM: Triton n-gram kernels vs the simulator's drafter,
                the hybrid step on the device vs the CPU, no host sync, time per step (real.vllm_plugin.checks).
   2 profile    real.validation.profile.profile(...) -> DIR/cost_table.json; its decode-shaped timings are printed beside
-               the table's and the roofline's (models/gpus spec by device name: h200, a100-80g, else h100-sxm).
+               the table's and the roofline's (the device's models/gpus spec, matched by its name:
+               real/validation/machine.py GPU_SPECS; another GPU is a preflight FAIL unless --gpu-spec names one).
   3 grid       the target forward alone over batch R x verify tokens q x context (medians of repeats, synced),
                skipping what does not fit in memory -> DIR/grid.csv, with the roofline's verify_ms.
   4 validate   real.validation.validate.main(...) once per (batch size, trace), largest batch first, into
@@ -163,11 +167,14 @@ def preflight(run: Run) -> None:
     say(f"preflight ({'CUDA run' if cuda else '--device cpu: a test run, the CUDA checks are skipped'})")
     check("OK", f"torch {torch.__version__} (CUDA build {torch.version.cuda or 'none'}), python "
                 f"{sys.version.split()[0]}")
-    cuda_ok = False
+    cuda_ok, no_cuda = False, ""
     if cuda:
         cuda_ok = torch.cuda.is_available()
-        check("OK" if cuda_ok else "FAIL", "CUDA available" + ("" if cuda_ok else
-              f": torch.cuda.is_available() is False (torch CUDA build {torch.version.cuda or 'none'})"))
+        if not cuda_ok:
+            from sim.infra.cuda import no_cuda_reason
+
+            no_cuda = no_cuda_reason()
+        check("OK" if cuda_ok else "FAIL", "CUDA available" + ("" if cuda_ok else f": {no_cuda}"))
     else:
         check("SKIP", "CUDA available (--device cpu)")
     free_mem = None
@@ -178,11 +185,15 @@ def preflight(run: Run) -> None:
         else:
             run.device_name = torch.cuda.get_device_name(idx)
             from real.validation.machine import gpu_models_name
-            run.gpu = gpu_models_name(run.device_name)
             free_mem, total = torch.cuda.mem_get_info(idx)
             cap = torch.cuda.get_device_capability(idx)
-            check("OK", f"device {run.device_name} (sm_{cap[0]}{cap[1]}), {total / GIB:.1f} GiB, "
-                        f"{free_mem / GIB:.1f} GiB free; roofline spec models/gpus/{run.gpu}.json")
+            what = (f"device {run.device_name} (sm_{cap[0]}{cap[1]}), {total / GIB:.1f} GiB, {free_mem / GIB:.1f} GiB "
+                    "free; roofline spec ")
+            try:
+                run.gpu = gpu_models_name(run.device_name, a.gpu_spec)
+                check("OK", f"{what}models/gpus/{run.gpu}.json" + (" (--gpu-spec)" if a.gpu_spec else ""))
+            except ConfigError as e:
+                check("FAIL", f"{what}none: {e}")
             bf16 = torch.cuda.is_bf16_supported()
             check("OK" if bf16 else "FAIL", "bf16 supported" if bf16 else "bf16 not supported by this GPU")
     elif cuda:
@@ -191,6 +202,8 @@ def preflight(run: Run) -> None:
     else:
         check("SKIP", "device name and memory (--device cpu)")
         check("SKIP", "bf16 support (--device cpu)")
+        if a.gpu_spec is not None:
+            check("FAIL", f"--gpu-spec {a.gpu_spec}: names the spec of a CUDA GPU; --device cpu has none")
 
     missing = [m for m in ("numpy", "scipy", "pandas", "plotly", "simpy", "tqdm") if importlib.util.find_spec(m) is None]
     if not missing:
@@ -247,8 +260,7 @@ def preflight(run: Run) -> None:
 
     run.preflight = lines
     if cuda and not cuda_ok:
-        raise ConfigError(f"--device {a.device} needs CUDA, and torch.cuda.is_available() is False on this machine "
-                          f"(torch {torch.__version__}); --device cpu runs the script as a test")
+        raise ConfigError(f"--device {a.device}: {no_cuda}; --device cpu runs the script as a test")
     if fails:
         raise ConfigError(f"preflight failed: {'; '.join(fails)}")
 
@@ -270,7 +282,7 @@ def phase_profile(run: Run):
     say(f"\n[profile] {a.model} on {run.device_name}: policies {', '.join(a.policy)}, batch "
         f"{', '.join(map(str, a.batch_size))} -> {run.out / 'cost_table.json'}")
     table, path, grid = profile(a.model, True, a.device, list(a.policy), sorted(set(a.batch_size)), a.quick,
-                                run.out / "cost_table.json")
+                                run.out / "cost_table.json", gpu_spec=a.gpu_spec)
     run.profile_grid_text = format_grid(grid, table, roof)
     say(run.profile_grid_text)
     say(f"fit: logits_ms_per_row {table.logits_ms_per_row:.4f}  kv_ms_per_token {table.kv_ms_per_token:.2e}  "
@@ -383,8 +395,9 @@ def phase_grid(run: Run, roof) -> None:
 
 
 # --------------------------------------------------------------------------------------------- 4 validate
-def cell_limit(a, bs: int) -> int:
-    return a.limit if a.requests_per_slot <= 0 else min(a.limit, a.requests_per_slot * bs)
+def cell_limit(a: GpuCheckOptions, bs: int) -> int:
+    """Requests of a cell at batch size bs: min(--limit, --requests-per-slot x bs); --limit when that is 0."""
+    return a.limit if a.requests_per_slot == 0 else min(a.limit, a.requests_per_slot * bs)
 
 
 def phase_validate(run: Run) -> Path | None:
@@ -573,6 +586,7 @@ class GpuCheckOptions:
     seed: int
     plotly: str
     argv: tuple[str, ...]
+    gpu_spec: str | None = None  # models/gpus name; None: matched by the device's name (real/validation/machine.py)
 
 
 def gpu_check(a: GpuCheckOptions) -> int:
@@ -659,6 +673,9 @@ def parse_args(argv: list[str] | None) -> GpuCheckOptions:
     from sim.infra.html_page import add_plotly_flag
 
     add_plotly_flag(ap, "the validation's fidelity.html pages under --out/validate/: ")
+    from real.validation.machine import add_gpu_spec_flag, given_gpu_spec
+
+    add_gpu_spec_flag(ap)
     ns = ap.parse_args(argv)
     q = ns.quick
     a = GpuCheckOptions(
@@ -668,10 +685,14 @@ def parse_args(argv: list[str] | None) -> GpuCheckOptions:
         limit=ns.limit if ns.limit is not None else (2 if q else 64), requests_per_slot=ns.requests_per_slot,
         max_tokens=ns.max_tokens if ns.max_tokens is not None else (8 if q else 128),
         max_prompt=ns.max_prompt if ns.max_prompt is not None else (512 if q else 2048), seed=ns.seed,
-        plotly=ns.plotly, argv=tuple(argv if argv is not None else sys.argv[1:]))
-    for name in ("limit", "max_tokens", "max_prompt", "requests_per_slot"):
+        plotly=ns.plotly, argv=tuple(argv if argv is not None else sys.argv[1:]),
+        gpu_spec=None if ns.gpu_spec is None else given_gpu_spec(ns.gpu_spec))
+    for name in ("limit", "max_tokens", "max_prompt"):
         if getattr(a, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+    if a.requests_per_slot < 0:
+        raise ConfigError(f"--requests-per-slot must be >= 0 (0: --limit at every batch size), "
+                          f"got {a.requests_per_slot}")
     if min(a.batch_size) < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {min(a.batch_size)}")
     if a.time_budget_s <= 0:

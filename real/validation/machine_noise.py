@@ -238,7 +238,8 @@ def recorded_noise(run_dir: Path, margin: float, repeats: int) -> dict:
     from real.validation.anchor import read_json
     from real.validation.fidelity_stats import pooled_scatter, probe_ratio
     from real.validation.profile import profile_load, profile_uncertainty_of
-    from real.validation.validate import cell_id, repeat_speeds, trace_anchor
+    from real.validation.pipeline.cells import cell_id
+    from real.validation.validate import repeat_speeds, trace_anchor
 
     fid = read_json(run_dir / "fidelity.json")
     table = run_dir / "cost_table.json"

@@ -16,6 +16,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from real.validation.pipeline.lossless import DEFAULT_TIE_EPSILON
+
 
 def _from_namespace(cls, ns: argparse.Namespace, argv, lists: tuple[str, ...]):
     """An instance of the options class `cls` from parsed flags: the fields the parser has, `lists` (repeatable
@@ -53,6 +55,7 @@ class ValidateOptions:
     load_guard: float = 0.25             # cores
     max_error: float | None = None       # percent
     skip_checks: bool = False
+    tie_epsilon: float = DEFAULT_TIE_EPSILON  # nats (real/validation/pipeline/lossless.py)
     dry_run: bool = False
     out: str | None = None
     plotly: str = "inline"
@@ -78,6 +81,7 @@ class ProfileOptions:
     force: bool = False
     engine: str = "torch"
     dry_run: bool = False
+    gpu_spec: str | None = None          # models/gpus name or file; None: by the device's name
     argv: tuple[str, ...] = ()
     vllm: Mapping[str, Any] = field(default_factory=dict)
 

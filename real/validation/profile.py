@@ -314,9 +314,11 @@ def fit_verify(steps: list[dict], logits_ms_per_row: float, kv_ms_per_token: flo
 
 
 def build_table(model_name: str, verify: dict, parts: dict, machine: dict, kv_capacity: int, vocab: int,
-                source: str) -> CostTable:
-    """The profiled table from the fitted parts (module docstring)."""
-    obj = {"format": "hybridspec-cost-table/1", "llm": model_name, "gpu": gpu_models_name(machine.get("device", "cpu")),
+                source: str, gpu: str | None = None) -> CostTable:
+    """The profiled table from the fitted parts (module docstring); gpu: its models/gpus spec (default: the device's,
+    real/validation/machine.py)."""
+    gpu = gpu if gpu is not None else gpu_models_name(machine.get("device", "cpu"))
+    obj = {"format": "hybridspec-cost-table/1", "llm": model_name, "gpu": gpu,
            "source": source,
            "derived": False, "capture_sizes": [],
            "verify": {"num_tokens": verify["num_tokens"], "ms": verify["ms"]},
@@ -337,7 +339,7 @@ def build_table(model_name: str, verify: dict, parts: dict, machine: dict, kv_ca
 
 def profile(model_name: str, random_weights: bool, device: str, policies: list[str], batch_sizes: list[int],
             quick: bool, out: Path | None, overwrite: bool = False, progress: bool = True,
-            repeats: int | None = None) -> tuple[CostTable, Path | None, list]:
+            repeats: int | None = None, gpu_spec: str | None = None) -> tuple[CostTable, Path | None, list]:
     """Measure and (if `out`) write the table; returns it. See the module docstring. Every (policy, batch size)
     run is made `repeats` times (default 2, --quick 1) in ABBA order after one discarded warm-up run, and the
     part fits pool their steps; the machine's load over the whole profile is measured (real/validation/machine_load.py)
@@ -352,6 +354,7 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
     model = build_engine_model(wl, max(batch_sizes))
     raw = []
     machine = machine_info(wl.device, wl.dtype, wl.model_label)
+    gpu = gpu_models_name(machine["device"], gpu_spec)  # an unknown GPU fails before the measurements
     prep = 1 if quick else PROBE_REPEAT
     with LoadProbe(machine["threads"]) as probe:
         run_real(wl, model, policies[0], batch_sizes[0], cost=None, progress=False)  # warm-up, discarded
@@ -394,7 +397,8 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
     if load.loaded:
         print(f"warning: the profile was measured under load ({load.note()}): its step times include other "
               "processes' contention", file=sys.stderr)
-    table = build_table(wl.model_label, verify, parts, machine, kv_capacity=10**9, vocab=model.args.vocab_size, source=src)
+    table = build_table(wl.model_label, verify, parts, machine, kv_capacity=10**9, vocab=model.args.vocab_size, source=src,
+                        gpu=gpu)
     path = write_cost_table(table, out, overwrite=overwrite) if out is not None else None
     if path is not None:  # the load the table was measured under, for validate's verdicts (profile_load), and the
         # profile's model instance's speed probe (profile_load(...)["speed_probe"]), for validate's trace / profile ratio
@@ -479,14 +483,20 @@ def parse_args(argv):
     ap.add_argument("--engine", default="torch", help="torch or vllm (vllm: `vllm bench forward` on a CUDA GPU; "
                                                       "--out defaults to out/cost_table_vllm.json)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands it would run and exit (vLLM engine)")
+    from real.validation.machine import add_gpu_spec_flag
     from real.validation.vllm.config import add_arguments
 
+    add_gpu_spec_flag(ap)
     add_arguments(ap, hybrid=False)
     a = ap.parse_args(argv)
     if a.engine not in ("torch", "vllm"):
         raise ConfigError(f"--engine must be one of torch, vllm, got '{a.engine}'")
     if a.repeat is not None and a.repeat < 1:
         raise ConfigError(f"--repeat must be >= 1, got {a.repeat}")
+    if a.gpu_spec is not None:
+        from real.validation.machine import given_gpu_spec
+
+        given_gpu_spec(a.gpu_spec)  # an unknown name fails before any work
     return a
 
 
@@ -512,12 +522,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:  # before minutes of profiling, not after: writable, a file name, existing only with --force
         check_out_file(a.out, a.force, "--out")
     table, path, grid = profile(a.model, a.random_weights, a.device, pols, bss, a.quick,
-                          Path(a.out) if a.out else None, overwrite=a.force, repeats=a.repeat)
+                          Path(a.out) if a.out else None, overwrite=a.force, repeats=a.repeat, gpu_spec=a.gpu_spec)
     roof = None
     try:
         from sim.core.cost import make_cost_model
         if a.device == "cuda":
-            roof = make_cost_model("roofline", llm=a.model, gpu=gpu_models_name(table.machine.get("device", "")))
+            roof = make_cost_model("roofline", llm=a.model, gpu=table.gpu)
     except Exception:  # noqa: BLE001 -- no roofline spec for this device: print the measurements alone
         roof = None
     print(format_grid(grid, table, roof))

@@ -161,7 +161,8 @@ def refit_table(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICI
     parts = fit_step_parts(steps, pols)
     verify = fit_verify(steps, float(old.logits_ms_per_row or 0.0), float(old.kv_ms_per_token or 0.0), SHORT_QUERY_MAX)
     return build_table(old.llm, verify, parts, dict(old.machine), int(old.kv_capacity_tokens or 10**9),
-                       int(old.vocab_size or 0), old.source + "; refitted offline by real/validation/reprice.py")
+                       int(old.vocab_size or 0), old.source + "; refitted offline by real/validation/reprice.py",
+                       gpu=old.gpu)
 
 
 def reprice_cell(cell: dict, pred_steps, cost, shapes: np.ndarray | None = None) -> float:

@@ -5,7 +5,7 @@
                             [--device cpu|cuda] [--cost-table FILE] [--max-error PCT] [--quick]
     python real/validate.py --engine vllm [--dry-run] [--vllm-model HF_ID] [--vllm-drafter HF_ID]
                             [--num-speculative-tokens K] [--hybrid-spec JSON] [--skip-checks] ...
-                            (vLLM 0.33 on a CUDA GPU: real/validation/vllm/flow.py; docs/real.md, "vLLM (A100/H100)")
+                            (vLLM 0.33 on a CUDA GPU: real/validation/vllm/flow.py; docs/real.md, "vLLM: one pipeline, two builds")
 
 The rest of this docstring is the torch engine's (--engine torch, the default).
 
@@ -36,10 +36,12 @@ from pathlib import Path
 
 import numpy as np
 
-from real.validation.fidelity import (QUICK_NOTE, clear_prepared, prepared_setup, run_summary, sim_command, steps_csv,  # noqa: F401
-                           summary_line, write_output, write_reports)
+from real.validation.fidelity import QUICK_NOTE, steps_csv, summary_line, write_output, write_reports  # noqa: F401
+from real.validation.pipeline.cells import cell_id
+from real.validation.pipeline.predict import clear_prepared, prepared_setup, run_summary, sim_command
 from real.validation.fidelity_stats import DEFAULT_MARGIN, PROBE_REPEAT, abba_order, judge, pooled_scatter
 from real.validation.machine_load import DEFAULT_LOAD_GUARD, LoadProbe
+from real.validation.pipeline.lossless import DEFAULT_TIE_EPSILON, compare_outputs
 from real.validation.options import ValidateOptions
 from sim.infra.cli import ArgumentParser, check_out_dir, finite_float
 from sim.infra.errors import ConfigError
@@ -102,10 +104,6 @@ MAX_NUM_BATCHED_TOKENS = 512
 PREFLIGHT_COMMAND = "python -m real.machine_noise"  # the machine-noise preflight (real/validation/machine_noise.py)
 
 
-def cell_id(trace: str, policy: str, bs: int) -> str:
-    return f"{Path(trace).stem}__{policy.replace(':', '-')}__bs{bs}"
-
-
 def cell_settings(a: ValidateOptions, trace: str, table_path: Path, limit: int, max_tokens: int,
                   max_prompt: int) -> dict:
     """Everything besides (trace, policy, batch size) that a cell's real run and prediction depend on. A cached
@@ -140,14 +138,13 @@ def load_cached_cell(path: Path, settings: dict) -> dict | None:
 
 
 def write_drafts(wl, path: Path) -> None:
-    """The recorded-drafts sidecar (sim.core.drafters.model.load_recorded_drafts) of the model drafter's chains."""
+    """The recorded-drafts sidecar (real/validation/pipeline/drafts.py) of the model drafter's chains."""
+    from real.validation.pipeline.drafts import write_sidecar
+
     tb = wl.tables
-    lines = []
-    for i, r in enumerate(wl.requests):
-        a, b = int(tb.offsets[i]), int(tb.offsets[i] + tb.out_len[i])
-        lines.append(json.dumps({"id": r.id, "model_conf": np.round(tb.m_conf[a:b].astype(np.float64), 6).tolist(),
-                                 "model_acc": tb.m_acc[a:b].astype(int).tolist()}))
-    write_output(path, "\n".join(lines) + "\n")
+    spans = [(int(tb.offsets[i]), int(tb.offsets[i] + tb.out_len[i])) for i in range(len(wl.requests))]
+    write_sidecar([r.id for r in wl.requests], [tb.m_conf[a:b] for a, b in spans], [tb.m_acc[a:b] for a, b in spans],
+                  path)
 
 
 def torch_threads() -> int:
@@ -191,8 +188,9 @@ def measure_real(wl, trace_dir: Path, table: Path, policy: str, bs: int, guard: 
                         drafters=drafters)
         wall = time.perf_counter() - t0
     out = run_summary(real, n_tok)
-    out["outputs_equal_reference"] = all(
-        list(map(int, o)) == list(map(int, r.output_ids)) for o, r in zip(real.outputs, wl.requests))
+    cmp = compare_outputs([list(map(int, r.output_ids)) for r in wl.requests], [list(map(int, o)) for o in real.outputs])
+    out["outputs_equal_reference"] = cmp.exact  # fp32: exact (no margins, no tie flips)
+    out["lossless_detail"] = cmp.detail()
     out["wall_s"] = wall
     out["load"] = probe.record.to_json()
     # the instance's speed right after the run (untimed), against the profile's: a drift of the machine between
@@ -570,7 +568,7 @@ def parse_args(argv):
     ap = ArgumentParser(prog="python real/validate.py", description=__doc__.split("\n\n")[0])
     runs = ap.add_argument_group("what runs")
     runs.add_argument("--engine", default="torch", help=f"the real engine: {' or '.join(ENGINES)} (vllm: docs/real.md, "
-                                                        "'vLLM (A100/H100)' and 'vLLM on this CPU'; default torch)")
+                                                        "'vLLM: one pipeline, two builds'; default torch)")
     runs.add_argument("--policy", action="append", help=f"policy (repeatable; default {', '.join(DEFAULT_POLICIES)}; "
                                                         "vllm: none, adaptive, hybrid, ngram; default adaptive hybrid)")
     runs.add_argument("--drafters", default=DRAFTER_LIST, type=parse_drafter_list,
@@ -627,6 +625,10 @@ def parse_args(argv):
     add_arguments(vl)  # --vllm-model, --vllm-drafter, --num-speculative-tokens, ... (real/validation/vllm/config.py)
     vl.add_argument("--skip-checks", action="store_true",
                     help="measure even when the first-run checklist fails (vLLM engine)")
+    vl.add_argument("--tie-epsilon", type=finite_float(0), default=DEFAULT_TIE_EPSILON,
+                    help="a mismatch where the reference's top-2 logit margin is below this (nats) is a bf16 tie "
+                         "flip, counted but not a loss (vLLM engine; real/validation/pipeline/lossless.py; default "
+                         f"{DEFAULT_TIE_EPSILON})")
     vl.add_argument("--dry-run", action="store_true", help="print every command and config the run would execute, "
                                                           "in order, and exit (vLLM engine; needs neither vLLM nor a GPU)")
     out = ap.add_argument_group("output")

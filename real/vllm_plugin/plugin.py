@@ -63,7 +63,9 @@ def hybrid_config(vllm_config) -> HybridSpecConfig | None:
                           "set \"enable_adaptive_verification\": true in --speculative-config")
     draft = getattr(spec, "draft_model_config", None)
     block = HybridSpecConfig.dspark_block(getattr(draft, "hf_config", None), spec.num_speculative_tokens)
-    cfg.check_vllm(spec.num_speculative_tokens, block, is_cpu_build())
+    par = getattr(vllm_config, "parallel_config", None)
+    ranks = int(getattr(par, "tensor_parallel_size", 1) or 1) * int(getattr(par, "data_parallel_size", 1) or 1)
+    cfg.check_vllm(spec.num_speculative_tokens, block, is_cpu_build(), ranks)
     return cfg
 
 
@@ -77,12 +79,12 @@ def make_init_speculator(orig):
         import torch
         from vllm.v1.worker.gpu.buffer_utils import StagedWriteTensor
 
-        from real.vllm_plugin.speculator import HybridSpeculator
+        from real.vllm_plugin.speculator import speculator_class
 
         # no request is in yet: swap the host-memory history for a dense device one the n-gram scan reads
         req_states.all_token_ids = StagedWriteTensor((req_states.max_num_reqs, req_states.max_model_len),
                                                      dtype=torch.int32, device=device, uva_instead_of_gpu=False)
-        sp = HybridSpeculator(vllm_config, device, req_states, cfg)
+        sp = speculator_class(cfg)(vllm_config, device, req_states, cfg)
         _ACTIVE[:] = [r for r in _ACTIVE if r() is not None] + [weakref.ref(sp)]
         return sp
 

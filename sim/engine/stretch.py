@@ -9,6 +9,9 @@ commit, the charge and the step's record -- the same calls with the same argumen
 operations in the same order, as Engine._step and Engine._finish_step, which stay the definition. What the
 loop does not repeat is what the stretch fixes: the schedule (StepPlan), the prefill pass, the binding of
 the native step to the engine's arrays, the drafters' prices for R requests, the simpy loop's bookkeeping.
+A vLLM-charged run's unused drafter pass (Engine.unused_pass_ms) can fall only on a stretch's last step, where
+every request completes; the loop asks the engine for it there, and whether vLLM's scheduler knew it before each
+step (Engine.drafts_known_unused), as Engine._step does.
 
 A stretch ends after the step that completes a request's output (the scheduler is asked for finished
 requests then, as Engine._finish_step does), after the step that ends at or past simpy's next event (an
@@ -53,7 +56,11 @@ def steady_steps(engine: EngineSteps, now_ms: float, next_event_ms: float, room:
     finished: list[int] = []
     t = now_ms
     drafted = sched.last_draft
+    unused, none = engine.unused_pass, ()  # vLLM's drafter pass after a step no request uses (Engine.unused_pass_ms)
+    known = False
     while True:
+        if unused:  # 0.33: whether vLLM's scheduler knows, before the step, that the pass after it is for nothing
+            known = engine.drafts_known_unused(reqs, none)
         g = fast.gather(reqs, with_mean, reuse=reuse)
         kv = g.kv
         out = form(Arrays(g.packed, g.ptrs, g.mean_ng, T, R, priced, base.draft, cap, table, base.ngram,
@@ -75,6 +82,10 @@ def steady_steps(engine: EngineSteps, now_ms: float, next_event_ms: float, room:
         gt, sample, cpu = charge(R, total)
         verify = float(verify_ms(gt, kv, n_seqs, logit_rows=total))
         d, ng, al = prices.draft, prices.ngram, prices.alloc
+        if sums[5] and unused is not None:  # only where an output completed can no request use the drafts
+            extra = engine.unused_pass_ms(reqs, none, sums[5], known)
+            if extra:
+                d += extra
         gpu, step = step_time(d, ng, al, verify, sample, cpu, sync)
         log.append(make_record((t, step, R, 0, sums[0], sums[1], sums[2], sums[3], sums[4], d, ng, al, verify, sample,
                                 cpu, step - gpu, kv, 0, total, total, n_seqs)))

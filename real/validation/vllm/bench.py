@@ -154,8 +154,9 @@ def fit_lm_head(points: list[tuple[int, float]]) -> tuple[float, float]:
 
 
 def build_table(cfg: VllmRunConfig, cases: list[Case], target_ms: dict[str, float], drafter_ms: dict[str, float],
-                lm_points: list[tuple[int, float]], machine: dict, source: str):
-    """The CostTable from the bench medians (module docstring); ConfigError when a needed case is missing."""
+                lm_points: list[tuple[int, float]], machine: dict, source: str, gpu: str | None = None):
+    """The CostTable from the bench medians (module docstring); ConfigError when a needed case is missing. gpu: its
+    models/gpus spec (default: the device's, real/validation/machine.py)."""
     from real.validation.machine import gpu_models_name
     from sim.core.cost.profiled import FORMAT, cost_table_from_dict
     from sim.core.models import get_llm
@@ -175,7 +176,8 @@ def build_table(cfg: VllmRunConfig, cases: list[Case], target_ms: dict[str, floa
     draft = [(c.reqs, max(drafter_ms[c.name] - target_ms[c.name], 1e-6)) for c in cases
              if c.name.startswith("verify_") and c.name in drafter_ms]
     llm = cfg.sim_model()
-    obj = {"format": FORMAT, "llm": llm, "gpu": gpu_models_name(machine.get("device", "")), "source": source,
+    gpu = gpu if gpu is not None else gpu_models_name(machine.get("device", ""))
+    obj = {"format": FORMAT, "llm": llm, "gpu": gpu, "source": source,
            "derived": False, "capture_sizes": [],
            "verify": {"num_tokens": xs, "ms": [float(np.mean(pts[x])) for x in xs]},
            "kv_ms_per_token": kv, "logits_ms_per_row": b, "machine": machine, "vocab_size": get_llm(llm).vocab_size}
@@ -207,18 +209,21 @@ def _paths(table: Path) -> tuple[Path, Path]:
     return Path(str(table) + ".bench-target.json"), Path(str(table) + ".bench-drafter.json")
 
 
-def profile(cfg: VllmRunConfig, batch_sizes: list[int], quick: bool, out: Path, overwrite: bool = False):
-    """Run both bench passes and the LM-head timing on this machine's GPU and write the table to `out`.
-    Returns (table, path). Needs vLLM and a CUDA GPU (checked by the caller: engine.require_vllm)."""
+def profile(cfg: VllmRunConfig, batch_sizes: list[int], quick: bool, out: Path, overwrite: bool = False,
+            gpu_spec: str | None = None):
+    """Run both bench passes and the LM-head timing on this machine's GPU and write the table to `out`
+    (gpu_spec: --gpu-spec). Returns (table, path). Needs vLLM and a CUDA GPU (checked by the caller:
+    engine.require_vllm)."""
     import torch
 
-    from real.validation.machine import machine_info
+    from real.validation.machine import gpu_models_name, machine_info
     from real.validation.vllm.engine import run_logged
     from sim.core.cost.profiled import write_cost_table
     from sim.core.models import get_llm
 
     if out.exists() and not overwrite:
         raise ConfigError(f"{out} already exists; pass --force to replace it")
+    gpu = gpu_models_name(torch.cuda.get_device_name(0), gpu_spec)  # an unknown GPU fails before the bench runs
     cases = forward_cases(cfg, batch_sizes, quick)
     verify = [c for c in cases if c.name.startswith("verify_")]
     tgt, drf = _paths(out)
@@ -236,5 +241,5 @@ def profile(cfg: VllmRunConfig, batch_sizes: list[int], quick: bool, out: Path, 
            f"forward` of {cfg.model} with drafter {cfg.drafter} (K={cfg.num_speculative_tokens}; dummy weights, exact "
            f"shapes as CUDA graphs, KV jitter 0), {len(cases)} cases; LM head timed apart in torch; ngram, alloc, "
            "sample and cpu from the roofline model")
-    table = build_table(cfg, cases, read_bench(tgt), read_bench(drf), lm, machine, src)
+    table = build_table(cfg, cases, read_bench(tgt), read_bench(drf), lm, machine, src, gpu=gpu)
     return table, write_cost_table(table, out, overwrite=overwrite)

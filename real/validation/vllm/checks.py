@@ -1,4 +1,4 @@
-"""The first-run checklist of a vLLM validation: what only a GPU can show, checked before anything is measured.
+"""The first-run checklist of a vLLM validation, on either build: what must hold before anything is measured.
 
   (a) plugin    the hybrid plugin loaded in the worker: real.vllm_plugin.rpc.hybrid_stats, called through
                 LLM.collective_rpc after a short generate, answers from every worker, says nothing is inactive
@@ -6,11 +6,15 @@
   (b) ngram     the plugin's n-gram kernels propose what the simulator's n-gram drafter proposes on the same
                 histories: real.vllm_plugin.checks.ngram_selfcheck(device) in every worker (N/A, not a FAIL,
                 when the plugin does not provide it);
-  (c) sync      no host sync in a hybrid step: the hybrid's generate runs under VLLM_GPU_SYNC_CHECK=error;
-  (d) lossless  the hybrid's outputs equal the baseline's (adaptive) token for token at temperature 0.
-Two vLLM processes (engine.launch): the baseline on the first CHECK_PROMPTS prompts of the first trace (at most
-CHECK_MAX_TOKENS output tokens each), then the hybrid on the same prompts with the sync check on. Each item is
-PASS, FAIL or N/A with a detail; a FAIL stops the run unless --skip-checks.
+  (c) sync      no host sync in a hybrid step: the hybrid's generate runs under VLLM_GPU_SYNC_CHECK=error (CUDA;
+                N/A on the CPU build, which has no device to synchronise with);
+  (d) lossless  the hybrid's outputs equal `none`'s (plain greedy decoding) at temperature 0, up to bf16 tie flips
+                (real/validation/pipeline/lossless.py: a first difference where `none`'s top-2 margin is below the
+                epsilon). On CUDA both runs use vLLM's batch-invariant mode where the installed build ships it
+                (config.batch_invariant_env), so a tie flip should not even occur there.
+Two vLLM processes (cells.run_cell, cached by their spec): `none` on the first CHECK_PROMPTS prompts of the first
+trace (at most CHECK_MAX_TOKENS output tokens each, its margins recorded), then the hybrid on the same prompts.
+Each item is PASS, FAIL or N/A with a detail; a FAIL stops the run unless --skip-checks.
 """
 from __future__ import annotations
 
@@ -18,14 +22,15 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from real.validation.vllm.config import BASELINE, HYBRID, VllmRunConfig, shell_line
+from real.validation.pipeline.lossless import DEFAULT_TIE_EPSILON, compare_outputs
+from real.validation.vllm.config import HYBRID, NONE, VllmRunConfig, batch_invariant_env, shell_line
 
 CHECK_PROMPTS = 4
 CHECK_MAX_TOKENS = 32
 ITEMS = {"a": "plugin loaded in the worker (real.vllm_plugin.rpc.hybrid_stats via LLM.collective_rpc)",
          "b": "n-gram kernels == the simulator's n-gram drafter (real.vllm_plugin.checks.ngram_selfcheck)",
          "c": "no host sync in a hybrid step (generate under VLLM_GPU_SYNC_CHECK=error)",
-         "d": "hybrid outputs == baseline outputs at temperature 0"}
+         "d": "hybrid outputs == none's outputs at temperature 0 (up to bf16 tie flips)"}
 INACTIVE_KEYS = ("loaded", "active", "enabled")
 
 
@@ -39,35 +44,13 @@ class CheckResult:
         return f"  [{self.key}] {self.status:<4s} {ITEMS[self.key]}: {self.detail}"
 
 
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    """Index of the first output token where a and b differ (the shorter length if one is a prefix); None if equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def compare_outputs(ref: list[list[int]], got: list[list[int]]) -> tuple[bool, str]:
-    """(equal, one-line detail) of two runs' outputs, request by request."""
-    if len(ref) != len(got):
-        return False, f"{len(got)} outputs for {len(ref)} requests"
-    bad = [(i, first_divergence(r, g)) for i, (r, g) in enumerate(zip(ref, got))]
-    bad = [(i, j) for i, j in bad if j is not None]
-    if not bad:
-        return True, f"{len(ref)}/{len(ref)} requests equal ({sum(map(len, ref))} tokens)"
-    i, j = bad[0]
-    r, g = ref[i], got[i]
-    return False, (f"{len(bad)}/{len(ref)} requests differ; request {i} first at output token {j} (baseline "
-                   f"{r[j] if j < len(r) else 'end'}, hybrid {g[j] if j < len(g) else 'end'})")
-
-
 def _short(x, n: int = 160) -> str:
     s = json.dumps(x, separators=(",", ":"), default=str)
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
-def evaluate(base: dict, hyb: dict) -> list[CheckResult]:
-    """The four items from the baseline's and the hybrid's run results (engine.run_spec dicts)."""
+def evaluate(base: dict, hyb: dict, sync_check: bool = True, epsilon: float = DEFAULT_TIE_EPSILON) -> list[CheckResult]:
+    """The four items from `none`'s and the hybrid's run results (engine.run_spec dicts); sync_check: item (c) ran."""
     out = []
     # (a) the plugin's rpc
     hs = hyb.get("hybrid_stats") or {}
@@ -98,7 +81,10 @@ def evaluate(base: dict, hyb: dict) -> list[CheckResult]:
     else:
         out.append(CheckResult("b", "FAIL", next(d for ok, d in sc if not ok)))
     # (c) the sync check
-    if hyb.get("error"):
+    if not sync_check and not hyb.get("error"):
+        out.append(CheckResult("c", "N/A", "on CPU there is no device to synchronise with (VLLM_GPU_SYNC_CHECK is a "
+                                           "CUDA check; tests/test_vllm_plugin_lifecycle.py audits the step instead)"))
+    elif hyb.get("error"):
         out.append(CheckResult("c", "FAIL", hyb["error"]))
     elif hyb.get("outputs") is None:
         out.append(CheckResult("c", "FAIL", "the hybrid run recorded no outputs"))
@@ -107,45 +93,46 @@ def evaluate(base: dict, hyb: dict) -> list[CheckResult]:
                                             f"VLLM_GPU_SYNC_CHECK={hyb.get('env', {}).get('VLLM_GPU_SYNC_CHECK', '?')}"))
     # (d) lossless
     if base.get("outputs") is None or hyb.get("outputs") is None:
-        out.append(CheckResult("d", "FAIL", "no outputs to compare (" + ("baseline" if base.get("outputs") is None
+        out.append(CheckResult("d", "FAIL", "no outputs to compare (" + ("none" if base.get("outputs") is None
                                                                           else "hybrid: see (c)") + ")"))
     else:
-        ok, detail = compare_outputs(base["outputs"], hyb["outputs"])
-        out.append(CheckResult("d", "PASS" if ok else "FAIL", detail))
+        cmp = compare_outputs(base["outputs"], hyb["outputs"], base.get("margins"), epsilon)
+        bi = "batch-invariant mode" if (hyb.get("env") or {}).get("VLLM_BATCH_INVARIANT") == "1" else None
+        out.append(CheckResult("d", "PASS" if cmp.lossless else "FAIL",
+                               cmp.detail("none", "hybrid") + (f" ({bi})" if bi else "")))
     return out
 
 
-def runs(cfg: VllmRunConfig, ids: list[str], prompts: list[list[int]], max_tokens: list[int]) -> list[tuple]:
-    """(label, spec, env) of the two checklist runs: the baseline, then the hybrid under the sync check."""
-    n = min(CHECK_PROMPTS, len(prompts))
-    common = {"config": cfg.to_json(), "batch_size": n, "ids": ids[:n], "prompts": prompts[:n],
-              "max_tokens": [min(CHECK_MAX_TOKENS, m) for m in max_tokens[:n]], "warmup": False}
-    return [("check_baseline", dict(common, policy=BASELINE), cfg.env()),
-            ("check_hybrid", dict(common, policy=HYBRID, catch_errors=True, selfcheck=True), cfg.env(sync_check=True))]
-
-
-def plan_lines(cfg: VllmRunConfig, work: Path, n_prompts: int) -> list[str]:
+def plan_lines(cfg: VllmRunConfig, work: Path, n_prompts: int, sync_check: bool) -> list[str]:
     """The checklist's items and the commands it runs, as printable lines."""
     from real.validation.vllm.engine import child_argv
 
     n = min(CHECK_PROMPTS, n_prompts)
     lines = [f"  [{k}] {t}" for k, t in ITEMS.items()]
     lines.append(f"  on the first {n} prompts of the first trace, at most {CHECK_MAX_TOKENS} output tokens, batch {n}:")
-    for label, pol, sync in (("check_baseline", BASELINE, False), ("check_hybrid", HYBRID, True)):
-        lines.append(f"    {label}: LLM(**{json.dumps(cfg.engine_kwargs(pol, n), separators=(',', ':'))})")
-        lines.append("      " + shell_line(child_argv(work / f"{label}.spec.json", work / f"{label}.result.json"),
-                                           cfg.env(sync_check=sync)))
+    for pol, sync in ((NONE, False), (HYBRID, sync_check)):
+        lines.append(f"    {pol}: LLM(**{json.dumps(cfg.engine_kwargs(pol, n), separators=(',', ':'))})")
+        lines.append("      " + shell_line(child_argv(work / pol / "run.spec.json", work / pol / "run.result.json"),
+                                           check_env(cfg, sync)))
     return lines
 
 
-def run_checklist(cfg: VllmRunConfig, ids, prompts, max_tokens, work: Path) -> list[CheckResult]:
-    """Run the two checklist processes (GPU) and evaluate the items."""
-    from real.validation.vllm.engine import VllmRunError, launch
+def check_env(cfg: VllmRunConfig, sync: bool) -> dict[str, str]:
+    """A checklist process's environment: the run's, batch-invariant where available, the sync check if asked."""
+    return dict(cfg.env(sync_check=sync), **batch_invariant_env(cfg.device))
 
-    (lb, sb, eb), (lh, sh, eh) = runs(cfg, ids, prompts, max_tokens)
-    base = launch(sb, work, lb, eb)  # without a baseline nothing can be checked: its failure stops the run
+
+def run_checklist(cfg: VllmRunConfig, sl, work: Path, sync_check: bool, epsilon: float) -> list[CheckResult]:
+    """Run the two checklist processes (cells.run_cell: cached by their spec) and evaluate the items."""
+    from real.validation.vllm.cells import run_cell
+    from real.validation.vllm.engine import VllmRunError
+
+    n = min(CHECK_PROMPTS, len(sl.ids))
+    base = run_cell(cfg, sl, NONE, n, work / NONE, warmup=False, n=n, max_tokens=CHECK_MAX_TOKENS, margins=True,
+                    env=check_env(cfg, False))  # without a reference nothing can be checked: its failure stops the run
     try:
-        hyb = launch(sh, work, lh, eh)
+        hyb = run_cell(cfg, sl, HYBRID, n, work / HYBRID, warmup=False, selfcheck=True, n=n,
+                       max_tokens=CHECK_MAX_TOKENS, env=check_env(cfg, sync_check))
     except VllmRunError as exc:  # the hybrid's engine did not even start: every item it owns fails with why
         hyb = {"error": str(exc), "hybrid_stats": {"available": False, "detail": f"the hybrid's process failed ({exc})"}}
-    return evaluate(base, hyb)
+    return evaluate(base, hyb, sync_check, epsilon)

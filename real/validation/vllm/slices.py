@@ -1,7 +1,5 @@
-"""The pieces of `real/validate.py --engine vllm` that both vLLM flows share (real/validation/vllm/flow.py, the GPU
-build's; real/validation/vllm_cpu/validate.py, the CPU build's): the slice of a trace a vLLM run generates, the baseline's
-outputs written as the reference trace, and the refusal of the torch engine's flags. Both flows import this
-module; neither imports the other's helpers back.
+"""The slice of a trace a vLLM run generates, `none`'s outputs written as the reference trace, and the refusal of
+the torch engine's flags (real/validation/vllm/flow.py, on either build: builds.py).
 """
 from __future__ import annotations
 

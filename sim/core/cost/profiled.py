@@ -28,6 +28,9 @@ are required; every other key is optional and, when absent, its cost comes from 
                                                     # policy name; "*" = any policy not listed
      "sample": {"num_tokens": [...], "ms": [...]},   # sampling + rejection by verified tokens
      "cpu":    {"base_ms": a, "per_req_ms": b, "per_token_ms": c},  # host work (missing terms are 0)
+     "plugin": {"a_ms": a, "b_ms_per_req": b, "steps": n,  # the vLLM plugin's own step by requests, measured
+                "in_draft": {"a_ms": a2, "b_ms_per_req": b2, "steps": n2}},  # in its engine (steps: samples
+                                                    # fitted); in_draft: the part "draft" already holds
      "kv_capacity_tokens": 400000,                   # KV-cache entries that fit (int)
      "vocab_size": 49152}                            # the target's vocabulary (int)
 Lists are numbers, paired lists of equal length, points > 0, ms >= 0; scalars are finite numbers >= 0;
@@ -69,6 +72,11 @@ Costs (T tokens, K cached KV entries, S sequences, R requests; 0 when T (resp. R
   alloc_ms(R, policy)   = f_alloc[policy](R), else f_alloc["*"](R), else the fallback's
   sample_ms(T)          = f_sample(T)
   cpu_ms(R, T)          = base_ms + per_req_ms*R + per_token_ms*T
+  plugin_ms(R)          = max(a_ms + b_ms_per_req*R - (a2 + b2*R), 0) for R > 0 (a2 = b2 = 0 without in_draft),
+                          charged with alloc_ms to a policy that runs as the plugin (Policy.runs_plugin). in_draft: a
+                          draft table vLLM profiled with the plugin's step inside its pass (a hybrid run's) holds
+                          that step on padded rows; only the live step's excess is charged. No fallback: a table
+                          without the field charges the plugin nothing.
 Anything absent comes from `fallback`: by default the roofline model of the table's llm and gpu when
 both are known specs (models/llms, models/gpus); otherwise there is none, and asking for a missing part
 is a ConfigError (kv_ms_per_token then must be in the table, since every verify uses it).
@@ -149,7 +157,8 @@ Curve = tuple  # (points, ms): two equal-length lists of numbers
 CPU_KEYS = ("base_ms", "per_req_ms", "per_token_ms")
 # keys of the JSON format that the CSV form does not hold (refused there rather than ignored)
 JSON_ONLY = ("machine", "seq_ms", "attn_ms_per_row_kv", "logits_ms_per_row", "ngram", "alloc", "sample", "cpu", "kv_capacity_tokens",
-             "vocab_size")
+             "vocab_size", "plugin")
+PLUGIN_KEYS = ("a_ms", "b_ms_per_req")  # a fit of the "plugin" field (and of its in_draft); optional: steps
 
 
 @dataclass
@@ -179,6 +188,7 @@ class CostTable:
     cpu: dict[str, float] | None = None                 # base_ms, per_req_ms, per_token_ms
     kv_capacity_tokens: int | None = None
     vocab_size: int | None = None
+    plugin: dict | None = None                          # a_ms, b_ms_per_req[, steps][, in_draft: the same keys]
     path: str = field(default="", compare=False)        # the file it was read from (not written)
 
     def to_json(self) -> dict:
@@ -214,6 +224,8 @@ class CostTable:
         for k in ("kv_capacity_tokens", "vocab_size"):
             if getattr(self, k) is not None:
                 d[k] = int(getattr(self, k))
+        if self.plugin is not None:
+            d["plugin"] = {k: dict(v) if isinstance(v, dict) else v for k, v in self.plugin.items()}
         return d
 
 
@@ -267,7 +279,8 @@ def load_cost_table(path: str | Path) -> CostTable:
 # Every top-level field a JSON cost table may have (what cost_table_from_dict reads, plus documentation).
 TABLE_KEYS = frozenset({"format", "llm", "gpu", "source", "derived", "capture_sizes", "verify", "draft",
                         "kv_ms_per_token", "logits_ms_per_row", "seq_ms", "attn_ms_per_row_kv", "short_query_max", "kv_view_ms_per_token", "kv_capacity_tokens", "vocab_size", "ngram",
-                        "sample", "alloc", "cpu", "machine", "name", "notes", "licence", "license", "command"})
+                        "sample", "alloc", "cpu", "plugin", "machine", "name", "notes", "licence", "license",
+                        "command"})
 
 
 def cost_table_from_dict(d: dict, where: str | Path = "<cost table>") -> CostTable:
@@ -321,7 +334,41 @@ def cost_table_from_dict(d: dict, where: str | Path = "<cost table>") -> CostTab
         if not isinstance(m, dict) or not all(v is None or isinstance(v, (str, int, float, bool)) for v in m.values()):
             raise ConfigError(f"{p}: field 'machine' must be an object of strings and numbers")
         t.machine = dict(m)
+    if "plugin" in d:
+        t.plugin = _plugin(p, d["plugin"])
     return t
+
+
+def _plugin(path, v, key: str = "plugin") -> dict:
+    """The "plugin" field (or its in_draft), checked: a_ms and b_ms_per_req numbers >= 0, steps a positive integer
+    when given, in_draft (top level only) an object of the same keys."""
+    nested = ("in_draft",) if key == "plugin" else ()
+    if not isinstance(v, dict) or any(k not in v for k in PLUGIN_KEYS) or set(v) - {*PLUGIN_KEYS, "steps", *nested}:
+        raise ConfigError(f"{path}: field '{key}' must be an object with {' and '.join(PLUGIN_KEYS)} (optional: "
+                          f"{', '.join(('steps',) + nested)})")
+    out: dict = {k: _number(path, f"{key}.{k}", v[k]) for k in PLUGIN_KEYS}
+    if "steps" in v:
+        out["steps"] = _number(path, f"{key}.steps", v["steps"], integer=True)
+    if "in_draft" in v and nested:
+        out["in_draft"] = _plugin(path, v["in_draft"], f"{key}.in_draft")
+    return out
+
+
+def plugin_fit(samples) -> dict | None:
+    """A fit of the "plugin" field from per-step samples [(R, ms), ...] of the plugin's own work: the least-squares
+    line ms = a_ms + b_ms_per_req * R, kept non-decreasing and non-negative (b < 0: the mean, b = 0; a < 0: the line
+    through the origin), with the number of samples (steps). None without a sample with R > 0."""
+    pts = np.asarray([(float(r), float(ms)) for r, ms in samples if r > 0 and math.isfinite(ms)], dtype=np.float64)
+    if pts.size == 0:
+        return None
+    R, ms = pts[:, 0], np.maximum(pts[:, 1], 0.0)
+    b = float(np.polyfit(R, ms, 1)[0]) if np.unique(R).size > 1 else 0.0
+    a = float(ms.mean() - b * R.mean())
+    if b < 0.0:
+        a, b = float(ms.mean()), 0.0
+    elif a < 0.0:
+        a, b = 0.0, float((R * ms).sum() / (R * R).sum())
+    return {"a_ms": round(a, 6), "b_ms_per_req": round(b, 6), "steps": int(len(pts))}
 
 
 def _load_csv(p: Path) -> CostTable:
@@ -550,6 +597,14 @@ class ProfiledCost(CostModel):
             return float(c(int(num_reqs)))
         fb = self._need("alloc")
         return fb.alloc_ms(num_reqs, policy, adaptive)
+
+    def plugin_ms(self, num_reqs: int) -> float:
+        """The table's "plugin" field at R requests, less its in_draft part (module docstring); 0 without it."""
+        pl, r = self.table.plugin, max(int(num_reqs), 0)
+        if pl is None or r == 0:
+            return 0.0
+        held = pl.get("in_draft") or {"a_ms": 0.0, "b_ms_per_req": 0.0}
+        return max(pl["a_ms"] + pl["b_ms_per_req"] * r - (held["a_ms"] + held["b_ms_per_req"] * r), 0.0)
 
     def sample_ms(self, num_tokens: int) -> float:
         if self.sample_curve is None:

@@ -34,7 +34,7 @@ from sim.infra.errors import ConfigError
 from sim.core.models import read_json_object
 from sim.infra import paths
 
-CALIBRATOR_DIR = paths.REPO / "models" / "calibrators"
+CALIBRATOR_DIR = paths.MODELS / "calibrators"  # a checkout's models/, or the copy an installed wheel ships
 DEFAULT_CALIBRATOR = "ngram-general"
 FEATURE_SET = "hinge8+history2"
 KNOTS = (0.0, 1.0, 1.7, 2.3, 2.9, 3.5, 4.2, 5.0)  # in log1p(ext): ext ~ 0, 2, 4.5, 9, 17, 32, 66, 147
@@ -148,12 +148,7 @@ class NgramCalibrator:
 
     @classmethod
     def load(cls, name_or_path: str | Path = DEFAULT_CALIBRATOR) -> "NgramCalibrator":
-        p = Path(name_or_path)
-        if not p.suffix:
-            p = CALIBRATOR_DIR / f"{name_or_path}.json"
-        if not p.exists():
-            known = ", ".join(sorted(x.stem for x in CALIBRATOR_DIR.glob("*.json")))
-            raise ConfigError(f"unknown n-gram calibrator '{name_or_path}'; choose one of: {known or '(none fitted yet)'}")
+        p = calibrator_path(name_or_path)
         raw = read_json_object(p, "n-gram calibrator")
         if tuple(raw.get("knots", ())) != KNOTS or raw.get("features") != FEATURE_SET:
             raise ConfigError(f"calibrator {p} was fitted with another feature set; refit with python -m sim.calibrate")
@@ -165,6 +160,19 @@ class NgramCalibrator:
         if w.shape != (len(KNOTS) + 11,) or not np.all(np.isfinite(w)):
             raise ConfigError(f"{p}: 'weights' must be {len(KNOTS) + 11} finite numbers")
         return cls(w, cfg, raw.get("fitted_on", ""))
+
+
+def calibrator_path(name_or_path: str | Path) -> Path:
+    """The file of an n-gram calibrator: a name (no suffix) under CALIBRATOR_DIR, else a path as given;
+    ConfigError naming the known calibrators when it does not exist."""
+    p = Path(name_or_path)
+    if not p.suffix:
+        p = CALIBRATOR_DIR / f"{name_or_path}.json"
+    if not p.exists():
+        known = ", ".join(sorted(x.stem for x in CALIBRATOR_DIR.glob("*.json")))
+        raise ConfigError(f"unknown n-gram calibrator '{name_or_path}'; choose one of: {known or '(none fitted yet)'} "
+                          f"(in {CALIBRATOR_DIR}), or a JSON file")
+    return p
 
 
 def censored_rows(tables: list[NgramTable], cfg: NgramConfig) -> tuple[np.ndarray, np.ndarray]:

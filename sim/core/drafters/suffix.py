@@ -549,7 +549,7 @@ class LiveSuffixDrafter(SuffixDrafter):
 P_EDGES = (0.0, 0.3, 0.5, 0.7, 0.9, 0.99)
 E_EDGES = (1, 2, 4, 8, 16)
 SMOOTH = 4.0  # fitting slots a cell's estimate is pulled towards the overall acceptance with
-DEFAULT_SUFFIX_CALIBRATOR = paths.REPO / "models" / "calibrators" / "suffix-general.json"
+DEFAULT_SUFFIX_CALIBRATOR = paths.MODELS / "calibrators" / "suffix-general.json"
 
 
 class SuffixCalibrator:

@@ -636,5 +636,7 @@ def parse_hybrid_vllm(params: List[str]) -> tuple:
     name = ("hybrid-vllm" + (f":{method}" if rest else "")
             + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}") + ("" if slots is None else f":slots={slots}")
             + (":skip" if skip else ""))
-    # vLLM runs it as DSpark with adaptive verification at num_speculative_tokens = W (the block when not given)
-    return method, margin, slots, skip, name, VllmRun("dspark", k=slots, adaptive=True, only_vllm=True)
+    # vLLM runs it as DSpark with adaptive verification at num_speculative_tokens = W (the block when not given),
+    # through the plugin
+    return method, margin, slots, skip, name, VllmRun("dspark", k=slots, adaptive=True, only_vllm=True,
+                                                     plugin=True)

@@ -85,6 +85,12 @@ class Policy:
         return ("dspark",) * self.uses_model + ("ngram",) * self.uses_ngram + tuple(self.uses_extra)
 
     @property
+    def runs_plugin(self) -> bool:
+        """Whether vLLM runs the policy through this project's plugin (VllmRun.plugin): the engine then charges the
+        plugin's own per-step work (CostModel.plugin_ms) with the allocation."""
+        return self.vllm is not None and self.vllm.plugin
+
+    @property
     def phased(self) -> bool:
         """Whether the engine runs the policy's two phases: it has them and fn is still the one they make (a
         copy whose fn was replaced, as tests do to inject a bug, is single-phase: fn decides alone)."""

@@ -1,0 +1,196 @@
+"""The device check's registry of checks, the time cap of each and the run that keeps the whole within its budget.
+
+A check is a function `fn(ctx) -> Outcome` registered with `@register(key, name, title, cap_s, quick_cap_s)`; the run
+calls them in key order. Time (seconds, time.perf_counter):
+
+    cap(check)  = min(its cap_s (quick_cap_s with --quick), budget_s - elapsed - RESERVE_S)
+    a check starts only when cap(check) >= MIN_START_S; otherwise it is skipped (the budget is spent)
+    ctx.left()  = seconds to the check's cap: a check with several parts stops starting new ones when it is low
+                  (what it measured so far is kept; the outcome says what was left out)
+    hard stop   at cap + GRACE_S a SIGALRM raises CheckTimeout (a BaseException, so library code that catches
+                Exception cannot swallow it) in the main thread: the check is recorded as failed ("ran past its cap")
+
+so the run ends by budget_s + GRACE_S - RESERVE_S < budget_s, plus the report's writing. An exception in a check is
+that check's failure with a one-line reason (the traceback is kept in the JSON); the run goes on with the next one.
+A failed or stopped check keeps the figures it put in `ctx.partial` as it went (and its `phase`, named in the line).
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import torch
+
+if TYPE_CHECKING:
+    from real.validation.device.options import DeviceCheckOptions
+
+STATUSES = ("pass", "fail", "skip")
+RESERVE_S = 15.0  # kept back from every cap: the hard stop's grace and the report's writing
+GRACE_S = 10.0    # between a check's cap (it stops starting parts) and the hard stop
+MIN_START_S = 5.0  # a check is not started with less than this left
+
+
+class CheckTimeout(BaseException):
+    """A check ran past its cap plus the grace (raised by the SIGALRM handler)."""
+
+
+@dataclass
+class Outcome:
+    """What a check found: status (pass / fail / skip), one line, and its figures (JSON values)."""
+
+    status: str
+    summary: str
+    figures: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"a check's status must be one of {STATUSES}, got {self.status!r}")
+
+
+@dataclass
+class CheckResult:
+    """One check's record in the report."""
+
+    key: str
+    name: str
+    title: str
+    status: str
+    summary: str
+    seconds: float
+    cap_s: float
+    figures: dict
+    error: str | None = None  # the traceback of a check that raised
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Check:
+    key: str
+    name: str
+    title: str
+    cap_s: float
+    quick_cap_s: float
+    fn: Callable[["Context"], Outcome]
+
+
+CHECKS: dict[str, Check] = {}
+
+
+def register(key: str, name: str, title: str, cap_s: float, quick_cap_s: float):
+    """Register `fn(ctx) -> Outcome` as check `key` (its letter in the report)."""
+    def deco(fn: Callable[["Context"], Outcome]) -> Callable[["Context"], Outcome]:
+        if key in CHECKS:
+            raise ValueError(f"device check {key!r} is registered twice")
+        CHECKS[key] = Check(key, name, title, float(cap_s), float(quick_cap_s), fn)
+        return fn
+    return deco
+
+
+@dataclass
+class Context:
+    """What every check reads: the device, the run's settings (main.DeviceCheckOptions) and the current cap."""
+
+    device: torch.device
+    opts: "DeviceCheckOptions"
+    deadline: float = float("inf")  # perf_counter time of the current check's cap
+    partial: dict = field(default_factory=dict)  # figures so far: what a check that raises or times out leaves
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def quick(self) -> bool:
+        return bool(self.opts.quick)
+
+    def left(self) -> float:
+        """Seconds to the current check's cap."""
+        return self.deadline - time.perf_counter()
+
+    def say(self, msg: str) -> None:
+        say(msg)
+
+
+_T0 = time.perf_counter()
+
+
+def say(msg: str) -> None:
+    """A progress line on stderr, with the seconds since the run started."""
+    print(f"[device-check {time.perf_counter() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message` (at most 300 characters)."""
+    text = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+@contextmanager
+def hard_stop(seconds: float) -> Iterator[None]:
+    """Raise CheckTimeout in the main thread after `seconds` (SIGALRM); nothing elsewhere (no signals there)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def fire(signum, frame):  # noqa: ARG001 - signal handler signature
+        raise CheckTimeout(f"ran past its cap ({seconds:.0f} s with the grace)")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _settle(ctx: Context) -> None:
+    """After a check: drain the device so the next one starts clean (a failed check may have left work queued)."""
+    if ctx.cuda:
+        try:
+            torch.cuda.synchronize(ctx.device)
+            torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001 - a broken context shows in the next check's own failure
+            pass
+
+
+def run_checks(ctx: Context, budget_s: float, t0: float, only: tuple[str, ...] = ()) -> list[CheckResult]:
+    """Run every registered check (or those in `only`) in key order within `budget_s` seconds from t0."""
+    out = []
+    for key in sorted(CHECKS):
+        chk = CHECKS[key]
+        if only and key not in only:
+            continue
+        cap = min(chk.quick_cap_s if ctx.quick else chk.cap_s, budget_s - (time.perf_counter() - t0) - RESERVE_S)
+        if cap < MIN_START_S:
+            say(f"{key} {chk.name}: SKIP (the time budget of {budget_s:.0f} s is spent)")
+            out.append(CheckResult(key, chk.name, chk.title, "skip", f"not started: the time budget of {budget_s:.0f} s "
+                                   "is spent (--budget-s)", 0.0, max(cap, 0.0), {}))
+            continue
+        say(f"{key} {chk.name}: {chk.title} (cap {cap:.0f} s)")
+        start = time.perf_counter()
+        ctx.deadline, ctx.partial = start + cap, {}
+        error = None
+        try:
+            with hard_stop(cap + GRACE_S):
+                res = chk.fn(ctx)
+        except CheckTimeout as exc:
+            phase = f" while {ctx.partial['phase']}" if "phase" in ctx.partial else ""
+            res = Outcome("fail", f"{exc}{phase}: stopped", dict(ctx.partial))
+        except Exception as exc:  # noqa: BLE001 - one check's failure is its result; the run goes on
+            res, error = Outcome("fail", one_line(exc), dict(ctx.partial)), traceback.format_exc()
+        _settle(ctx)
+        secs = time.perf_counter() - start
+        say(f"{key} {chk.name}: {res.status.upper()} in {secs:.1f} s: {res.summary}")
+        out.append(CheckResult(key, chk.name, chk.title, res.status, res.summary, round(secs, 3), round(cap, 1),
+                               res.figures, error))
+    return out
