@@ -28,14 +28,10 @@ from typing import Any, Mapping
 from sim.core.drafters.calibration import DEFAULT_CALIBRATOR, calibrator_path
 from sim.core.drafters.ngram import NgramConfig
 from sim.infra.errors import ConfigError
-from sim.core.policies.hybrid import DEFAULT_METHOD, METHODS, NGRAM_MARGIN
+from sim.core.policies.hybrid import DEFAULT_METHOD, MAX_SLOTS, METHODS, NGRAM_MARGIN  # noqa: F401 (MAX_SLOTS: the plugin's bound)
 
 ADDITIONAL_CONFIG_KEY = "hybrid_spec"
 SUPPORTED_VLLM = "0.33"  # major.minor the plugin is written against (vllm==0.33.x)
-# Largest W the plugin accepts. vLLM 0.32/0.33 has no cap of its own on num_speculative_tokens for DSpark (its
-# start-up checks refuse a token budget that cannot hold a decode step's W + 1 tokens per request); 64 is the
-# project's run-config cap (real/validation/vllm --num-speculative-tokens) and what the plugin's tests cover.
-MAX_SLOTS = 64
 
 _NG = NgramConfig()
 

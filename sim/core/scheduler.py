@@ -161,6 +161,10 @@ class Scheduler:
         self.charge = SlotCharge.verified(kmax) if charge is None else charge
         if self.charge.rule == VERIFIED and self.charge.drafts != kmax:
             raise ConfigError(f"slot charge: the 'verified' rule reserves kmax = {kmax} drafts, got {self.charge.drafts}")
+        if self.charge.rule == SCHEDULED and self.budget <= self.charge.extra:  # nothing could ever be scheduled
+            raise ConfigError(f"--max-num-batched-tokens {self.budget} cannot hold one token of a request plus the "
+                              f"{self.charge.extra} extra slot(s) vLLM's scheduler charges it: give at least "
+                              f"{self.charge.extra + 1}")
         self.kv_extra = self.charge.kv_extra  # KV tokens past the context per running request (kmax + 1 by default)
         self.state = RequestState.new(self.prompt_len)
         self.running: list[int] = []

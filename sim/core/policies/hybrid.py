@@ -85,6 +85,10 @@ SWEEP_EXACT_MAX = 256  # up to this many slots, the sweep tries every survival a
 SWEEP_COARSE = 48
 SWEEP_FINE = 32
 NGRAM_MARGIN = 1.0  # expected tokens; see the module docstring
+# Largest W (`hybrid-vllm:slots=W`, the plugin's hybrid_spec.slots). vLLM 0.32/0.33 has no cap of its own on
+# num_speculative_tokens for DSpark (its start-up checks refuse a token budget that cannot hold a decode step's W + 1
+# tokens per request); 64 is the plugin's bound and what its tests cover.
+MAX_SLOTS = 64
 # hybrid's host-side forecast of a request's n-gram chain from (previous proposal, mean proposal)
 FORECAST_RULES = {"avg": lambda last, mean: 0.5 * (last + mean), "min": torch.minimum,
               "mean": lambda last, mean: mean, "stale": lambda last, mean: last}
@@ -629,6 +633,8 @@ def parse_hybrid_vllm(params: List[str]) -> tuple:
             margin = parse_float(val, "margin")
         else:
             slots = parse_int(val, "slots", lo=1)
+            if slots > MAX_SLOTS:
+                raise ValueError(f"slots must be at most {MAX_SLOTS} (the vLLM plugin's bound), got {slots}")
     if len(rest) > 1 or (rest and rest[0] not in METHODS):
         raise ValueError(f"'hybrid-vllm' takes [METHOD][:margin=M][:slots=W][:skip], METHOD in {', '.join(METHODS)}")
     if rest:

@@ -1,0 +1,32 @@
+"""Settings under which vLLM's charge could never schedule a token are refused up front (one line, exit 2), not run
+forever: a token budget no larger than the extra slots vLLM 0.32 charges DSpark per request, and a W past the
+plugin's bound."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from sim.core.scheduler import SCHEDULED, Scheduler, SlotCharge
+from sim.infra.errors import ConfigError
+
+
+def test_a_budget_that_holds_no_request_is_refused_and_one_more_token_runs():
+    charge = SlotCharge(rule=SCHEDULED, drafts=7, extra=6, lookahead=7)
+    with pytest.raises(ConfigError, match="at least 7"):
+        Scheduler(np.array([5, 5]), 2, 6, 16, 10**6, 7, charge=charge)
+    s = Scheduler(np.array([5, 5]), 2, 7, 16, 10**6, 7, charge=charge)
+    s.add(0)
+    assert s.budget == 7
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--policy", "hybrid-vllm:slots=10000"], "at most 64"),
+    (["--policy", "adaptive", "--scheduler", "vllm", "--max-num-batched-tokens", "6", "--vllm-version", "0.32"],
+     "give at least 7"),
+])
+def test_the_cli_says_so_in_one_line(args, msg):
+    p = subprocess.run([sys.executable, "-m", "sim.run", "--trace", "traces/codeedit.jsonl", "--sample", "2", *args],
+                       capture_output=True, text=True, timeout=120)
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(errors) == 1 and msg in errors[0], p.stderr
