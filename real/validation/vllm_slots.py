@@ -194,7 +194,8 @@ def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: 
 
 def main(argv: list[str] | None = None) -> int:
     from real.validation.vllm.builds import BUILDS
-    from real.validation.vllm.cells import CacheMiss, real_summary, rel_err as rel_path, run_cell, write_output
+    from real.validation.fidelity import write_output
+    from real.validation.vllm.cells import CacheMiss, real_summary, rel_err as rel_path, run_cell
     from real.validation.vllm.engine import require_vllm
     from real.validation.vllm.slices import write_reference
 

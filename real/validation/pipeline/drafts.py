@@ -23,7 +23,6 @@ def write_sidecar(ids: Sequence[str], conf: Sequence[np.ndarray], acc: Sequence[
     """The sidecar of per-request confidence rows [positions x K] and accepted lengths [positions] (written whole)."""
     lines = [json.dumps({"id": str(rid), "model_conf": np.round(np.asarray(c, dtype=np.float64), 6).tolist(),
                          "model_acc": np.asarray(a).astype(int).tolist()}) for rid, c, a in zip(ids, conf, acc)]
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_whole(path, "\n".join(lines) + "\n", overwrite=True)
     return path
 

@@ -59,6 +59,4 @@ def engine_table(tables: Mapping[str, Any], *, llm: str, label: str, block: int,
 
 def write_engine_table(path: Path, obj: Mapping[str, Any]) -> Path:
     """The table written whole (a cell's own file under --out: rewritten when the cell is)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_whole(path, json.dumps(obj) + "\n", overwrite=True)
-    return path
+    return write_whole(path, json.dumps(obj) + "\n", overwrite=True)

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from real.validation.fidelity import write_output
 from real.validation.pipeline.lossless import DEFAULT_TIE_EPSILON, compare_outputs
 from real.validation.vllm import config as C
 from real.validation.vllm.config import VllmRunConfig
 from sim.infra import paths
-from sim.infra.cli import write_whole
 from sim.infra.errors import ConfigError
 
 # The sources whose behaviour a cached vLLM run records: the plugin, its launcher and the policies it calls.
@@ -30,11 +30,6 @@ CODE_DIRS = ("real/vllm_plugin", "real/validation/vllm", "sim/core/policies")
 
 def digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def write_output(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_whole(path, text, overwrite=True)
 
 
 class CacheMiss(ConfigError):
@@ -133,7 +128,7 @@ def real_summary(run: dict, ref: list[list[int]], margins: list[list] | None = N
     nan = float("nan")
     out = {"lossless": cmp.lossless, "outputs_equal_reference": cmp.exact, "lossless_detail": cmp.detail("none"),
            "tie_flips": len(cmp.tie_flips), "lossless_check": cmp.to_json(), "steps": steps,
-           "tokens_per_step": n / steps if steps else nan, "tokens_per_engine_step": n / steps if steps else nan,
+           "tokens_per_step": n / steps if steps else nan,
            "output_tokens": n, "tok_per_s": run.get("tok_per_s", nan), "time_s": run.get("wall_s", nan),
            "mean_latency_s": run["mean_latency_s"] if run.get("mean_latency_s") is not None else nan,
            "acceptance_per_pos": spec.get("acceptance_per_pos", []),

@@ -189,7 +189,8 @@ def run_hybrid_cells(out: Path, traces: list[str], batch_size: int, limit: int, 
                      seed: int) -> Path:
     """Run (or read back) the hybrid cells of `traces` at `batch_size` under `out`, in validate's layout."""
     from real.validation.vllm.builds import BUILDS
-    from real.validation.vllm.cells import real_summary, run_cell, write_output
+    from real.validation.fidelity import write_output
+    from real.validation.vllm.cells import real_summary, run_cell
     from real.validation.vllm_cpu.checkpoints import (MAX_MODEL_LEN, MAX_NUM_BATCHED_TOKENS, default_drafter,
                                                       default_model)
     from real.vllm_plugin.config import HybridSpecConfig
