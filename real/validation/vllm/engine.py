@@ -252,7 +252,7 @@ def reference_margins(llm, prompts: list, max_tokens: list, outputs: list[list[i
     (its context differs)."""
     from vllm import SamplingParams
 
-    from real.validation.pipeline.lossless import top2_margins
+    from real.validation.pipeline.lossless import first_divergence, top2_margins
 
     params = [SamplingParams(temperature=TEMPERATURE, max_tokens=int(m), ignore_eos=IGNORE_EOS, detokenize=False,
                              logprobs=2) for m in max_tokens]
@@ -263,7 +263,8 @@ def reference_margins(llm, prompts: list, max_tokens: list, outputs: list[list[i
         lps = [{int(t): float(getattr(lp, "logprob", lp)) for t, lp in (pos or {}).items()}
                for pos in (o.outputs[0].logprobs or [])]
         m = top2_margins(lps)
-        same = next((j for j, (a, b) in enumerate(zip(toks, ref)) if a != b), min(len(toks), len(ref)))
+        same = first_divergence(toks, ref)
+        same = len(ref) if same is None else same
         out.append([m[j] if j < same and j < len(m) else None for j in range(len(ref))])
     return out
 

@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
+from real.validation.fidelity import MIN_REACHED  # a depth counts as a measurement from this many slots on
 from sim.infra.errors import ConfigError
 
-MIN_REACHED = 20  # as real/validation/fidelity.py: a depth counts as a measurement from this many slots on
 K = 7  # the plugin's chain width in these runs (num_speculative_tokens)
 
 
