@@ -67,6 +67,32 @@ def plausible_calibrator(cfg):
     return NgramCalibrator(w, cfg)
 
 
+_TORCH_THREADS: list[int] = []  # torch's thread count before the first test's set-up: what every test must leave
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if not _TORCH_THREADS:  # before any fixture, a module-scoped one included, could change it
+        import torch
+
+        _TORCH_THREADS.append(torch.get_num_threads())
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """Fails a test that leaves torch's thread count changed (a one-worker sweep once left every later test on
+    one thread, and a test whose outcome hung on it failed only in the full run); the count is put back, so
+    the leak fails that one test and not every test after it."""
+    yield
+    import torch
+
+    now = torch.get_num_threads()
+    if now != _TORCH_THREADS[0]:
+        torch.set_num_threads(_TORCH_THREADS[0])
+        pytest.fail(f"the test left torch.get_num_threads() at {now}, not {_TORCH_THREADS[0]}: restore what it sets",
+                    pytrace=False)
+
+
 @pytest.fixture
 def linear_cost():
     return LinearCost()

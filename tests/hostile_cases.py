@@ -15,6 +15,7 @@ cases are generated as products of *slots* (a command's input file, output path 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -168,6 +169,8 @@ TOML_KINDS: dict[str, tuple[str, bytes]] = {
     "date_value": ("type", b"seed = 1979-05-27\n"),
     "policy_number": ("type", b"policy = [3]\n"),
     "kv_zero": ("args", b"kv_capacity_tokens = 0\n"),
+    "drafter_config_table": ("type", b"drafter_config = {suffix = 5}\n"),  # issue 46: refused up front, not per cell
+    "drafter_config_int": ("type", b"drafter_config = 5\n"),
 }
 
 # values a number flag must refuse (beyond its own range cases)
@@ -357,21 +360,50 @@ def _out_slots() -> list[tuple[str, str, Callable, str]]:
                                                                   "--max-tokens", "2"], "file"),
         ("gpu_check", "real.validation.gpu_check", lambda tmp, o: ["real.validation.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--out", str(o)], "dir"),
         ("validate", "real.validation.validate", lambda tmp, o: validate_base(tmp)[:-2] + ["--out", str(o)], "dir"),
+        ("export_drafter", "real.drafter.export_vllm", lambda tmp, o: ["real.drafter.export_vllm", "--drafter",
+                                                                      str(_tiny_drafter(tmp)), "--out", str(o)], "dir"),
+        ("vllm_cpu_tiny", "real.validation.vllm_cpu.make_models", lambda tmp, o: [
+            "real.validation.vllm_cpu.make_models", "tiny-target", "--out", str(o)], "dir"),
         ("cost_tables", "sim.core.cost", None, "file"),
     ]
 
 
 FORCE_SLOTS = {"calibrate", "convert", "bench", "profile", "train_drafter", "drafter_report"}
+# folder outputs whose --force replaces earlier files: `.`, `..` and the working folder are refused even with it
+FORCE_DIR_SLOTS = {"run", "sweep", "report", "build", "sensitivity", "gpu_check", "export_drafter", "vllm_cpu_tiny"}
 
+
+def _tiny_drafter(tmp: Path) -> Path:
+    """A vLLM-architecture drafter file small enough to export at once (its vocabulary is the target's)."""
+    p = tmp / "in" / "drafter-v.pt"
+    if not p.exists():
+        import torch
+
+        from real.drafter.model import save_drafter
+        from real.drafter.qwen3_dspark import DSparkV, DSparkVConfig
+
+        torch.manual_seed(0)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        save_drafter(DSparkV(DSparkVConfig(target="qwen3-tiny", target_vocab=256, hidden=32, layers=(0,), block=3,
+                                           num_layers=1, heads=2, kv_heads=1, head_dim=16, intermediate=64, vocab=256,
+                                           rank=4, mask_token_id=255)), p, {"note": "hostile suite"})
+    return p
+
+
+# the other columns sim.report reads of a results table (sim/api/report.py load_sweep), with plain values
+_REPORT_NUMBERS = ("speedup_vs_baseline,mean_step_ms,share_draft,share_ngram,share_alloc,share_verify,share_sample,"
+                   "share_cpu,share_bubble,seed,cost,drafter,ngram_k,requests,output_tokens,mean_tokens_per_step,"
+                   "ngram_share_verified,ngram_share_accepted")
+_REPORT_ROW = "1.0,10.0,0.1,0.1,0.1,0.5,0.1,0.05,0.05,0,roofline,dspark-qwen3-b7,32,2,64,2.0,0.5,0.5"
 
 def _fake_sweep(tmp: Path) -> Path:
     """A minimal, well-formed sweep results folder (two cells) for the report's output cases."""
     d = tmp / "sw"
     if not d.exists():
         d.mkdir()
-        head = "trace,policy,batch_size,model,gpu,status,error,cell_id,output_throughput_tok_s\n"
-        (d / "results.csv").write_text(head + "traces/codeedit.jsonl,adaptive,4,qwen3-8b,h100-sxm,ok,,a,100.0\n"
-                                       + "traces/codeedit.jsonl,hybrid,4,qwen3-8b,h100-sxm,ok,,b,120.0\n")
+        head = "trace,policy,batch_size,model,gpu,status,error,cell_id,output_throughput_tok_s," + _REPORT_NUMBERS + "\n"
+        (d / "results.csv").write_text(head + "traces/codeedit.jsonl,adaptive,4,qwen3-8b,h100-sxm,ok,,a,100.0," + _REPORT_ROW + "\n"
+                                       + "traces/codeedit.jsonl,hybrid,4,qwen3-8b,h100-sxm,ok,,b,120.0," + _REPORT_ROW + "\n")
     return d
 
 
@@ -383,6 +415,8 @@ def _cases_outputs() -> list[Case]:
         kinds = ["is_file" if wants == "dir" else "is_dir", "under_file", "read_only", "existing"]
         if wants == "file":
             kinds.append("device")  # /dev/full: never replaced, even with --force
+        else:
+            kinds += ["dot", "dotdot", "cwd"]  # the working folder or its parent: refused, with --force too
         for kind in kinds:
             def build(tmp, argv=argv, kind=kind, wants=wants, name=name):
                 protect = []
@@ -399,6 +433,10 @@ def _cases_outputs() -> list[Case]:
                     o = f / "sub" / ("o" if wants == "dir" else "o.json")
                 elif kind == "device":  # with --force where the command has one
                     return argv(tmp, Path("/dev/full")) + (["--force"] if name in FORCE_SLOTS else []), protect
+                elif kind in ("dot", "dotdot", "cwd"):  # run from tmp, which holds the case's files
+                    protect += [_write(tmp / "precious.txt", b"precious\n"), _write(tmp / "in" / "keep.txt", b"keep\n")]
+                    o = {"dot": Path("."), "dotdot": Path(".."), "cwd": tmp}[kind]
+                    return argv(tmp, o) + (["--force"] if name in FORCE_DIR_SLOTS else []), protect
                 elif kind == "read_only":
                     o = Path("/proc/hybridspec-hostile") / ("o" if wants == "dir" else "o.json")
                 else:  # an earlier result, replaced only with --force
@@ -412,7 +450,7 @@ def _cases_outputs() -> list[Case]:
                         o = _write(tmp / "earlier.json", b"earlier result\n")
                         protect.append(o)
                 return argv(tmp, o), protect
-            klass = "loss" if kind == "existing" else "os"
+            klass = "loss" if kind in ("existing", "dot", "dotdot", "cwd") else "os"
             out.append(Case(f"{name}-out-{kind}", klass, module, build))
     # sim.core.cost --write-tables replaces a tracked file: refused without --force
     out.append(Case("cost-write-tables-tracked", "loss", "sim.core.cost",
@@ -467,6 +505,7 @@ def _num_slots() -> list[tuple[str, Callable, str, tuple[str, ...]]]:
         ("calibrate", calib, "--k", ("0", "-1")),
         ("cost", cost, "--context", ("-1", "-1000000", "1e30")),
         ("bench", bench, "--repeat", ("0", "-1")),
+        ("cache", lambda tmp: ["sim.api.cache"], "--older-than", ("-1",)),  # without --prune: never the real cache
         ("bench", bench, "--scale", ("0", "-1")),
         ("bench", bench, "--batch-size", ("0",)),
         ("validate", val, "--batch-size", ("0",)),
@@ -498,7 +537,7 @@ def _num_slots() -> list[tuple[str, Callable, str, tuple[str, ...]]]:
     ]
 
 
-FLOAT_FLAGS = {"--rate", "--temperature", "--progress-every", "--scale", "--max-error", "--epochs", "--lr",
+FLOAT_FLAGS = {"--rate", "--temperature", "--progress-every", "--scale", "--max-error", "--epochs", "--lr", "--older-than",
                "--subset", "--time-budget-s", "--minutes", "--margin", "--cell-seconds"}
 
 
@@ -607,9 +646,9 @@ def _cases_data_files() -> list[Case]:
 
 
 def _fake_results() -> str:
-    head = "trace,policy,batch_size,model,gpu,status,error,cell_id,output_throughput_tok_s\n"
-    return (head + "traces/codeedit.jsonl,adaptive,4,qwen3-8b,h100-sxm,ok,,a,100.0\n"
-            + "traces/codeedit.jsonl,hybrid,4,qwen3-8b,h100-sxm,ok,,b,120.0\n")
+    head = "trace,policy,batch_size,model,gpu,status,error,cell_id,output_throughput_tok_s," + _REPORT_NUMBERS + "\n"
+    return (head + "traces/codeedit.jsonl,adaptive,4,qwen3-8b,h100-sxm,ok,,a,100.0," + _REPORT_ROW + "\n"
+            + "traces/codeedit.jsonl,hybrid,4,qwen3-8b,h100-sxm,ok,,b,120.0," + _REPORT_ROW + "\n")
 
 
 def _cases_type_confusion() -> list[Case]:
@@ -724,19 +763,160 @@ def _cases_type_confusion() -> list[Case]:
         Case("drafter-report-compare-missing", "os", "real.validation.drafter_report", lambda tmp: (
             ["real.validation.drafter_report", "-o", str(tmp / "r.md"), "--compare", str(tmp / "none.pt")], [])),
         Case("train-drafter-out-is-shipped", "loss", "real.train_drafter", lambda tmp: (
-            ["real.train_drafter", "--no-progress"], [ROOT / "models" / "drafters" / "dspark-smollm2-135m-b7.pt"])),
+            ["real.train_drafter", "--no-progress", "--out", str(ROOT / "models" / "drafters" / "dspark-smollm2-135m-b7.pt")],
+            [ROOT / "models" / "drafters" / "dspark-smollm2-135m-b7.pt"])),
     ]
     return out
 
 
+
+# ---- the input layer (issue 46): recorded runs, anchors, checkpoint configs, command-line JSON, seeds, memory
+def fidelity_doc() -> dict:
+    """A small torch-engine fidelity.json that the reports accept (its aggregate from real/validation/fidelity.py)."""
+    from real.validation.fidelity import aggregate
+
+    def cell(policy: str, tps: float) -> dict:
+        return {"trace": "traces/codeedit.jsonl", "policy": policy, "batch_size": 1, "requests": 2, "output_tokens": 32,
+                "real": {"tok_per_s": tps, "steps": 32, "mean_latency_s": 1.5, "lossless": True,
+                         "outputs_equal_reference": True, "tokens_per_engine_step": 1.0},
+                "predicted": {"tok_per_s": tps * 1.02, "steps": 32, "mean_latency_s": 1.4},
+                "synthetic": {"tok_per_s": tps * 1.01}, "predicted_error": 0.02, "synthetic_error": 0.01,
+                "step_error_median": 0.03, "repeats": [{"tok_per_s": tps}, {"tok_per_s": tps * 1.01}],
+                "verdict": {"repeats": 2, "real": tps, "real_min": tps, "real_max": tps * 1.01, "spread": 0.01,
+                            "band": 0.05, "predicted": tps * 1.02, "error": 0.02, "margin": 0.03, "loaded": False,
+                            "verdict": "inconclusive", "reason": "noise band wider than margin"}}
+
+    cells = [cell("none", 10.0), cell("hybrid", 14.0)]
+    meta = {"command": "python real/validate.py --quick", "machine": {"cpu": "test", "device": "cpu", "threads": 2},
+            "model": "smollm2-135m", "mode": "real weights", "max_tokens": 16, "max_prompt": 512, "repeats": 2,
+            "margin": 0.03, "wall_minutes": 1.0}
+    return {"meta": meta, "aggregate": aggregate(cells), "cells": cells}
+
+
+FIDELITY_KINDS: dict[str, tuple[str, Callable[[str], str]]] = {  # the text of a good fidelity.json -> a bad one
+    "truncated": ("loss", lambda t: t[: len(t) // 2]),
+    "a_list": ("type", lambda t: "[1, 2]"),
+    "no_cells": ("type", lambda t: t[: t.index('"cells"')] + '"cells": []}'),
+    "batch_1e400": ("size", lambda t: t.replace('"batch_size": 1,', '"batch_size": 1e400,', 1)),
+    "throughput_nan": ("type", lambda t: t.replace('"tok_per_s": 10.0', '"tok_per_s": NaN', 1)),
+    "throughput_word": ("type", lambda t: t.replace('"tok_per_s": 10.0', '"tok_per_s": "fast"', 1)),
+    "verdict_word": ("type", lambda t: t.replace('"verdict": {', '"verdict": "agrees", "x": {', 1)),
+}
+
+
+def _run_dir(tmp: Path, kind: str) -> Path:
+    d = tmp / "in" / "run"
+    d.mkdir(parents=True, exist_ok=True)
+    f = d / "fidelity.json"
+    if kind == "fifo":
+        os.mkfifo(f)
+    elif kind == "dev_zero":
+        f.symlink_to("/dev/zero")
+    else:
+        f.write_text(FIDELITY_KINDS[kind][1](json.dumps(fidelity_doc())))
+    return d
+
+
+def _checkpoint_dir(tmp: Path, config: str, side: str | None = None) -> Path:
+    d = tmp / "in" / "ckpt"
+    _write(d / "config.json", config.encode())
+    if side is not None:
+        _write(d / "hybridspec.json", side.encode())
+    return d
+
+
+def _long_trace(tmp: Path, n: int) -> Path:
+    import random
+
+    rng = random.Random(0)
+    return _write(tmp / "in" / "long.jsonl", (json.dumps({"id": "long", "prompt_ids": [rng.randrange(50_000) for _ in
+                                                                                         range(n)],
+                                                         "output_ids": [1, 2, 3, 4]}) + "\n").encode())
+
+
+def _big_checkpoint(tmp: Path) -> Path:
+    """A drafter file whose config asks for ~50 GB of weights beside an empty state."""
+    import hashlib
+    import io
+    from dataclasses import asdict
+
+    import torch
+
+    from real.drafter.qwen3_dspark import DSparkV, DSparkVConfig
+
+    buf = io.BytesIO()
+    cfg = asdict(DSparkVConfig(hidden=24576, intermediate=65536, heads=48, kv_heads=8, head_dim=128))
+    torch.save({"format": DSparkV.FORMAT, "config": cfg, "meta": {}, "state": {}}, buf)
+    p = _write(tmp / "in" / "big.pt", buf.getvalue())
+    _write(tmp / "in" / "big.pt.sha256", f"{hashlib.sha256(buf.getvalue()).hexdigest()}  big.pt\n".encode())
+    return p
+
+
+def _cases_input_layer() -> list[Case]:
+    out = []
+    for module, extra in (("real.validation.report", lambda tmp: ["--out", str(tmp / "r.md")]),
+                          ("real.validation.reprice", lambda tmp: [])):
+        name = module.rsplit(".", 1)[1]
+        kinds = {k: v[0] for k, v in FIDELITY_KINDS.items()} | {"fifo": "os", "dev_zero": "size"}
+        for kind, klass in kinds.items():
+            out.append(Case(f"fidelity-{name}-{kind}", klass, module, lambda tmp, module=module, extra=extra, kind=kind: (
+                [module, str(_run_dir(tmp, kind)), *extra(tmp)],
+                [] if kind in ("fifo", "dev_zero") else [tmp / "in" / "run" / "fidelity.json"])))
+    anchors = {"ints": ("type", "[1, 2]"), "object": ("type", '{"x": 1}'), "nan": ("type", '[{"simulated": NaN}]'),
+               "missing": ("type", '[{"anchor": "pr32374:x"}]'), "truncated": ("loss", '[{"anchor": "pr3')}
+    for kind, (klass, data) in anchors.items():
+        def build(tmp, data=data):
+            a = _write(tmp / "rep" / "anchors.json", data.encode())
+            return ["sim.api.report", str(_fake_sweep(tmp)), "-o", str(tmp / "rep")], [a]
+        out.append(Case(f"report-anchors-{kind}", klass, "sim.api.report", build))
+    slots = ["real.validation.vllm_slots", "--vllm-device", "cpu", "--cached-only"]
+    ckpts = {"config_list": ("type", "[1]", None), "block_word": ("type", '{"architectures": ["Qwen3DSparkModel"], '
+                                                                   '"block_size": "7"}', None),
+             "block_huge": ("size", '{"architectures": ["Qwen3DSparkModel"], "block_size": 1000000000000}', None),
+             "side_list": ("type", '{"architectures": ["Qwen3DSparkModel"], "block_size": 7}', "[1]")}
+    for kind, (klass, cfg, side) in ckpts.items():
+        out.append(Case(f"slots-drafter-{kind}", klass, "real.validation.vllm_slots",
+                        lambda tmp, cfg=cfg, side=side: (slots + ["--drafter", str(_checkpoint_dir(tmp, cfg, side)),
+                                                                   "--out", str(tmp / "s")], [])))
+    for flag, v in (("--slots", "0"), ("--slots", "65"), ("--batch-size", "0"), ("--max-tokens", "-1")):
+        out.append(Case(f"slots-{flag[2:]}-{v}", "args", "real.validation.vllm_slots",
+                        lambda tmp, flag=flag, v=v: (slots + ["--out", str(tmp / "s"), flag, v], [])))
+    for kind, text in (("list", '{"method": ["ngram"]}'), ("object", '{"method": {"a": 1}}'), ("empty", "{}"),
+                       ("nan", '{"method": "ngram", "num_speculative_tokens": NaN}')):
+        out.append(Case(f"run-spec-config-{kind}", "type", "sim.api.run",
+                        lambda tmp, text=text: (run_base(tmp) + ["--speculative-config", text], [])))
+        out.append(Case(f"sweep-spec-config-{kind}", "type", "sim.api.sweep",
+                        lambda tmp, text=text: (sweep_base(tmp) + ["--speculative-config", text], [])))
+    out.append(Case("policy-option-twice", "type", "sim.api.run", lambda tmp: (
+        run_base(tmp) + ["--policy", "hybrid:table=step:table=startup"], [])))
+    for module, base in (("sim.api.suffix_report", ["--trace", str(TINY)]),
+                         ("sim.api.drafter_axis", ["--trace", str(TINY), "--batch-size", "1"])):
+        for v in ("-1", str(2**64)):
+            out.append(Case(f"{module.rsplit('.', 1)[1]}-seed-{v[:3]}", "args", module,
+                            lambda tmp, module=module, base=base, v=v: ([module, *base, "--seed", v], [])))
+    out.append(Case("suffix-report-length-only", "type", "sim.api.suffix_report", lambda tmp: (
+        ["sim.api.suffix_report", "--trace", str(FIX / "lengths.jsonl")], [])))
+    out.append(Case("run-suffix-memory", "size", "sim.api.run", lambda tmp: (
+        ["sim.api.run", "--trace", str(_long_trace(tmp, 40_000)), "--batch-size", "1", "--no-progress", "--workers", "1",
+         "--drafters", "dspark,ngram,suffix", "--policy", "suffix", "--suffix-max-depth", "256"], [])))
+    out.append(Case("run-suffix-settings-unused", "type", "sim.api.run", lambda tmp: (
+        run_base(tmp) + ["--suffix-max-depth", "30"], [])))
+    out.append(Case("export-config-50gb", "size", "real.drafter.export_vllm", lambda tmp: (
+        ["real.drafter.export_vllm", "--drafter", str(_big_checkpoint(tmp)), "--out", str(tmp / "x")], [])))
+    return out
+
 MODULES = ("sim.api.run", "sim.api.sweep", "sim.api.report", "sim.api.calibrate", "sim.api.cost_tables", "sim.api.traces",
-           "sim.api.sensitivity", "sim.api.bench", "real.validation.validate", "real.validation.profile", "real.train_drafter", "real.validation.eval_drafter",
-           "real.validation.drafter_report", "real.validation.gpu_check", "real.validation.workload")
+           "sim.api.sensitivity", "sim.api.bench", "sim.api.cache", "real.validation.validate", "real.validation.profile", "real.train_drafter", "real.validation.eval_drafter",
+           "real.validation.drafter_report", "real.validation.gpu_check", "real.validation.workload",
+           "real.drafter.export_vllm", "real.validation.vllm_cpu.make_models")
+
+MODULES += ("real.validation.report", "real.validation.reprice", "real.validation.vllm_slots", "sim.api.suffix_report",
+            "sim.api.drafter_axis")  # the input layer's commands (issue 46)
 
 
 def generate() -> list[Case]:
     cases = (_cases_trace_inputs() + _cases_trace_stats_limit() + _cases_convert() + _cases_outputs()
-             + _cases_numbers() + _cases_data_files() + _cases_type_confusion())
+             + _cases_numbers() + _cases_data_files() + _cases_type_confusion() + _cases_input_layer())
     ids = [c.id for c in cases]
     dup = {i for i in ids if ids.count(i) > 1}
     assert not dup, f"duplicate case ids: {sorted(dup)[:5]}"

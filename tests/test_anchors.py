@@ -1,7 +1,8 @@
 """python -m sim.anchors (the simulator against published measurements) and what its anchors need: the JSON
 shape and bad input of the command, vLLM's spec-decode counters, the MoE / tensor-parallel roofline, the
 sequential (EAGLE-style) drafter cost, adaptive verification's own per-step cost, the model-shaped code-edit
-outputs and the no-spec fit of models/gpus/mi350x-dsv4-fit.json. All fast (no trace simulation)."""
+outputs, the no-spec fit of models/gpus/mi350x-dsv4-fit.json, the published ranges and vLLM configs of the
+newer anchors and the B300 spec. All fast (no trace simulation) but the one marked slow."""
 from __future__ import annotations
 
 import json
@@ -257,17 +258,72 @@ def test_mi350x_graphs_fit_is_reproducible():
     assert fit["adaptive/fixed at 4"] == pytest.approx(902.37 / 970.33, abs=2e-3)
 
 
-def test_blazedit_runs_are_cut_at_the_published_max_tokens():
+def test_blazedit_runs_are_cut_at_the_published_max_tokens(tmp_path):
     from sim.api.anchors import BLAZEDIT_MAX_TOKENS, capped_trace
     from sim.core.trace import load_trace
 
     full = load_trace("traces/codeedit-model.jsonl", tokenizer="qwen3", limit=40)
-    cut = {r.id: r for r in load_trace(capped_trace("traces/codeedit-model.jsonl", BLAZEDIT_MAX_TOKENS)).requests}
+    cut = {r.id: r for r in load_trace(capped_trace("traces/codeedit-model.jsonl", BLAZEDIT_MAX_TOKENS,
+                                                    tmp_path)).requests}
     assert BLAZEDIT_MAX_TOKENS == 256 and len(cut) == 351
     for r in full.requests:
         c = cut[r.id]
         assert np.array_equal(c.prompt_ids, r.prompt_ids)
         assert np.array_equal(c.output_ids, r.output_ids[:256]) and len(c.output_ids) == min(256, len(r.output_ids))
+
+
+def test_a_published_range_is_within_only_inside_it():
+    from sim.api.anchors import range_figure
+
+    under = [range_figure("a", "m", 0.0, 0.10, v) for v in (0.0, 0.05, 0.10, 0.1001, 0.114)]
+    assert [f.within for f in under] == [True, True, True, False, False]
+    over = [range_figure("a", "m", 0.70, 1.0, v) for v in (0.69, 0.70, 0.761, 1.0)]
+    assert [f.within for f in over] == [False, True, True, True]
+    f = range_figure("a", "share", 0.42, 0.95, 0.901)
+    assert f.tolerance_kind == "absolute" and f.published == pytest.approx(0.685) and "0.42-0.95" in f.metric
+
+
+def test_newer_anchors_run_the_configs_a_user_would_paste():
+    from sim.api.anchors import ILLUSION_EAGLE, PR25784_NGRAM, PR25784_SUFFIX, vllm_spec
+
+    suffix, ngram, eagle = vllm_spec(PR25784_SUFFIX), vllm_spec(PR25784_NGRAM), vllm_spec(ILLUSION_EAGLE)
+    assert (suffix.policy, suffix.suffix) == ("suffix:5", {"max_spec_tokens": 5})
+    assert (ngram.policy, ngram.ngram_k) == ("vllm-ngram:5", 5)
+    assert (eagle.policy, eagle.drafter) == ("model-fixed:3", "eagle-llama3.1-8b:3")
+    # the published n-gram range (3..5) is refused, not fitted: the only calibrator covers 2..5
+    with pytest.raises(ConfigError, match="prompt_lookup_min=3, prompt_lookup_max=5 cannot be mapped"):
+        vllm_spec('{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 3, "prompt_lookup_max": 5}')
+
+
+def test_newer_anchors_state_published_figures_and_fit_nothing():
+    from sim.api import anchors as A
+
+    for name in ("pr25784-suffix", "vllm-blog-dspark-adaptive", "arxiv2601.11580-eagle"):
+        assert ANCHORS[name].fitted.startswith("none"), name
+    ratios = {c: n / s for c, (s, n) in A.PR25784.items()}
+    assert ratios[1] == pytest.approx(1.18, abs=0.01) and ratios[64] == pytest.approx(1.01, abs=0.01)
+    assert A.BLOG_AL[256] < A.BLOG_AL[1] and A.BLOG_OVER_NONE_256["model-fixed:7"] < 1 < A.BLOG_OVER_NONE_256["adaptive"]
+
+
+def test_b300_spec_states_datasheet_figures_and_fits_deepseek_at_tp8():
+    from sim.core.models import get_gpu
+
+    g = get_gpu("b300")
+    assert (g.memory_bandwidth_tbps, g.bf16_tflops, g.cuda_graph_max_tokens) == (8.0, 2250.0, 512)
+    assert g.interconnect_gbps > 0 and g.piecewise_layer_us == 0 and "fitted to nothing" in g.source
+    c = make_cost_model("roofline", "deepseek-v4-flash", "b300", tensor_parallel_size=8)
+    m = make_cost_model("roofline", "deepseek-v4-flash", "mi350x", tensor_parallel_size=8)
+    assert c.kv_capacity_tokens > 1_000_000
+    assert c.decode_step_ms(256, 800) < m.decode_step_ms(256, 800)  # same bandwidth, more FLOPs and NVLink
+
+
+@pytest.mark.slow  # about 10 s: four simulations of chat.jsonl
+def test_eagle_speedup_shrinks_with_batch_and_verify_share_grows():
+    figs = {f.metric: f.simulated for f in ANCHORS["arxiv2601.11580-eagle"].run()}
+    b1, b128 = (figs[f"EAGLE K=3 / no speculation, output throughput at batch {b}"] for b in (1, 128))
+    v1, v128 = (next(v for k, v in figs.items() if k.startswith(f"share of step time in verification, EAGLE K=3, "
+                                                               f"batch {b} ")) for b in (1, 128))
+    assert b1 > b128 > 1.0 and 0 < v1 < v128 < 1
 
 
 def test_fitted_figures_are_not_counted_as_checks():

@@ -156,5 +156,5 @@ def test_reprice_refits_the_recorded_profile_and_reprices_the_aligned_steps(tmp_
 def test_reprice_bad_input_is_one_error(tmp_path):
     with pytest.raises(ConfigError, match="not a directory"):
         reprice_main([str(tmp_path / "nope")])
-    with pytest.raises(ConfigError, match="fidelity.json: not found"):
+    with pytest.raises(ConfigError, match="fidelity.json: (file )?not found"):
         reprice_main([str(tmp_path)])

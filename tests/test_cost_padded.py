@@ -115,9 +115,12 @@ def test_reprice_reads_recorded_shapes_and_refuses_half_a_rebuild(tmp_path):
     assert list(runs[2]["draft_pass"]) == [1, 1, 1] and list(runs[0]["draft_pass"]) == [0, 0, 0]
     with pytest.raises(ConfigError, match="go together"):
         reprice_main([str(tmp_path), "--profile-reference", str(f)])
-    with pytest.raises(ConfigError, match="--profile-max-seqs 0"):
+    with pytest.raises(SystemExit) as e:  # refused by the flag's own type, one line and exit 2
         reprice_main([str(tmp_path), "--profile-max-seqs", "0"])
-    (tmp_path / "fidelity.json").write_text("{}")
+    assert e.value.code == 2
+    cell = {"trace": "traces/codeedit.jsonl", "policy": "none", "batch_size": 1, "output_tokens": 8,
+            "repeats": [{"tok_per_s": 10.0}], "verdict": {"predicted": 10.0}}
+    (tmp_path / "fidelity.json").write_text(json.dumps({"meta": {}, "cells": [cell]}))
     with pytest.raises(ConfigError, match="nowhere.json: not found.*--cost-table"):
         reprice_main([str(tmp_path), "--cost-table", str(tmp_path / "nowhere.json")])
 

@@ -98,7 +98,7 @@ def test_kv_capacity_qwen3_8b_h100():
     (dict(draft_layers=-1), "draft_layers"),
     (dict(max_num_seqs=0), "max_num_seqs"),
     (dict(llm="nope"), "unknown model 'nope'; choose one of: deepseek-v4-flash, llama-3.1-8b"),
-    (dict(gpu="v100"), "unknown gpu 'v100'; choose one of: a100-80g, h100-sxm, h200"),
+    (dict(gpu="v100"), "unknown gpu 'v100'; choose one of: a100-80g, b300, h100-sxm, h200"),
     (dict(drafter="nope"), "unknown drafter cost spec"),
 ])
 def test_impossible_configs(kw, match):

@@ -27,7 +27,7 @@ from sim.infra import fsio
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl")
-RUN = [sys.executable, "-m", "sim.run", "--trace", TINY, "--no-progress", "--workers", "2"]
+RUN = [sys.executable, "-m", "sim.run", "--trace", TINY, "--no-progress", "--workers", "2", "--steps"]
 SWEEP = [sys.executable, "-m", "sim.sweep", "--trace", TINY, "--no-progress", "--workers", "2"]
 
 
@@ -73,11 +73,14 @@ def _run_result(out: Path) -> tuple[str, ...] | None:
     """The policies of the result in `out`, checked whole: the four files present and telling one story."""
     if not out.exists():
         return None
+    from sim.api.run import steps_file
+
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["report.html", "requests.csv", "steps.csv", "summary.json"], names
+    assert names == sorted(["report.html", "requests.csv", steps_file(), "summary.json"]), names
     pols = tuple(sorted({r["policy"] for r in json.loads((out / "summary.json").read_text())}))
     assert tuple(sorted(set(pd.read_csv(out / "requests.csv")["policy"]))) == pols
-    assert tuple(sorted(set(pd.read_csv(out / "steps.csv")["policy"]))) == pols
+    read = pd.read_parquet if steps_file().endswith(".parquet") else pd.read_csv
+    assert tuple(sorted(set(read(out / steps_file())["policy"]))) == pols
     return pols
 
 
@@ -192,7 +195,7 @@ def test_a_second_sweep_on_a_busy_out_is_refused(tmp_path):
 # ---------------------------------------------------------------------------------------------- --out edges
 def _run_inproc(*args, cwd):
     return run_cli_inprocess("sim.api.run", "--trace", TINY, "--policy", "hybrid-price", "--batch-size", "2",
-                             "--no-progress", *args, cwd=cwd)
+                             "--no-progress", "--steps", *args, cwd=cwd)
 
 
 @pytest.mark.parametrize("out", [".", "..", "{cwd}/.", "{cwd}", "{parent}", "/"])
@@ -218,7 +221,7 @@ def test_a_symlinked_out_gets_the_new_result_through_the_link(tmp_path):
     assert _run_inproc("--out", target, cwd=tmp_path).returncode == 0
     link.symlink_to(target)
     r = run_cli_inprocess("sim.api.run", "--trace", TINY, "--policy", "oracle", "--batch-size", "2", "--no-progress",
-                          "--out", link, "--force", cwd=tmp_path)
+                          "--steps", "--out", link, "--force", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert link.is_symlink() and os.path.realpath(link) == str(target)
     assert _run_result(link) == ("adaptive", "oracle") and _run_result(target) == ("adaptive", "oracle")

@@ -244,7 +244,9 @@ def test_live_in_the_real_engine_lossless_and_replayed_by_the_simulator(target):
     d = DSparkV(DSparkVConfig(**{**TINY, "block": 7, "vocab": 4096})).attach_target(target.tok_embeddings.weight)
     d.set_vocab(torch.arange(4096))
     sts = [prepare(s, 7) for s in own]
-    train_v(d, sts, sts[:1], VTrainConfig(steps=400, anchors=32, lr=3e-3, warmup=2, eval_every=400), None,
+    # trained until it has learned these four outputs, not barely (at lr 3e-3 it accepted 10 of 495 verified
+    # tokens, and none on some thread counts): the acceptance below must not hang on float rounding
+    train_v(d, sts, sts[:1], VTrainConfig(steps=200, anchors=32, lr=3e-2, warmup=2, eval_every=200), None,
             log=lambda msg: None)
     wl = Workload.build("traces/chat.jsonl", "qwen3-tiny", True, "cpu", drafter=d, **kw)
     model = wl.model(max_slots=4)
@@ -256,5 +258,5 @@ def test_live_in_the_real_engine_lossless_and_replayed_by_the_simulator(target):
         sim = Engine(wl.tables, np.zeros(len(wl.requests)), sim_policy(policy), cost, cfg).run()
         for col in ("num_decode", "verified_model", "accepted_model", "emitted"):
             assert np.array_equal(real.steps[col], sim.steps[col]), (policy, col)
-        if policy == "model-fixed:7":
-            assert real.steps["accepted_model"].sum() > 0  # the drafter's chains were accepted at times
+        if policy == "model-fixed:7":  # the drafter's chains carry a good part of the output (about 70 of 96 tokens)
+            assert real.steps["accepted_model"].sum() >= real.steps["emitted"].sum() // 4

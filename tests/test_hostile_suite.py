@@ -10,6 +10,7 @@ import os
 import resource
 import signal
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -36,29 +37,38 @@ def _vm_bytes() -> int:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
+@contextmanager
+def guarded(seconds: int = TIME_GUARD_S, headroom: int = MEMORY_HEADROOM):
+    """Within the block: _TookTooLong after `seconds`, and MemoryError past `headroom` bytes of address space
+    beyond what this process holds now (a size must be refused before it is allocated)."""
+    def alarm(signum, frame):
+        raise _TookTooLong()
+
+    old_handler = signal.signal(signal.SIGALRM, alarm)
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (_vm_bytes() + headroom, hard))
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        signal.signal(signal.SIGALRM, old_handler)
+
+
 def run_case(case, tmp: Path):
     """Run one case; return (result, problems: a list of what went wrong)."""
     argv, protect = case.build(tmp)
     before = {p: _digest(p) for p in protect}
     saved = {p: p.read_bytes() for p in protect if p.is_file() and ROOT in p.resolve().parents}
     module, args = argv[0], argv[1:]
-
-    def alarm(signum, frame):
-        raise _TookTooLong()
-
-    old_handler = signal.signal(signal.SIGALRM, alarm)
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (_vm_bytes() + MEMORY_HEADROOM, hard))
-    signal.alarm(TIME_GUARD_S)
     problems = []
     try:
-        r = run_cli_inprocess(module, *args, cwd=tmp)
+        with guarded():
+            r = run_cli_inprocess(module, *args, cwd=tmp)
     except _TookTooLong:
         return None, [f"still running after {TIME_GUARD_S} s (accepted?)"]
     finally:
-        signal.alarm(0)
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-        signal.signal(signal.SIGALRM, old_handler)
         for p, data in saved.items():  # never leave the checkout damaged, whatever the command did
             if not p.is_file() or p.read_bytes() != data:
                 p.write_bytes(data)

@@ -2,7 +2,8 @@
 
 Static checks (default run): no page loads anything from the network (no src/href to a remote address: plotly.js is
 inlined once per page, or, written with --plotly shared, loaded from the one plotly-VERSION.min.js beside it: the
-committed reports/ pages share one copy), every figure has a title and sits under a heading whose policy names it plots, ratio
+committed reports/ pages share one copy; or with --plotly cached, sim.run's default, from the cache's copy by a
+file:// address), every figure has a title and sits under a heading whose policy names it plots, ratio
 colour scales are white at 1 within the data's own bounds, and a run report's own content stays under 1 MB with
 its time series split per policy and cut to html_page.MAX_POINTS points a line.
 
@@ -29,6 +30,7 @@ COMMITTED = sorted((ROOT / "reports").glob("*.html"))
 URL_ATTRS = ("src", "href", "data", "poster", "srcset", "action", "background")
 INLINED = re.compile(r"\* plotly\.js v\d")  # the banner at the top of plotly.js: one per copy of it
 SHARED = re.compile(r"<script type='text/javascript' src='(plotly-[0-9A-Za-z.+_-]+\.min\.js)'></script>")
+CACHED = re.compile(r"<script type='text/javascript' src='(file:///[^']+/plotly-[0-9A-Za-z.+_-]+\.min\.js)'></script>")
 
 
 class _Scan(HTMLParser):
@@ -94,9 +96,15 @@ def check_page(text: str, where: str, folder: Path | None = None) -> None:
     assert "@import" not in "".join(re.findall(r"<style[^>]*>(.*?)</style>", text, re.S)), where
     figs = figures_in(text)
     assert figs, f"{where}: no figure"
-    inlined, shared = len(INLINED.findall(text)), SHARED.findall(text)
-    assert (inlined, len(shared)) in ((1, 0), (0, 1)), \
-        f"{where}: plotly.js must be inlined exactly once or loaded once from beside the page ({inlined} inlined, {shared})"
+    inlined, shared, cached = len(INLINED.findall(text)), SHARED.findall(text), CACHED.findall(text)
+    assert (inlined, len(shared), len(cached)) in ((1, 0, 0), (0, 1, 0), (0, 0, 1)), \
+        f"{where}: plotly.js must be inlined exactly once or loaded once from beside the page or the cache " \
+        f"({inlined} inlined, {shared}, {cached})"
+    if cached:
+        from urllib.parse import unquote, urlparse
+
+        asset = Path(unquote(urlparse(cached[0]).path))
+        assert asset.is_file() and INLINED.findall(asset.read_text()[:400]), f"{where}: {asset} is not plotly.js"
     if shared and folder is not None:
         asset = folder / shared[0]
         assert asset.is_file(), f"{where}: loads {shared[0]}, which is not beside it"
@@ -308,7 +316,7 @@ def test_a_differing_asset_is_refused_never_replaced(tmp_path, damage):
 
 
 def test_every_html_command_has_the_plotly_flag(capsys):
-    """Each command that writes a page takes --plotly inline|shared (default inline), with help."""
+    """Each command that writes a page takes --plotly inline|shared|cached (default inline; sim.run cached), with help."""
     import importlib
 
     parsers = {"sim.api.run": "parse_args", "real.validation.validate": "parse_args",
@@ -318,7 +326,8 @@ def test_every_html_command_has_the_plotly_flag(capsys):
         with pytest.raises(SystemExit):
             getattr(importlib.import_module(module), fn)(["--help"])
         flat = " ".join(capsys.readouterr().out.split())
-        assert "--plotly {inline,shared}" in flat and "inline (default)" in flat, module
+        default = "cached" if module == "sim.api.run" else "inline"  # a run's folder stays small
+        assert "--plotly {inline,shared,cached}" in flat and f"(default: {default})" in flat, module
         assert "(default: None)" not in flat, module
 
 

@@ -13,9 +13,17 @@ from sim.engine.native import load
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler: the simulator runs the definitions")
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """torch's sums on one thread, as the simulator's engine runs them; the caller's count put back after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def native():
-    torch.set_num_threads(1)
     return load("hybrid_price")
 
 

@@ -86,22 +86,76 @@ def _row(policy, x, bs=4):
     return {"policy": policy, "batch_size": bs, "speedup_vs_baseline": x, "output_throughput_tok_s": 1000 * x}
 
 
-def test_verdict_recommends_the_fastest_deployable_policy():
+def test_verdict_recommends_what_a_server_can_run_and_names_the_rest_by_tier():
     from sim.api.console import not_deployable, verdicts
 
     assert not_deployable("hybrid-tree") == "needs tree attention" and not_deployable("oracle") == "upper bound"
     assert not_deployable("hybrid") is None and not_deployable("adaptive") is None
-    rows = [_row("adaptive", 1.0), _row("hybrid", 2.54), _row("ngram-fixed:32", 2.53), _row("hybrid-tree", 2.60),
-            _row("oracle", 2.75)]
-    (line,) = verdicts(rows, "adaptive")
-    assert line.startswith("batch 4: hybrid is the fastest deployable policy, 2.540x adaptive; next ngram-fixed:32"), line
-    assert "hybrid-tree 2.600x (needs tree attention)" in line and "per-step oracle 2.750x (upper bound)" in line
-    # a tree policy slower than the recommendation is not named
-    (line,) = verdicts([_row("adaptive", 1.0), _row("hybrid", 2.7), _row("hybrid-tree", 2.6)], "adaptive")
-    assert "hybrid-tree" not in line
+    rows = [_row("none", 0.3), _row("adaptive", 1.0), _row("vllm-ngram:32", 2.4), _row("hybrid-vllm:slots=32", 2.5),
+            _row("hybrid", 2.54), _row("ngram-fixed:32", 2.53), _row("hybrid-tree", 2.60), _row("oracle", 2.75)]
+    lines = verdicts(rows, "adaptive")
+    # the plugin's hybrid is the fastest servable setup; the simulated-only hybrid is faster but not recommended
+    assert lines[0].startswith("batch 4: recommended hybrid-vllm:slots=32, 2.500x adaptive, with hybridspec's vLLM "
+                               "plugin; speculation pays: 8.33x none; runner-up vllm-ngram:32 2.400x adaptive (margin 4.2%)"), lines[0]
+    assert any(x.startswith("  best in vLLM 0.33 today: vllm-ngram:32 2.400x") for x in lines), lines
+    last = lines[-1]
+    assert "simulated only (vLLM's engine would need changes): hybrid 2.540x adaptive, ngram-fixed:32 2.530x" in last
+    assert "needs tree attention: hybrid-tree 2.600x" in last and "upper bound: per-step oracle 2.750x" in last
+    # speculation that does not pay: none is recommended, in so many words
+    (line,) = verdicts([_row("none", 1.2), _row("adaptive", 1.0)], "adaptive")
+    assert "recommended none" in line and "speculation does not pay here" in line
+    # one setup alone is not called the fastest of anything
+    (line,) = verdicts([_row("vllm-ngram:8", 0.9)], None)
+    assert line.endswith("(the only setup run: nothing to rank it against)"), line
     # no baseline: ranked by throughput
-    (line,) = verdicts([_row("ngram-fixed:8", 0.9), _row("hybrid-tree", 1.2)], None)
-    assert "ngram-fixed:8 is the fastest deployable policy, 900 tok/s" in line and "hybrid-tree 1,200 tok/s" in line
+    (line, rest) = verdicts([_row("vllm-ngram:8", 0.9), _row("hybrid-tree", 1.2)], None)
+    assert "recommended vllm-ngram:8, 900 tok/s, in vLLM 0.33 today" in line and "hybrid-tree 1,200 tok/s" in rest
+
+
+def test_verdict_prints_the_flags_that_run_the_recommendation():
+    from sim.api.console import verdicts
+    from sim.core.deploy import Deployment
+
+    dep = Deployment(model="qwen3-8b", hf_id="Qwen/Qwen3-8B", version="0.33", drafter="dspark-qwen3-b7", block=7,
+                     ngram_range=(2, 5))
+    lines = verdicts([_row("adaptive", 1.0), _row("vllm-ngram:16", 1.5)], "adaptive", deployment=dep)
+    assert lines[1].strip() == ("vllm serve Qwen/Qwen3-8B --max-num-seqs 4 --speculative-config "
+                                "'{\"method\":\"ngram\",\"num_speculative_tokens\":16,\"prompt_lookup_min\":2,"
+                                "\"prompt_lookup_max\":5}'")
+    lines = verdicts([_row("adaptive", 1.0), _row("hybrid-vllm:margin=0.5:slots=32:skip", 1.5)], "adaptive", deployment=dep)
+    assert ('--speculative-config \'{"method":"dspark","model":"deepseek-ai/dspark_qwen3_8b_block7",'
+            '"num_speculative_tokens":32,"enable_adaptive_verification":true}\' --additional-config '
+            '\'{"hybrid_spec":{"margin":0.5,"slots":32,"skip":true}}\'') in lines[1]
+    assert lines[2].startswith("  the plugin: install") and "best in vLLM 0.33 today: adaptive" in lines[3]
+    # a target without a published DSpark checkpoint gets the reason, never another target's checkpoint
+    llama = Deployment(model="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B-Instruct", version="0.33",
+                       drafter="dspark-qwen3-b7", block=7, ngram_range=(2, 5))
+    lines = verdicts([_row("adaptive", 1.0), _row("none", 0.5)], "adaptive", deployment=llama)
+    assert "no flags: no published dspark drafter checkpoint for llama-3.1-8b" in lines[1]
+    eagle = Deployment(model="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B-Instruct", version="0.33",
+                       drafter="eagle3-llama3.1-8b:3", block=3)
+    lines = verdicts([_row("adaptive", 1.0), _row("model-fixed:3", 1.3)], "adaptive", deployment=eagle)
+    assert '"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B","num_speculative_tokens":3' in lines[1]
+
+
+def test_with_arrivals_the_verdict_ranks_by_latency_when_throughput_is_arrival_bound():
+    from sim.api.console import arrival_bound, verdicts
+
+    def row(policy, tput, tpot, dur, last=100.0):
+        return {"policy": policy, "batch_size": 8, "arrivals": "poisson", "last_arrival_s": last, "duration": dur,
+                "output_throughput_tok_s": tput, "median_tpot_ms": tpot, "median_e2el_ms": 400.0,
+                "speedup_vs_baseline": tput / 1000}
+
+    rows = [row("adaptive", 1000, 2.0, 101), row("vllm-ngram:32", 1010, 0.6, 100.5), row("none", 500, 9.0, 200)]
+    assert arrival_bound(rows[0]) and not arrival_bound(rows[2])
+    lines = verdicts(rows, "adaptive")
+    assert lines[0] == ("batch 8: throughput is arrival-bound (1,000-1,010 tok/s for the 2 setups that keep up): "
+                        "ranked by median TPOT, lower is better (TTFT and E2EL: --format json)")
+    assert lines[1].startswith("batch 8: recommended vllm-ngram:32, TPOT 0.60 ms, in vLLM 0.33 today; "
+                               "speculation pays: 15.00x none; runner-up adaptive TPOT 2.00 ms (margin 233.3%)"), lines[1]
+    # all at t = 0: never arrival-bound, ranked by throughput
+    at0 = [dict(r, arrivals="all at t=0") for r in rows]
+    assert "recommended vllm-ngram:32, 1.010x adaptive" in verdicts(at0, "adaptive")[0]
 
 
 def _run(tmp_path, *args):
@@ -126,7 +180,7 @@ def test_speculative_config_runs_what_it_names_and_skips_batches_past_the_trace(
     rows = json.loads(p.stdout)
     assert [(r["policy"], r["batch_size"]) for r in rows] == [("vllm-ngram:8", 4)]  # vLLM's n-gram as it runs; 128 > 5 requests: skipped
     assert "batch size 128 skipped: the trace has only 5 requests" in p.stderr
-    assert "batch sizes 4 and 128 (the defaults)" in p.stderr and "--baseline adaptive" in p.stderr
+    assert "batch sizes 4 and 128 (the defaults)" in p.stderr and "--baseline POLICY" in p.stderr
     p = run_cli_inprocess("sim.api.run", "--trace", five, "--workers", "1", "--no-progress", "--format", "json",
                           "--policy", "hybrid", "--batch-size", "8", "--batch-size", "16", cwd=ROOT, env=_env(tmp_path))
     rows = json.loads(p.stdout)  # every size past the trace: the smallest runs (the others would be identical)

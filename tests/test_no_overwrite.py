@@ -55,6 +55,8 @@ def test_documented_commands_leave_git_clean(clean, tmp_path, monkeypatch, capsy
     assert (tmp_path / "out" / "calibrators" / "ngram-general.json").exists()
     _main("sim.api.traces", ["convert", "--from", "sharegpt", str(FIX / "sharegpt.json"), "-o", str(tmp_path / "c.jsonl")])
     _main("sim.api.traces", ["stats", TINY])
+    _main("sim.api.anchors", ["--only", "pr32374-eagle-itl"])  # no --out: out/anchors/, never reports/anchors.md
+    assert sorted(p.name for p in (tmp_path / "out" / "anchors").iterdir()) == ["anchors.json", "anchors.md"]
     out = capsys.readouterr().out
     assert "saved out/calibrators/ngram-general.json" in out and "--write --force replaces" in out
     assert _status() == before

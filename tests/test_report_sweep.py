@@ -51,8 +51,9 @@ def test_report_files(sweep_dir, tmp_path, capsys):
     assert "1.10-1.62" in paper and "1.04-1.27" in paper and "0.97-1.01" in paper
     assert "Gap to the oracle" in paper and "python -m sim.sweep --preset paper" in paper
     # the published ranges sit on the right rows
-    row4 = next(line for line in paper.splitlines() if line.startswith("| 4 |"))
+    serve4, row4 = [line for line in paper.splitlines() if line.startswith("| 4 |")][:2]  # what to serve, the headline
     assert "1.10-1.62" in row4
+    assert "What to serve" in paper and serve4.split(" | ")[3] in ("vLLM", "plugin")  # the recommendation's tier
 
 
 def test_report_deterministic_and_csv_only(sweep_dir, tmp_path, capsys):

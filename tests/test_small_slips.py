@@ -25,7 +25,7 @@ def test_a_full_disk_names_the_output(tmp_path, monkeypatch):
                           "--workers", "1", "--out", out)
     errs = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.returncode == 2 and errs == [f"error: no space left on device: {out}"], r.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock"]  # nothing half-written left
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-written left, not even the lock file
 
 
 def test_write_whole_on_a_full_disk_names_the_file(tmp_path, monkeypatch):

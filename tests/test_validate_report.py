@@ -205,15 +205,18 @@ def test_parts_of_one_run_joined_by_a_comma_pool_their_cells(tmp_path, monkeypat
 
 
 def test_grid_estimate_prints_before_any_run():
-    """--grid big is estimated at hours from the default grid's measured rates, the default grid near its 25-27
-    measured minutes; more work never estimates less."""
+    """The estimate's reference run (3 policies x batch 1, 4 on codeedit) near its measured 10.6 minutes, the
+    default grid under an hour at the reference's speed, --grid big at hours; a machine s times slower is
+    estimated s times longer; more work never estimates less."""
     from real.validation.validate import GRIDS, estimate_minutes, parse_args
 
     prof = {"limit": 10, "max_tokens": 24, "repeats": 2}
+    assert 9.0 <= estimate_minutes(1, 16, 32, 3, [1, 4], 3, prof) <= 12.5
     d = estimate_minutes(2, 16, 32, 5, [1, 4, 16], 3, prof)
     g = GRIDS["big"]
     big = estimate_minutes(2, g["limit"], g["max_tokens"], 5, [1, 4, 16], g["repeat"], prof)
-    assert 24 <= d <= 30 and big > 150 and big > 5 * d
+    assert 30 <= d <= 60 and big > 150 and big > 5 * d
+    assert estimate_minutes(2, 16, 32, 5, [1, 4, 16], 3, prof, speed=3.0) == pytest.approx(3 * d)
     assert estimate_minutes(2, 16, 32, 5, [1, 4, 16], 3, None) < d  # a given table: no profile
     assert parse_args(["--grid", "big"]).grid == "big"
     with pytest.raises(SystemExit):

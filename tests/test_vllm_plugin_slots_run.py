@@ -33,7 +33,7 @@ def test_drafter_info_reads_block_layers_and_source(tmp_path):
 @pytest.mark.parametrize("make, what", [
     (lambda p: p / "missing", "no config.json"),
     (lambda p: _checkpoint(p / "llama", arch="LlamaForCausalLM"), "not a DSpark checkpoint"),
-    (lambda p: _checkpoint(p / "noblock", block="7"), "not a DSpark checkpoint"),
+    (lambda p: _checkpoint(p / "noblock", block="7"), "field .block_size.: expected an integer"),
 ])
 def test_drafter_info_refuses_a_directory_that_is_not_a_dspark_checkpoint(tmp_path, make, what):
     with pytest.raises(ConfigError, match=what) as e:

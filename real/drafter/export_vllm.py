@@ -24,11 +24,13 @@ k_norm (real/drafter/qwen3_dspark.py): only shared-k_norm drafters give the same
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
 
 from sim.infra.errors import ConfigError
+from sim.infra.inputs import Int, List, Maybe, Num, Obj, Opt, Str
 from real.drafter.qwen3_dspark import DSparkV, DSparkVConfig
 
 DSPARK_ARCH = "Qwen3DSparkModel"
@@ -60,23 +62,35 @@ def write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """The inverse of write_safetensors (float32 and int64 tensors)."""
+    """The inverse of write_safetensors (float32 and int64 tensors), read through the input layer
+    (sim/infra/inputs.py: a regular file within the weights cap, a strict JSON header); ConfigError naming the file
+    and the tensor when it is not such a file (a dtype, a shape whose bytes are not its offsets', an offset past
+    the file)."""
     import struct
 
     import numpy as np
 
-    raw = Path(path).read_bytes()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8: 8 + n])
+    from sim.infra.inputs import WEIGHTS, Any, Dict, Int, List, Obj, Opt, Str, parse_json, read_bytes
+
     np_types = {"F32": np.float32, "I64": np.int64}
+    raw = read_bytes(path, WEIGHTS)
+    n = struct.unpack("<Q", raw[:8])[0] if len(raw) >= 8 else -1
+    if not 0 <= n <= len(raw) - 8:
+        raise ConfigError(f"{path}: not a safetensors file (its header length {n} does not fit its {len(raw)} bytes)")
+    header = parse_json(raw[8: 8 + n], str(path))
+    entry = Obj({"dtype": Str(tuple(np_types)), "shape": List(Int(0, 2**40), hi=8), "data_offsets": List(Int(0), 2, 2)})
+    Obj({"__metadata__": Opt(Dict(Any()))}, extra=entry, expected="a safetensors header").check(header, "", str(path))
+    body = memoryview(raw)[8 + n:]
     out = {}
     for name, h in header.items():
         if name == "__metadata__":
             continue
-        if h["dtype"] not in np_types:
-            raise ValueError(f"{name}: dtype {h['dtype']}")
         b0, b1 = h["data_offsets"]
-        arr = np.frombuffer(raw[8 + n + b0: 8 + n + b1], dtype=np_types[h["dtype"]]).reshape(h["shape"])
+        dt = np.dtype(np_types[h["dtype"]])
+        if not (b0 <= b1 <= len(body) and b1 - b0 == math.prod(h["shape"]) * dt.itemsize):
+            raise ConfigError(f"{path}: tensor '{name}': offsets {b0}..{b1} do not hold a {h['dtype']} of shape "
+                              f"{h['shape']} within the file's {len(body)} bytes of data")
+        arr = np.frombuffer(body[b0:b1], dtype=dt).reshape(h["shape"])
         out[name] = torch.from_numpy(arr.copy())
     return out
 
@@ -96,6 +110,38 @@ def vllm_config(cfg: DSparkVConfig) -> dict:
     if cfg.vocab < cfg.target_vocab:
         out["draft_vocab_size"] = cfg.vocab
     return out
+
+
+_COUNTS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+           "head_dim", "vocab_size", "max_position_embeddings", "block_size", "target_hidden_size", "markov_rank",
+           "draft_vocab_size")
+_POSITIVE = ("rms_norm_eps", "rope_theta")
+
+
+def check_vllm_config(cfg: dict) -> dict:
+    """`cfg` (vllm_config's) if every value vLLM reads as a number is one: counts positive integers, rope_theta and
+    rms_norm_eps finite and > 0, token and layer ids non-negative integers; ConfigError naming the first that is
+    not, so a config vLLM would load with a string or NaN for rope_theta is never written."""
+    def count(v, lo: int) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+    def positive(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+    bad = [(k, cfg[k], "a positive integer") for k in _COUNTS if k in cfg and not count(cfg[k], 1)]
+    bad += [(k, cfg[k], "a finite number > 0") for k in _POSITIVE if k in cfg and not positive(cfg[k])]
+    rope = cfg.get("rope_parameters", {}).get("rope_theta")
+    if not positive(rope):
+        bad.append(("rope_parameters.rope_theta", rope, "a finite number > 0"))
+    if not count(cfg.get("mask_token_id"), 0):
+        bad.append(("mask_token_id", cfg.get("mask_token_id"), "a token id (an integer >= 0)"))
+    ids = cfg.get("target_layer_ids")
+    if not isinstance(ids, list) or not ids or not all(count(i, 0) for i in ids):
+        bad.append(("target_layer_ids", ids, "a list of layer indices (integers >= 0)"))
+    if bad:
+        k, v, want = bad[0]
+        raise ConfigError(f"drafter config: {k} must be {want}, got {v!r}; nothing exported")
+    return cfg
 
 
 def vllm_state_dict(d: DSparkV) -> dict[str, torch.Tensor]:
@@ -123,35 +169,77 @@ def vllm_state_dict(d: DSparkV) -> dict[str, torch.Tensor]:
 
 
 def export_vllm(d: DSparkV, out: Path, source: str = "", force: bool = False) -> Path:
-    """Write the directory (module docstring) whole: a temporary folder renamed into place."""
+    """Write the directory (module docstring) whole: a temporary folder renamed into place (sim.infra.fsio.atomic_dir:
+    other files already in `out` are kept). The config is checked (check_vllm_config) before anything is written."""
     from sim.infra.cli import atomic_dir, check_out_dir
 
+    config = json.dumps(check_vllm_config(vllm_config(d.cfg)), indent=1, allow_nan=False) + "\n"
+    if not bool(torch.isfinite(d.sts_temp).all()):
+        raise ConfigError("drafter: its STS temperatures (sts_temp) are not all finite; nothing exported")
     out = Path(out)
     check_out_dir(out, force=force)
     with atomic_dir(out) as tmp:
         write_safetensors(vllm_state_dict(d), tmp / "model.safetensors")
-        (tmp / "config.json").write_text(json.dumps(vllm_config(d.cfg), indent=1) + "\n")
+        (tmp / "config.json").write_text(config)
         (tmp / "hybridspec.json").write_text(json.dumps({"source": source, "target": d.cfg.target,
                                                          "target_sha256": d.cfg.target_sha256,
                                                          "sts_temp": d.sts_temp.tolist()}, indent=1) + "\n")
     return out
 
 
+_COUNT = Int(1, 2**24)
+# what read_vllm_dir reads of an exported config.json and its hybridspec.json beside (sim/infra/inputs.py)
+VLLM_CONFIG_SCHEMA = Obj({"architectures": List(Str(max_len=200), hi=16), "vocab_size": _COUNT,
+                          "draft_vocab_size": Opt(Maybe(_COUNT)), "hidden_size": _COUNT,
+                          "target_layer_ids": List(Int(0, 10**4), lo=1, hi=1024), "block_size": Int(1, 1024),
+                          "num_hidden_layers": Int(1, 1024), "num_attention_heads": Int(1, 2**14),
+                          "num_key_value_heads": Int(1, 2**14), "head_dim": Int(1, 2**14), "intermediate_size": _COUNT,
+                          "markov_rank": _COUNT, "rope_theta": Num(lo=0, strict_lo=True),
+                          "rms_norm_eps": Num(lo=0, hi=1, strict_lo=True), "mask_token_id": Int(0, 2**24)},
+                         expected="a DSpark checkpoint's config.json (a JSON object)")
+HYBRIDSPEC_SIDE_SCHEMA = Obj({"source": Opt(Str()), "target": Opt(Str()), "target_sha256": Opt(Str()),
+                              "sts_temp": Opt(List(Num(lo=0, strict_lo=True), hi=1024))})
+
+
+def check_config_size(where, cfg: DSparkVConfig, state: dict[str, torch.Tensor]) -> None:
+    """ConfigError when the weights `cfg` implies (DSparkV built on torch's meta device: no memory) are more than
+    the checkpoint's tensors could be (their elements, with the export's expanded Markov table and its reduced
+    head allowed for, twice over): a config.json asking for gigabytes beside a small model.safetensors is refused
+    before the model is built."""
+    with torch.device("meta"):
+        implied = sum(p.numel() for p in DSparkV(cfg).parameters())
+    held = sum(t.numel() for t in state.values())
+    if implied > 2 * held + cfg.target_vocab * cfg.rank:
+        raise ConfigError(f"{where}: its config.json implies {implied / 1e6:.1f} M weights ({implied * 4 / 1e9:.2f} GB "
+                          f"in float32), its model.safetensors holds {held / 1e6:.1f} M: config and weights do not "
+                          "match")
+
+
 def read_vllm_dir(path: Path) -> DSparkV:
     """A DSparkV from an exported directory (the inverse of export_vllm; tokens outside a reduced vocabulary
     must share one Markov row, as the export writes them). One ConfigError when it is not such a directory."""
+    from sim.infra.inputs import CONFIG, read_json
+
     path = Path(path)
-    try:
-        c = json.loads((path / "config.json").read_text())
-        sd = read_safetensors(path / "model.safetensors")
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: not an exported DSpark directory ({exc.__class__.__name__})") from None
-    if DSPARK_ARCH not in (c.get("architectures") or []):
+    if not (path / "config.json").exists():
+        raise ConfigError(f"{path}: not an exported DSpark directory (no config.json)")
+    c = read_json(path / "config.json", CONFIG, VLLM_CONFIG_SCHEMA)  # typed and ranged before anything is built
+    if DSPARK_ARCH not in c["architectures"]:
         raise ConfigError(f"{path}: not a DSpark export (architectures {c.get('architectures')})")
+    sd = read_safetensors(path / "model.safetensors")
     extra = {}
     side = path / "hybridspec.json"
-    if side.is_file():
-        extra = json.loads(side.read_text())
+    if side.exists():
+        extra = read_json(side, CONFIG, HYBRIDSPEC_SIDE_SCHEMA)
+    try:
+        return _from_parts(path, c, sd, extra)
+    except (KeyError, IndexError, RuntimeError) as exc:  # a tensor missing, or of another shape than the config's
+        raise ConfigError(f"{path}: model.safetensors does not fit its config.json ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
+
+
+def _from_parts(path: Path, c: dict, sd: dict[str, torch.Tensor], extra: dict) -> DSparkV:
+    """read_vllm_dir's model from a checked config (VLLM_CONFIG_SCHEMA) and its tensors."""
     V = int(c.get("draft_vocab_size") or c["vocab_size"])
     cfg = DSparkVConfig(target=extra.get("target", "smollm2-135m"), target_sha256=extra.get("target_sha256", ""),
                         target_vocab=int(c["vocab_size"]), hidden=int(c["hidden_size"]),
@@ -164,6 +252,8 @@ def read_vllm_dir(path: Path) -> DSparkV:
                         shared_k_norm=all(torch.equal(sd[f"layers.{i}.self_attn.k_norm.weight"],
                                                       sd["layers.0.self_attn.k_norm.weight"])
                                           for i in range(int(c["num_hidden_layers"]))))
+    cfg.validate()
+    check_config_size(path, cfg, sd)
     d = DSparkV(cfg)
     vocab_ids = (sd["d2t"] + torch.arange(V)) if "d2t" in sd else torch.arange(V)
     d.set_vocab(vocab_ids.long())
@@ -194,15 +284,16 @@ def read_vllm_dir(path: Path) -> DSparkV:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sim.infra.cli import ArgumentParser, check_in_file
+    from sim.infra.cli import ArgumentParser, check_in_file, check_out_dir
 
     from real.drafter.model import load_drafter
 
     ap = ArgumentParser(prog="python -m real.export_drafter", description=__doc__.split("\n")[0])
     ap.add_argument("--drafter", required=True, help="a drafter file of the vLLM architecture")
-    ap.add_argument("--out", required=True, help="directory to write (must not exist unless --force)")
-    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--out", required=True, help="directory to write (one that holds files only with --force)")
+    ap.add_argument("--force", action="store_true", help="replace the files this command writes in --out (others are kept)")
     a = ap.parse_args(argv)
+    check_out_dir(a.out, a.force)  # before any work: --out is a folder of its own, claimed against a second export
     check_in_file(a.drafter, "--drafter")
     d = load_drafter(a.drafter)
     if not isinstance(d, DSparkV):

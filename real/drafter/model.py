@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -278,6 +279,25 @@ def save_drafter(drafter: DSparkDrafter, path: Path, meta: dict) -> str:
     return digest
 
 
+def check_state_shapes(where, model_cls, cfg, state) -> None:
+    """ConfigError unless `state` (a checkpoint's weights) holds exactly the tensors, by name and shape, that
+    `model_cls(cfg)` would: the model is built on torch's meta device (no memory), so a config asking for gigabytes
+    beside a small state (or weights of another size) is refused before anything is allocated."""
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                              for k, v in state.items()):
+        raise ConfigError(f"{where}: not a drafter file (its state is not a mapping of names to tensors)")
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in model_cls(cfg).state_dict().items()}
+    held = {k: tuple(v.shape) for k, v in state.items()}
+    if shapes != held:
+        implied = sum(math.prod(s) for s in shapes.values())
+        got = sum(math.prod(s) for s in held.values())
+        k = next((k for k in sorted(set(shapes) | set(held)) if shapes.get(k) != held.get(k)))
+        raise ConfigError(f"{where}: its config implies {implied / 1e6:.1f} M weights ({implied * 4 / 1e9:.2f} GB in "
+                          f"float32), the file holds {got / 1e6:.1f} M "
+                          f"({k}: config {shapes.get(k)}, file {held.get(k)}); config and weights do not match")
+
+
 def load_drafter(path: str | Path = DEFAULT_DRAFTER, target: str | None = None, block: int | None = None,
                  target_sha256: str | None = None, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32) -> DSparkDrafter:
@@ -301,6 +321,11 @@ def load_drafter(path: str | Path = DEFAULT_DRAFTER, target: str | None = None, 
     if got != want:
         raise ConfigError(f"{p}: sha256 {got[:12]}... does not match {sha_file.name} ({want[:12]}...): the file is "
                           "damaged or was replaced")
+    from sim.infra.inputs import WEIGHTS, check_regular, dataclass_schema
+
+    st = check_regular(p, "drafter")  # a pipe or a device: one line, never read
+    if st.st_size > WEIGHTS.limit():
+        raise ConfigError(f"{p}: {st.st_size >> 20} MiB is over the {WEIGHTS.limit() >> 20} MiB a {WEIGHTS.name} may hold")
     try:
         blob = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -312,6 +337,8 @@ def load_drafter(path: str | Path = DEFAULT_DRAFTER, target: str | None = None, 
         raise ConfigError(f"{p}: not a drafter file (format {blob.get('format') if isinstance(blob, dict) else None!r}"
                           f", want one of {sorted(kinds)})")
     cfg_cls, model_cls = kinds[blob["format"]]
+    # the config's types (sim/infra/inputs.py), then its ranges (from_dict validates them)
+    dataclass_schema(cfg_cls, "a drafter config (an object)").check(blob.get("config"), "config", str(p))
     cfg = cfg_cls.from_dict(blob["config"])
     if target is not None and cfg.target != target:
         raise ConfigError(f"{p}: trained for target '{cfg.target}', not '{target}'")
@@ -320,6 +347,7 @@ def load_drafter(path: str | Path = DEFAULT_DRAFTER, target: str | None = None, 
                           f"{target_sha256[:12]}...")
     if block is not None and cfg.block != block:
         raise ConfigError(f"{p}: proposes blocks of {cfg.block} tokens, {block} were asked for")
+    check_state_shapes(p, model_cls, cfg, blob.get("state"))  # before the model is built: no config asks for more
     d = model_cls(cfg)
     try:
         d.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in blob["state"].items()}, strict=True)

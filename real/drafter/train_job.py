@@ -1,7 +1,7 @@
 """Train the project's DSpark-style drafter for SmolLM2-135M-Instruct on a CPU (real/drafter/).
 
-    python -m real.train_drafter                       # the bundled drafter (models/drafters/dspark-smollm2-135m-b7.pt)
-    python -m real.train_drafter --out /tmp/d.pt       # anywhere else; an existing file needs --force
+    python -m real.train_drafter                       # out/drafters/dspark-smollm2-135m-b7.pt
+    python -m real.train_drafter --out models/drafters/dspark-smollm2-135m-b7.pt --force   # the bundled one (named)
 
 Steps: (1) collect the target's greedy generations and hidden states on traces/general.jsonl (only; cached,
 resumable per group of prompts); (2) hold out every 10th sequence; pick the reduced vocabulary from the
@@ -19,23 +19,26 @@ import shlex
 import sys
 import time
 from dataclasses import asdict, fields
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from sim.infra.cli import ArgumentParser, check_out_file
+from sim.infra.cli import SEED, ArgumentParser, check_out_file
 from sim.infra.errors import ConfigError
 from real.drafter.data import DataConfig, collect, data_dir
 from real.drafter.evaluate import fit_sts, metrics, output_chains
 from real.drafter.model import DEFAULT_DRAFTER, DrafterConfig, DSparkDrafter, file_sha256, save_drafter
 from real.drafter.train import TrainConfig, heldout_loss, prepare, reduced_vocab, split, train
 
-REBUILD = "python -m real.train_drafter --force"
+REBUILD = f"python -m real.train_drafter --out {DEFAULT_DRAFTER.relative_to(DEFAULT_DRAFTER.parents[2])} --force"
+DEFAULT_OUT = Path("out/drafters") / DEFAULT_DRAFTER.name  # never the tracked bundled file unless named
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m real.train_drafter", description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(DEFAULT_DRAFTER), help="weights file to write (default: the bundled one)")
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help=f"weights file to write (default: {DEFAULT_OUT}; the "
+                    "bundled one only when named)")
     ap.add_argument("--force", action="store_true", help="replace an existing --out")
     ap.add_argument("--num-prompts", type=int, default=DataConfig.num_prompts, help="general.jsonl prompts to generate on")
     ap.add_argument("--max-tokens", type=int, default=DataConfig.max_tokens, help="greedy tokens per prompt")
@@ -48,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--rank", type=int, default=DrafterConfig.rank, help="Markov head rank")
     ap.add_argument("--subset", type=float, default=TrainConfig.subset,
                     help="share of the training sequences to train on (learning curves); held-out set unchanged")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=SEED, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     ap.add_argument("--no-progress", action="store_true")
     return ap

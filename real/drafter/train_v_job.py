@@ -1,6 +1,6 @@
 """Train the SmolLM2 drafter in vLLM's DSpark architecture (real/drafter/qwen3_dspark.py) on teacher-forced labels.
 
-    python -m real.train_drafter_v --out models/drafters/dspark-v-smollm2-135m-b7.pt [--force]
+    python -m real.train_drafter_v --out models/drafters/dspark-v-smollm2-135m-b7.pt [--force]   # default: out/drafters/
         [--label-seconds S] [--train-seconds S] [--steps N]     # budgets: stop, checkpoint, rerun resumes
 
 Steps: (1) labels at prefill speed (real/drafter/labels.py: the code-editing tuning split and general.jsonl,
@@ -22,44 +22,54 @@ import shlex
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from sim.infra.cli import ArgumentParser, check_out_file
+from sim.infra.cli import SEED, ArgumentParser, check_out_file, finite_float, int_at_least
 from sim.infra.errors import ConfigError
 from real.drafter.data import data_dir
 from real.drafter.evaluate import draft_positions, fit_sts, metrics
 from real.drafter.labels import agreement, collect_labels, default_config
-from real.drafter.model import DRAFTERS_DIR, file_sha256, save_drafter
+from real.drafter.model import file_sha256, save_drafter
 from real.drafter.qwen3_dspark import DSparkV, DSparkVConfig
 from real.drafter.train import prepare
 from real.drafter.train_v import VTrainConfig, train_v
 
-DEFAULT_OUT = DRAFTERS_DIR / "dspark-v-smollm2-135m-b7.pt"
+DEFAULT_OUT = Path("out/drafters/dspark-v-smollm2-135m-b7.pt")  # the bundled one in models/drafters/ only when named
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="python -m real.train_drafter_v", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="weights file to write (an existing one needs --force)")
     ap.add_argument("--force", action="store_true")
-    ap.add_argument("--general-rows", type=int, default=240, help="general.jsonl rows labelled (512 tokens each)")
-    ap.add_argument("--code-rows", type=int, default=110,
+    # every number typed and ranged here, so that a bad one is refused before minutes of labelling (--l1-weight nan
+    # used to be accepted and fail after training)
+    rows, count = int_at_least(0, 10**6), int_at_least(1, 10**7)
+    ap.add_argument("--general-rows", type=rows, default=240, help="general.jsonl rows labelled (512 tokens each)")
+    ap.add_argument("--code-rows", type=rows, default=110,
                     help="tuning-split rows labelled (up to 3072 tokens; 0: general text only)")
-    ap.add_argument("--label-seconds", type=float, default=None, help="stop starting label shards after this")
-    ap.add_argument("--steps", type=int, default=VTrainConfig.steps, help="optimizer steps (the schedule's length)")
-    ap.add_argument("--train-seconds", type=float, default=0.0, help="stop training (checkpointed) after this")
-    ap.add_argument("--anchors", type=int, default=VTrainConfig.anchors, help="anchors per sequence per step")
-    ap.add_argument("--eval-every", type=int, default=VTrainConfig.eval_every, help="learning-curve point every N steps")
-    ap.add_argument("--lr", type=float, default=VTrainConfig.lr)
-    ap.add_argument("--l1-weight", type=float, default=VTrainConfig.l1_weight, help="weight of the L1 distribution loss")
-    ap.add_argument("--ce-weight", type=float, default=VTrainConfig.ce_weight, help="weight of the cross-entropy")
+    ap.add_argument("--label-seconds", type=finite_float(0, strict=True), default=None,
+                    help="stop starting label shards after this")
+    ap.add_argument("--steps", type=count, default=VTrainConfig.steps, help="optimizer steps (the schedule's length)")
+    ap.add_argument("--train-seconds", type=finite_float(0), default=0.0,
+                    help="stop training (checkpointed) after this (0: no limit)")
+    ap.add_argument("--anchors", type=int_at_least(1, 2**16), default=VTrainConfig.anchors,
+                    help="anchors per sequence per step")
+    ap.add_argument("--eval-every", type=count, default=VTrainConfig.eval_every,
+                    help="learning-curve point every N steps")
+    ap.add_argument("--lr", type=finite_float(0, strict=True, hi=10), default=VTrainConfig.lr)
+    ap.add_argument("--l1-weight", type=finite_float(0), default=VTrainConfig.l1_weight,
+                    help="weight of the L1 distribution loss")
+    ap.add_argument("--ce-weight", type=finite_float(0), default=VTrainConfig.ce_weight, help="weight of the cross-entropy")
     ap.add_argument("--no-input-scale", action="store_true", help="train fc on the raw target states (ablation)")
-    ap.add_argument("--backbone-layers", type=int, default=DSparkVConfig.num_layers)
-    ap.add_argument("--rank", type=int, default=DSparkVConfig.rank, help="Markov head rank")
-    ap.add_argument("--vocab", type=int, default=0, help="reduced vocabulary size (0: the full vocabulary)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--backbone-layers", type=int_at_least(1, 64), default=DSparkVConfig.num_layers)
+    ap.add_argument("--rank", type=int_at_least(1, 4096), default=DSparkVConfig.rank, help="Markov head rank")
+    ap.add_argument("--vocab", type=int_at_least(0, DSparkVConfig.target_vocab), default=0,
+                    help="reduced vocabulary size (0: the full vocabulary)")
+    ap.add_argument("--seed", type=SEED, default=0)
+    ap.add_argument("--threads", type=int_at_least(1, 1024), default=None)
     return ap
 
 
@@ -78,18 +88,20 @@ def heldout_chains(d: DSparkV, st, max_anchors: int = 64) -> dict:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     out = check_out_file(a.out, a.force, "--out")
+    # every setting checked before the target is loaded or a label computed
+    tcfg = VTrainConfig(steps=a.steps, anchors=a.anchors, lr=a.lr, seed=a.seed, deadline_s=a.train_seconds,
+                        l1_weight=a.l1_weight, ce_weight=a.ce_weight, input_scale=not a.no_input_scale,
+                        eval_every=a.eval_every, checkpoint_every=min(VTrainConfig.checkpoint_every, a.eval_every))
+    tcfg.validate()
+    DSparkVConfig(num_layers=a.backbone_layers, rank=a.rank, vocab=a.vocab or DSparkVConfig.target_vocab).validate()
+    if a.general_rows + a.code_rows == 0:
+        raise ConfigError("--general-rows and --code-rows are both 0: nothing to train on")
     if a.threads is not None:
-        if a.threads < 1:
-            raise ConfigError(f"--threads must be >= 1, got {a.threads}")
         torch.set_num_threads(a.threads)
     from real.engine.weights import build_model, find_smollm2_gguf
 
     gguf = find_smollm2_gguf()
     lcfg = default_config(a.general_rows, a.code_rows)
-    tcfg = VTrainConfig(steps=a.steps, anchors=a.anchors, lr=a.lr, seed=a.seed, deadline_s=a.train_seconds,
-                        l1_weight=a.l1_weight, ce_weight=a.ce_weight, input_scale=not a.no_input_scale,
-                        eval_every=a.eval_every, checkpoint_every=min(VTrainConfig.checkpoint_every, a.eval_every))
-    tcfg.validate()
     t0 = time.perf_counter()
     by_src = collect_labels(lcfg, limit_s=a.label_seconds)
     t_labels = time.perf_counter() - t0

@@ -82,6 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m real.tuning_split", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="JSONL file to write (must not exist)")
     a = ap.parse_args(argv)
-    out = check_out_file(a.out, False, "--out")
+    out = check_out_file(a.out, False, "--out", hint="choose another path (this command never replaces a file)")
     print(json.dumps(build_tuning_split(out)))
     return 0

@@ -28,11 +28,11 @@ from sim.infra.errors import ConfigError
 
 
 def read_json(path: Path) -> dict:
-    """A recorded run's JSON file (ConfigError naming the file when missing or unreadable)."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: unreadable ({type(e).__name__}); give a real/validate.py --out directory") from None
+    """A recorded run's JSON object, through the input layer (sim/infra/inputs.py: a regular file, capped, strict
+    JSON but for the NaN the writer uses for "no data"); ConfigError naming the file otherwise."""
+    from sim.infra.inputs import RECORD, Dict, Any, read_json as read_input
+
+    return read_input(path, RECORD, Dict(Any()), finite=False)
 
 
 def reanchor(run_dir: Path) -> dict:
@@ -42,7 +42,9 @@ def reanchor(run_dir: Path) -> dict:
     from real.validation.pipeline.cells import cell_id
     from real.validation.validate import assemble_cell, repeat_speeds, trace_anchor
 
-    fid = read_json(run_dir / "fidelity.json")
+    from real.validation.report import read_fidelity
+
+    fid = read_fidelity(run_dir)
     meta, margin = fid["meta"], float(fid["meta"].get("margin", 0.03))
     table = run_dir / "cost_table.json"
     prof = profile_load(table)

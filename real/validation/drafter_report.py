@@ -15,13 +15,12 @@ Nothing here is tuned: every figure is a measurement.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from sim.infra.cli import ArgumentParser, check_out_file, write_whole
+from sim.infra.cli import ArgumentParser, atomic_dir, check_out_dir, check_out_file, write_whole
 from sim.infra.errors import ConfigError
 from real.drafter.evaluate import recorded_drafts
 from real.drafter.model import DEFAULT_DRAFTER, load_drafter
@@ -82,18 +81,25 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     out = Path(a.out)
     data = out.with_name(out.stem + "_data")
-    if (out.exists() or data.exists()) and not a.force:
-        raise ConfigError(f"{out} or {data} already exists; pass --force to replace them")
     if a.limit < 1 or a.max_tokens < 1:
         raise ConfigError("--limit and --max-tokens must be >= 1")
-    check_out_file(out, True, "-o")  # a writable place, not a folder nor under a file (existing: checked above)
+    # before any work, both claimed: the report (a file) and its data folder (a folder of its own, whose other
+    # files --force keeps: sim.infra.fsio.atomic_dir)
+    check_out_file(out, a.force, "-o", hint="pass --force to replace it and its data folder")
+    check_out_dir(data, a.force, "-o")
     drafter = load_drafter(a.drafter)
     meta = getattr(drafter, "meta", {})
     others = [(c, load_drafter(c).meta) for c in a.compare]  # checked before the long work
-    tmp = data.with_name(data.name + ".part")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     results = {}
+    with atomic_dir(data, flag="-o") as tmp:  # removed on any failure; the data folder before the report
+        _evaluate(a, tmp, results)
+    write_whole(out, format_md(results, meta, a, data, others), overwrite=a.force)
+    print(f"wrote {out} and {data}/")
+    return 0
+
+
+def _evaluate(a, tmp: Path, results: dict) -> None:
+    """Each trace's drafter figures and simulations into `results`, its files into `tmp`."""
     for trace in TRACES:
         name = Path(trace).stem
         m, rids, seqs, chains = evaluate_trace(trace, a.limit, a.max_tokens, a.max_prompt, a.drafter)
@@ -111,13 +117,6 @@ def main(argv: list[str] | None = None) -> int:
                     sims[(bs, src, pol)] = simulate(ref, dr, pol, bs)["output_throughput_tok_s"]
         results[name] = (m, syn, sims, fitted)
         print(f"{name}: tau {m['tau_walk']:.2f} (synthetic profile {syn['tau']:.2f})", file=sys.stderr)
-    final_data = data
-    if final_data.exists():
-        shutil.rmtree(final_data)
-    tmp.rename(final_data)
-    write_whole(out, format_md(results, meta, a, final_data, others), overwrite=a.force)
-    print(f"wrote {out} and {final_data}/")
-    return 0
 
 
 def format_md(results: dict, meta: dict, a, data: Path, others: list) -> str:

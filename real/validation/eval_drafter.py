@@ -130,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.trace_out:
         write_whole(Path(a.trace_out), "".join(json.dumps({"id": r, "prompt_ids": s.tokens[: s.prompt_len].tolist(),
                                                             "output_ids": s.tokens[s.prompt_len:].tolist()}) + "\n"
-                                               for r, s in zip(rids, seqs)))
+                                               for r, s in zip(rids, seqs)), hint="choose another path (this command never replaces a file)")
     if a.drafts_out:
-        write_whole(Path(a.drafts_out), "".join(json.dumps(recorded_drafts(r, c)) + "\n" for r, c in zip(rids, chains)))
+        write_whole(Path(a.drafts_out), "".join(json.dumps(recorded_drafts(r, c)) + "\n" for r, c in zip(rids, chains)),
+                    hint="choose another path (this command never replaces a file)")
     print(json.dumps(m, indent=1) if a.json else format_table(m))
     return 0

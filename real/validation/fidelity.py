@@ -113,15 +113,16 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
              f"{meta['max_prompt']} tokens; {meta.get('repeats', 1)} repeat(s) per cell.", ""]
     if meta.get("quick"):
         lines += [f"**{QUICK_NOTE}.**", ""]
-    lines += ["Real: the real engine's output tokens per second of engine time (wall clock; the median of the repeats). "
-              "Predicted: the simulator on the recorded outputs and drafts with this machine's profiled costs "
+    lines += ["Real: the real engine's output tokens per second of engine time (the median of the repeats; in a "
+              "re-anchored cell at the profile's speed, the figure its verdict judges). Errors are signed, predicted / "
+              "real - 1, against that same real figure. Predicted: the simulator on the recorded outputs and drafts with this machine's profiled costs "
               "(`real/validation/profile.py`). Synthetic: the simulator drawing its synthetic drafter afresh instead of replaying "
               "the drafts. " + meta.get("drafter_note", ""), ""]
     ver = agg.get("verdicts")
     if ver:
         lines += [f"**{summary_line(ver)}.** Every real run lossless (outputs equal plain greedy decoding): "
                   f"{'yes' if agg['all_lossless'] else 'NO'}.", "", VERDICT_TEXT, ""]
-    lines += [f"Median throughput error over all cells {100 * agg['median_error']:.1f}%, max "
+    lines += [f"Median |throughput error| over all cells {100 * agg['median_error']:.1f}%, max "
               f"{100 * agg['max_error']:.1f}%; median step-time error {100 * agg['median_step_error']:.1f}%; synthetic "
               f"drafter: median {100 * agg['median_synthetic_error']:.1f}%."
               + ("" if ver else f" Every real run lossless: {'yes' if agg['all_lossless'] else 'NO'}."), ""]
@@ -137,16 +138,16 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
         rule += "---:|---:|"
     anch = any(c.get("anchor") for c in cells)
     if anch:
-        head += " machine speed q | real at the profile's speed tok/s | wall-clock error |"
+        head += " machine speed q | wall-clock tok/s | wall-clock error |"
         rule += "---:|---:|---:|"
     lines += [head, rule]
-    base = {(c["trace"], c["batch_size"]): c["real"]["tok_per_s"] for c in cells if c["policy"] == "none"}
+    base = {(c["trace"], c["batch_size"]): judged_real(c) for c in cells if c["policy"] == "none"}
     for c in cells:
-        b = base.get((c["trace"], c["batch_size"]))
-        sp = f"{c['real']['tok_per_s'] / b:.2f}x" if b else "-"
+        b, r = base.get((c["trace"], c["batch_size"])), judged_real(c)
+        sp = f"{r / b:.2f}x" if b else "-"
         row = (f"| {Path(c['trace']).stem} | {c['policy']} | {c['batch_size']} | {c['requests']} | "
-               f"{c['real']['tok_per_s']:.1f} | {c['predicted']['tok_per_s']:.1f} | {100 * c['predicted_error']:.1f}% | "
-               f"{c['synthetic']['tok_per_s']:.1f} | {100 * c['synthetic_error']:.1f}% | "
+               f"{r:.1f} | {c['predicted']['tok_per_s']:.1f} | {signed_error(c['predicted']['tok_per_s'], r)} | "
+               f"{c['synthetic']['tok_per_s']:.1f} | {signed_error(c['synthetic']['tok_per_s'], r)} | "
                f"{c['real']['steps']}/{c['predicted']['steps']} | {per_engine_step(c['real']):.2f} | "
                f"{c['real']['mean_latency_s']:.2f} / {c['predicted']['mean_latency_s']:.2f} | "
                f"{100 * c['step_error_median']:.1f}% | {sp} |")
@@ -161,7 +162,7 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
             row += (f" {1 / d['speed_vs_profile']:.3f}x | {100 * d['error']:+.1f}% |" if d else " - | - |")
         if anch:
             an = c.get("anchor")
-            row += (f" {an['speed']:.3f} | {an['real_at_reference']:.1f} | {100 * an['error_wall']:+.1f}% |" if an
+            row += (f" {an['speed']:.3f} | {c['real']['tok_per_s']:.1f} | {100 * an['error_wall']:+.1f}% |" if an
                     else " - | - | - |")
         lines.append(row)
     lines += ["", ENGINE_STEP_NOTE, "cpu-clock tok/s: output tokens per second of the engine process's own CPU time "
@@ -183,6 +184,17 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
         lines += ["Speed probe (real/validation/profile.py `speed_probe`; diagnostic, not used by the predictions): "
                   + "; ".join(f"{Path(t).stem}: {p['note']}" for t, p in probes.items()) + ".", ""]
     return "\n".join(lines)
+
+
+def judged_real(cell: dict) -> float:
+    """A cell's one real throughput: its verdict's (at the profile's speed when re-anchored), else the median
+    repeat's wall clock (a cell without a verdict)."""
+    return float(cell["verdict"]["real"]) if cell.get("verdict") else float(cell["real"]["tok_per_s"])
+
+
+def signed_error(predicted: float, real: float) -> str:
+    """predicted / real - 1 in percent, signed (+: the simulator predicts faster than it ran)."""
+    return f"{100 * (predicted / real - 1.0):+.1f}%" if real else "-"
 
 
 def summary_line(ver: dict) -> str:

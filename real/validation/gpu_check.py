@@ -52,7 +52,8 @@ from pathlib import Path
 for _k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):  # nothing may download anything
     os.environ.setdefault(_k, "1")
 
-from sim.infra.cli import ArgumentParser, check_out_dir, finite_float, write_whole
+from sim.infra.cli import SEED, ArgumentParser, check_out_dir, finite_float, write_whole
+from sim.infra.fsio import resolve_out
 from sim.infra.errors import ConfigError
 from sim.core.models import llm_name
 from sim.infra import paths
@@ -594,7 +595,8 @@ def gpu_check(a: GpuCheckOptions) -> int:
     # as are the profiler's traces/general.jsonl and the reports
     a = dataclasses.replace(a, trace=tuple(str(Path(t).resolve()) if Path(t).is_file() and not (ROOT / t).is_file()
                                            else t for t in a.trace))
-    run = Run(args=a, out=Path(a.out).resolve(), t0=time.perf_counter(), budget_s=float(a.time_budget_s))
+    # --out is checked against the caller's working folder (never it, `..`, home or an ancestor) before the chdir
+    run = Run(args=a, out=resolve_out(a.out, "--out"), t0=time.perf_counter(), budget_s=float(a.time_budget_s))
     os.chdir(ROOT)
     if run.out.exists() and not run.out.is_dir():
         raise ConfigError(f"--out {run.out}: exists and is not a directory")
@@ -669,7 +671,7 @@ def parse_args(argv: list[str] | None) -> GpuCheckOptions:
                     "requests (default 8; 0: --limit at every batch size)")
     ap.add_argument("--max-tokens", type=int, default=None, help="output tokens per request (default 128; --quick 8)")
     ap.add_argument("--max-prompt", type=int, default=None, help="longest prompt kept (default 2048; --quick 512)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=SEED, default=0)
     from sim.infra.html_page import add_plotly_flag
 
     add_plotly_flag(ap, "the validation's fidelity.html pages under --out/validate/: ")

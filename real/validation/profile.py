@@ -35,7 +35,6 @@ model and device have one (a GPU in models/gpus), the roofline model's. The tabl
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
@@ -48,7 +47,8 @@ from real.validation.machine import gpu_models_name, machine_info  # noqa: F401 
 from real.engine.model import SHORT_QUERY_MAX
 from real.validation.fidelity_stats import PROBE_REPEAT, bracket_speed, probe_ratio, reference_probe  # noqa: F401
 from real.validation.workload import Workload, build_engine_model, run_real
-from sim.infra.cli import ArgumentParser, check_out_file, write_whole
+from sim.infra.cli import ArgumentParser, check_out_file, write_files
+from sim.infra.fsio import temp_dir
 from sim.core.cost.profiled import CostTable, cost_table_from_dict, write_cost_table
 from sim.infra.errors import ConfigError
 from sim.core.models import llm_name
@@ -399,18 +399,22 @@ def profile(model_name: str, random_weights: bool, device: str, policies: list[s
               "processes' contention", file=sys.stderr)
     table = build_table(wl.model_label, verify, parts, machine, kv_capacity=10**9, vocab=model.args.vocab_size, source=src,
                         gpu=gpu)
-    path = write_cost_table(table, out, overwrite=overwrite) if out is not None else None
-    if path is not None:  # the load the table was measured under, for validate's verdicts (profile_load), and the
-        # profile's model instance's speed probe (profile_load(...)["speed_probe"]), for validate's trace / profile ratio
-        write_whole(Path(str(path) + ".load.json"), json.dumps({**load.to_json(), "speed_probe": speed}) + "\n",
-                    overwrite=True)
-    if path is not None:  # the measured steps the table was fitted on, for refits and plots
+    path = None
+    if out is not None:  # the table, the load it was measured under (validate's verdicts, profile_load, and the
+        # profile's model instance's speed probe, for validate's trace / profile ratio) and the measured steps it was
+        # fitted on (refits, plots): one unit, so a table never stands beside another run's steps
         import pandas as pd
 
+        path = Path(out)
+        if path.exists() and not overwrite:
+            raise ConfigError(f"{path} already exists; pass --force to replace it")
         frames = [pd.DataFrame({k: v for k, v in st.items() if k != "policy"}).assign(policy=st["policy"]) for st in steps]
-        tmp = Path(str(path) + ".steps.csv.tmp")
-        pd.concat(frames).to_csv(tmp, index=False)
-        os.replace(tmp, str(path) + ".steps.csv")
+        with temp_dir("hybridspec-profile-") as d:  # the table as write_cost_table writes it
+            text = write_cost_table(table, d / path.name).read_text()
+        write_files(path.parent, {path.name: text,
+                                  path.name + ".load.json": json.dumps({**load.to_json(), "speed_probe": speed}) + "\n",
+                                  path.name + ".steps.csv": pd.concat(frames).to_csv(index=False)},
+                    overwrite=True, unit=path.name)
     grid = time_decode_grid(model, repeat=3 if quick else 5)
     return table, path, grid
 
@@ -445,11 +449,12 @@ def profile_uncertainty_of(table_path: Path, one_run: bool = False) -> tuple[flo
 def profile_load(table_path: Path) -> dict | None:
     """The load record written beside a table profiled here (real/validation/machine_load.py), or None (a table given by
     the user, or profiled before loads were recorded)."""
+    from sim.infra.inputs import RECORD, Any, Dict, read_json
+
     side = Path(str(table_path) + ".load.json")
-    try:
-        return json.loads(side.read_text())
-    except (OSError, ValueError):
+    if not side.exists():
         return None
+    return read_json(side, RECORD, Dict(Any()), finite=False)  # a pipe or a damaged record: one line, not a hang
 
 
 def format_grid(rows: list[tuple], table: CostTable, roofline=None) -> str:

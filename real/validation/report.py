@@ -25,12 +25,63 @@ import sys
 from pathlib import Path
 
 from real.validation.fidelity import aggregate, figure_parts, format_md, summary_line
-from real.validation.anchor import read_json
-from real.validation.fidelity_stats import CellVerdict, summarize
-from sim.infra.cli import ArgumentParser, write_whole
+from real.validation.fidelity_stats import VERDICTS, CellVerdict, summarize
+from sim.infra.inputs import RECORD, Any, Bool, Dict, Int, List, Maybe, Num, Obj, Opt, Str, read_json
+from sim.infra.cli import ArgumentParser
 from sim.infra.errors import ConfigError
 
 TARGET_MEDIAN, TARGET_MAX, TARGET_INCONCLUSIVE = 0.03, 0.08, 0.25  # the issue's quiet-machine targets
+
+# The torch engine's fidelity.json (real/validation/fidelity.py write_reports), as far as the reports read it: every
+# figure they print or compute with is typed and ranged here, so that a damaged or hand-made file is refused in
+# one line naming the field (sim/infra/inputs.py). NaN is kept where the writer means "no data" (an aggregate's
+# median over no cell, a latency never measured); a rate, a count or a batch size must be finite.
+_RATE = Num(lo=0)  # tokens / s
+_ERROR = Num(lo=-1)  # predicted / real - 1
+_NAN_OK = Num(nan=True)
+_SIDE = Obj({"tok_per_s": _RATE, "steps": Int(lo=0), "mean_latency_s": Num(lo=0, nan=True)})
+_LOAD = Obj({k: Opt(Maybe(_NAN_OK)) for k in ("others_cores", "steal_cores", "freq_mhz_before")}
+            | {"loadavg_before": Opt(Maybe(List(_NAN_OK, lo=1))), "loaded": Opt(Bool())})
+_VERDICT = Obj({"repeats": Int(lo=1), "real": _RATE, "real_min": _RATE, "real_max": _RATE, "spread": Num(lo=0),
+                "band": Maybe(Num(lo=0)), "predicted": _RATE, "error": _ERROR, "margin": Num(lo=0, strict_lo=True),
+                "loaded": Bool(), "verdict": Str(VERDICTS), "reason": Str(), "pred_sd": Opt(Num(lo=0)),
+                "band_real": Opt(Maybe(Num(lo=0))), "drifted": Opt(Bool()), "anchored": Opt(Bool()),
+                "speed": Opt(Num(lo=0, strict_lo=True)), "anchor_sd": Opt(Num(lo=0))}, extra=False)
+_SUMMARY = Obj({"cells": Int(lo=0), "agrees": Int(lo=0), "disagrees": Int(lo=0), "inconclusive": Int(lo=0),
+                "loaded": Int(lo=0), "median_error": Maybe(Num(lo=0, nan=True)), "max_error": Maybe(Num(lo=0, nan=True)),
+                "verdict": Str(), "drifted": Opt(Int(lo=0)), "anchored": Opt(Int(lo=0))}, extra=False)
+_CELL = Obj({"trace": Str(), "policy": Str(), "batch_size": Int(1, 2**20), "requests": Int(1, 10**9),
+             "output_tokens": Int(0, 2**40), "predicted": _SIDE, "synthetic": Obj({"tok_per_s": _RATE}),
+             "real": Obj({"tok_per_s": _RATE, "steps": Int(lo=0), "mean_latency_s": Num(lo=0, nan=True),
+                          "lossless": Bool(), "outputs_equal_reference": Bool(), "tie_flips": Opt(Int(lo=0)),
+                          "tokens_per_engine_step": Opt(Num(lo=0, nan=True)), "tokens_per_step": Opt(Num(lo=0, nan=True)),
+                          "cpu_tok_per_s": Opt(Maybe(_RATE))}),
+             "predicted_error": _ERROR, "synthetic_error": _ERROR, "step_error_median": Num(lo=0, nan=True),
+             "steps_error": Opt(_NAN_OK), "tokens_per_step_error": Opt(Maybe(_NAN_OK)), "loaded": Opt(Bool()),
+             "repeats": Opt(List(Obj({"tok_per_s": _RATE, "load": Opt(Maybe(_LOAD))}))), "verdict": Opt(_VERDICT),
+             "drift": Opt(Maybe(Obj({"speed_vs_profile": Num(lo=0, strict_lo=True), "error": Num()}))),
+             "anchor": Opt(Maybe(Obj({"speed": Num(lo=0, strict_lo=True), "real_at_reference": _RATE,
+                                      "error_wall": Num()})))})
+FIDELITY_SCHEMA = Obj({
+    "meta": Obj({"command": Str(), "machine": Dict(Any()), "model": Str(), "mode": Str(), "max_tokens": Int(lo=1),
+                 "max_prompt": Int(lo=1), "repeats": Opt(Int(lo=1)), "margin": Opt(Num(lo=0, hi=1, strict_lo=True)),
+                 "wall_minutes": Opt(Maybe(Num(lo=0))), "quick": Opt(Bool()), "drafter_note": Opt(Str()),
+                 "speed_probes": Opt(Maybe(Dict(Obj({"note": Str()}))))}),
+    "aggregate": Obj({"median_error": _NAN_OK, "max_error": _NAN_OK, "median_step_error": _NAN_OK,
+                      "median_synthetic_error": _NAN_OK, "all_lossless": Bool(), "verdicts": Opt(Maybe(_SUMMARY)),
+                      "drift_corrected": Opt(Obj({"cells": Int(lo=0), "median_error": Num(lo=0),
+                                                  "max_error": Num(lo=0)}))}),
+    "cells": List(_CELL, lo=1)}, expected="a real/validate.py fidelity.json (an object of meta, aggregate, cells)")
+
+
+def read_fidelity(run_dir: Path, schema: Obj = FIDELITY_SCHEMA) -> dict:
+    """A torch-engine run's fidelity.json, read through the input layer (sim/infra/inputs.py) and checked against
+    FIDELITY_SCHEMA: one ConfigError naming the file and the field otherwise (a pipe, /dev/zero, a truncated file,
+    a wrong type, NaN where a figure must be finite, no cell)."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise ConfigError(f"{d}: not a directory (give a real/validate.py --out directory)")
+    return read_json(d / "fidelity.json", RECORD, schema, finite=False)
 
 
 def load_run(run: Path | str) -> dict:
@@ -40,13 +91,7 @@ def load_run(run: Path | str) -> dict:
     dirs = [Path(d) for d in str(run).split(",")]
     fids = []
     for d in dirs:
-        if not d.is_dir():
-            raise ConfigError(f"{d}: not a directory")
-        f = d / "fidelity.json"
-        fid = read_json(f)
-        if not isinstance(fid, dict) or not {"meta", "aggregate", "cells"} <= set(fid):
-            raise ConfigError(f"{f}: not a real/validation/validate.py fidelity.json (meta, aggregate, cells)")
-        fids.append(fid)
+        fids.append(read_fidelity(d))
     if len(fids) == 1:
         return fids[0]
     seen: dict[str, Path] = {}
@@ -216,7 +261,8 @@ def format_page(runs: list[dict], title: str, plotly: str = "inline") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sim.infra.html_page import add_plotly_flag, check_asset, write_page
+    from sim.infra.cli import check_out_file, write_files
+    from sim.infra.html_page import add_plotly_flag, check_asset, write_asset
 
     ap = ArgumentParser(prog="python -m real.fidelity_report", description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", nargs="+", help="real/validate.py --out directories (torch engine), in order; "
@@ -230,17 +276,18 @@ def main(argv: list[str] | None = None) -> int:
     if out.suffix != ".md":
         raise ConfigError(f"--out {out}: give a .md file (the page is written beside it as .html)")
     page_out = out.with_suffix(".html")
-    for f in (out, page_out):
-        if f.exists() and not a.force:
-            raise ConfigError(f"{f}: exists; pass --force to overwrite it, or another --out")
+    for f in (out, page_out):  # before any work; claimed against a second writer until written
+        check_out_file(f, a.force, "--out", hint="pass --force to overwrite it, or another --out")
     if a.plotly == "shared":
         check_asset(page_out.parent)
     dirs = list(a.run_dir)
     runs = [load_run(d) for d in dirs]
     command = "python -m real.fidelity_report " + shlex.join(argv if argv is not None else sys.argv[1:])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_whole(out, format_report(runs, dirs, a.title, command) + "\n", overwrite=a.force)
-    write_page(page_out, format_page(runs, a.title, a.plotly), overwrite=a.force)
+    text, page_text = format_report(runs, dirs, a.title, command) + "\n", format_page(runs, a.title, a.plotly)
+    if a.plotly == "shared":
+        write_asset(page_out.parent)  # the shared plotly.js first, so the page never points at a missing file
+    # the .md and its .html as one unit (a full disk or a kill leaves both old or both new, never one alone)
+    write_files(out.parent, {out.name: text, page_out.name: page_text}, overwrite=a.force, unit=out.name)
     for name, met, fig in targets(runs):
         print(f"{'n/a' if met is None else 'met' if met else 'MISSED':6s} {name}: {fig}")
     print(f"wrote {out} and {page_out}")

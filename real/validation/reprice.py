@@ -39,16 +39,64 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from real.validation.fidelity_stats import judge, pooled_scatter
-from sim.infra.cli import ArgumentParser
+from sim.infra.cli import ArgumentParser, check_out_file, check_out_files, write_files
+from sim.infra.fsio import temp_dir
 from sim.infra.errors import ConfigError
+from sim.infra.inputs import Bool, Int, List, Num, Obj, Opt, Str
+
+# the fields of a run's fidelity.json that re-pricing reads (the report's full schema: real/validation/report.py)
+_RATE = Num(lo=0)  # tokens / s
+REPRICE_SCHEMA = Obj({
+    "meta": Obj({"margin": Opt(Num(lo=0, hi=1, strict_lo=True)), "model": Opt(Str())}),
+    "cells": List(Obj({"trace": Str(), "policy": Str(), "batch_size": Int(1, 2**20), "output_tokens": Int(0, 2**40),
+                       "loaded": Opt(Bool()), "repeats": Opt(List(Obj({"tok_per_s": _RATE}))),
+                       "verdict": Opt(Obj({"predicted": _RATE}))}), lo=1)},
+    expected="a real/validate.py fidelity.json (an object of meta and cells)")
 
 LEGACY_PASS_POLICIES = ("adaptive", "hybrid-price")
+# the columns a table of recorded steps must carry to be refitted (profile steps) or re-priced (a cell's steps)
+PROFILE_COLUMNS = ("policy", "num_decode")  # what splitting the recorded steps into runs reads
+FIT_COLUMNS = ("draft_ms", "ngram_ms", "alloc_ms", "verify_ms", "sample_ms", "cpu_ms", "kv_tokens", "tokens",
+               "logit_rows", "num_seqs")  # and what the refit reads (real/validation/profile.py fit_step_parts, fit_verify)
+CELL_COLUMNS = ("tokens", "kv_tokens", "num_seqs", "logit_rows", "draft_ms", "num_decode", "step_ms", "verify_ms")
+
+
+def read_steps(path: Path, columns: tuple[str, ...]):
+    """A recorded table of steps (CSV) through the input layer (sim/infra/inputs.py: a regular file within the
+    table cap), with `columns` present and every column but `policy` a finite number >= 0; ConfigError naming
+    the file, the row and the column otherwise."""
+    import io
+
+    import pandas as pd
+
+    from sim.infra.inputs import TABLE, read_bytes
+
+    data = read_bytes(path, TABLE)
+    try:
+        df = pd.read_csv(io.BytesIO(data))
+    except (ValueError, pd.errors.ParserError, UnicodeError) as exc:  # EmptyDataError is a ValueError
+        raise ConfigError(f"{path}: not a CSV table of steps ({str(exc).splitlines()[0][:120]})") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ConfigError(f"{path}: column '{missing[0]}' is missing (a table of recorded steps has "
+                          f"{', '.join(columns)})")
+    if not len(df):
+        raise ConfigError(f"{path}: no steps recorded")
+    for c in df.columns:
+        if c == "policy":
+            continue
+        v = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~(np.isfinite(v) & (v >= 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ConfigError(f"{path}: row {i + 1}, column '{c}': expected a finite number >= 0, got "
+                              f"{str(df[c].iloc[i])[:40]!r}")
+    return df
 
 
 def _runs(df) -> list:
@@ -90,11 +138,9 @@ def profile_steps(path: Path, legacy_pass: tuple[str, ...], rebuild: tuple[Path,
     (reference, drafts) of the profile's slice, to rebuild the padded shapes of a recording made before the engine
     recorded them (module docstring): each run is re-simulated with the provisional cost at each candidate
     batch size, and the one whose steps equal the run's gives its shapes; a run none matches is a ConfigError."""
-    import pandas as pd
-
     from sim.core.cost.padded import SHAPE_COLUMNS
 
-    df = pd.read_csv(path)
+    df = read_steps(path, PROFILE_COLUMNS)
     # a legacy recording: the policies that always run the pass stand for it; when it holds none of them, every
     # step with draft time counts (the old rule, which mixes in the upkeep-only steps)
     infer = "draft_pass" not in df.columns and bool(set(df["policy"]) & set(legacy_pass))
@@ -153,8 +199,13 @@ def refit_table(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICI
     old = load_cost_table(table_path)
     m = re.search(r"at batch ([0-9, ]+) on", old.source)
     bss = tuple(int(x) for x in m.group(1).split(",")) if m else (1, 4, 16)
-    steps = profile_steps(Path(str(table_path) + ".steps.csv"), legacy_pass, rebuild, old.llm,
-                          int(old.vocab_size or 0), bss, run_dir if rebuild is None else Path(tempfile.mkdtemp()))
+    with temp_dir("hybridspec-reprice-") as work:  # the rebuild's scratch, removed whatever ends it
+        steps = profile_steps(Path(str(table_path) + ".steps.csv"), legacy_pass, rebuild, old.llm,
+                              int(old.vocab_size or 0), bss, run_dir if rebuild is None else work)
+    missing = [c for c in FIT_COLUMNS if steps and c not in steps[0]]
+    if missing:
+        raise ConfigError(f"{table_path}.steps.csv: column '{missing[0]}' is missing (a table of recorded steps has "
+                          f"{', '.join(PROFILE_COLUMNS + FIT_COLUMNS)})")
     if max_seqs is not None:
         steps = steps_up_to(steps, max_seqs)
     pols = sorted({s["policy"] for s in steps})
@@ -163,6 +214,11 @@ def refit_table(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICI
     return build_table(old.llm, verify, parts, dict(old.machine), int(old.kv_capacity_tokens or 10**9),
                        int(old.vocab_size or 0), old.source + "; refitted offline by real/validation/reprice.py",
                        gpu=old.gpu)
+
+
+def _cell_name(c: dict) -> str:
+    """A cell's directory name under its trace's cells/ (real/validation/pipeline/cells.py's form)."""
+    return f"{Path(c['trace']).stem}__{c['policy'].replace(':', '-')}__bs{c['batch_size']}"
 
 
 def reprice_cell(cell: dict, pred_steps, cost, shapes: np.ndarray | None = None) -> float:
@@ -188,19 +244,31 @@ def reprice(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICIES, 
             max_seqs: int | None = None) -> dict:
     """Every cell's recorded and re-priced prediction, error and verdict, and the summary of each. table_path: the
     table the run was priced with when not its own cost_table.json (real/validate.py --cost-table); max_seqs:
-    refit_table's."""
-    import pandas as pd
+    refit_table's. Its temporary files live in one temp_dir, removed on every exit."""
+    with temp_dir("hybridspec-reprice-") as scratch:
+        return _reprice(run_dir, legacy_pass, table_out, rebuild, table_path, max_seqs, scratch)
 
+
+def _reprice(run_dir: Path, legacy_pass: tuple[str, ...], table_out: Path | None, rebuild: tuple[Path, Path] | None,
+             table_path: Path | None, max_seqs: int | None, scratch: Path) -> dict:
     from sim.core.cost.padded import SHAPE_COLUMNS
     from sim.core.cost.profiled import ProfiledCost, write_cost_table
 
+    from real.validation.report import read_fidelity
+    from sim.infra.inputs import RECORD, check_regular, read_json
+
     fj = run_dir / "fidelity.json"
+    fid = read_fidelity(run_dir, REPRICE_SCHEMA)  # what re-pricing reads, checked (sim/infra/inputs.py)
+    unrepeated = [c for c in fid["cells"] if "verdict" not in c or "repeats" not in c]
+    if unrepeated:
+        raise ConfigError(f"{fj}: cell {_cell_name(unrepeated[0])} has no repeats or verdict: re-pricing needs a "
+                          "torch-engine run whose cells were repeated")
     table_path = table_path or run_dir / "cost_table.json"
-    for p in (fj, table_path, Path(str(table_path) + ".steps.csv")):
-        if not p.is_file():
+    for p in (table_path, Path(str(table_path) + ".steps.csv")):
+        if not p.exists():
             raise ConfigError(f"{p}: not found; give a real/validate.py --out directory whose table it profiled, "
                               "or --cost-table with the table it was given")
-    fid = json.loads(fj.read_text())
+        check_regular(p)  # a pipe or a device: one line naming it, never a read that blocks or never ends
     table = refit_table(run_dir, legacy_pass, rebuild, table_path, max_seqs)
     if table_out is not None:
         write_cost_table(table, table_out)
@@ -211,8 +279,7 @@ def reprice(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICIES, 
     u_p, dof = profile_uncertainty_of(table_path)  # the band as real/validation/validate.py forms it today
     padded_rec = None
     if cost.padded:  # the recorded table, marked padded: the simulator's replay then records each step's shape
-        padded_rec = _padded_table(json.loads(table_path.read_text()),
-                                   Path(tempfile.mkdtemp()) / "recorded_padded.json")
+        padded_rec = _padded_table(read_json(table_path, RECORD), scratch / "recorded_padded.json")
     rows = []
     by_trace: dict = {}  # the repeats' scatter pooled over each trace's cells, as real/validation/validate.py pools it
     for c in fid["cells"]:
@@ -221,12 +288,11 @@ def reprice(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICIES, 
             by_trace[c["trace"]].append([r["tok_per_s"] for r in c["repeats"]])
     pooled = {t: pooled_scatter(v) for t, v in by_trace.items()}
     for c in fid["cells"]:
-        trace = Path(c["trace"]).stem
-        cid = f"{trace}__{c['policy'].replace(':', '-')}__bs{c['batch_size']}"
+        trace, cid = Path(c["trace"]).stem, _cell_name(c)
         f = run_dir / trace / "cells" / cid / "steps_predicted.csv"
-        if not f.is_file():
+        if not f.exists():
             raise ConfigError(f"{f}: not found (cell {cid} of {fj})")
-        pred = pd.read_csv(f)
+        pred = read_steps(f, CELL_COLUMNS)
         shapes = None
         if padded_rec is not None:
             if set(SHAPE_COLUMNS) <= set(pred.columns):
@@ -238,6 +304,8 @@ def reprice(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICIES, 
                 if shapes is None:
                     raise ConfigError(f"{f}: the simulator's replay of {cid} no longer gives the recorded steps")
         t_new = reprice_cell(c, pred, cost, shapes)
+        if not (t_new > 0 and math.isfinite(t_new)):  # a table's prices are bounded (sim/core/cost/profiled.py)
+            raise ConfigError(f"{f}: the re-priced steps of {cid} take {t_new:g} s: nothing to divide by")
         tps = [r["tok_per_s"] for r in c["repeats"]]
         new = c["output_tokens"] / t_new
         v_old, v_new = c["verdict"], judge(tps, new, margin, bool(c.get("loaded")), pred_sd=u_p,
@@ -295,14 +363,14 @@ def build_profile_reference(out: Path) -> int:
     from real.validation.validate import write_drafts
     from real.validation.workload import Workload
 
-    out.mkdir(parents=True, exist_ok=True)
     ref, drafts = out / "reference.jsonl", out / "drafts.jsonl"
-    for q in (ref, drafts):
-        if q.exists():
-            raise ConfigError(f"{q}: exists; give an empty directory")
+    check_out_files(out, (ref.name, drafts.name), False, "--build-profile-reference",  # before minutes of work
+                    hint="they are never replaced: give an empty directory")
     wl = Workload.build(PROFILE_TRACE, "smollm2-135m", False, "cpu", **profile_slice(False), progress=True)
-    wl.write_trace(ref)
-    write_drafts(wl, drafts)
+    with temp_dir("hybridspec-reprice-") as d:  # written aside, then committed as one unit (never one alone)
+        wl.write_trace(d / ref.name)
+        write_drafts(wl, d / drafts.name)
+        write_files(out, {q.name: (d / q.name).read_bytes() for q in (ref, drafts)}, unit="profile-reference")
     print(f"wrote {ref} and {drafts}")
     return 0
 
@@ -315,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
                          "every decoding step (default adaptive,hybrid-price)")
     ap.add_argument("--cost-table", default=None, help="the table the run was given (real/validation/validate.py "
                     "--cost-table; default DIR/cost_table.json, the table the run profiled)")
-    ap.add_argument("--profile-max-seqs", type=int, default=None, metavar="N",
+    from sim.infra.cli import int_at_least
+
+    ap.add_argument("--profile-max-seqs", type=int_at_least(1), default=None, metavar="N",
                     help="refit from the profile steps with at most N sequences only: what a profile whose runs "
                          "never verified more together would have priced")
     ap.add_argument("--table-out", default=None, help="also write the refitted table here (JSON; never overwrites)")
@@ -338,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         for q in rebuild:
             if not q.is_file():
                 raise ConfigError(f"{q}: not found")
+    if a.table_out:
+        check_out_file(a.table_out, False, "--table-out", hint="it is never overwritten: choose another file")
     d = Path(a.run_dir)
     if not d.is_dir():
         raise ConfigError(f"{d}: not a directory")

@@ -44,8 +44,9 @@ from real.validation.fidelity_stats import DEFAULT_MARGIN, PROBE_REPEAT, abba_or
 from real.validation.machine_load import DEFAULT_LOAD_GUARD, LoadProbe
 from real.validation.pipeline.lossless import DEFAULT_TIE_EPSILON, compare_outputs
 from real.validation.options import ValidateOptions
-from sim.infra.cli import ArgumentParser, check_out_dir, finite_float
+from sim.infra.cli import SEED, ArgumentParser, check_out_dir, finite_float
 from sim.infra.errors import ConfigError
+from sim.infra.paths import shown
 from sim.core.drafters.registry import DEFAULT_DRAFTERS, parse_drafter_list
 from sim.core.models import llm_name
 
@@ -58,49 +59,70 @@ DEFAULT_REPEATS = 3  # real runs per cell (--repeat); --quick: 1
 # --grid: requests per trace, output tokens per request, repeats per cell (batch sizes and policies: the defaults)
 GRIDS = {"default": {"limit": 16, "max_tokens": 32, "repeat": DEFAULT_REPEATS},
          "big": {"limit": 32, "max_tokens": 128, "repeat": DEFAULT_REPEATS}}
-# the real engine's throughput by batch size on the 2-core CPU the default grid was measured on (SmolLM2-135M, fp32;
-# output tokens over wall seconds of all repeats of the two quiet default-grid runs, 21.8 / 35.4 / 47.6 and 20.0 /
-# 32.4 / 44.5, reports/fidelity-verdicts-3.md and -4.md in git history), for estimate_minutes; longer outputs run at longer
-# contexts, so a bigger grid's estimate is a lower bound
-ESTIMATE_TOK_PER_S = {1: 21.0, 4: 34.0, 16: 46.0}
+# The estimate's reference: the real engine's throughput by batch size and, timed in the same run, the speed probe's
+# forwards (real/validation/profile.py speed_probe), on a quiet 2-core AMD EPYC (SmolLM2-135M, fp32; `python
+# real/validate.py --trace traces/codeedit.jsonl --batch-size 1 --batch-size 4 --policy none --policy adaptive --policy
+# hybrid`, 3 repeats, other processes 0.01 cores; the median over the policies; it took 10.6 min, this estimate gives
+# 11.8). Batch 16 is batch 4's x 46 / 34, their ratio on the earlier quiet default-grid runs of a 2-core Xeon
+# (reports/fidelity-verdicts-3.md and -4.md in git history). A machine (or model) whose probe takes s times these
+# forwards is estimated s times slower; longer outputs run at longer contexts, so a bigger grid's estimate is a lower bound
+ESTIMATE_TOK_PER_S = {1: 13.5, 4: 20.2, 16: 27.3}
+ESTIMATE_PROBE_MS = {"1x1": 45.0, "1x8": 77.5, "4x2": 86.0}
 ESTIMATE_FILL = 0.8  # output tokens made over limit x max_tokens there (823 of 1024: requests that end early, and
 # codeedit has only 10 prompts of at most 512 tokens)
-ESTIMATE_PROBE_S = 1.4  # one speed probe after each repeat (and after each profile run)
 ESTIMATE_FIXED_S = 20.0  # the profile's microbenchmarks and decode grid
 
 
-def estimate_tok_per_s(batch_size: int) -> float:
-    """tok_per_s(b): ESTIMATE_TOK_PER_S interpolated in log b (clamped at its ends), output tokens per second."""
+def estimate_tok_per_s(batch_size: int, speed: float = 1.0) -> float:
+    """tok_per_s(b): ESTIMATE_TOK_PER_S interpolated in log b (clamped at its ends) over speed, output tokens per
+    second on a machine whose speed probe takes `speed` times ESTIMATE_PROBE_MS."""
     xs = sorted(ESTIMATE_TOK_PER_S)
-    return float(np.interp(math.log(batch_size), [math.log(x) for x in xs], [ESTIMATE_TOK_PER_S[x] for x in xs]))
+    return float(np.interp(math.log(batch_size), [math.log(x) for x in xs], [ESTIMATE_TOK_PER_S[x] for x in xs])) / speed
 
 
-def estimate_run_seconds(limit: int, max_tokens: int, batch_sizes: list[int]) -> list[float]:
-    """One real run's seconds at each batch size on the estimate's CPU: fill x limit x max_tokens / tok_per_s(b)
-    (a cell repeat; with real.validation.profile.profile_slice's limit and max_tokens, a profile run)."""
-    return [ESTIMATE_FILL * limit * max_tokens / estimate_tok_per_s(b) for b in batch_sizes]
+def estimate_probe_s(speed: float = 1.0) -> float:
+    """One interleaved speed probe's seconds: its 1 + 2 x PROBE_REPEAT forwards of each ESTIMATE_PROBE_MS shape."""
+    return (1 + 2 * PROBE_REPEAT) * sum(ESTIMATE_PROBE_MS.values()) * speed / 1000.0
+
+
+def machine_speed(probe: dict) -> float:
+    """s: this machine's speed probe (on the run's model) against ESTIMATE_PROBE_MS, the geometric mean of the shapes'
+    time ratios (> 1: slower than the estimate's reference); 1.0 when they share no shape."""
+    from real.validation.fidelity_stats import probe_ratio
+
+    return probe_ratio(probe, ESTIMATE_PROBE_MS) or 1.0
+
+
+def estimate_run_seconds(limit: int, max_tokens: int, batch_sizes: list[int], speed: float = 1.0) -> list[float]:
+    """One real run's seconds at each batch size: fill x limit x max_tokens / tok_per_s(b) (a cell repeat; with
+    real.validation.profile.profile_slice's limit and max_tokens, a profile run)."""
+    return [ESTIMATE_FILL * limit * max_tokens / estimate_tok_per_s(b, speed) for b in batch_sizes]
 
 
 def estimate_minutes(traces: int, limit: int, max_tokens: int, policies: int, bss: list[int], repeats: int,
-                     profile: dict | None) -> float:
-    """The wall time of a validation on the CPU ESTIMATE_TOK_PER_S was measured on, in minutes:
+                     profile: dict | None, speed: float = 1.0) -> float:
+    """The wall time of a validation, in minutes, on a machine whose speed probe takes `speed` times
+    ESTIMATE_PROBE_MS (machine_speed; 1: the reference's):
         cells      repeats x traces x policies x sum over batch sizes b of (fill x limit x max_tokens / tok_per_s(b)
                    + probe)
         reference  one greedy pass per trace, fill x limit x max_tokens at about tok_per_s(1)
         profile    (when it runs; profile: real.validation.profile.profile_slice's limit and max_tokens and its runs' repeats)
                    (repeats x policies + 1) runs over the batch sizes' mean, each followed by a probe, + fixed
-    tok_per_s(b) interpolates ESTIMATE_TOK_PER_S in log b. A lower bound for longer outputs (longer contexts).
-    On the default grid this gives 27 min against 25-27 measured (reports/fidelity-verdicts-3.md, -4.md in git history)."""
-    rate = estimate_tok_per_s
+    tok_per_s(b) = ESTIMATE_TOK_PER_S interpolated in log b, over speed; probe = estimate_probe_s(speed); every term
+    scales with speed. A lower bound for longer outputs (longer contexts)."""
+    rate = lambda b: estimate_tok_per_s(b, speed)  # noqa: E731
+    probe_s = estimate_probe_s(speed)
     tok = ESTIMATE_FILL * limit * max_tokens
-    cells_s = repeats * traces * policies * sum(tok / rate(b) + ESTIMATE_PROBE_S for b in bss)
+    cells_s = repeats * traces * policies * sum(tok / rate(b) + probe_s for b in bss)
     ref_s = traces * tok / rate(1)
     prof_s = 0.0
     if profile:
         ptok = ESTIMATE_FILL * profile["limit"] * profile["max_tokens"]
-        per_run = sum(ptok / rate(b) + ESTIMATE_PROBE_S for b in bss) / len(bss)
-        prof_s = (profile["repeats"] * policies * len(bss) + 1) * per_run + ESTIMATE_FIXED_S
+        per_run = sum(ptok / rate(b) + probe_s for b in bss) / len(bss)
+        prof_s = (profile["repeats"] * policies * len(bss) + 1) * per_run + ESTIMATE_FIXED_S * speed
     return (cells_s + ref_s + prof_s) / 60.0
+
+
 MAX_NUM_BATCHED_TOKENS = 512
 PREFLIGHT_COMMAND = "python -m real.machine_noise"  # the machine-noise preflight (real/validation/machine_noise.py)
 
@@ -127,13 +149,13 @@ def load_cached_cell(path: Path, settings: dict) -> dict | None:
     try:
         cell = json.loads(path.read_text())
     except (OSError, ValueError, UnicodeError) as e:
-        print(f"warning: {path}: unreadable cached cell ({type(e).__name__}); recomputing it", file=sys.stderr)
+        print(f"warning: {shown(path)}: unreadable cached cell ({type(e).__name__}); recomputing it", file=sys.stderr)
         return None
     have = cell.get("settings") if isinstance(cell, dict) else None
     if have != settings:
         diff = (", ".join(sorted(k for k in settings if have.get(k) != settings[k])) or "other keys")\
             if isinstance(have, dict) else "none recorded"
-        print(f"warning: {path}: cached with other settings ({diff}); recomputing it", file=sys.stderr)
+        print(f"warning: {shown(path)}: cached with other settings ({diff}); recomputing it", file=sys.stderr)
         return None
     return cell
 
@@ -362,7 +384,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
     pred_unc = profile_uncertainty_of(table)  # (u_p, dof): the table's own uncertainty, in every cell's band
     table_loaded = bool(rec and rec.get("loaded"))
     if table_loaded:
-        print(f"warning: {table} was profiled under load (others used {rec['others_cores']:.2f} cores): every "
+        print(f"warning: {shown(table)} was profiled under load (others used {rec['others_cores']:.2f} cores): every "
               "cell's prediction carries that contention, so every verdict is inconclusive; profile again on a "
               "quiet machine (delete the table or pass another --out)", file=sys.stderr)
     keys = [(pol, bs) for bs in bss for pol in policies]  # policies side by side within a batch size
@@ -384,8 +406,9 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
             write_output(cdir / f"steps_real.r{r}.csv", got.pop("steps_csv"))
             write_output(cf, json.dumps(got) + "\n")
             rec = got["load"]
-            print(f"{Path(wl.trace).stem:10s} {pol:16s} bs={bs:<3d} repeat {r + 1}/{repeats}  real "
-                  f"{got['tok_per_s']:8.1f} tok/s  lossless {got['lossless'] and got['outputs_equal_reference']}  "
+            # its seconds, not its tok/s: the cell's one real figure is the line below, after every repeat
+            print(f"{Path(wl.trace).stem:10s} {pol:16s} bs={bs:<3d} repeat {r + 1}/{repeats}  ran "
+                  f"{got['wall_s']:6.1f} s  lossless {got['lossless'] and got['outputs_equal_reference']}  "
                   f"others {rec['others_cores'] if rec['others_cores'] is None else round(rec['others_cores'], 2)} "
                   f"cores", file=sys.stderr)
             if rec["loaded"]:
@@ -425,7 +448,7 @@ def measure_trace(wl, t_dir: Path, table: Path, policies: list[str], bss: list[i
         c["settings"] = settings
         write_output(t_dir / "cells" / f"{cid}.json", json.dumps(c) + "\n")
         v = c["verdict"]
-        at = f" at the profile's speed (machine {v['speed']:.3f}x)" if v.get("anchored") else ""
+        at = f" at the profile's speed (q {v['speed']:.3f})" if v.get("anchored") else ""
         print(f"{Path(wl.trace).stem:10s} {pol:16s} bs={bs:<3d} real {v['real']:8.1f} tok/s{at} (median of {v['repeats']}) "
               f"predicted {v['predicted']:8.1f}  error {100 * v['error']:+5.1f}%  {v['verdict']}"
               f"{' (load)' if c['loaded'] else ''}", file=sys.stderr)
@@ -497,13 +520,11 @@ def validate(a: ValidateOptions) -> int:
 
     prof_est = None if a.cost_table or (out / "cost_table.json").is_file() else \
         dict(profile_slice(a.quick, bss), repeats=profile_repeats(a.quick))
-    est = estimate_minutes(len(traces), limit, max_tokens, len(policies), bss, repeats, prof_est)
     print(f"{'--quick' if a.quick else '--grid ' + a.grid}: {len(traces)} trace(s) x {len(policies)} policies x batch "
-          f"{', '.join(map(str, bss))}, {limit} requests x {max_tokens} tokens, {repeats} repeat(s): estimated "
-          f"{est:.0f} min ({est / 60:.1f} h) on a quiet 2-core CPU like the one measured (real/validation/validate.py "
-          f"estimate_minutes; cells already cached under --out are not re-run)", file=sys.stderr)
+          f"{', '.join(map(str, bss))}, {limit} requests x {max_tokens} tokens, {repeats} repeat(s); its time is "
+          f"estimated once the model has loaded, from a probe of this machine's speed", file=sys.stderr)
     t_start = time.perf_counter()
-    cells, table_path, machine = [], None, {}
+    cells, table_path, machine, est = [], None, {}, None
     speed_probes, anchors = {}, {}
     for trace in traces:
         t_dir = out / Path(trace).stem
@@ -512,6 +533,12 @@ def validate(a: ValidateOptions) -> int:
                             max_tokens=max_tokens, max_prompt=max_prompt, progress=True,
                             drafter=None if a.drafter == "none" else a.drafter)
         machine = machine_info(wl.device, wl.dtype, wl.model_label)
+        if est is None:  # once, on the first model loaded: the machine's speed now, not a fixed figure
+            speed = machine_speed(speed_probe_of(wl, bss, repeat=PROBE_REPEAT))
+            est = estimate_minutes(len(traces), limit, max_tokens, len(policies), bss, repeats, prof_est, speed)
+            print(f"estimated {est:.0f} min ({est / 60:.1f} h): this machine's forwards take {speed:.2f}x the "
+                  f"estimate's reference now (real/validation/validate.py estimate_minutes; cells already cached under "
+                  f"--out are not re-run)", file=sys.stderr)
         if a.quick and table_path is None:  # once, when the inputs have passed their checks and the work starts
             print(f"note: {QUICK_NOTE}", file=sys.stderr)
         if table_path is None:
@@ -520,14 +547,14 @@ def validate(a: ValidateOptions) -> int:
             else:
                 table_path = out / "cost_table.json"
                 if not table_path.exists():
-                    print(f"profiling this machine -> {table_path}", file=sys.stderr)
+                    print(f"profiling this machine -> {shown(table_path)}", file=sys.stderr)
                     profile(a.model, a.random_weights, a.device, policies, sorted(set(bss)), a.quick, table_path,
                             progress=True)
             diff = check_machine(load_cost_table(table_path), machine)
             if diff:
                 if not a.allow_other_machine:
-                    raise ConfigError(f"{table_path}: {diff}; profile here (omit --cost-table) or pass --allow-other-machine")
-                print(f"warning: {table_path}: {diff}", file=sys.stderr)
+                    raise ConfigError(f"{shown(table_path)}: {diff}; profile here (omit --cost-table) or pass --allow-other-machine")
+                print(f"warning: {shown(table_path)}: {diff}", file=sys.stderr)
                 machine["table_from_other_machine"] = diff
         settings = cell_settings(a, trace, table_path, limit, max_tokens, max_prompt)
         ref = t_dir / "reference.jsonl"
@@ -538,7 +565,7 @@ def validate(a: ValidateOptions) -> int:
         cells += got
     meta = {"command": "python real/validate.py " + " ".join(a.argv), "machine": machine, "model": a.model,
             "mode": "random weights, teacher forced" if a.random_weights else "real weights (GGUF), greedy",
-            "max_tokens": max_tokens, "max_prompt": max_prompt, "cost_table": str(table_path),
+            "max_tokens": max_tokens, "max_prompt": max_prompt, "cost_table": shown(table_path),
             "repeats": repeats, "margin": a.margin / 100.0, "load_guard": a.load_guard, "quick": bool(a.quick),
             "speed_probes": speed_probes, "anchors": anchors,
             "drafter_note": ("The model drafter is the project's trained drafter (" + str(a.drafter) + "), live in the "
@@ -549,9 +576,9 @@ def validate(a: ValidateOptions) -> int:
     meta["wall_minutes"] = (time.perf_counter() - t_start) / 60.0
     meta["grid"] = "quick" if a.quick else a.grid
     agg = write_reports(out, cells, meta, plotly=a.plotly)
-    print(f"median error {100 * agg['median_error']:.2f}%  max {100 * agg['max_error']:.2f}%  "
-          f"median step-time error {100 * agg['median_step_error']:.2f}%  lossless {agg['all_lossless']}  "
-          f"-> {out / 'fidelity.md'}")
+    print(f"median |error| {100 * agg['median_error']:.2f}%  max {100 * agg['max_error']:.2f}%  "
+          f"median step-time |error| {100 * agg['median_step_error']:.2f}%  lossless {agg['all_lossless']}  "
+          f"-> {shown(out / 'fidelity.md')}")
     for line in verdict_lines(agg, a.quick):
         print(line)
     print(f"took {meta['wall_minutes']:.1f} min (estimated {est:.0f})"
@@ -580,10 +607,10 @@ def parse_args(argv):
     runs.add_argument("--batch-size", action="append", type=int,
                       help="max running requests (repeatable; default 1 4 16; vllm 1 8 32, on CPU 1 4 8)")
     runs.add_argument("--grid", default="default", choices=sorted(GRIDS),
-                      help="torch engine: default (16 requests x 32 tokens, 3 repeats; estimated 29 min here, 47 min on the "
-                      "last quiet run) or big (32 requests x 128 tokens, 3 repeats, batch 1 4 16: estimated at least "
-                      "2.9 h, about 3.5-4 h from measured throughputs: docs/real.md); --limit, --max-tokens and "
-                      "--repeat override")
+                      help="torch engine: default (16 requests x 32 tokens, 3 repeats; under an hour on a quiet 2-core "
+                      "CPU) or big (32 requests x 128 tokens, 3 repeats, batch 1 4 16: hours); the run prints its "
+                      "estimate, from a probe of this machine's speed, once the model has loaded; --limit, --max-tokens "
+                      "and --repeat override")
     runs.add_argument("--quick", action="store_true", help="checks the pipeline, not fidelity. torch: none and "
                       "hybrid, 3 requests x 16 tokens, batch 1 and 4, one repeat; vllm: 8 requests x 64 tokens, "
                       "batch 1 and 8, a short profile")
@@ -597,7 +624,7 @@ def parse_args(argv):
     wl.add_argument("--max-prompt", type=int, default=None,
                     help="keep requests whose prompt has at most this many tokens (default 512; vllm 4096; vllm on "
                          "CPU 800)")
-    wl.add_argument("--seed", type=int, default=0, help="seed of the synthetic drafter's draws (default 0)")
+    wl.add_argument("--seed", type=SEED, default=0, help="seed of the synthetic drafter's draws (default 0)")
     hw = ap.add_argument_group("model and hardware (torch engine)")
     hw.add_argument("--model", default="smollm2-135m", type=llm_name,
                     help="a models/llms name or its Hugging Face id, as in sim.api.run (real weights: smollm2-135m, "

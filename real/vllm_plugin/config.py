@@ -29,8 +29,7 @@ from sim.core.drafters.calibration import DEFAULT_CALIBRATOR, calibrator_path
 from sim.core.drafters.ngram import NgramConfig
 from sim.infra.errors import ConfigError
 from sim.core.policies.hybrid import DEFAULT_METHOD, MAX_SLOTS, METHODS, NGRAM_MARGIN  # noqa: F401 (MAX_SLOTS: the plugin's bound)
-
-ADDITIONAL_CONFIG_KEY = "hybrid_spec"
+from sim.core.vllm import ADDITIONAL_CONFIG_KEY  # noqa: F401 (defined beside the flags that carry it)
 SUPPORTED_VLLM = "0.33"  # major.minor the plugin is written against (vllm==0.33.x)
 
 _NG = NgramConfig()

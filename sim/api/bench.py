@@ -301,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     check_args(a, traces, policies)  # before any worker starts
     drafters = None if a.drafters is None else parse_drafter_list(a.drafters)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
-    tmp = Path(tempfile.mkdtemp(prefix="hybridspec-bench-"))
     workers = {"after": Worker(REPO, "after")}
+    tmp = Path(tempfile.mkdtemp(prefix="hybridspec-bench-"))  # removed in the finally below, whatever ends the run
     base = None
     try:
         if a.against != "none":

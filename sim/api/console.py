@@ -14,9 +14,13 @@ import math
 import sys
 from pathlib import Path
 
+from typing import Callable
+
 from sim.infra.errors import ConfigError
+from sim.core.deploy import DEPLOYABLE, PLUGIN_INSTALL, TIERS, Deployment, serve_flags, tier
 from sim.core.metrics import LATENCIES, PERCENTILES
 from sim.core.policies import get_policy
+from sim.core.vllm import DEFAULT_VLLM_VERSION
 
 FORMATS = ("table", "csv", "json", "vllm")
 FORMAT_HELP = ("table: the narrow table and a verdict per batch size; csv, json: every metric of every run "
@@ -72,56 +76,121 @@ ARRIVALS_NOTE = ("note: all requests arrive at t = 0 (the trace has no arrival t
                  "gives Poisson arrivals")
 
 
-def not_deployable(policy: str) -> str | None:
-    """Why `policy` cannot be deployed as it is simulated, or None if it can: a tree policy needs tree attention
-    (verifying two chains as branches; vLLM verifies one chain per request), a policy that reads the true accepted
-    lengths (the per-step oracle) is an upper bound, not something a server can run."""
+def _policy(name: str, drafters: str | None = None):
+    """The registered policy behind a row's name (None where the name no longer parses)."""
     try:
-        pol = get_policy(policy)
+        return get_policy(name, tuple(str(drafters).split(","))) if drafters else get_policy(name)
     except ConfigError:
         return None
-    if pol.needs_truth:
-        return "upper bound"
-    if pol.tree:
-        return "needs tree attention"
-    return None
 
 
-def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", group: tuple[str, ...] = ()) -> list[str]:
-    """One line per batch size (and per `group` setup): the fastest deployable policy against the baseline
-    (one chain per request, no tree attention, no oracle: not_deployable), the deployable runner-up, and any
-    faster policy that cannot be deployed, named as such (the per-step oracle always, as an upper bound).
-    baseline None (no baseline ran): ranked by output throughput instead."""
+def not_deployable(policy: str) -> str | None:
+    """Why `policy` cannot be served as it is simulated (needs tree attention, an upper bound), or None if it can
+    (in vLLM as released, with the plugin, or after engine changes: sim.core.deploy.tier says which)."""
+    pol = _policy(policy)
+    t = "vllm" if pol is None else tier(pol)
+    return TIERS[t] if t in ("tree", "bound") else None
+
+
+ARRIVAL_BOUND_SLACK = 0.05  # a run that ends within 5% of its duration after the last arrival kept up with them
+
+
+def arrival_bound(row: dict) -> bool:
+    """Whether the run's output throughput is what the arrivals offered, not what the engine can do: requests
+    arrived over time (not all at t = 0) and the run ended within 5% of its duration after the last arrival
+    (no backlog was left to drain: its throughput is the offered load)."""
+    last, dur = _num(row.get("last_arrival_s")), _num(row.get("duration"))
+    if row.get("arrivals") in (None, ARRIVALS_AT_ZERO) or last is None or dur is None or not last > 0:
+        return False
+    return dur - last <= ARRIVAL_BOUND_SLACK * dur
+
+
+def _ranking(rs: list[dict], baseline: str | None) -> tuple[str, bool, Callable]:
+    """(the key rows are ranked by, whether a smaller value is better, how a value is written). Throughput
+    (its ratio to the baseline when one ran), or median TPOT when the fastest runs kept up with the arrivals
+    (arrival_bound): their throughput is then the offered load and the latency is what speculation changes."""
+    top = max(rs, key=lambda r: _num(r.get("output_throughput_tok_s")) or 0.0)
+    if arrival_bound(top):
+        return "median_tpot_ms", True, lambda v: f"TPOT {v:.2f} ms"
+    if baseline:
+        return "speedup_vs_baseline", False, lambda v: f"{v:.3f}x {baseline}"
+    return "output_throughput_tok_s", False, lambda v: f"{v:,.0f} tok/s"
+
+
+def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", group: tuple[str, ...] = (),
+             deployment: Deployment | None = None) -> list[str]:
+    """Per batch size (and per `group` setup): the recommendation -- the fastest setup a user can serve (in vLLM as
+    released or with the plugin: sim.core.deploy's tiers) -- with the `vllm serve` line that runs it when
+    `deployment` is given, the runner-up and the margin, whether speculation beats none there, the best setup in
+    vLLM as released when the plugin's wins, and the faster setups that are simulated only, need tree attention
+    or bound the rest (the per-step oracle always). Ranked by throughput, or by median TPOT where it is
+    arrival-bound (_ranking)."""
     keyf = lambda r: tuple(r.get(k) for k in group) + (r.get("batch_size"),)  # noqa: E731
-    key_v = "speedup_vs_baseline" if baseline else "output_throughput_tok_s"
-    fmt = (lambda v: f"{v:.3f}x") if baseline else (lambda v: f"{v:,.0f} tok/s")  # noqa: E731
+    version = deployment.version if deployment else DEFAULT_VLLM_VERSION
     out = []
     for key in dict.fromkeys(keyf(r) for r in rows):
-        rs = [r for r in rows if keyf(r) == key and _num(r.get(key_v)) is not None]
         label = " ".join(Path(str(v)).stem if k == "trace" else f"{k}={v}" for k, v in zip(group, key[:-1]))
         head = f"{label + ', ' if label else ''}batch {key[-1]}: "
-        ranked = sorted(rs, key=lambda r: -r[key_v])
-        why = {r["policy"]: not_deployable(r["policy"]) for r in ranked}
-        pols = [r for r in ranked if why[r["policy"]] is None]
-        if not pols:
-            out.append(head + (f"no deployable run beside the baseline '{baseline}' finished" if baseline
-                               else "no deployable run finished"))
+        group_rows = [r for r in rows if keyf(r) == key]
+        k_v, lower, fmt = _ranking(group_rows, baseline)
+        rs = sorted((r for r in group_rows if _num(r.get(k_v)) is not None),
+                    key=lambda r: r[k_v] if lower else -r[k_v])
+        tiers = {r["policy"]: (lambda p: "vllm" if p is None else tier(p))(_policy(r["policy"], r.get("drafters")))
+                 for r in rs}
+        served = [r for r in rs if tiers[r["policy"]] in DEPLOYABLE]
+        name = lambda t: TIERS[t].format(version=version)  # noqa: E731
+        if k_v == "median_tpot_ms":
+            bound = [r for r in group_rows if arrival_bound(r)]
+            tput = [r["output_throughput_tok_s"] for r in bound]
+            out.append(head + f"throughput is arrival-bound ({min(tput):,.0f}-{max(tput):,.0f} tok/s for the "
+                       f"{len(bound)} setups that keep up): ranked by median TPOT, lower is better (TTFT and E2EL: --format json)")
+        if not served:
+            out.append(head + "no setup a server can run finished")
             continue
-        best = pols[0]
-        line = head + f"{best['policy']} is the fastest deployable policy, {fmt(best[key_v])}" + (f" {baseline}" if baseline else "")
-        if best["policy"] == baseline:
-            line = head + f"the baseline {baseline} is the fastest deployable policy"
-        if len(pols) > 1:
-            nxt = pols[1]
-            line += f"; next {nxt['policy']} {fmt(nxt[key_v])}"
-        beyond = [r for r in ranked if why[r["policy"]] is not None
-                  and (r[key_v] > best[key_v] or r["policy"] == oracle)]
-        if beyond:
-            line += "; not deployable: " + ", ".join(
-                f"{'per-step oracle' if r['policy'] == oracle else r['policy']} {fmt(r[key_v])} ({why[r['policy']]})"
-                for r in beyond)
+        best = served[0]
+        gain = lambda a, b: (b[k_v] / a[k_v] if lower else a[k_v] / b[k_v]) - 1.0  # noqa: E731
+        line = head + f"recommended {best['policy']}, {fmt(best[k_v])}, {name(tiers[best['policy']])}"
+        none_row = next((r for r in rs if r["policy"] == "none"), None)
+        if best["policy"] == "none":
+            line += "; speculation does not pay here: serve without --speculative-config"
+        elif none_row is not None:
+            line += f"; speculation pays: {1 + gain(best, none_row):.2f}x none"
+        if len(served) > 1:
+            nxt = served[1]
+            line += f"; runner-up {nxt['policy']} {fmt(nxt[k_v])} (margin {100 * gain(best, nxt):.1f}%)"
+        elif len(rs) == 1:
+            line += " (the only setup run: nothing to rank it against)"
         out.append(line)
+        if deployment is not None:
+            out.append(_flags_line(best, deployment))
+        if tiers[best["policy"]] == "plugin":
+            out.append("  the plugin: " + PLUGIN_INSTALL)
+            today = next((r for r in served if tiers[r["policy"]] == "vllm"), None)
+            if today is not None:
+                out.append(f"  best {name('vllm')}: {today['policy']} {fmt(today[k_v])} "
+                           f"(margin {100 * gain(best, today):.1f}%)")
+                if deployment is not None:
+                    out.append(_flags_line(today, deployment))
+        others = []
+        for t in ("engine", "tree", "bound"):
+            faster = [r for r in rs if tiers[r["policy"]] == t
+                      and (gain(r, best) > 0 or r["policy"] == oracle)]
+            if faster:
+                others.append(f"{name(t)}: " + ", ".join(
+                    f"{'per-step oracle' if r['policy'] == oracle else r['policy']} {fmt(r[k_v])}" for r in faster))
+        if others:
+            out.append("  faster, not servable as is: " + "; ".join(others))
     return out
+
+
+def _flags_line(row: dict, dep: Deployment) -> str:
+    pol = _policy(row["policy"], row.get("drafters"))
+    if pol is None:
+        return f"  {row['policy']}: no flags (not a registered policy)"
+    line, why = serve_flags(pol, dep, int(row["batch_size"]))
+    if line is None:
+        return f"  {row['policy']}: no flags: {why}"
+    return "    " + line + (f"  (note: {why})" if why else "")
 
 
 def format_csv(rows: list[dict]) -> str:
@@ -202,7 +271,7 @@ def _positions(v) -> list[float]:
 
 
 def emit(rows: list[dict], fmt: str, baseline: str | None, header: str | None = None, lead: list[tuple[str, str]] = (),
-         group: tuple[str, ...] = (), stream=None) -> None:
+         group: tuple[str, ...] = (), stream=None, deployment: Deployment | None = None) -> None:
     """Print `rows` in `fmt` to stdout: table (header line, table, note, verdicts), csv, json or vllm."""
     stream = stream or sys.stdout
     if fmt == "csv":
@@ -218,5 +287,5 @@ def emit(rows: list[dict], fmt: str, baseline: str | None, header: str | None = 
         print(TABLE_NOTE, file=stream)
         if any(r.get("arrivals") == ARRIVALS_AT_ZERO for r in rows):
             print(ARRIVALS_NOTE, file=stream)
-        for line in verdicts(rows, baseline, group=group):
+        for line in verdicts(rows, baseline, group=group, deployment=deployment):
             print(line, file=stream)

@@ -30,7 +30,7 @@ import sys
 
 import torch
 
-from sim.infra.cli import ArgumentParser, int_at_least
+from sim.infra.cli import SEED, ArgumentParser, int_at_least
 from sim.core.drafters.registry import live_drafters
 from sim.engine.engine import Engine, EngineConfig
 from sim.infra.errors import ConfigError
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--trace", action="append", help="trace(s) (default: traces/codeedit.jsonl traces/chat.jsonl)")
     ap.add_argument("--batch-size", action="append", type=int_at_least(1), help="(default: 1 4 32 128 256)")
     ap.add_argument("--sample", type=int_at_least(1), default=None, help="requests sampled per trace (default: all)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=SEED, default=0, help="seed of the sample and the drafters' draws (default 0)")
     ap.add_argument("--targets-only", action="store_true",
                     help="skip the runs the targets do not need (three-drafter hybrid-price and oracle)")
     ap.add_argument("--recal", type=float, action="append", metavar="K",

@@ -66,7 +66,6 @@ checked before any work) to models/drafters/NAME.json, NAME = --name or fitted-<
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
@@ -74,7 +73,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.infra.cli import write_whole
+from sim.infra.cli import ArgumentParser, check_out_file, write_whole
 from sim.core.drafters import model as model_mod
 from sim.core.drafters.calibration import NgramCalibrator, auc, ece
 from sim.core.drafters.model import (MODELS_DIR, ModelChains, ModelDrafterProfile, load_drafter_profile,
@@ -215,8 +214,7 @@ def write_profile(profile_name: str, fitted: dict, limit: int | None) -> Path:
     raw["copy_prior_edges"] = list(load_drafter_profile(profile_name).copy_prior_edges)
     raw["copy_prior"] = [list(r) for r in fitted["copy_prior"]]
     raw["source"] = SOURCE.format(limit=limit, q0=fitted["q1"][0], q1=fitted["q1"][1], sigma=fitted["sigma"])
-    path.write_text(json.dumps(raw, indent=2) + "\n")
-    return path
+    return write_whole(path, json.dumps(raw, indent=2) + "\n", overwrite=True)  # whole or not at all
 
 
 # ------------------------------------------------------------------------------ fit to recorded drafts
@@ -439,7 +437,7 @@ def _print_from_drafts(r: dict, drafts: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.fit_profile", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m sim.fit_profile", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="dspark-qwen3-b7",
                     help="the profile to refit (--write), or the base profile of --from-drafts")
     ap.add_argument("--limit", type=int, default=None,
@@ -467,8 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.block is not None and not 1 <= a.block <= 64:
             raise ConfigError(f"--block must be in 1..64, got {a.block}")
         path, name = _out_path(a.from_drafts, a.name, a.out)
-        if path.exists() and not a.force:  # before any work
-            raise ConfigError(f"{path} already exists; pass --force to replace it")
+        check_out_file(path, a.force, "--out")  # before any work; a tracked profile only when --out names it
         r = from_drafts(a.from_drafts, a.trace, a.profile, a.block, a.limit, path, name, a.force)
         _print_from_drafts(r, a.from_drafts)
         return 0
@@ -478,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"{', '.join(extra)} only go with --from-drafts FILE")
     limit = a.limit or 300
     if a.write:
+        check_out_file(MODELS_DIR / f"{a.profile}.json", True, "--write")  # --write names the profile file
         fitted = fit(a.profile, limit)
         print(f"wrote {write_profile(a.profile, fitted, limit)}: q1 = {list(fitted['q1'])}, sigma = {fitted['sigma']}")
     print(f"{'trace':<24}{'role':>7}{'tau':>7}{'published':>11}{'AUC':>7}{'ECE':>7}  conditional acceptance by depth")

@@ -17,7 +17,6 @@ Every generator is seeded (--seed): the same flags write the same bytes.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.infra.cli import SEED
 from sim.infra.errors import ConfigError
 
 MAX_LEN = 16384  # tokens: the longest request or response kept (BurstGPT's longest responses are ~12.5k)
@@ -69,8 +69,9 @@ class _writer:
     """A file written whole or not at all (a temporary sibling renamed into place); refuses to overwrite."""
 
     def __init__(self, path: Path):
-        if path.exists():
-            raise ConfigError(f"{path} exists; remove it or choose another -o")
+        from sim.infra.cli import check_out_file
+
+        check_out_file(path, False, "-o", hint="remove it or choose another -o")  # and claimed against a second writer
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path, self.tmp = path, path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
@@ -111,18 +112,20 @@ def measure(trace: str, policy: str, batch: int, extra: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.memory_bench", description=__doc__.split("\n\n")[0])
+    from sim.infra.cli import ArgumentParser
+
+    ap = ArgumentParser(prog="python -m sim.memory_bench", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("gen-burst", help="length-only BurstGPT-like trace")
     g.add_argument("--requests", type=int, default=1_000_000)
     g.add_argument("--rate", type=float, default=40.0, help="mean arrivals per second")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=SEED, default=0)
     g.add_argument("-o", "--out", type=Path, required=True)
     t = sub.add_parser("gen-text", help="token trace with fixed prompt and output lengths")
     t.add_argument("--requests", type=int, default=20_000)
     t.add_argument("--prompt", type=int, default=1000)
     t.add_argument("--output", type=int, default=2000)
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=SEED, default=0)
     t.add_argument("-o", "--out", type=Path, required=True)
     r = sub.add_parser("run", help="peak RSS of one sim.api.run")
     r.add_argument("trace")

@@ -1,14 +1,13 @@
 """HTML reports (plotly) of simulated runs: throughput per policy, speedup, step-time breakdown."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sim.infra.errors import ConfigError
+from sim.infra.inputs import Bool, List, Num, Obj, Opt, Str
 from sim.infra.html_page import downsample, figure_div, heading, page, write_page
 from sim.core.metrics import BREAKDOWN
 from sim.infra.plot_style import part_color, policy_colors, ratio_colors, style
@@ -152,12 +151,19 @@ def load_sweep(path) -> tuple["pd.DataFrame", "pd.DataFrame"]:
         raise ConfigError(f"{path}: a results table is a .csv or .parquet file")
 
     df = read_table(p)
-    need = {"policy", "batch_size", "trace", "status", "output_throughput_tok_s"}
+    from sim.core.metrics import BREAKDOWN
+
+    # the columns the figures and tables read: present, and numbers where they are numbers (python -m sim.sweep
+    # writes them all; a table missing one is refused here, not met as a KeyError halfway through the figures)
+    numeric = ("batch_size", "output_throughput_tok_s", "speedup_vs_baseline", "mean_step_ms", "seed", "ngram_k",
+               "requests", "output_tokens", "mean_tokens_per_step", "ngram_share_verified", "ngram_share_accepted",
+               *(f"share_{k.removesuffix('_ms')}" for k in BREAKDOWN))
+    need = {"policy", "trace", "status", "model", "gpu", "cost", "drafter", *numeric}
     if not need <= set(df.columns):
         raise ConfigError(f"{p}: not a sweep results table (missing {', '.join(sorted(need - set(df.columns)))})")
     if not len(df):
         raise ConfigError(f"{p}: the results table has no rows (an interrupted sweep? rerun it to resume)")
-    for col in ("batch_size", "output_throughput_tok_s"):
+    for col in numeric:
         if not pd.api.types.is_numeric_dtype(df[col]):
             bad = df[col][pd.to_numeric(df[col], errors="coerce").isna() & df[col].notna()]
             raise ConfigError(f"{p}: column {col} must hold numbers, got {str(bad.iloc[0])[:40]!r}"
@@ -507,6 +513,36 @@ def _best_single(t, b):
     return best, vals[best]
 
 
+def serve_table(t, drafters: str | None) -> str:
+    """What to serve per batch size (sim/core/deploy.py's tiers, as sim.run's verdict ranks them): the fastest
+    setup that runs in vLLM as released or with the plugin, the best in vLLM as released, the fastest
+    simulated-only design, and speculation's gain over `none`; ratios over adaptive. `t`: throughput by batch
+    size x policy."""
+    from sim.core.deploy import DEPLOYABLE, tier
+    from sim.core.policies import get_policy
+
+    names = tuple(str(drafters).split(",")) if drafters else None
+    tiers = {p: tier(get_policy(p, names) if names else get_policy(p)) for p in t.columns}
+    rows = []
+    for b in t.index:
+        base = t.at[b, BASE] if BASE in t else float("nan")
+        ok = {p: t.at[b, p] for p in t.columns if not np.isnan(t.at[b, p])}
+
+        def best(tset):
+            cand = {p: v for p, v in ok.items() if tiers[p] in tset}
+            return (max(cand, key=cand.get), max(cand.values())) if cand else (None, float("nan"))
+
+        rec, rv = best(DEPLOYABLE)
+        today, tv = best(("vllm",))
+        design, dv = best(("engine",))
+        none = ok.get("none")
+        rows.append([str(b), rec or "-", _fmt(rv / base, "{:.3f}"), "plugin" if tiers.get(rec) == "plugin" else
+                     "vLLM", today or "-", _fmt(tv / base, "{:.3f}"), design or "-", _fmt(dv / base, "{:.3f}"),
+                     _fmt(rv / none if none else None, "{:.2f}")])
+    return _md_table(["batch size", "recommended", "/ adaptive", "runs in", "best in vLLM as released",
+                      "/ adaptive", "best simulated-only design", "/ adaptive", "recommended / none"], rows)
+
+
 def anchor_lines(anchors: list[dict] | None, trace_stem: str) -> list[str]:
     """The anchors' errors (reports/anchors.json, written by python -m sim.anchors) that bear on a code-editing
     trace's headline: PR 24344's Blazedit n-gram figures on that trace, and the step-cost anchor (PR 32374)."""
@@ -569,6 +605,8 @@ def paper_md(df, command: str | None = None, anchors: list[dict] | None = None) 
             hyb = _hybrid_name(g)
             out += [f"## {title} ({name})", "", _setup_line(g), ""] + anchor_lines(anchors, key)
             t = g.pivot_table(index="batch_size", columns="policy", values="output_throughput_tok_s", aggfunc="first")
+            out += ["What to serve (the verdict of `python -m sim.run`; `vllm serve` flags: its output):", "",
+                    serve_table(t, g.iloc[0].get("drafters")), ""]
             r_o = _ratio_table(g, ORACLE, BASE)
             r_s = _ratio_table(g, hyb, BASE, "steady_throughput_tok_s") if hyb else None
             rows = []
@@ -615,13 +653,37 @@ PAPER_COMMAND = ("python -m sim.sweep --preset paper --out out/paper && "
 REPORT_FILES = ("index.html", "tables.md", "paper.md")
 
 
+# python -m sim.anchors' anchors.json (sim/api/anchors.py), as far as paper_md reads it; a damaged or hand-made file
+# is refused in one line naming the field (sim/infra/inputs.py)
+ANCHORS_SCHEMA = List(Obj({"anchor": Str(), "metric": Str(), "published": Num(), "simulated": Num(), "error": Num(),
+                           "tolerance": Num(lo=0), "within": Bool(), "tolerance_kind": Opt(Str(("absolute", "relative"))),
+                           "fitted": Opt(Bool())}))
+
+
+def read_anchors(out_dir) -> list[dict] | None:
+    """out_dir/anchors.json (python -m sim.anchors' figures, shown beside the headline), checked against
+    ANCHORS_SCHEMA; None when there is none."""
+    from sim.infra.errors import ConfigError
+    from sim.infra.inputs import CONFIG, read_json
+
+    f = Path(out_dir) / "anchors.json"
+    if not f.exists():
+        return None
+    try:
+        return read_json(f, CONFIG, ANCHORS_SCHEMA)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (rerun python -m sim.anchors, or remove it)") from None
+
+
 def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND, plotly: str = "inline") -> list[Path]:
     """index.html (sim/infra/html_page.py: renders offline; plotly.js inlined once, or with plotly="shared" one
-    copy beside it), tables.md and paper.md in out_dir, all rendered first, then each written whole (a temporary
-    sibling renamed into place)."""
-    from sim.infra.cli import write_whole
+    copy beside it), tables.md and paper.md in out_dir, all rendered first, then written as one unit
+    (sim.infra.fsio.commit_files: a full disk or a kill leaves the three old or the three new)."""
+    from sim.infra.cli import write_files
+    from sim.infra.html_page import uses_shared, write_asset
 
     out_dir = Path(out_dir)
+    anchors = read_anchors(out_dir)  # before the figures: a damaged file costs no rendering
     out_dir.mkdir(parents=True, exist_ok=True)
     sections = _sweep_figures(df, req)
     ok = df[df["status"] == "ok"]
@@ -639,15 +701,10 @@ def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND, pl
             body.append(figure_div(fig, _div_id(fid)))
     if not any(figs for _, _, figs in sections):
         body.append("<p><i>No successful cells to plot.</i></p>")
-    anchors = None
-    if (out_dir / "anchors.json").is_file():  # python -m sim.anchors' figures, shown beside the headline
-        try:
-            anchors = json.loads((out_dir / "anchors.json").read_text())
-        except ValueError:
-            raise ConfigError(f"{out_dir / 'anchors.json'}: not valid JSON (rerun python -m sim.anchors)") from None
     texts = [page("hybridspec sweep", body, plotly), sweep_tables_md(df, req) + "\n", paper_md(df, command, anchors) + "\n"]
-    return [(write_page if name.endswith(".html") else write_whole)(out_dir / name, text, overwrite=True)
-            for name, text in zip(REPORT_FILES, texts)]
+    if uses_shared(texts[0]):
+        write_asset(out_dir)  # the shared plotly.js first, so the page never points at a missing file
+    return write_files(out_dir, dict(zip(REPORT_FILES, texts)), overwrite=True, unit="report")
 
 
 def default_out(sweep) -> Path:

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from sim.api import console
 from sim.infra.progress import Heartbeat
+from sim.infra.paths import bundled
 from sim.infra.cli import ArgumentParser, check_out_dir, finite_float
 from sim.infra.fsio import atomic_dir, die_with_parent, forking_workers, out_guard
 from sim.infra.html_page import add_plotly_flag, check_asset
@@ -32,8 +33,8 @@ from sim.core.drafters.calibration import NgramCalibrator
 from sim.core.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
 from sim.core.drafters.ngram import NgramConfig
 from sim.core.drafters.cache import cached_draft_tables
-from sim.core.drafters.registry import (DEFAULT_DRAFTERS, collect_drafter_flags, live_drafters, merge_drafter_config,
-                                        parse_drafters)
+from sim.core.drafters.registry import (DEFAULT_DRAFTERS, check_live_memory, check_settings_used, collect_drafter_flags,
+                                        drafter_settings, live_drafters, merge_drafter_config, parse_drafters)
 from sim.core.drafters.stream import StreamingTables, pick_streaming
 from sim.core.drafters.tables import DraftTables
 from sim.engine.engine import Engine, EngineConfig, RunResult
@@ -44,7 +45,8 @@ from sim.core.policies import get_policy
 from sim.engine.policies import sim_policy
 from sim.core.scheduler import full_kv_need
 from sim.core.trace.schema import Request
-from sim.core.vllm import speculative_config
+from sim.core.deploy import Deployment
+from sim.core.vllm import plugin_settings, speculative_config
 
 from sim.core.config import (BASELINE, COMPONENTS, DEFAULT_BATCH_SIZES, DEFAULT_POLICIES, DrafterConfig,  # noqa: E402,F401
                         GROUP_ORDER, ModelConfig, RunGrid, ServingConfig, TraceConfig, add_flags, check, flag_group, from_args)
@@ -88,8 +90,9 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
     ngram_cfg = NgramConfig(n_min=calib.cfg.n_min, n_max=calib.cfg.n_max, k=setup.ngram_k, ext_max=calib.cfg.ext_max)
     from sim.core.trace.tokenizer import tokenizer_for
 
-    tok_name, tok_note = tokenizer_for(llm_name(setup.model))  # the model's own where available offline
-    trace = load_trace(setup.trace, limit=setup.limit, sample=setup.sample, seed=setup.seed, tokenizer=tok_name)
+    tok_name, tok_note = tokenizer_for(setup.model, setup.tokenizer)  # the model's own unless --tokenizer
+    trace = load_trace(setup.trace, limit=setup.limit, sample=setup.sample, seed=setup.seed, tokenizer=tok_name,
+                       vocab_size=get_llm(setup.model).vocab_size)
     reqs = trace.requests
     if not reqs:
         raise ConfigError(f"{setup.trace}: the trace has no requests")
@@ -152,6 +155,10 @@ def check_kv(prep: Prepared, kv_capacity_tokens: int | None = None, block_size: 
     worst = int(np.argmax(need))
     if need[worst] > cap:
         where = "--kv-capacity-tokens" if kv_capacity_tokens else f"the KV cache of {s.model} on {s.gpu}"
+        if full_kv_need(prep.context[worst:worst + 1], 0, block_size)[0] <= cap:  # the chain is what does not fit
+            raise ConfigError(f"{where} holds {cap} KV tokens: request '{prep.ids[worst]}' ({int(prep.context[worst])} "
+                              f"prompt + output) fits, but not beside a draft chain of {prep.kmax} (--ngram-k, the "
+                              "policy's K or W, the drafter's block); lower the chain length or give a larger cache")
         raise TraceError(f"request '{prep.ids[worst]}' needs {int(need[worst])} KV tokens ({int(prep.context[worst])} "
                          f"prompt + output, a draft chain of {prep.kmax} and the bonus token, in blocks of {block_size}) "
                          f"but {where} holds {cap}: it can never run; drop it from the trace or give a larger cache",
@@ -178,7 +185,23 @@ def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False
     row["length_only"] = prep.length_only
     row["arrivals"] = ("poisson" if s.rate is not None else
                        console.ARRIVALS_AT_ZERO if not np.any(prep.arrivals) else "trace")
+    arrivals = np.asarray(res.requests["arrival_s"], dtype=np.float64)  # Poisson (--rate) arrivals are drawn by the run
+    row["last_arrival_s"] = float(arrivals.max()) if len(arrivals) else 0.0  # console.arrival_bound
     return row, res
+
+
+def deployment(s: SimSetup) -> Deployment:
+    """What the verdict's `vllm serve` lines need from the run's setup (sim.core.deploy.Deployment)."""
+    from dataclasses import asdict
+
+    from sim.core.drafters.suffix import SuffixConfig
+
+    cal = NgramCalibrator.load(s.calibrator).cfg
+    defaults = asdict(SuffixConfig())
+    suffix = {**defaults, **drafter_settings(s.drafter_config).get("suffix", {})}
+    return Deployment(model=s.model, hf_id=get_llm(s.model).hf_id, version=s.vllm_version, drafter=s.drafter,
+                      block=load_drafter_profile(s.drafter).block, ngram_range=(cal.n_min, cal.n_max),
+                      suffix=suffix, suffix_defaults=defaults)
 
 
 _PREP: Prepared | None = None  # the parent's tables, inherited by forked workers
@@ -273,59 +296,98 @@ def add_speedups(rows: list[dict], baseline: str | None = BASELINE) -> None:
         r["steady_speedup_vs_baseline"] = r["steady_throughput_tok_s"] / b[1] if b else float("nan")
 
 
-OUTPUTS = ("summary.json", "requests.csv", "steps.csv", "report.html")
+STEPS_FILES = ("steps.parquet", "steps.csv.gz")  # --steps: parquet where pyarrow is installed, else gzipped CSV
+OUTPUTS = ("summary.json", "requests.csv", "report.html", *STEPS_FILES, "steps.csv")  # steps.csv: an older run's
+
+
+def steps_file() -> str:
+    """The name --steps writes the per-step table under: parquet when pyarrow is installed (pandas reads either
+    with read_parquet / read_csv), else CSV gzipped; both a tenth or less of the plain CSV."""
+    import importlib.util
+
+    return STEPS_FILES[0] if importlib.util.find_spec("pyarrow") is not None else STEPS_FILES[1]
 
 
 def write_outputs(dest: Path, rows: list[dict], results: list[tuple[dict, RunResult]],
-                  baseline: str | None = BASELINE, plotly: str = "inline") -> None:
-    """summary.json, requests.csv, steps.csv and report.html in `dest`, written whole or not at all (a
-    temporary sibling folder swapped into place atomically, sim.infra.fsio.atomic_dir: `dest` is either the earlier
-    result or the new one); other files already in `dest` are kept (carried into the new folder)."""
+                  baseline: str | None = BASELINE, plotly: str = "inline", steps: bool = False) -> list[str]:
+    """summary.json, requests.csv and report.html in `dest` (and with `steps` the per-step table, steps_file()),
+    written whole or not at all (a temporary sibling folder swapped into place atomically,
+    sim.infra.fsio.atomic_dir: `dest` is either the earlier result or the new one); other files already in `dest`
+    are kept (carried into the new folder), those of OUTPUTS an earlier run wrote are not. Returns the names written."""
     with atomic_dir(dest, keep=lambda name: name not in OUTPUTS and not name.startswith(".")) as out:
-        _write_outputs(out, rows, results, baseline, plotly)
+        return _write_outputs(out, rows, results, baseline, plotly, steps)
 
 
 def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunResult]],
-                   baseline: str | None = BASELINE, plotly: str = "inline") -> None:
+                   baseline: str | None = BASELINE, plotly: str = "inline", steps: bool = False) -> list[str]:
     import pandas as pd  # here, not at the top: 0.6 s of import the runs themselves do not need
 
     from sim.api.report import write_run_report
 
     (out / "summary.json").write_text(json.dumps(rows, indent=1, default=float) + "\n")
-    reqs, steps = [], []
+    reqs, frames = [], []
     for row, res in results:
-        for frame, dest in ((res.requests, reqs), (res.steps, steps)):
+        for frame, dest in ((res.requests, reqs), *(((res.steps, frames),) if steps else ())):
             df = pd.DataFrame(frame)
             df.insert(0, "batch_size", row["batch_size"])
             df.insert(0, "policy", row["policy"])
             dest.append(df)
     pd.concat(reqs).to_csv(out / "requests.csv", index=False)
-    pd.concat(steps).to_csv(out / "steps.csv", index=False)
+    names = ["summary.json", "requests.csv"]
+    if steps:
+        name, table = steps_file(), pd.concat(frames)
+        if name.endswith(".parquet"):
+            table.to_parquet(out / name, index=False)
+        else:  # mtime 0: the same run writes the same bytes
+            table.to_csv(out / name, index=False, compression={"method": "gzip", "mtime": 0})
+        names.append(name)
     write_run_report(rows, [(r, res.steps) for r, res in results], out / "report.html", baseline, plotly)
+    return names + ["report.html"]
+
+
+def policy_list() -> str:
+    """--help's closing list of every registered policy, its spelling and what it does (the policy registry's)."""
+    import textwrap
+
+    from sim.core.policies import describe_policies
+
+    lines = ["policies (--policy; the baseline is adaptive; the math: docs/design.md):"]
+    for usage, summary in describe_policies().items():
+        lines += [f"  {usage}", textwrap.fill(summary, 100, initial_indent=" " * 6, subsequent_indent=" " * 6)]
+    return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The flags: sim/core/config.py's components (generated from their fields) plus what only a run has."""
-    ap = ArgumentParser(prog="python -m sim.run", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m sim.run", description=__doc__.split("\n\n")[0], epilog=policy_list(),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     for title in GROUP_ORDER:  # the help's sections, in this order
         flag_group(ap, title)
     add_flags(ap, (RunGrid,))
     spec = flag_group(ap, "speculation")
     spec.add_argument("--speculative-config", action="append", default=None, metavar="JSON",
                       help="vLLM's speculative config, mapped onto a policy (repeatable; adds to --policy): method ngram "
-                           "-> vllm-ngram:K, dspark -> model-fixed:K, dspark with enable_adaptive_verification -> adaptive "
+                           "or ngram_gpu -> vllm-ngram:K, dspark -> model-fixed:K, dspark with "
+                           "enable_adaptive_verification -> adaptive, eagle or eagle3 -> model-fixed:K with that "
+                           "drafter's profile, suffix -> suffix (the suffix drafter, its suffix_decoding_* fields) "
                            "(sim/core/vllm.py); runs only what it names unless --baseline is given")
+    spec.add_argument("--additional-config", default=None, metavar="JSON",
+                      help="vLLM's additional config: its hybrid_spec object (this project's plugin) turns a dspark "
+                           "config with adaptive verification into hybrid-vllm with those settings, as the verdict "
+                           "prints them")
     add_flags(ap, COMPONENTS)
     spec.add_argument("--baseline", default=None, metavar="POLICY",
                       help=f"the policy every ratio is taken against, run too if not named (default: {BASELINE}; with "
                            "only --speculative-config: none unless given)")
     spec.add_argument("--no-baseline", action="store_true", help="run only the named policies (no ratio column)")
     out = flag_group(ap, "output")
-    out.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, steps.csv, report.html "
+    out.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, report.html "
                      "(a folder; checked before the run, written whole at the end)")
     out.add_argument("--force", action="store_true", help="replace the files sim.api.run writes in an --out folder that "
                      "already holds them (other files there are kept)")
-    add_plotly_flag(out, "report.html in --out: ")
+    out.add_argument("--steps", action="store_true", help="--out also gets every step of every run: steps.parquet "
+                     "(pyarrow installed) or steps.csv.gz, tens of MB for the bundled traces")
+    add_plotly_flag(out, "report.html in --out: ", default="cached")
     out.add_argument("--format", choices=console.FORMATS, default="table", help=console.FORMAT_HELP + " (default: table)")
     out.add_argument("--no-progress", action="store_true",
                      help="no progress bars (terminal) and no progress lines (stderr not a terminal)")
@@ -342,6 +404,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(a: argparse.Namespace, out: Path | None) -> int:
+    t_start = time.perf_counter()  # the progress lines' one clock, from the command's start
+    trace = bundled(a.trace)  # a bundled trace (the default) from any working folder
+    if str(trace) != str(a.trace):
+        print(f"note: {a.trace} is not in the working folder: reading the repository's, {trace}", file=sys.stderr)
+        a.trace = str(trace)
     if out:
         check_out_dir(out, a.force)  # before any work, under the lock: a bad --out must not cost a simulation
         if a.plotly == "shared":  # a plotly.js beside report.html that is not this one: refused now, not after the runs
@@ -352,13 +419,17 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
     spec_policies, spec_drafter = [], None  # spec_drafter: the drafter (NAME:K) of an eagle/eagle3 config
     dspark = False
     drafters, drafter_cfg = parse_drafters(a.drafters), collect_drafter_flags(a, a.drafter_config)
+    plugin = plugin_settings(a.additional_config)
+    if plugin is not None and not a.speculative_config:
+        raise ConfigError("--additional-config: hybrid_spec needs --speculative-config (a dspark config with "
+                          "enable_adaptive_verification, which the plugin rides on)")
     if a.speculative_config:
         from sim.core.drafters.calibration import NgramCalibrator
 
         calib = NgramCalibrator.load(a.calibrator)
         block = load_drafter_profile(a.drafter).block
         for text in a.speculative_config:
-            m = speculative_config(text, (calib.cfg.n_min, calib.cfg.n_max), block)
+            m = speculative_config(text, (calib.cfg.n_min, calib.cfg.n_max), block, plugin)
             for note in m.notes:
                 print(f"note: {note}", file=sys.stderr)
             if m.ngram_k is not None:
@@ -388,6 +459,7 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
         if spec_drafter is not None:
             print("note: every policy of this run uses the EAGLE-style drafter; its confidences (used by adaptive and "
                   "the hybrids) are the profile's synthetic ones: EAGLE has no confidence head", file=sys.stderr)
+    check_settings_used(drafter_cfg, drafters)  # --suffix-config without the suffix drafter: refused, not ignored
     defaults_ = [] if spec_policies else default_policies(drafters)
     policies = list(dict.fromkeys((a.policy or defaults_) + spec_policies))
     for p in policies:
@@ -408,9 +480,12 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
     tty = sys.stderr.isatty()
     progress = not a.no_progress and tty
     every = None if a.no_progress or tty else a.progress_every
-    with Heartbeat("loading the trace and building the draft tables", None, every):
+    with Heartbeat("loading the trace and building the draft tables", None, every, since=t_start):
         prep = prepare(setup, progress=progress)
-    check_kv(prep, setup.kv_capacity_tokens)  # before any simulation, naming the request and its line
+        check_kv(prep, setup.kv_capacity_tokens)  # before any simulation (and progress line), naming the request
+        tb = prep.tables  # a live drafter's memory (the suffix trees), checked at the largest batch before any run
+        check_live_memory([d for p in policies for d in get_policy(p, drafters).uses_extra], setup.drafter_config,
+                          np.asarray(tb.prompt_len) + np.asarray(tb.out_len), tb.out_len, max(sizes))
     if prep.tables.replayed_requests:
         print(f"note: {prep.tables.replayed_requests} of {len(prep.tables.out_len)} requests replay recorded drafts; "
               "the rest use the drafter profile", file=sys.stderr)
@@ -422,8 +497,10 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
         print(f"note: running the baseline '{baseline}' too, for the ratios (x {baseline}); --no-baseline skips it",
               file=sys.stderr)
     elif baseline is None and not a.no_baseline:
-        print("note: no baseline: running only what --speculative-config names (no ratios); --baseline "
-              f"{BASELINE} adds vLLM's adaptive verification to compare against", file=sys.stderr)
+        why = ("running only what --speculative-config names" if spec_policies else  # not blamed on a config
+               f"'{BASELINE}' uses the dspark drafter, which --drafters {','.join(drafters)} does not enable")
+        print(f"note: no baseline ({why}): no ratios; --baseline POLICY adds one to compare against, e.g. --baseline "
+              f"{BASELINE} (vLLM's adaptive verification)", file=sys.stderr)
     if spec_policies and not a.batch_size:
         print(f"note: batch sizes {' and '.join(map(str, sizes))} (the defaults); --max-num-seqs B runs one",
               file=sys.stderr)
@@ -432,7 +509,7 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
         print(f"note: batch size {', '.join(map(str, skipped))} skipped: the trace has only {len(prep.arrivals)} "
               f"requests, so a larger batch runs the same as batch {len(prep.arrivals)}", file=sys.stderr)
     combos = [(p, b) for b in sizes for p in policies]
-    with Heartbeat("runs", len(combos), every) as hb:
+    with Heartbeat("runs", len(combos), every, since=t_start) as hb:
         results = run_many(prep, combos, workers=a.workers, progress=progress, heartbeat=hb)
     for row, res in results:  # a lossy run is a simulator bug: its numbers must not be reported
         res.raise_if_lossy(f"policy {row['policy']} at batch size {row['batch_size']}")
@@ -441,9 +518,9 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
     tok = f" (text tokenized with {prep.tokenizer})" if prep.tokenizer else ""
     header = (f"trace {a.trace}: {rows[0]['requests']} requests, {rows[0]['output_tokens']} output tokens{tok}; "
               f"{model} on {a.gpu} ({a.cost}); " + (f"baseline {baseline}" if baseline else "no baseline"))
-    console.emit(rows, a.format, baseline, header=header)
+    console.emit(rows, a.format, baseline, header=header, deployment=deployment(setup))
     if a.out:
-        write_outputs(out, rows, results, baseline, a.plotly)
-        print(f"wrote {a.out}/summary.json, requests.csv, steps.csv, report.html",
+        names = write_outputs(out, rows, results, baseline, a.plotly, a.steps)
+        print(f"wrote {a.out}/{', '.join(names)}" + ("" if a.steps else " (--steps adds every step)"),
               file=sys.stdout if a.format == "table" else sys.stderr)
     return 0

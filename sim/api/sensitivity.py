@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.infra.cli import ArgumentParser, check_in_file, check_out_files, int_at_least, write_whole
+from sim.infra.cli import ArgumentParser, check_in_file, check_out_files, int_at_least, write_files
 from sim.core.cost import make_cost_model
 from sim.core.drafters.model import load_drafter_profile
 from sim.infra.errors import ConfigError
@@ -175,15 +175,15 @@ OUTPUTS = ("sensitivity.md", "sensitivity.html", "sensitivity.csv")
 
 
 def write_outputs(out: Path, summ: pd.DataFrame, base: SimSetup, sizes: list[int], plotly: str = "inline") -> list[Path]:
-    """Each file written whole (a temporary sibling renamed into place); with plotly="shared" the page's
-    plotly.js beside it first (sim/infra/html_page.py write_page)."""
-    from sim.infra.html_page import write_page
+    """The three files written as one unit (sim.infra.fsio.commit_files: a full disk or a kill leaves all old or
+    all new); with plotly="shared" the page's plotly.js beside them first (sim/infra/html_page.py write_asset)."""
+    from sim.infra.html_page import write_asset
 
-    out.mkdir(parents=True, exist_ok=True)
     files = {"sensitivity.md": sensitivity_md(summ, base, sizes) + "\n",
              "sensitivity.html": sensitivity_html(summ, plotly), "sensitivity.csv": summ.to_csv(index=False)}
-    return [(write_page if name.endswith(".html") else write_whole)(out / name, text, overwrite=True)
-            for name, text in files.items()]
+    if plotly == "shared":
+        write_asset(out)
+    return write_files(out, files, overwrite=True, unit="sensitivity")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.infra.cli import ArgumentParser, int_at_least
+from sim.infra.cli import SEED, ArgumentParser, check_out_file, int_at_least
 from sim.core.drafters.suffix import E_EDGES, P_EDGES, SMOOTH, SuffixConfig, SuffixDrafter, fit
 from sim.infra.errors import ConfigError
 
@@ -61,13 +61,13 @@ def _write_new(path: Path, text: str) -> None:
     """Write `text` to a new file `path` whole or not at all (a temporary file linked into place: never over an
     existing file)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
     try:
+        tmp.write_text(text)
         os.link(tmp, path)
     except FileExistsError:
         raise ConfigError(f"--out {path} exists: choose a new file (a calibrator is never overwritten)") from None
     finally:
-        tmp.unlink()
+        tmp.unlink(missing_ok=True)
 
 
 def main(argv=None) -> int:
@@ -76,11 +76,10 @@ def main(argv=None) -> int:
     ap = ArgumentParser(prog="python -m sim.suffix_calibrate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default="traces/general.jsonl", help="the fitting trace (default traces/general.jsonl)")
     ap.add_argument("--sample", type=int_at_least(1), default=150, help="requests sampled (default 150)")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=SEED, default=1)
     ap.add_argument("--out", type=Path, required=True, help="the calibrator file to write (never overwritten)")
     a = ap.parse_args(argv)
-    if a.out.exists():
-        raise ConfigError(f"--out {a.out} exists: choose a new file (a calibrator is never overwritten)")
+    check_out_file(a.out, False, "--out", hint="choose a new file (a calibrator is never overwritten)")  # claimed
     cfg = SuffixConfig()
     prep = prepare(SimSetup(trace=a.trace, sample=a.sample, seed=a.seed))
     p, e, y = fitting_slots(prep.tables, cfg)

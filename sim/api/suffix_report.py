@@ -17,14 +17,19 @@ import sys
 
 import numpy as np
 
-from sim.infra.cli import ArgumentParser, int_at_least
-from sim.core.drafters.suffix import SuffixConfig, SuffixDrafter, accepted_length
+from sim.infra.cli import SEED, ArgumentParser, int_at_least
+from sim.infra.errors import ConfigError
+from sim.core.drafters.suffix import SuffixConfig, SuffixDrafter, accepted_length, check_memory
+
+DEFAULT_SAMPLE = 40
 
 
 def compare(tables, cfg: SuffixConfig, progress: bool = True) -> dict:
     """{drafter: (share of positions proposing, mean proposal length, mean accepted per position, accepted per
-    proposed token)} over every output position of every request in `tables` (DraftTables)."""
+    proposed token)} over every output position of every request in `tables` (DraftTables). ConfigError before any
+    tree is built when the drafter would not fit in memory (requests run one at a time: batch 1)."""
     tb = tables
+    check_memory(cfg, np.asarray(tb.prompt_len) + np.asarray(tb.out_len), tb.out_len, 1)
     out = {}
     ng_len, ng_acc = np.asarray(tb.ng_len, dtype=np.int64), np.asarray(tb.ng_acc, dtype=np.int64)
     out["ngram"] = _summary(ng_len, ng_acc)
@@ -61,14 +66,29 @@ def main(argv=None) -> int:
 
     ap = ArgumentParser(prog="python -m sim.suffix_report", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", action="append", help="trace(s) (default: traces/codeedit.jsonl traces/chat.jsonl)")
-    ap.add_argument("--sample", type=int_at_least(1), default=40, help="requests sampled per trace (default 40)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sample", type=int_at_least(1), default=None,
+                    help=f"requests sampled per trace (default {DEFAULT_SAMPLE}, or every request of a smaller trace)")
+    ap.add_argument("--seed", type=SEED, default=0, help="seed of the sample (default 0)")
     a = ap.parse_args(argv)
+    from sim.core.trace.loader import scan_trace
+
+    traces = a.trace or ["traces/codeedit.jsonl", "traces/chat.jsonl"]
+    samples = {}
+    for trace in traces:  # before any work: every trace readable, and the sample each one takes
+        n = scan_trace(trace)[0]
+        samples[trace] = a.sample if a.sample is not None else (DEFAULT_SAMPLE if n > DEFAULT_SAMPLE else None)
     cfg = SuffixConfig()
+    preps = {}
+    for trace in traces:  # every trace checked before the table starts
+        prep = preps[trace] = prepare(SimSetup(trace=trace, sample=samples[trace], seed=a.seed))
+        if prep.length_only:  # its tokens would be drawn, not the trace's: a table of made-up proposals
+            raise ConfigError(f"{trace}: a length-only trace (no prompt or output tokens): the drafters propose from "
+                              "the request's tokens; give a trace with text or token ids")
+        tb = prep.tables
+        check_memory(cfg, np.asarray(tb.prompt_len) + np.asarray(tb.out_len), tb.out_len, 1)
     print(f"suffix drafter {cfg}; n-gram drafter as the tables' (exact, vLLM's rule)")
     print(f"{'trace':28} {'drafter':32} {'proposes':>9} {'mean len':>9} {'acc/pos':>8} {'acc/tok':>8}")
-    for trace in a.trace or ["traces/codeedit.jsonl", "traces/chat.jsonl"]:
-        prep = prepare(SimSetup(trace=trace, sample=a.sample, seed=a.seed))
+    for trace, prep in preps.items():
         for name, (share, mlen, acc, per_tok) in compare(prep.tables, cfg).items():
             print(f"{trace:28} {name:32} {share:9.1%} {mlen:9.2f} {acc:8.3f} {per_tok:8.3f}")
     return 0

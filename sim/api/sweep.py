@@ -69,7 +69,7 @@ def _defaults() -> dict[str, list]:
 # Preset grids (the same structure as a TOML grid file).
 PAPER_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 PAPER_POLICIES = ["adaptive", "hybrid", "hybrid-price", "hybrid-tree", "ngram-first", "ngram-threshold", "oracle",
-                  "model-fixed:7", "ngram-fixed:32"]
+                  "model-fixed:7", "ngram-fixed:32", "none", "vllm-ngram:32", "hybrid-vllm:slots=32"]  # every verdict tier
 PRESETS: dict[str, dict] = {
     # reports/paper.md and reports/index.html: the bundled workloads (code editing as the copy-heavy bound and
     # with model-shaped outputs, chat) at temperature 0, qwen3-8b on H100.
@@ -132,7 +132,7 @@ assert tuple(f.name for f in dataclasses.fields(Cell)) == GRID_KEYS, "Cell must 
 def _coerce(key: str, v):
     if key not in GRID_KEYS:
         raise ConfigError(f"unknown grid key '{key}' (valid: {', '.join(GRID_KEYS)})")
-    if v is None or (isinstance(v, str) and v.lower() in ("none", "default", "")):
+    if v is None or (isinstance(v, str) and v.lower() in ("none", "default", "") and key != "policy"):  # 'none' is a policy
         if key in NONE_OK:
             return None
         raise ConfigError(f"grid key '{key}' needs a value")
@@ -155,6 +155,19 @@ def _coerce(key: str, v):
         from sim.core.models import llm_name
 
         return llm_name(str(v))  # a Hugging Face id ("Qwen/Qwen3-8B") -> the bundled name
+    from sim.core.config import FIELDS
+
+    parse = FIELDS[key].metadata["parse"]
+    if parse is not None:  # the flag's own parser (drafters, drafter_config): a grid value is read as the flag is
+        table = key == "drafter_config" and isinstance(v, dict)  # a TOML table: the object the flag's JSON gives
+        if not (table or isinstance(v, str)):
+            raise ConfigError(f"grid key '{key}': bad value {v!r} (expected a string"
+                              + (", or a table such as {suffix = {max_depth = 24}}" if key == "drafter_config" else "")
+                              + ")")
+        try:
+            return parse(v)
+        except ConfigError as exc:
+            raise ConfigError(f"grid key '{key}': {exc}") from None
     return str(v)
 
 

@@ -37,8 +37,10 @@ from sim.core.vllm import (DEFAULT_VLLM_VERSION, MIN_RATE, SCHEDULERS, VLLM_VERS
                            parse_vllm_version)
 
 BASELINE = "adaptive"  # vLLM 0.33's adaptive verification: every speedup is taken against it
-DEFAULT_POLICIES = ("none", "model-fixed:7", "ngram-fixed:32", "adaptive", "ngram-first", "ngram-threshold",
-                    "hybrid", "hybrid-price", "hybrid-tree", "oracle")
+# every tier of the verdict (sim/core/deploy.py): what vLLM runs as released (none, model-fixed:7, vllm-ngram:32,
+# adaptive), the plugin (hybrid-vllm:slots=32), simulated-only designs, tree attention and the bound
+DEFAULT_POLICIES = ("none", "model-fixed:7", "vllm-ngram:32", "ngram-fixed:32", "adaptive", "hybrid-vllm:slots=32",
+                    "ngram-first", "ngram-threshold", "hybrid", "hybrid-price", "hybrid-tree", "oracle")
 DEFAULT_BATCH_SIZES = (4, 128)
 
 
@@ -68,7 +70,10 @@ class TraceConfig:
 
 @dataclass
 class ModelConfig:
-    model: str = opt("qwen3-8b", "a models/llms name or its Hugging Face id (Qwen/Qwen3-8B)")
+    model: str = opt("qwen3-8b", "a models/llms name or its Hugging Face id (Qwen/Qwen3-8B), or a path: a spec .json, "
+                     "a Hugging Face config.json or a model directory (docs/your-model.md)")
+    tokenizer: str | None = opt(None, "what tokenizes the trace's text: a tokenizer.json, a Hugging Face id in the local "
+                                "cache, or qwen3 / smollm2 standing in (default: the model's own, its spec's)", grid=None)
     gpu: str = opt("h100-sxm", "GPU name, or with --cost profiled a cost-table file (.json/.csv) profiled for --model")
     cost: str = opt(DEFAULT_COST_KIND, f"cost model, one of the registered kinds: {', '.join(cost_kinds())}")
     tensor_parallel_size: int = opt(1, "GPUs the model is split over (tensor parallelism: weights and FLOPs split, "
@@ -168,11 +173,14 @@ def check(name: str, value) -> None:
     f = FIELDS[name]
     if isinstance(value, float) and (math.isnan(value) or (math.isinf(value) and f.metadata["parse"] is None)):
         raise ConfigError(f"{flag(name)} must be a finite number, got {value}")  # (--rate inf: all at t=0)
+    from sim.infra.inputs import show_number  # an integer bound printed as one: <= 1000000000, not <= 1e+09
+
     lo, strict, hi = f.metadata["min"], f.metadata["strict"], f.metadata["max"]
     if lo is not None and (value <= lo if strict else value < lo):
-        raise ConfigError(f"{flag(name)} must be {'>' if strict else '>='} {lo:g}, got {value}")
+        raise ConfigError(f"{flag(name)} must be {'>' if strict else '>='} {show_number(lo)}, got {value}")
     if hi is not None and value > hi:
-        raise ConfigError(f"{flag(name)} must be <= {hi:g}, got {value:.6g}")
+        raise ConfigError(f"{flag(name)} must be <= {show_number(hi)}, got "
+                          f"{value if isinstance(value, int) else format(value, '.6g')}")
 
 
 GROUP_TITLES = {"RunGrid": "what runs", "TraceConfig": "workload", "ModelConfig": "model and hardware",

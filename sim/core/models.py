@@ -1,6 +1,8 @@
 """Data files in models/ loaded by name: LLM architectures, GPU specs and drafter cost shapes.
 
-    get_llm("qwen3-8b") -> LLMSpec        models/llms/<name>.json (or its Hugging Face id, "Qwen/Qwen3-8B")
+    get_llm("qwen3-8b") -> LLMSpec        models/llms/<name>.json (or its Hugging Face id, "Qwen/Qwen3-8B"), or
+                                          a path: a spec .json of the same fields, a Hugging Face config.json
+                                          or a model directory holding one (from_hf_config translates it)
     get_gpu("h100-sxm") -> GPUSpec        models/gpus/<name>.json
     get_drafter_cost("dspark-cost")        models/drafters/<name>.json  (-> DrafterCostSpec)
     list_llms(), list_gpus()
@@ -16,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -23,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.infra.errors import ConfigError
+from sim.infra.errors import ConfigError, did_you_mean
 from sim.infra import paths
 
 GIB = 1 << 30
@@ -34,6 +37,7 @@ DEFAULT_DRAFTER_COST = "dspark-cost"
 
 # Fields every data file may carry that are documentation, not model inputs.
 _DOC_FIELDS = {"name", "source", "licence", "license", "notes"}
+_HF_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # a Hugging Face repository id, "org/name"
 
 
 def models_dir() -> Path:
@@ -83,6 +87,8 @@ class LLMSpec:
     num_params: float
     source: str = ""
     hf_id: str = ""  # the Hugging Face repository id; get_llm accepts it in place of the name
+    tokenizer: str = ""  # what tokenizes its text (sim/core/trace/tokenizer.py): qwen3 or smollm2 (bundled), a
+    # tokenizer.json path, or a Hugging Face id read from the local Hugging Face cache; empty: hf_id's
     max_model_len: int | None = None  # context length (tokens; vLLM's default max_model_len: the HF config's
     # max_position_embeddings); a request whose prompt + output exceeds it is refused. None: not checked
     # Mixture of experts (all 0/None: a dense model). See `MoE` in the class docstring.
@@ -93,6 +99,8 @@ class LLMSpec:
     expert_dtype_bytes: float | None = None  # bytes per routed-expert weight (FP4 with per-32 E8M0 scales: 0.53125)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.tokenizer, str):
+            raise ConfigError(f"llm '{self.name}': tokenizer must be a string, got {self.tokenizer!r}")
         if self.max_model_len is not None and (not isinstance(self.max_model_len, int) or isinstance(self.max_model_len, bool)
                                                or self.max_model_len <= 0):
             raise ConfigError(f"llm '{self.name}': max_model_len must be a positive integer, got {self.max_model_len!r}")
@@ -135,6 +143,15 @@ class LLMSpec:
             raise ConfigError(f"llm '{self.name}': expert_dtype_bytes must be in (0, 4], got {eb!r}")
 
     # derived ------------------------------------------------------------------------------------
+    @property
+    def tokenizer_name(self) -> str:
+        """What tokenizes its text: `tokenizer`, else hf_id where that is a repository id ("org/name"); "" when
+        the spec names none (trace text is then refused; token ids are used as they are)."""
+        if self.tokenizer:
+            return self.tokenizer
+        hf = self.hf_id.strip()
+        return hf if _HF_ID.fullmatch(hf) else ""
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
@@ -398,26 +415,13 @@ def list_gpus() -> list[str]:
     return _names("gpus")
 
 
-def read_json_object(path: Path, what: str) -> dict[str, Any]:
-    """A JSON data file that must hold one object; ConfigError naming the file otherwise."""
-    import stat
+def read_json_object(path: Path, what: str, finite: bool = True) -> dict[str, Any]:
+    """A JSON data file that must hold one object, read through the input layer (sim/infra/inputs.py: a regular
+    file, capped, strict JSON with finite numbers only); ConfigError naming the file (and `what` it was read as)
+    otherwise. finite=False: NaN and Infinity are kept, for a caller whose field checks name the field."""
+    from sim.infra.inputs import RECORD, Obj, read_json
 
-    try:
-        if not stat.S_ISREG(Path(path).stat().st_mode):
-            raise ConfigError(f"{path}: cannot read {what}: not a regular file")
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeError, ValueError) as e:  # ValueError: bad JSON, or an integer of thousands of digits
-        raise ConfigError(f"{path}: cannot read {what}: {str(e).split(';')[0]}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: cannot read {what}: nested too deeply") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
-    try:
-        json.dumps(data).encode("utf-8")
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise ConfigError(f"{path}: cannot read {what}: a string holds a lone surrogate (not valid Unicode)") from None
-    return data
+    return read_json(path, RECORD, Obj({}, expected=f"a JSON object (a {what})"), what=what, finite=finite)
 
 
 def _read(kind: str, what: str, name: str, valid: list[str]) -> tuple[Path, dict[str, Any]]:
@@ -426,7 +430,8 @@ def _read(kind: str, what: str, name: str, valid: list[str]) -> tuple[Path, dict
     key = name.strip().lower()
     path = models_dir() / kind / f"{key}.json"
     if not path.is_file():
-        raise ConfigError(f"unknown {what} '{name}'; choose one of: {', '.join(valid) or '(none found)'}")
+        raise ConfigError(f"unknown {what} '{name}'{did_you_mean(name, valid)}; choose one of: "
+                          f"{', '.join(valid) or '(none found)'}")
     data = read_json_object(path, f"{what} data file")
     data.setdefault("name", key)
     return path, data
@@ -470,19 +475,58 @@ def _hf_ids(root: str, original_case: bool = False) -> dict[str, str]:
     return out
 
 
+def is_spec_path(name: str) -> bool:
+    """`name` names a file rather than a bundled model: a .json (a spec of LLMSpec's fields or a Hugging Face
+    config.json) or a directory (a Hugging Face model directory: its config.json)."""
+    return name.strip().lower().endswith(".json") or Path(name.strip()).expanduser().is_dir()
+
+
 def llm_name(name: str) -> str:
     """The models/llms name of `name`: itself (any case), or the model whose hf_id it is ("Qwen/Qwen3-8B" ->
-    "qwen3-8b"). An unknown name comes back lower-cased (get_llm then lists the valid ones)."""
+    "qwen3-8b"); a path (is_spec_path) comes back as given, for get_llm to read. An unknown name comes back
+    lower-cased (get_llm then lists the valid ones)."""
     key = _key(name)
     if key in list_llms():
         return key
-    return _hf_ids(str(models_dir())).get(key, key)
+    hf = _hf_ids(str(models_dir())).get(key)
+    if hf is None and is_spec_path(name):
+        return name.strip()
+    return hf or key
+
+
+def _llm_file(name: str) -> LLMSpec:
+    """The model spec at the path `name` (a spec .json, a Hugging Face config.json, or a directory holding one)."""
+    p = Path(name).expanduser()
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise ConfigError(f"model spec {p} not found (a models/llms name, a Hugging Face id, a spec .json, a Hugging "
+                          f"Face config.json or a model directory holding one)")
+    st = p.stat()
+    return _read_llm_file(str(p.resolve()), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=None)
+def _read_llm_file(path: str, mtime_ns: int, size: int) -> LLMSpec:  # mtime and size: an edited file is re-read
+    from sim.core.hf_config import from_hf_config, is_hf_config
+
+    p = Path(path)
+    data = read_json_object(p, "model spec")
+    if is_hf_config(data):
+        return from_hf_config(data, p, LLMSpec)
+    data.setdefault("name", p.stem.lower())
+    tok = data.get("tokenizer")
+    if isinstance(tok, str) and tok.lower().endswith(".json") and not Path(tok).expanduser().is_absolute():
+        data["tokenizer"] = str(p.parent / tok)  # a tokenizer.json named relative to the spec: found from anywhere
+    return _build(LLMSpec, p, data)
 
 
 @lru_cache(maxsize=None)
 def _get_llm(name: str, root: str) -> LLMSpec:
     hf = sorted(f"{h} ({n})" for h, n in _hf_ids(root, original_case=True).items())
-    path, data = _read("llms", "model", name, list_llms() + [f"or a Hugging Face id: {', '.join(hf)}"] if hf else list_llms())
+    valid = list_llms() + ([f"or a Hugging Face id: {', '.join(hf)}"] if hf else [])
+    path, data = _read("llms", "model", name, valid + ["or a path: a spec .json, a Hugging Face config.json or a "
+                                                        "model directory (docs/your-model.md)"])
     return _build(LLMSpec, path, data)
 
 
@@ -500,9 +544,12 @@ def _get_drafter_cost(name: str, root: str) -> DrafterCostSpec:
 
 
 def get_llm(name: str = DEFAULT_LLM) -> LLMSpec:
-    """The LLM architecture `name` (models/llms/<name>.json, or the model whose `hf_id` is `name`); ConfigError
-    listing valid names if unknown."""
-    return _get_llm(llm_name(name), str(models_dir()))
+    """The LLM architecture `name` (models/llms/<name>.json, or the model whose `hf_id` is `name`, or a path:
+    is_spec_path); ConfigError listing valid names if unknown."""
+    key = llm_name(name)
+    if key not in list_llms() and is_spec_path(key):
+        return _llm_file(key)
+    return _get_llm(key, str(models_dir()))
 
 
 def get_gpu(name: str = DEFAULT_GPU) -> GPUSpec:
@@ -516,5 +563,5 @@ def get_drafter_cost(name: str = DEFAULT_DRAFTER_COST) -> DrafterCostSpec:
 
 
 __all__ = ["LLMSpec", "GPUSpec", "HostSpec", "KernelSpec", "DrafterCostSpec", "get_llm", "get_gpu",
-           "get_drafter_cost", "llm_name", "list_llms", "list_gpus", "models_dir", "GIB", "DEFAULT_LLM", "DEFAULT_GPU",
+           "get_drafter_cost", "llm_name", "is_spec_path", "list_llms", "list_gpus", "models_dir", "GIB", "DEFAULT_LLM", "DEFAULT_GPU",
            "DEFAULT_DRAFTER_COST"]

@@ -63,7 +63,6 @@ quantization, parallelism) do not change what the simulator models and are ignor
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -75,6 +74,8 @@ NGRAM_METHODS = ("ngram", "[ngram]", "ngram_gpu")
 MODEL_METHODS = ("dspark",)
 # EAGLE-style methods -> the drafter profile that stands for them (fitted on Llama-3.1-8B; models/drafters/)
 EAGLE_PROFILES = {"eagle": "eagle-llama3.1-8b", "eagle3": "eagle3-llama3.1-8b"}
+# every method --speculative-config maps, as its help and its errors list them
+SPEC_METHODS = ("ngram", "ngram_gpu", *MODEL_METHODS, *EAGLE_PROFILES, "suffix")
 MAX_EAGLE_K = 64  # the longest chain a drafter profile holds
 # fields that say where or how the drafter runs, not what it proposes or what is verified
 IGNORED_FIELDS = ("model", "quantization", "revision", "code_revision", "draft_tensor_parallel_size",
@@ -141,6 +142,11 @@ VLLM_VERSIONS: Mapping[str, VllmVersion] = {
 }
 DEFAULT_VLLM_VERSION = "0.33"  # the release users run (and the baseline `adaptive` stands for)
 VLLM_METHOD_NAMES = tuple(VLLM_VERSIONS[DEFAULT_VLLM_VERSION].methods)  # every release holds the same methods
+# methods vLLM runs whose scheduling the simulator does not model: a policy may name one (for the vLLM flags that
+# run it, sim/core/deploy.py) but the 'vllm' scheduler refuses it. suffix: vLLM 0.32/0.33's method 'suffix'
+# (Arctic Inference's suffix decoding, variable-length proposals on the V1 model runner).
+UNCHARGED_METHODS = ("suffix",)
+ADDITIONAL_CONFIG_KEY = "hybrid_spec"  # the plugin's settings inside vLLM's --additional-config (real/vllm_plugin)
 
 
 def parse_vllm_version(text: str) -> str:
@@ -174,10 +180,17 @@ class VllmRun:
     adaptive: bool = False
     only_vllm: bool = False
     plugin: bool = False
+    plugin_config: tuple = ()  # the plugin's settings that differ from its defaults: ((field, value), ...)
 
     def __post_init__(self) -> None:
-        if self.method is not None and self.method not in VLLM_METHOD_NAMES:
-            raise ConfigError(f"vLLM method {self.method!r} has no charge here (known: {', '.join(VLLM_METHOD_NAMES)})")
+        if self.method is not None and self.method not in VLLM_METHOD_NAMES + UNCHARGED_METHODS:
+            raise ConfigError(f"vLLM method {self.method!r} is not one the simulator maps (known: "
+                              f"{', '.join(VLLM_METHOD_NAMES + UNCHARGED_METHODS)})")
+
+    @property
+    def charged(self) -> bool:
+        """Whether the engine can charge the run as vLLM's scheduler does (VLLM_VERSIONS has its method)."""
+        return self.method is None or self.method in VLLM_METHOD_NAMES
         if self.k is not None and (not isinstance(self.k, int) or self.k < 0):
             raise ConfigError(f"num_speculative_tokens must be an integer >= 0, got {self.k!r}")
 
@@ -195,7 +208,7 @@ def vllm_slot_charge(run: VllmRun, block: int, version: str = DEFAULT_VLLM_VERSI
 def filler_slots(run: VllmRun | None, charge: SlotCharge, version: str = DEFAULT_VLLM_VERSION) -> int:
     """K when vLLM runs the policy with a method that fills its proposal to K with the last sampled token (and
     the engine charges it as vLLM), else 0."""
-    if run is None or run.method is None or charge.rule != SCHEDULED or \
+    if run is None or run.method is None or not run.charged or charge.rule != SCHEDULED or \
             not vllm_version(version).methods[run.method].fills:
         return 0
     return charge.drafts
@@ -206,7 +219,7 @@ def drafts_skip(run: VllmRun | None, charge: SlotCharge, version: str = DEFAULT_
     docstring, "Unused drafter passes"): None where it charges none (the engine does not charge the run as vLLM,
     or the method has no pass of its own); False: vLLM `version` runs it always (0.32); True: it skips it where
     its scheduler knows the drafts go unused, and runs it otherwise (0.33)."""
-    if run is None or run.method is None or charge.rule != SCHEDULED:
+    if run is None or run.method is None or not run.charged or charge.rule != SCHEDULED:
         return None
     v = vllm_version(version)
     return v.skip_drafts if v.methods[run.method].own_pass else None
@@ -225,6 +238,11 @@ def slot_charge(policy_name: str, run: VllmRun | None, scheduler: str, kmax: int
     exists only as vLLM runs it, else the project's ('verified', kmax). ConfigError for a policy vLLM cannot run
     under the 'vllm' scheduler."""
     parse_scheduler(scheduler)
+    if run is not None and not run.charged:
+        if scheduler == "vllm":
+            raise ConfigError(f"policy '{policy_name}': vLLM runs it as method '{run.method}', whose scheduling the "
+                              "simulator does not model; use --scheduler hybridspec")
+        run = None
     if run is not None and (run.only_vllm or scheduler == "vllm"):
         if run.only_vllm and run.method == "dspark" and run.k is not None and run.k < block:
             raise ConfigError(f"policy '{policy_name}': vLLM's num_speculative_tokens = {run.k} is below the DSpark "
@@ -257,21 +275,67 @@ def _int(cfg: dict, key: str) -> int | None:
     return v
 
 
-def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int) -> SpecMapping:
-    """Map vLLM's `--speculative-config` JSON onto a simulator policy. `ngram_range`: the (n_min, n_max) the
-    n-gram calibrator was fitted for; `model_block`: the DSpark profile's chain length. ConfigError (one line)
-    for anything that cannot be mapped, naming the field."""
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--speculative-config: not valid JSON: {exc.msg} (column {exc.colno})") from None
-    except ValueError as exc:  # an integer of thousands of digits
-        raise ConfigError(f"--speculative-config: not valid JSON: {str(exc).split(';')[0]}") from None
-    except RecursionError:
-        raise ConfigError("--speculative-config: not valid JSON: nested too deeply") from None
+# hybrid_spec fields (real/vllm_plugin/config.py HybridSpecConfig) and what the simulator does with them
+PLUGIN_MAPPED = ("enabled", "method", "margin", "slots", "skip")  # -> hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip]
+PLUGIN_IGNORED = ("online_window", "compile")  # how the plugin runs its step, not what it chooses
+
+
+def plugin_settings(text: str | None) -> dict | None:
+    """vLLM's `--additional-config` JSON: its hybrid_spec object (the plugin's settings), or None when it has
+    none. ConfigError (one line) for bad JSON or a hybrid_spec field the simulator cannot map."""
+    if text is None:
+        return None
+    from sim.infra.inputs import parse_json  # lazy, as speculative_config: the vLLM plugin loads this module
+
+    cfg = parse_json(text, "--additional-config")
     if not isinstance(cfg, dict):
-        raise ConfigError("--speculative-config: expected a JSON object such as "
-                          "'{\"method\": \"ngram\", \"num_speculative_tokens\": 8}'")
+        raise ConfigError("--additional-config: expected a JSON object such as '{\"hybrid_spec\": {\"slots\": 32}}'")
+    body = cfg.get(ADDITIONAL_CONFIG_KEY)
+    if body is None:
+        return None
+    if not isinstance(body, dict):
+        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY} must be a JSON object, got {body!r}")
+    unknown = sorted(set(body) - set(PLUGIN_MAPPED) - set(PLUGIN_IGNORED))
+    if unknown:
+        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.{unknown[0]} has no counterpart in the "
+                          f"simulator (it maps {', '.join(PLUGIN_MAPPED)}; the n-gram settings come from --calibrator)")
+    for name in ("enabled", "skip"):
+        if not isinstance(body.get(name, False), bool):
+            raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.{name} must be true or false")
+    return body
+
+
+def _plugin_policy(body: dict, k: int | None, block: int) -> str:
+    """The hybrid-vllm spec the plugin runs with the hybrid_spec settings `body` at num_speculative_tokens `k`."""
+    slots = body.get("slots", 0)
+    if not isinstance(slots, int) or isinstance(slots, bool) or slots < 0:
+        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.slots must be an integer >= 0, got {slots!r}")
+    if slots and k is not None and slots != k:
+        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.slots = {slots} but num_speculative_tokens "
+                          f"= {k}; vLLM sizes its buffers from num_speculative_tokens, so set it to {slots}")
+    w = slots or k or block
+    if w < block:
+        raise ConfigError(f"--speculative-config: num_speculative_tokens = {w} is below the DSpark drafter's block of "
+                          f"{block}; the plugin needs W >= {block}")
+    spec = "hybrid-vllm" + (f":{body['method']}" if "method" in body else "")
+    if "margin" in body:
+        spec += f":margin={body['margin']}"
+    spec += (f":slots={w}" if w != block else "") + (":skip" if body.get("skip") else "")
+    return spec
+
+
+def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int,
+                       plugin: dict | None = None) -> SpecMapping:
+    """Map vLLM's `--speculative-config` JSON onto a simulator policy. `ngram_range`: the (n_min, n_max) the
+    n-gram calibrator was fitted for; `model_block`: the DSpark profile's chain length; `plugin`: the
+    hybrid_spec settings of --additional-config (plugin_settings), which turn DSpark with adaptive verification
+    into the plugin's hybrid-vllm. ConfigError (one line) for anything that cannot be mapped, naming the field."""
+    from sim.infra.inputs import Obj, Opt, Str, parse_json
+
+    cfg = parse_json(text, "--speculative-config")  # strict: NaN, 1e400, deep nesting refused in one line
+    # the fields' types before their meaning: a method given as a list or an object is one line, not a TypeError
+    Obj({"method": Opt(Str(max_len=64))}, expected="a JSON object such as "
+        "'{\"method\": \"ngram\", \"num_speculative_tokens\": 8}'").check(cfg, "", "--speculative-config")
     unknown = sorted(set(cfg) - set(MAPPED_FIELDS) - set(IGNORED_FIELDS))
     if unknown:
         raise ConfigError(f"--speculative-config: field(s) {', '.join(unknown)} have no counterpart in the simulator "
@@ -285,7 +349,10 @@ def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int
     notes = [f"--speculative-config: ignored {f} (where the drafter runs, not what it proposes)"
              for f in IGNORED_FIELDS if f in cfg]
     if method is None:
-        raise ConfigError("--speculative-config: 'method' is required (the simulator maps ngram, ngram_gpu and dspark)")
+        raise ConfigError(f"--speculative-config: 'method' is required (the simulator maps {', '.join(SPEC_METHODS)})")
+    if plugin is not None and plugin.get("enabled", True) and not (method in MODEL_METHODS and adaptive):
+        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY} needs --speculative-config with method "
+                          "'dspark' and enable_adaptive_verification true (the plugin rides on them)")
     given = [f for f in SUFFIX_FIELDS if f in cfg]
     if given and method != "suffix":
         raise ConfigError(f"--speculative-config: {given[0]} goes with method 'suffix' only")
@@ -299,7 +366,7 @@ def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int
         from sim.core.drafters.suffix import suffix_config  # lazy: the vLLM plugin loads this module, not the suffix drafter
 
         suffix_config(settings)  # a setting out of range: one line, naming it
-        return SpecMapping("suffix", notes=notes, suffix=settings)
+        return SpecMapping("suffix" if k is None else f"suffix:{k}", notes=notes, suffix=settings)  # its K in the row
     if method in NGRAM_METHODS:
         if adaptive:
             raise ConfigError("--speculative-config: enable_adaptive_verification goes with method 'dspark' only (as in vLLM)")
@@ -322,6 +389,8 @@ def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int
     if method in MODEL_METHODS:
         if lo is not None or hi is not None:
             raise ConfigError("--speculative-config: prompt_lookup_min/max go with method 'ngram' only")
+        if plugin is not None and plugin.get("enabled", True):
+            return SpecMapping(_plugin_policy(plugin, k, model_block), notes=notes)
         if k is not None and k > model_block:
             raise ConfigError(f"--speculative-config: num_speculative_tokens={k} exceeds the DSpark drafter profile's "
                               f"block of {model_block} tokens (--drafter)")
@@ -348,8 +417,8 @@ def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int
         return SpecMapping(f"model-fixed:{k}", notes=notes, drafter=f"{EAGLE_PROFILES[method]}:{k}", block=k)
     raise ConfigError(f"--speculative-config: method {method!r} cannot be mapped: the simulator's drafters are the "
                       "n-gram drafter (method 'ngram'), the DSpark block-drafter profile (method 'dspark', "
-                      "optionally with enable_adaptive_verification) and the EAGLE-style heads (methods 'eagle', "
-                      "'eagle3')")
+                      "optionally with enable_adaptive_verification), the EAGLE-style heads (methods 'eagle', "
+                      "'eagle3') and the suffix-tree drafter (method 'suffix')")
 
 
 MIN_RATE = 1e-6  # req/s (one request in ~12 days): slower Poisson arrivals overflow the simulated clock

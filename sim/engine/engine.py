@@ -223,6 +223,10 @@ class Engine(HostHistory, LosslessChecks):
         n = len(tables.out_len)
         self.n = n
         self.live = self.live_chains(live or {}, n)
+        for d in self.live.d.values():  # a live drafter's memory estimate, refused before any step (registry.Drafter)
+            check = getattr(d, "check_memory", None)
+            if check is not None:
+                check(np.asarray(tables.prompt_len) + np.asarray(tables.out_len), tables.out_len, cfg.batch_size)
         kx = self.live.width
         missing = [d for d in policy.uses_extra if d not in self.live.d]
         if missing:
@@ -238,9 +242,16 @@ class Engine(HostHistory, LosslessChecks):
         bs = cfg.block_size
         kmax = max(tables.k_model if policy.uses_model else 0, tables.k_ngram if policy.uses_ngram else 0, kx)
         charge = slot_charge(policy.name, policy.vllm, cfg.scheduler, kmax, tables.k_model, cfg.vllm_version)
-        need = full_kv_need(tables.prompt_len + tables.out_len,
-                            max(tables.k_model, tables.k_ngram, kx, charge.kv_extra - 1), bs)
+        chain = max(tables.k_model, tables.k_ngram, kx, charge.kv_extra - 1)
+        need = full_kv_need(tables.prompt_len + tables.out_len, chain, bs)
         worst = int(np.argmax(need)) if n else 0
+        alone = full_kv_need(np.array([tables.prompt_len[worst] + tables.out_len[worst]]), 0, bs)[0] if n else 0
+        if n and need[worst] > self.kv_cap and alone <= self.kv_cap:
+            # the request fits alone: the chain's slots (K, W, vLLM's lookahead) are what the cache cannot hold
+            raise ConfigError(
+                f"request {worst} fits the cache of {self.kv_cap} KV tokens alone, but not beside {chain} draft "
+                f"slots (the policy's K or W, the drafter's block, vLLM's lookahead): {int(need[worst])} needed; "
+                "lower the chain length or give a larger cache")
         if n and need[worst] > self.kv_cap:
             raise ConfigError(
                 f"request {worst} needs {int(need[worst])} KV tokens but the cache holds {self.kv_cap}: "

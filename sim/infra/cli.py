@@ -1,32 +1,83 @@
 """Shared CLI plumbing: run a main function so that user errors print one line and exit non-zero; an argument
 parser whose errors are that one line too; checks of input and output paths and of numbers made before any
-work; and writing an output file or folder whole or not at all."""
+work; and writing an output file, folder or set of files whole or not at all.
+
+The output half is one layer every writer goes through: check_out_file / check_out_files / check_out_dir before
+any work (folders of their own, never the working folder or an ancestor; existing only with --force; a file git
+tracks only when its option was given; then claimed against a second writer), and write_whole / write_files /
+atomic_dir (sim/infra/fsio.py) to write, which release the claim; run_cli releases what a command left claimed."""
 from __future__ import annotations
 
 import argparse
 import math
 import os
-import stat
 import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
 
 from sim.infra.errors import ConfigError, HybridSpecError, SimulatorBug
-from sim.infra.fsio import atomic_dir  # noqa: F401 -- re-exported: folders written whole live in sim/infra/fsio.py
+from sim.infra.fsio import atomic_dir, commit_files  # noqa: F401 -- re-exported: the writers live in sim/infra/fsio.py
+from sim.infra.fsio import claim, is_tracked, release_claim, release_claims, resolve_out
+
+_GIVEN: set[str] = set()  # every spelling of each option the current command line gave (--out and -o alike)
+_DEPTH = [0]  # parse_known_args nesting (subcommands): the outermost call starts a fresh _GIVEN
 
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a bad command line is one line `error: PROG: message` and exit 2, like every other input
-    error (argparse's default prints the usage first)."""
+    error (argparse's default prints the usage first). It notes which options the command line gave
+    (`flag_given`): an output left at its default never replaces a file git tracks."""
 
     def error(self, message: str):  # noqa: D102 - argparse's hook
         print(f"error: {self.prog}: {message} (see {self.prog} -h)", file=sys.stderr)
         sys.exit(2)
 
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102 - argparse's hook
+        if _DEPTH[0] == 0:
+            _GIVEN.clear()
+        _DEPTH[0] += 1
+        try:
+            result = super().parse_known_args(args, namespace)
+        finally:
+            _DEPTH[0] -= 1
+        self._note_given(sys.argv[1:] if args is None else list(args))
+        return result
 
-def int_at_least(lo: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= lo, written in decimal (no floats, no thousands of digits)."""
+    def _note_given(self, tokens: list) -> None:
+        for t in tokens:
+            if not isinstance(t, str) or not t.startswith("-") or t == "-":
+                continue
+            if t == "--":
+                break
+            head = t.split("=", 1)[0]
+            for action in self._actions:
+                opts = action.option_strings
+                if any(head == o or (len(o) == 2 and o[1] != "-" and t.startswith(o))
+                       or (self.allow_abbrev and o.startswith("--") and len(head) > 2 and head.startswith("--")
+                           and o.startswith(head)) for o in opts):
+                    _GIVEN.update(opts)
+
+
+def flag_given(flag: str) -> bool:
+    """Whether the current command line gave the option `flag` (any of its spellings)."""
+    return flag in _GIVEN
+
+
+def refuse_tracked(path: str | os.PathLike, flag: str, named: bool | None = None) -> None:
+    """ConfigError if writing `path` (a file, or a folder: any file under it) would replace a file git tracks
+    and the user did not name the output (`named`; default: whether `flag` was on the command line). A
+    command's default output never rewrites the repository's results; naming it does (e.g. -o reports/)."""
+    if (flag_given(flag) if named is None else named):
+        return
+    if is_tracked(Path(path)):
+        raise ConfigError(f"{flag} {path}: a file git tracks (a result of the repository); a default output never "
+                          f"replaces it: name it with {flag} to replace it, or choose another output")
+
+
+def int_at_least(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer >= lo (and <= hi where given), written in decimal (no floats, no thousands of
+    digits)."""
     def parse(text: str) -> int:
         s = text.strip()
         if not s.lstrip("+-").isdigit() or len(s) > 30:
@@ -34,9 +85,14 @@ def int_at_least(lo: int) -> Callable[[str], int]:
         v = int(s)
         if v < lo:
             raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
+        if hi is not None and v > hi:
+            raise argparse.ArgumentTypeError(f"must be <= {hi}, got {v}")
         return v
     parse.__name__ = f"integer >= {lo}"
     return parse
+
+
+SEED = int_at_least(0, 2**63 - 1)  # the argparse type of every --seed: what numpy, torch and random all take
 
 
 def finite_float(lo: float | None = None, strict: bool = False, hi: float | None = None) -> Callable[[str], float]:
@@ -60,20 +116,16 @@ def finite_float(lo: float | None = None, strict: bool = False, hi: float | None
 def check_in_file(path: str | os.PathLike, flag: str = "input") -> Path:
     """Before any work: `path` is a readable regular file (not missing, not a folder, not a device such as
     /dev/zero that never ends); ConfigError naming the flag otherwise."""
+    from sim.infra.inputs import check_regular  # the one input layer: what a path is, named the same everywhere
+
     p = Path(path)
+    check_regular(p, flag)
     try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise ConfigError(f"{flag} {p}: file not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{flag} {p}: {describe_os_error(exc)}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ConfigError(f"{flag} {p}: is a folder, expected a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{flag} {p}: not a regular file (a device or a pipe cannot be read as data)")
-    try:
-        with open(p, "rb") as f:
-            f.read(1)
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)  # swapped for a pipe since the check: still no block
+        try:
+            os.read(fd, 1)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise ConfigError(f"{flag} {p}: {describe_os_error(exc)}") from None
     return p
@@ -110,11 +162,15 @@ def _nearest_existing(p: Path, what: str) -> Path:
 
 
 def check_out_file(path: str | os.PathLike, force: bool = False, flag: str = "--out",
-                   inputs: tuple = (), hint: str = "pass --force to replace it") -> Path:
+                   inputs: tuple = (), hint: str = "pass --force to replace it", named: bool | None = None) -> Path:
     """Before any work: `path` can be written as a file: not a folder, not under a file, in a writable folder,
-    not one of `inputs`, and not an existing file unless force (ConfigError naming the flag otherwise)."""
+    not one of `inputs`, not an existing file unless force, not a tracked file unless named (refuse_tracked);
+    ConfigError naming the flag otherwise. Then claims it (sim.infra.fsio.claim): a second writer is refused
+    until this command has written it or ended."""
     p = Path(path)
     what = f"{flag} {p}"
+    if p.name in ("", ".", "..") or str(p).rstrip("/") in ("", ".", ".."):
+        raise ConfigError(f"{what}: names a folder, expected a file name")
     if p.is_dir():
         raise ConfigError(f"{what}: is a folder, expected a file name")
     for i in inputs:
@@ -122,25 +178,34 @@ def check_out_file(path: str | os.PathLike, force: bool = False, flag: str = "--
             raise ConfigError(f"{what} is the input file {i}; writing it would destroy the input: choose another output")
     if p.exists() and not p.is_file():  # a device or a pipe (/dev/null, /dev/full) is never replaced by a file
         raise ConfigError(f"{what}: not a regular file (a device or a pipe); choose a file name")
+    refuse_tracked(p, flag, named)
     if p.exists() and not force:
         raise ConfigError(f"{what} already exists; {hint}")
     _probe_writable(_nearest_existing(p.parent, what), what)
+    claim(p, flag)
     return p
 
 
 def check_out_files(folder: str | os.PathLike, names: tuple[str, ...] | list[str], force: bool = False,
-                    flag: str = "--out") -> Path:
+                    flag: str = "--out", named: bool | None = None,
+                    hint: str = "pass --force to replace it, or choose another folder") -> Path:
     """Before any work, for a command that writes the files `names` into `folder` (a folder that may hold other
-    files, e.g. reports/): the folder is not a file nor under one, can be written, and none of `names` exists
-    there unless force (ConfigError naming the flag otherwise). Each file is then written whole (write_whole)."""
+    files, e.g. reports/): the folder is no ancestor of the working folder (resolve_out), not a file nor under
+    one, can be written, and none of `names` exists there unless force, nor is tracked unless named
+    (ConfigError naming the flag otherwise). Claims each name; write them as one unit (commit_files)."""
     p = Path(folder)
     what = f"{flag} {p}"
+    resolve_out(p, flag)
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{what}: exists and is not a folder")
+    for n in names:
+        refuse_tracked(p / n, flag, named)
     existing = [p / n for n in names if (p / n).exists()]
     if existing and not force:
-        raise ConfigError(f"{what}: {existing[0]} already exists; pass --force to replace it, or choose another folder")
+        raise ConfigError(f"{what}: {existing[0]} already exists; {hint}")
     _probe_writable(_nearest_existing(p, what), what)
+    for n in sorted(names):
+        claim(p / n, flag)
     return p
 
 
@@ -165,7 +230,24 @@ def write_whole(path: Path, data: str | bytes, overwrite: bool = False, hint: st
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        release_claim(path)
     return path
+
+
+def write_files(folder: Path, files: dict[str, str | bytes], overwrite: bool = False,
+                hint: str = "pass --force to replace it", unit: str = "commit") -> list[Path]:
+    """Write the files `files` (name -> content) into `folder` as one unit (commit_files: after a kill or a
+    full disk a reader sees all the old files or all the new ones); an existing one is a ConfigError unless
+    overwrite. OS errors name the folder."""
+    folder = Path(folder)
+    for name in files:
+        if (folder / name).exists() and not overwrite:
+            raise ConfigError(f"{folder / name} already exists; {hint}")
+    try:
+        return commit_files(folder, files, unit=unit)
+    except OSError as exc:
+        raise with_path(exc, folder) from None
 
 
 def with_path(exc: OSError, path) -> OSError:
@@ -176,18 +258,25 @@ def with_path(exc: OSError, path) -> OSError:
     return type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(path))
 
 
-def check_out_dir(path: Path, force: bool = False, flag: str = "--out") -> None:
-    """Before any work: `path` must be a folder this process can create or write, and a folder that already
-    holds files is replaced only with force (ConfigError naming the flag otherwise)."""
+def check_out_dir(path: Path, force: bool = False, flag: str = "--out", names: tuple[str, ...] | None = None,
+                  named: bool | None = None) -> None:
+    """Before any work: `path` must be a folder of its own (resolve_out: not `.`, `..`, the working folder,
+    home, root or their ancestors) this process can create or write; a folder that already holds files is
+    replaced only with force, and tracked files in it (`names`: those the command writes; default any) only
+    when named (ConfigError naming the flag otherwise). Then claims it (a second writer is refused)."""
     p = Path(path)
+    resolve_out(p, flag)
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{flag} {p}: exists and is not a folder")
-    if p.is_dir() and any(p.iterdir()) and not force:
+    for target in ([p / n for n in names] if names is not None else [p]):
+        refuse_tracked(target, flag, named)
+    if p.is_dir() and any(n.name for n in p.iterdir() if not n.name.endswith(".lock")) and not force:
         raise ConfigError(f"{flag} {p} already holds files (an earlier run?); pass --force to replace the files "
                           "this command writes (other files are kept), or choose another folder")
     what = f"{flag} {p}"
     # the folder is filled as a temporary sibling and renamed into place: its parent must be writable
     _probe_writable(_nearest_existing(Path(os.path.abspath(p)).parent, what), what)
+    claim(p, flag)
 
 
 def describe_os_error(exc: OSError) -> str:
@@ -215,7 +304,11 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
 
     try:
         with termination_as_interrupt():
-            code = main(argv)
+            try:
+                code = main(argv)
+            finally:  # outputs claimed and never written (a refusal, an error, Ctrl-C): locks and lock files go
+                release_claims()
+                _GIVEN.clear()
     except HybridSpecError as exc:
         _fail(str(exc))
     except SimulatorBug as exc:  # e.g. a lossy run: the simulator's fault, never the input's

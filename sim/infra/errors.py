@@ -26,3 +26,13 @@ class TraceError(HybridSpecError):
         if field is not None:
             where += f": field '{field}'"
         super().__init__(f"{where}: {message}")
+
+
+def did_you_mean(name: object, valid) -> str:
+    """" (did you mean 'X'?)" when `name` is one slip (a typo, a letter swapped or missing) from one of the `valid`
+    names (difflib's closest match, case ignored), else '': the tail of an unknown-name error."""
+    import difflib
+
+    names = {str(v).lower(): str(v) for v in valid}
+    close = difflib.get_close_matches(str(name).strip().lower(), list(names), n=1, cutoff=0.75)
+    return f" (did you mean '{names[close[0]]}'?)" if close else ""

@@ -9,9 +9,13 @@ at all, for every cache), else $XDG_CACHE_HOME/hybridspec, else ~/.cache/hybrids
 Invariants this module keeps:
 - `private_dir` folders are created 0700 and refused (one-line ConfigError) unless owned by this user and
   closed to group and others, so nobody else can plant a file in them.
-- `output_lock` holds an exclusive flock on `.<name>.lock` beside an output for the whole command: a second
-  writer of the same output is refused at once with one line, never silently merged. The lock dies with
-  the process (kill -9 included); the lock file itself is left (removing it would race a new locker).
+- `output_lock` holds an exclusive flock on `.<name>.lock` beside an output for the whole command (`claim`:
+  from the check before any work to the write): a second writer of the same output is refused at once with
+  one line, never silently merged. The lock dies with the process (kill -9 included); the holder removes the
+  lock file while still holding it, and a locker that got the lock of a file no longer at the path retries.
+- `atomic_dir` replaces only what the command wrote: every other entry of the old folder is carried over.
+- `is_tracked` asks git whether an output would replace a tracked file (sim/infra/cli.py refuses that unless
+  the output's flag was given); `temp_dir` is a temporary folder removed whatever ends the block.
 - `swap_dir` replaces a folder atomically: renameat2(RENAME_EXCHANGE) where the kernel and C library have it
   (the new folder and the old one trade places in one step), else a journal `.<name>.swap` written before
   two renames and read back by `recover` (a kill between them rolls forward to the new folder).
@@ -24,6 +28,7 @@ Invariants this module keeps:
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import errno
 import json
@@ -33,6 +38,7 @@ import re
 import shutil
 import signal
 import stat
+import subprocess
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -142,33 +148,186 @@ def die_with_parent() -> None:
 
 
 # ------------------------------------------------------------------------------------------------ locks
-@contextmanager
-def output_lock(path: Path, flag: str = "--out") -> Iterator[None]:
-    """Hold an exclusive lock on the output `path` (file or folder) for the block; ConfigError at once if
-    another process holds it."""
+class _Held:
+    """One lock this process holds: its file, descriptor, holders in this process, and the folders it made."""
+
+    def __init__(self, lock: Path, fd: int, made: list[Path]):
+        self.lock, self.fd, self.made, self.count, self.pid = lock, fd, made, 1, os.getpid()
+        self.guards = 0  # holds by output_lock (a command's guard), which a second guard may not re-enter
+
+
+_HELD: dict[str, _Held] = {}  # lock file -> held lock; re-entered by the same process (a command and its checks)
+_CLAIMS: set[str] = set()  # locks taken by a check_out_* call, released by the write of that output or run_cli
+
+
+def _lock_path(path: Path) -> Path:
+    path = Path(os.path.realpath(path))
+    return path.parent / f".{path.name}.lock"
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """mkdir -p `folder`; the folders it created, deepest first (removed again if the lock is refused)."""
+    made = []
+    p = folder
+    while not p.exists() and p != p.parent:
+        made.append(p)
+        p = p.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return made
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for d in folders:  # deepest first; one that now holds anything (the output itself) stays
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+def _refused(flag: str, path: Path, who: str) -> ConfigError:
+    return ConfigError(f"{flag} {path}: another process{f' (pid {who})' if who else ''} is writing it; "
+                       "wait for it to finish or choose another output")
+
+
+def _acquire(path: Path, flag: str, reenter: bool = True) -> _Held:
+    """The exclusive lock of output `path`; if this process holds it, re-entered (a check or a writer inside the
+    command that holds it) unless `reenter` is false and a guard holds it (a second command run in this process:
+    refused; a claim left by a command that ended without run_cli does not count). Lockers race with a
+    holder that removes the lock file on release: a locker that got the lock of a file no longer at the path
+    (removed after it opened it) drops it and tries again, so two processes can never both hold `path`."""
     import fcntl
 
-    path = Path(os.path.abspath(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = path.parent / f".{path.name}.lock"
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
+    lock = _lock_path(path)
+    held = _HELD.get(str(lock))
+    if held is not None and held.pid == os.getpid():
+        if not reenter and held.guards:
+            raise _refused(flag, path, str(held.pid))
+        held.count += 1
+        return held
+    made = _make_folders(lock.parent)
+    for _ in range(1000):
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:  # its folder was removed by a refused locker that had made it: make it again
+            made += [d for d in _make_folders(lock.parent) if d not in made]
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
             try:
                 who = os.pread(fd, 64, 0).decode(errors="replace").strip()
             except OSError:
                 who = ""
-            raise ConfigError(f"{flag} {path}: another process{f' (pid {who})' if who else ''} is writing it; "
-                              "wait for it to finish or choose another output") from None
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            _remove_empty(made)
+            raise _refused(flag, path, who) from None
+        st = os.fstat(fd)
+        try:
+            now = os.stat(lock)
+        except FileNotFoundError:
+            now = None
+        if now is None or (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):
+            os.close(fd)  # the holder removed this file while we opened it: lock the one at the path now
+            continue
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
+        held = _Held(lock, fd, made)
+        _HELD[str(lock)] = held
+        return held
+    raise ConfigError(f"{flag} {path}: could not lock it (its lock file keeps changing); try again")
+
+
+def _release(held: _Held) -> None:
+    """Drop one hold; the last one removes the lock file while still holding the lock (so no locker can be
+    holding it), then closes it. A forked worker that inherited the lock leaves it to its parent."""
+    if held.pid != os.getpid():
+        return
+    held.count -= 1
+    if held.count > 0:
+        return
+    _HELD.pop(str(held.lock), None)
+    try:
+        held.lock.unlink(missing_ok=True)
+    finally:
+        os.close(held.fd)
+    _remove_empty(held.made)
+
+
+@contextmanager
+def output_lock(path: Path, flag: str = "--out") -> Iterator[None]:
+    """Hold an exclusive lock on the output `path` (file or folder) for the block; ConfigError at once if
+    another process holds it (or another command of this process: a command's own checks and writers re-enter
+    it). The lock file `.<name>.lock` is removed when the lock is released."""
+    held = _acquire(Path(os.path.abspath(path)), flag, reenter=False)
+    held.guards += 1
+    try:
         yield
     finally:
-        os.close(fd)  # releases the lock
+        held.guards -= 1
+        _release(held)
+
+
+def claim(path: Path, flag: str = "--out") -> None:
+    """Lock the output `path` until it is written (release_claim, called by the writers) or the command ends
+    (release_claims, called by run_cli and at exit): what check_out_* take before any work, so a second writer
+    of the same output is refused for the whole command."""
+    key = str(_lock_path(Path(os.path.abspath(path))))
+    if key in _CLAIMS and key in _HELD:
+        return
+    _acquire(Path(os.path.abspath(path)), flag)
+    _CLAIMS.add(key)
+
+
+def release_claim(path: Path) -> None:
+    """Release the claim on `path` (its output is written, or the check that took it failed)."""
+    key = str(_lock_path(Path(os.path.abspath(path))))
+    if key in _CLAIMS:
+        _CLAIMS.discard(key)
+        held = _HELD.get(key)
+        if held is not None:
+            _release(held)
+
+
+def release_claims() -> None:
+    """Release every claim this process still holds (the command ended, written or not)."""
+    for key in list(_CLAIMS):
+        _CLAIMS.discard(key)
+        held = _HELD.get(key)
+        if held is not None:
+            _release(held)
+
+
+atexit.register(release_claims)
+
+
+# ------------------------------------------------------------------------------------------------ tracked
+def is_tracked(path: Path) -> bool:
+    """Whether git tracks the file `path` (or, for a folder, any file under it): `git ls-files`, a few ms.
+    False where git is missing or `path` is outside a git checkout."""
+    p = Path(os.path.abspath(path))
+    d = p if p.is_dir() else p.parent
+    while not d.is_dir() and d != d.parent:
+        d = d.parent
+    try:
+        r = subprocess.run(["git", "-C", str(d), "ls-files", "-z", "--", str(p)], capture_output=True, timeout=20,
+                           stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0 and bool(r.stdout.strip(b"\0"))
+
+
+# ------------------------------------------------------------------------------------------------ temporaries
+@contextmanager
+def temp_dir(prefix: str = "hybridspec-") -> Iterator[Path]:
+    """A private temporary folder (mkdtemp: 0700) removed when the block ends, whatever ends it (an error,
+    Ctrl-C, SIGTERM through termination_as_interrupt)."""
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------------------ leftovers
@@ -284,31 +443,43 @@ def _link_or_copy(s, d) -> None:
         shutil.copy2(s, d, follow_symlinks=False)
 
 
+def _not_internal(name: str) -> bool:
+    """An entry of an output folder that is not this layer's own bookkeeping (temporaries, journals, locks)."""
+    return not (_LEFTOVER.match(name) or name.endswith((".lock", ".commit", ".swap")))
+
+
 @contextmanager
-def atomic_dir(path: Path, keep=None) -> Iterator[Path]:
+def atomic_dir(path: Path, keep=None, flag: str = "--out") -> Iterator[Path]:
     """Write a folder whole or not at all: yields a temporary sibling to fill; on success it takes the place
-    of `path` (swap_dir), on failure it is removed and `path` is left as it was. Leftovers of earlier
-    killed runs beside `path` are cleaned first. `keep(name)`: entries of an existing `path` that are not
-    this command's outputs; they are carried into the new folder (hard links) so the swap never loses them."""
-    path = Path(os.path.abspath(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clean_leftovers(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    of `path` (swap_dir), on failure it is removed and `path` is left as it was. `path` is resolve_out's
+    (links followed; the working folder, home, root and their ancestors refused) and locked for the block.
+    Leftovers of earlier killed runs beside `path` are cleaned first. Every entry of an existing `path` that
+    the block did not write is carried into the new folder (hard links), so only the command's own files are
+    replaced; `keep(name)` narrows what is carried (an earlier output the command no longer writes: dropped)."""
+    path = resolve_out(path, flag)
+    keep = keep or _not_internal
+    held = _acquire(path, flag)  # re-entered: the command's out_guard or check_out_dir holds it already
     try:
-        yield tmp
-        if keep is not None and path.is_dir():
-            _carry_over(path, tmp, keep)
-        swap_dir(tmp, path)
-    except OSError as exc:
+        clean_leftovers(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        if exc.filename is None and exc.errno is not None:  # a full disk mid-write: name the output
-            raise type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from None
-        raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        tmp.mkdir()
+        try:
+            yield tmp
+            if path.is_dir():
+                _carry_over(path, tmp, lambda n: keep(n) and _not_internal(n))
+            swap_dir(tmp, path)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if exc.filename is None and exc.errno is not None:  # a full disk mid-write: name the output
+                raise type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from None
+            raise
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    finally:
+        _release(held)
+        release_claim(path)
 
 
 # ------------------------------------------------------------------------------------------------ units
@@ -316,18 +487,30 @@ def commit_files(folder: Path, files: dict[str, bytes | str], unit: str = "commi
     """Write `files` (name -> content) into `folder` as one unit: a reader (after `recover`) sees all the
     old files or all the new ones. Returns the paths written."""
     folder = Path(folder)
+    try:
+        _commit_files(folder, files, unit)
+    finally:
+        for name in files:
+            release_claim(folder / name)
+    return [folder / n for n in files]
+
+
+def _commit_files(folder: Path, files: dict[str, bytes | str], unit: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     recover(folder)
     pid = os.getpid()
     tmps = {}
+    where = folder  # what a full disk names: the file being written, else the folder
     try:
         for name, data in files.items():
+            where = folder / name
             tmp = folder / f".{name}.{pid}.part"
             with open(tmp, "wb") as f:
                 f.write(data.encode() if isinstance(data, str) else data)
                 f.flush()
                 os.fsync(f.fileno())
             tmps[name] = tmp.name
+        where = folder
         journal = folder / f".{unit}.{pid}.commit"
         _journal_write(journal, {"files": tmps})
     except BaseException as exc:
@@ -336,10 +519,9 @@ def commit_files(folder: Path, files: dict[str, bytes | str], unit: str = "commi
         for t in folder.glob(f".*.{pid}.part"):  # the one being written when it failed
             t.unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
-            raise type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(folder)) from None
+            raise type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(where)) from None
         raise
     _roll_forward(folder, journal)
-    return [folder / n for n in files]
 
 
 def _roll_forward(folder: Path, journal: Path) -> None:
@@ -409,7 +591,8 @@ def resolve_out(path: Path, flag: str = "--out") -> Path:
         raise ConfigError(f"{flag} {path}: names the current folder or its parent; give a folder name, e.g. {flag} out/run")
     real = Path(os.path.realpath(p))
     cwd = Path(os.path.realpath(os.getcwd()))
-    if real == cwd or real in cwd.parents or real == Path(real.anchor) or real == Path.home().resolve():
+    home = Path.home().resolve()
+    if real == cwd or real in cwd.parents or real == Path(real.anchor) or real == home or real in home.parents:
         raise ConfigError(f"{flag} {path}: resolves to {real}, the working folder, your home or one of their "
                           "ancestors; give a folder of its own, e.g. {flag} out/run".replace("{flag}", flag))
     for up in real.parents:  # an output under a file: one line naming it, before the lock tries to make folders
@@ -434,12 +617,15 @@ def out_guard(path, flag: str = "--out") -> Iterator[Path | None]:
 
 
 def private_tempdir(prefix: str = "hybridspec-") -> Path:
-    """A fresh folder only this user can open (mkdtemp: 0700, unpredictable name), for when caching is off."""
-    return Path(tempfile.mkdtemp(prefix=prefix))
+    """A fresh folder only this user can open (mkdtemp: 0700, unpredictable name), for when caching is off; it
+    lives as long as the process and is removed at its exit (a block's scratch: temp_dir)."""
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 __all__ = ["cache_root", "private_dir", "private_tempdir", "termination_as_interrupt", "forking_workers", "die_with_parent", "output_lock",
-           "clean_leftovers", "swap_dir", "atomic_dir", "commit_files", "recover", "clean_dead", "resolve_out", "out_guard", "file_sha256"]
+           "claim", "release_claim", "release_claims", "is_tracked", "temp_dir", "clean_leftovers", "swap_dir", "atomic_dir", "commit_files", "recover", "clean_dead", "resolve_out", "out_guard", "file_sha256"]
 
 
 def file_sha256(path: Path) -> str:

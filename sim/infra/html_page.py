@@ -5,6 +5,10 @@ nothing fetched), and each figure's heading is made from what the figure plots (
 
 Where plotly.js comes from is the `--plotly` flag of every command that writes a page (`add_plotly_flag`):
 - `inline` (the default): plotly.js (4.7 MB) inlined in the page: one file that renders anywhere, offline.
+- `cached`: the page loads the copy under the cache folder (sim.infra.fsio.cache_root()/plotly/, written once,
+  whole, the first time; a `file://` address: offline, on this machine). sim.run's report.html default: a run's
+  folder stays small. A page whose copy is gone (`python -m sim.cache --prune`, another machine) says so at its
+  top; any page written cached puts the copy back. With caching off (HYBRIDSPEC_CACHE_DIR=off): inline.
 - `shared`: the page loads `plotly-<version>.min.js` from its own folder (`<script src=...>`, a relative path:
   still offline), and `write_page` writes that file there once, whole, the first time; a page written later
   into the same folder reuses it. A file of that name that is not byte for byte the installed plotly package's
@@ -32,18 +36,20 @@ STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1400px} p.note{color:
          "nav a{margin-right:1.2em}")
 
 
-PLOTLY_MODES = ("inline", "shared")
-PLOTLY_HELP = ("where the HTML page gets plotly.js (4.7 MB) from: inline (default) puts it in the page, one file that "
-               "renders anywhere offline (to mail around); shared writes it once beside the page as "
-               "plotly-VERSION.min.js and the page loads that file (still offline, no CDN; keep the two together; "
-               "pages written into the same folder share it; an existing file of that name that is not this "
-               "plotly.js is refused, never replaced). The committed reports/ are written with shared")
+PLOTLY_MODES = ("inline", "shared", "cached")
+PLOTLY_HELP = ("where the HTML page gets plotly.js (4.7 MB) from: inline puts it in the page, one file that renders "
+               "anywhere offline (to mail around); shared writes it once beside the page as plotly-VERSION.min.js "
+               "and the page loads that file (still offline, no CDN; keep the two together; pages written into the "
+               "same folder share it; an existing file of that name that is not this plotly.js is refused, never "
+               "replaced); cached loads one copy kept in the cache folder (offline, this machine only; python -m "
+               "sim.cache). The committed reports/ are written with shared")
 
 
-def add_plotly_flag(parser, help_prefix: str = "") -> None:
-    """The `--plotly inline|shared` flag (default inline) on an argparse parser or argument group. A bad value is
-    argparse's one-line error and exit 2 (sim.infra.cli.ArgumentParser)."""
-    parser.add_argument("--plotly", choices=PLOTLY_MODES, default="inline", help=help_prefix + PLOTLY_HELP)
+def add_plotly_flag(parser, help_prefix: str = "", default: str = "inline") -> None:
+    """The `--plotly inline|shared|cached` flag on an argparse parser or argument group. A bad value is argparse's
+    one-line error and exit 2 (sim.infra.cli.ArgumentParser)."""
+    parser.add_argument("--plotly", choices=PLOTLY_MODES, default=default,
+                        help=f"{help_prefix}{PLOTLY_HELP} (default: {default})")
 
 
 @functools.lru_cache(maxsize=1)
@@ -76,11 +82,51 @@ def _shared_script() -> str:
     return f"<script type='text/javascript' src='{_html.escape(asset_name())}'></script>"
 
 
+def cached_asset() -> Path | None:
+    """The cached copy of plotly.js (the `cached` mode's), written whole the first time, and rewritten when it is
+    not this plotly's byte for byte (it is a cache); None when caching is off."""
+    from sim.infra.fsio import cache_root
+
+    root = cache_root()
+    if root is None:
+        return None
+    path = (root / "plotly" / asset_name()).resolve()
+    want = plotly_js().encode()
+    try:
+        same = path.is_file() and not path.is_symlink() and path.stat().st_size == len(want) and path.read_bytes() == want
+    except OSError:
+        same = False
+    if not same:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_whole(path, want, overwrite=True)
+    return path
+
+
+_MISSING = ("<script>window.addEventListener('DOMContentLoaded',function(){{if(typeof Plotly==='undefined'){{"
+            "var p=document.createElement('p');p.className='note';p.textContent={msg};"
+            "document.body.insertBefore(p,document.body.firstChild);}}}});</script>")
+
+
+def _cached_script() -> str:
+    import json
+
+    path = cached_asset()
+    if path is None:  # caching off: the page carries plotly.js itself
+        return _inline_script()
+    msg = (f"The figures need plotly.js, which this page loads from {path} (the cache, python -m sim.cache): it is "
+           "not there (pruned, or the page was moved to another machine). Write the page again, or with "
+           "--plotly inline to carry plotly.js in it.")
+    return (f"<script type='text/javascript' src='{_html.escape(path.as_uri())}'></script>"
+            + _MISSING.format(msg=json.dumps(msg).replace("</", "<\\/")))  # a JS string that cannot end the script
+
+
 def _script(plotly: str) -> str:
     if plotly == "inline":
         return _inline_script()
     if plotly == "shared":
         return _shared_script()
+    if plotly == "cached":
+        return _cached_script()
     raise ConfigError(f"--plotly must be one of {', '.join(PLOTLY_MODES)}, got {str(plotly)[:40]!r}")
 
 
@@ -93,7 +139,8 @@ def figure_div(fig, div_id: str) -> str:
 
 def page(title: str, body: list[str], plotly: str = "inline") -> str:
     """A whole HTML page: `title`, plotly.js once in the head (plotly: `inline`, the default, inlines it;
-    `shared` loads asset_name() from the page's folder: write it with `write_page`), then the `body` parts."""
+    `shared` loads asset_name() from the page's folder: write it with `write_page`; `cached` loads the cache's
+    copy, cached_asset), then the `body` parts."""
     head = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_html.escape(title)}</title>"
             f"<style>{STYLE}</style>{_script(plotly)}</head><body>")
     return "\n".join([head, *body, "</body></html>"])

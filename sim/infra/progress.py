@@ -9,14 +9,16 @@ import time
 
 class Heartbeat:
     """Progress lines on stderr for logs and pipes (where a progress bar would print nothing readable): one at
-    each `every` seconds, saying how many of `total` units are done and the elapsed time. A no-op when
-    `every` is None or <= 0. Use as a context manager; call done(n) as units finish."""
+    each `every` seconds, saying how many of `total` units are done and the time elapsed since `since` (a
+    time.perf_counter() reading: a command's start, so that its successive heartbeats count on from one clock;
+    default: this one's start), and a last one when the work ends, not when it fails (its error is the last
+    line). A no-op when `every` is None or <= 0. Use as a context manager; call done(n) as units finish."""
 
-    def __init__(self, what: str, total: int | None, every: float | None, stream=None):
+    def __init__(self, what: str, total: int | None, every: float | None, stream=None, since: float | None = None):
         self.what, self.total, self.every = what, total, every
         self.stream = stream or sys.stderr
         self.n = 0
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter() if since is None else since
         self._stop = threading.Event()
         self._thread = None
 
@@ -38,11 +40,12 @@ class Heartbeat:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-            print(self.line(), file=self.stream, flush=True)
+            if exc_type is None:
+                print(self.line(), file=self.stream, flush=True)
         return False
 
 

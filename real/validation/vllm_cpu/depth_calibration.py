@@ -37,9 +37,16 @@ from pathlib import Path
 import numpy as np
 
 from real.validation.fidelity import MIN_REACHED  # a depth counts as a measurement from this many slots on
+from sim.infra.cli import SEED
+from sim.infra.inputs import RECORD, Any, Dict, Int, List, Maybe, Obj, Opt, parse_json, read_json, read_text
 from sim.infra.errors import ConfigError
 
 K = 7  # the plugin's chain width in these runs (num_speculative_tokens)
+
+
+# what is read of the runs' recorded files (sim/infra/inputs.py): a cell's plugin counters, a reference's token ids
+_CELL = Obj({"real": Obj({"plugin": Opt(Maybe(Dict(Any())))})})
+_REFERENCE = Obj({"id": Any(), "prompt_ids": List(Int(lo=0)), "output_ids": List(Int(lo=0))})
 
 
 def plugin_depths(runs: list[Path]) -> tuple[list[dict], list[str]]:
@@ -47,7 +54,7 @@ def plugin_depths(runs: list[Path]) -> tuple[list[dict], list[str]]:
     reached, accepted, conf, cells = {}, {}, {}, []
     for run in runs:
         for path in sorted(run.glob("*/bs*/hybrid/cell.json")):
-            pl = json.loads(path.read_text())["real"].get("plugin") or {}
+            pl = read_json(path, RECORD, _CELL, finite=False)["real"].get("plugin") or {}
             if pl.get("ngram_accepted") is None:
                 continue
             cells.append(str(path.parent))
@@ -120,8 +127,8 @@ def references(runs: list[Path]) -> dict[tuple[str, str], tuple[list[int], list[
     for run in runs:
         for path in sorted(run.glob("*/bs*/reference.jsonl")):
             stem = path.parent.parent.name
-            for line in path.read_text().splitlines():
-                r = json.loads(line)
+            for i, line in enumerate(read_text(path, RECORD).splitlines(), 1):
+                r = _REFERENCE.check(parse_json(line, f"{path}:{i}"), "", f"{path}:{i}")
                 key = (stem, str(r["id"]))
                 if key not in out or len(r["output_ids"]) > len(out[key][1]):
                     out[key] = (r["prompt_ids"], r["output_ids"])
@@ -228,15 +235,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=4, help="with --out: requests per trace (default 4)")
     ap.add_argument("--max-tokens", type=int, default=16, help="with --out: max_tokens (default 16)")
     ap.add_argument("--max-prompt", type=int, default=800, help="with --out: longest prompt (default 800)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=SEED, default=0)
     ap.add_argument("--trace-limit", type=int, default=200,
                     help="table C's whole-trace rows: the first N requests of each trace (default 200)")
     ap.add_argument("--report", help="also write the markdown here (refused if the file exists)")
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if bool(a.out) != bool(a.trace):
         raise ConfigError("--out and --trace go together (run the hybrid cells of --trace under --out)")
-    if a.report and Path(a.report).exists():
-        raise ConfigError(f"--report {a.report}: exists; choose a new path (reports are never overwritten)")
+    from sim.infra.cli import check_out_dir, check_out_file
+
+    if a.out:
+        check_out_dir(a.out, force=True, flag="--out")  # a folder of its own (cells are resumed), claimed
+    if a.report:
+        check_out_file(a.report, False, "--report", hint="choose a new path (reports are never overwritten)")
     runs = [Path(r) for r in a.run] + ([run_hybrid_cells(Path(a.out), a.trace, a.batch_size, a.limit, a.max_prompt,
                                                         a.max_tokens, a.seed)] if a.out else [])
     if not runs:
@@ -294,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.report:
         from sim.infra.cli import write_whole
 
-        write_whole(Path(a.report), md)
+        write_whole(Path(a.report), md, hint="choose another path (this command never replaces a file)")
     return 0
 
 

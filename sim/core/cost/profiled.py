@@ -99,6 +99,10 @@ from sim.infra.errors import ConfigError
 from sim.core.models import list_gpus, list_llms, models_dir, read_json_object
 
 FORMAT = "hybridspec-cost-table/1"
+# Past these a table's value is not a measurement (a verify of 1e308 ms, a KV cache of 1e30 tokens): refused where it
+# is read, so that no price overflows the engine's clock or divides it to nothing.
+MAX_MS = 3.6e6      # an hour [ms]: no step, and no price per token, row or request, reaches it
+MAX_COUNT = 2**40   # tokens, requests, sizes (sim/core/config.py's largest KV cache)
 
 
 class StepTable:
@@ -111,6 +115,11 @@ class StepTable:
             raise ConfigError(f"{what}: needs matching, non-empty lists of points and ms values")
         if not (np.all(np.isfinite(xs)) and np.all(np.isfinite(ys))) or np.any(xs <= 0) or np.any(ys < 0):
             raise ConfigError(f"{what}: points must be positive and ms values finite and >= 0")
+        if np.any(ys > MAX_MS):
+            raise ConfigError(f"{what}: an ms value of {float(ys.max()):g} is not a measurement (at most {MAX_MS:g} ms, "
+                              "an hour)")
+        if np.any(xs > MAX_COUNT):
+            raise ConfigError(f"{what}: a point at {float(xs.max()):g} is past any size (at most 2**40)")
         order = np.argsort(xs, kind="stable")
         xs, ys = xs[order], ys[order]
         uniq, start = np.unique(xs, return_index=True)          # duplicates: keep the largest value
@@ -245,12 +254,14 @@ def _num_list(path, key, v) -> list[float]:
 
 
 def _number(path, key, v, integer: bool = False) -> float | int:
-    """A finite number >= 0 (integer: a whole number >= 1); ConfigError naming the file and key."""
-    ok = _is_num(v) and math.isfinite(v) and v >= 0
+    """A finite number in 0..MAX_MS (integer: a whole number in 1..MAX_COUNT); ConfigError naming the file and key."""
+    hi = MAX_COUNT if integer else MAX_MS
+    ok = _is_num(v) and math.isfinite(v) and 0 <= v <= hi
     if integer:
         ok = ok and float(v).is_integer() and v >= 1
     if not ok:
-        raise ConfigError(f"{path}: field '{key}' must be {'a positive integer' if integer else 'a number >= 0'}, "
+        raise ConfigError(f"{path}: field '{key}' must be "
+                          f"{f'an integer in 1..{MAX_COUNT}' if integer else f'a number in 0..{MAX_MS:g} (ms; an hour)'}, "
                           f"got {v!r}")
     return int(v) if integer else float(v)
 
@@ -266,12 +277,15 @@ def _curve(path, key, v, xkey) -> Curve:
 
 def load_cost_table(path: str | Path) -> CostTable:
     """Read a JSON or CSV cost table; ConfigError naming the file and field on any problem."""
+    from sim.infra.inputs import check_regular
+
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(f"cost table '{path}' not found")
+    check_regular(p, "cost table")  # a pipe or a device: one line naming it, not "not found"
     if p.suffix.lower() == ".csv":
         return _load_csv(p)
-    t = cost_table_from_dict(read_json_object(p, "cost table"), p)
+    t = cost_table_from_dict(read_json_object(p, "cost table", finite=False), p)  # each field's check names it
     t.path = str(p)
     return t
 
@@ -373,10 +387,9 @@ def plugin_fit(samples) -> dict | None:
 
 def _load_csv(p: Path) -> CostTable:
     meta: dict[str, str] = {}
-    try:
-        lines = p.read_text().splitlines()
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read cost table: {e}") from None
+    from sim.infra.inputs import RECORD, read_text
+
+    lines = read_text(p, RECORD, "cost table").splitlines()
     body = []
     for line in lines:
         s = line.strip()

@@ -165,8 +165,10 @@ class NgramCalibrator:
 def calibrator_path(name_or_path: str | Path) -> Path:
     """The file of an n-gram calibrator: a name (no suffix) under CALIBRATOR_DIR, else a path as given;
     ConfigError naming the known calibrators when it does not exist."""
+    from sim.infra.inputs import is_input
+
     p = Path(name_or_path)
-    if not p.suffix:
+    if not p.suffix and not is_input(p):  # a name; a path on disk (even a pipe, refused when read) stays a path
         p = CALIBRATOR_DIR / f"{name_or_path}.json"
     if not p.exists():
         known = ", ".join(sorted(x.stem for x in CALIBRATOR_DIR.glob("*.json")))

@@ -164,9 +164,10 @@ def load_drafter_profile(name: str) -> ModelDrafterProfile:
             raise ConfigError(f"drafter profile '{name}': the chain length after ':' must be an integer in 1..64")
         return with_block(load_drafter_profile(base), int(k))
     if is_profile_path(name):
+        from sim.infra.inputs import check_regular
+
         path = Path(name)
-        if not path.is_file():
-            raise ConfigError(f"drafter profile file not found: {name}")
+        check_regular(path, "drafter profile")  # missing, a folder, a pipe, a device: named as what it is
     else:
         path = MODELS_DIR / f"{name}.json"
         if not path.exists() or name.endswith("-cost"):

@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Protocol, Sequence
 import numpy as np
 
 from sim.core.drafters.settings import setting_flag, setting_types, settings_from
-from sim.core.drafters.suffix import LiveSuffixDrafter, SuffixCalibrator, SuffixConfig
+from sim.core.drafters.suffix import LiveSuffixDrafter, SuffixCalibrator, SuffixConfig, check_memory
 from sim.infra.errors import ConfigError
 
 DEFAULT_DRAFTERS = ("dspark", "ngram")
@@ -49,6 +49,8 @@ class Drafter(Protocol):
     stop(rid, finished)     the request leaves (finished: its output may join what later proposals learn from)
     cost(R, cost_model)     the drafter's time for R requests in one step [ms]
     width                   K, the longest chain it proposes [tokens]
+    check_memory(contexts, outputs, batch)  optional: ConfigError before a run whose requests (prompt + output and
+                            output lengths [tokens], `batch` at once) would take the drafter past its memory limit
     """
 
     width: int
@@ -67,8 +69,9 @@ class Drafter(Protocol):
 @dataclass(frozen=True)
 class DrafterSpec:
     """A registered drafter: name, kind ('table' or 'live'), chain id, one-line summary, for a live drafter its
-    factory (its settings instance -> a fresh Drafter for one run), and its settings class (a frozen dataclass of
-    sim/core/drafters/settings.py `setting` fields; None: no settings)."""
+    factory (its settings instance -> a fresh Drafter for one run), its settings class (a frozen dataclass of
+    sim/core/drafters/settings.py `setting` fields; None: no settings), and for a drafter whose memory grows with the
+    requests its up-front check (check_live_memory; None: none)."""
 
     name: str
     kind: str
@@ -76,6 +79,7 @@ class DrafterSpec:
     summary: str
     factory: Optional[Callable[[Any], Drafter]] = None
     settings: Optional[type] = None
+    memory: Optional[Callable[..., None]] = None  # (settings, contexts, outputs, batch) -> None or ConfigError
 
 
 _REGISTRY: Dict[str, DrafterSpec] = {}
@@ -153,6 +157,17 @@ def merge_drafter_config(config: str | None, extra: dict[str, dict]) -> str | No
     return parse_drafter_config(merged)
 
 
+def check_settings_used(config: str | dict | None, names: Iterable[str]) -> None:
+    """ConfigError (one line) when `config` sets a drafter the run does not enable (`names`): its settings would
+    be ignored without a word (--suffix-config with --drafters dspark,ngram)."""
+    enabled = set(names)
+    unused = [n for n in drafter_settings(config) if n not in enabled]
+    if unused:
+        raise ConfigError(f"--{unused[0]}-config / --{unused[0]}-*: settings for the {unused[0]} drafter, which this run "
+                          f"does not enable (--drafters {','.join(n for n in _REGISTRY if n in enabled)}); add "
+                          f"{unused[0]} to --drafters, or drop its settings")
+
+
 def live_drafters(names: Iterable[str], config: str | dict | None = None) -> dict:
     """Fresh live drafters (name -> Drafter) for one run, for the live ones among `names`, each built from its
     settings in `config` (a run's drafter_config: canonical JSON, or name -> settings dict)."""
@@ -165,6 +180,17 @@ def live_drafters(names: Iterable[str], config: str | dict | None = None) -> dic
         arg = settings_from(n, spec.settings, values.get(n, {})) if spec.settings is not None else None
         out[n] = spec.factory(arg)
     return out
+
+
+def check_live_memory(names: Iterable[str], config: str | dict | None, contexts, outputs, batch: int) -> None:
+    """Before a run: each live drafter among `names` that declares a memory check (DrafterSpec.memory) is given its
+    settings from `config` and the run's requests (prompt + output and output lengths [tokens], `batch` at once):
+    one ConfigError when it would not fit, before anything is built."""
+    values = drafter_settings(config)
+    for n in dict.fromkeys(names):
+        spec = _REGISTRY[n]
+        if spec.kind == "live" and spec.memory is not None:
+            spec.memory(settings_from(n, spec.settings, values.get(n, {})), contexts, outputs, batch)
 
 
 def _example(spec: DrafterSpec) -> str:
@@ -226,7 +252,8 @@ register_drafter(DrafterSpec("dspark", "table", 1, "the model drafter (DSpark bl
 register_drafter(DrafterSpec("ngram", "table", 2, "the exact n-gram drafter over the request's context (vLLM's "
                              "prompt lookup; --ngram-k)"))
 register_drafter(DrafterSpec("suffix", "live", 3, "the suffix-tree drafter over the request's context and the "
-                             "outputs of finished requests (sim/core/drafters/suffix.py)", _suffix, SuffixConfig))
+                             "outputs of finished requests (sim/core/drafters/suffix.py)", _suffix, SuffixConfig,
+                             check_memory))
 
 
 def parse_drafter_list(text: str) -> str:

@@ -37,14 +37,19 @@ one node per distinct substring (length <= D) of what a tree holds, at most D pe
 from its first proposal to its stop (then freed), the global tree over at most max_cached outputs (nodes whose
 count drops to 0 are freed and their ids reused); the drafter keeps each running request's context and the
 cached outputs' tokens.
+Memory estimate, checked before a run (`memory_bytes`, `check_memory`): BYTES_PER_NODE x D x (the `batch` longest
+contexts, prompt + output [tokens], whose request trees may live at once + the max_cached longest outputs of the
+global tree) [bytes]; BYTES_PER_NODE is the peak resident size measured per node (the arrays, the edge table at its
+load factor, their growth). Refused in one line: one request's tree over TREE_LIMIT (a 10^6-token prompt at depth
+24, or 40k tokens at depth 256: gigabytes for one request's drafter), or the whole estimate over 3/4 of the memory
+this process can still take; HYBRIDSPEC_SUFFIX_MEMORY_GB=G sets the one limit instead (the whole estimate <= G GiB).
 """
 from __future__ import annotations
 
-import json
+import os
 from array import array
 from collections import deque
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Iterable, Optional
 
 import numpy as np
@@ -91,6 +96,70 @@ class SuffixProposal:
 
 
 NO_PROPOSAL = SuffixProposal((), (), 0, 0.0, "none")
+
+
+BYTES_PER_NODE = 192  # peak resident bytes per tree node, measured on traces/codeedit.jsonl (132-226 at depth 24-256)
+TREE_LIMIT = 2**30  # bytes one request's tree may take by default (module docstring)
+MEMORY_ENV = "HYBRIDSPEC_SUFFIX_MEMORY_GB"
+
+
+def _available_bytes() -> int | None:
+    """What this process can still take: MemAvailable, and the address-space limit's headroom where one is set;
+    None when neither is known."""
+    import resource
+
+    got = []
+    try:
+        with open("/proc/meminfo") as f:
+            got += [int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft != resource.RLIM_INFINITY:
+        try:
+            with open("/proc/self/statm") as f:
+                used = int(f.read().split()[0]) * resource.getpagesize()
+            got.append(max(soft - used, 0))
+        except (OSError, ValueError):
+            pass
+    return min(got) if got else None
+
+
+def memory_bytes(cfg: "SuffixConfig", contexts, outputs, batch: int) -> tuple[int, int]:
+    """(the whole estimate, the largest request tree's) [bytes] of the suffix drafter over requests of `contexts`
+    (prompt + output) and `outputs` tokens, at most `batch` at once (module docstring)."""
+    ctx = np.sort(np.asarray(contexts, dtype=np.int64))[::-1]
+    out = np.sort(np.asarray(outputs, dtype=np.int64))[::-1]
+    per_token = BYTES_PER_NODE * cfg.max_depth
+    live = int(ctx[:max(int(batch), 1)].sum()) * per_token
+    cached = int(out[:cfg.max_cached].sum()) * per_token if cfg.max_cached else 0
+    return live + cached, (int(ctx[0]) * per_token if len(ctx) else 0)
+
+
+def check_memory(cfg: "SuffixConfig", contexts, outputs, batch: int) -> None:
+    """ConfigError (one line, before any tree is built) when memory_bytes is past its limit (module docstring)."""
+    total, tree = memory_bytes(cfg, contexts, outputs, batch)
+    env = os.environ.get(MEMORY_ENV)
+    gib = 2**30
+    if env:
+        try:
+            limit = float(env) * gib
+        except ValueError:
+            raise ConfigError(f"{MEMORY_ENV}={env!r}: expected a number of GiB") from None
+        if total > limit:
+            raise ConfigError(f"the suffix drafter would take about {total / gib:.1f} GiB (depth {cfg.max_depth}, batch "
+                              f"{batch}), over {MEMORY_ENV}={env}; lower --suffix-max-depth or the batch")
+        return
+    if tree > TREE_LIMIT:
+        raise ConfigError(f"the suffix drafter's tree of one request of {tree // (BYTES_PER_NODE * cfg.max_depth)} "
+                          f"tokens at depth {cfg.max_depth} would take about {tree / gib:.1f} GiB (at most "
+                          f"{TREE_LIMIT / gib:.0f} GiB a request); lower --suffix-max-depth, shorten the request, or "
+                          f"set {MEMORY_ENV}")
+    free = _available_bytes()
+    if free is not None and total > 0.75 * free:
+        raise ConfigError(f"the suffix drafter would take about {total / gib:.1f} GiB (depth {cfg.max_depth}, batch "
+                          f"{batch}, {cfg.max_cached} cached outputs), more than the {free / gib:.1f} GiB this machine "
+                          f"has free; lower --suffix-max-depth, --suffix-max-cached or the batch, or set {MEMORY_ENV}")
 
 
 BULK_MIN = 384  # runs of fewer tokens are fed one by one: numpy's per-level overhead outweighs them (measured)
@@ -438,9 +507,16 @@ class SuffixDrafter:
     # new tokens at the next ones; finished outputs join the global tree when a proposal next reads it. A
     # request that never proposes (a policy that seldom runs the drafter) never costs a tree. The proposals
     # are those of feeding every token at once: a tree's counts depend on what was fed, not when.
+    def check_memory(self, contexts, outputs, batch: int) -> None:
+        """The module's check_memory for this drafter's settings, before a run (the engine calls it)."""
+        check_memory(self.cfg, contexts, outputs, batch)
+
     def start(self, rid, prompt: Iterable[int]) -> None:
-        """A request begins (or resumes) with its prompt."""
+        """A request begins (or resumes) with its prompt (a prompt whose tree alone is past the limit is refused here
+        too, for a caller that gave no estimate up front)."""
         ctx = [int(t) for t in prompt]
+        if len(ctx) * BYTES_PER_NODE * self.cfg.max_depth > TREE_LIMIT:
+            check_memory(self.cfg, [len(ctx)], [0], 1)
         self._req[rid] = [None, ctx, len(ctx), 0]
 
     def propose(self, rid) -> SuffixProposal:
@@ -565,11 +641,11 @@ class SuffixCalibrator:
 
     @classmethod
     def load(cls, path=DEFAULT_SUFFIX_CALIBRATOR) -> "SuffixCalibrator":
-        try:
-            data = json.loads(Path(path).read_text())
-            table = np.asarray(data["table"], dtype=np.float64)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"suffix calibrator {path}: cannot be read ({exc})") from None
+        from sim.infra.inputs import CONFIG, List, Num, Obj, read_json
+
+        row = List(Num(0, 1), len(E_EDGES), len(E_EDGES))
+        data = read_json(path, CONFIG, Obj({"table": List(row, len(P_EDGES), len(P_EDGES))}), what="suffix calibrator")
+        table = np.asarray(data["table"], dtype=np.float64)
         if table.shape != (len(P_EDGES), len(E_EDGES)) or not ((table >= 0) & (table <= 1)).all():
             raise ConfigError(f"suffix calibrator {path}: expected a {len(P_EDGES)} x {len(E_EDGES)} table in [0, 1]")
         return cls(table)

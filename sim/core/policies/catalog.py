@@ -12,7 +12,7 @@ import warnings
 from typing import Dict, List
 
 from sim.core.drafters.registry import DEFAULT_DRAFTERS, parse_drafters
-from sim.infra.errors import ConfigError
+from sim.infra.errors import ConfigError, did_you_mean
 from sim.core.policies import simple, adaptive, hybrid, tree, multi  # noqa: F401,I001  (registration, in listing order)
 from sim.core.policies.registry import Policy, aliases, families
 
@@ -37,7 +37,7 @@ def get_policy(spec: str, drafters=DEFAULT_DRAFTERS) -> Policy:
     name, params = split_spec(spec)
     fam = families().get(name)
     if fam is None:
-        raise ConfigError(f"unknown policy '{spec}'; choose one of: {choices}")
+        raise ConfigError(f"unknown policy '{spec}'{did_you_mean(name, families())}; choose one of: {choices}")
     general = over_drafters(name, drafters)
     try:
         pol = fam.over(params, drafters) if general else fam.factory(params)
@@ -55,6 +55,10 @@ def split_spec(spec: str) -> tuple[str, list[str]]:
     """A spec's family name and its parameters; a deprecated spelling of a family (registry.deprecated_alias) is
     read as the family's name, with a FutureWarning once per process."""
     name, *params = str(spec).strip().split(":")
+    keys = [q.split("=", 1)[0] for q in params]
+    twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    if twice is not None:  # which one would win is no rule anyone should have to know: refused
+        raise ConfigError(f"policy '{spec}': option '{twice}' is given twice; give it once")
     if name in aliases():
         new = aliases()[name]
         if name not in _WARNED:

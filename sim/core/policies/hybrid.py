@@ -470,9 +470,7 @@ def split_recal(params: List[str], key: str = "recal") -> tuple[List[str], float
     rest, k = [], None
     for p in params:
         if p.startswith(key + "="):
-            k = parse_float(p[len(key) + 1:], key)
-            if k <= 0.0:
-                raise ValueError(f"{key} (the prior precision) must be > 0, got {p[len(key) + 1:]}")
+            k = parse_float(p[len(key) + 1:], f"{key} (the prior precision)", strict=True)
         else:
             rest.append(p)
     return rest, k
@@ -644,5 +642,7 @@ def parse_hybrid_vllm(params: List[str]) -> tuple:
             + (":skip" if skip else ""))
     # vLLM runs it as DSpark with adaptive verification at num_speculative_tokens = W (the block when not given),
     # through the plugin
+    given = (("method", method),) * bool(rest) + (("margin", margin),) * (margin != NGRAM_MARGIN) \
+        + (("slots", slots),) * (slots is not None) + (("skip", True),) * skip  # the plugin's field names
     return method, margin, slots, skip, name, VllmRun("dspark", k=slots, adaptive=True, only_vllm=True,
-                                                     plugin=True)
+                                                     plugin=True, plugin_config=given)

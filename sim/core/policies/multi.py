@@ -54,6 +54,7 @@ from sim.core.policies.common import (arange, cap_budget, finish, goodput, rank_
 from sim.core.policies.hybrid import (FORECAST_RULES, LAMBDA_METHODS, free_budget, parse_hybrid, parse_hybrid_price,
                                  split_options)
 from sim.core.policies.registry import Policy, over_drafters, parse_int, register
+from sim.core.vllm import VllmRun
 
 
 class ChainsN:
@@ -343,7 +344,7 @@ def _suffix(params: List[str]) -> Policy:
         raise ValueError("'suffix' takes at most one parameter K")
     k = parse_int(params[0], "K", lo=0) if params else None
     return Policy("suffix" + (f":{k}" if params else ""), lambda b: alloc_suffix(b, k), uses_model=False,
-                  uses_ngram=False, uses_extra=("suffix",))
+                  uses_ngram=False, uses_extra=("suffix",), vllm=VllmRun("suffix", k=k))
 
 
 def _published_chains(batch: StepBatch, names: tuple, W: int, stale: bool) -> tuple:

@@ -197,14 +197,15 @@ def parse_int(text: str, what: str, lo: int = 0) -> int:
     return value
 
 
-def parse_float(text: str, what: str, lo: float = 0.0) -> float:
-    """Parse a finite float parameter >= lo, ValueError otherwise."""
+def parse_float(text: str, what: str, lo: float = 0.0, strict: bool = False) -> float:
+    """Parse a finite float parameter >= lo (strict: > lo), ValueError otherwise (the bound written as the rule
+    is: "> 0" where 0 is refused, never ">= 0.0")."""
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"{what} must be a number, got '{text}'") from None
-    if not (value >= lo and value < float("inf")):
-        raise ValueError(f"{what} must be a finite number >= {lo}, got {text}")
+    if not ((value > lo if strict else value >= lo) and value < float("inf")):
+        raise ValueError(f"{what} must be a finite number {'>' if strict else '>='} {lo:g}, got {text}")
     return value
 
 

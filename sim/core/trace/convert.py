@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from sim.infra.errors import TraceError
-from sim.core.trace.formats import ROLE_MAP, iter_json_list, read_text, render_chat, text_lines, write_jsonl
+from sim.core.trace.formats import ROLE_MAP, iter_json_items, read_text, render_chat, text_lines, write_jsonl
 from sim.core.trace.loader import MAX_ARRIVAL_S, MAX_TOKENS, check_text, decode_json_line, nonneg_number, token_count
 
 __all__ = ["FORMATS", "ConvertResult", "convert", "convert_rows"]
@@ -143,7 +143,7 @@ SHAREGPT_MIN_LEN, SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_TOTAL = 4, 1024, 2048
 def _sharegpt_conversations(text: str, ctx: _Ctx) -> Iterator[tuple[int, str, list]]:
     """(line, id, [(role, text)]) of every well-formed conversation; bad ones go to ctx.bad."""
     file = ctx.file
-    for index, (line, conv) in enumerate(iter_json_list(text, file)):
+    for index, (line, conv) in enumerate(iter_json_items(text, file)):  # a JSON list or JSON Lines
         try:
             if not isinstance(conv, dict):
                 raise TraceError("expected a conversation object", file, line)

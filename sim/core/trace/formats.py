@@ -108,6 +108,23 @@ def iter_json_list(text: str, file: str, stop_at_broken_tail: bool = False) -> I
         first = False
 
 
+def iter_json_items(text: str, file: str) -> Iterator[tuple[int, object]]:
+    """(line, element) of a top-level JSON list (iter_json_list), or of JSON Lines (one element per non-blank line)
+    when the file is named .jsonl or .ndjson: ShareGPT comes as either."""
+    if not str(file).lower().endswith((".jsonl", ".ndjson")):
+        yield from iter_json_list(text, file)
+        return
+    for line, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            yield line, json.loads(raw)
+        except ValueError as exc:  # bad JSON, or an integer of more digits than Python converts
+            raise TraceError(f"not valid JSON: {str(exc).split(';')[0]}", file, line) from None
+        except RecursionError:
+            raise TraceError("not valid JSON: nested too deeply", file, line) from None
+
+
 def render_chat(messages: list[tuple[str, str]]) -> str:
     """ChatML prompt (Qwen's chat template) for (role, text) turns, ending with the assistant's header."""
     parts = [f"<|im_start|>{role}\n{text}<|im_end|>\n" for role, text in messages]

@@ -1,16 +1,19 @@
 """load_trace: read a JSONL trace into typed Requests, with one-line errors naming file, line and field.
 
 Accepted line forms (one JSON object per line; blank lines are ignored):
-  text         {"id": "r1", "prompt": "...", "output": "..."}             tokenized with the Qwen3 tokenizer
+  text         {"id": "r1", "prompt": "...", "output": "..."}             tokenized with the served model's tokenizer
   token ids    {"id": "r1", "prompt_ids": [..], "output_ids": [..]}
   length-only  {"id": "r1", "prompt_len": 812, "output_len": 164}
   mixed        a prompt (text or ids) with "output_len" (e.g. from vLLM's custom dataset): length-only output
 Optional on every form: "arrival_s" (seconds >= 0; absent or null: available at time 0), "workload" (string),
-"temperature" (>= 0, default 0). Ids are strings (integers are accepted and turned into strings). Unknown
-keys are ignored. Each side takes exactly one of its three keys; an output with content needs a prompt
+"temperature" (>= 0, default 0), "tokenizer" (string: what recorded its token ids, sim/core/trace/tokenizer.py).
+Ids are strings (integers are accepted and turned into strings). Unknown keys are ignored. Each side takes exactly one of its three keys; an output with content needs a prompt
 with content. Prompt and output must be non-empty; numbers finite; ids unique within the file.
 
-Text is tokenized once per file content: the ids are cached in $HYBRIDSPEC_CACHE_DIR/tokens (see tokenizer.py).
+Text is tokenized once per file content and tokenizer: the ids are cached in $HYBRIDSPEC_CACHE_DIR/tokens (see
+tokenizer.py). Token ids are the model's own only if its tokenizer recorded them: given the model's tokenizer and
+vocabulary, load_trace refuses (TraceError naming the line) ids marked with another tokenizer, and ids past the
+vocabulary; such a trace needs its text to be re-tokenized.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import numpy as np
 from sim.infra.errors import ConfigError, TraceError
 from sim.core.trace.schema import Request, Trace
 
-__all__ = ["load_trace", "parse_record", "sample_indices", "scan_trace"]
+__all__ = ["load_trace", "parse_record", "check_ids", "sample_indices", "scan_trace"]
 
 _MAX_ID = 2**31 - 1
 MAX_TOKENS = 2**31 - 1  # longest prompt or output: past every context length, and the engine counts in int32/int64
@@ -44,6 +47,7 @@ class _Record:
     arrival_s: float | None
     workload: str | None
     temperature: float
+    tokenizer: str | None = None  # what recorded its token ids (the line's "tokenizer"), if it says
 
 
 def _typename(v) -> str:
@@ -152,7 +156,28 @@ def parse_record(obj, file: str, line: int) -> _Record:
         raise TraceError(f"must be a string, got {_typename(workload)}", file, line, "workload")
     if workload is not None:
         check_text(workload, file, line, "workload")
-    return _Record(line, rid, prompt, output, arrival, workload, temperature)
+    tok = obj.get("tokenizer")
+    if tok is not None and (not isinstance(tok, str) or not tok):
+        raise TraceError(f"must be a tokenizer's name, got {_typename(tok)} {tok!r}", file, line, "tokenizer")
+    return _Record(line, rid, prompt, output, arrival, workload, temperature, tok)
+
+
+def check_ids(rec: _Record, file: str, tokenizer: str | None, vocab_size: int | None) -> None:
+    """TraceError (file, line, field) when the line's token ids cannot be the model's: marked as recorded with
+    another tokenizer than `tokenizer` (the model's; None or "": unknown, not checked), or an id >= vocab_size (the
+    model's vocabulary; None: not checked). Ids of one vocabulary stand for other text in another."""
+    sides = [(k, v) for k, v in (("prompt_ids", rec.prompt), ("output_ids", rec.output)) if isinstance(v, np.ndarray)]
+    if not sides:
+        return
+    fix = "give the text (prompt, output) to tokenize it for this model, or ids of its tokenizer"
+    if tokenizer and rec.tokenizer and rec.tokenizer.lower() != tokenizer.lower():
+        raise TraceError(f"token ids recorded with the {rec.tokenizer} tokenizer, and the model's is {tokenizer}: "
+                         f"{fix}", file, rec.line, "tokenizer")
+    for key, ids in sides if vocab_size else ():
+        top = int(ids.max())
+        if top >= vocab_size:
+            raise TraceError(f"token id {top} is past the model's vocabulary of {vocab_size} ids, so these ids were "
+                             f"recorded with another tokenizer: {fix}", file, rec.line, key)
 
 
 def raw_lines(path: Path, file: str, hasher=None, what: str = "(not a JSONL trace?)"):
@@ -217,7 +242,7 @@ def _tokenize(records: list[_Record], cache_key: bytes | None, complete: bool,
         return {}
     from sim.core.trace.tokenizer import TOKENIZER_NAME
 
-    tokenizer = tokenizer or TOKENIZER_NAME
+    tokenizer = TOKENIZER_NAME if tokenizer is None else tokenizer
     path = token_cache_path(cache_key, tokenizer) if cache_key is not None else None
     cached: dict[int, np.ndarray] = {}
     if path is not None and path.exists():
@@ -263,7 +288,9 @@ def check_trace_file(p: Path, file: str) -> None:
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise TraceError("file not found", file) from None
+        from sim.infra.paths import missing_hint
+
+        raise TraceError("file not found" + missing_hint(p), file) from None
     if stat.S_ISDIR(st.st_mode):
         raise TraceError("is a directory, expected a JSONL file", file)
     if not stat.S_ISREG(st.st_mode):
@@ -277,7 +304,7 @@ def check_trace_file(p: Path, file: str) -> None:
 
 # (format, what in the file's first 64 KiB shows it): raw files users pass to --trace before converting them
 _RAW_FORMATS = (
-    ("sharegpt", lambda h: h.lstrip().startswith(b"[") and b'"conversations"' in h),
+    ("sharegpt", lambda h: h.lstrip()[:1] in (b"[", b"{") and b'"conversations"' in h),  # a JSON list or JSONL
     ("mooncake", lambda h: b'"input_length"' in h and b'"output_length"' in h),
     ("vllm-custom", lambda h: h.lstrip().startswith(b"{") and b'"prompt"' in h and b'"id"' not in h),
     ("burstgpt", lambda h: b"Request tokens" in h.split(b"\n", 1)[0] and b"Response tokens" in h.split(b"\n", 1)[0]),
@@ -356,11 +383,14 @@ def sample_indices(n_total: int, n: int, seed: int, file: str = "<input>") -> np
 
 
 def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool = False,
-               sample: int | None = None, seed: int = 0, tokenizer: str | None = None) -> Trace:
+               sample: int | None = None, seed: int = 0, tokenizer: str | None = None,
+               vocab_size: int | None = None) -> Trace:
     """Load a JSONL trace. Raise TraceError (file, line, field) on the first bad line, or with
     skip_bad=True drop bad lines and count them in Trace.skipped. `limit` keeps the first N good requests;
     `sample` keeps a seeded sample of N good requests spread across the whole trace, in trace order
-    (`sample_indices`; deterministic given `seed`). limit and sample are exclusive."""
+    (`sample_indices`; deterministic given `seed`). limit and sample are exclusive. `tokenizer`: the served
+    model's (sim.core.trace.tokenizer names; None: qwen3 and no check of token ids; "": the model names none, so
+    text is refused); `vocab_size`: its vocabulary. Token ids that cannot be the model's are refused (check_ids)."""
     file = str(path)
     if limit is not None and limit < 1:
         raise TraceError(f"limit must be >= 1, got {limit}", file)
@@ -383,6 +413,7 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
             rec = parse_record(decode_json_line(raw, file, lineno), file, lineno)
             if rec.id in seen:
                 raise TraceError(f"duplicate id {rec.id!r} (first on line {seen[rec.id]})", file, lineno, "id")
+            check_ids(rec, file, tokenizer, vocab_size)
             seen[rec.id] = lineno
             records.append(rec)
         except TraceError as exc:
@@ -400,7 +431,10 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
     if sample is not None:
         records = [records[i] for i in sample_indices(len(records), sample, seed, file)]
         complete = False  # tokenize (and cache) only what is used, as --limit does
-    tokens = _tokenize(records, hasher if whole else None, complete, tokenizer)  # tokenizer: sim.core.trace.tokenizer's name (default qwen3)
+    try:
+        tokens = _tokenize(records, hasher if whole else None, complete, tokenizer)
+    except ConfigError as exc:  # the tokenizer is not available: say which trace needed it
+        raise ConfigError(f"{file}: {exc}") from None
     requests = []
     for r in records:
         p_ids = tokens[2 * r.line] if isinstance(r.prompt, str) else (r.prompt if isinstance(r.prompt, np.ndarray) else None)
@@ -414,7 +448,7 @@ def load_trace(path: str | os.PathLike, limit: int | None = None, skip_bad: bool
 
     has_text = any(isinstance(r.prompt, str) or isinstance(r.output, str) for r in records)
     return Trace(path=file, requests=requests, skipped=len(problems), problems=problems,
-                 tokenizer=(tokenizer or TOKENIZER_NAME) if has_text else None)
+                 tokenizer=(TOKENIZER_NAME if tokenizer is None else tokenizer) if has_text else None)
 
 
 def prompt_texts(trace: str, sample, seed) -> list[tuple]:

@@ -1,0 +1,145 @@
+"""Where a simulated policy can run, and the `vllm serve` flags that run it: the tiers of sim.run's verdict.
+
+A policy's tier comes from what it declares (sim/core/policies/registry.py `Policy`), never from its name:
+
+  tier     condition                         meaning for a vLLM user
+  vllm     Policy.vllm, not the plugin       runs in vLLM as released, with the flags `serve_flags` prints
+  plugin   Policy.vllm.plugin                runs in vLLM with this project's plugin installed (hybrid-vllm)
+  engine   Policy.vllm is None               simulated only: vLLM's engine would need changes (its scheduler
+                                             charges a request every scheduled draft slot, one chain each)
+  tree     Policy.tree                       needs tree attention (two chains verified as branches)
+  bound    Policy.needs_truth                an upper bound: reads the true accepted lengths
+
+The flags (`speculative_config`), for K = num_speculative_tokens:
+  none                 no --speculative-config
+  dspark               {"method": "dspark", "model": CKPT, "num_speculative_tokens": K}
+                       + "enable_adaptive_verification": true for `adaptive` (Policy.vllm.adaptive)
+  eagle, eagle3        the model-drafter profile stands for an EAGLE head (EAGLE_PROFILES): that method, its CKPT
+  ngram                {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": n_min,
+                        "prompt_lookup_max": n_max}: the n range the n-gram calibrator was fitted for
+  suffix               {"method": "suffix", "num_speculative_tokens": K} + the suffix_decoding_* settings that
+                       differ from vLLM's defaults (SuffixConfig's defaults are vLLM's)
+  plugin               dspark with adaptive verification at K = W, plus --additional-config
+                       {"hybrid_spec": {the plugin settings that differ from its defaults}}
+CKPT: the drafter checkpoint published for the target (DRAFTER_CHECKPOINTS, by models/llms name and method); a
+target without one gets no flags but the reason.
+
+Every method here is in vLLM 0.32 and 0.33 (VLLM_VERSIONS), the plugin is written against 0.33 and runs on the
+0.32 CPU build.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from sim.core.vllm import ADDITIONAL_CONFIG_KEY, EAGLE_PROFILES, SUFFIX_FIELDS, VllmRun
+
+TIERS: Mapping[str, str] = {  # tier -> how the verdict names it ({version}: the vLLM release)
+    "vllm": "in vLLM {version} today",
+    "plugin": "with hybridspec's vLLM plugin",
+    "engine": "simulated only (vLLM's engine would need changes)",
+    "tree": "needs tree attention",
+    "bound": "upper bound",
+}
+DEPLOYABLE = ("vllm", "plugin")  # the tiers a user can serve
+
+# Published drafter checkpoints, by (models/llms name, vLLM method). A DSpark or EAGLE head reads its own target's
+# hidden states and vocabulary: a checkpoint never stands in for another target's.
+DRAFTER_CHECKPOINTS: Mapping[tuple[str, str], str] = {
+    ("qwen3-8b", "dspark"): "deepseek-ai/dspark_qwen3_8b_block7",
+    ("llama-3.1-8b", "eagle"): "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+    ("llama-3.1-8b", "eagle3"): "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+}
+
+
+def drafter_checkpoint(model: str, method: str) -> str | None:
+    """The published `method` drafter checkpoint for the target `model` (a models/llms name), or None."""
+    return DRAFTER_CHECKPOINTS.get((model, method))
+
+
+def tier(policy) -> str:
+    """The policy's tier (module docstring); `policy`: a sim.core.policies Policy."""
+    if policy.needs_truth:
+        return "bound"
+    if policy.tree:
+        return "tree"
+    if policy.vllm is None:
+        return "engine"
+    return "plugin" if policy.vllm.plugin else "vllm"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the flags need besides the policy: the target (models/llms name and Hugging Face id), the vLLM
+    release, the model drafter's profile (a DSpark block drafter, or an EAGLE profile: `drafter` NAME[:K]), the
+    n-gram calibrator's n range and the suffix drafter's settings (SuffixConfig field -> value)."""
+
+    model: str
+    hf_id: str
+    version: str
+    drafter: str = ""
+    block: int = 7
+    ngram_range: tuple[int, int] = (1, 1)
+    suffix: Mapping[str, object] = field(default_factory=dict)
+    suffix_defaults: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def model_method(self) -> str:
+        """The vLLM method the model-drafter profile stands for: eagle/eagle3 for their profiles, else dspark."""
+        base = self.drafter.split(":")[0]
+        return next((m for m, prof in EAGLE_PROFILES.items() if prof == base), "dspark")
+
+
+def speculative_config(run: VllmRun, dep: Deployment) -> tuple[dict | None, list[str], str | None]:
+    """(vLLM's --speculative-config for `run`, --additional-config or [], why no flags can be given or None);
+    the config is None for no speculation."""
+    if run.method is None:
+        return None, [], None
+    k = dep.block if run.k is None else run.k
+    if run.method == "ngram":
+        return ({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": dep.ngram_range[0],
+                 "prompt_lookup_max": dep.ngram_range[1]}, [], None)
+    if run.method == "suffix":
+        k = dep.suffix.get("max_spec_tokens", 24) if run.k is None else run.k
+        cfg: dict = {"method": "suffix", "num_speculative_tokens": k}
+        vllm_name = {v: f for f, v in SUFFIX_FIELDS.items()}
+        for name, value in dep.suffix.items():
+            if name in vllm_name and value != dep.suffix_defaults.get(name):
+                cfg[vllm_name[name]] = value
+        odd = [n for n, v in dep.suffix.items() if n not in vllm_name and n != "max_spec_tokens"
+               and v != dep.suffix_defaults.get(n)]
+        return cfg, [], (f"the suffix setting {odd[0]} has no vLLM field" if odd else None)
+    method = dep.model_method
+    ckpt = drafter_checkpoint(dep.model, method)
+    if ckpt is None:
+        return None, [], f"no published {method} drafter checkpoint for {dep.model} is known (sim/core/deploy.py)"
+    cfg = {"method": method, "model": ckpt, "num_speculative_tokens": k}
+    if run.adaptive:
+        cfg["enable_adaptive_verification"] = True
+    extra = []
+    if run.plugin:
+        extra = ["--additional-config", _json({ADDITIONAL_CONFIG_KEY: dict(run.plugin_config)})]
+    return cfg, extra, None
+
+
+def _json(obj) -> str:
+    return "'" + json.dumps(obj, separators=(",", ":")) + "'"
+
+
+def serve_flags(policy, dep: Deployment, batch_size: int) -> tuple[str | None, str | None]:
+    """(the `vllm serve` line that runs `policy` at `batch_size` concurrent requests, why none can be given);
+    for a policy outside the deployable tiers: (None, its tier's name)."""
+    if tier(policy) not in DEPLOYABLE:
+        return None, TIERS[tier(policy)]
+    cfg, extra, why = speculative_config(policy.vllm, dep)
+    if why is not None and cfg is None:
+        return None, why
+    line = ["vllm", "serve", dep.hf_id or dep.model, "--max-num-seqs", str(batch_size)]
+    if cfg is not None:
+        line += ["--speculative-config", _json(cfg)]
+    line += extra
+    return " ".join(line), why
+
+
+PLUGIN_INSTALL = "install this project into vLLM's environment (pip install -e .; docs/real.md)"

@@ -1,0 +1,115 @@
+"""The verdict's tiers and flags (sim/core/deploy.py): a policy's tier follows what it declares, the `vllm serve`
+line maps back through --speculative-config / --additional-config onto the same policy, and running those flags
+reproduces the recommended row's throughput exactly."""
+import json
+from pathlib import Path
+import shlex
+
+import pytest
+
+from sim.core.deploy import Deployment, serve_flags, tier
+from sim.core.policies import get_policy
+from sim.core.vllm import plugin_settings, speculative_config
+from sim.infra.errors import ConfigError
+
+from conftest import run_cli_inprocess
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = ROOT / "tests" / "fixtures" / "sim" / "tiny.jsonl"
+DEP = Deployment(model="qwen3-8b", hf_id="Qwen/Qwen3-8B", version="0.33", drafter="dspark-qwen3-b7", block=7,
+                 ngram_range=(2, 5))
+ALL = ("dspark", "ngram", "suffix")
+
+
+@pytest.mark.parametrize("policy, want", [
+    ("none", "vllm"), ("adaptive", "vllm"), ("model-fixed:7", "vllm"), ("vllm-ngram:16", "vllm"), ("suffix", "vllm"),
+    ("hybrid-vllm", "plugin"), ("hybrid-vllm:slots=32:skip", "plugin"), ("hybrid", "engine"),
+    ("ngram-fixed:32", "engine"), ("hybrid-price", "engine"), ("hybrid-tree", "tree"), ("oracle", "bound")])
+def test_tiers_follow_what_the_policy_declares(policy, want):
+    assert tier(get_policy(policy, ALL)) == want
+
+
+def _spec_args(line: str) -> tuple[str, str | None]:
+    argv = shlex.split(line)
+    spec = argv[argv.index("--speculative-config") + 1]
+    extra = argv[argv.index("--additional-config") + 1] if "--additional-config" in argv else None
+    return spec, extra
+
+
+@pytest.mark.parametrize("policy", ["adaptive", "model-fixed:5", "vllm-ngram:16", "hybrid-vllm:slots=32",
+                                    "hybrid-vllm:margin=0.5:slots=16:skip", "hybrid-vllm", "suffix:8"])
+def test_the_printed_flags_map_back_onto_the_same_policy(policy):
+    line, why = serve_flags(get_policy(policy, ALL), DEP, 4)
+    assert why is None and line.startswith("vllm serve Qwen/Qwen3-8B --max-num-seqs 4 ")
+    spec, extra = _spec_args(line)
+    m = speculative_config(spec, DEP.ngram_range, DEP.block, plugin_settings(extra))
+    assert get_policy(m.policy, ALL).name == get_policy(policy, ALL).name
+
+
+def test_no_flags_without_a_checkpoint_for_the_target_and_none_for_designs():
+    llama = Deployment(model="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B-Instruct", version="0.33",
+                       drafter="dspark-qwen3-b7", block=7, ngram_range=(2, 5))
+    line, why = serve_flags(get_policy("adaptive"), llama, 4)
+    assert line is None and "no published dspark drafter checkpoint for llama-3.1-8b" in why
+    line, _ = serve_flags(get_policy("vllm-ngram:8"), llama, 4)  # n-gram needs no checkpoint
+    assert line.startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct")
+    assert serve_flags(get_policy("hybrid"), DEP, 4) == (None, "simulated only (vLLM's engine would need changes)")
+    assert serve_flags(get_policy("none"), DEP, 8) == ("vllm serve Qwen/Qwen3-8B --max-num-seqs 8", None)
+
+
+@pytest.mark.parametrize("extra, spec, err", [
+    ('{"hybrid_spec": {"n_min": 3}}', '{"method": "dspark", "enable_adaptive_verification": true}',
+     "hybrid_spec.n_min has no counterpart"),
+    ('{"hybrid_spec": {"slots": 8}}', '{"method": "ngram", "num_speculative_tokens": 8}',
+     "needs --speculative-config with method 'dspark'"),
+    ('{"hybrid_spec": {"slots": 32}}', '{"method": "dspark", "num_speculative_tokens": 8, '
+     '"enable_adaptive_verification": true}', "slots = 32 but num_speculative_tokens = 8"),
+    ('{"hybrid_spec": {"skip": "yes"}}', '{"method": "dspark", "enable_adaptive_verification": true}',
+     "skip must be true or false"),
+    ('{"hybrid_spec": [1]}', '{"method": "dspark", "enable_adaptive_verification": true}', "must be a JSON object"),
+    ('{"hybrid_spec": {"slots": NaN}}', '{"method": "dspark", "enable_adaptive_verification": true}', "finite"),
+])
+def test_bad_additional_config_is_one_line(extra, spec, err):
+    with pytest.raises(ConfigError, match=err):
+        speculative_config(spec, (2, 5), 7, plugin_settings(extra))
+
+
+def test_running_the_printed_flags_reproduces_the_recommendation(tmp_path):
+    base = ["--trace", TINY, "--workers", "1", "--no-progress", "--batch-size", "4"]
+    p = run_cli_inprocess("sim.api.run", *base, "--policy", "vllm-ngram:8", "--policy", "hybrid-vllm:slots=16",
+                          "--policy", "none", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    head = next(x for x in lines if x.startswith("batch 4: recommended "))
+    rec = head.split("recommended ")[1].split(",")[0]
+    flags = lines[lines.index(head) + 1].strip()
+    spec, extra = _spec_args(flags)
+    again = ["--speculative-config", spec] + (["--additional-config", extra] if extra else [])
+    q = run_cli_inprocess("sim.api.run", *base, *again, "--format", "json", cwd=tmp_path)
+    assert q.returncode == 0, q.stderr
+    (row,) = json.loads(q.stdout)
+    r = run_cli_inprocess("sim.api.run", *base, "--policy", rec, "--no-baseline", "--format", "json", cwd=tmp_path)
+    (want,) = json.loads(r.stdout)
+    assert row["policy"] == want["policy"] == rec
+    assert row["output_throughput_tok_s"] == want["output_throughput_tok_s"]
+
+
+def test_a_sweep_grid_takes_the_policy_none():
+    from sim.api.sweep import expand
+
+    cells = expand({"policy": ["none", "vllm-ngram:32"], "batch_size": [4]})
+    assert sorted(c.policy for c in cells) == ["adaptive", "none", "vllm-ngram:32"]
+
+
+def test_the_paper_report_says_what_to_serve_per_batch_size():
+    import pandas as pd
+
+    from sim.api.report import serve_table
+
+    t = pd.DataFrame({"none": [100.0, 300.0], "adaptive": [400.0, 800.0], "vllm-ngram:32": [1000.0, 900.0],
+                      "hybrid-vllm:slots=32": [950.0, 1150.0], "hybrid": [1010.0, 1100.0], "oracle": [1100.0, 1300.0]},
+                     index=[4, 128])
+    lines = serve_table(t, "dspark,ngram").splitlines()
+    assert lines[2] == "| 4 | vllm-ngram:32 | 2.500 | vLLM | vllm-ngram:32 | 2.500 | hybrid | 2.525 | 10.00 |"
+    assert lines[3] == "| 128 | hybrid-vllm:slots=32 | 1.438 | plugin | vllm-ngram:32 | 1.125 | hybrid | 1.375 | 3.83 |"
