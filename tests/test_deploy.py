@@ -41,7 +41,8 @@ def _spec_args(line: str) -> tuple[str, str | None]:
                                     "hybrid-vllm:margin=0.5:slots=16:skip", "hybrid-vllm", "suffix:8"])
 def test_the_printed_flags_map_back_onto_the_same_policy(policy):
     line, why = serve_flags(get_policy(policy, ALL), DEP, 4)
-    assert why is None and line.startswith("vllm serve Qwen/Qwen3-8B --max-num-seqs 4 ")
+    assert line.startswith("vllm serve Qwen/Qwen3-8B --max-num-seqs 4 ")
+    assert why == ("needs pip install arctic-inference==0.1.1" if policy.startswith("suffix") else None)
     spec, extra = _spec_args(line)
     m = speculative_config(spec, DEP.ngram_range, DEP.block, plugin_settings(extra))
     assert get_policy(m.policy, ALL).name == get_policy(policy, ALL).name
@@ -59,8 +60,14 @@ def test_no_flags_without_a_checkpoint_for_the_target_and_none_for_designs():
 
 
 @pytest.mark.parametrize("extra, spec, err", [
+    ('{"hybrid_spec": {"ext_max": 3}}', '{"method": "dspark", "enable_adaptive_verification": true}',
+     "hybrid_spec.ext_max has no counterpart"),
     ('{"hybrid_spec": {"n_min": 3}}', '{"method": "dspark", "enable_adaptive_verification": true}',
-     "hybrid_spec.n_min has no counterpart"),
+     "n_min/n_max = 3..5 but the run's n-gram calibrator was fitted for 2..5"),
+    ('{"hybrid_spec": {"slots": 32}}', '{"method": "dspark", "enable_adaptive_verification": true}',
+     "needs --speculative-config's num_speculative_tokens = 32"),
+    ('{"hybrid_spec": {"online_window": "x"}}', '{"method": "dspark", "enable_adaptive_verification": true}',
+     "online_window must be an integer"),
     ('{"hybrid_spec": {"slots": 8}}', '{"method": "ngram", "num_speculative_tokens": 8}',
      "needs --speculative-config with method 'dspark'"),
     ('{"hybrid_spec": {"slots": 32}}', '{"method": "dspark", "num_speculative_tokens": 8, '

@@ -130,8 +130,17 @@ def test_verdict_prints_the_flags_that_run_the_recommendation():
     # a target without a published DSpark checkpoint gets the reason, never another target's checkpoint
     llama = Deployment(model="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B-Instruct", version="0.33",
                        drafter="dspark-qwen3-b7", block=7, ngram_range=(2, 5))
-    lines = verdicts([_row("adaptive", 1.0), _row("none", 0.5)], "adaptive", deployment=llama)
-    assert "no flags: no published dspark drafter checkpoint for llama-3.1-8b" in lines[1]
+    lines = verdicts([_row("adaptive", 1.0), _row("none", 0.5), _row("vllm-ngram:8", 0.8)], "adaptive",
+                     deployment=llama)
+    assert lines[0].startswith("batch 4: recommended vllm-ngram:8, 0.800x adaptive, in vLLM 0.33 today"), lines
+    assert lines[1].strip().startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 4")
+    assert lines[2].startswith("  faster but without vLLM flags for this target: adaptive 1.000x adaptive (no "
+                               "published dspark drafter checkpoint for llama-3.1-8b")
+    # an EAGLE run's adaptive verification has no vLLM flags (adaptive verification needs DSpark's confidence head)
+    eagle_ad = Deployment(model="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B-Instruct", version="0.33",
+                          drafter="eagle3-llama3.1-8b:3", block=3)
+    lines = verdicts([_row("adaptive", 1.0), _row("none", 0.5)], "adaptive", deployment=eagle_ad)
+    assert "recommended none" in lines[0] and "need method 'dspark'" in lines[2]
     eagle = Deployment(model="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B-Instruct", version="0.33",
                        drafter="eagle3-llama3.1-8b:3", block=3)
     lines = verdicts([_row("adaptive", 1.0), _row("model-fixed:3", 1.3)], "adaptive", deployment=eagle)
@@ -153,6 +162,9 @@ def test_with_arrivals_the_verdict_ranks_by_latency_when_throughput_is_arrival_b
                         "ranked by median TPOT, lower is better (TTFT and E2EL: --format json)")
     assert lines[1].startswith("batch 8: recommended vllm-ngram:32, TPOT 0.60 ms, in vLLM 0.33 today; "
                                "speculation pays: 15.00x none; runner-up adaptive TPOT 2.00 ms (margin 233.3%)"), lines[1]
+    # a long last request decoding after the last arrival is no backlog: nobody waited for a batch slot
+    tail = dict(row("adaptive", 400, 2.0, 300), median_ttft_ms=30.0, mean_step_ms=5.0)
+    assert arrival_bound(tail) and not arrival_bound(dict(tail, median_ttft_ms=5000.0))
     # all at t = 0: never arrival-bound, ranked by throughput
     at0 = [dict(r, arrivals="all at t=0") for r in rows]
     assert "recommended vllm-ngram:32, 1.010x adaptive" in verdicts(at0, "adaptive")[0]

@@ -324,3 +324,27 @@ def test_the_executed_notebook_copy_is_ignored():
     assert p.returncode == 0
     p = subprocess.run(["git", "check-ignore", "-q", "notebooks/policy_tuning.ipynb"], cwd=ROOT, timeout=60)
     assert p.returncode == 1  # the notebook itself stays tracked
+
+
+def test_prune_refuses_a_folder_that_holds_the_home_folder(tmp_path):
+    home = tmp_path / "h" / "user"
+    (home / "Documents").mkdir(parents=True)
+    (home / "Documents" / "thesis.tex").write_text("mine")
+    p = run_cli_inprocess("sim.api.cache", "--prune", cwd=ROOT,
+                          env={"HYBRIDSPEC_CACHE_DIR": str(tmp_path / "h"), "HOME": str(home)})
+    assert p.returncode == 2 and "refusing to prune" in p.stderr
+    assert (home / "Documents" / "thesis.tex").read_text() == "mine"
+
+
+def test_the_cached_plotly_never_writes_through_a_link(tmp_path, monkeypatch):
+    from sim.infra.html_page import asset_name, cached_asset
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("my notes")
+    cache = tmp_path / "c"
+    (cache / "plotly").mkdir(parents=True, mode=0o700)
+    (cache / "plotly" / asset_name()).symlink_to(victim)
+    monkeypatch.setenv("HYBRIDSPEC_CACHE_DIR", str(cache))
+    path = cached_asset()
+    assert victim.read_text() == "my notes"
+    assert not path.is_symlink() and path.parent == cache / "plotly" and path.stat().st_size > 1_000_000

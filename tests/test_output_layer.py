@@ -429,3 +429,49 @@ def test_a_clean_export_passes_the_config_check(tmp_path):
     cfg = json.loads((export_vllm(d, tmp_path / "e") / "config.json").read_text())
     assert cfg == check_vllm_config(vllm_config(d.cfg)) and cfg["rope_theta"] == d.cfg.rope_theta
 
+
+
+# ------------------------------------------------------------------------------------------ review findings
+def _run_tiny(out: Path, *extra: str, env: dict | None = None):
+    return run_cli_inprocess("sim.api.run", "--trace", TINY, "--policy", "adaptive", "--batch-size", "1",
+                             "--workers", "1", "--no-progress", "--out", out, *extra, cwd=out.parent, env=env)
+
+
+def test_a_users_lock_or_dot_file_in_out_is_neither_ignored_nor_deleted(tmp_path):
+    """Only the layer's own names (`.<name>.lock`, `.<folder>.commit`, `.<name>.swap`, leftovers) are its own."""
+    out = tmp_path / "run"
+    out.mkdir(mode=0o700)
+    (out / "poetry.lock").write_text("mine")
+    r = _run_tiny(out)
+    assert r.returncode == 2 and "already holds files" in r.stderr  # a user's file counts: --force is asked for
+    (out / ".notes").write_text("mine too")
+    (out / "db.commit").write_text("and this")
+    assert _run_tiny(out, "--force").returncode == 0
+    assert {p.name for p in out.iterdir()} >= {"poetry.lock", ".notes", "db.commit", "summary.json"}
+    assert (out.stat().st_mode & 0o777) == 0o700  # the replaced folder keeps its mode
+    assert fsio.is_internal(".run.lock") and fsio.is_internal(f".run.{os.getpid()}.tmp")
+    assert not fsio.is_internal("poetry.lock") and not fsio.is_internal(".notes")
+
+
+def test_workers_remove_their_private_folders_when_caching_is_off(tmp_path):
+    """A forked pool worker leaves through os._exit (no atexit): its private folders must still go."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"HYBRIDSPEC_CACHE_DIR": "off", "TMPDIR": str(tmp)}
+    r = subprocess.run([sys.executable, "-m", "sim.run", "--trace", str(TINY), "--policy", "adaptive", "--policy",
+                        "hybrid", "--batch-size", "1", "--batch-size", "2", "--workers", "2", "--no-progress"],
+                       cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_bad_input_cap_setting_is_one_line(tmp_path):
+    from sim.infra.inputs import RECORD
+
+    for bad in ("inf", "nan", "-1", "lots"):
+        os.environ["HYBRIDSPEC_MAX_INPUT_MB"] = bad
+        try:
+            with pytest.raises(ConfigError, match="expected a finite number of MiB > 0"):
+                RECORD.limit()
+        finally:
+            del os.environ["HYBRIDSPEC_MAX_INPUT_MB"]

@@ -287,3 +287,20 @@ def test_the_drafter_table_is_keyed_by_target():
         assert cfg.drafter == "" and cfg.engine_kwargs("none", 2)["model"] == target  # `none` drafts nothing
         with pytest.raises(ConfigError, match="--vllm-drafter"):
             cfg.engine_kwargs("adaptive", 2)
+
+
+def test_a_mistral_style_sliding_window_is_refused_and_qwens_switched_off_one_is_not(tmp_path):
+    import json
+
+    from sim.core.models import get_llm
+    from sim.infra.errors import ConfigError
+
+    base = {"model_type": "x", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "bfloat16"}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(dict(base, sliding_window=4096)))
+    with pytest.raises(ConfigError, match="field 'sliding_window'"):
+        get_llm(str(tmp_path / "m" / "config.json"))
+    (tmp_path / "q").mkdir()
+    (tmp_path / "q" / "config.json").write_text(json.dumps(dict(base, sliding_window=4096, use_sliding_window=False)))
+    assert get_llm(str(tmp_path / "q" / "config.json")).num_layers == 2

@@ -64,7 +64,7 @@ _CELL = Obj({"trace": Str(), "policy": Str(), "batch_size": Int(1, 2**20), "requ
                                       "error_wall": Num()})))})
 FIDELITY_SCHEMA = Obj({
     "meta": Obj({"command": Str(), "machine": Dict(Any()), "model": Str(), "mode": Str(), "max_tokens": Int(lo=1),
-                 "max_prompt": Int(lo=1), "repeats": Opt(Int(lo=1)), "margin": Opt(Num(lo=0, hi=1, strict_lo=True)),
+                 "max_prompt": Int(lo=1), "repeats": Opt(Int(lo=1)), "margin": Opt(Num(lo=0, strict_lo=True)),
                  "wall_minutes": Opt(Maybe(Num(lo=0))), "quick": Opt(Bool()), "drafter_note": Opt(Str()),
                  "speed_probes": Opt(Maybe(Dict(Obj({"note": Str()}))))}),
     "aggregate": Obj({"median_error": _NAN_OK, "max_error": _NAN_OK, "median_step_error": _NAN_OK,

@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from real.validation.fidelity_stats import judge, pooled_scatter
+from real.validation.pipeline.cells import cell_id
 from sim.infra.cli import ArgumentParser, check_out_file, check_out_files, write_files
 from sim.infra.fsio import temp_dir
 from sim.infra.errors import ConfigError
@@ -52,7 +53,7 @@ from sim.infra.inputs import Bool, Int, List, Num, Obj, Opt, Str
 # the fields of a run's fidelity.json that re-pricing reads (the report's full schema: real/validation/report.py)
 _RATE = Num(lo=0)  # tokens / s
 REPRICE_SCHEMA = Obj({
-    "meta": Obj({"margin": Opt(Num(lo=0, hi=1, strict_lo=True)), "model": Opt(Str())}),
+    "meta": Obj({"margin": Opt(Num(lo=0, strict_lo=True)), "model": Opt(Str())}),  # validate: any > 0
     "cells": List(Obj({"trace": Str(), "policy": Str(), "batch_size": Int(1, 2**20), "output_tokens": Int(0, 2**40),
                        "loaded": Opt(Bool()), "repeats": Opt(List(Obj({"tok_per_s": _RATE}))),
                        "verdict": Opt(Obj({"predicted": _RATE}))}), lo=1)},
@@ -217,8 +218,8 @@ def refit_table(run_dir: Path, legacy_pass: tuple[str, ...] = LEGACY_PASS_POLICI
 
 
 def _cell_name(c: dict) -> str:
-    """A cell's directory name under its trace's cells/ (real/validation/pipeline/cells.py's form)."""
-    return f"{Path(c['trace']).stem}__{c['policy'].replace(':', '-')}__bs{c['batch_size']}"
+    """A cell's directory name under its trace's cells/ (real/validation/pipeline/cells.py cell_id)."""
+    return cell_id(c["trace"], c["policy"], c["batch_size"])
 
 
 def reprice_cell(cell: dict, pred_steps, cost, shapes: np.ndarray | None = None) -> float:

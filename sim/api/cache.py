@@ -70,9 +70,9 @@ def check_prunable(root: Path) -> Path:
     """`root`, resolved, unless removing what it holds could remove more than a cache (module docstring)."""
     r = root.resolve()
     guarded = {Path("/").resolve(), Path.home().resolve()}
-    if r in guarded or REPO.resolve().is_relative_to(r) or Path.cwd().resolve().is_relative_to(r):
-        raise ConfigError(f"{root}: refusing to prune it as a cache ({ENV} names the home folder, the root, or a "
-                          f"folder holding the repository or the working folder); set {ENV} to a cache folder")
+    if r in guarded or any(q.is_relative_to(r) for q in (REPO.resolve(), Path.cwd().resolve(), Path.home().resolve())):
+        raise ConfigError(f"{root}: refusing to prune it as a cache ({ENV} names the root or a folder "
+                          f"holding your home, the repository or the working folder); set {ENV} to a cache folder")
     return r
 
 

@@ -93,16 +93,19 @@ def not_deployable(policy: str) -> str | None:
 
 
 ARRIVAL_BOUND_SLACK = 0.05  # a run that ends within 5% of its duration after the last arrival kept up with them
+NO_QUEUE_STEPS = 20  # a median TTFT within this many mean steps: requests did not wait for a batch slot
 
 
 def arrival_bound(row: dict) -> bool:
     """Whether the run's output throughput is what the arrivals offered, not what the engine can do: requests
-    arrived over time (not all at t = 0) and the run ended within 5% of its duration after the last arrival
-    (no backlog was left to drain: its throughput is the offered load)."""
+    arrived over time (not all at t = 0) and either they did not queue (median TTFT <= 20 mean steps) or the run
+    ended within 5% of its duration after the last arrival (no backlog was left to drain)."""
     last, dur = _num(row.get("last_arrival_s")), _num(row.get("duration"))
     if row.get("arrivals") in (None, ARRIVALS_AT_ZERO) or last is None or dur is None or not last > 0:
         return False
-    return dur - last <= ARRIVAL_BOUND_SLACK * dur
+    ttft, step = _num(row.get("median_ttft_ms")), _num(row.get("mean_step_ms"))
+    no_queue = ttft is not None and step is not None and step > 0 and ttft <= NO_QUEUE_STEPS * step
+    return no_queue or dur - last <= ARRIVAL_BOUND_SLACK * dur
 
 
 def _ranking(rs: list[dict], baseline: str | None) -> tuple[str, bool, Callable]:
@@ -133,25 +136,33 @@ def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", gro
         head = f"{label + ', ' if label else ''}batch {key[-1]}: "
         group_rows = [r for r in rows if keyf(r) == key]
         k_v, lower, fmt = _ranking(group_rows, baseline)
+        # ranked by the figure to 4 significant digits, a tie going to the baseline (the default a user already runs)
         rs = sorted((r for r in group_rows if _num(r.get(k_v)) is not None),
-                    key=lambda r: r[k_v] if lower else -r[k_v])
-        tiers = {r["policy"]: (lambda p: "vllm" if p is None else tier(p))(_policy(r["policy"], r.get("drafters")))
-                 for r in rs}
+                    key=lambda r: (float(f"{r[k_v]:.4g}") * (1 if lower else -1), r["policy"] != baseline))
+        pols = {r["policy"]: _policy(r["policy"], r.get("drafters")) for r in rs}
+        tiers = {n: "vllm" if p is None else tier(p) for n, p in pols.items()}
+        if deployment is not None:  # servable: its `vllm serve` line can be given (a checkpoint for this target, ...)
+            for n, p in pols.items():
+                if tiers[n] in DEPLOYABLE and p is not None and serve_flags(p, deployment, 1)[0] is None:
+                    tiers[n] = "unservable"
         served = [r for r in rs if tiers[r["policy"]] in DEPLOYABLE]
-        name = lambda t: TIERS[t].format(version=version)  # noqa: E731
+        name = lambda t: TIERS.get(t, "no vLLM flags for this target (below)").format(version=version)  # noqa: E731
         if k_v == "median_tpot_ms":
             bound = [r for r in group_rows if arrival_bound(r)]
             tput = [r["output_throughput_tok_s"] for r in bound]
-            out.append(head + f"throughput is arrival-bound ({min(tput):,.0f}-{max(tput):,.0f} tok/s for the "
-                       f"{len(bound)} setups that keep up): ranked by median TPOT, lower is better (TTFT and E2EL: --format json)")
+            n_b = f"{len(bound)} setup{'s' * (len(bound) != 1)} that keep{'s' * (len(bound) == 1)} up"
+            out.append(head + f"throughput is arrival-bound ({min(tput):,.0f}-{max(tput):,.0f} tok/s for the {n_b}): "
+                       "ranked by median TPOT, lower is better (TTFT and E2EL: --format json)")
         if not served:
             out.append(head + "no setup a server can run finished")
             continue
         best = served[0]
         gain = lambda a, b: (b[k_v] / a[k_v] if lower else a[k_v] / b[k_v]) - 1.0  # noqa: E731
         line = head + f"recommended {best['policy']}, {fmt(best[k_v])}, {name(tiers[best['policy']])}"
-        none_row = next((r for r in rs if r["policy"] == "none"), None)
-        if best["policy"] == "none":
+        plain = lambda r: pols[r["policy"]] is not None and pols[r["policy"]].vllm is not None \
+            and pols[r["policy"]].vllm.method is None  # noqa: E731 - no speculation (vLLM without --speculative-config)
+        none_row = next((r for r in rs if plain(r)), None)
+        if plain(best):
             line += "; speculation does not pay here: serve without --speculative-config"
         elif none_row is not None:
             line += f"; speculation pays: {1 + gain(best, none_row):.2f}x none"
@@ -172,6 +183,11 @@ def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", gro
                 if deployment is not None:
                     out.append(_flags_line(today, deployment))
         others = []
+        unservable = [r for r in rs if tiers[r["policy"]] == "unservable" and gain(r, best) > 0]
+        if unservable and deployment is not None:
+            out.append("  faster but without vLLM flags for this target: " + "; ".join(
+                f"{r['policy']} {fmt(r[k_v])} ({_flags_line(r, deployment).split('no flags: ', 1)[-1]})"
+                for r in unservable))
         for t in ("engine", "tree", "bound"):
             faster = [r for r in rs if tiers[r["policy"]] == t
                       and (gain(r, best) > 0 or r["policy"] == oracle)]

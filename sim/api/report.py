@@ -528,9 +528,12 @@ def serve_table(t, drafters: str | None) -> str:
         base = t.at[b, BASE] if BASE in t else float("nan")
         ok = {p: t.at[b, p] for p in t.columns if not np.isnan(t.at[b, p])}
 
-        def best(tset):
+        def best(tset):  # as the verdict ranks (sim/api/console.py): 4 significant digits, a tie to the baseline
             cand = {p: v for p, v in ok.items() if tiers[p] in tset}
-            return (max(cand, key=cand.get), max(cand.values())) if cand else (None, float("nan"))
+            if not cand:
+                return None, float("nan")
+            top = max(cand, key=lambda q: (float(f"{cand[q]:.4g}"), q == BASE))
+            return top, cand[top]
 
         rec, rv = best(DEPLOYABLE)
         today, tv = best(("vllm",))

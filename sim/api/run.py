@@ -196,12 +196,22 @@ def deployment(s: SimSetup) -> Deployment:
 
     from sim.core.drafters.suffix import SuffixConfig
 
+    from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
+
     cal = NgramCalibrator.load(s.calibrator).cfg
     defaults = asdict(SuffixConfig())
     suffix = {**defaults, **drafter_settings(s.drafter_config).get("suffix", {})}
-    return Deployment(model=s.model, hf_id=get_llm(s.model).hf_id, version=s.vllm_version, drafter=s.drafter,
-                      block=load_drafter_profile(s.drafter).block, ngram_range=(cal.n_min, cal.n_max),
-                      suffix=suffix, suffix_defaults=defaults)
+    ng = NgramConfig()  # the plugin's n-gram defaults are the drafter's (real/vllm_plugin/config.py)
+    plugin_ngram = {} if s.calibrator == DEFAULT_CALIBRATOR else {
+        "calibrator": s.calibrator, **({"n_min": cal.n_min} if cal.n_min != ng.n_min else {}),
+        **({"n_max": cal.n_max} if cal.n_max != ng.n_max else {})}
+    target = get_llm(s.model).hf_id or s.model
+    if Path(target).name == "config.json":  # a Hugging Face config.json given by path: vLLM serves its folder
+        target = str(Path(target).parent)
+    profile = load_drafter_profile(s.drafter)
+    return Deployment(model=llm_name(s.model), hf_id=target, version=s.vllm_version, drafter=profile.name,
+                      block=profile.block, ngram_range=(cal.n_min, cal.n_max), suffix=suffix, suffix_defaults=defaults,
+                      plugin_ngram=plugin_ngram)
 
 
 _PREP: Prepared | None = None  # the parent's tables, inherited by forked workers
@@ -237,6 +247,8 @@ def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None 
                 done.append(res)
                 if heartbeat is not None:
                     heartbeat.done()
+            pool.close()  # workers leave normally, running their exit finalizers (private folders: sim/infra/fsio.py)
+            pool.join()
     finally:
         _PREP = None
     out: list = [None] * len(combos)
@@ -314,7 +326,7 @@ def write_outputs(dest: Path, rows: list[dict], results: list[tuple[dict, RunRes
     written whole or not at all (a temporary sibling folder swapped into place atomically,
     sim.infra.fsio.atomic_dir: `dest` is either the earlier result or the new one); other files already in `dest`
     are kept (carried into the new folder), those of OUTPUTS an earlier run wrote are not. Returns the names written."""
-    with atomic_dir(dest, keep=lambda name: name not in OUTPUTS and not name.startswith(".")) as out:
+    with atomic_dir(dest, keep=lambda name: name not in OUTPUTS) as out:  # the layer leaves out its own files
         return _write_outputs(out, rows, results, baseline, plotly, steps)
 
 

@@ -30,6 +30,7 @@ Every method here is in vLLM 0.32 and 0.33 (VLLM_VERSIONS), the plugin is writte
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -51,6 +52,10 @@ DRAFTER_CHECKPOINTS: Mapping[tuple[str, str], str] = {
     ("llama-3.1-8b", "eagle"): "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
     ("llama-3.1-8b", "eagle3"): "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
 }
+
+
+# what a vLLM method needs installed beside vLLM (vllm/config/speculative.py: suffix decoding imports Arctic Inference)
+METHOD_NEEDS: Mapping[str, str] = {"suffix": "pip install arctic-inference==0.1.1"}
 
 
 def drafter_checkpoint(model: str, method: str) -> str | None:
@@ -78,15 +83,17 @@ class Deployment:
     model: str
     hf_id: str
     version: str
-    drafter: str = ""
+    drafter: str = ""  # the model-drafter profile's own name (ModelDrafterProfile.name), not the path given
     block: int = 7
     ngram_range: tuple[int, int] = (1, 1)
     suffix: Mapping[str, object] = field(default_factory=dict)
     suffix_defaults: Mapping[str, object] = field(default_factory=dict)
+    plugin_ngram: Mapping[str, object] = field(default_factory=dict)  # hybrid_spec's calibrator settings, if not its defaults
 
     @property
     def model_method(self) -> str:
-        """The vLLM method the model-drafter profile stands for: eagle/eagle3 for their profiles, else dspark."""
+        """The vLLM method the model-drafter profile stands for (EAGLE_PROFILES, the table --speculative-config
+        maps through): eagle/eagle3 for their profiles, else dspark."""
         base = self.drafter.split(":")[0]
         return next((m for m, prof in EAGLE_PROFILES.items() if prof == base), "dspark")
 
@@ -94,14 +101,14 @@ class Deployment:
 def speculative_config(run: VllmRun, dep: Deployment) -> tuple[dict | None, list[str], str | None]:
     """(vLLM's --speculative-config for `run`, --additional-config or [], why no flags can be given or None);
     the config is None for no speculation."""
-    if run.method is None:
+    if run.method is None or run.k == 0:  # K = 0: no speculation (vLLM's num_speculative_tokens must be > 0)
         return None, [], None
     k = dep.block if run.k is None else run.k
     if run.method == "ngram":
         return ({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": dep.ngram_range[0],
                  "prompt_lookup_max": dep.ngram_range[1]}, [], None)
     if run.method == "suffix":
-        k = dep.suffix.get("max_spec_tokens", 24) if run.k is None else run.k
+        k = dep.suffix.get("max_spec_tokens", dep.suffix_defaults.get("max_spec_tokens")) if run.k is None else run.k
         cfg: dict = {"method": "suffix", "num_speculative_tokens": k}
         vllm_name = {v: f for f, v in SUFFIX_FIELDS.items()}
         for name, value in dep.suffix.items():
@@ -109,8 +116,12 @@ def speculative_config(run: VllmRun, dep: Deployment) -> tuple[dict | None, list
                 cfg[vllm_name[name]] = value
         odd = [n for n, v in dep.suffix.items() if n not in vllm_name and n != "max_spec_tokens"
                and v != dep.suffix_defaults.get(n)]
-        return cfg, [], (f"the suffix setting {odd[0]} has no vLLM field" if odd else None)
+        notes = [f"needs {METHOD_NEEDS['suffix']}"] + [f"the suffix setting {n} has no vLLM field" for n in odd[:1]]
+        return cfg, [], "; ".join(notes)
     method = dep.model_method
+    if (run.adaptive or run.plugin) and method != "dspark":
+        return None, [], (f"the run's model drafter stands for method {method!r}: vLLM's adaptive verification and the "
+                          "plugin need method 'dspark' (a confidence head)")
     ckpt = drafter_checkpoint(dep.model, method)
     if ckpt is None:
         return None, [], f"no published {method} drafter checkpoint for {dep.model} is known (sim/core/deploy.py)"
@@ -119,12 +130,12 @@ def speculative_config(run: VllmRun, dep: Deployment) -> tuple[dict | None, list
         cfg["enable_adaptive_verification"] = True
     extra = []
     if run.plugin:
-        extra = ["--additional-config", _json({ADDITIONAL_CONFIG_KEY: dict(run.plugin_config)})]
+        extra = ["--additional-config", _json({ADDITIONAL_CONFIG_KEY: {**dict(run.plugin_config), **dep.plugin_ngram}})]
     return cfg, extra, None
 
 
 def _json(obj) -> str:
-    return "'" + json.dumps(obj, separators=(",", ":")) + "'"
+    return shlex.quote(json.dumps(obj, separators=(",", ":")))
 
 
 def serve_flags(policy, dep: Deployment, batch_size: int) -> tuple[str | None, str | None]:
@@ -135,7 +146,7 @@ def serve_flags(policy, dep: Deployment, batch_size: int) -> tuple[str | None, s
     cfg, extra, why = speculative_config(policy.vllm, dep)
     if why is not None and cfg is None:
         return None, why
-    line = ["vllm", "serve", dep.hf_id or dep.model, "--max-num-seqs", str(batch_size)]
+    line = ["vllm", "serve", shlex.quote(dep.hf_id or dep.model), "--max-num-seqs", str(batch_size)]
     if cfg is not None:
         line += ["--speculative-config", _json(cfg)]
     line += extra

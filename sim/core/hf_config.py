@@ -119,6 +119,10 @@ def from_hf_config(cfg: dict, path: Path, LLMSpec: Callable[..., Any]):  # noqa:
     for key, bad, what in _UNTRANSLATABLE:
         if key in cfg and bad(cfg[key]):
             raise ConfigError(f"{where}: field '{key}' ({what}) cannot be translated into a model spec; {_HINT}")
+    window = cfg.get("sliding_window")  # Mistral's: a window with no use_sliding_window switch (Qwen's says false)
+    if isinstance(window, int) and not isinstance(window, bool) and "use_sliding_window" not in cfg:
+        raise ConfigError(f"{where}: field 'sliding_window' ({window}: sliding-window attention) cannot be translated "
+                          f"into a model spec; {_HINT}")
     L, h = _int(cfg, "num_hidden_layers", where), _int(cfg, "hidden_size", where)
     H, V = _int(cfg, "num_attention_heads", where), _int(cfg, "vocab_size", where)
     KV = _int(cfg, "num_key_value_heads", where, default=H)

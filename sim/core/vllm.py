@@ -186,13 +186,13 @@ class VllmRun:
         if self.method is not None and self.method not in VLLM_METHOD_NAMES + UNCHARGED_METHODS:
             raise ConfigError(f"vLLM method {self.method!r} is not one the simulator maps (known: "
                               f"{', '.join(VLLM_METHOD_NAMES + UNCHARGED_METHODS)})")
+        if self.k is not None and (not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 0):
+            raise ConfigError(f"num_speculative_tokens must be an integer >= 0, got {self.k!r}")
 
     @property
     def charged(self) -> bool:
         """Whether the engine can charge the run as vLLM's scheduler does (VLLM_VERSIONS has its method)."""
         return self.method is None or self.method in VLLM_METHOD_NAMES
-        if self.k is not None and (not isinstance(self.k, int) or self.k < 0):
-            raise ConfigError(f"num_speculative_tokens must be an integer >= 0, got {self.k!r}")
 
 
 def vllm_slot_charge(run: VllmRun, block: int, version: str = DEFAULT_VLLM_VERSION) -> SlotCharge:
@@ -278,6 +278,7 @@ def _int(cfg: dict, key: str) -> int | None:
 # hybrid_spec fields (real/vllm_plugin/config.py HybridSpecConfig) and what the simulator does with them
 PLUGIN_MAPPED = ("enabled", "method", "margin", "slots", "skip")  # -> hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip]
 PLUGIN_IGNORED = ("online_window", "compile")  # how the plugin runs its step, not what it chooses
+PLUGIN_NGRAM = ("calibrator", "n_min", "n_max")  # the n-gram drafter's: must be the run's --calibrator and its range
 
 
 def plugin_settings(text: str | None) -> dict | None:
@@ -290,18 +291,30 @@ def plugin_settings(text: str | None) -> dict | None:
     cfg = parse_json(text, "--additional-config")
     if not isinstance(cfg, dict):
         raise ConfigError("--additional-config: expected a JSON object such as '{\"hybrid_spec\": {\"slots\": 32}}'")
-    body = cfg.get(ADDITIONAL_CONFIG_KEY)
-    if body is None:
+    if ADDITIONAL_CONFIG_KEY not in cfg:
         return None
+    body = cfg[ADDITIONAL_CONFIG_KEY]
+    if body is None or body is True:  # the plugin reads both as "the hybrid with its defaults"
+        body = {}
     if not isinstance(body, dict):
         raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY} must be a JSON object, got {body!r}")
-    unknown = sorted(set(body) - set(PLUGIN_MAPPED) - set(PLUGIN_IGNORED))
+    unknown = sorted(set(body) - set(PLUGIN_MAPPED) - set(PLUGIN_IGNORED) - set(PLUGIN_NGRAM))
     if unknown:
         raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.{unknown[0]} has no counterpart in the "
-                          f"simulator (it maps {', '.join(PLUGIN_MAPPED)}; the n-gram settings come from --calibrator)")
-    for name in ("enabled", "skip"):
+                          f"simulator (it maps {', '.join(PLUGIN_MAPPED + PLUGIN_NGRAM)})")
+    for name in ("enabled", "skip", "compile"):
         if not isinstance(body.get(name, False), bool):
             raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.{name} must be true or false")
+    for name in ("online_window", "n_min", "n_max", "slots"):
+        v = body.get(name, 0)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.{name} must be an integer >= 0, got {v!r}")
+    margin = body.get("margin", 0.0)
+    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not 0 <= margin < math.inf:
+        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.margin must be a finite number >= 0, "
+                          f"got {margin!r}")
+    if not isinstance(body.get("method", ""), str) or not isinstance(body.get("calibrator", ""), str):
+        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.method and .calibrator must be strings")
     return body
 
 
@@ -313,6 +326,9 @@ def _plugin_policy(body: dict, k: int | None, block: int) -> str:
     if slots and k is not None and slots != k:
         raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.slots = {slots} but num_speculative_tokens "
                           f"= {k}; vLLM sizes its buffers from num_speculative_tokens, so set it to {slots}")
+    if slots and k is None and slots != block:
+        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.slots = {slots} needs --speculative-config's "
+                          f"num_speculative_tokens = {slots} (vLLM otherwise sets it to DSpark's block, {block})")
     w = slots or k or block
     if w < block:
         raise ConfigError(f"--speculative-config: num_speculative_tokens = {w} is below the DSpark drafter's block of "
@@ -390,6 +406,11 @@ def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int
         if lo is not None or hi is not None:
             raise ConfigError("--speculative-config: prompt_lookup_min/max go with method 'ngram' only")
         if plugin is not None and plugin.get("enabled", True):
+            lo_hi = (plugin.get("n_min", ngram_range[0]), plugin.get("n_max", ngram_range[1]))
+            if lo_hi != tuple(ngram_range):
+                raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.n_min/n_max = {lo_hi[0]}..{lo_hi[1]} "
+                                  f"but the run's n-gram calibrator was fitted for {ngram_range[0]}..{ngram_range[1]} "
+                                  "(--calibrator names the calibrator the plugin's hybrid_spec.calibrator loads)")
             return SpecMapping(_plugin_policy(plugin, k, model_block), notes=notes)
         if k is not None and k > model_block:
             raise ConfigError(f"--speculative-config: num_speculative_tokens={k} exceeds the DSpark drafter profile's "

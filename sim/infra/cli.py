@@ -18,7 +18,7 @@ from typing import Callable
 
 from sim.infra.errors import ConfigError, HybridSpecError, SimulatorBug
 from sim.infra.fsio import atomic_dir, commit_files  # noqa: F401 -- re-exported: the writers live in sim/infra/fsio.py
-from sim.infra.fsio import claim, is_tracked, release_claim, release_claims, resolve_out
+from sim.infra.fsio import claim, is_internal, is_tracked, release_claim, release_claims, resolve_out
 
 _GIVEN: set[str] = set()  # every spelling of each option the current command line gave (--out and -o alike)
 _DEPTH = [0]  # parse_known_args nesting (subcommands): the outermost call starts a fresh _GIVEN
@@ -270,7 +270,7 @@ def check_out_dir(path: Path, force: bool = False, flag: str = "--out", names: t
         raise ConfigError(f"{flag} {p}: exists and is not a folder")
     for target in ([p / n for n in names] if names is not None else [p]):
         refuse_tracked(target, flag, named)
-    if p.is_dir() and any(n.name for n in p.iterdir() if not n.name.endswith(".lock")) and not force:
+    if p.is_dir() and any(n.name for n in p.iterdir() if not is_internal(n.name)) and not force:
         raise ConfigError(f"{flag} {p} already holds files (an earlier run?); pass --force to replace the files "
                           "this command writes (other files are kept), or choose another folder")
     what = f"{flag} {p}"

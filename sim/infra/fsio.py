@@ -443,9 +443,17 @@ def _link_or_copy(s, d) -> None:
         shutil.copy2(s, d, follow_symlinks=False)
 
 
+_INTERNAL = re.compile(r"^\..+\.(?:lock|commit|swap)$")  # the names this layer gives its locks and journals
+
+
+def is_internal(name: str) -> bool:
+    """Whether an entry of an output folder is this layer's own bookkeeping: `.<name>.lock`, `.<folder>.commit`,
+    `.<name>.swap` or a leftover temporary (a user's `poetry.lock` or `.notes` is not)."""
+    return bool(_LEFTOVER.match(name) or _INTERNAL.match(name))
+
+
 def _not_internal(name: str) -> bool:
-    """An entry of an output folder that is not this layer's own bookkeeping (temporaries, journals, locks)."""
-    return not (_LEFTOVER.match(name) or name.endswith((".lock", ".commit", ".swap")))
+    return not is_internal(name)
 
 
 @contextmanager
@@ -468,6 +476,7 @@ def atomic_dir(path: Path, keep=None, flag: str = "--out") -> Iterator[Path]:
             yield tmp
             if path.is_dir():
                 _carry_over(path, tmp, lambda n: keep(n) and _not_internal(n))
+                shutil.copystat(path, tmp)  # the folder keeps its mode (a private results folder stays private)
             swap_dir(tmp, path)
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -619,8 +628,13 @@ def out_guard(path, flag: str = "--out") -> Iterator[Path | None]:
 def private_tempdir(prefix: str = "hybridspec-") -> Path:
     """A fresh folder only this user can open (mkdtemp: 0700, unpredictable name), for when caching is off; it
     lives as long as the process and is removed at its exit (a block's scratch: temp_dir)."""
+    import multiprocessing.util
+
     d = Path(tempfile.mkdtemp(prefix=prefix))
     atexit.register(shutil.rmtree, d, True)
+    # a forked pool worker leaves through os._exit, which skips atexit; multiprocessing runs its finalizers there
+    # (and only in the process that registered them)
+    multiprocessing.util.Finalize(None, shutil.rmtree, args=(d, True), exitpriority=0)
     return d
 
 

@@ -90,14 +90,18 @@ def cached_asset() -> Path | None:
     root = cache_root()
     if root is None:
         return None
-    path = (root / "plotly" / asset_name()).resolve()
+    from sim.infra.fsio import private_dir
+
+    folder = private_dir(root / "plotly")  # code a browser loads: a folder only this user can write
+    path = folder / asset_name()
     want = plotly_js().encode()
     try:
-        same = path.is_file() and not path.is_symlink() and path.stat().st_size == len(want) and path.read_bytes() == want
+        same = not path.is_symlink() and path.is_file() and path.stat().st_size == len(want) and path.read_bytes() == want
     except OSError:
         same = False
     if not same:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink():  # never written through: the link goes, a file of our own takes its place
+            path.unlink()
         write_whole(path, want, overwrite=True)
     return path
 

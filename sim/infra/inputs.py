@@ -45,15 +45,19 @@ class Kind:
         env = os.environ.get(CAP_ENV)
         if env:
             try:
-                return max(1, int(float(env) * MiB))
+                mib = float(env)
             except ValueError:
-                raise ConfigError(f"{CAP_ENV}={env!r}: expected a number of MiB") from None
+                mib = float("nan")
+            if not (math.isfinite(mib) and mib > 0):
+                raise ConfigError(f"{CAP_ENV}={env!r}: expected a finite number of MiB > 0")
+            return max(1, int(mib * MiB))
         return self.cap
 
 
 CONFIG = Kind("config file", 4 * MiB)             # settings, a checkpoint's config.json, anchors, a grid
-RECORD = Kind("recorded run file", 512 * MiB)    # fidelity.json, a cost table, a cell's record
-TABLE = Kind("table of steps", 2048 * MiB)       # a CSV of recorded steps
+# parsed whole, so a file costs several times its size in memory: the caps keep a case under 1 GB
+RECORD = Kind("recorded run file", 64 * MiB)     # fidelity.json, a cost table, a cell's record (real ones: < 1 MiB)
+TABLE = Kind("table of steps", 128 * MiB)        # a CSV of recorded steps (real ones: a few MiB)
 WEIGHTS = Kind("weights file", 8192 * MiB)       # a drafter checkpoint (read whole by torch.load)
 
 

@@ -18,7 +18,6 @@ which builds hybrid_price.c without its AVX2 clones.
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import hashlib
 import os
@@ -114,8 +113,7 @@ def native_dir() -> Path:
     if root is not None:
         return private_dir(root / "native")
     if not _PRIVATE:
-        _PRIVATE.append(private_tempdir("hybridspec-native-"))
-        atexit.register(shutil.rmtree, _PRIVATE[0], True)
+        _PRIVATE.append(private_tempdir("hybridspec-native-"))  # removed at exit, by workers too
     return private_dir(_PRIVATE[0])
 
 
