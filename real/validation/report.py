@@ -29,6 +29,8 @@ from real.validation.fidelity_stats import VERDICTS, CellVerdict, summarize
 from sim.infra.inputs import RECORD, Any, Bool, Dict, Int, List, Maybe, Num, Obj, Opt, Str, read_json
 from sim.infra.cli import ArgumentParser
 from sim.infra.errors import ConfigError
+from sim.core.config import MAX_BATCH_SIZE
+from sim.core.cost.profiled import MAX_COUNT
 
 TARGET_MEDIAN, TARGET_MAX, TARGET_INCONCLUSIVE = 0.03, 0.08, 0.25  # the issue's quiet-machine targets
 
@@ -50,8 +52,8 @@ _VERDICT = Obj({"repeats": Int(lo=1), "real": _RATE, "real_min": _RATE, "real_ma
 _SUMMARY = Obj({"cells": Int(lo=0), "agrees": Int(lo=0), "disagrees": Int(lo=0), "inconclusive": Int(lo=0),
                 "loaded": Int(lo=0), "median_error": Maybe(Num(lo=0, nan=True)), "max_error": Maybe(Num(lo=0, nan=True)),
                 "verdict": Str(), "drifted": Opt(Int(lo=0)), "anchored": Opt(Int(lo=0))}, extra=False)
-_CELL = Obj({"trace": Str(), "policy": Str(), "batch_size": Int(1, 2**20), "requests": Int(1, 10**9),
-             "output_tokens": Int(0, 2**40), "predicted": _SIDE, "synthetic": Obj({"tok_per_s": _RATE}),
+_CELL = Obj({"trace": Str(), "policy": Str(), "batch_size": Int(1, MAX_BATCH_SIZE), "requests": Int(1, 10**9),
+             "output_tokens": Int(0, MAX_COUNT), "predicted": _SIDE, "synthetic": Obj({"tok_per_s": _RATE}),
              "real": Obj({"tok_per_s": _RATE, "steps": Int(lo=0), "mean_latency_s": Num(lo=0, nan=True),
                           "lossless": Bool(), "outputs_equal_reference": Bool(), "tie_flips": Opt(Int(lo=0)),
                           "tokens_per_engine_step": Opt(Num(lo=0, nan=True)), "tokens_per_step": Opt(Num(lo=0, nan=True)),

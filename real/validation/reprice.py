@@ -48,13 +48,15 @@ from real.validation.pipeline.cells import cell_id
 from sim.infra.cli import ArgumentParser, check_out_file, check_out_files, write_files
 from sim.infra.fsio import temp_dir
 from sim.infra.errors import ConfigError
+from sim.core.config import MAX_BATCH_SIZE
+from sim.core.cost.profiled import MAX_COUNT
 from sim.infra.inputs import Bool, Int, List, Num, Obj, Opt, Str
 
 # the fields of a run's fidelity.json that re-pricing reads (the report's full schema: real/validation/report.py)
 _RATE = Num(lo=0)  # tokens / s
 REPRICE_SCHEMA = Obj({
     "meta": Obj({"margin": Opt(Num(lo=0, strict_lo=True)), "model": Opt(Str())}),  # validate: any > 0
-    "cells": List(Obj({"trace": Str(), "policy": Str(), "batch_size": Int(1, 2**20), "output_tokens": Int(0, 2**40),
+    "cells": List(Obj({"trace": Str(), "policy": Str(), "batch_size": Int(1, MAX_BATCH_SIZE), "output_tokens": Int(0, MAX_COUNT),
                        "loaded": Opt(Bool()), "repeats": Opt(List(Obj({"tok_per_s": _RATE}))),
                        "verdict": Opt(Obj({"predicted": _RATE}))}), lo=1)},
     expected="a real/validate.py fidelity.json (an object of meta and cells)")

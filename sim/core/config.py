@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from sim.core.cost import DEFAULT_COST_KIND, cost_kinds
+from sim.core.cost.profiled import MAX_COUNT
 from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
 from sim.core.drafters.registry import (add_drafter_flags, collect_drafter_flags, parse_drafter_config,
                                         parse_drafter_list)
@@ -42,6 +43,7 @@ BASELINE = "adaptive"  # vLLM 0.33's adaptive verification: every speedup is tak
 DEFAULT_POLICIES = ("none", "model-fixed:7", "vllm-ngram:32", "ngram-fixed:32", "adaptive", "hybrid-vllm:slots=32",
                     "ngram-first", "ngram-threshold", "hybrid", "hybrid-price", "hybrid-tree", "oracle")
 DEFAULT_BATCH_SIZES = (4, 128)
+MAX_BATCH_SIZE = 2**20  # the most running requests a run (or a recorded cell) can name
 
 
 def opt(default: Any, help: str, *, flags: tuple[str, ...] = (), grid: str | None = "prep", min: float | None = None,
@@ -105,7 +107,7 @@ class DrafterConfig:
 class ServingConfig:
     rate: float | None = opt(None, "Poisson arrivals (req/s) instead of all at t=0 (inf: all at t=0, vLLM's default)",
                              flags=("--request-rate",), grid="run", min=MIN_RATE, parse=parse_rate)
-    kv_capacity_tokens: int | None = opt(None, "override the KV-cache size (tokens)", grid="run", min=1, max=2**40)
+    kv_capacity_tokens: int | None = opt(None, "override the KV-cache size (tokens)", grid="run", min=1, max=MAX_COUNT)
     max_num_batched_tokens: int = opt(8192, "token budget of one engine step (vLLM's max_num_batched_tokens)",
                                       grid="run", min=1, max=2**31 - 1)
     async_scheduling: bool = opt(True, "overlap the CPU work of step t+1 with the GPU work of step t (vLLM's async "
@@ -125,7 +127,7 @@ class RunGrid:
     policy: list = opt(None, "policy (repeatable; every combination runs)", grid="run",
                        default_factory=lambda: list(DEFAULT_POLICIES))
     batch_size: list = opt(None, "max running requests (repeatable)", flags=("--max-num-seqs",),
-                           grid="run", min=1, max=2**20, default_factory=lambda: list(DEFAULT_BATCH_SIZES))
+                           grid="run", min=1, max=MAX_BATCH_SIZE, default_factory=lambda: list(DEFAULT_BATCH_SIZES))
 
 
 COMPONENTS = (TraceConfig, ModelConfig, DrafterConfig, ServingConfig)

@@ -102,7 +102,7 @@ FORMAT = "hybridspec-cost-table/1"
 # Past these a table's value is not a measurement (a verify of 1e308 ms, a KV cache of 1e30 tokens): refused where it
 # is read, so that no price overflows the engine's clock or divides it to nothing.
 MAX_MS = 3.6e6      # an hour [ms]: no step, and no price per token, row or request, reaches it
-MAX_COUNT = 2**40   # tokens, requests, sizes (sim/core/config.py's largest KV cache)
+MAX_COUNT = 2**40   # tokens, requests, sizes (also sim/core/config.py's largest KV cache)
 
 
 class StepTable:
