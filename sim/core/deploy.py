@@ -11,18 +11,19 @@ A policy's tier comes from what it declares (sim/core/policies/registry.py `Poli
   bound    Policy.needs_truth                an upper bound: reads the true accepted lengths
 
 The flags (`speculative_config`), for K = num_speculative_tokens:
-  none                 no --speculative-config
+  none, K = 0          no --speculative-config (vLLM's num_speculative_tokens must be > 0)
   dspark               {"method": "dspark", "model": CKPT, "num_speculative_tokens": K}
                        + "enable_adaptive_verification": true for `adaptive` (Policy.vllm.adaptive)
   eagle, eagle3        the model-drafter profile stands for an EAGLE head (EAGLE_PROFILES): that method, its CKPT
   ngram                {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": n_min,
                         "prompt_lookup_max": n_max}: the n range the n-gram calibrator was fitted for
   suffix               {"method": "suffix", "num_speculative_tokens": K} + the suffix_decoding_* settings that
-                       differ from vLLM's defaults (SuffixConfig's defaults are vLLM's)
+                       differ from vLLM's defaults (SuffixConfig's defaults are vLLM's); needs arctic-inference
   plugin               dspark with adaptive verification at K = W, plus --additional-config
-                       {"hybrid_spec": {the plugin settings that differ from its defaults}}
+                       {"hybrid_spec": {the plugin settings that differ from its defaults, the run's calibrator}}
 CKPT: the drafter checkpoint published for the target (DRAFTER_CHECKPOINTS, by models/llms name and method); a
-target without one gets no flags but the reason.
+target without one gets no flags but the reason, and so do adaptive verification and the plugin on an EAGLE run
+(they need DSpark's confidence head). A setup without flags is not recommended (sim/api/console.py).
 
 Every method here is in vLLM 0.32 and 0.33 (VLLM_VERSIONS), the plugin is written against 0.33 and runs on the
 0.32 CPU build.
