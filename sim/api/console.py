@@ -136,17 +136,19 @@ def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", gro
         head = f"{label + ', ' if label else ''}batch {key[-1]}: "
         group_rows = [r for r in rows if keyf(r) == key]
         k_v, lower, fmt = _ranking(group_rows, baseline)
-        # ranked by the figure to 4 significant digits, a tie going to the baseline (the default a user already runs)
         rs = sorted((r for r in group_rows if _num(r.get(k_v)) is not None),
-                    key=lambda r: (float(f"{r[k_v]:.4g}") * (1 if lower else -1), r["policy"] != baseline))
+                    key=lambda r: rank_key(r[k_v], r["policy"], baseline, lower))
         pols = {r["policy"]: _policy(r["policy"], r.get("drafters")) for r in rs}
         tiers = {n: "vllm" if p is None else tier(p) for n, p in pols.items()}
-        if deployment is not None:  # servable: its `vllm serve` line can be given (a checkpoint for this target, ...)
+        flags = {}  # policy -> (its `vllm serve` line or None, why not / a note), once per group
+        if deployment is not None:  # servable: its line can be given (a checkpoint for this target, ...)
             for n, p in pols.items():
-                if tiers[n] in DEPLOYABLE and p is not None and serve_flags(p, deployment, 1)[0] is None:
-                    tiers[n] = "unservable"
+                if tiers[n] in DEPLOYABLE and p is not None:
+                    flags[n] = serve_flags(p, deployment, int(key[-1]))
+                    if flags[n][0] is None:
+                        tiers[n] = "unservable"
         served = [r for r in rs if tiers[r["policy"]] in DEPLOYABLE]
-        name = lambda t: TIERS.get(t, "no vLLM flags for this target (below)").format(version=version)  # noqa: E731
+        name = lambda t: TIERS[t].format(version=version)  # noqa: E731
         if k_v == "median_tpot_ms":
             bound = [r for r in group_rows if arrival_bound(r)]
             tput = [r["output_throughput_tok_s"] for r in bound]
@@ -173,7 +175,7 @@ def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", gro
             line += " (the only setup run: nothing to rank it against)"
         out.append(line)
         if deployment is not None:
-            out.append(_flags_line(best, deployment))
+            out.append(_flags_line(best["policy"], flags))
         if tiers[best["policy"]] == "plugin":
             out.append("  the plugin: " + PLUGIN_INSTALL)
             today = next((r for r in served if tiers[r["policy"]] == "vllm"), None)
@@ -181,13 +183,12 @@ def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", gro
                 out.append(f"  best {name('vllm')}: {today['policy']} {fmt(today[k_v])} "
                            f"(margin {100 * gain(best, today):.1f}%)")
                 if deployment is not None:
-                    out.append(_flags_line(today, deployment))
+                    out.append(_flags_line(today["policy"], flags))
         others = []
         unservable = [r for r in rs if tiers[r["policy"]] == "unservable" and gain(r, best) > 0]
-        if unservable and deployment is not None:
+        if unservable:
             out.append("  faster but without vLLM flags for this target: " + "; ".join(
-                f"{r['policy']} {fmt(r[k_v])} ({_flags_line(r, deployment).split('no flags: ', 1)[-1]})"
-                for r in unservable))
+                f"{r['policy']} {fmt(r[k_v])} ({flags[r['policy']][1]})" for r in unservable))
         for t in ("engine", "tree", "bound"):
             faster = [r for r in rs if tiers[r["policy"]] == t
                       and (gain(r, best) > 0 or r["policy"] == oracle)]
@@ -199,13 +200,18 @@ def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", gro
     return out
 
 
-def _flags_line(row: dict, dep: Deployment) -> str:
-    pol = _policy(row["policy"], row.get("drafters"))
-    if pol is None:
-        return f"  {row['policy']}: no flags (not a registered policy)"
-    line, why = serve_flags(pol, dep, int(row["batch_size"]))
-    if line is None:
-        return f"  {row['policy']}: no flags: {why}"
+def rank_key(value: float, policy: str, baseline: str | None, lower: bool = False) -> tuple:
+    """The order the verdict (and reports/paper.md's "What to serve") ranks setups in: by the figure to 4
+    significant digits, better first (`lower`: a smaller figure is better), a tie going to the baseline (the
+    default a user already runs)."""
+    return float(f"{value:.4g}") * (1 if lower else -1), policy != baseline
+
+
+def _flags_line(policy: str, flags: dict) -> str:
+    """The indented `vllm serve` line of a servable setup (the verdict's `flags`: policy -> (line, note))."""
+    if policy not in flags:
+        return f"  {policy}: no flags (not a registered policy)"
+    line, why = flags[policy]
     return "    " + line + (f"  (note: {why})" if why else "")
 
 

@@ -518,6 +518,7 @@ def serve_table(t, drafters: str | None) -> str:
     setup that runs in vLLM as released or with the plugin, the best in vLLM as released, the fastest
     simulated-only design, and speculation's gain over `none`; ratios over adaptive. `t`: throughput by batch
     size x policy."""
+    from sim.api.console import rank_key
     from sim.core.deploy import DEPLOYABLE, tier
     from sim.core.policies import get_policy
 
@@ -528,11 +529,11 @@ def serve_table(t, drafters: str | None) -> str:
         base = t.at[b, BASE] if BASE in t else float("nan")
         ok = {p: t.at[b, p] for p in t.columns if not np.isnan(t.at[b, p])}
 
-        def best(tset):  # as the verdict ranks (sim/api/console.py): 4 significant digits, a tie to the baseline
+        def best(tset):  # as the verdict ranks (sim/api/console.py rank_key)
             cand = {p: v for p, v in ok.items() if tiers[p] in tset}
             if not cand:
                 return None, float("nan")
-            top = max(cand, key=lambda q: (float(f"{cand[q]:.4g}"), q == BASE))
+            top = min(cand, key=lambda q: rank_key(cand[q], q, BASE))
             return top, cand[top]
 
         rec, rv = best(DEPLOYABLE)

@@ -192,14 +192,12 @@ def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False
 
 def deployment(s: SimSetup) -> Deployment:
     """What the verdict's `vllm serve` lines need from the run's setup (sim.core.deploy.Deployment)."""
-    from dataclasses import asdict
-
     from sim.core.drafters.suffix import SuffixConfig
 
     from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
 
     cal = NgramCalibrator.load(s.calibrator).cfg
-    defaults = asdict(SuffixConfig())
+    defaults = dataclasses.asdict(SuffixConfig())
     suffix = {**defaults, **drafter_settings(s.drafter_config).get("suffix", {})}
     ng = NgramConfig()  # the plugin's n-gram defaults are the drafter's (real/vllm_plugin/config.py)
     plugin_ngram = {} if s.calibrator == DEFAULT_CALIBRATOR else {

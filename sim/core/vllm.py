@@ -319,10 +319,9 @@ def plugin_settings(text: str | None) -> dict | None:
 
 
 def _plugin_policy(body: dict, k: int | None, block: int) -> str:
-    """The hybrid-vllm spec the plugin runs with the hybrid_spec settings `body` at num_speculative_tokens `k`."""
+    """The hybrid-vllm spec the plugin runs with the hybrid_spec settings `body` (plugin_settings': typed) at
+    num_speculative_tokens `k`."""
     slots = body.get("slots", 0)
-    if not isinstance(slots, int) or isinstance(slots, bool) or slots < 0:
-        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.slots must be an integer >= 0, got {slots!r}")
     if slots and k is not None and slots != k:
         raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.slots = {slots} but num_speculative_tokens "
                           f"= {k}; vLLM sizes its buffers from num_speculative_tokens, so set it to {slots}")
