@@ -418,3 +418,37 @@ def test_tensor_parallel_on_the_command_line(capsys):
         run_cli(main, base + ["--gpu", "h100-sxm", "--tensor-parallel-size", "8"])
     err = capsys.readouterr().err
     assert ei.value.code == 2 and "interconnect_gbps" in err and err.count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------------- issue 44's anchor causes
+def test_blazedit_eagle_counters_are_the_published_ones_and_the_copy_variants_change_only_copied_tokens():
+    from sim.api.anchors import BLAZEDIT_EAGLE, EAGLE_COPY_VARIANTS
+    from sim.core.drafters.model import load_drafter_profile
+
+    # vLLM's counters: 1 + accepted / drafts = 1 + the acceptance at each draft position (2189 drafts, 3187 accepted)
+    assert 1 + sum(BLAZEDIT_EAGLE["pos"]) == pytest.approx(BLAZEDIT_EAGLE["al"], abs=0.005)
+    assert 1 + 3187 / 2189 == pytest.approx(BLAZEDIT_EAGLE["al"], abs=0.005)
+    p = load_drafter_profile("eagle-llama3.1-8b:3")
+    q = {name: f(p).q() for name, f in EAGLE_COPY_VARIANTS.items()}
+    bundled, dspark, dspark_q1 = q.values()
+    assert all(np.array_equal(v[0], bundled[0]) for v in q.values())  # normal tokens keep the MT-Bench fit
+    assert np.array_equal(bundled[1], bundled[0])  # as bundled: no copy effect, copied = normal
+    assert dspark[1][0] == dspark_q1[1][0] > bundled[1][0]  # the DSpark profile's copied q1 is higher
+    assert np.all(dspark_q1[1][1:] < dspark[1][1:])  # with the normal decay, copied tokens decay faster
+
+
+def test_the_blog_counts_acceptance_as_vllms_scheduler_does():
+    from sim.api.anchors import scheduled_acceptance_length
+
+    # two steps of 4 decoding requests; 6 tokens accepted; a request-step admitted no draft still counts as one
+    steps = {"num_decode": np.array([4, 4]), "accepted_model": np.array([2, 4]), "verified_model": np.array([3, 9])}
+    assert scheduled_acceptance_length(steps) == pytest.approx(1 + 6 / 8)
+
+
+def test_pr25784_runs_its_ngram_arm_as_the_v1_runner_did():
+    from sim.api.anchors import PR25784_NGRAM, pr25784_ngram_arm, vllm_spec
+    from sim.core.policies import get_policy
+
+    arm = pr25784_ngram_arm(vllm_spec(PR25784_NGRAM).ngram_k)
+    assert arm == "ngram-fixed:5" and get_policy(arm).name == arm  # matched-only drafts, not vLLM 0.33's K slots
+    assert "V1 model runner" in ANCHORS["pr25784-suffix"].setup

@@ -24,7 +24,8 @@ ALL = ("dspark", "ngram", "suffix")
 
 @pytest.mark.parametrize("policy, want", [
     ("none", "vllm"), ("adaptive", "vllm"), ("model-fixed:7", "vllm"), ("vllm-ngram:16", "vllm"), ("suffix", "vllm"),
-    ("hybrid-vllm", "plugin"), ("hybrid-vllm:slots=32:skip", "plugin"), ("hybrid", "engine"),
+    # over the suffix chain too, hybrid-vllm is more than the plugin runs (its two chains: the last test)
+    ("hybrid-vllm", "engine"), ("hybrid-vllm:slots=32:skip", "engine"), ("hybrid", "engine"),
     ("ngram-fixed:32", "engine"), ("hybrid-price", "engine"), ("hybrid-tree", "tree"), ("oracle", "bound")])
 def test_tiers_follow_what_the_policy_declares(policy, want):
     assert tier(get_policy(policy, ALL)) == want
@@ -38,14 +39,16 @@ def _spec_args(line: str) -> tuple[str, str | None]:
 
 
 @pytest.mark.parametrize("policy", ["adaptive", "model-fixed:5", "vllm-ngram:16", "hybrid-vllm:slots=32",
-                                    "hybrid-vllm:margin=0.5:slots=16:skip", "hybrid-vllm", "suffix:8"])
+                                    "hybrid-vllm:margin=0.5:slots=16:skip", "hybrid-vllm", "suffix:8",
+                                    "hybrid-vllm:slots=32:skip:runcal=64", "hybrid-vllm:runcal=0.5"])
 def test_the_printed_flags_map_back_onto_the_same_policy(policy):
-    line, why = serve_flags(get_policy(policy, ALL), DEP, 4)
+    drafters = ALL if policy.startswith("suffix") else ("dspark", "ngram")  # the plugin runs two chains
+    line, why = serve_flags(get_policy(policy, drafters), DEP, 4)
     assert line.startswith("vllm serve Qwen/Qwen3-8B --max-num-seqs 4 ")
     assert why == ("needs pip install arctic-inference==0.1.1" if policy.startswith("suffix") else None)
     spec, extra = _spec_args(line)
     m = speculative_config(spec, DEP.ngram_range, DEP.block, plugin_settings(extra))
-    assert get_policy(m.policy, ALL).name == get_policy(policy, ALL).name
+    assert get_policy(m.policy, drafters).name == get_policy(policy, drafters).name
 
 
 def test_no_flags_without_a_checkpoint_for_the_target_and_none_for_designs():
@@ -120,3 +123,15 @@ def test_the_paper_report_says_what_to_serve_per_batch_size():
     lines = serve_table(t, "dspark,ngram").splitlines()
     assert lines[2] == "| 4 | vllm-ngram:32 | 2.500 | vLLM | vllm-ngram:32 | 2.500 | hybrid | 2.525 | 10.00 |"
     assert lines[3] == "| 128 | hybrid-vllm:slots=32 | 1.438 | plugin | vllm-ngram:32 | 1.125 | hybrid | 1.375 | 3.83 |"
+
+
+def test_hybrid_vllm_over_a_chain_the_plugin_lacks_is_simulated_only():
+    """The plugin runs DSpark's and the n-gram chain: hybrid-vllm over the suffix tree too gets no plugin flags."""
+    from sim.core.deploy import tier
+    from sim.core.policies import get_policy
+
+    assert tier(get_policy("hybrid-vllm:slots=32")) == "plugin"
+    assert tier(get_policy("hybrid-vllm:slots=32", ("dspark", "ngram", "suffix"))) == "engine"
+    assert tier(get_policy("suffix", ("dspark", "ngram", "suffix"))) == "vllm"
+    pol = get_policy("hybrid-vllm:slots=32:skip:runcal=64")
+    assert tier(pol) == "plugin" and ("runcal", 64) in pol.vllm.plugin_config

@@ -33,8 +33,9 @@ def _calib():
 def test_every_family_is_covered():
     families = {u.split(":")[0].split("[")[0] for u in list_policies()}
     # `suffix` needs the suffix drafter: its steps are checked against the oracle over three drafters by
-    # tests/test_drafter_axis.py and python -m sim.drafter_axis
-    assert families - {"oracle", "suffix"} <= {p.split(":")[0] for p in POLICIES}
+    # tests/test_drafter_axis.py and python -m sim.drafter_axis; issue 44's rules (suffix-adaptive and arctic need it
+    # too, ngram-mtp an online state the engine keeps) by tests/test_menu_44.py
+    assert families - {"oracle", "suffix", "suffix-adaptive", "arctic", "ngram-mtp"} <= {p.split(":")[0] for p in POLICIES}
 
 
 def _step_goodput(batch, alloc, uses_model=True, uses_ngram=True):

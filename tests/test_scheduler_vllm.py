@@ -67,7 +67,7 @@ def test_policies_carry_their_vllm_runs():
     (lambda: SlotCharge("greedy"), "rule must be"),
     (lambda: SlotCharge(SCHEDULED, drafts=-1), "drafts must be an integer >= 0"),
     (lambda: SlotCharge(VERIFIED, drafts=7, extra=6), "belong to the 'scheduled' rule"),
-    (lambda: VllmRun("mtp"), "is not one the simulator maps"),
+    (lambda: VllmRun("medusa"), "is not one the simulator maps"),
     (lambda: Scheduler(np.array([4]), 1, 64, 16, 1000, 7, charge=SlotCharge.verified(3)), "reserves kmax = 7"),
 ])
 def test_bad_charges_are_one_line_errors(call, needle):

@@ -45,13 +45,13 @@ def _table(n_slots):
 
 
 @functools.lru_cache(maxsize=None)  # several tests read the same runs
-def _emulate(seed, max_reqs=4, n_requests=8, pad=True, W=K, Kb=K):
-    """Run the plugin through an emulated vLLM loop with W slots and DSpark's block Kb; yields per-step records
-    for the assertions."""
+def _emulate(seed, max_reqs=4, n_requests=8, pad=True, W=K, Kb=K, runcal=0.0):
+    """Run the plugin through an emulated vLLM loop with W slots and DSpark's block Kb (runcal: hybrid_spec.runcal);
+    yields per-step records for the assertions."""
     rng = np.random.default_rng(seed)
     reqs = _requests(rng, n_requests)
     width = max(len(p) + len(o) for p, o in reqs) + 2
-    cfg = HybridSpecConfig()
+    cfg = HybridSpecConfig(runcal=runcal)
     d = HybridDrafter(cfg, max_reqs, W, "cpu", calibrator=CAL, block=Kb)
     tok = torch.zeros(max_reqs, width, dtype=torch.int32)
     total = torch.zeros(max_reqs, dtype=torch.int32)
@@ -100,6 +100,7 @@ def _emulate(seed, max_reqs=4, n_requests=8, pad=True, W=K, Kb=K):
         nr_t = torch.as_tensor(nr + ([0] if pad else []), dtype=torch.int32)
         was_ngram = d.last_ngram[torch.as_tensor(slots)].clone()
         ns_est, nr_est = d.observe(idx, ns_t, nr_t, tok, total, plen)
+        rc_b = d.rc_b.clone() if runcal else None
         R = len(idx)
         model_tokens = torch.as_tensor(rng.integers(0, 30, (R, Kb)), dtype=torch.int64)
         model_conf = torch.as_tensor(rng.uniform(0.05, 0.95, (R, Kb)), dtype=torch.float32)
@@ -108,7 +109,8 @@ def _emulate(seed, max_reqs=4, n_requests=8, pad=True, W=K, Kb=K):
         p = d.propose(idx, ns_t, model_tokens, model_conf, tok, total, plen, table, 1.5)
         records.append(dict(slots=slots, reqs=[slot_req[s] for s in slots], emitted=list(emitted), m=m,
                             ng_conf=ng_conf, p=p, model_conf=model_conf, model_tokens=model_tokens, R=R,
-                            ns=ns_t, nr=nr_t, ns_est=ns_est, nr_est=nr_est, was_ngram=was_ngram, table=table))
+                            ns=ns_t, nr=nr_t, ns_est=ns_est, nr_est=nr_est, was_ngram=was_ngram, table=table,
+                            rc_b=rc_b))
         for b, s in enumerate(slots):
             published[s] = p.tokens[b].tolist()
             r = slot_req[s]
@@ -291,3 +293,68 @@ def test_plugin_device_check_on_cpu():
 
     lines = plugin_device_check("cpu", sizes=(2, 3), width=128, steps=3)
     assert [ln.split()[0] for ln in lines] == ["PASS", "PASS", "time", "time"], lines
+
+
+@pytest.mark.parametrize("seed,W,Kb", [(0, K, K), (2, 32, K)])
+def test_runcal_offsets_and_choices_are_the_simulators_rule(seed, W, Kb):
+    """hybrid_spec.runcal: after every observe the plugin's offsets are what the simulator's runcal update
+    (observe_shared) gives on the same evidence -- each drafter's last chain, verified or not, against the tokens
+    the request emitted -- and the choice and the published confidences are the simulator's on the recalibrated
+    confidences."""
+    from sim.core.drafters.recalibration import observe_shared, recalibrate
+
+    reqs, records, d = _emulate(seed, W=W, Kb=Kb, runcal=16.0)
+    b = torch.zeros(2, dtype=torch.float64)
+    P = torch.full((2,), 16.0, dtype=torch.float64)
+    last = {}  # slot -> (request, model tokens, model conf, n-gram tokens, n-gram conf, n-gram length)
+    moved = 0
+    for rec in records:
+        rows = [(i, s, r) for i, (s, r) in enumerate(zip(rec["slots"], rec["reqs"])) if s in last and last[s][0] == r]
+        for dft in range(2):
+            conf, length, acc, cnt = [], [], [], []
+            for i, s, r in rows:
+                n = int(rec["ns"][i])
+                out = reqs[r][1]
+                emitted = list(out[rec["emitted"][r] - n: rec["emitted"][r]])
+                _, mt, mc, nt, nc, nl = last[s]
+                tokens, c, ln = (mt, mc, Kb) if dft == 0 else (nt, nc, nl)
+                a = 0
+                while a < min(n, W) and int(tokens[a]) == int(emitted[a]):
+                    a += 1
+                conf.append(torch.nn.functional.pad(c.float(), (0, W - c.shape[0])))
+                length.append(ln)
+                acc.append(a)
+                cnt.append(n)
+            if rows:
+                nb, nP = observe_shared(b[dft:dft + 1], P[dft:dft + 1], torch.stack(conf), torch.as_tensor(length),
+                                        torch.as_tensor(acc), torch.as_tensor(cnt))
+                b[dft], P[dft] = nb[0], nP[0]
+        torch.testing.assert_close(rec["rc_b"], b, rtol=0, atol=1e-9)
+        moved += bool(b.abs().max() > 1e-3)
+        R, p = rec["R"], rec["p"]
+        full = torch.full((R,), Kb, dtype=torch.int64)
+        mc = recalibrate(rec["model_conf"], b[0].expand(R))
+        nc = recalibrate(rec["ng_conf"], b[1].expand(R))
+        batch = StepBatch(model_conf=mc, model_len=full, ngram_conf=nc, ngram_len=rec["m"].length,
+                          stale_model_conf=mc, stale_model_len=full, stale_ngram_conf=nc,
+                          stale_ngram_len=rec["m"].length, num_nondraft_tokens=R, verify_cost_ms=rec["table"],
+                          draft_cost_ms=1.5)
+        eligible = torch.as_tensor([True] * len(rec["slots"]) + [False] * (R - len(rec["slots"]))) & (rec["ns"] > 0)
+        want = choose_chain(published_view(batch, W)) & eligible
+        assert torch.equal(p.use_ngram, want)
+        torch.testing.assert_close(p.conf, publish(mc, full, nc, rec["m"].length, want, W), rtol=0, atol=1e-6)
+        for i, (s, r) in enumerate(zip(rec["slots"], rec["reqs"])):
+            if bool(eligible[i]):
+                last[s] = (r, rec["model_tokens"][i], rec["model_conf"][i], rec["m"].tokens[i], rec["ng_conf"][i],
+                           int(rec["m"].length[i]))
+            else:
+                last.pop(s, None)
+    assert moved > 10  # the offsets really moved: the check compared something
+    assert "runcal" in d.stats()
+
+
+def test_runcal_out_of_range_is_one_line():
+    for bad in (-1.0, 1e-9, 1e12, float("nan"), "64", True):
+        with pytest.raises(ConfigError, match="hybrid_spec.runcal"):
+            HybridSpecConfig(runcal=bad)
+    assert HybridSpecConfig(runcal=64).sim_policy() == "hybrid-vllm:runcal=64"

@@ -64,3 +64,19 @@ def test_the_compiled_step_launches_at_most_8_kernels_and_equals_the_eager_step(
     for s, (want, got) in enumerate(zip(a["eager"], a["compiled"])):
         for i, (w, g) in enumerate(zip(want, got)):
             assert w.dtype == g.dtype and torch.equal(w, g), (s, i, w, g)
+
+
+@pytest.mark.slow
+def test_the_compiled_step_with_online_recalibration_still_fuses_and_equals_the_eager_step():
+    """runcal's grading (the first miss as an argmax) and its offsets fuse too: observe + propose stay generated
+    kernels only, at most 8 launches, every output and state buffer (the offsets and precisions included) equal to
+    the eager step's over several steps."""
+    from real.vllm_plugin.config import HybridSpecConfig
+
+    hist = checks.trace_histories(ROOT / "traces" / "codeedit.jsonl", 64, 512)
+    a = checks.count_compiled_kernels(4, k=7, block=7, histories=hist, steps=3, cfg=HybridSpecConfig(runcal=64))
+    assert a["observe"] + a["propose"] <= 8, a["launches"]
+    assert all(n.startswith("cpp_fused") for half in a["launches"].values() for n in half), a["launches"]
+    for s, (want, got) in enumerate(zip(a["eager"], a["compiled"])):
+        for i, (w, g) in enumerate(zip(want, got)):
+            assert w.dtype == g.dtype and torch.equal(w, g), (s, i, w, g)

@@ -128,7 +128,9 @@ def test_each_vllm_build_is_predicted_with_its_release():
     from real.validation.vllm.cells import sim_setup
     from real.validation.vllm_cpu.checkpoints import cpu_defaults
 
-    for device, flags, want in (("cpu", cpu_defaults(), "0.32"), ("cuda", {}, "0.33")):
+    # the CPU defaults name a local SmolLM2 directory, built on first use; its hub id stands in on a fresh machine
+    cpu = {**cpu_defaults(), "model": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+    for device, flags, want in (("cpu", cpu, "0.32"), ("cuda", {}, "0.33")):
         cfg = C.from_args({**flags, "device": device}, seed=0)
         setup = sim_setup(cfg, BUILDS[device].semantics, Path("ref.jsonl"), Path("table.json"), None, None, 0)
         assert (setup.vllm_version, setup.scheduler) == (want, "vllm")

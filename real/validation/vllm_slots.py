@@ -105,6 +105,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="DSpark checkpoint directory in vLLM's layout (repeatable; default on cpu: the random one, "
                          "`python -m real.vllm_cpu dspark`; a trained one: `python -m real.export_drafter`; on cuda "
                          "also a Hugging Face id, default real/validation/vllm/config.py's)")
+    ap.add_argument("--hybrid-config", metavar="JSON", default=None,
+                    help="the hybrid cells' other hybrid_spec settings (vLLM's --additional-config hybrid_spec "
+                         "object without slots), e.g. '{\"runcal\": 64, \"skip\": true}'; give each setting its "
+                         "own --out (cells are cached by directory)")
     ap.add_argument("--out", help="work directory (default out/slots-vllm-DEVICE)")
     ap.add_argument("--report", help="also write the markdown table here (refused if the file exists)")
     ap.add_argument("--cached-only", action="store_true",
@@ -116,7 +120,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
         a.vllm_device = installed_device()
     a.out = a.out or f"out/slots-vllm-{a.vllm_device}"
+    a.hybrid_config = hybrid_settings(a.hybrid_config)
     return a
+
+
+def hybrid_settings(text: str | None) -> dict:
+    """--hybrid-config: the hybrid_spec fields (HybridSpecConfig's, validated there) other than slots, which each
+    cell's W sets; ConfigError in one line otherwise."""
+    if text is None:
+        return {}
+    from real.vllm_plugin.config import HybridSpecConfig
+    from sim.core.vllm import ADDITIONAL_CONFIG_KEY
+    from sim.infra.inputs import parse_json
+
+    body = parse_json(text, "--hybrid-config")
+    if not isinstance(body, dict) or "slots" in body:
+        raise ConfigError("--hybrid-config: expected a JSON object of hybrid_spec fields without 'slots' (each "
+                          "cell's W sets it), such as '{\"runcal\": 64}'")
+    HybridSpecConfig.from_additional_config({ADDITIONAL_CONFIG_KEY: body})  # every field checked, one line
+    return body
 
 
 def drafter_info(path: str) -> dict:
@@ -174,16 +196,17 @@ def _checkpoint_info(path: str, name: str, cfg: dict, source: str) -> dict:
 
 
 def run_config(max_num_batched_tokens: int, seed: int, W: int, policy: str, drafter: str | None = None,
-               device: str = "cpu"):
+               device: str = "cpu", hybrid_config: dict | None = None):
     """The VllmRunConfig of one cell on `device` (DEVICES: its target, default drafter and max_model_len; K = W;
-    `drafter`: the DSpark checkpoint, default the build's)."""
+    `drafter`: the DSpark checkpoint, default the build's; `hybrid_config`: the hybrid cells' other hybrid_spec
+    settings)."""
     from real.vllm_plugin.config import HybridSpecConfig
     from real.validation.vllm.config import VllmRunConfig
 
     kw = DEVICES[device].defaults()
     if drafter:
         kw["drafter"] = drafter
-    hybrid = HybridSpecConfig(slots=W) if policy == "hybrid" else HybridSpecConfig()
+    hybrid = HybridSpecConfig(**(hybrid_config or {}), slots=W) if policy == "hybrid" else HybridSpecConfig()
     return VllmRunConfig(**kw, num_speculative_tokens=W, device=device, max_num_batched_tokens=max_num_batched_tokens,
                          seed=seed, hybrid=hybrid)
 
@@ -239,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         build.check_models(run_config(a.max_num_batched_tokens, a.seed, slots[0], "none", default, device))
 
     def config(W: int, pol: str, drafter: str | None = None):
-        return run_config(a.max_num_batched_tokens, a.seed, W, pol, drafter, device)
+        return run_config(a.max_num_batched_tokens, a.seed, W, pol, drafter, device, a.hybrid_config)
 
     block = drafters[0]["block"]  # `none` runs at it (K does not matter there)
     out = Path(a.out)

@@ -206,17 +206,18 @@ class _OpCounter:
 
 
 def audit_step(R: int, device="meta", max_reqs: int | None = None, width: int = 512, k: int = 7,
-               warm: bool = True) -> dict:
+               warm: bool = True, cfg=None) -> dict:
     """One hybrid step (observe + propose) of R live rows on `device` after start-up: the kernel-launching ops of
     each half, and every host-to-device copy in it. On the meta device nothing is computed, every tensor op
     still dispatches, and a host read of a device value (.item(), .cpu()) raises: a host sync fails the audit
-    too. warm=False skips the start-up warm-up (then the first step makes the step's device constants itself)."""
+    too. warm=False skips the start-up warm-up (then the first step makes the step's device constants itself);
+    cfg: the plugin's settings (a HybridSpecConfig; default its defaults)."""
     from real.vllm_plugin.config import HybridSpecConfig
     from real.vllm_plugin.hybrid import HybridDrafter
 
     dev = torch.device(device)
     S = max(R, max_reqs or R)
-    d = HybridDrafter(HybridSpecConfig(), S, k, dev)
+    d = HybridDrafter(cfg or HybridSpecConfig(), S, k, dev)
     tok = torch.zeros(S, width, dtype=torch.int32, device=dev)
     total = torch.full((S,), width // 2, dtype=torch.int32, device=dev)
     plen = torch.full((S,), width // 8, dtype=torch.int32, device=dev)
@@ -277,7 +278,7 @@ def trace_histories(path, R: int, width: int) -> tuple[np.ndarray, np.ndarray]:
 
 def count_compiled_kernels(R: int, k: int = 7, block: int | None = None, width: int = 512, max_reqs: int = 64,
                            steps: int = 3, ran_model: bool = True, seed: int = 0,
-                           histories: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
+                           histories: tuple[np.ndarray, np.ndarray] | None = None, cfg=None) -> dict:
     """Run `steps` hybrid steps (observe + propose) of R live rows on the CPU twice, eager and compiled
     (`HybridDrafter(compiled=True)`), on the same inputs, and count the compiled step's kernel launches: every
     generated kernel, extern kernel and fallback op the compiled graphs' wrapper code calls (`wrapper_launches`),
@@ -285,7 +286,8 @@ def count_compiled_kernels(R: int, k: int = 7, block: int | None = None, width: 
     regions: what a GPU backend would rather launch as separate kernels). Inputs: random
     repetitive histories (`_emulated_inputs`) or `histories` (seqs [>= max(R, max_reqs), width], prompt lengths);
     the rows advance by each step's emitted count as vLLM's post_update does. Returns the counts and, per step,
-    every output and state buffer of both runs (lists of tensors), for an equivalence check."""
+    every output and state buffer of both runs (lists of tensors), for an equivalence check. cfg: the plugin's
+    settings (a HybridSpecConfig; default its defaults)."""
     from torch._inductor.utils import run_and_get_code
 
     from real.vllm_plugin.config import HybridSpecConfig
@@ -303,7 +305,7 @@ def count_compiled_kernels(R: int, k: int = 7, block: int | None = None, width: 
     t = np.arange(S * (k + 1) + 65, dtype=np.float64)
     runs, code = {}, {"observe": [], "propose": []}
     for compiled in (False, True):
-        d = HybridDrafter(HybridSpecConfig(), S, k, "cpu", block=block, compiled=compiled)
+        d = HybridDrafter(cfg or HybridSpecConfig(), S, k, "cpu", block=block, compiled=compiled)
         d.set_cost_tables(np.linspace(1.0, 2.0, S + 1), 10.0 + np.maximum(t - 64, 0) * 0.05)
         total = torch.as_tensor(x["plen"], dtype=torch.int64)
         outs = []
@@ -323,7 +325,8 @@ def count_compiled_kernels(R: int, k: int = 7, block: int | None = None, width: 
             code["propose"] += c_prop
             outs.append([*obs, prop.tokens, prop.conf, prop.use_ngram, prop.ngram_len, d.ring.clone(),
                          d.hits.clone(), d.pos.clone(), d.reached.clone(), d.accepted.clone(), d.predicted.clone(),
-                         d.last_conf.clone(), d.last_ngram.clone(), d.chosen.clone()])
+                         d.last_conf.clone(), d.last_ngram.clone(), d.chosen.clone()]
+                        + ([d.rc_b.clone(), d.rc_P.clone()] if d.runcal else []))
         runs[compiled] = outs
     launches = {half: [n for c in codes for n in wrapper_launches(c)] for half, codes in code.items()}
     nests = {half: sum(len(re.findall(r"#pragma omp (?:for|single)", c)) for c in codes)

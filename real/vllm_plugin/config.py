@@ -29,7 +29,7 @@ from sim.core.drafters.calibration import DEFAULT_CALIBRATOR, calibrator_path
 from sim.core.drafters.ngram import NgramConfig
 from sim.infra.errors import ConfigError
 from sim.core.policies.hybrid import DEFAULT_METHOD, MAX_SLOTS, METHODS, NGRAM_MARGIN  # noqa: F401 (MAX_SLOTS: the plugin's bound)
-from sim.core.vllm import ADDITIONAL_CONFIG_KEY  # noqa: F401 (defined beside the flags that carry it)
+from sim.core.vllm import ADDITIONAL_CONFIG_KEY, RUNCAL_RANGE  # noqa: F401 (defined beside the flags that carry it)
 SUPPORTED_VLLM = "0.33"  # major.minor the plugin is written against (vllm==0.33.x)
 
 _NG = NgramConfig()
@@ -60,6 +60,10 @@ class HybridSpecConfig:
     skip: bool = field(default=False, metadata=_meta(
         "skip DSpark's block pass for a step when the n-gram chains alone pay more (the simulator's `hybrid` "
         "rule, decided on the host from the last step's values); one rank only (docs/real.md, 'The skip')"))
+    runcal: float = field(default=0.0, metadata=_meta(
+        "online recalibration of both drafters' confidences: the prior precision k of one logit offset per drafter, "
+        "learnt on the device from every graded slot of the run (sim/core/drafters/recalibration.py, the simulator's "
+        f"runcal=k; 0 = off, else {RUNCAL_RANGE[0]:g} <= k <= {RUNCAL_RANGE[1]:g})"))
     compile: bool = field(default=False, metadata=_meta(
         "run the plugin's per-step work as compiled graphs (torch.compile at warm-up: observe and propose each one "
         "fused kernel on the CPU); CPU build only (docs/real.md, 'A cheap step')"))
@@ -77,6 +81,11 @@ class HybridSpecConfig:
         for name in ("enabled", "skip", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"hybrid_spec.{name} must be true or false, got {getattr(self, name)!r}")
+        r = self.runcal
+        if not (isinstance(r, (int, float)) and not isinstance(r, bool)
+                and (r == 0 or RUNCAL_RANGE[0] <= float(r) <= RUNCAL_RANGE[1])):
+            raise ConfigError(f"hybrid_spec.runcal must be 0 (off) or a prior precision in {RUNCAL_RANGE[0]:g}.."
+                              f"{RUNCAL_RANGE[1]:g}, got {r!r}")
         if self.slots > MAX_SLOTS:
             raise ConfigError(f"hybrid_spec.slots must be at most {MAX_SLOTS} (0 = num_speculative_tokens), "
                               f"got {self.slots}")
@@ -93,11 +102,12 @@ class HybridSpecConfig:
         return NgramConfig(n_min=self.n_min, n_max=self.n_max, k=k, ext_max=self.ext_max)
 
     def sim_policy(self) -> str:
-        """The simulator's policy spec that predicts this engine (`hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip]`;
+        """The simulator's policy spec that predicts this engine (`hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip][:runcal=k]`;
         `:skip` is the twin of the plugin's skip: the same plan_skip decision, vLLM keeping its own budget)."""
         spec = "hybrid-vllm" + ("" if self.method == DEFAULT_METHOD else f":{self.method}")
         spec += "" if float(self.margin) == NGRAM_MARGIN else f":margin={float(self.margin):g}"
-        return spec + (f":slots={self.slots}" if self.slots else "") + (":skip" if self.skip else "")
+        return spec + (f":slots={self.slots}" if self.slots else "") + (":skip" if self.skip else "") \
+            + (f":runcal={float(self.runcal):g}" if self.runcal else "")
 
     @staticmethod
     def dspark_block(draft_hf_config, default: int) -> int:

@@ -57,6 +57,7 @@ from real.vllm_plugin.config import HybridSpecConfig
 from real.vllm_plugin.ngram_kernels import first_token_hits, ngram_match
 from real.vllm_plugin.timing import StepClock
 from sim.core.drafters.calibration import NgramCalibrator, conditional_torch
+from sim.core.drafters.recalibration import observe_shared, recalibrate
 from sim.core.policies.base import StepBatch
 from sim.core.policies.hybrid import SWEEP_EXACT_MAX, choose_chain, publish, published_view
 
@@ -116,6 +117,16 @@ class HybridDrafter:
         self.ngram_len_last = torch.zeros(S, dtype=torch.int64, device=dev)
         self.ngram_conf_sum = torch.zeros(S, k, dtype=torch.float64, device=dev)
         self.ngram_steps = torch.zeros(S, dtype=torch.int64, device=dev)
+        # online recalibration (hybrid_spec.runcal = k > 0): one logit offset b and its precision P per drafter
+        # (row 0 DSpark, 1 n-gram), the simulator's runcal=k state, and what observe grades it on: each slot's last
+        # proposed chain of both drafters (tokens, calibrated confidences before the offset, length)
+        self.runcal = float(cfg.runcal)
+        if self.runcal:
+            self.rc_b = torch.zeros(2, dtype=torch.float64, device=dev)
+            self.rc_P = torch.full((2,), self.runcal, dtype=torch.float64, device=dev)
+            self.rc_tok = torch.zeros(2, S, k, dtype=torch.int64, device=dev)
+            self.rc_conf = torch.zeros(2, S, k, dtype=torch.float32, device=dev)
+            self.rc_len = torch.zeros(2, S, dtype=torch.int64, device=dev)
         # live statistics per chain (row 0 model, 1 n-gram) and depth
         self.reached = torch.zeros(2, k, dtype=torch.float64, device=dev)
         self.accepted = torch.zeros(2, k, dtype=torch.float64, device=dev)
@@ -285,6 +296,8 @@ class HybridDrafter:
         self.ring[rows] = ring
         self.hits[rows] = torch.where(fresh, 0, self.hits[rows]) + (hit * keep).sum(1)
         self.pos[rows] = torch.where(count > 0, first + count, torch.where(fresh, first, self.pos[rows]))
+        if self.runcal:
+            self._grade(rows, token_ids, src, plen + first.clamp(min=0), torch.where(fresh, 0, count), kmax)
         if self.cfg.skip:  # a new request in the slot: plan_skip's history of it starts empty
             self.ngram_steps[rows] = torch.where(fresh, 0, self.ngram_steps[rows])
             self.model_len_last[rows] = torch.where(fresh, 0, self.model_len_last[rows])
@@ -293,6 +306,24 @@ class HybridDrafter:
 
         used_ngram = self.last_ngram[rows] & valid
         return torch.where(used_ngram, 0, num_sampled), torch.where(used_ngram, 0, num_rejected)
+
+    def _grade(self, rows, token_ids, src, start, count, kmax: int) -> None:
+        """The runcal update from this step's verdict (sim/core/drafters/recalibration.py, observe_shared: the
+        simulator's engine does the same from its tables): each drafter's last chain in the row, whether verified
+        or not, against the `count` tokens the row emitted from context position `start`: its leading tokens
+        that match are the slots accepted, the first mismatch (if reached) the one rejected. Rows with count 0
+        (padding, prefill, a request new in its slot) add no evidence."""
+        jj = torch.arange(kmax, device=rows.device)
+        pos = (start[:, None] + jj[None]).clamp(max=token_ids.shape[1] - 1)
+        emitted = token_ids[src].gather(1, pos).to(torch.int64)  # [R, kmax]; valid where jj < count
+        live = jj[None, :self.k] < count[:, None]
+        for d in range(2):
+            same = (self.rc_tok[d, rows] == emitted[:, :self.k]) & live
+            miss = ~same  # leading matches = the first miss (an argmax, which fuses where a cumprod would not)
+            acc = torch.where(miss.any(1), miss.to(torch.int32).argmax(1), self.k).to(torch.int64)
+            b, P = observe_shared(self.rc_b[d:d + 1], self.rc_P[d:d + 1], self.rc_conf[d, rows], self.rc_len[d, rows],
+                                  acc, count)
+            self.rc_b[d:d + 1], self.rc_P[d:d + 1] = b, P
 
     # ------------------------------------------------------------------------------------------ propose
     def ngram_conf(self, idx_mapping: torch.Tensor, eligible: torch.Tensor, token_ids: torch.Tensor,
@@ -343,6 +374,16 @@ class HybridDrafter:
         model_len = torch.full((R,), Kb if ran_model else 0, dtype=torch.int64, device=rows.device)
         mc = model_conf.to(torch.float32) if ran_model else torch.zeros(R, Kb, dtype=torch.float32,
                                                                         device=rows.device)
+        if self.runcal:  # keep the raw chains for the next observe, then choose and publish on corrected values
+            srows = torch.where(eligible, rows, self.max_reqs)
+            base_tok = model_tokens.to(torch.int64) if W == Kb else \
+                torch.nn.functional.pad(model_tokens.to(torch.int64), (0, W - Kb), value=FILLER_TOKEN)
+            self.rc_tok[0, srows], self.rc_tok[1, srows] = base_tok, m.tokens.to(torch.int64)
+            self.rc_conf[0, srows] = torch.nn.functional.pad(mc, (0, W - Kb)) if W > Kb else mc
+            self.rc_conf[1, srows] = ng_conf.to(torch.float32)
+            self.rc_len[0, srows], self.rc_len[1, srows] = model_len, m.length
+            mc = recalibrate(mc, self.rc_b[0].expand(R))
+            ng_conf = recalibrate(ng_conf, self.rc_b[1].expand(R))
         if ran_model:
             batch = StepBatch(model_conf=mc, model_len=model_len, ngram_conf=ng_conf, ngram_len=m.length,
                               stale_model_conf=mc, stale_model_len=model_len, stale_ngram_conf=ng_conf,
@@ -444,6 +485,8 @@ class HybridDrafter:
         chosen = self.chosen.cpu().tolist()
         out = {"steps": self.steps, "k": self.k, "block": self.block, "skipped": self.skipped,
                "config": self.cfg.to_additional_config(), "plugin_ms": self.clock.stats()}
+        if self.runcal:  # the learnt offsets [logits] and their precisions, DSpark then n-gram
+            out["runcal"] = {"offset": self.rc_b.cpu().tolist(), "precision": self.rc_P.cpu().tolist()}
         for c, name in enumerate(CHAINS):
             out[name] = {
                 "chosen": chosen[c],

@@ -189,7 +189,7 @@ def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", gro
         if unservable:
             out.append("  faster but without vLLM flags for this target: " + "; ".join(
                 f"{r['policy']} {fmt(r[k_v])} ({flags[r['policy']][1]})" for r in unservable))
-        for t in ("engine", "tree", "bound"):
+        for t in ("engine", "newer", "tree", "bound"):
             faster = [r for r in rs if tiers[r["policy"]] == t
                       and (gain(r, best) > 0 or r["policy"] == oracle)]
             if faster:

@@ -379,8 +379,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="vLLM's speculative config, mapped onto a policy (repeatable; adds to --policy): method ngram "
                            "or ngram_gpu -> vllm-ngram:K, dspark -> model-fixed:K, dspark with "
                            "enable_adaptive_verification -> adaptive, eagle or eagle3 -> model-fixed:K with that "
-                           "drafter's profile, suffix -> suffix (the suffix drafter, its suffix_decoding_* fields) "
-                           "(sim/core/vllm.py); runs only what it names unless --baseline is given")
+                           "drafter's profile, suffix -> suffix (the suffix drafter, its suffix_decoding_* fields), "
+                           "mtp on a target with MTP layers -> model-fixed:K with the mtp-standin profile (a stand-in: "
+                           "EAGLE-1's acceptance); vLLM main only: suffix with enable_adaptive_verification -> "
+                           "suffix-adaptive, mtp with prompt_lookup_min/max -> ngram-mtp (sim/core/vllm.py); runs "
+                           "only what it names unless --baseline is given")
     spec.add_argument("--additional-config", default=None, metavar="JSON",
                       help="vLLM's additional config: its hybrid_spec object (this project's plugin) turns a dspark "
                            "config with adaptive verification into hybrid-vllm with those settings, as the verdict "
@@ -439,7 +442,8 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
         calib = NgramCalibrator.load(a.calibrator)
         block = load_drafter_profile(a.drafter).block
         for text in a.speculative_config:
-            m = speculative_config(text, (calib.cfg.n_min, calib.cfg.n_max), block, plugin)
+            m = speculative_config(text, (calib.cfg.n_min, calib.cfg.n_max), block, plugin,
+                                   mtp_layers=get_llm(model).mtp_layers, target=model)
             for note in m.notes:
                 print(f"note: {note}", file=sys.stderr)
             if m.ngram_k is not None:

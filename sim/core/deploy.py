@@ -4,9 +4,12 @@ A policy's tier comes from what it declares (sim/core/policies/registry.py `Poli
 
   tier     condition                         meaning for a vLLM user
   vllm     Policy.vllm, not the plugin       runs in vLLM as released, with the flags `serve_flags` prints
-  plugin   Policy.vllm.plugin                runs in vLLM with this project's plugin installed (hybrid-vllm)
+  plugin   Policy.vllm.plugin                runs in vLLM with this project's plugin installed (hybrid-vllm over
+                                             the plugin's chains, PLUGIN_DRAFTERS; over more: engine)
   engine   Policy.vllm is None               simulated only: vLLM's engine would need changes (its scheduler
                                              charges a request every scheduled draft slot, one chain each)
+  newer    Policy.vllm.release               in a vLLM build the simulator does not model (vLLM main, Arctic
+                                             Inference's plugin): not served by the release the user names
   tree     Policy.tree                       needs tree attention (two chains verified as branches)
   bound    Policy.needs_truth                an upper bound: reads the true accepted lengths
 
@@ -14,7 +17,11 @@ The flags (`speculative_config`), for K = num_speculative_tokens:
   none, K = 0          no --speculative-config (vLLM's num_speculative_tokens must be > 0)
   dspark               {"method": "dspark", "model": CKPT, "num_speculative_tokens": K}
                        + "enable_adaptive_verification": true for `adaptive` (Policy.vllm.adaptive)
-  eagle, eagle3        the model-drafter profile stands for an EAGLE head (EAGLE_PROFILES): that method, its CKPT
+  eagle, eagle3        the model-drafter profile stands for an EAGLE head (EAGLE_PROFILES): that method, its CKPT;
+                       with adaptive verification only as `adaptive:online` (Policy.vllm.estimator: no head)
+  mtp                  the profile stands for the target's MTP module (MTP_PROFILE): {"method": "mtp",
+                       "num_speculative_tokens": K}, no CKPT (the module ships with the target)
+  any of the above     + "num_speculative_tokens_per_batch_size": [[start, end, K], ...] for a `dyn=` policy
   ngram                {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": n_min,
                         "prompt_lookup_max": n_max}: the n range the n-gram calibrator was fitted for
   suffix               {"method": "suffix", "num_speculative_tokens": K} + the suffix_decoding_* settings that
@@ -22,8 +29,9 @@ The flags (`speculative_config`), for K = num_speculative_tokens:
   plugin               dspark with adaptive verification at K = W, plus --additional-config
                        {"hybrid_spec": {the plugin settings that differ from its defaults, the run's calibrator}}
 CKPT: the drafter checkpoint published for the target (DRAFTER_CHECKPOINTS, by models/llms name and method); a
-target without one gets no flags but the reason, and so do adaptive verification and the plugin on an EAGLE run
-(they need DSpark's confidence head). A setup without flags is not recommended (sim/api/console.py).
+target without one gets no flags but the reason, and so do `adaptive` and the plugin on an EAGLE run (they need
+DSpark's confidence head) and `adaptive:online` on a DSpark run (vLLM ranks by the head there). A setup without
+flags is not recommended (sim/api/console.py).
 
 Every method here is in vLLM 0.32 and 0.33 (VLLM_VERSIONS), the plugin is written against 0.33 and runs on the
 0.32 CPU build.
@@ -35,12 +43,14 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from sim.core.vllm import ADDITIONAL_CONFIG_KEY, EAGLE_PROFILES, SUFFIX_FIELDS, VllmRun
+from sim.core.vllm import (ADDITIONAL_CONFIG_KEY, EAGLE_PROFILES, MODEL_METHODS, MTP_PROFILE, PER_BATCH_FIELD,
+                           PLUGIN_DRAFTERS, SUFFIX_FIELDS, VllmRun)
 
 TIERS: Mapping[str, str] = {  # tier -> how the verdict names it ({version}: the vLLM release)
     "vllm": "in vLLM {version} today",
     "plugin": "with hybridspec's vLLM plugin",
     "engine": "simulated only (vLLM's engine would need changes)",
+    "newer": "in a vLLM build the simulator does not model, not vLLM {version}",
     "tree": "needs tree attention",
     "bound": "upper bound",
 }
@@ -72,6 +82,10 @@ def tier(policy) -> str:
         return "tree"
     if policy.vllm is None:
         return "engine"
+    if policy.vllm.release is not None:
+        return "newer"
+    if policy.vllm.plugin and set(policy.drafters) - set(PLUGIN_DRAFTERS):
+        return "engine"  # hybrid-vllm over a chain the plugin does not run (the suffix tree): simulated only
     return "plugin" if policy.vllm.plugin else "vllm"
 
 
@@ -94,9 +108,9 @@ class Deployment:
     @property
     def model_method(self) -> str:
         """The vLLM method the model-drafter profile stands for (EAGLE_PROFILES, the table --speculative-config
-        maps through): eagle/eagle3 for their profiles, else dspark."""
+        maps through): eagle/eagle3 for their profiles, mtp for MTP_PROFILE, else dspark."""
         base = self.drafter.split(":")[0]
-        return next((m for m, prof in EAGLE_PROFILES.items() if prof == base), "dspark")
+        return next((m for m, prof in {**EAGLE_PROFILES, "mtp": MTP_PROFILE}.items() if prof == base), "dspark")
 
 
 def speculative_config(run: VllmRun, dep: Deployment) -> tuple[dict | None, list[str], str | None]:
@@ -105,9 +119,10 @@ def speculative_config(run: VllmRun, dep: Deployment) -> tuple[dict | None, list
     if run.method is None or run.k == 0:  # K = 0: no speculation (vLLM's num_speculative_tokens must be > 0)
         return None, [], None
     k = dep.block if run.k is None else run.k
+    dyn = {PER_BATCH_FIELD: [list(e) for e in run.per_batch]} if run.per_batch else {}
     if run.method == "ngram":
         return ({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": dep.ngram_range[0],
-                 "prompt_lookup_max": dep.ngram_range[1]}, [], None)
+                 "prompt_lookup_max": dep.ngram_range[1], **dyn}, [], None)
     if run.method == "suffix":
         k = dep.suffix.get("max_spec_tokens", dep.suffix_defaults.get("max_spec_tokens")) if run.k is None else run.k
         cfg: dict = {"method": "suffix", "num_speculative_tokens": k}
@@ -120,15 +135,22 @@ def speculative_config(run: VllmRun, dep: Deployment) -> tuple[dict | None, list
         notes = [f"needs {METHOD_NEEDS['suffix']}"] + [f"the suffix setting {n} has no vLLM field" for n in odd[:1]]
         return cfg, [], "; ".join(notes)
     method = dep.model_method
-    if (run.adaptive or run.plugin) and method != "dspark":
-        return None, [], (f"the run's model drafter stands for method {method!r}: vLLM's adaptive verification and the "
-                          "plugin need method 'dspark' (a confidence head)")
+    head = method in MODEL_METHODS  # a drafter with a confidence head, which adaptive verification then ranks by
+    if (run.plugin or (run.adaptive and not run.estimator)) and not head:
+        return None, [], (f"the run's model drafter stands for method {method!r}: the plugin and adaptive verification "
+                          "on a confidence head need method 'dspark' (adaptive:online is vLLM's adaptive verification "
+                          "without one)")
+    if run.estimator and head:
+        return None, [], (f"adaptive:online ranks by vLLM's acceptance estimator, which vLLM runs for a drafter "
+                          f"without a confidence head (eagle, eagle3); the run's drafter stands for {method!r}, whose "
+                          "head vLLM ranks by instead")
     ckpt = drafter_checkpoint(dep.model, method)
-    if ckpt is None:
+    if ckpt is None and method != "mtp":  # an MTP module ships inside its target's checkpoint
         return None, [], f"no published {method} drafter checkpoint for {dep.model} is known (sim/core/deploy.py)"
-    cfg = {"method": method, "model": ckpt, "num_speculative_tokens": k}
+    cfg = {"method": method, **({"model": ckpt} if ckpt else {}), "num_speculative_tokens": k}
     if run.adaptive:
         cfg["enable_adaptive_verification"] = True
+    cfg.update(dyn)
     extra = []
     if run.plugin:
         extra = ["--additional-config", _json({ADDITIONAL_CONFIG_KEY: {**dict(run.plugin_config), **dep.plugin_ngram}})]

@@ -138,11 +138,14 @@ def from_hf_config(cfg: dict, path: Path, LLMSpec: Callable[..., Any]):  # noqa:
         and name_or_path.count("/") == 1 else ""
     tok = path.parent / "tokenizer.json"
     max_len = cfg.get("max_position_embeddings")
+    mtp = cfg.get("num_nextn_predict_layers", 0)  # DeepSeek's MTP modules (vLLM's method 'mtp')
+    if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
+        raise ConfigError(f"{where}: field 'num_nextn_predict_layers' must be an integer >= 0, got {mtp!r}")
     common = dict(name=(path.parent.name if path.name == "config.json" else path.stem).lower(), num_layers=L,
                   hidden_size=h, num_attention_heads=H, num_kv_heads=KV, head_dim=d, vocab_size=V, tied_embeddings=tied,
                   dtype_bytes=_dtype_bytes(cfg, where), hf_id=hf_id, tokenizer=str(tok) if tok.is_file() else "",
                   max_model_len=max_len if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0
-                  else None, source=f"translated from the Hugging Face config {where} (sim/core/hf_config.py)")
+                  else None, mtp_layers=mtp, source=f"translated from the Hugging Face config {where} (sim/core/hf_config.py)")
     moe = _moe(cfg, where, L, h, I)
     attn_and_dense = L * (h * H * d + 2 * h * KV * d + H * d * h + 3 * h * I) + V * h * (1 if tied else 2)
     if moe is None:

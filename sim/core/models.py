@@ -97,6 +97,8 @@ class LLMSpec:
     expert_params: float = 0.0           # weights of all routed experts over all layers (params)
     active_params: float | None = None   # weights one token multiplies (dense part + k experts per layer)
     expert_dtype_bytes: float | None = None  # bytes per routed-expert weight (FP4 with per-32 E8M0 scales: 0.53125)
+    mtp_layers: int = 0  # multi-token-prediction modules shipped with the model (vLLM's num_nextn_predict_layers;
+    # its speculative method 'mtp' needs one: sim/core/vllm.py). 0: none
 
     def __post_init__(self) -> None:
         if not isinstance(self.tokenizer, str):
@@ -109,6 +111,8 @@ class LLMSpec:
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ConfigError(f"llm '{self.name}': {f} must be a positive integer, got {v!r}")
+        if not isinstance(self.mtp_layers, int) or isinstance(self.mtp_layers, bool) or self.mtp_layers < 0:
+            raise ConfigError(f"llm '{self.name}': mtp_layers must be an integer >= 0, got {self.mtp_layers!r}")
         if self.dtype_bytes not in (1, 2, 4):
             raise ConfigError(f"llm '{self.name}': dtype_bytes must be 1, 2 or 4, got {self.dtype_bytes!r}")
         if self.num_attention_heads % self.num_kv_heads:

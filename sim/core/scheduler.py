@@ -18,10 +18,12 @@ Rules (vLLM V1 style; units are tokens):
       (max_num_new_slots_for_drafting, per vLLM release, sim.core.vllm.VLLM_VERSIONS: for DSpark 0 in 0.33,
       K - 1 in 0.32; 0 for n-gram), in running order, while more than `extra` is left: a decoding request
       is scheduled 1 + `drafts` tokens (its whole proposal, num_speculative_tokens, whatever adaptive
-      verification later trims on the GPU), cut to what is left (then fewer drafts, or not scheduled at
+      verification later trims on the GPU; for suffix decoding, `variable`, 1 + its proposal's own length
+      up to `drafts`), cut to what is left (then fewer drafts, or not scheduled at
       all); a prefill chunk takes min(its prompt left, budget left - extra). KV per request: `drafts` + 1
       + `lookahead` past its context (vLLM's num_lookahead_tokens: K for anchor-sampling DSpark, 0 for
-      n-gram; the same in both releases).
+      n-gram; the same in both releases). Under vLLM's dynamic speculation length (`SlotCharge.per_batch`)
+      a step's `drafts` is the table's K for the number of requests the previous step scheduled.
 kmax is the longest chain the policy's drafters propose (0 for no speculation).
 
 The scheduler owns the request state that scheduling reads and writes (`RequestState`); the engine
@@ -73,6 +75,13 @@ class SlotCharge:
     lookahead   KV slots reserved past the scheduled tokens [tokens] (vLLM's num_lookahead_tokens)
     verify_all  the target verifies every scheduled draft slot (no adaptive verification to trim them): the
                 step's forward is charged 1 + drafts per decoding request, matched or not
+    per_batch   vLLM's dynamic speculation length (num_speculative_tokens_per_batch_size, sim.core.vllm
+                parse_per_batch: ((start, end, K), ...)): a step schedules drafts_for(b) drafts per decoding
+                request, b = the requests the previous step scheduled (vLLM sizes the next step's proposals from
+                the step it schedules); () = always `drafts`
+    variable    the proposals keep their own length (vLLM's suffix decoding): a decoding request is scheduled
+                1 + min(its proposal, drafts) tokens (Scheduler.draft_lens), not 1 + drafts; `drafts` stays
+                the bound that the KV reservation and the steady test use
     Made for vLLM in one place (sim.core.vllm.vllm_slot_charge); VERIFIED's is `SlotCharge.verified(kmax)`.
     """
 
@@ -81,6 +90,8 @@ class SlotCharge:
     extra: int = 0
     lookahead: int = 0
     verify_all: bool = False
+    per_batch: tuple = ()
+    variable: bool = False
 
     def __post_init__(self) -> None:
         if self.rule not in (VERIFIED, SCHEDULED):
@@ -89,8 +100,23 @@ class SlotCharge:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ConfigError(f"slot charge: {name} must be an integer >= 0, got {v!r}")
-        if self.rule == VERIFIED and (self.extra or self.lookahead or self.verify_all):
-            raise ConfigError("slot charge: extra, lookahead and verify_all belong to the 'scheduled' rule")
+        if self.rule == VERIFIED and (self.extra or self.lookahead or self.verify_all or self.per_batch
+                                      or self.variable):
+            raise ConfigError("slot charge: extra, lookahead, verify_all, per_batch and variable belong to the "
+                              "'scheduled' rule")
+
+    def drafts_for(self, scheduled: int) -> int:
+        """Drafts per decoding request after a step that scheduled `scheduled` requests [tokens]: min(drafts, K of
+        the last per_batch range starting at or below it) -- inside a range its K, in a gap between ranges or past
+        the last the K before it, as vLLM fills its dense table; `drafts` where there is no table or nothing was
+        scheduled (vLLM then keeps num_speculative_tokens)."""
+        k = self.drafts
+        if self.per_batch and scheduled > 0:
+            for start, _, kk in self.per_batch:
+                if start > scheduled:
+                    break
+                k = min(self.drafts, kk)
+        return k
 
     @classmethod
     def verified(cls, kmax: int) -> "SlotCharge":
@@ -170,6 +196,11 @@ class Scheduler:
         self.running: list[int] = []
         self.waiting: deque[int] = deque()  # FIFO; a deque: a million queued requests pop in O(1)
         self.last_draft = 0  # draft slots verified in the previous step (the next step's reservation)
+        self.last_scheduled = 0  # requests the previous step scheduled (SlotCharge.per_batch's batch size)
+        self.step_k = None  # drafts per decoding request this step under SlotCharge.per_batch, else None
+        # SlotCharge.variable: decoding requests -> the length of each one's proposal (int64 [R]), asked as the
+        # budget is split (the engine proposes then, as vLLM drafted after the previous step); None: `drafts` each
+        self.draft_lens = None
         self.out_len = None if out_len is None else np.asarray(out_len, dtype=np.int64)
         self._steady = None  # the decoding requests while the running set is steady (module docstring)
         self._run = None  # running as an int64 array, while the list is unchanged (_running_array)
@@ -227,7 +258,8 @@ class Scheduler:
     def steady(self) -> bool:
         """Whether `schedule` returns the steady plan now: the running set is steady (module docstring) and
         nothing can be admitted (nothing waits, or the batch is full). Its decoding requests: `steady_decoding`."""
-        return self._steady is not None and not (self.waiting and len(self.running) < self.batch_size)
+        return self._steady is not None and not (self.waiting and len(self.running) < self.batch_size) \
+            and not self.charge.per_batch  # per_batch: the drafts follow the last step's count, not the set
 
     @property
     def steady_decoding(self) -> np.ndarray | None:
@@ -300,8 +332,10 @@ class Scheduler:
                 chunk = min(left, budget)
                 prefilling.append((r, chunk))
                 budget -= chunk
-        if len(decoding) == len(self.running) and self._steady is None and self._fits_to_the_end():
-            self._steady = decoding
+        if len(decoding) == len(self.running) and self._steady is None and self._fits_to_the_end() and \
+                not (self.charge.variable and len(decoding) * self.charge.per_decode > self.budget):
+            self._steady = decoding  # (variable: only where whole chains of `drafts` would fit too)
+        self.last_scheduled = len(decoding) + len(prefilling)
         return StepPlan(decoding, prefilling, len(preempted), preempted, cap)
 
     @property
@@ -311,27 +345,35 @@ class Scheduler:
         step as defined when it can."""
         c = self.charge
         most = min(self.batch_size, len(self.prompt_len))
-        return c.rule == SCHEDULED and most * c.per_decode > self.budget
+        return c.rule == SCHEDULED and (most * c.per_decode > self.budget or bool(c.per_batch))
 
     def _split_scheduled(self, decoding: np.ndarray, waiting_prefill) -> tuple:
         """The 'scheduled' rule (module docstring): (decoding requests scheduled, prefill chunks, draft_cap or
         None). Decoding requests come first in running order (admission is FIFO, so no prefilling request is
-        ahead of a decoding one), each charged 1 + drafts + extra while more than `extra` is left."""
+        ahead of a decoding one), each charged 1 + drafts + extra while more than `extra` is left; drafts: the
+        charge's per_batch K for the previous step's count (step_k), or all of them; under SlotCharge.variable
+        each request's own proposal, at most that many (`_split_variable`)."""
         c = self.charge
-        budget, per = self.budget, c.per_decode
+        drafts = c.drafts_for(self.last_scheduled) if c.per_batch else c.drafts
+        self.step_k = drafts if c.per_batch else None
+        budget, per = self.budget, 1 + drafts + c.extra
         cap = None
-        if len(decoding) * per > budget:
+        if c.variable:
+            decoding, cap, budget = self._split_variable(decoding, drafts)
+        elif len(decoding) * per > budget:
             full = budget // per
             left = budget - full * per
             part = left - c.extra  # tokens the next request gets: 1 + its cut drafts (if >= 1)
             n = full + (1 if part >= 1 else 0)
-            cap = np.full(n, c.drafts, dtype=np.int64)
+            cap = np.full(n, drafts, dtype=np.int64)
             if part >= 1:
                 cap[-1] = part - 1
             decoding = decoding[:n]
             budget = 0 if part >= 1 else left
         else:
             budget -= len(decoding) * per
+            if drafts < c.drafts:
+                cap = np.full(len(decoding), drafts, dtype=np.int64)
         prefilling = []
         for r, left in waiting_prefill:
             if budget <= c.extra:
@@ -340,6 +382,29 @@ class Scheduler:
             prefilling.append((r, chunk))
             budget -= chunk + c.extra
         return decoding, prefilling, cap
+
+    def _split_variable(self, decoding: np.ndarray, drafts: int) -> tuple:
+        """The decoding part of the 'scheduled' rule for proposals of their own length (SlotCharge.variable):
+        request i, in running order, takes 1 + d_i + extra, d_i = min(its proposal, drafts), while the budget
+        holds it; the first that does not fit gets 1 + what is left past `extra` (if >= 1) and the rest wait.
+        Returns (decoding requests scheduled, draft_cap or None when none was cut, budget left) [tokens]."""
+        c, budget = self.charge, self.budget
+        if not len(decoding):
+            return decoding, None, budget
+        lens = np.full(len(decoding), drafts, dtype=np.int64) if self.draft_lens is None else \
+            np.asarray(self.draft_lens(decoding), dtype=np.int64)
+        own = np.minimum(lens, drafts)
+        used = np.cumsum(1 + own + c.extra)
+        if used[-1] <= budget:
+            return decoding, None, budget - int(used[-1])
+        full = int(np.searchsorted(used, budget, side="right"))  # requests scheduled whole
+        left = budget - (int(used[full - 1]) if full else 0)
+        part = left - c.extra  # tokens the next request gets: 1 + its cut drafts (if >= 1)
+        n = full + (1 if part >= 1 else 0)
+        cap = own[:n].copy()
+        if part >= 1:
+            cap[-1] = part - 1
+        return decoding[:n], cap, (0 if part >= 1 else left)
 
     def _fits_to_the_end(self) -> bool:
         """Whether the running requests' KV fits at every later step without a change of the running set:

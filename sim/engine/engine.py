@@ -86,7 +86,7 @@ stays the definition, and HYBRIDSPEC_REFERENCE_ENGINE=1 (or a subclass overridin
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import simpy
@@ -94,7 +94,6 @@ import torch
 from tqdm import tqdm
 
 from sim.core.cost.base import CostModel
-from sim.core.drafters.recalibration import RecalState
 from sim.core.drafters.registry import chain_id
 from sim.core.drafters.tables import ng_conf_zero_past_length
 from sim.engine.native_step import NativeScans, Unsupported, make_native_step
@@ -111,7 +110,7 @@ from sim.core.policies.registry import Policy
 from sim.engine.policy_fast import Arrays
 from sim.core.scheduler import Scheduler, StepPlan, full_kv_need
 from sim.core.vllm import (DEFAULT_VLLM_VERSION, drafts_skip, filler_slots, parse_scheduler, parse_vllm_version,
-                           slot_charge)
+                           runs_sync, slot_charge)
 from sim.core.cost.padded import NO_SHAPE, SHAPE_COLUMNS, padded_shape
 from sim.engine.step_log import STEP_COLUMNS, StepLog, make_record
 from sim.engine.step_time import StepCharge, StepPrices, host_syncs
@@ -242,6 +241,8 @@ class Engine(HostHistory, LosslessChecks):
         bs = cfg.block_size
         kmax = max(tables.k_model if policy.uses_model else 0, tables.k_ngram if policy.uses_ngram else 0, kx)
         charge = slot_charge(policy.name, policy.vllm, cfg.scheduler, kmax, tables.k_model, cfg.vllm_version)
+        if cfg.async_scheduling and runs_sync(policy.vllm, charge, cfg.vllm_version):
+            self.cfg = cfg = replace(cfg, async_scheduling=False)  # vLLM serves the method synchronously (suffix)
         chain = max(tables.k_model, tables.k_ngram, kx, charge.kv_extra - 1)
         need = full_kv_need(tables.prompt_len + tables.out_len, chain, bs)
         worst = int(np.argmax(need)) if n else 0
@@ -261,6 +262,11 @@ class Engine(HostHistory, LosslessChecks):
         self.sched = Scheduler(tables.prompt_len, cfg.batch_size, cfg.max_num_batched_tokens, cfg.block_size,
                                self.kv_cap, kmax, out_len=tables.out_len, charge=charge)
         self._draft_cap = None  # this step's StepPlan.draft_cap (drafts the budget left each decoding request)
+        # vLLM schedules each request its own proposal (SlotCharge.variable, suffix): the scheduler asks for the
+        # live drafters' proposals as it splits the budget; kept here for the step (_live_proposals)
+        self._early = None
+        if charge.variable:
+            self.sched.draft_lens = self._proposal_lens
         # vLLM's n-gram fills its proposal to K with the last sampled token (sim.core.vllm.filler_slots): K, or 0
         self.filler_k = filler_slots(policy.vllm, charge, cfg.vllm_version) \
             if policy.uses_ngram and not policy.uses_model else 0
@@ -319,9 +325,9 @@ class Engine(HostHistory, LosslessChecks):
         self._shape_log: list = []
         self.ran = (False, False)  # (model, n-gram): the drafters the last numpy step's _admit found ran
         self._bar = None
-        # online recalibration (Policy.recal, sim/core/drafters/recalibration.py): per-request offsets kept here
-        k = policy.recal
-        self.recal = None if k is None else RecalState(policy.drafters, n, k, policy.recal_shared)
+        # online recalibration (Policy.recal, sim/core/drafters/recalibration.py: per-request offsets) or another
+        # online state of the policy (Policy.online: vLLM's acceptance estimator), kept here, fed by _recalibrate
+        self.recal = policy.online_state(n, tables.k_model)
         # the verify table the policy decides with this step: the start-up profile, or (Policy.step_table) the
         # step's own, set by the numpy step before the plan
         self.step_table = policy.step_table
@@ -592,7 +598,8 @@ class Engine(HostHistory, LosslessChecks):
         tb, K = self.tb, self.filler_k
         base = self.out_base[reqs] + self.pos[reqs]  # token-buffer index of output[pos]
         last = tb.tokens[base - 1]  # the last token of the context (the prompt's last at pos 0)
-        room = np.minimum(K - adm_n, tb.out_len[reqs] - self.pos[reqs] - adm_n)
+        slots = K if self._draft_cap is None else np.minimum(K, self._draft_cap)  # the drafts the step scheduled
+        room = np.minimum(slots - adm_n, tb.out_len[reqs] - self.pos[reqs] - adm_n)
         room = np.where((acc_n == adm_n) & ~tb.length_only[reqs], room, 0)
         j = np.arange(K)
         same = tb.tokens.take(base[:, None] + adm_n[:, None] + j[None, :], mode="clip") == last[:, None]
@@ -743,6 +750,9 @@ class Engine(HostHistory, LosslessChecks):
         Returns (adm_m, adm_n, model_ran)."""
         model_ran, ngram_ran = self.drafters_ran(alloc.model_ran, alloc.ngram_ran, prices, plan)
         self.ran = (model_ran, ngram_ran)
+        if alloc.model_steps is not None and model_ran and getattr(self.cost, "draft_sequential", False):
+            # a sequential head that ran fewer steps than its chain (Allocation.model_steps): priced at those
+            prices.draft = self.cost.draft_ms(len(reqs), min(self.tb.k_model, int(alloc.model_steps)))
         chain = alloc.chain.numpy()
         adm = alloc.admitted.numpy().astype(np.int64)
         is_m = chain == CHAIN_MODEL
@@ -836,6 +846,8 @@ class Engine(HostHistory, LosslessChecks):
         batch = self._step_batch(g.reqs, g.rows, planned_chains(g.chains, plan), g.stale, g.mean_ng, T, kv_tokens,
                                  n_seqs, n_prefill_done, prices)
         alloc = self._allocate(batch, plan)
+        if alloc.model_steps is not None:  # the native step's Decision has no room for it (base.Allocation)
+            raise SimulatorBug(f"policy '{self.policy.name}' reports model_steps, which only the numpy step reads")
         ran = self.drafters_ran(alloc.model_ran, alloc.ngram_ran, None, plan)
         second = None if alloc.second is None else alloc.second.numpy()
         return Decision(alloc.chain.numpy(), alloc.admitted.numpy(), second, *ran)
@@ -889,13 +901,16 @@ class Engine(HostHistory, LosslessChecks):
             T = R + prefill_tokens
             # Quoted as if every drafter the policy uses runs; the plan may leave one out (its price is dropped).
             prices = self.step_prices(R).copy()
+            k_step = self.sched.step_k  # vLLM's dynamic speculation length: a sequential head runs k_step passes
+            if k_step is not None and prices.draft and getattr(self.cost, "draft_sequential", False):
+                prices.draft = self.cost.draft_ms(R, min(tb.k_model, k_step))
             stale, mean_ng = self._host_state(reqs)
             if self.step_table:
                 self._table = torch.from_numpy(self._true_table(T, R, kv_tokens, n_seqs))
             drafting = self._plan(self._host_view(reqs, stale, mean_ng, T, n_seqs, n_prefill_done, prices))
             chains = self._propose(reqs, rows, drafting)
             if self.live:
-                self.live.propose(self, reqs, drafting, chains)
+                self._live_proposals(reqs, drafting, chains)
             batch = self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs, n_prefill_done, prices)
             alloc = self._allocate(batch, drafting)
             adm_m, adm_n, model_ran = self._admit(alloc, drafting, reqs, chains, prices)
@@ -951,6 +966,31 @@ class Engine(HostHistory, LosslessChecks):
         return self._finish_step(now_ms, plan, R, prefill_tokens, kv_tokens, first_tok, n_prefill_done, n_seqs,
                                  prices, verified, accepted, emitted, total_tokens)
 
+    def _proposal_lens(self, decoding: np.ndarray) -> np.ndarray:
+        """The length of each decoding request's proposal (int64 [R]; the longest of the policy's live drafters'),
+        for the scheduler's budget split under SlotCharge.variable: vLLM drafts after a step and schedules the next
+        one from those proposals, so they are made here, before the split, and the step uses them."""
+        chains: dict = {}
+        self.live.propose(self, decoding, self.policy.default_plan, chains)
+        self._early = (decoding, chains["live"])
+        lens = [c[2] for c in chains["live"].values()]
+        return np.maximum.reduce(lens) if lens else np.zeros(len(decoding), dtype=np.int64)
+
+    def _live_proposals(self, reqs: np.ndarray, plan: Plan, chains: dict) -> None:
+        """chains['live'] for the step (sim.engine.live.LiveChains.propose): the proposals the scheduler's split
+        already made (_proposal_lens) where they are this plan's and these requests', else made now; each cut to
+        the drafts the budget scheduled for its request (StepPlan.draft_cap), as vLLM truncates them."""
+        early, self._early = self._early, None
+        if early is not None and plan.extra == self.policy.default_plan.extra and len(early[0]) >= len(reqs) and \
+                np.array_equal(early[0][:len(reqs)], reqs):
+            chains["live"] = {k: tuple(a[:len(reqs)] for a in v) for k, v in early[1].items()}
+        else:
+            self.live.propose(self, reqs, plan, chains)
+        cap = self._draft_cap
+        if cap is not None:
+            chains["live"] = {k: (t, c, np.minimum(n, cap), np.minimum(a, cap))
+                              for k, (t, c, n, a) in chains["live"].items()}
+
     @transcribed_by(*WHOLE_STEP)
     def _add_unused_pass(self, prices: StepPrices, plan: StepPlan, completed: int, known: bool) -> None:
         """Charge the step the drafter pass vLLM runs after it for no request (unused_pass_ms), with the model
@@ -964,7 +1004,8 @@ class Engine(HostHistory, LosslessChecks):
         """Recalibration's evidence of the step (sim/core/drafters/recalibration.py): the tokens each request emits,
         e = min(accepted of the verified chain + 1, output left), and each drafter's chain with the leading tokens
         of it the target emits (here the tables' exact acceptance, capped at the chain; a real engine compares the
-        chain's tokens with the emitted ones). Only what is known once the step's tokens are."""
+        chain's tokens with the emitted ones), and each chain's verified slots (what vLLM's acceptance estimator
+        observes). Only what is known once the step's tokens are."""
         tb = self.tb
         got = {"dspark": (chains["model_conf"], chains["model_len"], tb.m_acc[rows]),
                "ngram": (chains["ngram_conf"], chains["ngram_len"], tb.ng_acc[rows])}
@@ -973,12 +1014,14 @@ class Engine(HostHistory, LosslessChecks):
         cid = alloc.chain.numpy()
         adm = alloc.admitted.numpy()
         took = np.zeros(len(reqs), dtype=np.int64)
+        verified = {}  # each chain's slots verified this step (0 where another chain was)
         for name, (conf, length, acc) in got.items():
             sel = cid == chain_id(name)
+            verified[name] = np.where(sel, adm, 0)
             took = np.where(sel, np.minimum(adm, np.minimum(acc, length)), took)
         e = np.minimum(took + 1, tb.out_len[reqs] - self.pos[reqs])
         self.recal.observe(reqs, {n: (c, ln) for n, (c, ln, _) in got.items() if n in self.recal.names},
-                           {n: np.minimum(a, ln) for n, (_, ln, a) in got.items()}, e)
+                           {n: np.minimum(a, ln) for n, (_, ln, a) in got.items()}, e, admitted=verified)
 
     def _step_shape(self, plan: StepPlan, reqs: np.ndarray, drafts: np.ndarray):
         """The step's padded attention shape (sim/core/cost/padded.py): each prefill chunk's c queries over the

@@ -12,7 +12,9 @@ public step interface (sim/engine/api.py: LiveSteps), no private Engine member:
   * after the policy: slots admitted from a drafter chain id (registry chain_id) are checked against its
     length and its run (lossless check 1), the accepted prefix min(admitted, acceptance) is emitted as the
     drafter proposed it, then the target's bonus token; the drafter's price is charged only if it ran;
-  * a finished request's drafter state is stopped (`stop`: its output may join a global tree).
+  * a finished request's drafter state is stopped (`stop`: its output may join a global tree);
+  * a drafter with a `verdict(rids, verified, accepted)` method hears, after each step it ran, each request's
+    slots of its chain that the step verified and, of those, the target accepted.
 Host history per drafter (the HostView's stale_extra and mean_extra): the chain last proposed for each request,
 and the mean of its proposals' confidences (0 past each chain's length), as the n-gram chain's. Before its
 first proposal for a request: the mean of every proposal it made in the run so far (all requests), and a
@@ -218,7 +220,10 @@ class LiveChains:
         eng.prev_pos[reqs] = rows - tb.offsets[reqs]
         eng.record_drafts(reqs, rows, model_ran)
         for k in self.ran:
-            tok, conf, n, _ = live[k]
+            tok, conf, n, a = live[k]
+            verdict = getattr(self.d[k], "verdict", None)  # a drafter that learns from its verified slots
+            if verdict is not None:
+                verdict(reqs, self.adm[k], np.minimum(self.adm[k], a))
             self.last_conf[k][reqs], self.last_len[k][reqs] = conf, n
             valid = conf * (np.arange(conf.shape[1]) < n[:, None])
             self.sum_conf[k][reqs] += valid

@@ -143,10 +143,11 @@ class RecalState:
         cur, old = self.b[idx], self.b_host[idx]
         return ({d: cur[:, i] for i, d in enumerate(self.names)}, {d: old[:, i] for i, d in enumerate(self.names)})
 
-    def observe(self, reqs, chains: dict, acc: dict, evidence) -> None:
+    def observe(self, reqs, chains: dict, acc: dict, evidence, admitted: dict | None = None) -> None:
         """After a step: requests `reqs` emitted `evidence` tokens [R]; chains: name -> (conf [R, K], len [R]) of
         the drafters that ran (absent: did not run, nothing observed); acc: name -> the leading tokens of that
-        chain the target emits [R]. The host's offsets take the values before this update (one step old)."""
+        chain the target emits [R]; admitted (each chain's verified slots) is not used: the evidence rule above
+        observes past them. The host's offsets take the values before this update (one step old)."""
         e = torch.as_tensor(evidence)
         if self.shared:
             self.b_host.copy_(self.b)

@@ -51,6 +51,8 @@ class Drafter(Protocol):
     width                   K, the longest chain it proposes [tokens]
     check_memory(contexts, outputs, batch)  optional: ConfigError before a run whose requests (prompt + output and
                             output lengths [tokens], `batch` at once) would take the drafter past its memory limit
+    verdict(rids, verified, accepted)  optional: after a step it ran, each request's slots of its chain verified
+                            and, of those, accepted [tokens] (int64 [R]; sim/engine/live.py)
     """
 
     width: int

@@ -56,6 +56,7 @@ import numpy as np
 
 from sim.core.drafters.edge_table import EdgeTable
 from sim.core.drafters.settings import check_value, setting, settings_from
+from sim.core.drafters.suffix_acceptance import SOURCES, AcceptanceStats, group
 from sim.infra.errors import ConfigError
 from sim.infra import paths
 
@@ -74,10 +75,20 @@ class SuffixConfig:
                                     lo=0.0, hi=1.0)
     max_cached: int = setting(10000, "finished outputs the global tree keeps; 0 = no global tree "
                               "(suffix_decoding_max_cached_requests)", lo=0)
+    confidence: str = setting("calibrated", "what a chain's per-slot confidences are: calibrated (the tree's "
+                              "frequencies through the general-text calibrator), raw (the tree's frequencies, whose "
+                              "path sums are Arctic Inference's score), online (vLLM main's acceptance statistics per "
+                              "source, match length and position, learnt from the verified drafts; "
+                              "sim/core/drafters/suffix_acceptance.py)")
 
     def __post_init__(self) -> None:
         for f in fields(self):
             check_value("suffix", SuffixConfig, f.name, getattr(self, f.name))
+        if self.confidence not in CONFIDENCES:
+            raise ConfigError(f"--suffix-confidence must be one of {', '.join(CONFIDENCES)}, got {self.confidence!r}")
+
+
+CONFIDENCES = ("calibrated", "raw", "online")  # SuffixConfig.confidence's values (LiveSuffixDrafter)
 
 
 @dataclass(frozen=True)
@@ -582,15 +593,19 @@ class LiveSuffixDrafter(SuffixDrafter):
     """The suffix drafter as the engine runs it (sim.core.drafters.registry.Drafter, a live drafter): proposals for a
     batch as padded arrays, and its price.
 
-    Confidence: each slot's p_j, the tree's empirical conditional frequency count(child) / count(children),
-    through `calibrator` (p, e) -> acceptance estimate, e = match length + slot index [tokens]
-    (sim/api/suffix_calibrate.py, fit on general text; None: the raw p_j, which over-states acceptance
-    where the tree has seen little). Cost: a host-side walk of two tries per request, priced as the
+    Confidence (SuffixConfig.confidence): `calibrated`, each slot's p_j, the tree's empirical conditional frequency
+    count(child) / count(children), through `calibrator` (p, e) -> acceptance estimate, e = match length + slot
+    index [tokens] (sim/api/suffix_calibrate.py, fit on general text; None: the raw p_j); `raw`, the p_j (which
+    over-state acceptance where the tree has seen little; their path sum is the proposal's score); `online`, vLLM
+    main's acceptance statistics of the proposal's (source, match length) group per position, learnt from the
+    verdicts the engine reports (`verdict`; sim/core/drafters/suffix_acceptance.py). Cost: a host-side walk of two tries per request, priced as the
     host n-gram lookup (cost_model.ngram_ms(R, on_gpu=False)) [ms]; simulation only, no real run checks it."""
 
     def __init__(self, cfg: SuffixConfig = SuffixConfig(), calibrator=None) -> None:
         super().__init__(cfg)
-        self.calibrator = calibrator
+        self.calibrator = calibrator if cfg.confidence == "calibrated" else None
+        self.stats = AcceptanceStats(cfg.max_spec_tokens) if cfg.confidence == "online" else None
+        self._group: dict = {}  # request -> (its last proposal's group, its length): `online` only
 
     @property
     def width(self) -> int:
@@ -602,6 +617,7 @@ class LiveSuffixDrafter(SuffixDrafter):
         conf = np.zeros((R, K), dtype=np.float64)
         n = np.zeros(R, dtype=np.int64)
         raw, ctx = [], []
+        source, match = np.zeros(R, dtype=np.int64), np.zeros(R, dtype=np.int64)
         for k, r in enumerate(rids):
             p = SuffixDrafter.propose(self, int(r))
             m = len(p)
@@ -610,11 +626,30 @@ class LiveSuffixDrafter(SuffixDrafter):
                 n[k] = m
                 raw.extend(p.conf)
                 ctx.extend(range(p.match_len, p.match_len + m))
+                source[k], match[k] = SOURCES.index(p.source), p.match_len
+        if self.stats is not None:  # vLLM main's acceptance statistics of each proposal's group
+            groups = group(source, match)
+            self._group.update(zip(np.asarray(rids).tolist(), zip(groups.tolist(), n.tolist())))
+            return tok, self.stats.confidences(groups, n), n
         if raw:  # the calibrator is elementwise: one call for the batch's slots (row-major, as the mask)
             raw = np.asarray(raw, dtype=np.float64)
             conf[np.arange(K)[None, :] < n[:, None]] = (
                 raw if self.calibrator is None else self.calibrator(raw, np.asarray(ctx, dtype=np.int64)))
         return tok, conf, n
+
+    def verdict(self, rids, verified: np.ndarray, accepted: np.ndarray) -> None:
+        """The target's verdict on each request's last proposal, after a step that ran the drafter: its slots
+        verified and, of those, accepted [tokens]; what `online` confidences learn from (others ignore it)."""
+        if self.stats is None:
+            return
+        got = [self._group.pop(int(r), (0, 0)) for r in rids]
+        if got:
+            g, valid = (np.asarray(x, dtype=np.int64) for x in zip(*got))
+            self.stats.observe(g, valid, verified, accepted)
+
+    def stop(self, rid, finished: bool = True) -> None:
+        self._group.pop(rid, None)
+        super().stop(rid, finished)
 
     def cost(self, num_reqs: int, cost_model) -> float:
         return float(cost_model.ngram_ms(num_reqs, on_gpu=False))

@@ -18,6 +18,13 @@
   (vLLM's torch.topk leaves the order of equal survivals unspecified; the stable sort takes the lower
   flat index first, so allocations may differ from vLLM's only among tied slots.)
 
+`adaptive:online`: the same two steps on the confidences of vLLM's online acceptance estimator, what vLLM runs
+  for a drafter without a confidence head (EAGLE, EAGLE-3; `--speculative-config` eagle/eagle3 with
+  enable_adaptive_verification): c_k = sigmoid(w * logit(q_k) + b_k), a slope and per-position intercepts refit
+  every 100 steps from the verified slots' outcomes (sim/core/drafters/acceptance_estimator.py: the math, what
+  stands for q). The engine keeps the estimator (Policy.online) and hands both phases its coefficients, the plan
+  the ones a step older; no fast form transcribes it.
+
 `adaptive:early-stop`: the DSpark paper's Algorithm 1. Slots are taken in descending *current*
   survival while each one raises the goodput G_B; it stops at the first slot that does not
   (B_es <= B* of the same confidences). Budget and allocation both use current values.
@@ -28,10 +35,11 @@ from typing import List
 
 import torch
 
+from sim.core.drafters.acceptance_estimator import EstimatorState, estimated
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.core.policies.common import (CHAIN_MODEL, best_budget, early_stop_budget, finish, rank_scores,
                                  survival, top_b_counts)
-from sim.core.policies.registry import Policy, register, split_table, with_table
+from sim.core.policies.registry import Policy, register, split_dyn, split_table, with_dynamic_k, with_table
 from sim.core.vllm import VllmRun
 
 
@@ -61,6 +69,22 @@ def alloc_adaptive(batch: StepBatch) -> Allocation:
     return allocate_adaptive(batch, plan_adaptive(host_view(batch)))
 
 
+def plan_online(view: HostView) -> Plan:
+    """Host phase of `adaptive:online`: plan_adaptive on the estimator's predictions (the view's coefficients)."""
+    return plan_adaptive(estimated(view))
+
+
+def allocate_online(batch: StepBatch, plan: Plan) -> Allocation:
+    """Device phase of `adaptive:online`: allocate_adaptive on the estimator's predictions."""
+    return allocate_adaptive(estimated(batch), plan)
+
+
+def alloc_online(batch: StepBatch) -> Allocation:
+    """vLLM adaptive verification on the online acceptance estimator's confidences (a view without coefficients:
+    the estimator's cold start)."""
+    return allocate_online(batch, plan_online(host_view(batch)))
+
+
 def alloc_adaptive_early_stop(batch: StepBatch) -> Allocation:
     """DSpark Algorithm 1: greedy over current survivals, stop at the first slot that does not raise G."""
     scores = rank_scores(survival(batch.model_conf, batch.model_len), batch.model_len)
@@ -69,19 +93,28 @@ def alloc_adaptive_early_stop(batch: StepBatch) -> Allocation:
     return finish(torch.full_like(admitted, CHAIN_MODEL), admitted)
 
 
-@register("adaptive", "adaptive[:early-stop][:table=T]",
+@register("adaptive", "adaptive[:early-stop|:online][:table=T|:dyn=S-E@K,...]",
           "DSpark/vLLM adaptive verification of the model chain (stale budget, current top-B); "
-          "':early-stop' = DSpark Algorithm 1; table=step: priced with the step's own verify table, not vLLM's "
+          "':early-stop' = DSpark Algorithm 1; ':online' = on vLLM's online acceptance estimator's confidences (a "
+          "drafter without a confidence head: eagle, eagle3); dyn=: vLLM's num_speculative_tokens_per_batch_size "
+          "(K per number of scheduled requests); table=step: priced with the step's own verify table, not vLLM's "
           "start-up profile (as hybrid's; T in startup, step)", adaptive_verification=True)
 def _adaptive(params: List[str]) -> Policy:
     params, step = split_table(params)
-    return with_table(_adaptive_plain(params), step)
+    params, per_batch = split_dyn(params)
+    if step and per_batch:
+        raise ValueError("table=step has no vLLM counterpart, dyn= is vLLM's: give one")
+    return with_dynamic_k(with_table(_adaptive_plain(params), step), per_batch)
 
 
 def _adaptive_plain(params: List[str]) -> Policy:
     if not params:
         return Policy("adaptive", alloc_adaptive, uses_model=True, uses_ngram=False, plan_fn=plan_adaptive,
                       alloc_fn=allocate_adaptive, vllm=VllmRun("dspark", adaptive=True))
+    if params == ["online"]:
+        return Policy("adaptive:online", alloc_online, uses_model=True, uses_ngram=False, plan_fn=plan_online,
+                      alloc_fn=allocate_online, online=EstimatorState,
+                      vllm=VllmRun("eagle", adaptive=True, estimator=True))
     if params == ["early-stop"]:
         return Policy("adaptive:early-stop", alloc_adaptive_early_stop, uses_model=True, uses_ngram=False)
-    raise ValueError(f"unknown adaptive variant '{':'.join(params)}' (only 'early-stop')")
+    raise ValueError(f"unknown adaptive variant '{':'.join(params)}' (only 'early-stop' or 'online')")

@@ -79,7 +79,9 @@ class StepBatch:
     recal, stale_recal  name -> the request's online recalibration offset of that drafter [R] (logits,
                         sim/core/drafters/recalibration.py), as of the previous step's outcomes (recal) and of the one
                         before (stale_recal, the HostView's: the host plans before the previous step's outcome is
-                        back); empty unless the policy recalibrates (Policy.recal).
+                        back); empty unless the policy recalibrates (Policy.recal). Under vLLM's acceptance
+                        estimator (Policy.online, `adaptive:online`) the model drafter's entry holds the estimator's
+                        coefficients [1 + K_m] instead (sim/core/drafters/acceptance_estimator.py).
     """
 
     model_conf: torch.Tensor
@@ -228,6 +230,11 @@ class Allocation:
                  None = as planned.
     ngram_ran    likewise for the n-gram drafter.
     extra_ran    likewise for the run's other drafters: name -> 0-d bool (None = as planned).
+    model_steps  optional 0-d int64: the sequential steps the model drafter's pass ran where it is a sequential
+                 head (an MTP or EAGLE-style profile: CostModel.draft_ms(R, steps)); vLLM main's NgramMTPSpeculator
+                 skips the decode steps after the first when every request's n-gram lookup matched. Read on the
+                 host copy, as model_ran; only the numpy step reads it (a policy reporting it keeps an online
+                 state, Policy.online, which takes that step). None = the whole chain.
     chain ids beyond CHAIN_NGRAM name the run's other drafters (sim/core/drafters/registry.py: chain_id).
     """
 
@@ -238,6 +245,7 @@ class Allocation:
     ngram_ran: Optional[torch.Tensor] = None
     extra_ran: Optional[dict] = None
     second_chain: Optional[torch.Tensor] = None
+    model_steps: Optional[torch.Tensor] = None
 
 
 class Decision(NamedTuple):

@@ -13,7 +13,7 @@ from typing import Dict, List
 
 from sim.core.drafters.registry import DEFAULT_DRAFTERS, parse_drafters
 from sim.infra.errors import ConfigError, did_you_mean
-from sim.core.policies import simple, adaptive, hybrid, tree, multi  # noqa: F401,I001  (registration, in listing order)
+from sim.core.policies import simple, adaptive, hybrid, tree, multi, suffix_rules, ngram_mtp  # noqa: F401,I001  (registration, in listing order)
 from sim.core.policies.registry import Policy, aliases, families
 
 

@@ -75,7 +75,7 @@ from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_v
 from sim.core.policies.common import (CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, count_above, finish,
                                  goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
 from sim.core.policies.registry import Policy, parse_float, parse_int, register, split_table, with_table
-from sim.core.vllm import VllmRun
+from sim.core.vllm import RUNCAL_RANGE, VllmRun
 
 METHODS = ("model-opt", "fixed-point", "sweep")
 DEFAULT_METHOD = "sweep"
@@ -600,26 +600,35 @@ def _hybrid_price_plain(params: List[str]) -> Policy:
                   alloc_fn=lambda b, p: allocate_price(b, p, method, margin))
 
 
-@register("hybrid-vllm", "hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip]",
+@register("hybrid-vllm", "hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip][:runcal=k]",
           "the hybrid as the vLLM plugin runs it: per-request chain choice by price, the chosen chain's "
           "confidences published to vLLM's unchanged adaptive verification (stale budget, current top-B); "
           "slots=W > K: vLLM verifies W draft slots per request (the n-gram chain keeps up to W); skip: the "
-          "plugin's skip of DSpark's pass (hybrid_spec.skip), vLLM keeping its own budget",
-          adaptive_verification=True)
+          "plugin's skip of DSpark's pass (hybrid_spec.skip), vLLM keeping its own budget; runcal=k: the "
+          "plugin's online recalibration (hybrid_spec.runcal): one offset per drafter learnt on the device from "
+          "every verified slot of the run, prior precision k > 0, applied to the confidences it chooses with "
+          "and publishes", adaptive_verification=True)
 def _hybrid_vllm(params: List[str]) -> Policy:
-    method, margin, slots, skip, name, run = parse_hybrid_vllm(params)
+    params, k_run = split_recal(params, "runcal")
+    if k_run is not None and not RUNCAL_RANGE[0] <= k_run <= RUNCAL_RANGE[1]:
+        raise ValueError(f"runcal must be in {RUNCAL_RANGE[0]:g}..{RUNCAL_RANGE[1]:g} (the plugin's range), got {k_run:g}")
+    method, margin, slots, skip, name, run = parse_hybrid_vllm(params, k_run)
     if not skip:
-        return Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots), uses_model=True, uses_ngram=True,
-                      vllm=run)
-    plan = lambda v: plan_hybrid_vllm_skip(v, method, margin)  # noqa: E731
-    alloc = lambda b, p: alloc_hybrid_vllm_skip(b, p, method, margin, slots)  # noqa: E731
-    return Policy(name, lambda b: alloc(b, plan(host_view(b))), uses_model=True, uses_ngram=True, vllm=run,
-                  plan_fn=plan, alloc_fn=alloc)
+        pol = Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots), uses_model=True, uses_ngram=True,
+                     vllm=run)
+    else:
+        plan = lambda v: plan_hybrid_vllm_skip(v, method, margin)  # noqa: E731
+        alloc = lambda b, p: alloc_hybrid_vllm_skip(b, p, method, margin, slots)  # noqa: E731
+        pol = Policy(name, lambda b: alloc(b, plan(host_view(b))), uses_model=True, uses_ngram=True, vllm=run,
+                     plan_fn=plan, alloc_fn=alloc)
+    # the plugin recalibrates what it chooses with and publishes: the same functions on corrected confidences,
+    # so vLLM's adaptive verification (alloc_adaptive inside) budgets and admits on them too
+    return dataclasses.replace(with_recal(pol, k_run, shared=True), name=name) if k_run is not None else pol
 
 
-def parse_hybrid_vllm(params: List[str]) -> tuple:
-    """`hybrid-vllm`'s parameters: (method, margin, slots W or None, skip, canonical name, VllmRun); ValueError
-    if bad."""
+def parse_hybrid_vllm(params: List[str], runcal: float | None = None) -> tuple:
+    """`hybrid-vllm`'s parameters (runcal=k already split off: `runcal`): (method, margin, slots W or None, skip,
+    canonical name, VllmRun); ValueError if bad."""
     method, margin, slots = DEFAULT_METHOD, NGRAM_MARGIN, None
     rest = list(params)
     skip = bool(rest) and rest[-1] == "skip"
@@ -634,15 +643,18 @@ def parse_hybrid_vllm(params: List[str]) -> tuple:
             if slots > MAX_SLOTS:
                 raise ValueError(f"slots must be at most {MAX_SLOTS} (the vLLM plugin's bound), got {slots}")
     if len(rest) > 1 or (rest and rest[0] not in METHODS):
-        raise ValueError(f"'hybrid-vllm' takes [METHOD][:margin=M][:slots=W][:skip], METHOD in {', '.join(METHODS)}")
+        raise ValueError(f"'hybrid-vllm' takes [METHOD][:margin=M][:slots=W][:skip][:runcal=k], METHOD in "
+                         f"{', '.join(METHODS)}")
     if rest:
         method = rest[0]
     name = ("hybrid-vllm" + (f":{method}" if rest else "")
             + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}") + ("" if slots is None else f":slots={slots}")
-            + (":skip" if skip else ""))
+            + (":skip" if skip else "") + ("" if runcal is None else f":runcal={runcal:g}"))
     # vLLM runs it as DSpark with adaptive verification at num_speculative_tokens = W (the block when not given),
     # through the plugin
     given = (("method", method),) * bool(rest) + (("margin", margin),) * (margin != NGRAM_MARGIN) \
-        + (("slots", slots),) * (slots is not None) + (("skip", True),) * skip  # the plugin's field names
+        + (("slots", slots),) * (slots is not None) + (("skip", True),) * skip \
+        + (("runcal", int(runcal) if runcal is not None and float(runcal).is_integer() else runcal),) \
+        * (runcal is not None)  # the plugin's field names (an integral k as an integer, as a user would type it)
     return method, margin, slots, skip, name, VllmRun("dspark", k=slots, adaptive=True, only_vllm=True,
                                                      plugin=True, plugin_config=given)

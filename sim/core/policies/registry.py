@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from sim.infra.errors import ConfigError
+from sim.core.drafters.recalibration import RecalState
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch
-from sim.core.vllm import VllmRun
+from sim.core.vllm import DYN_OPTION, VllmRun, parse_per_batch_option, per_batch_option
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class Policy:
         sim/core/drafters/recalibration.py): the engine then keeps each request's offsets and hands them to the policy
         (StepBatch.recal / stale_recal), and runs the definitions (no fast form transcribes it); None: off.
     recal_shared: the offsets are one per drafter for the whole run, not per request (the `runcal=k` option).
+    online: a factory of another online state the engine keeps in recalibration's place, (K_m) -> state with
+        RecalState's `offsets` and `observe` (`adaptive:online`: vLLM's acceptance estimator,
+        sim/core/drafters/acceptance_estimator.py); None: recalibration's, if `recal` is set (`online_state`).
     adaptive_verification: the policy runs inside vLLM's adaptive verification (variable per-request verify
         lengths, the confidence-ranking kernel, varlen graphs), so the cost model charges that machinery's own
         per-step work (sim/core/cost: alloc_ms); the fixed-K policies and `none` run vLLM's uniform decode path.
@@ -68,6 +72,7 @@ class Policy:
     uses_extra: tuple = ()
     recal: Optional[float] = None
     recal_shared: bool = False
+    online: Optional[Callable[[int], Any]] = field(default=None, repr=False, compare=False)
     step_table: bool = False
     adaptive_verification: bool = False
 
@@ -83,6 +88,14 @@ class Policy:
     def drafters(self) -> tuple:
         """Every drafter the policy uses, by registered name (dspark, ngram, then the others)."""
         return ("dspark",) * self.uses_model + ("ngram",) * self.uses_ngram + tuple(self.uses_extra)
+
+    def online_state(self, n: int, k_model: int):
+        """The online state the engine keeps for a run of n requests whose model chains hold k_model slots and hands
+        the policy each step (StepBatch.recal): the `online` factory's, recalibration's (RecalState) where `recal`
+        is set, else None."""
+        if self.online is not None:
+            return self.online(k_model)
+        return None if self.recal is None else RecalState(self.drafters, n, self.recal, self.recal_shared)
 
     @property
     def runs_plugin(self) -> bool:
@@ -241,6 +254,33 @@ def with_table(pol: Policy, step: bool) -> Policy:
         return pol
     return dataclasses.replace(pol, name=f"{pol.name}:table=step", step_table=True, sim_fn=None, sim_for=None,
                                vllm=None)
+
+
+def split_dyn(params: List[str]) -> tuple[List[str], tuple]:
+    """The `dyn=START-END@K,...` option (anywhere in the parameters; sim.core.vllm.parse_per_batch_option) and the
+    other parameters: vLLM's num_speculative_tokens_per_batch_size, or () without it; ValueError if malformed."""
+    rest, per_batch = [], ()
+    for p in params:
+        if p.startswith(DYN_OPTION + "="):
+            per_batch = parse_per_batch_option(p[len(DYN_OPTION) + 1:])
+        else:
+            rest.append(p)
+    return rest, per_batch
+
+
+def with_dynamic_k(pol: Policy, per_batch: tuple) -> Policy:
+    """`pol` under vLLM's dynamic speculation length (`dyn=`, the schedule of split_dyn): the same functions, named
+    `NAME:dyn=...`; its VllmRun carries the schedule and exists only as vLLM runs it (only_vllm: the engine always
+    charges it as vLLM's scheduler, which schedules each decoding request K(b) drafts, b the requests the previous
+    step scheduled: SlotCharge.drafts_for), so the engine cuts every chain to K(b) before the policy sees it
+    (StepPlan.draft_cap). On a StepBatch outside an engine the policy is `pol`'s. `pol` itself without a
+    schedule; ValueError for a policy vLLM does not run."""
+    if not per_batch:
+        return pol
+    if pol.vllm is None or pol.vllm.method is None or pol.vllm.plugin:
+        raise ValueError(f"{DYN_OPTION}= goes with a policy vLLM runs with a speculative method (not '{pol.name}')")
+    return dataclasses.replace(pol, name=f"{pol.name}:{DYN_OPTION}={per_batch_option(per_batch)}",
+                               vllm=dataclasses.replace(pol.vllm, per_batch=per_batch, only_vllm=True))
 
 
 def no_params(name: str, params: List[str]) -> None:

@@ -12,7 +12,8 @@ import torch
 
 from sim.core.policies.base import Allocation, StepBatch
 from sim.core.policies.common import CHAIN_MODEL, CHAIN_NGRAM, arange, finish, goodput, survival, top_b_counts
-from sim.core.policies.registry import Policy, deprecated_alias, no_params, parse_float, parse_int, register
+from sim.core.policies.registry import (Policy, deprecated_alias, no_params, parse_float, parse_int, register,
+                                        split_dyn, with_dynamic_k)
 from sim.core.vllm import VllmRun
 
 DEFAULT_NGRAM_THRESHOLD = 2.0
@@ -106,24 +107,26 @@ def _none(params: List[str]) -> Policy:
 
 def _fixed_factory(family: str, which: int, uses_model: bool):
     def factory(params: List[str]) -> Policy:
+        params, per_batch = split_dyn(params) if uses_model else (params, ())
         if len(params) != 1:
             raise ValueError(f"'{family}' needs one parameter K, e.g. '{family}:7'")
         k = parse_int(params[0], "K", lo=0)
         # model-fixed:K is vLLM's DSpark at num_speculative_tokens = K without adaptive verification;
         # ngram-fixed:K (only the matched chain verified) has no vLLM counterpart: vllm-ngram:K is vLLM's ngram
         run = VllmRun("dspark", k=k) if uses_model else None
-        return Policy(f"{family}:{k}", lambda b: alloc_fixed(b, k, which),
-                      uses_model=uses_model, uses_ngram=not uses_model, vllm=run)
+        return with_dynamic_k(Policy(f"{family}:{k}", lambda b: alloc_fixed(b, k, which),
+                                     uses_model=uses_model, uses_ngram=not uses_model, vllm=run), per_batch)
     return factory
 
 
-register("model-fixed", "model-fixed:K", "verify min(K, len) tokens of the model chain")(
+register("model-fixed", "model-fixed:K[:dyn=S-E@K,...]", "verify min(K, len) tokens of the model chain; dyn=: vLLM's "
+         "num_speculative_tokens_per_batch_size (K per number of scheduled requests, charged as vLLM)")(
     _fixed_factory("model-fixed", CHAIN_MODEL, True))
 register("ngram-fixed", "ngram-fixed:K", "verify min(K, len) tokens of the n-gram chain")(
     _fixed_factory("ngram-fixed", CHAIN_NGRAM, False))
 
 
-@register("vllm-ngram", "vllm-ngram:K",
+@register("vllm-ngram", "vllm-ngram:K[:dyn=S-E@K,...]",
           "vLLM's own ngram method as Model Runner V2 runs it: K slots scheduled and verified per request per "
           "step, matched or not (the matched chain's min(K, len) can be accepted; vLLM's scheduler charges K)")
 def _vllm_ngram(params: List[str]) -> Policy:
@@ -131,11 +134,12 @@ def _vllm_ngram(params: List[str]) -> Policy:
     which the engine takes from `vllm` (sim.core.vllm: 1 + K tokens scheduled and verified per decoding
     request), and vLLM's fillers: a slot past the match holds the last sampled token, which the target accepts
     where it repeats that token (sim.engine.engine.Engine._filler_run, after the matched copy is accepted whole)."""
+    params, per_batch = split_dyn(params)
     if len(params) != 1:
         raise ValueError("'vllm-ngram' needs one parameter K, e.g. 'vllm-ngram:7'")
     k = parse_int(params[0], "K", lo=1)
-    return Policy(f"vllm-ngram:{k}", lambda b: alloc_fixed(b, k, CHAIN_NGRAM), uses_model=False, uses_ngram=True,
-                  vllm=VllmRun("ngram", k=k, only_vllm=True))
+    return with_dynamic_k(Policy(f"vllm-ngram:{k}", lambda b: alloc_fixed(b, k, CHAIN_NGRAM), uses_model=False,
+                                 uses_ngram=True, vllm=VllmRun("ngram", k=k, only_vllm=True)), per_batch)
 
 
 @register("ngram-first", "ngram-first", "n-gram chain when it matches, else model chain (vLLM PR 24344)",

@@ -1,0 +1,57 @@
+"""sim.plugin_menu: the plugin's settings against vLLM's own menu (issue 43's comparison set): which cells run,
+how the best of each set and the ratios are read, the report, and bad input."""
+import subprocess
+import sys
+
+import pytest
+
+from sim.api import plugin_menu as M
+
+
+def test_every_trace_and_batch_runs_the_whole_comparison_set_and_every_plugin_setting():
+    cells = M.cells(M.TRACES, M.BATCHES)
+    for t in M.TRACES:
+        for b in M.BATCHES:
+            got = {p for (tt, p, bb, sch) in cells if tt == t and bb == b and sch == "vllm"}
+            assert got == set(M.COMPARISON + M.PLUGIN)
+    hyb = {(t, b) for (t, p, b, sch) in cells if p == M.HYBRID}
+    assert hyb == {(t, b) for t in M.CODE_TRACES for b in M.HYBRID_BATCHES}
+    assert all(sch == "hybridspec" for (_, p, _, sch) in cells if p == M.HYBRID)
+    assert f"vllm-ngram:{M.W}" in M.COMPARISON and all(f"slots={M.W}" in p or p.endswith("runcal=64") for p in M.PLUGIN)
+
+
+def test_the_ratios_are_the_best_plugin_over_the_best_alternative_and_over_hybrid():
+    tok = {p: 100.0 for p in M.COMPARISON + M.PLUGIN}
+    tok["suffix"], tok[M.PLUGIN[2]], tok[M.HYBRID] = 150.0, 120.0, 200.0
+    rows = [{"trace": "t", "policy": p, "batch_size": 4, "scheduler": "vllm", "tok_s": v} for p, v in tok.items()]
+    (s,) = M.summarize(rows)
+    assert (s["best_menu"], s["best_plugin"]) == ("suffix", M.PLUGIN[2])
+    assert s["ratio_menu"] == pytest.approx(120 / 150) and s["ratio_hybrid"] == pytest.approx(120 / 200)
+    text = M.report([s], "python -m sim.plugin_menu", 60.0)
+    assert "0.800 (miss)" in text and "0 of 1 cells meet" in text and "whole traces" in text
+
+
+def test_the_suffix_drafter_is_enabled_only_for_the_policies_that_need_it():
+    assert not M._runs_on("suffix", "dspark,ngram") and M._runs_on("suffix", M.SUFFIX_DRAFTERS)
+    assert all(M._runs_on(p, "dspark,ngram") for p in M.PLUGIN + tuple(p for p in M.COMPARISON if p != "suffix"))
+
+
+def test_a_quick_run_writes_its_report_and_never_overwrites_one(tmp_path):
+    out = tmp_path / "menu.md"
+    args = [sys.executable, "-m", "sim.plugin_menu", "--trace", "traces/codeedit.jsonl", "--batch-size", "4",
+            "--limit", "3", "--workers", "1", "--out", str(out)]
+    r = subprocess.run(args, capture_output=True, text=True, cwd=M.REPO, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = out.read_text()
+    assert "first 3 requests only" in text and "--limit 3" in text and "| 4 |" in text
+    again = subprocess.run(args, capture_output=True, text=True, cwd=M.REPO, timeout=120)
+    assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
+    assert out.read_text() == text
+
+
+@pytest.mark.parametrize("extra,needle", [(["--limit", "0"], "--limit"), (["--workers", "0"], "--workers"),
+                                          (["--out", "x.txt"], ".md"), (["--trace", "nope.jsonl"], "--trace")])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, extra, needle):
+    r = subprocess.run([sys.executable, "-m", "sim.plugin_menu", "--out", str(tmp_path / "m.md"), *extra],
+                       capture_output=True, text=True, cwd=M.REPO, timeout=120)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
