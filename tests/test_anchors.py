@@ -452,3 +452,13 @@ def test_pr25784_runs_its_ngram_arm_as_the_v1_runner_did():
     arm = pr25784_ngram_arm(vllm_spec(PR25784_NGRAM).ngram_k)
     assert arm == "ngram-fixed:5" and get_policy(arm).name == arm  # matched-only drafts, not vLLM 0.33's K slots
     assert "V1 model runner" in ANCHORS["pr25784-suffix"].setup
+
+
+def test_an_anchor_whose_every_figure_is_fitted_is_reported_as_none_counted():
+    """The EAGLE Blazedit anchors are all fitted: the report says so instead of failing on an empty list."""
+    from sim.api.anchors import ANCHORS, Figure, report
+
+    a = ANCHORS["pr24344-blazedit-eagle:codeedit"]
+    figs = {a.name: [Figure(a.name, "m", 2.46, 2.3, 0.1, fitted=True)]}
+    text = report([a], figs, "python -m sim.anchors", 1.0)
+    assert "| 0 of 0 (+1 fitted) | none counted: every figure fitted |" in text and "**0 of 0 figures" in text

@@ -151,9 +151,9 @@ def test_paper_preset_grid():
     from sim.api.sweep import PRESETS, expand
 
     cells = expand(PRESETS["paper"])
-    assert len(cells) == 12 * 9 * 3  # codeedit, codeedit-model, chat
+    assert len(cells) == 14 * 9 * 3  # codeedit, codeedit-model, chat
     assert {"hybrid", "hybrid-price", "oracle", "ngram-fixed:32", "none", "vllm-ngram:32",
-            "hybrid-vllm:slots=32"} <= {c.policy for c in cells}  # every tier of the verdict
+            "hybrid-vllm:slots=32", "hybrid-vllm:slots=32:runcal=64"} <= {c.policy for c in cells}  # every tier
     assert {c.batch_size for c in cells} == {1, 2, 4, 8, 16, 32, 64, 128, 256}
 
 

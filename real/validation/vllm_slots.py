@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from dataclasses import dataclass
 from itertools import product
@@ -320,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{sl.stem:9s} bs={bs:<2d} W={W:<2d} {pol:8s} {cell['drafter'] or '-'} steps "
                           f"{real['steps']:4d} ({p})  tok/step {real['tokens_per_step']:.2f}  lossless "
                           f"{real['lossless']}", file=sys.stderr, flush=True)
-    meta = {"command": "python -m real.vllm_slots " + " ".join(argv), "vllm_version": ver, "device": device,
+    meta = {"command": "python -m real.vllm_slots " + shlex.join(argv), "vllm_version": ver, "device": device,
             "distribution": build.distribution, "target": _label(config(block, "none").model),
             "machine": build.machine(config(block, "none")), "limit": a.limit, "max_tokens": a.max_tokens,
             "max_prompt": a.max_prompt, "max_num_batched_tokens": a.max_num_batched_tokens, "drafters": drafters}

@@ -57,7 +57,7 @@ from real.vllm_plugin.config import HybridSpecConfig
 from real.vllm_plugin.ngram_kernels import first_token_hits, ngram_match
 from real.vllm_plugin.timing import StepClock
 from sim.core.drafters.calibration import NgramCalibrator, conditional_torch
-from sim.core.drafters.recalibration import observe_shared, recalibrate
+from sim.core.drafters.recalibration import evidence, recalibrate
 from sim.core.policies.base import StepBatch
 from sim.core.policies.hybrid import SWEEP_EXACT_MAX, choose_chain, publish, published_view
 
@@ -308,7 +308,7 @@ class HybridDrafter:
         return torch.where(used_ngram, 0, num_sampled), torch.where(used_ngram, 0, num_rejected)
 
     def _grade(self, rows, token_ids, src, start, count, kmax: int) -> None:
-        """The runcal update from this step's verdict (sim/core/drafters/recalibration.py, observe_shared: the
+        """The runcal update from this step's verdict (sim/core/drafters/recalibration.py, observe_shared's rule: the
         simulator's engine does the same from its tables): each drafter's last chain in the row, whether verified
         or not, against the `count` tokens the row emitted from context position `start`: its leading tokens
         that match are the slots accepted, the first mismatch (if reached) the one rejected. Rows with count 0
@@ -317,13 +317,16 @@ class HybridDrafter:
         pos = (start[:, None] + jj[None]).clamp(max=token_ids.shape[1] - 1)
         emitted = token_ids[src].gather(1, pos).to(torch.int64)  # [R, kmax]; valid where jj < count
         live = jj[None, :self.k] < count[:, None]
-        for d in range(2):
-            same = (self.rc_tok[d, rows] == emitted[:, :self.k]) & live
-            miss = ~same  # leading matches = the first miss (an argmax, which fuses where a cumprod would not)
-            acc = torch.where(miss.any(1), miss.to(torch.int32).argmax(1), self.k).to(torch.int64)
-            b, P = observe_shared(self.rc_b[d:d + 1], self.rc_P[d:d + 1], self.rc_conf[d, rows], self.rc_len[d, rows],
-                                  acc, count)
-            self.rc_b[d:d + 1], self.rc_P[d:d + 1] = b, P
+        same = (self.rc_tok[:, rows] == emitted[None, :, :self.k]) & live[None]  # [2, R, k]: both drafters at once
+        miss = ~same  # leading matches = the first miss (an argmax, which fuses where a cumprod would not)
+        acc = torch.where(miss.any(2), miss.to(torch.int32).argmax(2), self.k).to(torch.int64)  # [2, R]
+        R = rows.shape[0]
+        # observe_shared for each drafter's offset, the two drafters' rows stacked: P <- P + sum_r h, b <- b + sum_r g / P
+        g, h = evidence(self.rc_b.repeat_interleave(R), self.rc_conf[:, rows].reshape(2 * R, self.k),
+                        self.rc_len[:, rows].reshape(2 * R), acc.reshape(2 * R), count.repeat(2))
+        P = self.rc_P + h.view(2, R).sum(1)
+        self.rc_b.copy_(self.rc_b + g.view(2, R).sum(1) / P)
+        self.rc_P.copy_(P)
 
     # ------------------------------------------------------------------------------------------ propose
     def ngram_conf(self, idx_mapping: torch.Tensor, eligible: torch.Tensor, token_ids: torch.Tensor,

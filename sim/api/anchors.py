@@ -944,9 +944,9 @@ def report(anchors: list[Anchor], figures: dict[str, list[Figure]], command: str
     for a in anchors:
         fs = [f for f in figures[a.name] if not f.fitted]
         n_fit = len(figures[a.name]) - len(fs)
-        worst = max(fs, key=lambda f: f.miss if math.isfinite(f.miss) else math.inf)
+        worst = max(fs, key=lambda f: f.miss if math.isfinite(f.miss) else math.inf) if fs else None
         out.append(f"| {a.name} | {sum(f.within for f in fs)} of {len(fs)}" + (f" (+{n_fit} fitted)" if n_fit else "")
-                   + f" | {worst.deviation} ({worst.metric}) |")
+                   + (f" | {worst.deviation} ({worst.metric}) |" if worst else " | none counted: every figure fitted |"))
     out.append("")
     for a in anchors:
         out += [f"## {a.name}", "", f"- **Source:** {a.source}", f"- **Simulator setup:** {a.setup}",

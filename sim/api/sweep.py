@@ -69,7 +69,9 @@ def _defaults() -> dict[str, list]:
 # Preset grids (the same structure as a TOML grid file).
 PAPER_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 PAPER_POLICIES = ["adaptive", "hybrid", "hybrid-price", "hybrid-tree", "ngram-first", "ngram-threshold", "oracle",
-                  "model-fixed:7", "ngram-fixed:32", "none", "vllm-ngram:32", "hybrid-vllm:slots=32"]  # every verdict tier
+                  "model-fixed:7", "ngram-fixed:32", "none", "vllm-ngram:32", "hybrid-vllm:slots=32",
+                  "hybrid-vllm:slots=32:runcal=64", "hybrid-vllm:runcal=64"]  # every verdict tier; the plugin's
+# settings as sim.plugin_menu runs them (its W = 32 and W = 7 with online recalibration)
 PRESETS: dict[str, dict] = {
     # reports/paper.md and reports/index.html: the bundled workloads (code editing as the copy-heavy bound and
     # with model-shaped outputs, chat) at temperature 0, qwen3-8b on H100.
