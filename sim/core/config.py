@@ -39,9 +39,11 @@ from sim.core.vllm import (DEFAULT_VLLM_VERSION, MIN_RATE, SCHEDULERS, VLLM_VERS
 
 BASELINE = "adaptive"  # vLLM 0.33's adaptive verification: every speedup is taken against it
 # every tier of the verdict (sim/core/deploy.py): what vLLM runs as released (none, model-fixed:7, vllm-ngram:32,
-# adaptive), the plugin (hybrid-vllm:slots=32), simulated-only designs, tree attention and the bound
+# adaptive), the plugin (hybrid-vllm:slots=32, and with its online recalibration), simulated-only designs, tree
+# attention and the bound
 DEFAULT_POLICIES = ("none", "model-fixed:7", "vllm-ngram:32", "ngram-fixed:32", "adaptive", "hybrid-vllm:slots=32",
-                    "ngram-first", "ngram-threshold", "hybrid", "hybrid-price", "hybrid-tree", "oracle")
+                    "hybrid-vllm:slots=32:runcal=64", "ngram-first", "ngram-threshold", "hybrid", "hybrid-price",
+                    "hybrid-tree", "oracle")
 DEFAULT_BATCH_SIZES = (4, 128)
 MAX_BATCH_SIZE = 2**20  # the most running requests a run (or a recorded cell) can name
 
