@@ -40,7 +40,7 @@ def test_additional_config_maps_back_to_the_same_policy():
 
 @pytest.mark.parametrize("args,needle", [
     (["--policy", "hybrid-vllm:runcal=0"], "runcal"),
-    (["--policy", "hybrid-vllm:runcal=1e9"], "runcal must be in"),
+    (["--policy", "hybrid-vllm:runcal=1e9"], "runcal must be a prior precision in"),
     (["--speculative-config", DSPARK, "--additional-config", '{"hybrid_spec": {"slots": 32, "runcal": -3}}'],
      "hybrid_spec.runcal"),
     (["--speculative-config", DSPARK, "--additional-config", '{"hybrid_spec": {"slots": 32, "runcal": "64"}}'],

@@ -29,7 +29,7 @@ from sim.core.drafters.calibration import DEFAULT_CALIBRATOR, calibrator_path
 from sim.core.drafters.ngram import NgramConfig
 from sim.infra.errors import ConfigError
 from sim.core.policies.hybrid import DEFAULT_METHOD, MAX_SLOTS, METHODS, NGRAM_MARGIN  # noqa: F401 (MAX_SLOTS: the plugin's bound)
-from sim.core.vllm import ADDITIONAL_CONFIG_KEY, RUNCAL_RANGE  # noqa: F401 (defined beside the flags that carry it)
+from sim.core.vllm import ADDITIONAL_CONFIG_KEY, RUNCAL_RANGE, check_runcal  # noqa: F401 (defined beside the flags that carry it)
 SUPPORTED_VLLM = "0.33"  # major.minor the plugin is written against (vllm==0.33.x)
 
 _NG = NgramConfig()
@@ -81,11 +81,7 @@ class HybridSpecConfig:
         for name in ("enabled", "skip", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"hybrid_spec.{name} must be true or false, got {getattr(self, name)!r}")
-        r = self.runcal
-        if not (isinstance(r, (int, float)) and not isinstance(r, bool)
-                and (r == 0 or RUNCAL_RANGE[0] <= float(r) <= RUNCAL_RANGE[1])):
-            raise ConfigError(f"hybrid_spec.runcal must be 0 (off) or a prior precision in {RUNCAL_RANGE[0]:g}.."
-                              f"{RUNCAL_RANGE[1]:g}, got {r!r}")
+        check_runcal(self.runcal, "hybrid_spec.runcal")
         if self.slots > MAX_SLOTS:
             raise ConfigError(f"hybrid_spec.slots must be at most {MAX_SLOTS} (0 = num_speculative_tokens), "
                               f"got {self.slots}")

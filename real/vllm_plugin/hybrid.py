@@ -315,7 +315,7 @@ class HybridDrafter:
         (padding, prefill, a request new in its slot) add no evidence."""
         jj = torch.arange(kmax, device=rows.device)
         pos = (start[:, None] + jj[None]).clamp(max=token_ids.shape[1] - 1)
-        emitted = token_ids[src].gather(1, pos).to(torch.int64)  # [R, kmax]; valid where jj < count
+        emitted = token_ids[src[:, None], pos].to(torch.int64)  # [R, kmax] (not whole rows); valid where jj < count
         live = jj[None, :self.k] < count[:, None]
         same = (self.rc_tok[:, rows] == emitted[None, :, :self.k]) & live[None]  # [2, R, k]: both drafters at once
         miss = ~same  # leading matches = the first miss (an argmax, which fuses where a cumprod would not)
@@ -327,6 +327,8 @@ class HybridDrafter:
         P = self.rc_P + h.view(2, R).sum(1)
         self.rc_b.copy_(self.rc_b + g.view(2, R).sum(1) / P)
         self.rc_P.copy_(P)
+        self.rc_len[:, rows] = 0  # each chain is graded once: a row propose skips (a prefill chunk, the slot's next
+        # request) then carries no chain, never the one graded here
 
     # ------------------------------------------------------------------------------------------ propose
     def ngram_conf(self, idx_mapping: torch.Tensor, eligible: torch.Tensor, token_ids: torch.Tensor,

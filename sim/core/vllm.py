@@ -368,7 +368,8 @@ def slot_charge(policy_name: str, run: VllmRun | None, scheduler: str, kmax: int
         return vllm_slot_charge(run, block, version, kmax)
     if scheduler == "vllm":
         raise ConfigError(f"policy '{policy_name}' has no counterpart in vLLM, so the 'vllm' scheduler cannot charge "
-                          "it (vLLM runs none, adaptive, model-fixed:K, hybrid-vllm and vllm-ngram:K)")
+                          "it (vLLM runs none, adaptive[:online], model-fixed:K, hybrid-vllm, vllm-ngram:K, suffix and their dyn= "
+                          "forms)")
     return SlotCharge.verified(kmax)
 
 
@@ -398,6 +399,17 @@ PLUGIN_DRAFTERS = ("dspark", "ngram")  # the chains the plugin runs (real/vllm_p
 PLUGIN_MAPPED = ("enabled", "method", "margin", "slots", "skip", "runcal")
 # -> hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip][:runcal=k]
 RUNCAL_RANGE = (1e-3, 1e6)  # hybrid_spec.runcal's prior precision k [1 / logit^2], when on (0 = off)
+
+
+def check_runcal(value, where: str, off_ok: bool = True) -> float:
+    """The plugin's online-recalibration setting (hybrid_spec.runcal, hybrid-vllm's runcal=k): a number, 0 = off
+    (where off_ok), else a prior precision k in RUNCAL_RANGE; ConfigError naming `where` otherwise."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        ((off_ok and value == 0) or RUNCAL_RANGE[0] <= value <= RUNCAL_RANGE[1])
+    if not ok:
+        raise ConfigError(f"{where} must be {'0 (off) or ' if off_ok else ''}a prior precision in "
+                          f"{RUNCAL_RANGE[0]:g}..{RUNCAL_RANGE[1]:g}, got {value!r}")
+    return float(value)
 PLUGIN_IGNORED = ("online_window", "compile")  # how the plugin runs its step, not what it chooses
 PLUGIN_NGRAM = ("calibrator", "n_min", "n_max")  # the n-gram drafter's: must be the run's --calibrator and its range
 
@@ -434,11 +446,7 @@ def plugin_settings(text: str | None) -> dict | None:
     if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not 0 <= margin < math.inf:
         raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.margin must be a finite number >= 0, "
                           f"got {margin!r}")
-    runcal = body.get("runcal", 0)
-    if not isinstance(runcal, (int, float)) or isinstance(runcal, bool) or \
-            not (runcal == 0 or RUNCAL_RANGE[0] <= runcal <= RUNCAL_RANGE[1]):
-        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.runcal must be 0 (off) or a prior precision "
-                          f"in {RUNCAL_RANGE[0]:g}..{RUNCAL_RANGE[1]:g}, got {runcal!r}")
+    check_runcal(body.get("runcal", 0), f"--additional-config: {ADDITIONAL_CONFIG_KEY}.runcal")
     if not isinstance(body.get("method", ""), str) or not isinstance(body.get("calibrator", ""), str):
         raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.method and .calibrator must be strings")
     return body

@@ -75,7 +75,8 @@ from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_v
 from sim.core.policies.common import (CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, count_above, finish,
                                  goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
 from sim.core.policies.registry import Policy, parse_float, parse_int, register, split_table, with_table
-from sim.core.vllm import RUNCAL_RANGE, VllmRun
+from sim.core.vllm import VllmRun, check_runcal
+from sim.infra.errors import ConfigError
 
 METHODS = ("model-opt", "fixed-point", "sweep")
 DEFAULT_METHOD = "sweep"
@@ -606,12 +607,15 @@ def _hybrid_price_plain(params: List[str]) -> Policy:
           "slots=W > K: vLLM verifies W draft slots per request (the n-gram chain keeps up to W); skip: the "
           "plugin's skip of DSpark's pass (hybrid_spec.skip), vLLM keeping its own budget; runcal=k: the "
           "plugin's online recalibration (hybrid_spec.runcal): one offset per drafter learnt on the device from "
-          "every verified slot of the run, prior precision k > 0, applied to the confidences it chooses with "
-          "and publishes", adaptive_verification=True)
+          "every graded slot of the run (both chains, verified or not), prior precision k in 1e-3..1e6, applied "
+          "to the confidences it chooses with and publishes", adaptive_verification=True)
 def _hybrid_vllm(params: List[str]) -> Policy:
     params, k_run = split_recal(params, "runcal")
-    if k_run is not None and not RUNCAL_RANGE[0] <= k_run <= RUNCAL_RANGE[1]:
-        raise ValueError(f"runcal must be in {RUNCAL_RANGE[0]:g}..{RUNCAL_RANGE[1]:g} (the plugin's range), got {k_run:g}")
+    if k_run is not None:
+        try:
+            check_runcal(k_run, "runcal", off_ok=False)
+        except ConfigError as exc:  # the catalog words a family's ValueError as one line naming the spec
+            raise ValueError(str(exc)) from None
     method, margin, slots, skip, name, run = parse_hybrid_vllm(params, k_run)
     if not skip:
         pol = Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots), uses_model=True, uses_ngram=True,

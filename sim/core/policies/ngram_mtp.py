@@ -62,7 +62,7 @@ def alloc_ngram_mtp(batch: StepBatch, batch1: bool) -> Allocation:
     matched = batch.ngram_len > 0
     if batch1 and R != 1:  # no lookup: MTP drafts every request, all K steps
         out = finish(torch.full_like(batch.model_len, CHAIN_MODEL), batch.model_len.clamp(max=K))
-        return dataclasses.replace(out, model_steps=torch.tensor(K))
+        return dataclasses.replace(out, model_steps=torch.tensor(K), ngram_ran=torch.tensor(False))
     everyone = matched.all()
     skip = everyone if batch1 else everyone & batch.recal.get(NGRAM, torch.tensor(False))
     chain = torch.where(matched, torch.full_like(matched, CHAIN_NGRAM, dtype=torch.int64),
