@@ -28,7 +28,7 @@ def test_the_ratios_are_the_best_plugin_over_the_best_alternative_and_over_hybri
     assert (s["best_menu"], s["best_plugin"]) == ("suffix", M.PLUGIN[2])
     assert s["ratio_menu"] == pytest.approx(120 / 150) and s["ratio_hybrid"] == pytest.approx(120 / 200)
     text = M.report([s], "python -m sim.plugin_menu", 60.0)
-    assert "0.800 (miss)" in text and "0 of 1 cells meet" in text and "whole traces" in text
+    assert "0.8000 (miss)" in text and "0 of 1 cells meet" in text and "whole traces" in text
 
 
 def test_the_suffix_drafter_is_enabled_only_for_the_policies_that_need_it():

@@ -117,7 +117,7 @@ def report(summary: list[dict], command: str, wall_s: float, limit: int | None =
             mark = "" if s["ratio_menu"] >= MENU_TARGET else " (miss)"
             hyb = f"{s['ratio_hybrid']:.3f}" if "ratio_hybrid" in s else ""
             lines.append(f"| {s['batch_size']} | " + " | ".join(cells_)
-                         + f" | `{s['best_plugin']}` | {s['ratio_menu']:.3f}{mark} (vs `{s['best_menu']}`) | {hyb} |")
+                         + f" | `{s['best_plugin']}` | {s['ratio_menu']:.4f}{mark} (vs `{s['best_menu']}`) | {hyb} |")
         lines.append("")
     met = sum(s["ratio_menu"] >= MENU_TARGET for s in summary)
     lines.append(f"{met} of {len(summary)} cells meet the menu target.")
