@@ -29,7 +29,7 @@ from sim.core.drafters.calibration import DEFAULT_CALIBRATOR, calibrator_path
 from sim.core.drafters.ngram import NgramConfig
 from sim.infra.errors import ConfigError
 from sim.core.policies.hybrid import DEFAULT_METHOD, MAX_SLOTS, METHODS, NGRAM_MARGIN  # noqa: F401 (MAX_SLOTS: the plugin's bound)
-from sim.core.vllm import ADDITIONAL_CONFIG_KEY, RUNCAL_RANGE, check_runcal  # noqa: F401 (defined beside the flags that carry it)
+from sim.core.vllm import ADDITIONAL_CONFIG_KEY, RUNCAL_RANGE, check_runcal, plugin_spec  # noqa: F401 (defined beside the flags that carry it)
 SUPPORTED_VLLM = "0.33"  # major.minor the plugin is written against (vllm==0.33.x)
 
 _NG = NgramConfig()
@@ -100,10 +100,9 @@ class HybridSpecConfig:
     def sim_policy(self) -> str:
         """The simulator's policy spec that predicts this engine (`hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip][:runcal=k]`;
         `:skip` is the twin of the plugin's skip: the same plan_skip decision, vLLM keeping its own budget)."""
-        spec = "hybrid-vllm" + ("" if self.method == DEFAULT_METHOD else f":{self.method}")
-        spec += "" if float(self.margin) == NGRAM_MARGIN else f":margin={float(self.margin):g}"
-        return spec + (f":slots={self.slots}" if self.slots else "") + (":skip" if self.skip else "") \
-            + (f":runcal={float(self.runcal):g}" if self.runcal else "")
+        return plugin_spec(None if self.method == DEFAULT_METHOD else self.method,
+                           None if float(self.margin) == NGRAM_MARGIN else self.margin, self.slots, self.skip,
+                           self.runcal)
 
     @staticmethod
     def dspark_block(draft_hf_config, default: int) -> int:

@@ -452,6 +452,16 @@ def plugin_settings(text: str | None) -> dict | None:
     return body
 
 
+def plugin_spec(method: str | None = None, margin: float | None = None, slots: int = 0, skip: bool = False,
+                runcal: float = 0) -> str:
+    """The `hybrid-vllm` spec of the plugin's settings (PLUGIN_MAPPED): `hybrid-vllm[:METHOD][:margin=M][:slots=W]
+    [:skip][:runcal=k]`, a setting left at None / 0 / False not written (the policy's default)."""
+    spec = "hybrid-vllm" + (f":{method}" if method else "")
+    spec += "" if margin is None else f":margin={float(margin):g}"
+    return spec + (f":slots={slots}" if slots else "") + (":skip" if skip else "") \
+        + (f":runcal={float(runcal):g}" if runcal else "")
+
+
 def _plugin_policy(body: dict, k: int | None, block: int) -> str:
     """The hybrid-vllm spec the plugin runs with the hybrid_spec settings `body` (plugin_settings': typed) at
     num_speculative_tokens `k`."""
@@ -466,11 +476,8 @@ def _plugin_policy(body: dict, k: int | None, block: int) -> str:
     if w < block:
         raise ConfigError(f"--speculative-config: num_speculative_tokens = {w} is below the DSpark drafter's block of "
                           f"{block}; the plugin needs W >= {block}")
-    spec = "hybrid-vllm" + (f":{body['method']}" if "method" in body else "")
-    if "margin" in body:
-        spec += f":margin={body['margin']}"
-    spec += (f":slots={w}" if w != block else "") + (":skip" if body.get("skip") else "")
-    return spec + (f":runcal={body['runcal']:g}" if body.get("runcal") else "")
+    return plugin_spec(body.get("method"), body.get("margin"), w if w != block else 0, body.get("skip", False),
+                       body.get("runcal", 0))
 
 
 def _lookup_range(lo: int | None, hi: int | None, ngram_range: tuple[int, int]) -> None:

@@ -412,7 +412,7 @@ def _hybrid_vllm_n(params: List[str], names: tuple) -> Policy:
     if "dspark" not in names:
         raise ValueError("'hybrid-vllm' publishes to vLLM's adaptive verification of DSpark: --drafters must "
                          "enable dspark")
-    if any(q.startswith("runcal=") for q in params):
+    if hybrid.split_recal(params, "runcal")[1] is not None:
         raise ValueError("runcal is the plugin's recalibration of its two chains (dspark, ngram): run it with "
                          "--drafters dspark,ngram")
     method, margin, slots, skip, name, run = hybrid.parse_hybrid_vllm(params)
