@@ -152,7 +152,7 @@ def test_input_scale_trains_on_normalised_states_and_folds_into_fc(target, seqs)
 
     sts = [prepare(s, 5) for s in seqs]
     s = input_scale(sts)
-    x = torch.cat([st.feats.float() for st in sts])
+    x = torch.cat([st.feats[1:].float() for st in sts])  # position 0 left out (its massive activations)
     assert torch.allclose((x * s).pow(2).mean(0), torch.ones(x.shape[1]), rtol=1e-3)  # every dimension at RMS 1
     d = drafter(target)
     d.in_scale = s * 3.0

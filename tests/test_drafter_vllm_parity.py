@@ -158,3 +158,50 @@ def test_vllm_ran_it_losslessly_as_a_dspark_drafter(run):
     assert res["error"] is None
     assert all(len(o) == 24 for o in res["outputs"])
     assert np.isfinite([c for _, _, _, cs in res["drafts"] for c in cs]).all()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The bundled trained drafter (models/drafters/dspark-v-smollm2-135m-b7.pt), exported, run by vLLM with the
+    real SmolLM2-135M target (the directory `python -m real.vllm_cpu smollm2` writes) on three general.jsonl
+    prompts; skipped when either is missing."""
+    import json
+    from pathlib import Path
+
+    from real.drafter.export_vllm import export_vllm
+    from real.drafter.model import ENGINE_DRAFTER, load_drafter
+    from real.validation.vllm.config import VllmRunConfig
+    from real.validation.vllm.engine import launch
+    from real.validation.vllm_cpu.checkpoints import default_model
+
+    weights, target = ENGINE_DRAFTER, Path(default_model())
+    if not weights.is_file() or not (target / "config.json").is_file():
+        pytest.skip(f"needs {weights} and {target} (python -m real.vllm_cpu smollm2 --out {target})")
+    import transformers
+
+    from sim.core.trace.smollm2_tokenizer import SmolTokenizer
+
+    emb = transformers.AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32).model.embed_tokens.weight
+    d = load_drafter(weights).attach_target(emb.detach())
+    root = tmp_path_factory.mktemp("parity-trained")
+    drafter_dir = export_vllm(d, root / "dspark")
+    cfg = VllmRunConfig(model=str(target), drafter=str(drafter_dir), device="cpu", max_model_len=1024,
+                        max_num_batched_tokens=256, num_speculative_tokens=d.cfg.block)
+    tok = SmolTokenizer.from_gguf()
+    rows = [json.loads(x) for x in Path("traces/general.jsonl").read_text().splitlines()[200:203]]
+    prompts = [tok.encode(r["prompt"])[-200:] for r in rows]
+    spec = {"config": cfg.to_json(), "policy": "adaptive", "batch_size": 1, "ids": [str(i) for i in range(3)],
+            "prompts": prompts, "max_tokens": [16] * 3, "warmup": False}
+    res = launch(spec, root / "run", "run", cfg.env())
+    return {"res": res, "prompts": prompts, "drafter": d, "target": target}
+
+
+def test_the_trained_drafter_runs_in_vllm_with_the_same_chains(trained):
+    """The trained weights (warm-started attention, far sharper than the random drafter's) in vLLM's own
+    Qwen3DSparkModel: every chain equal, confidences within float32 rounding of vLLM's fused kernels."""
+    res, d = trained["res"], trained["drafter"]
+    assert res["error"] is None and res["drafts"], res.get("error")
+    got = compare(res, trained["prompts"], trained["target"], d)
+    print("trained parity", got)
+    assert got["first"] == 1.0 and got["chains"] == 1.0, got
+    assert got["dconf_max"] < 1e-3, got

@@ -86,6 +86,31 @@ def fit_sts(raw: np.ndarray, acc: np.ndarray, inside: np.ndarray) -> np.ndarray:
     return temps
 
 
+def fit_platt(raw: np.ndarray, acc: np.ndarray, inside: np.ndarray) -> tuple[float, float, int]:
+    """(a, b, slots): the affine map of the conditional confidence logit, c' = sigmoid(a * logit(c) + b) with
+    a > 0, that minimises the binary cross-entropy against acceptance on every slot the chain reached
+    (acc_i >= k) inside the labels. Unlike STS it is one map for every slot, so it folds exactly into a single
+    linear confidence head (real/drafter/qwen3_dspark.DSparkV.fold_confidence_affine) and survives export;
+    a > 0 keeps the order of confidences (AUC at depth 1 unchanged)."""
+    K = raw.shape[1]
+    m = (acc[:, None] >= np.arange(K)[None, :]) & inside
+    r = np.clip(raw[m].astype(np.float64), 1e-7, 1 - 1e-7)
+    z = torch.from_numpy(np.log(r) - np.log1p(-r))
+    y = torch.from_numpy((acc[:, None] >= np.arange(1, K + 1)[None, :])[m].astype(np.float64))
+    p = torch.zeros(2, dtype=torch.float64, requires_grad=True)  # (log a, b)
+    opt = torch.optim.LBFGS([p], max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(torch.exp(p[0]) * z + p[1], y)
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        opt.step(closure)
+    return float(torch.exp(p[0]).detach()), float(p[1].detach()), int(m.sum())
+
+
 def metrics(chains: list[dict], K: int) -> dict:
     """The module docstring's figures over the chains of many sequences."""
     acc = np.concatenate([c["acc"] for c in chains])

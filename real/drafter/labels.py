@@ -10,12 +10,19 @@ A drafter label for anchor a and block slot k is the target's greedy token after
 it is read off the text only while the text agrees with the target (t_{a+1+i} = g_{a+i} for i < k;
 real/drafter/train.py `prepare` masks the rest). Labelled positions = such valid (anchor, slot) pairs.
 
-Sources (`SOURCES`): traces/general.jsonl prompts (ShareGPT conversations, chat-formatted: never the chat or
-code-editing evaluation traces) and the code-editing tuning split (real/tuning_split.py: prompt then
-the expected output, the copy-heavy part). Each source is cut to `max_len` tokens per row (rows longer are
-passed over for the code split, whose outputs copy the prompt's code: a cut would drop the copied part) and
-processed in shards of `shard` rows, each written whole (rename) as soon as it is done: an interrupted run
-resumes at the next missing shard; shard names carry a hash of every setting and of the source file.
+In-distribution labels (`generate` > 0): the target first continues the row's text greedily for `generate`
+tokens (one KV slot per row of the shard, batched decode), and the prefill runs over text + continuation. On the
+continuation every label is valid (the text is the target's own output), which is what a drafter meets when it
+serves; human text gives labels only where it agrees with the target (about 58% of general-text positions).
+
+Sources (`default_config`): traces/general.jsonl prompts (ShareGPT conversations, chat-formatted: never the chat
+or code-editing evaluation traces) with the target's answers, and the code-editing tuning split
+(real/tuning_split.py): its prompts with the target's own edits, and prompt + the expected output (the
+copy-heavy text, valid where the target agrees). A row longer than `max_len` is cut (`cut`), or split into
+windows of `max_len` tokens overlapping by a quarter (a continuation source keeps the prompt's last
+`max_len - generate` tokens instead): no row is passed over for its length. Rows are processed in shards of
+`shard` rows, each written whole (rename) as soon as it is done: an interrupted run resumes at the next missing
+shard; shard names carry a hash of every setting and of the source file.
 """
 from __future__ import annotations
 
@@ -42,7 +49,8 @@ class LabelSource:
     rows: int            # rows taken (in file order, after passing over too long ones)
     max_len: int         # tokens per sequence
     with_output: bool    # append the row's output text (code edits: the copied code)
-    cut: bool            # cut long rows to max_len (else pass them over)
+    cut: bool            # cut long rows to max_len (else split them into overlapping windows)
+    generate: int = 0    # the target's greedy continuation appended (tokens; 0: the text alone)
 
 
 @dataclass(frozen=True)
@@ -52,13 +60,16 @@ class LabelConfig:
     topk: int = 16
     chunk: int = 512      # rows per target forward
     shard: int = 16       # sequences per shard file
+    evaluation: bool = False  # measuring only: evaluation traces allowed (eval_config)
 
     def validate(self) -> None:
         for s in self.sources:
-            if Path(s.trace).name in EVAL_TRACES:
+            if Path(s.trace).name in EVAL_TRACES and not self.evaluation:
                 raise ConfigError(f"{s.trace} is an evaluation trace: the drafter never trains on it")
             if s.rows < 1 or s.max_len < 8:
                 raise ConfigError(f"label source {s.name}: rows >= 1 and max_len >= 8 needed")
+            if not 0 <= s.generate <= s.max_len - 8:
+                raise ConfigError(f"label source {s.name}: generate must be in 0..max_len - 8, got {s.generate}")
         if self.topk < 1 or self.chunk < 1 or self.shard < 1:
             raise ConfigError("labels: topk, chunk and shard must be positive")
 
@@ -70,8 +81,19 @@ class LabelConfig:
         return h.hexdigest()[:12]
 
 
+def windows(ids: np.ndarray, size: int) -> list[np.ndarray]:
+    """`ids` split into windows of `size` tokens, each overlapping the previous by a quarter (the last one ends
+    at the text's end): every position is labelled, and each window after the first starts with context."""
+    if len(ids) <= size:
+        return [ids]
+    stride = size - size // 4
+    starts = list(range(0, len(ids) - size, stride)) + [len(ids) - size]
+    return [ids[s: s + size] for s in starts]
+
+
 def texts(src: LabelSource, tok) -> tuple[list[np.ndarray], int]:
-    """Token ids of the source's first `rows` usable rows and how many rows were passed over."""
+    """Token ids of the source's first `rows` usable rows (a windowed row gives several) and how many rows were
+    passed over (only rows under 8 tokens)."""
     out, passed = [], 0
     with open(src.trace, encoding="utf-8") as f:
         for ln, line in enumerate(f, 1):
@@ -82,18 +104,19 @@ def texts(src: LabelSource, tok) -> tuple[list[np.ndarray], int]:
                 raise ConfigError(f"{src.trace}:{ln}: not a JSON object with a 'prompt'"
                                   + (" and an 'output'" if src.with_output else "") + " text") from None
             ids = np.asarray(tok.encode(text), dtype=np.int64)
-            if len(ids) > src.max_len:
-                if not src.cut:
-                    passed += 1
-                    continue
-                ids = ids[: src.max_len]
             if len(ids) < 8:
                 passed += 1
                 continue
-            out.append(ids)
+            room = src.max_len - src.generate
+            if src.generate:
+                out.append(ids[-room:])             # the continuation needs the prompt's end
+            elif src.cut:
+                out.append(ids[: src.max_len])
+            else:
+                out.extend(windows(ids, src.max_len))
             if len(out) >= src.rows:
                 break
-    return out, passed
+    return out[: src.rows], passed
 
 
 @torch.inference_mode()
@@ -164,6 +187,8 @@ def collect_labels(cfg: LabelConfig, log=print, limit_s: float | None = None) ->
             path = d / f"shard{s0 // cfg.shard:04d}.pt"
             got = load_shard(path) if path.exists() else None
             if got is not None and len(got) == len(ids[s0: s0 + cfg.shard]):
+                for sq, r in zip(got, ids[s0: s0 + cfg.shard]):
+                    sq.prompt_len = len(r)      # where the target's continuation starts (the whole text without)
                 seqs.extend(got)
                 continue
             if got is None and path.exists():
@@ -172,10 +197,18 @@ def collect_labels(cfg: LabelConfig, log=print, limit_s: float | None = None) ->
                 log(f"labels {src.name}: time limit reached; {len(seqs)} sequences so far (rerun to resume)")
                 break
             if model is None:
-                model, _ = build_model("smollm2-135m-gguf", "cpu", torch.float32, max_slots=1,
+                model, _ = build_model("smollm2-135m-gguf", "cpu", torch.float32, max_slots=cfg.shard,
                                        max_len=max(s.max_len for s in cfg.sources) + 8)
             t0 = time.perf_counter()
-            group = [label_sequence(model, x, cfg.layers, cfg.topk, cfg.chunk) for x in ids[s0: s0 + cfg.shard]]
+            rows = ids[s0: s0 + cfg.shard]
+            if src.generate:
+                from real.engine.greedy import greedy_group
+
+                gens = greedy_group(model, rows, [src.generate] * len(rows), tok.eos_id, cfg.chunk)
+                rows = [np.concatenate([r, g.output]) for r, g in zip(rows, gens)]
+            group = [label_sequence(model, x, cfg.layers, cfg.topk, cfg.chunk) for x in rows]
+            for sq, r in zip(group, ids[s0: s0 + cfg.shard]):
+                sq.prompt_len = len(r)
             _save(path, group)
             n = sum(len(s.tokens) for s in group)
             dt = time.perf_counter() - t0
@@ -200,16 +233,34 @@ def tuning_trace_path() -> Path:
     return p
 
 
-def default_config(general_rows: int = 240, code_rows: int = 110) -> LabelConfig:
-    """The labels the drafter is trained on: general text (cut to 512 tokens) and the code-editing tuning
-    split (whole rows up to 3072 tokens: prompt, then the output that copies it). A source given 0 rows is left
-    out (the copy-data ablation: `code_rows=0`)."""
-    if general_rows < 0 or code_rows < 0 or general_rows + code_rows == 0:
-        raise ConfigError(f"labels: rows must be >= 0 and not both 0, got general {general_rows}, code {code_rows}")
-    code = (LabelSource("codeedit-tune", str(tuning_trace_path()), code_rows, 3072, with_output=True, cut=False),)
-    return LabelConfig(sources=(code if code_rows else ()) + (
-        (LabelSource("general", "traces/general.jsonl", general_rows, 512, with_output=False, cut=True),)
-        if general_rows else ()))
+def default_config(general_rows: int = 160, code_rows: int = 110, code_gen_rows: int = 32, generate: int = 192,
+                   code_generate: int = 192) -> LabelConfig:
+    """The labels the drafter is trained on: general text (prompts up to 576 - `generate` tokens, their last
+    tokens kept) with the target's greedy answers, and the code-editing tuning split twice: its prompts with the
+    target's own edits (`code_gen_rows` prompts, `code_generate` tokens each), and prompt + the expected output
+    (the copy-heavy text, windows of 3072 tokens). A source given 0 rows is left out (the copy-data ablation:
+    `code_rows=0`)."""
+    if min(general_rows, code_rows, code_gen_rows) < 0 or general_rows + code_rows + code_gen_rows == 0:
+        raise ConfigError(f"labels: rows must be >= 0 and not all 0, got general {general_rows}, code {code_rows}, "
+                          f"code continuations {code_gen_rows}")
+    code = str(tuning_trace_path()) if code_rows or code_gen_rows else ""
+    srcs = []  # cheapest first: a budget-limited run (--label-seconds) has some of each kind early
+    if general_rows:
+        srcs.append(LabelSource("general", "traces/general.jsonl", general_rows, 384 + generate if generate else 512,
+                                with_output=False, cut=True, generate=generate))
+    if code_rows:
+        srcs.append(LabelSource("codeedit-tune", code, code_rows, 3072, with_output=True, cut=False))
+    if code_gen_rows:
+        srcs.append(LabelSource("codeedit-tune-gen", code, code_gen_rows, 3072, with_output=False, cut=False,
+                                generate=code_generate))
+    return LabelConfig(sources=tuple(srcs))
+
+
+def eval_config(rows: int = 16, generate: int = 256) -> LabelConfig:
+    """Held-out code edits for measuring a drafter (never for training): the first `rows` prompts of
+    traces/codeedit.jsonl with the target's greedy edits, labelled as the training text is."""
+    return LabelConfig(sources=(LabelSource("eval-codeedit", "traces/codeedit.jsonl", rows, 3072, with_output=False,
+                                            cut=False, generate=generate),), evaluation=True)
 
 
 def main(argv: list[str] | None = None) -> int:

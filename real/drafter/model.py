@@ -49,7 +49,10 @@ from sim.infra import paths
 
 REPO = paths.REPO
 DRAFTERS_DIR = REPO / "models" / "drafters"
-DEFAULT_DRAFTER = DRAFTERS_DIR / "dspark-smollm2-135m-b7.pt"
+DEFAULT_DRAFTER = DRAFTERS_DIR / "dspark-smollm2-135m-b7.pt"   # this module's architecture (reports/drafter.md)
+# the trained drafter in vLLM's architecture (real/drafter/qwen3_dspark.py): the engines' default, since it has
+# the higher tau and exports to vLLM (docs/drafter.md)
+ENGINE_DRAFTER = DRAFTERS_DIR / "dspark-v-smollm2-135m-b7.pt"
 FORMAT = "hybridspec-drafter-1"
 
 
@@ -358,4 +361,4 @@ def load_drafter(path: str | Path = DEFAULT_DRAFTER, target: str | None = None, 
     return d.to(device=device, dtype=dtype).eval()
 
 
-__all__ = ["DrafterConfig", "DSparkDrafter", "DraftOut", "load_drafter", "save_drafter", "DEFAULT_DRAFTER", "FORMAT"]
+__all__ = ["DrafterConfig", "DSparkDrafter", "DraftOut", "load_drafter", "save_drafter", "DEFAULT_DRAFTER", "ENGINE_DRAFTER", "FORMAT"]

@@ -35,6 +35,7 @@ Units: logits in nats; confidences in [0, 1].
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -288,6 +289,15 @@ class DSparkV(TargetTied, nn.Module):
     def raw_confidence(self, u: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         """Logit of P(x_k accepted | prefix accepted) from [u_k ; e'_k] (fp32, as vLLM computes it)."""
         return F.linear(torch.cat([u, m], dim=-1).float(), self.conf.weight.float(), self.conf.bias.float()).squeeze(-1)
+
+    @torch.no_grad()
+    def fold_confidence_affine(self, a: float, b: float) -> None:
+        """Make the raw confidence logit a * z + b (z the current one): w <- a w, bias <- a bias + b. vLLM
+        reads these two tensors, so the recalibration ships with the weights (evaluate.fit_platt)."""
+        if not (a > 0 and math.isfinite(a) and math.isfinite(b)):
+            raise ConfigError(f"confidence recalibration needs a finite a > 0 and a finite b, got a={a}, b={b}")
+        self.conf.weight.mul_(a)
+        self.conf.bias.mul_(a).add_(b)
 
     def calibrate(self, raw_logit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(c' calibrated conditional, c raw conditional) [B, K] (STS, as real/drafter/model.py)."""

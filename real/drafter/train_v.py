@@ -45,7 +45,7 @@ from real.drafter.train import SeqTensors, lr_at
 class VTrainConfig:
     steps: int = 2000
     anchors: int = 256
-    lr: float = 1e-3
+    lr: float = 3e-4              # 1e-3 on one-sequence steps undoes the warm start
     weight_decay: float = 0.01
     warmup: int = 40
     gamma: float = 4.0            # position decay
@@ -65,9 +65,15 @@ class VTrainConfig:
             v = getattr(self, k)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"train config: {k} must be a positive integer, got {v!r}")
-        if not (self.lr > 0 and math.isfinite(self.lr)) or self.gamma <= 0:
-            raise ConfigError("train config: lr and gamma must be positive")
-        if min(self.l1_weight, self.ce_weight) < 0 or self.l1_weight + self.ce_weight <= 0:
+        if not (0 < self.lr <= 1 and math.isfinite(self.lr)) or not (self.gamma > 0 and math.isfinite(self.gamma)):
+            raise ConfigError(f"train config: lr must be in (0, 1] and gamma positive, got lr {self.lr!r}, "
+                              f"gamma {self.gamma!r}")
+        ws = (self.l1_weight, self.ce_weight, self.conf_weight, self.weight_decay)
+        if not all(isinstance(w, (int, float)) and math.isfinite(w) and w >= 0 for w in ws):
+            raise ConfigError(f"train config: loss weights and weight decay must be finite and >= 0, got L1 "
+                              f"{self.l1_weight!r}, CE {self.ce_weight!r}, confidence {self.conf_weight!r}, "
+                              f"weight decay {self.weight_decay!r}")
+        if self.l1_weight + self.ce_weight <= 0:
             raise ConfigError(f"train config: loss weights must be >= 0 and not both 0, got L1 {self.l1_weight}, "
                               f"CE {self.ce_weight}")
 
@@ -121,10 +127,12 @@ def v_losses(d: DSparkV, st: SeqTensors, anchors: torch.Tensor, cfg: VTrainConfi
 
 
 def input_scale(seqs: list[SeqTensors]) -> torch.Tensor:
-    """s_i = 1 / sqrt(mean_j h_ji^2) over every position of `seqs` (floored at 1e-3 RMS): [L*D] fp32."""
+    """s_i = 1 / sqrt(mean_j h_ji^2) over every position j >= 1 of `seqs` (floored at 1e-3 RMS): [L*D] fp32.
+    Position 0 is left out: its massive activations (up to ~10^3 in a few dimensions) would shrink every other
+    position's scaled state about 10x in those dimensions."""
     sq, n = None, 0
     for st in seqs:
-        x = st.feats.float()
+        x = st.feats[1:].float()
         sq = x.pow(2).sum(0) if sq is None else sq + x.pow(2).sum(0)
         n += x.shape[0]
     return 1.0 / (sq / max(n, 1)).sqrt().clamp(min=1e-3)

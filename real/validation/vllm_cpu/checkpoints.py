@@ -21,8 +21,8 @@ num_speculative_tokens from it), `target_layer_ids` (0-based; the residual strea
 `confidence_head_with_markov`. Weights: per layer q/k/v/o_proj, q_norm, k_norm, gate/up/down_proj and the two
 layer norms; fc [hidden, len(target_layer_ids) * target_hidden], hidden_norm, norm; markov_head.markov_w1
 [vocab, r] and markov_w2 [vocab, r]; confidence_head.proj weight [1, hidden + r] and bias [1]. Random weights:
-normal(0, std) from a seed, norms 1. Until the drafter issue trains one in this architecture, the DSpark of
-these runs is a random one (its drafts are almost never accepted; adaptive verification then trims them).
+normal(0, std) from a seed, norms 1 (its drafts are almost never accepted). The runs' default DSpark is the
+bundled trained one (real/drafter/model.ENGINE_DRAFTER, docs/drafter.md), exported by `python -m real.export_drafter`.
 """
 from __future__ import annotations
 
@@ -50,18 +50,29 @@ def default_model() -> str:
     return str(hf_dir() / "smollm2-135m-instruct")
 
 
+
+
 def default_drafter() -> str:
-    return str(hf_dir() / "dspark-rand-smollm2-135m")
+    """The bundled trained drafter, exported (make_commands); `python -m real.vllm_cpu dspark` writes a random one."""
+    return str(hf_dir() / "dspark-smollm2-135m")
 
 
 def make_commands(num_speculative_tokens: int = 7) -> str:
-    """The commands that make the default directories."""
-    return (f"python -m real.vllm_cpu smollm2 --out {default_model()} && python -m real.vllm_cpu dspark --target "
-            f"{default_model()} --num-speculative-tokens {num_speculative_tokens} --out {default_drafter()}")
+    """The commands that make the default directories (the trained drafter proposes blocks of 7; another K
+    needs a random drafter: python -m real.vllm_cpu dspark --num-speculative-tokens K)."""
+    from real.drafter.model import ENGINE_DRAFTER
+    from sim.infra import paths
+
+    drafter = (f"python -m real.export_drafter --drafter {ENGINE_DRAFTER.relative_to(paths.REPO)} --out {default_drafter()}"
+               if num_speculative_tokens == 7 else
+               f"python -m real.vllm_cpu dspark --target {default_model()} --num-speculative-tokens "
+               f"{num_speculative_tokens} --out {hf_dir()}/dspark-rand-smollm2-135m-k{num_speculative_tokens}, then "
+               f"--drafter that directory")
+    return f"python -m real.vllm_cpu smollm2 --out {default_model()} && {drafter}"
 
 
 def cpu_defaults() -> dict:
-    """The CPU build's run settings where no flag is given: the local SmolLM2 and random DSpark directories,
+    """The CPU build's run settings where no flag is given: the local SmolLM2 and trained DSpark directories,
     max_model_len 2048, a 128-token step budget (VllmRunConfig fields)."""
     return {"model": default_model(), "drafter": default_drafter(), "max_model_len": MAX_MODEL_LEN,
             "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS}
