@@ -361,4 +361,5 @@ def load_drafter(path: str | Path = DEFAULT_DRAFTER, target: str | None = None, 
     return d.to(device=device, dtype=dtype).eval()
 
 
-__all__ = ["DrafterConfig", "DSparkDrafter", "DraftOut", "load_drafter", "save_drafter", "DEFAULT_DRAFTER", "ENGINE_DRAFTER", "FORMAT"]
+__all__ = ["DrafterConfig", "DSparkDrafter", "DraftOut", "load_drafter", "save_drafter", "DEFAULT_DRAFTER",
+           "ENGINE_DRAFTER", "FORMAT"]

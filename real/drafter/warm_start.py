@@ -16,7 +16,8 @@ size, G the KV heads (3 here; heads 0..2G/3-1 "context", the last group "anchor"
               their fitted values (reduced-rank regression), refitted in turn; the ridge's lambda (times N) chosen
               among `lams` by the top-1 agreement with the target on every tenth sequence, held out of the fit
   fc          c = e_0 (mu . x) + Q P x: row 0 a direction mu with mu . x > 0 on (nearly) every training position
-              (found as `positive_direction` finds one; the share is reported), the others the top principal directions P of x written into Q, an orthonormal basis
+              (found as `positive_direction` finds one; the share is reported), the others the top principal
+              directions P of x written into Q, an orthonormal basis
               of {e_0, w2}^perp: so n_0 > 0 on every context and w2 . n = 0
   keys        context groups: k = k_norm(u (e_0 . n)) = u * const for every context (n_0 > 0), 0 for the block
               (y_0 = 0); anchor group: k = k_norm(u (w2 . y)) = u * const for the anchor's input (w2 . y > 0 on
@@ -43,7 +44,8 @@ import torch
 from sim.infra.errors import ConfigError
 
 
-def positive_direction(X: torch.Tensor, orth: torch.Tensor | None = None, iters: int = 300) -> tuple[torch.Tensor, float]:
+def positive_direction(X: torch.Tensor, orth: torch.Tensor | None = None,
+                       iters: int = 300) -> tuple[torch.Tensor, float]:
     """A unit w with w . x > 0 for as many rows of X [N, D] as a softplus-margin descent finds, w orthogonal to
     the columns of `orth` [D, m]. Returns (w, share of rows with w . x > 0)."""
     def project(v):
@@ -109,7 +111,8 @@ def _fit(n, Yb, Ea, Y, lam: float, rank_a: int, rank_b: int, factors: bool = Fal
 
 @torch.no_grad()
 def warm_start(d, seqs, target_norm_weight: torch.Tensor, max_positions: int = 40000,
-               lams: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1), margin: float = 12.0, seed: int = 0, log=print) -> dict:
+               lams: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1), margin: float = 12.0, seed: int = 0,
+               log=print) -> dict:
     """Set layer 0 (and zero the later layers' residual branches) of DSparkV `d` as the module docstring says,
     from the training sequences `seqs` (real/drafter/train.SeqTensors). `d.in_scale` must be set. Returns the
     fit's figures (beta, R^2 of the rank-cut fit, the directions' positive shares, the attention margin)."""
@@ -247,7 +250,8 @@ def warm_start(d, seqs, target_norm_weight: torch.Tensor, max_positions: int = 4
              "fit_top1_vs_target": round(scores[lam], 4),  # positions held out of the fit
              "context_positive": round(ctx_pos, 4),
              "query_positive_vocab": round(q_share, 4), "anchor_positive_vocab": round(a_share, 4),
-             "anchor_positive_positions": round(anchor_pos, 4), "query_positive_positions": round(q_pos, 4), "attention_margin_nats": margin,
+             "anchor_positive_positions": round(anchor_pos, 4), "query_positive_positions": round(q_pos, 4),
+             "attention_margin_nats": margin,
              "qk_norm_weight": round(a, 3)}
     log("warm start: " + ", ".join(f"{k} {v}" for k, v in stats.items()))
     return stats

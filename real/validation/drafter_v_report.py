@@ -30,13 +30,15 @@ def _meta(path: Path) -> dict:
 
 
 def markdown(meta: dict, drafter: Path, html_name: str, plotly: str = "inline") -> str:
-    cmd = f"python -m real.drafter_v_report --drafter {drafter} -o <out.md>" + (f" --plotly {plotly}" if plotly != "inline" else "")
+    cmd = (f"python -m real.drafter_v_report --drafter {drafter} -o <out.md>"
+           + (f" --plotly {plotly}" if plotly != "inline" else ""))
     lines = [f"# The vLLM-architecture DSpark drafter for SmolLM2-135M ({drafter.name})", "",
              f"Made by `{meta['command']}`; this page by `{cmd}`. Learning curve: [{html_name}]({html_name}).", "",
              "## Data", "", "| source | sequences | train | held out | tokens | agreement with the target |",
              "|---|---|---|---|---|---|"]
     for k, v in meta["data"].items():
-        lines.append(f"| {k} | {v['sequences']} | {v['train']} | {v['held_out']} | {v['tokens']} | {v['agreement']:.1%} |")
+        lines.append(f"| {k} | {v['sequences']} | {v['train']} | {v['held_out']} | {v['tokens']} | "
+                     f"{v['agreement']:.1%} |")
     w = meta.get("warm_start")
     lines += ["", "## Warm start (real/drafter/warm_start.py)", ""]
     lines += ([", ".join(f"{k} {v}" for k, v in w.items())] if w else ["off (`--no-warm-start`)"])
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = _meta(drafter)
     if a.plotly == "shared":
         write_asset(folder)
-    commit_files(folder, {html.name: curve_html(meta, a.plotly), out.name: markdown(meta, drafter, html.name, a.plotly)})
+    commit_files(folder, {html.name: curve_html(meta, a.plotly),
+                          out.name: markdown(meta, drafter, html.name, a.plotly)})
     print(f"wrote {out} and {html}")
     return 0

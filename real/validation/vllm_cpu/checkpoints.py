@@ -50,8 +50,6 @@ def default_model() -> str:
     return str(hf_dir() / "smollm2-135m-instruct")
 
 
-
-
 def default_drafter() -> str:
     """The bundled trained drafter, exported (make_commands); `python -m real.vllm_cpu dspark` writes a random one."""
     return str(hf_dir() / "dspark-smollm2-135m")
@@ -63,8 +61,8 @@ def make_commands(num_speculative_tokens: int = 7) -> str:
     from real.drafter.model import ENGINE_DRAFTER
     from sim.infra import paths
 
-    drafter = (f"python -m real.export_drafter --drafter {ENGINE_DRAFTER.relative_to(paths.REPO)} --out {default_drafter()}"
-               if num_speculative_tokens == 7 else
+    drafter = (f"python -m real.export_drafter --drafter {ENGINE_DRAFTER.relative_to(paths.REPO)} "
+               f"--out {default_drafter()}" if num_speculative_tokens == 7 else
                f"python -m real.vllm_cpu dspark --target {default_model()} --num-speculative-tokens "
                f"{num_speculative_tokens} --out {hf_dir()}/dspark-rand-smollm2-135m-k{num_speculative_tokens}, then "
                f"--drafter that directory")
