@@ -135,3 +135,30 @@ def test_hybrid_vllm_over_a_chain_the_plugin_lacks_is_simulated_only():
     assert tier(get_policy("suffix", ("dspark", "ngram", "suffix"))) == "vllm"
     pol = get_policy("hybrid-vllm:slots=32:skip:runcal=64")
     assert tier(pol) == "plugin" and ("runcal", 64) in pol.vllm.plugin_config
+
+
+def test_a_policy_run_with_its_own_drafter_joins_its_workload():
+    """The paper preset runs `suffix` alone with the suffix drafter enabled: the report shows it in the same
+    workload and serve table (a vLLM method), while two runs of one policy on different drafters stay apart."""
+    import pandas as pd
+
+    from sim.api.report import workloads, serve_table
+    from sim.core.config import DEFAULT_DRAFTERS, WITH_SUFFIX
+
+    def row(policy, drafters, tok_s, trace="traces/codeedit.jsonl"):
+        return {"status": "ok", "trace": trace, "drafters": drafters, "policy": policy, "batch_size": 4,
+                "output_throughput_tok_s": tok_s}
+
+    df = pd.DataFrame([row("none", DEFAULT_DRAFTERS, 100.0), row("adaptive", DEFAULT_DRAFTERS, 400.0),
+                       row("hybrid-vllm:slots=32", DEFAULT_DRAFTERS, 900.0), row("suffix", WITH_SUFFIX, 1000.0),
+                       row("adaptive", WITH_SUFFIX, 400.0)])  # the sweep's baseline of the suffix setup: one copy kept
+    ((name, g),) = workloads(df)
+    assert name == "codeedit" and sorted(g["policy"]) == ["adaptive", "hybrid-vllm:slots=32", "none", "suffix"]
+    assert g.loc[g["policy"] == "adaptive", "drafters"].tolist() == [DEFAULT_DRAFTERS]
+    t = g.pivot_table(index="batch_size", columns="policy", values="output_throughput_tok_s", aggfunc="first")
+    line = serve_table(t, dict(zip(g["policy"], g["drafters"]))).splitlines()[2]
+    assert line.startswith("| 4 | suffix | 2.500 | vLLM | suffix | 2.500 |")
+    # hybrid-vllm over three drafters is another design (a third chain): its own workload, labelled
+    both = pd.concat([df, pd.DataFrame([row("hybrid-vllm:slots=32", WITH_SUFFIX, 950.0)])])
+    names = [n for n, _ in workloads(both)]
+    assert len(names) == 2 and all("drafters=" in n for n in names)

@@ -32,8 +32,10 @@ def test_the_ratios_are_the_best_plugin_over_the_best_alternative_and_over_hybri
 
 
 def test_the_suffix_drafter_is_enabled_only_for_the_policies_that_need_it():
-    assert not M._runs_on("suffix", "dspark,ngram") and M._runs_on("suffix", M.SUFFIX_DRAFTERS)
-    assert all(M._runs_on(p, "dspark,ngram") for p in M.PLUGIN + tuple(p for p in M.COMPARISON if p != "suffix"))
+    from sim.core.config import DEFAULT_DRAFTERS, WITH_SUFFIX
+
+    assert not M._runs_on("suffix", DEFAULT_DRAFTERS) and M._runs_on("suffix", WITH_SUFFIX)
+    assert all(M._runs_on(p, DEFAULT_DRAFTERS) for p in M.PLUGIN + tuple(p for p in M.COMPARISON if p != "suffix"))
 
 
 def test_a_quick_run_writes_its_report_and_never_overwrites_one(tmp_path):

@@ -150,10 +150,15 @@ def test_toml_grid_and_subgrids(tmp_path):
 def test_paper_preset_grid():
     from sim.api.sweep import PRESETS, expand
 
+    from sim.core.config import DEFAULT_DRAFTERS, WITH_SUFFIX
+
     cells = expand(PRESETS["paper"])
-    assert len(cells) == 14 * 9 * 3  # codeedit, codeedit-model, chat
-    assert {"hybrid", "hybrid-price", "oracle", "ngram-fixed:32", "none", "vllm-ngram:32",
+    # codeedit, codeedit-model, chat; suffix apart with its drafter, with that setup's baseline
+    assert len(cells) == (15 + 2) * 9 * 3
+    assert {"hybrid", "hybrid-price", "oracle", "ngram-fixed:32", "none", "vllm-ngram:32", "suffix",
             "hybrid-vllm:slots=32", "hybrid-vllm:slots=32:runcal=64"} <= {c.policy for c in cells}  # every tier
+    assert {c.policy for c in cells if c.drafters == WITH_SUFFIX} == {"suffix", "adaptive"}
+    assert all(c.drafters == DEFAULT_DRAFTERS for c in cells if c.policy not in ("suffix", "adaptive"))
     assert {c.batch_size for c in cells} == {1, 2, 4, 8, 16, 32, 64, 128, 256}
 
 

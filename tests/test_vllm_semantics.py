@@ -137,6 +137,34 @@ def test_each_vllm_build_is_predicted_with_its_release():
         assert ("--vllm-version 0.32" in sim_command(setup, "adaptive", 1)) is (want == "0.32")
 
 
+def test_a_dspark_block_wider_than_the_profile_is_predicted(tmp_path):
+    """vLLM's DSpark at num_speculative_tokens = W drafts a W-token block whatever the checkpoint's: the recorded
+    chains are then W wide, and the prediction runs the profile for W-token chains (NAME:W) instead of refusing
+    the sidecar for not matching the profile's block."""
+    from pathlib import Path
+
+    from real.validation.vllm import config as C
+    from real.validation.vllm.cells import sim_setup
+    from sim.core.trace import load_trace
+
+    W, rng = 16, np.random.default_rng(0)
+    side = tmp_path / "drafts.jsonl"
+    with side.open("w") as f:
+        for r in load_trace(TINY).requests:
+            L = r.output_len
+            f.write(json.dumps({"id": r.id, "model_conf": rng.uniform(0, 1, (L, W)).round(3).tolist(),
+                                "model_acc": rng.integers(0, 3, L).tolist()}) + "\n")
+    cfg = C.from_args({"device": "cuda"}, seed=0)
+    plain = sim_setup(cfg, "0.33", Path(TINY), Path("table.json"), side, None, 0, W, drafts_k=7)
+    assert plain.drafter == C.SIM_DRAFTER  # the profile's own block: the command is unchanged
+    setup = sim_setup(cfg, "0.33", Path(TINY), Path("table.json"), side, None, 0, W, drafts_k=W)
+    assert setup.drafter == f"{C.SIM_DRAFTER}:{W}"
+    prep = prepare(dataclasses.replace(setup, gpu="h100-sxm", cost="roofline"))
+    assert prep.tables.k_model == W and prep.tables.replayed_requests > 0
+    row, res = run_one(prep, "adaptive", 2)
+    assert res.lossless and row["acceptance_length"] > 0
+
+
 def test_033_spends_no_extra_slots():
     """A 64-token budget under vLLM's scheduler: 0.32 leaves a prefill chunk at most budget - R * (1 + 7 + 6) - 6,
     0.33 at most budget - R * (1 + 7), and some chunk uses the room 0.32 did not have; fewer steps."""

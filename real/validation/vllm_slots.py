@@ -220,11 +220,11 @@ def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: 
 
     try:
         table = cost_table(cfg, table_run, work / "cost_table.json")
-        drafts = None
+        drafts = width = None
         if pol in ("adaptive", "hybrid"):  # the DSpark chains vLLM drafted: K_b wide for the hybrid, W for adaptive
-            drafts = drafts_file(sl, run, ref, block if pol == "hybrid" else cfg.num_speculative_tokens,
-                                 work / "drafts.jsonl")
-        s, cmd = predict(cfg, semantics, pol, bs, ref_path, table, drafts, run, seed)
+            width = block if pol == "hybrid" else cfg.num_speculative_tokens
+            drafts = drafts_file(sl, run, ref, width, work / "drafts.jsonl")
+        s, cmd = predict(cfg, semantics, pol, bs, ref_path, table, drafts, run, seed, width)
         return {"steps": s["steps"], "tokens_per_step": s["tokens_per_step"], "lossless": s["lossless"],
                 "sim_policy": cfg.sim_policy(pol), "command": cmd}
     except Exception as exc:  # noqa: BLE001 -- reported in the cell, never hidden

@@ -30,6 +30,7 @@ import sys
 
 import torch
 
+from sim.core.config import DEFAULT_DRAFTERS, WITH_SUFFIX
 from sim.infra.cli import SEED, ArgumentParser, int_at_least
 from sim.core.drafters.registry import live_drafters
 from sim.engine.engine import Engine, EngineConfig
@@ -41,7 +42,7 @@ from sim.core.policies.base import Allocation, Plan, StepBatch
 from sim.core.policies.common import goodput
 from sim.core.policies.multi import oracle_n
 
-THREE, TWO = "dspark,ngram,suffix", "dspark,ngram"
+THREE, TWO = WITH_SUFFIX, DEFAULT_DRAFTERS
 RUNS = (("hybrid", THREE), ("hybrid", TWO), ("adaptive", TWO), ("model-fixed:7", TWO), ("ngram-fixed:32", TWO),
         ("suffix", THREE), ("hybrid-price", THREE), ("oracle", THREE))
 SINGLES = ("adaptive", "model-fixed:7", "ngram-fixed:32", "suffix")

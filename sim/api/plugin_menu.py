@@ -23,6 +23,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from sim.core.config import WITH_SUFFIX
 from sim.infra.errors import ConfigError
 from sim.infra import paths
 from sim.infra.cli import ArgumentParser, check_out_file, flag_given, write_files
@@ -37,8 +38,6 @@ COMPARISON = ("none", "adaptive", "model-fixed:7", f"vllm-ngram:{W}", "suffix")
 PLUGIN = (f"hybrid-vllm:slots={W}", f"hybrid-vllm:slots={W}:skip", "hybrid-vllm:runcal=64",
           f"hybrid-vllm:slots={W}:runcal=64", f"hybrid-vllm:slots={W}:skip:runcal=64")
 HYBRID = "hybrid"
-SUFFIX_DRAFTERS = "dspark,ngram,suffix"  # suffix is a live drafter: its runs must build it (and only its: the
-# other policies' over-drafters forms would take a third chain, which the plugin does not have)
 DEFAULT_OUT = "reports/plugin-menu.md"
 MENU_TARGET = 0.99
 HYBRID_TARGET = 0.9
@@ -68,7 +67,7 @@ def run_cell(cell: tuple[str, str, int, str], limit: int | None = None) -> dict:
     from sim.api.run import SimSetup, run_one
 
     trace, policy, batch, scheduler = cell
-    drafters = SimSetup.drafters if _runs_on(policy, SimSetup.drafters) else SUFFIX_DRAFTERS
+    drafters = SimSetup.drafters if _runs_on(policy, SimSetup.drafters) else WITH_SUFFIX
     row, res = run_one(_prepared(trace, scheduler, drafters, limit), policy, batch)
     res.raise_if_lossy(f"{trace} {policy} batch {batch}")
     return {"trace": trace, "policy": policy, "batch_size": batch, "scheduler": scheduler,

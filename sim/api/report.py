@@ -233,17 +233,20 @@ def read_table(f: Path):
         raise ConfigError(f"{f}: not a readable CSV table ({str(exc).splitlines()[0][:200]})") from None
 
 
-def _workloads(df) -> list[tuple[str, "pd.DataFrame"]]:
-    """Split ok rows by setup (everything but policy and batch size); label each by the trace's stem plus
-    whatever else differs between the setups."""
+def workloads(df) -> list[tuple[str, "pd.DataFrame"]]:
+    """Split ok rows by setup (everything but policy and batch size; sim.api.setups.join_setups: a policy run apart
+    with a drafter of its own joins its workload); label each by the trace's stem plus whatever else differs
+    between the setups. Each policy keeps the `drafters` it ran with."""
     import pandas as pd
+
+    from sim.api.setups import join_setups, setup_values
 
     keys = [k for k in _SETUP_KEYS if k in df.columns]
     ok = df[df["status"] == "ok"].copy()
     if ok.empty:
         return []
-    ok["_setup"] = [repr(tuple(t)) for t in ok[keys].itertuples(index=False)]
-    varying = [k for k in keys if k != "trace" and ok[k].astype(str).nunique() > 1]
+    ok = join_setups(ok, keys)
+    varying = [k for k in keys if k != "trace" and setup_values(ok, k).nunique() > 1]
     out = []
     for _, g in ok.groupby("_setup", sort=False):
         r = g.iloc[0]
@@ -323,7 +326,7 @@ def _sweep_figures(df, req) -> list[tuple[str, str, list]]:
     """[(section title, explanation, [(figure id, go.Figure)])]."""
     from sim.core.metrics import BREAKDOWN
 
-    wl = _workloads(df)
+    wl = workloads(df)
     sections = []
     logx = dict(type="log", dtick=np.log10(2), tickformat="d")
 
@@ -468,7 +471,7 @@ def sweep_tables_md(df, req) -> str:
         for _, r in err.head(20).iterrows():
             out.append(f"- {r['policy']} bs={r['batch_size']} {r['trace']}: {r['error']}")
         out.append("")
-    for name, g in _workloads(df):
+    for name, g in workloads(df):
         pols = _policies(g)
         out += [f"## {name}", "", _setup_line(g), ""]
         out += ["### Output throughput (tokens/s)", "", _pivot_md(g, "output_throughput_tok_s", "{:.0f}", pols), ""]
@@ -513,17 +516,21 @@ def _best_single(t, b):
     return best, vals[best]
 
 
-def serve_table(t, drafters: str | None) -> str:
+def serve_table(t, drafters: dict | str | None) -> str:
     """What to serve per batch size (sim/core/deploy.py's tiers, as sim.run's verdict ranks them): the fastest
     setup that runs in vLLM as released or with the plugin, the best in vLLM as released, the fastest
     simulated-only design, and speculation's gain over `none`; ratios over adaptive. `t`: throughput by batch
-    size x policy."""
+    size x policy; `drafters`: the drafters each policy ran with (policy -> `--drafters` value), or one value for
+    all of them."""
     from sim.api.console import rank_key
     from sim.core.deploy import DEPLOYABLE, tier
     from sim.core.policies import get_policy
 
-    names = tuple(str(drafters).split(",")) if drafters else None
-    tiers = {p: tier(get_policy(p, names) if names else get_policy(p)) for p in t.columns}
+    def policy(p):
+        d = drafters.get(p) if isinstance(drafters, dict) else drafters
+        return get_policy(p, tuple(str(d).split(","))) if d and str(d) != "nan" else get_policy(p)
+
+    tiers = {p: tier(policy(p)) for p in t.columns}
     rows = []
     for b in t.index:
         base = t.at[b, BASE] if BASE in t else float("nan")
@@ -597,7 +604,7 @@ def paper_md(df, command: str | None = None, anchors: list[dict] | None = None) 
            "compares throughput over the steps in which the whole batch was decoding.", ""]
     if command:
         out += ["Regenerate (see docs/sweeps.md):", "", "    " + command, ""]
-    wl = _workloads(df)
+    wl = workloads(df)
     found = False
     for key, title in (("codeedit", "Code editing, copy-heavy bound"),
                        ("codeedit-model", "Code editing, model-shaped outputs"), ("chat", "Chat")):
@@ -610,7 +617,7 @@ def paper_md(df, command: str | None = None, anchors: list[dict] | None = None) 
             out += [f"## {title} ({name})", "", _setup_line(g), ""] + anchor_lines(anchors, key)
             t = g.pivot_table(index="batch_size", columns="policy", values="output_throughput_tok_s", aggfunc="first")
             out += ["What to serve (the verdict of `python -m sim.run`; `vllm serve` flags: its output):", "",
-                    serve_table(t, g.iloc[0].get("drafters")), ""]
+                    serve_table(t, dict(zip(g["policy"], g["drafters"])) if "drafters" in g else None), ""]
             r_o = _ratio_table(g, ORACLE, BASE)
             r_s = _ratio_table(g, hyb, BASE, "steady_throughput_tok_s") if hyb else None
             rows = []

@@ -47,6 +47,8 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from sim.api.setups import join_setups, setup_values
+from sim.core.config import WITH_SUFFIX
 from sim.infra.cli import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least
 from sim.infra.fsio import clean_dead, commit_files, forking_workers, out_guard
 from sim.infra.errors import ConfigError
@@ -70,14 +72,17 @@ def _defaults() -> dict[str, list]:
 PAPER_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 PAPER_POLICIES = ["adaptive", "hybrid", "hybrid-price", "hybrid-tree", "ngram-first", "ngram-threshold", "oracle",
                   "model-fixed:7", "ngram-fixed:32", "none", "vllm-ngram:32", "hybrid-vllm:slots=32",
-                  "hybrid-vllm:slots=32:runcal=64", "hybrid-vllm:runcal=64"]  # every verdict tier; the plugin's
-# settings as sim.plugin_menu runs them (its W = 32 and W = 7 with online recalibration)
+                  "hybrid-vllm:slots=32:runcal=64", "hybrid-vllm:runcal=64", "hybrid-vllm:slots=32:skip:runcal=64"]
+# every verdict tier; the plugin's settings as sim.plugin_menu runs them (W = 32 and W = 7 with online
+# recalibration, W = 32 with the skip)
 PRESETS: dict[str, dict] = {
     # reports/paper.md and reports/index.html: the bundled workloads (code editing as the copy-heavy bound and
     # with model-shaped outputs, chat) at temperature 0, qwen3-8b on H100.
+    # `suffix` (vLLM's suffix decoding) runs with its live drafter enabled, alone: enabling it for every policy
+    # would hand the hybrids' over-drafters forms a third chain (sim.report joins its rows to the workload).
     "paper": {"trace": ["traces/codeedit.jsonl", "traces/codeedit-model.jsonl", "traces/chat.jsonl"],
-              "model": ["qwen3-8b"], "gpu": ["h100-sxm"],
-              "temperature": [0.0], "policy": PAPER_POLICIES, "batch_size": PAPER_BATCH_SIZES},
+              "model": ["qwen3-8b"], "gpu": ["h100-sxm"], "temperature": [0.0], "batch_size": PAPER_BATCH_SIZES,
+              "grid": [{"policy": PAPER_POLICIES}, {"policy": ["suffix"], "drafters": [WITH_SUFFIX]}]},
     # Tuning of the hybrids' knobs (docs/simulator.md, "Knobs and where they come from"): general text only,
     # a seeded sample, never the traces the reports evaluate: the n-gram margin (shared by hybrid and
     # hybrid-price; default 1) over {0, 0.25, 0.5, 1, 1.5, 2}, the n-gram chain length k over {16, 32, 64},
@@ -690,12 +695,13 @@ def print_results(df: pd.DataFrame, fmt: str = "table") -> None:
     if not len(df):
         return
     ok = df[df["status"] == "ok"]
-    rows = ok.to_dict("records")
     if fmt != "table":
-        console.emit(rows, fmt, BASELINE)
+        console.emit(ok.to_dict("records"), fmt, BASELINE)
         return
-    vary = [k for k in PREP_KEYS + RUN_KEYS if k not in ("policy", "batch_size") and k in ok
-            and ok[k].astype(str).nunique() > 1]
+    keys = [k for k in PREP_KEYS + RUN_KEYS if k not in ("policy", "batch_size") and k in ok]
+    ok = join_setups(ok, keys)  # a policy run apart with its own drafter is read in its workload
+    vary = [k for k in keys if setup_values(ok, k).nunique() > 1]
+    rows = ok.drop(columns="_setup").to_dict("records")
     for r in rows:
         if "trace" in r:
             r["trace_name"] = Path(str(r["trace"])).stem

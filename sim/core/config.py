@@ -45,6 +45,10 @@ DEFAULT_POLICIES = ("none", "model-fixed:7", "vllm-ngram:32", "ngram-fixed:32", 
                     "hybrid-vllm:slots=32:runcal=64", "ngram-first", "ngram-threshold", "hybrid", "hybrid-price",
                     "hybrid-tree", "oracle")
 DEFAULT_BATCH_SIZES = (4, 128)
+DEFAULT_DRAFTERS = "dspark,ngram"  # what a run enables unless --drafters says otherwise
+# the drafters a run of vLLM's suffix decoding (`suffix`, a live drafter) enables beside the default two; reports that
+# compare it run it alone with them, as enabling it for every policy gives the hybrids' over-drafters forms a third chain
+WITH_SUFFIX = DEFAULT_DRAFTERS + ",suffix"
 MAX_BATCH_SIZE = 2**20  # the most running requests a run (or a recorded cell) can name
 
 
@@ -96,7 +100,7 @@ class DrafterConfig:
                             "(each request's built when it is admitted and freed when it finishes: memory follows the "
                             "running batch) or auto (stream when the whole tables would pass 1 GiB; docs/memory.md)",
                             grid=None, parse=parse_draft_tables)
-    drafters: str = opt("dspark,ngram", "the drafters the run enables, by name (sim/core/drafters/registry.py: dspark, ngram, "
+    drafters: str = opt(DEFAULT_DRAFTERS, "the drafters the run enables, by name (sim/core/drafters/registry.py: dspark, ngram, "
                         "suffix); hybrid, hybrid-price, hybrid-tree, hybrid-vllm and oracle choose among all of "
                         "them, any other policy must use enabled ones", parse=parse_drafter_list)
     drafter_config: str | None = opt(None, "every drafter's settings as one JSON object, e.g. '{\"suffix\": "

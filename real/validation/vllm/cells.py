@@ -179,15 +179,21 @@ def drafts_file(sl, run: dict, ref: list[list[int]], k: int, path: Path) -> Path
 
 
 def sim_setup(cfg: VllmRunConfig, semantics: str, ref_path: Path, table: Path, drafts: Path | None, run: dict | None,
-              seed: int, k: int | None = None):
+              seed: int, k: int | None = None, drafts_k: int | None = None):
     """The SimSetup predicting a vLLM cell: vLLM's scheduler and token budget, the semantics of the build's version,
     the run's KV capacity and async scheduling (run None, a plan: the simulator's defaults stand in), the recorded
-    chains (else the synthetic DSpark profile), n-gram chains of k = the cell's num_speculative_tokens."""
+    chains (else the synthetic DSpark profile), n-gram chains of k = the cell's num_speculative_tokens. drafts_k: the
+    recorded chains' width where it is not the profile's block (vLLM's DSpark at num_speculative_tokens = W > its
+    block drafts a W-token block): the profile then runs for chains of that many tokens (`NAME:K`)."""
     from sim.api.run import SimSetup
+    from sim.core.drafters.model import load_drafter_profile
 
     run = run or {}
+    drafter = C.SIM_DRAFTER
+    if drafts_k is not None and drafts_k != load_drafter_profile(drafter).block:
+        drafter = f"{drafter}:{int(drafts_k)}"
     return SimSetup(trace=str(ref_path), model=cfg.sim_model(), gpu=str(table), cost="profiled",
-                    drafter=C.SIM_DRAFTER, calibrator=cfg.hybrid.calibrator, ngram_k=k or cfg.num_speculative_tokens,
+                    drafter=drafter, calibrator=cfg.hybrid.calibrator, ngram_k=k or cfg.num_speculative_tokens,
                     seed=seed, temperature=C.TEMPERATURE, max_num_batched_tokens=cfg.max_num_batched_tokens,
                     kv_capacity_tokens=run.get("kv_capacity_tokens"), drafts=str(drafts) if drafts else None,
                     async_scheduling=run.get("async_scheduling") is not False, scheduler="vllm",
@@ -195,13 +201,14 @@ def sim_setup(cfg: VllmRunConfig, semantics: str, ref_path: Path, table: Path, d
 
 
 def predict(cfg: VllmRunConfig, semantics: str, policy: str, bs: int, ref_path: Path, table: Path,
-            drafts: Path | None, run: dict, seed: int) -> tuple[dict, str]:
-    """The simulator's run of the cell (its summary, steps counted as vLLM counts them, and its command)."""
+            drafts: Path | None, run: dict, seed: int, drafts_k: int | None = None) -> tuple[dict, str]:
+    """The simulator's run of the cell (its summary, steps counted as vLLM counts them, and its command); drafts_k:
+    the recorded chains' width (sim_setup)."""
     from real.validation.pipeline.predict import predict as sim_predict
 
     cell = cfg.cell(policy)
-    s, cmd = sim_predict(sim_setup(cfg, semantics, ref_path, table, drafts, run, seed, cell.num_speculative_tokens),
-                         cfg.sim_policy(policy), bs)
+    s, cmd = sim_predict(sim_setup(cfg, semantics, ref_path, table, drafts, run, seed, cell.num_speculative_tokens,
+                                   drafts_k), cfg.sim_policy(policy), bs)
     s.pop("step_ms", None)
     return s, cmd
 
