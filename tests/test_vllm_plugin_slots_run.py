@@ -180,3 +180,20 @@ def test_the_cuda_path_plans_its_cells_and_reports_the_gpu(monkeypatch, tmp_path
     assert "Not run (--cached-only):" in md and "none (and every W)" in md
     meta = json.loads((out / "slots.json").read_text())["meta"]
     assert meta["device"] == "cuda" and meta["distribution"] == "vllm"
+
+
+def test_a_missing_default_directory_says_how_it_is_made(tmp_path, monkeypatch):
+    """A fresh machine has no local SmolLM2 or exported DSpark: the error gives the commands that make them (the
+    trained drafter's export at its block of 7, a random drafter for another K)."""
+    from real.validation.vllm_cpu import checkpoints
+
+    monkeypatch.setattr(checkpoints, "hf_dir", lambda: tmp_path / "hf")
+    with pytest.raises(ConfigError, match="python -m real.vllm_cpu smollm2 .*python -m real.export_drafter .*--out "
+                                          ".*dspark-smollm2-135m"):
+        checkpoints.check_pair(tmp_path / "none", tmp_path / "nope", 7)
+    with pytest.raises(ConfigError, match="python -m real.vllm_cpu dspark .*--num-speculative-tokens 16"):
+        checkpoints.check_pair(tmp_path / "none", tmp_path / "nope", 16)
+    with pytest.raises(ConfigError, match=r"no config.json\); it is made by: python -m real.vllm_cpu smollm2"):
+        drafter_info(checkpoints.default_drafter())
+    with pytest.raises(ConfigError, match=r"no config.json\)$"):  # another path: no recipe to give
+        drafter_info(str(tmp_path / "elsewhere"))

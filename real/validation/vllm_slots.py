@@ -150,7 +150,10 @@ def drafter_info(path: str) -> dict:
         return _checkpoint_info(path, path.split("/")[-1], _hub_config(path), "Hugging Face " + path)
     cfg_path = d / "config.json"
     if not d.is_dir() or not cfg_path.exists():
-        raise ConfigError(f"--drafter {d}: not a model directory (no config.json)")
+        from real.validation.vllm_cpu.checkpoints import default_drafter as cpu_drafter, make_commands
+
+        made = f"; it is made by: {make_commands()}" if str(d) == cpu_drafter() else ""
+        raise ConfigError(f"--drafter {d}: not a model directory (no config.json){made}")
     # every file through the input layer (a regular file, capped, strict JSON, typed: sim/infra/inputs.py)
     cfg = read_json(cfg_path, CONFIG, CHECKPOINT_SCHEMA, what="--drafter")
     source = "?"

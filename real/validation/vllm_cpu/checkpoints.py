@@ -313,8 +313,8 @@ def check_pair(target_dir: str | Path, drafter_dir: str | Path, num_speculative_
     t, dr = Path(target_dir) / "config.json", Path(drafter_dir) / "config.json"
     for p, flag in ((t, "--vllm-model"), (dr, "--vllm-drafter")):
         if not p.exists():
-            raise ConfigError(f"{flag} {p.parent}: not a model directory (no config.json); make one with "
-                              "`python -m real.vllm_cpu smollm2` / `python -m real.vllm_cpu dspark`")
+            raise ConfigError(f"{flag} {p.parent}: not a model directory (no config.json); the defaults are made by: "
+                              f"{make_commands(num_speculative_tokens)}")
     tc, dc = read_config(t, "--vllm-model"), read_config(dr, "--vllm-drafter", DRAFTER_SCHEMA)
     if DSPARK_ARCH not in (dc.get("architectures") or []):
         raise ConfigError(f"--vllm-drafter {dr.parent}: not a DSpark export (architectures "
