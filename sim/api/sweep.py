@@ -267,11 +267,12 @@ def _file_digest(path: str) -> str:
 
 def code_fingerprint() -> str:
     """Hash of what decides a cell's numbers: the simulator's sources (Python, and the C of its native policy
-    forms) and its data files (models/). The sweep and report modules are left out (they do not change results)."""
+    forms) and its data files (models/). The sweep and report modules, and the setups they read results by, are left
+    out (they do not change results)."""
     from sim.core.models import models_dir
 
     h = hashlib.sha256()
-    files = sorted(p for p in (ROOT / "sim").rglob("*.py") if p.name not in ("sweep.py", "report.py"))
+    files = sorted(p for p in (ROOT / "sim").rglob("*.py") if p.name not in ("sweep.py", "report.py", "setups.py"))
     files += sorted((ROOT / "sim").rglob("*.c"))
     files += sorted(p for p in (ROOT / "models").rglob("*") if p.is_file())
     for p in files:
@@ -698,15 +699,16 @@ def print_results(df: pd.DataFrame, fmt: str = "table") -> None:
     if fmt != "table":
         console.emit(ok.to_dict("records"), fmt, BASELINE)
         return
+    n_ok = len(ok)
     keys = [k for k in PREP_KEYS + RUN_KEYS if k not in ("policy", "batch_size") and k in ok]
-    ok = join_setups(ok, keys)  # a policy run apart with its own drafter is read in its workload
+    ok = join_setups(ok, keys)  # a policy run apart with its own drafter is read in its workload (one baseline)
     vary = [k for k in keys if setup_values(ok, k).nunique() > 1]
     rows = ok.drop(columns="_setup").to_dict("records")
     for r in rows:
         if "trace" in r:
             r["trace_name"] = Path(str(r["trace"])).stem
     lead = [("trace_name" if k == "trace" else k, k) for k in vary]
-    console.emit(rows, "table", BASELINE, header=f"{len(ok)} of {len(df)} cells ok; baseline {BASELINE}",
+    console.emit(rows, "table", BASELINE, header=f"{n_ok} of {len(df)} cells ok; baseline {BASELINE}",
                  lead=lead, group=tuple(vary))
 
 
