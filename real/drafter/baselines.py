@@ -17,6 +17,8 @@ from collections import Counter, defaultdict
 
 import torch
 
+from real.drafter.train import final_state, rms_unit, sample_anchors
+
 
 def anchors_of(st, max_anchors: int = 256, start: int = 1) -> torch.Tensor:
     """The held-out anchors: up to `max_anchors` positions a >= max(1, start) with a slot-0 label, spread evenly
@@ -55,14 +57,8 @@ def prompt_copy(tokens: torch.Tensor, a: int) -> int:
 
 
 def _ridge_features(st, idx: torch.Tensor, n_layers: int, D: int, embed: torch.Tensor) -> torch.Tensor:
-    h = st.feats[idx - 1].float().unflatten(-1, (n_layers, D))
-    h = h / h.pow(2).mean(-1, keepdim=True).sqrt().clamp(min=1e-6)
+    h = rms_unit(st.feats[idx - 1].float().unflatten(-1, (n_layers, D)))
     return torch.cat([h.flatten(-2), embed[st.tokens[idx]].float()], -1).double()
-
-
-def _final_state(st, idx: torch.Tensor, D: int) -> torch.Tensor:
-    y = st.feats[idx, -D:].float()
-    return (y / y.pow(2).mean(-1, keepdim=True).sqrt().clamp(min=1e-6)).double()
 
 
 class RidgeNext:
@@ -78,13 +74,10 @@ class RidgeNext:
         per = max(1, max_positions // max(len(train), 1))
         X, Y, held = [], [], []
         for i, st in enumerate(train):
-            C = st.feats.shape[0]
-            ok = torch.nonzero(st.valid[1:C, 0]).squeeze(1) + 1
-            if len(ok) > per:
-                ok = ok[torch.randperm(len(ok), generator=gen)[:per]]
+            ok = sample_anchors(st, per, gen, stop=st.feats.shape[0])  # a < C: the final state at a is known
             if len(ok):
                 X.append(_ridge_features(st, ok, n_layers, D, self.embed))
-                Y.append(_final_state(st, ok, D))
+                Y.append(final_state(st, ok, D).double())
                 held.append(torch.full((len(ok),), i % 10 == 9))
         X, Y, h = torch.cat(X), torch.cat(Y), torch.cat(held)
         if not h.any() or h.all():
@@ -101,8 +94,7 @@ class RidgeNext:
         self.W = torch.linalg.solve(G, Bt + X[h].T @ Y[h]).float()            # [F, D]
 
     def _argmax(self, feats: torch.Tensor) -> torch.Tensor:
-        y = feats @ self.W
-        y = y / y.pow(2).mean(-1, keepdim=True).sqrt().clamp(min=1e-6)
+        y = rms_unit(feats @ self.W)
         return ((y * self.norm_w) @ self.embed.T).argmax(-1)
 
     def predict(self, st, idx: torch.Tensor) -> torch.Tensor:

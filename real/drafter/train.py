@@ -139,11 +139,24 @@ def losses(d: DSparkDrafter, st: SeqTensors, anchors: torch.Tensor, conf_weight:
     return ce + conf_weight * bce, ce.detach(), bce.detach(), per_pos
 
 
-def sample_anchors(st: SeqTensors, n: int, gen: torch.Generator) -> torch.Tensor:
-    ok = torch.nonzero(st.valid[1:, 0]).squeeze(1) + 1  # anchors >= 1 with a valid first label
+def sample_anchors(st: SeqTensors, n: int, gen: torch.Generator, stop: int | None = None) -> torch.Tensor:
+    """Anchors 1 <= a < stop (None: every anchor, a <= C) with a valid first label, `n` of them drawn at random
+    (gen) where there are more, in increasing order."""
+    ok = torch.nonzero(st.valid[1:stop, 0]).squeeze(1) + 1
     if len(ok) > n:
         ok = ok[torch.randperm(len(ok), generator=gen)[:n]]
     return ok.sort().values
+
+
+def rms_unit(x: torch.Tensor) -> torch.Tensor:
+    """x / RMS(x) over the last dimension (RMS floored at 1e-6): RMSNorm without its weight."""
+    return x / x.pow(2).mean(-1, keepdim=True).sqrt().clamp(min=1e-6)
+
+
+def final_state(st: SeqTensors, idx: torch.Tensor, D: int) -> torch.Tensor:
+    """The target's final-layer state at context positions `idx` (the last D of each position's features),
+    rms_unit-normed, fp32: what its LM head reads there, up to the final norm's weight."""
+    return rms_unit(st.feats[idx, -D:].float())
 
 
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:

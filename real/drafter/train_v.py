@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from sim.infra.errors import ConfigError
 from real.drafter.qwen3_dspark import DSparkV
-from real.drafter.train import SeqTensors, lr_at
+from real.drafter.train import SeqTensors, lr_at, sample_anchors
 
 
 @dataclass(frozen=True)
@@ -136,13 +136,6 @@ def input_scale(seqs: list[SeqTensors]) -> torch.Tensor:
         sq = x.pow(2).sum(0) if sq is None else sq + x.pow(2).sum(0)
         n += x.shape[0]
     return 1.0 / (sq / max(n, 1)).sqrt().clamp(min=1e-3)
-
-
-def sample_anchors(st: SeqTensors, n: int, gen: torch.Generator) -> torch.Tensor:
-    ok = torch.nonzero(st.valid[1:, 0]).squeeze(1) + 1  # anchors >= 1 with a valid first label
-    if len(ok) > n:
-        ok = ok[torch.randperm(len(ok), generator=gen)[:n]]
-    return ok.sort().values
 
 
 @torch.no_grad()

@@ -41,6 +41,7 @@ import math
 
 import torch
 
+from real.drafter.train import final_state, sample_anchors
 from sim.infra.errors import ConfigError
 
 
@@ -126,15 +127,11 @@ def warm_start(d, seqs, target_norm_weight: torch.Tensor, max_positions: int = 4
     per = max(1, max_positions // max(len(seqs), 1))
     Xs, Ys, toks, sid = [], [], [], []
     for i, st in enumerate(seqs):
-        C = st.feats.shape[0]
-        ok = torch.nonzero(st.valid[1:C, 0]).squeeze(1) + 1          # a in 1..C-1 with a slot-0 label
-        if len(ok) > per:
-            ok = ok[torch.randperm(len(ok), generator=gen)[:per]].sort().values
+        ok = sample_anchors(st, per, gen, stop=st.feats.shape[0])   # a in 1..C-1 with a slot-0 label
         if len(ok) == 0:
             continue
         Xs.append(st.feats[ok - 1].float() * d.in_scale)
-        last = st.feats[ok, -D:].float()
-        Ys.append(last / last.pow(2).mean(-1, keepdim=True).sqrt().clamp(min=1e-6))
+        Ys.append(final_state(st, ok, D))
         toks.append(st.tokens[ok])
         sid.append(torch.full((len(ok),), i))
     if not Xs:
