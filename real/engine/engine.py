@@ -208,6 +208,7 @@ class RealEngine(Engine):
 
     def _propose(self, reqs: np.ndarray, rows: np.ndarray, plan: Plan) -> dict:
         self._lap["cpu_pre"] = self._clock.lap()  # scheduling, the host history and the policy's plan
+        self._m_tokens = None  # this step's live model chain only: never a chain an earlier step drafted
         chains = super()._propose(reqs, rows, plan)  # the stand-in model drafter: a replay of its chains
         if plan.model:
             if self.dcache is not None:
@@ -273,8 +274,10 @@ class RealEngine(Engine):
                 d = live[name][0][k, : self.live.adm[name][k]]
             elif adm_n[k] > 0:
                 d = self._ng_tokens[k, : adm_n[k]]
-            else:
+            elif adm_m[k] > 0:
                 d = self._model_tokens(k, rows[k])[: adm_m[k]]
+            else:  # nothing admitted (or the plan ran no model pass): the request verifies its last token alone
+                d = np.zeros(0, dtype=np.int64)
             drafts.append(np.asarray(d, dtype=np.int64))
             last = self.out[r][-1]
             toks.append(np.concatenate([[last], drafts[-1]]))
@@ -369,8 +372,15 @@ class RealEngine(Engine):
                          torch.from_numpy(counts_a).to(self.device))
 
     def _model_tokens(self, k: int, row: int) -> np.ndarray:
-        """The model chain of the step's k-th decoding request: the live drafter's, else the tables' replay."""
-        return self._m_tokens[k] if self.dcache is not None else self.tb.m_tok[row]
+        """The model chain of the step's k-th decoding request: the live drafter's, else the tables' replay.
+
+        Only on a step whose plan ran the model pass: the Allocation contract admits no model slot otherwise,
+        so reaching here without this step's chain is the engine's own bug, said as such."""
+        if self.dcache is None:
+            return self.tb.m_tok[row]
+        if self._m_tokens is None:
+            raise RuntimeError("model tokens read on a step whose plan ran no model pass")
+        return self._m_tokens[k]
 
     def _append_drafter_context(self) -> None:
         """After the step: every forwarded row j whose next token t_{j+1} is now in the context enters the
