@@ -536,6 +536,7 @@ def test_the_blog_and_the_kimi_table_run_at_the_published_temperature(fake_runs)
     A._dspark_blog()
     A._pr52228()
     assert [c["temperature"] for c in calls] == [1.0, 1.0] and [c["gpu"] for c in calls] == ["b300", "b300"]
+    assert [c["model"] for c in calls] == ["deepseek-v4-flash", "kimi-k2.5"]  # the Kimi table runs its own model
 
 
 def test_round3_specs_state_their_sources_and_fit_on_the_published_deployments():
@@ -551,6 +552,9 @@ def test_round3_specs_state_their_sources_and_fit_on_the_published_deployments()
     assert four.kv_capacity_tokens > 300_000  # 64 requests of speed-bench 1K/2K fit on 4x GB200
     with pytest.raises(ConfigError):
         make_cost_model("roofline", "glm-5.2", "gb200")  # 427 GB of weights do not fit one GB200
+    kimi = get_llm("kimi-k2.5")
+    assert kimi.expert_params == 60 * 384 * 3 * 7168 * 2048 and kimi.active_params == 32e9
+    assert make_cost_model("roofline", "kimi-k2.5", "b300", tensor_parallel_size=8).kv_capacity_tokens > 300_000
     q = get_llm("qwen3-32b")
     assert q.tokenizer == "qwen3" and "Muse-Glimmer-30B" in q.source and not q.is_moe
     assert make_cost_model("roofline", "qwen3-32b", "gb200").kv_capacity_tokens > 64 * 4096

@@ -97,7 +97,7 @@ def test_kv_capacity_qwen3_8b_h100():
     (dict(gpu_memory_utilization=0), "gpu_memory_utilization"),
     (dict(draft_layers=-1), "draft_layers"),
     (dict(max_num_seqs=0), "max_num_seqs"),
-    (dict(llm="nope"), "unknown model 'nope'; choose one of: deepseek-v4-flash, glm-5.2, llama-3.1-8b"),
+    (dict(llm="nope"), "unknown model 'nope'; choose one of: deepseek-v4-flash, glm-5.2, kimi-k2.5, llama-3.1-8b"),
     (dict(gpu="v100"), "unknown gpu 'v100'; choose one of: a100-80g, b300, gb200, h100-sxm, h200"),
     (dict(drafter="nope"), "unknown drafter cost spec"),
 ])
