@@ -462,3 +462,110 @@ def test_an_anchor_whose_every_figure_is_fitted_is_reported_as_none_counted():
     figs = {a.name: [Figure(a.name, "m", 2.46, 2.3, 0.1, fitted=True)]}
     text = report([a], figs, "python -m sim.anchors", 1.0)
     assert "| 0 of 0 (+1 fitted) | none counted: every figure fitted |" in text and "**0 of 0 figures" in text
+
+
+# --------------------------------------------------------------------------------------------- round 3 (issue 61)
+def test_round3_published_figures_agree_with_their_own_arithmetic():
+    """The typed-in tables of PR 52228 (Muse-Glimmer), PR 52992 and PR 48892 reproduce the totals each source
+    states beside them: a digit mistyped in a table shows here."""
+    from sim.api import anchors as A
+
+    low, high = A.PR52228_GLIMMER.values()
+    assert low[1] / low[0] - 1 == pytest.approx(0.153, abs=0.001) and high[1] / high[0] - 1 == pytest.approx(0.218, abs=0.001)
+    assert 1 + sum(A.PR52992_POS_FIXED) == pytest.approx(A.PR52992_AL["model-fixed:16"], abs=0.01)
+    assert A.PR52992_THROUGHPUT["adaptive"] / A.PR52992_THROUGHPUT["model-fixed:16"] - 1 == pytest.approx(1.838, abs=0.001)
+    assert 1 + sum(A.PR48892_POS_8) == pytest.approx(A.PR48892_AL[8], abs=0.01)
+    for pos in (A.PR52992_POS_FIXED, A.PR48892_POS_8):
+        assert list(pos) == sorted(pos, reverse=True)  # a share of drafts accepted at j falls with j
+    assert len(A.PR52992_POS_FIXED) == A.PR52992_K and max(A.PR52992_POSITIONS) == A.PR52992_K
+    assert max(A.PR48892_POSITIONS) == len(A.PR48892_POS_8) == max(A.PR48892_AL)
+
+
+class _FakeRes:
+    def __init__(self, accepted: int, decode: int):
+        self.steps = {"accepted_model": np.array([accepted]), "num_decode": np.array([decode])}
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """The round-3 anchors over a stub simulator: every run reports the same made-up figures, and each _prepare's
+    arguments are recorded, so what an anchor compares (published value, target) and what it asks the simulator to
+    run are checked without a simulation."""
+    from sim.api import anchors as A
+
+    calls = []
+
+    def prepare(trace, **kw):
+        calls.append({"trace": trace, **kw})
+        return kw
+
+    def run(prep, policy, batch, host_sync=False):
+        thr = 200.0 if policy.startswith("adaptive") else 100.0
+        row = {"output_throughput_tok_s": thr, "acceptance_per_position": [0.5] * 16}
+        return row, _FakeRes(accepted=300 if policy.startswith("adaptive") else 400, decode=100)
+
+    monkeypatch.setattr(A, "_prepare", prepare)
+    monkeypatch.setattr(A, "_run", run)
+    return A, calls
+
+
+def test_round3_figures_carry_the_published_values_and_the_targets_set_in_code(fake_runs):
+    A, calls = fake_runs
+    glimmer = A._pr52228_glimmer()
+    assert [f.published for f in glimmer] == pytest.approx([6236 / 5410, 3.61 / 3.88, 4861 / 3990, 2.56 / 2.65])
+    assert [f.tolerance for f in glimmer] == [A.PR52228_GLIMMER_TOL, A.PR52228_GLIMMER_AL_TOL] * 2
+    assert glimmer[0].simulated == pytest.approx(2.0) and glimmer[1].simulated == pytest.approx(4.0 / 5.0)
+    glm = A._pr52992()
+    assert glm[0].published == pytest.approx(4508.91 / 1588.78) and glm[0].tolerance == A.PR52992_RATIO_TOL
+    assert [f.published for f in glm[1:3]] == [4.35, 3.76] and {f.tolerance for f in glm[1:3]} == {A.PR52992_AL_TOL}
+    assert [f.published for f in glm[3:]] == [A.PR52992_POS_FIXED[j - 1] for j in A.PR52992_POSITIONS]
+    assert all(f.tolerance_kind == "absolute" and f.tolerance == A.PR52992_POS_TOL for f in glm[3:])
+    mtp = A._pr48892()
+    assert [f.published for f in mtp[:2]] == [1.84, 4.40] and [f.simulated for f in mtp[:2]] == [5.0, 5.0]
+    assert len(mtp) == 2 + len(A.PR48892_POSITIONS) and not any(f.fitted for f in glimmer + glm + mtp)
+    # what each asked the simulator to run: the published GPU, model stand-in, parallelism and temperature
+    g, p, m1, m8 = calls
+    assert (g["model"], g["gpu"], g["temperature"], g["drafter"]) == ("qwen3-32b", "gb200", 1.0, "dspark-qwen3-b7:7")
+    assert (p["model"], p["gpu"], p["tp"], p["temperature"], p["drafter"]) == ("glm-5.2", "gb200", 4, 1.0,
+                                                                                "dspark-qwen3-b7:16")
+    assert (m1["drafter"], m8["drafter"]) == ("mtp-standin:1", "mtp-standin:8") and "temperature" not in m8
+
+
+def test_the_blog_and_the_kimi_table_run_at_the_published_temperature(fake_runs):
+    A, calls = fake_runs
+    A._dspark_blog()
+    A._pr52228()
+    assert [c["temperature"] for c in calls] == [1.0, 1.0] and [c["gpu"] for c in calls] == ["b300", "b300"]
+    assert [c["model"] for c in calls] == ["deepseek-v4-flash", "kimi-k2.5"]  # the Kimi table runs its own model
+
+
+def test_round3_specs_state_their_sources_and_fit_on_the_published_deployments():
+    from sim.core.models import get_gpu
+
+    g = get_gpu("gb200")
+    assert (g.memory_bandwidth_tbps, g.bf16_tflops, g.memory_gib, g.piecewise_layer_us) == (8.0, 2500.0, 173.2, 0)
+    assert "fitted to nothing" in g.source and "gb200-nvl72" in g.source
+    glm = get_llm("glm-5.2")
+    assert glm.is_moe and glm.expert_params == 75 * 256 * 3 * 6144 * 2048 and glm.num_layers == 78
+    assert glm.kv_bytes_per_token == 78 * 576 * 2 * 1  # one 576-wide fp8 latent head, counted as K and V
+    four = make_cost_model("roofline", "glm-5.2", "gb200", tensor_parallel_size=4)
+    assert four.kv_capacity_tokens > 300_000  # 64 requests of speed-bench 1K/2K fit on 4x GB200
+    with pytest.raises(ConfigError):
+        make_cost_model("roofline", "glm-5.2", "gb200")  # 427 GB of weights do not fit one GB200
+    kimi = get_llm("kimi-k2.5")
+    assert kimi.expert_params == 60 * 384 * 3 * 7168 * 2048 and kimi.active_params == 32e9
+    assert make_cost_model("roofline", "kimi-k2.5", "b300", tensor_parallel_size=8).kv_capacity_tokens > 300_000
+    q = get_llm("qwen3-32b")
+    assert q.tokenizer == "qwen3" and "Muse-Glimmer-30B" in q.source and not q.is_moe
+    assert make_cost_model("roofline", "qwen3-32b", "gb200").kv_capacity_tokens > 64 * 4096
+
+
+def test_pr48892_runs_what_method_mtp_maps_to():
+    from sim.core.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
+    from sim.core.vllm import speculative_config
+    from sim.api.anchors import PR48892_SPEC
+
+    cal = NgramCalibrator.load(DEFAULT_CALIBRATOR).cfg
+    for k in (1, 8):
+        spec = speculative_config(PR48892_SPEC.format(k=k), (cal.n_min, cal.n_max), 7, mtp_layers=k, target="x")
+        assert (spec.policy, spec.drafter) == (f"model-fixed:{k}", f"mtp-standin:{k}")

@@ -15,8 +15,9 @@ def test_all_required_names_present_and_load():
     assert REQUIRED_GPUS <= set(list_gpus())
     for n in list_llms():
         m = get_llm(n)
-        if m.is_moe:  # totals from the model card (FP8 dense weights, FP4 experts); widths cover the dense part
-            assert m.source and m.dtype_bytes == 1 and m.active_params < m.num_params
+        if m.is_moe:  # totals from the model card (FP8/BF16 dense weights, 4-bit experts); widths cover the dense part
+            assert m.source and m.dtype_bytes in (1, 2) and m.expert_dtype_bytes < m.dtype_bytes
+            assert m.active_params < m.num_params
             continue
         assert m.source and m.dtype_bytes == 2
         assert abs(m.architecture_params / m.num_params - 1) < 0.01

@@ -105,11 +105,13 @@ class Anchor:
 # --------------------------------------------------------------------------------------------- helpers
 def _prepare(trace: str, *, policy_k: int | None = None, model: str = "qwen3-8b", gpu: str = "h100-sxm",
              tp: int = 1, drafter: str = "dspark-qwen3-b7", sample: int | None = None, drafters: str | None = None,
-             drafter_config: str | None = None, profile: ModelDrafterProfile | None = None):
+             drafter_config: str | None = None, profile: ModelDrafterProfile | None = None,
+             temperature: float | None = None):
     """The simulator's Prepared for one trace (sim.api.run.prepare: what `python -m sim.run` would build for
     --trace TRACE --ngram-k K --model M --gpu G --tensor-parallel-size TP --drafter D --num-prompts N --drafters DS
-    --drafter-config C --tokenizer qwen3: the bundled traces' Qwen3 text stands in for every anchor model's, as
-    each anchor's `unmatched` says); `profile` (a ModelDrafterProfile) replaces D's, as prepare's does."""
+    --drafter-config C --temperature T --tokenizer qwen3: the bundled traces' Qwen3 text stands in for every anchor
+    model's, as each anchor's `unmatched` says); `profile` (a ModelDrafterProfile) replaces D's, as prepare's does;
+    temperature None keeps the trace's own (0 in the bundled traces)."""
     from sim.api.run import SimSetup, prepare
 
     path = REPO / trace if not Path(trace).is_absolute() else Path(trace)
@@ -117,7 +119,7 @@ def _prepare(trace: str, *, policy_k: int | None = None, model: str = "qwen3-8b"
         raise ConfigError(f"anchor trace {trace} not found (python -m sim.trace build builds the bundled traces)")
     setup = SimSetup(trace=str(path), model=model, gpu=gpu, drafter=drafter, tensor_parallel_size=tp,
                      ngram_k=policy_k or SimSetup.ngram_k, tokenizer="qwen3", sample=sample,
-                     drafters=drafters or SimSetup.drafters, drafter_config=drafter_config)
+                     drafters=drafters or SimSetup.drafters, drafter_config=drafter_config, temperature=temperature)
     return prepare(setup, profile=profile)
 
 
@@ -600,6 +602,10 @@ BLOG_AL = {1: 3.44, 256: 2.65}
 BLOG_FIRST, BLOG_LAST = (0.70, 1.0), (0.0, 0.10)
 BLOG_OVER_NONE_256 = {"adaptive": 1.41, "model-fixed:7": 0.47}
 BLOG_LABEL = {"adaptive": "adaptive", "model-fixed:7": "fixed K=7"}
+# The blog's runs sample at temperature 1 (SPEED-Bench, as published); the anchor ran at 0 until round 3 (issue 61), which
+# kept every draft's acceptance at its greedy value. At 1 the profile's acceptance is scaled by temp_scale per depth
+# (sim/core/drafters/model.py: an approximation of rejection sampling, fitted to nothing here).
+BLOG_TEMPERATURE = 1.0
 # TARGETS, set before any run: acceptance lengths ±15% (the Qwen3 DSpark profile stands in for DeepSeek-V4's
 # drafter; the published DSpark chat range alone spans ±9% around its middle), their fall AL(256) / AL(1) ±0.10
 # absolute, the positions' bounds as published, and the ratios over no speculation ±15% (PR 52362's target for
@@ -617,7 +623,7 @@ def scheduled_acceptance_length(steps: dict) -> float:
 
 def _dspark_blog() -> list[Figure]:
     name = "vllm-blog-dspark-adaptive"
-    prep = _prepare("traces/chat.jsonl", model="deepseek-v4-flash", gpu="b300", tp=8)
+    prep = _prepare("traces/chat.jsonl", model="deepseek-v4-flash", gpu="b300", tp=8, temperature=BLOG_TEMPERATURE)
     runs = {(p, c): _run(prep, p, c) for p in ("adaptive", "model-fixed:7", "none") for c in (1, 256)
             if not (p == "none" and c == 1)}
     row = {key: r[0] for key, r in runs.items()}
@@ -671,6 +677,9 @@ def _illusion() -> list[Figure]:
 # +16.8% / +34.0%, gsm8k +21.2%, humaneval +9.0%, mt-bench +14.0%). Compared: the mean and MT-Bench.
 PR52228 = {"mean over five datasets": 1.190, "MT-Bench": 1.140}
 PR52228_K, PR52228_CONCURRENCY, PR52228_SAMPLE = 8, 64, 300
+PR52228_TEMPERATURE = 1.0  # probabilistic drafting at temperature 1 (as the PR's runs; the anchor ran at 0 until round 3)
+# the published model (models/llms/kimi-k2.5.json, round 3; DeepSeek-V4-Flash stood in before: ON / OFF 1.031 -> 1.039)
+PR52228_MODEL = "kimi-k2.5"
 # TARGET, set before any run: ±0.10 on each ratio. The published per-dataset gains span 1.09-1.34 with run-to-run
 # noise up to 10% (its own noise column), and the setup below stands in for the model, the drafter, the GPU and the
 # workload; ±0.10 still tells "adaptive clearly pays at 64" (1.19) from "no difference" (1.0).
@@ -679,14 +688,117 @@ PR52228_TOL = 0.10
 
 def _pr52228() -> list[Figure]:
     drafter = f"dspark-qwen3-b7:{PR52228_K}"
-    prep = _prepare("traces/chat.jsonl", model="deepseek-v4-flash", gpu="b300", tp=8, drafter=drafter,
-                    sample=PR52228_SAMPLE)
+    prep = _prepare("traces/chat.jsonl", model=PR52228_MODEL, gpu="b300", tp=8, drafter=drafter,
+                    sample=PR52228_SAMPLE, temperature=PR52228_TEMPERATURE)
     thr = {p: _run(prep, p, PR52228_CONCURRENCY)[0]["output_throughput_tok_s"]
            for p in ("adaptive:online", f"model-fixed:{PR52228_K}")}
     sim = thr["adaptive:online"] / thr[f"model-fixed:{PR52228_K}"]
     return [Figure("pr52228-online-estimator", f"adaptive verification ON / OFF (fixed K={PR52228_K}), output "
                    f"throughput at concurrency {PR52228_CONCURRENCY}, published {what}", pub, sim, PR52228_TOL,
                    "absolute") for what, pub in PR52228.items()]
+
+
+# --------------------------------------------------------------------------------------------- PR 52228, GB200
+# vLLM PR 52228's second table: Muse-Glimmer-30B with DFlash2 (nspec 7, probabilistic drafting) on one GB200, temperature
+# 1.0 / top_p 0.95, concurrency 64, <= 2K in / 2K out, FLASH_ATTN in both arms: adaptive verification (the online
+# acceptance estimator: DFlash2 has no confidence head) OFF -> ON, per speed-bench 2k subset:
+#   (output tok/s OFF, ON, acceptance length OFF, ON).
+PR52228_GLIMMER = {"speed-bench 2k low-entropy": (5410.0, 6236.0, 3.88, 3.61),
+                   "speed-bench 2k high-entropy": (3990.0, 4861.0, 2.65, 2.56)}
+PR52228_GLIMMER_K, PR52228_GLIMMER_TEMPERATURE = 7, 1.0
+# TARGETS, set before any run: ON / OFF throughput ±0.10 absolute, as the Kimi table's (the two rows here are 1.15 and
+# 1.22, noise 0.3-0.4%); ON / OFF acceptance length ±0.05 absolute (the two published rows are 0.036 apart; the one
+# stand-in workload sits somewhere between their entropies).
+PR52228_GLIMMER_TOL, PR52228_GLIMMER_AL_TOL = 0.10, 0.05
+
+
+def _pr52228_glimmer() -> list[Figure]:
+    name = "pr52228-glimmer-gb200"
+    prep = _prepare("traces/chat.jsonl", model="qwen3-32b", gpu="gb200", drafter=f"dspark-qwen3-b7:{PR52228_GLIMMER_K}",
+                    sample=PR52228_SAMPLE, temperature=PR52228_GLIMMER_TEMPERATURE)
+    fixed = f"model-fixed:{PR52228_GLIMMER_K}"
+    runs = {p: _run(prep, p, PR52228_CONCURRENCY) for p in ("adaptive:online", fixed)}
+    thr = {p: r[0]["output_throughput_tok_s"] for p, r in runs.items()}
+    al = {p: scheduled_acceptance_length(r[1].steps) for p, r in runs.items()}
+    out = []
+    for what, (off, on, al_off, al_on) in PR52228_GLIMMER.items():
+        out.append(Figure(name, f"adaptive verification ON / OFF (fixed K={PR52228_GLIMMER_K}), output throughput at "
+                          f"concurrency {PR52228_CONCURRENCY}, published {what}", on / off,
+                          thr["adaptive:online"] / thr[fixed], PR52228_GLIMMER_TOL, "absolute"))
+        out.append(Figure(name, f"acceptance length ON / OFF, published {what}", al_on / al_off,
+                          al["adaptive:online"] / al[fixed], PR52228_GLIMMER_AL_TOL, "absolute"))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- PR 52992
+# vLLM PR 52992 (Model Runner V2: adaptive verification for more attention backends): nvidia/GLM-5.2-NVFP4 with
+# Inferact/GLM-5.2-DSpark, 16 speculative tokens, on 4x GB200; speed-bench 1K/2K, 512 prompts, concurrency 64,
+# temperature 1, top_p 0.95. Baseline (DSpark at fixed K = 16) against adaptive verification (DSpark's confidence head):
+# output throughput, acceptance length, and the share of drafts accepted at each of the 16 positions (vLLM's
+# per-position acceptance; they sum to acceptance length - 1).
+PR52992_THROUGHPUT = {"model-fixed:16": 1588.78, "adaptive": 4508.91}
+PR52992_AL = {"model-fixed:16": 4.35, "adaptive": 3.76}
+PR52992_POS_FIXED = (0.7123, 0.5170, 0.3904, 0.3051, 0.2437, 0.2000, 0.1685, 0.1441, 0.1246, 0.1094, 0.0964, 0.0856,
+                     0.0758, 0.0667, 0.0582, 0.0498)
+PR52992_POSITIONS = (1, 2, 4, 8, 16)  # compared (chosen before any run: the powers of two up to K)
+PR52992_K, PR52992_CONCURRENCY, PR52992_TP, PR52992_TEMPERATURE = 16, 64, 4, 1.0
+# TARGETS, set before any run: adaptive / fixed throughput ±15% (PR 52362's target for a ratio of arms; one run, no
+# noise column), acceptance lengths ±15% (the DSpark blog anchor's: the Qwen3 DSpark profile stands in for GLM-5.2's
+# drafter), per-position acceptance ±0.10 absolute (PR 24344's per-position target).
+PR52992_RATIO_TOL, PR52992_AL_TOL, PR52992_POS_TOL = 0.15, 0.15, 0.10
+
+
+def _pr52992() -> list[Figure]:
+    name = "pr52992-glm52-dspark16"
+    prep = _prepare("traces/chat.jsonl", model="glm-5.2", gpu="gb200", tp=PR52992_TP,
+                    drafter=f"dspark-qwen3-b7:{PR52992_K}", sample=PR52228_SAMPLE, temperature=PR52992_TEMPERATURE)
+    runs = {p: _run(prep, p, PR52992_CONCURRENCY) for p in PR52992_THROUGHPUT}
+    thr = {p: r[0]["output_throughput_tok_s"] for p, r in runs.items()}
+    label = {"model-fixed:16": f"fixed K={PR52992_K}", "adaptive": "adaptive"}
+    out = [Figure(name, f"adaptive / fixed K={PR52992_K}, output throughput at concurrency {PR52992_CONCURRENCY}",
+                  PR52992_THROUGHPUT["adaptive"] / PR52992_THROUGHPUT["model-fixed:16"],
+                  thr["adaptive"] / thr["model-fixed:16"], PR52992_RATIO_TOL)]
+    out += [Figure(name, f"acceptance length, {label[p]}", pub, scheduled_acceptance_length(runs[p][1].steps),
+                   PR52992_AL_TOL) for p, pub in PR52992_AL.items()]
+    pos = runs["model-fixed:16"][0]["acceptance_per_position"]
+    out += [Figure(name, f"share of drafts accepted at position {j}, fixed K={PR52992_K}", PR52992_POS_FIXED[j - 1],
+                   pos[j - 1], PR52992_POS_TOL, "absolute") for j in PR52992_POSITIONS]
+    return out
+
+
+# --------------------------------------------------------------------------------------------- PR 48892
+# vLLM PR 48892 (Model Runner V2: multi-layer MTP speculator), GSM8K, concurrency 64, temperature 0: Inkling's MTP with
+# one module (K = 1) against eight (K = 8): acceptance length, and the share of drafts accepted at each position of
+# the eight-module run. Its throughput (1,646.15 vs 2,148.42 tok/s) is not compared: neither Inkling's architecture
+# nor the GPU is stated where it was read.
+PR48892_AL = {1: 1.84, 8: 4.40}
+PR48892_POS_8 = (0.7568, 0.6011, 0.4976, 0.4113, 0.3538, 0.2980, 0.2608, 0.2229)
+PR48892_POSITIONS = (1, 2, 4, 8)  # compared (chosen before any run, as PR 52992's)
+PR48892_CONCURRENCY = 64
+PR48892_SPEC = '{{"method": "mtp", "num_speculative_tokens": {k}}}'
+# TARGETS, set before any run: acceptance lengths ±15%, per-position acceptance ±0.10 absolute (as PR 52992's).
+PR48892_AL_TOL, PR48892_POS_TOL = 0.15, 0.10
+
+
+def _pr48892() -> list[Figure]:
+    from sim.core.drafters.calibration import DEFAULT_CALIBRATOR, NgramCalibrator
+    from sim.core.vllm import speculative_config
+
+    name = "pr48892-mtp-layers"
+    cal = NgramCalibrator.load(DEFAULT_CALIBRATOR).cfg
+    out, pos = [], None
+    for k, pub in PR48892_AL.items():
+        # what --speculative-config method mtp runs for a target with k MTP modules (the mtp-standin profile)
+        spec = speculative_config(PR48892_SPEC.format(k=k), (cal.n_min, cal.n_max), 7, mtp_layers=k, target="inkling")
+        prep = _prepare("traces/chat.jsonl", drafter=spec.drafter, sample=PR52228_SAMPLE)
+        row, res = _run(prep, spec.policy, PR48892_CONCURRENCY)
+        out.append(Figure(name, f"acceptance length, MTP with {k} module{'s' if k > 1 else ''} (K={k})", pub,
+                          scheduled_acceptance_length(res.steps), PR48892_AL_TOL))
+        if k == 8:
+            pos = row["acceptance_per_position"]
+    out += [Figure(name, f"share of drafts accepted at position {j}, K=8", PR48892_POS_8[j - 1], pos[j - 1],
+                   PR48892_POS_TOL, "absolute") for j in PR48892_POSITIONS]
+    return out
 
 
 # --------------------------------------------------------------------------------------------- registry
@@ -856,7 +968,8 @@ _register(Anchor(
            "with adaptive verification 3.44 at concurrency 1 falling to 2.65 at 256; the last token of a 7-token "
            "block survives under 10% of the time, the first over 70%; at concurrency 256 adaptive is +41% over no "
            "speculation where fixed K = 7 is 53% below it",
-    setup="chat.jsonl (600 requests, text: exact replay), deepseek-v4-flash on b300 (models/gpus/b300.json, "
+    setup="chat.jsonl (600 requests, text, at temperature 1 as published: the profile's acceptance scaled by "
+          "temp_scale per depth), deepseek-v4-flash on b300 (models/gpus/b300.json, "
           "datasheet peaks, H100 efficiencies) at tensor_parallel_size 8, dspark-qwen3-b7 profile; adaptive and "
           "model-fixed:7 at concurrency 1 and 256, none at 256; acceptance length as vLLM's counters see adaptive "
           "verification (scheduled_acceptance_length); block positions from model-fixed:7 at 1 (every position "
@@ -896,20 +1009,85 @@ _register(Anchor(
            "head, Kimi-K2.5 with a DFlash drafter (nspec 8, probabilistic drafting), concurrency 64: output throughput "
            "ON over OFF +19.0% mean over five datasets (speed-bench 2k low/high entropy, gsm8k, humaneval, mt-bench), "
            "MT-Bench +14.0%, HumanEval +9.0%",
-    setup=f"chat.jsonl ({PR52228_SAMPLE} requests sampled, seed 0), deepseek-v4-flash on b300 at "
+    setup=f"chat.jsonl ({PR52228_SAMPLE} requests sampled, seed 0) at temperature 1, kimi-k2.5 on b300 at "
           f"tensor_parallel_size 8, the dspark-qwen3-b7 profile at block {PR52228_K} standing for a parallel block drafter; adaptive:online "
           f"(vLLM's adaptive verification on the simulated online estimator, refit every 100 steps from the cold "
           f"start) against model-fixed:{PR52228_K}, batch {PR52228_CONCURRENCY}",
-    unmatched="Kimi-K2.5 (no spec: DeepSeek-V4-Flash, a smaller MoE, stands in), DFlash (the DSpark profile's "
+    unmatched="Kimi-K2.5's kernels (its spec is the published config's sizes; MLA as one 576-wide head), DFlash (the DSpark profile's "
               "acceptance and one-pass cost stand in; its confidence, not DFlash's max draft probability, is the "
               "estimator's feature, which flatters the estimator), the GPU (not named in the PR text read; B300 "
-              "datasheet peaks with H100 efficiencies), temperature 1 with probabilistic drafting (runs at 0), and "
+              "datasheet peaks with H100 efficiencies), rejection sampling at temperature 1 (the profile's temp_scale "
+              "approximation), and "
               "the datasets: ShareGPT chat stands for MT-Bench and the five-dataset mix; HumanEval (code written "
               "from a docstring) has no bundled trace and is not compared",
     checks="the online estimator inside adaptive verification: whether learnt confidences trim enough of a fixed "
            "K = 8 chain at concurrency 64 to pay as published",
     fitted="none",
     run=_pr52228))
+
+
+_register(Anchor(
+    name="pr52228-glimmer-gb200",
+    source="vLLM PR 52228 (Model Runner V2: acceptance estimation for adaptive verification), its Muse-Glimmer-30B "
+           "table: the online acceptance estimator's first run on a non-DSpark speculator, Muse-Glimmer-30B + DFlash2 on "
+           "one GB200, nspec 7, probabilistic drafting, temperature 1.0 / top_p 0.95, concurrency 64, <= 2K in / 2K out, "
+           "FLASH_ATTN in both arms: output throughput OFF -> ON 5,410 -> 6,236 tok/s (+15.3%) on speed-bench 2k "
+           "low-entropy and 3,990 -> 4,861 (+21.8%) on high-entropy, acceptance length 3.88 -> 3.61 and 2.65 -> 2.56. "
+           "(Its five-dataset mean +19.0% belongs to the Kimi-K2.5 table: pr52228-online-estimator)",
+    setup=f"chat.jsonl ({PR52228_SAMPLE} requests sampled, seed 0) at temperature 1 (every request's, as published: the "
+          "drafter profile's acceptance scaled by temp_scale per depth), qwen3-32b on gb200 (models/gpus/gb200.json: "
+          f"datasheet peaks, H100 efficiencies), dspark-qwen3-b7 at block {PR52228_GLIMMER_K} standing for DFlash2; "
+          f"adaptive:online (the online estimator, refit every 100 steps from the cold start) against "
+          f"model-fixed:{PR52228_GLIMMER_K}, batch {PR52228_CONCURRENCY}; acceptance length as vLLM counts it "
+          "(scheduled_acceptance_length)",
+    unmatched="Muse-Glimmer-30B (its config.json is not readable here: qwen3-32b, a dense model of the same size, "
+              "stands in; the threads read say it has 52 layers, 39 of them sliding-window, which the stand-in does "
+              "not have), DFlash2 (the DSpark profile's acceptance and one-pass cost; its confidence, not DFlash2's max "
+              "draft probability, is the estimator's feature), GB200's real efficiencies, speed-bench's low- and "
+              "high-entropy subsets and their 2K outputs (one ShareGPT chat stand-in is compared with both rows), "
+              "rejection sampling at temperature 1 (the profile's temp_scale approximation; top_p not modelled)",
+    checks="the online estimator inside adaptive verification at concurrency 64 on a one-GPU dense deployment, and "
+           "how much accepted length adaptive trims",
+    fitted="none (gb200.json and qwen3-32b.json state published figures and copied H100 efficiencies)",
+    run=_pr52228_glimmer))
+
+_register(Anchor(
+    name="pr52992-glm52-dspark16",
+    source="vLLM PR 52992 ([WIP] Model Runner V2: enable adaptive verification for more attention backends): "
+           "nvidia/GLM-5.2-NVFP4 + Inferact/GLM-5.2-DSpark with 16 speculative tokens on 4x GB200, speed-bench 1K/2K, "
+           "512 prompts, concurrency 64, temperature 1, top_p 0.95: baseline (fixed K = 16) 1,588.78 -> adaptive "
+           "verification 4,508.91 output tok/s, median TPOT 38.95 -> 13.00 ms, acceptance length 4.35 -> 3.76, and the "
+           "share of drafts accepted at each of the 16 positions (71.2% ... 5.0% fixed)",
+    setup=f"chat.jsonl ({PR52228_SAMPLE} requests sampled, seed 0) at temperature 1, glm-5.2 (models/llms/glm-5.2.json: "
+          f"GLM-5's MoE/MLA sizes, NVFP4 experts) on gb200 at tensor_parallel_size {PR52992_TP}, dspark-qwen3-b7 at "
+          f"block {PR52992_K}; adaptive against model-fixed:{PR52992_K} at batch {PR52992_CONCURRENCY}; acceptance "
+          "length as vLLM counts it; positions 1, 2, 4, 8, 16 of the fixed arm compared",
+    unmatched="GLM-5.2's own sizes (GLM-5's stand in), its DSA sparse attention and MLA kernels (one 576-wide KV head), "
+              "the GLM-5.2 DSpark drafter (the Qwen3 DSpark profile at block 16 stands in), how the 4 GPUs are split "
+              "(TP4 assumed), GB200's real efficiencies and capture limit, speed-bench 1K/2K (ShareGPT chat stands in), "
+              "temperature 1 (temp_scale approximation)",
+    checks="adaptive verification against a long fixed chain (17 tokens a request, 1,088 a step at 64) on a large "
+           "MoE across GPUs, and the DSpark profile's decay to depth 16",
+    fitted="none",
+    run=_pr52992))
+
+_register(Anchor(
+    name="pr48892-mtp-layers",
+    source="vLLM PR 48892 (Model Runner V2: add multi-layer MTP speculator), Inkling's multi-module MTP on GSM8K, "
+           "concurrency 64, temperature 0: acceptance length 1.84 with one MTP module (K = 1) and 4.40 with eight "
+           "(K = 8); per-position acceptance of the eight-module run 75.7, 60.1, 49.8, 41.1, 35.4, 29.8, 26.1, 22.3%. "
+           "Its throughput (1,646.15 vs 2,148.42 tok/s) is left out: Inkling's architecture and the GPU are not "
+           "stated in the PR text read",
+    setup=f"chat.jsonl ({PR52228_SAMPLE} requests sampled, seed 0), temperature 0; what --speculative-config "
+          "'{\"method\": \"mtp\", \"num_speculative_tokens\": K}' runs for a target with K MTP modules "
+          f"(sim.core.vllm.speculative_config: model-fixed:K with the mtp-standin profile at block K), batch "
+          f"{PR48892_CONCURRENCY}; acceptance length as vLLM counts it; positions 1, 2, 4, 8 compared",
+    unmatched="Inkling (no spec: acceptance does not depend on the cost model, so qwen3-8b on h100-sxm runs it), its "
+              "MTP modules (the mtp-standin profile, eagle-llama3.1-8b's acceptance, stands for any MTP: one module "
+              "per depth is not modelled), GSM8K (not bundled: ShareGPT chat stands in, which is less predictable)",
+    checks="the mtp-standin profile that --speculative-config method mtp runs, against a published MTP's acceptance",
+    fitted="none",
+    run=_pr48892))
 
 
 # --------------------------------------------------------------------------------------------- output
