@@ -121,13 +121,14 @@ def _ranking(rs: list[dict], baseline: str | None) -> tuple[str, bool, Callable]
 
 
 def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", group: tuple[str, ...] = (),
-             deployment: Deployment | None = None) -> list[str]:
+             deployment: Deployment | None = None, records: list[dict] | None = None) -> list[str]:
     """Per batch size (and per `group` setup): the recommendation -- the fastest setup a user can serve (in vLLM as
     released or with the plugin: sim.core.deploy's tiers) -- with the `vllm serve` line that runs it when
     `deployment` is given, the runner-up and the margin, whether speculation beats none there, the best setup in
     vLLM as released when the plugin's wins, and the faster setups that are simulated only, need tree attention
     or bound the rest (the per-step oracle always). Ranked by throughput, or by median TPOT where it is
-    arrival-bound (_ranking)."""
+    arrival-bound (_ranking). `records`, when given, gets one dict per batch size (and setup): the same verdict
+    as data (verdict_record), which `--out` keeps as verdict.json."""
     keyf = lambda r: tuple(r.get(k) for k in group) + (r.get("batch_size"),)  # noqa: E731
     version = deployment.version if deployment else DEFAULT_VLLM_VERSION
     out = []
@@ -155,8 +156,11 @@ def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", gro
             n_b = f"{len(bound)} setup{'s' * (len(bound) != 1)} that keep{'s' * (len(bound) == 1)} up"
             out.append(head + f"throughput is arrival-bound ({min(tput):,.0f}-{max(tput):,.0f} tok/s for the {n_b}): "
                        "ranked by median TPOT, lower is better (TTFT and E2EL: --format json)")
+        first = len(out)
         if not served:
             out.append(head + "no setup a server can run finished")
+            if records is not None:
+                records.append(verdict_record(key, group, k_v, None, None, None, flags, tiers, out[first:]))
             continue
         best = served[0]
         gain = lambda a, b: (b[k_v] / a[k_v] if lower else a[k_v] / b[k_v]) - 1.0  # noqa: E731
@@ -197,7 +201,49 @@ def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", gro
                     f"{'per-step oracle' if r['policy'] == oracle else r['policy']} {fmt(r[k_v])}" for r in faster))
         if others:
             out.append("  faster, not servable as is: " + "; ".join(others))
+        if records is not None:
+            records.append(verdict_record(key, group, k_v, best, served[1] if len(served) > 1 else None,
+                                          none_row, flags, tiers, out[first:]))
     return out
+
+
+def verdict_record(key: tuple, group: tuple[str, ...], ranked_by: str, best: dict | None, runner_up: dict | None,
+                   none_row: dict | None, flags: dict, tiers: dict, lines: list[str]) -> dict:
+    """One verdict as data (what `--out` keeps in verdict.json): the batch size and the `group` setup it is for,
+    the figure it ranks by, the recommended setup and the runner-up (each its policy, `vllm serve` line or None,
+    tier and figures; None where there is none), speculation's gain over `none` and the verdict's printed lines."""
+    def setup(r: dict | None) -> dict | None:
+        if r is None:
+            return None
+        line, note = flags.get(r["policy"], (None, None))
+        return {"policy": r["policy"], "serve": line, "serve_note": note, "tier": tiers.get(r["policy"]),
+                ranked_by: _jsonable(r.get(ranked_by)),
+                **{k: _jsonable(r.get(k)) for k in ("output_throughput_tok_s", "speedup_vs_baseline", "median_tpot_ms")
+                   if k != ranked_by}}
+
+    rec = {"batch_size": int(key[-1]), **{k: _jsonable(v) for k, v in zip(group, key[:-1])}, "ranked_by": ranked_by,
+           "recommended": setup(best), "runner_up": setup(runner_up)}
+    if best is not None and none_row is not None:
+        a, b = _num(best.get("output_throughput_tok_s")), _num(none_row.get("output_throughput_tok_s"))
+        rec["throughput_vs_none"] = a / b if a and b else None
+    rec["text"] = lines
+    return rec
+
+
+def verdict_markdown(records: list[dict], header: str | None = None) -> str:
+    """verdict.md: the run's header line, then each verdict's printed lines with its `vllm serve` line as code."""
+    parts = ["# Verdict", ""] + ([header, ""] if header else [])
+    for rec in records:
+        parts.append(f"## Batch size {rec['batch_size']}" + "".join(
+            f", {k} {v}" for k, v in rec.items() if k not in VERDICT_FIELDS))
+        parts.append("")
+        for line in rec["text"]:
+            text = line.strip()
+            parts += (["    " + text] if text.startswith("vllm serve ") else [text]) + [""]
+    return "\n".join(parts).rstrip("\n") + "\n"
+
+
+VERDICT_FIELDS = ("batch_size", "ranked_by", "recommended", "runner_up", "throughput_vs_none", "text")
 
 
 def rank_key(value: float, policy: str, baseline: str | None, lower: bool = False) -> tuple:
