@@ -310,6 +310,7 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
             finally:  # outputs claimed and never written (a refusal, an error, Ctrl-C): locks and lock files go
                 release_claims()
                 _GIVEN.clear()
+            if not code:  # said after a command that worked: an error stays the one line it is
                 _cache_note(cache)
     except HybridSpecError as exc:
         _fail(str(exc))
@@ -355,7 +356,7 @@ def _cache_before() -> Path | None:
 
 
 def _cache_note(root: Path | None) -> None:
-    """One line on stderr the first time a command made the cache folder `root`: where it is, what it holds now,
+    """One line on stderr when a command that worked made the cache folder `root`: where it is, what it holds now,
     and the command that shows and prunes it (a user should not find hundreds of MB in ~/.cache by chance)."""
     if root is None or not root.is_dir():
         return
