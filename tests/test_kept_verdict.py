@@ -58,3 +58,9 @@ def test_the_first_command_to_make_the_cache_says_where_once(tmp_path):
     off = run_cli_inprocess("sim.api.run", "--trace", TINY, "--batch-size", "2", "--workers", "1", "--no-progress",
                             "--policy", "none", cwd=ROOT, env={"HYBRIDSPEC_CACHE_DIR": "off"})
     assert off.returncode == 0 and "cache folder" not in off.stderr
+
+
+def test_a_refusal_after_the_cache_was_made_stays_one_line(tmp_path):
+    p = _run(tmp_path, "--batch-size", "2", "--kv-capacity-tokens", "10", cache="new")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "cache folder" not in p.stderr, p.stderr
+    assert (tmp_path / "new").is_dir()  # made for the draft tables before the refusal, which stays its one line
