@@ -1,5 +1,5 @@
 """What a new user hits (issue 47): torch's thread count left as it was, `validate --quick` honest about its time and
-its figures, outputs that stay small (steps opt-in, report.html loading the cache's plotly.js, `python -m sim.cache`),
+its figures, outputs that stay small (steps opt-in; report.html carries plotly.js since issue 62; `python -m sim.cache`),
 and the smaller points (help that lists methods and policies, bundled traces from any folder, ShareGPT JSONL, the
 progress clock, "did you mean")."""
 from __future__ import annotations
