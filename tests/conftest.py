@@ -1,4 +1,9 @@
-"""Shared test helpers: a small linear cost model and random request/trace builders."""
+"""Shared test helpers: a small linear cost model and random request/trace builders; and the session's own
+behaviour: Ctrl-C stops the run at once and is never reported as a test's failure (_sigint_seen), and a missing C
+compiler is said in one line at the start (pytest_sessionstart)."""
+import os
+import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -67,6 +72,48 @@ def plausible_calibrator(cfg):
     return NgramCalibrator(w, cfg)
 
 
+# ------------------------------------------------------------------------------------------ Ctrl-C, compiler
+_SIGINT: list[int] = []  # set when this process got SIGINT (Ctrl-C reaches pytest and every command a test runs)
+
+
+def _sigint_seen(signum, frame):
+    """Python's own Ctrl-C (KeyboardInterrupt), remembered: a command a test runs in process (run_cli_inprocess)
+    turns it into exit 130 as it must for a user, and the test would then report `assert 130 == 0` as FAILED
+    and the run go on."""
+    _SIGINT.append(signum)
+    signal.default_int_handler(signum, frame)
+
+
+NATIVE_TESTS = ("test_bench_per_step", "test_engine_arrays", "test_engine_fast", "test_engine_stretch",
+                "test_fast_forms", "test_native_private", "test_native_sums")  # what skips without a C compiler
+
+
+def pytest_sessionstart(session):
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when a debugger or plugin owns it
+        signal.signal(signal.SIGINT, _sigint_seen)
+    cc = os.environ.get("CC") or "cc"
+    if shutil.which(cc) is None:  # said once, first, rather than as skips nobody reads under -q
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        line = (f"note: no C compiler ({cc} is not on PATH): the native step is not built and the tests of it skip "
+                f"({', '.join(NATIVE_TESTS)}); the simulator runs its numpy definitions. Install one (apt-get "
+                "install gcc) or set CC to test it")
+        if tr is not None:
+            tr.write_line(line)
+        else:
+            print(line, file=sys.stderr)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A test during which Ctrl-C arrived ends the session as interrupted (pytest's KeyboardInterrupt), whatever
+    the test made of it (a command's exit 130, a child killed by SIGINT, an assertion on either)."""
+    try:
+        return (yield)
+    finally:
+        if _SIGINT:
+            raise KeyboardInterrupt
+
+
 _TORCH_THREADS: list[int] = []  # torch's thread count before the first test's set-up: what every test must leave
 
 
@@ -133,6 +180,8 @@ def run_cli_inprocess(module: str, *args, cwd=None, env: dict | None = None) -> 
                 run_cli(main, [str(a) for a in args])
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if code == 130 and _SIGINT:  # the user's Ctrl-C, which the command's boundary made its exit code: stop now
+            raise KeyboardInterrupt
     finally:
         os.chdir(old)
         for k, v in saved.items():

@@ -70,14 +70,16 @@ def _leftovers(folder: Path) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- sim.api.run
 def _run_result(out: Path) -> tuple[str, ...] | None:
-    """The policies of the result in `out`, checked whole: the four files present and telling one story."""
+    """The policies of the result in `out`, checked whole: the six files present and telling one story."""
     if not out.exists():
         return None
     from sim.api.run import steps_file
 
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(["report.html", "requests.csv", steps_file(), "summary.json"]), names
+    assert names == sorted(["report.html", "requests.csv", steps_file(), "summary.json", "verdict.json",
+                            "verdict.md"]), names
     pols = tuple(sorted({r["policy"] for r in json.loads((out / "summary.json").read_text())}))
+    assert {v["recommended"]["policy"] for v in json.loads((out / "verdict.json").read_text())["verdicts"]} <= set(pols)
     assert tuple(sorted(set(pd.read_csv(out / "requests.csv")["policy"]))) == pols
     read = pd.read_parquet if steps_file().endswith(".parquet") else pd.read_csv
     assert tuple(sorted(set(read(out / steps_file())["policy"]))) == pols

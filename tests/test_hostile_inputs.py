@@ -56,7 +56,7 @@ def test_run_out_folder_is_checked_first_and_written_whole(tmp_path):
     r = _run(*RUN, "--out", str(out))
     assert r.returncode == 0, r.stderr
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert set(before) == {"summary.json", "requests.csv", "report.html"}
+    assert set(before) == {"summary.json", "requests.csv", "report.html", "verdict.md", "verdict.json"}
     _one_line(_run(*RUN, "--out", str(out)), "already holds files")  # refused before any work
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     r = _run(*RUN, "--out", str(out), "--force", "--seed", "3")

@@ -2,7 +2,7 @@
 
 Static checks (default run): no page loads anything from the network (no src/href to a remote address: plotly.js is
 inlined once per page, or, written with --plotly shared, loaded from the one plotly-VERSION.min.js beside it: the
-committed reports/ pages share one copy; or with --plotly cached, sim.run's default, from the cache's copy by a
+committed reports/ pages share one copy; or with --plotly cached, from the cache's copy by a
 file:// address), every figure has a title and sits under a heading whose policy names it plots, ratio
 colour scales are white at 1 within the data's own bounds, and a run report's own content stays under 1 MB with
 its time series split per policy and cut to html_page.MAX_POINTS points a line.
@@ -316,7 +316,7 @@ def test_a_differing_asset_is_refused_never_replaced(tmp_path, damage):
 
 
 def test_every_html_command_has_the_plotly_flag(capsys):
-    """Each command that writes a page takes --plotly inline|shared|cached (default inline; sim.run cached), with help."""
+    """Each command that writes a page takes --plotly inline|shared|cached (default inline), with help."""
     import importlib
 
     parsers = {"sim.api.run": "parse_args", "real.validation.validate": "parse_args",
@@ -326,7 +326,7 @@ def test_every_html_command_has_the_plotly_flag(capsys):
         with pytest.raises(SystemExit):
             getattr(importlib.import_module(module), fn)(["--help"])
         flat = " ".join(capsys.readouterr().out.split())
-        default = "cached" if module == "sim.api.run" else "inline"  # a run's folder stays small
+        default = "inline"  # sim.run's too (issue 62): a copied run folder keeps its charts
         assert "--plotly {inline,shared,cached}" in flat and f"(default: {default})" in flat, module
         assert "(default: None)" not in flat, module
 

@@ -132,15 +132,17 @@ def test_verdict_prints_the_flags_that_run_the_recommendation():
                        drafter="dspark-qwen3-b7", block=7, ngram_range=(2, 5))
     lines = verdicts([_row("adaptive", 1.0), _row("none", 0.5), _row("vllm-ngram:8", 0.8)], "adaptive",
                      deployment=llama)
-    assert lines[0].startswith("batch 4: recommended vllm-ngram:8, 0.800x adaptive, in vLLM 0.33 today"), lines
-    assert lines[1].strip().startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 4")
-    assert lines[2].startswith("  faster but without vLLM flags for this target: adaptive 1.000x adaptive (no "
+    # ... and its figures over none, which it can serve, not over the baseline it cannot (issue 62)
+    assert lines[0].startswith("batch 4: recommended vllm-ngram:8, 1.600x none, in vLLM 0.33 today"), lines
+    assert lines[1].startswith("  over none (no speculation), not the baseline adaptive: adaptive cannot be served")
+    assert lines[2].strip().startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 4")
+    assert lines[3].startswith("  faster but without vLLM flags for this target: adaptive 2.000x none (no "
                                "published dspark drafter checkpoint for llama-3.1-8b")
     # an EAGLE run's adaptive verification has no vLLM flags (adaptive verification needs DSpark's confidence head)
     eagle_ad = Deployment(model="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B-Instruct", version="0.33",
                           drafter="eagle3-llama3.1-8b:3", block=3)
     lines = verdicts([_row("adaptive", 1.0), _row("none", 0.5)], "adaptive", deployment=eagle_ad)
-    assert "recommended none" in lines[0] and "need method 'dspark'" in lines[2]
+    assert "recommended none" in lines[0] and "need method 'dspark'" in lines[1] and "need method 'dspark'" in lines[3]
     eagle = Deployment(model="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B-Instruct", version="0.33",
                        drafter="eagle3-llama3.1-8b:3", block=3)
     lines = verdicts([_row("adaptive", 1.0), _row("model-fixed:3", 1.3)], "adaptive", deployment=eagle)

@@ -1,5 +1,5 @@
 """What a new user hits (issue 47): torch's thread count left as it was, `validate --quick` honest about its time and
-its figures, outputs that stay small (steps opt-in, report.html loading the cache's plotly.js, `python -m sim.cache`),
+its figures, outputs that stay small (steps opt-in; report.html carries plotly.js since issue 62; `python -m sim.cache`),
 and the smaller points (help that lists methods and policies, bundled traces from any folder, ShareGPT JSONL, the
 progress clock, "did you mean")."""
 from __future__ import annotations
@@ -130,19 +130,22 @@ def test_validate_prints_repository_relative_paths(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------ outputs
-def test_a_run_folder_is_small_steps_opt_in_and_the_report_loads_the_cached_plotly(tmp_path):
+def test_a_run_folder_has_steps_opt_in_and_a_report_that_carries_its_plotly(tmp_path):
     from sim.infra.html_page import asset_name, plotly_js
 
     p = _run(tmp_path, "--policy", "hybrid", "--out", tmp_path / "o")
     assert p.returncode == 0, p.stderr
     o = tmp_path / "o"
-    assert sorted(x.name for x in o.iterdir()) == ["report.html", "requests.csv", "summary.json"]
+    assert sorted(x.name for x in o.iterdir()) == ["report.html", "requests.csv", "summary.json", "verdict.json",
+                                                   "verdict.md"]
     assert "--steps adds every step" in p.stdout
     text = (o / "report.html").read_text()
-    cached = tmp_path / "cache" / "plotly" / asset_name()
-    assert cached.read_bytes() == plotly_js().encode()  # one copy, in the cache
-    assert f"src='{cached.resolve().as_uri()}'" in text and plotly_js()[:5000] not in text
-    assert (o / "report.html").stat().st_size < 1_000_000
+    # issue 62: the page renders wherever the folder is copied (plotly.js inlined), nothing loaded from the cache
+    assert plotly_js()[:5000] in text and "src='file://" not in text
+    assert not (tmp_path / "cache" / "plotly" / asset_name()).exists()
+    p = _run(tmp_path, "--policy", "hybrid", "--out", tmp_path / "c", "--plotly", "cached")  # small, this machine only
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "c" / "report.html").stat().st_size < 1_000_000
     p = _run(tmp_path, "--policy", "hybrid", "--out", tmp_path / "s", "--steps")
     assert p.returncode == 0, p.stderr
     name = "steps.parquet" if _has_pyarrow() else "steps.csv.gz"

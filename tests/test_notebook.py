@@ -1,5 +1,6 @@
-"""notebooks/policy_tuning.ipynb runs top to bottom on a few requests and prints the best setting; the committed
-copy carries its outputs (a static SVG among them) and its best value lies inside its grid."""
+"""notebooks/policy_tuning.ipynb runs top to bottom on a few requests and prints the best setting of the vLLM plugin
+with the `vllm serve` line that runs it; the committed copy carries its outputs (a static SVG among them), tunes
+only settings a user can deploy, on a trace the reports do not evaluate."""
 import os
 import re
 from pathlib import Path
@@ -24,7 +25,8 @@ def test_policy_tuning_notebook(tmp_path, monkeypatch):
     client.execute()
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                      if o.get("output_type") == "stream")
-    assert "best: --policy ngram-threshold:" in text and "0 failed" in text
+    assert "best: --policy hybrid-vllm:" in text and "0 failed" in text
+    assert re.search(r"^vllm serve \S+ --max-num-seqs 4 ", text, re.M)  # the line that serves the pick
     assert any("application/vnd.plotly.v1+json" in o.get("data", {})
                for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     # the only folder of this machine its outputs may name is the one the test gave it
@@ -58,17 +60,26 @@ def test_committed_notebook_names_no_machine_path():
                                                                                   "C:\\Users\\me"]
 
 
-def test_committed_notebook_has_outputs_and_an_interior_optimum():
+def test_committed_notebook_tunes_what_can_be_served_and_serves_its_pick():
     import json
-    import re
+
+    from sim.core.deploy import tier
+    from sim.core.policies import get_policy
 
     nb = json.loads(NB.read_text())
     outs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
-    assert outs, "commit the notebook with its outputs (python -m nbclient or Jupyter's Run All, then save)"
+    assert outs, "commit the notebook with its outputs (jupyter nbconvert --to notebook --execute --inplace)"
     assert any("image/svg+xml" in o.get("data", {}) for o in outs)  # readable without JavaScript
+    source = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    trace = re.search(r'TRACE = "([^"]+)"', source).group(1)
+    assert trace == "traces/general.jsonl"  # never a trace the reports evaluate (codeedit, chat)
     text = "\n".join("".join(o.get("text", "")) for o in outs)
-    m = re.search(r"best: --policy ngram-threshold:([0-9.]+)", text)
-    assert m and "interior optimum" in text
-    values = re.search(r"VALUES = \[([^\]]+)\]", "".join(nb["cells"][1]["source"])).group(1)
-    grid = [float(v) for v in values.split(",")]
-    assert min(grid) < float(m.group(1)) < max(grid)
+    best = re.search(r"best: --policy (\S+)", text).group(1)
+    assert tier(get_policy(best)) == "plugin"  # a setting of the plugin, which vLLM runs with it installed
+    serve = re.findall(r"^vllm serve .*$", text, re.M)
+    assert len(serve) == 2 and all("--additional-config" in s for s in serve), serve
+    want = {"slots": int(re.search(r"slots=(\d+)", best).group(1)), **({"skip": True} if ":skip" in best else {}),
+            **({"runcal": float(re.search(r"runcal=([0-9.]+)", best).group(1))} if "runcal=" in best else {})}
+    for line in serve:
+        config = json.loads(re.search(r"--additional-config '([^']+)'", line).group(1))["hybrid_spec"]
+        assert {k: config.get(k) for k in want} == want, (best, line)

@@ -121,13 +121,16 @@ def _ranking(rs: list[dict], baseline: str | None) -> tuple[str, bool, Callable]
 
 
 def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", group: tuple[str, ...] = (),
-             deployment: Deployment | None = None) -> list[str]:
+             deployment: Deployment | None = None, records: list[dict] | None = None) -> list[str]:
     """Per batch size (and per `group` setup): the recommendation -- the fastest setup a user can serve (in vLLM as
     released or with the plugin: sim.core.deploy's tiers) -- with the `vllm serve` line that runs it when
     `deployment` is given, the runner-up and the margin, whether speculation beats none there, the best setup in
     vLLM as released when the plugin's wins, and the faster setups that are simulated only, need tree attention
     or bound the rest (the per-step oracle always). Ranked by throughput, or by median TPOT where it is
-    arrival-bound (_ranking)."""
+    arrival-bound (_ranking). Where the baseline itself cannot be served for the target (no drafter checkpoint
+    published for it), the figures are over `none` (no speculation, what any server runs) and a line says why.
+    `records`, when given, gets one dict per batch size (and setup): the same verdict
+    as data (verdict_record), which `--out` keeps as verdict.json."""
     keyf = lambda r: tuple(r.get(k) for k in group) + (r.get("batch_size"),)  # noqa: E731
     version = deployment.version if deployment else DEFAULT_VLLM_VERSION
     out = []
@@ -149,24 +152,32 @@ def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", gro
                         tiers[n] = "unservable"
         served = [r for r in rs if tiers[r["policy"]] in DEPLOYABLE]
         name = lambda t: TIERS[t].format(version=version)  # noqa: E731
+        plain = lambda r: pols[r["policy"]] is not None and pols[r["policy"]].vllm is not None \
+            and pols[r["policy"]].vllm.method is None  # noqa: E731 - no speculation (vLLM without --speculative-config)
+        none_row = next((r for r in rs if plain(r)), None)
+        reference, why_ref = baseline, None  # what the figures are over: the baseline, unless it cannot be served
+        if k_v == "speedup_vs_baseline" and tiers.get(baseline) == "unservable" and none_row is not None \
+                and _num(none_row[k_v]):
+            reference, why_ref, over = none_row["policy"], flags[baseline][1], float(none_row[k_v])
+            fmt = lambda v, over=over, ref=reference: f"{v / over:.3f}x {ref}"  # noqa: E731
         if k_v == "median_tpot_ms":
             bound = [r for r in group_rows if arrival_bound(r)]
             tput = [r["output_throughput_tok_s"] for r in bound]
             n_b = f"{len(bound)} setup{'s' * (len(bound) != 1)} that keep{'s' * (len(bound) == 1)} up"
             out.append(head + f"throughput is arrival-bound ({min(tput):,.0f}-{max(tput):,.0f} tok/s for the {n_b}): "
                        "ranked by median TPOT, lower is better (TTFT and E2EL: --format json)")
+        first = len(out)
         if not served:
             out.append(head + "no setup a server can run finished")
+            if records is not None:
+                records.append(verdict_record(key, group, k_v, None, None, None, flags, tiers, out[first:], reference))
             continue
         best = served[0]
         gain = lambda a, b: (b[k_v] / a[k_v] if lower else a[k_v] / b[k_v]) - 1.0  # noqa: E731
         line = head + f"recommended {best['policy']}, {fmt(best[k_v])}, {name(tiers[best['policy']])}"
-        plain = lambda r: pols[r["policy"]] is not None and pols[r["policy"]].vllm is not None \
-            and pols[r["policy"]].vllm.method is None  # noqa: E731 - no speculation (vLLM without --speculative-config)
-        none_row = next((r for r in rs if plain(r)), None)
         if plain(best):
             line += "; speculation does not pay here: serve without --speculative-config"
-        elif none_row is not None:
+        elif none_row is not None and why_ref is None:  # (over none, the figure says it already)
             line += f"; speculation pays: {1 + gain(best, none_row):.2f}x none"
         if len(served) > 1:
             nxt = served[1]
@@ -174,6 +185,9 @@ def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", gro
         elif len(rs) == 1:
             line += " (the only setup run: nothing to rank it against)"
         out.append(line)
+        if why_ref is not None:
+            out.append(f"  over {reference} (no speculation), not the baseline {baseline}: {baseline} cannot be served "
+                       f"for this model ({why_ref}); {best['policy']} is the best setup that can")
         if deployment is not None:
             out.append(_flags_line(best["policy"], flags))
         if tiers[best["policy"]] == "plugin":
@@ -186,9 +200,12 @@ def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", gro
                     out.append(_flags_line(today["policy"], flags))
         others = []
         unservable = [r for r in rs if tiers[r["policy"]] == "unservable" and gain(r, best) > 0]
-        if unservable:
+        if unservable:  # grouped by why, so one missing checkpoint is said once
+            why = {}
+            for r in unservable:
+                why.setdefault(flags[r["policy"]][1], []).append(f"{r['policy']} {fmt(r[k_v])}")
             out.append("  faster but without vLLM flags for this target: " + "; ".join(
-                f"{r['policy']} {fmt(r[k_v])} ({flags[r['policy']][1]})" for r in unservable))
+                f"{', '.join(names)} ({reason})" for reason, names in why.items()))
         for t in ("engine", "newer", "tree", "bound"):
             faster = [r for r in rs if tiers[r["policy"]] == t
                       and (gain(r, best) > 0 or r["policy"] == oracle)]
@@ -197,7 +214,51 @@ def verdicts(rows: list[dict], baseline: str | None, oracle: str = "oracle", gro
                     f"{'per-step oracle' if r['policy'] == oracle else r['policy']} {fmt(r[k_v])}" for r in faster))
         if others:
             out.append("  faster, not servable as is: " + "; ".join(others))
+        if records is not None:
+            records.append(verdict_record(key, group, k_v, best, served[1] if len(served) > 1 else None,
+                                          none_row, flags, tiers, out[first:], reference))
     return out
+
+
+def verdict_record(key: tuple, group: tuple[str, ...], ranked_by: str, best: dict | None, runner_up: dict | None,
+                   none_row: dict | None, flags: dict, tiers: dict, lines: list[str],
+                   reference: str | None = None) -> dict:
+    """One verdict as data (what `--out` keeps in verdict.json): the batch size and the `group` setup it is for,
+    the figure it ranks by, what its ratios are over (`reference`: the baseline, or `none` where the baseline
+    cannot be served), the recommended setup and the runner-up (each its policy, `vllm serve` line or None,
+    tier and figures; None where there is none), speculation's gain over `none` and the verdict's printed lines."""
+    def setup(r: dict | None) -> dict | None:
+        if r is None:
+            return None
+        line, note = flags.get(r["policy"], (None, None))
+        return {"policy": r["policy"], "serve": line, "serve_note": note, "tier": tiers.get(r["policy"]),
+                ranked_by: _jsonable(r.get(ranked_by)),
+                **{k: _jsonable(r.get(k)) for k in ("output_throughput_tok_s", "speedup_vs_baseline", "median_tpot_ms")
+                   if k != ranked_by}}
+
+    rec = {"batch_size": int(key[-1]), **{k: _jsonable(v) for k, v in zip(group, key[:-1])}, "ranked_by": ranked_by,
+           "reference": reference, "recommended": setup(best), "runner_up": setup(runner_up)}
+    if best is not None and none_row is not None:
+        a, b = _num(best.get("output_throughput_tok_s")), _num(none_row.get("output_throughput_tok_s"))
+        rec["throughput_vs_none"] = a / b if a and b else None
+    rec["text"] = lines
+    return rec
+
+
+def verdict_markdown(records: list[dict], header: str | None = None) -> str:
+    """verdict.md: the run's header line, then each verdict's printed lines with its `vllm serve` line as code."""
+    parts = ["# Verdict", ""] + ([header, ""] if header else [])
+    for rec in records:
+        parts.append(f"## Batch size {rec['batch_size']}" + "".join(
+            f", {k} {v}" for k, v in rec.items() if k not in VERDICT_FIELDS))
+        parts.append("")
+        for line in rec["text"]:
+            text = line.strip()
+            parts += (["    " + text] if text.startswith("vllm serve ") else [text]) + [""]
+    return "\n".join(parts).rstrip("\n") + "\n"
+
+
+VERDICT_FIELDS = ("batch_size", "ranked_by", "reference", "recommended", "runner_up", "throughput_vs_none", "text")
 
 
 def rank_key(value: float, policy: str, baseline: str | None, lower: bool = False) -> tuple:

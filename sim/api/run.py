@@ -307,7 +307,9 @@ def add_speedups(rows: list[dict], baseline: str | None = BASELINE) -> None:
 
 
 STEPS_FILES = ("steps.parquet", "steps.csv.gz")  # --steps: parquet where pyarrow is installed, else gzipped CSV
-OUTPUTS = ("summary.json", "requests.csv", "report.html", *STEPS_FILES, "steps.csv")  # steps.csv: an older run's
+VERDICT_FILES = ("verdict.md", "verdict.json")  # the verdict per batch size, its `vllm serve` lines (console.verdicts)
+OUTPUTS = ("summary.json", "requests.csv", "report.html", *VERDICT_FILES, *STEPS_FILES,
+           "steps.csv")  # steps.csv: an older run's
 
 
 def steps_file() -> str:
@@ -319,17 +321,21 @@ def steps_file() -> str:
 
 
 def write_outputs(dest: Path, rows: list[dict], results: list[tuple[dict, RunResult]],
-                  baseline: str | None = BASELINE, plotly: str = "inline", steps: bool = False) -> list[str]:
-    """summary.json, requests.csv and report.html in `dest` (and with `steps` the per-step table, steps_file()),
+                  baseline: str | None = BASELINE, plotly: str = "inline", steps: bool = False,
+                  verdict: list[dict] | None = None, header: str | None = None) -> list[str]:
+    """summary.json, requests.csv and report.html in `dest` (and with `steps` the per-step table, steps_file();
+    with `verdict`, console.verdicts' records, verdict.md and verdict.json: {"verdicts": records}; `header`: the
+    run's header line, atop verdict.md),
     written whole or not at all (a temporary sibling folder swapped into place atomically,
     sim.infra.fsio.atomic_dir: `dest` is either the earlier result or the new one); other files already in `dest`
     are kept (carried into the new folder), those of OUTPUTS an earlier run wrote are not. Returns the names written."""
     with atomic_dir(dest, keep=lambda name: name not in OUTPUTS) as out:  # the layer leaves out its own files
-        return _write_outputs(out, rows, results, baseline, plotly, steps)
+        return _write_outputs(out, rows, results, baseline, plotly, steps, verdict, header)
 
 
 def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunResult]],
-                   baseline: str | None = BASELINE, plotly: str = "inline", steps: bool = False) -> list[str]:
+                   baseline: str | None = BASELINE, plotly: str = "inline", steps: bool = False,
+                   verdict: list[dict] | None = None, header: str | None = None) -> list[str]:
     import pandas as pd  # here, not at the top: 0.6 s of import the runs themselves do not need
 
     from sim.api.report import write_run_report
@@ -352,7 +358,12 @@ def _write_outputs(out: Path, rows: list[dict], results: list[tuple[dict, RunRes
             table.to_csv(out / name, index=False, compression={"method": "gzip", "mtime": 0})
         names.append(name)
     write_run_report(rows, [(r, res.steps) for r, res in results], out / "report.html", baseline, plotly)
-    return names + ["report.html"]
+    names.append("report.html")
+    if verdict is not None:
+        (out / "verdict.md").write_text(console.verdict_markdown(verdict, header))
+        (out / "verdict.json").write_text(json.dumps({"header": header, "verdicts": verdict}, indent=1) + "\n")
+        names += list(VERDICT_FILES)
+    return names
 
 
 def policy_list() -> str:
@@ -394,13 +405,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                            "only --speculative-config: none unless given)")
     spec.add_argument("--no-baseline", action="store_true", help="run only the named policies (no ratio column)")
     out = flag_group(ap, "output")
-    out.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, report.html "
+    out.add_argument("--out", type=Path, default=None, help="write summary.json, requests.csv, report.html, "
+                     "verdict.md and verdict.json (the verdict per batch size with its `vllm serve` lines) "
                      "(a folder; checked before the run, written whole at the end)")
     out.add_argument("--force", action="store_true", help="replace the files sim.api.run writes in an --out folder that "
                      "already holds them (other files there are kept)")
     out.add_argument("--steps", action="store_true", help="--out also gets every step of every run: steps.parquet "
                      "(pyarrow installed) or steps.csv.gz, tens of MB for the bundled traces")
-    add_plotly_flag(out, "report.html in --out: ", default="cached")
+    add_plotly_flag(out, "report.html in --out: ")  # inline: the page renders wherever the folder is copied
     out.add_argument("--format", choices=console.FORMATS, default="table", help=console.FORMAT_HELP + " (default: table)")
     out.add_argument("--no-progress", action="store_true",
                      help="no progress bars (terminal) and no progress lines (stderr not a terminal)")
@@ -532,9 +544,12 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
     tok = f" (text tokenized with {prep.tokenizer})" if prep.tokenizer else ""
     header = (f"trace {a.trace}: {rows[0]['requests']} requests, {rows[0]['output_tokens']} output tokens{tok}; "
               f"{model} on {a.gpu} ({a.cost}); " + (f"baseline {baseline}" if baseline else "no baseline"))
-    console.emit(rows, a.format, baseline, header=header, deployment=deployment(setup))
+    dep = deployment(setup)
+    console.emit(rows, a.format, baseline, header=header, deployment=dep)
     if a.out:
-        names = write_outputs(out, rows, results, baseline, a.plotly, a.steps)
+        records: list[dict] = []
+        console.verdicts(rows, baseline, deployment=dep, records=records)
+        names = write_outputs(out, rows, results, baseline, a.plotly, a.steps, records, header)
         print(f"wrote {a.out}/{', '.join(names)}" + ("" if a.steps else " (--steps adds every step)"),
               file=sys.stdout if a.format == "table" else sys.stderr)
     return 0

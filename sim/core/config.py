@@ -33,6 +33,7 @@ from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
 from sim.core.drafters.registry import (add_drafter_flags, collect_drafter_flags, parse_drafter_config,
                                         parse_drafter_list)
 from sim.core.drafters.stream import parse_draft_tables
+from sim.core.models import gpu_name
 from sim.infra.errors import ConfigError
 from sim.core.vllm import (DEFAULT_VLLM_VERSION, MIN_RATE, SCHEDULERS, VLLM_VERSIONS, parse_rate, parse_scheduler,
                            parse_vllm_version)
@@ -82,7 +83,9 @@ class ModelConfig:
                      "a Hugging Face config.json or a model directory (docs/your-model.md)")
     tokenizer: str | None = opt(None, "what tokenizes the trace's text: a tokenizer.json, a Hugging Face id in the local "
                                 "cache, or qwen3 / smollm2 standing in (default: the model's own, its spec's)", grid=None)
-    gpu: str = opt("h100-sxm", "GPU name, or with --cost profiled a cost-table file (.json/.csv) profiled for --model")
+    gpu: str = opt("h100-sxm", "GPU name (models/gpus; a short name such as h100 is the spec models/gpu-aliases.json "
+                   "maps it to), or with --cost profiled a cost-table file (.json/.csv) profiled for --model",
+                   parse=gpu_name)
     cost: str = opt(DEFAULT_COST_KIND, f"cost model, one of the registered kinds: {', '.join(cost_kinds())}")
     tensor_parallel_size: int = opt(1, "GPUs the model is split over (tensor parallelism: weights and FLOPs split, "
                                     "all-reduces added; the GPU spec must state interconnect_gbps)",

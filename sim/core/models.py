@@ -3,7 +3,8 @@
     get_llm("qwen3-8b") -> LLMSpec        models/llms/<name>.json (or its Hugging Face id, "Qwen/Qwen3-8B"), or
                                           a path: a spec .json of the same fields, a Hugging Face config.json
                                           or a model directory holding one (from_hf_config translates it)
-    get_gpu("h100-sxm") -> GPUSpec        models/gpus/<name>.json
+    get_gpu("h100-sxm") -> GPUSpec        models/gpus/<name>.json, or a short name models/gpu-aliases.json
+                                          declares ("h100" -> h100-sxm: gpu_name)
     get_drafter_cost("dspark-cost")        models/drafters/<name>.json  (-> DrafterCostSpec)
     list_llms(), list_gpus()
 
@@ -556,9 +557,34 @@ def get_llm(name: str = DEFAULT_LLM) -> LLMSpec:
     return _get_llm(key, str(models_dir()))
 
 
+def gpu_aliases() -> dict[str, str]:
+    """Short name -> models/gpus name, the table models/gpu-aliases.json declares ("h100" -> "h100-sxm")."""
+    return dict(_gpu_aliases(str(models_dir())))
+
+
+@lru_cache(maxsize=None)
+def _gpu_aliases(root: str) -> tuple[tuple[str, str], ...]:
+    path = Path(root) / "gpu-aliases.json"
+    if not path.is_file():
+        return ()
+    table = read_json_object(path, "GPU alias table").get("aliases", {})
+    if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in table.items()):
+        raise ConfigError(f"{path}: 'aliases' must map short names to models/gpus names (strings)")
+    return tuple((k.strip().lower(), v.strip().lower()) for k, v in table.items())
+
+
+def gpu_name(name: str) -> str:
+    """The models/gpus name `name` stands for: its alias's target (gpu_aliases: "H100" -> "h100-sxm"), else `name`
+    as given (a spec name, or with --cost profiled a cost-table path, which get_gpu and the cost model judge)."""
+    if not isinstance(name, str):
+        return name
+    return gpu_aliases().get(name.strip().lower(), name)
+
+
 def get_gpu(name: str = DEFAULT_GPU) -> GPUSpec:
-    """The GPU `name` (models/gpus/<name>.json); ConfigError listing valid names if unknown."""
-    return _get_gpu(_key(name), str(models_dir()))
+    """The GPU `name` (models/gpus/<name>.json, or a short name gpu_aliases maps to one); ConfigError listing
+    valid names if unknown."""
+    return _get_gpu(_key(gpu_name(name)), str(models_dir()))
 
 
 def get_drafter_cost(name: str = DEFAULT_DRAFTER_COST) -> DrafterCostSpec:
@@ -566,6 +592,6 @@ def get_drafter_cost(name: str = DEFAULT_DRAFTER_COST) -> DrafterCostSpec:
     return _get_drafter_cost(_key(name), str(models_dir()))
 
 
-__all__ = ["LLMSpec", "GPUSpec", "HostSpec", "KernelSpec", "DrafterCostSpec", "get_llm", "get_gpu",
+__all__ = ["LLMSpec", "GPUSpec", "HostSpec", "KernelSpec", "DrafterCostSpec", "get_llm", "get_gpu", "gpu_name", "gpu_aliases",
            "get_drafter_cost", "llm_name", "is_spec_path", "list_llms", "list_gpus", "models_dir", "GIB", "DEFAULT_LLM", "DEFAULT_GPU",
            "DEFAULT_DRAFTER_COST"]

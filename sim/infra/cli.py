@@ -302,6 +302,7 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
     traceback, then a line saying so, exit 1."""
     from sim.infra.fsio import termination_as_interrupt
 
+    cache = _cache_before()
     try:
         with termination_as_interrupt():
             try:
@@ -309,6 +310,8 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
             finally:  # outputs claimed and never written (a refusal, an error, Ctrl-C): locks and lock files go
                 release_claims()
                 _GIVEN.clear()
+            if not code:  # said after a command that worked: an error stays the one line it is
+                _cache_note(cache)
     except HybridSpecError as exc:
         _fail(str(exc))
     except SimulatorBug as exc:  # e.g. a lossy run: the simulator's fault, never the input's
@@ -341,6 +344,32 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
               "please report it with the command line above", file=sys.stderr)
         sys.exit(1)
     sys.exit(code or 0)
+
+
+def _cache_before() -> Path | None:
+    """The cache folder (sim.infra.fsio.cache_root) when it does not exist yet, so a command that makes it can
+    say so once (_cache_note); None when it exists already or caching is off."""
+    from sim.infra.fsio import cache_root
+
+    root = cache_root()
+    return root if root is not None and not os.path.lexists(root) else None
+
+
+def _cache_note(root: Path | None) -> None:
+    """One line on stderr when a command that worked made the cache folder `root`: where it is, what it holds now,
+    and the command that shows and prunes it (a user should not find hundreds of MB in ~/.cache by chance)."""
+    if root is None or not root.is_dir():
+        return
+    size = 0
+    for top, _dirs, files in os.walk(root, followlinks=False):
+        for name in files:
+            try:
+                size += os.lstat(os.path.join(top, name)).st_size
+            except OSError:  # removed meanwhile
+                continue
+    print(f"note: made the cache folder {root} ({size / 1e6:.1f} MB now: draft tables, token ids, compiled code; "
+          "later runs reuse it); `python -m sim.cache` shows its size and prunes it, HYBRIDSPEC_CACHE_DIR=DIR moves "
+          "it, HYBRIDSPEC_CACHE_DIR=off turns it off", file=sys.stderr)
 
 
 def _fail(message: str) -> None:

@@ -6,8 +6,8 @@ nothing fetched), and each figure's heading is made from what the figure plots (
 Where plotly.js comes from is the `--plotly` flag of every command that writes a page (`add_plotly_flag`):
 - `inline` (the default): plotly.js (4.7 MB) inlined in the page: one file that renders anywhere, offline.
 - `cached`: the page loads the copy under the cache folder (sim.infra.fsio.cache_root()/plotly/, written once,
-  whole, the first time; a `file://` address: offline, on this machine). sim.run's report.html default: a run's
-  folder stays small. A page whose copy is gone (`python -m sim.cache --prune`, another machine) says so at its
+  whole, the first time; a `file://` address: offline, on this machine): a small page that renders only
+  here. A page whose copy is gone (`python -m sim.cache --prune`, another machine) says so at its
   top; any page written cached puts the copy back. With caching off (HYBRIDSPEC_CACHE_DIR=off): inline.
 - `shared`: the page loads `plotly-<version>.min.js` from its own folder (`<script src=...>`, a relative path:
   still offline), and `write_page` writes that file there once, whole, the first time; a page written later

@@ -127,7 +127,9 @@ BUNDLED = {TOKENIZER_NAME: Tokenizer, "smollm2": _SmolLM2}
 TOKENIZERS = tuple(BUNDLED)
 _HF_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 NO_TOKENIZER = ("trace text needs the model's tokenizer and its spec names none: give a tokenizer.json "
-                "(sim.run --tokenizer PATH, or the spec's \"tokenizer\" field; docs/your-model.md), or token ids")
+                "(sim.run --tokenizer PATH, or the spec's \"tokenizer\" field; docs/your-model.md), or token ids; "
+                f"or --tokenizer {TOKENIZER_NAME} (bundled) to stand in: the token counts are then Qwen3's, not your "
+                "model's")
 
 
 def hub_cache() -> Path:
