@@ -35,6 +35,7 @@ import json
 import hashlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import stat
@@ -52,15 +53,69 @@ _OFF = ("", "off", "0", "none", "false", "no")
 
 
 # ------------------------------------------------------------------------------------------------ cache
-def cache_root() -> Path | None:
-    """The one cache folder every cache lives under, or None when caching is off (for every cache)."""
+# The cache's own mark: a file the project writes in the cache folder when it creates that folder. `sim.cache
+# --prune` removes only under a folder that carries it (sim/api/cache.py), so a misspelt HYBRIDSPEC_CACHE_DIR that
+# names a folder of the user's (~/.cache, a documents folder) is never emptied.
+CACHE_MARK = ".hybridspec-cache"
+CACHE_MARK_TEXT = ("hybridspec cache folder: made by hybridspec; python -m sim.cache --prune removes the cache kinds "
+                   "under it\n")
+# The kinds (top-level folders) the project writes under the cache folder, and what each holds: the registry
+# `sim.cache` lists and prunes by, and the only entries (besides the mark) a prunable cache folder may hold.
+CACHE_KINDS: dict[str, str] = {
+    "draft-tables": "draft tables of a trace (sim.core.drafters.cache)",
+    "tokens": "token ids of a trace file (sim.core.trace.tokenizer)",
+    "native": "native libraries built from sim/engine/native (sim.engine.native)",
+    "plotly": "the plotly.js copy pages load (sim.infra.html_page)",
+    "weights": "converted weights and the SmolLM2 tokenizer (real.engine.weights)",
+    "drafter_data": "drafter training data (real.drafter.data)",
+    "wheels": "downloaded wheels of the codeedit trace build (sim.core.trace.build_codeedit)",
+    "hf": "Hugging Face checkpoints of the vLLM CPU models (real.validation.vllm_cpu.checkpoints)",
+}
+
+
+def cache_root(create: bool = True) -> Path | None:
+    """The one cache folder every cache lives under, or None when caching is off (for every cache). When the
+    folder does not exist yet and `create`, it is made here (0700) with the project's mark in it (CACHE_MARK):
+    only a folder the project made carries the mark; an existing folder is never marked here."""
     env = os.environ.get(ENV)
     if env is not None:
-        return None if env.strip().lower() in _OFF else Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or ""
-    if not base.strip() or not os.path.isabs(base):  # the XDG spec: a relative value is ignored
-        base = str(Path.home() / ".cache")
-    return Path(base) / "hybridspec"
+        if env.strip().lower() in _OFF:
+            return None
+        root = Path(env).expanduser()
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or ""
+        if not base.strip() or not os.path.isabs(base):  # the XDG spec: a relative value is ignored
+            base = str(Path.home() / ".cache")
+        root = Path(base) / "hybridspec"
+    if create and not os.path.lexists(root):
+        try:
+            root.mkdir(mode=0o700, parents=True)
+        except OSError:  # made meanwhile by another process (it marks it), or not makeable: the caller's write says so
+            return root
+        mark_cache(root)
+    return root
+
+
+def mark_cache(root: Path) -> None:
+    """Write the project's mark into the cache folder `root` (whole: a temporary then a rename)."""
+    tmp = root / f"{CACHE_MARK}.{os.getpid()}.{secrets.token_hex(4)}"
+    try:
+        tmp.write_text(CACHE_MARK_TEXT)
+        os.replace(tmp, root / CACHE_MARK)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def is_marked_cache(root: Path) -> bool:
+    """Whether `root` carries the project's mark: a regular file CACHE_MARK (not a link) holding CACHE_MARK_TEXT."""
+    mark = Path(root) / CACHE_MARK
+    try:
+        if not stat.S_ISREG(os.lstat(mark).st_mode):
+            return False
+        with open(mark, "rb") as f:
+            return f.read(len(CACHE_MARK_TEXT) + 1) == CACHE_MARK_TEXT.encode()
+    except OSError:
+        return False
 
 
 def private_dir(path: Path) -> Path:
