@@ -50,7 +50,7 @@ from tqdm import tqdm
 from sim.api.setups import join_setups, setup_values
 from sim.core.config import WITH_SUFFIX
 from sim.infra.cli import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least
-from sim.infra.fsio import clean_dead, commit_files, forking_workers, out_guard
+from sim.infra.fsio import clean_dead, commit_files, forking_workers, out_guard, own_path
 from sim.infra.errors import ConfigError
 from sim.infra import paths
 
@@ -388,7 +388,7 @@ def _save(cells_dir: Path, cid: str, result: dict) -> None:
     """Write a finished cell whole (temporary file + rename), with its schema version and a checksum of its
     content, so that a partial, stale or edited file is never served."""
     body = json.loads(json.dumps(dict(result, schema=CELL_SCHEMA), default=float))  # the JSON round trip
-    tmp = cells_dir / f".{cid}.{os.getpid()}.tmp"
+    tmp = own_path(cells_dir / f"{cid}.json", "tmp")
     try:
         tmp.write_text(json.dumps(dict(body, checksum=_checksum(body))))
         tmp.replace(cells_dir / f"{cid}.json")
