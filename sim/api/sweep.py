@@ -50,7 +50,7 @@ from tqdm import tqdm
 from sim.api.setups import join_setups, setup_values
 from sim.core.config import WITH_SUFFIX
 from sim.infra.cli import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least
-from sim.infra.fsio import clean_dead, commit_files, forking_workers, out_guard, own_path
+from sim.infra.fsio import clean_dead, commit_files, forking_workers, out_guard, own_path, refuse_in_the_way
 from sim.infra.errors import ConfigError
 from sim.infra import paths
 
@@ -513,6 +513,11 @@ def _rows(results: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return df, req
 
 
+# what a sweep writes in --out (name, is a folder): the only entries --force may replace there
+WRITES = (*((f"{t}.{ext}", False) for t in ("results", "requests") for ext in ("csv", "parquet")), ("grid.json", False),
+          ("cells", True))
+
+
 def write_tables(out: Path, df: pd.DataFrame, req: pd.DataFrame, grid: str | None = None) -> list[str]:
     """results and requests, as .csv and .parquet, and grid.json, written as one unit (sim.infra.fsio.commit_files):
     a reader sees the earlier set or the new one, never a csv newer than its parquet or a table cut mid-row."""
@@ -724,6 +729,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(a: argparse.Namespace) -> int:
     if not a.dry_run:  # before any work: a folder that can be written, and not someone else's files
         check_out_dir(a.out, force=True)
+        refuse_in_the_way(a.out, WRITES, f"--out {a.out}")  # a user's folder (or file) at a name the sweep writes
         if a.out.is_dir() and any(a.out.iterdir()) and not (a.out / "cells").is_dir() and not a.force:
             raise ConfigError(f"--out {a.out} holds files but no sweep (no cells/ folder); choose another folder, or "
                               "pass --force to write the sweep's tables next to them")
