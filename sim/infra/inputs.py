@@ -42,16 +42,23 @@ class Kind:
     cap: int
 
     def limit(self) -> int:
-        env = os.environ.get(CAP_ENV)
-        if env:
-            try:
-                mib = float(env)
-            except ValueError:
-                mib = float("nan")
-            if not (math.isfinite(mib) and mib > 0):
-                raise ConfigError(f"{CAP_ENV}={env!r}: expected a finite number of MiB > 0")
-            return max(1, int(mib * MiB))
-        return self.cap
+        mib = env_size(CAP_ENV, "MiB")
+        return self.cap if mib is None else max(1, int(mib * MiB))
+
+
+def env_size(name: str, unit: str) -> float | None:
+    """The size the environment variable `name` sets, in `unit`s: None when unset or empty, else a finite number
+    > 0 (ConfigError otherwise: nan, inf, -1, 0 or a word would switch a limit off or make it absurd)."""
+    env = os.environ.get(name)
+    if env is None or not env.strip():
+        return None
+    try:
+        v = float(env)
+    except ValueError:
+        v = float("nan")
+    if not (math.isfinite(v) and v > 0) or v > 2**50:
+        raise ConfigError(f"{name}={env!r}: not a valid size; expected a finite number of {unit} > 0")
+    return v
 
 
 CONFIG = Kind("config file", 4 * MiB)             # settings, a checkpoint's config.json, anchors, a grid
@@ -59,6 +66,11 @@ CONFIG = Kind("config file", 4 * MiB)             # settings, a checkpoint's con
 RECORD = Kind("recorded run file", 64 * MiB)     # fidelity.json, a cost table, a cell's record (real ones: < 1 MiB)
 TABLE = Kind("table of steps", 128 * MiB)        # a CSV of recorded steps (real ones: a few MiB)
 WEIGHTS = Kind("weights file", 8192 * MiB)       # a drafter checkpoint (read whole by torch.load)
+TOKENIZER = Kind("tokenizer file", 256 * MiB)     # a tokenizer.json (real ones: 2-35 MiB), parsed whole by tokenizers
+CACHE = Kind("cache entry", 64 * MiB)            # a command's own cache file: a sweep or validate cell, a label shard
+REQUEST = Kind("request file", 16 * MiB)          # the vLLM plugin's per-run request file
+SIDECAR = Kind("checksum file", 4096)             # a `.sha256` beside a file: one digest and a name
+REF = Kind("Hugging Face cache ref", 1024)        # a hub cache's refs/main: one commit id
 
 
 def _size(n: float) -> str:
@@ -171,12 +183,32 @@ def _finite_float(text: str) -> float:
     return v
 
 
+class _Duplicate(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    """An object's members as a dict; a key given twice is refused (json.loads would keep the last silently)."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Duplicate(k)
+        out[k] = v
+    return out
+
+
 def parse_json(text: str | bytes, where: str, finite: bool = True) -> _AnyType:
-    """Strict JSON (module docstring); ConfigError "WHERE: not valid JSON (...)" otherwise. finite=False keeps
+    """Strict JSON (module docstring); ConfigError "WHERE: not valid JSON (...)" otherwise. Bytes are UTF-8 only
+    (json.loads would guess UTF-16 or UTF-32 from them), and an object may not name a key twice. finite=False keeps
     NaN and Infinity as floats (a schema then says which fields must be finite)."""
     kw = {} if not finite else {"parse_constant": _refuse_constant, "parse_float": _finite_float}
+    kw["object_pairs_hook"] = _unique_keys
     try:
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8-sig")
         data = json.loads(text, **kw)
+    except _Duplicate as exc:
+        raise ConfigError(f"{where}: key {_show(exc.args[0])} given twice in one object (which one is meant?)") from None
     except _NonFinite as exc:
         raise ConfigError(f"{where}: {exc.args[0]} is not a finite number (JSON numbers here must be finite)") from None
     except json.JSONDecodeError as exc:
