@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     if out.suffix != ".md":
         raise ConfigError(f"--out {out}: expected a .md file (the .html is written beside it)")
     html = out.with_suffix(".html")
-    folder = check_out_files(out.parent, [out.name, html.name], a.force, "--out", named=True)
+    folder = check_out_files(out.parent, [out.name, html.name], a.force, "--out", named=True,
+                             given_folder=False)  # -o r.md: the working folder holds the two files
     if a.plotly == "shared":
         check_asset(folder)
     meta = _meta(drafter)

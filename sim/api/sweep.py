@@ -400,9 +400,11 @@ def _save(cells_dir: Path, cid: str, result: dict) -> None:
 def load_cell(path: Path, cid: str) -> tuple[dict | None, str]:
     """A cached cell, or (None, why it cannot be served): unreadable, another schema, a checksum that does
     not match its content (partial or edited), another cell's id, or not a finished ok result."""
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, UnicodeError, ValueError, RecursionError) as exc:
+    from sim.infra.inputs import CACHE, parse_json, read_bytes
+
+    try:  # through the input layer: a regular file, capped (a planted gigabyte is not read), strict JSON
+        d = parse_json(read_bytes(path, CACHE), str(path), finite=False)
+    except (OSError, UnicodeError, ValueError, RecursionError, ConfigError) as exc:
         return None, f"unreadable ({type(exc).__name__})"
     if not isinstance(d, dict):
         return None, "not a JSON object"
@@ -648,10 +650,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def load_grid(path: Path) -> dict:
     """The TOML grid file; ConfigError naming it for anything that is not a readable UTF-8 TOML file."""
+    from sim.infra.inputs import CONFIG, read_text
+
     check_in_file(path, "--grid")
+    text = read_text(path, CONFIG, "--grid")  # capped, a regular file, strict UTF-8
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: bad TOML: {exc}") from None
     except UnicodeDecodeError as exc:

@@ -188,14 +188,19 @@ def check_out_file(path: str | os.PathLike, force: bool = False, flag: str = "--
 
 def check_out_files(folder: str | os.PathLike, names: tuple[str, ...] | list[str], force: bool = False,
                     flag: str = "--out", named: bool | None = None,
-                    hint: str = "pass --force to replace it, or choose another folder") -> Path:
+                    hint: str = "pass --force to replace it, or choose another folder", given_folder: bool = True) -> Path:
     """Before any work, for a command that writes the files `names` into `folder` (a folder that may hold other
     files, e.g. reports/): the folder is no ancestor of the working folder (resolve_out), not a file nor under
     one, can be written, and none of `names` exists there unless force, nor is tracked unless named
-    (ConfigError naming the flag otherwise). Claims each name; write them as one unit (commit_files)."""
+    (ConfigError naming the flag otherwise). Claims each name; write them as one unit (commit_files).
+    given_folder=False: the flag named a file (`-o r.md`) and `folder` is only its parent, which may be the working
+    folder (only the files are written; the folder is never replaced)."""
     p = Path(folder)
     what = f"{flag} {p}"
-    resolve_out(p, flag)
+    if given_folder:
+        resolve_out(p, flag)
+    else:
+        _nearest_existing(Path(os.path.abspath(p)), what)
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{what}: exists and is not a folder")
     for n in names:

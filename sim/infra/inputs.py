@@ -159,6 +159,33 @@ def read_bytes(path: str | os.PathLike, kind: Kind = CONFIG, what: str | None = 
     return b"".join(chunks)
 
 
+def iter_lines(path: str | os.PathLike, kind: Kind = REQUEST, what: str | None = None, limit: int | None = None):
+    """The lines of a regular file as strict UTF-8 text (a file of requests, one JSON object a line), each at most
+    kind's cap, the first `limit` only when given: for files read a line at a time, never whole. ConfigError naming
+    the file and line otherwise (a pipe, a device, a line that never ends, bad UTF-8)."""
+    p = Path(path)
+    check_regular(p, what)
+    cap = kind.limit()
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ConfigError(f"{_label(p, what)}: {(exc.strerror or type(exc).__name__).lower()}") from None
+    with os.fdopen(fd, "rb") as f:
+        if _what_it_is(os.fstat(fd).st_mode) is not None:  # swapped between the check and the open
+            raise ConfigError(f"{_label(p, what)}: not a regular file; give a file")
+        for n in range(1, (limit if limit is not None else 2**62) + 1):
+            line = f.readline(cap + 1)
+            if not line:
+                return
+            if len(line) > cap:
+                raise ConfigError(f"{_label(p, what)}:{n}: a line over the {_size(cap)} a {kind.name} line may hold "
+                                  f"(set {CAP_ENV} to raise it)")
+            try:
+                yield line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{_label(p, what)}:{n}: not UTF-8 text (bad byte at offset {exc.start})") from None
+
+
 def read_text(path: str | os.PathLike, kind: Kind = CONFIG, what: str | None = None) -> str:
     """read_bytes as strict UTF-8 text (a BOM is dropped); ConfigError naming the first bad byte otherwise."""
     data = read_bytes(path, kind, what)
