@@ -4,27 +4,35 @@ SIGTERM handled like Ctrl-C.
 
 Cache folder (`cache_root`): $HYBRIDSPEC_CACHE_DIR if set (`off`, `0`, `none`, `false` or empty: no cache
 at all, for every cache), else $XDG_CACHE_HOME/hybridspec, else ~/.cache/hybridspec. Every cache
-(draft tables, token ids, native libraries, converted weights, drafter data and checkpoints) lives under it.
+(draft tables, token ids, native libraries, converted weights, drafter data and checkpoints) lives under it, one
+folder per kind (CACHE_KINDS). The folder is marked (CACHE_MARK) when this module creates it, never otherwise:
+`sim.cache --prune` prunes only a marked folder (sim/api/cache.py).
 
 Invariants this module keeps:
+- Every name this layer gives its locks, journals and temporaries carries a tag (`own_name`: a hash of the output's
+  name, the pid and the kind). Only a matching tag makes an entry the layer's own (`is_internal`): only those are
+  left out of a carried-over folder, rolled forward, or removed as leftovers. Anything else, of any name, is
+  the user's and is kept.
 - `private_dir` folders are created 0700 and refused (one-line ConfigError) unless owned by this user and
   closed to group and others, so nobody else can plant a file in them.
-- `output_lock` holds an exclusive flock on `.<name>.lock` beside an output for the whole command (`claim`:
+- `output_lock` holds an exclusive flock on `.<name>.<tag>.lock` beside an output for the whole command (`claim`:
   from the check before any work to the write): a second writer of the same output is refused at once with
   one line, never silently merged. The lock dies with the process (kill -9 included); the holder removes the
   lock file while still holding it, and a locker that got the lock of a file no longer at the path retries.
-- `atomic_dir` replaces only what the command wrote: every other entry of the old folder is carried over.
+- `atomic_dir` replaces only the files the command wrote: every other entry of the old folder is carried over
+  (every folder among them), and a folder of the user's at a name the command writes a file to is refused
+  (`refuse_in_the_way`), never replaced.
 - `is_tracked` asks git whether an output would replace a tracked file (sim/infra/cli.py refuses that unless
   the output's flag was given); `temp_dir` is a temporary folder removed whatever ends the block.
 - `swap_dir` replaces a folder atomically: renameat2(RENAME_EXCHANGE) where the kernel and C library have it
-  (the new folder and the old one trade places in one step), else a journal `.<name>.swap` written before
+  (the new folder and the old one trade places in one step), else a journal `.<name>.<tag>.swap` written before
   two renames and read back by `recover` (a kill between them rolls forward to the new folder).
 - `commit_files` writes several files as one unit: every file whole under a temporary name, then a journal
-  `.<folder>.commit` naming them, then the renames, then the journal is removed. `recover` (run before a
+  `.<unit>.<pid>.<tag>.commit` naming them, then the renames, then the journal is removed. `recover` (run before a
   read and at the start of every writer) finishes a committed unit and removes temporaries of one that was
   never committed, so a reader sees the old set or the new set, never a mix.
-- `clean_leftovers` removes what an earlier killed run left beside an output (`.<name>.<pid>.tmp`/`.old`
-  folders and files whose process is gone).
+- `clean_leftovers` removes what an earlier killed run left beside an output (`.<name>.<pid>.<tag>.tmp`/`.old`
+  folders and files whose process is gone, tag matching).
 """
 from __future__ import annotations
 
