@@ -204,7 +204,7 @@ def test_a_fifo_config_is_named_a_pipe(tmp_path):
 
 # ------------------------------------------------------------------------------------------ capped reads
 def test_a_hub_refs_main_that_is_not_a_commit_id_names_no_snapshot(tmp_path, monkeypatch):
-    from sim.core.trace.tokenizer import _cached_hf_file
+    from sim.core.trace.tokenizer import cached_hf_file
 
     hub = tmp_path / "hub"
     folder = hub / "models--org--name"
@@ -215,12 +215,12 @@ def test_a_hub_refs_main_that_is_not_a_commit_id_names_no_snapshot(tmp_path, mon
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     for ref in ("../../../outside", str(tmp_path / "outside"), "x" * 5000):
         (folder / "refs" / "main").write_text(ref)
-        assert _cached_hf_file("org/name") is None, ref
+        assert cached_hf_file("org/name") is None, ref
     sha = "a" * 40
     (folder / "snapshots" / sha).mkdir()
     (folder / "snapshots" / sha / "tokenizer.json").write_text("{}")
     (folder / "refs" / "main").write_text(sha + "\n")
-    assert _cached_hf_file("org/name") == folder / "snapshots" / sha / "tokenizer.json"
+    assert cached_hf_file("org/name") == folder / "snapshots" / sha / "tokenizer.json"
 
 
 def test_an_oversized_sweep_cell_is_not_read_and_is_recomputed(tmp_path):

@@ -145,7 +145,7 @@ def hub_cache() -> Path:
     return base / "hub"
 
 
-def _cached_hf_file(repo_id: str, filename: str = "tokenizer.json") -> Path | None:
+def cached_hf_file(repo_id: str, filename: str = "tokenizer.json") -> Path | None:
     """`filename` of the Hugging Face repository `repo_id` in hub_cache(): the snapshot refs/main names, else the
     newest snapshot that has it; None when none has."""
     hub = hub_cache()
@@ -185,7 +185,7 @@ def tokenizer_file(name: str) -> Path:
     if p.is_file():
         return p
     if _HF_ID.fullmatch(name) and not p.exists():
-        found = _cached_hf_file(name)
+        found = cached_hf_file(name)
         if found is not None:
             return found
         raise ConfigError(f"the tokenizer of {name} is not in the local Hugging Face cache ({hub_cache()}); download "
