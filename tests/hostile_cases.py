@@ -1024,7 +1024,10 @@ def _cases_issue60() -> list[Case]:
                "report": ("sim.api.report", lambda tmp, d: ["sim.api.report", str(_fake_sweep(tmp)), "-o", str(d)],
                           ("index.html", "tables.md", "paper.md")),
                "sensitivity": ("sim.api.sensitivity", lambda tmp, d: sens_base(tmp)[:-2] + ["--out", str(d)],
-                               ("sensitivity.md", "sensitivity.html", "sensitivity.csv"))}
+                               ("sensitivity.md", "sensitivity.html", "sensitivity.csv")),
+               "gpu_check": ("real.validation.gpu_check", lambda tmp, d: [
+                   "real.validation.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--out", str(d)],
+                   ("grid.csv", "cost_table.json", "errors.log"))}
     for w, (module, argv_of, names) in writers.items():
         for name in names:
             out.append(Case(f"force-{w}-user-folder-{name}", "loss", module,
