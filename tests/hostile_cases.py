@@ -905,6 +905,210 @@ def _cases_input_layer() -> list[Case]:
         ["real.drafter.export_vllm", "--drafter", str(_big_checkpoint(tmp)), "--out", str(tmp / "x")], [])))
     return out
 
+# ---- issue 60: what the project owns (its cache folder, its output names), bounded numbers, capped reads
+HF_BASE = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 64,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "intermediate_size": 128}
+_QMOE = {"num_experts": 4, "moe_intermediate_size": 32, "num_experts_per_tok": 2}
+HF_KINDS: dict[str, tuple[str, dict]] = {  # a config.json's fields over HF_BASE (None: the field removed)
+    "hidden_401_digits": ("size", {"hidden_size": int("9" * 401)}),
+    "layers_1e300": ("size", {"num_hidden_layers": 10**300}),
+    "mixtral_experts_1e400": ("size", {"num_local_experts": 10**400, "num_experts_per_tok": 2}),
+    "vocab_1e20": ("size", {"vocab_size": 10**20}),
+    "heads_2e9": ("size", {"num_attention_heads": 2 * 10**9, "head_dim": 16}),
+    "head_dim_1e12": ("size", {"head_dim": 10**12}),
+    "intermediate_2e40": ("size", {"intermediate_size": 2**40}),
+    "qwen_moe_experts_1e30": ("size", {**_QMOE, "num_experts": 10**30}),
+    "qwen_moe_width_1e30": ("size", {**_QMOE, "moe_intermediate_size": 10**30}),
+    "qwen_moe_shared_1e30": ("size", {**_QMOE, "shared_expert_intermediate_size": 10**30}),
+    "qwen_moe_shared_negative": ("type", {**_QMOE, "shared_expert_intermediate_size": -1}),
+    "sparse_step_1e30": ("size", {**_QMOE, "decoder_sparse_step": 10**30}),
+    "context_1e30": ("size", {"max_position_embeddings": 10**30}),
+    "mtp_1e9": ("size", {"num_nextn_predict_layers": 10**9}),
+    "quant_string": ("type", {"quantization_config": "fp8"}),
+    "quant_list": ("type", {"quantization_config": [{"quant_method": "fp8"}]}),
+    "quant_number": ("type", {"quantization_config": 8}),
+    "quant_true": ("type", {"quantization_config": True}),
+    "mlp_only_bools": ("type", {**_QMOE, "mlp_only_layers": [True]}),
+}
+ENCODED_KINDS: dict[str, tuple[str, Callable[[str], bytes]]] = {  # the same JSON text, bytes of another kind
+    "utf16_bom": ("parser", lambda t: t.encode("utf-16")),
+    "utf16_le": ("parser", lambda t: t.encode("utf-16-le")),
+    "utf32": ("parser", lambda t: t.encode("utf-32")),
+    "dup_key": ("type", lambda t: t[:-1].encode() + b', "hidden_size": 4096}'),
+    "dup_key_nested": ("type", lambda t: t[:-1].encode() + b', "quantization_config": {"quant_method": "fp8", '
+                                                           b'"quant_method": "awq"}}'),
+    "dup_key_same_value": ("type", lambda t: t[:-1].encode() + b', "vocab_size": 1000}'),
+}
+
+
+def _hf_dir(tmp: Path, fields: dict | None = None, data: bytes | None = None) -> Path:
+    d = tmp / "in" / "model"
+    cfg = {k: v for k, v in {**HF_BASE, **(fields or {})}.items() if v is not None}
+    _write(d / "config.json", data if data is not None else json.dumps(cfg).encode())
+    return d
+
+
+def _sparse(p: Path, size: int) -> Path:
+    """A file of `size` bytes that takes no disk (a hole): what a 2 GiB input costs to plant."""
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "wb") as f:
+        f.truncate(size)
+    return p
+
+
+def _cache_env(root: Path) -> dict:
+    return {"HYBRIDSPEC_CACHE_DIR": str(root)}
+
+
+def _root_with(tmp: Path, files: dict[str, bytes], mark: bool = False) -> Path:
+    """A folder HYBRIDSPEC_CACHE_DIR names, holding `files` (relative path -> bytes), with the project's mark or not."""
+    root = tmp / "root"
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, data in files.items():
+        _write(root / rel, data)
+    if mark:
+        from sim.infra.fsio import CACHE_MARK, CACHE_MARK_TEXT
+
+        (root / CACHE_MARK).write_text(CACHE_MARK_TEXT)
+    return root
+
+
+# a cache folder --prune must refuse (files that must survive; whether the folder carries the mark)
+PRUNE_KINDS: dict[str, tuple[dict[str, bytes], bool]] = {
+    "home_cache_pip": ({"pip/http/v2/a": b"wheel", "huggingface/hub/x": b"model"}, False),
+    "documents": ({"thesis.tex": b"mine", "notes/today.md": b"mine"}, False),
+    "models_copy": ({"llms/qwen3-8b.json": LLM_JSON.read_bytes(), "README.md": b"mine"}, False),
+    "one_known_kind_and_a_file": ({"tokens/a.npz": b"x", "budget.xlsx": b"mine"}, False),
+    "marked_but_mixed": ({"tokens/a.npz": b"x", "budget.xlsx": b"mine"}, True),
+    "marked_with_foreign_folder": ({"draft-tables/a.npz": b"x", "photos/cat.jpg": b"mine"}, True),
+    "dotfile_only": ({".bashrc": b"mine"}, False),
+    "kind_named_file": ({"tokens": b"a file, not a kind folder"}, True),
+    "loose_file_at_top": ({"weights.pt": b"mine"}, True),
+    "fake_mark_folder": ({".hybridspec-cache/x": b"mine", "tokens/a": b"x"}, False),
+}
+
+
+def _cases_issue60() -> list[Case]:
+    out = []
+    for kind, (files, mark) in PRUNE_KINDS.items():
+        for extra in ([], ["--kind", "tokens"], ["--older-than", "0"]):
+            def build(tmp, files=files, mark=mark, extra=extra):
+                root = _root_with(tmp, files, mark)
+                return ["sim.api.cache", "--prune", *extra], [root / f for f in files], _cache_env(root)
+            out.append(Case(f"prune-{kind}{'-' + extra[0][2:] if extra else ''}", "loss", "sim.api.cache", build))
+
+    def linked(tmp, marked: bool = True, kind_link: bool = False):
+        target = _root_with(tmp, {"tokens/a.npz": b"x"} if not kind_link else {}, marked)
+        precious = _write(tmp / "docs" / "keep.txt", b"mine")
+        if kind_link:
+            (target / "tokens").symlink_to(precious.parent)  # a kind that is a link: not the project's folder
+            return ["sim.api.cache", "--prune"], [precious, target], _cache_env(target)
+        link = tmp / "cache-link"
+        link.symlink_to(target)
+        return ["sim.api.cache", "--prune"], [target / "tokens" / "a.npz"], _cache_env(link)
+    out.append(Case("prune-linked-root", "loss", "sim.api.cache", linked))
+    out.append(Case("prune-linked-unmarked-root", "loss", "sim.api.cache", lambda tmp: linked(tmp, False)))
+    out.append(Case("prune-kind-is-a-link", "loss", "sim.api.cache", lambda tmp: linked(tmp, True, True)))
+    out.append(Case("prune-root-is-a-file", "os", "sim.api.cache", lambda tmp: (
+        ["sim.api.cache", "--prune"], [_write(tmp / "f", b"mine")], _cache_env(tmp / "f"))))
+
+    # --force never replaces a user's folder at a name the command writes a file to
+    def folder_at(tmp, name: str, argv_of):
+        d = tmp / "o"
+        keep = _write(d / name / "mine.txt", b"mine")
+        return argv_of(tmp, d) + ["--force"], [keep]
+    writers = {"run": ("sim.api.run", lambda tmp, d: run_base(tmp) + ["--out", str(d)],
+                       ("summary.json", "requests.csv", "report.html")),
+               "sweep": ("sim.api.sweep", lambda tmp, d: sweep_base(tmp)[:-2] + ["--out", str(d)],
+                         ("results.csv", "results.parquet", "requests.csv", "grid.json")),
+               "report": ("sim.api.report", lambda tmp, d: ["sim.api.report", str(_fake_sweep(tmp)), "-o", str(d)],
+                          ("index.html", "tables.md", "paper.md")),
+               "sensitivity": ("sim.api.sensitivity", lambda tmp, d: sens_base(tmp)[:-2] + ["--out", str(d)],
+                               ("sensitivity.md", "sensitivity.html", "sensitivity.csv")),
+               "gpu_check": ("real.validation.gpu_check", lambda tmp, d: [
+                   "real.validation.gpu_check", "--device", "cpu", "--model", "qwen3-tiny", "--quick", "--out", str(d)],
+                   ("grid.csv", "cost_table.json", "errors.log"))}
+    for w, (module, argv_of, names) in writers.items():
+        for name in names:
+            out.append(Case(f"force-{w}-user-folder-{name}", "loss", module,
+                            lambda tmp, name=name, argv_of=argv_of: folder_at(tmp, name, argv_of)))
+    def steps_folder(tmp):
+        from sim.api.run import steps_file
+
+        return folder_at(tmp, steps_file(), lambda tmp, d: run_base(tmp) + ["--out", str(d), "--steps"])
+    out.append(Case("force-run-user-folder-steps", "loss", "sim.api.run", steps_folder))
+    out.append(Case("force-sweep-user-file-at-cells", "loss", "sim.api.sweep", lambda tmp: (
+        sweep_base(tmp)[:-2] + ["--out", str(tmp / "o"), "--force"], [_write(tmp / "o" / "cells", b"mine")])))
+
+    # a Hugging Face config.json: absurd integers, wrong types, bytes of another encoding, duplicate keys, a pipe
+    for kind, (klass, fields) in HF_KINDS.items():
+        out.append(Case(f"run-hf-{kind}", klass, "sim.api.run", lambda tmp, fields=fields: (
+            run_base(tmp) + ["--model", str(_hf_dir(tmp, fields))], [])))
+    for kind, (klass, fields) in list(HF_KINDS.items())[:4]:
+        out.append(Case(f"cost-hf-{kind}", klass, "sim.core.cost", lambda tmp, fields=fields: (
+            ["sim.core.cost", "--llm", str(_hf_dir(tmp, fields) / "config.json")], [])))
+    for kind, (klass, enc) in ENCODED_KINDS.items():
+        out.append(Case(f"run-hf-{kind}", klass, "sim.api.run", lambda tmp, enc=enc: (
+            run_base(tmp) + ["--model", str(_hf_dir(tmp, data=enc(json.dumps(HF_BASE))))], [])))
+    for kind, (klass, enc) in list(ENCODED_KINDS.items())[:4]:
+        out.append(Case(f"report-anchors-{kind}", klass, "sim.api.report", lambda tmp, enc=enc: (
+            ["sim.api.report", str(_fake_sweep(tmp)), "-o", str(tmp / "rep")],
+            [_write(tmp / "rep" / "anchors.json", enc('[{"anchor": "pr1:x", "simulated": 1.0}]'))])))
+
+    def fifo_config(tmp):
+        d = tmp / "in" / "model"
+        d.mkdir(parents=True)
+        os.mkfifo(d / "config.json")
+        return run_base(tmp) + ["--model", str(d)], []
+    out.append(Case("run-hf-config-fifo", "os", "sim.api.run", fifo_config))
+    out.append(Case("run-hf-config-dev-zero", "size", "sim.api.run", lambda tmp: (
+        run_base(tmp) + ["--model", str(_link(tmp / "in" / "m" / "config.json", "/dev/zero").parent)], [])))
+
+    # sizes from the environment: parsed strictly (nan, inf, negative, zero, words refused, never a guard off)
+    suffix_run = lambda tmp: run_base(tmp) + ["--drafters", "dspark,ngram,suffix", "--policy", "suffix"]  # noqa: E731
+    for v in ("nan", "-1", "inf", "-inf", "0", "lots", "1e400", "0x10"):
+        out.append(Case(f"run-suffix-memory-env-{v}", "args", "sim.api.run", lambda tmp, v=v: (
+            suffix_run(tmp), [], {"HYBRIDSPEC_SUFFIX_MEMORY_GB": v})))
+    for v in ("nan", "-5", "inf"):
+        out.append(Case(f"fidelity-report-max-input-env-{v}", "args", "real.validation.report", lambda tmp, v=v: (
+            ["real.validation.report", str(_good_run_dir(tmp)), "--out", str(tmp / "r.md")], [],
+            {"HYBRIDSPEC_MAX_INPUT_MB": v})))
+
+    # reads capped per kind: a 2 GiB tokenizer, checksum sidecar and grid are refused before they are read
+    big = 2**31 + 1
+    out.append(Case("run-tokenizer-2gib", "size", "sim.api.run", lambda tmp: (
+        run_base(tmp, FIX / "text.jsonl") + ["--tokenizer", str(_sparse(tmp / "in" / "tokenizer.json", big))], [])))
+    out.append(Case("run-tokenizer-fifo", "os", "sim.api.run", lambda tmp: (
+        run_base(tmp, FIX / "text.jsonl") + ["--tokenizer", str(_fifo(tmp / "in" / "tokenizer.json"))], [])))
+    out.append(Case("eval-drafter-sidecar-2gib", "size", "real.validation.eval_drafter", lambda tmp: (
+        eval_drafter_base(tmp) + ["--drafter", str(_write(tmp / "in" / "w.pt", b"weights"))],
+        [tmp / "in" / "w.pt"] if _sparse(tmp / "in" / "w.pt.sha256", big) else [])))
+    out.append(Case("sweep-grid-2gib", "size", "sim.api.sweep", lambda tmp: (
+        sweep_base(tmp) + ["--grid", str(_sparse(tmp / "in" / "grid.toml", big))], [])))
+    out.append(Case("sweep-grid-utf16", "parser", "sim.api.sweep", lambda tmp: (
+        sweep_base(tmp) + ["--grid", str(_write(tmp / "in" / "grid.toml", "batch_size = [2]\n".encode("utf-16")))], [])))
+    out.append(Case("run-steps-without-out", "args", "sim.api.run", lambda tmp: (run_base(tmp) + ["--steps"], [])))
+    return out
+
+
+def _good_run_dir(tmp: Path) -> Path:
+    d = tmp / "in" / "run"
+    _write(d / "fidelity.json", json.dumps(fidelity_doc()).encode())
+    return d
+
+
+def _link(p: Path, target: str) -> Path:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.symlink_to(target)
+    return p
+
+
+def _fifo(p: Path) -> Path:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(p)
+    return p
+
+
 MODULES = ("sim.api.run", "sim.api.sweep", "sim.api.report", "sim.api.calibrate", "sim.api.cost_tables", "sim.api.traces",
            "sim.api.sensitivity", "sim.api.bench", "sim.api.cache", "real.validation.validate", "real.validation.profile", "real.train_drafter", "real.validation.eval_drafter",
            "real.validation.drafter_report", "real.validation.gpu_check", "real.validation.workload",
@@ -916,7 +1120,8 @@ MODULES += ("real.validation.report", "real.validation.reprice", "real.validatio
 
 def generate() -> list[Case]:
     cases = (_cases_trace_inputs() + _cases_trace_stats_limit() + _cases_convert() + _cases_outputs()
-             + _cases_numbers() + _cases_data_files() + _cases_type_confusion() + _cases_input_layer())
+             + _cases_numbers() + _cases_data_files() + _cases_type_confusion() + _cases_input_layer()
+             + _cases_issue60())
     ids = [c.id for c in cases]
     dup = {i for i in ids if ids.count(i) > 1}
     assert not dup, f"duplicate case ids: {sorted(dup)[:5]}"

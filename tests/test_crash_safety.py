@@ -65,7 +65,7 @@ def _kill_at(cmd: list[str], sig: int, after_s: float, after_first_line: bool = 
 
 
 def _leftovers(folder: Path) -> list[str]:
-    return [e.name for e in folder.iterdir() if fsio._LEFTOVER.match(e.name) or e.name.endswith((".commit", ".swap"))]
+    return [e.name for e in folder.iterdir() if fsio.is_internal(e.name)]
 
 
 # ---------------------------------------------------------------------------------------------- sim.api.run
@@ -246,15 +246,16 @@ def test_force_replaces_only_the_files_sim_run_writes(tmp_path):
 def test_leftovers_of_killed_runs_are_cleaned_by_the_next(tmp_path):
     out = tmp_path / "o"
     dead = 2 ** 22 + 12345  # above any pid_max default: no live process has it
-    (tmp_path / f".o.{dead}.tmp").mkdir()
-    (tmp_path / f".o.{dead}.tmp" / "summary.json").write_text("{}")
-    (tmp_path / f".o.{dead}.old").mkdir()
+    (tmp_path / fsio.own_name("o", "tmp", dead)).mkdir()
+    (tmp_path / fsio.own_name("o", "tmp", dead) / "summary.json").write_text("{}")
+    (tmp_path / fsio.own_name("o", "old", dead)).mkdir()
+    assert len(_leftovers(tmp_path)) == 2
     assert _run_inproc("--out", out, cwd=tmp_path).returncode == 0
     assert not _leftovers(tmp_path)
     s = tmp_path / "s"
     (s / "cells").mkdir(parents=True)
-    (s / f".results.csv.{dead}.part").write_text("half")
-    (s / "cells" / f".abc.{dead}.tmp").write_text("half")
+    (s / fsio.own_name("results.csv", "part", dead)).write_text("half")
+    (s / "cells" / fsio.own_name("abc.json", "tmp", dead)).write_text("half")
     r = run_cli_inprocess("sim.api.sweep", "--trace", TINY, "--policy", "hybrid-price", "--batch-size", "2",
                           "--no-progress", "--workers", "1", "--out", s, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -284,7 +285,7 @@ def test_a_kill_between_the_journal_swaps_renames_rolls_forward(tmp_path, monkey
     recover() puts the new folder in place; `out` is never left missing for good."""
     monkeypatch.setenv("HYBRIDSPEC_NO_RENAMEAT2", "1")
     path = _folder(tmp_path / "out", "old")
-    new = _folder(tmp_path / ".out.7.tmp", "new")
+    new = _folder(tmp_path / fsio.own_name("out", "tmp", 7), "new")
     real_replace = os.replace
     calls = []
 
@@ -330,7 +331,7 @@ def test_commit_files_is_one_unit_at_every_kill_point(tmp_path, monkeypatch, die
 def test_an_uncommitted_unit_leaves_the_old_files(tmp_path):
     (tmp_path / "x.csv").write_text("old")
     dead = 2 ** 22 + 777
-    (tmp_path / f".x.csv.{dead}.part").write_text("new but never committed")
+    (tmp_path / fsio.own_name("x.csv", "part", dead)).write_text("new but never committed")
     fsio.clean_dead(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.csv"] and (tmp_path / "x.csv").read_text() == "old"
 

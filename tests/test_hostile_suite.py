@@ -58,14 +58,15 @@ def guarded(seconds: int = TIME_GUARD_S, headroom: int = MEMORY_HEADROOM):
 
 def run_case(case, tmp: Path):
     """Run one case; return (result, problems: a list of what went wrong)."""
-    argv, protect = case.build(tmp)
+    argv, protect, *rest = case.build(tmp)  # a case may add the environment it runs in (a cache folder, a limit)
+    env = rest[0] if rest else None
     before = {p: _digest(p) for p in protect}
     saved = {p: p.read_bytes() for p in protect if p.is_file() and ROOT in p.resolve().parents}
     module, args = argv[0], argv[1:]
     problems = []
     try:
         with guarded():
-            r = run_cli_inprocess(module, *args, cwd=tmp)
+            r = run_cli_inprocess(module, *args, cwd=tmp, env=env)
     except _TookTooLong:
         return None, [f"still running after {TIME_GUARD_S} s (accepted?)"]
     finally:

@@ -252,7 +252,7 @@ def test_no_lock_file_after_a_refused_or_a_finished_run(tmp_path, drafter_file):
 
 def test_the_lock_file_goes_with_the_lock_and_a_locker_of_a_removed_file_retries(tmp_path, monkeypatch):
     out = tmp_path / "o"
-    lock = tmp_path / ".o.lock"
+    lock = tmp_path / fsio.own_name("o", "lock")
     with fsio.output_lock(out):
         assert lock.read_text() == str(os.getpid())
     assert not lock.exists()
@@ -449,8 +449,9 @@ def test_a_users_lock_or_dot_file_in_out_is_neither_ignored_nor_deleted(tmp_path
     assert _run_tiny(out, "--force").returncode == 0
     assert {p.name for p in out.iterdir()} >= {"poetry.lock", ".notes", "db.commit", "summary.json"}
     assert (out.stat().st_mode & 0o777) == 0o700  # the replaced folder keeps its mode
-    assert fsio.is_internal(".run.lock") and fsio.is_internal(f".run.{os.getpid()}.tmp")
+    assert fsio.is_internal(fsio.own_name("run", "lock")) and fsio.is_internal(fsio.own_name("run", "tmp"))
     assert not fsio.is_internal("poetry.lock") and not fsio.is_internal(".notes")
+    assert not fsio.is_internal(".run.lock") and not fsio.is_internal(f".run.{os.getpid()}.tmp")  # names alike: the user's
 
 
 def test_workers_remove_their_private_folders_when_caching_is_off(tmp_path):

@@ -86,10 +86,17 @@ def test_unsupported_version_refuses_only_hybrid_launches(fake_vllm, monkeypatch
     assert "\n" not in str(e.value)
 
 
-def test_register_without_vllm_is_silent():
+def test_register_without_vllm_is_silent(monkeypatch):
+    monkeypatch.setattr(plugin, "REGISTER_ERRORS", [])
+    monkeypatch.delitem(sys.modules, plugin.MODEL_RUNNER, raising=False)
     saved = list(sys.meta_path)
     try:
         plugin.register()  # no vLLM here: nothing to wrap, nothing raised
+        plugin.register()  # a second call (vLLM calls every entry point per process) adds no second hook
+        hooks = [f for f in sys.meta_path if isinstance(f, plugin._PatchOnImport)]
+        assert len(hooks) == 1, hooks  # one lazy hook waits for the model runner's import
+        assert plugin.REGISTER_ERRORS == []  # nothing failed, so nothing was logged as failed
+        assert plugin.MODEL_RUNNER not in sys.modules  # registering imports nothing of vLLM's
     finally:
         sys.meta_path[:] = saved
 

@@ -95,27 +95,28 @@ def texts(src: LabelSource, tok) -> tuple[list[np.ndarray], int]:
     """Token ids of the source's first `rows` usable rows (a windowed row gives several) and how many rows were
     passed over (only rows under 8 tokens)."""
     out, passed = [], 0
-    with open(src.trace, encoding="utf-8") as f:
-        for ln, line in enumerate(f, 1):
-            try:
-                row = json.loads(line)
-                text = row["prompt"] + (row["output"] if src.with_output else "")
-            except (ValueError, KeyError, TypeError):
-                raise ConfigError(f"{src.trace}:{ln}: not a JSON object with a 'prompt'"
-                                  + (" and an 'output'" if src.with_output else "") + " text") from None
-            ids = np.asarray(tok.encode(text), dtype=np.int64)
-            if len(ids) < 8:
-                passed += 1
-                continue
-            room = src.max_len - src.generate
-            if src.generate:
-                out.append(ids[-room:])             # the continuation needs the prompt's end
-            elif src.cut:
-                out.append(ids[: src.max_len])
-            else:
-                out.extend(windows(ids, src.max_len))
-            if len(out) >= src.rows:
-                break
+    from sim.infra.inputs import REQUEST, iter_lines
+
+    for ln, line in enumerate(iter_lines(src.trace, REQUEST, "label source"), 1):  # each line capped
+        try:
+            row = json.loads(line)
+            text = row["prompt"] + (row["output"] if src.with_output else "")
+        except (ValueError, KeyError, TypeError):
+            raise ConfigError(f"{src.trace}:{ln}: not a JSON object with a 'prompt'"
+                              + (" and an 'output'" if src.with_output else "") + " text") from None
+        ids = np.asarray(tok.encode(text), dtype=np.int64)
+        if len(ids) < 8:
+            passed += 1
+            continue
+        room = src.max_len - src.generate
+        if src.generate:
+            out.append(ids[-room:])             # the continuation needs the prompt's end
+        elif src.cut:
+            out.append(ids[: src.max_len])
+        else:
+            out.extend(windows(ids, src.max_len))
+        if len(out) >= src.rows:
+            break
     return out[: src.rows], passed
 
 
@@ -148,7 +149,11 @@ def _save(path: Path, seqs: list[Sequence]) -> None:
 
 def load_shard(path: Path) -> list[Sequence] | None:
     """A shard's sequences, or None (with the reason printed by the caller) when it is unreadable."""
+    from sim.infra.inputs import WEIGHTS, check_regular
+
     try:
+        if check_regular(path).st_size > WEIGHTS.limit():  # a shard past the weights cap is relabelled, never loaded
+            return None
         raw = torch.load(path, weights_only=True)
         return [Sequence(d["tokens"].numpy(), d["greedy"].numpy(), d["feats"], int(d["prompt_len"]),
                          topk_ids=d["topk_ids"], topk_p=d["topk_p"]) for d in raw]

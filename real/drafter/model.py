@@ -319,7 +319,10 @@ def load_drafter(path: str | Path = DEFAULT_DRAFTER, target: str | None = None, 
     sha_file = Path(str(p) + ".sha256")
     if not sha_file.is_file():
         raise ConfigError(f"{p}: no {sha_file.name} beside it: cannot check the weights")
-    want = sha_file.read_text().split()[0] if sha_file.read_text().strip() else ""
+    from sim.infra.inputs import SIDECAR, read_text
+
+    side = read_text(sha_file, SIDECAR, "checksum file")  # capped: one digest and a name, never gigabytes
+    want = side.split()[0] if side.strip() else ""
     got = file_sha256(p)
     if got != want:
         raise ConfigError(f"{p}: sha256 {got[:12]}... does not match {sha_file.name} ({want[:12]}...): the file is "

@@ -33,6 +33,7 @@ from tqdm import tqdm
 from sim.infra.errors import ConfigError
 from real.drafter.data import Sequence
 from real.drafter.model import DSparkDrafter
+from sim.infra.fsio import own_path
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,7 @@ def train(d: DSparkDrafter, train_seqs: list[SeqTensors], cfg: TrainConfig, ckpt
             log(f"step {step}/{total}  ce {ce_sum / cfg.accum:.3f}  conf bce {bce_sum / cfg.accum:.3f}  "
                 f"{time.perf_counter() - t0:.0f} s")
         if ckpt is not None and (step % cfg.checkpoint_every == 0 or step == total):
-            tmp = ckpt.with_name(f".{ckpt.name}.{os.getpid()}.part")
+            tmp = own_path(ckpt, "part")
             try:  # the epoch's remaining order too: a resumed run is bit for bit the uninterrupted one
                 torch.save({"model": d.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "step": step,
                             "hist": hist, "order": list(order), "train_config": asdict(cfg)}, tmp)

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from sim.infra.errors import ConfigError
 from real.drafter.qwen3_dspark import DSparkV
 from real.drafter.train import SeqTensors, lr_at, sample_anchors
+from sim.infra.fsio import own_path
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ def train_v(d: DSparkV, train_seqs: list[SeqTensors], held: list[SeqTensors], cf
     def save():
         if ckpt is None:
             return
-        tmp = ckpt.with_name(f".{ckpt.name}.{os.getpid()}.part")
+        tmp = own_path(ckpt, "part")
         try:
             torch.save({"model": d.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "step": step,
                         "hist": hist, "curve": curve, "labelled": labelled, "order": list(order),

@@ -13,7 +13,7 @@ from pathlib import Path
 from sim.infra.cli import ArgumentParser, check_in_file, check_out_files
 from sim.infra.errors import ConfigError
 from sim.infra.fsio import commit_files
-from sim.infra.html_page import add_plotly_flag, check_asset, figure_div, page, write_asset
+from sim.infra.html_page import add_plotly_flag, check_asset, figure_div, heading, page, para, write_asset
 
 TARGETS = {"general": 1.8, "codeedit": 2.5}   # tau at temperature 0, free-running (issue's floor)
 ECE_TARGET = 0.03
@@ -82,8 +82,8 @@ def curve_html(meta: dict, plotly: str) -> str:
     fig.update_xaxes(title_text="labelled positions seen")
     fig.update_layout(height=460, width=1000, margin=dict(t=80),
                       title_text="Held-out learning curve against labelled positions seen")
-    return page("drafter learning curve", ["<h2>The vLLM-architecture drafter's learning curve</h2>",
-                                           f"<p>{meta['command']}</p>", figure_div(fig, "curve")], plotly)
+    return page("drafter learning curve", [heading(2, "The vLLM-architecture drafter's learning curve"),
+                                           para(meta["command"]), figure_div(fig, "curve")], plotly)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     if out.suffix != ".md":
         raise ConfigError(f"--out {out}: expected a .md file (the .html is written beside it)")
     html = out.with_suffix(".html")
-    folder = check_out_files(out.parent, [out.name, html.name], a.force, "--out", named=True)
+    folder = check_out_files(out.parent, [out.name, html.name], a.force, "--out", named=True,
+                             given_folder=False)  # -o r.md: the working folder holds the two files
     if a.plotly == "shared":
         check_asset(folder)
     meta = _meta(drafter)

@@ -53,7 +53,7 @@ for _k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):  # 
     os.environ.setdefault(_k, "1")
 
 from sim.infra.cli import SEED, ArgumentParser, check_out_dir, finite_float, write_whole
-from sim.infra.fsio import resolve_out
+from sim.infra.fsio import refuse_in_the_way, resolve_out
 from sim.infra.errors import ConfigError
 from sim.core.models import llm_name
 from sim.infra import paths
@@ -604,10 +604,12 @@ def gpu_check(a: GpuCheckOptions) -> int:
     preflight(run)
     run.out.mkdir(parents=True, exist_ok=True)
     if a.force:
+        # a user's folder (or file) at a name the phases write a file (folder) to is refused, never removed
+        refuse_in_the_way(run.out, [(p.name, p.name == "validate") for p in _own_outputs(run.out)], f"--out {run.out}")
         for p in _own_outputs(run.out):
-            if p.is_dir():
-                shutil.rmtree(p)
-            elif p.exists():
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)  # validate/: the folder the validation phase writes whole
+            elif p.exists() or p.is_symlink():
                 p.unlink()
 
     def timed(name: str, fn, *args):

@@ -146,9 +146,11 @@ def load_cached_cell(path: Path, settings: dict) -> dict | None:
     differs: the caller recomputes it). Cells from before settings were recorded are recomputed too."""
     if not path.exists():
         return None
-    try:
-        cell = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeError) as e:
+    from sim.infra.inputs import CACHE, parse_json, read_bytes
+
+    try:  # through the input layer: a regular file, capped, strict JSON (NaN kept: a cell may record one)
+        cell = parse_json(read_bytes(path, CACHE), str(path), finite=False)
+    except (OSError, ValueError, UnicodeError, ConfigError) as e:
         print(f"warning: {shown(path)}: unreadable cached cell ({type(e).__name__}); recomputing it", file=sys.stderr)
         return None
     have = cell.get("settings") if isinstance(cell, dict) else None

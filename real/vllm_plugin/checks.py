@@ -263,16 +263,18 @@ def trace_histories(path, R: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     requests' prompt + reference output (int32 [R, width], cut or zero-padded) and the prompt lengths in bytes."""
     import json
 
+    from sim.infra.inputs import REQUEST, iter_lines
+
     seqs = np.zeros((R, width), dtype=np.int32)
     plen = np.zeros(R, dtype=np.int64)
-    with open(path, encoding="utf-8") as f:
-        for r, line in zip(range(R), f):
-            req = json.loads(line)
-            p = req["prompt"].encode()
-            out = str(req.get("output") or "").encode()
-            b = np.frombuffer((p + out)[:width], dtype=np.uint8)
-            seqs[r, :len(b)] = b
-            plen[r] = min(len(p), width - 1)
+    # through the input layer: a regular file, each request line capped, only the R lines used are read
+    for r, line in enumerate(iter_lines(path, REQUEST, "request file", limit=R)):
+        req = json.loads(line)
+        p = req["prompt"].encode()
+        out = str(req.get("output") or "").encode()
+        b = np.frombuffer((p + out)[:width], dtype=np.uint8)
+        seqs[r, :len(b)] = b
+        plen[r] = min(len(p), width - 1)
     return seqs, plen
 
 

@@ -9,9 +9,15 @@ tokens, native, plotly, ...); whatever is removed is rebuilt on the next run tha
 (a pruned plotly copy: a report.html written with --plotly cached shows a notice until a page is written again).
 
 The walk never follows a symbolic link: a link inside the cache counts as itself and is removed as itself, never
-what it points to; nothing outside the cache folder is read, counted or removed. A folder that is the home folder,
-the file system's root, or holds the repository or the working folder is refused as a cache to prune (a
-misspelt HYBRIDSPEC_CACHE_DIR must not empty a home folder).
+what it points to; nothing outside the cache folder is read, counted or removed.
+
+--prune removes only from a folder the project made (a misspelt HYBRIDSPEC_CACHE_DIR must not empty ~/.cache, a
+documents folder or a copy of models/): the folder must carry the project's mark (sim.infra.fsio.CACHE_MARK,
+written when the project creates the cache folder), must not itself be a symbolic link, and may hold nothing but
+the mark and the kinds the project writes (sim.infra.fsio.CACHE_KINDS, each a real folder). A cache folder made
+before the mark existed is adopted (marked, then pruned) only when every entry in it is one of those kinds. A
+folder that is the home folder, the file system's root, or holds the repository or the working folder is refused
+whatever it holds. Any refusal is one line, exit 2, and nothing is removed.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from pathlib import Path
 
 from sim.infra.cli import ArgumentParser, finite_float
 from sim.infra.errors import ConfigError, did_you_mean
-from sim.infra.fsio import ENV, cache_root
+from sim.infra.fsio import CACHE_KINDS, CACHE_MARK, ENV, cache_root, is_marked_cache, mark_cache
 from sim.infra.paths import REPO
 
 DAY_S = 86400.0
@@ -55,6 +61,8 @@ def sizes(root: Path) -> list[KindSize]:
     """The size of each kind under `root`, largest first; loose files at the top count as the kind '(loose)'."""
     out: dict[str, list[int]] = {}
     for entry in sorted(root.iterdir()) if root.is_dir() else []:
+        if entry.name == CACHE_MARK:
+            continue
         st = entry.lstat()
         kind = entry.name if stat.S_ISDIR(st.st_mode) else "(loose)"
         acc = out.setdefault(kind, [0, 0])
@@ -67,13 +75,38 @@ def sizes(root: Path) -> list[KindSize]:
 
 
 def check_prunable(root: Path) -> Path:
-    """`root`, resolved, unless removing what it holds could remove more than a cache (module docstring)."""
+    """`root`, absolute, when every rule of the module docstring holds for it (a cache of the project's, marked
+    or adopted); ConfigError naming the first rule it breaks otherwise. Nothing is resolved before the checks:
+    a linked root is refused as itself, never followed to its target."""
+    given = root
+    root = Path(os.path.abspath(root))
+    fix = f"set {ENV} to the cache folder the project made (default ~/.cache/hybridspec)"
+    if root.is_symlink():
+        raise ConfigError(f"{given}: refusing to prune it: the cache folder is a symbolic link (to "
+                          f"{os.readlink(root)}); {fix}")
+    if not root.is_dir():
+        raise ConfigError(f"{given}: refusing to prune it: not a folder; {fix}")
     r = root.resolve()
     guarded = {Path("/").resolve(), Path.home().resolve()}
     if r in guarded or any(q.is_relative_to(r) for q in (REPO.resolve(), Path.cwd().resolve(), Path.home().resolve())):
-        raise ConfigError(f"{root}: refusing to prune it as a cache ({ENV} names the root or a folder "
-                          f"holding your home, the repository or the working folder); set {ENV} to a cache folder")
-    return r
+        raise ConfigError(f"{given}: refusing to prune it as a cache ({ENV} names the root or a folder "
+                          f"holding your home, the repository or the working folder); {fix}")
+    foreign = []
+    for e in sorted(os.scandir(root), key=lambda e: e.name):
+        if e.name == CACHE_MARK and e.is_file(follow_symlinks=False):
+            continue
+        if e.name not in CACHE_KINDS or not e.is_dir(follow_symlinks=False):
+            foreign.append(e.name + ("/" if e.is_dir(follow_symlinks=False) else ""))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise ConfigError(f"{given}: refusing to prune it: it holds {shown}, which the project's cache never "
+                          f"writes (its kinds: {', '.join(CACHE_KINDS)}); {fix}")
+    if not is_marked_cache(root):
+        mark_cache(root)  # only the project's kinds in it: a cache made before the mark existed, adopted
+        if not is_marked_cache(root):
+            raise ConfigError(f"{given}: refusing to prune it: it carries no {CACHE_MARK} mark and one cannot "
+                              f"be written there; {fix}")
+    return root
 
 
 def prune(root: Path, kinds: list[str] | None = None, older_than_days: float | None = None,
@@ -92,7 +125,9 @@ def prune(root: Path, kinds: list[str] | None = None, older_than_days: float | N
     for entry in sorted(root.iterdir()):
         st = entry.lstat()
         is_dir = stat.S_ISDIR(st.st_mode)
-        if kinds and (entry.name if is_dir else "(loose)") not in kinds:
+        if entry.name not in CACHE_KINDS or not is_dir:  # the mark (check_prunable refused anything else)
+            continue
+        if kinds and entry.name not in kinds:
             continue
         for p, s in (list(_entries(entry)) + [(entry, st)]) if is_dir else [(entry, st)]:
             try:
@@ -144,7 +179,7 @@ def parse_args(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    root = cache_root()
+    root = cache_root(create=False)  # listing or pruning never makes (nor marks) a cache folder
     if root is None:
         print(f"caching is off ({ENV}={os.environ.get(ENV)}): nothing is cached")
         return 0

@@ -29,6 +29,7 @@ import numpy as np
 
 from sim.infra.cli import SEED
 from sim.infra.errors import ConfigError
+from sim.infra.fsio import own_path
 
 MAX_LEN = 16384  # tokens: the longest request or response kept (BurstGPT's longest responses are ~12.5k)
 
@@ -73,7 +74,7 @@ class _writer:
 
         check_out_file(path, False, "-o", hint="remove it or choose another -o")  # and claimed against a second writer
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.path, self.tmp = path, path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        self.path, self.tmp = path, own_path(path, "tmp")
 
     def __enter__(self):
         self.f = open(self.tmp, "w")

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sim.infra.inputs import Bool, List, Num, Obj, Opt, Str
-from sim.infra.html_page import downsample, figure_div, heading, page, write_page
+from sim.infra.html_page import downsample, figure_div, heading, nav, page, para, write_page
 from sim.core.metrics import BREAKDOWN
 from sim.infra.plot_style import part_color, policy_colors, ratio_colors, style
 
@@ -92,9 +92,9 @@ def write_run_report(rows: list[dict], steps: list[tuple[dict, dict]], path: Pat
     figs = run_report_figures(rows, steps, baseline)
     head = rows[0]
     body = [heading(1, f"hybridspec: {head['trace']}"),
-            f"<p>{head['requests']} requests, {head['output_tokens']} output tokens; {head['model']} on {head['gpu']} "
-            f"({head['cost']} cost model); drafter {head['drafter']}, n-gram k={head['ngram_k']}; seed {head['seed']}. "
-            f"Baseline: {baseline or 'none'}.</p>"]
+            para(f"{head['requests']} requests, {head['output_tokens']} output tokens; {head['model']} on {head['gpu']} "
+                 f"({head['cost']} cost model); drafter {head['drafter']}, n-gram k={head['ngram_k']}; seed {head['seed']}. "
+                 f"Baseline: {baseline or 'none'}.")]
     for i, f in enumerate(figs):
         body += [heading(2, f.layout.title.text, f"fig{i}"), figure_div(f, f"fig{i}")]
     write_page(path, page("hybridspec run", body, plotly), overwrite=True)
@@ -310,12 +310,6 @@ def context_bins(g, req, hybrid: str, base: str = BASE, nbins: int = CONTEXT_BIN
     counts = r[r["cell_id"] == pl].groupby("bin", observed=False).size()
     ylabels = [f"{b} tok (n={int(counts.get(b, 0))})" for b in ratio.index]
     return ratio, ylabels
-
-
-def _esc(text: str) -> str:
-    import html
-
-    return html.escape(text, quote=False)
 
 
 def _div_id(name: str) -> str:
@@ -700,18 +694,18 @@ def write_sweep_report(df, req, out_dir, command: str | None = PAPER_COMMAND, pl
     ok = df[df["status"] == "ok"]
     setups = sorted({f"{Path(str(r['trace'])).stem}: {r['model']} on {r['gpu']}" for _, r in ok.iterrows()})
     body = [heading(1, "hybridspec sweep"),
-            f"<p>{len(df)} cells ({len(ok)} ok, {len(df) - len(ok)} failed); setups: {', '.join(setups) or 'none'}. "
-            f"Baseline: {BASE}. Numbers: tables.md; published comparison: paper.md.</p>",
-            "<nav>" + "".join(f"<a href='#sec{i}'>{_esc(t)}</a>" for i, (t, _, _) in enumerate(sections)) + "</nav>"]
+            para(f"{len(df)} cells ({len(ok)} ok, {len(df) - len(ok)} failed); setups: {', '.join(setups) or 'none'}. "
+                 f"Baseline: {BASE}. Numbers: tables.md; published comparison: paper.md."),
+            nav([(f"sec{i}", t) for i, (t, _, _) in enumerate(sections)])]
     for i, (title, expl, figs) in enumerate(sections):
-        body += [heading(2, title, f"sec{i}"), f"<p class='note'>{_esc(expl)}</p>"]
+        body += [heading(2, title, f"sec{i}"), para(expl, "note")]
         if not figs:
-            body.append("<p><i>no data</i></p>")
+            body.append(para("no data", italic=True))
         for fid, fig in figs:
             style(fig, margin=dict(t=80))
             body.append(figure_div(fig, _div_id(fid)))
     if not any(figs for _, _, figs in sections):
-        body.append("<p><i>No successful cells to plot.</i></p>")
+        body.append(para("No successful cells to plot.", italic=True))
     texts = [page("hybridspec sweep", body, plotly), sweep_tables_md(df, req) + "\n", paper_md(df, command, anchors) + "\n"]
     if uses_shared(texts[0]):
         write_asset(out_dir)  # the shared plotly.js first, so the page never points at a missing file

@@ -26,7 +26,7 @@ from sim.api import console
 from sim.infra.progress import Heartbeat
 from sim.infra.paths import bundled
 from sim.infra.cli import ArgumentParser, check_out_dir, finite_float
-from sim.infra.fsio import atomic_dir, die_with_parent, forking_workers, out_guard
+from sim.infra.fsio import atomic_dir, die_with_parent, forking_workers, out_guard, refuse_in_the_way
 from sim.infra.html_page import add_plotly_flag, check_asset
 from sim.core.cost import make_cost_model
 from sim.core.drafters.calibration import NgramCalibrator
@@ -419,7 +419,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     out.add_argument("--progress-every", type=finite_float(0, strict=True), default=30.0, metavar="SECONDS",
                      help="when stderr is not a terminal (a log, a pipe): a progress line every SECONDS (default: 30)")
     out.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU cores)")
-    return ap.parse_args(argv)
+    a = ap.parse_args(argv)
+    if a.steps and a.out is None:  # the per-step table is one of --out's files: without it, silently nothing
+        raise ConfigError("--steps goes with --out (it adds the per-step table to the files written there); "
+                          "add --out DIR or drop --steps")
+    return a
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -436,6 +440,8 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
         a.trace = str(trace)
     if out:
         check_out_dir(out, a.force)  # before any work, under the lock: a bad --out must not cost a simulation
+        written = ("summary.json", "requests.csv", "report.html", *((steps_file(),) if a.steps else ()))
+        refuse_in_the_way(out, [(n, False) for n in written], f"--out {out}")  # a folder of the user's at a name
         if a.plotly == "shared":  # a plotly.js beside report.html that is not this one: refused now, not after the runs
             check_asset(out)
     model = llm_name(a.model)

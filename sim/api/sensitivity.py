@@ -150,11 +150,11 @@ def sensitivity_html(summ: pd.DataFrame, plotly: str = "inline") -> str:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from sim.infra.html_page import figure_div, heading, page
+    from sim.infra.html_page import figure_div, heading, page, para
     from sim.infra.plot_style import series_color, style
 
     sizes = sorted(summ["batch_size"].unique())
-    body = [heading(1, "What moves the headline"), "<p>Throughput / adaptive; simulation only (see sensitivity.md).</p>"]
+    body = [heading(1, "What moves the headline"), para("Throughput / adaptive; simulation only (see sensitivity.md).")]
     colors = {k: series_color(k) for k in ("hybrid", "hybrid-price", "best single", "oracle")}
     for i, (axis, title) in enumerate(AXIS_TITLES.items()):
         g = summ[summ["axis"] == axis]

@@ -26,6 +26,7 @@ import numpy as np
 from sim.infra.cli import SEED, ArgumentParser, check_out_file, int_at_least
 from sim.core.drafters.suffix import E_EDGES, P_EDGES, SMOOTH, SuffixConfig, SuffixDrafter, fit
 from sim.infra.errors import ConfigError
+from sim.infra.fsio import own_path
 
 
 def fitting_slots(tables, cfg: SuffixConfig, progress: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -60,7 +61,7 @@ def fitting_slots(tables, cfg: SuffixConfig, progress: bool = True) -> tuple[np.
 def _write_new(path: Path, text: str) -> None:
     """Write `text` to a new file `path` whole or not at all (a temporary file linked into place: never over an
     existing file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = own_path(path, "tmp")
     try:
         tmp.write_text(text)
         os.link(tmp, path)

@@ -50,7 +50,7 @@ from tqdm import tqdm
 from sim.api.setups import join_setups, setup_values
 from sim.core.config import WITH_SUFFIX
 from sim.infra.cli import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least
-from sim.infra.fsio import clean_dead, commit_files, forking_workers, out_guard
+from sim.infra.fsio import clean_dead, commit_files, forking_workers, out_guard, own_path, refuse_in_the_way
 from sim.infra.errors import ConfigError
 from sim.infra import paths
 
@@ -388,7 +388,7 @@ def _save(cells_dir: Path, cid: str, result: dict) -> None:
     """Write a finished cell whole (temporary file + rename), with its schema version and a checksum of its
     content, so that a partial, stale or edited file is never served."""
     body = json.loads(json.dumps(dict(result, schema=CELL_SCHEMA), default=float))  # the JSON round trip
-    tmp = cells_dir / f".{cid}.{os.getpid()}.tmp"
+    tmp = own_path(cells_dir / f"{cid}.json", "tmp")
     try:
         tmp.write_text(json.dumps(dict(body, checksum=_checksum(body))))
         tmp.replace(cells_dir / f"{cid}.json")
@@ -400,9 +400,11 @@ def _save(cells_dir: Path, cid: str, result: dict) -> None:
 def load_cell(path: Path, cid: str) -> tuple[dict | None, str]:
     """A cached cell, or (None, why it cannot be served): unreadable, another schema, a checksum that does
     not match its content (partial or edited), another cell's id, or not a finished ok result."""
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, UnicodeError, ValueError, RecursionError) as exc:
+    from sim.infra.inputs import CACHE, parse_json, read_bytes
+
+    try:  # through the input layer: a regular file, capped (a planted gigabyte is not read), strict JSON
+        d = parse_json(read_bytes(path, CACHE), str(path), finite=False)
+    except (OSError, UnicodeError, ValueError, RecursionError, ConfigError) as exc:
         return None, f"unreadable ({type(exc).__name__})"
     if not isinstance(d, dict):
         return None, "not a JSON object"
@@ -511,6 +513,11 @@ def _rows(results: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
         df = df[first + [c for c in df.columns if c not in first]]
     req = pd.concat(reqs, ignore_index=True) if reqs else pd.DataFrame(columns=["cell_id", "prompt_len", "output_len", "decode_s"])
     return df, req
+
+
+# what a sweep writes in --out (name, is a folder): the only entries --force may replace there
+WRITES = (*((f"{t}.{ext}", False) for t in ("results", "requests") for ext in ("csv", "parquet")), ("grid.json", False),
+          ("cells", True))
 
 
 def write_tables(out: Path, df: pd.DataFrame, req: pd.DataFrame, grid: str | None = None) -> list[str]:
@@ -643,10 +650,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def load_grid(path: Path) -> dict:
     """The TOML grid file; ConfigError naming it for anything that is not a readable UTF-8 TOML file."""
+    from sim.infra.inputs import CONFIG, read_text
+
     check_in_file(path, "--grid")
+    text = read_text(path, CONFIG, "--grid")  # capped, a regular file, strict UTF-8
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: bad TOML: {exc}") from None
     except UnicodeDecodeError as exc:
@@ -724,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(a: argparse.Namespace) -> int:
     if not a.dry_run:  # before any work: a folder that can be written, and not someone else's files
         check_out_dir(a.out, force=True)
+        refuse_in_the_way(a.out, WRITES, f"--out {a.out}")  # a user's folder (or file) at a name the sweep writes
         if a.out.is_dir() and any(a.out.iterdir()) and not (a.out / "cells").is_dir() and not a.force:
             raise ConfigError(f"--out {a.out} holds files but no sweep (no cells/ folder); choose another folder, or "
                               "pass --force to write the sweep's tables next to them")

@@ -55,19 +55,42 @@ def is_hf_config(data: dict) -> bool:
     return "num_hidden_layers" in data or "model_type" in data or "architectures" in data
 
 
-def _int(cfg: dict, key: str, where: str, default: int | None = None) -> int:
+# The largest value each integer field may take: far above any real model (the largest today are ~1e5 wide, ~1e3
+# deep, ~1e3 experts), low enough that every product of them stays an exact float, so an absurd integer (401 digits,
+# 10**300) is refused in one line naming the field instead of overflowing the parameter count.
+_MAX = {"num_hidden_layers": 2**16, "hidden_size": 2**22, "num_attention_heads": 2**16, "num_key_value_heads": 2**16,
+        "head_dim": 2**16, "vocab_size": 2**26, "intermediate_size": 2**24, "moe_intermediate_size": 2**24,
+        "shared_expert_intermediate_size": 2**24, "num_local_experts": 2**16, "num_experts": 2**16,
+        "num_experts_per_tok": 2**16, "decoder_sparse_step": 2**16, "max_position_embeddings": 2**31,
+        "num_nextn_predict_layers": 2**10}
+
+
+def _int(cfg: dict, key: str, where: str, default: int | None = None, least: int = 1) -> int:
+    """The integer field `key` of `cfg`, within [least, _MAX[key]]; `default` when absent or null (None: required)."""
     v = cfg.get(key)
     if v is None:
         if default is None:
             raise ConfigError(f"{where}: missing field '{key}' (a decoder-only transformer's config.json has it)")
         return default
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ConfigError(f"{where}: field '{key}' must be a positive integer, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int) or v < least:
+        raise ConfigError(f"{where}: field '{key}' must be {'a positive integer' if least == 1 else f'an integer >= {least}'}, "
+                          f"got {_shown(v)}")
+    if v > _MAX[key]:
+        raise ConfigError(f"{where}: field '{key}' is {_shown(v)}, over the largest a model may have ({_MAX[key]})")
     return v
+
+
+def _shown(v) -> str:
+    """A value for a message, a number of hundreds of digits cut short."""
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
 
 
 def _dtype_bytes(cfg: dict, where: str) -> int:
     quant = cfg.get("quantization_config")
+    if quant is not None and not isinstance(quant, dict):  # a string or a list: not ignored (it would cost as bf16)
+        raise ConfigError(f"{where}: field 'quantization_config' must be an object (with quant_method), got "
+                          f"{type(quant).__name__} {_shown(quant)}")
     if isinstance(quant, dict):
         method = quant.get("quant_method")
         if method != "fp8":
@@ -89,10 +112,10 @@ def _moe(cfg: dict, where: str, L: int, h: int, I: int) -> dict | None:
         E, Ie, Is, sparse = _int(cfg, "num_local_experts", where), I, 0, L
     elif cfg.get("num_experts") and cfg.get("moe_intermediate_size"):  # Qwen2/Qwen3-MoE
         E, Ie = _int(cfg, "num_experts", where), _int(cfg, "moe_intermediate_size", where)
-        Is = _int(cfg, "shared_expert_intermediate_size", where, default=0)
+        Is = _int(cfg, "shared_expert_intermediate_size", where, default=0, least=0)  # 0: no shared expert
         step = _int(cfg, "decoder_sparse_step", where, default=1)
         dense_only = cfg.get("mlp_only_layers") or []
-        if not isinstance(dense_only, list) or not all(isinstance(i, int) for i in dense_only):
+        if not isinstance(dense_only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense_only):
             raise ConfigError(f"{where}: field 'mlp_only_layers' must be a list of layer indices, got {dense_only!r}")
         sparse = sum(1 for i in range(L) if (i + 1) % step == 0 and i not in dense_only)
     elif cfg.get("num_experts"):
@@ -138,9 +161,9 @@ def from_hf_config(cfg: dict, path: Path, LLMSpec: Callable[..., Any]):  # noqa:
         and name_or_path.count("/") == 1 else ""
     tok = path.parent / "tokenizer.json"
     max_len = cfg.get("max_position_embeddings")
-    mtp = cfg.get("num_nextn_predict_layers", 0)  # DeepSeek's MTP modules (vLLM's method 'mtp')
-    if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
-        raise ConfigError(f"{where}: field 'num_nextn_predict_layers' must be an integer >= 0, got {mtp!r}")
+    mtp = _int(cfg, "num_nextn_predict_layers", where, default=0, least=0)  # DeepSeek's MTP modules (vLLM's 'mtp')
+    if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0:
+        _int(cfg, "max_position_embeddings", where)  # bounded like every other integer
     common = dict(name=(path.parent.name if path.name == "config.json" else path.stem).lower(), num_layers=L,
                   hidden_size=h, num_attention_heads=H, num_kv_heads=KV, head_dim=d, vocab_size=V, tied_embeddings=tied,
                   dtype_bytes=_dtype_bytes(cfg, where), hf_id=hf_id, tokenizer=str(tok) if tok.is_file() else "",

@@ -501,13 +501,15 @@ def llm_name(name: str) -> str:
 
 def _llm_file(name: str) -> LLMSpec:
     """The model spec at the path `name` (a spec .json, a Hugging Face config.json, or a directory holding one)."""
+    from sim.infra.inputs import check_regular
+
     p = Path(name).expanduser()
     if p.is_dir():
         p = p / "config.json"
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise ConfigError(f"model spec {p} not found (a models/llms name, a Hugging Face id, a spec .json, a Hugging "
                           f"Face config.json or a model directory holding one)")
-    st = p.stat()
+    st = check_regular(p, "model spec")  # a pipe, a device or a folder: named as what it is, never opened
     return _read_llm_file(str(p.resolve()), st.st_mtime_ns, st.st_size)
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 
 from sim.infra.errors import ConfigError, HybridSpecError, SimulatorBug
 from sim.infra.fsio import atomic_dir, commit_files  # noqa: F401 -- re-exported: the writers live in sim/infra/fsio.py
-from sim.infra.fsio import claim, is_internal, is_tracked, release_claim, release_claims, resolve_out
+from sim.infra.fsio import claim, is_internal, is_tracked, own_path, refuse_in_the_way, release_claim, release_claims, resolve_out
 
 _GIVEN: set[str] = set()  # every spelling of each option the current command line gave (--out and -o alike)
 _DEPTH = [0]  # parse_known_args nesting (subcommands): the outermost call starts a fresh _GIVEN
@@ -188,18 +188,25 @@ def check_out_file(path: str | os.PathLike, force: bool = False, flag: str = "--
 
 def check_out_files(folder: str | os.PathLike, names: tuple[str, ...] | list[str], force: bool = False,
                     flag: str = "--out", named: bool | None = None,
-                    hint: str = "pass --force to replace it, or choose another folder") -> Path:
+                    hint: str = "pass --force to replace it, or choose another folder", given_folder: bool = True) -> Path:
     """Before any work, for a command that writes the files `names` into `folder` (a folder that may hold other
     files, e.g. reports/): the folder is no ancestor of the working folder (resolve_out), not a file nor under
     one, can be written, and none of `names` exists there unless force, nor is tracked unless named
-    (ConfigError naming the flag otherwise). Claims each name; write them as one unit (commit_files)."""
+    (ConfigError naming the flag otherwise). Claims each name; write them as one unit (commit_files).
+    given_folder=False: the flag named a file (`-o r.md`) and `folder` is only its parent, which may be the working
+    folder (only the files are written; the folder is never replaced)."""
     p = Path(folder)
     what = f"{flag} {p}"
-    resolve_out(p, flag)
+    if given_folder:
+        resolve_out(p, flag)
+    else:
+        _nearest_existing(Path(os.path.abspath(p)), what)
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{what}: exists and is not a folder")
     for n in names:
         refuse_tracked(p / n, flag, named)
+    if p.is_dir():  # a folder of the user's where the command writes a file: never replaced, even with force
+        refuse_in_the_way(p, [(n, False) for n in names], what)
     existing = [p / n for n in names if (p / n).exists()]
     if existing and not force:
         raise ConfigError(f"{what}: {existing[0]} already exists; {hint}")
@@ -217,7 +224,7 @@ def write_whole(path: Path, data: str | bytes, overwrite: bool = False, hint: st
     if path.exists() and not overwrite:
         raise ConfigError(f"{path} already exists; {hint}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = own_path(path, "tmp")
     try:
         if isinstance(data, bytes):
             tmp.write_bytes(data)
@@ -270,6 +277,8 @@ def check_out_dir(path: Path, force: bool = False, flag: str = "--out", names: t
         raise ConfigError(f"{flag} {p}: exists and is not a folder")
     for target in ([p / n for n in names] if names is not None else [p]):
         refuse_tracked(target, flag, named)
+    if names is not None and p.is_dir():  # a folder of the user's where the command writes a file: never replaced
+        refuse_in_the_way(p, [(n, False) for n in names], f"{flag} {p}")
     if p.is_dir() and any(n.name for n in p.iterdir() if not is_internal(n.name)) and not force:
         raise ConfigError(f"{flag} {p} already holds files (an earlier run?); pass --force to replace the files "
                           "this command writes (other files are kept), or choose another folder")

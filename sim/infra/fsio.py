@@ -4,27 +4,35 @@ SIGTERM handled like Ctrl-C.
 
 Cache folder (`cache_root`): $HYBRIDSPEC_CACHE_DIR if set (`off`, `0`, `none`, `false` or empty: no cache
 at all, for every cache), else $XDG_CACHE_HOME/hybridspec, else ~/.cache/hybridspec. Every cache
-(draft tables, token ids, native libraries, converted weights, drafter data and checkpoints) lives under it.
+(draft tables, token ids, native libraries, converted weights, drafter data and checkpoints) lives under it, one
+folder per kind (CACHE_KINDS). The folder is marked (CACHE_MARK) when this module creates it, never otherwise:
+`sim.cache --prune` prunes only a marked folder (sim/api/cache.py).
 
 Invariants this module keeps:
+- Every name this layer gives its locks, journals and temporaries carries a tag (`own_name`: a hash of the output's
+  name, the pid and the kind). Only a matching tag makes an entry the layer's own (`is_internal`): only those are
+  left out of a carried-over folder, rolled forward, or removed as leftovers. Anything else, of any name, is
+  the user's and is kept.
 - `private_dir` folders are created 0700 and refused (one-line ConfigError) unless owned by this user and
   closed to group and others, so nobody else can plant a file in them.
-- `output_lock` holds an exclusive flock on `.<name>.lock` beside an output for the whole command (`claim`:
+- `output_lock` holds an exclusive flock on `.<name>.<tag>.lock` beside an output for the whole command (`claim`:
   from the check before any work to the write): a second writer of the same output is refused at once with
   one line, never silently merged. The lock dies with the process (kill -9 included); the holder removes the
   lock file while still holding it, and a locker that got the lock of a file no longer at the path retries.
-- `atomic_dir` replaces only what the command wrote: every other entry of the old folder is carried over.
+- `atomic_dir` replaces only the files the command wrote: every other entry of the old folder is carried over
+  (every folder among them), and a folder of the user's at a name the command writes a file to is refused
+  (`refuse_in_the_way`), never replaced.
 - `is_tracked` asks git whether an output would replace a tracked file (sim/infra/cli.py refuses that unless
   the output's flag was given); `temp_dir` is a temporary folder removed whatever ends the block.
 - `swap_dir` replaces a folder atomically: renameat2(RENAME_EXCHANGE) where the kernel and C library have it
-  (the new folder and the old one trade places in one step), else a journal `.<name>.swap` written before
+  (the new folder and the old one trade places in one step), else a journal `.<name>.<tag>.swap` written before
   two renames and read back by `recover` (a kill between them rolls forward to the new folder).
 - `commit_files` writes several files as one unit: every file whole under a temporary name, then a journal
-  `.<folder>.commit` naming them, then the renames, then the journal is removed. `recover` (run before a
+  `.<unit>.<pid>.<tag>.commit` naming them, then the renames, then the journal is removed. `recover` (run before a
   read and at the start of every writer) finishes a committed unit and removes temporaries of one that was
   never committed, so a reader sees the old set or the new set, never a mix.
-- `clean_leftovers` removes what an earlier killed run left beside an output (`.<name>.<pid>.tmp`/`.old`
-  folders and files whose process is gone).
+- `clean_leftovers` removes what an earlier killed run left beside an output (`.<name>.<pid>.<tag>.tmp`/`.old`
+  folders and files whose process is gone, tag matching).
 """
 from __future__ import annotations
 
@@ -35,6 +43,7 @@ import json
 import hashlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import stat
@@ -52,15 +61,69 @@ _OFF = ("", "off", "0", "none", "false", "no")
 
 
 # ------------------------------------------------------------------------------------------------ cache
-def cache_root() -> Path | None:
-    """The one cache folder every cache lives under, or None when caching is off (for every cache)."""
+# The cache's own mark: a file the project writes in the cache folder when it creates that folder. `sim.cache
+# --prune` removes only under a folder that carries it (sim/api/cache.py), so a misspelt HYBRIDSPEC_CACHE_DIR that
+# names a folder of the user's (~/.cache, a documents folder) is never emptied.
+CACHE_MARK = ".hybridspec-cache"
+CACHE_MARK_TEXT = ("hybridspec cache folder: made by hybridspec; python -m sim.cache --prune removes the cache kinds "
+                   "under it\n")
+# The kinds (top-level folders) the project writes under the cache folder, and what each holds: the registry
+# `sim.cache` lists and prunes by, and the only entries (besides the mark) a prunable cache folder may hold.
+CACHE_KINDS: dict[str, str] = {
+    "draft-tables": "draft tables of a trace (sim.core.drafters.cache)",
+    "tokens": "token ids of a trace file (sim.core.trace.tokenizer)",
+    "native": "native libraries built from sim/engine/native (sim.engine.native)",
+    "plotly": "the plotly.js copy pages load (sim.infra.html_page)",
+    "weights": "converted weights and the SmolLM2 tokenizer (real.engine.weights)",
+    "drafter_data": "drafter training data (real.drafter.data)",
+    "wheels": "downloaded wheels of the codeedit trace build (sim.core.trace.build_codeedit)",
+    "hf": "Hugging Face checkpoints of the vLLM CPU models (real.validation.vllm_cpu.checkpoints)",
+}
+
+
+def cache_root(create: bool = True) -> Path | None:
+    """The one cache folder every cache lives under, or None when caching is off (for every cache). When the
+    folder does not exist yet and `create`, it is made here (0700) with the project's mark in it (CACHE_MARK):
+    only a folder the project made carries the mark; an existing folder is never marked here."""
     env = os.environ.get(ENV)
     if env is not None:
-        return None if env.strip().lower() in _OFF else Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or ""
-    if not base.strip() or not os.path.isabs(base):  # the XDG spec: a relative value is ignored
-        base = str(Path.home() / ".cache")
-    return Path(base) / "hybridspec"
+        if env.strip().lower() in _OFF:
+            return None
+        root = Path(env).expanduser()
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or ""
+        if not base.strip() or not os.path.isabs(base):  # the XDG spec: a relative value is ignored
+            base = str(Path.home() / ".cache")
+        root = Path(base) / "hybridspec"
+    if create and not os.path.lexists(root):
+        try:
+            root.mkdir(mode=0o700, parents=True)
+        except OSError:  # made meanwhile by another process (it marks it), or not makeable: the caller's write says so
+            return root
+        mark_cache(root)
+    return root
+
+
+def mark_cache(root: Path) -> None:
+    """Write the project's mark into the cache folder `root` (whole: a temporary then a rename)."""
+    tmp = root / f"{CACHE_MARK}.{os.getpid()}.{secrets.token_hex(4)}"
+    try:
+        tmp.write_text(CACHE_MARK_TEXT)
+        os.replace(tmp, root / CACHE_MARK)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def is_marked_cache(root: Path) -> bool:
+    """Whether `root` carries the project's mark: a regular file CACHE_MARK (not a link) holding CACHE_MARK_TEXT."""
+    mark = Path(root) / CACHE_MARK
+    try:
+        if not stat.S_ISREG(os.lstat(mark).st_mode):
+            return False
+        with open(mark, "rb") as f:
+            return f.read(len(CACHE_MARK_TEXT) + 1) == CACHE_MARK_TEXT.encode()
+    except OSError:
+        return False
 
 
 def private_dir(path: Path) -> Path:
@@ -162,7 +225,7 @@ _CLAIMS: set[str] = set()  # locks taken by a check_out_* call, released by the 
 
 def _lock_path(path: Path) -> Path:
     path = Path(os.path.realpath(path))
-    return path.parent / f".{path.name}.lock"
+    return path.parent / own_name(path.name, "lock")
 
 
 def _make_folders(folder: Path) -> list[Path]:
@@ -330,8 +393,60 @@ def temp_dir(prefix: str = "hybridspec-") -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+# ------------------------------------------------------------------------------------------------ own names
+# Every name this layer gives its temporaries, journals and locks carries a tag of its own: the first 12 hex digits of
+# sha256(_OWN_KEY, name, pid, kind). A leftover is removed, and an entry is left out of a carried-over folder, only
+# when its tag matches: a user's `.report.2023.old`, `.session.lock` or a folder `.D.99999.tmp` never does (one chance
+# in 2**48), so nothing of the user's is taken for the layer's own, whatever its name.
+_OWN_KEY = b"hybridspec output layer, own names v1"
+_PID_KINDS = ("tmp", "old", "part", "jtmp", "commit")  # one per writing process: .<name>.<pid>.<tag>.<kind>
+_FIXED_KINDS = ("lock", "swap")  # one per output, whoever writes it: .<name>.<tag>.<kind>
+_OWN_PID = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.(?P<tag>[0-9a-f]{12})\.(?P<kind>tmp|old|part|jtmp|commit)$")
+_OWN_FIXED = re.compile(r"^\.(?P<name>.+)\.(?P<tag>[0-9a-f]{12})\.(?P<kind>lock|swap)$")
+
+
+def _tag(name: str, pid: int | None, kind: str) -> str:
+    parts = [_OWN_KEY, os.fsencode(name), str(pid).encode(), kind.encode()]
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:12]
+
+
+def own_name(name: str, kind: str, pid: int | None = None) -> str:
+    """The name this layer gives its `kind` of entry for the output `name`: `.<name>.<pid>.<tag>.<kind>` for a
+    temporary or journal of one process (pid: this one by default), `.<name>.<tag>.<kind>` for a lock or swap
+    journal (one per output)."""
+    if kind in _FIXED_KINDS:
+        return f".{name}.{_tag(name, None, kind)}.{kind}"
+    if kind not in _PID_KINDS:
+        raise ValueError(f"no such kind of the layer's own entries: {kind}")
+    pid = os.getpid() if pid is None else pid
+    return f".{name}.{pid}.{_tag(name, pid, kind)}.{kind}"
+
+
+def own_path(path: Path, kind: str) -> Path:
+    """`path`'s sibling named own_name(path.name, kind): where a writer puts its temporary of `path`."""
+    path = Path(path)
+    return path.with_name(own_name(path.name, kind))
+
+
+def _own(name: str) -> dict | None:
+    """The output name, pid (None for a lock or swap journal) and kind of one of this layer's own entries; None
+    for any other name (the tag must match: a name that only looks like one is the user's)."""
+    m = _OWN_PID.match(name)
+    if m and m["tag"] == _tag(m["name"], int(m["pid"]), m["kind"]):
+        return {"name": m["name"], "pid": int(m["pid"]), "kind": m["kind"]}
+    m = _OWN_FIXED.match(name)
+    if m and m["tag"] == _tag(m["name"], None, m["kind"]):
+        return {"name": m["name"], "pid": None, "kind": m["kind"]}
+    return None
+
+
+def _leftover(name: str) -> dict | None:
+    """_own(name) when it is a temporary of a process (what a killed writer leaves), else None."""
+    own = _own(name)
+    return own if own is not None and own["kind"] in ("tmp", "old", "part", "jtmp") else None
+
+
 # ------------------------------------------------------------------------------------------------ leftovers
-_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.(?:tmp|old|part|jtmp)$")
 
 
 def _alive(pid: int) -> bool:
@@ -357,8 +472,8 @@ def clean_leftovers(path: Path) -> list[Path]:
     except OSError:
         return gone
     for e in entries:
-        m = _LEFTOVER.match(e.name)
-        if not m or m["name"] != path.name or _alive(int(m["pid"])):
+        m = _leftover(e.name)
+        if not m or m["name"] != path.name or _alive(m["pid"]):
             continue
         p = Path(e.path)
         if e.is_dir(follow_symlinks=False):
@@ -394,7 +509,7 @@ def _renameat2(a: Path, b: Path, flags: int) -> bool:
 
 
 def _journal_write(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + f".{os.getpid()}.jtmp")
+    tmp = own_path(path, "jtmp")
     with open(tmp, "w") as f:
         json.dump(data, f)
         f.flush()
@@ -410,8 +525,8 @@ def swap_dir(new: Path, path: Path) -> None:
         if _renameat2(new, path, _RENAME_EXCHANGE):
             shutil.rmtree(new, ignore_errors=True)  # `new` now holds the old folder
             return
-        old = path.with_name(f".{path.name}.{os.getpid()}.old")
-        journal = path.with_name(f".{path.name}.swap")
+        old = own_path(path, "old")
+        journal = path.with_name(own_name(path.name, "swap"))
         _journal_write(journal, {"path": path.name, "new": new.name, "old": old.name})
         os.replace(path, old)
         os.replace(new, path)
@@ -425,15 +540,35 @@ def swap_dir(new: Path, path: Path) -> None:
 
 
 def _carry_over(src: Path, dst: Path, keep) -> None:
-    """Hard-link (copy where links fail) the entries of folder `src` for which keep(name) into `dst`."""
+    """Hard-link (copy where links fail) into `dst` the entries of folder `src` that `dst` does not hold: every
+    folder, and the files for which keep(name) (a file the command no longer writes may be dropped; a folder is
+    never the command's to drop)."""
     for e in os.scandir(src):
-        if not keep(e.name) or (dst / e.name).exists():
+        if os.path.lexists(dst / e.name) or is_internal(e.name):
+            continue
+        if not keep(e.name) and not e.is_dir(follow_symlinks=False):
             continue
         s, d = Path(e.path), dst / e.name
         if e.is_dir(follow_symlinks=False):
             shutil.copytree(s, d, symlinks=True, copy_function=_link_or_copy)
         else:
             _link_or_copy(s, d)
+
+
+def refuse_in_the_way(folder: Path, names, what: str = "") -> None:
+    """ConfigError when an entry of `folder` named like a file the command writes (`names`) is a folder (not a
+    link), or like a folder it writes is not one: the user's, which --force never replaces (it replaces files
+    the command writes, nothing else)."""
+    for name, is_dir in names:
+        try:
+            st = os.lstat(Path(folder) / name)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) != is_dir:
+            found = "a folder" if stat.S_ISDIR(st.st_mode) else "a file"
+            raise ConfigError(f"{what + ': ' if what else ''}{Path(folder) / name} is {found} this command does "
+                              f"not write (it writes {'a folder' if is_dir else 'a file'} of that name); move it "
+                              "away or choose another folder")
 
 
 def _link_or_copy(s, d) -> None:
@@ -443,13 +578,11 @@ def _link_or_copy(s, d) -> None:
         shutil.copy2(s, d, follow_symlinks=False)
 
 
-_INTERNAL = re.compile(r"^\..+\.(?:lock|commit|swap)$")  # the names this layer gives its locks and journals
-
-
 def is_internal(name: str) -> bool:
-    """Whether an entry of an output folder is this layer's own bookkeeping: `.<name>.lock`, `.<folder>.commit`,
-    `.<name>.swap` or a leftover temporary (a user's `poetry.lock` or `.notes` is not)."""
-    return bool(_LEFTOVER.match(name) or _INTERNAL.match(name))
+    """Whether an entry of an output folder is this layer's own bookkeeping (a lock, a journal, a temporary),
+    proved by the tag in its name (own_name): a user's `poetry.lock`, `.notes`, `.session.lock` or
+    `.draft.7.tmp` is not."""
+    return _own(name) is not None
 
 
 def _not_internal(name: str) -> bool:
@@ -469,13 +602,15 @@ def atomic_dir(path: Path, keep=None, flag: str = "--out") -> Iterator[Path]:
     held = _acquire(path, flag)  # re-entered: the command's out_guard or check_out_dir holds it already
     try:
         clean_leftovers(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp = own_path(path, "tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
             yield tmp
             if path.is_dir():
-                _carry_over(path, tmp, lambda n: keep(n) and _not_internal(n))
+                refuse_in_the_way(path, [(e.name, e.is_dir(follow_symlinks=False)) for e in os.scandir(tmp)],
+                                  f"{flag} {path}")
+                _carry_over(path, tmp, keep)
                 shutil.copystat(path, tmp)  # the folder keeps its mode (a private results folder stays private)
             swap_dir(tmp, path)
         except OSError as exc:
@@ -507,26 +642,27 @@ def commit_files(folder: Path, files: dict[str, bytes | str], unit: str = "commi
 def _commit_files(folder: Path, files: dict[str, bytes | str], unit: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     recover(folder)
+    refuse_in_the_way(folder, [(n, False) for n in files])
     pid = os.getpid()
     tmps = {}
     where = folder  # what a full disk names: the file being written, else the folder
     try:
         for name, data in files.items():
             where = folder / name
-            tmp = folder / f".{name}.{pid}.part"
+            tmp = folder / own_name(name, "part", pid)
             with open(tmp, "wb") as f:
                 f.write(data.encode() if isinstance(data, str) else data)
                 f.flush()
                 os.fsync(f.fileno())
             tmps[name] = tmp.name
         where = folder
-        journal = folder / f".{unit}.{pid}.commit"
+        journal = folder / own_name(unit, "commit", pid)
         _journal_write(journal, {"files": tmps})
     except BaseException as exc:
         for t in tmps.values():
             (folder / t).unlink(missing_ok=True)
-        for t in folder.glob(f".*.{pid}.part"):  # the one being written when it failed
-            t.unlink(missing_ok=True)
+        for name in files:  # the one being written when it failed
+            (folder / own_name(name, "part", pid)).unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
             raise type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(where)) from None
         raise
@@ -538,13 +674,20 @@ def _roll_forward(folder: Path, journal: Path) -> None:
         data = json.loads(journal.read_text())
     except (OSError, ValueError):
         return
-    if "files" in data:
+    if not isinstance(data, dict):
+        return
+    if isinstance(data.get("files"), dict):
         for name, tmp in data["files"].items():
+            if not isinstance(tmp, str) or (_own(tmp) or {}).get("kind") != "part" or _own(tmp)["name"] != name:
+                continue  # only a temporary this layer named for that file is ever moved
             try:
                 os.replace(folder / tmp, folder / name)
             except FileNotFoundError:  # already renamed (by us before a kill, or by a concurrent recover)
                 pass
     elif "new" in data:  # a folder swap of the journal fallback
+        if not all(isinstance(data.get(k), str) for k in ("path", "new", "old")) or \
+                (_own(data["new"]) or {}).get("kind") != "tmp" or (_own(data["old"]) or {}).get("kind") != "old":
+            return
         path, new, old = folder / data["path"], folder / data["new"], folder / data["old"]
         if new.is_dir():
             if path.is_dir() and not old.exists():
@@ -561,8 +704,8 @@ def recover(folder: Path) -> None:
     Temporaries of a unit never committed are removed by clean_leftovers / the next writer."""
     folder = Path(folder)
     try:
-        entries = [e for e in os.scandir(folder) if e.name.startswith(".")
-                   and (e.name.endswith(".commit") or e.name.endswith(".swap"))]
+        entries = [e for e in os.scandir(folder) if (_own(e.name) or {}).get("kind") in ("commit", "swap")
+                   and e.is_file(follow_symlinks=False)]
     except OSError:
         return
     for e in entries:
@@ -580,8 +723,8 @@ def clean_dead(folder: Path) -> list[Path]:
     except OSError:
         return gone
     for e in entries:
-        m = _LEFTOVER.match(e.name)
-        if m and not _alive(int(m["pid"])):
+        m = _leftover(e.name)
+        if m and not _alive(m["pid"]):
             if e.is_dir(follow_symlinks=False):
                 shutil.rmtree(e.path, ignore_errors=True)
             else:
@@ -639,7 +782,7 @@ def private_tempdir(prefix: str = "hybridspec-") -> Path:
 
 
 __all__ = ["cache_root", "private_dir", "private_tempdir", "termination_as_interrupt", "forking_workers", "die_with_parent", "output_lock",
-           "claim", "release_claim", "release_claims", "is_tracked", "temp_dir", "clean_leftovers", "swap_dir", "atomic_dir", "commit_files", "recover", "clean_dead", "resolve_out", "out_guard", "file_sha256"]
+           "claim", "release_claim", "release_claims", "is_tracked", "temp_dir", "clean_leftovers", "swap_dir", "own_name", "own_path", "is_internal", "refuse_in_the_way", "atomic_dir", "commit_files", "recover", "clean_dead", "resolve_out", "out_guard", "file_sha256"]
 
 
 def file_sha256(path: Path) -> str:

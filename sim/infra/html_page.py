@@ -16,6 +16,12 @@ Where plotly.js comes from is the `--plotly` flag of every command that writes a
   work). The committed reports/ are written shared, so its pages carry one copy between them.
 `to_shared` turns an inlined page into exactly the shared page the same command would have written.
 
+Every string a page shows is escaped here, once: a page's body is a list of `Markup` (what this module's builders
+return: `heading`, `para`, `nav`, `figure_div`, each escaping the text it is given with `text`), and `page` escapes
+any body part that is a plain string (it shows as a paragraph of text, never as markup). A writer therefore cannot
+put a command-line argument, a file name or a value read from a results table into a page as live markup.
+Figures' own strings travel as JSON that plotly escapes (`<` as \\u003c), drawn by plotly.js as text.
+
 A page's own content (its figures' data and layout, plotly.js aside) is what `content_bytes` measures; long
 series are cut to at most MAX_POINTS points per line before they reach a figure (`downsample`).
 """
@@ -34,6 +40,27 @@ from sim.infra.errors import ConfigError
 MAX_POINTS = 400  # points per line of a time series: enough to read its shape, small enough to keep a page light
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1400px} p.note{color:#444;max-width:1100px} "
          "nav a{margin-right:1.2em}")
+
+
+class Markup(str):
+    """Page markup made by this module's builders, the only strings `page` puts into a page unescaped."""
+
+
+def text(value) -> str:
+    """`value` as text a page shows: `str(value)` with &, <, >, " and ' escaped (safe in content and attributes)."""
+    return _html.escape(str(value), quote=True)
+
+
+def para(value, cls: str | None = None, italic: bool = False) -> Markup:
+    """A <p> paragraph showing `value` as text (escaped), of class `cls`; `italic` sets it in <i>."""
+    inner = f"<i>{text(value)}</i>" if italic else text(value)
+    attr = f" class='{text(cls)}'" if cls else ""
+    return Markup(f"<p{attr}>{inner}</p>")
+
+
+def nav(links: list[tuple[str, str]]) -> Markup:
+    """A <nav> of in-page links: (anchor id, label) pairs, both escaped."""
+    return Markup("<nav>" + "".join(f"<a href='#{text(a)}'>{text(label)}</a>" for a, label in links) + "</nav>")
 
 
 PLOTLY_MODES = ("inline", "shared", "cached")
@@ -134,20 +161,20 @@ def _script(plotly: str) -> str:
     raise ConfigError(f"--plotly must be one of {', '.join(PLOTLY_MODES)}, got {str(plotly)[:40]!r}")
 
 
-def figure_div(fig, div_id: str) -> str:
+def figure_div(fig, div_id: str) -> Markup:
     """A figure as a div and the script that draws it; plotly.js is not included (`page` adds it once).
     A fixed div_id keeps a rerun byte-identical."""
-    return fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False, div_id=div_id,
-                       config={"displaylogo": False})
+    return Markup(fig.to_html(full_html=False, include_plotlyjs=False, include_mathjax=False, div_id=text(div_id),
+                              config={"displaylogo": False}))
 
 
 def page(title: str, body: list[str], plotly: str = "inline") -> str:
     """A whole HTML page: `title`, plotly.js once in the head (plotly: `inline`, the default, inlines it;
     `shared` loads asset_name() from the page's folder: write it with `write_page`; `cached` loads the cache's
-    copy, cached_asset), then the `body` parts."""
-    head = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_html.escape(title)}</title>"
+    copy, cached_asset), then the `body` parts: Markup as it is, any other string as an escaped paragraph."""
+    head = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{text(title)}</title>"
             f"<style>{STYLE}</style>{_script(plotly)}</head><body>")
-    return "\n".join([head, *body, "</body></html>"])
+    return "\n".join([head, *(b if isinstance(b, Markup) else para(b) for b in body), "</body></html>"])
 
 
 def uses_shared(text: str) -> bool:
@@ -215,10 +242,10 @@ def content_bytes(text: str) -> int:
     return len(text.encode()) - len(plotly_js().encode()) if plotly_js() in text else len(text.encode())
 
 
-def heading(level: int, text: str, anchor: str | None = None) -> str:
+def heading(level: int, text: str, anchor: str | None = None) -> Markup:
     """An <hN> heading (escaped), with an id to link to."""
     ident = f" id='{_html.escape(anchor)}'" if anchor else ""
-    return f"<h{level}{ident}>{_html.escape(text)}</h{level}>"
+    return Markup(f"<h{int(level)}{ident}>{_html.escape(str(text))}</h{int(level)}>")
 
 
 def downsample(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:

@@ -42,16 +42,23 @@ class Kind:
     cap: int
 
     def limit(self) -> int:
-        env = os.environ.get(CAP_ENV)
-        if env:
-            try:
-                mib = float(env)
-            except ValueError:
-                mib = float("nan")
-            if not (math.isfinite(mib) and mib > 0):
-                raise ConfigError(f"{CAP_ENV}={env!r}: expected a finite number of MiB > 0")
-            return max(1, int(mib * MiB))
-        return self.cap
+        mib = env_size(CAP_ENV, "MiB")
+        return self.cap if mib is None else max(1, int(mib * MiB))
+
+
+def env_size(name: str, unit: str) -> float | None:
+    """The size the environment variable `name` sets, in `unit`s: None when unset or empty, else a finite number
+    > 0 (ConfigError otherwise: nan, inf, -1, 0 or a word would switch a limit off or make it absurd)."""
+    env = os.environ.get(name)
+    if env is None or not env.strip():
+        return None
+    try:
+        v = float(env)
+    except ValueError:
+        v = float("nan")
+    if not (math.isfinite(v) and v > 0) or v > 2**50:
+        raise ConfigError(f"{name}={env!r}: not a valid size; expected a finite number of {unit} > 0")
+    return v
 
 
 CONFIG = Kind("config file", 4 * MiB)             # settings, a checkpoint's config.json, anchors, a grid
@@ -59,6 +66,11 @@ CONFIG = Kind("config file", 4 * MiB)             # settings, a checkpoint's con
 RECORD = Kind("recorded run file", 64 * MiB)     # fidelity.json, a cost table, a cell's record (real ones: < 1 MiB)
 TABLE = Kind("table of steps", 128 * MiB)        # a CSV of recorded steps (real ones: a few MiB)
 WEIGHTS = Kind("weights file", 8192 * MiB)       # a drafter checkpoint (read whole by torch.load)
+TOKENIZER = Kind("tokenizer file", 256 * MiB)     # a tokenizer.json (real ones: 2-35 MiB), parsed whole by tokenizers
+CACHE = Kind("cache entry", 64 * MiB)            # a command's own cache file: a sweep or validate cell, a label shard
+REQUEST = Kind("request file", 16 * MiB)          # the vLLM plugin's per-run request file
+SIDECAR = Kind("checksum file", 4096)             # a `.sha256` beside a file: one digest and a name
+REF = Kind("Hugging Face cache ref", 1024)        # a hub cache's refs/main: one commit id
 
 
 def _size(n: float) -> str:
@@ -147,6 +159,33 @@ def read_bytes(path: str | os.PathLike, kind: Kind = CONFIG, what: str | None = 
     return b"".join(chunks)
 
 
+def iter_lines(path: str | os.PathLike, kind: Kind = REQUEST, what: str | None = None, limit: int | None = None):
+    """The lines of a regular file as strict UTF-8 text (a file of requests, one JSON object a line), each at most
+    kind's cap, the first `limit` only when given: for files read a line at a time, never whole. ConfigError naming
+    the file and line otherwise (a pipe, a device, a line that never ends, bad UTF-8)."""
+    p = Path(path)
+    check_regular(p, what)
+    cap = kind.limit()
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ConfigError(f"{_label(p, what)}: {(exc.strerror or type(exc).__name__).lower()}") from None
+    with os.fdopen(fd, "rb") as f:
+        if _what_it_is(os.fstat(fd).st_mode) is not None:  # swapped between the check and the open
+            raise ConfigError(f"{_label(p, what)}: not a regular file; give a file")
+        for n in range(1, (limit if limit is not None else 2**62) + 1):
+            line = f.readline(cap + 1)
+            if not line:
+                return
+            if len(line) > cap:
+                raise ConfigError(f"{_label(p, what)}:{n}: a line over the {_size(cap)} a {kind.name} line may hold "
+                                  f"(set {CAP_ENV} to raise it)")
+            try:
+                yield line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{_label(p, what)}:{n}: not UTF-8 text (bad byte at offset {exc.start})") from None
+
+
 def read_text(path: str | os.PathLike, kind: Kind = CONFIG, what: str | None = None) -> str:
     """read_bytes as strict UTF-8 text (a BOM is dropped); ConfigError naming the first bad byte otherwise."""
     data = read_bytes(path, kind, what)
@@ -171,12 +210,32 @@ def _finite_float(text: str) -> float:
     return v
 
 
+class _Duplicate(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    """An object's members as a dict; a key given twice is refused (json.loads would keep the last silently)."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Duplicate(k)
+        out[k] = v
+    return out
+
+
 def parse_json(text: str | bytes, where: str, finite: bool = True) -> _AnyType:
-    """Strict JSON (module docstring); ConfigError "WHERE: not valid JSON (...)" otherwise. finite=False keeps
+    """Strict JSON (module docstring); ConfigError "WHERE: not valid JSON (...)" otherwise. Bytes are UTF-8 only
+    (json.loads would guess UTF-16 or UTF-32 from them), and an object may not name a key twice. finite=False keeps
     NaN and Infinity as floats (a schema then says which fields must be finite)."""
     kw = {} if not finite else {"parse_constant": _refuse_constant, "parse_float": _finite_float}
+    kw["object_pairs_hook"] = _unique_keys
     try:
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8-sig")
         data = json.loads(text, **kw)
+    except _Duplicate as exc:
+        raise ConfigError(f"{where}: key {_show(exc.args[0])} given twice in one object (which one is meant?)") from None
     except _NonFinite as exc:
         raise ConfigError(f"{where}: {exc.args[0]} is not a finite number (JSON numbers here must be finite)") from None
     except json.JSONDecodeError as exc:

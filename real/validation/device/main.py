@@ -112,7 +112,7 @@ def device_check(o: DeviceCheckOptions) -> int:
                 "started": started, "budget_s": o.budget_s, "elapsed_s": round(time.perf_counter() - t0, 1),
                 "versions": v, "options": {k: list(x) if isinstance(x, tuple) else x for k, x in asdict(o).items()}}
         doc = report_json(meta, results)
-        with atomic_dir(out, keep=lambda n: n not in OUTPUTS and not n.startswith(".")) as tmp:
+        with atomic_dir(out, keep=lambda n: n not in OUTPUTS) as tmp:
             (Path(tmp) / OUTPUTS[0]).write_text(json.dumps(doc, indent=1, default=str) + "\n")
             (Path(tmp) / OUTPUTS[1]).write_text(report_md(doc))
     c = doc["counts"]

@@ -46,7 +46,6 @@ this process can still take; HYBRIDSPEC_SUFFIX_MEMORY_GB=G sets the one limit in
 """
 from __future__ import annotations
 
-import os
 from array import array
 from collections import deque
 from dataclasses import dataclass, fields
@@ -150,16 +149,14 @@ def memory_bytes(cfg: "SuffixConfig", contexts, outputs, batch: int) -> tuple[in
 def check_memory(cfg: "SuffixConfig", contexts, outputs, batch: int) -> None:
     """ConfigError (one line, before any tree is built) when memory_bytes is past its limit (module docstring)."""
     total, tree = memory_bytes(cfg, contexts, outputs, batch)
-    env = os.environ.get(MEMORY_ENV)
+    from sim.infra.inputs import env_size
+
     gib = 2**30
-    if env:
-        try:
-            limit = float(env) * gib
-        except ValueError:
-            raise ConfigError(f"{MEMORY_ENV}={env!r}: expected a number of GiB") from None
-        if total > limit:
+    limit_gib = env_size(MEMORY_ENV, "GiB")  # nan, inf, -1 or 0 refused: none of them may switch the guard off
+    if limit_gib is not None:
+        if total > limit_gib * gib:
             raise ConfigError(f"the suffix drafter would take about {total / gib:.1f} GiB (depth {cfg.max_depth}, batch "
-                              f"{batch}), over {MEMORY_ENV}={env}; lower --suffix-max-depth or the batch")
+                              f"{batch}), over {MEMORY_ENV}={limit_gib:g}; lower --suffix-max-depth or the batch")
         return
     if tree > TREE_LIMIT:
         raise ConfigError(f"the suffix drafter's tree of one request of {tree // (BYTES_PER_NODE * cfg.max_depth)} "

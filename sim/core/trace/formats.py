@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterator
 
 from sim.infra.errors import TraceError
+from sim.infra.fsio import own_path
 
 # Roles of ShareGPT-style turns, mapped to chat roles.
 ROLE_MAP = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant", "assistant": "assistant",
@@ -143,7 +144,7 @@ def write_jsonl(path: str | os.PathLike, rows) -> int:
     if p.parent and not p.parent.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
     n = 0
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    tmp = own_path(p, "tmp")
     try:
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:
             for row in rows:

@@ -41,7 +41,9 @@ class SmolTokenizer:
         cached = (root or Path(".")) / "weights" / f"{file_sha256(path)[:16]}.tokenizer.json"
         if use_cache and cached.is_file():
             try:
-                tok = Tokenizer.from_file(str(cached))
+                from sim.infra.inputs import TOKENIZER, read_text
+
+                tok = Tokenizer.from_str(read_text(cached, TOKENIZER, "cached tokenizer"))
                 return cls._wrap(tok, path)
             except Exception:  # a damaged cache entry is rebuilt
                 pass

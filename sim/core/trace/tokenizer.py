@@ -98,8 +98,11 @@ class _TokenizerJson:
         except ImportError:
             raise ConfigError(f"reading the tokenizer {name} ({path}) needs the tokenizers package: "
                               "pip install tokenizers") from None
+        from sim.infra.inputs import TOKENIZER, read_text
+
+        text = read_text(path, TOKENIZER, "tokenizer")  # capped, a regular file, strict UTF-8: before the parser sees it
         try:
-            self._tok = HFTokenizer.from_file(str(path))
+            self._tok = HFTokenizer.from_str(text)
         except Exception as exc:  # noqa: BLE001 -- the package raises its own exception types for a bad file
             raise ConfigError(f"{path}: not a tokenizer.json the tokenizers package reads "
                               f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
@@ -126,6 +129,7 @@ class _TokenizerJson:
 BUNDLED = {TOKENIZER_NAME: Tokenizer, "smollm2": _SmolLM2}
 TOKENIZERS = tuple(BUNDLED)
 _HF_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a git commit id, as a hub cache's refs/main holds one
 NO_TOKENIZER = ("trace text needs the model's tokenizer and its spec names none: give a tokenizer.json "
                 "(sim.run --tokenizer PATH, or the spec's \"tokenizer\" field; docs/your-model.md), or token ids; "
                 f"or --tokenizer {TOKENIZER_NAME} (bundled) to stand in: the token counts are then Qwen3's, not your "
@@ -143,7 +147,7 @@ def hub_cache() -> Path:
     return base / "hub"
 
 
-def _cached_hf_file(repo_id: str, filename: str = "tokenizer.json") -> Path | None:
+def cached_hf_file(repo_id: str, filename: str = "tokenizer.json") -> Path | None:
     """`filename` of the Hugging Face repository `repo_id` in hub_cache(): the snapshot refs/main names, else the
     newest snapshot that has it; None when none has."""
     hub = hub_cache()
@@ -152,11 +156,13 @@ def _cached_hf_file(repo_id: str, filename: str = "tokenizer.json") -> Path | No
         want = folder.name.lower()
         folder = next((d for d in hub.iterdir() if d.name.lower() == want), folder)
     snaps = folder / "snapshots"
-    try:
-        main = (folder / "refs" / "main").read_text().strip()
-        if (snaps / main / filename).is_file():
+    from sim.infra.inputs import REF, read_text
+
+    try:  # one commit id, never a path: a refs/main holding `../..` or `/etc` names no snapshot
+        main = read_text(folder / "refs" / "main", REF).strip()
+        if _COMMIT.fullmatch(main) and (snaps / main / filename).is_file():
             return snaps / main / filename
-    except OSError:
+    except (OSError, ConfigError):
         pass
     try:
         found = [d / filename for d in snaps.iterdir() if (d / filename).is_file()]
@@ -181,7 +187,7 @@ def tokenizer_file(name: str) -> Path:
     if p.is_file():
         return p
     if _HF_ID.fullmatch(name) and not p.exists():
-        found = _cached_hf_file(name)
+        found = cached_hf_file(name)
         if found is not None:
             return found
         raise ConfigError(f"the tokenizer of {name} is not in the local Hugging Face cache ({hub_cache()}); download "

@@ -93,10 +93,13 @@ def _build_lock(so: Path):
 
 def verified(so: Path) -> bool:
     """Whether `so` exists and its bytes match the sha256 recorded when it was built here."""
+    from sim.infra.errors import ConfigError
+    from sim.infra.inputs import SIDECAR, read_text
+
     try:
-        want = _record(so).read_text().strip()
+        want = read_text(_record(so), SIDECAR).strip()  # capped: a digest, never a planted gigabyte
         got = hashlib.sha256(so.read_bytes()).hexdigest()
-    except OSError:
+    except (OSError, ConfigError):
         return False
     return len(want) == 64 and got == want
 
