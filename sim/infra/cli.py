@@ -360,7 +360,7 @@ def _cache_before() -> Path | None:
     say so once (_cache_note); None when it exists already or caching is off."""
     from sim.infra.fsio import cache_root
 
-    root = cache_root()
+    root = cache_root(create=False)  # only look: the command that needs it makes it (with the project's mark)
     return root if root is not None and not os.path.lexists(root) else None
 
 
