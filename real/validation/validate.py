@@ -564,13 +564,14 @@ def validate(a: ValidateOptions) -> int:
                                                                         repeats, a)
         cells += got
     meta = {"command": "python real/validate.py " + " ".join(a.argv), "machine": machine, "model": a.model,
-            "mode": "random weights, teacher forced" if a.random_weights else "real weights (GGUF), greedy",
+            "mode": ("random weights, " + ("teacher forced" if wl.teacher else "greedy")) if a.random_weights
+            else "real weights (GGUF), greedy",
             "max_tokens": max_tokens, "max_prompt": max_prompt, "cost_table": shown(table_path),
             "repeats": repeats, "margin": a.margin / 100.0, "load_guard": a.load_guard, "quick": bool(a.quick),
             "speed_probes": speed_probes, "anchors": anchors,
             "drafter_note": ("The model drafter is the project's trained drafter (" + str(a.drafter) + "), live in the "
                              "real engine; the simulator replays its chains recorded on the reference."
-                             if not a.random_weights and a.drafter != "none" else
+                             if wl.drafter is not None else
                              "The model drafter is a stand-in (the synthetic DSpark profile's chains over the "
                              "reference output, replayed; a table lookup's cost).")}
     meta["wall_minutes"] = (time.perf_counter() - t_start) / 60.0
@@ -633,7 +634,8 @@ def parse_args(argv):
     hw.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     hw.add_argument("--drafter", default="default",
                     help="model drafter weights with real weights (default: the bundled trained drafter; none: the "
-                         "synthetic profile's chains as a stand-in)")
+                         "synthetic profile's chains as a stand-in); with --random-weights a drafter file trained for "
+                         "--model runs live and the random model decodes greedily (default: the stand-in)")
     hw.add_argument("--cost-table", default=None, help="a profiled table of this machine (default: profile into --out)")
     hw.add_argument("--allow-other-machine", action="store_true",
                     help="use a table profiled elsewhere (warns, recorded)")
