@@ -483,7 +483,8 @@ def validate(a: ValidateOptions) -> int:
         return validate_vllm(a)
     from real.validation.vllm.config import given_flags
 
-    given = given_flags(a.vllm) + [f for f, on in (("--dry-run", a.dry_run), ("--skip-checks", a.skip_checks)) if on]
+    given = given_flags(a.vllm) + [f for f, on in (("--dry-run", a.dry_run), ("--skip-checks", a.skip_checks),
+                                                   ("--from-verdict", a.from_verdict is not None)) if on]
     if given:
         raise ConfigError(f"{given[0]} is for --engine vllm")
     max_prompt = a.max_prompt if a.max_prompt is not None else 512
@@ -662,7 +663,12 @@ def parse_args(argv):
                          "flip, counted but not a loss (vLLM engine; real/validation/pipeline/lossless.py; default "
                          f"{DEFAULT_TIE_EPSILON})")
     vl.add_argument("--dry-run", action="store_true", help="print every command and config the run would execute, "
-                                                          "in order, and exit (vLLM engine; needs neither vLLM nor a GPU)")
+                                                          "in order, with its GPU-time and disk estimate, and exit (vLLM "
+                                                          "engine; needs neither vLLM nor a GPU)")
+    vl.add_argument("--from-verdict", default=None, metavar="DIR",
+                    help="validate exactly the setups a `python -m sim.run --out DIR` recommended (DIR/verdict.json: "
+                         "each batch size's recommended setup, beside none and adaptive; vLLM engine; refuses "
+                         "--policy and --batch-size)")
     out = ap.add_argument_group("output")
     out.add_argument("--out", default=None, help="output directory, cells cached there: resumable (default "
                                                  "out/validate; vllm out/validate-vllm)")

@@ -22,7 +22,9 @@ validate, in order (every step resumable: a cell whose spec did not change is re
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +55,12 @@ class VllmValidation:
     tie_epsilon: float
     seed: int = 0
     allow_other_machine: bool = False
+    at: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (batch size, its policies) where they differ by batch
+    # size (--from-verdict: each batch size's recommendation); () = every policy at every batch size
+
+    def policies_at(self, bs: int) -> tuple[str, ...]:
+        """The policies run at batch size `bs` (`none` first)."""
+        return dict(self.at).get(bs, self.policies)
 
     @property
     def table(self) -> Path:
@@ -64,6 +72,20 @@ class VllmValidation:
         build = build_of(_device(a))
         cfg = build.run_config(a)
         cfg.check_simulable()
+        chosen = ()
+        if a.from_verdict is not None:
+            given = [f for f, v in (("--policy", a.policy), ("--batch-size", a.batch_size)) if v]
+            if given:
+                raise ConfigError(f"{given[0]}: --from-verdict takes the setups and batch sizes from the verdict")
+            from real.validation.vllm.verdict import verdict_cells
+
+            chosen = verdict_cells(a.from_verdict, cfg, build.semantics)
+            # beside each recommendation: none (the reference outputs) and adaptive (the verdict's baseline: its
+            # ratios are over it; its cost tables price the cells that record none)
+            print(f"note: --from-verdict {a.from_verdict}: " + "; ".join(f"batch {b}: {p}" for b, p in chosen)
+                  + f", each beside '{C.NONE}' and '{C.BASELINE}'", file=sys.stderr)
+            a = dataclasses.replace(a, policy=tuple(p for _, p in chosen) + (C.BASELINE,),
+                                    batch_size=tuple(b for b, _ in chosen))
         pols = list(dict.fromkeys(a.policy or build.policies))
         for p in pols:
             C.check_policy(p)
@@ -94,9 +116,10 @@ class VllmValidation:
                               "profiled in that run; there is nothing to complement")
         if table is not None and not table.is_file():
             raise ConfigError(f"cost table '{table}' not found")
+        at = tuple((b, tuple(q for q in pols if q in (C.NONE, C.BASELINE, p))) for b, p in chosen)
         return cls(build, cfg, s["traces"], tuple(pols), s["batch_sizes"], s["limit"], s["max_tokens"],
                    s["max_prompt"], out_dir(build, a.out), table, bool(a.quick), bool(a.skip_checks),
-                   float(a.tie_epsilon), int(a.seed), bool(a.allow_other_machine))
+                   float(a.tie_epsilon), int(a.seed), bool(a.allow_other_machine), at)
 
     def cell_dir(self, sl: Slice, bs: int, policy: str) -> Path:
         from real.validation.pipeline.cells import policy_dir
@@ -117,14 +140,14 @@ def run_group(v: VllmValidation, sl: Slice, bs: int, complement: dict | None) ->
     from real.validation.vllm.cells import run_cell
 
     runs = {}
-    for pol in v.policies:
+    for pol in v.policies_at(bs):
         run = run_cell(v.cfg.cell(pol), sl, pol, bs, v.cell_dir(sl, bs, pol), margins=pol == C.NONE)
         if run.get("outputs") is None:
             raise ConfigError(f"{v.cell_dir(sl, bs, pol)}: the run recorded no outputs ({run.get('error')})")
         runs[pol] = run
     ref_path = v.out / sl.stem / f"bs{bs}" / "reference.jsonl"
     write_reference(sl, runs[C.NONE]["outputs"], ref_path)
-    return [cell_record(v, sl, bs, pol, runs, ref_path, complement) for pol in v.policies]
+    return [cell_record(v, sl, bs, pol, runs, ref_path, complement) for pol in v.policies_at(bs)]
 
 
 def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref_path: Path,
@@ -146,7 +169,8 @@ def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref
         cell["predicted_note"] = "no run of this group recorded vLLM's cost tables (run `adaptive` too)"
         return cell
     cell["table_from"] = pol if src is run else C.BASELINE
-    table = cost_table(v.cfg.cell(pol), src, work / "cost_table.json", complement)
+    # the table's draft block is its source run's (an `ngram:K` cell prices with adaptive's, K = DSpark's block)
+    table = cost_table(v.cfg.cell(pol if src is run else C.BASELINE), src, work / "cost_table.json", complement)
     drafts = drafts_file(sl, run, ref, v.cfg.num_speculative_tokens, work / "drafts.jsonl")
     sem = v.build.semantics
     cell["predicted"], cell["sim_command"] = predict(v.cfg, sem, pol, bs, ref_path, table, drafts, run, v.seed)
@@ -349,6 +373,11 @@ def plan_text(v: VllmValidation, slices: list[Slice], a: ValidateOptions) -> str
                                                  if v.build.device == "cuda" else ""),
          "policies (vLLM -> simulator): " + ", ".join(f"{p} -> {cfg.sim_policy(p)}" for p in v.policies)
          + f"; batch sizes {', '.join(map(str, v.batch_sizes))}; out {v.out}"]
+    if v.at:
+        L.append("cells by batch size (--from-verdict): " + "; ".join(f"{b}: {', '.join(ps)}" for b, ps in v.at))
+    from real.validation.vllm.estimate import estimate_lines
+
+    L += [""] + estimate_lines(v, slices)
     for p in v.policies:
         try:
             get_policy(cfg.sim_policy(p))
@@ -377,11 +406,13 @@ def plan_text(v: VllmValidation, slices: list[Slice], a: ValidateOptions) -> str
                  f"passed over), {sum(sl.max_tokens)} output tokens at most")
         for bs in v.batch_sizes:
             ref = v.out / sl.stem / f"bs{bs}" / "reference.jsonl"
-            for pol in v.policies:
+            for pol in v.policies_at(bs):
                 work, cell = v.cell_dir(sl, bs, pol), cfg.cell(pol)
                 L += [f"  cell {sl.stem} {pol} bs {bs}",
                       f"    LLM(**{json.dumps(cfg.engine_kwargs(pol, bs), separators=(',', ':'))})",
-                      "    as a server: " + shell_line(cell.serve_argv(C.split_policy(pol)[0], bs), C.SERVE_ENV),
+                      "    as a server (the verdict's line for this setup): "
+                      + cfg.serve_line(pol, bs, v.build.semantics),
+                      "    measured with, beside it: " + shlex.join(cfg.measure_flags(pol, bs)),
                       "    run: " + shell_line(child_argv(work / "run.spec.json", work / "run.result.json"), cfg.env()),
                       "    records: outputs" + (", top-2 margins (untimed pass)" if pol == C.NONE else "")
                       + ", DSpark's chains -> drafts.jsonl, vLLM's cost tables + capture sizes -> cost_table.json"]
