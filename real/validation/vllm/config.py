@@ -210,15 +210,16 @@ class VllmRunConfig:
         deployment and sim/core/deploy.py's serve_flags, with this run's target and drafter checkpoint), SERVE_ENV
         in front. Its speculative and plugin configs are the ones engine_kwargs runs (tests/test_validate_vllm_plan.py
         checks them against each other); what a run sets beside them is measure_flags'."""
-        from sim.api.run import deployment
+        from sim.api.run import SimSetup, deployment
         from sim.core.deploy import serve_flags
         from sim.core.policies import get_policy
-        from real.validation.vllm.cells import sim_setup
 
         check_policy(policy)
         cfg = self.cell(policy)
-        dep = deployment(sim_setup(cfg, version, Path("reference.jsonl"), Path("cost_table.json"), None, None,
-                                   self.seed))
+        # the simulator's setup of the cell as far as the line reads it (cells.sim_setup's model, drafter, calibrator
+        # and vLLM version)
+        dep = deployment(SimSetup(model=cfg.sim_model(), drafter=SIM_DRAFTER, calibrator=cfg.hybrid.calibrator,
+                                  vllm_version=version))
         dep = dataclasses.replace(dep, hf_id=cfg.model, checkpoint=cfg.drafter)
         line, why = serve_flags(get_policy(self.sim_policy(policy)), dep, batch_size)
         if line is None:

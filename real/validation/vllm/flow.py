@@ -84,7 +84,7 @@ class VllmValidation:
             # ratios are over it; its cost tables price the cells that record none)
             print(f"note: --from-verdict {a.from_verdict}: " + "; ".join(f"batch {b}: {p}" for b, p in chosen)
                   + f", each beside '{C.NONE}' and '{C.BASELINE}'", file=sys.stderr)
-            a = dataclasses.replace(a, policy=tuple(p for _, p in chosen) + (C.BASELINE,),
+            a = dataclasses.replace(a, policy=(C.BASELINE,) + tuple(p for _, p in chosen),
                                     batch_size=tuple(b for b, _ in chosen))
         pols = list(dict.fromkeys(a.policy or build.policies))
         for p in pols:

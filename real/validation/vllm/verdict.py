@@ -62,7 +62,10 @@ def flow_policy(spec: str) -> str:
     from sim.core.drafters.registry import drafters
     from sim.core.policies import get_policy
 
-    run = get_policy(spec, tuple(drafters())).vllm  # whatever drafters the verdict's run enabled
+    try:  # the default drafters, else every one (a verdict of a run with --drafters ...,suffix)
+        run = get_policy(spec).vllm
+    except ConfigError:
+        run = get_policy(spec, tuple(drafters())).vllm
     if run is not None and run.release is None:
         for match, name in RULES:
             if match(run):
