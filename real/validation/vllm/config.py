@@ -4,7 +4,7 @@ One frozen dataclass, `VllmRunConfig`, validated once at the boundary. Everythin
 so no setting is typed in two places:
   - the CLI flags and their defaults (`add_arguments` / `from_args`);
   - the offline `vllm.LLM(**kwargs)` keywords of a cell (`engine_kwargs`);
-  - the equivalent `vllm serve ...` command line (`serve_argv`);
+  - the setup's `vllm serve ...` line, the verdict's (`serve_line`), and what a run sets beside it (`measure_flags`);
   - the environment of every vLLM process (`env`);
   - the simulator settings that predict the cell (`sim_policy`, `sim_model`, `check_simulable`).
 
@@ -208,7 +208,7 @@ class VllmRunConfig:
     def serve_line(self, policy: str, batch_size: int, version: str = "0.33") -> str:
         """The `vllm serve` line of this cell's setup: the verdict's line for the same setup (sim.api.run's
         deployment and sim/core/deploy.py's serve_flags, with this run's target and drafter checkpoint), SERVE_ENV
-        in front. Its speculative and plugin configs are the ones engine_kwargs runs (tests/test_validate_vllm_plan.py
+        in front. Its speculative and plugin configs are the ones engine_kwargs runs (tests/test_validate_from_verdict.py
         checks them against each other); what a run sets beside them is measure_flags'."""
         from sim.api.run import SimSetup, deployment
         from sim.core.deploy import serve_flags
@@ -231,13 +231,6 @@ class VllmRunConfig:
         the simulator's conditions, the seed, the memory share (CUDA) or the harness's settings (CPU)."""
         kw = {k: v for k, v in self.engine_kwargs(policy, batch_size).items() if k not in SERVED_KWARGS}
         return _flags_of(kw)
-
-    def serve_argv(self, policy: str, batch_size: int) -> list[str]:
-        """`vllm serve MODEL --flag value ...`: the server that runs what engine_kwargs configures."""
-        kw = self.engine_kwargs(policy, batch_size)
-        argv = ["vllm", "serve", kw.pop("model")]
-        kw.pop("disable_log_stats")  # the server logs stats by default (offline LLM needs it said)
-        return argv + _flags_of(kw)
 
     def env(self, sync_check: bool = False) -> dict[str, str]:
         """Environment variables every vLLM process of a run gets (plus the sync check for checklist (c), on
