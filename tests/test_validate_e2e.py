@@ -131,3 +131,18 @@ def test_validate_runs_end_to_end_with_every_default_policy_and_a_live_drafter(t
     adaptive = _steps(out / "codeedit" / "cells" / "codeedit__adaptive__bs2" / "steps_real.r0.csv")
     assert sum(int(s["verified_model"]) for s in adaptive) > 0  # the live drafter's chains were verified
     assert (out / "fidelity.md").read_text().startswith("# Fidelity")
+
+
+def test_a_drafter_file_for_another_target_is_one_line(tmp_path):
+    """--random-weights --drafter FILE: a drafter trained for another target is refused before any run."""
+    from conftest import run_cli_inprocess
+
+    d = tmp_path / "d.pt"
+    torch.manual_seed(0)
+    other = DSparkDrafter(DrafterConfig(**{**TINY, "target": "smollm2-135m"}))
+    other.set_vocab(torch.arange(512))
+    save_drafter(other, d, {})
+    r = run_cli_inprocess("real.validation.validate", "--quick", "--model", "qwen3-tiny", "--random-weights",
+                          "--drafter", d, "--out", tmp_path / "v", cwd=ROOT)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "trained for target 'smollm2-135m', not 'qwen3-tiny'" in r.stderr, r.stderr

@@ -155,3 +155,10 @@ def test_the_dry_run_estimates_gpu_time_and_disk(tmp_path):
     qwen = get_llm("qwen3-8b")
     gb = (qwen.weight_bytes + drafter_bytes(qwen)) / 1e9
     assert f"weights {gb:.1f} GB" in est and 16 < gb < 20  # 8.19e9 bf16 parameters and a 2-layer drafter
+
+
+def test_from_verdict_is_for_the_vllm_engine(tmp_path):
+    from conftest import run_cli_inprocess
+
+    r = run_cli_inprocess("real.validation.validate", "--from-verdict", tmp_path, "--out", tmp_path / "o")
+    assert r.returncode == 2 and "--from-verdict is for --engine vllm" in r.stderr, r.stderr

@@ -2,7 +2,8 @@
 
 A planning figure, not a measurement: what it rests on is printed beside it.
 
-GPU time (seconds), summed over the run's vLLM processes:
+GPU time (seconds; CUDA only: the CPU build's harness runs interpreted kernels, which no cost model prices), summed
+over the run's vLLM processes:
     processes  2 checklist processes, the complement profile's 2 `vllm bench forward` processes (CUDA, when no
                cost table is given or already in --out), one process per cell (traces x batch sizes x policies)
     start-up   STARTUP_S per process: loading the weights from the local cache, torch.compile and CUDA-graph
@@ -95,15 +96,21 @@ def estimate(v, slices) -> dict:
 
 
 def estimate_lines(v, slices) -> list[str]:
-    """The plan's estimate section."""
+    """The plan's estimate section: GPU time on CUDA (the CPU harness's clock is not modelled) and disk."""
     e = estimate(v, slices)
+    out = ["== estimate (real/validation/vllm/estimate.py: what it rests on)"]
+    if v.build.timed:
+        profile = ", the profile" if e["processes"] > e["cells"] + 2 else ""
+        out.append(f"  GPU time about {e['gpu_s'] / 60:.0f} min: {e['processes']} vLLM processes ({e['cells']} cells, "
+                   f"the checklist's 2{profile}) x {STARTUP_S:.0f} s start-up (assumed) + {e['run_s'] / 60:.1f} min of "
+                   f"steps modelled without speculation (an upper bound on the steps) on the {e['model']} roofline at "
+                   f"{e['gpu']}")
+    else:  # the CPU harness: interpreted kernels, which no cost model prices
+        out.append(f"  time: {e['processes']} vLLM processes ({e['cells']} cells, the checklist's 2) through the CPU "
+                   "harness, whose interpreted kernels no cost model prices: not estimated")
     where = "downloaded once into the Hugging Face cache" if v.build.device == "cuda" else \
         "read from the local directories (the CPU build)"
-    return ["== estimate (real/validation/vllm/estimate.py: what it rests on)",
-            f"  GPU time about {e['gpu_s'] / 60:.0f} min: {e['processes']} vLLM processes ({e['cells']} cells, the "
-            f"checklist's 2{', the profile' if e['processes'] > e['cells'] + 2 else ''}) x {STARTUP_S:.0f} s start-up "
-            f"(assumed) + {e['run_s'] / 60:.1f} min of steps modelled without speculation (an upper bound on the "
-            f"steps) on the {e['model']} roofline at {e['gpu']}",
-            f"  disk about {(e['weights_bytes'] + e['records_bytes']) / 1e9:.1f} GB: weights "
-            f"{e['weights_bytes'] / 1e9:.1f} GB (target and DSpark drafter, {where}) + records under --out "
-            f"{e['records_bytes'] / 1e6:.0f} MB at most"]
+    out.append(f"  disk about {(e['weights_bytes'] + e['records_bytes']) / 1e9:.1f} GB: weights "
+               f"{e['weights_bytes'] / 1e9:.1f} GB (target and DSpark drafter, {where}) + records under --out "
+               f"{e['records_bytes'] / 1e6:.0f} MB at most")
+    return out
