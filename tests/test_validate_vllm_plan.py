@@ -337,6 +337,13 @@ def test_table_from_bench_results_and_the_cell_report(tmp_path):
     assert cells[0]["real"]["lossless"] and not cells[1]["real"]["lossless"]
     assert "request 1 first at output token" in cells[1]["real"]["lossless_detail"]
     assert cells[0]["table_from"] == "adaptive" and cells[1]["table_from"] == "adaptive"
+    # vLLM's n-gram at the verdict's K = 32: priced with adaptive's tables (their DSpark block), predicted at K = 32
+    ng = flow.cell_record(v, sl, 2, "ngram:32", dict(runs, **{"ngram:32": run(ref, 1200.0, tables=False)}), ref_path,
+                          json.loads(path.read_text()))
+    assert ng["sim_policy"] == "vllm-ngram:32" and ng["table_from"] == "adaptive"
+    assert "--policy vllm-ngram:32" in ng["sim_command"] and "--ngram-k" not in ng["sim_command"]  # 32: the default
+    assert ng["serve"] == v.cfg.serve_line("ngram:32", 2) and '"num_speculative_tokens":32' in ng["serve"]
+    assert json.loads((v.cell_dir(sl, 2, "ngram:32") / "cost_table.json").read_text())["draft"]["block"] == 7
     tab = json.loads((v.cell_dir(sl, 2, "adaptive") / "cost_table.json").read_text())
     assert tab["capture_sizes"] == [1, 2, 4, 8, 16, 32, 64] and tab["verify"]["ms"][:2] == [5.01, 5.02]
     assert tab["logits_ms_per_row"] == pytest.approx(0.002, rel=1e-6)  # the complement's part

@@ -160,6 +160,7 @@ def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref
     work = v.cell_dir(sl, bs, pol)
     cell = {"engine": f"vllm-{v.build.device}", "trace": sl.trace, "policy": pol, "sim_policy": v.cfg.sim_policy(pol),
             "batch_size": bs, "requests": len(sl.ids), "output_tokens": run["output_tokens"],
+            "serve": v.cfg.serve_line(pol, bs, v.build.semantics),  # the verdict's line for this setup
             "real": real_summary(run, ref, runs[C.NONE].get("margins"), v.tie_epsilon), "load": run.get("load"),
             "loaded": bool((run.get("load") or {}).get("loaded")),
             "vllm": {k: run.get(k) for k in ("steps", "kv_capacity_tokens", "async_scheduling", "capture_sizes",
@@ -222,7 +223,7 @@ def validate_vllm(a: ValidateOptions) -> int:
             "vllm_version": ver, "semantics": v.build.semantics, "timed": v.build.timed, "machine": machine,
             "config": v.cfg.to_json(), "hybrid_additional_config": v.cfg.hybrid.to_additional_config(),
             "sim_model": v.cfg.sim_model(), "limit": v.limit, "max_tokens": v.max_tokens, "max_prompt": v.max_prompt,
-            "checklist": checks, "tie_epsilon": v.tie_epsilon,
+            "checklist": checks, "tie_epsilon": v.tie_epsilon, "from_verdict": a.from_verdict,
             "complement_table": str(v.table) if complement is not None else None}
     agg = write_reports(v.out, cells, meta, md=format_md, plotly=a.plotly, page=v.build.timed)
     key = "median_error" if v.build.timed else "median_steps_error"
