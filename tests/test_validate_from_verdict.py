@@ -63,8 +63,8 @@ def test_the_validations_serve_line_is_the_verdicts(spec, bs):
     assert line.startswith("VLLM_USE_V2_MODEL_RUNNER=1 vllm serve Qwen/Qwen3-8B --max-num-seqs " + str(bs))
 
 
-@pytest.mark.parametrize("cell", ["none", "adaptive", "hybrid", "hybrid:slots=32", "hybrid:slots=32:skip",
-                                  "hybrid:slots=32:runcal=64", "ngram", "ngram:32", "hybrid:method=fixed-point:margin=0.5"])
+@pytest.mark.parametrize("cell", ["none", "adaptive", "hybrid", "hybrid:slots=32", "hybrid:slots=32:skip", "ngram",
+                                  "hybrid:slots=32:runcal=64", "ngram:32", "hybrid:method=fixed-point:margin=0.5"])
 def test_the_serve_line_carries_what_the_cell_runs(cell):
     """The line's --speculative-config is the engine's speculative_config, and its --additional-config the same plugin
     settings (HybridSpecConfig), so the line a user copies is the setup that was measured."""

@@ -208,8 +208,8 @@ class VllmRunConfig:
     def serve_line(self, policy: str, batch_size: int, version: str = "0.33") -> str:
         """The `vllm serve` line of this cell's setup: the verdict's line for the same setup (sim.api.run's
         deployment and sim/core/deploy.py's serve_flags, with this run's target and drafter checkpoint), SERVE_ENV
-        in front. Its speculative and plugin configs are the ones engine_kwargs runs (tests/test_validate_from_verdict.py
-        checks them against each other); what a run sets beside them is measure_flags'."""
+        in front. Its speculative and plugin configs are the ones engine_kwargs runs (checked against each other by
+        tests/test_validate_from_verdict.py); what a run sets beside them is measure_flags'."""
         from sim.api.run import SimSetup, deployment
         from sim.core.deploy import serve_flags
         from sim.core.policies import get_policy

@@ -10,8 +10,11 @@ validate, in order (every step resumable: a cell whose spec did not change is re
   3 cells      per trace, per batch size: `none` first -- its outputs are the reference (OUT/<trace>/bs<B>/
                reference.jsonl) and its top-2 margins the tie-flip rule's --, then every other policy, each in its
                own vLLM process (cells.run_cell; OUT/<trace>/bs<B>/<policy>/). `hybrid:FIELD=V:...` runs the plugin
-               with those settings (e.g. the recommended `hybrid:slots=32`). Each run records DSpark's chains
-               (recorder.py), vLLM's adaptive-verification tables and its CUDA-graph capture sizes.
+               with those settings (e.g. the recommended `hybrid:slots=32`), `ngram:K` vLLM's n-gram at K;
+               --from-verdict DIR: each batch size's recommendation in DIR/verdict.json (verdict.py) beside none
+               and adaptive. Each cell's `vllm serve` line is the verdict's for its setup (config.serve_line).
+               Each run records DSpark's chains (recorder.py), vLLM's adaptive-verification tables and its
+               CUDA-graph capture sizes.
   4 predicted  the simulator on the reference with the cell's own tables (a cell without them -- none, ngram --
                the `adaptive` cell's of the same group), its capture sizes, the recorded chains, vLLM's scheduler at
                the build's version, its KV capacity and async scheduling (cells.sim_setup). Synthetic: the same
