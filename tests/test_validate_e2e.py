@@ -146,3 +146,22 @@ def test_a_drafter_file_for_another_target_is_one_line(tmp_path):
                           "--drafter", d, "--out", tmp_path / "v", cwd=ROOT)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "trained for target 'smollm2-135m', not 'qwen3-tiny'" in r.stderr, r.stderr
+
+
+def test_a_drafter_file_retrained_in_place_is_another_setting(tmp_path):
+    """The cells' cache key holds a drafter file's content: the same path with other weights recomputes them."""
+    from real.validation.options import ValidateOptions
+    from real.validation.validate import cell_settings
+
+    d, table = tmp_path / "d.pt", tmp_path / "t.json"
+    table.write_text("{}")
+    save_drafter(tiny_drafter(), d, {"v": 1})
+    a = ValidateOptions(model="qwen3-tiny", random_weights=True, drafter=str(d))
+    first = cell_settings(a, "traces/chat.jsonl", table, 2, 8, 300)
+    torch.manual_seed(1)
+    other = DSparkDrafter(DrafterConfig(**TINY))
+    other.set_vocab(torch.arange(512))
+    save_drafter(other, d, {"v": 2})
+    second = cell_settings(a, "traces/chat.jsonl", table, 2, 8, 300)
+    assert first["drafter"] == second["drafter"] and first["drafter_sha256"] != second["drafter_sha256"]
+    assert "drafter_sha256" not in cell_settings(ValidateOptions(), "traces/chat.jsonl", table, 2, 8, 300)

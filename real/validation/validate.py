@@ -138,7 +138,10 @@ def cell_settings(a: ValidateOptions, trace: str, table_path: Path, limit: int, 
             "limit": limit, "max_tokens": max_tokens, "max_prompt": max_prompt,
             "cost_table_sha256": hashlib.sha256(table_path.read_bytes()).hexdigest(),
             # recorded only when not the default pair, so cells cached before --drafters existed stay valid
-            **({} if a.drafters == DRAFTER_LIST else {"drafters": a.drafters})}
+            **({} if a.drafters == DRAFTER_LIST else {"drafters": a.drafters}),
+            # a drafter file's content, not only its path: a file retrained in place recomputes the cells
+            **({"drafter_sha256": hashlib.sha256(Path(a.drafter).read_bytes()).hexdigest()}
+               if a.drafter not in ("default", "none") and Path(a.drafter).is_file() else {})}
 
 
 def load_cached_cell(path: Path, settings: dict) -> dict | None:
