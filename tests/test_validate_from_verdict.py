@@ -86,7 +86,7 @@ def test_ngram_runs_at_the_k_it_names():
     cfg = VllmRunConfig()
     assert cfg.engine_kwargs("ngram:32", 4)["speculative_config"]["num_speculative_tokens"] == 32
     assert cfg.sim_policy("ngram:32") == "vllm-ngram:32" and cfg.sim_policy("ngram") == "vllm-ngram:7"
-    with pytest.raises(ConfigError, match="1..64"):
+    with pytest.raises(ConfigError, match=r"policy 'ngram:65': must be an integer in 1\.\.64"):
         cfg.cell("ngram:65")
 
 

@@ -159,7 +159,10 @@ class VllmRunConfig:
         hybrid with W slots runs vLLM at num_speculative_tokens = W (DSpark keeps its trained block: the plugin)."""
         name, over = split_policy(policy)
         if name == NGRAM and over:  # `ngram:K`: vLLM's n-gram at its own K
-            return dataclasses.replace(self, **over)
+            try:
+                return dataclasses.replace(self, **over)
+            except ConfigError as exc:
+                raise ConfigError(f"policy '{policy}': {str(exc).removeprefix('--num-speculative-tokens ')}") from None
         if name != HYBRID or not over:
             return self
         hyb = dataclasses.replace(self.hybrid, **over)
