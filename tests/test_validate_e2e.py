@@ -124,6 +124,8 @@ def test_validate_runs_end_to_end_with_every_default_policy_and_a_live_drafter(t
     assert "live in the real engine" in fid["meta"]["drafter_note"]
     for c in fid["cells"]:
         assert c["real"]["tok_per_s"] > 0 and c["predicted"]["tok_per_s"] > 0, c["policy"]
+        # the simulator, replaying the drafter's recorded chains on the same table, takes the same steps
+        assert c["steps_aligned"] and c["real"]["steps"] == c["predicted"]["steps"], c["policy"]
     hybrid = _steps(out / "codeedit" / "cells" / "codeedit__hybrid__bs2" / "steps_real.r0.csv")
     decode = [s for s in hybrid if int(s["num_decode"]) > 0]
     skipped = sum(int(s["draft_pass"]) == 0 for s in decode)
