@@ -44,7 +44,8 @@ def _spec_args(line: str) -> tuple[str, str | None]:
 def test_the_printed_flags_map_back_onto_the_same_policy(policy):
     drafters = ALL if policy.startswith("suffix") else ("dspark", "ngram")  # the plugin runs two chains
     line, why = serve_flags(get_policy(policy, drafters), DEP, 4)
-    assert line.startswith("vllm serve Qwen/Qwen3-8B --max-num-seqs 4 ")
+    v2 = "" if policy.startswith("suffix") else "VLLM_USE_V2_MODEL_RUNNER=1 "  # V2 runs no suffix (V1 does)
+    assert line.startswith(v2 + "vllm serve Qwen/Qwen3-8B --max-num-seqs 4 ")
     assert why == ("needs pip install arctic-inference==0.1.1" if policy.startswith("suffix") else None)
     spec, extra = _spec_args(line)
     m = speculative_config(spec, DEP.ngram_range, DEP.block, plugin_settings(extra))
@@ -57,9 +58,10 @@ def test_no_flags_without_a_checkpoint_for_the_target_and_none_for_designs():
     line, why = serve_flags(get_policy("adaptive"), llama, 4)
     assert line is None and "no published dspark drafter checkpoint for llama-3.1-8b" in why
     line, _ = serve_flags(get_policy("vllm-ngram:8"), llama, 4)  # n-gram needs no checkpoint
-    assert line.startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct")
+    assert line.startswith("VLLM_USE_V2_MODEL_RUNNER=1 vllm serve meta-llama/Llama-3.1-8B-Instruct")
     assert serve_flags(get_policy("hybrid"), DEP, 4) == (None, "simulated only (vLLM's engine would need changes)")
-    assert serve_flags(get_policy("none"), DEP, 8) == ("vllm serve Qwen/Qwen3-8B --max-num-seqs 8", None)
+    assert serve_flags(get_policy("none"), DEP, 8) == ("VLLM_USE_V2_MODEL_RUNNER=1 vllm serve Qwen/Qwen3-8B "
+                                                       "--max-num-seqs 8", None)
 
 
 @pytest.mark.parametrize("extra, spec, err", [

@@ -119,7 +119,7 @@ def test_verdict_prints_the_flags_that_run_the_recommendation():
     dep = Deployment(model="qwen3-8b", hf_id="Qwen/Qwen3-8B", version="0.33", drafter="dspark-qwen3-b7", block=7,
                      ngram_range=(2, 5))
     lines = verdicts([_row("adaptive", 1.0), _row("vllm-ngram:16", 1.5)], "adaptive", deployment=dep)
-    assert lines[1].strip() == ("vllm serve Qwen/Qwen3-8B --max-num-seqs 4 --speculative-config "
+    assert lines[1].strip() == ("VLLM_USE_V2_MODEL_RUNNER=1 vllm serve Qwen/Qwen3-8B --max-num-seqs 4 --speculative-config "
                                 "'{\"method\":\"ngram\",\"num_speculative_tokens\":16,\"prompt_lookup_min\":2,"
                                 "\"prompt_lookup_max\":5}'")
     lines = verdicts([_row("adaptive", 1.0), _row("hybrid-vllm:margin=0.5:slots=32:skip", 1.5)], "adaptive", deployment=dep)
@@ -135,7 +135,8 @@ def test_verdict_prints_the_flags_that_run_the_recommendation():
     # ... and its figures over none, which it can serve, not over the baseline it cannot (issue 62)
     assert lines[0].startswith("batch 4: recommended vllm-ngram:8, 1.600x none, in vLLM 0.33 today"), lines
     assert lines[1].startswith("  over none (no speculation), not the baseline adaptive: adaptive cannot be served")
-    assert lines[2].strip().startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 4")
+    assert lines[2].strip().startswith("VLLM_USE_V2_MODEL_RUNNER=1 vllm serve meta-llama/Llama-3.1-8B-Instruct "
+                                       "--max-num-seqs 4")
     assert lines[3].startswith("  faster but without vLLM flags for this target: adaptive 2.000x none (no "
                                "published dspark drafter checkpoint for llama-3.1-8b")
     # an EAGLE run's adaptive verification has no vLLM flags (adaptive verification needs DSpark's confidence head)

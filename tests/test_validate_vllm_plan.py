@@ -72,16 +72,23 @@ def test_dry_run_imports_no_vllm_and_writes_nothing(plan):
     assert "build cuda (vllm; the simulator models vLLM 0.33's scheduling)" in text
 
 
+SERVE = "as a server (the verdict's line for this setup): "
+
+
 def test_dry_run_serve_command_carries_the_configs(plan):
     text, _ = plan
     cfg = VllmRunConfig(hybrid=parse_hybrid_spec('{"margin": 0.5, "method": "fixed-point"}'))
-    serves = [ln for ln in text.splitlines() if "as a server: " in ln]
-    assert len(serves) == 6  # none, adaptive, hybrid, the recommended hybrid at 32 slots without and with the skip,
-    # and ngram, at batch 2
-    flags = [_flags(_after(ln, "as a server: ")[3:]) for ln in serves]
+    serves = [ln for ln in text.splitlines() if SERVE in ln]
+    assert len(serves) == 8  # none, adaptive, hybrid, the recommended hybrids at 32 slots (plain, skip, runcal=64),
+    # ngram at its K and at 32, at batch 2
+    flags = [_flags(_after(ln, SERVE)[3:]) for ln in serves]
     for ln, f in zip(serves, flags):
-        assert _after(ln, "as a server: ")[:3] == ["vllm", "serve", "Qwen/Qwen3-8B"] and "VLLM_USE_V2_MODEL_RUNNER=1" in ln
-        assert f["--max-num-seqs"] == "2" and f["--no-enable-prefix-caching"] is True and "--enforce-eager" not in f
+        assert _after(ln, SERVE)[:3] == ["vllm", "serve", "Qwen/Qwen3-8B"]
+        assert ln.split(SERVE, 1)[1].startswith("VLLM_USE_V2_MODEL_RUNNER=1 vllm serve")
+        assert f["--max-num-seqs"] == "2" and "--enforce-eager" not in f
+    measured = [_flags(_after(ln, "measured with, beside it: ")) for ln in text.splitlines()
+                if "measured with, beside it: " in ln]
+    assert len(measured) == 8 and all(m["--no-enable-prefix-caching"] is True and m["--seed"] == "0" for m in measured)
     assert "--speculative-config" not in flags[0]  # none: the reference
     dspark = {"method": "dspark", "model": "deepseek-ai/dspark_qwen3_8b_block7", "num_speculative_tokens": 7,
               "enable_adaptive_verification": True}
@@ -93,7 +100,9 @@ def test_dry_run_serve_command_carries_the_configs(plan):
     assert json.loads(flags[3]["--additional-config"]) == {"hybrid_spec": {"method": "fixed-point", "margin": 0.5,
                                                                            "slots": 32}}
     assert json.loads(flags[4]["--additional-config"])["hybrid_spec"]["skip"] is True
-    assert json.loads(flags[5]["--speculative-config"])["method"] == "ngram"
+    assert json.loads(flags[5]["--additional-config"])["hybrid_spec"]["runcal"] == 64
+    assert [json.loads(flags[i]["--speculative-config"])["num_speculative_tokens"] for i in (6, 7)] == [7, 32]
+    assert all(json.loads(flags[i]["--speculative-config"])["method"] == "ngram" for i in (6, 7))
     kws = [json.loads(ln.split("LLM(**", 1)[1][:-1]) for ln in text.splitlines() if ln.strip().startswith("LLM(**")]
     assert kws[0]["disable_log_stats"] is False and "speculative_config" not in kws[0]
     assert kws[2]["additional_config"] == cfg.hybrid.to_additional_config()
@@ -107,8 +116,8 @@ def test_dry_run_sim_commands_parse_and_name_the_policies(plan):
     pols = [_flags(w)["--policy"] for w in sims]
     assert pols == ["none", "adaptive", "hybrid-vllm:fixed-point:margin=0.5",
                     "hybrid-vllm:fixed-point:margin=0.5:slots=32", "hybrid-vllm:fixed-point:margin=0.5:slots=32:skip",
-                    "vllm-ngram:7"]
-    for w, k in zip(sims, (7, 7, 7, 32, 32, 7)):
+                    "hybrid-vllm:fixed-point:margin=0.5:slots=32:runcal=64", "vllm-ngram:7", "vllm-ngram:32"]
+    for w, k in zip(sims, (7, 7, 7, 32, 32, 32, 7, 32)):
         assert w[:3] == ["python", "-m", "sim.run"]
         a = parse_args(w[3:])
         assert (a.cost, a.model, a.ngram_k, a.temperature, a.batch_size) == ("profiled", "qwen3-8b", k, 0.0, [2])
@@ -328,6 +337,13 @@ def test_table_from_bench_results_and_the_cell_report(tmp_path):
     assert cells[0]["real"]["lossless"] and not cells[1]["real"]["lossless"]
     assert "request 1 first at output token" in cells[1]["real"]["lossless_detail"]
     assert cells[0]["table_from"] == "adaptive" and cells[1]["table_from"] == "adaptive"
+    # vLLM's n-gram at the verdict's K = 32: priced with adaptive's tables (their DSpark block), predicted at K = 32
+    ng = flow.cell_record(v, sl, 2, "ngram:32", dict(runs, **{"ngram:32": run(ref, 1200.0, tables=False)}), ref_path,
+                          json.loads(path.read_text()))
+    assert ng["sim_policy"] == "vllm-ngram:32" and ng["table_from"] == "adaptive"
+    assert "--policy vllm-ngram:32" in ng["sim_command"] and "--ngram-k" not in ng["sim_command"]  # 32: the default
+    assert ng["serve"] == v.cfg.serve_line("ngram:32", 2) and '"num_speculative_tokens":32' in ng["serve"]
+    assert json.loads((v.cell_dir(sl, 2, "ngram:32") / "cost_table.json").read_text())["draft"]["block"] == 7
     tab = json.loads((v.cell_dir(sl, 2, "adaptive") / "cost_table.json").read_text())
     assert tab["capture_sizes"] == [1, 2, 4, 8, 16, 32, 64] and tab["verify"]["ms"][:2] == [5.01, 5.02]
     assert tab["logits_ms_per_row"] == pytest.approx(0.002, rel=1e-6)  # the complement's part

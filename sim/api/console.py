@@ -252,9 +252,10 @@ def verdict_markdown(records: list[dict], header: str | None = None) -> str:
         parts.append(f"## Batch size {rec['batch_size']}" + "".join(
             f", {k} {v}" for k, v in rec.items() if k not in VERDICT_FIELDS))
         parts.append("")
+        serves = {s["serve"] for s in (rec.get("recommended"), rec.get("runner_up")) if s and s.get("serve")}
         for line in rec["text"]:
             text = line.strip()
-            parts += (["    " + text] if text.startswith("vllm serve ") else [text]) + [""]
+            parts += (["    " + text] if text in serves else [text]) + [""]
     return "\n".join(parts).rstrip("\n") + "\n"
 
 

@@ -28,7 +28,13 @@ The flags (`speculative_config`), for K = num_speculative_tokens:
                        differ from vLLM's defaults (SuffixConfig's defaults are vLLM's); needs arctic-inference
   plugin               dspark with adaptive verification at K = W, plus --additional-config
                        {"hybrid_spec": {the plugin settings that differ from its defaults, the run's calibrator}}
-CKPT: the drafter checkpoint published for the target (DRAFTER_CHECKPOINTS, by models/llms name and method); a
+The line starts with SERVE_ENV, VLLM_USE_V2_MODEL_RUNNER=1, for every method Model Runner V2 runs: vLLM 0.33 picks
+V2 by default but falls back to V1 (with a warning) when a config asks for a feature V2 lacks, and the plugin hooks
+V2's speculator (real/vllm_plugin) while the simulator models V2's scheduling; the variable makes the runner a
+choice, not a default. Methods V2 does not run (V1_METHODS: suffix in 0.33) get no prefix: V1 is what runs them.
+The validation prints this same line for each of its cells (real/validation/vllm/config.py, serve_line).
+CKPT: the drafter checkpoint published for the target (DRAFTER_CHECKPOINTS, by models/llms name and method; a
+Deployment's `checkpoint` names another, e.g. a validation's --vllm-drafter); a
 target without one gets no flags but the reason, and so do `adaptive` and the plugin on an EAGLE run (they need
 DSpark's confidence head) and `adaptive:online` on a DSpark run (vLLM ranks by the head there). A setup without
 flags is not recommended (sim/api/console.py).
@@ -64,6 +70,11 @@ DRAFTER_CHECKPOINTS: Mapping[tuple[str, str], str] = {
     ("llama-3.1-8b", "eagle3"): "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
 }
 
+
+# The environment of a `vllm serve` line whose method Model Runner V2 runs (module docstring), and the methods it does
+# not run in vLLM 0.33 (vllm/config/vllm.py _get_v2_model_runner_unsupported_features: they fall back to V1)
+SERVE_ENV: Mapping[str, str] = {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+V1_METHODS = ("suffix",)
 
 # what a vLLM method needs installed beside vLLM (vllm/config/speculative.py: suffix decoding imports Arctic Inference)
 METHOD_NEEDS: Mapping[str, str] = {"suffix": "pip install arctic-inference==0.1.1"}
@@ -104,6 +115,7 @@ class Deployment:
     suffix: Mapping[str, object] = field(default_factory=dict)
     suffix_defaults: Mapping[str, object] = field(default_factory=dict)
     plugin_ngram: Mapping[str, object] = field(default_factory=dict)  # hybrid_spec's calibrator settings, if not its defaults
+    checkpoint: str = ""  # the model drafter's checkpoint to serve; "": the one published for the target (CKPT)
 
     @property
     def model_method(self) -> str:
@@ -144,7 +156,8 @@ def speculative_config(run: VllmRun, dep: Deployment) -> tuple[dict | None, list
         return None, [], (f"adaptive:online ranks by vLLM's acceptance estimator, which vLLM runs for a drafter "
                           f"without a confidence head (eagle, eagle3); the run's drafter stands for {method!r}, whose "
                           "head vLLM ranks by instead")
-    ckpt = drafter_checkpoint(dep.model, method)
+    ckpt = (dep.checkpoint or None) if method != "mtp" else None
+    ckpt = ckpt or drafter_checkpoint(dep.model, method)
     if ckpt is None and method != "mtp":  # an MTP module ships inside its target's checkpoint
         return None, [], f"no published {method} drafter checkpoint for {dep.model} is known (sim/core/deploy.py)"
     cfg = {"method": method, **({"model": ckpt} if ckpt else {}), "num_speculative_tokens": k}
@@ -169,7 +182,8 @@ def serve_flags(policy, dep: Deployment, batch_size: int) -> tuple[str | None, s
     cfg, extra, why = speculative_config(policy.vllm, dep)
     if why is not None and cfg is None:
         return None, why
-    line = ["vllm", "serve", shlex.quote(dep.hf_id or dep.model), "--max-num-seqs", str(batch_size)]
+    env = [] if cfg is not None and cfg["method"] in V1_METHODS else [f"{k}={v}" for k, v in SERVE_ENV.items()]
+    line = env + ["vllm", "serve", shlex.quote(dep.hf_id or dep.model), "--max-num-seqs", str(batch_size)]
     if cfg is not None:
         line += ["--speculative-config", _json(cfg)]
     line += extra

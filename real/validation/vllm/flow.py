@@ -10,8 +10,11 @@ validate, in order (every step resumable: a cell whose spec did not change is re
   3 cells      per trace, per batch size: `none` first -- its outputs are the reference (OUT/<trace>/bs<B>/
                reference.jsonl) and its top-2 margins the tie-flip rule's --, then every other policy, each in its
                own vLLM process (cells.run_cell; OUT/<trace>/bs<B>/<policy>/). `hybrid:FIELD=V:...` runs the plugin
-               with those settings (e.g. the recommended `hybrid:slots=32`). Each run records DSpark's chains
-               (recorder.py), vLLM's adaptive-verification tables and its CUDA-graph capture sizes.
+               with those settings (e.g. the recommended `hybrid:slots=32`), `ngram:K` vLLM's n-gram at K;
+               --from-verdict DIR: each batch size's recommendation in DIR/verdict.json (verdict.py) beside none
+               and adaptive. Each cell's `vllm serve` line is the verdict's for its setup (config.serve_line).
+               Each run records DSpark's chains (recorder.py), vLLM's adaptive-verification tables and its
+               CUDA-graph capture sizes.
   4 predicted  the simulator on the reference with the cell's own tables (a cell without them -- none, ngram --
                the `adaptive` cell's of the same group), its capture sizes, the recorded chains, vLLM's scheduler at
                the build's version, its KV capacity and async scheduling (cells.sim_setup). Synthetic: the same
@@ -22,7 +25,9 @@ validate, in order (every step resumable: a cell whose spec did not change is re
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +58,12 @@ class VllmValidation:
     tie_epsilon: float
     seed: int = 0
     allow_other_machine: bool = False
+    at: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (batch size, its policies) where they differ by batch
+    # size (--from-verdict: each batch size's recommendation); () = every policy at every batch size
+
+    def policies_at(self, bs: int) -> tuple[str, ...]:
+        """The policies run at batch size `bs` (`none` first)."""
+        return dict(self.at).get(bs, self.policies)
 
     @property
     def table(self) -> Path:
@@ -64,6 +75,20 @@ class VllmValidation:
         build = build_of(_device(a))
         cfg = build.run_config(a)
         cfg.check_simulable()
+        chosen = ()
+        if a.from_verdict is not None:
+            given = [f for f, v in (("--policy", a.policy), ("--batch-size", a.batch_size)) if v]
+            if given:
+                raise ConfigError(f"{given[0]}: --from-verdict takes the setups and batch sizes from the verdict")
+            from real.validation.vllm.verdict import verdict_cells
+
+            chosen = verdict_cells(a.from_verdict, cfg, build.semantics)
+            # beside each recommendation: none (the reference outputs) and adaptive (the verdict's baseline: its
+            # ratios are over it; its cost tables price the cells that record none)
+            print(f"note: --from-verdict {a.from_verdict}: " + "; ".join(f"batch {b}: {p}" for b, p in chosen)
+                  + f", each beside '{C.NONE}' and '{C.BASELINE}'", file=sys.stderr)
+            a = dataclasses.replace(a, policy=(C.BASELINE,) + tuple(p for _, p in chosen),
+                                    batch_size=tuple(b for b, _ in chosen))
         pols = list(dict.fromkeys(a.policy or build.policies))
         for p in pols:
             C.check_policy(p)
@@ -94,9 +119,10 @@ class VllmValidation:
                               "profiled in that run; there is nothing to complement")
         if table is not None and not table.is_file():
             raise ConfigError(f"cost table '{table}' not found")
+        at = tuple((b, tuple(q for q in pols if q in (C.NONE, C.BASELINE, p))) for b, p in chosen)
         return cls(build, cfg, s["traces"], tuple(pols), s["batch_sizes"], s["limit"], s["max_tokens"],
                    s["max_prompt"], out_dir(build, a.out), table, bool(a.quick), bool(a.skip_checks),
-                   float(a.tie_epsilon), int(a.seed), bool(a.allow_other_machine))
+                   float(a.tie_epsilon), int(a.seed), bool(a.allow_other_machine), at)
 
     def cell_dir(self, sl: Slice, bs: int, policy: str) -> Path:
         from real.validation.pipeline.cells import policy_dir
@@ -117,14 +143,14 @@ def run_group(v: VllmValidation, sl: Slice, bs: int, complement: dict | None) ->
     from real.validation.vllm.cells import run_cell
 
     runs = {}
-    for pol in v.policies:
+    for pol in v.policies_at(bs):
         run = run_cell(v.cfg.cell(pol), sl, pol, bs, v.cell_dir(sl, bs, pol), margins=pol == C.NONE)
         if run.get("outputs") is None:
             raise ConfigError(f"{v.cell_dir(sl, bs, pol)}: the run recorded no outputs ({run.get('error')})")
         runs[pol] = run
     ref_path = v.out / sl.stem / f"bs{bs}" / "reference.jsonl"
     write_reference(sl, runs[C.NONE]["outputs"], ref_path)
-    return [cell_record(v, sl, bs, pol, runs, ref_path, complement) for pol in v.policies]
+    return [cell_record(v, sl, bs, pol, runs, ref_path, complement) for pol in v.policies_at(bs)]
 
 
 def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref_path: Path,
@@ -137,6 +163,7 @@ def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref
     work = v.cell_dir(sl, bs, pol)
     cell = {"engine": f"vllm-{v.build.device}", "trace": sl.trace, "policy": pol, "sim_policy": v.cfg.sim_policy(pol),
             "batch_size": bs, "requests": len(sl.ids), "output_tokens": run["output_tokens"],
+            "serve": v.cfg.serve_line(pol, bs, v.build.semantics),  # the verdict's line for this setup
             "real": real_summary(run, ref, runs[C.NONE].get("margins"), v.tie_epsilon), "load": run.get("load"),
             "loaded": bool((run.get("load") or {}).get("loaded")),
             "vllm": {k: run.get(k) for k in ("steps", "kv_capacity_tokens", "async_scheduling", "capture_sizes",
@@ -146,7 +173,8 @@ def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref
         cell["predicted_note"] = "no run of this group recorded vLLM's cost tables (run `adaptive` too)"
         return cell
     cell["table_from"] = pol if src is run else C.BASELINE
-    table = cost_table(v.cfg.cell(pol), src, work / "cost_table.json", complement)
+    # the table's draft block is its source run's (an `ngram:K` cell prices with adaptive's, K = DSpark's block)
+    table = cost_table(v.cfg.cell(pol if src is run else C.BASELINE), src, work / "cost_table.json", complement)
     drafts = drafts_file(sl, run, ref, v.cfg.num_speculative_tokens, work / "drafts.jsonl")
     sem = v.build.semantics
     cell["predicted"], cell["sim_command"] = predict(v.cfg, sem, pol, bs, ref_path, table, drafts, run, v.seed)
@@ -198,7 +226,7 @@ def validate_vllm(a: ValidateOptions) -> int:
             "vllm_version": ver, "semantics": v.build.semantics, "timed": v.build.timed, "machine": machine,
             "config": v.cfg.to_json(), "hybrid_additional_config": v.cfg.hybrid.to_additional_config(),
             "sim_model": v.cfg.sim_model(), "limit": v.limit, "max_tokens": v.max_tokens, "max_prompt": v.max_prompt,
-            "checklist": checks, "tie_epsilon": v.tie_epsilon,
+            "checklist": checks, "tie_epsilon": v.tie_epsilon, "from_verdict": a.from_verdict,
             "complement_table": str(v.table) if complement is not None else None}
     agg = write_reports(v.out, cells, meta, md=format_md, plotly=a.plotly, page=v.build.timed)
     key = "median_error" if v.build.timed else "median_steps_error"
@@ -349,6 +377,11 @@ def plan_text(v: VllmValidation, slices: list[Slice], a: ValidateOptions) -> str
                                                  if v.build.device == "cuda" else ""),
          "policies (vLLM -> simulator): " + ", ".join(f"{p} -> {cfg.sim_policy(p)}" for p in v.policies)
          + f"; batch sizes {', '.join(map(str, v.batch_sizes))}; out {v.out}"]
+    if v.at:
+        L.append("cells by batch size (--from-verdict): " + "; ".join(f"{b}: {', '.join(ps)}" for b, ps in v.at))
+    from real.validation.vllm.estimate import estimate_lines
+
+    L += [""] + estimate_lines(v, slices)
     for p in v.policies:
         try:
             get_policy(cfg.sim_policy(p))
@@ -377,11 +410,13 @@ def plan_text(v: VllmValidation, slices: list[Slice], a: ValidateOptions) -> str
                  f"passed over), {sum(sl.max_tokens)} output tokens at most")
         for bs in v.batch_sizes:
             ref = v.out / sl.stem / f"bs{bs}" / "reference.jsonl"
-            for pol in v.policies:
+            for pol in v.policies_at(bs):
                 work, cell = v.cell_dir(sl, bs, pol), cfg.cell(pol)
                 L += [f"  cell {sl.stem} {pol} bs {bs}",
                       f"    LLM(**{json.dumps(cfg.engine_kwargs(pol, bs), separators=(',', ':'))})",
-                      "    as a server: " + shell_line(cell.serve_argv(C.split_policy(pol)[0], bs), C.SERVE_ENV),
+                      "    as a server (the verdict's line for this setup): "
+                      + cfg.serve_line(pol, bs, v.build.semantics),
+                      "    measured with, beside it: " + shlex.join(cfg.measure_flags(pol, bs)),
                       "    run: " + shell_line(child_argv(work / "run.spec.json", work / "run.result.json"), cfg.env()),
                       "    records: outputs" + (", top-2 margins (untimed pass)" if pol == C.NONE else "")
                       + ", DSpark's chains -> drafts.jsonl, vLLM's cost tables + capture sizes -> cost_table.json"]
