@@ -26,7 +26,7 @@ def test_policy_tuning_notebook(tmp_path, monkeypatch):
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                      if o.get("output_type") == "stream")
     assert "best: --policy hybrid-vllm:" in text and "0 failed" in text
-    assert re.search(r"^vllm serve \S+ --max-num-seqs 4 ", text, re.M)  # the line that serves the pick
+    assert re.search(r"^(VLLM_USE_V2_MODEL_RUNNER=1 )?vllm serve \S+ --max-num-seqs 4 ", text, re.M)  # the line that serves the pick
     assert any("application/vnd.plotly.v1+json" in o.get("data", {})
                for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     # the only folder of this machine its outputs may name is the one the test gave it
@@ -76,7 +76,7 @@ def test_committed_notebook_tunes_what_can_be_served_and_serves_its_pick():
     text = "\n".join("".join(o.get("text", "")) for o in outs)
     best = re.search(r"best: --policy (\S+)", text).group(1)
     assert tier(get_policy(best)) == "plugin"  # a setting of the plugin, which vLLM runs with it installed
-    serve = re.findall(r"^vllm serve .*$", text, re.M)
+    serve = re.findall(r"^(?:VLLM_USE_V2_MODEL_RUNNER=1 )?vllm serve .*$", text, re.M)
     assert len(serve) == 2 and all("--additional-config" in s for s in serve), serve
     want = {"slots": int(re.search(r"slots=(\d+)", best).group(1)), **({"skip": True} if ":skip" in best else {}),
             **({"runcal": float(re.search(r"runcal=([0-9.]+)", best).group(1))} if "runcal=" in best else {})}
