@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 from sim.infra.errors import ConfigError
+from sim.infra.registry import Registry
 from sim.core.drafters.recalibration import RecalState
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch
 from sim.core.vllm import DYN_OPTION, VllmRun, parse_per_batch_option, per_batch_option
@@ -155,14 +156,13 @@ def over_drafters(name: str):
     default two (sim/core/drafters/registry.py: DEFAULT_DRAFTERS), which keep the family's own definition."""
 
     def deco(factory: Callable[[List[str], tuple], Policy]):
-        fam = _REGISTRY[name]
-        _REGISTRY[name] = dataclasses.replace(fam, over=factory)
+        _REGISTRY.replace(name, dataclasses.replace(_REGISTRY[name], over=factory))
         return factory
 
     return deco
 
 
-_REGISTRY: Dict[str, _Family] = {}
+_REGISTRY: Registry[_Family] = Registry("policy family")
 
 
 def families() -> Dict[str, _Family]:
@@ -174,13 +174,10 @@ def register(name: str, usage: str, summary: str, *, adaptive_verification: bool
     """Decorator: register `factory(params: list[str]) -> Policy` under the family `name`; adaptive_verification:
     the family's policies run inside vLLM's adaptive verification (Policy.adaptive_verification)."""
 
-    def deco(factory: Callable[[List[str]], Policy]):
-        if name in _REGISTRY or name in _ALIASES:
-            raise RuntimeError(f"policy family '{name}' registered twice")
-        _REGISTRY[name] = _Family(usage, summary, factory, adaptive_verification=adaptive_verification)
-        return factory
-
-    return deco
+    if name in _ALIASES:
+        raise RuntimeError(f"policy family '{name}' registered twice")
+    return _REGISTRY.register(name, lambda factory: _Family(usage, summary, factory,
+                                                            adaptive_verification=adaptive_verification))
 
 
 _ALIASES: Dict[str, str] = {}
