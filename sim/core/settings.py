@@ -75,9 +75,9 @@ def _off(m: dict) -> str:
     return "" if off is _NO_OFF else f"{off} ({m.get('off_means', 'off')}) or "
 
 
-def rule(cls, name: str) -> str:
+def rule(cls, name: str, off: bool = True) -> str:
     """What a value of `name` must be: 'an integer in 1..64', 'a finite number >= 0', 'one of a, b', 'true or
-    false', with '0 (off) or ' before it where the setting has an off value."""
+    false', with '0 (off) or ' before it where the setting has an off value (and `off`)."""
     typ, m = setting_types(cls)[name], meta(cls, name)
     if typ is bool:
         return "true or false"
@@ -85,7 +85,7 @@ def rule(cls, name: str) -> str:
         return "one of " + ", ".join(map(str, m["choices"]))
     what = "an integer" if typ is int else "a finite number" if typ is float else f"a {typ.__name__}"
     span = _span(m)
-    return _off(m) + what + (" " + span if span else "")
+    return (_off(m) if off else "") + what + (" " + span if span else "")
 
 
 def check(cls, name: str, value: Any, where: str) -> Any:
@@ -117,11 +117,20 @@ def check(cls, name: str, value: Any, where: str) -> Any:
     return value
 
 
-def parse_text(cls, name: str, text: str, where: str) -> Any:
+def parse_text(cls, name: str, text: str, where: str, off: bool = True) -> Any:
     """A setting's value from command-line text (a spec option's value, real/validate.py's FIELD=V): true/false
-    (or 1/0) for a bool, an integer, a number, or the text itself, then `check`. ConfigError (one line) otherwise."""
-    typ = setting_types(cls)[name]
+    (or 1/0) for a bool, an integer, a number, the field's own `parse` (metadata) or the text itself, then `check`;
+    off=False: the off value is refused (a spec leaves an option out to turn it off). ConfigError (one line: `where`,
+    the rule, the text) otherwise."""
+    typ, m = setting_types(cls)[name], meta(cls, name)
     value: Any = text
+    shown = text if typ in (int, float) else repr(text)  # a number out of range as typed; text quoted
+    bad = ConfigError(f"{where} must be {rule(cls, name, off)}, got {shown}")
+    if m.get("parse") is not None:  # a value with a grammar of its own (dyn=START-END@K,...): its own one line
+        try:
+            return m["parse"](text)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     try:
         if typ is bool:
             if text not in ("true", "false", "1", "0"):
@@ -132,8 +141,13 @@ def parse_text(cls, name: str, text: str, where: str) -> Any:
         elif typ is float:
             value = float(text)
     except ValueError:
-        raise ConfigError(f"{where} must be {rule(cls, name)}, got '{text}'") from None
-    return check(cls, name, value, where)
+        raise ConfigError(f"{where} must be {rule(cls, name, off)}, got {text!r}") from None
+    if not off and m.get("off", _NO_OFF) is not _NO_OFF and value == m["off"]:
+        raise bad
+    try:
+        return check(cls, name, value, where)
+    except ConfigError:
+        raise bad from None
 
 
 def build(cls, values: dict, where: str, what: str = "setting"):

@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from sim.core import settings
+from sim.core.settings import setting
 from sim.infra.errors import ConfigError
 from sim.infra.registry import Registry
 from sim.core.drafters.recalibration import RecalState
@@ -196,6 +198,84 @@ def aliases() -> Dict[str, str]:
     return _ALIASES
 
 
+def spec_fields(cls, only: tuple | None = None) -> list:
+    """The fields of a settings class `cls` (sim/core/settings.py) that a spec spells, in declaration order (`only`:
+    those names)."""
+    return [f for f in dataclasses.fields(cls) if only is None or f.name in only]
+
+
+def _bare(f) -> bool:
+    return bool(f.metadata.get("positional"))
+
+
+def spec_usage(family: str, cls, only: tuple | None = None) -> str:
+    """The usage of a family's spec, made from its declaration: `family[:METHOD][:flag][:key=V]...`, a setting
+    declared as an alternative of another (`alt=`) beside it, `[:recal=k|:runcal=k]`."""
+    types, parts, alts = settings.setting_types(cls), [], {}
+    for f in spec_fields(cls, only):
+        mv = f.metadata.get("metavar") or f.name.upper()
+        part = f":{mv}" if _bare(f) else f":{f.name}" if types[f.name] is bool else f":{f.name}={mv}"
+        if f.metadata.get("alt") in alts:
+            alts[f.metadata["alt"]].append(part)
+            continue
+        alts[f.name] = [part]
+        parts.append(alts[f.name])
+    return family + "".join(f"[{'|'.join(p)}]" for p in parts)
+
+
+def parse_spec(family: str, cls, params: List[str], only: tuple | None = None) -> dict:
+    """The settings a spec's parameters give (name -> typed value), read by the family's declaration `cls`
+    (sim/core/settings.py `setting`; `only`: those of its fields): `key=value` for a setting, a bare `flag` for a
+    bool one (true), a bare value for the one declared `positional` (one of its choices), in any order. A value is
+    checked by its declared type and range, an off value refused (a spec leaves the option out). ValueError (one
+    line naming the setting and its rule) for an unknown setting, a bad value, or one given twice."""
+    fields = {f.name: f for f in spec_fields(cls, only)}
+    types = settings.setting_types(cls)
+    positional = next((f for f in fields.values() if _bare(f)), None)
+    given: dict = {}
+    for p in params:
+        key, eq, text = p.partition("=")
+        if eq and key in fields and types[key] is not bool and not _bare(fields[key]):
+            name = key
+        elif not eq and key in fields and types[key] is bool:
+            name, text = key, "true"
+        elif not eq and positional is not None:
+            name, text = positional.name, p
+        else:
+            raise ValueError(f"'{family}' has no setting '{key}'; it takes {spec_usage(family, cls, only)}")
+        if name in given:
+            raise ValueError(f"'{family}': {name} is given twice")
+        alt = fields[name].metadata.get("alt")
+        if alt is not None and alt in given:
+            raise ValueError(f"{alt} and {name} are alternatives: give one")
+        try:
+            given[name] = settings.parse_text(cls, name, text, name, off=False)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+    return given
+
+
+def spec_written(cls, given: dict) -> list:
+    """The settings a canonical name writes, in declaration order: the positional one when given, a flag when true,
+    any other when it differs from its default: [(name, value)]."""
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.name in given and (_bare(f) or given[f.name] != f.default):
+            out.append((f.name, given[f.name]))
+    return out
+
+
+def spec_name(family: str, cls, given: dict) -> str:
+    """The canonical name of a spec of `family` giving `given` (spec_written): `family:METHOD:flag:key=V`, a
+    number as %g."""
+    types, parts = settings.setting_types(cls), [family]
+    for name, v in spec_written(cls, given):
+        f = next(f for f in dataclasses.fields(cls) if f.name == name)
+        parts.append(str(v) if _bare(f) else name if types[name] is bool
+                     else f"{name}={v:g}" if types[name] is float else f"{name}={v}")
+    return ":".join(parts)
+
+
 def parse_int(text: str, what: str, lo: int = 0) -> int:
     """Parse an integer parameter >= lo, ValueError otherwise."""
     try:
@@ -222,19 +302,35 @@ def parse_float(text: str, what: str, lo: float = 0.0, strict: bool = False) -> 
 TABLES = ("startup", "step")  # the `table=` option's values; the first is the default
 
 
+@dataclass(frozen=True)
+class TableOption:
+    """The `table=T` option of the price-based families (with_table)."""
+
+    table: str = setting(TABLES[0], "price verify slots with vLLM's start-up profile (startup) or the step's own "
+                                    "verify table (step)", choices=TABLES, metavar="T")
+
+
+@dataclass(frozen=True)
+class DynOption:
+    """The `dyn=START-END@K,...` option of the policies vLLM runs with a speculative method (with_dynamic_k)."""
+
+    dyn: tuple = setting((), "vLLM's num_speculative_tokens_per_batch_size: K per number of requests a step "
+                             "schedules", parse=parse_per_batch_option, metavar="START-END@K,...")
+
+
+def split_option(cls, params: List[str]) -> tuple[List[str], dict]:
+    """The parameters that set a setting of the option class `cls` (key=value, anywhere), read by its declaration
+    (parse_spec), and the other parameters; ValueError if bad."""
+    keys = {f.name for f in dataclasses.fields(cls)}
+    mine = [p for p in params if p.partition("=")[0] in keys and "=" in p]
+    return [p for p in params if p not in mine], parse_spec("policy", cls, mine)
+
+
 def split_table(params: List[str]) -> tuple[List[str], bool]:
-    """The `table=T` option (anywhere in the parameters; T in TABLES) and the other parameters: whether the policy
+    """The `table=T` option (anywhere in the parameters; TableOption) and the other parameters: whether the policy
     prices with the step's own verify table (Policy.step_table); ValueError if T is not one of TABLES."""
-    rest, step = [], False
-    for p in params:
-        if p.startswith("table="):
-            val = p[len("table="):]
-            if val not in TABLES:
-                raise ValueError(f"table must be one of {', '.join(TABLES)}, got '{val}'")
-            step = val == "step"
-        else:
-            rest.append(p)
-    return rest, step
+    rest, given = split_option(TableOption, params)
+    return rest, given.get("table", TABLES[0]) == "step"
 
 
 def with_table(pol: Policy, step: bool) -> Policy:
@@ -254,15 +350,11 @@ def with_table(pol: Policy, step: bool) -> Policy:
 
 
 def split_dyn(params: List[str]) -> tuple[List[str], tuple]:
-    """The `dyn=START-END@K,...` option (anywhere in the parameters; sim.core.vllm.parse_per_batch_option) and the
-    other parameters: vLLM's num_speculative_tokens_per_batch_size, or () without it; ValueError if malformed."""
-    rest, per_batch = [], ()
-    for p in params:
-        if p.startswith(DYN_OPTION + "="):
-            per_batch = parse_per_batch_option(p[len(DYN_OPTION) + 1:])
-        else:
-            rest.append(p)
-    return rest, per_batch
+    """The `dyn=START-END@K,...` option (anywhere in the parameters; DynOption, sim.core.vllm.parse_per_batch_option)
+    and the other parameters: vLLM's num_speculative_tokens_per_batch_size, or () without it; ValueError if
+    malformed."""
+    rest, given = split_option(DynOption, params)
+    return rest, given.get(DYN_OPTION, ())
 
 
 def with_dynamic_k(pol: Policy, per_batch: tuple) -> Policy:
