@@ -443,7 +443,7 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
         block = load_drafter_profile(a.drafter).block
         for text in a.speculative_config:
             m = speculative_config(text, (calib.cfg.n_min, calib.cfg.n_max), block, plugin,
-                                   mtp_layers=get_llm(model).mtp_layers, target=model)
+                                   mtp_layers=get_llm(model).mtp_layers, target=model, ngram_ext_max=calib.cfg.ext_max)
             for note in m.notes:
                 print(f"note: {note}", file=sys.stderr)
             if m.ngram_k is not None:

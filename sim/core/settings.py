@@ -11,7 +11,8 @@ real/validate.py's `hybrid:FIELD=V` all read).
 
 A field's type is its annotation (int, float, bool or str; `X | None` for a setting that may be absent). Its
 range: lo/hi (inclusive; strict=True makes lo exclusive), choices (for str), and `off`: one value accepted outside
-the range that means the setting is off (its meaning in `off_means`, e.g. runcal 0 = off). Any other keyword is
+the range that means the setting is off (its meaning in `off_means`, e.g. runcal 0 = off); `what`: the value's
+noun in errors ('a prior precision', default 'an integer' / 'a finite number'). Any other keyword is
 kept in the field's metadata for the declaration's own readers (the plugin's `counterpart`).
 """
 from __future__ import annotations
@@ -83,7 +84,7 @@ def rule(cls, name: str, off: bool = True) -> str:
         return "true or false"
     if m.get("choices"):
         return "one of " + ", ".join(map(str, m["choices"]))
-    what = "an integer" if typ is int else "a finite number" if typ is float else f"a {typ.__name__}"
+    what = m.get("what") or ("an integer" if typ is int else "a finite number" if typ is float else f"a {typ.__name__}")
     span = _span(m)
     return (_off(m) if off else "") + what + (" " + span if span else "")
 

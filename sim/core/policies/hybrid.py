@@ -175,7 +175,7 @@ class PluginSettings:
     runcal: float = setting(0.0, "online recalibration of both drafters' confidences: the prior precision k of one "
                                  "logit offset per drafter, learnt on the device from every graded slot of the run "
                                  "(sim/core/drafters/recalibration.py)", lo=RUNCAL_RANGE[0], hi=RUNCAL_RANGE[1],
-                            off=0, metavar="k", sim="option")
+                            off=0, what="a prior precision", metavar="k", sim="option")
     compile: bool = setting(False, "run the plugin's per-step work as compiled graphs (torch.compile at warm-up: "
                                    "observe and propose each one fused kernel on the CPU); CPU build only "
                                    "(docs/real.md, 'A cheap step')", sim="engine_only")
