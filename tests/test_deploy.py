@@ -76,7 +76,7 @@ def test_no_flags_without_a_checkpoint_for_the_target_and_none_for_designs():
     ('{"hybrid_spec": {"slots": 8}}', '{"method": "ngram", "num_speculative_tokens": 8}',
      "needs --speculative-config with method 'dspark'"),
     ('{"hybrid_spec": {"slots": 32}}', '{"method": "dspark", "num_speculative_tokens": 8, '
-     '"enable_adaptive_verification": true}', "slots = 32 but num_speculative_tokens = 8"),
+     '"enable_adaptive_verification": true}', "slots = 32 but --speculative-config has num_speculative_tokens = 8"),
     ('{"hybrid_spec": {"skip": "yes"}}', '{"method": "dspark", "enable_adaptive_verification": true}',
      "skip must be true or false"),
     ('{"hybrid_spec": [1]}', '{"method": "dspark", "enable_adaptive_verification": true}', "must be a JSON object"),

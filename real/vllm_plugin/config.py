@@ -29,7 +29,7 @@ from sim.core import settings
 from sim.core.drafters.calibration import calibrator_path
 from sim.core.drafters.ngram import NgramConfig
 from sim.infra.errors import ConfigError
-from sim.core.policies.hybrid import MAX_SLOTS, PluginSettings, plugin_spec
+from sim.core.policies.hybrid import MAX_SLOTS, PluginSettings, plugin_slots, plugin_spec  # noqa: F401 (MAX_SLOTS: the plugin's bound)
 from sim.core.vllm import ADDITIONAL_CONFIG_KEY
 SUPPORTED_VLLM = "0.33"  # major.minor the plugin is written against (vllm==0.33.x)
 
@@ -78,16 +78,7 @@ class HybridSpecConfig(PluginSettings):
     def resolve_slots(self, num_speculative_tokens: int, block: int) -> int:
         """W for a vLLM config with `num_speculative_tokens` and a DSpark drafter trained at `block`: one
         ConfigError naming the fix when slots disagrees with num_speculative_tokens or W < block."""
-        k = int(num_speculative_tokens)
-        if self.slots and self.slots != k:
-            raise ConfigError(f"hybrid_spec.slots = {self.slots} but --speculative-config has num_speculative_tokens "
-                              f"= {k}: vLLM sizes its buffers from num_speculative_tokens, so set it to {self.slots}")
-        if k < block:
-            raise ConfigError(f"num_speculative_tokens = {k} is smaller than DSpark's trained block ({block}): the "
-                              f"hybrid needs W >= {block} slots (DSpark drafts its whole block)")
-        if k > MAX_SLOTS:
-            raise ConfigError(f"num_speculative_tokens = {k}: the hybrid supports W <= {MAX_SLOTS} slots")
-        return k
+        return plugin_slots(self.slots, int(num_speculative_tokens), block)
 
     def to_additional_config(self) -> dict:
         """{"hybrid_spec": {...}}: what to pass as vLLM's additional_config (only non-default fields)."""

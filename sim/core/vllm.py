@@ -431,19 +431,12 @@ def plugin_settings(text: str | None) -> dict | None:
 def _plugin_policy(body: dict, k: int | None, block: int) -> str:
     """The hybrid-vllm spec the plugin runs with the hybrid_spec settings `body` (plugin_settings': typed) at
     num_speculative_tokens `k`."""
-    from sim.core.policies.hybrid import plugin_spec
+    from sim.core.policies.hybrid import plugin_slots, plugin_spec
 
-    slots = body.get("slots", 0)
-    if slots and k is not None and slots != k:
-        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.slots = {slots} but num_speculative_tokens "
-                          f"= {k}; vLLM sizes its buffers from num_speculative_tokens, so set it to {slots}")
-    if slots and k is None and slots != block:
-        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.slots = {slots} needs --speculative-config's "
-                          f"num_speculative_tokens = {slots} (vLLM otherwise sets it to DSpark's block, {block})")
-    w = slots or k or block
-    if w < block:
-        raise ConfigError(f"--speculative-config: num_speculative_tokens = {w} is below the DSpark drafter's block of "
-                          f"{block}; the plugin needs W >= {block}")
+    try:
+        w = plugin_slots(body.get("slots", 0), k, block)
+    except ConfigError as exc:
+        raise ConfigError(f"--additional-config: {exc}") from None
     return plugin_spec(dict(body, slots=w if w != block else 0))
 
 

@@ -81,6 +81,7 @@ from sim.core.policies.registry import (Policy, TableOption, parse_spec, registe
                                         split_option, with_table)
 from sim.core.settings import setting
 from sim.core.vllm import VllmRun
+from sim.infra.errors import ConfigError
 
 METHODS = ("model-opt", "fixed-point", "sweep")
 DEFAULT_METHOD = "sweep"
@@ -181,12 +182,45 @@ class PluginSettings:
                                    "(docs/real.md, 'A cheap step')", sim="engine_only")
 
 
+def check_counterparts(cls) -> None:
+    """TypeError unless every field of the plugin's declaration `cls` names its counterpart in the simulator
+    (`sim=`, a SIM_COUNTERPARTS key), an `option` one being a setting hybrid-vllm's spec can spell (not a str
+    without choices): a plugin field the simulator would not know what to do with is refused where it is declared."""
+    bad = [f.name for f in dataclasses.fields(cls) if f.metadata.get("sim") not in SIM_COUNTERPARTS]
+    if bad:
+        raise TypeError(f"plugin setting(s) {', '.join(bad)}: declare the simulator's counterpart, sim= one of "
+                        f"{', '.join(SIM_COUNTERPARTS)} (sim/core/policies/hybrid.py)")
+
+
+check_counterparts(PluginSettings)
+
+
 def plugin_fields(sim: str) -> tuple:
     """The plugin settings whose counterpart is `sim` (a SIM_COUNTERPARTS key), in declaration order."""
     return tuple(f.name for f in dataclasses.fields(PluginSettings) if f.metadata["sim"] == sim)
 
 
 PLUGIN_OPTIONS = plugin_fields("option")  # the hybrid-vllm spec's options
+
+
+def plugin_slots(slots: int, k: int | None, block: int) -> int:
+    """W, the draft slots per request vLLM verifies with the plugin, from hybrid_spec.slots (0: num_speculative_tokens),
+    vLLM's num_speculative_tokens `k` (None: not given, so vLLM sets it to DSpark's block) and DSpark's trained
+    `block`: the one check of slots against a launch, for the plugin at start-up (HybridSpecConfig.resolve_slots) and
+    for --additional-config beside --speculative-config (sim.core.vllm). ConfigError (one line naming the fix)."""
+    if slots and k is not None and slots != k:
+        raise ConfigError(f"hybrid_spec.slots = {slots} but --speculative-config has num_speculative_tokens = {k}: "
+                          f"vLLM sizes its buffers from num_speculative_tokens, so set it to {slots}")
+    if slots and k is None and slots != block:
+        raise ConfigError(f"hybrid_spec.slots = {slots} needs --speculative-config's num_speculative_tokens = {slots} "
+                          f"(vLLM otherwise sets it to DSpark's block, {block})")
+    w = k if k is not None else slots or block
+    if w < block:
+        raise ConfigError(f"num_speculative_tokens = {w} is smaller than DSpark's trained block ({block}): the hybrid "
+                          f"needs W >= {block} slots (DSpark drafts its whole block)")
+    if w > MAX_SLOTS:
+        raise ConfigError(f"num_speculative_tokens = {w}: the hybrid supports W <= {MAX_SLOTS} slots")
+    return w
 
 
 def plugin_spec(values) -> str:
