@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from sim.api import console
-from sim.infra.progress import Heartbeat
+from sim.infra.progress import Heartbeat, progress_bar
 from sim.infra.paths import bundled
 from sim.infra.cli import ArgumentParser, check_out_dir, finite_float
 from sim.infra.fsio import atomic_dir, die_with_parent, forking_workers, out_guard
@@ -241,7 +240,7 @@ def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None 
         with pool:
             it = pool.imap(_run_combo, [combos[i] for i in order], chunksize=1)
             done = []
-            for res in tqdm(it, total=len(combos), desc="runs", unit="run", disable=not progress, leave=False):
+            for res in progress_bar(it, total=len(combos), desc="runs", unit="run", disable=not progress, leave=False):
                 done.append(res)
                 if heartbeat is not None:
                     heartbeat.done()
