@@ -358,11 +358,13 @@ def policy_list() -> str:
     """--help's closing list of every registered policy, its spelling and what it does (the policy registry's)."""
     import textwrap
 
-    from sim.core.policies import describe_policies
+    from sim.core.policies.registry import describe_settings, families
 
     lines = ["policies (--policy; the baseline is adaptive; the math: docs/design.md):"]
-    for usage, summary in describe_policies().items():
-        lines += [f"  {usage}", textwrap.fill(summary, 100, initial_indent=" " * 6, subsequent_indent=" " * 6)]
+    for fam in families().values():
+        lines += [f"  {fam.usage}", textwrap.fill(fam.summary, 100, initial_indent=" " * 6, subsequent_indent=" " * 6)]
+        lines += [textwrap.fill(d, 100, initial_indent=" " * 8, subsequent_indent=" " * 10)
+                  for d in describe_settings(fam)]  # each declared setting: its rule, default and help
     return "\n".join(lines)
 
 

@@ -659,17 +659,11 @@ def parse_hybrid(params: List[str]) -> tuple[str, float, float, str, bool]:
     return v.method, v.margin, v.hyst, v.forecast, "method" in given
 
 
-_OPTIONS_HELP = ("recal=k: online recalibration of the drafters' confidences from each request's outcomes, prior "
-                 "precision k > 0 (off by default); runcal=k: the same with one offset per drafter learnt from every "
-                 "request of the run; table=step: price verify slots with the step's own verify table, not vLLM's "
-                 "start-up profile (T in startup, step; default startup)")
-
-
 @register("hybrid", spec_usage("hybrid", HybridSettings) + spec_usage("", RecalOptions) + spec_usage("", TableOption),
           "the default hybrid: hybrid-price that also prices the model drafter's pass and skips it for a step "
-          f"when host-known values say the step earns more without it; F in {', '.join(FORECASTS)} "
-          f"(default {FORECASTS[0]}), H >= 0 makes skipping harder (default 0); " + _OPTIONS_HELP,
-          adaptive_verification=True)
+          "when host-known values say the step earns more without it; recal=k or runcal=k: online recalibration "
+          "(per request or per run), table=step: price verify slots with the step's own verify table",
+          adaptive_verification=True, settings=(HybridSettings, RecalOptions, TableOption))
 def _hybrid(params: List[str]) -> Policy:
     params, wrap = split_options(params)
     return wrap(_hybrid_plain(params))
@@ -693,10 +687,8 @@ def parse_hybrid_price(params: List[str]) -> tuple[str, bool, float, bool]:
 
 @register("hybrid-price", spec_usage("hybrid-price", HybridPriceSettings) + spec_usage("", RecalOptions)
           + spec_usage("", TableOption),
-          f"the seed's price per verified slot over both chains; METHOD in {', '.join(METHODS)} "
-          f"(default {DEFAULT_METHOD}); ':current' = no stale budget (idealised); margin M in expected tokens "
-          f"the n-gram chain must win by (default {NGRAM_MARGIN}; 0 = the pure price rule); recal=k, runcal=k, table=T: as "
-          "hybrid's", adaptive_verification=True)
+          "the seed's price per verified slot over both chains; recal=k, runcal=k, table=T: as "
+          "hybrid's", adaptive_verification=True, settings=(HybridPriceSettings, RecalOptions, TableOption))
 def _hybrid_price(params: List[str]) -> Policy:
     params, wrap = split_options(params)
     return wrap(_hybrid_price_plain(params))
@@ -718,9 +710,9 @@ def _hybrid_price_plain(params: List[str]) -> Policy:
           "slots=W > K: vLLM verifies W draft slots per request (the n-gram chain keeps up to W); skip: the "
           "plugin's skip of DSpark's pass (hybrid_spec.skip), vLLM keeping its own budget; runcal=k: the "
           "plugin's online recalibration (hybrid_spec.runcal): one offset per drafter learnt on the device from "
-          f"every graded slot of the run (both chains, verified or not), prior precision k in {RUNCAL_RANGE[0]:g}.."
-          f"{RUNCAL_RANGE[1]:g}, applied "
-          "to the confidences it chooses with and publishes", adaptive_verification=True)
+          "every graded slot of the run (both chains, verified or not), applied "
+          "to the confidences it chooses with and publishes", adaptive_verification=True,
+          settings=((PluginSettings, PLUGIN_OPTIONS),))
 def _hybrid_vllm(params: List[str]) -> Policy:
     method, margin, slots, skip, name, run = parse_hybrid_vllm(params)
     k_run = dict(run.plugin_config).get("runcal")

@@ -150,6 +150,7 @@ class _Family:
     factory: Callable[[List[str]], Policy]
     over: Optional[Callable[[List[str], tuple], Policy]] = None  # (params, the run's drafters) -> Policy
     adaptive_verification: bool = False  # Policy.adaptive_verification of every policy of the family
+    settings: tuple = ()  # ((settings class, the names its spec spells or None), ...): its declared settings
 
 
 def over_drafters(name: str):
@@ -172,14 +173,17 @@ def families() -> Dict[str, _Family]:
     return _REGISTRY
 
 
-def register(name: str, usage: str, summary: str, *, adaptive_verification: bool = False):
+def register(name: str, usage: str, summary: str, *, adaptive_verification: bool = False, settings: tuple = ()):
     """Decorator: register `factory(params: list[str]) -> Policy` under the family `name`; adaptive_verification:
-    the family's policies run inside vLLM's adaptive verification (Policy.adaptive_verification)."""
+    the family's policies run inside vLLM's adaptive verification (Policy.adaptive_verification); settings: the
+    classes that declare its spec's settings (sim/core/settings.py; a class or (class, names)), listed by --help."""
+    settings = tuple(c if isinstance(c, tuple) else (c, None) for c in settings)
 
     if name in _ALIASES:
         raise RuntimeError(f"policy family '{name}' registered twice")
     return _REGISTRY.register(name, lambda factory: _Family(usage, summary, factory,
-                                                            adaptive_verification=adaptive_verification))
+                                                            adaptive_verification=adaptive_verification,
+                                                            settings=settings))
 
 
 _ALIASES: Dict[str, str] = {}
@@ -242,7 +246,8 @@ def parse_spec(family: str, cls, params: List[str], only: tuple | None = None) -
         elif not eq and positional is not None:
             name, text = positional.name, p
         else:
-            raise ValueError(f"'{family}' has no setting '{key}'; it takes {spec_usage(family, cls, only)}")
+            usage = _REGISTRY[family].usage if family in _REGISTRY else spec_usage(family, cls, only)
+            raise ValueError(f"'{family}' has no setting '{key}'; it takes {usage}")
         if name in given:
             raise ValueError(f"'{family}': {name} is given twice")
         alt = fields[name].metadata.get("alt")
@@ -253,6 +258,22 @@ def parse_spec(family: str, cls, params: List[str], only: tuple | None = None) -
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
     return given
+
+
+def describe_settings(fam: _Family) -> list[str]:
+    """One line per declared setting of a family, as --help lists it: `key=V  rule; default D: help`."""
+    out = []
+    for cls, only in fam.settings:
+        types = settings.setting_types(cls)
+        for f in spec_fields(cls, only):
+            mv = f.metadata.get("metavar") or f.name.upper()
+            spelt = mv if _bare(f) else f.name if types[f.name] is bool else f"{f.name}={mv}"
+            default = "off" if f.default is None else f.metadata.get("off_means", "off") \
+                if f.default == f.metadata.get("off", object()) else f.default
+            rule = "a flag; default off" if types[f.name] is bool else \
+                f"{settings.rule(cls, f.name, off=False)}; default {default}"
+            out.append(f"{spelt}: {rule}: {f.metadata.get('help', '')}")
+    return out
 
 
 def spec_written(cls, given: dict) -> list:
