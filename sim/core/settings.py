@@ -18,6 +18,7 @@ kept in the field's metadata for the declaration's own readers (the plugin's `co
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -37,6 +38,7 @@ def setting(default: Any, help: str, *, lo: float | None = None, hi: float | Non
     return dataclasses.field(default=default, metadata=meta)
 
 
+@functools.lru_cache(maxsize=None)  # a class's declaration does not change: read its annotations once
 def setting_types(cls) -> dict[str, type]:
     """name -> int, float, bool or str of every field of a settings class (`X | None` read as X)."""
     hints = typing.get_type_hints(cls)
