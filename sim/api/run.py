@@ -193,15 +193,15 @@ def deployment(s: SimSetup) -> Deployment:
     """What the verdict's `vllm serve` lines need from the run's setup (sim.core.deploy.Deployment)."""
     from sim.core.drafters.suffix import SuffixConfig
 
-    from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
-
     cal = NgramCalibrator.load(s.calibrator).cfg
     defaults = dataclasses.asdict(SuffixConfig())
     suffix = {**defaults, **drafter_settings(s.drafter_config).get("suffix", {})}
-    ng = NgramConfig()  # the plugin's n-gram defaults are the drafter's (real/vllm_plugin/config.py)
-    plugin_ngram = {} if s.calibrator == DEFAULT_CALIBRATOR else {
-        "calibrator": s.calibrator, **({"n_min": cal.n_min} if cal.n_min != ng.n_min else {}),
-        **({"n_max": cal.n_max} if cal.n_max != ng.n_max else {})}
+    # the plugin's n-gram settings (PluginSettings' sim="ngram" fields) are the run's calibrator's: written where
+    # they differ from the plugin's defaults
+    from sim.core.policies.hybrid import PluginSettings, plugin_fields
+
+    ours = {k: s.calibrator if k == "calibrator" else getattr(cal, k) for k in plugin_fields("ngram")}
+    plugin_ngram = {k: v for k, v in ours.items() if v != getattr(PluginSettings(), k)}
     target = get_llm(s.model).hf_id or s.model
     if Path(target).name == "config.json":  # a Hugging Face config.json given by path: vLLM serves its folder
         target = str(Path(target).parent)
