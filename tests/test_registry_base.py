@@ -33,12 +33,12 @@ def test_register_add_lookup_and_refusals():
 
 
 def test_every_family_uses_it():
-    from sim.core.cost import _KINDS
+    from sim.core import cost
     from sim.core.drafters.registry import drafters
     from sim.core.policies.registry import families
     from sim.engine.forms import policy_forms
 
     import sim.engine.policies  # noqa: F401  (registers the fast forms)
 
-    for reg in (_KINDS, drafters(), families(), policy_forms()):
+    for reg in (cost._KINDS, drafters(), families(), policy_forms()):
         assert isinstance(reg, Registry) and len(reg) >= 2

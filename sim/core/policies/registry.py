@@ -223,8 +223,8 @@ def spec_usage(family: str, cls, only: tuple | None = None) -> str:
             alts[f.metadata["alt"]].append(part)
             continue
         alts[f.name] = [part]
-        parts.append(alts[f.name])
-    return family + "".join(f"[{'|'.join(p)}]" for p in parts)
+        parts.append(alts[f.name] if not f.metadata.get("required") else part)  # a required one: no brackets
+    return family + "".join(p if isinstance(p, str) else f"[{'|'.join(p)}]" for p in parts)
 
 
 def parse_spec(family: str, cls, params: List[str], only: tuple | None = None) -> dict:
@@ -257,6 +257,10 @@ def parse_spec(family: str, cls, params: List[str], only: tuple | None = None) -
             given[name] = settings.parse_text(cls, name, text, name, off=False)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
+    missing = [f.name for f in fields.values() if f.metadata.get("required") and f.name not in given]
+    if missing:  # a setting without a default (model-fixed's K)
+        mv = fields[missing[0]].metadata.get("metavar") or missing[0]
+        raise ValueError(f"'{family}' needs one parameter {mv}, e.g. '{family}:7'")
     return given
 
 
@@ -292,8 +296,8 @@ def spec_name(family: str, cls, given: dict) -> str:
     types, parts = settings.setting_types(cls), [family]
     for name, v in spec_written(cls, given):
         f = next(f for f in dataclasses.fields(cls) if f.name == name)
-        parts.append(str(v) if _bare(f) else name if types[name] is bool
-                     else f"{name}={v:g}" if types[name] is float else f"{name}={v}")
+        text = f"{v:g}" if types[name] is float else str(v)
+        parts.append(text if _bare(f) else name if types[name] is bool else f"{name}={text}")
     return ":".join(parts)
 
 
@@ -336,7 +340,7 @@ class DynOption:
     """The `dyn=START-END@K,...` option of the policies vLLM runs with a speculative method (with_dynamic_k)."""
 
     dyn: tuple = setting((), "vLLM's num_speculative_tokens_per_batch_size: K per number of requests a step "
-                             "schedules", parse=parse_per_batch_option, metavar="START-END@K,...")
+                             "schedules", parse=parse_per_batch_option, metavar="S-E@K,...")
 
 
 def split_option(cls, params: List[str]) -> tuple[List[str], dict]:
