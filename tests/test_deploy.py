@@ -66,7 +66,9 @@ def test_no_flags_without_a_checkpoint_for_the_target_and_none_for_designs():
 
 @pytest.mark.parametrize("extra, spec, err", [
     ('{"hybrid_spec": {"ext_max": 3}}', '{"method": "dspark", "enable_adaptive_verification": true}',
-     "hybrid_spec.ext_max has no counterpart"),
+     "hybrid_spec.ext_max = 3 but the run's n-gram calibrator was fitted with ext_max 1024"),
+    ('{"hybrid_spec": {"wings": 3}}', '{"method": "dspark", "enable_adaptive_verification": true}',
+     "hybrid_spec.wings is not a setting of the plugin"),
     ('{"hybrid_spec": {"n_min": 3}}', '{"method": "dspark", "enable_adaptive_verification": true}',
      "n_min/n_max = 3..5 but the run's n-gram calibrator was fitted for 2..5"),
     ('{"hybrid_spec": {"slots": 32}}', '{"method": "dspark", "enable_adaptive_verification": true}',
@@ -76,15 +78,25 @@ def test_no_flags_without_a_checkpoint_for_the_target_and_none_for_designs():
     ('{"hybrid_spec": {"slots": 8}}', '{"method": "ngram", "num_speculative_tokens": 8}',
      "needs --speculative-config with method 'dspark'"),
     ('{"hybrid_spec": {"slots": 32}}', '{"method": "dspark", "num_speculative_tokens": 8, '
-     '"enable_adaptive_verification": true}', "slots = 32 but num_speculative_tokens = 8"),
+     '"enable_adaptive_verification": true}', "slots = 32 but --speculative-config has num_speculative_tokens = 8"),
     ('{"hybrid_spec": {"skip": "yes"}}', '{"method": "dspark", "enable_adaptive_verification": true}',
      "skip must be true or false"),
     ('{"hybrid_spec": [1]}', '{"method": "dspark", "enable_adaptive_verification": true}', "must be a JSON object"),
     ('{"hybrid_spec": {"slots": NaN}}', '{"method": "dspark", "enable_adaptive_verification": true}', "finite"),
 ])
 def test_bad_additional_config_is_one_line(extra, spec, err):
-    with pytest.raises(ConfigError, match=err):
+    with pytest.raises(ConfigError, match=err) as e:
         speculative_config(spec, (2, 5), 7, plugin_settings(extra))
+    assert "\n" not in str(e.value)
+
+
+def test_the_plugins_own_default_ext_max_is_accepted():
+    """Every plugin field has a counterpart (PluginSettings' sim): ext_max at the calibrator's value maps."""
+    from real.vllm_plugin.config import HybridSpecConfig
+
+    extra = '{"hybrid_spec": {"ext_max": %d, "online_window": 8, "compile": false}}' % HybridSpecConfig().ext_max
+    spec = '{"method": "dspark", "enable_adaptive_verification": true}'
+    assert speculative_config(spec, (2, 5), 7, plugin_settings(extra)).policy == "hybrid-vllm"
 
 
 def test_running_the_printed_flags_reproduces_the_recommendation(tmp_path):

@@ -156,7 +156,7 @@ def test_profile_dry_run():
     (["--engine", "vllm", "--dry-run", "--num-speculative-tokens", "5"], "drafts 7 tokens"),
     (["--engine", "vllm", "--dry-run", "--random-weights"], "torch engine"),
     (["--engine", "vllm", "--dry-run", "--gpu-memory-utilization", "1.5"], "gpu-memory-utilization"),
-    (["--engine", "vllm", "--dry-run", "--policy", "hybrid:slots=100"], "at most 64"),
+    (["--engine", "vllm", "--dry-run", "--policy", "hybrid:slots=100"], "slots must be 0 (num_speculative_tokens) or an integer in 1..64, got 100"),
     (["--engine", "vllm", "--dry-run", "--policy", "hybrid:slots=4"], "smaller than DSpark"),
     (["--engine", "vllm", "--dry-run", "--policy", "hybrid:wings=3"], "not a hybrid setting"),
     (["--engine", "vllm", "--dry-run", "--policy", "ngram:slots=3"], "only hybrid takes settings"),

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
+from sim.infra.progress import progress_bar
 
 from sim.infra.errors import ConfigError
 from real.engine.greedy import greedy_group
@@ -156,7 +156,7 @@ def collect_with_ids(cfg: DataConfig, progress: bool = True, log=print) -> tuple
     groups = [list(range(g0, min(g0 + cfg.batch, len(prompts)))) for g0 in range(0, len(prompts), cfg.batch)]
     seqs: list[Sequence] = []
     model = None
-    bar = tqdm(total=len(prompts), desc="collect (target greedy + hidden states)", unit="prompt", disable=not progress)
+    bar = progress_bar(total=len(prompts), leave=True, desc="collect (target greedy + hidden states)", unit="prompt", disable=not progress)
     for gi, group in enumerate(groups):
         shard = d / f"group{gi:04d}.pt"
         got = _load_shard(shard) if shard.exists() else []

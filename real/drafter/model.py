@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from sim.infra.errors import ConfigError
 from real.drafter.draft_out import DraftOut
-from real.drafter.target_tied import TargetTied
+from real.drafter.target_tied import TargetTied, check_config
 from real.engine.model import RMSNorm, apply_rope
 from real.engine.weights import file_sha256
 from sim.infra import paths
@@ -74,17 +74,7 @@ class DrafterConfig:
     rms_eps: float = 1e-5
 
     def validate(self) -> None:
-        ints = {k: getattr(self, k) for k in ("target_vocab", "hidden", "block", "heads", "kv_heads", "head_dim",
-                                               "intermediate", "vocab", "rank")}
-        for k, v in ints.items():
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"drafter config: {k} must be a positive integer, got {v!r}")
-        if self.heads % self.kv_heads:
-            raise ConfigError(f"drafter config: heads {self.heads} must be a multiple of kv_heads {self.kv_heads}")
-        if not self.layers or list(self.layers) != sorted(set(self.layers)) or min(self.layers) < 0:
-            raise ConfigError(f"drafter config: layers must be distinct ascending layer indices, got {self.layers}")
-        if self.vocab > self.target_vocab:
-            raise ConfigError(f"drafter config: vocab {self.vocab} exceeds the target's {self.target_vocab}")
+        check_config(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "DrafterConfig":

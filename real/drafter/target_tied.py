@@ -1,6 +1,6 @@
 """What both DSpark drafters (real/drafter/model.py, the project's; real/drafter/qwen3_dspark.py, vLLM's
 architecture) share with their target: the reduced-vocabulary map, the target's embedding (also its tied LM
-head) and the RoPE tables.
+head) and the RoPE tables; and the checks of a config both share (check_config).
 
 A drafter class mixes `TargetTied` in before nn.Module and provides `cfg` (vocab, target_vocab, hidden, target,
 head_dim, rope_theta), the int buffers `vocab_ids` [vocab] (reduced id -> target id) and `to_reduced`
@@ -11,6 +11,25 @@ from __future__ import annotations
 import torch
 
 from sim.infra.errors import ConfigError
+
+
+SHAPE_INTS = ("target_vocab", "hidden", "block", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "rank")
+
+
+def check_config(cfg, ints: tuple = SHAPE_INTS) -> None:
+    """The one check of a DSpark drafter config's shape (both drafters' configs run it from their validate): the
+    `ints` fields positive integers, heads a multiple of kv_heads, layers distinct ascending indices, the reduced
+    vocabulary within the target's. ConfigError (one line, naming the field) otherwise."""
+    for k in ints:
+        v = getattr(cfg, k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ConfigError(f"drafter config: {k} must be a positive integer, got {v!r}")
+    if cfg.heads % cfg.kv_heads:
+        raise ConfigError(f"drafter config: heads {cfg.heads} must be a multiple of kv_heads {cfg.kv_heads}")
+    if not cfg.layers or list(cfg.layers) != sorted(set(cfg.layers)) or min(cfg.layers) < 0:
+        raise ConfigError(f"drafter config: layers must be distinct ascending layer indices, got {cfg.layers}")
+    if cfg.vocab > cfg.target_vocab:
+        raise ConfigError(f"drafter config: vocab {cfg.vocab} exceeds the target's {cfg.target_vocab}")
 
 
 class TargetTied:

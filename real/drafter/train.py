@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
+from sim.infra.progress import progress_bar
 
 from sim.infra.errors import ConfigError
 from real.drafter.data import Sequence
@@ -194,7 +194,7 @@ def train(d: DSparkDrafter, train_seqs: list[SeqTensors], cfg: TrainConfig, ckpt
         step, hist = state["step"], [tuple(h) for h in state["hist"]]
         order = [int(i) for i in state.get("order", [])]  # the epoch's shuffle order not yet consumed
         log(f"resumed from {ckpt} at step {step}/{total}")
-    bar = tqdm(total=total, initial=step, desc="train drafter", unit="step", disable=not progress)
+    bar = progress_bar(total=total, leave=True, initial=step, desc="train drafter", unit="step", disable=not progress)
     t0 = time.perf_counter()
     d.train()
     while step < total:

@@ -26,70 +26,30 @@ sim/core/policies/hybrid.py), so `python -m sim.run --policy <that>` predicts th
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-from sim.core.drafters.calibration import DEFAULT_CALIBRATOR, calibrator_path
+from sim.core import settings
+from sim.core.drafters.calibration import calibrator_path
 from sim.core.drafters.ngram import NgramConfig
 from sim.infra.errors import ConfigError
-from sim.core.policies.hybrid import DEFAULT_METHOD, MAX_SLOTS, METHODS, NGRAM_MARGIN  # noqa: F401 (MAX_SLOTS: the plugin's bound)
-from sim.core.vllm import ADDITIONAL_CONFIG_KEY, RUNCAL_RANGE, check_runcal, plugin_spec  # noqa: F401 (defined beside the flags that carry it)
+from sim.core.policies.hybrid import MAX_SLOTS, PluginSettings, plugin_slots, plugin_spec  # noqa: F401 (MAX_SLOTS: the plugin's bound)
+from sim.core.vllm import ADDITIONAL_CONFIG_KEY
 SUPPORTED_VLLM = "0.33"  # major.minor the plugin is written against (vllm==0.33.x)
 
 _NG = NgramConfig()
 
 
-def _meta(help_text: str) -> dict:
-    return {"help": help_text}
-
-
 @dataclass(frozen=True)
-class HybridSpecConfig:
-    """The hybrid speculator's settings (units: tokens unless stated)."""
-
-    enabled: bool = field(default=True, metadata=_meta("run the hybrid (false: plain DSpark)"))
-    method: str = field(default=DEFAULT_METHOD, metadata=_meta(f"how the price lambda is found: {', '.join(METHODS)}"))
-    margin: float = field(default=NGRAM_MARGIN, metadata=_meta(
-        "expected tokens the n-gram chain must win by (0 = the pure price rule)"))
-    n_min: int = field(default=_NG.n_min, metadata=_meta("shortest suffix the n-gram drafter matches"))
-    n_max: int = field(default=_NG.n_max, metadata=_meta("longest suffix the n-gram drafter matches"))
-    ext_max: int = field(default=_NG.ext_max, metadata=_meta("cap on the extended match length (a calibrator feature)"))
-    calibrator: str = field(default=DEFAULT_CALIBRATOR, metadata=_meta(
-        "n-gram calibrator: a name under models/calibrators or a JSON path"))
-    online_window: int = field(default=256, metadata=_meta(
-        "steps between refreshes of the online n-gram acceptance statistics' host copy (0 = never)"))
-    slots: int = field(default=0, metadata=_meta(
-        "W: draft slots per request vLLM verifies; must equal num_speculative_tokens, at least DSpark's block "
-        f"and at most {MAX_SLOTS} (0 = num_speculative_tokens)"))
-    skip: bool = field(default=False, metadata=_meta(
-        "skip DSpark's block pass for a step when the n-gram chains alone pay more (the simulator's `hybrid` "
-        "rule, decided on the host from the last step's values); one rank only (docs/real.md, 'The skip')"))
-    runcal: float = field(default=0.0, metadata=_meta(
-        "online recalibration of both drafters' confidences: the prior precision k of one logit offset per drafter, "
-        "learnt on the device from every graded slot of the run (sim/core/drafters/recalibration.py, the simulator's "
-        f"runcal=k; 0 = off, else {RUNCAL_RANGE[0]:g} <= k <= {RUNCAL_RANGE[1]:g})"))
-    compile: bool = field(default=False, metadata=_meta(
-        "run the plugin's per-step work as compiled graphs (torch.compile at warm-up: observe and propose each one "
-        "fused kernel on the CPU); CPU build only (docs/real.md, 'A cheap step')"))
+class HybridSpecConfig(PluginSettings):
+    """The hybrid speculator's settings: the fields, types, defaults, help and ranges are the core's one declaration
+    (sim/core/policies/hybrid.py PluginSettings, which also says each one's counterpart in the simulator); this class
+    adds what only the engine checks against vLLM's launch (resolve_slots, check_vllm) and the calibrator file."""
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ConfigError(f"hybrid_spec.method must be one of {', '.join(METHODS)}, got {self.method!r}")
-        if not (isinstance(self.margin, (int, float)) and not isinstance(self.margin, bool)
-                and 0.0 <= float(self.margin) < float("inf")):
-            raise ConfigError(f"hybrid_spec.margin must be a finite number >= 0, got {self.margin!r}")
-        for name in ("n_min", "n_max", "ext_max", "online_window", "slots"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ConfigError(f"hybrid_spec.{name} must be a non-negative integer, got {v!r}")
-        for name in ("enabled", "skip", "compile"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"hybrid_spec.{name} must be true or false, got {getattr(self, name)!r}")
-        check_runcal(self.runcal, "hybrid_spec.runcal")
-        if self.slots > MAX_SLOTS:
-            raise ConfigError(f"hybrid_spec.slots must be at most {MAX_SLOTS} (0 = num_speculative_tokens), "
-                              f"got {self.slots}")
-        if not isinstance(self.calibrator, str) or not self.calibrator:
+        for f in dataclasses.fields(PluginSettings):
+            settings.check(PluginSettings, f.name, getattr(self, f.name), f"{ADDITIONAL_CONFIG_KEY}.{f.name}")
+        if not self.calibrator:
             raise ConfigError(f"hybrid_spec.calibrator must be a calibrator name or path, got {self.calibrator!r}")
         try:  # here, at start-up, not when the first worker builds its drafter
             calibrator_path(self.calibrator)
@@ -104,9 +64,7 @@ class HybridSpecConfig:
     def sim_policy(self) -> str:
         """The simulator's policy spec that predicts this engine (`hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip][:runcal=k]`;
         `:skip` is the twin of the plugin's skip: the same plan_skip decision, vLLM keeping its own budget)."""
-        return plugin_spec(None if self.method == DEFAULT_METHOD else self.method,
-                           None if float(self.margin) == NGRAM_MARGIN else self.margin, self.slots, self.skip,
-                           self.runcal)
+        return plugin_spec(dataclasses.asdict(self))
 
     @staticmethod
     def dspark_block(draft_hf_config, default: int) -> int:
@@ -124,16 +82,7 @@ class HybridSpecConfig:
     def resolve_slots(self, num_speculative_tokens: int, block: int) -> int:
         """W for a vLLM config with `num_speculative_tokens` and a DSpark drafter trained at `block`: one
         ConfigError naming the fix when slots disagrees with num_speculative_tokens or W < block."""
-        k = int(num_speculative_tokens)
-        if self.slots and self.slots != k:
-            raise ConfigError(f"hybrid_spec.slots = {self.slots} but --speculative-config has num_speculative_tokens "
-                              f"= {k}: vLLM sizes its buffers from num_speculative_tokens, so set it to {self.slots}")
-        if k < block:
-            raise ConfigError(f"num_speculative_tokens = {k} is smaller than DSpark's trained block ({block}): the "
-                              f"hybrid needs W >= {block} slots (DSpark drafts its whole block)")
-        if k > MAX_SLOTS:
-            raise ConfigError(f"num_speculative_tokens = {k}: the hybrid supports W <= {MAX_SLOTS} slots")
-        return k
+        return plugin_slots(self.slots, int(num_speculative_tokens), block)
 
     def to_additional_config(self) -> dict:
         """{"hybrid_spec": {...}}: what to pass as vLLM's additional_config (only non-default fields)."""

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from sim.api import console
-from sim.infra.progress import Heartbeat
+from sim.infra.progress import Heartbeat, progress_bar
 from sim.infra.paths import bundled
 from sim.infra.cli import ArgumentParser, check_out_dir, finite_float
 from sim.infra.fsio import atomic_dir, die_with_parent, forking_workers, out_guard, refuse_in_the_way
@@ -194,15 +193,15 @@ def deployment(s: SimSetup) -> Deployment:
     """What the verdict's `vllm serve` lines need from the run's setup (sim.core.deploy.Deployment)."""
     from sim.core.drafters.suffix import SuffixConfig
 
-    from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
-
     cal = NgramCalibrator.load(s.calibrator).cfg
     defaults = dataclasses.asdict(SuffixConfig())
     suffix = {**defaults, **drafter_settings(s.drafter_config).get("suffix", {})}
-    ng = NgramConfig()  # the plugin's n-gram defaults are the drafter's (real/vllm_plugin/config.py)
-    plugin_ngram = {} if s.calibrator == DEFAULT_CALIBRATOR else {
-        "calibrator": s.calibrator, **({"n_min": cal.n_min} if cal.n_min != ng.n_min else {}),
-        **({"n_max": cal.n_max} if cal.n_max != ng.n_max else {})}
+    # the plugin's n-gram settings (PluginSettings' sim="ngram" fields) are the run's calibrator's: written where
+    # they differ from the plugin's defaults
+    from sim.core.policies.hybrid import PluginSettings, plugin_fields
+
+    ours = {k: s.calibrator if k == "calibrator" else getattr(cal, k) for k in plugin_fields("ngram")}
+    plugin_ngram = {k: v for k, v in ours.items() if v != getattr(PluginSettings(), k)}
     target = get_llm(s.model).hf_id or s.model
     if Path(target).name == "config.json":  # a Hugging Face config.json given by path: vLLM serves its folder
         target = str(Path(target).parent)
@@ -241,7 +240,7 @@ def run_many(prep: Prepared, combos: list[tuple[str, int]], workers: int | None 
         with pool:
             it = pool.imap(_run_combo, [combos[i] for i in order], chunksize=1)
             done = []
-            for res in tqdm(it, total=len(combos), desc="runs", unit="run", disable=not progress, leave=False):
+            for res in progress_bar(it, total=len(combos), desc="runs", unit="run", disable=not progress, leave=False):
                 done.append(res)
                 if heartbeat is not None:
                     heartbeat.done()
@@ -370,11 +369,13 @@ def policy_list() -> str:
     """--help's closing list of every registered policy, its spelling and what it does (the policy registry's)."""
     import textwrap
 
-    from sim.core.policies import describe_policies
+    from sim.core.policies.registry import describe_settings, families
 
     lines = ["policies (--policy; the baseline is adaptive; the math: docs/design.md):"]
-    for usage, summary in describe_policies().items():
-        lines += [f"  {usage}", textwrap.fill(summary, 100, initial_indent=" " * 6, subsequent_indent=" " * 6)]
+    for fam in families().values():
+        lines += [f"  {fam.usage}", textwrap.fill(fam.summary, 100, initial_indent=" " * 6, subsequent_indent=" " * 6)]
+        lines += [textwrap.fill(d, 100, initial_indent=" " * 8, subsequent_indent=" " * 10)
+                  for d in describe_settings(fam)]  # each declared setting: its rule, default and help
     return "\n".join(lines)
 
 
@@ -461,7 +462,7 @@ def _run(a: argparse.Namespace, out: Path | None) -> int:
         block = load_drafter_profile(a.drafter).block
         for text in a.speculative_config:
             m = speculative_config(text, (calib.cfg.n_min, calib.cfg.n_max), block, plugin,
-                                   mtp_layers=get_llm(model).mtp_layers, target=model)
+                                   mtp_layers=get_llm(model).mtp_layers, target=model, ngram_ext_max=calib.cfg.ext_max)
             for note in m.notes:
                 print(f"note: {note}", file=sys.stderr)
             if m.ngram_k is not None:

@@ -45,7 +45,6 @@ from itertools import product
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
 
 from sim.api.setups import join_setups, setup_values
 from sim.core.config import WITH_SUFFIX
@@ -546,7 +545,7 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
               progress_every: float = 30.0) -> pd.DataFrame:
     """Run (or resume) the cells; write the results tables in `out`; return the results table. progress: a bar
     on a terminal, else a progress line every `progress_every` seconds (logs and pipes)."""
-    from sim.infra.progress import Heartbeat
+    from sim.infra.progress import Heartbeat, progress_bar
 
     out = Path(out)
     _PREP_CACHE.clear()  # tables of an earlier sweep in this process may come from files changed since
@@ -570,7 +569,7 @@ def run_sweep(cells: list[Cell], out: Path, workers: int | None = None, ray_addr
         todo.append((cid, c))
     n_cached = len(results)
     tty = sys.stderr.isatty()
-    bar = tqdm(total=len(ids), initial=n_cached, desc="cells", unit="cell", disable=not (progress and tty), smoothing=0.05)
+    bar = progress_bar(total=len(ids), leave=True, initial=n_cached, desc="cells", unit="cell", disable=not (progress and tty), smoothing=0.05)
     beat = Heartbeat("cells", len(ids), progress_every if progress and not tty else None)
     beat.done(n_cached)
     errors = []

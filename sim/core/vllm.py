@@ -394,32 +394,20 @@ def _int(cfg: dict, key: str) -> int | None:
     return v
 
 
-# hybrid_spec fields (real/vllm_plugin/config.py HybridSpecConfig) and what the simulator does with them
+# The plugin's settings (hybrid_spec) are declared once, with each one's counterpart in the simulator:
+# sim/core/policies/hybrid.py PluginSettings (imported where used: that module imports this one).
 PLUGIN_DRAFTERS = ("dspark", "ngram")  # the chains the plugin runs (real/vllm_plugin/hybrid.py)
-PLUGIN_MAPPED = ("enabled", "method", "margin", "slots", "skip", "runcal")
-# -> hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip][:runcal=k]
-RUNCAL_RANGE = (1e-3, 1e6)  # hybrid_spec.runcal's prior precision k [1 / logit^2], when on (0 = off)
-
-
-def check_runcal(value, where: str, off_ok: bool = True) -> float:
-    """The plugin's online-recalibration setting (hybrid_spec.runcal, hybrid-vllm's runcal=k): a number, 0 = off
-    (where off_ok), else a prior precision k in RUNCAL_RANGE; ConfigError naming `where` otherwise."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
-        ((off_ok and value == 0) or RUNCAL_RANGE[0] <= value <= RUNCAL_RANGE[1])
-    if not ok:
-        raise ConfigError(f"{where} must be {'0 (off) or ' if off_ok else ''}a prior precision in "
-                          f"{RUNCAL_RANGE[0]:g}..{RUNCAL_RANGE[1]:g}, got {value!r}")
-    return float(value)
-PLUGIN_IGNORED = ("online_window", "compile")  # how the plugin runs its step, not what it chooses
-PLUGIN_NGRAM = ("calibrator", "n_min", "n_max")  # the n-gram drafter's: must be the run's --calibrator and its range
 
 
 def plugin_settings(text: str | None) -> dict | None:
-    """vLLM's `--additional-config` JSON: its hybrid_spec object (the plugin's settings), or None when it has
-    none. ConfigError (one line) for bad JSON or a hybrid_spec field the simulator cannot map."""
+    """vLLM's `--additional-config` JSON: its hybrid_spec object (the plugin's settings, each checked by its
+    declaration, PluginSettings), or None when it has none. ConfigError (one line) for bad JSON, a field the plugin
+    does not have, or a bad value."""
     if text is None:
         return None
     from sim.infra.inputs import parse_json  # lazy, as speculative_config: the vLLM plugin loads this module
+    from sim.core.policies.hybrid import PluginSettings
+    from sim.core import settings
 
     cfg = parse_json(text, "--additional-config")
     if not isinstance(cfg, dict):
@@ -431,53 +419,39 @@ def plugin_settings(text: str | None) -> dict | None:
         body = {}
     if not isinstance(body, dict):
         raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY} must be a JSON object, got {body!r}")
-    unknown = sorted(set(body) - set(PLUGIN_MAPPED) - set(PLUGIN_IGNORED) - set(PLUGIN_NGRAM))
+    known = settings.setting_types(PluginSettings)
+    unknown = sorted(set(body) - set(known))
     if unknown:
-        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.{unknown[0]} has no counterpart in the "
-                          f"simulator (it maps {', '.join(PLUGIN_MAPPED + PLUGIN_NGRAM)})")
-    for name in ("enabled", "skip", "compile"):
-        if not isinstance(body.get(name, False), bool):
-            raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.{name} must be true or false")
-    for name in ("online_window", "n_min", "n_max", "slots"):
-        v = body.get(name, 0)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.{name} must be an integer >= 0, got {v!r}")
-    margin = body.get("margin", 0.0)
-    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not 0 <= margin < math.inf:
-        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.margin must be a finite number >= 0, "
-                          f"got {margin!r}")
-    check_runcal(body.get("runcal", 0), f"--additional-config: {ADDITIONAL_CONFIG_KEY}.runcal")
-    if not isinstance(body.get("method", ""), str) or not isinstance(body.get("calibrator", ""), str):
-        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.method and .calibrator must be strings")
-    return body
-
-
-def plugin_spec(method: str | None = None, margin: float | None = None, slots: int = 0, skip: bool = False,
-                runcal: float = 0) -> str:
-    """The `hybrid-vllm` spec of the plugin's settings (PLUGIN_MAPPED): `hybrid-vllm[:METHOD][:margin=M][:slots=W]
-    [:skip][:runcal=k]`, a setting left at None / 0 / False not written (the policy's default)."""
-    spec = "hybrid-vllm" + (f":{method}" if method else "")
-    spec += "" if margin is None else f":margin={float(margin):g}"
-    return spec + (f":slots={slots}" if slots else "") + (":skip" if skip else "") \
-        + (f":runcal={float(runcal):g}" if runcal else "")
+        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.{unknown[0]} is not a setting of the plugin "
+                          f"(it has {', '.join(known)})")
+    return {k: settings.check(PluginSettings, k, v, f"--additional-config: {ADDITIONAL_CONFIG_KEY}.{k}")
+            for k, v in body.items()}
 
 
 def _plugin_policy(body: dict, k: int | None, block: int) -> str:
     """The hybrid-vllm spec the plugin runs with the hybrid_spec settings `body` (plugin_settings': typed) at
     num_speculative_tokens `k`."""
-    slots = body.get("slots", 0)
-    if slots and k is not None and slots != k:
-        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.slots = {slots} but num_speculative_tokens "
-                          f"= {k}; vLLM sizes its buffers from num_speculative_tokens, so set it to {slots}")
-    if slots and k is None and slots != block:
-        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.slots = {slots} needs --speculative-config's "
-                          f"num_speculative_tokens = {slots} (vLLM otherwise sets it to DSpark's block, {block})")
-    w = slots or k or block
-    if w < block:
-        raise ConfigError(f"--speculative-config: num_speculative_tokens = {w} is below the DSpark drafter's block of "
-                          f"{block}; the plugin needs W >= {block}")
-    return plugin_spec(body.get("method"), body.get("margin"), w if w != block else 0, body.get("skip", False),
-                       body.get("runcal", 0))
+    from sim.core.policies.hybrid import plugin_slots, plugin_spec
+
+    try:
+        w = plugin_slots(body.get("slots", 0), k, block)
+    except ConfigError as exc:
+        raise ConfigError(f"--additional-config: {exc}") from None
+    return plugin_spec(dict(body, slots=w if w != block else 0))
+
+
+def _plugin_ngram(body: dict, ngram: dict) -> None:
+    """ConfigError unless the plugin's n-gram settings (PluginSettings' sim="ngram" fields) given in `body` are the
+    run's n-gram calibrator's (`ngram`: n_min, n_max, ext_max): the simulator's n-gram drafter is fitted per range."""
+    lo_hi = (body.get("n_min", ngram["n_min"]), body.get("n_max", ngram["n_max"]))
+    if lo_hi != (ngram["n_min"], ngram["n_max"]):
+        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.n_min/n_max = {lo_hi[0]}..{lo_hi[1]} "
+                          f"but the run's n-gram calibrator was fitted for {ngram['n_min']}..{ngram['n_max']} "
+                          "(--calibrator names the calibrator the plugin's hybrid_spec.calibrator loads)")
+    if body.get("ext_max", ngram["ext_max"]) != ngram["ext_max"]:
+        raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.ext_max = {body['ext_max']} but the run's "
+                          f"n-gram calibrator was fitted with ext_max {ngram['ext_max']} (a calibrator feature; "
+                          "--calibrator names the calibrator the plugin's hybrid_spec.calibrator loads)")
 
 
 def _lookup_range(lo: int | None, hi: int | None, ngram_range: tuple[int, int]) -> None:
@@ -494,9 +468,11 @@ def _lookup_range(lo: int | None, hi: int | None, ngram_range: tuple[int, int]) 
 
 
 def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int,
-                       plugin: dict | None = None, mtp_layers: int = 0, target: str = "") -> SpecMapping:
+                       plugin: dict | None = None, mtp_layers: int = 0, target: str = "",
+                       ngram_ext_max: int | None = None) -> SpecMapping:
     """Map vLLM's `--speculative-config` JSON onto a simulator policy. `ngram_range`: the (n_min, n_max) the
-    n-gram calibrator was fitted for; `model_block`: the DSpark profile's chain length; `plugin`: the
+    n-gram calibrator was fitted for (`ngram_ext_max` its ext_max; None: the n-gram drafter's default);
+    `model_block`: the DSpark profile's chain length; `plugin`: the
     hybrid_spec settings of --additional-config (plugin_settings), which turn DSpark with adaptive verification
     into the plugin's hybrid-vllm; `mtp_layers`: the target's MTP modules (LLMSpec.mtp_layers; method 'mtp' needs
     one), `target` its name for the errors. ConfigError (one line) for anything that cannot be mapped, naming the
@@ -568,11 +544,11 @@ def speculative_config(text: str, ngram_range: tuple[int, int], model_block: int
         if lo is not None or hi is not None:
             raise ConfigError("--speculative-config: prompt_lookup_min/max go with method 'ngram' only")
         if plugin is not None and plugin.get("enabled", True):
-            lo_hi = (plugin.get("n_min", ngram_range[0]), plugin.get("n_max", ngram_range[1]))
-            if lo_hi != tuple(ngram_range):
-                raise ConfigError(f"--additional-config: {ADDITIONAL_CONFIG_KEY}.n_min/n_max = {lo_hi[0]}..{lo_hi[1]} "
-                                  f"but the run's n-gram calibrator was fitted for {ngram_range[0]}..{ngram_range[1]} "
-                                  "(--calibrator names the calibrator the plugin's hybrid_spec.calibrator loads)")
+            if ngram_ext_max is None:
+                from sim.core.drafters.ngram import NgramConfig
+
+                ngram_ext_max = NgramConfig().ext_max
+            _plugin_ngram(plugin, {"n_min": ngram_range[0], "n_max": ngram_range[1], "ext_max": ngram_ext_max})
             return SpecMapping(_plugin_policy(plugin, k, model_block), notes=notes)
         if k is not None and k > model_block:
             raise ConfigError(f"--speculative-config: num_speculative_tokens={k} exceeds the DSpark drafter profile's "

@@ -91,7 +91,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import simpy
 import torch
-from tqdm import tqdm
+from sim.infra.progress import progress_bar
 
 from sim.core.cost.base import CostModel
 from sim.core.drafters.registry import chain_id
@@ -486,7 +486,7 @@ class Engine(HostHistory, LosslessChecks):
         env.process(self._arrivals(env, wake))
         env.process(self._engine(env, wake))
         if self.progress:
-            self._bar = tqdm(total=self.n, desc=f"{self.policy.name} bs={self.cfg.batch_size}", unit="req", leave=False)
+            self._bar = progress_bar(total=self.n, desc=f"{self.policy.name} bs={self.cfg.batch_size}", unit="req", leave=False)
         threads = torch.get_num_threads()
         if self.single_thread:
             torch.set_num_threads(1)  # tiny per-step tensors: more threads only add wake-ups and contention

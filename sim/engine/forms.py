@@ -15,14 +15,16 @@ Two kinds of definition have fast forms:
     drafter sets the harness checks it over, and registered beside the two-drafter form of the same family.
 
 HYBRIDSPEC_REFERENCE_ENGINE=1 makes every engine step run as defined; HYBRIDSPEC_REFERENCE_POLICIES=1 every
-policy (sim.engine.policy_fast.sim_form). This module imports nothing of the project: the engine, its fast paths
-and the policy forms all import it.
+policy (sim.engine.policy_fast.sim_form). This module imports only the registry idiom (sim/infra/registry.py) of the
+project: the engine, its fast paths and the policy forms all import it.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional
+
+from sim.infra.registry import Registry
 
 # The fast engine forms (marks on Engine methods).
 NATIVE_STEP = "native-step"    # sim.engine.native_step.NativeStep: the step's bookkeeping in C, before and after the policy
@@ -96,7 +98,7 @@ class PolicyForm:
     drafters: tuple = ()
 
 
-_POLICY_FORMS: Dict[str, PolicyForm] = {}
+_POLICY_FORMS: Registry[PolicyForm] = Registry("fast form of the policy family")
 
 
 def policy_form(family: str, definition: Callable, specs: tuple, drafters: tuple = ()):
@@ -108,13 +110,8 @@ def policy_form(family: str, definition: Callable, specs: tuple, drafters: tuple
         raise ValueError(f"fast form of '{family}': specs must name the family, got {specs}")
     key = _key(family, bool(drafters))
 
-    def deco(build: Callable) -> Callable:
-        if key in _POLICY_FORMS:
-            raise RuntimeError(f"two fast forms of the policy family '{key}'")
-        _POLICY_FORMS[key] = PolicyForm(family, build, definition, tuple(specs), tuple(drafters))
-        return build
-
-    return deco
+    return _POLICY_FORMS.register(key, lambda build: PolicyForm(family, build, definition, tuple(specs),
+                                                                 tuple(drafters)))
 
 
 def _key(family: str, over_drafters: bool) -> str:

@@ -66,12 +66,13 @@ class _Lines:
 
 
 def progress_bar(iterable=None, *, total: int | None = None, desc: str = "", unit: str = "it", disable: bool = False,
-                 every_s: float = 30.0, stream=None):
-    """tqdm on a terminal; on a log or a pipe, the same progress as plain lines at most every `every_s` seconds."""
+                 every_s: float = 30.0, stream=None, leave: bool = False, **kw):
+    """tqdm on a terminal; on a log or a pipe, the same progress as plain lines at most every `every_s` seconds. The
+    one place the project makes a progress bar (other keywords, initial= or smoothing=, go to tqdm)."""
     from tqdm import tqdm
 
     stream = stream or sys.stderr
     tty = hasattr(stream, "isatty") and stream.isatty()
-    return tqdm(iterable, total=total, desc=desc, unit=unit, disable=disable, leave=False,
+    return tqdm(iterable, total=total, desc=desc, unit=unit, disable=disable, leave=leave,
                 file=stream if tty else _Lines(stream), mininterval=0.1 if tty else every_s,
-                dynamic_ncols=tty, ascii=not tty)
+                dynamic_ncols=tty, ascii=not tty, **kw)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from sim.core import settings
 from sim.core.deploy import DRAFTER_CHECKPOINTS, SERVE_ENV
 from sim.infra.errors import ConfigError
 from real.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, HybridSpecConfig
@@ -350,7 +351,7 @@ def split_policy(policy: str) -> tuple[str, dict[str, Any]]:
     if parts and name != HYBRID:
         raise ConfigError(f"policy '{policy}': only {HYBRID} takes settings (HybridSpecConfig fields; {NGRAM} takes K: "
                           f"{NGRAM}:32)")
-    kinds = {f.name: type(f.default) for f in dataclasses.fields(HybridSpecConfig)}
+    kinds = settings.setting_types(HybridSpecConfig)  # the plugin's one declaration (PluginSettings)
     over: dict[str, Any] = {}
     for part in parts:
         key, eq, raw = part.partition("=")
@@ -358,16 +359,12 @@ def split_policy(policy: str) -> tuple[str, dict[str, Any]]:
             raise ConfigError(f"policy '{policy}': '{key}' is not a hybrid setting (known: {', '.join(kinds)})")
         if key in over:
             raise ConfigError(f"policy '{policy}': '{key}' is given twice")
-        kind = kinds[key]
+        if not eq and kinds[key] is not bool:
+            raise ConfigError(f"policy '{policy}': {key} needs a value ({key}=V, V {settings.rule(HybridSpecConfig, key)})")
         try:
-            if kind is bool:
-                if eq and raw not in ("true", "false", "1", "0"):
-                    raise ValueError
-                over[key] = not eq or raw in ("true", "1")
-            else:
-                over[key] = kind(raw)
-        except ValueError:
-            raise ConfigError(f"policy '{policy}': {key} must be a {kind.__name__}, got {raw!r}") from None
+            over[key] = settings.parse_text(HybridSpecConfig, key, raw if eq else "true", key)
+        except ConfigError as exc:
+            raise ConfigError(f"policy '{policy}': {exc}") from None
     if over:
         try:
             HybridSpecConfig(**over)

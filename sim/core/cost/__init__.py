@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable
 
 from sim.core.cost.base import CostModel
 from sim.core.cost.config import CostConfig
@@ -29,24 +29,19 @@ from sim.core.cost.profiled import (MACHINE_IDENTITY_KEYS, CostTable, ProfiledCo
                                tables_from_cost_model, vllm_capture_sizes, write_cost_table)
 from sim.core.cost.roofline import RooflineCost
 from sim.infra.errors import ConfigError
+from sim.infra.registry import Registry
 from sim.core.models import DEFAULT_GPU, DEFAULT_LLM
 
 DEFAULT_COST_KIND = "roofline"
 
-_KINDS: Dict[str, Callable[..., CostModel]] = {}
+_KINDS: Registry[Callable[..., CostModel]] = Registry("cost model")
 
 
 def cost_kind(name: str):
-    """Decorator: register `build(llm, gpu, **kw) -> CostModel` as the cost-model kind `name` (`--cost NAME`).
-    `build` validates its own arguments and raises ConfigError (one line) on a bad one."""
-
-    def deco(build: Callable[..., CostModel]) -> Callable[..., CostModel]:
-        if name in _KINDS:
-            raise RuntimeError(f"cost model kind '{name}' registered twice")
-        _KINDS[name] = build
-        return build
-
-    return deco
+    """Decorator: register `build(llm, gpu, **kw) -> CostModel` as the cost-model kind `name` (`--cost NAME`; the one
+    registry idiom, sim/infra/registry.py). `build` validates its own arguments and raises ConfigError (one line) on a
+    bad one."""
+    return _KINDS.register(name)
 
 
 def cost_kinds() -> tuple[str, ...]:
@@ -102,10 +97,7 @@ def make_cost_model(kind: str = DEFAULT_COST_KIND, llm: str = DEFAULT_LLM, gpu: 
     """Build a cost model by kind name (the registry: cost_kind); ConfigError for unknown kinds, names or
     impossible configs."""
     k = kind.strip().lower() if isinstance(kind, str) else kind
-    build = _KINDS.get(k)
-    if build is None:
-        raise ConfigError(f"unknown cost model '{kind}'; choose one of: {', '.join(cost_kinds())}")
-    return build(llm, gpu, **kw)
+    return _KINDS.lookup(k)(llm, gpu, **kw)  # an unknown kind: one line naming the registered ones
 
 
 __all__ = ["CostModel", "CostConfig", "RooflineCost", "ProfiledCost", "CostTable", "StepTable", "make_cost_model",

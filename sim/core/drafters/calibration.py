@@ -31,7 +31,6 @@ from scipy.special import expit
 
 from sim.core.drafters.ngram import NgramConfig, NgramTable
 from sim.infra.errors import ConfigError
-from sim.core.models import read_json_object
 from sim.infra import paths
 
 CALIBRATOR_DIR = paths.MODELS / "calibrators"  # a checkout's models/, or the copy an installed wheel ships
@@ -149,6 +148,8 @@ class NgramCalibrator:
     @classmethod
     def load(cls, name_or_path: str | Path = DEFAULT_CALIBRATOR) -> "NgramCalibrator":
         p = calibrator_path(name_or_path)
+        from sim.core.models import read_json_object  # lazy: the vLLM plugin loads this module, not the model specs
+
         raw = read_json_object(p, "n-gram calibrator")
         if tuple(raw.get("knots", ())) != KNOTS or raw.get("features") != FEATURE_SET:
             raise ConfigError(f"calibrator {p} was fitted with another feature set; refit with python -m sim.calibrate")

@@ -35,6 +35,7 @@ import numpy as np
 from sim.core.drafters.settings import setting_flag, setting_types, settings_from
 from sim.core.drafters.suffix import LiveSuffixDrafter, SuffixCalibrator, SuffixConfig, check_memory
 from sim.infra.errors import ConfigError
+from sim.infra.registry import Registry
 
 DEFAULT_DRAFTERS = ("dspark", "ngram")
 
@@ -84,13 +85,13 @@ class DrafterSpec:
     memory: Optional[Callable[..., None]] = None  # (settings, contexts, outputs, batch) -> None or ConfigError
 
 
-_REGISTRY: Dict[str, DrafterSpec] = {}
+_REGISTRY: Registry[DrafterSpec] = Registry("drafter", unique=lambda spec: spec.chain)  # a chain id is one drafter's
 
 
 def register_drafter(spec: DrafterSpec) -> None:
-    if spec.name in _REGISTRY or any(s.chain == spec.chain for s in _REGISTRY.values()):
-        raise RuntimeError(f"drafter '{spec.name}' (chain {spec.chain}) registered twice")
-    _REGISTRY[spec.name] = spec
+    """Register `spec` under its name (the one registry idiom, sim/infra/registry.py); RuntimeError when its name or
+    its chain id is taken."""
+    _REGISTRY.add(spec.name, spec)
 
 
 def drafters() -> Dict[str, DrafterSpec]:

@@ -1,5 +1,6 @@
-"""A drafter's settings: a frozen dataclass whose fields declare their type, default, help and bounds, from which the
-registry makes every command's flags and the one check of a value (sim/core/drafters/registry.py).
+"""A drafter's settings: a frozen dataclass whose fields declare their type, default, help and bounds (the core's
+one declaration, sim/core/settings.py `setting`), from which the registry makes the flags and the one check of a
+value (sim/core/drafters/registry.py). This module only names a drafter's settings as its flags do.
 
     @dataclass(frozen=True)
     class SuffixSettings:
@@ -8,21 +9,16 @@ registry makes every command's flags and the one check of a value (sim/core/draf
 A run carries every drafter's settings as one canonical JSON object, {"drafter": {"setting": value}} (the
 `drafter_config` field of sim/core/config.py's DrafterConfig), so a setting is declared once, in the drafter's own
 module. A drafter named D with a setting `max_depth` gets the flags `--D-max-depth VALUE` (one setting) and
-`--D-config JSON` (several at once) on every command that takes the config's flags (sim.run, real/validate.py).
+`--D-config JSON` (several at once) on every command that takes DrafterConfig's flags (sim.run; real/validate.py
+takes --drafters only, each drafter at its declared defaults).
 """
 from __future__ import annotations
 
-import dataclasses
-import math
-import typing
 from typing import Any
 
+from sim.core import settings as _settings
+from sim.core.settings import setting, setting_types  # noqa: F401 (the drafters' import of the declaration)
 from sim.infra.errors import ConfigError
-
-
-def setting(default: Any, help: str, *, lo: float | None = None, hi: float | None = None) -> Any:
-    """A settings field: `default`, the help text, and the allowed range [lo, hi] (either may be None)."""
-    return dataclasses.field(default=default, metadata={"help": help, "lo": lo, "hi": hi})
 
 
 def setting_flag(drafter: str, name: str) -> str:
@@ -30,37 +26,10 @@ def setting_flag(drafter: str, name: str) -> str:
     return f"--{drafter}-{name.replace('_', '-')}"
 
 
-def setting_types(cls) -> dict[str, type]:
-    """name -> int, float, bool or str of every field of a settings class."""
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
-
-
 def check_value(drafter: str, cls, name: str, value: Any) -> Any:
     """`value` of setting `name` as its declared type, or ConfigError (one line, naming the flag) when it is of
     another type or out of its range. An int is accepted for a float setting."""
-    typ = setting_types(cls)[name]
-    meta = next(f for f in dataclasses.fields(cls) if f.name == name).metadata
-    where = f"{setting_flag(drafter, name)}"
-    if typ is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return value
-    if typ is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
-    elif typ is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ConfigError(f"{where} must be a finite number, got {value!r}")
-        value = float(value)
-    elif not isinstance(value, typ):
-        raise ConfigError(f"{where} must be a {typ.__name__}, got {value!r}")
-    lo, hi = meta.get("lo"), meta.get("hi")
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        span = f"in {lo:g}..{hi:g}" if lo is not None and hi is not None else f">= {lo:g}" if lo is not None \
-            else f"<= {hi:g}"
-        raise ConfigError(f"{where} must be {span}, got {value!r}")
-    return value
+    return _settings.check(cls, name, value, setting_flag(drafter, name))
 
 
 def settings_from(drafter: str, cls, values: dict):

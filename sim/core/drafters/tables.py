@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm import tqdm
+from sim.infra.progress import progress_bar
 
 from sim.core.drafters.calibration import NgramCalibrator
 from sim.core.drafters.model import ModelDrafterProfile, chain_tokens, request_seed, synth_model_chains
@@ -148,7 +148,7 @@ def build_draft_tables(
     parts: dict[str, list] = {k: [] for k in ROW_COLUMNS + ("tokens",)}
     out_len, prompt_len, length_only = [], [], []
     replayed = 0
-    it = tqdm(requests, desc="draft tables", unit="req", disable=not progress, leave=False)
+    it = progress_bar(requests, desc="draft tables", unit="req", disable=not progress, leave=False)
     for req in it:
         rows = request_rows(req, ngram_cfg, profile, calibrator, seed, recorded)
         replayed += bool(recorded is not None and req.output_ids is not None and req.id in recorded)

@@ -35,7 +35,6 @@ from typing import List
 
 import torch
 
-from sim.core.drafters.acceptance_estimator import EstimatorState, estimated
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.core.policies.common import (CHAIN_MODEL, best_budget, early_stop_budget, finish, rank_scores,
                                  survival, top_b_counts)
@@ -71,11 +70,15 @@ def alloc_adaptive(batch: StepBatch) -> Allocation:
 
 def plan_online(view: HostView) -> Plan:
     """Host phase of `adaptive:online`: plan_adaptive on the estimator's predictions (the view's coefficients)."""
+    from sim.core.drafters.acceptance_estimator import estimated  # lazy: the vLLM plugin loads this module only
+
     return plan_adaptive(estimated(view))
 
 
 def allocate_online(batch: StepBatch, plan: Plan) -> Allocation:
     """Device phase of `adaptive:online`: allocate_adaptive on the estimator's predictions."""
+    from sim.core.drafters.acceptance_estimator import estimated
+
     return allocate_adaptive(estimated(batch), plan)
 
 
@@ -112,6 +115,8 @@ def _adaptive_plain(params: List[str]) -> Policy:
         return Policy("adaptive", alloc_adaptive, uses_model=True, uses_ngram=False, plan_fn=plan_adaptive,
                       alloc_fn=allocate_adaptive, vllm=VllmRun("dspark", adaptive=True))
     if params == ["online"]:
+        from sim.core.drafters.acceptance_estimator import EstimatorState
+
         return Policy("adaptive:online", alloc_online, uses_model=True, uses_ngram=False, plan_fn=plan_online,
                       alloc_fn=allocate_online, online=EstimatorState,
                       vllm=VllmRun("eagle", adaptive=True, estimator=True))

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from typing import List
 
 import torch
@@ -74,8 +75,12 @@ from sim.core.policies.adaptive import alloc_adaptive
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.core.policies.common import (CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, count_above, finish,
                                  goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
-from sim.core.policies.registry import Policy, parse_float, parse_int, register, split_table, with_table
-from sim.core.vllm import VllmRun, check_runcal
+from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
+from sim.core.drafters.ngram import NgramConfig
+from sim.core.policies.registry import (Policy, TableOption, parse_spec, register, spec_name, spec_usage, spec_written,
+                                        split_option, with_table)
+from sim.core.settings import setting
+from sim.core.vllm import VllmRun
 from sim.infra.errors import ConfigError
 
 METHODS = ("model-opt", "fixed-point", "sweep")
@@ -94,6 +99,139 @@ MAX_SLOTS = 64
 FORECAST_RULES = {"avg": lambda last, mean: 0.5 * (last + mean), "min": torch.minimum,
               "mean": lambda last, mean: mean, "stale": lambda last, mean: last}
 FORECASTS = tuple(FORECAST_RULES)  # the first is the default
+RUNCAL_RANGE = (1e-3, 1e6)  # the plugin's runcal=k, prior precision k [1 / logit^2], when on (0 = off)
+_NG = NgramConfig()
+
+# ---- The families' settings, declared once (sim/core/settings.py): the spec grammar, its usage, its errors and the
+# canonical names are made from these (registry.parse_spec, spec_usage, spec_name).
+_METHOD_HELP = "how the price lambda is found"
+_MARGIN_HELP = "expected tokens the n-gram chain must win by (0 = the pure price rule)"
+
+
+@dataclass(frozen=True)
+class HybridSettings:
+    """`hybrid`'s own settings (its options recal/runcal/table: RecalOptions, TableOption)."""
+
+    method: str = setting(DEFAULT_METHOD, _METHOD_HELP, choices=METHODS, positional=True, metavar="METHOD")
+    margin: float = setting(NGRAM_MARGIN, _MARGIN_HELP, lo=0.0, metavar="M")
+    hyst: float = setting(0.0, "expected tokens by which skipping the model drafter's pass must win (makes skipping "
+                               "harder)", lo=0.0, metavar="H")
+    forecast: str = setting(FORECASTS[0], "the host's forecast of a request's n-gram chain from its last and mean "
+                                          "proposals", choices=FORECASTS, metavar="F")
+
+
+@dataclass(frozen=True)
+class HybridPriceSettings:
+    """`hybrid-price`'s own settings (its options: RecalOptions, TableOption)."""
+
+    method: str = setting(DEFAULT_METHOD, _METHOD_HELP, choices=METHODS, positional=True, metavar="METHOD")
+    current: bool = setting(False, "no stale budget: admit the current lambda-prefixes (idealised)")
+    margin: float = setting(NGRAM_MARGIN, _MARGIN_HELP, lo=0.0, metavar="M")
+
+
+@dataclass(frozen=True)
+class RecalOptions:
+    """The online recalibration options of `hybrid` and `hybrid-price` (with_recal): one or the other."""
+
+    recal: float = setting(None, "online recalibration of the drafters' confidences from each request's outcomes, "
+                                 "prior precision k", lo=0.0, strict=True, metavar="k")
+    runcal: float = setting(None, "the same with one offset per drafter learnt from every request of the run",
+                            lo=0.0, strict=True, metavar="k", alt="recal")
+
+
+# What a plugin setting is in the simulator (PluginSettings' `sim`): every field has one, or the plugin refuses to
+# load it (tests/test_plugin_settings.py).
+SIM_COUNTERPARTS = {
+    "option": "the hybrid-vllm spec option of the same name (--policy hybrid-vllm:NAME=V)",
+    "ngram": "the n-gram drafter's setting: must be the run's n-gram calibrator's (--calibrator)",
+    "switch": "turns the plugin on (false: vLLM runs plain DSpark with adaptive verification: policy adaptive)",
+    "engine_only": "how the plugin runs its step, not what it chooses: no effect on what the simulator predicts",
+}
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    """The vLLM plugin's settings (vLLM's --additional-config '{"hybrid_spec": {...}}'; units: tokens unless stated),
+    declared once: real/vllm_plugin/config.py's HybridSpecConfig is this class, sim.core.vllm.plugin_settings reads
+    --additional-config by it, the `hybrid-vllm` spec's options are its `sim="option"` fields (plugin_spec), and
+    real/validate.py's `hybrid:FIELD=V` parses it. `sim`: its counterpart in the simulator (SIM_COUNTERPARTS)."""
+
+    enabled: bool = setting(True, "run the hybrid (false: plain DSpark)", sim="switch")
+    method: str = setting(DEFAULT_METHOD, _METHOD_HELP, choices=METHODS, positional=True, metavar="METHOD",
+                          sim="option")
+    margin: float = setting(NGRAM_MARGIN, _MARGIN_HELP, lo=0.0, metavar="M", sim="option")
+    n_min: int = setting(_NG.n_min, "shortest suffix the n-gram drafter matches", lo=1, sim="ngram")
+    n_max: int = setting(_NG.n_max, "longest suffix the n-gram drafter matches", lo=1, sim="ngram")
+    ext_max: int = setting(_NG.ext_max, "cap on the extended match length (a calibrator feature)", lo=0, sim="ngram")
+    calibrator: str = setting(DEFAULT_CALIBRATOR, "n-gram calibrator: a name under models/calibrators or a JSON path",
+                              sim="ngram")
+    online_window: int = setting(256, "steps between refreshes of the online n-gram acceptance statistics' host copy "
+                                      "(0 = never)", lo=0, sim="engine_only")
+    slots: int = setting(0, "W: draft slots per request vLLM verifies; must equal num_speculative_tokens, at least "
+                            "DSpark's block", lo=1, hi=MAX_SLOTS, off=0, off_means="num_speculative_tokens",
+                         metavar="W", sim="option")
+    skip: bool = setting(False, "skip DSpark's block pass for a step when the n-gram chains alone pay more (the "
+                                "simulator's `hybrid` rule, decided on the host from the last step's values); one rank "
+                                "only (docs/real.md, 'The skip')", sim="option")
+    runcal: float = setting(0.0, "online recalibration of both drafters' confidences: the prior precision k of one "
+                                 "logit offset per drafter, learnt on the device from every graded slot of the run "
+                                 "(sim/core/drafters/recalibration.py)", lo=RUNCAL_RANGE[0], hi=RUNCAL_RANGE[1],
+                            off=0, what="a prior precision", metavar="k", sim="option")
+    compile: bool = setting(False, "run the plugin's per-step work as compiled graphs (torch.compile at warm-up: "
+                                   "observe and propose each one fused kernel on the CPU); CPU build only "
+                                   "(docs/real.md, 'A cheap step')", sim="engine_only")
+
+
+def check_counterparts(cls) -> None:
+    """TypeError unless every field of the plugin's declaration `cls` names its counterpart in the simulator
+    (`sim=`, a SIM_COUNTERPARTS key), an `option` one being a setting hybrid-vllm's spec can spell (not a str
+    without choices): a plugin field the simulator would not know what to do with is refused where it is declared."""
+    bad = [f.name for f in dataclasses.fields(cls) if f.metadata.get("sim") not in SIM_COUNTERPARTS]
+    if bad:
+        raise TypeError(f"plugin setting(s) {', '.join(bad)}: declare the simulator's counterpart, sim= one of "
+                        f"{', '.join(SIM_COUNTERPARTS)} (sim/core/policies/hybrid.py)")
+
+
+check_counterparts(PluginSettings)
+
+
+def plugin_fields(sim: str) -> tuple:
+    """The plugin settings whose counterpart is `sim` (a SIM_COUNTERPARTS key), in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(PluginSettings) if f.metadata["sim"] == sim)
+
+
+PLUGIN_OPTIONS = plugin_fields("option")  # the hybrid-vllm spec's options
+
+
+def plugin_slots(slots: int, k: int | None, block: int) -> int:
+    """W, the draft slots per request vLLM verifies with the plugin, from hybrid_spec.slots (0: num_speculative_tokens),
+    vLLM's num_speculative_tokens `k` (None: not given, so vLLM sets it to DSpark's block) and DSpark's trained
+    `block`: the one check of slots against a launch, for the plugin at start-up (HybridSpecConfig.resolve_slots) and
+    for --additional-config beside --speculative-config (sim.core.vllm). ConfigError (one line naming the fix)."""
+    if slots and k is not None and slots != k:
+        raise ConfigError(f"hybrid_spec.slots = {slots} but --speculative-config has num_speculative_tokens = {k}: "
+                          f"vLLM sizes its buffers from num_speculative_tokens, so set it to {slots}")
+    if slots and k is None and slots != block:
+        raise ConfigError(f"hybrid_spec.slots = {slots} needs --speculative-config's num_speculative_tokens = {slots} "
+                          f"(vLLM otherwise sets it to DSpark's block, {block})")
+    w = k if k is not None else slots or block
+    if w < block:
+        raise ConfigError(f"num_speculative_tokens = {w} is smaller than DSpark's trained block ({block}): the hybrid "
+                          f"needs W >= {block} slots (DSpark drafts its whole block)")
+    if w > MAX_SLOTS:
+        raise ConfigError(f"num_speculative_tokens = {w}: the hybrid supports W <= {MAX_SLOTS} slots")
+    return w
+
+
+def plugin_spec(values) -> str:
+    """The `hybrid-vllm` spec that predicts the plugin run with the settings `values` (a mapping of some
+    PluginSettings fields): every option field not at its default (a default METHOD not written)."""
+    given = {k: values[k] for k in PLUGIN_OPTIONS if k in values and values[k] != _default(k)}
+    return spec_name("hybrid-vllm", PluginSettings, given)
+
+
+def _default(name: str):
+    return next(f.default for f in dataclasses.fields(PluginSettings) if f.name == name)
 
 
 class Chains:
@@ -466,26 +604,22 @@ def alloc_hybrid_vllm_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_M
 
 
 def split_recal(params: List[str], key: str = "recal") -> tuple[List[str], float | None]:
-    """The `recal=k` option (or `KEY=k`; anywhere in the parameters) and the other parameters; ValueError unless
-    k > 0."""
-    rest, k = [], None
-    for p in params:
-        if p.startswith(key + "="):
-            k = parse_float(p[len(key) + 1:], f"{key} (the prior precision)", strict=True)
-        else:
-            rest.append(p)
-    return rest, k
+    """The `recal=k` option (or `runcal=k`: `key`; anywhere in the parameters; RecalOptions) and the other
+    parameters; ValueError unless k > 0."""
+    keys = {key}
+    mine = [p for p in params if p.partition("=")[0] in keys and "=" in p]
+    return [p for p in params if p not in mine], parse_spec("policy", RecalOptions, mine).get(key)
 
 
 def split_options(params: List[str]):
-    """The options `hybrid` and `hybrid-price` share (over two drafters or any): recal=k (per-request online
-    recalibration), runcal=k (one offset per drafter for the run; not with recal), table=T; returns the other
-    parameters and the function that applies the options to the plain policy. ValueError if bad."""
-    params, k = split_recal(params)
-    params, k_run = split_recal(params, "runcal")
-    if k is not None and k_run is not None:
-        raise ValueError("recal (per request) and runcal (per run) are alternatives: give one")
-    params, step = split_table(params)
+    """The options `hybrid` and `hybrid-price` share (over two drafters or any), read by their declarations
+    (RecalOptions, TableOption): recal=k (per-request online recalibration), runcal=k (one offset per drafter for
+    the run; not with recal), table=T; returns the other parameters and the function that applies the options to
+    the plain policy. ValueError if bad."""
+    params, opts = split_option(RecalOptions, params)
+    params, table = split_option(TableOption, params)
+    k, k_run = opts.get("recal"), opts.get("runcal")
+    step = table.get("table", TableOption.table) == "step"
     return params, lambda pol: with_table(with_recal(pol, k if k_run is None else k_run, shared=k_run is not None),
                                           step)
 
@@ -518,82 +652,51 @@ def with_recal(pol: Policy, k: float | None, shared: bool = False) -> Policy:
 
 
 def parse_hybrid(params: List[str]) -> tuple[str, float, float, str, bool]:
-    """`hybrid`'s parameters: (method, margin, hysteresis, forecast, method given); ValueError if bad."""
-    method, margin, hyst, forecast = DEFAULT_METHOD, NGRAM_MARGIN, 0.0, FORECASTS[0]
-    rest = list(params)
-    while rest and rest[-1].split("=")[0] in ("margin", "hyst", "forecast"):
-        key, _, val = rest.pop().partition("=")
-        if key == "margin":
-            margin = parse_float(val, "margin")
-        elif key == "hyst":
-            hyst = parse_float(val, "hyst")
-        elif val not in FORECASTS:
-            raise ValueError(f"forecast must be one of {', '.join(FORECASTS)}, got '{val}'")
-        else:
-            forecast = val
-    if len(rest) > 1 or (rest and rest[0] not in METHODS):
-        raise ValueError(f"'hybrid' takes [METHOD][:margin=M][:hyst=H][:forecast=F], METHOD in {', '.join(METHODS)}")
-    if rest:
-        method = rest[0]
-    return method, margin, hyst, forecast, bool(rest)
+    """`hybrid`'s parameters (HybridSettings; its options split off): (method, margin, hysteresis, forecast, method
+    given); ValueError if bad."""
+    given = parse_spec("hybrid", HybridSettings, params)
+    v = HybridSettings(**given)
+    return v.method, v.margin, v.hyst, v.forecast, "method" in given
 
 
-@register("hybrid", "hybrid[:METHOD][:margin=M][:hyst=H][:forecast=F][:recal=k|:runcal=k][:table=T]",
+@register("hybrid", spec_usage("hybrid", HybridSettings) + spec_usage("", RecalOptions) + spec_usage("", TableOption),
           "the default hybrid: hybrid-price that also prices the model drafter's pass and skips it for a step "
-          f"when host-known values say the step earns more without it; F in {', '.join(FORECASTS)} "
-          f"(default {FORECASTS[0]}), H >= 0 makes skipping harder (default 0); recal=k: online recalibration "
-          "of the drafters' confidences from each request's outcomes, prior precision k > 0 (off by default); "
-          "runcal=k: the same with one offset per drafter learnt from every request of the run; "
-          "table=step: price verify slots with the step's own verify table, not vLLM's start-up profile "
-          "(T in startup, step; default startup)", adaptive_verification=True)
+          "when host-known values say the step earns more without it; recal=k or runcal=k: online recalibration "
+          "(per request or per run), table=step: price verify slots with the step's own verify table",
+          adaptive_verification=True, settings=(HybridSettings, RecalOptions, TableOption))
 def _hybrid(params: List[str]) -> Policy:
     params, wrap = split_options(params)
     return wrap(_hybrid_plain(params))
 
 
 def _hybrid_plain(params: List[str]) -> Policy:
-    method, margin, hyst, forecast, given = parse_hybrid(params)
-    rest = [method] if given else []
-    name = ("hybrid" + (f":{method}" if rest else "") + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}")
-            + ("" if hyst == 0.0 else f":hyst={hyst:g}") + ("" if forecast == FORECASTS[0] else f":forecast={forecast}"))
+    method, margin, hyst, forecast, _ = parse_hybrid(params)
+    name = spec_name("hybrid", HybridSettings, parse_spec("hybrid", HybridSettings, params))
     return Policy(name, lambda b: price_skip(b, method, margin, hyst, forecast), uses_model=True, uses_ngram=True,
                   plan_fn=lambda v: plan_skip(v, method, margin, hyst, forecast),
                   alloc_fn=lambda b, p: allocate_skip(b, p, method, margin))
 
 
 def parse_hybrid_price(params: List[str]) -> tuple[str, bool, float, bool]:
-    """`hybrid-price`'s parameters: (method, current, margin, method given); ValueError if bad."""
-    method, current, margin = DEFAULT_METHOD, False, NGRAM_MARGIN
-    rest = list(params)
-    if rest and rest[-1].startswith("margin="):
-        margin = parse_float(rest.pop()[len("margin="):], "margin")
-    if rest and rest[-1] == "current":
-        current = True
-        rest.pop()
-    if len(rest) > 1:
-        raise ValueError("'hybrid-price' takes [METHOD][:current][:margin=M]")
-    if rest:
-        if rest[0] not in METHODS:
-            raise ValueError(f"unknown lambda method '{rest[0]}' (one of {', '.join(METHODS)})")
-        method = rest[0]
-    return method, current, margin, bool(rest)
+    """`hybrid-price`'s parameters (HybridPriceSettings; its options split off): (method, current, margin, method
+    given); ValueError if bad."""
+    given = parse_spec("hybrid-price", HybridPriceSettings, params)
+    v = HybridPriceSettings(**given)
+    return v.method, v.current, v.margin, "method" in given
 
 
-@register("hybrid-price", "hybrid-price[:METHOD][:current][:margin=M][:recal=k|:runcal=k][:table=T]",
-          f"the seed's price per verified slot over both chains; METHOD in {', '.join(METHODS)} "
-          f"(default {DEFAULT_METHOD}); ':current' = no stale budget (idealised); margin M in expected tokens "
-          f"the n-gram chain must win by (default {NGRAM_MARGIN}; 0 = the pure price rule); recal=k, runcal=k, table=T: as "
-          "hybrid's", adaptive_verification=True)
+@register("hybrid-price", spec_usage("hybrid-price", HybridPriceSettings) + spec_usage("", RecalOptions)
+          + spec_usage("", TableOption),
+          "the seed's price per verified slot over both chains; recal=k, runcal=k, table=T: as "
+          "hybrid's", adaptive_verification=True, settings=(HybridPriceSettings, RecalOptions, TableOption))
 def _hybrid_price(params: List[str]) -> Policy:
     params, wrap = split_options(params)
     return wrap(_hybrid_price_plain(params))
 
 
 def _hybrid_price_plain(params: List[str]) -> Policy:
-    method, current, margin, given = parse_hybrid_price(params)
-    rest = [method] if given else []
-    name = ("hybrid-price" + ("" if not rest else f":{method}") + (":current" if current else "")
-            + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}"))
+    method, current, margin, _ = parse_hybrid_price(params)
+    name = spec_name("hybrid-price", HybridPriceSettings, parse_spec("hybrid-price", HybridPriceSettings, params))
     if current:  # no host budget: single-phase
         return Policy(name, lambda b: price_core(b, method, margin), uses_model=True, uses_ngram=True)
     return Policy(name, lambda b: price_with_budget(b, method, margin), uses_model=True, uses_ngram=True,
@@ -601,22 +704,18 @@ def _hybrid_price_plain(params: List[str]) -> Policy:
                   alloc_fn=lambda b, p: allocate_price(b, p, method, margin))
 
 
-@register("hybrid-vllm", "hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip][:runcal=k]",
+@register("hybrid-vllm", spec_usage("hybrid-vllm", PluginSettings, PLUGIN_OPTIONS),
           "the hybrid as the vLLM plugin runs it: per-request chain choice by price, the chosen chain's "
           "confidences published to vLLM's unchanged adaptive verification (stale budget, current top-B); "
           "slots=W > K: vLLM verifies W draft slots per request (the n-gram chain keeps up to W); skip: the "
           "plugin's skip of DSpark's pass (hybrid_spec.skip), vLLM keeping its own budget; runcal=k: the "
           "plugin's online recalibration (hybrid_spec.runcal): one offset per drafter learnt on the device from "
-          "every graded slot of the run (both chains, verified or not), prior precision k in 1e-3..1e6, applied "
-          "to the confidences it chooses with and publishes", adaptive_verification=True)
+          "every graded slot of the run (both chains, verified or not), applied "
+          "to the confidences it chooses with and publishes", adaptive_verification=True,
+          settings=((PluginSettings, PLUGIN_OPTIONS),))
 def _hybrid_vllm(params: List[str]) -> Policy:
-    params, k_run = split_recal(params, "runcal")
-    if k_run is not None:
-        try:
-            check_runcal(k_run, "runcal", off_ok=False)
-        except ConfigError as exc:  # the catalog words a family's ValueError as one line naming the spec
-            raise ValueError(str(exc)) from None
-    method, margin, slots, skip, name, run = parse_hybrid_vllm(params, k_run)
+    method, margin, slots, skip, name, run = parse_hybrid_vllm(params)
+    k_run = dict(run.plugin_config).get("runcal")
     if not skip:
         pol = Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots), uses_model=True, uses_ngram=True,
                      vllm=run)
@@ -627,38 +726,19 @@ def _hybrid_vllm(params: List[str]) -> Policy:
                      plan_fn=plan, alloc_fn=alloc)
     # the plugin recalibrates what it chooses with and publishes: the same functions on corrected confidences,
     # so vLLM's adaptive verification (alloc_adaptive inside) budgets and admits on them too
-    return dataclasses.replace(with_recal(pol, k_run, shared=True), name=name) if k_run is not None else pol
+    return dataclasses.replace(with_recal(pol, float(k_run), shared=True), name=name) if k_run is not None else pol
 
 
 def parse_hybrid_vllm(params: List[str], runcal: float | None = None) -> tuple:
-    """`hybrid-vllm`'s parameters (runcal=k already split off: `runcal`): (method, margin, slots W or None, skip,
-    canonical name, VllmRun); ValueError if bad."""
-    method, margin, slots = DEFAULT_METHOD, NGRAM_MARGIN, None
-    rest = list(params)
-    skip = bool(rest) and rest[-1] == "skip"
-    if skip:
-        rest.pop()
-    while rest and rest[-1].split("=")[0] in ("margin", "slots") and "=" in rest[-1]:
-        key, _, val = rest.pop().partition("=")
-        if key == "margin":
-            margin = parse_float(val, "margin")
-        else:
-            slots = parse_int(val, "slots", lo=1)
-            if slots > MAX_SLOTS:
-                raise ValueError(f"slots must be at most {MAX_SLOTS} (the vLLM plugin's bound), got {slots}")
-    if len(rest) > 1 or (rest and rest[0] not in METHODS):
-        raise ValueError(f"'hybrid-vllm' takes [METHOD][:margin=M][:slots=W][:skip][:runcal=k], METHOD in "
-                         f"{', '.join(METHODS)}")
-    if rest:
-        method = rest[0]
-    name = ("hybrid-vllm" + (f":{method}" if rest else "")
-            + ("" if margin == NGRAM_MARGIN else f":margin={margin:g}") + ("" if slots is None else f":slots={slots}")
-            + (":skip" if skip else "") + ("" if runcal is None else f":runcal={runcal:g}"))
+    """`hybrid-vllm`'s parameters, the plugin's option settings (PluginSettings, PLUGIN_OPTIONS; `runcal`: a runcal=k
+    already split off): (method, margin, slots W or None, skip, canonical name, VllmRun); ValueError if bad."""
+    given = parse_spec("hybrid-vllm", PluginSettings, params, PLUGIN_OPTIONS)
+    if runcal is not None:
+        given["runcal"] = float(runcal)
+    v = PluginSettings(**given)
     # vLLM runs it as DSpark with adaptive verification at num_speculative_tokens = W (the block when not given),
-    # through the plugin
-    given = (("method", method),) * bool(rest) + (("margin", margin),) * (margin != NGRAM_MARGIN) \
-        + (("slots", slots),) * (slots is not None) + (("skip", True),) * skip \
-        + (("runcal", int(runcal) if runcal is not None and float(runcal).is_integer() else runcal),) \
-        * (runcal is not None)  # the plugin's field names (an integral k as an integer, as a user would type it)
-    return method, margin, slots, skip, name, VllmRun("dspark", k=slots, adaptive=True, only_vllm=True,
-                                                     plugin=True, plugin_config=given)
+    # through the plugin; plugin_config: the plugin's field names (an integral k as an integer, as a user types it)
+    written = tuple((k, int(x) if k == "runcal" and float(x).is_integer() else x)
+                    for k, x in spec_written(PluginSettings, given))
+    run = VllmRun("dspark", k=v.slots or None, adaptive=True, only_vllm=True, plugin=True, plugin_config=written)
+    return v.method, v.margin, v.slots or None, v.skip, spec_name("hybrid-vllm", PluginSettings, given), run

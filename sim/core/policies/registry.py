@@ -11,7 +11,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from sim.core import settings
+from sim.core.settings import setting
 from sim.infra.errors import ConfigError
+from sim.infra.registry import Registry
 from sim.core.drafters.recalibration import RecalState
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch
 from sim.core.vllm import DYN_OPTION, VllmRun, parse_per_batch_option, per_batch_option
@@ -147,6 +150,7 @@ class _Family:
     factory: Callable[[List[str]], Policy]
     over: Optional[Callable[[List[str], tuple], Policy]] = None  # (params, the run's drafters) -> Policy
     adaptive_verification: bool = False  # Policy.adaptive_verification of every policy of the family
+    settings: tuple = ()  # ((settings class, the names its spec spells or None), ...): its declared settings
 
 
 def over_drafters(name: str):
@@ -155,14 +159,13 @@ def over_drafters(name: str):
     default two (sim/core/drafters/registry.py: DEFAULT_DRAFTERS), which keep the family's own definition."""
 
     def deco(factory: Callable[[List[str], tuple], Policy]):
-        fam = _REGISTRY[name]
-        _REGISTRY[name] = dataclasses.replace(fam, over=factory)
+        _REGISTRY.replace(name, dataclasses.replace(_REGISTRY[name], over=factory))
         return factory
 
     return deco
 
 
-_REGISTRY: Dict[str, _Family] = {}
+_REGISTRY: Registry[_Family] = Registry("policy family")
 
 
 def families() -> Dict[str, _Family]:
@@ -170,17 +173,17 @@ def families() -> Dict[str, _Family]:
     return _REGISTRY
 
 
-def register(name: str, usage: str, summary: str, *, adaptive_verification: bool = False):
+def register(name: str, usage: str, summary: str, *, adaptive_verification: bool = False, settings: tuple = ()):
     """Decorator: register `factory(params: list[str]) -> Policy` under the family `name`; adaptive_verification:
-    the family's policies run inside vLLM's adaptive verification (Policy.adaptive_verification)."""
+    the family's policies run inside vLLM's adaptive verification (Policy.adaptive_verification); settings: the
+    classes that declare its spec's settings (sim/core/settings.py; a class or (class, names)), listed by --help."""
+    settings = tuple(c if isinstance(c, tuple) else (c, None) for c in settings)
 
-    def deco(factory: Callable[[List[str]], Policy]):
-        if name in _REGISTRY or name in _ALIASES:
-            raise RuntimeError(f"policy family '{name}' registered twice")
-        _REGISTRY[name] = _Family(usage, summary, factory, adaptive_verification=adaptive_verification)
-        return factory
-
-    return deco
+    if name in _ALIASES:
+        raise RuntimeError(f"policy family '{name}' registered twice")
+    return _REGISTRY.register(name, lambda factory: _Family(usage, summary, factory,
+                                                            adaptive_verification=adaptive_verification,
+                                                            settings=settings))
 
 
 _ALIASES: Dict[str, str] = {}
@@ -197,6 +200,105 @@ def deprecated_alias(old: str, new: str) -> None:
 def aliases() -> Dict[str, str]:
     """Deprecated family names -> the registered family each stands for."""
     return _ALIASES
+
+
+def spec_fields(cls, only: tuple | None = None) -> list:
+    """The fields of a settings class `cls` (sim/core/settings.py) that a spec spells, in declaration order (`only`:
+    those names)."""
+    return [f for f in dataclasses.fields(cls) if only is None or f.name in only]
+
+
+def _bare(f) -> bool:
+    return bool(f.metadata.get("positional"))
+
+
+def spec_usage(family: str, cls, only: tuple | None = None) -> str:
+    """The usage of a family's spec, made from its declaration: `family[:METHOD][:flag][:key=V]...`, a setting
+    declared as an alternative of another (`alt=`) beside it, `[:recal=k|:runcal=k]`."""
+    types, parts, alts = settings.setting_types(cls), [], {}
+    for f in spec_fields(cls, only):
+        mv = f.metadata.get("metavar") or f.name.upper()
+        part = f":{mv}" if _bare(f) else f":{f.name}" if types[f.name] is bool else f":{f.name}={mv}"
+        if f.metadata.get("alt") in alts:
+            alts[f.metadata["alt"]].append(part)
+            continue
+        alts[f.name] = [part]
+        parts.append(alts[f.name] if not f.metadata.get("required") else part)  # a required one: no brackets
+    return family + "".join(p if isinstance(p, str) else f"[{'|'.join(p)}]" for p in parts)
+
+
+def parse_spec(family: str, cls, params: List[str], only: tuple | None = None) -> dict:
+    """The settings a spec's parameters give (name -> typed value), read by the family's declaration `cls`
+    (sim/core/settings.py `setting`; `only`: those of its fields): `key=value` for a setting, a bare `flag` for a
+    bool one (true), a bare value for the one declared `positional` (one of its choices), in any order. A value is
+    checked by its declared type and range, an off value refused (a spec leaves the option out). ValueError (one
+    line naming the setting and its rule) for an unknown setting, a bad value, or one given twice."""
+    fields = {f.name: f for f in spec_fields(cls, only)}
+    types = settings.setting_types(cls)
+    positional = next((f for f in fields.values() if _bare(f)), None)
+    given: dict = {}
+    for p in params:
+        key, eq, text = p.partition("=")
+        if eq and key in fields and types[key] is not bool and not _bare(fields[key]):
+            name = key
+        elif not eq and key in fields and types[key] is bool:
+            name, text = key, "true"
+        elif not eq and positional is not None:
+            name, text = positional.name, p
+        else:
+            usage = _REGISTRY[family].usage if family in _REGISTRY else spec_usage(family, cls, only)
+            raise ValueError(f"'{family}' has no setting '{key}'; it takes {usage}")
+        if name in given:
+            raise ValueError(f"'{family}': {name} is given twice")
+        alt = fields[name].metadata.get("alt")
+        if alt is not None and alt in given:
+            raise ValueError(f"{alt} and {name} are alternatives: give one")
+        try:
+            given[name] = settings.parse_text(cls, name, text, name, off=False)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+    missing = [f.name for f in fields.values() if f.metadata.get("required") and f.name not in given]
+    if missing:  # a setting without a default (model-fixed's K)
+        mv = fields[missing[0]].metadata.get("metavar") or missing[0]
+        raise ValueError(f"'{family}' needs one parameter {mv}, e.g. '{family}:7'")
+    return given
+
+
+def describe_settings(fam: _Family) -> list[str]:
+    """One line per declared setting of a family, as --help lists it: `key=V  rule; default D: help`."""
+    out = []
+    for cls, only in fam.settings:
+        types = settings.setting_types(cls)
+        for f in spec_fields(cls, only):
+            mv = f.metadata.get("metavar") or f.name.upper()
+            spelt = mv if _bare(f) else f.name if types[f.name] is bool else f"{f.name}={mv}"
+            default = "off" if f.default is None else f.metadata.get("off_means", "off") \
+                if f.default == f.metadata.get("off", object()) else f.default
+            rule = "a flag; default off" if types[f.name] is bool else \
+                f"{settings.rule(cls, f.name, off=False)}; default {default}"
+            out.append(f"{spelt}: {rule}: {f.metadata.get('help', '')}")
+    return out
+
+
+def spec_written(cls, given: dict) -> list:
+    """The settings a canonical name writes, in declaration order: the positional one when given, a flag when true,
+    any other when it differs from its default: [(name, value)]."""
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.name in given and (_bare(f) or given[f.name] != f.default):
+            out.append((f.name, given[f.name]))
+    return out
+
+
+def spec_name(family: str, cls, given: dict) -> str:
+    """The canonical name of a spec of `family` giving `given` (spec_written): `family:METHOD:flag:key=V`, a
+    number as %g."""
+    types, parts = settings.setting_types(cls), [family]
+    for name, v in spec_written(cls, given):
+        f = next(f for f in dataclasses.fields(cls) if f.name == name)
+        text = f"{v:g}" if types[name] is float else str(v)
+        parts.append(text if _bare(f) else name if types[name] is bool else f"{name}={text}")
+    return ":".join(parts)
 
 
 def parse_int(text: str, what: str, lo: int = 0) -> int:
@@ -225,19 +327,35 @@ def parse_float(text: str, what: str, lo: float = 0.0, strict: bool = False) -> 
 TABLES = ("startup", "step")  # the `table=` option's values; the first is the default
 
 
+@dataclass(frozen=True)
+class TableOption:
+    """The `table=T` option of the price-based families (with_table)."""
+
+    table: str = setting(TABLES[0], "price verify slots with vLLM's start-up profile (startup) or the step's own "
+                                    "verify table (step)", choices=TABLES, metavar="T")
+
+
+@dataclass(frozen=True)
+class DynOption:
+    """The `dyn=START-END@K,...` option of the policies vLLM runs with a speculative method (with_dynamic_k)."""
+
+    dyn: tuple = setting((), "vLLM's num_speculative_tokens_per_batch_size: K per number of requests a step "
+                             "schedules", parse=parse_per_batch_option, metavar="S-E@K,...")
+
+
+def split_option(cls, params: List[str]) -> tuple[List[str], dict]:
+    """The parameters that set a setting of the option class `cls` (key=value, anywhere), read by its declaration
+    (parse_spec), and the other parameters; ValueError if bad."""
+    keys = {f.name for f in dataclasses.fields(cls)}
+    mine = [p for p in params if p.partition("=")[0] in keys and "=" in p]
+    return [p for p in params if p not in mine], parse_spec("policy", cls, mine)
+
+
 def split_table(params: List[str]) -> tuple[List[str], bool]:
-    """The `table=T` option (anywhere in the parameters; T in TABLES) and the other parameters: whether the policy
+    """The `table=T` option (anywhere in the parameters; TableOption) and the other parameters: whether the policy
     prices with the step's own verify table (Policy.step_table); ValueError if T is not one of TABLES."""
-    rest, step = [], False
-    for p in params:
-        if p.startswith("table="):
-            val = p[len("table="):]
-            if val not in TABLES:
-                raise ValueError(f"table must be one of {', '.join(TABLES)}, got '{val}'")
-            step = val == "step"
-        else:
-            rest.append(p)
-    return rest, step
+    rest, given = split_option(TableOption, params)
+    return rest, given.get("table", TABLES[0]) == "step"
 
 
 def with_table(pol: Policy, step: bool) -> Policy:
@@ -257,15 +375,11 @@ def with_table(pol: Policy, step: bool) -> Policy:
 
 
 def split_dyn(params: List[str]) -> tuple[List[str], tuple]:
-    """The `dyn=START-END@K,...` option (anywhere in the parameters; sim.core.vllm.parse_per_batch_option) and the
-    other parameters: vLLM's num_speculative_tokens_per_batch_size, or () without it; ValueError if malformed."""
-    rest, per_batch = [], ()
-    for p in params:
-        if p.startswith(DYN_OPTION + "="):
-            per_batch = parse_per_batch_option(p[len(DYN_OPTION) + 1:])
-        else:
-            rest.append(p)
-    return rest, per_batch
+    """The `dyn=START-END@K,...` option (anywhere in the parameters; DynOption, sim.core.vllm.parse_per_batch_option)
+    and the other parameters: vLLM's num_speculative_tokens_per_batch_size, or () without it; ValueError if
+    malformed."""
+    rest, given = split_option(DynOption, params)
+    return rest, given.get(DYN_OPTION, ())
 
 
 def with_dynamic_k(pol: Policy, per_batch: tuple) -> Policy:

@@ -6,17 +6,43 @@ tokens (slots); survivals are probabilities.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import List
 
 import torch
 
 from sim.core.policies.base import Allocation, StepBatch
 from sim.core.policies.common import CHAIN_MODEL, CHAIN_NGRAM, arange, finish, goodput, survival, top_b_counts
-from sim.core.policies.registry import (Policy, deprecated_alias, no_params, parse_float, parse_int, register,
-                                        split_dyn, with_dynamic_k)
+from sim.core.policies.registry import (DynOption, Policy, deprecated_alias, no_params, parse_spec, register, spec_name,
+                                        spec_usage, split_dyn, with_dynamic_k)
+from sim.core.settings import setting
 from sim.core.vllm import VllmRun
 
 DEFAULT_NGRAM_THRESHOLD = 2.0
+
+
+@dataclass(frozen=True)
+class FixedK:
+    """The K of `model-fixed:K` and `ngram-fixed:K` (tokens verified per request per step, at most the chain's)."""
+
+    K: int = setting(None, "tokens of the chain verified per request per step (at most its length)", lo=0,
+                     positional=True, required=True, metavar="K")
+
+
+@dataclass(frozen=True)
+class VllmNgramK:
+    """The K of `vllm-ngram:K`: vLLM's num_speculative_tokens."""
+
+    K: int = setting(None, "vLLM's num_speculative_tokens: slots scheduled and verified per request per step", lo=1,
+                     positional=True, required=True, metavar="K")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """The t of `ngram-threshold[:t]`."""
+
+    t: float = setting(DEFAULT_NGRAM_THRESHOLD, "expected accepted length [tokens] from which the n-gram chain is "
+                                                "taken", lo=0.0, positional=True, metavar="t")
 
 
 def alloc_none(batch: StepBatch) -> Allocation:
@@ -108,9 +134,7 @@ def _none(params: List[str]) -> Policy:
 def _fixed_factory(family: str, which: int, uses_model: bool):
     def factory(params: List[str]) -> Policy:
         params, per_batch = split_dyn(params) if uses_model else (params, ())
-        if len(params) != 1:
-            raise ValueError(f"'{family}' needs one parameter K, e.g. '{family}:7'")
-        k = parse_int(params[0], "K", lo=0)
+        k = parse_spec(family, FixedK, params)["K"]
         # model-fixed:K is vLLM's DSpark at num_speculative_tokens = K without adaptive verification;
         # ngram-fixed:K (only the matched chain verified) has no vLLM counterpart: vllm-ngram:K is vLLM's ngram
         run = VllmRun("dspark", k=k) if uses_model else None
@@ -119,25 +143,25 @@ def _fixed_factory(family: str, which: int, uses_model: bool):
     return factory
 
 
-register("model-fixed", "model-fixed:K[:dyn=S-E@K,...]", "verify min(K, len) tokens of the model chain; dyn=: vLLM's "
-         "num_speculative_tokens_per_batch_size (K per number of scheduled requests, charged as vLLM)")(
+register("model-fixed", spec_usage("model-fixed", FixedK) + spec_usage("", DynOption),
+         "verify min(K, len) tokens of the model chain; dyn=: vLLM's num_speculative_tokens_per_batch_size (K per "
+         "number of scheduled requests, charged as vLLM)", settings=(FixedK, DynOption))(
     _fixed_factory("model-fixed", CHAIN_MODEL, True))
-register("ngram-fixed", "ngram-fixed:K", "verify min(K, len) tokens of the n-gram chain")(
-    _fixed_factory("ngram-fixed", CHAIN_NGRAM, False))
+register("ngram-fixed", spec_usage("ngram-fixed", FixedK), "verify min(K, len) tokens of the n-gram chain",
+         settings=(FixedK,))(_fixed_factory("ngram-fixed", CHAIN_NGRAM, False))
 
 
-@register("vllm-ngram", "vllm-ngram:K[:dyn=S-E@K,...]",
+@register("vllm-ngram", spec_usage("vllm-ngram", VllmNgramK) + spec_usage("", DynOption),
           "vLLM's own ngram method as Model Runner V2 runs it: K slots scheduled and verified per request per "
-          "step, matched or not (the matched chain's min(K, len) can be accepted; vLLM's scheduler charges K)")
+          "step, matched or not (the matched chain's min(K, len) can be accepted; vLLM's scheduler charges K)",
+          settings=(VllmNgramK, DynOption))
 def _vllm_ngram(params: List[str]) -> Policy:
     """The allocation is ngram-fixed:K's (what can be accepted: the matched prefix); what differs is the charge,
     which the engine takes from `vllm` (sim.core.vllm: 1 + K tokens scheduled and verified per decoding
     request), and vLLM's fillers: a slot past the match holds the last sampled token, which the target accepts
     where it repeats that token (sim.engine.engine.Engine._filler_run, after the matched copy is accepted whole)."""
     params, per_batch = split_dyn(params)
-    if len(params) != 1:
-        raise ValueError("'vllm-ngram' needs one parameter K, e.g. 'vllm-ngram:7'")
-    k = parse_int(params[0], "K", lo=1)
+    k = parse_spec("vllm-ngram", VllmNgramK, params)["K"]
     return with_dynamic_k(Policy(f"vllm-ngram:{k}", lambda b: alloc_fixed(b, k, CHAIN_NGRAM), uses_model=False,
                                  uses_ngram=True, vllm=VllmRun("ngram", k=k, only_vllm=True)), per_batch)
 
@@ -149,15 +173,12 @@ def _ngram_first(params: List[str]) -> Policy:
     return Policy("ngram-first", alloc_ngram_first, uses_model=True, uses_ngram=True)
 
 
-@register("ngram-threshold", "ngram-threshold[:t]",
-          f"n-gram chain if its expected accepted length >= t (default {DEFAULT_NGRAM_THRESHOLD}), "
-          "else model chain (Arctic Inference's rule, on the n-gram drafter; formerly `suffix-threshold`)",
-          adaptive_verification=True)
+@register("ngram-threshold", spec_usage("ngram-threshold", Threshold),
+          "n-gram chain if its expected accepted length >= t, else model chain (Arctic Inference's rule, on the "
+          "n-gram drafter; formerly `suffix-threshold`)", adaptive_verification=True, settings=(Threshold,))
 def _ngram_threshold(params: List[str]) -> Policy:
-    if len(params) > 1:
-        raise ValueError("'ngram-threshold' takes at most one parameter t")
-    t = parse_float(params[0], "t") if params else DEFAULT_NGRAM_THRESHOLD
-    name = "ngram-threshold" if not params else f"ngram-threshold:{t:g}"
+    given = parse_spec("ngram-threshold", Threshold, params)
+    t, name = Threshold(**given).t, spec_name("ngram-threshold", Threshold, given)
     return Policy(name, lambda b: alloc_ngram_threshold(b, t), uses_model=True, uses_ngram=True)
 
 

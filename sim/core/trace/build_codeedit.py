@@ -365,7 +365,7 @@ def build(out_path: Path, cache: Path | None = None, projects=PROJECTS, target: 
     only for a sensitivity study, sim.api.anchors.blazedit_shape_sensitivity)."""
     if shape not in SHAPES:
         raise HybridSpecError(f"unknown codeedit shape {shape!r}; choose one of: {', '.join(SHAPES)}")
-    from tqdm import tqdm
+    from sim.infra.progress import progress_bar
 
     from sim.core.trace.tokenizer import cache_dir, get_tokenizer
 
@@ -383,7 +383,7 @@ def build(out_path: Path, cache: Path | None = None, projects=PROJECTS, target: 
         root = cache_dir()
         cache = root / "wheels" if root is not None else private_tempdir("hybridspec-wheels-")
     rows, shaped = [], []
-    for p in tqdm(projects, desc="build codeedit", unit="project", disable=not progress):
+    for p in progress_bar(projects, leave=True, desc="build codeedit", unit="project", disable=not progress):
         old = wheel_sources(fetch_wheel(p, p.old, cache))
         new = wheel_sources(fetch_wheel(p, p.new, cache))
         label = f"{p.name} {p.old.version}->{p.new.version}"

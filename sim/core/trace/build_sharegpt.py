@@ -93,7 +93,7 @@ def load_conversations(path: Path | None = None) -> list[tuple[int, str, list[tu
 
 def build(spec: Spec, out_path: Path, limit: int | None = None, conversations=None, progress: bool = True) -> dict:
     """Write the trace of `spec`; return a summary {n, conversations, ids}."""
-    from tqdm import tqdm
+    from sim.infra.progress import progress_bar
 
     from sim.core.trace.tokenizer import get_tokenizer
 
@@ -101,7 +101,7 @@ def build(spec: Spec, out_path: Path, limit: int | None = None, conversations=No
     convs = conversations if conversations is not None else load_conversations()
     target = min(spec.target, limit) if limit else spec.target
     rows, used = [], []
-    bar = tqdm(total=target, desc=f"build {spec.name}", unit="req", disable=not progress)
+    bar = progress_bar(total=target, leave=True, desc=f"build {spec.name}", unit="req", disable=not progress)
     for h, cid, msgs in convs:
         if len(rows) >= target:
             break
