@@ -132,6 +132,13 @@ class StepBatch:
         return {"dspark": self.model_draft_ms, "ngram": self.ngram_draft_ms, **self.extra_draft_ms}
 
     @property
+    def means(self) -> dict:
+        """Every model-free drafter's mean confidence per slot over the request's earlier steps, name -> [R, K_d]
+        (absent where unknown)."""
+        mean = {} if self.mean_ngram_conf is None else {"ngram": self.mean_ngram_conf}
+        return {**mean, **self.mean_extra}
+
+    @property
     def num_sampling(self) -> int:
         """N of the goodput: num_sampling_reqs, or R when the engine does not say."""
         return self.num_reqs if self.num_sampling_reqs is None else self.num_sampling_reqs
@@ -170,6 +177,7 @@ class HostView:
 
     stale_chains = StepBatch.stale_chains
     draft_ms_of = StepBatch.draft_ms_of
+    means = StepBatch.means
 
     @property
     def num_sampling(self) -> int:
