@@ -329,6 +329,24 @@ def test_forms_over_drafters(spec, names, kind):
         _same_over(spec, names, pol, _over_batch(rng, names, kind), f"{kind} batch {i}", kind)
 
 
+@pytest.mark.skipif(NO_CC, reason="no C compiler: the simulator runs the definitions")
+@pytest.mark.parametrize("kind", ["random", "tied", "odd"])
+@pytest.mark.parametrize("spec", [s for form in FORMS.values() if form.drafters for s in form.specs])
+def test_forms_over_drafters_on_the_default_two(spec, kind):
+    """The two drafters are the case N = 2 of the one definition: the form over any drafters, run on (dspark,
+    ngram), equals the definition the default run uses (which the two-drafter C form transcribes too)."""
+    from sim.core.drafters.registry import DEFAULT_DRAFTERS
+    from sim.engine.policy_fast import sim_form_over
+
+    form = sim_form_over(spec, DEFAULT_DRAFTERS)
+    assert form is not None, spec
+    pol = dataclasses.replace(get_definition(spec), sim_fn=form)
+    assert FORMS[spec.split(":")[0]].definition is policy_forms()[spec.split(":")[0] + "@drafters"].definition
+    rng = np.random.default_rng(zlib.crc32(f"{spec}two{kind}".encode()))
+    for i in range(15):
+        _same_over(spec, DEFAULT_DRAFTERS, pol, _over_batch(rng, DEFAULT_DRAFTERS, kind), f"{kind} batch {i}", kind)
+
+
 def names_three() -> tuple:
     return ("dspark", "ngram", "suffix")
 

@@ -69,7 +69,7 @@ def step_goodput(batch: StepBatch, alloc: Allocation, ran: set) -> float:
     alloc_ms = batch.draft_cost_ms
     for v in prices.values():
         alloc_ms = alloc_ms - v
-    d = sum(float(prices[n]) for n in ran) + (float(alloc_ms) if ran else 0.0)
+    d = sum(float(batch.price(n)) for n in ran) + (float(alloc_ms) if ran else 0.0)
     t = dataclasses.replace(batch, verify_cost_ms=batch.true_verify_cost_ms)
     return float(goodput(t, torch.tensor(float(got), dtype=torch.float64), torch.tensor(slots), d))
 

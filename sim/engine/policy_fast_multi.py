@@ -225,7 +225,7 @@ def _price_sets(v, st: _Step, names: tuple, sets: list, margin: float, forecast:
         d = st.draft
         for n in names:
             if n not in run:
-                d = d - st.prices[n]
+                d = d - st.prices.get(n, 0.0)
         draft[i] = d
     _, kept, g = _Chains(confs, lens, draft).sweep(st, margin)
     return kept, g
@@ -320,7 +320,7 @@ def allocate_skip(b: StepBatch, plan: Plan, names: tuple, margin: float) -> Opti
     draft = st.draft
     for n in names:
         if n not in ran:
-            draft = draft - float(b.draft_ms_of[n])
+            draft = draft - float(b.price(n))
     return _allocate_chosen(b, st, ran, draft, int(plan.budget), margin)
 
 

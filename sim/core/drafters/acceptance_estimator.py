@@ -85,9 +85,11 @@ def estimated(view):
     the older ones, from which the host plans."""
     off = getattr(view, "recal", None) or {}
     coef = off.get(DRAFTER)
-    fix = dict(stale_model_conf=predict(view.stale_model_conf, coef), recal={})
-    if hasattr(view, "model_conf"):  # a StepBatch: the current chain too
-        fix["model_conf"] = predict(view.model_conf, coef)
+    conf, length = view.stale_chains[DRAFTER]
+    fix = dict(stale_chains={**view.stale_chains, DRAFTER: (predict(conf, coef), length)}, recal={})
+    if hasattr(view, "chains"):  # a StepBatch: the current chain too
+        conf, length = view.chains[DRAFTER]
+        fix["chains"] = {**view.chains, DRAFTER: (predict(conf, coef), length)}
     return dataclasses.replace(view, **fix)
 
 

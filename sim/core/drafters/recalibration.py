@@ -103,16 +103,10 @@ def recalibrated(view):
     off = getattr(view, "recal", None)
     if not off:
         return view
-    m, n = off.get("dspark"), off.get("ngram")
-    fix = dict(stale_model_conf=recalibrate(view.stale_model_conf, m),
-               stale_ngram_conf=recalibrate(view.stale_ngram_conf, n),
-               stale_extra={k: (recalibrate(c, off.get(k)), ln) for k, (c, ln) in view.stale_extra.items()},
-               mean_extra={k: recalibrate(c, off.get(k)) for k, c in view.mean_extra.items()}, recal={})
-    if view.mean_ngram_conf is not None:
-        fix["mean_ngram_conf"] = recalibrate(view.mean_ngram_conf, n)
-    if hasattr(view, "model_conf"):  # a StepBatch: the current chains too
-        fix.update(model_conf=recalibrate(view.model_conf, m), ngram_conf=recalibrate(view.ngram_conf, n),
-                   extra={k: (recalibrate(c, off.get(k)), ln) for k, (c, ln) in view.extra.items()})
+    fix = dict(stale_chains={k: (recalibrate(c, off.get(k)), ln) for k, (c, ln) in view.stale_chains.items()},
+               means={k: recalibrate(c, off.get(k)) for k, c in view.means.items()}, recal={})
+    if hasattr(view, "chains"):  # a StepBatch: the current chains too
+        fix["chains"] = {k: (recalibrate(c, off.get(k)), ln) for k, (c, ln) in view.chains.items()}
     return dataclasses.replace(view, **fix)
 
 

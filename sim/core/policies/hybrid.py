@@ -144,9 +144,11 @@ class Chains:
 
 
 def evaluate(batch: StepBatch, ch: Chains, lam: torch.Tensor, margin: float = 0.0):
-    """Allocation at candidate prices lam [S, C]: (choice [S, R, C] int64 index of the kept chain, kept slots
-    [S, R, C] int64, goodput [S, C]) by the module docstring's rule. Per chain l = #{j : a_j > lam} (a binary
-    search, since a is non-increasing), gain = a_1 + ... + a_l and V = gain - l * lam. Cost O(S R C log K)."""
+    """Allocation at candidate prices lam [S, C]: (choice [S, R, C], the kept chain's index, kept slots [S, R, C]
+    int64, goodput [S, C]) by the module docstring's rule. Per chain l = #{j : a_j > lam} (a binary search, since a
+    is non-increasing), gain = a_1 + ... + a_l and V = gain - l * lam. Cost O(S R C log K). A choice is int64, or
+    bool where there are two chains (True: the second; `select` and `chain_of` read either), so that the two-chain
+    case runs the ops the vLLM plugin's per-step budget allows (real/vllm_plugin/checks.py)."""
     lam_r = lam[:, None, :].expand(-1, ch.surv_m.shape[1], -1)  # [S, R, C]
     neg = (-lam_r).contiguous()  # searchsorted on an expanded view takes a slow path (~20x)
     last = len(ch.survs) - 1
@@ -160,7 +162,7 @@ def evaluate(batch: StepBatch, ch: Chains, lam: torch.Tensor, margin: float = 0.
             continue
         take = v > value + margin
         # chain 1 replaces an all-zero choice: take itself; the last chain's value is never compared again
-        choice = take.to(torch.int64) if i == 1 else torch.where(take, i, choice)
+        choice = (take if last == 1 else take.to(torch.int64)) if i == 1 else torch.where(take, i, choice)
         gain, slots = torch.where(take, g, gain), torch.where(take, n, slots)
         if i < last:
             value = torch.where(take, v, value)
@@ -260,16 +262,41 @@ def others(names: tuple) -> frozenset:
     return frozenset(n for n in names if n not in TWO)
 
 
+def select(rows: list, choice: torch.Tensor) -> torch.Tensor:
+    """Per request, the chosen chain's row (rows: one tensor [R, ...] per chain; choice [R] as `evaluate`'s)."""
+    if choice.dtype == torch.bool:
+        c = choice.reshape(choice.shape + (1,) * (rows[0].dim() - 1))
+        return torch.where(c, rows[1], rows[0])
+    c = choice.reshape((1,) + choice.shape + (1,) * (rows[0].dim() - 1)).expand((1,) + rows[0].shape)
+    return torch.stack(rows).gather(0, c)[0]
+
+
+def chain_of(names: tuple, choice: torch.Tensor) -> torch.Tensor:
+    """The registry's chain id of each request's chosen chain (int64 [R])."""
+    ids = chain_ids(names)
+    return torch.where(choice, ids[1], ids[0]) if choice.dtype == torch.bool else ids[choice]
+
+
+def _left_out(choice: torch.Tensor, i: int) -> torch.Tensor:
+    """Where chain i is not the chosen one (bool [R])."""
+    if choice.dtype == torch.bool:
+        return choice if i == 0 else ~choice
+    return choice != i
+
+
 def choose(batch: StepBatch, ch: Chains, method: str, margin: float) -> tuple:
-    """Per request of one side, (the index of the chain to keep, its kept slots at the best price) (int64 [R]
-    each): METHOD's choice; where every lambda-prefix is empty, the largest first survival (the first in order on
-    ties)."""
+    """Per request of one side, (the chain to keep, as `evaluate`'s choice, its kept slots at the best price (int64
+    [R])): METHOD's choice; where every lambda-prefix is empty, the largest first survival (the first in order on
+    ties; a NaN survival is not ordered: no fast form takes one)."""
     choice, kept, _ = LAMBDA_METHODS[method](batch, ch, margin)
     choice, kept = choice[0], kept[0]
     if len(ch.survs) == 1:
         return choice, kept
-    first = torch.stack([s[0, :, 0] for s in ch.survs])  # [N, R]
-    return torch.where(kept == 0, torch.argmax(first, 0), choice), kept
+    if len(ch.survs) == 2:
+        best = ch.survs[1][0, :, 0] > ch.survs[0][0, :, 0]
+    else:
+        best = torch.argmax(torch.stack([s[0, :, 0] for s in ch.survs]), 0)  # [R]
+    return torch.where(kept == 0, best, choice), kept
 
 
 def allocate_chosen(batch: StepBatch, ch: Chains, names: tuple, budget, method: str, margin: float) -> Allocation:
@@ -277,17 +304,18 @@ def allocate_chosen(batch: StepBatch, ch: Chains, names: tuple, budget, method: 
     one), then the global top-B of the chosen chains' survivals (budget None: each request's lambda-prefix, the
     idealised allocation)."""
     choice, kept = choose(batch, ch, method, margin)
-    if ch.model_first and len(names) > 1:
-        first = torch.stack([s[0, :, 0] for s in ch.survs[1:]])
-        other = torch.argmax(first, 0) + 1
+    if ch.model_first and len(names) == 2:
+        choice = choice | (ch.lens[0][0] == 0)
+    elif ch.model_first and len(names) > 2:
+        other = torch.argmax(torch.stack([s[0, :, 0] for s in ch.survs[1:]]), 0) + 1
         choice = torch.where((choice == 0) & (ch.lens[0][0] == 0), other, choice)
     if budget is None:
         admitted = kept
     else:
-        scores = [rank_scores(s[0], n[0]).masked_fill((choice != i)[:, None], float("-inf"))
+        scores = [rank_scores(s[0], n[0]).masked_fill(_left_out(choice, i)[:, None], float("-inf"))
                   for i, (s, n) in enumerate(zip(ch.survs, ch.lens))]
         admitted = top_b_counts(torch.cat(scores, 1), budget)
-    return finish(chain_ids(names)[choice], admitted)
+    return finish(chain_of(names, choice), admitted)
 
 
 def price_core(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
@@ -382,7 +410,7 @@ def skip_sides(names: tuple) -> list:
 def _price_sets(view: HostView, names: tuple, sets: list, method: str, margin: float, forecast: str):
     """METHOD on the host-known chains of `names` once per drafter set in `sets` (a side each: the chains of
     drafters outside the set empty, their prices off draft_cost_ms): (kept slots [S, R], goodput [S])."""
-    st, prices = view.stale_chains, view.draft_ms_of
+    st = view.stale_chains
     dt = st[names[0]][0].dtype
     S = len(sets)
     confs, lens = [], []
@@ -397,7 +425,7 @@ def _price_sets(view: HostView, names: tuple, sets: list, method: str, margin: f
         d = full
         for n in names:
             if n not in run:
-                d = d - torch.as_tensor(prices[n], dtype=torch.float64)
+                d = d - torch.as_tensor(view.price(n), dtype=torch.float64)
         draft.append(d)
     _, kept, g = LAMBDA_METHODS[method](view, Chains(confs, lens, torch.stack(draft)[:, None], names[0] == MODEL),
                                         margin)
@@ -439,10 +467,9 @@ def allocate_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, ma
     not drafted and are not read), priced at the drafters that ran."""
     ran = tuple(n for n in names if n in plan.drafters)
     draft = torch.as_tensor(batch.draft_cost_ms, dtype=torch.float64)
-    prices = batch.draft_ms_of
     for n in names:
         if n not in ran:
-            draft = draft - torch.as_tensor(prices[n], dtype=torch.float64)
+            draft = draft - torch.as_tensor(batch.price(n), dtype=torch.float64)
     return allocate_chosen(batch, Chains.current(batch, ran, draft.reshape(1, 1)), ran, plan.budget, method, margin)
 
 
@@ -466,7 +493,7 @@ def hybrid_price_policy(name: str, names: tuple, method: str, current: bool, mar
 
 def choose_chain_n(view: StepBatch, confs: list, lens: list, model_first: bool, method: str,
                    margin: float) -> torch.Tensor:
-    """Per request, the index of the chain to publish (int64 [R]) among the chains (confs [R, K_d], lens [R]):
+    """Per request, the chain to publish among the chains (confs [R, K_d], lens [R]), as `evaluate`'s choice:
     `choose` on the view's step shape."""
     return choose(view, Chains([c[None] for c in confs], [n[None] for n in lens], None, model_first), method,
                   margin)[0]
@@ -477,7 +504,7 @@ def choose_chain(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float =
     choose_chain_n over (model, n-gram). The chain-choice half of `price_with_budget`, without a budget: what the
     vLLM plugin runs per step."""
     return choose_chain_n(batch, [batch.model_conf, batch.ngram_conf], [batch.model_len, batch.ngram_len], True,
-                          method, margin) == 1
+                          method, margin)
 
 
 def published_view(batch: StepBatch, k: int, stale: bool = False) -> StepBatch:
@@ -499,21 +526,23 @@ def published_view(batch: StepBatch, k: int, stale: bool = False) -> StepBatch:
 
 def publish_n(confs: list, lens: list, choice: torch.Tensor, W: int) -> torch.Tensor:
     """The confidences the plugin writes for vLLM's adaptive verification ([R, W], the first chain's dtype): the
-    chosen chain's (index choice [R]) per-slot conditional acceptance, 0 past that chain's length (survival 0:
-    such a slot only fills a budget that has no better slot left)."""
+    chosen chain's (choice [R], as `evaluate`'s) per-slot conditional acceptance, 0 past that chain's length
+    (survival 0: such a slot only fills a budget that has no better slot left)."""
     dt = confs[0].dtype
     rows = []
     for c, n in zip(confs, lens):
-        c = c[:, :W].to(dt) * slot_valid(n.clamp(max=W), c[:, :W].shape[1])
+        if c.shape[1] > W:  # a chain wider than W is cut to it (a narrower one's lengths are within it already)
+            c, n = c[:, :W], n.clamp(max=W)
+        c = c.to(dt) * slot_valid(n, c.shape[1])
         rows.append(torch.nn.functional.pad(c, (0, W - c.shape[1])) if c.shape[1] < W else c)
-    return torch.stack(rows).gather(0, choice[None, :, None].expand(1, -1, W))[0]
+    return select(rows, choice)
 
 
 def publish(model_conf: torch.Tensor, model_len: torch.Tensor, ngram_conf: torch.Tensor, ngram_len: torch.Tensor,
             use_ngram: torch.Tensor, width: int | None = None) -> torch.Tensor:
     """publish_n over (model, n-gram) by use_ngram (bool [R]), W = width or model_conf's width K."""
     W = model_conf.shape[1] if width is None else width
-    return publish_n([model_conf, ngram_conf], [model_len, ngram_len], use_ngram.to(torch.int64), W)
+    return publish_n([model_conf, ngram_conf], [model_len, ngram_len], use_ngram, W)
 
 
 def _published_chains(batch: StepBatch, names: tuple, W: int, stale: bool) -> tuple:
@@ -557,7 +586,7 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     idx = [i for i, n in enumerate(names) if n in ran]
     sub = choose_chain_n(cur, [confs[i] for i in idx], [lens[i] for i in idx], names[idx[0]] == MODEL, method,
                          margin)
-    choice = sub if len(idx) == len(names) else _index(idx)[sub]
+    choice = sub if len(idx) == len(names) else _index(idx)[sub.to(torch.int64)]
     use_stale = choose_chain_n(old, oconfs, olens, True, method, margin)
     pub = publish_n(confs, lens, choice, W)
     pub_stale = publish_n(oconfs, olens, use_stale, W)
@@ -565,8 +594,7 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     view = dataclasses.replace(batch, model_conf=pub, model_len=sched,
                                stale_model_conf=pub_stale.to(batch.stale_model_conf.dtype))
     admitted = alloc_adaptive(view).admitted
-    chain_len = torch.stack(lens).gather(0, choice[None])[0]
-    return finish(chain_ids(names)[choice], torch.minimum(admitted, chain_len))
+    return finish(chain_of(names, choice), torch.minimum(admitted, select(lens, choice)))
 
 
 def _index(idx: list) -> torch.Tensor:

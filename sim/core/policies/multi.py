@@ -45,7 +45,7 @@ def oracle_n(batch: StepBatch, names: tuple) -> Allocation:
     dev, N = accs[0].device, len(names)
     # subsets, all drafters first, the empty set last; drafter i is bit i (two drafters: alloc_oracle's order)
     masks = torch.tensor([[(s >> i) & 1 for i in range(N)] for s in range(2 ** N - 1, -1, -1)], device=dev)
-    prices = batch.draft_ms_of
+    prices = {n: batch.price(n) for n in names}
     alloc_ms = batch.draft_cost_ms
     for n in names:
         alloc_ms = alloc_ms - prices[n]

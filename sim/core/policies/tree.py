@@ -38,7 +38,7 @@ def tree_alloc(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
                discount: float = DISCOUNT) -> Allocation:
     ch = Chains.current(batch, TWO)
     choice, adm, _ = LAMBDA_METHODS[method](batch, ch, margin)
-    return second_branch(batch, ch.survs[0][0], ch.survs[1][0], choice[0] == 1, adm[0], discount)
+    return second_branch(batch, ch.survs[0][0], ch.survs[1][0], choice[0], adm[0], discount)  # bool: two chains
 
 
 def second_branch(batch: StepBatch, surv_m: torch.Tensor, surv_n: torch.Tensor, use_ngram: torch.Tensor,
@@ -107,7 +107,7 @@ def tree_alloc_n(batch: StepBatch, names: tuple, method: str = DEFAULT_METHOD, m
     (tests/test_drafter_axis.py); with one drafter there is no second branch."""
     ch = Chains.current(batch, names)
     choice, adm, _ = LAMBDA_METHODS[method](batch, ch, margin)
-    choice, adm = choice[0], adm[0]
+    choice, adm = choice[0].to(torch.int64), adm[0]  # an index (two chains choose by a bool: evaluate)
     ids = chain_ids(names)
     if len(names) < 2:
         return finish(ids[choice], adm)
