@@ -328,6 +328,8 @@ class Engine(HostHistory, LosslessChecks):
         # online recalibration (Policy.recal, sim/core/drafters/recalibration.py: per-request offsets) or another
         # online state of the policy (Policy.online: vLLM's acceptance estimator), kept here, fed by _recalibrate
         self.recal = policy.online_state(n, tables.k_model)
+        # the StepBatch fields its values travel in (the state declares which: recal, estimator or all_matched)
+        self._online_fields = None if self.recal is None else (self.recal.field, "stale_" + self.recal.field)
         # the verify table the policy decides with this step: the start-up profile, or (Policy.step_table) the
         # step's own, set by the numpy step before the plan
         self.step_table = policy.step_table
@@ -652,7 +654,7 @@ class Engine(HostHistory, LosslessChecks):
             verify_cost_ms=self._table, draft_cost_ms=prices.total(), draft_ms_of=draft_ms_of, means=means,
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
-            **({} if self.recal is None else {"recal": self.recal.offsets(reqs)[1]}))
+            **({} if self.recal is None else {self.recal.field: self.recal.offsets(reqs)[1]}))
 
     @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _scheduled_model_len(self, reqs: np.ndarray) -> np.ndarray:
@@ -685,7 +687,7 @@ class Engine(HostHistory, LosslessChecks):
             true_verify_cost_ms=from_numpy(self._true_table(T, len(reqs), kv_tokens, n_seqs)) if pol.needs_truth else None,
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
-            **({} if self.recal is None else dict(zip(("recal", "stale_recal"), self.recal.offsets(reqs)))),
+            **({} if self.recal is None else dict(zip(self._online_fields, self.recal.offsets(reqs)))),
         )
 
     def _true_table(self, T: int, R: int, kv_tokens: int, n_seqs: int) -> np.ndarray:

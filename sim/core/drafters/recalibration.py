@@ -113,12 +113,14 @@ def recalibrated(view):
 class RecalState:
     """An engine's recalibration state (module docstring): per request r and drafter d, the offset b [logits] and
     precision P [1 / logit^2], host float64 arrays [n, D] (the trace's n requests, D = the policy's drafters), and
-    the offsets one step older that the host plans from. Fixed size per request; the update is `observe`'s torch
+    the offsets one step older that the host plans from. They travel in StepBatch.recal / stale_recal (`field`). Fixed size per request; the update is `observe`'s torch
     (the simulator's tensors live on the CPU, so wrapping the arrays costs no copy).
     shared=True (`runcal=k`): one offset per drafter for the whole run (arrays [1, D]), updated from every
     request's evidence at once (`observe_shared`): a bias of the general-text calibration that the workload shares
     (code edits copy more than general text) is learnt from far more slots than one request's, so without the
     per-request offsets' noise, and it carries over to requests that join later."""
+
+    field = "recal"  # the StepBatch field its offsets travel in (HostView.recal: the older ones)
 
     def __init__(self, drafters: tuple, n: int, k: float, shared: bool = False):
         self.names, self.k, self.shared = tuple(drafters), float(k), bool(shared)

@@ -125,12 +125,15 @@ class StepBatch:
     max_draft_tokens    cap on the draft budget B, int: vLLM 0.33 verifies all logits in one fp32 chunk of
                         at most 2**30 // (vocab_size * 4) rows, one per bonus token and draft slot, so
                         B <= max(0, 2**30 // (vocab_size * 4) - number of scheduled requests). None = no cap.
+    The policy's online state (Policy.online_state, kept by the engine from the run's outcomes), each kind in its
+    own pair of fields, as of the previous step's outcomes and of the one before (stale_*, the HostView's: the
+    host plans before the previous step's outcome is back); empty unless the policy keeps that state:
     recal, stale_recal  name -> the request's online recalibration offset of that drafter [R] (logits,
-                        sim/core/drafters/recalibration.py), as of the previous step's outcomes (recal) and of the one
-                        before (stale_recal, the HostView's: the host plans before the previous step's outcome is
-                        back); empty unless the policy recalibrates (Policy.recal). Under vLLM's acceptance
-                        estimator (Policy.online, `adaptive:online`) the model drafter's entry holds the estimator's
-                        coefficients [1 + K_m] instead (sim/core/drafters/acceptance_estimator.py).
+                        sim/core/drafters/recalibration.py; Policy.recal).
+    estimator, stale_estimator  name -> vLLM's acceptance estimator's coefficients [1 + K_m] for that drafter (the
+                        model drafter; Policy.online, `adaptive:online`, sim/core/drafters/acceptance_estimator.py).
+    all_matched, stale_all_matched  name -> whether every decoding request's lookup of that drafter (the n-gram
+                        one) matched (0-d bool; `ngram-mtp`, sim/core/policies/ngram_mtp.py).
     The per-drafter names of the two defaults (model_conf, ngram_len, stale_model_conf, model_draft_ms,
     mean_ngram_conf, true_model_acc, ... and extra, stale_extra, mean_extra, extra_draft_ms, true_extra_acc for
     the others: NAMED, OTHERS) are read-only views of these entries; the constructor still accepts them.
@@ -149,6 +152,10 @@ class StepBatch:
     max_draft_tokens: Optional[int] = None
     recal: dict = field(default_factory=dict)
     stale_recal: dict = field(default_factory=dict)
+    estimator: dict = field(default_factory=dict)
+    stale_estimator: dict = field(default_factory=dict)
+    all_matched: dict = field(default_factory=dict)
+    stale_all_matched: dict = field(default_factory=dict)
 
     def __init__(self, chains: Optional[dict] = None, stale_chains: Optional[dict] = None,
                  num_nondraft_tokens: int = 0, verify_cost_ms: Optional[torch.Tensor] = None,
@@ -156,7 +163,9 @@ class StepBatch:
                  means: Optional[dict] = None, true_acc: Optional[dict] = None,
                  true_verify_cost_ms: Optional[torch.Tensor] = None, num_sampling_reqs: Optional[int] = None,
                  max_draft_tokens: Optional[int] = None, recal: Optional[dict] = None,
-                 stale_recal: Optional[dict] = None, **named) -> None:
+                 stale_recal: Optional[dict] = None, estimator: Optional[dict] = None,
+                 stale_estimator: Optional[dict] = None, all_matched: Optional[dict] = None,
+                 stale_all_matched: Optional[dict] = None, **named) -> None:
         ix = dict(chains=chains, stale_chains=stale_chains, draft_ms_of=draft_ms_of, means=means, true_acc=true_acc)
         if named:
             ix = _indexed(ix, named, "StepBatch")
@@ -168,6 +177,10 @@ class StepBatch:
         self.max_draft_tokens = max_draft_tokens
         self.recal = {} if recal is None else recal
         self.stale_recal = {} if stale_recal is None else stale_recal
+        self.estimator = {} if estimator is None else estimator
+        self.stale_estimator = {} if stale_estimator is None else stale_estimator
+        self.all_matched = {} if all_matched is None else all_matched
+        self.stale_all_matched = {} if stale_all_matched is None else stale_all_matched
 
     @property
     def num_reqs(self) -> int:
@@ -197,7 +210,8 @@ class HostView:
 
     model_len[r]        the model chain length the step schedules (int64 [R]; min(K_m, output left)),
                         known before the pass (vLLM masks its stale survivals with it).
-    recal               name -> recalibration offset [R] (StepBatch.stale_recal)."""
+    recal, estimator, all_matched   the policy's online state one step older (StepBatch.stale_recal,
+                        stale_estimator, stale_all_matched)."""
 
     stale_chains: dict
     model_len: torch.Tensor
@@ -209,12 +223,15 @@ class HostView:
     num_sampling_reqs: Optional[int] = None
     max_draft_tokens: Optional[int] = None
     recal: dict = field(default_factory=dict)
+    estimator: dict = field(default_factory=dict)
+    all_matched: dict = field(default_factory=dict)
 
     def __init__(self, stale_chains: Optional[dict] = None, model_len: Optional[torch.Tensor] = None,
                  num_nondraft_tokens: int = 0, verify_cost_ms: Optional[torch.Tensor] = None,
                  draft_cost_ms: Union[float, torch.Tensor] = 0.0, draft_ms_of: Optional[dict] = None,
                  means: Optional[dict] = None, num_sampling_reqs: Optional[int] = None,
-                 max_draft_tokens: Optional[int] = None, recal: Optional[dict] = None, **named) -> None:
+                 max_draft_tokens: Optional[int] = None, recal: Optional[dict] = None,
+                 estimator: Optional[dict] = None, all_matched: Optional[dict] = None, **named) -> None:
         ix = dict(stale_chains=stale_chains, draft_ms_of=draft_ms_of, means=means)
         if named:
             ix = _indexed(ix, named, "HostView")
@@ -224,6 +241,8 @@ class HostView:
         self.draft_cost_ms, self.num_sampling_reqs, self.max_draft_tokens = draft_cost_ms, num_sampling_reqs, \
             max_draft_tokens
         self.recal = {} if recal is None else recal
+        self.estimator = {} if estimator is None else estimator
+        self.all_matched = {} if all_matched is None else all_matched
 
     @property
     def num_reqs(self) -> int:
@@ -246,7 +265,7 @@ def host_view(batch: StepBatch) -> HostView:
                     num_nondraft_tokens=batch.num_nondraft_tokens, verify_cost_ms=batch.verify_cost_ms,
                     draft_cost_ms=batch.draft_cost_ms, draft_ms_of=batch.draft_ms_of, means=batch.means,
                     num_sampling_reqs=batch.num_sampling_reqs, max_draft_tokens=batch.max_draft_tokens,
-                    recal=batch.stale_recal)
+                    recal=batch.stale_recal, estimator=batch.stale_estimator, all_matched=batch.stale_all_matched)
 
 
 @dataclass(frozen=True)
