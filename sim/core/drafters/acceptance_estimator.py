@@ -40,7 +40,8 @@ coefficients [1 + K] and the round's statistics [6, K]; the steps counted since 
 data-dependent shape, NaN and sign guards as torch.where. The engine keeps the state (sim/engine/engine.py,
 Engine.recal, made by Policy.online_state) and hands the policy the coefficients as of the previous step's outcomes
 (StepBatch.estimator["dspark"]) and one step older (HostView.estimator, StepBatch.stale_estimator), as it hands
-recalibration's offsets (sim/core/drafters/recalibration.py); `estimated` turns a view's model confidences into the predictions.
+recalibration's offsets (sim/core/drafters/recalibration.py); `estimated` turns a view's model confidences into the
+predictions.
 The simulator counts decode steps (vLLM counts every step that samples, pure prefills included).
 """
 from __future__ import annotations
@@ -80,9 +81,9 @@ def predict(conf: torch.Tensor, coef: torch.Tensor | None) -> torch.Tensor:
 
 def estimated(view):
     """The StepBatch or HostView `view` with its model-chain confidences replaced by the estimator's predictions
-    from the coefficients it carries (view.estimator[DRAFTER]; absent: the cold start), `estimator` emptied. A StepBatch's
-    current and stale chains are both predicted with its current coefficients; its HostView (host_view) carries
-    the older ones, from which the host plans."""
+    from the coefficients it carries (view.estimator[DRAFTER]; absent: the cold start), `estimator` emptied. A
+    StepBatch's current and stale chains are both predicted with its current coefficients; its HostView (host_view)
+    carries the older ones, from which the host plans."""
     coef = view.estimator.get(DRAFTER)
     conf, length = view.stale_chains[DRAFTER]
     fix = dict(stale_chains={**view.stale_chains, DRAFTER: (predict(conf, coef), length)}, estimator={})

@@ -113,8 +113,9 @@ def recalibrated(view):
 class RecalState:
     """An engine's recalibration state (module docstring): per request r and drafter d, the offset b [logits] and
     precision P [1 / logit^2], host float64 arrays [n, D] (the trace's n requests, D = the policy's drafters), and
-    the offsets one step older that the host plans from. They travel in StepBatch.recal / stale_recal (`field`). Fixed size per request; the update is `observe`'s torch
-    (the simulator's tensors live on the CPU, so wrapping the arrays costs no copy).
+    the offsets one step older that the host plans from (they travel in StepBatch.recal / stale_recal: `field`).
+    Fixed size per request; the update is `observe`'s torch (the simulator's tensors live on the CPU, so wrapping
+    the arrays costs no copy).
     shared=True (`runcal=k`): one offset per drafter for the whole run (arrays [1, D]), updated from every
     request's evidence at once (`observe_shared`): a bias of the general-text calibration that the workload shares
     (code edits copy more than general text) is learnt from far more slots than one request's, so without the

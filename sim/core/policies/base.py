@@ -32,7 +32,7 @@ CHAIN_MODEL = 1  # the registry's chain ids (sim/core/drafters/registry.py): dsp
 CHAIN_NGRAM = 2
 
 
-MODEL, NGRAM = "dspark", "ngram"  # the two default drafters (sim.core.drafters.DEFAULT_DRAFTERS), CHAIN_MODEL, CHAIN_NGRAM
+MODEL, NGRAM = "dspark", "ngram"  # the default drafters (sim.core.drafters.DEFAULT_DRAFTERS): CHAIN_MODEL, CHAIN_NGRAM
 
 # The per-drafter names the contract had before it was indexed by drafter: each is read (a property) and, while
 # callers move over, accepted by the constructors (and dataclasses.replace) as the entry of the indexed field it

@@ -121,7 +121,7 @@ class Chains:
 
     def __init__(self, confs: list, lens: list, draft_ms=None, model_first: bool = True):
         dt = confs[0].dtype
-        self.survs = [survival(c.to(dt), n) for c, n in zip(confs, lens)]
+        self.survs = [survival(c if c.dtype == dt else c.to(dt), n) for c, n in zip(confs, lens)]
         self.lens = lens
         self.negs = [-s for s in self.survs]
         self.cs = [torch.nn.functional.pad(prefix_sum(s), (1, 0)) for s in self.survs]
@@ -263,11 +263,11 @@ def others(names: tuple) -> frozenset:
 
 
 def select(rows: list, choice: torch.Tensor) -> torch.Tensor:
-    """Per request, the chosen chain's row (rows: one tensor [R, ...] per chain; choice [R] as `evaluate`'s)."""
+    """Per request, the chosen chain's row (rows: one tensor [R] or [R, W] per chain; choice [R] as `evaluate`'s)."""
+    two_d = rows[0].dim() == 2
     if choice.dtype == torch.bool:
-        c = choice.reshape(choice.shape + (1,) * (rows[0].dim() - 1))
-        return torch.where(c, rows[1], rows[0])
-    c = choice.reshape((1,) + choice.shape + (1,) * (rows[0].dim() - 1)).expand((1,) + rows[0].shape)
+        return torch.where(choice[:, None] if two_d else choice, rows[1], rows[0])
+    c = choice[None, :, None].expand(1, -1, rows[0].shape[1]) if two_d else choice[None]
     return torch.stack(rows).gather(0, c)[0]
 
 
@@ -507,21 +507,18 @@ def choose_chain(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float =
                           method, margin)
 
 
-def published_view(batch: StepBatch, k: int, stale: bool = False) -> StepBatch:
-    """The batch as the vLLM plugin sees it when it chooses (current or, with stale=True, last step's values):
-    n-gram chains cut to the k slots vLLM drafts (num_speculative_tokens), and a decode-only step shape
+def published_view(batch: StepBatch, k: int, stale: bool = False, names: tuple = TWO) -> StepBatch:
+    """The batch as the vLLM plugin sees it when it chooses (current or, with stale=True, last step's values), over
+    `names`: model-free chains cut to the k slots vLLM drafts (num_speculative_tokens), and a decode-only step shape
     (T = N = R) because the plugin chooses right after a verify pass, before the next step is scheduled."""
+    src = batch.stale_chains if stale else batch.chains
+    chains = {}
+    for n in names:
+        conf, length = src[n]
+        chains[n] = (conf, length) if n == MODEL else (conf[:, :k], length.clamp(max=k))
     R = batch.num_reqs
-    if stale:
-        conf_m, len_m = batch.stale_model_conf, batch.stale_model_len
-        conf_n, len_n = batch.stale_ngram_conf, batch.stale_ngram_len
-    else:
-        conf_m, len_m, conf_n, len_n = batch.model_conf, batch.model_len, batch.ngram_conf, batch.ngram_len
-    conf_n, len_n = conf_n[:, :k], len_n.clamp(max=k)
-    return dataclasses.replace(
-        batch, model_conf=conf_m, model_len=len_m, ngram_conf=conf_n, ngram_len=len_n, stale_model_conf=conf_m,
-        stale_model_len=len_m, stale_ngram_conf=conf_n, stale_ngram_len=len_n, num_nondraft_tokens=R,
-        num_sampling_reqs=R, true_model_acc=None, true_ngram_acc=None, true_verify_cost_ms=None)
+    return dataclasses.replace(batch, chains=chains, stale_chains=chains, num_nondraft_tokens=R, num_sampling_reqs=R,
+                               true_acc={}, true_verify_cost_ms=None)
 
 
 def publish_n(confs: list, lens: list, choice: torch.Tensor, W: int) -> torch.Tensor:
@@ -533,7 +530,7 @@ def publish_n(confs: list, lens: list, choice: torch.Tensor, W: int) -> torch.Te
     for c, n in zip(confs, lens):
         if c.shape[1] > W:  # a chain wider than W is cut to it (a narrower one's lengths are within it already)
             c, n = c[:, :W], n.clamp(max=W)
-        c = c.to(dt) * slot_valid(n, c.shape[1])
+        c = (c if c.dtype == dt else c.to(dt)) * slot_valid(n, c.shape[1])
         rows.append(torch.nn.functional.pad(c, (0, W - c.shape[1])) if c.shape[1] < W else c)
     return select(rows, choice)
 
@@ -543,18 +540,6 @@ def publish(model_conf: torch.Tensor, model_len: torch.Tensor, ngram_conf: torch
     """publish_n over (model, n-gram) by use_ngram (bool [R]), W = width or model_conf's width K."""
     W = model_conf.shape[1] if width is None else width
     return publish_n([model_conf, ngram_conf], [model_len, ngram_len], use_ngram, W)
-
-
-def _published_chains(batch: StepBatch, names: tuple, W: int, stale: bool) -> tuple:
-    """The chains as the vLLM plugin sees them when it chooses (published_view): every model-free chain cut to the
-    W slots vLLM drafts, in `names` order: (confs, lens)."""
-    ch = batch.stale_chains if stale else batch.chains
-    confs, lens = [], []
-    for n in names:
-        conf, length = ch[n]
-        confs.append(conf if n == MODEL else conf[:, :W])
-        lens.append(length if n == MODEL else length.clamp(max=W))
-    return confs, lens
 
 
 def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
@@ -580,9 +565,9 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     ran = names if ran is None else ran
     K = batch.model_conf.shape[1]
     W = K if slots is None else max(int(slots), K)
-    cur, old = published_view(batch, W), published_view(batch, W, stale=True)
-    confs, lens = _published_chains(batch, names, W, stale=False)
-    oconfs, olens = _published_chains(batch, names, W, stale=True)
+    cur, old = published_view(batch, W, names=names), published_view(batch, W, stale=True, names=names)
+    confs, lens = [cur.chains[n][0] for n in names], [cur.chains[n][1] for n in names]
+    oconfs, olens = [old.chains[n][0] for n in names], [old.chains[n][1] for n in names]
     idx = [i for i, n in enumerate(names) if n in ran]
     sub = choose_chain_n(cur, [confs[i] for i in idx], [lens[i] for i in idx], names[idx[0]] == MODEL, method,
                          margin)
@@ -591,8 +576,9 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     pub = publish_n(confs, lens, choice, W)
     pub_stale = publish_n(oconfs, olens, use_stale, W)
     sched = scheduled_slots(batch.model_len, K, W, MODEL in ran)
-    view = dataclasses.replace(batch, model_conf=pub, model_len=sched,
-                               stale_model_conf=pub_stale.to(batch.stale_model_conf.dtype))
+    stale_m = batch.stale_chains[MODEL]
+    view = dataclasses.replace(batch, chains={**batch.chains, MODEL: (pub, sched)},
+                               stale_chains={**batch.stale_chains, MODEL: (pub_stale.to(stale_m[0].dtype), stale_m[1])})
     admitted = alloc_adaptive(view).admitted
     return finish(chain_of(names, choice), torch.minimum(admitted, select(lens, choice)))
 
