@@ -79,8 +79,8 @@ def test_b_budget_capped_by_logits_buffer():
     assert sum(admitted(batch(conf, conf, table=flat, cap=5), "adaptive:early-stop")) == 5
     assert admitted(batch(conf, conf, table=flat, cap=0)) == [0, 0, 0]
     b = batch(conf, conf, table=flat, cap=5)
-    b.ngram_conf, b.ngram_len = torch.full((3, 6), 0.95), torch.tensor([6, 0, 0])
-    b.stale_ngram_conf, b.stale_ngram_len = b.ngram_conf.clone(), b.ngram_len.clone()
+    b.chains["ngram"] = (torch.full((3, 6), 0.95), torch.tensor([6, 0, 0]))
+    b.stale_chains["ngram"] = (b.ngram_conf.clone(), b.ngram_len.clone())
     assert sum(admitted(b, "hybrid-price")) == 5  # hybrid-price's stale budget is capped the same way
 
 

@@ -27,7 +27,7 @@ from sim.engine.forms import ARRAY_FORM, ENGINE_FORMS, FAST_FORWARD, NATIVE_STEP
     steps_as_defined, transcribed_methods
 from sim.core.policies import get_policy as get_definition, list_policies
 from sim.engine.policies import sim_policy
-from sim.core.policies.base import host_view
+from sim.core.policies.base import CHAIN_NGRAM, host_view
 from sim.engine.policy_fast import Arrays
 from sim.core.policies.testing import random_batch, random_cost_table
 from sim.api.run import SimSetup, prepare, run_one
@@ -175,6 +175,28 @@ def test_tied_confidences(spec):
         _same(spec, pol, b, f"tied batch {i} (R={R})")
 
 
+@pytest.mark.parametrize("spec", [s for s in FAST if s.split(":")[0] in ("hybrid", "hybrid-price")])
+def test_an_empty_model_chain_takes_the_other_chain(spec):
+    """One definition of the chain choice (hybrid.allocate_chosen) for every hybrid: a request whose model chain is
+    empty takes the n-gram chain even where that chain's first survival is 0 (no lambda-prefix, no better first
+    slot), and the two-drafter C form does the same."""
+    pol = _policy(spec)
+    rng = np.random.default_rng(7)
+    taken = 0
+    for i in range(60):
+        R = int(rng.choice([2, 5, 9]))
+        b = random_batch(rng, R, 7, 8, max_tokens=R * 9 + 2)
+        b.model_len[0] = 0
+        b.ngram_len[0] = 4
+        b.ngram_conf[0, 0] = 0.0
+        b = dataclasses.replace(b, max_draft_tokens=None)
+        _same(spec, pol, b, f"batch {i} (R={R})")
+        out = pol.fn(b)
+        assert int(out.admitted[0]) == 0 or int(out.chain[0]) == CHAIN_NGRAM, (spec, i)
+        taken += int(out.admitted[0]) > 0
+    assert taken > 0, spec  # some budgets reach the zero-survival slots: the rule is exercised
+
+
 @pytest.mark.parametrize("spec", FAST)
 def test_out_of_range_confidences(spec):
     """Confidences outside [0, 1] (clamped by the survival) and signed zeros in some requests' chains: the
@@ -305,6 +327,24 @@ def test_forms_over_drafters(spec, names, kind):
     n = 60 if names == names_three() and kind == "random" else 15
     for i in range(n):
         _same_over(spec, names, pol, _over_batch(rng, names, kind), f"{kind} batch {i}", kind)
+
+
+@pytest.mark.skipif(NO_CC, reason="no C compiler: the simulator runs the definitions")
+@pytest.mark.parametrize("kind", ["random", "tied", "odd"])
+@pytest.mark.parametrize("spec", [s for form in FORMS.values() if form.drafters for s in form.specs])
+def test_forms_over_drafters_on_the_default_two(spec, kind):
+    """The two drafters are the case N = 2 of the one definition: the form over any drafters, run on (dspark,
+    ngram), equals the definition the default run uses (which the two-drafter C form transcribes too)."""
+    from sim.core.drafters.registry import DEFAULT_DRAFTERS
+    from sim.engine.policy_fast import sim_form_over
+
+    form = sim_form_over(spec, DEFAULT_DRAFTERS)
+    assert form is not None, spec
+    pol = dataclasses.replace(get_definition(spec), sim_fn=form)
+    assert FORMS[spec.split(":")[0]].definition is policy_forms()[spec.split(":")[0] + "@drafters"].definition
+    rng = np.random.default_rng(zlib.crc32(f"{spec}two{kind}".encode()))
+    for i in range(15):
+        _same_over(spec, DEFAULT_DRAFTERS, pol, _over_batch(rng, DEFAULT_DRAFTERS, kind), f"{kind} batch {i}", kind)
 
 
 def names_three() -> tuple:

@@ -54,7 +54,7 @@ def test_mean_history_keeps_a_short_lived_match_from_skipping_the_pass():
     stale_ng = [[0.97] * 8] * 2
     b = _batch([[0.9] * 4] * 2, [[0.2] * 8] * 2, [[0.6] * 4] * 2, stale_ng)
     assert not bool(price_skip(b).model_ran)
-    b.mean_ngram_conf = torch.full((2, 8), 0.2)  # the request rarely copies: do not bet the step on it
+    b.means["ngram"] = torch.full((2, 8), 0.2)  # the request rarely copies: do not bet the step on it
     assert bool(price_skip(b).model_ran)
 
 

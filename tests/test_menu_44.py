@@ -185,7 +185,7 @@ def test_ngram_mtp_copies_where_it_matched_and_skips_the_decode_steps_only_after
     full = dataclasses.replace(b, ngram_len=torch.tensor([9, 4]))
     assert alloc_ngram_mtp(full, batch1=False).admitted.tolist() == [3, 3]
     for prev, steps in ((False, 3), (True, 1)):
-        got = alloc_ngram_mtp(dataclasses.replace(full, recal={"ngram": torch.tensor(prev)}), batch1=False)
+        got = alloc_ngram_mtp(dataclasses.replace(full, all_matched={"ngram": torch.tensor(prev)}), batch1=False)
         assert int(got.model_steps) == steps
     b1 = alloc_ngram_mtp(full, batch1=True)  # two requests: no lookup at all
     assert b1.chain.tolist() == [CHAIN_MODEL, CHAIN_MODEL] and int(b1.model_steps) == 3
@@ -219,7 +219,7 @@ def test_the_per_step_oracle_over_three_drafters_bounds_each_new_rule(spec):
                                 draft_cost_ms=m_ms + n_ms + s_ms + alloc_ms, extra={"suffix": (conf, n)},
                                 stale_extra={"suffix": (conf, n)}, mean_extra={"suffix": conf},
                                 true_extra_acc={"suffix": torch.tensor(rng.integers(0, 17, size=R))},
-                                recal={"ngram": torch.tensor(bool(rng.integers(2)))})
+                                all_matched={"ngram": torch.tensor(bool(rng.integers(2)))})
         a = pol.fn(b)
         acc = {1: b.true_model_acc, 2: b.true_ngram_acc, 3: b.true_extra_acc["suffix"]}
         got = sum(min(int(a.admitted[r]), int(acc[int(a.chain[r])][r])) for r in range(R) if a.chain[r] > 0)

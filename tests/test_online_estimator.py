@@ -132,7 +132,7 @@ def test_no_host_sync_on_the_allocation_path_nor_the_refit():
     rng = np.random.default_rng(3)
     b = random_batch(rng, 6, 5, 4)
     coef = torch.tensor([0.9, 0.4, 0.2, 0.0, -0.3, -0.5], dtype=torch.float64)
-    b = dataclasses.replace(b, recal={"dspark": coef}, stale_recal={"dspark": ae.cold_start(5)})
+    b = dataclasses.replace(b, estimator={"dspark": coef}, stale_estimator={"dspark": ae.cold_start(5)})
     view = host_view(b)
     plan = plan_online(view)  # the host's phase: its budget is host data by contract
     with _HostReads() as mode:
@@ -153,17 +153,17 @@ def test_the_policy_is_adaptive_verification_on_the_predictions():
     for _ in range(20):
         b = random_batch(rng, int(rng.integers(1, 9)), 7, 4)
         new, old = ae.cold_start(7) + 0.3, ae.cold_start(7)
-        b = dataclasses.replace(b, recal={"dspark": new}, stale_recal={"dspark": old})
+        b = dataclasses.replace(b, estimator={"dspark": new}, stale_estimator={"dspark": old})
         p = pol.plan(host_view(b))
         ref_p = plan_adaptive(dataclasses.replace(host_view(b), stale_model_conf=ae.predict(b.stale_model_conf, old),
-                                                  recal={}))
+                                                  estimator={}))
         assert torch.equal(p.budget, ref_p.budget)
         got = pol.allocate(b, p)
         ref = allocate_adaptive(dataclasses.replace(b, model_conf=ae.predict(b.model_conf, new)), p)
         assert torch.equal(got.admitted, ref.admitted) and torch.equal(got.chain, ref.chain)
-        bare = dataclasses.replace(b, recal={}, stale_recal={})
+        bare = dataclasses.replace(b, estimator={}, stale_estimator={})
         assert torch.equal(alloc_online(bare).admitted, alloc_online(dataclasses.replace(
-            bare, recal={"dspark": ae.cold_start(7)}, stale_recal={"dspark": ae.cold_start(7)})).admitted)
+            bare, estimator={"dspark": ae.cold_start(7)}, stale_estimator={"dspark": ae.cold_start(7)})).admitted)
 
 
 def test_the_engine_keeps_the_estimator_and_feeds_it():

@@ -62,7 +62,7 @@ def test_oracle_beats_every_policy_on_random_steps(seed):
     for _ in range(40):
         R = int(rng.choice([1, 3, 8, 40]))
         b = random_batch(rng, R, 7, 32, max_tokens=R * 40 + R + 2)
-        b.model_draft_ms, b.ngram_draft_ms = float(rng.uniform(0, 3)), float(rng.uniform(0, 0.2))
+        b.draft_ms_of.update(dspark=float(rng.uniform(0, 3)), ngram=float(rng.uniform(0, 0.2)))
         b.draft_cost_ms = b.model_draft_ms + b.ngram_draft_ms + 0.05
         best = _step_goodput(b, sim_policy("oracle")(b))
         for spec in POLICIES:

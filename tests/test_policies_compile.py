@@ -30,7 +30,9 @@ def test_no_host_sync_calls_in_policy_sources():
 def _tensor_fn(fn):
     """Wrap fn(StepBatch) as a function of tensors only (what an engine would compile)."""
     def wrapped(mc, ml, nc, nl, smc, sml, snc, snl, table, tm, tn, num_nondraft_tokens, draft_cost_ms):
-        b = StepBatch(mc, ml, nc, nl, smc, sml, snc, snl, num_nondraft_tokens, table, draft_cost_ms, tm, tn)
+        b = StepBatch(chains={"dspark": (mc, ml), "ngram": (nc, nl)}, stale_chains={"dspark": (smc, sml),
+                      "ngram": (snc, snl)}, num_nondraft_tokens=num_nondraft_tokens, verify_cost_ms=table,
+                      draft_cost_ms=draft_cost_ms, true_acc={"dspark": tm, "ngram": tn})
         a = fn(b)
         return a.chain, a.admitted
     return wrapped

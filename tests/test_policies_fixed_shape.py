@@ -33,7 +33,9 @@ def _pad(b: StepBatch, rows: int) -> tuple:
 
 def _fn(policy):
     def run(mc, ml, nc, nl, smc, sml, snc, snl, table, nondraft, draft_ms, live):
-        b = StepBatch(mc, ml, nc, nl, smc, sml, snc, snl, nondraft, table, draft_ms, num_sampling_reqs=live)
+        b = StepBatch(chains={"dspark": (mc, ml), "ngram": (nc, nl)}, stale_chains={"dspark": (smc, sml),
+                      "ngram": (snc, snl)}, num_nondraft_tokens=nondraft, verify_cost_ms=table, draft_cost_ms=draft_ms,
+                      num_sampling_reqs=live)
         a = policy(b)
         return a.chain, a.admitted
     return run

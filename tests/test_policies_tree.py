@@ -41,7 +41,9 @@ def test_free_slots_verify_both_chains_and_expensive_slots_do_not():
 def test_compiles_fullgraph():
     """Compiled as an engine would: a function of tensors only, with fullgraph=True (no host sync)."""
     def fn(mc, ml, nc, nl, table, nnt, dms):
-        b = StepBatch(mc, ml, nc, nl, mc, ml, nc, nl, nnt, table, dms)
+        chains = {"dspark": (mc, ml), "ngram": (nc, nl)}
+        b = StepBatch(chains=chains, stale_chains=chains, num_nondraft_tokens=nnt, verify_cost_ms=table,
+                      draft_cost_ms=dms)
         a = tree_alloc(b)
         return a.chain, a.admitted, a.second
 

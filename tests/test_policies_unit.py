@@ -130,12 +130,12 @@ def test_oracle_admits_only_accepted_slots_and_all_of_them_when_slots_are_cheap(
 
 def test_oracle_skips_the_model_pass_when_the_ngram_chains_are_enough():
     b = make_batch([[0.5] * 4] * 2, [[0.5] * 6] * 2, true_m=[2, 3], true_n=[6, 5], draft=1.0)
-    b.model_draft_ms = 0.9  # the model chains add nothing: paying their pass only lowers the goodput
+    b.draft_ms_of["dspark"] = 0.9  # the model chains add nothing: paying their pass only lowers the goodput
     a = get_policy("oracle")(b)
     assert not bool(a.model_ran) and bool(a.ngram_ran)
     assert lists(a) == ([CHAIN_NGRAM, CHAIN_NGRAM], [6, 5])
     b = make_batch([[0.5] * 4] * 2, [[0.5] * 6] * 2, true_m=[4, 4], true_n=[0, 0], draft=1.0)
-    b.model_draft_ms = 0.9
+    b.draft_ms_of["dspark"] = 0.9
     a = get_policy("oracle")(b)
     assert bool(a.model_ran) and lists(a) == ([CHAIN_MODEL, CHAIN_MODEL], [4, 4])
 
@@ -241,9 +241,9 @@ def test_hybrid_price_without_ngram_equals_adaptive():
     rng = np.random.default_rng(5)
     for _ in range(60):
         b = random_batch(rng, int(rng.integers(1, 9)), 7, 6, max_tokens=80)
-        b.ngram_len = torch.zeros_like(b.ngram_len)
-        b.stale_ngram_len = torch.zeros_like(b.ngram_len)
-        b.stale_model_conf, b.stale_model_len = b.model_conf.clone(), b.model_len.clone()
+        b.chains["ngram"] = (b.ngram_conf, torch.zeros_like(b.ngram_len))
+        b.stale_chains["ngram"] = (b.stale_ngram_conf, torch.zeros_like(b.ngram_len))
+        b.stale_chains["dspark"] = (b.model_conf.clone(), b.model_len.clone())
         ref = get_policy("adaptive")(b)
         for spec in ["hybrid-price:model-opt", "hybrid-price:model-opt:current", "hybrid-price"]:
             a = get_policy(spec)(b)
@@ -254,6 +254,6 @@ def test_hybrid_price_without_ngram_equals_adaptive():
 def test_hybrid_price_budget_comes_from_stale_values():
     # stale values say: spend nothing (all stale confidences ~0); the current ones are great.
     b = make_batch([[0.99] * 4] * 2, [[0.99] * 8] * 2, stale_model_conf=[[0.01] * 4] * 2)
-    b.stale_ngram_conf = torch.full_like(b.ngram_conf, 0.01)
+    b.stale_chains["ngram"] = (torch.full_like(b.ngram_conf, 0.01), b.stale_ngram_len)
     assert get_policy("hybrid-price")(b).admitted.sum().tolist() == 0
     assert get_policy("hybrid-price:current")(b).admitted.sum().tolist() > 0

@@ -70,11 +70,19 @@ from sim.core.drafters.ngram_torch import HistoryBuffer, propose_ngram
 
 
 def _to_device(obj, device: torch.device):
-    """A copy of a StepBatch or Allocation with every tensor field on `device`."""
+    """A copy of a StepBatch or Allocation with every tensor on `device`: its tensor fields and the tensors of its
+    fields indexed by drafter (name -> tensor, or name -> (conf, len))."""
     import dataclasses
 
-    return dataclasses.replace(obj, **{f.name: getattr(obj, f.name).to(device) for f in dataclasses.fields(obj)
-                                       if isinstance(getattr(obj, f.name), torch.Tensor)})
+    def moved(v):
+        if isinstance(v, torch.Tensor):
+            return v.to(device)
+        if isinstance(v, tuple):
+            return tuple(moved(x) for x in v)
+        return {k: moved(x) for k, x in v.items()} if isinstance(v, dict) else v
+
+    return dataclasses.replace(obj, **{f.name: moved(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                                       if isinstance(getattr(obj, f.name), (torch.Tensor, dict))})
 
 
 class Clock:

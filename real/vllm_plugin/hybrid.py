@@ -60,10 +60,13 @@ from sim.core.drafters.calibration import NgramCalibrator, conditional_torch
 from sim.core.drafters.recalibration import evidence, recalibrate
 from sim.core.policies.base import StepBatch
 from sim.core.policies.hybrid import SWEEP_EXACT_MAX, choose_chain, publish, published_view
+from sim.core.vllm import PLUGIN_DRAFTERS
 
 HISTORY_WINDOW = 32  # H: output positions in the `recent` copy-history share (sim.core.drafters.calibration.copy_history)
 FILLER_TOKEN = 0  # token id in a published slot past both chains (confidence 0; any valid id is lossless)
-CHAINS = ("model", "ngram")
+CHAINS = ("model", "ngram")  # the stats' names of the plugin's chains, in PLUGIN_DRAFTERS' order
+# the plugin's drafters as the step contract indexes them: vLLM's DSpark speculator, then the plugin's n-gram kernels
+MODEL, NGRAM = PLUGIN_DRAFTERS
 # plan_skip's inputs, per request slot, copied to the host at the end of each propose (`_snapshot_skip_state`)
 SKIP_STATE = ("model_conf_last", "model_len_last", "model_conf_sum", "model_steps", "model_ran_last",
               "ngram_conf_last", "ngram_len_last", "ngram_conf_sum", "ngram_steps")
@@ -390,9 +393,8 @@ class HybridDrafter:
             mc = recalibrate(mc, self.rc_b[0].expand(R))
             ng_conf = recalibrate(ng_conf, self.rc_b[1].expand(R))
         if ran_model:
-            batch = StepBatch(model_conf=mc, model_len=model_len, ngram_conf=ng_conf, ngram_len=m.length,
-                              stale_model_conf=mc, stale_model_len=model_len, stale_ngram_conf=ng_conf,
-                              stale_ngram_len=m.length, num_nondraft_tokens=R, verify_cost_ms=verify_table,
+            chains = {MODEL: (mc, model_len), NGRAM: (ng_conf, m.length)}
+            batch = StepBatch(chains=chains, stale_chains=chains, num_nondraft_tokens=R, verify_cost_ms=verify_table,
                               draft_cost_ms=float(draft_ms), num_sampling_reqs=R)
             use_ngram = choose_chain(published_view(batch, W), self.cfg.method, float(self.cfg.margin)) & eligible
         else:  # as the simulator's allocate_skip: a request without a model chain takes its n-gram chain
@@ -473,13 +475,11 @@ class HybridDrafter:
         stale_m = torch.where(ran_last[:, None], h["model_conf_last"], m_mean)
         stale_m = torch.where((m_steps == 0)[:, None], 1.0, stale_m)  # none drafted yet: vLLM's reset value
         stale_len = torch.where(m_steps == 0, self.block, h["model_len_last"])
-        view = HostView(stale_model_conf=stale_m, stale_model_len=stale_len,
-                        stale_ngram_conf=h["ngram_conf_last"], stale_ngram_len=h["ngram_len_last"],
+        view = HostView(stale_chains={MODEL: (stale_m, stale_len), NGRAM: (h["ngram_conf_last"], h["ngram_len_last"])},
                         model_len=torch.full((R,), self.block, dtype=torch.int64), num_nondraft_tokens=R,
                         verify_cost_ms=self._table_host, draft_cost_ms=full,
-                        mean_ngram_conf=torch.where(n_steps[:, None] > 0, mean,
-                                                    h["ngram_conf_last"].to(torch.float64)),
-                        num_sampling_reqs=R, model_draft_ms=saved)
+                        means={NGRAM: torch.where(n_steps[:, None] > 0, mean, h["ngram_conf_last"].to(torch.float64))},
+                        num_sampling_reqs=R, draft_ms_of={MODEL: saved})
         return plan_skip(view, self.cfg.method, float(self.cfg.margin), hysteresis).model
 
     # ------------------------------------------------------------------------------------------ stats

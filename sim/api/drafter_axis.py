@@ -69,7 +69,7 @@ def step_goodput(batch: StepBatch, alloc: Allocation, ran: set) -> float:
     alloc_ms = batch.draft_cost_ms
     for v in prices.values():
         alloc_ms = alloc_ms - v
-    d = sum(float(prices[n]) for n in ran) + (float(alloc_ms) if ran else 0.0)
+    d = sum(float(batch.price(n)) for n in ran) + (float(alloc_ms) if ran else 0.0)
     t = dataclasses.replace(batch, verify_cost_ms=batch.true_verify_cost_ms)
     return float(goodput(t, torch.tensor(float(got), dtype=torch.float64), torch.tensor(slots), d))
 
@@ -84,13 +84,12 @@ class BoundCheckingEngine(Engine):
 
     def _step_batch(self, reqs, rows, chains, *args) -> StepBatch:
         b = super()._step_batch(reqs, rows, chains, *args)
-        if b.true_model_acc is None:  # the truth every step (the oracle's), whatever the policy
+        if not b.true_acc:  # the truth every step (the oracle's), whatever the policy
             tb, T, kv, n_seqs = self.tb, args[2], args[3], args[4]
-            b = dataclasses.replace(b, true_model_acc=torch.from_numpy(tb.m_acc[rows]),
-                                    true_ngram_acc=torch.from_numpy(tb.ng_acc[rows]),
+            truth = {"dspark": torch.from_numpy(tb.m_acc[rows]), "ngram": torch.from_numpy(tb.ng_acc[rows]),
+                     **{k: torch.from_numpy(c[3]) for k, c in chains.get("live", {}).items()}}
+            b = dataclasses.replace(b, true_acc=truth,
                                     true_verify_cost_ms=torch.from_numpy(self._true_table(T, len(reqs), kv, n_seqs)))
-        if "live" in chains and not b.true_extra_acc:
-            b = dataclasses.replace(b, true_extra_acc={k: torch.from_numpy(c[3]) for k, c in chains["live"].items()})
         return b
 
     def _allocate(self, batch: StepBatch, plan: Plan) -> Allocation:

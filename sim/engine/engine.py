@@ -328,6 +328,8 @@ class Engine(HostHistory, LosslessChecks):
         # online recalibration (Policy.recal, sim/core/drafters/recalibration.py: per-request offsets) or another
         # online state of the policy (Policy.online: vLLM's acceptance estimator), kept here, fed by _recalibrate
         self.recal = policy.online_state(n, tables.k_model)
+        # the StepBatch fields its values travel in (the state declares which: recal, estimator or all_matched)
+        self._online_fields = None if self.recal is None else (self.recal.field, "stale_" + self.recal.field)
         # the verify table the policy decides with this step: the start-up profile, or (Policy.step_table) the
         # step's own, set by the numpy step before the plan
         self.step_table = policy.step_table
@@ -642,17 +644,17 @@ class Engine(HostHistory, LosslessChecks):
         """The policy's view of the step before any drafter runs (sim.core.policies.base.HostView), as tensors
         wrapping the host arrays without copies; prices as if every drafter the policy uses runs."""
         from_numpy = torch.from_numpy
-        draft_ms, ngram_ms = prices.draft, prices.ngram
+        stale_chains = {"dspark": (from_numpy(stale[0]), from_numpy(stale[1])),
+                        "ngram": (from_numpy(stale[2]), from_numpy(stale[3]))}
+        draft_ms_of = {"dspark": prices.draft, "ngram": prices.ngram}
+        means = {} if mean_ng is None else {"ngram": from_numpy(mean_ng)}
+        self.live.host_entries(reqs, len(reqs), self.cost, stale_chains, means, draft_ms_of)
         return HostView(
-            stale_model_conf=from_numpy(stale[0]), stale_model_len=from_numpy(stale[1]),
-            stale_ngram_conf=from_numpy(stale[2]), stale_ngram_len=from_numpy(stale[3]),
-            model_len=from_numpy(self._scheduled_model_len(reqs)), num_nondraft_tokens=T,
-            verify_cost_ms=self._table, draft_cost_ms=prices.total(),
-            mean_ngram_conf=None if mean_ng is None else from_numpy(mean_ng),
+            stale_chains=stale_chains, model_len=from_numpy(self._scheduled_model_len(reqs)), num_nondraft_tokens=T,
+            verify_cost_ms=self._table, draft_cost_ms=prices.total(), draft_ms_of=draft_ms_of, means=means,
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
-            model_draft_ms=draft_ms, ngram_draft_ms=ngram_ms, **self.live.host_fields(reqs, len(reqs), self.cost),
-            **({} if self.recal is None else {"recal": self.recal.offsets(reqs)[1]}))
+            **({} if self.recal is None else {self.recal.field: self.recal.offsets(reqs)[1]}))
 
     @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _scheduled_model_len(self, reqs: np.ndarray) -> np.ndarray:
@@ -667,30 +669,25 @@ class Engine(HostHistory, LosslessChecks):
         """The StepBatch of the chains and the host-side history (stale = model conf, model len, n-gram conf,
         n-gram len), as numpy arrays: wrapped without copies."""
         tb, pol, from_numpy = self.tb, self.policy, torch.from_numpy
-        draft_ms, ngram_ms = prices.draft, prices.ngram
+        # every drafter indexed by its registered name (the model drafter's stale chain is the one last drafted for
+        # the request, not the previous step's if the pass was skipped)
+        chains_t = {"dspark": (from_numpy(chains["model_conf"]), from_numpy(chains["model_len"])),
+                    "ngram": (from_numpy(chains["ngram_conf"]), from_numpy(chains["ngram_len"]))}
+        stale_chains = {"dspark": (from_numpy(stale[0]), from_numpy(stale[1])),
+                        "ngram": (from_numpy(stale[2]), from_numpy(stale[3]))}
+        draft_ms_of = {"dspark": prices.draft, "ngram": prices.ngram}
+        means = {} if mean_ng is None else {"ngram": from_numpy(mean_ng)}
+        true_acc = {"dspark": from_numpy(tb.m_acc[rows]), "ngram": from_numpy(tb.ng_acc[rows])} \
+            if pol.needs_truth else {}
+        self.live.batch_entries(reqs, chains, pol.needs_truth, self.cost, chains_t, stale_chains, means, draft_ms_of,
+                                true_acc)
         return StepBatch(
-            model_conf=from_numpy(chains["model_conf"]),
-            model_len=from_numpy(chains["model_len"]),
-            ngram_conf=from_numpy(chains["ngram_conf"]),
-            ngram_len=from_numpy(chains["ngram_len"]),
-            # the model chain last drafted for the request (not the previous step's if the pass was skipped)
-            stale_model_conf=from_numpy(stale[0]),
-            stale_model_len=from_numpy(stale[1]),
-            stale_ngram_conf=from_numpy(stale[2]),
-            stale_ngram_len=from_numpy(stale[3]),
-            num_nondraft_tokens=T,
-            verify_cost_ms=self._table,
-            draft_cost_ms=prices.total(),
-            true_model_acc=from_numpy(tb.m_acc[rows]) if pol.needs_truth else None,
-            true_ngram_acc=from_numpy(tb.ng_acc[rows]) if pol.needs_truth else None,
+            chains=chains_t, stale_chains=stale_chains, num_nondraft_tokens=T, verify_cost_ms=self._table,
+            draft_cost_ms=prices.total(), draft_ms_of=draft_ms_of, means=means, true_acc=true_acc,
             true_verify_cost_ms=from_numpy(self._true_table(T, len(reqs), kv_tokens, n_seqs)) if pol.needs_truth else None,
-            mean_ngram_conf=None if mean_ng is None else from_numpy(mean_ng),
-            model_draft_ms=draft_ms,
-            ngram_draft_ms=ngram_ms,
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
-            **self.live.batch_fields(reqs, chains, pol.needs_truth, self.cost),
-            **({} if self.recal is None else dict(zip(("recal", "stale_recal"), self.recal.offsets(reqs)))),
+            **({} if self.recal is None else dict(zip(self._online_fields, self.recal.offsets(reqs)))),
         )
 
     def _true_table(self, T: int, R: int, kv_tokens: int, n_seqs: int) -> np.ndarray:

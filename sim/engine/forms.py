@@ -11,8 +11,9 @@ Two kinds of definition have fast forms:
     definition; a form in sim/engine/policy_fast.py is declared with `@policy_form(family, definition, specs)`
     on its builder, naming the definition it transcribes and the specs it covers, so that
     get_policy finds it (`policy_forms`) and tests/test_fast_forms.py enrols it, with no list to keep. A form
-    of a family's definition over any drafters (sim/core/policies/multi.py) is declared with `drafters=`, the
-    drafter sets the harness checks it over, and registered beside the two-drafter form of the same family.
+    of a family's definition over any drafters (sim/core/policies/hybrid.py's functions given the run's drafters;
+    multi.py registers the families over them) is declared with `drafters=`, the drafter sets the harness checks
+    it over, and registered beside the two-drafter form of the same family, naming the same definition.
 
 HYBRIDSPEC_REFERENCE_ENGINE=1 makes every engine step run as defined; HYBRIDSPEC_REFERENCE_POLICIES=1 every
 policy (sim.engine.policy_fast.sim_form). This module imports only the registry idiom (sim/infra/registry.py) of the

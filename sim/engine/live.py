@@ -125,12 +125,12 @@ class LiveChains:
         drafter's own work (the real engine times it)."""
         return self.d[name].propose(reqs)
 
-    def host_fields(self, reqs: np.ndarray, R: int, cost) -> dict:
-        """The HostView's fields of the live drafters (stale_extra, mean_extra, extra_draft_ms)."""
+    def host_entries(self, reqs: np.ndarray, R: int, cost, stale_chains: dict, means: dict, draft_ms_of: dict) -> None:
+        """The HostView's entries of the live drafters, written into its indexed fields: each one's stale chain, its
+        mean chain and its price."""
         if not self.d:
-            return {}
+            return
         f = torch.from_numpy
-        stale, mean = {}, {}
         for k in self.d:
             conf, n, cnt = self.last_conf[k][reqs], self.last_len[k][reqs], self.cnt[k][reqs]
             fresh = cnt == 0
@@ -139,20 +139,21 @@ class LiveChains:
                 total = self.run_cnt[k]
                 conf[fresh] = self.run_sum[k] / total if total else 1.0
                 n[fresh] = conf.shape[1]
-            stale[k] = (f(conf), f(n))
-            mean[k] = f(np.where(cnt[:, None] > 0, self.sum_conf[k][reqs] / np.maximum(cnt, 1)[:, None], conf))
-        return dict(stale_extra=stale, mean_extra=mean, extra_draft_ms=dict(self.price_of(R, cost)))
+            stale_chains[k] = (f(conf), f(n))
+            means[k] = f(np.where(cnt[:, None] > 0, self.sum_conf[k][reqs] / np.maximum(cnt, 1)[:, None], conf))
+        draft_ms_of.update(self.price_of(R, cost))
 
-    def batch_fields(self, reqs: np.ndarray, chains: dict, needs_truth: bool, cost) -> dict:
-        """The StepBatch's fields of the live drafters (the HostView's, the current chains, the truth)."""
+    def batch_entries(self, reqs: np.ndarray, chains: dict, needs_truth: bool, cost, chains_t: dict,
+                      stale_chains: dict, means: dict, draft_ms_of: dict, true_acc: dict) -> None:
+        """The StepBatch's entries of the live drafters (the HostView's, the current chains, the truth)."""
         if not self.d:
-            return {}
-        out = self.host_fields(reqs, len(reqs), cost)
+            return
+        self.host_entries(reqs, len(reqs), cost, stale_chains, means, draft_ms_of)
         live = chains["live"]
-        out["extra"] = {k: (torch.from_numpy(c[1]), torch.from_numpy(c[2])) for k, c in live.items()}
-        if needs_truth:
-            out["true_extra_acc"] = {k: torch.from_numpy(c[3]) for k, c in live.items()}
-        return out
+        for k, c in live.items():
+            chains_t[k] = (torch.from_numpy(c[1]), torch.from_numpy(c[2]))
+            if needs_truth:
+                true_acc[k] = torch.from_numpy(c[3])
 
     def admit(self, eng: LiveSteps, alloc, plan, reqs, chain: np.ndarray, adm: np.ndarray, chains: dict, prices) -> None:
         """The slots admitted from each live drafter's chain, after the Allocation contract check; its price

@@ -1,8 +1,9 @@
-"""The simulator's fast form of `hybrid` and `hybrid-price` over any set of drafters but the default two (the
-N-drafter definitions of sim/core/policies/multi.py): a transcription of plan_skip_n / allocate_skip_n and
-plan_price_n / allocate_price_n with the `sweep` price search, in numpy with the per-price evaluation of the
-chains in C (native/multi_price.c), registered with sim.engine.forms.policy_form (`drafters=`: the drafter sets
-tests/test_fast_forms.py checks it over).
+"""The simulator's fast form of `hybrid` and `hybrid-price` over any set of drafters but the default two: a
+transcription of the one definition of the chain choice (sim/core/policies/hybrid.py: plan_skip / allocate_skip and
+plan_price / allocate_price given the run's drafters) with the `sweep` price search, in numpy with the per-price
+evaluation of the chains in C (native/multi_price.c), registered with sim.engine.forms.policy_form as a form of the
+same definitions as the two-drafter C form of sim/engine/policy_fast.py (`drafters=`: the drafter sets
+tests/test_fast_forms.py checks it over, the default two included).
 
 Why: over three drafters a step's plan prices up to four drafter sets and its allocate one, each through some
 hundred torch ops on tensors of a few hundred elements, where each op's dispatch (2-4 us) dominates.
@@ -38,7 +39,7 @@ import torch
 
 from sim.core.drafters.registry import chain_id
 from sim.engine.forms import policy_form
-from sim.core.policies import hybrid, multi
+from sim.core.policies import hybrid
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 
 F32, I64 = np.float32, np.int64
@@ -112,7 +113,7 @@ def _f32(t: torch.Tensor) -> np.ndarray:
 
 
 class _Chains:
-    """multi.ChainsN on numpy, every chain in one array: confs [S, R, K_d] (float32) and lens [S, R] (int64) per
+    """hybrid.Chains on numpy, every chain in one array: confs [S, R, K_d] (float32) and lens [S, R] (int64) per
     chain, padded with confidence 0 to K = max K_d (a padded slot's survival is 0, never above a price >= 0, and
     adds 0 to the prefix sums, so each chain's counts and gains are its own); draft None (the batch's
     draft_cost_ms, float32 goodput) or [S] float64 per side [ms]."""
@@ -133,13 +134,13 @@ class _Chains:
         self.draft = draft
 
     def all_survivals(self) -> np.ndarray:
-        """ChainsN.all_survivals' order: per side, per request, each chain's K_d slots in turn ([S, R * sum K_d])."""
+        """Chains.all_survivals' order: per side, per request, each chain's K_d slots in turn ([S, R * sum K_d])."""
         S, N, R, K = self.surv.shape
         keep = np.arange(K)[None, :] < np.array(self.Ks)[:, None]  # [N, K]
         return self.surv.transpose(0, 2, 1, 3)[:, :, keep].reshape(S, -1)
 
     def evaluate(self, st: _Step, lam: np.ndarray, margin: float) -> tuple:
-        """ChainsN.evaluate at prices lam [S, C]: (choice, kept slots [S, R, C] int64, goodput [S, C]); the counts,
+        """Chains.evaluate at prices lam [S, C]: (choice, kept slots [S, R, C] int64, goodput [S, C]); the counts,
         gains and chain choice per price in C (native/multi_price.c: mp_evaluate)."""
         ffi, lib = _native()
         S, N, R, K = self.surv.shape
@@ -208,7 +209,7 @@ def _forecast(v, name: str, forecast: str) -> Optional[np.ndarray]:
 
 
 def _price_sets(v, st: _Step, names: tuple, sets: list, margin: float, forecast: str) -> Optional[tuple]:
-    """multi._price_sets: (kept [S, R], goodput [S]) of the host-known chains of `names` once per drafter set."""
+    """hybrid._price_sets: (kept [S, R], goodput [S]) of the host-known chains of `names` once per drafter set."""
     stale = v.stale_chains
     S = len(sets)
     confs, lens = [], []
@@ -224,19 +225,19 @@ def _price_sets(v, st: _Step, names: tuple, sets: list, margin: float, forecast:
         d = st.draft
         for n in names:
             if n not in run:
-                d = d - st.prices[n]
+                d = d - st.prices.get(n, 0.0)
         draft[i] = d
     _, kept, g = _Chains(confs, lens, draft).sweep(st, margin)
     return kept, g
 
 
 def plan_skip(v: HostView, names: tuple, margin: float, hysteresis: float, forecast: str) -> Optional[Plan]:
-    """multi.plan_skip_n (method sweep) on numpy, or None where not covered."""
+    """hybrid.plan_skip (method sweep) on numpy, or None where not covered."""
     st = _covered_view(v, names, current=False)
     if st is None:
         return None
-    base = tuple(n for n in names if n in ("dspark", "ngram")) or names[:1]
-    sides = multi.skip_sides(base)
+    base = tuple(n for n in names if n in hybrid.TWO) or names[:1]
+    sides = hybrid.skip_sides(base)
     out = _price_sets(v, st, base, [tuple(n for n in base if n not in o) for o in sides], margin, forecast)
     if out is None:
         return None
@@ -260,11 +261,11 @@ def plan_skip(v: HostView, names: tuple, margin: float, hysteresis: float, forec
             total = int(kept[0].sum())
     budget = _cap(st, _free_budget(st, total))
     return Plan(model="dspark" in run, ngram="ngram" in run, budget=torch.tensor(budget, dtype=torch.int64),
-                extra=multi._others(run))
+                extra=hybrid.others(run))
 
 
 def plan_price(v: HostView, names: tuple, margin: float) -> Optional[Plan]:
-    """multi.plan_price_n (method sweep) on numpy, or None where not covered."""
+    """hybrid.plan_price (method sweep) on numpy, or None where not covered."""
     st = _covered_view(v, names, current=False)
     if st is None:
         return None
@@ -272,12 +273,12 @@ def plan_price(v: HostView, names: tuple, margin: float) -> Optional[Plan]:
     ch = _Chains([_f32(stale[n][0])[None] for n in names], [stale[n][1].numpy()[None] for n in names], None)
     _, kept, _ = ch.sweep(st, margin)
     return Plan(model="dspark" in names, ngram="ngram" in names,
-                budget=torch.tensor(_cap(st, int(kept[0].sum())), dtype=torch.int64), extra=multi._others(names))
+                budget=torch.tensor(_cap(st, int(kept[0].sum())), dtype=torch.int64), extra=hybrid.others(names))
 
 
 def _allocate_chosen(b: StepBatch, st: _Step, names: tuple, draft: Optional[float], budget: Optional[int],
                      margin: float) -> Allocation:
-    """multi._allocate_chosen (method sweep) on the batch's current chains of `names`."""
+    """hybrid.allocate_chosen (method sweep) on the batch's current chains of `names`."""
     cur = b.chains
     ch = _Chains([_f32(cur[n][0])[None] for n in names], [cur[n][1].numpy()[None] for n in names],
                  None if draft is None else np.array([draft]))
@@ -286,7 +287,7 @@ def _allocate_chosen(b: StepBatch, st: _Step, names: tuple, draft: Optional[floa
     first = ch.surv[0, :, :, 0]  # [N, R]
     choice = np.where(kept == 0, np.argmax(first, 0), choice)
     lens = ch.len[0]  # [N, R]
-    if names[0] == "dspark" and len(names) > 1:
+    if names[0] == hybrid.MODEL and len(names) > 1:
         other = np.argmax(first[1:], 0) + 1
         choice = np.where((choice == 0) & (lens[0] == 0), other, choice)
     if budget is None:
@@ -311,7 +312,7 @@ def _allocate_chosen(b: StepBatch, st: _Step, names: tuple, draft: Optional[floa
 
 
 def allocate_skip(b: StepBatch, plan: Plan, names: tuple, margin: float) -> Optional[Allocation]:
-    """multi.allocate_skip_n (method sweep) on numpy, or None where not covered."""
+    """hybrid.allocate_skip (method sweep) on numpy, or None where not covered."""
     ran = tuple(n for n in names if n in plan.drafters)
     st = _covered_view(b, ran, current=True) if ran else None
     if st is None or plan.budget is None or isinstance(b.num_sampling_reqs, torch.Tensor):
@@ -319,12 +320,12 @@ def allocate_skip(b: StepBatch, plan: Plan, names: tuple, margin: float) -> Opti
     draft = st.draft
     for n in names:
         if n not in ran:
-            draft = draft - float(b.draft_ms_of[n])
+            draft = draft - float(b.price(n))
     return _allocate_chosen(b, st, ran, draft, int(plan.budget), margin)
 
 
 def allocate_price(b: StepBatch, plan: Plan, names: tuple, margin: float) -> Optional[Allocation]:
-    """multi.allocate_price_n (method sweep) on numpy, or None where not covered."""
+    """hybrid.allocate_price (method sweep) on numpy, or None where not covered."""
     st = _covered_view(b, names, current=True)
     if st is None or plan.budget is None:
         return None
@@ -345,7 +346,7 @@ def _form(plan, alloc, definition_plan, definition_alloc, report_model: bool):
     def fn(b: StepBatch) -> Allocation:
         p = plan_or_definition(host_view(b))
         out = allocate_or_definition(b, p)
-        if report_model:  # multi._reporting: the plan's model pass
+        if report_model:  # hybrid.price_skip: the plan's model pass
             return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(p.model))
         return out
 
@@ -354,7 +355,7 @@ def _form(plan, alloc, definition_plan, definition_alloc, report_model: bool):
     return fn
 
 
-@policy_form("hybrid", multi.plan_skip_n, drafters=DRAFTER_SETS,
+@policy_form("hybrid", hybrid.price_skip, drafters=DRAFTER_SETS,
              specs=("hybrid", "hybrid:forecast=min", "hybrid:forecast=mean:hyst=0.2:margin=0.5",
                     "hybrid:forecast=stale:margin=0"))
 def _parse_hybrid_n(params: List[str], names: tuple):
@@ -363,16 +364,16 @@ def _parse_hybrid_n(params: List[str], names: tuple):
         return None
     return _form(lambda v: plan_skip(v, names, margin, hyst, forecast),
                  lambda b, p: allocate_skip(b, p, names, margin),
-                 lambda v: multi.plan_skip_n(v, names, method, margin, hyst, forecast),
-                 lambda b, p: multi.allocate_skip_n(b, p, names, method, margin), report_model=True)
+                 lambda v: hybrid.plan_skip(v, method, margin, hyst, forecast, names),
+                 lambda b, p: hybrid.allocate_skip(b, p, method, margin, names), report_model=True)
 
 
-@policy_form("hybrid-price", multi.plan_price_n, drafters=DRAFTER_SETS,
+@policy_form("hybrid-price", hybrid.price_with_budget, drafters=DRAFTER_SETS,
              specs=("hybrid-price", "hybrid-price:sweep", "hybrid-price:margin=0", "hybrid-price:margin=0.37"))
 def _parse_hybrid_price_n(params: List[str], names: tuple):
     method, current, margin, _ = hybrid.parse_hybrid_price(params)
     if method != "sweep" or current or _native() is None:
         return None
     return _form(lambda v: plan_price(v, names, margin), lambda b, p: allocate_price(b, p, names, margin),
-                 lambda v: multi.plan_price_n(v, names, method, margin),
-                 lambda b, p: multi.allocate_price_n(b, p, names, method, margin), report_model=False)
+                 lambda v: hybrid.plan_price(v, method, margin, names),
+                 lambda b, p: hybrid.allocate_price(b, p, method, margin, names), report_model=False)

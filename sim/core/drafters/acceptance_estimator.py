@@ -39,8 +39,9 @@ coefficients [1 + K] and the round's statistics [6, K]; the steps counted since 
 (as vLLM's). Everything else is batched torch on the tensors' device with no host synchronisation: no .item(), no
 data-dependent shape, NaN and sign guards as torch.where. The engine keeps the state (sim/engine/engine.py,
 Engine.recal, made by Policy.online_state) and hands the policy the coefficients as of the previous step's outcomes
-(StepBatch.recal["dspark"]) and one step older (HostView.recal, StepBatch.stale_recal), as it does recalibration's
-offsets (sim/core/drafters/recalibration.py); `estimated` turns a view's model confidences into the predictions.
+(StepBatch.estimator["dspark"]) and one step older (HostView.estimator, StepBatch.stale_estimator), as it hands
+recalibration's offsets (sim/core/drafters/recalibration.py); `estimated` turns a view's model confidences into the
+predictions.
 The simulator counts decode steps (vLLM counts every step that samples, pure prefills included).
 """
 from __future__ import annotations
@@ -80,14 +81,15 @@ def predict(conf: torch.Tensor, coef: torch.Tensor | None) -> torch.Tensor:
 
 def estimated(view):
     """The StepBatch or HostView `view` with its model-chain confidences replaced by the estimator's predictions
-    from the coefficients it carries (view.recal[DRAFTER]; absent: the cold start), `recal` emptied. A StepBatch's
-    current and stale chains are both predicted with its current coefficients; its HostView (host_view) carries
-    the older ones, from which the host plans."""
-    off = getattr(view, "recal", None) or {}
-    coef = off.get(DRAFTER)
-    fix = dict(stale_model_conf=predict(view.stale_model_conf, coef), recal={})
-    if hasattr(view, "model_conf"):  # a StepBatch: the current chain too
-        fix["model_conf"] = predict(view.model_conf, coef)
+    from the coefficients it carries (view.estimator[DRAFTER]; absent: the cold start), `estimator` emptied. A
+    StepBatch's current and stale chains are both predicted with its current coefficients; its HostView (host_view)
+    carries the older ones, from which the host plans."""
+    coef = view.estimator.get(DRAFTER)
+    conf, length = view.stale_chains[DRAFTER]
+    fix = dict(stale_chains={**view.stale_chains, DRAFTER: (predict(conf, coef), length)}, estimator={})
+    if hasattr(view, "chains"):  # a StepBatch: the current chain too
+        conf, length = view.chains[DRAFTER]
+        fix["chains"] = {**view.chains, DRAFTER: (predict(conf, coef), length)}
     return dataclasses.replace(view, **fix)
 
 
@@ -124,6 +126,8 @@ class EstimatorState:
     """The engine's state of the estimator for one run (module docstring), with RecalState's interface
     (sim/core/drafters/recalibration.py): `offsets` hands the policy the coefficients, `observe` takes a step's
     outcomes. names: the drafters it serves (the model drafter only)."""
+
+    field = "estimator"  # the StepBatch field its coefficients travel in (StepBatch.estimator)
 
     def __init__(self, k: int, interval: int = REFIT_INTERVAL):
         if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:

@@ -103,28 +103,25 @@ def recalibrated(view):
     off = getattr(view, "recal", None)
     if not off:
         return view
-    m, n = off.get("dspark"), off.get("ngram")
-    fix = dict(stale_model_conf=recalibrate(view.stale_model_conf, m),
-               stale_ngram_conf=recalibrate(view.stale_ngram_conf, n),
-               stale_extra={k: (recalibrate(c, off.get(k)), ln) for k, (c, ln) in view.stale_extra.items()},
-               mean_extra={k: recalibrate(c, off.get(k)) for k, c in view.mean_extra.items()}, recal={})
-    if view.mean_ngram_conf is not None:
-        fix["mean_ngram_conf"] = recalibrate(view.mean_ngram_conf, n)
-    if hasattr(view, "model_conf"):  # a StepBatch: the current chains too
-        fix.update(model_conf=recalibrate(view.model_conf, m), ngram_conf=recalibrate(view.ngram_conf, n),
-                   extra={k: (recalibrate(c, off.get(k)), ln) for k, (c, ln) in view.extra.items()})
+    fix = dict(stale_chains={k: (recalibrate(c, off.get(k)), ln) for k, (c, ln) in view.stale_chains.items()},
+               means={k: recalibrate(c, off.get(k)) for k, c in view.means.items()}, recal={})
+    if hasattr(view, "chains"):  # a StepBatch: the current chains too
+        fix["chains"] = {k: (recalibrate(c, off.get(k)), ln) for k, (c, ln) in view.chains.items()}
     return dataclasses.replace(view, **fix)
 
 
 class RecalState:
     """An engine's recalibration state (module docstring): per request r and drafter d, the offset b [logits] and
     precision P [1 / logit^2], host float64 arrays [n, D] (the trace's n requests, D = the policy's drafters), and
-    the offsets one step older that the host plans from. Fixed size per request; the update is `observe`'s torch
-    (the simulator's tensors live on the CPU, so wrapping the arrays costs no copy).
+    the offsets one step older that the host plans from (they travel in StepBatch.recal / stale_recal: `field`).
+    Fixed size per request; the update is `observe`'s torch (the simulator's tensors live on the CPU, so wrapping
+    the arrays costs no copy).
     shared=True (`runcal=k`): one offset per drafter for the whole run (arrays [1, D]), updated from every
     request's evidence at once (`observe_shared`): a bias of the general-text calibration that the workload shares
     (code edits copy more than general text) is learnt from far more slots than one request's, so without the
     per-request offsets' noise, and it carries over to requests that join later."""
+
+    field = "recal"  # the StepBatch field its offsets travel in (HostView.recal: the older ones)
 
     def __init__(self, drafters: tuple, n: int, k: float, shared: bool = False):
         self.names, self.k, self.shared = tuple(drafters), float(k), bool(shared)

@@ -32,12 +32,11 @@ from typing import Any, Callable, Dict, Iterable, Optional, Protocol, Sequence
 
 import numpy as np
 
+from sim.core.drafters import DEFAULT_DRAFTERS  # noqa: F401  (defined with the package: read by the vLLM plugin)
 from sim.core.drafters.settings import setting_flag, setting_types, settings_from
 from sim.core.drafters.suffix import LiveSuffixDrafter, SuffixCalibrator, SuffixConfig, check_memory
 from sim.infra.errors import ConfigError
 from sim.infra.registry import Registry
-
-DEFAULT_DRAFTERS = ("dspark", "ngram")
 
 
 class Drafter(Protocol):

@@ -17,7 +17,7 @@ A single-phase policy (no plan function) plans "every drafter it uses, no budget
 allocate. `Policy.fn(batch)` is the policy on one view, plan then allocate (what tests and the fast forms
 compare against).
 
-Shapes: R running requests that decode this step, K_m model-chain length, K_n n-gram chain length.
+Shapes: R running requests that decode this step, K_d drafter d's chain length (K_m the model drafter's).
 Units: costs in milliseconds, probabilities in [0, 1].
 """
 from __future__ import annotations
@@ -32,36 +32,91 @@ CHAIN_MODEL = 1  # the registry's chain ids (sim/core/drafters/registry.py): dsp
 CHAIN_NGRAM = 2
 
 
-@dataclass
-class StepBatch:
-    """Everything a policy may look at for one decode step.
+MODEL, NGRAM = "dspark", "ngram"  # the default drafters (sim.core.drafters.DEFAULT_DRAFTERS): CHAIN_MODEL, CHAIN_NGRAM
 
-    model_conf[r, j]    current conditional acceptance estimate of model-chain token j (float, [R, K_m]);
-                        the DSpark confidence head's output, calibrated.
-    model_len[r]        valid length of the model chain (int64, [R]); slots j >= model_len are absent.
-    ngram_conf[r, j]    calibrated conditional acceptance estimate of n-gram token j (float, [R, K_n]),
-                        produced by the n-gram calibrator from the proposal's features.
-    ngram_len[r]        length of the n-gram chain (int64, [R]); 0 means no match this step.
-    stale_model_conf    the model confidences of the previous step (one step old), [R, K_m]; adaptive
+# The per-drafter names the contract had before it was indexed by drafter: each is read (a property) and, while
+# callers move over, accepted by the constructors (and dataclasses.replace) as the entry of the indexed field it
+# names. name -> (indexed field, drafter, index in the (conf, len) pair or None for a plain entry).
+NAMED = {
+    "model_conf": ("chains", MODEL, 0), "model_len": ("chains", MODEL, 1),
+    "ngram_conf": ("chains", NGRAM, 0), "ngram_len": ("chains", NGRAM, 1),
+    "stale_model_conf": ("stale_chains", MODEL, 0), "stale_model_len": ("stale_chains", MODEL, 1),
+    "stale_ngram_conf": ("stale_chains", NGRAM, 0), "stale_ngram_len": ("stale_chains", NGRAM, 1),
+    "model_draft_ms": ("draft_ms_of", MODEL, None), "ngram_draft_ms": ("draft_ms_of", NGRAM, None),
+    "mean_ngram_conf": ("means", NGRAM, None),
+    "true_model_acc": ("true_acc", MODEL, None), "true_ngram_acc": ("true_acc", NGRAM, None),
+}
+# and the other drafters' entries of each indexed field (name -> indexed field)
+OTHERS = {"extra": "chains", "stale_extra": "stale_chains", "mean_extra": "means", "extra_draft_ms": "draft_ms_of",
+          "true_extra_acc": "true_acc"}
+_DEFAULT = {"draft_ms_of": 0.0}  # a drafter with no price in the view costs nothing (a policy that does not use it)
+
+
+def _indexed(indexed: dict, named: dict, where: str) -> dict:
+    """The indexed fields (field -> {drafter: entry}), copied, with the named arguments written into them."""
+    out = {k: dict(v or {}) for k, v in indexed.items()}
+    for key, value in named.items():
+        if key in OTHERS:
+            d = out[OTHERS[key]]
+            for name in [n for n in d if n not in (MODEL, NGRAM)]:  # `extra=` gives the other drafters whole
+                del d[name]
+            d.update(value or {})
+            continue
+        if key not in NAMED or NAMED[key][0] not in out:
+            raise TypeError(f"{where}: unexpected argument '{key}'")
+        fld, name, i = NAMED[key]
+        d = out[fld]
+        if i is None:
+            if value is None:
+                d.pop(name, None)
+            else:
+                d[name] = value
+        else:
+            pair = list(d.get(name, (None, None)))
+            pair[i] = value
+            d[name] = tuple(pair)
+    return out
+
+
+def _named(key: str) -> property:
+    fld, name, i = NAMED[key]
+    if i is None:
+        default = _DEFAULT.get(fld)
+        return property(lambda self: getattr(self, fld).get(name, default), doc=f"{fld}[{name!r}] (read-only)")
+    return property(lambda self: getattr(self, fld)[name][i], doc=f"{fld}[{name!r}][{i}] (read-only)")
+
+
+def _others(key: str) -> property:
+    fld = OTHERS[key]
+    return property(lambda self: {k: v for k, v in getattr(self, fld).items() if k not in (MODEL, NGRAM)},
+                    doc=f"{fld} of the drafters beyond the default two (read-only)")
+
+
+@dataclass(init=False)
+class StepBatch:
+    """Everything a policy may look at for one decode step. Every drafter travels it the same way: its entries are
+    indexed by its registered name (sim/core/drafters/registry.py), the two defaults (dspark, ngram) included.
+
+    chains[d]           drafter d's current chain (conf [R, K_d], len [R]): conf[r, j] the calibrated conditional
+                        acceptance estimate of token j (float), len[r] the chain's valid length (int64); slots
+                        j >= len are absent. A drafter that did not run this step has len 0.
+    stale_chains[d]     its host-known chain, one step old (the chain last drafted for the request): adaptive
                         verification chooses its budget from these on the CPU, as vLLM does.
-    stale_ngram_conf    likewise for the n-gram chain, [R, K_n].
-    stale_model_len, stale_ngram_len   the chain lengths that go with the stale confidences.
     num_nondraft_tokens T: tokens in the step that are not draft slots (one per decoding request plus any
                         prefill tokens batched with it), int.
     verify_cost_ms[t]   target verify time of a step with t tokens in total, t = 0..len-1 (float [T_max+1]).
                         Monotone. Policies must clamp indices to the table's last entry.
     draft_cost_ms       time of the drafters this step if every drafter the policy uses runs, plus the
                         allocation kernel [ms] (float scalar tensor or python float).
-    model_draft_ms      the model drafter's pass, the part of draft_cost_ms a policy may skip for the
-                        whole step (Plan.model = False) [ms]; 0 when the policy does not use it.
-    ngram_draft_ms      likewise the n-gram drafter's part of draft_cost_ms [ms]. What is left,
-                        draft_cost_ms - model_draft_ms - ngram_draft_ms, is the allocation kernel, paid
-                        whenever a drafter runs.
-    true_model_acc[r], true_ngram_acc[r]: number of leading chain tokens the target will accept (int64 [R]).
-                        Only the `oracle` policy may read them; engines that cannot know them pass None.
-    mean_ngram_conf[r, j] the mean, over the request's earlier decode steps, of its n-gram chain's confidence
-                        at slot j (0 where the chain was shorter) [R, K_n]: host-known history, a forecast
-                        of the n-gram chain that does not hinge on the one previous proposal. None: unknown.
+    draft_ms_of[d]      drafter d's part of draft_cost_ms [ms] (its own price, sim/core/drafters/registry.py:
+                        Drafter.price), what a policy saves by leaving it out for the whole step (Plan); absent: 0.
+                        What is left, draft_cost_ms - sum of the parts, is the allocation kernel, paid whenever a
+                        drafter runs.
+    means[d]            the mean, over the request's earlier decode steps, of model-free drafter d's chain
+                        confidence at slot j (0 where the chain was shorter) [R, K_d]: host-known history, a
+                        forecast that does not hinge on the one previous proposal. Absent: unknown.
+    true_acc[d]         number of leading chain tokens the target will accept (int64 [R]). Only the `oracle`
+                        policy may read them; engines that cannot know them leave it empty.
     true_verify_cost_ms[t] the verify time the engine will charge for t tokens this step (with this step's
                         context), where verify_cost_ms is the start-up table policies decide from. Oracle only.
     num_sampling_reqs   N: requests that sample a token this step, int: the R decoding requests plus the
@@ -70,66 +125,70 @@ class StepBatch:
     max_draft_tokens    cap on the draft budget B, int: vLLM 0.33 verifies all logits in one fp32 chunk of
                         at most 2**30 // (vocab_size * 4) rows, one per bonus token and draft slot, so
                         B <= max(0, 2**30 // (vocab_size * 4) - number of scheduled requests). None = no cap.
-    extra               the chains of the run's other drafters (sim/core/drafters/registry.py), name -> (conf [R, K_d],
-                        len [R]); empty in a two-drafter run. `chains` is every drafter's, dspark and ngram included.
-    stale_extra, mean_extra   their host-known history, name -> (conf, len) of the last proposal, and name ->
-                        mean confidence per slot [R, K_d] (as mean_ngram_conf).
-    extra_draft_ms      name -> that drafter's part of draft_cost_ms [ms] (as ngram_draft_ms).
-    true_extra_acc      name -> true accepted length [R] (oracle only, as true_ngram_acc).
+    The policy's online state (Policy.online_state, kept by the engine from the run's outcomes), each kind in its
+    own pair of fields, as of the previous step's outcomes and of the one before (stale_*, the HostView's: the
+    host plans before the previous step's outcome is back); empty unless the policy keeps that state:
     recal, stale_recal  name -> the request's online recalibration offset of that drafter [R] (logits,
-                        sim/core/drafters/recalibration.py), as of the previous step's outcomes (recal) and of the one
-                        before (stale_recal, the HostView's: the host plans before the previous step's outcome is
-                        back); empty unless the policy recalibrates (Policy.recal). Under vLLM's acceptance
-                        estimator (Policy.online, `adaptive:online`) the model drafter's entry holds the estimator's
-                        coefficients [1 + K_m] instead (sim/core/drafters/acceptance_estimator.py).
+                        sim/core/drafters/recalibration.py; Policy.recal).
+    estimator, stale_estimator  name -> vLLM's acceptance estimator's coefficients [1 + K_m] for that drafter (the
+                        model drafter; Policy.online, `adaptive:online`, sim/core/drafters/acceptance_estimator.py).
+    all_matched, stale_all_matched  name -> whether every decoding request's lookup of that drafter (the n-gram
+                        one) matched (0-d bool; `ngram-mtp`, sim/core/policies/ngram_mtp.py).
+    The per-drafter names of the two defaults (model_conf, ngram_len, stale_model_conf, model_draft_ms,
+    mean_ngram_conf, true_model_acc, ... and extra, stale_extra, mean_extra, extra_draft_ms, true_extra_acc for
+    the others: NAMED, OTHERS) are read-only views of these entries; the constructor still accepts them.
     """
 
-    model_conf: torch.Tensor
-    model_len: torch.Tensor
-    ngram_conf: torch.Tensor
-    ngram_len: torch.Tensor
-    stale_model_conf: torch.Tensor
-    stale_model_len: torch.Tensor
-    stale_ngram_conf: torch.Tensor
-    stale_ngram_len: torch.Tensor
+    chains: dict
+    stale_chains: dict
     num_nondraft_tokens: int
     verify_cost_ms: torch.Tensor
     draft_cost_ms: float
-    true_model_acc: Optional[torch.Tensor] = None
-    true_ngram_acc: Optional[torch.Tensor] = None
+    draft_ms_of: dict = field(default_factory=dict)
+    means: dict = field(default_factory=dict)
+    true_acc: dict = field(default_factory=dict)
     true_verify_cost_ms: Optional[torch.Tensor] = None
-    mean_ngram_conf: Optional[torch.Tensor] = None
     num_sampling_reqs: Optional[int] = None
     max_draft_tokens: Optional[int] = None
-    model_draft_ms: Union[float, torch.Tensor] = 0.0
-    ngram_draft_ms: Union[float, torch.Tensor] = 0.0
-    extra: dict = field(default_factory=dict)
-    stale_extra: dict = field(default_factory=dict)
-    mean_extra: dict = field(default_factory=dict)
-    extra_draft_ms: dict = field(default_factory=dict)
-    true_extra_acc: dict = field(default_factory=dict)
     recal: dict = field(default_factory=dict)
     stale_recal: dict = field(default_factory=dict)
+    estimator: dict = field(default_factory=dict)
+    stale_estimator: dict = field(default_factory=dict)
+    all_matched: dict = field(default_factory=dict)
+    stale_all_matched: dict = field(default_factory=dict)
+
+    def __init__(self, chains: Optional[dict] = None, stale_chains: Optional[dict] = None,
+                 num_nondraft_tokens: int = 0, verify_cost_ms: Optional[torch.Tensor] = None,
+                 draft_cost_ms: Union[float, torch.Tensor] = 0.0, draft_ms_of: Optional[dict] = None,
+                 means: Optional[dict] = None, true_acc: Optional[dict] = None,
+                 true_verify_cost_ms: Optional[torch.Tensor] = None, num_sampling_reqs: Optional[int] = None,
+                 max_draft_tokens: Optional[int] = None, recal: Optional[dict] = None,
+                 stale_recal: Optional[dict] = None, estimator: Optional[dict] = None,
+                 stale_estimator: Optional[dict] = None, all_matched: Optional[dict] = None,
+                 stale_all_matched: Optional[dict] = None, **named) -> None:
+        ix = dict(chains=chains, stale_chains=stale_chains, draft_ms_of=draft_ms_of, means=means, true_acc=true_acc)
+        if named:
+            ix = _indexed(ix, named, "StepBatch")
+        self.chains, self.stale_chains = ix["chains"] or {}, ix["stale_chains"] or {}
+        self.draft_ms_of, self.means, self.true_acc = ix["draft_ms_of"] or {}, ix["means"] or {}, ix["true_acc"] or {}
+        self.num_nondraft_tokens, self.verify_cost_ms, self.draft_cost_ms = num_nondraft_tokens, verify_cost_ms, \
+            draft_cost_ms
+        self.true_verify_cost_ms, self.num_sampling_reqs = true_verify_cost_ms, num_sampling_reqs
+        self.max_draft_tokens = max_draft_tokens
+        self.recal = {} if recal is None else recal
+        self.stale_recal = {} if stale_recal is None else stale_recal
+        self.estimator = {} if estimator is None else estimator
+        self.stale_estimator = {} if stale_estimator is None else stale_estimator
+        self.all_matched = {} if all_matched is None else all_matched
+        self.stale_all_matched = {} if stale_all_matched is None else stale_all_matched
 
     @property
     def num_reqs(self) -> int:
-        return self.model_conf.shape[0]
+        return next(iter(self.chains.values()))[0].shape[0]
 
-    @property
-    def chains(self) -> dict:
-        """Every drafter's current chain, name -> (conf [R, K_d], len [R]) (a drafter that did not run: len 0)."""
-        return {"dspark": (self.model_conf, self.model_len), "ngram": (self.ngram_conf, self.ngram_len), **self.extra}
-
-    @property
-    def stale_chains(self) -> dict:
-        """Every drafter's host-known (stale) chain, name -> (conf, len)."""
-        return {"dspark": (self.stale_model_conf, self.stale_model_len),
-                "ngram": (self.stale_ngram_conf, self.stale_ngram_len), **self.stale_extra}
-
-    @property
-    def draft_ms_of(self) -> dict:
-        """Every drafter's part of draft_cost_ms, name -> ms."""
-        return {"dspark": self.model_draft_ms, "ngram": self.ngram_draft_ms, **self.extra_draft_ms}
+    def price(self, name: str) -> Union[float, torch.Tensor]:
+        """Drafter `name`'s part of draft_cost_ms [ms] (draft_ms_of; 0 where the view gives none)."""
+        return self.draft_ms_of.get(name, 0.0)
 
     @property
     def num_sampling(self) -> int:
@@ -137,55 +196,76 @@ class StepBatch:
         return self.num_reqs if self.num_sampling_reqs is None else self.num_sampling_reqs
 
 
-@dataclass
+for _key in NAMED:
+    setattr(StepBatch, _key, _named(_key))
+for _key in OTHERS:
+    setattr(StepBatch, _key, _others(_key))
+
+
+@dataclass(init=False)
 class HostView:
     """What the host knows of a step before any drafter runs: the input of `Policy.plan`. The fields have
     StepBatch's names and meanings (see there), so the shared helpers (sim.core.policies.common: goodput,
     best_budget, ...) read either. No current chain is here: it is not drafted yet.
 
     model_len[r]        the model chain length the step schedules (int64 [R]; min(K_m, output left)),
-                        known before the pass (vLLM masks its stale survivals with it)."""
+                        known before the pass (vLLM masks its stale survivals with it).
+    recal, estimator, all_matched   the policy's online state one step older (StepBatch.stale_recal,
+                        stale_estimator, stale_all_matched)."""
 
-    stale_model_conf: torch.Tensor
-    stale_model_len: torch.Tensor
-    stale_ngram_conf: torch.Tensor
-    stale_ngram_len: torch.Tensor
+    stale_chains: dict
     model_len: torch.Tensor
     num_nondraft_tokens: int
     verify_cost_ms: torch.Tensor
     draft_cost_ms: float
-    mean_ngram_conf: Optional[torch.Tensor] = None
+    draft_ms_of: dict = field(default_factory=dict)
+    means: dict = field(default_factory=dict)
     num_sampling_reqs: Optional[int] = None
     max_draft_tokens: Optional[int] = None
-    model_draft_ms: Union[float, torch.Tensor] = 0.0
-    ngram_draft_ms: Union[float, torch.Tensor] = 0.0
-    stale_extra: dict = field(default_factory=dict)
-    mean_extra: dict = field(default_factory=dict)
-    extra_draft_ms: dict = field(default_factory=dict)
-    recal: dict = field(default_factory=dict)  # name -> recalibration offset [R] (StepBatch.stale_recal)
+    recal: dict = field(default_factory=dict)
+    estimator: dict = field(default_factory=dict)
+    all_matched: dict = field(default_factory=dict)
+
+    def __init__(self, stale_chains: Optional[dict] = None, model_len: Optional[torch.Tensor] = None,
+                 num_nondraft_tokens: int = 0, verify_cost_ms: Optional[torch.Tensor] = None,
+                 draft_cost_ms: Union[float, torch.Tensor] = 0.0, draft_ms_of: Optional[dict] = None,
+                 means: Optional[dict] = None, num_sampling_reqs: Optional[int] = None,
+                 max_draft_tokens: Optional[int] = None, recal: Optional[dict] = None,
+                 estimator: Optional[dict] = None, all_matched: Optional[dict] = None, **named) -> None:
+        ix = dict(stale_chains=stale_chains, draft_ms_of=draft_ms_of, means=means)
+        if named:
+            ix = _indexed(ix, named, "HostView")
+        self.stale_chains, self.draft_ms_of, self.means = ix["stale_chains"] or {}, ix["draft_ms_of"] or {}, \
+            ix["means"] or {}
+        self.model_len, self.num_nondraft_tokens, self.verify_cost_ms = model_len, num_nondraft_tokens, verify_cost_ms
+        self.draft_cost_ms, self.num_sampling_reqs, self.max_draft_tokens = draft_cost_ms, num_sampling_reqs, \
+            max_draft_tokens
+        self.recal = {} if recal is None else recal
+        self.estimator = {} if estimator is None else estimator
+        self.all_matched = {} if all_matched is None else all_matched
 
     @property
     def num_reqs(self) -> int:
-        return self.stale_model_conf.shape[0]
+        return next(iter(self.stale_chains.values()))[0].shape[0]
 
-    stale_chains = StepBatch.stale_chains
-    draft_ms_of = StepBatch.draft_ms_of
+    num_sampling = StepBatch.num_sampling
+    price = StepBatch.price
 
-    @property
-    def num_sampling(self) -> int:
-        return self.num_reqs if self.num_sampling_reqs is None else self.num_sampling_reqs
+
+for _key, (_fld, _, _) in NAMED.items():
+    if _fld in ("stale_chains", "draft_ms_of", "means"):
+        setattr(HostView, _key, _named(_key))
+for _key in ("stale_extra", "mean_extra", "extra_draft_ms"):
+    setattr(HostView, _key, _others(_key))
 
 
 def host_view(batch: StepBatch) -> HostView:
     """The HostView of a StepBatch (its host-known fields, no copies)."""
-    return HostView(stale_model_conf=batch.stale_model_conf, stale_model_len=batch.stale_model_len,
-                    stale_ngram_conf=batch.stale_ngram_conf, stale_ngram_len=batch.stale_ngram_len,
-                    model_len=batch.model_len, num_nondraft_tokens=batch.num_nondraft_tokens,
-                    verify_cost_ms=batch.verify_cost_ms, draft_cost_ms=batch.draft_cost_ms,
-                    mean_ngram_conf=batch.mean_ngram_conf, num_sampling_reqs=batch.num_sampling_reqs,
-                    max_draft_tokens=batch.max_draft_tokens, model_draft_ms=batch.model_draft_ms,
-                    ngram_draft_ms=batch.ngram_draft_ms, stale_extra=batch.stale_extra, mean_extra=batch.mean_extra,
-                    extra_draft_ms=batch.extra_draft_ms, recal=batch.stale_recal)
+    return HostView(stale_chains=batch.stale_chains, model_len=batch.model_len,
+                    num_nondraft_tokens=batch.num_nondraft_tokens, verify_cost_ms=batch.verify_cost_ms,
+                    draft_cost_ms=batch.draft_cost_ms, draft_ms_of=batch.draft_ms_of, means=batch.means,
+                    num_sampling_reqs=batch.num_sampling_reqs, max_draft_tokens=batch.max_draft_tokens,
+                    recal=batch.stale_recal, estimator=batch.stale_estimator, all_matched=batch.stale_all_matched)
 
 
 @dataclass(frozen=True)

@@ -1,27 +1,30 @@
-"""The hybrids: the seed's `hybrid-price` (both drafters' chains on one scale via a price per verified
-slot) and the project's default `hybrid`, which also prices the model drafter's pass (`price_skip`).
+"""The hybrids over any set of drafters, two drafters (dspark, ngram: the default run) being the case N = 2: the
+seed's `hybrid-price` (every chain on one scale via a price per verified slot), the project's default `hybrid`, which
+also prices the drafters' passes (`plan_skip`), and `hybrid-vllm`, the hybrid as the vLLM plugin runs it. This
+module is the one definition of the chain choice; sim/core/policies/multi.py registers the families over the run's
+other drafter sets with these same functions.
 
-Math (docs/simulator.md, "Policies"). Survivals a^m = cumprod(model_conf), a^n = cumprod(ngram_conf), 0 past each
-chain's length. Given a price lambda (a survival, i.e. expected accepted tokens per slot), request r
-takes for each chain the prefix l = #{j : a_j > lambda} and its value V = sum_{j<=l} (a_j - lambda)
-= sum_j relu(a_j - lambda), and keeps the n-gram chain only if V_n > V_m + NGRAM_MARGIN (else model).
-The margin (expected tokens) corrects the winner's curse: picking the larger of two noisy estimates
-selects the over-estimated one (on general text the n-gram slots chosen by max-V accept less than
-estimated). NGRAM_MARGIN = 1 was chosen on general text only (`python -m sim.sweep --preset tune`, 400
-sampled requests of traces/general.jsonl, batch 1/4/32/128), measured with `hybrid` while its forecast was
-still `min`: geometric-mean throughput over adaptive 1.0039 (margin 0), 1.0034 (0.25), 1.0067 (0.5),
-1.0085 (1), 1.0063 (1.5), 1.0061 (2). `hybrid`'s forecast `avg` was then chosen on 150 sampled general
-requests at batch 1/4/32 (geometric means 1.0133 avg, 1.0099 min, 1.0085 mean); the preset reruns both
-comparisons with the current code. The batch goodput
-of the resultThe batch goodput
-of the result is G = (N + sum admitted survivals) / (draft_ms + verify_ms[T + admitted slots]) [tokens/ms].
-At the optimum lambda = G* x (marginal step cost of one slot): a slot pays only if its survival beats
-what the slot would earn elsewhere in the batch.
+Math (docs/simulator.md, "Policies"). Chains d = 1..N in registry order (dspark first when enabled), conf_d [R, K_d],
+len_d [R]; survivals a^d = cumprod(conf_d), 0 past len_d. Given a price lambda (a survival, i.e. expected accepted
+tokens per slot), each chain's lambda-prefix is l_d = #{j : a^d_j > lambda}, its gain g_d = a^d_1 + ... + a^d_{l_d}
+and its value V_d = g_d - l_d lambda = sum_j relu(a^d_j - lambda) [expected tokens]. Each request keeps one chain,
+scanning d in order and switching to chain d iff
+    V_d > V_best + margin,
+so on (dspark, ngram) the n-gram chain is kept only if V_n > V_m + NGRAM_MARGIN, and a third chain must beat both.
+The margin (expected tokens) corrects the winner's curse: picking the larger of two noisy estimates selects the
+over-estimated one (on general text the n-gram slots chosen by max-V accept less than estimated). NGRAM_MARGIN = 1
+was chosen on general text only (`python -m sim.sweep --preset tune`, 400 sampled requests of traces/general.jsonl,
+batch 1/4/32/128), measured with `hybrid` while its forecast was still `min`: geometric-mean throughput over
+adaptive 1.0039 (margin 0), 1.0034 (0.25), 1.0067 (0.5), 1.0085 (1), 1.0063 (1.5), 1.0061 (2). `hybrid`'s forecast
+`avg` was then chosen on 150 sampled general requests at batch 1/4/32 (geometric means 1.0133 avg, 1.0099 min,
+1.0085 mean); the preset reruns both comparisons with the current code. The batch goodput of the result is
+    G = (N + sum of the kept gains) / (draft_ms + verify_ms[T + kept slots])   [tokens/ms].
+At the optimum lambda = G* x (marginal step cost of one slot): a slot pays only if its survival beats what the slot
+would earn elsewhere in the batch.
 
 How lambda is found (`hybrid-price:METHOD`); all batched torch, no host sync, a fixed op count:
-  model-opt    lambda = the survival of the first slot *left out* by adaptive's model-only optimum
-               B* (computed from current values): on a batch with no n-gram match this reproduces
-               adaptive's top-B* exactly.
+  model-opt    lambda = the survival of the first slot *left out* by adaptive's optimum B* over the first chain
+               (computed from current values): on a batch with no n-gram match this reproduces adaptive's top-B*.
   fixed-point  lambda_0 = model-opt, then FP_ITERS times: allocate at lambda -> total slots S and G;
                lambda <- G x secant slope of verify_ms over [T+S, T+S+w], w = max(FP_MIN_WINDOW, S/2).
                A step-function table (CUDA-graph buckets) has zero marginal cost inside a bucket, so a
@@ -36,27 +39,35 @@ How lambda is found (`hybrid-price:METHOD`); all batched torch, no host sync, a 
                survival rows and prefix sums are gathers, so a pass costs O(S R C log K), not O(S R C K).
                Measured against brute force it is the best of the three (tests/test_policies_optimality.py).
 
+The chain choice (`choose`): the kept chain at the best price; where every lambda-prefix is empty, the chain with the
+largest first survival (the first in order on ties); a request whose model chain (dspark, first) is empty takes the
+best other chain (`allocate_chosen`; the plugin's `choose_chain` leaves that to its eligibility mask).
+
 Budget consistency (what runs where in vLLM, `hybrid-price:METHOD`, the default):
-  * CPU, stale values (one-step-old model and n-gram confidences and lengths, as adaptive's budget):
-    run METHOD and take its total admitted slots as the step's draft budget B. Like adaptive's B*, this is what sizes
-    the verify forward pass (the number of tokens must be known on the host before launch).
-  * GPU, current values: run METHOD to get each request's chain choice (larger V; if both V are 0, the
-    chain with the larger first survival, then model), then admit the global top-B slots of the chosen
-    chains by current survival (the same stable-sort top-B kernel as adaptive). B is already paid for, so
+  * CPU, stale values (one-step-old chains, as adaptive's budget): run METHOD and take its total kept slots as the
+    step's draft budget B. Like adaptive's B*, this is what sizes the verify forward pass (the number of tokens
+    must be known on the host before launch).
+  * GPU, current values: run METHOD to get each request's chain choice, then admit the global top-B slots of the
+    chosen chains by current survival (the same stable-sort top-B kernel as adaptive). B is already paid for, so
     the GPU fills it even if the current lambda would take fewer slots.
-  The CPU part is the policy's plan (`plan_price`, on the HostView), the GPU part its allocate
-  (`allocate_price`, with the Plan's budget): the step contract of sim/core/policies/base.py, so nothing on the
-  device waits for the host and the host never reads a device value. (The simulator's C form,
-  sim/engine/policy_fast.py, runs both sides in one call with the same results.)
+  The CPU part is the policy's plan (`plan_price`, on the HostView), the GPU part its allocate (`allocate_price`,
+  with the Plan's budget): the step contract of sim/core/policies/base.py, so nothing on the device waits for the
+  host and the host never reads a device value. (The simulator's C form, sim/engine/policy_fast.py, runs both
+  sides of the two-drafter case in one call with the same results; sim/engine/policy_fast_multi.py transcribes
+  the same functions over any drafters.)
   `hybrid-price:METHOD:current` skips the stale budget and admits the current lambda-prefixes directly
   (the idealised allocation; its token count is data dependent, so in vLLM it would need a host sync or
   padding to the maximum). The optimality tests measure this core.
+  `hybrid` (plan_skip): on the host-known chains (the model chain as last drafted, each model-free chain forecast
+  slot by slot from its last and its mean proposal, forecast F), each drafter set priced at the drafters it runs:
+  first the model pass runs unless the step over the two default drafters earns more than G_all (1 + H) without it,
+  then each further drafter joins iff the step earns more than G (1 + H) with it; B = the chosen set's kept slots
+  widened to the free ones (`free_budget`), capped. allocate: as hybrid-price over the chains that ran.
 
-Online recalibration (`hybrid:...:recal=k`, `hybrid-price:...:recal=k`, and their forms over any drafters in
-sim/core/policies/multi.py; off by default): the same two phases on the view's confidences corrected per request and
-drafter by the offsets the engine keeps from each request's own outcomes (`with_recal`; the math, the prior
-precision k and the invariants in sim/core/drafters/recalibration.py). No fast form transcribes it (get_policy attaches
-none), so the simulator runs these definitions.
+Online recalibration (`hybrid:...:recal=k`, `hybrid-price:...:recal=k`; off by default): the same two phases on the
+view's confidences corrected per request and drafter by the offsets the engine keeps from each request's own
+outcomes (`with_recal`; the math, the prior precision k and the invariants in sim/core/drafters/recalibration.py).
+No fast form transcribes it (get_policy attaches none), so the simulator runs these definitions.
 `runcal=k` is the same with one offset per drafter for the whole run. `table=T` (registry.with_table): T = step
 prices verify slots with the step's own verify table instead of vLLM's start-up profile (the engine hands it in
 verify_cost_ms; the functions are unchanged). Neither has a fast form.
@@ -70,10 +81,11 @@ from typing import List
 
 import torch
 
+from sim.core.drafters import DEFAULT_DRAFTERS
 from sim.core.drafters.recalibration import recalibrated
 from sim.core.policies.adaptive import alloc_adaptive
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
-from sim.core.policies.common import (CONST, CHAIN_MODEL, CHAIN_NGRAM, best_budget, cap_budget, count_above, finish,
+from sim.core.policies.common import (CONST, best_budget, cap_budget, count_above, finish,
                                  goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
 from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
 from sim.core.drafters.ngram import NgramConfig
@@ -95,7 +107,7 @@ NGRAM_MARGIN = 1.0  # expected tokens; see the module docstring
 # num_speculative_tokens for DSpark (its start-up checks refuse a token budget that cannot hold a decode step's W + 1
 # tokens per request); 64 is the plugin's bound and what its tests cover.
 MAX_SLOTS = 64
-# hybrid's host-side forecast of a request's n-gram chain from (previous proposal, mean proposal)
+# hybrid's host-side forecast of a request's model-free chain from (previous proposal, mean proposal)
 FORECAST_RULES = {"avg": lambda last, mean: 0.5 * (last + mean), "min": torch.minimum,
               "mean": lambda last, mean: mean, "stale": lambda last, mean: last}
 FORECASTS = tuple(FORECAST_RULES)  # the first is the default
@@ -232,80 +244,80 @@ def plugin_spec(values) -> str:
 
 def _default(name: str):
     return next(f.default for f in dataclasses.fields(PluginSettings) if f.name == name)
+TWO = DEFAULT_DRAFTERS  # the default run's drafters: the two-drafter entry points' `names`
+MODEL = "dspark"  # the model drafter: its pass is what `hybrid` prices skipping, vLLM verifies its slots
+ALWAYS_RUNS = "ngram"  # a cheap GPU kernel that always runs (plan_skip never prices leaving it out)
 
 
 class Chains:
-    """Both chains' survivals for S "sides" at once (S = 1: current values; S = 2: current and stale,
-    evaluated by the same ops in one pass). surv_m [S, R, K_m] and surv_n [S, R, K_n] (0 on absent
-    slots); neg_* = -survival (ascending along a row, for searchsorted); cs_* = prefix sums with a
-    leading 0, so cs[..., l] = sum of the first l survivals. draft_ms: None (every side pays the batch's
-    draft_cost_ms) or [S, 1], each side's drafter cost [ms] (sides that skip the model pass pay less)."""
+    """N chains' survivals for S "sides" at once (S = 1: current values; S > 1: e.g. drafter sets priced in one
+    pass, evaluated by the same ops): confs [S, R, K_d] and lens [S, R] per chain, in order (computed in the first
+    chain's dtype). survs[d] [S, R, K_d] (0 on absent slots); negs[d] = -survival (ascending along a row, for
+    searchsorted); cs[d] = prefix sums with a leading 0, so cs[d][..., l] = sum of the first l survivals. draft_ms:
+    None (every side pays the batch's draft_cost_ms) or [S, 1], each side's drafter cost [ms]. model_first: the
+    first chain is the model chain; surv_m / len_m name the first chain (model_opt_lambda's)."""
 
-    def __init__(self, batch: StepBatch, with_stale: bool):
-        if with_stale:
-            dt = batch.model_conf.dtype
-            conf_m = torch.stack([batch.model_conf, batch.stale_model_conf.to(dt)])
-            conf_n = torch.stack([batch.ngram_conf.to(dt), batch.stale_ngram_conf.to(dt)])
-            len_m = torch.stack([batch.model_len, batch.stale_model_len])
-            len_n = torch.stack([batch.ngram_len, batch.stale_ngram_len])
-        else:
-            conf_m, conf_n = batch.model_conf[None], batch.ngram_conf[None].to(batch.model_conf.dtype)
-            len_m, len_n = batch.model_len[None], batch.ngram_len[None]
-        self._set(conf_m, len_m, conf_n, len_n, None)
+    def __init__(self, confs: list, lens: list, draft_ms=None, model_first: bool = True):
+        dt = confs[0].dtype
+        self.survs = [survival(c if c.dtype == dt else c.to(dt), n) for c, n in zip(confs, lens)]
+        self.lens = lens
+        self.negs = [-s for s in self.survs]
+        self.cs = [torch.nn.functional.pad(prefix_sum(s), (1, 0)) for s in self.survs]
+        self.draft_ms, self.model_first = draft_ms, model_first
+        self.surv_m, self.len_m = self.survs[0], lens[0]
 
     @classmethod
-    def of(cls, conf_m, len_m, conf_n, len_n, draft_ms=None) -> "Chains":
-        """Chains of explicit [S, R, K] confidences and [S, R] lengths."""
-        ch = cls.__new__(cls)
-        ch._set(conf_m, len_m, conf_n.to(conf_m.dtype), len_n, draft_ms)
-        return ch
-
-    def _set(self, conf_m, len_m, conf_n, len_n, draft_ms) -> None:
-        self.len_m, self.len_n, self.draft_ms = len_m, len_n, draft_ms
-        self.surv_m = survival(conf_m, self.len_m)
-        self.surv_n = survival(conf_n, self.len_n)
-        self.neg_m, self.neg_n = -self.surv_m, -self.surv_n
-        self.cs_m = torch.nn.functional.pad(prefix_sum(self.surv_m), (1, 0))
-        self.cs_n = torch.nn.functional.pad(prefix_sum(self.surv_n), (1, 0))
+    def current(cls, batch: StepBatch, names: tuple, draft_ms=None) -> "Chains":
+        """The batch's current chains of `names` (one side)."""
+        ch = batch.chains
+        return cls([ch[n][0][None] for n in names], [ch[n][1][None] for n in names], draft_ms, names[0] == MODEL)
 
     def num_slots(self) -> int:
-        """R * (K_m + K_n): the slots of one side."""
-        return self.surv_m[0].numel() + self.surv_n[0].numel()
+        """R * sum K_d: the slots of one side."""
+        return sum(s[0].numel() for s in self.survs)
 
     def all_survivals(self) -> torch.Tensor:
-        """[S, R * (K_m + K_n)]: every slot's survival (0 for absent slots)."""
-        return torch.cat([self.surv_m, self.surv_n], -1).flatten(1)
+        """[S, R * sum K_d]: every slot's survival (0 for absent slots)."""
+        return torch.cat(self.survs, -1).flatten(1)
 
 
 def evaluate(batch: StepBatch, ch: Chains, lam: torch.Tensor, margin: float = 0.0):
-    """Allocation at candidate prices lam [S, C]: returns (use_ngram [S, R, C] bool, admitted
-    [S, R, C] int64, goodput [S, C]). Per chain l = #{j : a_j > lam} (a binary search, since a is
-    non-increasing), gain = a_1 + ... + a_l and V = gain - l * lam; the chain with the larger V wins
-    (ties -> model). Cost O(S R C log K), so large candidate sets stay cheap. Chains of any number of drafters
-    (sim.core.policies.multi.ChainsN) evaluate by their own rule; their choice is an index, not a bool."""
-    if type(ch) is not Chains:
-        return ch.evaluate(batch, lam, margin)
+    """Allocation at candidate prices lam [S, C]: (choice [S, R, C], the kept chain's index, kept slots [S, R, C]
+    int64, goodput [S, C]) by the module docstring's rule. Per chain l = #{j : a_j > lam} (a binary search, since a
+    is non-increasing), gain = a_1 + ... + a_l and V = gain - l * lam. Cost O(S R C log K). A choice is int64, or
+    bool where there are two chains (True: the second; `select` and `chain_of` read either), so that the two-chain
+    case runs the ops the vLLM plugin's per-step budget allows (real/vllm_plugin/checks.py)."""
     lam_r = lam[:, None, :].expand(-1, ch.surv_m.shape[1], -1)  # [S, R, C]
     neg = (-lam_r).contiguous()  # searchsorted on an expanded view takes a slow path (~20x)
-    l_m = count_above(ch.neg_m, neg)  # #{-a < -lam} = #{a > lam}
-    l_n = count_above(ch.neg_n, neg)
-    g_m = ch.cs_m.gather(-1, l_m)
-    g_n = ch.cs_n.gather(-1, l_n)
-    use_ngram = (g_n - l_n * lam_r) > (g_m - l_m * lam_r) + margin
-    admitted = torch.where(use_ngram, l_n, l_m)
-    g = goodput(batch, torch.where(use_ngram, g_n, g_m).sum(1), admitted.sum(1), ch.draft_ms)
-    return use_ngram, admitted, g
+    last = len(ch.survs) - 1
+    choice = gain = slots = value = None
+    for i, (ng, cs) in enumerate(zip(ch.negs, ch.cs)):
+        n = count_above(ng, neg)  # #{-a < -lam} = #{a > lam}
+        g = cs.gather(-1, n)
+        v = g - n * lam_r
+        if i == 0:
+            gain, slots, value = g, n, v
+            continue
+        take = v > value + margin
+        # chain 1 replaces an all-zero choice: take itself; the last chain's value is never compared again
+        choice = (take if last == 1 else take.to(torch.int64)) if i == 1 else torch.where(take, i, choice)
+        gain, slots = torch.where(take, g, gain), torch.where(take, n, slots)
+        if i < last:
+            value = torch.where(take, v, value)
+    if choice is None:
+        choice = torch.zeros_like(slots)
+    return choice, slots, goodput(batch, gain.sum(1), slots.sum(1), ch.draft_ms)
 
 
-def _pick(use_ngram, admitted, g):
-    """The candidate with the best goodput on each side: ([S, R] bool, [S, R] int64, best G [S])."""
+def _pick(choice, kept, g):
+    """The candidate with the best goodput on each side: ([S, R] int64, [S, R] int64, best G [S])."""
     best = torch.argmax(g, dim=-1)
-    idx = best[:, None, None].expand(-1, use_ngram.shape[1], 1)
-    return use_ngram.gather(2, idx)[..., 0], admitted.gather(2, idx)[..., 0], g.gather(1, best[:, None])[:, 0]
+    idx = best[:, None, None].expand(-1, choice.shape[1], 1)
+    return choice.gather(2, idx)[..., 0], kept.gather(2, idx)[..., 0], g.gather(1, best[:, None])[:, 0]
 
 
 def model_opt_lambda(batch: StepBatch, ch: Chains) -> torch.Tensor:
-    """lambda = survival of the first slot left out by the model-only optimum B* (0 if all are in): [S, 1]."""
+    """lambda = survival of the first slot left out by the first chain's optimum B* (0 if all are in): [S, 1]."""
     budget, sorted_scores = best_budget(batch, rank_scores(ch.surv_m, ch.len_m), ch.draft_ms)
     padded = torch.nn.functional.pad(sorted_scores.clamp(min=0.0), (0, 1))
     return padded.gather(-1, budget[:, None])
@@ -319,8 +331,8 @@ def lambda_fixed_point(batch: StepBatch, ch: Chains, margin: float = 0.0, iters:
     lam = model_opt_lambda(batch, ch)
     uses, adms, gs = [], [], []
     for _ in range(iters + 1):  # fixed trip count: unrolled under compile, no data-dependent control
-        use_ngram, admitted, g = evaluate(batch, ch, lam, margin)
-        uses.append(use_ngram)
+        choice, admitted, g = evaluate(batch, ch, lam, margin)
+        uses.append(choice)
         adms.append(admitted)
         gs.append(g)
         total = admitted.sum(1)  # [S, 1]
@@ -370,44 +382,109 @@ def _two_stage_sweep(batch: StepBatch, ch: Chains, margin: float = 0.0):
 LAMBDA_METHODS = {"model-opt": lambda_model_opt, "fixed-point": lambda_fixed_point, "sweep": lambda_sweep}
 
 
-def _chain_ids(use_ngram: torch.Tensor) -> torch.Tensor:
-    return use_ngram.to(torch.int64) * (CHAIN_NGRAM - CHAIN_MODEL) + CHAIN_MODEL
+def chain_ids(names: tuple) -> torch.Tensor:
+    """The registry's chain ids of `names` (int64 [N]): Allocation.chain of each chain index (cached)."""
+    key = ("chain-ids", names)
+    out = CONST.get(key)
+    if out is None:
+        from sim.core.drafters.registry import chain_id  # not at import: the vLLM plugin loads none of the drafters
+
+        out = torch.tensor([chain_id(n) for n in names], dtype=torch.int64)
+        if not torch.compiler.is_compiling():
+            CONST[key] = out
+    return out
 
 
-def price_core(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> Allocation:
-    """The idealised allocation: each request's lambda-prefix of its better chain, current values only."""
-    use_ngram, admitted, _ = LAMBDA_METHODS[method](batch, Chains(batch, with_stale=False), margin)
-    return finish(_chain_ids(use_ngram[0]), admitted[0])
+def others(names: tuple) -> frozenset:
+    """The drafters of `names` beyond the two defaults (Plan.extra)."""
+    return frozenset(n for n in names if n not in TWO)
 
 
-def plan_price(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> Plan:
-    """Host phase of `hybrid-price`: METHOD on the stale chains; their total admitted slots are the step's
-    budget B (capped by vLLM's logits buffer). Both drafters run. Computed in the stale confidences' dtype."""
-    dt = view.stale_model_conf.dtype
-    ch = Chains.of(view.stale_model_conf[None], view.stale_model_len[None], view.stale_ngram_conf[None].to(dt),
-                   view.stale_ngram_len[None])
-    _, admitted, _ = LAMBDA_METHODS[method](view, ch, margin)
-    return Plan(model=True, ngram=True, budget=cap_budget(view, admitted[0].sum()))
+def select(rows: list, choice: torch.Tensor) -> torch.Tensor:
+    """Per request, the chosen chain's row (rows: one tensor [R] or [R, W] per chain; choice [R] as `evaluate`'s)."""
+    two_d = rows[0].dim() == 2
+    if choice.dtype == torch.bool:
+        return torch.where(choice[:, None] if two_d else choice, rows[1], rows[0])
+    c = choice[None, :, None].expand(1, -1, rows[0].shape[1]) if two_d else choice[None]
+    return torch.stack(rows).gather(0, c)[0]
 
 
-def allocate_price(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD,
-                   margin: float = NGRAM_MARGIN) -> Allocation:
-    """Device phase of `hybrid-price`: METHOD on the current chains chooses each request's chain (if both
-    lambda-prefixes are empty, the chain with the better first slot, then model), then the global top-B
-    (B = plan.budget) of the chosen chains' current survivals."""
-    ch = Chains(batch, with_stale=False)
-    use_ngram, admitted, _ = LAMBDA_METHODS[method](batch, ch, margin)
-    use_ngram = torch.where(admitted[0] == 0, ch.surv_n[0, :, 0] > ch.surv_m[0, :, 0], use_ngram[0])
-    scores_m = rank_scores(ch.surv_m[0], ch.len_m[0]).masked_fill(use_ngram[:, None], float("-inf"))
-    scores_n = rank_scores(ch.surv_n[0], ch.len_n[0]).masked_fill(~use_ngram[:, None], float("-inf"))
-    scores = torch.cat([scores_m, scores_n], 1)
-    return finish(_chain_ids(use_ngram), top_b_counts(scores, plan.budget))
+def chain_of(names: tuple, choice: torch.Tensor) -> torch.Tensor:
+    """The registry's chain id of each request's chosen chain (int64 [R])."""
+    ids = chain_ids(names)
+    return torch.where(choice, ids[1], ids[0]) if choice.dtype == torch.bool else ids[choice]
 
 
-def price_with_budget(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> Allocation:
+def _left_out(choice: torch.Tensor, i: int) -> torch.Tensor:
+    """Where chain i is not the chosen one (bool [R])."""
+    if choice.dtype == torch.bool:
+        return choice if i == 0 else ~choice
+    return choice != i
+
+
+def choose(batch: StepBatch, ch: Chains, method: str, margin: float) -> tuple:
+    """Per request of one side, (the chain to keep, as `evaluate`'s choice, its kept slots at the best price (int64
+    [R])): METHOD's choice; where every lambda-prefix is empty, the largest first survival (the first in order on
+    ties; a NaN survival is not ordered: no fast form takes one)."""
+    choice, kept, _ = LAMBDA_METHODS[method](batch, ch, margin)
+    choice, kept = choice[0], kept[0]
+    if len(ch.survs) == 1:
+        return choice, kept
+    if len(ch.survs) == 2:
+        best = ch.survs[1][0, :, 0] > ch.survs[0][0, :, 0]
+    else:
+        best = torch.argmax(torch.stack([s[0, :, 0] for s in ch.survs]), 0)  # [R]
+    return torch.where(kept == 0, best, choice), kept
+
+
+def allocate_chosen(batch: StepBatch, ch: Chains, names: tuple, budget, method: str, margin: float) -> Allocation:
+    """The current chain choice by price (`choose`; a request whose model chain is empty takes the best other
+    one), then the global top-B of the chosen chains' survivals (budget None: each request's lambda-prefix, the
+    idealised allocation)."""
+    choice, kept = choose(batch, ch, method, margin)
+    if ch.model_first and len(names) == 2:
+        choice = choice | (ch.lens[0][0] == 0)
+    elif ch.model_first and len(names) > 2:
+        other = torch.argmax(torch.stack([s[0, :, 0] for s in ch.survs[1:]]), 0) + 1
+        choice = torch.where((choice == 0) & (ch.lens[0][0] == 0), other, choice)
+    if budget is None:
+        admitted = kept
+    else:
+        scores = [rank_scores(s[0], n[0]).masked_fill(_left_out(choice, i)[:, None], float("-inf"))
+                  for i, (s, n) in enumerate(zip(ch.survs, ch.lens))]
+        admitted = top_b_counts(torch.cat(scores, 1), budget)
+    return finish(chain_of(names, choice), admitted)
+
+
+def price_core(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
+               names: tuple = TWO) -> Allocation:
+    """The idealised allocation: each request's lambda-prefix of its chosen chain, current values only."""
+    return allocate_chosen(batch, Chains.current(batch, names), names, None, method, margin)
+
+
+def plan_price(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
+               names: tuple = TWO) -> Plan:
+    """Host phase of `hybrid-price`: METHOD on the stale chains; their total kept slots are the step's budget B
+    (capped by vLLM's logits buffer). Every drafter of `names` runs. Computed in the first stale chain's dtype."""
+    st = view.stale_chains
+    ch = Chains([st[n][0][None] for n in names], [st[n][1][None] for n in names], None, names[0] == MODEL)
+    _, kept, _ = LAMBDA_METHODS[method](view, ch, margin)
+    return Plan(model=MODEL in names, ngram=ALWAYS_RUNS in names, budget=cap_budget(view, kept[0].sum()),
+                extra=others(names))
+
+
+def allocate_price(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
+                   names: tuple = TWO) -> Allocation:
+    """Device phase of `hybrid-price`: METHOD on the current chains chooses each request's chain (`allocate_chosen`),
+    then the global top-B (B = plan.budget) of the chosen chains' current survivals."""
+    return allocate_chosen(batch, Chains.current(batch, names), names, plan.budget, method, margin)
+
+
+def price_with_budget(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
+                      names: tuple = TWO) -> Allocation:
     """vLLM-consistent hybrid on one view: the stale budget B (plan_price, CPU part), then the current chain
     choice by price and the global top-B of the chosen chains (allocate_price, GPU part)."""
-    return allocate_price(batch, plan_price(host_view(batch), method, margin), method, margin)
+    return allocate_price(batch, plan_price(host_view(batch), method, margin, names), method, margin, names)
 
 
 def free_budget(batch: StepBatch, budget: torch.Tensor) -> torch.Tensor:
@@ -424,155 +501,234 @@ def free_budget(batch: StepBatch, budget: torch.Tensor) -> torch.Tensor:
 
 
 def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
-               hysteresis: float = 0.0, forecast: str = FORECASTS[0]) -> Allocation:
-    """`hybrid`: hybrid-price that also prices the model drafter's pass, and skips it for the whole step
-    when the step is worth more without it.
+               hysteresis: float = 0.0, forecast: str = FORECASTS[0], names: tuple = TWO) -> Allocation:
+    """`hybrid`: hybrid-price that also prices the drafters' passes and skips a pass for the whole step when the
+    step is worth more without it (plan_skip, then allocate_skip), reporting the plan's model pass.
 
-    Host side (stale values only, known before the step is launched): price the batch twice,
+    Host side (stale values only, known before the step is launched), on two drafters: price the batch twice,
       G_both = best goodput over both chains, paying draft_cost_ms,
-      G_ngram = best goodput over the n-gram chains alone, paying draft_cost_ms - model_draft_ms,
-    and skip the model pass iff G_ngram > G_both * (1 + hysteresis). The chosen scenario's total admitted
-    slots are the step's budget B, as in `price_with_budget`. Device side (current values): the chain
-    choice by price and the global top-B of the chosen chains, over the n-gram chains alone when the pass
-    was skipped (the current model chains are then never read: they were not drafted). A request whose
-    model chain is empty takes its n-gram chain.
+      G_ngram = best goodput over the n-gram chains alone, paying draft_cost_ms less the model drafter's price,
+    and skip the model pass iff G_ngram > G_both * (1 + hysteresis). The chosen scenario's total kept slots are
+    the step's budget B, as in `price_with_budget`. Device side (current values): the chain choice by price and
+    the global top-B of the chosen chains, over the chains that ran (the current model chains of a skipped pass
+    are never read: they were not drafted). A request whose model chain is empty takes the best other chain.
     Host-side forecasts (all known before the step): a request's model chain is the previous step's when
     the pass ran then, else the mean of the chains drafted for it so far (the engine keeps it), so the
-    decision never uses a chain that was not drafted; its n-gram chain is, slot by slot, the average
+    decision never uses a chain that was not drafted; a model-free chain is, slot by slot, the average
     (`forecast="avg"`, the default; or min / mean / stale) of the previous proposal and the request's mean
-    proposal (`mean_ngram_conf`), because a copy that held at the last step predicts the next step well
+    proposal (`HostView.means`), because a copy that held at the last step predicts the next step well
     only in a request that keeps copying (an edit), not in one whose matches are short-lived (chat).
     The budget is capped like adaptive's by vLLM's logits buffer (`cap_budget`).
     """
-    plan = plan_skip(host_view(batch), method, margin, hysteresis, forecast)
-    out = allocate_skip(batch, plan, method, margin)
+    plan = plan_skip(host_view(batch), method, margin, hysteresis, forecast, names)
+    out = allocate_skip(batch, plan, method, margin, names)
     return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(plan.model))
 
 
-def plan_skip(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
-              hysteresis: float = 0.0, forecast: str = FORECASTS[0]) -> Plan:
-    """Host phase of `hybrid` (price_skip's docstring): METHOD on two stale scenarios in one pass, with the
-    model pass (paying draft_cost_ms) and without it (draft_cost_ms - model_draft_ms, no model chain); the
-    model drafter runs iff G_ngram <= G_both (1 + hysteresis); the chosen scenario's admitted slots, widened
-    to the free ones and capped, are the budget B. Plan.model is read on the host: the view is host data."""
-    dt = view.stale_model_conf.dtype
-    zeros_m = torch.zeros_like(view.stale_model_len)
-    conf_m = view.stale_model_conf[None].repeat(2, 1, 1)
-    len_m = torch.stack([view.stale_model_len, zeros_m])
-    stale_n = view.stale_ngram_conf.to(dt)
-    if view.mean_ngram_conf is not None:  # forecast the n-gram chain from its last proposal and its history
-        stale_n = FORECAST_RULES[forecast](stale_n, view.mean_ngram_conf.to(dt))
-    conf_n = stale_n[None].repeat(2, 1, 1)
-    len_n = view.stale_ngram_len[None].repeat(2, 1)
+def _forecast(view: HostView, name: str, forecast: str, dt) -> torch.Tensor:
+    """A model-free chain's host-side forecast: forecast F of its last proposal and its mean one."""
+    conf = view.stale_chains[name][0].to(dt)
+    mean = view.means.get(name)
+    return conf if mean is None else FORECAST_RULES[forecast](conf, mean.to(dt))
+
+
+def skip_sides(names: tuple) -> list:
+    """The drafter sets hybrid's plan prices, as the drafters each leaves out: none first, then every subset of
+    the skippable drafters (all but ALWAYS_RUNS) that leaves one drafter at least. On (dspark, ngram):
+    [{}, {dspark}], with the model pass and without it."""
+    skippable = [n for n in names if n != ALWAYS_RUNS]
+    sides = []
+    for mask in range(2 ** len(skippable)):
+        left_out = frozenset(n for i, n in enumerate(skippable) if mask >> i & 1)
+        if len(left_out) < len(names):
+            sides.append(left_out)
+    return sides
+
+
+def _price_sets(view: HostView, names: tuple, sets: list, method: str, margin: float, forecast: str):
+    """METHOD on the host-known chains of `names` once per drafter set in `sets` (a side each: the chains of
+    drafters outside the set empty, their prices off draft_cost_ms): (kept slots [S, R], goodput [S])."""
+    st = view.stale_chains
+    dt = st[names[0]][0].dtype
+    S = len(sets)
+    confs, lens = [], []
+    for n in names:
+        conf = st[n][0] if n == MODEL else _forecast(view, n, forecast, dt)
+        confs.append(conf[None].repeat(S, 1, 1))
+        zero = torch.zeros_like(st[n][1])
+        lens.append(torch.stack([st[n][1] if n in run else zero for run in sets]))
     full = torch.as_tensor(view.draft_cost_ms, dtype=torch.float64)
-    skip = full - torch.as_tensor(view.model_draft_ms, dtype=torch.float64)
-    ch = Chains.of(conf_m, len_m, conf_n, len_n, torch.stack([full, skip])[:, None])
-    _, admitted, g = LAMBDA_METHODS[method](view, ch, margin)  # sides: with the model pass, without it
-    run_model = g[1] <= g[0] * (1.0 + hysteresis)
-    budget = cap_budget(view, free_budget(view, torch.where(run_model, admitted[0].sum(), admitted[1].sum())))
-    return Plan(model=bool(run_model), ngram=True, budget=budget)
+    draft = []
+    for run in sets:
+        d = full
+        for n in names:
+            if n not in run:
+                d = d - torch.as_tensor(view.price(n), dtype=torch.float64)
+        draft.append(d)
+    _, kept, g = LAMBDA_METHODS[method](view, Chains(confs, lens, torch.stack(draft)[:, None], names[0] == MODEL),
+                                        margin)
+    return kept, g
 
 
-def allocate_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD,
-                  margin: float = NGRAM_MARGIN) -> Allocation:
-    """Device phase of `hybrid`: the chain choice by price on the current chains -- the n-gram chains alone
-    when the plan skipped the model pass (the model chains were not drafted and are not read) -- then the
-    global top-B (B = plan.budget) of the chosen chains. A request whose model chain is empty takes its
-    n-gram chain."""
-    full = torch.as_tensor(batch.draft_cost_ms, dtype=torch.float64)
-    if plan.model:
-        conf_m, len_m, draft = batch.model_conf, batch.model_len, full
-    else:
-        len_m = torch.zeros_like(batch.ngram_len)
-        conf_m = torch.zeros((len_m.shape[0], batch.model_conf.shape[-1]), dtype=batch.model_conf.dtype)
-        draft = full - torch.as_tensor(batch.model_draft_ms, dtype=torch.float64)
-    ch = Chains.of(conf_m[None], len_m[None], batch.ngram_conf[None], batch.ngram_len[None], draft.reshape(1, 1))
-    use_ngram, admitted, _ = LAMBDA_METHODS[method](batch, ch, margin)
-    surv_m, surv_n = ch.surv_m[0], ch.surv_n[0]
-    # both prefixes empty at the current price: the chain with the better first slot, then model
-    use_ngram = torch.where(admitted[0] == 0, surv_n[:, 0] > surv_m[:, 0], use_ngram[0]) | (len_m == 0)
-    scores_m = rank_scores(surv_m, len_m).masked_fill(use_ngram[:, None], float("-inf"))
-    scores_n = rank_scores(surv_n, batch.ngram_len).masked_fill(~use_ngram[:, None], float("-inf"))
-    return finish(_chain_ids(use_ngram), top_b_counts(torch.cat([scores_m, scores_n], 1), plan.budget))
+def plan_skip(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
+              hysteresis: float = 0.0, forecast: str = FORECASTS[0], names: tuple = TWO) -> Plan:
+    """Host phase of `hybrid` over `names` (module docstring): first the two default drafters' decision
+    (`skip_sides`: run the model pass unless the step earns more than G_all (1 + hysteresis) without it), then
+    each further drafter in order joins iff the step with it earns more than G (1 + hysteresis) without it; B =
+    the chosen set's kept slots widened to the free ones, capped. Plan.model is read on the host: the view is
+    host data."""
+    base = tuple(n for n in names if n in TWO) or names[:1]
+    sides = skip_sides(base)
+    kept, g = _price_sets(view, base, [tuple(n for n in base if n not in out) for out in sides], method, margin,
+                          forecast)
+    k = 0
+    if len(sides) > 1:
+        other = int(torch.argmax(g[1:])) + 1
+        k = 0 if bool(g[other] <= g[0] * (1.0 + hysteresis)) else other
+    run, total = tuple(n for n in base if n not in sides[k]), kept[k].sum()
+    for d in names:
+        if d in base:
+            continue
+        with_d = tuple(n for n in names if n in run or n == d)
+        kept, g = _price_sets(view, names, [run, with_d], method, margin, forecast)
+        if bool(g[1] > g[0] * (1.0 + hysteresis)):
+            run, total = with_d, kept[1].sum()
+        else:
+            total = kept[0].sum()
+    return Plan(model=MODEL in run, ngram=ALWAYS_RUNS in run, budget=cap_budget(view, free_budget(view, total)),
+                extra=others(run))
+
+
+def allocate_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
+                  names: tuple = TWO) -> Allocation:
+    """Device phase of `hybrid` over `names`: hybrid-price's allocation over the chains that ran (the others were
+    not drafted and are not read), priced at the drafters that ran."""
+    ran = tuple(n for n in names if n in plan.drafters)
+    draft = torch.as_tensor(batch.draft_cost_ms, dtype=torch.float64)
+    for n in names:
+        if n not in ran:
+            draft = draft - torch.as_tensor(batch.price(n), dtype=torch.float64)
+    return allocate_chosen(batch, Chains.current(batch, ran, draft.reshape(1, 1)), ran, plan.budget, method, margin)
+
+
+def hybrid_policy(name: str, names: tuple, method: str, margin: float, hysteresis: float, forecast: str,
+                  **uses) -> Policy:
+    """The `hybrid` Policy over `names`: plan_skip, allocate_skip, and fn = both on one view (price_skip)."""
+    return Policy(name, lambda b: price_skip(b, method, margin, hysteresis, forecast, names), **uses,
+                  plan_fn=lambda v: plan_skip(v, method, margin, hysteresis, forecast, names),
+                  alloc_fn=lambda b, p: allocate_skip(b, p, method, margin, names))
+
+
+def hybrid_price_policy(name: str, names: tuple, method: str, current: bool, margin: float, **uses) -> Policy:
+    """The `hybrid-price` Policy over `names`: single-phase price_core with `current`, else plan_price and
+    allocate_price (fn = both on one view, price_with_budget)."""
+    if current:  # no host budget: single-phase
+        return Policy(name, lambda b: price_core(b, method, margin, names), **uses)
+    return Policy(name, lambda b: price_with_budget(b, method, margin, names), **uses,
+                  plan_fn=lambda v: plan_price(v, method, margin, names),
+                  alloc_fn=lambda b, p: allocate_price(b, p, method, margin, names))
+
+
+def choose_chain_n(view: StepBatch, confs: list, lens: list, model_first: bool, method: str,
+                   margin: float) -> torch.Tensor:
+    """Per request, the chain to publish among the chains (confs [R, K_d], lens [R]), as `evaluate`'s choice:
+    `choose` on the view's step shape."""
+    return choose(view, Chains([c[None] for c in confs], [n[None] for n in lens], None, model_first), method,
+                  margin)[0]
 
 
 def choose_chain(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> torch.Tensor:
     """Per request, whether its n-gram chain is the one to verify (bool [R]), from the batch's current values:
-    the chain with the larger value V at the best price lambda (METHOD), the n-gram chain only if it wins by
-    `margin`; where both lambda-prefixes are empty, the chain with the larger first survival (then model).
-    The chain-choice half of `price_with_budget`, without a budget: what the vLLM plugin runs per step."""
-    ch = Chains(batch, with_stale=False)
-    use_ngram, admitted, _ = LAMBDA_METHODS[method](batch, ch, margin)
-    return torch.where(admitted[0] == 0, ch.surv_n[0, :, 0] > ch.surv_m[0, :, 0], use_ngram[0])
+    choose_chain_n over (model, n-gram). The chain-choice half of `price_with_budget`, without a budget: what the
+    vLLM plugin runs per step."""
+    return choose_chain_n(batch, [batch.model_conf, batch.ngram_conf], [batch.model_len, batch.ngram_len], True,
+                          method, margin)
 
 
-def published_view(batch: StepBatch, k: int, stale: bool = False) -> StepBatch:
-    """The batch as the vLLM plugin sees it when it chooses (current or, with stale=True, last step's values):
-    n-gram chains cut to the k slots vLLM drafts (num_speculative_tokens), and a decode-only step shape
+def published_view(batch: StepBatch, k: int, stale: bool = False, names: tuple = TWO) -> StepBatch:
+    """The batch as the vLLM plugin sees it when it chooses (current or, with stale=True, last step's values), over
+    `names`: model-free chains cut to the k slots vLLM drafts (num_speculative_tokens), and a decode-only step shape
     (T = N = R) because the plugin chooses right after a verify pass, before the next step is scheduled."""
+    src = batch.stale_chains if stale else batch.chains
+    chains = {}
+    for n in names:
+        conf, length = src[n]
+        chains[n] = (conf, length) if n == MODEL else (conf[:, :k], length.clamp(max=k))
     R = batch.num_reqs
-    if stale:
-        conf_m, len_m = batch.stale_model_conf, batch.stale_model_len
-        conf_n, len_n = batch.stale_ngram_conf, batch.stale_ngram_len
-    else:
-        conf_m, len_m, conf_n, len_n = batch.model_conf, batch.model_len, batch.ngram_conf, batch.ngram_len
-    conf_n, len_n = conf_n[:, :k], len_n.clamp(max=k)
-    return dataclasses.replace(
-        batch, model_conf=conf_m, model_len=len_m, ngram_conf=conf_n, ngram_len=len_n, stale_model_conf=conf_m,
-        stale_model_len=len_m, stale_ngram_conf=conf_n, stale_ngram_len=len_n, num_nondraft_tokens=R,
-        num_sampling_reqs=R, true_model_acc=None, true_ngram_acc=None, true_verify_cost_ms=None)
+    return dataclasses.replace(batch, chains=chains, stale_chains=chains, num_nondraft_tokens=R, num_sampling_reqs=R,
+                               true_acc={}, true_verify_cost_ms=None)
+
+
+def publish_n(confs: list, lens: list, choice: torch.Tensor, W: int) -> torch.Tensor:
+    """The confidences the plugin writes for vLLM's adaptive verification ([R, W], the first chain's dtype): the
+    chosen chain's (choice [R], as `evaluate`'s) per-slot conditional acceptance, 0 past that chain's length
+    (survival 0: such a slot only fills a budget that has no better slot left)."""
+    dt = confs[0].dtype
+    rows = []
+    for c, n in zip(confs, lens):
+        if c.shape[1] > W:  # a chain wider than W is cut to it (a narrower one's lengths are within it already)
+            c, n = c[:, :W], n.clamp(max=W)
+        c = (c if c.dtype == dt else c.to(dt)) * slot_valid(n, c.shape[1])
+        rows.append(torch.nn.functional.pad(c, (0, W - c.shape[1])) if c.shape[1] < W else c)
+    return select(rows, choice)
 
 
 def publish(model_conf: torch.Tensor, model_len: torch.Tensor, ngram_conf: torch.Tensor, ngram_len: torch.Tensor,
             use_ngram: torch.Tensor, width: int | None = None) -> torch.Tensor:
-    """The confidences the plugin writes for vLLM's adaptive verification ([R, W], W = width or model_conf's
-    width K): the chosen chain's per-slot conditional acceptance, 0 past that chain's length (survival 0:
-    such a slot only fills a budget that has no better slot left)."""
-    K = model_conf.shape[1]
-    W = K if width is None else width
-    pad = lambda x: torch.nn.functional.pad(x, (0, W - x.shape[1])) if x.shape[1] < W else x  # noqa: E731
-    conf_n = ngram_conf[:, :W].to(model_conf.dtype) * slot_valid(ngram_len.clamp(max=W), ngram_conf[:, :W].shape[1])
-    conf_m = (model_conf * slot_valid(model_len, K))[:, :W]
-    return torch.where(use_ngram[:, None], pad(conf_n), pad(conf_m))
+    """publish_n over (model, n-gram) by use_ngram (bool [R]), W = width or model_conf's width K."""
+    W = model_conf.shape[1] if width is None else width
+    return publish_n([model_conf, ngram_conf], [model_len, ngram_len], use_ngram, W)
 
 
 def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
-                      slots: int | None = None) -> Allocation:
-    """`hybrid-vllm`: the hybrid as the vLLM plugin (real/vllm_plugin) runs it inside vLLM 0.33.
+                      slots: int | None = None, names: tuple = TWO, ran: tuple | None = None) -> Allocation:
+    """`hybrid-vllm`: the hybrid as the vLLM plugin (real/vllm_plugin) runs it inside vLLM 0.33, over `names`
+    (dspark first; `ran`: the drafters that ran this step, None = all).
 
-    The plugin chooses each request's chain (`choose_chain` on `published_view`: K-slot chains, T = N = R)
-    and publishes that chain's confidences (`publish`); vLLM's adaptive verification then runs unchanged on
-    them: the budget B* from the confidences published at the previous step (stale, on the CPU), the
-    global top-B* of the current published survivals (on the GPU), i.e. `alloc_adaptive` on the published
-    chains. The previous step's publication is re-derived here from the stale values with this step's
-    shape (exact in steady decoding; when requests join or leave, the plugin chose with the old R).
-    A slot past the chosen chain's length has survival 0 and is admitted only when B* exceeds the slots
-    with positive survival; vLLM then verifies a filler token there, which the simulator does not charge
-    (the admitted count is cut to the chain's length).
+    The plugin chooses each request's chain among the chains that ran (`choose_chain_n` on `published_view`:
+    K-slot model and W-slot model-free chains, T = N = R) and publishes that chain's confidences (`publish_n`);
+    vLLM's adaptive verification then runs unchanged on them: the budget B* from the confidences published at the
+    previous step (stale, on the CPU, chosen among all chains), the global top-B* of the current published
+    survivals (on the GPU), i.e. `alloc_adaptive` on the published chains. The previous step's publication is
+    re-derived here from the stale values with this step's shape (exact in steady decoding; when requests join or
+    leave, the plugin chose with the old R). A slot past the chosen chain's length has survival 0 and is admitted
+    only when B* exceeds the slots with positive survival; vLLM then verifies a filler token there, which the
+    simulator does not charge (the admitted count is cut to the chain's length).
 
     slots = W > K (`hybrid-vllm:slots=W`, a what-if the plugin cannot run today: DSpark's speculator drafts
     exactly its block of K): vLLM schedules W draft slots per request, the model chain is padded with
-    survival 0 and the n-gram chain keeps up to W tokens. Requests whose model chain is cut by the end of
-    their output (model_len < K) are scheduled model_len slots, the others W."""
-    return _alloc_published(batch, method, margin, slots, model_ran=True)
-
-
-def _alloc_published(batch: StepBatch, method: str, margin: float, slots: int | None, model_ran: bool) -> Allocation:
-    """`alloc_hybrid_vllm`'s body; model_ran=False: the plugin skipped DSpark's pass this step, so every request
-    publishes its n-gram chain (the current model chains were not drafted and are not read)."""
+    survival 0 and the model-free chains keep up to W tokens. Requests whose model chain is cut by the end of
+    their output (model_len < K) are scheduled model_len slots, the others W. After a skipped model pass every
+    request publishes a model-free chain (the current model chains were not drafted and are not read)."""
+    ran = names if ran is None else ran
     K = batch.model_conf.shape[1]
     W = K if slots is None else max(int(slots), K)
-    cur, old = published_view(batch, W), published_view(batch, W, stale=True)
-    use_ngram = choose_chain(cur, method, margin) if model_ran else torch.ones_like(batch.ngram_len, dtype=torch.bool)
-    use_stale = choose_chain(old, method, margin)
-    pub = publish(cur.model_conf, cur.model_len, cur.ngram_conf, cur.ngram_len, use_ngram, W)
-    pub_stale = publish(old.model_conf, old.model_len, old.ngram_conf, old.ngram_len, use_stale, W)
-    sched = scheduled_slots(batch.model_len, K, W, model_ran)
-    view = dataclasses.replace(batch, model_conf=pub, model_len=sched,
-                               stale_model_conf=pub_stale.to(batch.stale_model_conf.dtype))
+    cur, old = published_view(batch, W, names=names), published_view(batch, W, stale=True, names=names)
+    confs, lens = [cur.chains[n][0] for n in names], [cur.chains[n][1] for n in names]
+    oconfs, olens = [old.chains[n][0] for n in names], [old.chains[n][1] for n in names]
+    idx = [i for i, n in enumerate(names) if n in ran]
+    sub = choose_chain_n(cur, [confs[i] for i in idx], [lens[i] for i in idx], names[idx[0]] == MODEL, method,
+                         margin)
+    choice = sub if len(idx) == len(names) else _index(idx)[sub.to(torch.int64)]
+    use_stale = choose_chain_n(old, oconfs, olens, True, method, margin)
+    pub = publish_n(confs, lens, choice, W)
+    pub_stale = publish_n(oconfs, olens, use_stale, W)
+    sched = scheduled_slots(batch.model_len, K, W, MODEL in ran)
+    stale_m = batch.stale_chains[MODEL]
+    view = dataclasses.replace(batch, chains={**batch.chains, MODEL: (pub, sched)},
+                               stale_chains={**batch.stale_chains, MODEL: (pub_stale.to(stale_m[0].dtype), stale_m[1])})
     admitted = alloc_adaptive(view).admitted
-    chain_len = torch.where(use_ngram, cur.ngram_len, batch.model_len)
-    return finish(_chain_ids(use_ngram), torch.minimum(admitted, chain_len))
+    return finish(chain_of(names, choice), torch.minimum(admitted, select(lens, choice)))
+
+
+def _index(idx: list) -> torch.Tensor:
+    key = ("index", tuple(idx))
+    out = CONST.get(key)
+    if out is None:
+        out = torch.tensor(idx, dtype=torch.int64)
+        if not torch.compiler.is_compiling():
+            CONST[key] = out
+    return out
 
 
 def scheduled_slots(model_len: torch.Tensor, K: int, W: int, model_ran: bool) -> torch.Tensor:
@@ -585,21 +741,21 @@ def scheduled_slots(model_len: torch.Tensor, K: int, W: int, model_ran: bool) ->
     return sched if model_ran else torch.where(model_len > 0, sched, W)
 
 
-def plan_hybrid_vllm_skip(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN) -> Plan:
-    """Host phase of `hybrid-vllm:...:skip`: whether DSpark's pass runs, by `plan_skip` (the default `hybrid`'s
-    rule, forecast `avg`, no hysteresis) on the stale values, as the plugin decides (HybridDrafter.plan_skip calls
-    the same function); no budget: vLLM's adaptive verification keeps its own (from the published confidences,
-    charging DSpark's full profiled draft cost), which the allocate phase computes."""
-    return Plan(model=plan_skip(view, method, margin).model, ngram=True)
+def plan_hybrid_vllm_skip(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
+                          names: tuple = TWO) -> Plan:
+    """Host phase of `hybrid-vllm:...:skip`: which drafters run, by `plan_skip` (the default `hybrid`'s rule,
+    forecast `avg`, no hysteresis) on the stale values, as the plugin decides (HybridDrafter.plan_skip calls the
+    same function); the n-gram drafter always runs; no budget: vLLM's adaptive verification keeps its own (from the
+    published confidences, charging DSpark's full profiled draft cost), which the allocate phase computes."""
+    p = plan_skip(view, method, margin, 0.0, FORECASTS[0], names)
+    return Plan(model=p.model, ngram=True, extra=p.extra)
 
 
 def alloc_hybrid_vllm_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
-                           slots: int | None = None) -> Allocation:
-    """Device phase of `hybrid-vllm:...:skip`: `alloc_hybrid_vllm` when the pass ran; after a skipped pass every
-    request publishes its n-gram chain (HybridDrafter.propose with ran_model=False) and vLLM's adaptive
-    verification admits from those. model_ran = plan.model, so the engine charges the draft cost without the
-    block pass when it was skipped."""
-    out = _alloc_published(batch, method, margin, slots, model_ran=plan.model)
+                           slots: int | None = None, names: tuple = TWO) -> Allocation:
+    """Device phase of `hybrid-vllm:...:skip`: `alloc_hybrid_vllm` over the chains that ran; model_ran = plan.model,
+    so the engine charges the draft cost without the block pass when it was skipped."""
+    out = alloc_hybrid_vllm(batch, method, margin, slots, names, tuple(n for n in names if n in plan.drafters))
     return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(plan.model))
 
 
@@ -672,9 +828,7 @@ def _hybrid(params: List[str]) -> Policy:
 def _hybrid_plain(params: List[str]) -> Policy:
     method, margin, hyst, forecast, _ = parse_hybrid(params)
     name = spec_name("hybrid", HybridSettings, parse_spec("hybrid", HybridSettings, params))
-    return Policy(name, lambda b: price_skip(b, method, margin, hyst, forecast), uses_model=True, uses_ngram=True,
-                  plan_fn=lambda v: plan_skip(v, method, margin, hyst, forecast),
-                  alloc_fn=lambda b, p: allocate_skip(b, p, method, margin))
+    return hybrid_policy(name, TWO, method, margin, hyst, forecast, uses_model=True, uses_ngram=True)
 
 
 def parse_hybrid_price(params: List[str]) -> tuple[str, bool, float, bool]:
@@ -697,11 +851,7 @@ def _hybrid_price(params: List[str]) -> Policy:
 def _hybrid_price_plain(params: List[str]) -> Policy:
     method, current, margin, _ = parse_hybrid_price(params)
     name = spec_name("hybrid-price", HybridPriceSettings, parse_spec("hybrid-price", HybridPriceSettings, params))
-    if current:  # no host budget: single-phase
-        return Policy(name, lambda b: price_core(b, method, margin), uses_model=True, uses_ngram=True)
-    return Policy(name, lambda b: price_with_budget(b, method, margin), uses_model=True, uses_ngram=True,
-                  plan_fn=lambda v: plan_price(v, method, margin),
-                  alloc_fn=lambda b, p: allocate_price(b, p, method, margin))
+    return hybrid_price_policy(name, TWO, method, current, margin, uses_model=True, uses_ngram=True)
 
 
 @register("hybrid-vllm", spec_usage("hybrid-vllm", PluginSettings, PLUGIN_OPTIONS),

@@ -30,7 +30,7 @@ from sim.core.policies.common import CHAIN_MODEL, CHAIN_NGRAM, finish
 from sim.core.policies.registry import Policy, register
 from sim.core.vllm import VllmRun
 
-NGRAM = "ngram"  # the n-gram drafter's registered name, the key of AllMatched's flag in StepBatch.recal
+NGRAM = "ngram"  # the n-gram drafter's registered name, the key of AllMatched's flag in StepBatch.all_matched
 VLLM_MAIN = "vLLM main (Model Runner V2's NgramMTPSpeculator, not in 0.33)"
 BATCH1 = "b1"  # the option of the version that looks up only at batch 1
 
@@ -38,7 +38,9 @@ BATCH1 = "b1"  # the option of the version that looks up only at batch 1
 class AllMatched:
     """The engine's online state of `ngram-mtp` (Policy.online; RecalState's interface): whether every decoding
     request's n-gram lookup matched at the previous step (0-d bool tensor), handed to the policy as
-    StepBatch.recal[NGRAM] (and one step older as HostView.recal)."""
+    StepBatch.all_matched[NGRAM] (and one step older as HostView.all_matched)."""
+
+    field = "all_matched"  # the StepBatch field its flag travels in
 
     names = (NGRAM,)
 
@@ -64,7 +66,7 @@ def alloc_ngram_mtp(batch: StepBatch, batch1: bool) -> Allocation:
         out = finish(torch.full_like(batch.model_len, CHAIN_MODEL), batch.model_len.clamp(max=K))
         return dataclasses.replace(out, model_steps=torch.tensor(K), ngram_ran=torch.tensor(False))
     everyone = matched.all()
-    skip = everyone if batch1 else everyone & batch.recal.get(NGRAM, torch.tensor(False))
+    skip = everyone if batch1 else everyone & batch.all_matched.get(NGRAM, torch.tensor(False))
     chain = torch.where(matched, torch.full_like(matched, CHAIN_NGRAM, dtype=torch.int64),
                         torch.full_like(matched, CHAIN_MODEL, dtype=torch.int64))
     admitted = torch.where(matched, batch.ngram_len.clamp(max=K), batch.model_len.clamp(max=K))

@@ -37,14 +37,13 @@ def random_batch(rng: np.random.Generator, num_reqs: int, k_m: int, k_n: int, ma
 
     mc, nc = conf(k_m, rng.uniform(1, 6)), conf(k_n, rng.uniform(1, 12))
     ml, nl = lens(k_m, False), lens(k_n, True)
-    return StepBatch(
-        model_conf=mc, model_len=ml, ngram_conf=nc, ngram_len=nl,
-        stale_model_conf=conf(k_m, 3.0), stale_model_len=lens(k_m, False),
-        stale_ngram_conf=conf(k_n, 6.0), stale_ngram_len=lens(k_n, True),
+    return StepBatch(  # the arguments in the order the draws were always made
+        chains={"dspark": (mc, ml), "ngram": (nc, nl)},
+        stale_chains={"dspark": (conf(k_m, 3.0), lens(k_m, False)), "ngram": (conf(k_n, 6.0), lens(k_n, True))},
         num_nondraft_tokens=num_reqs, verify_cost_ms=random_cost_table(rng, max_tokens, step),
         draft_cost_ms=float(rng.uniform(0.0, 3.0)),
-        true_model_acc=torch.tensor(rng.integers(0, k_m + 1, size=num_reqs)),
-        true_ngram_acc=torch.tensor(rng.integers(0, k_n + 1, size=num_reqs)),
+        true_acc={"dspark": torch.tensor(rng.integers(0, k_m + 1, size=num_reqs)),
+                  "ngram": torch.tensor(rng.integers(0, k_n + 1, size=num_reqs))},
     )
 
 

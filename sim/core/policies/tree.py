@@ -27,7 +27,7 @@ import torch
 
 from sim.core.policies.base import Allocation, StepBatch
 from sim.core.policies.common import CHAIN_MODEL, CHAIN_NGRAM, finish, goodput, verify_ms
-from sim.core.policies.hybrid import DEFAULT_METHOD, LAMBDA_METHODS, METHODS, NGRAM_MARGIN, Chains
+from sim.core.policies.hybrid import DEFAULT_METHOD, LAMBDA_METHODS, METHODS, NGRAM_MARGIN, TWO, Chains, chain_ids
 from sim.core.policies.registry import Policy, over_drafters, parse_float, register
 
 DISCOUNT = 0.5
@@ -36,9 +36,9 @@ SECANT_MIN = 4
 
 def tree_alloc(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
                discount: float = DISCOUNT) -> Allocation:
-    ch = Chains(batch, with_stale=False)
-    use_ngram, adm, _ = LAMBDA_METHODS[method](batch, ch, margin)
-    return second_branch(batch, ch.surv_m[0], ch.surv_n[0], use_ngram[0], adm[0], discount)
+    ch = Chains.current(batch, TWO)
+    choice, adm, _ = LAMBDA_METHODS[method](batch, ch, margin)
+    return second_branch(batch, ch.survs[0][0], ch.survs[1][0], choice[0], adm[0], discount)  # bool: two chains
 
 
 def second_branch(batch: StepBatch, surv_m: torch.Tensor, surv_n: torch.Tensor, use_ngram: torch.Tensor,
@@ -99,17 +99,15 @@ def parse_tree(params: List[str]) -> tuple[str, float, str]:
 
 def tree_alloc_n(batch: StepBatch, names: tuple, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
                  discount: float = DISCOUNT) -> Allocation:
-    """`hybrid-tree` over any drafters `names` (sim/core/policies/multi.py's chains, in registry order). The primary
-    branch is hybrid-price:METHOD:current over the N chains (multi.ChainsN's choice); every other chain d is
+    """`hybrid-tree` over any drafters `names` (hybrid.Chains, in registry order). The primary
+    branch is hybrid-price:METHOD:current over the N chains (hybrid.Chains' choice); every other chain d is
     priced as a second branch by the module docstring's rule, v^d_j = a^d_j (1 - a^p_j) DISCOUNT admitted as a
     prefix n_d while v^d_j > lambda, and the request takes the one of largest expected gain sum_{j < n_d} v^d_j
     (the first in order on ties; Allocation.second_chain names it). On (dspark, ngram) this is `tree_alloc`
     (tests/test_drafter_axis.py); with one drafter there is no second branch."""
-    from sim.core.policies.multi import ChainsN, chain_ids  # multi imports no tree: one way
-
-    ch = ChainsN.current(batch, names)
+    ch = Chains.current(batch, names)
     choice, adm, _ = LAMBDA_METHODS[method](batch, ch, margin)
-    choice, adm = choice[0], adm[0]
+    choice, adm = choice[0].to(torch.int64), adm[0]  # an index (two chains choose by a bool: evaluate)
     ids = chain_ids(names)
     if len(names) < 2:
         return finish(ids[choice], adm)

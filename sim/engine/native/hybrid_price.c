@@ -389,7 +389,8 @@ static void merge_top(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, co
 #undef BEFORE
 }
 
-/* The current side's allocation: chain choice (both prefixes empty -> the better first slot, then model),
+/* The current side's allocation: chain choice (both prefixes empty -> the better first slot, then model;
+ * force_ngram: a request whose model chain is empty takes its n-gram chain),
  * global stable top-`budget` of the chosen chains' survivals (select_top, else a merge of the rows by a heap),
  * finish(). chain_out/adm_out [R]; work buffers heap_r [R], pos [3 R], vals [R max(Km, Kn)]. */
 void hp_finish(int64_t R, int64_t Km, int64_t Kn, const float *surv_m, const float *surv_n, const int64_t *len_m,
@@ -593,7 +594,8 @@ void hp_price_with_budget(int64_t R, int64_t Km, int64_t Kn, const float *conf_m
     int64_t budget = 0;
     for (int64_t r = 0; r < R; r++) budget += w->adm_p[R + r];
     if (cap >= 0 && cap < budget) budget = cap;
-    hp_finish(R, Km, Kn, w->surv_m, w->surv_n, len_m, len_n, w->use_p, w->adm_p, budget, 0, w->heap_r, w->pos,
+    /* force_ngram: a request without a model chain takes its n-gram chain (hybrid.allocate_chosen, every hybrid) */
+    hp_finish(R, Km, Kn, w->surv_m, w->surv_n, len_m, len_n, w->use_p, w->adm_p, budget, 1, w->heap_r, w->pos,
               w->vals, w->chain_out, w->adm_out);
 }
 
