@@ -139,6 +139,29 @@ def _own_outputs(out: Path) -> list[Path]:
             out / "errors.log"]
 
 
+def replace_earlier(out: Path) -> list[Path]:
+    """--force: clear the way for this run's outputs under `out` without removing anything but the files it writes.
+
+    A user's folder (or file) at a name the phases write a file (folder) to is refused, never removed. The earlier
+    validate/ folder is moved aside (validate.replaced-TIMESTAMP), never removed: the validation phase resumes what
+    it finds there, so --force starts it afresh, and the folder may hold the user's files too. Returns what was
+    moved aside."""
+    refuse_in_the_way(out, [(p.name, p.name == "validate") for p in _own_outputs(out)], f"--out {out}")
+    moved = []
+    for p in _own_outputs(out):
+        if p.is_dir() and not p.is_symlink():
+            aside = p.with_name(f"{p.name}.replaced-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
+            n = 1
+            while os.path.lexists(aside):  # two --force runs within a second
+                aside, n = aside.with_name(f"{aside.name.split('~')[0]}~{n}"), n + 1
+            p.rename(aside)
+            moved.append(aside)
+            say(f"--force: the earlier {p} moved aside to {aside.name} (remove it when you no longer need it)")
+        elif p.exists() or p.is_symlink():
+            p.unlink()
+    return moved
+
+
 # --------------------------------------------------------------------------------------------- 1 preflight
 def preflight(run: Run) -> None:
     """Print the checklist (module docstring); ConfigError (one line) on any FAIL."""
@@ -604,13 +627,7 @@ def gpu_check(a: GpuCheckOptions) -> int:
     preflight(run)
     run.out.mkdir(parents=True, exist_ok=True)
     if a.force:
-        # a user's folder (or file) at a name the phases write a file (folder) to is refused, never removed
-        refuse_in_the_way(run.out, [(p.name, p.name == "validate") for p in _own_outputs(run.out)], f"--out {run.out}")
-        for p in _own_outputs(run.out):
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)  # validate/: the folder the validation phase writes whole
-            elif p.exists() or p.is_symlink():
-                p.unlink()
+        replace_earlier(run.out)
 
     def timed(name: str, fn, *args):
         if run.left() <= 0:
