@@ -21,13 +21,13 @@ def test_a_budget_that_holds_no_request_is_refused_and_one_more_token_runs():
 
 
 @pytest.mark.parametrize("command,args,msg", [
-    ("sim.run", ["--policy", "hybrid-vllm:slots=10000"], "at most 64"),
+    ("sim.run", ["--policy", "hybrid-vllm:slots=10000"], "slots must be an integer in 1..64, got 10000"),
     ("sim.run", ["--policy", "adaptive", "--scheduler", "vllm", "--max-num-batched-tokens", "6", "--vllm-version",
                  "0.32"], "give at least 7"),
     ("sim.run", ["--policy", "hybrid-vllm", "--max-num-batched-tokens", "6", "--vllm-version", "0.32"], "give at least 7"),
     ("sim.run", ["--policy", "model-fixed:7", "--scheduler", "vllm", "--max-num-batched-tokens", "4", "--vllm-version",
                  "0.32"], "give at least 7"),
-    ("sim.sweep", ["--policy", "hybrid-vllm:slots=10000", "--workers", "1"], "at most 64"),  # the "in sweeps"
+    ("sim.sweep", ["--policy", "hybrid-vllm:slots=10000", "--workers", "1"], "slots must be an integer in 1..64"),  # the "in sweeps"
 ])
 def test_the_cli_says_so_in_one_line(command, args, msg, tmp_path):
     out = ["--out", str(tmp_path / "sw")] if command == "sim.sweep" else []

@@ -11,7 +11,7 @@ from real.validation.vllm.config import split_policy
 from real.vllm_plugin.config import HybridSpecConfig
 from sim.core import settings
 from sim.core.policies import get_policy
-from sim.core.policies.hybrid import (PLUGIN_OPTIONS, SIM_COUNTERPARTS, PluginSettings, check_counterparts, plugin_fields,
+from sim.core.plugin_settings import (PLUGIN_OPTIONS, SIM_COUNTERPARTS, PluginSettings, check_counterparts, plugin_fields,
                                       plugin_spec)
 from sim.core.settings import setting
 from sim.core.vllm import plugin_settings, speculative_config

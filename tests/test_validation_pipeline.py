@@ -105,8 +105,8 @@ def test_hybrid_policy_settings_and_their_refusals():
     assert cell.num_speculative_tokens == 32 and cell.hybrid.slots == 32 and cfg.cell("adaptive") is cfg
     assert cfg.sim_policy("hybrid:slots=32") == "hybrid-vllm:slots=32"
     assert cfg.engine_kwargs("hybrid:slots=32", 4)["speculative_config"]["num_speculative_tokens"] == 32
-    for bad, msg in (("hybrid:slots=x", "must be a int"), ("hybrid:slots=3", "smaller than DSpark"),
-                     ("hybrid:slots=65", "at most 64"), ("hybrid:skip=maybe", "must be a bool"),
+    for bad, msg in (("hybrid:slots=x", "an integer in 1..64, got 'x'"), ("hybrid:slots=3", "smaller than DSpark"),
+                     ("hybrid:slots=65", "an integer in 1..64, got 65"), ("hybrid:skip=maybe", "true or false"),
                      ("hybrid:slots=8:slots=9", "given twice"), ("none:skip", "only hybrid"), ("eagle", "policies")):
         with pytest.raises(ConfigError, match=msg):
             cfg.cell(bad) if bad.startswith("hybrid") else split_policy(bad)

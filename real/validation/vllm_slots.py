@@ -80,7 +80,7 @@ def default_drafter(device: str) -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from sim.core.policies.hybrid import MAX_SLOTS
+    from sim.core.plugin_settings import MAX_SLOTS
 
     # every number in its range before any work (a batch of 0 or W = -3 ran nothing and reported 0 cells)
     ap = ArgumentParser(prog="python -m real.vllm_slots", description=__doc__.split("\n")[0])

@@ -33,7 +33,7 @@ from sim.core import settings
 from sim.core.drafters.calibration import calibrator_path
 from sim.core.drafters.ngram import NgramConfig
 from sim.infra.errors import ConfigError
-from sim.core.policies.hybrid import MAX_SLOTS, PluginSettings, plugin_slots, plugin_spec  # noqa: F401 (MAX_SLOTS: the plugin's bound)
+from sim.core.plugin_settings import MAX_SLOTS, PluginSettings, plugin_slots, plugin_spec  # noqa: F401 (MAX_SLOTS: the plugin's bound)
 from sim.core.vllm import ADDITIONAL_CONFIG_KEY
 SUPPORTED_VLLM = "0.33"  # major.minor the plugin is written against (vllm==0.33.x)
 
@@ -43,7 +43,7 @@ _NG = NgramConfig()
 @dataclass(frozen=True)
 class HybridSpecConfig(PluginSettings):
     """The hybrid speculator's settings: the fields, types, defaults, help and ranges are the core's one declaration
-    (sim/core/policies/hybrid.py PluginSettings, which also says each one's counterpart in the simulator); this class
+    (sim/core/plugin_settings.py PluginSettings, which also says each one's counterpart in the simulator); this class
     adds what only the engine checks against vLLM's launch (resolve_slots, check_vllm) and the calibrator file."""
 
     def __post_init__(self) -> None:

@@ -198,7 +198,7 @@ def deployment(s: SimSetup) -> Deployment:
     suffix = {**defaults, **drafter_settings(s.drafter_config).get("suffix", {})}
     # the plugin's n-gram settings (PluginSettings' sim="ngram" fields) are the run's calibrator's: written where
     # they differ from the plugin's defaults
-    from sim.core.policies.hybrid import PluginSettings, plugin_fields
+    from sim.core.plugin_settings import PluginSettings, plugin_fields
 
     ours = {k: s.calibrator if k == "calibrator" else getattr(cal, k) for k in plugin_fields("ngram")}
     plugin_ngram = {k: v for k, v in ours.items() if v != getattr(PluginSettings(), k)}

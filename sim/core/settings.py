@@ -169,3 +169,29 @@ def describe(cls) -> list[str]:
     """One line per setting: `name (rule; default D): help`, for --help and docs."""
     return [f"{f.name} ({rule(cls, f.name)}; default {f.default!r}): {f.metadata.get('help', '')}"
             for f in dataclasses.fields(cls)]
+
+
+def is_positional(f) -> bool:
+    """Whether the settings field `f` is the spec's positional one (written bare: `hybrid:sweep`)."""
+    return bool(f.metadata.get("positional"))
+
+
+def spec_written(cls, given: dict) -> list:
+    """The settings a canonical name writes, in declaration order: the positional one when given, a flag when true,
+    any other when it differs from its default: [(name, value)]."""
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.name in given and (is_positional(f) or given[f.name] != f.default):
+            out.append((f.name, given[f.name]))
+    return out
+
+
+def spec_name(family: str, cls, given: dict) -> str:
+    """The canonical name of a spec of `family` giving `given` (spec_written): `family:METHOD:flag:key=V`, a
+    number as %g."""
+    types, parts = setting_types(cls), [family]
+    for name, v in spec_written(cls, given):
+        f = next(f for f in dataclasses.fields(cls) if f.name == name)
+        text = f"{v:g}" if types[name] is float else str(v)
+        parts.append(text if is_positional(f) else name if types[name] is bool else f"{name}={text}")
+    return ":".join(parts)

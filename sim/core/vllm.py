@@ -395,7 +395,7 @@ def _int(cfg: dict, key: str) -> int | None:
 
 
 # The plugin's settings (hybrid_spec) are declared once, with each one's counterpart in the simulator:
-# sim/core/policies/hybrid.py PluginSettings (imported where used: that module imports this one).
+# sim/core/plugin_settings.py PluginSettings (imported where used, lazily: vLLM's process loads this module).
 PLUGIN_DRAFTERS = ("dspark", "ngram")  # the chains the plugin runs (real/vllm_plugin/hybrid.py)
 
 
@@ -406,7 +406,7 @@ def plugin_settings(text: str | None) -> dict | None:
     if text is None:
         return None
     from sim.infra.inputs import parse_json  # lazy, as speculative_config: the vLLM plugin loads this module
-    from sim.core.policies.hybrid import PluginSettings
+    from sim.core.plugin_settings import PluginSettings
     from sim.core import settings
 
     cfg = parse_json(text, "--additional-config")
@@ -431,7 +431,7 @@ def plugin_settings(text: str | None) -> dict | None:
 def _plugin_policy(body: dict, k: int | None, block: int) -> str:
     """The hybrid-vllm spec the plugin runs with the hybrid_spec settings `body` (plugin_settings': typed) at
     num_speculative_tokens `k`."""
-    from sim.core.policies.hybrid import plugin_slots, plugin_spec
+    from sim.core.plugin_settings import plugin_slots, plugin_spec
 
     try:
         w = plugin_slots(body.get("slots", 0), k, block)

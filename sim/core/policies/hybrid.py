@@ -87,45 +87,35 @@ from sim.core.policies.adaptive import alloc_adaptive
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.core.policies.common import (CONST, best_budget, cap_budget, count_above, finish,
                                  goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
-from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
-from sim.core.drafters.ngram import NgramConfig
 from sim.core.policies.registry import (Policy, TableOption, parse_spec, register, spec_name, spec_usage, spec_written,
                                         split_option, with_table)
 from sim.core.settings import setting
+# the plugin's settings and the constants they share with these policies (declared below the policies: the vLLM
+# plugin reads them without loading this module; sim.core.vllm without an import circle)
+from sim.core.plugin_settings import (DEFAULT_METHOD, MARGIN_HELP, METHOD_HELP, METHODS, NGRAM_MARGIN, PLUGIN_OPTIONS,
+                                      PluginSettings)
 from sim.core.vllm import VllmRun
-from sim.infra.errors import ConfigError
 
-METHODS = ("model-opt", "fixed-point", "sweep")
-DEFAULT_METHOD = "sweep"
 FP_ITERS = 4
 FP_MIN_WINDOW = 4
 SWEEP_EXACT_MAX = 256  # up to this many slots, the sweep tries every survival as the price (exact)
 SWEEP_COARSE = 48
 SWEEP_FINE = 32
-NGRAM_MARGIN = 1.0  # expected tokens; see the module docstring
-# Largest W (`hybrid-vllm:slots=W`, the plugin's hybrid_spec.slots). vLLM 0.32/0.33 has no cap of its own on
-# num_speculative_tokens for DSpark (its start-up checks refuse a token budget that cannot hold a decode step's W + 1
-# tokens per request); 64 is the plugin's bound and what its tests cover.
-MAX_SLOTS = 64
 # hybrid's host-side forecast of a request's model-free chain from (previous proposal, mean proposal)
 FORECAST_RULES = {"avg": lambda last, mean: 0.5 * (last + mean), "min": torch.minimum,
               "mean": lambda last, mean: mean, "stale": lambda last, mean: last}
 FORECASTS = tuple(FORECAST_RULES)  # the first is the default
-RUNCAL_RANGE = (1e-3, 1e6)  # the plugin's runcal=k, prior precision k [1 / logit^2], when on (0 = off)
-_NG = NgramConfig()
 
 # ---- The families' settings, declared once (sim/core/settings.py): the spec grammar, its usage, its errors and the
 # canonical names are made from these (registry.parse_spec, spec_usage, spec_name).
-_METHOD_HELP = "how the price lambda is found"
-_MARGIN_HELP = "expected tokens the n-gram chain must win by (0 = the pure price rule)"
 
 
 @dataclass(frozen=True)
 class HybridSettings:
     """`hybrid`'s own settings (its options recal/runcal/table: RecalOptions, TableOption)."""
 
-    method: str = setting(DEFAULT_METHOD, _METHOD_HELP, choices=METHODS, positional=True, metavar="METHOD")
-    margin: float = setting(NGRAM_MARGIN, _MARGIN_HELP, lo=0.0, metavar="M")
+    method: str = setting(DEFAULT_METHOD, METHOD_HELP, choices=METHODS, positional=True, metavar="METHOD")
+    margin: float = setting(NGRAM_MARGIN, MARGIN_HELP, lo=0.0, metavar="M")
     hyst: float = setting(0.0, "expected tokens by which skipping the model drafter's pass must win (makes skipping "
                                "harder)", lo=0.0, metavar="H")
     forecast: str = setting(FORECASTS[0], "the host's forecast of a request's n-gram chain from its last and mean "
@@ -136,9 +126,9 @@ class HybridSettings:
 class HybridPriceSettings:
     """`hybrid-price`'s own settings (its options: RecalOptions, TableOption)."""
 
-    method: str = setting(DEFAULT_METHOD, _METHOD_HELP, choices=METHODS, positional=True, metavar="METHOD")
+    method: str = setting(DEFAULT_METHOD, METHOD_HELP, choices=METHODS, positional=True, metavar="METHOD")
     current: bool = setting(False, "no stale budget: admit the current lambda-prefixes (idealised)")
-    margin: float = setting(NGRAM_MARGIN, _MARGIN_HELP, lo=0.0, metavar="M")
+    margin: float = setting(NGRAM_MARGIN, MARGIN_HELP, lo=0.0, metavar="M")
 
 
 @dataclass(frozen=True)
@@ -151,99 +141,6 @@ class RecalOptions:
                             lo=0.0, strict=True, metavar="k", alt="recal")
 
 
-# What a plugin setting is in the simulator (PluginSettings' `sim`): every field has one, or the plugin refuses to
-# load it (tests/test_plugin_settings.py).
-SIM_COUNTERPARTS = {
-    "option": "the hybrid-vllm spec option of the same name (--policy hybrid-vllm:NAME=V)",
-    "ngram": "the n-gram drafter's setting: must be the run's n-gram calibrator's (--calibrator)",
-    "switch": "turns the plugin on (false: vLLM runs plain DSpark with adaptive verification: policy adaptive)",
-    "engine_only": "how the plugin runs its step, not what it chooses: no effect on what the simulator predicts",
-}
-
-
-@dataclass(frozen=True)
-class PluginSettings:
-    """The vLLM plugin's settings (vLLM's --additional-config '{"hybrid_spec": {...}}'; units: tokens unless stated),
-    declared once: real/vllm_plugin/config.py's HybridSpecConfig is this class, sim.core.vllm.plugin_settings reads
-    --additional-config by it, the `hybrid-vllm` spec's options are its `sim="option"` fields (plugin_spec), and
-    real/validate.py's `hybrid:FIELD=V` parses it. `sim`: its counterpart in the simulator (SIM_COUNTERPARTS)."""
-
-    enabled: bool = setting(True, "run the hybrid (false: plain DSpark)", sim="switch")
-    method: str = setting(DEFAULT_METHOD, _METHOD_HELP, choices=METHODS, positional=True, metavar="METHOD",
-                          sim="option")
-    margin: float = setting(NGRAM_MARGIN, _MARGIN_HELP, lo=0.0, metavar="M", sim="option")
-    n_min: int = setting(_NG.n_min, "shortest suffix the n-gram drafter matches", lo=1, sim="ngram")
-    n_max: int = setting(_NG.n_max, "longest suffix the n-gram drafter matches", lo=1, sim="ngram")
-    ext_max: int = setting(_NG.ext_max, "cap on the extended match length (a calibrator feature)", lo=0, sim="ngram")
-    calibrator: str = setting(DEFAULT_CALIBRATOR, "n-gram calibrator: a name under models/calibrators or a JSON path",
-                              sim="ngram")
-    online_window: int = setting(256, "steps between refreshes of the online n-gram acceptance statistics' host copy "
-                                      "(0 = never)", lo=0, sim="engine_only")
-    slots: int = setting(0, "W: draft slots per request vLLM verifies; must equal num_speculative_tokens, at least "
-                            "DSpark's block", lo=1, hi=MAX_SLOTS, off=0, off_means="num_speculative_tokens",
-                         metavar="W", sim="option")
-    skip: bool = setting(False, "skip DSpark's block pass for a step when the n-gram chains alone pay more (the "
-                                "simulator's `hybrid` rule, decided on the host from the last step's values); one rank "
-                                "only (docs/real.md, 'The skip')", sim="option")
-    runcal: float = setting(0.0, "online recalibration of both drafters' confidences: the prior precision k of one "
-                                 "logit offset per drafter, learnt on the device from every graded slot of the run "
-                                 "(sim/core/drafters/recalibration.py)", lo=RUNCAL_RANGE[0], hi=RUNCAL_RANGE[1],
-                            off=0, what="a prior precision", metavar="k", sim="option")
-    compile: bool = setting(False, "run the plugin's per-step work as compiled graphs (torch.compile at warm-up: "
-                                   "observe and propose each one fused kernel on the CPU); CPU build only "
-                                   "(docs/real.md, 'A cheap step')", sim="engine_only")
-
-
-def check_counterparts(cls) -> None:
-    """TypeError unless every field of the plugin's declaration `cls` names its counterpart in the simulator
-    (`sim=`, a SIM_COUNTERPARTS key), an `option` one being a setting hybrid-vllm's spec can spell (not a str
-    without choices): a plugin field the simulator would not know what to do with is refused where it is declared."""
-    bad = [f.name for f in dataclasses.fields(cls) if f.metadata.get("sim") not in SIM_COUNTERPARTS]
-    if bad:
-        raise TypeError(f"plugin setting(s) {', '.join(bad)}: declare the simulator's counterpart, sim= one of "
-                        f"{', '.join(SIM_COUNTERPARTS)} (sim/core/policies/hybrid.py)")
-
-
-check_counterparts(PluginSettings)
-
-
-def plugin_fields(sim: str) -> tuple:
-    """The plugin settings whose counterpart is `sim` (a SIM_COUNTERPARTS key), in declaration order."""
-    return tuple(f.name for f in dataclasses.fields(PluginSettings) if f.metadata["sim"] == sim)
-
-
-PLUGIN_OPTIONS = plugin_fields("option")  # the hybrid-vllm spec's options
-
-
-def plugin_slots(slots: int, k: int | None, block: int) -> int:
-    """W, the draft slots per request vLLM verifies with the plugin, from hybrid_spec.slots (0: num_speculative_tokens),
-    vLLM's num_speculative_tokens `k` (None: not given, so vLLM sets it to DSpark's block) and DSpark's trained
-    `block`: the one check of slots against a launch, for the plugin at start-up (HybridSpecConfig.resolve_slots) and
-    for --additional-config beside --speculative-config (sim.core.vllm). ConfigError (one line naming the fix)."""
-    if slots and k is not None and slots != k:
-        raise ConfigError(f"hybrid_spec.slots = {slots} but --speculative-config has num_speculative_tokens = {k}: "
-                          f"vLLM sizes its buffers from num_speculative_tokens, so set it to {slots}")
-    if slots and k is None and slots != block:
-        raise ConfigError(f"hybrid_spec.slots = {slots} needs --speculative-config's num_speculative_tokens = {slots} "
-                          f"(vLLM otherwise sets it to DSpark's block, {block})")
-    w = k if k is not None else slots or block
-    if w < block:
-        raise ConfigError(f"num_speculative_tokens = {w} is smaller than DSpark's trained block ({block}): the hybrid "
-                          f"needs W >= {block} slots (DSpark drafts its whole block)")
-    if w > MAX_SLOTS:
-        raise ConfigError(f"num_speculative_tokens = {w}: the hybrid supports W <= {MAX_SLOTS} slots")
-    return w
-
-
-def plugin_spec(values) -> str:
-    """The `hybrid-vllm` spec that predicts the plugin run with the settings `values` (a mapping of some
-    PluginSettings fields): every option field not at its default (a default METHOD not written)."""
-    given = {k: values[k] for k in PLUGIN_OPTIONS if k in values and values[k] != _default(k)}
-    return spec_name("hybrid-vllm", PluginSettings, given)
-
-
-def _default(name: str):
-    return next(f.default for f in dataclasses.fields(PluginSettings) if f.name == name)
 TWO = DEFAULT_DRAFTERS  # the default run's drafters: the two-drafter entry points' `names`
 MODEL = "dspark"  # the model drafter: its pass is what `hybrid` prices skipping, vLLM verifies its slots
 ALWAYS_RUNS = "ngram"  # a cheap GPU kernel that always runs (plan_skip never prices leaving it out)

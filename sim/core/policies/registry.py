@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 from sim.core import settings
-from sim.core.settings import setting
+from sim.core.settings import setting, spec_name, spec_written  # noqa: F401 (the families read them here)
 from sim.infra.errors import ConfigError
 from sim.infra.registry import Registry
 from sim.core.drafters.recalibration import RecalState
@@ -208,17 +208,13 @@ def spec_fields(cls, only: tuple | None = None) -> list:
     return [f for f in dataclasses.fields(cls) if only is None or f.name in only]
 
 
-def _bare(f) -> bool:
-    return bool(f.metadata.get("positional"))
-
-
 def spec_usage(family: str, cls, only: tuple | None = None) -> str:
     """The usage of a family's spec, made from its declaration: `family[:METHOD][:flag][:key=V]...`, a setting
     declared as an alternative of another (`alt=`) beside it, `[:recal=k|:runcal=k]`."""
     types, parts, alts = settings.setting_types(cls), [], {}
     for f in spec_fields(cls, only):
         mv = f.metadata.get("metavar") or f.name.upper()
-        part = f":{mv}" if _bare(f) else f":{f.name}" if types[f.name] is bool else f":{f.name}={mv}"
+        part = f":{mv}" if settings.is_positional(f) else f":{f.name}" if types[f.name] is bool else f":{f.name}={mv}"
         if f.metadata.get("alt") in alts:
             alts[f.metadata["alt"]].append(part)
             continue
@@ -235,11 +231,11 @@ def parse_spec(family: str, cls, params: List[str], only: tuple | None = None) -
     line naming the setting and its rule) for an unknown setting, a bad value, or one given twice."""
     fields = {f.name: f for f in spec_fields(cls, only)}
     types = settings.setting_types(cls)
-    positional = next((f for f in fields.values() if _bare(f)), None)
+    positional = next((f for f in fields.values() if settings.is_positional(f)), None)
     given: dict = {}
     for p in params:
         key, eq, text = p.partition("=")
-        if eq and key in fields and types[key] is not bool and not _bare(fields[key]):
+        if eq and key in fields and types[key] is not bool and not settings.is_positional(fields[key]):
             name = key
         elif not eq and key in fields and types[key] is bool:
             name, text = key, "true"
@@ -271,34 +267,13 @@ def describe_settings(fam: _Family) -> list[str]:
         types = settings.setting_types(cls)
         for f in spec_fields(cls, only):
             mv = f.metadata.get("metavar") or f.name.upper()
-            spelt = mv if _bare(f) else f.name if types[f.name] is bool else f"{f.name}={mv}"
+            spelt = mv if settings.is_positional(f) else f.name if types[f.name] is bool else f"{f.name}={mv}"
             default = "off" if f.default is None else f.metadata.get("off_means", "off") \
                 if f.default == f.metadata.get("off", object()) else f.default
             rule = "a flag; default off" if types[f.name] is bool else \
                 f"{settings.rule(cls, f.name, off=False)}; default {default}"
             out.append(f"{spelt}: {rule}: {f.metadata.get('help', '')}")
     return out
-
-
-def spec_written(cls, given: dict) -> list:
-    """The settings a canonical name writes, in declaration order: the positional one when given, a flag when true,
-    any other when it differs from its default: [(name, value)]."""
-    out = []
-    for f in dataclasses.fields(cls):
-        if f.name in given and (_bare(f) or given[f.name] != f.default):
-            out.append((f.name, given[f.name]))
-    return out
-
-
-def spec_name(family: str, cls, given: dict) -> str:
-    """The canonical name of a spec of `family` giving `given` (spec_written): `family:METHOD:flag:key=V`, a
-    number as %g."""
-    types, parts = settings.setting_types(cls), [family]
-    for name, v in spec_written(cls, given):
-        f = next(f for f in dataclasses.fields(cls) if f.name == name)
-        text = f"{v:g}" if types[name] is float else str(v)
-        parts.append(text if _bare(f) else name if types[name] is bool else f"{name}={text}")
-    return ":".join(parts)
 
 
 def parse_int(text: str, what: str, lo: int = 0) -> int:
