@@ -102,22 +102,29 @@ def test_a_run_charging_the_slots_past_the_chain_is_lossless_and_counts_them():
     from sim.core.drafters.tables import build_draft_tables
     from sim.engine.engine import EngineConfig
 
-    rng = np.random.default_rng(0)
-    reqs = random_requests(rng, 6, vocab=4, max_prompt=60, max_out=120)
-    w = np.zeros(len(KNOTS) + 11)
-    w[0], w[1] = 2.0, 1.0
-    cfg = NgramConfig(n_min=1, n_max=3, k=8, ext_max=16)
-    tb = build_draft_tables(reqs, cfg, ModelDrafterProfile(name="t", block=4), NgramCalibrator(w, cfg))
+    def tables(seed):
+        rng = np.random.default_rng(seed)
+        reqs = random_requests(rng, 6, vocab=4, max_prompt=60, max_out=120)
+        w = np.zeros(len(KNOTS) + 11)
+        w[0], w[1] = 2.0, 1.0
+        cfg = NgramConfig(n_min=1, n_max=3, k=8, ext_max=16)
+        return build_draft_tables(reqs, cfg, ModelDrafterProfile(name="t", block=4), NgramCalibrator(w, cfg))
+
     out = {}
-    for spec in ("hybrid-vllm:slots=8", "hybrid-vllm:slots=8:fill=vllm", "hybrid-vllm:slots=8:tail=0.2"):
-        res = Engine(tb, np.zeros(len(reqs)), sim_policy(spec), LinearCost(),
-                     EngineConfig(batch_size=2, scheduler="vllm")).run()
-        assert res.lossless, (spec, res.violation)
+    for seed, spec in ((0, "hybrid-vllm:slots=8"), (0, "hybrid-vllm:slots=8:fill=vllm"),
+                       (0, "hybrid-vllm:slots=8:tail=0.2"), (1, "hybrid-vllm:margin=0:fill=vllm")):
+        tb = tables(seed)
+        res = Engine(tb, np.zeros(6), sim_policy(spec),
+                     LinearCost(), EngineConfig(batch_size=2, scheduler="vllm")).run()
+        assert res.lossless, (spec, res.violation)  # the accepted past slots emit the trace's tokens
         out[spec] = res
     assert out["hybrid-vllm:slots=8"].past_slots is None
     past = out["hybrid-vllm:slots=8:fill=vllm"].past_slots
     assert past["slots"] > 0 and 0 < past["steps_with"] <= past["decode_steps"]
     assert past["accepted"] <= past["slots"]
+    # DSpark's own tokens past a shorter n-gram chain are accepted in this run (seed 1, margin 0: 3 of 12 slots)
+    past = out["hybrid-vllm:margin=0:fill=vllm"].past_slots
+    assert 0 < past["accepted"] < past["slots"]
 
 
 def test_the_tail_is_published_past_the_chosen_chain_only():
