@@ -145,3 +145,15 @@ def test_a_tail_out_of_range_is_one_line_and_exit_2():
         assert bad.split("=")[0] in r.stderr
     with pytest.raises(ConfigError, match="dspark,ngram only"):
         sim_policy("hybrid-vllm:tail=0.1", "dspark,ngram,suffix")
+
+
+def test_a_budget_from_the_current_publication_admits_nothing_past_the_chains():
+    """budget=current (a what-if: what the one-step-old budget loses): B* of this step's publication never reaches
+    past the positive slots on a flat table (a slot of survival 0 adds no tokens), so nothing past a chain is
+    verified, where vLLM's stale budget verifies 12 slots there."""
+    b = _stale_dspark_batch()
+    cur = alloc_hybrid_vllm(b, slots=16, fill="vllm", budget="current")
+    assert torch.equal(cur.verified, cur.admitted) and bool((cur.admitted == 3).all())
+    assert sim_policy("hybrid-vllm:slots=16:budget=current").name == "hybrid-vllm:slots=16:budget=current"
+    with pytest.raises(ConfigError, match="budget must be one of stale, current"):
+        sim_policy("hybrid-vllm:budget=fresh")

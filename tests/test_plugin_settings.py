@@ -94,9 +94,9 @@ def test_the_spec_options_are_the_declarations():
     assert PLUGIN_OPTIONS == ("method", "margin", "slots", "skip", "runcal", "tail")
     from sim.core.policies.registry import families
 
-    # fill=F: the simulator's own option (FillOption), no plugin setting
+    # fill=F, budget=B: the simulator's own options (FillOption), no plugin settings
     assert families()["hybrid-vllm"].usage == \
-        "hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip][:runcal=k][:tail=c][:fill=F]"
+        "hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip][:runcal=k][:tail=c][:fill=F][:budget=B]"
 
 
 def _json(v) -> str:

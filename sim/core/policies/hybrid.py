@@ -113,6 +113,7 @@ FORECAST_RULES = {"avg": lambda last, mean: 0.5 * (last + mean), "min": torch.mi
 FORECASTS = tuple(FORECAST_RULES)  # the first is the default
 TAIL_MAX = 0.5  # the largest confidence the plugin may publish past its chosen chain (hybrid_spec.tail)
 FILLS = ("cut", "vllm")  # hybrid-vllm's fill=: the slots past the chosen chain cut (the default), or as vLLM verifies
+BUDGETS = ("stale", "current")  # hybrid-vllm's budget=: vLLM's (one step old), or a what-if on the current publication
 RUNCAL_RANGE = (1e-3, 1e6)  # the plugin's runcal=k, prior precision k [1 / logit^2], when on (0 = off)
 _NG = NgramConfig()
 
@@ -208,6 +209,10 @@ class FillOption:
     fill: str = setting(FILLS[0], "the slots vLLM's top-B admits past each chosen chain: cut (not charged; the "
                                   "committed reports) or vllm (admitted as vLLM's topk does, charged, DSpark's own "
                                   "tokens accepted; implied by tail > 0)", choices=FILLS, metavar="F")
+    budget: str = setting(BUDGETS[0], "what vLLM's budget B* is computed from: stale (the confidences published a "
+                                      "step earlier, as vLLM does) or current (a what-if no vLLM runs: this step's "
+                                      "publication; what the one-step-old budget loses)", choices=BUDGETS,
+                          metavar="B")
 
 
 def check_counterparts(cls) -> None:
@@ -725,7 +730,7 @@ def vllm_top_b(scores: torch.Tensor, budget: torch.Tensor, sched: torch.Tensor) 
 
 def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
                       slots: int | None = None, names: tuple = TWO, ran: tuple | None = None,
-                      fill: str = "cut", tail: float = 0.0) -> Allocation:
+                      fill: str = "cut", tail: float = 0.0, budget: str = "stale") -> Allocation:
     """`hybrid-vllm`: the hybrid as the vLLM plugin (real/vllm_plugin) runs it inside vLLM 0.33, over `names`
     (dspark first; `ran`: the drafters that ran this step, None = all).
 
@@ -743,7 +748,8 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     every slot it verifies charged (Allocation.verified), and past a chosen model-free chain the plugin's tokens are
     DSpark's own (slots < K_b when its pass ran: Allocation.past_model), which the engine accepts as the trace
     replay says (a filler, past both chains, is never accepted). tail: the confidence the plugin publishes past its
-    chosen chain (publish_n), what vLLM budgets and ranks those slots by.
+    chosen chain (publish_n), what vLLM budgets and ranks those slots by. budget="current" (a what-if no vLLM runs):
+    B* from this step's publication instead of the last step's, which measures what the stale budget loses.
 
     slots = W > K (`hybrid-vllm:slots=W`, a what-if the plugin cannot run today: DSpark's speculator drafts
     exactly its block of K): vLLM schedules W draft slots per request, the model chain is padded with
@@ -762,7 +768,7 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     choice = sub if len(idx) == len(names) else _index(idx)[sub.to(torch.int64)]
     use_stale = choose_chain_n(old, oconfs, olens, True, method, margin)
     pub = publish_n(confs, lens, choice, W, tail)
-    pub_stale = publish_n(oconfs, olens, use_stale, W, tail)
+    pub_stale = publish_n(oconfs, olens, use_stale, W, tail) if budget == "stale" else pub
     sched = scheduled_slots(batch.model_len, K, W, MODEL in ran)
     stale_m = batch.stale_chains[MODEL]
     view = dataclasses.replace(batch, chains={**batch.chains, MODEL: (pub, sched)},
@@ -810,11 +816,11 @@ def plan_hybrid_vllm_skip(view: HostView, method: str = DEFAULT_METHOD, margin: 
 
 def alloc_hybrid_vllm_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
                            slots: int | None = None, names: tuple = TWO, fill: str = "cut",
-                           tail: float = 0.0) -> Allocation:
+                           tail: float = 0.0, budget: str = "stale") -> Allocation:
     """Device phase of `hybrid-vllm:...:skip`: `alloc_hybrid_vllm` over the chains that ran; model_ran = plan.model,
     so the engine charges the draft cost without the block pass when it was skipped."""
     out = alloc_hybrid_vllm(batch, method, margin, slots, names, tuple(n for n in names if n in plan.drafters),
-                            fill, tail)
+                            fill, tail, budget)
     return dataclasses.replace(out, model_ran=torch.tensor(plan.model))
 
 
@@ -923,16 +929,17 @@ def _hybrid_price_plain(params: List[str]) -> Policy:
           "to the confidences it chooses with and publishes", adaptive_verification=True,
           settings=((PluginSettings, PLUGIN_OPTIONS), FillOption))
 def _hybrid_vllm(params: List[str]) -> Policy:
-    params, fill, tail = split_fill(params)
+    params, fill, tail, budget = split_fill(params)
     method, margin, slots, skip, name, run = parse_hybrid_vllm(params)
-    name, past = fill_name(name, fill), fill == "vllm" or bool(tail)
+    name, past = fill_name(name, fill, budget), fill == "vllm" or bool(tail)
     k_run = dict(run.plugin_config).get("runcal")
     if not skip:
-        pol = Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots, fill=fill, tail=tail),
+        pol = Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots, fill=fill, tail=tail, budget=budget),
                      uses_model=True, uses_ngram=True, vllm=run, verifies_past=past)
     else:
         plan = lambda v: plan_hybrid_vllm_skip(v, method, margin)  # noqa: E731
-        alloc = lambda b, p: alloc_hybrid_vllm_skip(b, p, method, margin, slots, fill=fill, tail=tail)  # noqa: E731
+        alloc = lambda b, p: alloc_hybrid_vllm_skip(b, p, method, margin, slots, fill=fill, tail=tail,  # noqa: E731
+                                                    budget=budget)
         pol = Policy(name, lambda b: alloc(b, plan(host_view(b))), uses_model=True, uses_ngram=True, vllm=run,
                      plan_fn=plan, alloc_fn=alloc, verifies_past=past)
     # the plugin recalibrates what it chooses with and publishes: the same functions on corrected confidences,
@@ -940,17 +947,17 @@ def _hybrid_vllm(params: List[str]) -> Policy:
     return dataclasses.replace(with_recal(pol, float(k_run), shared=True), name=name) if k_run is not None else pol
 
 
-def split_fill(params: List[str]) -> tuple[List[str], str, float]:
-    """The `fill=F` option (FillOption) split off `hybrid-vllm`'s parameters, and the tail the rest gives
-    (PluginSettings.tail, left in them): (the other parameters, F, tail); ValueError if bad."""
+def split_fill(params: List[str]) -> tuple[List[str], str, float, str]:
+    """The `fill=F` and `budget=B` options (FillOption) split off `hybrid-vllm`'s parameters, and the tail the rest
+    gives (PluginSettings.tail, left in them): (the other parameters, F, tail, B); ValueError if bad."""
     rest, given = split_option(FillOption, params)
     tail = parse_spec("hybrid-vllm", PluginSettings, [p for p in rest if p.startswith("tail=")], ("tail",))
-    return rest, given.get("fill", FILLS[0]), float(tail.get("tail", 0.0))
+    return rest, given.get("fill", FILLS[0]), float(tail.get("tail", 0.0)), given.get("budget", BUDGETS[0])
 
 
-def fill_name(name: str, fill: str) -> str:
-    """A hybrid-vllm name with its fill= option where not the default."""
-    return name if fill == FILLS[0] else f"{name}:fill={fill}"
+def fill_name(name: str, fill: str, budget: str = BUDGETS[0]) -> str:
+    """A hybrid-vllm name with its fill= and budget= options where not the defaults."""
+    return name + (f":fill={fill}" if fill != FILLS[0] else "") + (f":budget={budget}" if budget != BUDGETS[0] else "")
 
 
 def parse_hybrid_vllm(params: List[str], runcal: float | None = None) -> tuple:
