@@ -157,3 +157,14 @@ def test_a_budget_from_the_current_publication_admits_nothing_past_the_chains():
     assert sim_policy("hybrid-vllm:slots=16:budget=current").name == "hybrid-vllm:slots=16:budget=current"
     with pytest.raises(ConfigError, match="budget must be one of stale, current"):
         sim_policy("hybrid-vllm:budget=fresh")
+
+
+@pytest.mark.parametrize("R", [1, 64])
+def test_the_plugins_step_with_a_tail_stays_within_its_op_budget_and_uploads_nothing(R):
+    from real.vllm_plugin import checks
+    from real.vllm_plugin.config import HybridSpecConfig
+
+    a = checks.audit_step(R, cfg=HybridSpecConfig(tail=0.05))
+    assert a["h2d"] == []
+    for half, cap in checks.MAX_STEP_OPS.items():
+        assert 0 < a[half] <= cap, (half, a[half])

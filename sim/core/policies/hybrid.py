@@ -693,11 +693,23 @@ def publish_n(confs: list, lens: list, choice: torch.Tensor, W: int, tail: float
             c, n = c[:, :W], n.clamp(max=W)
         c = c if c.dtype == dt else c.to(dt)
         valid = slot_valid(n, c.shape[1])
-        c = c * valid if not tail else torch.where(valid, c, torch.full_like(c, tail))
+        c = c * valid if not tail else torch.where(valid, c, _const(float(tail), c))
         if c.shape[1] < W:
             c = torch.nn.functional.pad(c, (0, W - c.shape[1]), value=float(tail))
         rows.append(c)
     return select(rows, choice)
+
+
+def _const(value: float, like: torch.Tensor) -> torch.Tensor:
+    """A cached 0-d tensor of `value` on `like`'s device and dtype (made once: the plugin's step stays within its op
+    budget and uploads nothing)."""
+    key = ("const", value, str(like.device), like.dtype)
+    out = None if torch.compiler.is_compiling() else CONST.get(key)
+    if out is None:
+        out = torch.tensor(value, dtype=like.dtype, device=like.device)
+        if not torch.compiler.is_compiling():
+            CONST[key] = out
+    return out
 
 
 def publish(model_conf: torch.Tensor, model_len: torch.Tensor, ngram_conf: torch.Tensor, ngram_len: torch.Tensor,
