@@ -168,3 +168,19 @@ def test_the_plugins_step_with_a_tail_stays_within_its_op_budget_and_uploads_not
     assert a["h2d"] == []
     for half, cap in checks.MAX_STEP_OPS.items():
         assert 0 < a[half] <= cap, (half, a[half])
+
+
+def test_the_past_slots_command_tables_the_stale_budget_loss_and_refuses_bad_input(tmp_path):
+    from sim.api import past_slots as P
+
+    assert P.variants("hybrid-vllm", (0.1,)) == ["hybrid-vllm:fill=vllm", "hybrid-vllm:fill=vllm:budget=current",
+                                                 "hybrid-vllm:tail=0.1", "hybrid-vllm:tail=0.1:budget=current"]
+    rows = [{"batch_size": 4, "policy": p, "tok_s": v, "decode_steps": 10, "steps_with": 5, "slots": 7, "accepted": 1}
+            for p, v in zip(P.variants("hybrid-vllm", ()), (90.0, 100.0))]
+    text = P.table(rows)
+    assert "| 4 | `hybrid-vllm:fill=vllm` | 90.0 | 50.0% | 7 | 1 | 10.00% |" in text
+    for extra, needle in ((["--tail", "0.7"], "tail must be"), (["--setting", "adaptive"], "--setting"),
+                          (["--trace", str(tmp_path / "no.jsonl")], "--trace"), (["--limit", "0"], "--limit")):
+        r = subprocess.run([sys.executable, "-m", "sim.past_slots", *extra], capture_output=True, text=True)
+        assert r.returncode == 2 and needle in r.stderr, (extra, r.stderr)
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
