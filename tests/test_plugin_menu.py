@@ -63,7 +63,7 @@ def test_vllm_main_is_a_tier_of_its_own_never_the_target():
     assert not set(M.MAIN) & set(M.COMPARISON + M.PLUGIN)
     plain, main = M.cells(M.TRACES, (4,)), M.cells(M.TRACES, (4,), main=True)
     assert not {p for (_, p, _, _) in plain} & set(M.MAIN)
-    assert {(t, p) for (t, p, _, sch) in main if p in M.MAIN and sch == "vllm"} == \
+    assert {(t, p) for (t, p, _, sch) in main if p in M.MAIN and sch == "hybridspec"} == \
         {(t, p) for t in M.TRACES for p in M.MAIN}
     assert all(M._runs_on(p, __import__("sim.core.config", fromlist=["x"]).WITH_SUFFIX) for p in M.MAIN)
     tok = {p: 100.0 for p in M.COMPARISON + M.PLUGIN}
