@@ -47,6 +47,10 @@ its slots up to K hold the last context token, accepted while output[i + copy + 
 compared on the trace's tokens); they are emitted as that token, after the copy, and the lossless check's
 item 3 compares them with the trace like any other (item 2 bounds the copy part by the context and the
 whole by K). The native step does not emit fillers, so such a run steps as defined.
+Slots verified past the admitted chain (Allocation.verified, `hybrid-vllm:...:fill=vllm`: what vLLM's top-B admits
+past the plugin's chosen chains) are charged as verify tokens; where they hold the model chain's own tokens
+(Allocation.past_model) and the chain before them is accepted whole, those the tables say the model chain gets
+right (m_acc) are accepted and emitted as the trace's tokens, before the bonus (`_past_chain`; numpy step only).
 
 Lossless check (`check_lossless`; RunResult.lossless is its result and RunResult.violation names the
 first failure; the engine does not raise, callers do: `RunResult.raise_if_lossy`). A run is lossless iff
