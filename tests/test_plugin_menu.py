@@ -57,3 +57,21 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, extra, needle):
     r = subprocess.run([sys.executable, "-m", "sim.plugin_menu", "--out", str(tmp_path / "m.md"), *extra],
                        capture_output=True, text=True, cwd=M.REPO, timeout=120)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_vllm_main_is_a_tier_of_its_own_never_the_target():
+    assert not set(M.MAIN) & set(M.COMPARISON + M.PLUGIN)
+    plain, main = M.cells(M.TRACES, (4,)), M.cells(M.TRACES, (4,), main=True)
+    assert not {p for (_, p, _, _) in plain} & set(M.MAIN)
+    assert {(t, p) for (t, p, _, sch) in main if p in M.MAIN and sch == "hybridspec"} == \
+        {(t, p) for t in M.TRACES for p in M.MAIN}
+    assert all(M._runs_on(p, __import__("sim.core.config", fromlist=["x"]).WITH_SUFFIX) for p in M.MAIN)
+    tok = {p: 100.0 for p in M.COMPARISON + M.PLUGIN}
+    tok[M.MAIN[0]] = 400.0  # faster than everything: still not the target, the menu ratio is unchanged
+    rows = [{"trace": "t", "policy": p, "batch_size": 4, "scheduler": "vllm", "tok_s": v} for p, v in tok.items()]
+    (s,) = M.summarize(rows)
+    assert s["ratio_menu"] == pytest.approx(1.0) and s["ratio_main"] == pytest.approx(0.25)
+    text = M.report([s], "python -m sim.plugin_menu --main", 60.0)
+    assert M.MAIN_TIER in text and "0.2500 (vs `suffix-adaptive`)" in text and "1 of 1 cells meet" in text
+    (s0,) = M.summarize([r for r in rows if r["policy"] not in M.MAIN])
+    assert "ratio_main" not in s0 and M.MAIN_TIER not in M.report([s0], "python -m sim.plugin_menu", 60.0)

@@ -32,7 +32,9 @@ def _other(name: str):
     if typ is str:
         return default
     lo = m["lo"] if m.get("lo") is not None else 0
-    return typ(default + 1) if m.get("hi") is None or default + 1 <= m["hi"] else typ(lo)
+    if m.get("hi") is None or default + 1 <= m["hi"]:
+        return typ(default + 1)
+    return typ(lo) if typ(lo) != default else typ((lo + m["hi"]) / 2)  # a range narrower than 1 (tail)
 
 
 def test_every_field_declares_its_counterpart():
@@ -89,10 +91,12 @@ def test_a_bad_value_is_one_line_naming_the_field_and_its_rule(name):
 
 
 def test_the_spec_options_are_the_declarations():
-    assert PLUGIN_OPTIONS == ("method", "margin", "slots", "skip", "runcal")
+    assert PLUGIN_OPTIONS == ("method", "margin", "slots", "skip", "runcal", "tail")
     from sim.core.policies.registry import families
 
-    assert families()["hybrid-vllm"].usage == "hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip][:runcal=k]"
+    # fill=F, budget=B: the simulator's own options (FillOption), no plugin settings
+    assert families()["hybrid-vllm"].usage == \
+        "hybrid-vllm[:METHOD][:margin=M][:slots=W][:skip][:runcal=k][:tail=c][:fill=F][:budget=B]"
 
 
 def _json(v) -> str:

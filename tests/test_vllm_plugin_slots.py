@@ -318,3 +318,23 @@ def test_plan_skip_reads_the_last_steps_host_copies_and_restarts_a_new_request(m
         assert torch.allclose(g.to(w.dtype), w)
     d.plan_skip(slots, req_ids=["e", "b", "c", "d"])  # the same requests again: no longer new, the copies stand
     assert bool((seen[-1].mean_ngram_conf[0] != want[3][0]).any())
+
+
+def test_the_plugin_publishes_its_tail_past_the_chosen_chain():
+    """hybrid_spec.tail = c: the published confidences past each row's chosen chain (here DSpark's 7-slot block of
+    W = 32: no copies, so no n-gram chain) are c (0 by default), the chain's own unchanged."""
+    import real.vllm_plugin.hybrid as ph
+
+    out = {}
+    for tail in (0.0, 0.25):
+        d, tok, plen = _drafter(copies=False)
+        d.cfg = dataclasses.replace(d.cfg, tail=tail)
+        out[tail] = _step(d, tok, plen, torch.full((4,), 140, dtype=torch.int32), 0.9)
+    zero, with_tail = out[0.0], out[0.25]
+    assert torch.equal(zero.use_ngram, with_tail.use_ngram)
+    length = torch.where(zero.use_ngram, zero.ngram_len.clamp(max=32), torch.full_like(zero.ngram_len, 7))
+    past = torch.arange(32)[None] >= length[:, None]
+    assert bool(past.any())
+    assert bool((zero.conf[past] == 0).all()) and bool((with_tail.conf[past] == 0.25).all())
+    assert torch.equal(zero.conf[~past], with_tail.conf[~past])
+    assert ph.FILLER_TOKEN == 0

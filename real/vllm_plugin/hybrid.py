@@ -28,8 +28,8 @@ Per step (vLLM's order; R rows of the batch):
               published_view: K_b-slot model and W-slot n-gram chains, T = N = R, vLLM's profiled verify
               table and draft cost); after a skipped pass every eligible row takes its n-gram chain;
             - the published chain, W wide: tokens (the n-gram chain's where chosen, DSpark's past its
-              length, FILLER_TOKEN past both) and confidences (`publish`: 0 past the chosen chain's length),
-              which vLLM's adaptive verification budgets and allocates unchanged.
+              length, FILLER_TOKEN past both) and confidences (`publish`: hybrid_spec.tail past the chosen
+              chain's length, 0 by default), which vLLM's adaptive verification budgets and allocates unchanged.
   plan_skip (host, before DSpark's pass, only with hybrid_spec.skip): the simulator's `hybrid` decision
             (sim.core.policies.hybrid.plan_skip) on host copies of the last values: each request's DSpark chain as the
             simulator's engine forecasts it (the last step's when the pass ran then, else the mean of those
@@ -399,7 +399,7 @@ class HybridDrafter:
             use_ngram = choose_chain(published_view(batch, W), self.cfg.method, float(self.cfg.margin)) & eligible
         else:  # as the simulator's allocate_skip: a request without a model chain takes its n-gram chain
             use_ngram = eligible
-        conf = publish(mc, model_len, ng_conf, m.length, use_ngram, W)
+        conf = publish(mc, model_len, ng_conf, m.length, use_ngram, W, float(self.cfg.tail))
         j = torch.arange(W, device=rows.device)
         base = model_tokens if W == Kb else \
             torch.nn.functional.pad(model_tokens.to(torch.int64), (0, W - Kb), value=FILLER_TOKEN)

@@ -1,6 +1,6 @@
 """The vLLM plugin's settings against the whole menu a vLLM user can turn on, per workload and batch size.
 
-    python -m sim.plugin_menu [--out reports/plugin-menu.md] [--force] [--batch-size B ...] [--trace T ...]
+    python -m sim.plugin_menu [--out reports/plugin-menu.md] [--force] [--batch-size B ...] [--trace T ...] [--main]
 
 Every cell is one simulation of qwen3-8b on H100 (roofline), temperature 0, whole trace, charged as vLLM's
 scheduler charges it (`--scheduler vllm`, the default `--vllm-version`). The comparison set is what vLLM runs
@@ -11,6 +11,13 @@ plugin"). Per (trace, batch) the report gives each setup's output throughput [to
     ratio_menu   = max over PLUGIN / max over COMPARISON          (the plugin's target: >= 0.99)
     ratio_hybrid = max over PLUGIN / `hybrid` (the simulator's design, under the project's own charge)
 
+    ratio_main   = max over PLUGIN / max over MAIN                (--main only: where the plugin stands)
+
+MAIN (`--main`) is a tier of its own, "vLLM main, unreleased": what vLLM's main branch runs and no release does
+(`suffix-adaptive`, Model Runner V2's suffix speculator feeding adaptive verification; vLLM main's `ngram-mtp` needs a
+target with MTP layers, which qwen3-8b has not), under the project's own charge (`--scheduler hybridspec`: the
+simulator models the scheduling of vLLM's releases only). It is never part of the comparison set, so never the
+target.
 `hybrid` is run only at HYBRID_BATCHES on the code-editing traces. Predictions only: docs/real.md says which real
 runs check the plugin (`python -m real.vllm_slots`).
 """
@@ -37,6 +44,8 @@ W = 32  # the plugin's slots; vLLM's n-gram runs at the same W
 COMPARISON = ("none", "adaptive", "model-fixed:7", f"vllm-ngram:{W}", "suffix")
 PLUGIN = (f"hybrid-vllm:slots={W}", f"hybrid-vllm:slots={W}:skip", "hybrid-vllm:runcal=64",
           f"hybrid-vllm:slots={W}:runcal=64", f"hybrid-vllm:slots={W}:skip:runcal=64")
+MAIN = ("suffix-adaptive",)  # vLLM main, unreleased (--main)
+MAIN_TIER = "vLLM main, unreleased"
 HYBRID = "hybrid"
 DEFAULT_OUT = "reports/plugin-menu.md"
 MENU_TARGET = 0.99
@@ -74,8 +83,10 @@ def run_cell(cell: tuple[str, str, int, str], limit: int | None = None) -> dict:
             "tok_s": float(row["output_throughput_tok_s"])}
 
 
-def cells(traces: tuple[str, ...], batches: tuple[int, ...]) -> list[tuple[str, str, int, str]]:
+def cells(traces: tuple[str, ...], batches: tuple[int, ...], main: bool = False) -> list[tuple[str, str, int, str]]:
     out = [(t, p, b, "vllm") for t in traces for b in batches for p in COMPARISON + PLUGIN]
+    # vLLM main's scheduling is not modelled (sim.core.vllm refuses --scheduler vllm for it): the project's charge
+    out += [(t, p, b, "hybridspec") for t in traces for b in batches for p in (MAIN if main else ())]
     out += [(t, HYBRID, b, "hybridspec") for t in traces if t in CODE_TRACES for b in batches if b in HYBRID_BATCHES]
     return sorted(out, key=lambda c: c[2])  # batch 1 first: the longest cells start early
 
@@ -92,6 +103,9 @@ def summarize(rows: list[dict]) -> list[dict]:
                  "ratio_menu": got[plug] / got[menu]}
             if HYBRID in got:
                 s["ratio_hybrid"] = got[plug] / got[HYBRID]
+            if all(p in got for p in MAIN):
+                s["best_main"] = max(MAIN, key=lambda p: got[p])
+                s["ratio_main"] = got[plug] / got[s["best_main"]]
             out.append(s)
     return out
 
@@ -107,19 +121,26 @@ def report(summary: list[dict], command: str, wall_s: float, limit: int | None =
              "on a real vLLM (docs/real.md).", ""]
     for t in dict.fromkeys(s["trace"] for s in summary):
         rows = [s for s in summary if s["trace"] == t]
-        pols = list(COMPARISON + PLUGIN) + ([HYBRID] if any(HYBRID in s["tok_s"] for s in rows) else [])
+        main = any("ratio_main" in s for s in rows)
+        pols = list(COMPARISON + PLUGIN) + ([HYBRID] if any(HYBRID in s["tok_s"] for s in rows) else []) \
+            + (list(MAIN) if main else [])
         lines += [f"## {Path(t).name}", "",
-                  "| batch | " + " | ".join(f"`{p}`" for p in pols) + " | best plugin | menu | hybrid |",
-                  "|---:|" + "---:|" * len(pols) + "---|---:|---:|"]
+                  "| batch | " + " | ".join(f"`{p}`" for p in pols) + " | best plugin | menu | hybrid |"
+                  + (f" {MAIN_TIER} |" if main else ""),
+                  "|---:|" + "---:|" * len(pols) + "---|---:|---:|" + ("---:|" if main else "")]
         for s in rows:
             cells_ = [f"{s['tok_s'][p]:.0f}" if p in s["tok_s"] else "" for p in pols]
             mark = "" if s["ratio_menu"] >= MENU_TARGET else " (miss)"
             hyb = f"{s['ratio_hybrid']:.3f}" if "ratio_hybrid" in s else ""
             lines.append(f"| {s['batch_size']} | " + " | ".join(cells_)
-                         + f" | `{s['best_plugin']}` | {s['ratio_menu']:.4f}{mark} (vs `{s['best_menu']}`) | {hyb} |")
+                         + f" | `{s['best_plugin']}` | {s['ratio_menu']:.4f}{mark} (vs `{s['best_menu']}`) | {hyb} |"
+                         + (f" {s['ratio_main']:.4f} (vs `{s['best_main']}`) |" if main else ""))
         lines.append("")
     met = sum(s["ratio_menu"] >= MENU_TARGET for s in summary)
     lines.append(f"{met} of {len(summary)} cells meet the menu target.")
+    if any("ratio_main" in s for s in summary):
+        lines += ["", f"{MAIN_TIER} (`{'`, `'.join(MAIN)}`, under the project's own charge; never the target, never "
+                  f"recommended): the best plugin setting is >= 1 in {sum(s.get('ratio_main', 0) >= 1 for s in summary)} of {len(summary)} cells."]
     return "\n".join(lines)
 
 
@@ -133,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="simulations run side by side")
     ap.add_argument("--limit", type=int, default=None, help="each trace's first N requests (a quick look; the "
                                                             "report says so)")
+    ap.add_argument("--main", action="store_true", help=f"also run the tier '{MAIN_TIER}' ({', '.join(MAIN)}) and "
+                                                            "report where the plugin stands against it")
     a = ap.parse_args(argv)
     out = Path(a.out)
     if out.suffix != ".md":
@@ -143,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--limit {a.limit}: give at least 1 request")
     check_out_file(out, a.force, "--out")  # before any work
     traces, batches = tuple(a.trace or TRACES), tuple(a.batch_size or BATCHES)
-    todo = cells(traces, batches)
+    todo = cells(traces, batches, a.main)
     t0, rows = time.perf_counter(), []
     with ProcessPoolExecutor(a.workers) as ex:
         futs = [ex.submit(run_cell, c, a.limit) for c in todo]
@@ -159,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     cmd = ("python -m sim.plugin_menu" + "".join(f" --trace {t}" for t in (a.trace or ()))
            + "".join(f" --batch-size {b}" for b in (a.batch_size or ())) + (f" --limit {a.limit}" if a.limit else "")
+           + (" --main" if a.main else "")
            + (f" --out {a.out}" if flag_given("--out") else "") + (" --force" if a.force else ""))
     text = report(summary, cmd, wall, a.limit) + "\n"
     print(text)

@@ -29,6 +29,7 @@ NGRAM_MARGIN = 1.0  # expected tokens; the winner's-curse margin (sim/core/polic
 # tokens per request); 64 is the plugin's bound and what its tests cover.
 MAX_SLOTS = 64
 RUNCAL_RANGE = (1e-3, 1e6)  # the plugin's runcal=k, prior precision k [1 / logit^2], when on (0 = off)
+TAIL_MAX = 0.5  # the largest confidence the plugin may publish past its chosen chain (hybrid_spec.tail)
 METHOD_HELP = "how the price lambda is found"
 MARGIN_HELP = "expected tokens the n-gram chain must win by (0 = the pure price rule)"
 _NG = NgramConfig()
@@ -70,6 +71,10 @@ class PluginSettings:
                                  "logit offset per drafter, learnt on the device from every graded slot of the run "
                                  "(sim/core/drafters/recalibration.py)", lo=RUNCAL_RANGE[0], hi=RUNCAL_RANGE[1],
                             off=0, what="a prior precision", metavar="k", sim="option")
+    tail: float = setting(0.0, "the conditional confidence published past the chosen chain (0: exact zeros, which "
+                               "vLLM's top-B admits among ties when its one-step-old budget exceeds the positive "
+                               "slots; c > 0: ranked below every chain slot, and sizes the next step's budget)",
+                          lo=0.0, hi=TAIL_MAX, metavar="c", sim="option")
     compile: bool = setting(False, "run the plugin's per-step work as compiled graphs (torch.compile at warm-up: "
                                    "observe and propose each one fused kernel on the CPU); CPU build only "
                                    "(docs/real.md, 'A cheap step')", sim="engine_only")

@@ -41,15 +41,16 @@ def stretch_ok(engine: EngineSteps) -> bool:
     tables, no padded cost, and a budget that charges the verified drafts (not every proposed slot). A vLLM-charged
     run's unused drafter pass, by release (Engine.unused_pass_ms), it charges as the step does."""
     return (not engine.stream and type(engine.sched) is Scheduler and not steps_as_defined(engine, STRETCH)
-            and not engine.padded and not engine.sched.charge.verify_all)
+            and not engine.padded and not engine.sched.charge.verify_all and not engine.policy.verifies_past)
 
 
 def native_step_ok(engine: EngineSteps) -> bool:
     """The native step: Engine's own methods marked NATIVE_STEP, no padded cost, whole tables (streaming tables index
     the K-wide history by a live slot, Engine._hist, and the C reads it by request), every decoding request's whole
-    chain gathered (not where the budget may cut it) and copies emitted only (not vLLM's fillers)."""
+    chain gathered (not where the budget may cut it) and copies emitted only (not vLLM's fillers, nor the slots a
+    policy's Allocation.verified adds past its chain)."""
     return not (steps_as_defined(engine, NATIVE_STEP) or engine.padded or engine.stream
-                or engine.sched.may_cut_drafts or engine.filler_k)
+                or engine.sched.may_cut_drafts or engine.filler_k or engine.policy.verifies_past)
 
 
 def array_form_of(engine: EngineSteps) -> Optional[Callable]:

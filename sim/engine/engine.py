@@ -47,6 +47,10 @@ its slots up to K hold the last context token, accepted while output[i + copy + 
 compared on the trace's tokens); they are emitted as that token, after the copy, and the lossless check's
 item 3 compares them with the trace like any other (item 2 bounds the copy part by the context and the
 whole by K). The native step does not emit fillers, so such a run steps as defined.
+Slots verified past the admitted chain (Allocation.verified, `hybrid-vllm:...:fill=vllm`: what vLLM's top-B admits
+past the plugin's chosen chains) are charged as verify tokens; where they hold the model chain's own tokens
+(Allocation.past_model) and the chain before them is accepted whole, those the tables say the model chain gets
+right (m_acc) are accepted and emitted as the trace's tokens, before the bonus (`_past_chain`; numpy step only).
 
 Lossless check (`check_lossless`; RunResult.lossless is its result and RunResult.violation names the
 first failure; the engine does not raise, callers do: `RunResult.raise_if_lossy`). A run is lossless iff
@@ -175,6 +179,9 @@ class RunResult:
     lossless: bool
     violation: str = ""
     accepted_hist: np.ndarray | None = None  # drafts by accepted length (Engine.acc_hist); None: not recorded
+    # the slots verified past the chosen chains (Allocation.verified, Policy.verifies_past): decode_steps, steps_with
+    # (steps where vLLM's budget exceeded the positive slots, so it admitted some), slots, accepted; None: not modelled
+    past_slots: dict | None = None
 
     def raise_if_lossy(self, what: str = "") -> "RunResult":
         """Raise LosslessError (one line, prefixed by `what`) unless the run was lossless; else return self."""
@@ -274,6 +281,8 @@ class Engine(HostHistory, LosslessChecks):
         # charged; False, charged (0.32); True, charged unless vLLM's scheduler knew and skipped it (0.33)
         self.unused_pass = drafts_skip(policy.vllm, charge, cfg.vllm_version) if policy.uses_model else None
         self._fill_from = None  # this step's n-gram copy lengths, past which accepted draft tokens are fillers
+        # slots verified past the chosen chains (Allocation.verified): decode steps, steps with any, slots, accepted
+        self.past_stats = np.zeros(4, dtype=np.int64)
         st = self.sched.state
         self.pos, self.prefilled, self.prefill_target = st.pos, st.prefilled, st.prefill_target
         self.n_preempt, self.fresh = st.n_preempt, st.fresh
@@ -515,8 +524,10 @@ class Engine(HostHistory, LosslessChecks):
             steps.update({c: arr[:, i] for i, c in enumerate(SHAPE_COLUMNS)})
         if self.live:  # each live drafter's verified, accepted and ms columns (sim/engine/live.py)
             steps.update(self.live.columns(len(steps["step_ms"])))
+        past = dict(zip(("decode_steps", "steps_with", "slots", "accepted"), map(int, self.past_stats))) \
+            if self.policy.verifies_past else None
         return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=not violation, violation=violation,
-                         accepted_hist=self.acc_hist.copy())
+                         accepted_hist=self.acc_hist.copy(), past_slots=past)
 
     def _fast_forward(self, env: simpy.Environment) -> list:
         """The steps of a pure-decode stretch computed at once (sim.engine.fast_forward); their delays [ms], or []."""
@@ -591,6 +602,18 @@ class Engine(HostHistory, LosslessChecks):
         if self.filler_k and len(reqs):
             acc_n = acc_n + self._filler_run(reqs, adm_n, acc_n)
         return acc_m, acc_n
+
+    def _past_chain(self, alloc: Allocation, rows: np.ndarray, adm: np.ndarray, acc: np.ndarray,
+                    chains: dict) -> tuple[np.ndarray, np.ndarray]:
+        """The slots vLLM verifies past each request's admitted chain (Allocation.verified - admitted) and those of
+        them the target accepts (int64 [R] each): slot j >= adm holds the model chain's own token where
+        past_model (j < its length), accepted iff the admitted chain is accepted whole and j < the trace's m_acc
+        (the model chain matches the target through slot j, so its token j is the target's); a filler otherwise,
+        never accepted (a filler's token equal to the target's by chance is not modelled)."""
+        past = np.maximum(alloc.verified.numpy().astype(np.int64) - adm, 0)
+        own = alloc.past_model.numpy() & (acc == adm)
+        reach = np.minimum(np.minimum(adm + past, chains["model_len"]), self.tb.m_acc[rows])
+        return past, np.where(own, np.maximum(reach - adm, 0), 0)
 
     def _filler_run(self, reqs: np.ndarray, adm_n: np.ndarray, acc_n: np.ndarray) -> np.ndarray:
         """vLLM's n-gram fillers the target accepts (int64 [R]): where a request's admitted copy (L = adm_n
@@ -912,13 +935,18 @@ class Engine(HostHistory, LosslessChecks):
             alloc = self._allocate(batch, drafting)
             adm_m, adm_n, model_ran = self._admit(alloc, drafting, reqs, chains, prices)
         acc_m, acc_n = self._verify(plan, reqs, rows, adm_m, adm_n, chains)
+        past_ver = past_acc = None
+        if R and alloc.verified is not None:
+            past_ver, past_acc = self._past_chain(alloc, rows, adm_m + adm_n, np.maximum(acc_m, acc_n), chains)
         if R and self.recal is not None:
             self._recalibrate(reqs, rows, chains, alloc)
         if self.padded:  # every drafter's admitted slots are queries of the verify forward
-            drafts = adm_m + adm_n
+            drafts = adm_m + adm_n if past_ver is None else adm_m + adm_n + past_ver
             for k in (self.live.adm if self.live else ()):
                 drafts = drafts + self.live.adm[k]
             self._shape = self._step_shape(plan, reqs, drafts)
+        if R and self.live and past_ver is not None:
+            self._flag(np.ones(R, dtype=bool), reqs, "slots verified past the chain are not modelled with live drafters")
         if R and self.live:
             verified, accepted, emitted = self.live.settle(self, reqs, rows, adm_m, adm_n, acc_m, acc_n, chains,
                                                            model_ran)
@@ -927,6 +955,9 @@ class Engine(HostHistory, LosslessChecks):
         elif R:
             from_n = acc_n > acc_m  # the branch whose tokens are kept (ties: the model's, same tokens)
             acc = np.maximum(acc_m, acc_n)
+            chain_acc = acc
+            if past_acc is not None:  # the model chain's tokens accepted past the chain (emitted as the trace's)
+                acc = acc + past_acc
             # vLLM's filling n-gram drafts K slots for every request
             drafted = (adm_m + adm_n) > 0 if self._fill_from is None else np.ones(R, dtype=bool)
             self.acc_hist += np.bincount(np.minimum(acc[drafted], len(self.acc_hist) - 1),
@@ -936,7 +967,11 @@ class Engine(HostHistory, LosslessChecks):
             # Draft tokens as the chosen chain proposed them, then the target's bonus token (none when the
             # drafts reach the end of the output).
             n_draft = np.minimum(acc, n_emit)
-            if self._fill_from is None:
+            if past_acc is not None:  # the chain's own tokens, then the accepted past slots and the bonus token,
+                n_chain = np.minimum(chain_acc, n_emit)  # read from the trace (m_acc says they are its tokens)
+                self._check_chain_bounds(reqs, rows, from_n, n_chain, chains["model_len"], chains["ngram_len"])
+                self._emit(reqs, rows, from_n, n_chain, n_emit - n_chain)
+            elif self._fill_from is None:
                 self._check_chain_bounds(reqs, rows, from_n, n_draft, chains["model_len"], chains["ngram_len"])
                 self._emit(reqs, rows, from_n, n_draft, n_emit - n_draft)
             else:  # copies, then vLLM's fillers (the last sampled token), then the bonus token
@@ -952,6 +987,9 @@ class Engine(HostHistory, LosslessChecks):
             self.n_steps[reqs] += 1
             verified = [int(adm_m.sum()), int(adm_n.sum())]
             self.sched.last_draft = verified[0] + verified[1]
+            if past_ver is not None:  # charged: the target's forward holds them
+                self.sched.last_draft += int(past_ver.sum())
+                self.past_stats += (1, int((past_ver > 0).any()), int(past_ver.sum()), int(past_acc.sum()))
             accepted = [int(acc[~from_n].sum()), int(acc[from_n].sum())]
             emitted = int(n_emit.sum())
             total_tokens = T + self._forward_drafts(R)

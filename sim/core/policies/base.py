@@ -315,6 +315,12 @@ class Allocation:
                  skips the decode steps after the first when every request's n-gram lookup matched. Read on the
                  host copy, as model_ran; only the numpy step reads it (a policy reporting it keeps an online
                  state, Policy.online, which takes that step). None = the whole chain.
+    verified     optional int64 [R]: the draft slots vLLM verifies in the row, >= admitted (the slots past the
+                 chosen chain that vLLM's adaptive verification admits, hybrid-vllm's fill=vllm); the engine charges
+                 them. None = admitted.
+    past_model   optional bool [R] with `verified`: the slots past the admitted chain hold the model chain's own
+                 tokens (at the same depths; a filler past its length), accepted where the chain before them is
+                 accepted whole and the model chain's are (the trace's m_acc); False: fillers, never accepted.
     chain ids beyond CHAIN_NGRAM name the run's other drafters (sim/core/drafters/registry.py: chain_id).
     """
 
@@ -326,6 +332,8 @@ class Allocation:
     extra_ran: Optional[dict] = None
     second_chain: Optional[torch.Tensor] = None
     model_steps: Optional[torch.Tensor] = None
+    verified: Optional[torch.Tensor] = None
+    past_model: Optional[torch.Tensor] = None
 
 
 class Decision(NamedTuple):

@@ -83,7 +83,7 @@ import torch
 
 from sim.core.drafters import DEFAULT_DRAFTERS
 from sim.core.drafters.recalibration import recalibrated
-from sim.core.policies.adaptive import alloc_adaptive
+from sim.core.policies.adaptive import alloc_adaptive, stale_model_budget
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.core.policies.common import (CONST, best_budget, cap_budget, count_above, finish,
                                  goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
@@ -105,6 +105,8 @@ SWEEP_FINE = 32
 FORECAST_RULES = {"avg": lambda last, mean: 0.5 * (last + mean), "min": torch.minimum,
               "mean": lambda last, mean: mean, "stale": lambda last, mean: last}
 FORECASTS = tuple(FORECAST_RULES)  # the first is the default
+FILLS = ("cut", "vllm")  # hybrid-vllm's fill=: the slots past the chosen chain cut (the default), or as vLLM verifies
+BUDGETS = ("stale", "current")  # hybrid-vllm's budget=: vLLM's (one step old), or a what-if on the current publication
 
 # ---- The families' settings, declared once (sim/core/settings.py): the spec grammar, its usage, its errors and the
 # canonical names are made from these (registry.parse_spec, spec_usage, spec_name).
@@ -139,6 +141,20 @@ class RecalOptions:
                                  "prior precision k", lo=0.0, strict=True, metavar="k")
     runcal: float = setting(None, "the same with one offset per drafter learnt from every request of the run",
                             lo=0.0, strict=True, metavar="k", alt="recal")
+
+
+@dataclass(frozen=True)
+class FillOption:
+    """`hybrid-vllm`'s simulator-only option: how the simulator treats the slots vLLM verifies past the chosen chain
+    (alloc_hybrid_vllm); no plugin setting, since the plugin publishes and vLLM admits the same either way."""
+
+    fill: str = setting(FILLS[0], "the slots vLLM's top-B admits past each chosen chain: cut (not charged; the "
+                                  "committed reports) or vllm (admitted as vLLM's topk does, charged, DSpark's own "
+                                  "tokens accepted; implied by tail > 0)", choices=FILLS, metavar="F")
+    budget: str = setting(BUDGETS[0], "what vLLM's budget B* is computed from: stale (the confidences published a "
+                                      "step earlier, as vLLM does) or current (a what-if no vLLM runs: this step's "
+                                      "publication; what the one-step-old budget loses)", choices=BUDGETS,
+                          metavar="B")
 
 
 TWO = DEFAULT_DRAFTERS  # the default run's drafters: the two-drafter entry points' `names`
@@ -556,29 +572,69 @@ def published_view(batch: StepBatch, k: int, stale: bool = False, names: tuple =
                                true_acc={}, true_verify_cost_ms=None)
 
 
-def publish_n(confs: list, lens: list, choice: torch.Tensor, W: int) -> torch.Tensor:
+def publish_n(confs: list, lens: list, choice: torch.Tensor, W: int, tail: float = 0.0) -> torch.Tensor:
     """The confidences the plugin writes for vLLM's adaptive verification ([R, W], the first chain's dtype): the
-    chosen chain's (choice [R], as `evaluate`'s) per-slot conditional acceptance, 0 past that chain's length
-    (survival 0: such a slot only fills a budget that has no better slot left)."""
+    chosen chain's (choice [R], as `evaluate`'s) per-slot conditional acceptance, `tail` (hybrid_spec.tail, a
+    conditional confidence in [0, TAIL_MAX]) past that chain's length: survival a_L tail^(j - L + 1) at slot j >= L,
+    below every slot of the chain, so such a slot only fills a budget that has no better slot left (0: exact zeros,
+    which vLLM's top-B admits among ties; see alloc_hybrid_vllm)."""
     dt = confs[0].dtype
     rows = []
     for c, n in zip(confs, lens):
         if c.shape[1] > W:  # a chain wider than W is cut to it (a narrower one's lengths are within it already)
             c, n = c[:, :W], n.clamp(max=W)
-        c = (c if c.dtype == dt else c.to(dt)) * slot_valid(n, c.shape[1])
-        rows.append(torch.nn.functional.pad(c, (0, W - c.shape[1])) if c.shape[1] < W else c)
+        c = c if c.dtype == dt else c.to(dt)
+        valid = slot_valid(n, c.shape[1])
+        c = c * valid if not tail else torch.where(valid, c, _const(float(tail), c))
+        if c.shape[1] < W:
+            c = torch.nn.functional.pad(c, (0, W - c.shape[1]), value=float(tail))
+        rows.append(c)
     return select(rows, choice)
 
 
+def _const(value: float, like: torch.Tensor) -> torch.Tensor:
+    """A cached 0-d tensor of `value` on `like`'s device and dtype (made once: the plugin's step stays within its op
+    budget and uploads nothing)."""
+    key = ("const", value, str(like.device), like.dtype)
+    out = None if torch.compiler.is_compiling() else CONST.get(key)
+    if out is None:
+        out = torch.tensor(value, dtype=like.dtype, device=like.device)
+        if not torch.compiler.is_compiling():
+            CONST[key] = out
+    return out
+
+
 def publish(model_conf: torch.Tensor, model_len: torch.Tensor, ngram_conf: torch.Tensor, ngram_len: torch.Tensor,
-            use_ngram: torch.Tensor, width: int | None = None) -> torch.Tensor:
+            use_ngram: torch.Tensor, width: int | None = None, tail: float = 0.0) -> torch.Tensor:
     """publish_n over (model, n-gram) by use_ngram (bool [R]), W = width or model_conf's width K."""
     W = model_conf.shape[1] if width is None else width
-    return publish_n([model_conf, ngram_conf], [model_len, ngram_len], use_ngram, W)
+    return publish_n([model_conf, ngram_conf], [model_len, ngram_len], use_ngram, W, tail)
+
+
+def vllm_top_b(scores: torch.Tensor, budget: torch.Tensor, sched: torch.Tensor) -> torch.Tensor:
+    """The draft slots vLLM 0.33's adaptive verification verifies per request (int64 [R]), as its reallocate_drafts
+    and _assign_draft_token_budget do: scores [R, W] the current published survivals, -inf past the scheduled
+    drafts sched [R]; budget B (0-d). B >= sum(sched): every scheduled slot (vLLM runs no top-B then); B = 0: none;
+    else the row counts of `topk(B)` over the flattened scores (vLLM verifies the first count slots of a row).
+    Where B exceeds the slots of positive survival the top-B picks among ties at 0 (the slots past each chosen
+    chain): vLLM's device topk leaves their order unspecified (it is not stable on the GPU); this models it as
+    the deterministic CPU torch.topk picks them. Whatever it picks, the counts sum to min(B, sum(sched)) and each
+    row's is at most its sched (tests/test_hybrid_tail.py). Reads B on the host: a simulator-only function (the
+    plugin leaves the admission to vLLM)."""
+    total = int(sched.sum())
+    b = int(budget)
+    if b >= total:
+        return sched.to(torch.int64).clone()
+    if b <= 0:
+        return torch.zeros_like(sched, dtype=torch.int64)
+    flat = scores.to(torch.float32).flatten()  # vLLM ranks float32 survivals
+    win = torch.zeros_like(flat, dtype=torch.bool).index_fill_(0, flat.topk(b).indices, True)
+    return win.view(scores.shape).sum(1).to(torch.int64)
 
 
 def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
-                      slots: int | None = None, names: tuple = TWO, ran: tuple | None = None) -> Allocation:
+                      slots: int | None = None, names: tuple = TWO, ran: tuple | None = None,
+                      fill: str = "cut", tail: float = 0.0, budget: str = "stale") -> Allocation:
     """`hybrid-vllm`: the hybrid as the vLLM plugin (real/vllm_plugin) runs it inside vLLM 0.33, over `names`
     (dspark first; `ran`: the drafters that ran this step, None = all).
 
@@ -589,8 +645,15 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     survivals (on the GPU), i.e. `alloc_adaptive` on the published chains. The previous step's publication is
     re-derived here from the stale values with this step's shape (exact in steady decoding; when requests join or
     leave, the plugin chose with the old R). A slot past the chosen chain's length has survival 0 and is admitted
-    only when B* exceeds the slots with positive survival; vLLM then verifies a filler token there, which the
-    simulator does not charge (the admitted count is cut to the chain's length).
+    only when B* exceeds the slots with positive survival; vLLM then verifies the token there.
+    fill="cut" (the committed reports' approximation): the stable top-B, the admitted count cut to the chain's
+    length, those slots neither charged nor accepted. fill="vllm" (`hybrid-vllm:...:fill=vllm`, implied by
+    tail > 0): vLLM's own top-B over the published survivals (`vllm_top_b`, ties at 0 as the CPU topk picks them),
+    every slot it verifies charged (Allocation.verified), and past a chosen model-free chain the plugin's tokens are
+    DSpark's own (slots < K_b when its pass ran: Allocation.past_model), which the engine accepts as the trace
+    replay says (a filler, past both chains, is never accepted). tail: the confidence the plugin publishes past its
+    chosen chain (publish_n), what vLLM budgets and ranks those slots by. budget="current" (a what-if no vLLM runs):
+    B* from this step's publication instead of the last step's, which measures what the stale budget loses.
 
     slots = W > K (`hybrid-vllm:slots=W`, a what-if the plugin cannot run today: DSpark's speculator drafts
     exactly its block of K): vLLM schedules W draft slots per request, the model chain is padded with
@@ -608,14 +671,21 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
                          margin)
     choice = sub if len(idx) == len(names) else _index(idx)[sub.to(torch.int64)]
     use_stale = choose_chain_n(old, oconfs, olens, True, method, margin)
-    pub = publish_n(confs, lens, choice, W)
-    pub_stale = publish_n(oconfs, olens, use_stale, W)
+    pub = publish_n(confs, lens, choice, W, tail)
+    pub_stale = publish_n(oconfs, olens, use_stale, W, tail) if budget == "stale" else pub
     sched = scheduled_slots(batch.model_len, K, W, MODEL in ran)
     stale_m = batch.stale_chains[MODEL]
     view = dataclasses.replace(batch, chains={**batch.chains, MODEL: (pub, sched)},
                                stale_chains={**batch.stale_chains, MODEL: (pub_stale.to(stale_m[0].dtype), stale_m[1])})
-    admitted = alloc_adaptive(view).admitted
-    return finish(chain_of(names, choice), torch.minimum(admitted, select(lens, choice)))
+    chosen_len = select(lens, choice)
+    if fill == "cut" and not tail:
+        admitted = alloc_adaptive(view).admitted
+        return finish(chain_of(names, choice), torch.minimum(admitted, chosen_len))
+    verified = vllm_top_b(rank_scores(survival(pub, sched), sched), stale_model_budget(view), sched)
+    out = finish(chain_of(names, choice), torch.minimum(verified, chosen_len))
+    model_chain = choice == 0 if choice.dtype != torch.bool else ~choice
+    past_model = ~model_chain & (MODEL in ran)  # DSpark's tokens lie past a chosen model-free chain
+    return dataclasses.replace(out, verified=verified, past_model=past_model)
 
 
 def _index(idx: list) -> torch.Tensor:
@@ -649,11 +719,13 @@ def plan_hybrid_vllm_skip(view: HostView, method: str = DEFAULT_METHOD, margin: 
 
 
 def alloc_hybrid_vllm_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
-                           slots: int | None = None, names: tuple = TWO) -> Allocation:
+                           slots: int | None = None, names: tuple = TWO, fill: str = "cut",
+                           tail: float = 0.0, budget: str = "stale") -> Allocation:
     """Device phase of `hybrid-vllm:...:skip`: `alloc_hybrid_vllm` over the chains that ran; model_ran = plan.model,
     so the engine charges the draft cost without the block pass when it was skipped."""
-    out = alloc_hybrid_vllm(batch, method, margin, slots, names, tuple(n for n in names if n in plan.drafters))
-    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(plan.model))
+    out = alloc_hybrid_vllm(batch, method, margin, slots, names, tuple(n for n in names if n in plan.drafters),
+                            fill, tail, budget)
+    return dataclasses.replace(out, model_ran=torch.tensor(plan.model))
 
 
 def split_recal(params: List[str], key: str = "recal") -> tuple[List[str], float | None]:
@@ -751,7 +823,7 @@ def _hybrid_price_plain(params: List[str]) -> Policy:
     return hybrid_price_policy(name, TWO, method, current, margin, uses_model=True, uses_ngram=True)
 
 
-@register("hybrid-vllm", spec_usage("hybrid-vllm", PluginSettings, PLUGIN_OPTIONS),
+@register("hybrid-vllm", spec_usage("hybrid-vllm", PluginSettings, PLUGIN_OPTIONS) + spec_usage("", FillOption),
           "the hybrid as the vLLM plugin runs it: per-request chain choice by price, the chosen chain's "
           "confidences published to vLLM's unchanged adaptive verification (stale budget, current top-B); "
           "slots=W > K: vLLM verifies W draft slots per request (the n-gram chain keeps up to W); skip: the "
@@ -759,21 +831,37 @@ def _hybrid_price_plain(params: List[str]) -> Policy:
           "plugin's online recalibration (hybrid_spec.runcal): one offset per drafter learnt on the device from "
           "every graded slot of the run (both chains, verified or not), applied "
           "to the confidences it chooses with and publishes", adaptive_verification=True,
-          settings=((PluginSettings, PLUGIN_OPTIONS),))
+          settings=((PluginSettings, PLUGIN_OPTIONS), FillOption))
 def _hybrid_vllm(params: List[str]) -> Policy:
+    params, fill, tail, budget = split_fill(params)
     method, margin, slots, skip, name, run = parse_hybrid_vllm(params)
+    name, past = fill_name(name, fill, budget), fill == "vllm" or bool(tail)
     k_run = dict(run.plugin_config).get("runcal")
     if not skip:
-        pol = Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots), uses_model=True, uses_ngram=True,
-                     vllm=run)
+        pol = Policy(name, lambda b: alloc_hybrid_vllm(b, method, margin, slots, fill=fill, tail=tail, budget=budget),
+                     uses_model=True, uses_ngram=True, vllm=run, verifies_past=past)
     else:
         plan = lambda v: plan_hybrid_vllm_skip(v, method, margin)  # noqa: E731
-        alloc = lambda b, p: alloc_hybrid_vllm_skip(b, p, method, margin, slots)  # noqa: E731
+        alloc = lambda b, p: alloc_hybrid_vllm_skip(b, p, method, margin, slots, fill=fill, tail=tail,  # noqa: E731
+                                                    budget=budget)
         pol = Policy(name, lambda b: alloc(b, plan(host_view(b))), uses_model=True, uses_ngram=True, vllm=run,
-                     plan_fn=plan, alloc_fn=alloc)
+                     plan_fn=plan, alloc_fn=alloc, verifies_past=past)
     # the plugin recalibrates what it chooses with and publishes: the same functions on corrected confidences,
     # so vLLM's adaptive verification (alloc_adaptive inside) budgets and admits on them too
     return dataclasses.replace(with_recal(pol, float(k_run), shared=True), name=name) if k_run is not None else pol
+
+
+def split_fill(params: List[str]) -> tuple[List[str], str, float, str]:
+    """The `fill=F` and `budget=B` options (FillOption) split off `hybrid-vllm`'s parameters, and the tail the rest
+    gives (PluginSettings.tail, left in them): (the other parameters, F, tail, B); ValueError if bad."""
+    rest, given = split_option(FillOption, params)
+    tail = parse_spec("hybrid-vllm", PluginSettings, [p for p in rest if p.startswith("tail=")], ("tail",))
+    return rest, given.get("fill", FILLS[0]), float(tail.get("tail", 0.0)), given.get("budget", BUDGETS[0])
+
+
+def fill_name(name: str, fill: str, budget: str = BUDGETS[0]) -> str:
+    """A hybrid-vllm name with its fill= and budget= options where not the defaults."""
+    return name + (f":fill={fill}" if fill != FILLS[0] else "") + (f":budget={budget}" if budget != BUDGETS[0] else "")
 
 
 def parse_hybrid_vllm(params: List[str], runcal: float | None = None) -> tuple:

@@ -53,6 +53,8 @@ class Policy:
     step_table: the policy prices verify slots with the step's own table (the `table=step` option): the engine
         hands it verify_cost_ms = CostModel.charged_verify_table at the step's token count, KV context and
         sequences (host-known before launch) instead of vLLM's start-up profile, and runs the definitions.
+    verifies_past: its Allocations may carry `verified` / `past_model` (slots vLLM verifies past the chosen chain,
+        hybrid-vllm's fill=vllm): the simulator then runs the numpy step, the one that charges and accepts them.
     plan_fn / alloc_fn: the policy's two phases (sim.core.policies.base: plan on the host from a HostView,
         allocate on the device from the StepBatch and the Plan); fn must then be alloc_fn(batch,
         plan_fn(host_view(batch))). None: a single-phase policy, whose plan is every drafter it uses and no
@@ -78,6 +80,7 @@ class Policy:
     online: Optional[Callable[[int], Any]] = field(default=None, repr=False, compare=False)
     step_table: bool = False
     adaptive_verification: bool = False
+    verifies_past: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_default_plan", Plan(self.uses_model, self.uses_ngram,
