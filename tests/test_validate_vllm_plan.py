@@ -344,6 +344,11 @@ def test_table_from_bench_results_and_the_cell_report(tmp_path):
     assert "--policy vllm-ngram:32" in ng["sim_command"] and "--ngram-k" not in ng["sim_command"]  # 32: the default
     assert ng["serve"] == v.cfg.serve_line("ngram:32", 2) and '"num_speculative_tokens":32' in ng["serve"]
     assert json.loads((v.cell_dir(sl, 2, "ngram:32") / "cost_table.json").read_text())["draft"]["block"] == 7
+    # the recommended hybrid at W = 32 slots: its own tables, priced at DSpark's trained block (7), not W
+    hy = flow.cell_record(v, sl, 2, "hybrid:slots=32", dict(runs, **{"hybrid:slots=32": run(ref, 1000.0)}), ref_path,
+                          json.loads(path.read_text()))
+    assert hy["table_from"] == "hybrid:slots=32" and "slots=32" in hy["sim_policy"]
+    assert json.loads((v.cell_dir(sl, 2, "hybrid:slots=32") / "cost_table.json").read_text())["draft"]["block"] == 7
     tab = json.loads((v.cell_dir(sl, 2, "adaptive") / "cost_table.json").read_text())
     assert tab["capture_sizes"] == [1, 2, 4, 8, 16, 32, 64] and tab["verify"]["ms"][:2] == [5.01, 5.02]
     assert tab["logits_ms_per_row"] == pytest.approx(0.002, rel=1e-6)  # the complement's part

@@ -222,7 +222,9 @@ def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: 
     from real.validation.vllm.cells import cost_table, drafts_file, predict
 
     try:
-        table = cost_table(cfg, table_run, work / "cost_table.json")
+        # DSpark drafted K_b per request in a hybrid run (the plugin), W in adaptive's (vLLM's own DSpark at W)
+        table = cost_table(cfg, table_run, work / "cost_table.json",
+                           block=block if table_run is run and pol == "hybrid" else cfg.num_speculative_tokens)
         drafts = width = None
         if pol in ("adaptive", "hybrid"):  # the DSpark chains vLLM drafted: K_b wide for the hybrid, W for adaptive
             width = block if pol == "hybrid" else cfg.num_speculative_tokens

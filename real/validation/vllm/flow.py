@@ -173,8 +173,10 @@ def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref
         cell["predicted_note"] = "no run of this group recorded vLLM's cost tables (run `adaptive` too)"
         return cell
     cell["table_from"] = pol if src is run else C.BASELINE
-    # the table's draft block is its source run's (an `ngram:K` cell prices with adaptive's, K = DSpark's block)
-    table = cost_table(v.cfg.cell(pol if src is run else C.BASELINE), src, work / "cost_table.json", complement)
+    # the table's draft block is DSpark's trained block in every source run of this flow: `adaptive` runs at K = the
+    # block, a `hybrid:slots=W` cell runs DSpark at its block padded to W (the plugin), `ngram:K` prices with adaptive's
+    table = cost_table(v.cfg.cell(pol if src is run else C.BASELINE), src, work / "cost_table.json", complement,
+                       block=v.cfg.num_speculative_tokens)
     drafts = drafts_file(sl, run, ref, v.cfg.num_speculative_tokens, work / "drafts.jsonl")
     sem = v.build.semantics
     cell["predicted"], cell["sim_command"] = predict(v.cfg, sem, pol, bs, ref_path, table, drafts, run, v.seed)
