@@ -20,6 +20,14 @@ def _checkpoint(d, block=7, layers=2, arch="Qwen3DSparkModel", extra=None):
     return d
 
 
+def test_drafter_info_reads_a_block_kept_in_dflash_config(tmp_path):
+    d = tmp_path / "nested"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": ["Qwen3DSparkModel"], "num_hidden_layers": 1,
+                                               "dflash_config": {"block_size": 5, "mask_token_id": 3}}))
+    assert drafter_info(str(d))["block"] == 5
+
+
 def test_drafter_info_reads_block_layers_and_source(tmp_path):
     d = _checkpoint(tmp_path / "dspark-v2-vllm", block=5, layers=2,
                     extra={"hybridspec.json": json.dumps({"source": "dspark-v2.pt sha256 abc"})})
