@@ -198,6 +198,11 @@ def validate_vllm(a: ValidateOptions) -> int:
 
     v = VllmValidation.from_args(a)
     ver = None if a.dry_run else require_vllm(v.build.device)  # before the slices: the CPU build's need its tokenizer
+    if ver and any(C.split_policy(p)[0] == C.HYBRID for p in v.policies):
+        from real.vllm_plugin.versions import plugin_entry_point_missing
+
+        if why := plugin_entry_point_missing():  # else every hybrid cell runs plain DSpark until checklist (a)
+            raise ConfigError(why)
     slices = [v.build.load_slice(t, v.limit, v.max_prompt, v.max_tokens, v.seed, v.cfg) for t in v.traces]
     if a.dry_run:
         print(plan_text(v, slices, a))
