@@ -12,7 +12,7 @@ when the run has exited it exits too; at the deadline it SIGKILLs the run and wr
 the progress file itself: the finished checks as they were, the running one failed ("killed by the watchdog"), the
 rest skipped. The run's exit status is then the kill's (137); the watchdog's own is 1.
 
-    python -m real.validation.device.watchdog PID DEADLINE PROGRESS OUT     (started by `start`, not by hand)
+`start` runs `watch(PID, DEADLINE, PROGRESS, OUT)` in a fresh interpreter (python -c), not a command of its own.
 """
 from __future__ import annotations
 
@@ -32,8 +32,11 @@ OUTPUTS = ("device_check.json", "device_check.md")
 def start(progress: Path, out: Path, budget_s: float) -> subprocess.Popen:
     """The watchdog of this process, firing budget_s + GRACE_S from now."""
     deadline = time.time() + float(budget_s) + GRACE_S
-    return subprocess.Popen([sys.executable, "-m", "real.validation.device.watchdog", str(os.getpid()),
-                             repr(deadline), str(progress), str(out)], stdin=subprocess.DEVNULL)
+    code = "import sys; from real.validation.device.watchdog import watch; sys.exit(watch(*sys.argv[1:]))"
+    return subprocess.Popen([sys.executable, "-c", code, str(os.getpid()), repr(deadline), str(progress), str(out)],
+                            stdin=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                [str(Path(__file__).resolve().parents[3])] + [p for p in [os.environ.get("PYTHONPATH")]
+                                                                               if p])))
 
 
 def write_progress(progress: Path, meta: dict, done: list[dict], current: dict | None, pending: list[dict]) -> None:
@@ -67,8 +70,9 @@ def report_after_kill(progress: Path, out: Path, elapsed_s: float) -> dict:
     return doc
 
 
-def watch(pid: int, deadline: float, progress: Path, out: Path) -> int:
+def watch(pid: int | str, deadline: float | str, progress: Path | str, out: Path | str) -> int:
     """Wait for the run `pid` (this process's parent) to exit, or kill it at `deadline` and write its report."""
+    pid, deadline, progress, out = int(pid), float(deadline), Path(progress), Path(out)
     t0 = time.time()
     while time.time() < deadline:
         if os.getppid() != pid:  # the run has exited (this process was handed to another parent)
@@ -88,8 +92,3 @@ def watch(pid: int, deadline: float, progress: Path, out: Path) -> int:
           + (f" in check {cur['key']} {cur['name']}" if cur else "") + f" -> {out / OUTPUTS[1]}", file=sys.stderr)
     progress.unlink(missing_ok=True)
     return 1
-
-
-if __name__ == "__main__":
-    a = sys.argv[1:]
-    sys.exit(watch(int(a[0]), float(a[1]), Path(a[2]), Path(a[3])))
