@@ -132,6 +132,12 @@ def test_dry_run_lists_the_checklist_and_the_profile(plan):
         assert f"  [{k}] " in text
     assert "VLLM_GPU_SYNC_CHECK=error" in text and "checks/hybrid/run.spec.json" in text \
         and "checks/none/run.spec.json" in text
+    # every hybrid variant planned (the recommended W-slot ones too) is checked, at its own W, under the sync check
+    for d in ("hybrid-slots=32", "hybrid-slots=32-skip", "hybrid-slots=32-runcal=64"):
+        (line,) = [ln for ln in text.splitlines() if f"checks/{d}/run.spec.json" in ln]
+        assert "VLLM_GPU_SYNC_CHECK=error" in line
+    (kw,) = [ln for ln in text.splitlines() if ln.strip().startswith("hybrid:slots=32:skip: LLM(")]
+    assert '"num_speculative_tokens":32' in kw and '"skip":true' in kw
     bench = [ln for ln in text.splitlines() if "bench forward" in ln]
     assert len(bench) == 2 and "--exclude-drafter" in bench[0] and "--exclude-drafter" not in bench[1]
     assert "--case verify_r1=8@72:7" in bench[0]
@@ -283,6 +289,35 @@ def test_checklist_verdicts():
     assert st(r)[3] == "FAIL" and "margin 0.900" in r[3].detail
     # the CPU build has no device sync to check: N/A, not a PASS
     assert st(checks.evaluate(base, _hyb(), sync_check=False))[2] == "N/A"
+    r = checks.evaluate(base, _hyb(), policy="hybrid:slots=32:skip")
+    assert {x.policy for x in r} == {"hybrid:slots=32:skip"} and "(hybrid:slots=32:skip): " in r[3].line()
+
+
+def test_the_checklist_runs_every_planned_hybrid_variant_at_its_own_config(monkeypatch, tmp_path):
+    """run_checklist starts `none` and then each hybrid variant (cfg.cell: W slots, skip) under the sync check; one
+    variant that fails fails only its own items."""
+    from real.validation.vllm import cells
+    from real.validation.vllm.slices import Slice
+
+    assert checks.hybrid_variants(["none", "adaptive", "hybrid", "hybrid:slots=32", "ngram:32", "hybrid:slots=32:skip",
+                                   "hybrid"]) == ("hybrid", "hybrid:slots=32", "hybrid:slots=32:skip")
+    assert checks.hybrid_variants(["none", "adaptive"]) == ("hybrid",)
+    seen = []
+
+    def run_cell(cfg, sl, pol, bs, work, **kw):
+        seen.append((pol, cfg.num_speculative_tokens, cfg.hybrid.skip, work.name, kw["env"].get("VLLM_GPU_SYNC_CHECK")))
+        if pol == "none":
+            return {"outputs": [[1, 2, 3], [4, 5]]}
+        return _hyb(outputs=[[1, 2, 3], [4, 6]] if pol == "hybrid:slots=32:skip" else [[1, 2, 3], [4, 5]])
+
+    monkeypatch.setattr(cells, "run_cell", run_cell)
+    sl = Slice(trace="t", ids=("a", "b"), prompts=((1,), (2,)), max_tokens=(3, 2), passed_over=0)
+    res = checks.run_checklist(VllmRunConfig(), sl, tmp_path, True, 0.25, ("hybrid", "hybrid:slots=32",
+                                                                           "hybrid:slots=32:skip"))
+    assert seen == [("none", 7, False, "none", None), ("hybrid", 7, False, "hybrid", "error"),
+                    ("hybrid:slots=32", 32, False, "hybrid-slots=32", "error"),
+                    ("hybrid:slots=32:skip", 32, True, "hybrid-slots=32-skip", "error")]
+    assert len(res) == 12 and [r.policy for r in res if r.status == "FAIL"] == ["hybrid:slots=32:skip"]
 
 
 def test_table_from_bench_results_and_the_cell_report(tmp_path):

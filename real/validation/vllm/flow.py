@@ -264,17 +264,17 @@ def progress_line(c: dict) -> str:
 def run_checks(v: VllmValidation, sl: Slice) -> list[dict]:
     """The first-run checklist (checks.py), its processes cached by their spec; OUT/checks.json."""
     from real.validation.fidelity import write_output
-    from real.validation.vllm.checks import run_checklist
+    from real.validation.vllm.checks import hybrid_variants, run_checklist
 
     print("first-run checklist:", file=sys.stderr)
-    res = run_checklist(v.cfg, sl, v.out / "checks", v.build.sync_check, v.tie_epsilon)
+    res = run_checklist(v.cfg, sl, v.out / "checks", v.build.sync_check, v.tie_epsilon, hybrid_variants(v.policies))
     for r in res:
         print(r.line(), file=sys.stderr)
     failed = [r for r in res if r.status == "FAIL"]
     items = [r.__dict__ for r in res]
     write_output(v.out / "checks.json", json.dumps({"passed": not failed, "items": items}) + "\n")
     if failed and not v.skip_checks:
-        raise ConfigError(f"first-run checklist: {', '.join(f'({r.key})' for r in failed)} failed (details above and in "
+        raise ConfigError(f"first-run checklist: {', '.join(f'({r.key}) {r.policy}' for r in failed)} failed (details above and in "
                           f"{v.out / 'checks.json'}); fix it, or pass --skip-checks to measure anyway")
     if failed:
         print("warning: measuring despite a failed checklist (--skip-checks)", file=sys.stderr)
@@ -360,7 +360,8 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
         L.append("| " + " | ".join(row) + " |")
     L += ["", "tok/engine step: output tokens per engine step that emitted tokens, across the whole batch (vLLM's "
           "`vllm:iteration_tokens_total` counts those steps; the simulator's are counted the same way).",
-          "First-run checklist: " + "; ".join(f"({i['key']}) {i['status']}" for i in meta["checklist"]) + ".",
+          "First-run checklist: " + "; ".join(f"({i['key']}) {i.get('policy', 'hybrid')} {i['status']}"
+                                               for i in meta["checklist"]) + ".",
           "Each predicted cell is reproduced by its `sim_command` in fidelity.json (the cell's cost_table.json and "
           "drafts.jsonl sit under the run's --out).", ""]
     return "\n".join(L + depth_section(agg.get("ngram_depths") or []))
@@ -402,7 +403,8 @@ def plan_text(v: VllmValidation, slices: list[Slice], a: ValidateOptions) -> str
           "  the checklist's processes also with: " + (" ".join(f"{k}={x}" for k, x in bi.items()) if bi else
                                                      "nothing more (this vLLM ships no batch-invariant mode)")]
     L += ["", f"== 1. first-run checklist (a FAIL stops the run{'; --skip-checks: it warns instead' if v.skip_checks else ' unless --skip-checks'})"]
-    L += checks.plan_lines(cfg, v.out / "checks", len(slices[0].ids), v.build.sync_check)
+    L += checks.plan_lines(cfg, v.out / "checks", len(slices[0].ids), v.build.sync_check,
+                           checks.hybrid_variants(v.policies))
     L.append(f"  -> {v.out / 'checks.json'}")
     if v.build.profile_complement:
         L += ["", "== 2. complement table (the parts of a step vLLM's own tables do not price)"]
