@@ -168,6 +168,16 @@ def test_profile_dry_run():
     (["--engine", "vllm", "--dry-run", "--policy", "ngram:slots=3"], "only hybrid takes settings"),
     (["--engine", "vllm", "--dry-run", "--vllm-device", "tpu"], "--vllm-device"),
     (["--engine", "vllm", "--dry-run", "--policy", "hybrid:compile"], "compile runs only on the CPU build"),
+    (["--engine", "vllm", "--dry-run", "--synthetic-acceptance-length", "9"], "must be in [1, 8] (1 + K), got 9"),
+    (["--engine", "vllm", "--dry-run", "--synthetic-acceptance-length", "0.5"], "must be in [1, 8]"),
+    (["--engine", "vllm", "--dry-run", "--synthetic-acceptance-rates", "0.5,0.9"], "must not increase"),
+    (["--engine", "vllm", "--dry-run", "--synthetic-acceptance-rates", "1,1.5"], "must be in [0, 1], got 1.5"),
+    (["--engine", "vllm", "--dry-run", "--synthetic-acceptance-rates", "1,x"], "expected rates separated by commas"),
+    (["--engine", "vllm", "--dry-run", "--synthetic-acceptance-length", "2", "--synthetic-acceptance-rates", "1"],
+     "give one of them"),
+    (["--engine", "vllm", "--dry-run", "--dummy-weights", "--vllm-model", "tests", "--vllm-drafter", "tests"],
+     "--dummy-weights: --vllm-model tests has no config.json"),
+    (["--synthetic-acceptance-length", "3"], "--synthetic-acceptance-length is for --engine vllm"),
     (["--dry-run"], "--dry-run is for --engine vllm"),
     (["--hybrid-spec", "{}"], "--hybrid-spec is for --engine vllm"),
 ])
@@ -402,3 +412,59 @@ def test_table_from_bench_results_and_the_cell_report(tmp_path):
     md = (v.out / "fidelity.md").read_text()
     assert md.startswith("# Fidelity: the simulator against vLLM (CUDA)") and "| codeedit | none (none) | 2 | 3 |" in md
     assert json.loads((v.out / "fidelity.json").read_text())["cells"][1]["real"]["lossless_detail"]
+
+
+def test_the_cost_model_check_without_weights_plans_synthetic_cells(tmp_path):
+    """--dummy-weights --synthetic-acceptance-length L: every cell loads random weights and verifies with the rates
+    resolved for its own K (7, or W = 32), the simulator is told the same rates, each cell is its own reference, and the
+    checklist verifies as vLLM does by default (it checks losslessness)."""
+    code, text, err = _run(validate_main, ["--engine", "vllm", "--dry-run", "--quick", "--dummy-weights",
+                                           "--synthetic-acceptance-length", "3", "--policy", "adaptive", "--policy", "hybrid:slots=32",
+                                           "--batch-size", "4", "--out", str(tmp_path / "o")])
+    assert code == 0, err
+    assert "losslessness is not claimed" in text and "vllm" not in sys.modules
+    kw = [json.loads(ln.split("LLM(**", 1)[1][:-1]) for ln in text.splitlines() if ln.startswith("    LLM(**")]
+    assert kw and all(k["load_format"] == "dummy" for k in kw)
+    spec = {k["speculative_config"]["num_speculative_tokens"]: k["speculative_config"] for k in kw
+            if "speculative_config" in k}
+    assert spec[7]["rejection_sample_method"] == "synthetic" and spec[7]["synthetic_acceptance_rates"] == [1, 1] + [0] * 5
+    assert spec[32]["synthetic_acceptance_rates"] == [1, 1] + [0] * 30
+    checklist = [ln for ln in text.splitlines() if ln.strip().startswith(("hybrid:slots=32: LLM(", "none: LLM("))]
+    assert len(checklist) == 2 and all("synthetic" not in ln and "dummy" in ln for ln in checklist)
+    (pred,) = [ln for ln in text.splitlines() if "predicted:" in ln and "hybrid-slots=32" in ln]
+    assert "--synthetic-acceptance 1,1,0," in pred and "hybrid-slots=32/reference.jsonl" in pred
+
+
+def test_a_synthetic_cell_is_its_own_reference_and_claims_no_losslessness(tmp_path):
+    from real.validation.options import ValidateOptions
+    from real.validation.vllm import flow
+    from real.validation.vllm.slices import write_reference
+
+    a = ValidateOptions(engine="vllm", quick=True, policy=("none", "adaptive"), batch_size=(2,),
+                        out=str(tmp_path / "v"), trace=("traces/codeedit.jsonl",), limit=2, max_tokens=12,
+                        vllm={"synthetic_acceptance_rates": "1,0.5"})
+    v = flow.VllmValidation.from_args(a)
+    sl = v.build.load_slice("traces/codeedit.jsonl", 2, v.max_prompt, 12, 0, v.cfg)
+    ref = [list(range(100, 100 + m)) for m in sl.max_tokens]
+    own = [[7] * m for m in sl.max_tokens]  # synthetic acceptance emitted the drafts: other tokens than `none`'s
+    ref_path = v.out / sl.stem / "bs2" / "reference.jsonl"
+    write_reference(sl, ref, ref_path)
+    n = sum(map(len, own))
+    run = {"policy": "adaptive", "outputs": own, "output_tokens": n, "wall_s": 1.0, "tok_per_s": n, "steps": 9,
+           "mean_latency_s": 0.5, "kv_capacity_tokens": 400000, "async_scheduling": True, "capture_sizes": [],
+           "request_ids": list(sl.ids), "drafts": [], "spec": {},
+           "cost_tables": {"draft_ms": [0.0, 0.4, 0.5], "verify_ms": [0.0] + [5.0] * 64}}
+    runs = {"none": {"outputs": ref, "output_tokens": n, "steps": n, "tok_per_s": 1.0, "mean_latency_s": 1.0},
+            "adaptive": run}
+    cell = flow.cell_record(v, sl, 2, "adaptive", runs, ref_path, None)
+    assert cell["lossless_claimed"] is False and cell["real"]["lossless"]
+    assert (v.cell_dir(sl, 2, "adaptive") / "reference.jsonl").is_file()
+    assert "--synthetic-acceptance 1,0.5,0,0,0,0,0 " in cell["sim_command"]
+    # 1 + 1 + 0.5 tokens per request per step, within sampling error: the simulator accepted by the rates
+    assert 1.2 < cell["predicted"]["tokens_per_step"] / 2 < 2.8
+    md = flow.format_md([cell], {"all_lossless": True, "tie_flips": 0, "within_3pct": 0, "predicted_cells": 1,
+                                 "median_steps_error": 0.0, "max_steps_error": 0.0},
+                        {"config": v.cfg.to_json(), "machine": {}, "timed": False, "command": "x", "vllm_version": "0.32",
+                         "semantics": "0.32", "sim_model": "smollm2-135m", "hybrid_additional_config": {}, "limit": 2,
+                         "max_prompt": 800, "max_tokens": 12, "tie_epsilon": 0.25, "checklist": []})
+    assert "losslessness is not claimed" in md and "Lossless: not claimed" in md and "| not claimed |" in md

@@ -9,6 +9,8 @@ beside it (real/validation/machine_load.py).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 import os
@@ -195,8 +197,13 @@ def sim_setup(cfg: VllmRunConfig, semantics: str, ref_path: Path, table: Path, d
     drafter = C.SIM_DRAFTER
     if drafts_k is not None and drafts_k != load_drafter_profile(drafter).block:
         drafter = f"{drafter}:{int(drafts_k)}"
+    cell_k = k or cfg.num_speculative_tokens
+    # synthetic rejection sampling: the rates vLLM verified this cell with (its own K = W), by position
+    synthetic = (",".join(f"{r:g}" for r in dataclasses.replace(cfg, num_speculative_tokens=cell_k).synthetic_rates())
+                 if cfg.synthetic else None)
     return SimSetup(trace=str(ref_path), model=cfg.sim_model(), gpu=str(table), cost="profiled",
-                    drafter=drafter, calibrator=cfg.hybrid.calibrator, ngram_k=k or cfg.num_speculative_tokens,
+                    synthetic_acceptance=synthetic,
+                    drafter=drafter, calibrator=cfg.hybrid.calibrator, ngram_k=cell_k,
                     seed=seed, temperature=C.TEMPERATURE, max_num_batched_tokens=cfg.max_num_batched_tokens,
                     kv_capacity_tokens=run.get("kv_capacity_tokens"), drafts=str(drafts) if drafts else None,
                     async_scheduling=run.get("async_scheduling") is not False, scheduler="vllm",

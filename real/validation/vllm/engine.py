@@ -284,8 +284,10 @@ def run_spec(spec: dict) -> dict:
     kwargs = cfg.engine_kwargs(policy, bs)
     llm = LLM(**kwargs)
     prompts = [{"prompt_token_ids": [int(t) for t in p]} for p in spec["prompts"]]
-    params = [SamplingParams(temperature=TEMPERATURE, max_tokens=int(m), ignore_eos=IGNORE_EOS, detokenize=False)
-              for m in spec["max_tokens"]]
+    # synthetic acceptance emits whatever was drafted: every request runs to its max_tokens, so each run of a group
+    # generates the same tokens and a random EOS cannot end one early
+    params = [SamplingParams(temperature=TEMPERATURE, max_tokens=int(m), ignore_eos=IGNORE_EOS or cfg.synthetic,
+                             detokenize=False) for m in spec["max_tokens"]]
     res: dict = {"policy": policy, "batch_size": bs, "engine_kwargs": kwargs, "error": None}
     from real.validation.vllm import recorder
 

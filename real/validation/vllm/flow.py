@@ -75,6 +75,8 @@ class VllmValidation:
         build = build_of(_device(a))
         cfg = build.run_config(a)
         cfg.check_simulable()
+        if cfg.dummy_weights:
+            check_dummy_model(cfg.model)
         chosen = ()
         if a.from_verdict is not None:
             given = [f for f, v in (("--policy", a.policy), ("--batch-size", a.batch_size)) if v]
@@ -130,6 +132,29 @@ class VllmValidation:
         return self.out / sl.stem / f"bs{bs}" / policy_dir(policy)
 
 
+def check_dummy_model(model: str) -> None:
+    """--dummy-weights reads the target's config.json (vLLM builds the model from it): one line when a local
+    directory has none, or an offline machine has none cached for a hub id (python -m real.offline_bundle)."""
+    p = Path(model).expanduser()
+    if p.is_dir() or model.startswith((".", "/", "~")):
+        if not (p / "config.json").is_file():
+            raise ConfigError(f"--dummy-weights: --vllm-model {model} has no config.json (vLLM builds the random-weight "
+                              "model from it); give a Hugging Face directory with config.json and the tokenizer")
+        return
+    import os
+
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(model, "config.json")
+        except Exception:  # noqa: BLE001 -- no hub client: nothing is cached either
+            found = None
+        if not isinstance(found, str):
+            raise ConfigError(f"--dummy-weights: no config.json of {model} is cached and HF_HUB_OFFLINE=1; bring it "
+                              "(python -m real.offline_bundle) and pass its directory as --vllm-model")
+
+
 def _device(a: ValidateOptions) -> str:
     """--vllm-device, else the installed vLLM's build (builds.installed_device)."""
     from real.validation.vllm.builds import installed_device
@@ -161,10 +186,15 @@ def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref
 
     run, ref = runs[pol], runs[C.NONE]["outputs"]
     work = v.cell_dir(sl, bs, pol)
+    if v.cfg.synthetic:  # accepted drafts are emitted whatever they say: each run is its own reference (the history
+        # its n-gram chains were drafted from), and losslessness is not claimed
+        ref, ref_path = run["outputs"], work / "reference.jsonl"
+        write_reference(sl, ref, ref_path)
     cell = {"engine": f"vllm-{v.build.device}", "trace": sl.trace, "policy": pol, "sim_policy": v.cfg.sim_policy(pol),
             "batch_size": bs, "requests": len(sl.ids), "output_tokens": run["output_tokens"],
             "serve": v.cfg.serve_line(pol, bs, v.build.semantics),  # the verdict's line for this setup
             "real": real_summary(run, ref, runs[C.NONE].get("margins"), v.tie_epsilon), "load": run.get("load"),
+            "lossless_claimed": not v.cfg.synthetic,
             "loaded": bool((run.get("load") or {}).get("loaded")),
             "vllm": {k: run.get(k) for k in ("steps", "kv_capacity_tokens", "async_scheduling", "capture_sizes",
                                              "vllm_version", "device", "engine_kwargs", "env")}}
@@ -237,8 +267,9 @@ def validate_vllm(a: ValidateOptions) -> int:
             "complement_table": str(v.table) if complement is not None else None}
     agg = write_reports(v.out, cells, meta, md=format_md, plotly=a.plotly, page=v.build.timed)
     key = "median_error" if v.build.timed else "median_steps_error"
-    print(f"{key.replace('_', ' ')} {100 * agg[key]:.2f}%; lossless {agg['all_lossless']} "
-          f"({agg['tie_flips']} tie flip(s)) -> {v.out / 'fidelity.md'}")
+    lossless = ("lossless not claimed (synthetic acceptance)" if v.cfg.synthetic else
+                f"lossless {agg['all_lossless']} ({agg['tie_flips']} tie flip(s))")
+    print(f"{key.replace('_', ' ')} {100 * agg[key]:.2f}%; {lossless} -> {v.out / 'fidelity.md'}")
     if not agg["all_lossless"]:
         print("error: a run's outputs differ from `none`'s beyond a tie flip (lossless_check in fidelity.json)",
               file=sys.stderr)
@@ -267,7 +298,9 @@ def run_checks(v: VllmValidation, sl: Slice) -> list[dict]:
     from real.validation.vllm.checks import hybrid_variants, run_checklist
 
     print("first-run checklist:", file=sys.stderr)
-    res = run_checklist(v.cfg, sl, v.out / "checks", v.build.sync_check, v.tie_epsilon, hybrid_variants(v.policies))
+    # the checklist verifies as vLLM does by default: synthetic acceptance claims no losslessness to check
+    res = run_checklist(v.cfg.without_synthetic(), sl, v.out / "checks", v.build.sync_check, v.tie_epsilon,
+                        hybrid_variants(v.policies))
     for r in res:
         print(r.line(), file=sys.stderr)
     failed = [r for r in res if r.status == "FAIL"]
@@ -329,8 +362,19 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
          + ("" if timed else " **The CPU build runs through a test harness, not a performance model** (interpreted "
                              "Triton kernels): what it checks is the logic -- steps, tokens per step, acceptance, "
                              "chain choices, losslessness -- and its wall clock is recorded, not compared."), ""]
-    L += [f"**Lossless in every cell: {'yes' if agg['all_lossless'] else 'NO'} ({agg['tie_flips']} tie flip(s) below "
-          f"the margin {meta['tie_epsilon']:g}). Predicted steps within 3% in {agg['within_3pct']} of "
+    synthetic = not all(c.get("lossless_claimed", True) for c in cells)
+    verify = {k: cfg[k] for k in ("synthetic_acceptance_length", "synthetic_acceptance_rates") if cfg.get(k)}
+    if synthetic:
+        L += [f"**Synthetic acceptance ({', '.join(f'{k} {v}' for k, v in verify.items())}"
+              f"{', dummy weights' if cfg.get('dummy_weights') else ''}): losslessness is not claimed.** vLLM accepted "
+              "drafts by position with the set rates and emitted them whatever the target would have said; each run "
+              "is its own reference and the simulator accepts by the same rates (sim/core/drafters/synthetic.py), so "
+              "this report checks the cost and scheduling model -- steps, tokens per step, time -- apart from the "
+              "acceptance model.", ""]
+    lossless = ("**Lossless: not claimed (synthetic acceptance)" if synthetic else
+                f"**Lossless in every cell: {'yes' if agg['all_lossless'] else 'NO'} ({agg['tie_flips']} tie flip(s) "
+                f"below the margin {meta['tie_epsilon']:g})")
+    L += [lossless + f". Predicted steps within 3% in {agg['within_3pct']} of "
           f"{agg['predicted_cells']} cells (median error {100 * agg['median_steps_error']:.1f}%, max "
           f"{100 * agg['max_steps_error']:.1f}%)"
           + (f"; throughput: median error {100 * agg['median_error']:.1f}%, max {100 * agg['max_error']:.1f}%"
@@ -356,7 +400,8 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
                     f"{100 * c['predicted_error']:.1f}%" if p else "-"]
         else:
             row.append(f"{r['tok_per_s']:.1f}")
-        row.append(("yes" if r["lossless"] else "NO") + (f" ({r['tie_flips']} tie flips)" if r["tie_flips"] else ""))
+        row.append("not claimed" if not c.get("lossless_claimed", True) else
+                   ("yes" if r["lossless"] else "NO") + (f" ({r['tie_flips']} tie flips)" if r["tie_flips"] else ""))
         L.append("| " + " | ".join(row) + " |")
     L += ["", "tok/engine step: output tokens per engine step that emitted tokens, across the whole batch (vLLM's "
           "`vllm:iteration_tokens_total` counts those steps; the simulator's are counted the same way).",
@@ -387,6 +432,11 @@ def plan_text(v: VllmValidation, slices: list[Slice], a: ValidateOptions) -> str
          + f"; batch sizes {', '.join(map(str, v.batch_sizes))}; out {v.out}"]
     if v.at:
         L.append("cells by batch size (--from-verdict): " + "; ".join(f"{b}: {', '.join(ps)}" for b, ps in v.at))
+    if cfg.synthetic:
+        L.append(f"synthetic acceptance: vLLM verifies every cell's drafts with rates {list(cfg.synthetic_rates())} by "
+                 "position (rejection_sample_method synthetic), whatever they say: losslessness is not claimed, each "
+                 "run is its own reference, and the checklist runs without it"
+                 + ("; dummy weights (load_format dummy)" if cfg.dummy_weights else ""))
     from real.validation.vllm.estimate import estimate_lines
 
     L += [""] + estimate_lines(v, slices)
@@ -403,7 +453,7 @@ def plan_text(v: VllmValidation, slices: list[Slice], a: ValidateOptions) -> str
           "  the checklist's processes also with: " + (" ".join(f"{k}={x}" for k, x in bi.items()) if bi else
                                                      "nothing more (this vLLM ships no batch-invariant mode)")]
     L += ["", f"== 1. first-run checklist (a FAIL stops the run{'; --skip-checks: it warns instead' if v.skip_checks else ' unless --skip-checks'})"]
-    L += checks.plan_lines(cfg, v.out / "checks", len(slices[0].ids), v.build.sync_check,
+    L += checks.plan_lines(cfg.without_synthetic(), v.out / "checks", len(slices[0].ids), v.build.sync_check,
                            checks.hybrid_variants(v.policies))
     L.append(f"  -> {v.out / 'checks.json'}")
     if v.build.profile_complement:
@@ -421,6 +471,8 @@ def plan_text(v: VllmValidation, slices: list[Slice], a: ValidateOptions) -> str
             ref = v.out / sl.stem / f"bs{bs}" / "reference.jsonl"
             for pol in v.policies_at(bs):
                 work, cell = v.cell_dir(sl, bs, pol), cfg.cell(pol)
+                if cfg.synthetic:  # each run its own reference (cell_record)
+                    ref = work / "reference.jsonl"
                 L += [f"  cell {sl.stem} {pol} bs {bs}",
                       f"    LLM(**{json.dumps(cfg.engine_kwargs(pol, bs), separators=(',', ':'))})",
                       "    as a server (the verdict's line for this setup): "
