@@ -468,3 +468,38 @@ def test_a_synthetic_cell_is_its_own_reference_and_claims_no_losslessness(tmp_pa
                          "semantics": "0.32", "sim_model": "smollm2-135m", "hybrid_additional_config": {}, "limit": 2,
                          "max_prompt": 800, "max_tokens": 12, "tie_epsilon": 0.25, "checklist": []})
     assert "losslessness is not claimed" in md and "Lossless: not claimed" in md and "| not claimed |" in md
+
+
+def test_a_cell_with_a_tie_flip_is_predicted_on_its_own_outputs(tmp_path):
+    """After a bf16 tie flip a run's later chains were drafted from its own continuation: the cell is predicted (and
+    its chains graded) on its own outputs, not `none`'s; a cell without one keeps `none`'s."""
+    from real.validation.options import ValidateOptions
+    from real.validation.vllm import flow
+    from real.validation.vllm.slices import write_reference
+
+    a = ValidateOptions(engine="vllm", quick=True, policy=("none", "adaptive"), batch_size=(2,),
+                        out=str(tmp_path / "v"), trace=("traces/codeedit.jsonl",), limit=2, max_tokens=6)
+    v = flow.VllmValidation.from_args(a)
+    sl = v.build.load_slice("traces/codeedit.jsonl", 2, v.max_prompt, 6, 0, v.cfg)
+    ref = [list(range(100, 100 + m)) for m in sl.max_tokens]
+    flipped = [list(o) for o in ref]
+    flipped[0][2:] = [7] * (len(flipped[0]) - 2)  # a tie at position 2, then its own continuation
+    ref_path = v.out / sl.stem / "bs2" / "reference.jsonl"
+    write_reference(sl, ref, ref_path)
+
+    def run(outputs):
+        n = sum(map(len, outputs))
+        return {"policy": "adaptive", "outputs": outputs, "output_tokens": n, "wall_s": 1.0, "tok_per_s": n, "steps": 5,
+                "mean_latency_s": 0.5, "kv_capacity_tokens": 400000, "async_scheduling": True, "capture_sizes": [],
+                "request_ids": list(sl.ids), "drafts": [], "spec": {},
+                "cost_tables": {"draft_ms": [0.0, 0.4, 0.5], "verify_ms": [0.0] + [5.0] * 64}}
+
+    margins = [[3.0] * len(o) for o in ref]
+    margins[0][2] = 0.1
+    none = {"outputs": ref, "margins": margins, "output_tokens": 1, "steps": 1, "tok_per_s": 1.0, "mean_latency_s": 1}
+    cell = flow.cell_record(v, sl, 2, "adaptive", {"none": none, "adaptive": run(flipped)}, ref_path, None)
+    assert cell["real"]["tie_flips"] == 1 and cell["real"]["lossless"] and cell["reference"] == "its own outputs (tie flips)"
+    own = v.cell_dir(sl, 2, "adaptive") / "reference.jsonl"
+    assert f"--trace {own} " in cell["sim_command"] and "7, 7" in own.read_text().replace(",7", ", 7")
+    plain = flow.cell_record(v, sl, 2, "adaptive", {"none": none, "adaptive": run(ref)}, ref_path, None)
+    assert plain["reference"] == "none's outputs" and f"--trace {ref_path} " in plain["sim_command"]

@@ -186,15 +186,22 @@ def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref
 
     run, ref = runs[pol], runs[C.NONE]["outputs"]
     work = v.cell_dir(sl, bs, pol)
-    if v.cfg.synthetic:  # accepted drafts are emitted whatever they say: each run is its own reference (the history
-        # its n-gram chains were drafted from), and losslessness is not claimed
+    real = real_summary(run, ref, runs[C.NONE].get("margins"), v.tie_epsilon)
+    # A run is predicted on its own outputs where they are not `none`'s: with synthetic acceptance (accepted drafts
+    # are emitted whatever they say; losslessness is not claimed), and after a bf16 tie flip (its later chains were
+    # drafted from, and graded against, its own continuation, not `none`'s)
+    own = "synthetic acceptance" if v.cfg.synthetic else ("tie flips" if real["tie_flips"] and real["lossless"]
+                                                          else None)
+    if own:
         ref, ref_path = run["outputs"], work / "reference.jsonl"
         write_reference(sl, ref, ref_path)
+        if v.cfg.synthetic:
+            real = real_summary(run, ref)
     cell = {"engine": f"vllm-{v.build.device}", "trace": sl.trace, "policy": pol, "sim_policy": v.cfg.sim_policy(pol),
             "batch_size": bs, "requests": len(sl.ids), "output_tokens": run["output_tokens"],
             "serve": v.cfg.serve_line(pol, bs, v.build.semantics),  # the verdict's line for this setup
-            "real": real_summary(run, ref, runs[C.NONE].get("margins"), v.tie_epsilon), "load": run.get("load"),
-            "lossless_claimed": not v.cfg.synthetic,
+            "real": real, "load": run.get("load"), "lossless_claimed": not v.cfg.synthetic,
+            "reference": f"its own outputs ({own})" if own else "none's outputs",
             "loaded": bool((run.get("load") or {}).get("loaded")),
             "vllm": {k: run.get(k) for k in ("steps", "kv_capacity_tokens", "async_scheduling", "capture_sizes",
                                              "vllm_version", "device", "engine_kwargs", "env")}}
