@@ -178,6 +178,7 @@ def test_profile_dry_run():
     (["--engine", "vllm", "--dry-run", "--dummy-weights", "--vllm-model", "tests", "--vllm-drafter", "tests"],
      "--dummy-weights: --vllm-model tests has no config.json"),
     (["--synthetic-acceptance-length", "3"], "--synthetic-acceptance-length is for --engine vllm"),
+    (["--engine", "vllm", "--dry-run", "--vllm-device", "cpu", "--dummy-weights"], "--dummy-weights on the cpu build"),
     (["--dry-run"], "--dry-run is for --engine vllm"),
     (["--hybrid-spec", "{}"], "--hybrid-spec is for --engine vllm"),
 ])

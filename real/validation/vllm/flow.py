@@ -76,6 +76,8 @@ class VllmValidation:
         cfg = build.run_config(a)
         cfg.check_simulable()
         if cfg.dummy_weights:
+            if build.no_dummy_weights:
+                raise ConfigError(f"--dummy-weights on the {build.device} build: {build.no_dummy_weights}")
             check_dummy_model(cfg.model)
         chosen = ()
         if a.from_verdict is not None:
