@@ -313,6 +313,8 @@ def progress_line(c: dict) -> str:
         msg += f" (sim {p['steps']}, {100 * c['steps_error']:.1f}%)"
     if p and "predicted_error" in c:
         msg += f"  tok/s {r['tok_per_s']:.1f} (sim {p['tok_per_s']:.1f}, {100 * c['predicted_error']:.1f}%)"
+    if not c.get("lossless_claimed", True):
+        return msg + f"  tok/step {r['tokens_per_step']:.2f}  lossless not claimed"
     return msg + f"  tok/step {r['tokens_per_step']:.2f}  lossless {r['lossless']}" + (
         f" ({r['tie_flips']} tie flip(s))" if r["tie_flips"] else "")
 
@@ -380,7 +382,7 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
          f"{cfg['max_num_batched_tokens']}, temperature 0; hybrid: `--additional-config "
          f"{json.dumps(meta['hybrid_additional_config'])}`; up to {meta['limit']} requests per trace, prompts of at "
          f"most {meta['max_prompt']} tokens, max_tokens {meta['max_tokens']}.", "",
-         "Predicted: the simulator with the cell's policy on `none`'s outputs, pricing steps with the cost tables vLLM "
+         "Predicted: the simulator with the cell's policy on `none`'s outputs (or the run's own: each cell's `reference`), pricing steps with the cost tables vLLM "
          "profiled in that run (with its CUDA-graph capture sizes"
          + (f"; the other parts from {meta['complement_table']}" if meta.get("complement_table") else "") +
          ") and replaying the DSpark chains it drafted; synthetic: the synthetic DSpark profile instead of the chains."
