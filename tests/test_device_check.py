@@ -64,8 +64,9 @@ def test_quick_cpu_run_writes_both_reports(quick_run):
     assert "CODE 0 " in r.stdout, r.stdout + r.stderr[-3000:]
     doc = json.loads((out / "device_check.json").read_text())
     st = {c["key"]: c["status"] for c in doc["checks"]}
-    assert st == {"a": "pass", "b": "pass", "c": "pass", "d": "pass", "e": "skip", "f": "skip"}, doc["checks"]
-    assert doc["passed"] and doc["counts"] == {"pass": 4, "fail": 0, "skip": 2}
+    assert st == {"a": "pass", "b": "pass", "c": "pass", "d": "pass", "e": "skip", "f": "skip", "g": "pass"}, \
+        doc["checks"]
+    assert doc["passed"] and doc["counts"] == {"pass": 5, "fail": 0, "skip": 2, "info": 0}
     fig = {c["key"]: c["figures"] for c in doc["checks"]}
     hist = fig["a"]["histories"]
     assert fig["a"]["backend"] == "torch" and fig["a"]["differing_entries"] == 0
@@ -80,11 +81,15 @@ def test_quick_cpu_run_writes_both_reports(quick_run):
     assert all(s["step_ms"] > 0 and s["aten_ops"] > 50 and "kernels" not in s for s in fig["d"]["sizes"])
     assert fig["d"]["launch_counting"].startswith("skipped: no CUDA device")
     assert "CUDA" in next(c["summary"] for c in doc["checks"] if c["key"] == "e")
+    # (g) the skip fired, runcal moved its offsets, the clock kept one sample per step
+    g = fig["g"]
+    assert g["steps"] == 3 and g["skipped_passes"] >= 1 and g["clock_samples"] == 3 and g["max_float_difference"] == 0
+    assert any(b != 0 for b in g["runcal_offsets"]) and all(ms > 0 for ms in g["clock_ms"])
     assert doc["versions"]["torch"] == torch.__version__ and "gpu" in doc["versions"]
     md = (out / "device_check.md").read_text()
     assert md.index("## Versions") < md.index("## Checks") < md.index("## a. ")
     assert "| a kernels | PASS |" in md and "| e cuda_graph | SKIP |" in md and "| kind | width |" in md
-    for key in "abcdef":  # progress: a line as each check starts and one as it ends
+    for key in "abcdefg":  # progress: a line as each check starts and one as it ends
         assert sum(f"] {key} " in ln for ln in r.stderr.splitlines()) == 2, key
 
 
@@ -123,7 +128,7 @@ def test_a_spent_budget_skips_every_check(tmp_path):
     r = run_cli_inprocess(MODULE, "--quick", "--device", "cpu", "--budget-s", "1", "--out", tmp_path / "o")
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "o" / "device_check.json").read_text())
-    assert [c["status"] for c in doc["checks"]] == ["skip"] * 6
+    assert [c["status"] for c in doc["checks"]] == ["skip"] * 7
     assert all("time budget" in c["summary"] for c in doc["checks"])
 
 
@@ -192,3 +197,59 @@ def test_nothing_it_runs_imports_simpy_plotly_or_vllm(quick_run):
     r, out = quick_run
     assert "CODE 0 LOADED []" in r.stdout, r.stdout + r.stderr[-3000:]
     assert (out / "device_check.md").is_file()
+
+
+def test_an_informational_checks_failure_is_info_and_the_run_passes(monkeypatch):
+    """(f) is informational (the plugin refuses compile: true on CUDA): its failure is recorded as `info`, with why,
+    and does not fail the run; another check's failure still does."""
+    monkeypatch.setattr(runner, "CHECKS", {})
+    runner.register("f", "compile", "t", 5, 5, informational="the plugin refuses it")(
+        lambda ctx: runner.Outcome("fail", "does not compile"))
+    ctx = runner.Context(device=torch.device("cpu"), opts=SimpleNamespace(quick=True))
+    (r,) = runner.run_checks(ctx, 60.0, time.perf_counter())
+    assert r.status == "info" and r.summary == "does not compile (informational: the plugin refuses it)"
+    from real.validation.device.report import report_json
+    doc = report_json({}, [r])
+    assert doc["passed"] and doc["counts"]["info"] == 1
+
+
+WATCHED = """
+import sys, time
+from pathlib import Path
+from real.validation.device import watchdog
+prog, out = Path(sys.argv[1]), Path(sys.argv[2])
+meta = {"command": "python real/device_check.py", "device": "cpu (cpu)", "started": "now", "budget_s": 1.0,
+        "elapsed_s": 0.0, "versions": {"torch": "x"}, "options": {}}
+done = [{"key": "a", "name": "kernels", "title": "k", "status": "pass", "summary": "ok", "seconds": 0.1, "cap_s": 5.0,
+         "figures": {}, "error": None}]
+watchdog.write_progress(prog, meta, done, {"key": "b", "name": "equality", "title": "e", "cap_s": 5.0,
+                                           "started": time.time()}, [{"key": "c", "name": "sync", "title": "s"}])
+dog = watchdog.start(prog, out, float(sys.argv[3]) - watchdog.GRACE_S)
+if sys.argv[4] == "hang":
+    time.sleep(60)  # stands in for a CUDA call that never returns
+print("finished")
+"""
+
+
+def test_the_watchdog_kills_a_hung_run_and_writes_its_report(tmp_path):
+    """A run stuck past budget + grace is SIGKILLed by the watchdog process, which writes the report itself: the
+    finished check kept, the running one failed, the rest skipped; a run that ends in time is left alone."""
+    prog, out = tmp_path / "progress.json", tmp_path / "dc"
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-c", WATCHED, str(prog), str(out), "1.5", "hang"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == -9 and time.time() - t0 < 30, (r.returncode, r.stderr)
+    for _ in range(100):  # the watchdog writes just after the kill
+        if (out / "device_check.md").exists():
+            break
+        time.sleep(0.1)
+    doc = json.loads((out / "device_check.json").read_text())
+    assert [(c["key"], c["status"]) for c in doc["checks"]] == [("a", "pass"), ("b", "fail"), ("c", "skip")]
+    assert "killed by the watchdog" in doc["checks"][1]["summary"] and doc["stopped_by"] == "watchdog"
+    assert not doc["passed"] and "1 failed" in (out / "device_check.md").read_text()
+    out2 = tmp_path / "dc2"
+    r = subprocess.run([sys.executable, "-c", WATCHED, str(tmp_path / "p2.json"), str(out2), "2", "quick"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "finished" in r.stdout
+    time.sleep(3)
+    assert not out2.exists()

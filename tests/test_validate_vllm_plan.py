@@ -132,6 +132,12 @@ def test_dry_run_lists_the_checklist_and_the_profile(plan):
         assert f"  [{k}] " in text
     assert "VLLM_GPU_SYNC_CHECK=error" in text and "checks/hybrid/run.spec.json" in text \
         and "checks/none/run.spec.json" in text
+    # every hybrid variant planned (the recommended W-slot ones too) is checked, at its own W, under the sync check
+    for d in ("hybrid-slots=32", "hybrid-slots=32-skip", "hybrid-slots=32-runcal=64"):
+        (line,) = [ln for ln in text.splitlines() if f"checks/{d}/run.spec.json" in ln]
+        assert "VLLM_GPU_SYNC_CHECK=error" in line
+    (kw,) = [ln for ln in text.splitlines() if ln.strip().startswith("hybrid:slots=32:skip: LLM(")]
+    assert '"num_speculative_tokens":32' in kw and '"skip":true' in kw
     bench = [ln for ln in text.splitlines() if "bench forward" in ln]
     assert len(bench) == 2 and "--exclude-drafter" in bench[0] and "--exclude-drafter" not in bench[1]
     assert "--case verify_r1=8@72:7" in bench[0]
@@ -162,6 +168,17 @@ def test_profile_dry_run():
     (["--engine", "vllm", "--dry-run", "--policy", "ngram:slots=3"], "only hybrid takes settings"),
     (["--engine", "vllm", "--dry-run", "--vllm-device", "tpu"], "--vllm-device"),
     (["--engine", "vllm", "--dry-run", "--policy", "hybrid:compile"], "compile runs only on the CPU build"),
+    (["--engine", "vllm", "--dry-run", "--synthetic-acceptance-length", "9"], "must be in [1, 8] (1 + K), got 9"),
+    (["--engine", "vllm", "--dry-run", "--synthetic-acceptance-length", "0.5"], "must be in [1, 8]"),
+    (["--engine", "vllm", "--dry-run", "--synthetic-acceptance-rates", "0.5,0.9"], "must not increase"),
+    (["--engine", "vllm", "--dry-run", "--synthetic-acceptance-rates", "1,1.5"], "must be in [0, 1], got 1.5"),
+    (["--engine", "vllm", "--dry-run", "--synthetic-acceptance-rates", "1,x"], "expected rates separated by commas"),
+    (["--engine", "vllm", "--dry-run", "--synthetic-acceptance-length", "2", "--synthetic-acceptance-rates", "1"],
+     "give one of them"),
+    (["--engine", "vllm", "--dry-run", "--dummy-weights", "--vllm-model", "tests", "--vllm-drafter", "tests"],
+     "--dummy-weights: --vllm-model tests has no config.json"),
+    (["--synthetic-acceptance-length", "3"], "--synthetic-acceptance-length is for --engine vllm"),
+    (["--engine", "vllm", "--dry-run", "--vllm-device", "cpu", "--dummy-weights"], "--dummy-weights on the cpu build"),
     (["--dry-run"], "--dry-run is for --engine vllm"),
     (["--hybrid-spec", "{}"], "--hybrid-spec is for --engine vllm"),
 ])
@@ -283,6 +300,35 @@ def test_checklist_verdicts():
     assert st(r)[3] == "FAIL" and "margin 0.900" in r[3].detail
     # the CPU build has no device sync to check: N/A, not a PASS
     assert st(checks.evaluate(base, _hyb(), sync_check=False))[2] == "N/A"
+    r = checks.evaluate(base, _hyb(), policy="hybrid:slots=32:skip")
+    assert {x.policy for x in r} == {"hybrid:slots=32:skip"} and "(hybrid:slots=32:skip): " in r[3].line()
+
+
+def test_the_checklist_runs_every_planned_hybrid_variant_at_its_own_config(monkeypatch, tmp_path):
+    """run_checklist starts `none` and then each hybrid variant (cfg.cell: W slots, skip) under the sync check; one
+    variant that fails fails only its own items."""
+    from real.validation.vllm import cells
+    from real.validation.vllm.slices import Slice
+
+    assert checks.hybrid_variants(["none", "adaptive", "hybrid", "hybrid:slots=32", "ngram:32", "hybrid:slots=32:skip",
+                                   "hybrid"]) == ("hybrid", "hybrid:slots=32", "hybrid:slots=32:skip")
+    assert checks.hybrid_variants(["none", "adaptive"]) == ("hybrid",)
+    seen = []
+
+    def run_cell(cfg, sl, pol, bs, work, **kw):
+        seen.append((pol, cfg.num_speculative_tokens, cfg.hybrid.skip, work.name, kw["env"].get("VLLM_GPU_SYNC_CHECK")))
+        if pol == "none":
+            return {"outputs": [[1, 2, 3], [4, 5]]}
+        return _hyb(outputs=[[1, 2, 3], [4, 6]] if pol == "hybrid:slots=32:skip" else [[1, 2, 3], [4, 5]])
+
+    monkeypatch.setattr(cells, "run_cell", run_cell)
+    sl = Slice(trace="t", ids=("a", "b"), prompts=((1,), (2,)), max_tokens=(3, 2), passed_over=0)
+    res = checks.run_checklist(VllmRunConfig(), sl, tmp_path, True, 0.25, ("hybrid", "hybrid:slots=32",
+                                                                           "hybrid:slots=32:skip"))
+    assert seen == [("none", 7, False, "none", None), ("hybrid", 7, False, "hybrid", "error"),
+                    ("hybrid:slots=32", 32, False, "hybrid-slots=32", "error"),
+                    ("hybrid:slots=32:skip", 32, True, "hybrid-slots=32-skip", "error")]
+    assert len(res) == 12 and [r.policy for r in res if r.status == "FAIL"] == ["hybrid:slots=32:skip"]
 
 
 def test_table_from_bench_results_and_the_cell_report(tmp_path):
@@ -344,6 +390,11 @@ def test_table_from_bench_results_and_the_cell_report(tmp_path):
     assert "--policy vllm-ngram:32" in ng["sim_command"] and "--ngram-k" not in ng["sim_command"]  # 32: the default
     assert ng["serve"] == v.cfg.serve_line("ngram:32", 2) and '"num_speculative_tokens":32' in ng["serve"]
     assert json.loads((v.cell_dir(sl, 2, "ngram:32") / "cost_table.json").read_text())["draft"]["block"] == 7
+    # the recommended hybrid at W = 32 slots: its own tables, priced at DSpark's trained block (7), not W
+    hy = flow.cell_record(v, sl, 2, "hybrid:slots=32", dict(runs, **{"hybrid:slots=32": run(ref, 1000.0)}), ref_path,
+                          json.loads(path.read_text()))
+    assert hy["table_from"] == "hybrid:slots=32" and "slots=32" in hy["sim_policy"]
+    assert json.loads((v.cell_dir(sl, 2, "hybrid:slots=32") / "cost_table.json").read_text())["draft"]["block"] == 7
     tab = json.loads((v.cell_dir(sl, 2, "adaptive") / "cost_table.json").read_text())
     assert tab["capture_sizes"] == [1, 2, 4, 8, 16, 32, 64] and tab["verify"]["ms"][:2] == [5.01, 5.02]
     assert tab["logits_ms_per_row"] == pytest.approx(0.002, rel=1e-6)  # the complement's part
@@ -362,3 +413,101 @@ def test_table_from_bench_results_and_the_cell_report(tmp_path):
     md = (v.out / "fidelity.md").read_text()
     assert md.startswith("# Fidelity: the simulator against vLLM (CUDA)") and "| codeedit | none (none) | 2 | 3 |" in md
     assert json.loads((v.out / "fidelity.json").read_text())["cells"][1]["real"]["lossless_detail"]
+
+
+def test_the_cost_model_check_without_weights_plans_synthetic_cells(tmp_path):
+    """--dummy-weights --synthetic-acceptance-length L: every cell loads random weights and verifies with the rates
+    resolved for its own K (7, or 32 for vLLM's n-gram at 32), the simulator is told the same rates, each cell is its
+    own reference, and the checklist verifies as vLLM does by default (it checks losslessness). A W-slot hybrid cannot
+    run it yet (flow.WIDE_SYNTHETIC): refused when asked for, left out of the defaults with a note."""
+    code, _, err = _run(validate_main, ["--engine", "vllm", "--dry-run", "--quick", "--synthetic-acceptance-length",
+                                        "3", "--policy", "hybrid:slots=32", "--out", str(tmp_path / "w")])
+    assert code == 2 and "policy 'hybrid:slots=32' with synthetic acceptance" in err and len(err.splitlines()) == 1
+    code, text, err = _run(validate_main, ["--engine", "vllm", "--dry-run", "--quick", "--dummy-weights",
+                                           "--synthetic-acceptance-length", "3", "--batch-size", "4",
+                                           "--out", str(tmp_path / "o")])
+    assert code == 0, err
+    assert "note: leaving out hybrid:slots=32, hybrid:slots=32:skip, hybrid:slots=32:runcal=64" in err
+    assert "losslessness is not claimed" in text and "vllm" not in sys.modules
+    assert "hybrid:slots=32" not in text.split("policies (vLLM -> simulator): ")[1].splitlines()[0]
+    kw = [json.loads(ln.split("LLM(**", 1)[1][:-1]) for ln in text.splitlines() if ln.startswith("    LLM(**")]
+    assert kw and all(k["load_format"] == "dummy" for k in kw)
+    spec = {(k["speculative_config"]["method"], k["speculative_config"]["num_speculative_tokens"]):
+            k["speculative_config"] for k in kw if "speculative_config" in k}
+    assert spec["dspark", 7]["rejection_sample_method"] == "synthetic"
+    assert spec["dspark", 7]["synthetic_acceptance_rates"] == [1, 1] + [0] * 5
+    assert spec["ngram", 32]["synthetic_acceptance_rates"] == [1, 1] + [0] * 30
+    checklist = [ln for ln in text.splitlines() if ln.strip().startswith(("hybrid: LLM(", "none: LLM("))]
+    assert len(checklist) == 2 and all("synthetic" not in ln and "dummy" in ln for ln in checklist)
+    (pred,) = [ln for ln in text.splitlines() if "predicted:" in ln and "/ngram-32/" in ln]
+    assert "--synthetic-acceptance 1,1,0," in pred and "ngram-32/reference.jsonl" in pred
+
+
+def test_a_synthetic_cell_is_its_own_reference_and_claims_no_losslessness(tmp_path):
+    from real.validation.options import ValidateOptions
+    from real.validation.vllm import flow
+    from real.validation.vllm.slices import write_reference
+
+    a = ValidateOptions(engine="vllm", quick=True, policy=("none", "adaptive"), batch_size=(2,),
+                        out=str(tmp_path / "v"), trace=("traces/codeedit.jsonl",), limit=2, max_tokens=12,
+                        vllm={"synthetic_acceptance_rates": "1,0.5"})
+    v = flow.VllmValidation.from_args(a)
+    sl = v.build.load_slice("traces/codeedit.jsonl", 2, v.max_prompt, 12, 0, v.cfg)
+    ref = [list(range(100, 100 + m)) for m in sl.max_tokens]
+    own = [[7] * m for m in sl.max_tokens]  # synthetic acceptance emitted the drafts: other tokens than `none`'s
+    ref_path = v.out / sl.stem / "bs2" / "reference.jsonl"
+    write_reference(sl, ref, ref_path)
+    n = sum(map(len, own))
+    run = {"policy": "adaptive", "outputs": own, "output_tokens": n, "wall_s": 1.0, "tok_per_s": n, "steps": 9,
+           "mean_latency_s": 0.5, "kv_capacity_tokens": 400000, "async_scheduling": True, "capture_sizes": [],
+           "request_ids": list(sl.ids), "drafts": [], "spec": {},
+           "cost_tables": {"draft_ms": [0.0, 0.4, 0.5], "verify_ms": [0.0] + [5.0] * 64}}
+    runs = {"none": {"outputs": ref, "output_tokens": n, "steps": n, "tok_per_s": 1.0, "mean_latency_s": 1.0},
+            "adaptive": run}
+    cell = flow.cell_record(v, sl, 2, "adaptive", runs, ref_path, None)
+    assert cell["lossless_claimed"] is False and cell["real"]["lossless"]
+    assert (v.cell_dir(sl, 2, "adaptive") / "reference.jsonl").is_file()
+    assert "--synthetic-acceptance 1,0.5,0,0,0,0,0 " in cell["sim_command"]
+    # 1 + 1 + 0.5 tokens per request per step, within sampling error: the simulator accepted by the rates
+    assert 1.2 < cell["predicted"]["tokens_per_step"] / 2 < 2.8
+    md = flow.format_md([cell], {"all_lossless": True, "tie_flips": 0, "within_3pct": 0, "predicted_cells": 1,
+                                 "median_steps_error": 0.0, "max_steps_error": 0.0},
+                        {"config": v.cfg.to_json(), "machine": {}, "timed": False, "command": "x", "vllm_version": "0.32",
+                         "semantics": "0.32", "sim_model": "smollm2-135m", "hybrid_additional_config": {}, "limit": 2,
+                         "max_prompt": 800, "max_tokens": 12, "tie_epsilon": 0.25, "checklist": []})
+    assert "losslessness is not claimed" in md and "Lossless: not claimed" in md and "| not claimed |" in md
+
+
+def test_a_cell_with_a_tie_flip_is_predicted_on_its_own_outputs(tmp_path):
+    """After a bf16 tie flip a run's later chains were drafted from its own continuation: the cell is predicted (and
+    its chains graded) on its own outputs, not `none`'s; a cell without one keeps `none`'s."""
+    from real.validation.options import ValidateOptions
+    from real.validation.vllm import flow
+    from real.validation.vllm.slices import write_reference
+
+    a = ValidateOptions(engine="vllm", quick=True, policy=("none", "adaptive"), batch_size=(2,),
+                        out=str(tmp_path / "v"), trace=("traces/codeedit.jsonl",), limit=2, max_tokens=6)
+    v = flow.VllmValidation.from_args(a)
+    sl = v.build.load_slice("traces/codeedit.jsonl", 2, v.max_prompt, 6, 0, v.cfg)
+    ref = [list(range(100, 100 + m)) for m in sl.max_tokens]
+    flipped = [list(o) for o in ref]
+    flipped[0][2:] = [7] * (len(flipped[0]) - 2)  # a tie at position 2, then its own continuation
+    ref_path = v.out / sl.stem / "bs2" / "reference.jsonl"
+    write_reference(sl, ref, ref_path)
+
+    def run(outputs):
+        n = sum(map(len, outputs))
+        return {"policy": "adaptive", "outputs": outputs, "output_tokens": n, "wall_s": 1.0, "tok_per_s": n, "steps": 5,
+                "mean_latency_s": 0.5, "kv_capacity_tokens": 400000, "async_scheduling": True, "capture_sizes": [],
+                "request_ids": list(sl.ids), "drafts": [], "spec": {},
+                "cost_tables": {"draft_ms": [0.0, 0.4, 0.5], "verify_ms": [0.0] + [5.0] * 64}}
+
+    margins = [[3.0] * len(o) for o in ref]
+    margins[0][2] = 0.1
+    none = {"outputs": ref, "margins": margins, "output_tokens": 1, "steps": 1, "tok_per_s": 1.0, "mean_latency_s": 1}
+    cell = flow.cell_record(v, sl, 2, "adaptive", {"none": none, "adaptive": run(flipped)}, ref_path, None)
+    assert cell["real"]["tie_flips"] == 1 and cell["real"]["lossless"] and cell["reference"] == "its own outputs (tie flips)"
+    own = v.cell_dir(sl, 2, "adaptive") / "reference.jsonl"
+    assert f"--trace {own} " in cell["sim_command"] and "7, 7" in own.read_text().replace(",7", ", 7")
+    plain = flow.cell_record(v, sl, 2, "adaptive", {"none": none, "adaptive": run(ref)}, ref_path, None)
+    assert plain["reference"] == "none's outputs" and f"--trace {ref_path} " in plain["sim_command"]

@@ -155,3 +155,46 @@ def test_recorder_keeps_device_copies_and_positions():
     assert recorder.collect(worker) == []  # collected once
     no_spec = types.SimpleNamespace(model_runner=types.SimpleNamespace(req_states=rs, speculator=None))
     assert recorder.attach(no_spec) is False
+
+
+def test_recorder_keeps_the_plugins_chain_choice_per_live_row():
+    """The wrapped HybridDrafter.propose keeps each live step's use_ngram and ngram_len with the batch's request ids
+    and output positions (device clones); a padded step (warm-up, profiling) records nothing."""
+    from real.validation.vllm import recorder
+
+    class T:
+        def __init__(self, a):
+            self.np, self.gpu = np.asarray(a, dtype=np.int32), torch.tensor(a, dtype=torch.int32)
+
+    rs = types.SimpleNamespace(prompt_len=T([5, 7, 9]), total_len=T([8, 7, 15]))
+    worker = types.SimpleNamespace(model_runner=types.SimpleNamespace(req_states=rs, speculator=object()))
+    recorder._STATE.update(req_states=rs, choices=[], batch=(["r2", "r0"], np.array([2, 0])), padded=False)
+    p = types.SimpleNamespace(use_ngram=torch.tensor([True, False]), ngram_len=torch.tensor([12, 0]))
+    recorder._record_choice(p, rs.total_len.gpu)
+    p.use_ngram[0] = False  # the plugin's buffers change later: the record holds copies
+    recorder._STATE["padded"] = True
+    recorder._record_choice(p, rs.total_len.gpu)  # a padded step: left out
+    recorder._STATE["padded"] = False
+    assert recorder.collect_choices(worker) == [["r2", 6, True, 12], ["r0", 3, False, 0]]
+    assert recorder.collect_choices(worker) == []
+
+
+def test_the_wrapped_plugin_records_live_steps_and_not_its_warm_up(monkeypatch):
+    from real.validation.device.state import drafter, step, step_plan
+    from real.validation.vllm import recorder
+    from real.vllm_plugin.hybrid import HybridDrafter
+
+    monkeypatch.setattr(HybridDrafter, "propose", HybridDrafter.propose)  # restored after the test
+    monkeypatch.setattr(HybridDrafter, "padded_step", HybridDrafter.padded_step)
+    recorder._install_choices()
+    plan = step_plan(3, 5, 16, 7, 768, 2, 0)
+    rs = types.SimpleNamespace(prompt_len=types.SimpleNamespace(np=plan.prompt_len.numpy()))
+    slots = plan.idx.numpy()
+    recorder._STATE.update(req_states=rs, choices=[], batch=([f"q{s}" for s in slots], slots), padded=False)
+    d = drafter(plan, torch.device("cpu"))  # its warm-up runs padded steps: nothing recorded
+    assert recorder._STATE["choices"] == []
+    _, _, p = step(d, plan, 0)
+    got = recorder.collect_choices(None)
+    want_pos = (plan.totals[0].numpy()[slots] - plan.prompt_len.numpy()[slots]).tolist()
+    assert [g[0] for g in got] == [f"q{s}" for s in slots] and [g[1] for g in got] == want_pos
+    assert [g[2] for g in got] == p.use_ngram.tolist() and [g[3] for g in got] == p.ngram_len.tolist()

@@ -338,3 +338,21 @@ def test_the_plugin_publishes_its_tail_past_the_chosen_chain():
     assert bool((zero.conf[past] == 0).all()) and bool((with_tail.conf[past] == 0.25).all())
     assert torch.equal(zero.conf[~past], with_tail.conf[~past])
     assert ph.FILLER_TOKEN == 0
+
+
+def test_dspark_block_reads_nested_dflash_then_eagle_config_first_as_vllm_does():
+    """vLLM 0.33 reads a Qwen3 DSpark value from dflash_config, then eagle_config, then the top level: a block kept
+    only in a nested section is DSpark's block (else the plugin would build DSpark at W tokens)."""
+    from real.vllm_plugin.config import HybridSpecConfig, trained_block
+
+    assert HybridSpecConfig.dspark_block(NS(dflash_config={"block_size": 5}), 32) == 5
+    assert HybridSpecConfig.dspark_block(NS(eagle_config={"block_size": 6}, block_size=9), 32) == 6
+    assert trained_block({"dflash_config": {"block_size": 5}, "eagle_config": {"block_size": 6}, "block_size": 9}) == 5
+    assert trained_block({"dflash_config": {"dspark_block_size": 4}, "block_size": 9}) == 9  # each name everywhere first
+    assert trained_block({"eagle_config": NS(dspark_block_size=3)}) == 3 and trained_block({}) is None
+    with pytest.raises(ConfigError, match=r"dflash_config.block_size 0"):
+        trained_block({"dflash_config": {"block_size": 0}})
+    monkey = _vllm_config(32, None)
+    monkey.speculative_config.draft_model_config.hf_config = NS(dflash_config={"block_size": 40})
+    with pytest.raises(ConfigError, match=r"smaller than DSpark's trained block \(40\)"):
+        plugin.hybrid_config(monkey)

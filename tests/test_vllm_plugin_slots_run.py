@@ -20,6 +20,14 @@ def _checkpoint(d, block=7, layers=2, arch="Qwen3DSparkModel", extra=None):
     return d
 
 
+def test_drafter_info_reads_a_block_kept_in_dflash_config(tmp_path):
+    d = tmp_path / "nested"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": ["Qwen3DSparkModel"], "num_hidden_layers": 1,
+                                               "dflash_config": {"block_size": 5, "mask_token_id": 3}}))
+    assert drafter_info(str(d))["block"] == 5
+
+
 def test_drafter_info_reads_block_layers_and_source(tmp_path):
     d = _checkpoint(tmp_path / "dspark-v2-vllm", block=5, layers=2,
                     extra={"hybridspec.json": json.dumps({"source": "dspark-v2.pt sha256 abc"})})
@@ -197,3 +205,24 @@ def test_a_missing_default_directory_says_how_it_is_made(tmp_path, monkeypatch):
         drafter_info(checkpoints.default_drafter())
     with pytest.raises(ConfigError, match=r"no config.json\)$"):  # another path: no recipe to give
         drafter_info(str(tmp_path / "elsewhere"))
+
+
+def test_a_hybrid_cells_table_prices_dspark_at_its_block_and_adaptives_at_w(monkeypatch, tmp_path):
+    """The hybrid at W slots drafts K_b per request (the plugin), vLLM's own DSpark at W drafts W: the table's draft
+    block follows the run it came from (an `ngram` cell prices with adaptive's)."""
+    from real.validation import vllm_slots
+    from real.validation.vllm import cells
+
+    seen = []
+
+    def table(cfg, run, path, complement=None, *, block):
+        seen.append(block)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(cells, "cost_table", table)
+    hyb, ada = {"cost_tables": {"draft_ms": [0.0]}}, {"cost_tables": {"draft_ms": [0.0]}}
+    for pol, run, table_run in (("hybrid", hyb, hyb), ("adaptive", ada, ada), ("ngram", {}, ada)):
+        cfg = run_config(8192, 0, 32, pol)
+        pred = vllm_slots.cell_prediction(cfg, None, pol, 1, run, [], tmp_path / "r", tmp_path, 0, table_run, 7, "0.33")
+        assert pred == {"error": "RuntimeError: stop here"}
+    assert seen == [7, 32, 32]

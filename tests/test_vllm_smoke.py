@@ -87,3 +87,26 @@ def test_steps_run_in_order_with_the_gpu_work_faked(tmp_path, monkeypatch):
     for name in ("plan", "checklist", "bench"):
         assert f"== {name} (cap " in r.stdout and f"$ {steps[name]['command']}" in r.stdout
     assert "[d] FAIL" in r.stdout and "2 of 3 steps passed" in r.stdout
+
+
+def test_a_missing_plugin_entry_point_is_refused_in_one_line(monkeypatch):
+    """vLLM 0.33 and a GPU present but the checkout never `pip install -e`'d: one line before any GPU work (else every
+    hybrid cell would run plain DSpark); and the entry point named is pyproject's."""
+    import tomllib
+    from importlib import metadata
+
+    from real.vllm_plugin import versions
+    from sim.infra.errors import ConfigError
+
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    assert eps[versions.ENTRY_POINT_GROUP] == dict([versions.ENTRY_POINT])
+    monkeypatch.setattr(vllm_smoke, "installed_build", lambda: ("vllm", "0.33.0"))
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [])
+    with pytest.raises(ConfigError) as e:
+        vllm_smoke.preflight()
+    msg = str(e.value)
+    assert "\n" not in msg and "entry point" in msg and "plain DSpark" in msg and "pip install -e '.[vllm]'" in msg
+    ep = metadata.EntryPoint(versions.ENTRY_POINT[0], versions.ENTRY_POINT[1], versions.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [ep] if group == versions.ENTRY_POINT_GROUP else [])
+    vllm_smoke.preflight()  # everything present: no error

@@ -183,17 +183,21 @@ def _hub_config(repo: str) -> dict:
     return read_json(path, CONFIG, CHECKPOINT_SCHEMA, what=f"--drafter {repo}:")
 
 
-CHECKPOINT_SCHEMA = Obj({"architectures": Opt(Maybe(List(Str(max_len=200), hi=16))),
-                         "block_size": Opt(Maybe(Int(1, 1024))), "dspark_block_size": Opt(Maybe(Int(1, 1024))),
+_BLOCKS = {"block_size": Opt(Maybe(Int(1, 1024))), "dspark_block_size": Opt(Maybe(Int(1, 1024)))}
+CHECKPOINT_SCHEMA = Obj({"architectures": Opt(Maybe(List(Str(max_len=200), hi=16))), **_BLOCKS,
+                         # vLLM reads a DSpark block from these first (real/vllm_plugin/config.py trained_block)
+                         "dflash_config": Opt(Maybe(Obj(_BLOCKS))), "eagle_config": Opt(Maybe(Obj(_BLOCKS))),
                          "num_hidden_layers": Opt(Maybe(Int(1, 10**4)))},
                         expected="a model's config.json (a JSON object)")
 
 
 def _checkpoint_info(path: str, name: str, cfg: dict, source: str) -> dict:
-    """The report's record of a DSpark checkpoint config (its block: block_size, or dspark_block_size)."""
-    block = cfg.get("block_size", cfg.get("dspark_block_size"))
+    """The report's record of a DSpark checkpoint config (its block: the plugin's trained_block, nested first)."""
+    from real.vllm_plugin.config import trained_block
+
+    block = trained_block(cfg)
     archs = cfg.get("architectures") or []
-    if not any("DSpark" in str(a) for a in archs) or not isinstance(block, int) or isinstance(block, bool):
+    if not any("DSpark" in str(a) for a in archs) or block is None:
         raise ConfigError(f"--drafter {path}: not a DSpark checkpoint (architectures {cfg.get('architectures')}, "
                           f"block_size {cfg.get('block_size')})")
     return {"path": path, "name": name, "block": block, "layers": cfg.get("num_hidden_layers"), "source": source}
@@ -222,7 +226,9 @@ def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: 
     from real.validation.vllm.cells import cost_table, drafts_file, predict
 
     try:
-        table = cost_table(cfg, table_run, work / "cost_table.json")
+        # DSpark drafted K_b per request in a hybrid run (the plugin), W in adaptive's (vLLM's own DSpark at W)
+        table = cost_table(cfg, table_run, work / "cost_table.json",
+                           block=block if table_run is run and pol == "hybrid" else cfg.num_speculative_tokens)
         drafts = width = None
         if pol in ("adaptive", "hybrid"):  # the DSpark chains vLLM drafted: K_b wide for the hybrid, W for adaptive
             width = block if pol == "hybrid" else cfg.num_speculative_tokens

@@ -33,7 +33,7 @@ from real.validation.device.versions import version_lines, versions
 from real.validation.vllm import bench
 from real.validation.vllm import config as C
 from real.vllm_plugin.config import SUPPORTED_VLLM
-from real.vllm_plugin.versions import installed_build
+from real.vllm_plugin.versions import installed_build, plugin_entry_point_missing
 from sim.infra import paths
 from sim.infra.cli import ArgumentParser, check_in_file, check_out_dir, finite_float, write_whole
 from sim.infra.cuda import no_cuda_reason
@@ -155,7 +155,8 @@ STEPS = (
 
 
 def preflight() -> None:
-    """One ConfigError line unless vLLM 0.33.x is installed and torch sees a CUDA GPU."""
+    """One ConfigError line unless vLLM 0.33.x is installed, the plugin's entry point with it, and torch sees a CUDA
+    GPU."""
     import torch
 
     got = installed_build()
@@ -169,6 +170,8 @@ def preflight() -> None:
     if missing:
         raise ConfigError(f"the vLLM smoke test needs vLLM {SUPPORTED_VLLM}.x and a CUDA GPU (an H100): "
                           f"{'; '.join(missing)}; {C.INSTALL_HINT}")
+    if why := plugin_entry_point_missing():  # else checklist (a) finds it, minutes and a model download later
+        raise ConfigError(f"the vLLM smoke test: {why}")
 
 
 def smoke(out: Path, trace: str, budget_s: float, force: bool) -> int:

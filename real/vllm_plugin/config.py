@@ -68,16 +68,10 @@ class HybridSpecConfig(PluginSettings):
 
     @staticmethod
     def dspark_block(draft_hf_config, default: int) -> int:
-        """DSpark's trained block K_b: the drafter config's block_size (or dspark_block_size); `default` (vLLM's
+        """DSpark's trained block K_b: the drafter config's block (trained_block); `default` (vLLM's
         num_speculative_tokens) when the checkpoint names none."""
-        block = getattr(draft_hf_config, "block_size", None)
-        if block is None:
-            block = getattr(draft_hf_config, "dspark_block_size", None)
-        if block is None:
-            return int(default)
-        if not isinstance(block, int) or isinstance(block, bool) or block < 1:
-            raise ConfigError(f"the DSpark drafter's config has block_size {block!r}; expected a positive integer")
-        return block
+        block = trained_block(draft_hf_config)
+        return int(default) if block is None else block
 
     def resolve_slots(self, num_speculative_tokens: int, block: int) -> int:
         """W for a vLLM config with `num_speculative_tokens` and a DSpark drafter trained at `block`: one
@@ -121,3 +115,30 @@ class HybridSpecConfig(PluginSettings):
             raise ConfigError(f"additional_config.{ADDITIONAL_CONFIG_KEY}: unknown field(s) {', '.join(unknown)}; "
                               f"known: {', '.join(sorted(known))}")
         return cls(**dict(body))
+
+
+# Where a DSpark checkpoint may keep its block, in vLLM 0.33's precedence (config/speculative.py reads a Qwen3 DSpark
+# value from dflash_config, then eagle_config, then the top level); each name is looked up everywhere before the next.
+BLOCK_SECTIONS = ("dflash_config", "eagle_config", None)
+BLOCK_NAMES = ("block_size", "dspark_block_size")
+
+
+def trained_block(draft_config) -> int | None:
+    """DSpark's trained block named by a drafter config (a transformers config or a config.json's dict): the first
+    of BLOCK_NAMES found in BLOCK_SECTIONS order; None when it names none; ConfigError unless a positive integer.
+    Nested first: a checkpoint that keeps its block only in dflash_config must not be read as having none (the
+    plugin would then build DSpark at W tokens, silently)."""
+    def get(obj, name):
+        return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+    for name in BLOCK_NAMES:
+        for section in BLOCK_SECTIONS:
+            holder = draft_config if section is None else get(draft_config, section)
+            block = None if holder is None else get(holder, name)
+            if block is None:
+                continue
+            if not isinstance(block, int) or isinstance(block, bool) or block < 1:
+                where = name if section is None else f"{section}.{name}"
+                raise ConfigError(f"the DSpark drafter's config has {where} {block!r}; expected a positive integer")
+            return block
+    return None

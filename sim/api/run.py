@@ -27,6 +27,7 @@ from sim.infra.paths import bundled
 from sim.infra.cli import ArgumentParser, check_out_dir, finite_float
 from sim.infra.fsio import atomic_dir, die_with_parent, forking_workers, out_guard, refuse_in_the_way
 from sim.infra.html_page import add_plotly_flag, check_asset
+from sim.core.drafters.synthetic import rates_of
 from sim.core.cost import make_cost_model
 from sim.core.drafters.calibration import NgramCalibrator
 from sim.core.drafters.model import ModelDrafterProfile, load_drafter_profile, load_recorded_drafts
@@ -106,11 +107,13 @@ def prepare(setup: SimSetup, progress: bool = False, profile: ModelDrafterProfil
         unknown = sorted(set(recorded) - {r.id for r in reqs})
         if unknown:
             raise ConfigError(f"{setup.drafts}: recorded drafts for {len(unknown)} request(s) not in the trace, e.g. '{unknown[0]}'")
+    synthetic = rates_of(setup.synthetic_acceptance)  # vLLM's synthetic acceptance decides every chain's
     if pick_streaming(setup.draft_tables, reqs, profile.block, ngram_cfg.k):
-        tables = StreamingTables(reqs, ngram_cfg, profile, calib, seed=setup.seed, recorded=recorded)
+        tables = StreamingTables(reqs, ngram_cfg, profile, calib, seed=setup.seed, recorded=recorded,
+                                 synthetic=synthetic)
     else:
         tables = cached_draft_tables(reqs, ngram_cfg, profile, calib, seed=setup.seed, progress=progress,
-                                     recorded=recorded)
+                                     recorded=recorded, synthetic=synthetic)
     if trace.length_only and any(n not in DEFAULT_DRAFTERS for n in parse_drafters(setup.drafters)):
         raise ConfigError(f"{setup.trace}: --drafters {setup.drafters}: a live drafter (suffix) proposes from the "
                           "request's tokens, and this trace has lengths only")

@@ -33,6 +33,7 @@ from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
 from sim.core.drafters.registry import (add_drafter_flags, collect_drafter_flags, parse_drafter_config,
                                         parse_drafter_list)
 from sim.core.drafters.stream import parse_draft_tables
+from sim.core.drafters.synthetic import parse_rates
 from sim.core.models import gpu_name
 from sim.infra.errors import ConfigError
 from sim.core.vllm import (DEFAULT_VLLM_VERSION, MIN_RATE, SCHEDULERS, VLLM_VERSIONS, parse_rate, parse_scheduler,
@@ -97,6 +98,10 @@ class DrafterConfig:
     drafter: str = opt("dspark-qwen3-b7", "model-drafter profile: a name in models/drafters/ or a path to a "
                        "profile .json")
     drafts: str | None = opt(None, "recorded model drafts (JSONL sidecar) to replay exactly")
+    synthetic_acceptance: str | None = opt(None, "vLLM's synthetic rejection sampling: unconditional per-position "
+                                           "acceptance rates R1,R2,... (non-increasing, in [0, 1]; later positions 0) "
+                                           "accept every drafter's chain by position, whatever it proposes "
+                                           "(sim/core/drafters/synthetic.py)", grid=None, parse=parse_rates)
     calibrator: str = opt(DEFAULT_CALIBRATOR, "n-gram calibrator in models/calibrators/ (or a file)")
     ngram_k: int = opt(32, "n-gram chain length", min=1, max=256)  # NgramConfig's bound (sim/core/drafters/ngram.py)
     draft_tables: str = opt("auto", "draft tables: whole (built for the whole trace up front, cached on disk), stream "

@@ -8,7 +8,9 @@
   sync       (c) no host synchronisation in the step
   timing     (d) the step's time and CUDA launch count at 1, 8, 32 and 256 requests
   graphs     (e) the step captured as a CUDA graph: replay against eager
-  compiled   (f) `compile: true` (HybridSpecConfig.compile) on the device
+  compiled   (f) `compile: true` (HybridSpecConfig.compile) on the device (informational: refused on CUDA)
+  variants   (g) the skip, runcal and the plugin's step timers (StepClock), device against CPU
+  watchdog   the hard stop a blocking CUDA call cannot hold up: a process that kills the run and writes its report
   versions   the hardware and software the report names at its top
   report     device_check.json and device_check.md
   main       the command's options and its run

@@ -5,9 +5,10 @@
                                 [--equal-reqs 8] [--equal-history 4096] [--positions 256] [--only a,b,...] [--seed 0]
 
 For a borrowed H100/H200 with torch (>= 2.11, CUDA, Triton) and no vLLM, no network: the checks of this package
-(a kernels, b equality, c sync, d timing, e cuda_graph, f compile; each module's docstring says what it does and
-when it passes), each pass / fail / skip with its figures, in key order, each within its cap and all within
---budget-s (runner.py), progress on stderr. Without a CUDA device (or with --device cpu) the parts that can run on
+(a kernels, b equality, c sync, d timing, e cuda_graph, f compile (informational), g variants; each module's
+docstring says what it does and when it passes), each pass / fail / skip / info with its figures, in key order, each
+within its cap and all within --budget-s (runner.py; a watchdog process kills a run hung in a device call at
+--budget-s + 30 s and writes the report itself: watchdog.py), progress on stderr. Without a CUDA device (or with --device cpu) the parts that can run on
 the CPU do (the n-gram match by its torch version, the step's equality and determinism, its time; launch counting,
 CUDA graphs and the CUDA compile are skipped with the reason). --quick shrinks every size (the tests' CPU run).
 Writes DIR/device_check.json and DIR/device_check.md whole (a temporary folder renamed into place; other files in
@@ -20,16 +21,19 @@ import datetime as _dt
 import json
 import shlex
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from real.validation.device import compiled, equality, graphs, kernels, sync, timing  # noqa: F401 - registers them
+from real.validation.device import compiled, equality, graphs, kernels, sync, timing, variants  # noqa: F401 - registers them
 from real.validation.device.options import BUDGET_S, DeviceCheckOptions
 from real.validation.device.report import report_json, report_md
+from real.validation.device import watchdog
 from real.validation.device.runner import CHECKS, Context, run_checks, say
+from real.validation.device.watchdog import write_progress
 from real.validation.device.versions import version_lines, versions
 from sim.infra.cli import SEED, ArgumentParser, check_out_dir, finite_float, int_at_least
 from sim.infra.errors import ConfigError
@@ -106,17 +110,31 @@ def device_check(o: DeviceCheckOptions) -> int:
         for line in version_lines(v):
             say(line)
         started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        results = run_checks(Context(device=device, opts=o), o.budget_s, t0, o.only)
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         meta = {"command": shlex.join(["python", "real/device_check.py", *o.argv]), "device": f"{device} ({name})",
-                "started": started, "budget_s": o.budget_s, "elapsed_s": round(time.perf_counter() - t0, 1),
+                "started": started, "budget_s": o.budget_s, "elapsed_s": 0.0,
                 "versions": v, "options": {k: list(x) if isinstance(x, tuple) else x for k, x in asdict(o).items()}}
+        with tempfile.TemporaryDirectory(prefix="device-check-") as tmpdir:
+            prog = Path(tmpdir) / "progress.json"
+
+            def progress(done, current, pending):
+                write_progress(prog, meta, [r.to_json() for r in done], current, pending)
+
+            progress([], None, [])
+            dog = watchdog.start(prog, out, o.budget_s - (time.perf_counter() - t0))  # the hard stop (watchdog.py)
+            try:
+                results = run_checks(Context(device=device, opts=o), o.budget_s, t0, o.only, progress)
+            finally:
+                dog.kill()
+                dog.wait()
+        meta["elapsed_s"] = round(time.perf_counter() - t0, 1)
         doc = report_json(meta, results)
         with atomic_dir(out, keep=lambda n: n not in OUTPUTS) as tmp:
             (Path(tmp) / OUTPUTS[0]).write_text(json.dumps(doc, indent=1, default=str) + "\n")
             (Path(tmp) / OUTPUTS[1]).write_text(report_md(doc))
     c = doc["counts"]
-    print(f"device check: {c['pass']} passed, {c['fail']} failed, {c['skip']} skipped in {meta['elapsed_s']:.0f} s "
+    info = f", {c['info']} informational" if c["info"] else ""
+    print(f"device check: {c['pass']} passed, {c['fail']} failed, {c['skip']} skipped{info} in {meta['elapsed_s']:.0f} s "
           f"-> {Path(o.out) / OUTPUTS[1]}")
     for r in results:
         print(f"  {r.key} {r.name:10s} {r.status.upper():4s} {r.summary}")

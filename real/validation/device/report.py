@@ -44,7 +44,8 @@ def report_md(doc: dict) -> str:
     c = doc["counts"]
     lines = ["# Device check: the vLLM plugin's device code", "",
              f"`{doc['command']}` on {doc['device']}, {doc['started']}; {doc['elapsed_s']:.0f} s of a "
-             f"{doc['budget_s']:.0f} s budget. **{c['pass']} passed, {c['fail']} failed, {c['skip']} skipped.**", "",
+             f"{doc['budget_s']:.0f} s budget. **{c['pass']} passed, {c['fail']} failed, {c['skip']} skipped"
+             f"{', %d informational' % c['info'] if c.get('info') else ''}.**", "",
              "## Versions", ""]
     lines += [f"- {k}: {'none' if v is None else v}" for k, v in doc["versions"].items()]
     lines += ["", "## Checks", "", "| check | status | seconds | summary |", "|---|---|---:|---|"]

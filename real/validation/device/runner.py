@@ -10,7 +10,8 @@ calls them in key order. Time (seconds, time.perf_counter):
     hard stop   at cap + GRACE_S a SIGALRM raises CheckTimeout (a BaseException, so library code that catches
                 Exception cannot swallow it) in the main thread: the check is recorded as failed ("ran past its cap")
 
-so the run ends by budget_s + GRACE_S - RESERVE_S < budget_s, plus the report's writing. An exception in a check is
+so the run ends by budget_s + GRACE_S - RESERVE_S < budget_s, plus the report's writing. A call that never gives
+Python control back (a blocking CUDA call) is stopped by watchdog.py, a separate process, at budget_s + 30 s. An exception in a check is
 that check's failure with a one-line reason (the traceback is kept in the JSON); the run goes on with the next one.
 A failed or stopped check keeps the figures it put in `ctx.partial` as it went (and its `phase`, named in the line).
 """
@@ -30,7 +31,7 @@ import torch
 if TYPE_CHECKING:
     from real.validation.device.options import DeviceCheckOptions
 
-STATUSES = ("pass", "fail", "skip")
+STATUSES = ("pass", "fail", "skip", "info")  # info: an informational check's failure (`register`), never the exit
 RESERVE_S = 15.0  # kept back from every cap: the hard stop's grace and the report's writing
 GRACE_S = 10.0    # between a check's cap (it stops starting parts) and the hard stop
 MIN_START_S = 5.0  # a check is not started with less than this left
@@ -79,17 +80,19 @@ class Check:
     cap_s: float
     quick_cap_s: float
     fn: Callable[["Context"], Outcome]
+    informational: str | None = None  # why its failure does not fail the run (None: it does)
 
 
 CHECKS: dict[str, Check] = {}
 
 
-def register(key: str, name: str, title: str, cap_s: float, quick_cap_s: float):
-    """Register `fn(ctx) -> Outcome` as check `key` (its letter in the report)."""
+def register(key: str, name: str, title: str, cap_s: float, quick_cap_s: float, informational: str | None = None):
+    """Register `fn(ctx) -> Outcome` as check `key` (its letter in the report). informational: why a failure of it
+    is a finding, not a fault (it is then recorded as `info`, and the exit status ignores it)."""
     def deco(fn: Callable[["Context"], Outcome]) -> Callable[["Context"], Outcome]:
         if key in CHECKS:
             raise ValueError(f"device check {key!r} is registered twice")
-        CHECKS[key] = Check(key, name, title, float(cap_s), float(quick_cap_s), fn)
+        CHECKS[key] = Check(key, name, title, float(cap_s), float(quick_cap_s), fn, informational)
         return fn
     return deco
 
@@ -163,13 +166,20 @@ def _settle(ctx: Context) -> None:
             pass
 
 
-def run_checks(ctx: Context, budget_s: float, t0: float, only: tuple[str, ...] = ()) -> list[CheckResult]:
-    """Run every registered check (or those in `only`) in key order within `budget_s` seconds from t0."""
+def run_checks(ctx: Context, budget_s: float, t0: float, only: tuple[str, ...] = (),
+               progress: Callable[[list[CheckResult], dict | None, list[dict]], None] | None = None
+               ) -> list[CheckResult]:
+    """Run every registered check (or those in `only`) in key order within `budget_s` seconds from t0; progress(done,
+    running, pending) is told before each check and at the end (the watchdog's progress file)."""
     out = []
-    for key in sorted(CHECKS):
+    keys = [k for k in sorted(CHECKS) if not only or k in only]
+
+    def tell(current: dict | None, after: list[str]) -> None:
+        if progress is not None:
+            progress(out, current, [{"key": k, "name": CHECKS[k].name, "title": CHECKS[k].title} for k in after])
+
+    for i, key in enumerate(keys):
         chk = CHECKS[key]
-        if only and key not in only:
-            continue
         cap = min(chk.quick_cap_s if ctx.quick else chk.cap_s, budget_s - (time.perf_counter() - t0) - RESERVE_S)
         if cap < MIN_START_S:
             say(f"{key} {chk.name}: SKIP (the time budget of {budget_s:.0f} s is spent)")
@@ -177,6 +187,8 @@ def run_checks(ctx: Context, budget_s: float, t0: float, only: tuple[str, ...] =
                                    "is spent (--budget-s)", 0.0, max(cap, 0.0), {}))
             continue
         say(f"{key} {chk.name}: {chk.title} (cap {cap:.0f} s)")
+        tell({"key": key, "name": chk.name, "title": chk.title, "cap_s": round(cap, 1), "started": time.time()},
+             keys[i + 1:])
         start = time.perf_counter()
         ctx.deadline, ctx.partial = start + cap, {}
         error = None
@@ -189,8 +201,11 @@ def run_checks(ctx: Context, budget_s: float, t0: float, only: tuple[str, ...] =
         except Exception as exc:  # noqa: BLE001 - one check's failure is its result; the run goes on
             res, error = Outcome("fail", one_line(exc), dict(ctx.partial)), traceback.format_exc()
         _settle(ctx)
+        if res.status == "fail" and chk.informational:
+            res = Outcome("info", f"{res.summary} (informational: {chk.informational})", res.figures)
         secs = time.perf_counter() - start
         say(f"{key} {chk.name}: {res.status.upper()} in {secs:.1f} s: {res.summary}")
         out.append(CheckResult(key, chk.name, chk.title, res.status, res.summary, round(secs, 3), round(cap, 1),
                                res.figures, error))
+    tell(None, [])
     return out

@@ -159,11 +159,12 @@ def step_plan(R: int, S: int, W: int, block: int, width: int, steps: int, seed: 
 
 
 def drafter(plan: StepPlan, device: torch.device, compiled: bool = False, warm: bool = True,
-            warm_sizes: tuple[int, ...] | None = None) -> HybridDrafter:
+            warm_sizes: tuple[int, ...] | None = None, cfg: HybridSpecConfig | None = None) -> HybridDrafter:
     """The plugin's HybridDrafter for the plan's slots on `device`, its tables set and (warm) its step warmed up, as
     the speculator does when vLLM's cost tables arrive (on_cost_tables); warm_sizes: the batch sizes of the warm-up
-    (None: the plugin's own, 1 and every slot)."""
-    d = HybridDrafter(HybridSpecConfig(compile=compiled), plan.S, plan.W, device, block=plan.block, compiled=compiled)
+    (None: the plugin's own, 1 and every slot); cfg: its hybrid_spec (default: the defaults, `compile` as given)."""
+    cfg = HybridSpecConfig(compile=compiled) if cfg is None else cfg
+    d = HybridDrafter(cfg, plan.S, plan.W, device, block=plan.block, compiled=compiled)
     d.set_cost_tables(plan.draft_table, plan.verify_table)
     if warm:
         d.warm_up(plan.token_ids, plan.totals[0], plan.prompt_len, batch_sizes=warm_sizes)

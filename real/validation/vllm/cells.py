@@ -9,6 +9,8 @@ beside it (real/validation/machine_load.py).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 import os
@@ -148,9 +150,12 @@ def real_summary(run: dict, ref: list[list[int]], margins: list[list] | None = N
 
 
 # ------------------------------------------------------------------------------------------ the simulator's inputs
-def cost_table(cfg: VllmRunConfig, run: dict, path: Path, complement: dict | None = None) -> Path:
+def cost_table(cfg: VllmRunConfig, run: dict, path: Path, complement: dict | None = None, *, block: int) -> Path:
     """vLLM's tables of this run with its capture sizes as a project cost table (pipeline/tables.py), complemented
-    by a profiled table's other parts when given."""
+    by a profiled table's other parts when given. block: the tokens DSpark drafted per request in `run` (its draft
+    curve is keyed by requests): the checkpoint's trained block under the plugin, whatever its W slots, and
+    num_speculative_tokens for vLLM's own DSpark, which drafts a block that wide. Never cfg's W: a W-slot cell priced
+    at block W would look DSpark up at R*K_b/W requests (profiled.py's draft_ms)."""
     from real.validation.pipeline.tables import engine_table, write_engine_table
     from real.vllm_plugin.timing import table_field
 
@@ -159,7 +164,7 @@ def cost_table(cfg: VllmRunConfig, run: dict, path: Path, complement: dict | Non
                        # the complement's GPU spec name keeps the roofline fallback for any part neither has
                        label=(complement or {}).get("gpu") or ("cpu-harness" if cfg.device == "cpu"
                                                                else str(run.get("device") or "cuda")),
-                       block=cfg.num_speculative_tokens, capture_sizes=run.get("capture_sizes") or [],
+                       block=block, capture_sizes=run.get("capture_sizes") or [],
                        machine={"device": cfg.device, "engine": engine},
                        source=f"{path.parent}: vLLM's adaptive-verification tables profiled in this run"
                               + (" by the CPU harness (wall clock, interpreted kernels: not a GPU's costs)"
@@ -192,8 +197,13 @@ def sim_setup(cfg: VllmRunConfig, semantics: str, ref_path: Path, table: Path, d
     drafter = C.SIM_DRAFTER
     if drafts_k is not None and drafts_k != load_drafter_profile(drafter).block:
         drafter = f"{drafter}:{int(drafts_k)}"
+    cell_k = k or cfg.num_speculative_tokens
+    # synthetic rejection sampling: the rates vLLM verified this cell with (its own K = W), by position
+    synthetic = (",".join(f"{r:g}" for r in dataclasses.replace(cfg, num_speculative_tokens=cell_k).synthetic_rates())
+                 if cfg.synthetic else None)
     return SimSetup(trace=str(ref_path), model=cfg.sim_model(), gpu=str(table), cost="profiled",
-                    drafter=drafter, calibrator=cfg.hybrid.calibrator, ngram_k=k or cfg.num_speculative_tokens,
+                    synthetic_acceptance=synthetic,
+                    drafter=drafter, calibrator=cfg.hybrid.calibrator, ngram_k=cell_k,
                     seed=seed, temperature=C.TEMPERATURE, max_num_batched_tokens=cfg.max_num_batched_tokens,
                     kv_capacity_tokens=run.get("kv_capacity_tokens"), drafts=str(drafts) if drafts else None,
                     async_scheduling=run.get("async_scheduling") is not False, scheduler="vllm",

@@ -12,9 +12,12 @@
                 (real/validation/pipeline/lossless.py: a first difference where `none`'s top-2 margin is below the
                 epsilon). On CUDA both runs use vLLM's batch-invariant mode where the installed build ships it
                 (config.batch_invariant_env), so a tie flip should not even occur there.
-Two vLLM processes (cells.run_cell, cached by their spec): `none` on the first CHECK_PROMPTS prompts of the first
-trace (at most CHECK_MAX_TOKENS output tokens each, its margins recorded), then the hybrid on the same prompts.
-Each item is PASS, FAIL or N/A with a detail; a FAIL stops the run unless --skip-checks.
+vLLM processes (cells.run_cell, cached by their spec): `none` on the first CHECK_PROMPTS prompts of the first trace
+(at most CHECK_MAX_TOKENS output tokens each, its margins recorded), then every hybrid variant the run plans
+(`hybrid_variants`: plain, `slots=W`, `slots=W:skip`, ...: each runs device paths the others do not, such as DSpark's
+num_speculative_tokens = 0 pass, W > block under CUDA graphs, the skip's pinned copies) on the same prompts, each
+under the sync check and batch invariance. Items (a) to (d) per variant, each PASS, FAIL or N/A with a detail; a FAIL
+stops the run unless --skip-checks.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from real.validation.pipeline.lossless import DEFAULT_TIE_EPSILON, compare_outputs
-from real.validation.vllm.config import HYBRID, NONE, VllmRunConfig, batch_invariant_env, shell_line
+from real.validation.vllm.config import HYBRID, NONE, VllmRunConfig, batch_invariant_env, shell_line, split_policy
 
 CHECK_PROMPTS = 4
 CHECK_MAX_TOKENS = 32
@@ -39,9 +42,16 @@ class CheckResult:
     key: str
     status: str   # PASS, FAIL or N/A
     detail: str
+    policy: str = HYBRID  # the hybrid variant the item was checked on
 
     def line(self) -> str:
-        return f"  [{self.key}] {self.status:<4s} {ITEMS[self.key]}: {self.detail}"
+        return f"  [{self.key}] {self.status:<4s} {ITEMS[self.key]} ({self.policy}): {self.detail}"
+
+
+def hybrid_variants(policies) -> tuple[str, ...]:
+    """The hybrid policies among `policies`, in order (the plain hybrid when there is none: the plugin is checked
+    whatever is measured)."""
+    return tuple(dict.fromkeys(p for p in policies if split_policy(p)[0] == HYBRID)) or (HYBRID,)
 
 
 def _short(x, n: int = 160) -> str:
@@ -49,8 +59,15 @@ def _short(x, n: int = 160) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
-def evaluate(base: dict, hyb: dict, sync_check: bool = True, epsilon: float = DEFAULT_TIE_EPSILON) -> list[CheckResult]:
-    """The four items from `none`'s and the hybrid's run results (engine.run_spec dicts); sync_check: item (c) ran."""
+def evaluate(base: dict, hyb: dict, sync_check: bool = True, epsilon: float = DEFAULT_TIE_EPSILON,
+             policy: str = HYBRID) -> list[CheckResult]:
+    """The four items from `none`'s and one hybrid variant's run results (engine.run_spec dicts); sync_check: item
+    (c) ran."""
+    out = _evaluate(base, hyb, sync_check, epsilon)
+    return [CheckResult(r.key, r.status, r.detail, policy) for r in out]
+
+
+def _evaluate(base: dict, hyb: dict, sync_check: bool, epsilon: float) -> list[CheckResult]:
     out = []
     # (a) the plugin's rpc
     hs = hyb.get("hybrid_stats") or {}
@@ -103,17 +120,20 @@ def evaluate(base: dict, hyb: dict, sync_check: bool = True, epsilon: float = DE
     return out
 
 
-def plan_lines(cfg: VllmRunConfig, work: Path, n_prompts: int, sync_check: bool) -> list[str]:
+def plan_lines(cfg: VllmRunConfig, work: Path, n_prompts: int, sync_check: bool,
+               variants: tuple[str, ...] = (HYBRID,)) -> list[str]:
     """The checklist's items and the commands it runs, as printable lines."""
+    from real.validation.pipeline.cells import policy_dir
     from real.validation.vllm.engine import child_argv
 
     n = min(CHECK_PROMPTS, n_prompts)
     lines = [f"  [{k}] {t}" for k, t in ITEMS.items()]
-    lines.append(f"  on the first {n} prompts of the first trace, at most {CHECK_MAX_TOKENS} output tokens, batch {n}:")
-    for pol, sync in ((NONE, False), (HYBRID, sync_check)):
-        lines.append(f"    {pol}: LLM(**{json.dumps(cfg.engine_kwargs(pol, n), separators=(',', ':'))})")
-        lines.append("      " + shell_line(child_argv(work / pol / "run.spec.json", work / pol / "run.result.json"),
-                                           check_env(cfg, sync)))
+    lines.append(f"  on the first {n} prompts of the first trace, at most {CHECK_MAX_TOKENS} output tokens, batch {n}; "
+                 f"(a) to (d) for each of {', '.join(variants)}:")
+    for pol, sync in ((NONE, False), *((v, sync_check) for v in variants)):
+        d = work / policy_dir(pol)
+        lines.append(f"    {pol}: LLM(**{json.dumps(cfg.cell(pol).engine_kwargs(pol, n), separators=(',', ':'))})")
+        lines.append("      " + shell_line(child_argv(d / "run.spec.json", d / "run.result.json"), check_env(cfg, sync)))
     return lines
 
 
@@ -122,17 +142,24 @@ def check_env(cfg: VllmRunConfig, sync: bool) -> dict[str, str]:
     return dict(cfg.env(sync_check=sync), **batch_invariant_env(cfg.device))
 
 
-def run_checklist(cfg: VllmRunConfig, sl, work: Path, sync_check: bool, epsilon: float) -> list[CheckResult]:
-    """Run the two checklist processes (cells.run_cell: cached by their spec) and evaluate the items."""
+def run_checklist(cfg: VllmRunConfig, sl, work: Path, sync_check: bool, epsilon: float,
+                  variants: tuple[str, ...] = (HYBRID,)) -> list[CheckResult]:
+    """Run the checklist's processes (`none`, then each hybrid variant at its own config, cfg.cell; cells.run_cell:
+    cached by their spec) and evaluate the items per variant."""
+    from real.validation.pipeline.cells import policy_dir
     from real.validation.vllm.cells import run_cell
     from real.validation.vllm.engine import VllmRunError
 
     n = min(CHECK_PROMPTS, len(sl.ids))
     base = run_cell(cfg, sl, NONE, n, work / NONE, warmup=False, n=n, max_tokens=CHECK_MAX_TOKENS, margins=True,
                     env=check_env(cfg, False))  # without a reference nothing can be checked: its failure stops the run
-    try:
-        hyb = run_cell(cfg, sl, HYBRID, n, work / HYBRID, warmup=False, selfcheck=True, n=n,
-                       max_tokens=CHECK_MAX_TOKENS, env=check_env(cfg, sync_check))
-    except VllmRunError as exc:  # the hybrid's engine did not even start: every item it owns fails with why
-        hyb = {"error": str(exc), "hybrid_stats": {"available": False, "detail": f"the hybrid's process failed ({exc})"}}
-    return evaluate(base, hyb, sync_check, epsilon)
+    out = []
+    for pol in variants:
+        try:
+            hyb = run_cell(cfg.cell(pol), sl, pol, n, work / policy_dir(pol), warmup=False, selfcheck=True, n=n,
+                           max_tokens=CHECK_MAX_TOKENS, env=check_env(cfg, sync_check))
+        except VllmRunError as exc:  # the variant's engine did not even start: every item it owns fails with why
+            hyb = {"error": str(exc),
+                   "hybrid_stats": {"available": False, "detail": f"the {pol} process failed ({exc})"}}
+        out += evaluate(base, hyb, sync_check, epsilon, pol)
+    return out

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from sim.core.drafters.synthetic import check_rates, resolve_rates
 from sim.core import settings
 from sim.core.deploy import DRAFTER_CHECKPOINTS, SERVE_ENV
 from sim.infra.errors import ConfigError
@@ -106,6 +107,19 @@ class VllmRunConfig:
     hybrid: HybridSpecConfig = field(default_factory=HybridSpecConfig, metadata=_flag(
         "--hybrid-spec", "the hybrid's settings as a JSON object of HybridSpecConfig fields "
                          "(real/vllm_plugin/config.py), e.g. '{\"margin\": 0.5}'", kind="json"))
+    # The cost-model check without weights (docs/real.md): vLLM's load_format "dummy" (random weights from the
+    # target's config) and its synthetic rejection sampling (drafts accepted by position with set rates, whatever
+    # they say; sim/core/drafters/synthetic.py), so steps and time are checked apart from acceptance.
+    dummy_weights: bool = field(default=False, metadata=_flag(
+        "--dummy-weights", "random weights (vLLM's load_format \"dummy\"): only the target's and drafter's config "
+                           "and tokenizer are read", kind="switch"))
+    synthetic_acceptance_length: float | None = field(default=None, metadata=_flag(
+        "--synthetic-acceptance-length", "L in [1, K + 1]: vLLM's synthetic rejection sampling at this mean acceptance "
+                                         "length (losslessness is then not claimed)", kind="float"))
+    synthetic_acceptance_rates: tuple[float, ...] | None = field(default=None, metadata=_flag(
+        "--synthetic-acceptance-rates", "R1,R2,...: vLLM's synthetic rejection sampling with these unconditional "
+                                        "per-position rates (non-increasing, in [0, 1]; later positions 0)",
+        kind="rates"))
 
     def __post_init__(self) -> None:
         for name, may_be_empty in (("model", False), ("drafter", True)):  # drafter "": the table's (below)
@@ -133,6 +147,42 @@ class VllmRunConfig:
             raise ConfigError(f"--max-model-len must be an integer >= 0, got {m!r}")
         if not isinstance(self.hybrid, HybridSpecConfig):
             raise ConfigError(f"hybrid must be a HybridSpecConfig, got {type(self.hybrid).__name__}")
+        if not isinstance(self.dummy_weights, bool):
+            raise ConfigError(f"--dummy-weights must be true or false, got {self.dummy_weights!r}")
+        L, R = self.synthetic_acceptance_length, self.synthetic_acceptance_rates
+        if L is not None and R is not None:
+            raise ConfigError("--synthetic-acceptance-length and --synthetic-acceptance-rates: give one of them")
+        if isinstance(R, str):
+            object.__setattr__(self, "synthetic_acceptance_rates", R := _rates_from_text(R))
+        if L is not None and (not isinstance(L, (int, float)) or isinstance(L, bool)):
+            raise ConfigError(f"--synthetic-acceptance-length must be a number, got {L!r}")
+        if R is not None:
+            object.__setattr__(self, "synthetic_acceptance_rates", tuple(check_rates(R, "--synthetic-acceptance-rates")))
+        if self.synthetic:
+            self.synthetic_rates()  # the length's range, [1, K + 1]
+
+    @property
+    def synthetic(self) -> bool:
+        """Whether vLLM verifies with synthetic rejection sampling (losslessness not claimed)."""
+        return self.synthetic_acceptance_length is not None or self.synthetic_acceptance_rates is not None
+
+    def synthetic_rates(self) -> tuple[float, ...]:
+        """The K = num_speculative_tokens unconditional rates vLLM verifies with (sim/core/drafters/synthetic.py:
+        a length resolved as vLLM resolves it, given rates padded with 0 or cut to K)."""
+        return resolve_rates(self.num_speculative_tokens, self.synthetic_acceptance_rates,
+                             self.synthetic_acceptance_length,
+                             "--synthetic-acceptance-length" if self.synthetic_acceptance_length is not None
+                             else "--synthetic-acceptance-rates")
+
+    def verify_settings(self) -> dict:
+        """The speculative-config keys that set how vLLM verifies: synthetic rejection sampling when asked."""
+        if not self.synthetic:
+            return {}
+        return {"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": list(self.synthetic_rates())}
+
+    def without_synthetic(self) -> "VllmRunConfig":
+        """This config verifying as vLLM does by default (the checklist's lossless runs)."""
+        return dataclasses.replace(self, synthetic_acceptance_length=None, synthetic_acceptance_rates=None)
 
     # ------------------------------------------------------------------ what vLLM is given
     def speculative_config(self, adaptive: bool = True) -> dict:
@@ -142,7 +192,7 @@ class VllmRunConfig:
         out = {"method": "dspark", "model": self.require_drafter(), "num_speculative_tokens": self.num_speculative_tokens}
         if adaptive:
             out["enable_adaptive_verification"] = True
-        return out
+        return dict(out, **self.verify_settings())
 
     def require_drafter(self) -> str:
         """The DSpark checkpoint; ConfigError naming what to pass when the target has none (DSPARK_DRAFTERS)."""
@@ -192,6 +242,8 @@ class VllmRunConfig:
             kw["additional_config"] = self.hybrid.to_additional_config()
         kw.update(max_num_seqs=batch_size, max_num_batched_tokens=self.max_num_batched_tokens,
                   enable_prefix_caching=False, seed=self.seed, disable_log_stats=False)
+        if self.dummy_weights:  # random weights from the config, the drafter's too (it takes the target's load config)
+            kw["load_format"] = "dummy"
         if self.device == "cuda":
             kw["gpu_memory_utilization"] = float(self.gpu_memory_utilization)
         else:  # the CPU harness: eager, fp32 (real/validation/vllm_cpu/harness.py ENGINE_KWARGS)
@@ -207,7 +259,7 @@ class VllmRunConfig:
     def ngram_config(self) -> dict:
         """vLLM's own n-gram speculator with the hybrid's n-gram settings and K tokens."""
         return {"method": "ngram", "num_speculative_tokens": self.num_speculative_tokens,
-                "prompt_lookup_min": self.hybrid.n_min, "prompt_lookup_max": self.hybrid.n_max}
+                "prompt_lookup_min": self.hybrid.n_min, "prompt_lookup_max": self.hybrid.n_max, **self.verify_settings()}
 
     def serve_line(self, policy: str, batch_size: int, version: str = "0.33") -> str:
         """The `vllm serve` line of this cell's setup: the verdict's line for the same setup (sim.api.run's
@@ -293,6 +345,11 @@ class VllmRunConfig:
         d["hybrid"] = dataclasses.asdict(self.hybrid)
         if not d["hybrid"]["compile"]:
             del d["hybrid"]["compile"]
+        for name in ("dummy_weights", "synthetic_acceptance_length", "synthetic_acceptance_rates"):
+            if d[name] in (None, False):  # absent while off: specs cached before these fields keep matching
+                del d[name]
+            elif name == "synthetic_acceptance_rates":
+                d[name] = list(d[name])
         return d
 
     @classmethod
@@ -452,6 +509,15 @@ def sim_llm_for_dir(path: str) -> str:
                       f"{shape}; add one (models/README.md)")
 
 
+def _rates_from_text(text: str) -> tuple[float, ...]:
+    """--synthetic-acceptance-rates R1,R2,... as floats; one ConfigError line when it is not that."""
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--synthetic-acceptance-rates: expected rates separated by commas, e.g. 1,0.8,0.5; got "
+                          f"{text!r}") from None
+
+
 def _flag_of(name: str) -> str:
     return next(f.metadata["flag"] for f in dataclasses.fields(VllmRunConfig) if f.name == name)
 
@@ -466,6 +532,13 @@ def add_arguments(ap: argparse.ArgumentParser, hybrid: bool = True) -> None:
         if meta["kind"] == "json":
             ap.add_argument(meta["flag"], dest=f"vllm_{f.name}", default=None, metavar="JSON",
                             help=f"{meta['help']} (vLLM engine; default {{}}: every default)")
+        elif meta["kind"] == "switch":
+            ap.add_argument(meta["flag"], dest=f"vllm_{f.name}", action="store_const", const=True, default=None,
+                            help=f"{meta['help']} (vLLM engine)")
+        elif meta["kind"] in ("float", "rates"):
+            ap.add_argument(meta["flag"], dest=f"vllm_{f.name}", default=None, type=float if meta["kind"] == "float"
+                            else str, metavar="L" if meta["kind"] == "float" else "R1,R2,...",
+                            help=f"{meta['help']} (vLLM engine; default: vLLM's own verification)")
         else:
             d = getattr(default, f.name)
             ap.add_argument(meta["flag"], dest=f"vllm_{f.name}", type=type(d), default=None,

@@ -284,8 +284,10 @@ def run_spec(spec: dict) -> dict:
     kwargs = cfg.engine_kwargs(policy, bs)
     llm = LLM(**kwargs)
     prompts = [{"prompt_token_ids": [int(t) for t in p]} for p in spec["prompts"]]
-    params = [SamplingParams(temperature=TEMPERATURE, max_tokens=int(m), ignore_eos=IGNORE_EOS, detokenize=False)
-              for m in spec["max_tokens"]]
+    # synthetic acceptance emits whatever was drafted: every request runs to its max_tokens, so each run of a group
+    # generates the same tokens and a random EOS cannot end one early
+    params = [SamplingParams(temperature=TEMPERATURE, max_tokens=int(m), ignore_eos=IGNORE_EOS or cfg.synthetic,
+                             detokenize=False) for m in spec["max_tokens"]]
     res: dict = {"policy": policy, "batch_size": bs, "engine_kwargs": kwargs, "error": None}
     from real.validation.vllm import recorder
 
@@ -328,6 +330,8 @@ def run_spec(spec: dict) -> dict:
     res["cost_tables"] = cost_tables(llm)
     res["capture_sizes"] = capture_sizes(vc)
     res["drafts"] = llm.collective_rpc(recorder.collect)[0] if recording else []
+    # the plugin's chain per live row and step (recorder.collect_choices; [] where the plugin did not run)
+    res["chain_choices"] = llm.collective_rpc(recorder.collect_choices)[0] if recording else []
     if outs is not None:
         res["request_ids"] = [str(o.request_id) for o in outs]
         if spec.get("margins"):  # untimed: the reference's top-2 margins (real/validation/pipeline/lossless.py)

@@ -75,6 +75,10 @@ class VllmValidation:
         build = build_of(_device(a))
         cfg = build.run_config(a)
         cfg.check_simulable()
+        if cfg.dummy_weights:
+            if build.no_dummy_weights:
+                raise ConfigError(f"--dummy-weights on the {build.device} build: {build.no_dummy_weights}")
+            check_dummy_model(cfg.model)
         chosen = ()
         if a.from_verdict is not None:
             given = [f for f, v in (("--policy", a.policy), ("--batch-size", a.batch_size)) if v]
@@ -90,6 +94,14 @@ class VllmValidation:
             a = dataclasses.replace(a, policy=(C.BASELINE,) + tuple(p for _, p in chosen),
                                     batch_size=tuple(b for b, _ in chosen))
         pols = list(dict.fromkeys(a.policy or build.policies))
+        if cfg.synthetic:  # W-slot hybrids cannot run synthetic acceptance yet (WIDE_SYNTHETIC)
+            wide = [p for p in pols if C.split_policy(p)[0] == C.HYBRID
+                    and cfg.cell(p).num_speculative_tokens != cfg.num_speculative_tokens]
+            if wide and a.policy:
+                raise ConfigError(f"policy '{wide[0]}' with synthetic acceptance: {WIDE_SYNTHETIC}")
+            if wide:
+                print(f"note: leaving out {', '.join(wide)}: {WIDE_SYNTHETIC}", file=sys.stderr)
+                pols = [p for p in pols if p not in wide]
         for p in pols:
             C.check_policy(p)
             cell = cfg.cell(p)  # a slot count the plugin cannot run is refused here (HybridSpecConfig)
@@ -130,6 +142,37 @@ class VllmValidation:
         return self.out / sl.stem / f"bs{bs}" / policy_dir(policy)
 
 
+# Seen running it on the CPU build: the plugin builds DSpark from a copy of vLLM's config at DSpark's block
+# (real/vllm_plugin/speculator.py block_config), and vLLM re-validates the copy's W-long synthetic_acceptance_rates
+# against that block ("synthetic_acceptance_rates must have length 7"). The plugin has to cut the rates to the block
+# in that copy; until it does, a W-slot hybrid (W != K) is left out of a synthetic run.
+WIDE_SYNTHETIC = ("the plugin's DSpark copy at its block keeps vLLM's W-long synthetic_acceptance_rates, which vLLM "
+                  "refuses (real/vllm_plugin/speculator.py block_config must cut them to the block)")
+
+
+def check_dummy_model(model: str) -> None:
+    """--dummy-weights reads the target's config.json (vLLM builds the model from it): one line when a local
+    directory has none, or an offline machine has none cached for a hub id (python -m real.offline_bundle)."""
+    p = Path(model).expanduser()
+    if p.is_dir() or model.startswith((".", "/", "~")):
+        if not (p / "config.json").is_file():
+            raise ConfigError(f"--dummy-weights: --vllm-model {model} has no config.json (vLLM builds the random-weight "
+                              "model from it); give a Hugging Face directory with config.json and the tokenizer")
+        return
+    import os
+
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(model, "config.json")
+        except Exception:  # noqa: BLE001 -- no hub client: nothing is cached either
+            found = None
+        if not isinstance(found, str):
+            raise ConfigError(f"--dummy-weights: no config.json of {model} is cached and HF_HUB_OFFLINE=1; bring it "
+                              "(python -m real.offline_bundle) and pass its directory as --vllm-model")
+
+
 def _device(a: ValidateOptions) -> str:
     """--vllm-device, else the installed vLLM's build (builds.installed_device)."""
     from real.validation.vllm.builds import installed_device
@@ -161,10 +204,22 @@ def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref
 
     run, ref = runs[pol], runs[C.NONE]["outputs"]
     work = v.cell_dir(sl, bs, pol)
+    real = real_summary(run, ref, runs[C.NONE].get("margins"), v.tie_epsilon)
+    # A run is predicted on its own outputs where they are not `none`'s: with synthetic acceptance (accepted drafts
+    # are emitted whatever they say; losslessness is not claimed), and after a bf16 tie flip (its later chains were
+    # drafted from, and graded against, its own continuation, not `none`'s)
+    own = "synthetic acceptance" if v.cfg.synthetic else ("tie flips" if real["tie_flips"] and real["lossless"]
+                                                          else None)
+    if own:
+        ref, ref_path = run["outputs"], work / "reference.jsonl"
+        write_reference(sl, ref, ref_path)
+        if v.cfg.synthetic:
+            real = real_summary(run, ref)
     cell = {"engine": f"vllm-{v.build.device}", "trace": sl.trace, "policy": pol, "sim_policy": v.cfg.sim_policy(pol),
             "batch_size": bs, "requests": len(sl.ids), "output_tokens": run["output_tokens"],
             "serve": v.cfg.serve_line(pol, bs, v.build.semantics),  # the verdict's line for this setup
-            "real": real_summary(run, ref, runs[C.NONE].get("margins"), v.tie_epsilon), "load": run.get("load"),
+            "real": real, "load": run.get("load"), "lossless_claimed": not v.cfg.synthetic,
+            "reference": f"its own outputs ({own})" if own else "none's outputs",
             "loaded": bool((run.get("load") or {}).get("loaded")),
             "vllm": {k: run.get(k) for k in ("steps", "kv_capacity_tokens", "async_scheduling", "capture_sizes",
                                              "vllm_version", "device", "engine_kwargs", "env")}}
@@ -173,8 +228,10 @@ def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref
         cell["predicted_note"] = "no run of this group recorded vLLM's cost tables (run `adaptive` too)"
         return cell
     cell["table_from"] = pol if src is run else C.BASELINE
-    # the table's draft block is its source run's (an `ngram:K` cell prices with adaptive's, K = DSpark's block)
-    table = cost_table(v.cfg.cell(pol if src is run else C.BASELINE), src, work / "cost_table.json", complement)
+    # the table's draft block is DSpark's trained block in every source run of this flow: `adaptive` runs at K = the
+    # block, a `hybrid:slots=W` cell runs DSpark at its block padded to W (the plugin), `ngram:K` prices with adaptive's
+    table = cost_table(v.cfg.cell(pol if src is run else C.BASELINE), src, work / "cost_table.json", complement,
+                       block=v.cfg.num_speculative_tokens)
     drafts = drafts_file(sl, run, ref, v.cfg.num_speculative_tokens, work / "drafts.jsonl")
     sem = v.build.semantics
     cell["predicted"], cell["sim_command"] = predict(v.cfg, sem, pol, bs, ref_path, table, drafts, run, v.seed)
@@ -196,6 +253,11 @@ def validate_vllm(a: ValidateOptions) -> int:
 
     v = VllmValidation.from_args(a)
     ver = None if a.dry_run else require_vllm(v.build.device)  # before the slices: the CPU build's need its tokenizer
+    if ver and any(C.split_policy(p)[0] == C.HYBRID for p in v.policies):
+        from real.vllm_plugin.versions import plugin_entry_point_missing
+
+        if why := plugin_entry_point_missing():  # else every hybrid cell runs plain DSpark until checklist (a)
+            raise ConfigError(why)
     slices = [v.build.load_slice(t, v.limit, v.max_prompt, v.max_tokens, v.seed, v.cfg) for t in v.traces]
     if a.dry_run:
         print(plan_text(v, slices, a))
@@ -230,8 +292,9 @@ def validate_vllm(a: ValidateOptions) -> int:
             "complement_table": str(v.table) if complement is not None else None}
     agg = write_reports(v.out, cells, meta, md=format_md, plotly=a.plotly, page=v.build.timed)
     key = "median_error" if v.build.timed else "median_steps_error"
-    print(f"{key.replace('_', ' ')} {100 * agg[key]:.2f}%; lossless {agg['all_lossless']} "
-          f"({agg['tie_flips']} tie flip(s)) -> {v.out / 'fidelity.md'}")
+    lossless = ("lossless not claimed (synthetic acceptance)" if v.cfg.synthetic else
+                f"lossless {agg['all_lossless']} ({agg['tie_flips']} tie flip(s))")
+    print(f"{key.replace('_', ' ')} {100 * agg[key]:.2f}%; {lossless} -> {v.out / 'fidelity.md'}")
     if not agg["all_lossless"]:
         print("error: a run's outputs differ from `none`'s beyond a tie flip (lossless_check in fidelity.json)",
               file=sys.stderr)
@@ -250,6 +313,8 @@ def progress_line(c: dict) -> str:
         msg += f" (sim {p['steps']}, {100 * c['steps_error']:.1f}%)"
     if p and "predicted_error" in c:
         msg += f"  tok/s {r['tok_per_s']:.1f} (sim {p['tok_per_s']:.1f}, {100 * c['predicted_error']:.1f}%)"
+    if not c.get("lossless_claimed", True):
+        return msg + f"  tok/step {r['tokens_per_step']:.2f}  lossless not claimed"
     return msg + f"  tok/step {r['tokens_per_step']:.2f}  lossless {r['lossless']}" + (
         f" ({r['tie_flips']} tie flip(s))" if r["tie_flips"] else "")
 
@@ -257,17 +322,19 @@ def progress_line(c: dict) -> str:
 def run_checks(v: VllmValidation, sl: Slice) -> list[dict]:
     """The first-run checklist (checks.py), its processes cached by their spec; OUT/checks.json."""
     from real.validation.fidelity import write_output
-    from real.validation.vllm.checks import run_checklist
+    from real.validation.vllm.checks import hybrid_variants, run_checklist
 
     print("first-run checklist:", file=sys.stderr)
-    res = run_checklist(v.cfg, sl, v.out / "checks", v.build.sync_check, v.tie_epsilon)
+    # the checklist verifies as vLLM does by default: synthetic acceptance claims no losslessness to check
+    res = run_checklist(v.cfg.without_synthetic(), sl, v.out / "checks", v.build.sync_check, v.tie_epsilon,
+                        hybrid_variants(v.policies))
     for r in res:
         print(r.line(), file=sys.stderr)
     failed = [r for r in res if r.status == "FAIL"]
     items = [r.__dict__ for r in res]
     write_output(v.out / "checks.json", json.dumps({"passed": not failed, "items": items}) + "\n")
     if failed and not v.skip_checks:
-        raise ConfigError(f"first-run checklist: {', '.join(f'({r.key})' for r in failed)} failed (details above and in "
+        raise ConfigError(f"first-run checklist: {', '.join(f'({r.key}) {r.policy}' for r in failed)} failed (details above and in "
                           f"{v.out / 'checks.json'}); fix it, or pass --skip-checks to measure anyway")
     if failed:
         print("warning: measuring despite a failed checklist (--skip-checks)", file=sys.stderr)
@@ -315,15 +382,26 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
          f"{cfg['max_num_batched_tokens']}, temperature 0; hybrid: `--additional-config "
          f"{json.dumps(meta['hybrid_additional_config'])}`; up to {meta['limit']} requests per trace, prompts of at "
          f"most {meta['max_prompt']} tokens, max_tokens {meta['max_tokens']}.", "",
-         "Predicted: the simulator with the cell's policy on `none`'s outputs, pricing steps with the cost tables vLLM "
+         "Predicted: the simulator with the cell's policy on `none`'s outputs (or the run's own: each cell's `reference`), pricing steps with the cost tables vLLM "
          "profiled in that run (with its CUDA-graph capture sizes"
          + (f"; the other parts from {meta['complement_table']}" if meta.get("complement_table") else "") +
          ") and replaying the DSpark chains it drafted; synthetic: the synthetic DSpark profile instead of the chains."
          + ("" if timed else " **The CPU build runs through a test harness, not a performance model** (interpreted "
                              "Triton kernels): what it checks is the logic -- steps, tokens per step, acceptance, "
                              "chain choices, losslessness -- and its wall clock is recorded, not compared."), ""]
-    L += [f"**Lossless in every cell: {'yes' if agg['all_lossless'] else 'NO'} ({agg['tie_flips']} tie flip(s) below "
-          f"the margin {meta['tie_epsilon']:g}). Predicted steps within 3% in {agg['within_3pct']} of "
+    synthetic = not all(c.get("lossless_claimed", True) for c in cells)
+    verify = {k: cfg[k] for k in ("synthetic_acceptance_length", "synthetic_acceptance_rates") if cfg.get(k)}
+    if synthetic:
+        L += [f"**Synthetic acceptance ({', '.join(f'{k} {v}' for k, v in verify.items())}"
+              f"{', dummy weights' if cfg.get('dummy_weights') else ''}): losslessness is not claimed.** vLLM accepted "
+              "drafts by position with the set rates and emitted them whatever the target would have said; each run "
+              "is its own reference and the simulator accepts by the same rates (sim/core/drafters/synthetic.py), so "
+              "this report checks the cost and scheduling model -- steps, tokens per step, time -- apart from the "
+              "acceptance model.", ""]
+    lossless = ("**Lossless: not claimed (synthetic acceptance)" if synthetic else
+                f"**Lossless in every cell: {'yes' if agg['all_lossless'] else 'NO'} ({agg['tie_flips']} tie flip(s) "
+                f"below the margin {meta['tie_epsilon']:g})")
+    L += [lossless + f". Predicted steps within 3% in {agg['within_3pct']} of "
           f"{agg['predicted_cells']} cells (median error {100 * agg['median_steps_error']:.1f}%, max "
           f"{100 * agg['max_steps_error']:.1f}%)"
           + (f"; throughput: median error {100 * agg['median_error']:.1f}%, max {100 * agg['max_error']:.1f}%"
@@ -349,11 +427,13 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
                     f"{100 * c['predicted_error']:.1f}%" if p else "-"]
         else:
             row.append(f"{r['tok_per_s']:.1f}")
-        row.append(("yes" if r["lossless"] else "NO") + (f" ({r['tie_flips']} tie flips)" if r["tie_flips"] else ""))
+        row.append("not claimed" if not c.get("lossless_claimed", True) else
+                   ("yes" if r["lossless"] else "NO") + (f" ({r['tie_flips']} tie flips)" if r["tie_flips"] else ""))
         L.append("| " + " | ".join(row) + " |")
     L += ["", "tok/engine step: output tokens per engine step that emitted tokens, across the whole batch (vLLM's "
           "`vllm:iteration_tokens_total` counts those steps; the simulator's are counted the same way).",
-          "First-run checklist: " + "; ".join(f"({i['key']}) {i['status']}" for i in meta["checklist"]) + ".",
+          "First-run checklist: " + "; ".join(f"({i['key']}) {i.get('policy', 'hybrid')} {i['status']}"
+                                               for i in meta["checklist"]) + ".",
           "Each predicted cell is reproduced by its `sim_command` in fidelity.json (the cell's cost_table.json and "
           "drafts.jsonl sit under the run's --out).", ""]
     return "\n".join(L + depth_section(agg.get("ngram_depths") or []))
@@ -379,6 +459,11 @@ def plan_text(v: VllmValidation, slices: list[Slice], a: ValidateOptions) -> str
          + f"; batch sizes {', '.join(map(str, v.batch_sizes))}; out {v.out}"]
     if v.at:
         L.append("cells by batch size (--from-verdict): " + "; ".join(f"{b}: {', '.join(ps)}" for b, ps in v.at))
+    if cfg.synthetic:
+        L.append(f"synthetic acceptance: vLLM verifies every cell's drafts with rates {list(cfg.synthetic_rates())} by "
+                 "position (rejection_sample_method synthetic), whatever they say: losslessness is not claimed, each "
+                 "run is its own reference, and the checklist runs without it"
+                 + ("; dummy weights (load_format dummy)" if cfg.dummy_weights else ""))
     from real.validation.vllm.estimate import estimate_lines
 
     L += [""] + estimate_lines(v, slices)
@@ -395,7 +480,8 @@ def plan_text(v: VllmValidation, slices: list[Slice], a: ValidateOptions) -> str
           "  the checklist's processes also with: " + (" ".join(f"{k}={x}" for k, x in bi.items()) if bi else
                                                      "nothing more (this vLLM ships no batch-invariant mode)")]
     L += ["", f"== 1. first-run checklist (a FAIL stops the run{'; --skip-checks: it warns instead' if v.skip_checks else ' unless --skip-checks'})"]
-    L += checks.plan_lines(cfg, v.out / "checks", len(slices[0].ids), v.build.sync_check)
+    L += checks.plan_lines(cfg.without_synthetic(), v.out / "checks", len(slices[0].ids), v.build.sync_check,
+                           checks.hybrid_variants(v.policies))
     L.append(f"  -> {v.out / 'checks.json'}")
     if v.build.profile_complement:
         L += ["", "== 2. complement table (the parts of a step vLLM's own tables do not price)"]
@@ -412,6 +498,8 @@ def plan_text(v: VllmValidation, slices: list[Slice], a: ValidateOptions) -> str
             ref = v.out / sl.stem / f"bs{bs}" / "reference.jsonl"
             for pol in v.policies_at(bs):
                 work, cell = v.cell_dir(sl, bs, pol), cfg.cell(pol)
+                if cfg.synthetic:  # each run its own reference (cell_record)
+                    ref = work / "reference.jsonl"
                 L += [f"  cell {sl.stem} {pol} bs {bs}",
                       f"    LLM(**{json.dumps(cfg.engine_kwargs(pol, bs), separators=(',', ':'))})",
                       "    as a server (the verdict's line for this setup): "

@@ -11,12 +11,19 @@ Without a host sync in the step: the tokens, confidences and total lengths are c
 copies per step; prompt lengths and request ids are host values already), and copied to the host once, by
 `collect` after the timed generate. The hybrid speculator's own propose calls DSpark's first, so in a hybrid run
 these are DSpark's chains before the hybrid chose between them and the n-gram chain's.
+
+In a hybrid run it also records which chain the plugin published per live request row (`collect_choices`): it wraps
+HybridDrafter.propose (real/vllm_plugin/hybrid.py, unchanged) and keeps device clones of the Proposal's use_ngram and
+ngram_len with the row's output position; the rows' request ids are the step's batch, kept (host values) by the
+DSpark wrapper, which every live step calls, a skipped pass included (K = 0). Padded steps (warm-up, profiling) are
+left out. What the simulator would need to replay these choices is in docs/real.md ("The plugin").
 """
 from __future__ import annotations
 
 from typing import Any
 
-_STATE: dict[str, Any] = {"req_states": None, "rows": [], "installed": False}
+_STATE: dict[str, Any] = {"req_states": None, "rows": [], "installed": False, "choices": [], "batch": None,
+                          "padded": False}
 
 
 def _record(speculator, input_batch) -> None:
@@ -42,12 +49,61 @@ def _install() -> None:
 
     def propose(self, input_batch, *args, **kwargs):
         out = orig(self, input_batch, *args, **kwargs)
-        if not kwargs.get("dummy_run") and not kwargs.get("is_profile") and kwargs.get("num_speculative_tokens") != 0:
-            _record(self, input_batch)
+        if not kwargs.get("dummy_run") and not kwargs.get("is_profile"):
+            R = int(input_batch.num_reqs)  # this step's rows, for the plugin's choice recorded next (host values)
+            _STATE["batch"] = (list(input_batch.req_ids[:R]), input_batch.idx_mapping_np[:R].copy())
+            if kwargs.get("num_speculative_tokens") != 0:
+                _record(self, input_batch)
         return out
 
     dsp.DSparkSpeculator.propose = propose
+    _install_choices()
     _STATE["installed"] = True
+
+
+def _record_choice(proposal, total_len) -> None:
+    """The chain the plugin published for each row of this step's batch (device clones; no host sync)."""
+    rs, batch = _STATE["req_states"], _STATE["batch"]
+    if rs is None or batch is None or _STATE["padded"]:
+        return
+    ids, idx_np = batch
+    R = len(ids)
+    if R == 0 or proposal.use_ngram.shape[0] < R:
+        return
+    idx = rs_index(idx_np, total_len.device)
+    _STATE["choices"].append((ids, rs.prompt_len.np[idx_np].copy(), total_len[idx].clone(),
+                              proposal.use_ngram[:R].clone(), proposal.ngram_len[:R].clone()))
+
+
+def rs_index(idx_np, device):
+    """The batch's request slots as a device index (a host-to-device copy of R ints, no sync)."""
+    import torch
+
+    return torch.as_tensor(idx_np, dtype=torch.long).to(device, non_blocking=True)
+
+
+def _install_choices() -> None:
+    """Wrap the plugin's HybridDrafter.propose (kept Proposal per live step) and padded_step (left out)."""
+    try:
+        from real.vllm_plugin.hybrid import HybridDrafter
+    except ImportError:  # the plugin is not installed: nothing to record
+        return
+    orig_propose, orig_padded = HybridDrafter.propose, HybridDrafter.padded_step
+
+    def propose(self, idx_mapping, num_sampled, model_tokens, model_conf, token_ids, total_len, *args, **kwargs):
+        p = orig_propose(self, idx_mapping, num_sampled, model_tokens, model_conf, token_ids, total_len, *args,
+                         **kwargs)
+        _record_choice(p, total_len)
+        return p
+
+    def padded_step(self, *args, **kwargs):
+        _STATE["padded"] = True
+        try:
+            return orig_padded(self, *args, **kwargs)
+        finally:
+            _STATE["padded"] = False
+
+    HybridDrafter.propose, HybridDrafter.padded_step = propose, padded_step
 
 
 def attach(worker) -> bool:
@@ -64,8 +120,21 @@ def attach(worker) -> bool:
 
 
 def clear(worker) -> None:
-    """rpc: forget what was recorded so far (the warm-up's chains)."""
+    """rpc: forget what was recorded so far (the warm-up's chains and choices)."""
     _STATE["rows"].clear()
+    _STATE["choices"].clear()
+
+
+def collect_choices(worker) -> list[list]:
+    """rpc: the plugin's chain per live request row since the last clear, on the host: [request id, output position,
+    n-gram chain published (bool), its length]."""
+    out = []
+    for ids, prompt, total, use_ng, ng_len in _STATE["choices"]:
+        pos = total.cpu().numpy().astype("int64") - prompt.astype("int64")
+        out += [[rid, int(p), bool(u), int(n)] for rid, p, u, n in zip(ids, pos, use_ng.cpu().tolist(),
+                                                                       ng_len.cpu().tolist())]
+    _STATE["choices"].clear()
+    return out
 
 
 def collect(worker) -> list[list]:

@@ -49,7 +49,8 @@ def _code_digest() -> str:
     return h.hexdigest()
 
 
-def table_key(requests: list, ngram_cfg, profile, calibrator, seed: int, recorded: dict | None) -> str:
+def table_key(requests: list, ngram_cfg, profile, calibrator, seed: int, recorded: dict | None,
+              synthetic: tuple[float, ...] | None = None) -> str:
     """sha256 (hex) of everything that determines build_draft_tables' result."""
     import scipy
 
@@ -85,6 +86,8 @@ def table_key(requests: list, ngram_cfg, profile, calibrator, seed: int, recorde
         for rid in sorted(recorded):
             ch = recorded[rid]
             put(rid, np.asarray(ch.conf), np.asarray(ch.acc_len))
+    if synthetic is not None:  # absent otherwise: every key made before it stays the same
+        put("synthetic", tuple(float(r) for r in synthetic))
     return h.hexdigest()
 
 
@@ -120,13 +123,13 @@ def _save(path: Path, tables: DraftTables, key: str) -> None:
 
 
 def cached_draft_tables(requests: list, ngram_cfg, profile, calibrator, seed: int = 0, progress: bool = False,
-                        recorded: dict | None = None) -> DraftTables:
+                        recorded: dict | None = None, synthetic: tuple[float, ...] | None = None) -> DraftTables:
     """build_draft_tables(...), served from the on-disk cache when the same inputs were built before."""
     folder = cache_dir()
     if folder is None:
         return build_draft_tables(requests, ngram_cfg, profile, calibrator, seed=seed, progress=progress,
-                                  recorded=recorded)
-    key = table_key(requests, ngram_cfg, profile, calibrator, seed, recorded)
+                                  recorded=recorded, synthetic=synthetic)
+    key = table_key(requests, ngram_cfg, profile, calibrator, seed, recorded, synthetic)
     path = folder / "draft-tables" / f"{key}.npz"
     if path.exists():
         try:
@@ -135,7 +138,7 @@ def cached_draft_tables(requests: list, ngram_cfg, profile, calibrator, seed: in
             warnings.warn(f"draft-table cache {path} is unreadable ({type(exc).__name__}: {exc}); rebuilding it",
                           RuntimeWarning, stacklevel=2)
     tables = build_draft_tables(requests, ngram_cfg, profile, calibrator, seed=seed, progress=progress,
-                                recorded=recorded)
+                                recorded=recorded, synthetic=synthetic)
     try:
         _save(path, tables, key)
     except OSError as exc:  # a read-only or full disk: run without the cache

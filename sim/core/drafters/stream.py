@@ -63,13 +63,15 @@ class StreamingTables:
     streaming = True
 
     def __init__(self, requests: list, ngram_cfg: NgramConfig, profile: ModelDrafterProfile,
-                 calibrator: NgramCalibrator, seed: int = 0, recorded: dict | None = None):
+                 calibrator: NgramCalibrator, seed: int = 0, recorded: dict | None = None,
+                 synthetic: tuple[float, ...] | None = None):
         check_calibrator(ngram_cfg, calibrator)
         self.requests, self.ngram_cfg, self.profile, self.calibrator = requests, ngram_cfg, profile, calibrator
-        self.seed, self.recorded = seed, recorded
+        self.seed, self.recorded, self.synthetic = seed, recorded, synthetic
         self.out_len = np.fromiter((r.output_len for r in requests), dtype=np.int64, count=len(requests))
         self.prompt_len = np.fromiter((r.prompt_len for r in requests), dtype=np.int64, count=len(requests))
-        self.length_only = np.fromiter((r.output_ids is None for r in requests), dtype=bool, count=len(requests))
+        self.length_only = np.fromiter((r.output_ids is None or synthetic is not None for r in requests), dtype=bool,
+                                       count=len(requests))  # synthetic acceptance: content not checked (synthetic.py)
         self.k_model, self.k_ngram = int(profile.block), int(ngram_cfg.k)
         self.replayed_requests = 0 if recorded is None else sum(
             1 for r in requests if r.output_ids is not None and r.id in recorded)
@@ -77,7 +79,7 @@ class StreamingTables:
     def rows(self, r: int) -> dict:
         """Request r's rows (sim.core.drafters.tables.request_rows), checked against its declared lengths."""
         req = self.requests[r]
-        rows = request_rows(req, self.ngram_cfg, self.profile, self.calibrator, self.seed, self.recorded)
+        rows = request_rows(req, self.ngram_cfg, self.profile, self.calibrator, self.seed, self.recorded, self.synthetic)
         L = len(rows["m_acc"])
         if L != self.out_len[r] or len(rows["tokens"]) != L + self.prompt_len[r]:
             raise ConfigError(f"request '{req.id}': its draft rows hold {L} outputs and {len(rows['tokens'])} tokens, "

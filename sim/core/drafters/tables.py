@@ -140,22 +140,24 @@ def build_draft_tables(
     seed: int = 0,
     progress: bool = False,
     recorded: dict | None = None,
+    synthetic: tuple[float, ...] | None = None,
 ) -> DraftTables:
     """Precompute the draft tables of `requests` (sim.core.trace.Request objects). `recorded` maps request
     ids to ModelChains recorded by a real engine (sim.core.drafters.model.load_recorded_drafts); those
-    requests replay them exactly instead of drawing synthetic chains."""
+    requests replay them exactly instead of drawing synthetic chains. `synthetic`: vLLM's synthetic rejection
+    sampling's unconditional rates, which then decide every chain's acceptance (sim.core.drafters.synthetic)."""
     check_calibrator(ngram_cfg, calibrator)
     parts: dict[str, list] = {k: [] for k in ROW_COLUMNS + ("tokens",)}
     out_len, prompt_len, length_only = [], [], []
     replayed = 0
     it = progress_bar(requests, desc="draft tables", unit="req", disable=not progress, leave=False)
     for req in it:
-        rows = request_rows(req, ngram_cfg, profile, calibrator, seed, recorded)
+        rows = request_rows(req, ngram_cfg, profile, calibrator, seed, recorded, synthetic)
         replayed += bool(recorded is not None and req.output_ids is not None and req.id in recorded)
         for k in parts:
             parts[k].append(rows[k])
         out_len.append(len(rows["m_acc"]))
-        length_only.append(req.output_ids is None)
+        length_only.append(req.output_ids is None or synthetic is not None)  # synthetic: content not checked (apply)
         prompt_len.append(len(rows["tokens"]) - len(rows["m_acc"]))
     out = np.asarray(out_len, dtype=np.int64)
     tok_lens = np.asarray([len(t) for t in parts["tokens"]], dtype=np.int64)
@@ -187,7 +189,22 @@ def check_calibrator(ngram_cfg: NgramConfig, calibrator: NgramCalibrator) -> Non
 
 
 def request_rows(req, ngram_cfg: NgramConfig, profile: ModelDrafterProfile, calibrator: NgramCalibrator, seed: int,
-                 recorded: dict | None = None) -> dict:
+                 recorded: dict | None = None, synthetic: tuple[float, ...] | None = None) -> dict:
+    """request_rows_of (below), with vLLM's synthetic acceptance deciding every chain's acceptance when `synthetic`
+    gives its rates (sim.core.drafters.synthetic.apply; drawn per request, seeded by its id)."""
+    rows = _request_rows(req, ngram_cfg, profile, calibrator, seed, recorded)
+    if synthetic is None:
+        return rows
+    from sim.core.drafters import synthetic as syn
+
+    rows = syn.apply(rows, synthetic, request_seed(seed + 2, req.id))
+    if req.output_ids is not None:
+        rows["m_tok"] = chain_tokens(req.output_ids, rows["m_acc"], profile.block)
+    return rows
+
+
+def _request_rows(req, ngram_cfg: NgramConfig, profile: ModelDrafterProfile, calibrator: NgramCalibrator, seed: int,
+                  recorded: dict | None = None) -> dict:
     """One request's rows (ROW_COLUMNS, one row per output position, and its prompt+output `tokens`), the
     same whether built for the whole trace (build_draft_tables) or when the request is admitted
     (sim.core.drafters.stream): every draw is seeded by the request's id (request_seed), never by its order."""
