@@ -1,9 +1,9 @@
 """Typed settings, declared once: a frozen dataclass whose fields say their type, default, help and range
 (`setting`), and the one check and parse of a value from that declaration. Three kinds of settings use it:
 a drafter's (sim/core/drafters/settings.py: the --D-NAME flags), a policy family's spec options
-(sim/core/policies/registry.py: `name[:VALUE][:flag][:key=value]`, parse_spec; the canonical name, spec_name, is here) and the vLLM plugin's hybrid_spec
-(sim/core/plugin_settings.py: PluginSettings, which real/vllm_plugin/config.py, --additional-config and
-real/validate.py's `hybrid:FIELD=V` all read).
+(sim/core/policies/registry.py: `name[:VALUE][:flag][:key=value]`, parse_spec; the canonical name, spec_name, is
+made here) and the vLLM plugin's hybrid_spec (sim/core/plugin_settings.py: PluginSettings, which
+real/vllm_plugin/config.py, --additional-config and real/validate.py's `hybrid:FIELD=V` all read).
 
     @dataclass(frozen=True)
     class SuffixSettings:
