@@ -16,8 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 3 or argv[0] != "run":
         raise ConfigError("usage: python -m real.validation.vllm run SPEC.json OUT.json")
     from real.validation.vllm.engine import run_spec
+    from sim.infra.inputs import REQUEST, read_json
 
-    res = run_spec(json.loads(Path(argv[1]).read_text()))
+    res = run_spec(read_json(argv[1], REQUEST, what="the run's spec"))  # through the input layer: capped, strict
     write_whole(Path(argv[2]), json.dumps(res) + "\n", overwrite=True)
     return 0
 

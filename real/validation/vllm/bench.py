@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.infra.errors import ConfigError
+from sim.infra.inputs import RECORD, read_json
 from real.validation.vllm.config import VllmRunConfig
 
 SHORT_PREFIX = 64
@@ -108,7 +109,7 @@ def bench_argv(cfg: VllmRunConfig, cases: list[Case], out_json: Path, exclude_dr
 def read_bench(path: Path) -> dict[str, float]:
     """{case name: median ms} from a `vllm bench forward --output-json` file."""
     try:
-        rows = json.loads(Path(path).read_text())
+        rows = read_json(path, RECORD, finite=False)  # through the input layer: a regular file, capped
         return {str(r["case"]): float(r["median_us"]) / 1000.0 for r in rows}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: not a `vllm bench forward` result ({type(exc).__name__}: {exc})") from None

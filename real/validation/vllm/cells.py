@@ -24,6 +24,7 @@ from real.validation.pipeline.lossless import DEFAULT_TIE_EPSILON, compare_outpu
 from real.validation.vllm import config as C
 from real.validation.vllm.config import VllmRunConfig
 from sim.infra import paths
+from sim.infra.inputs import CACHE, read_json
 from sim.infra.errors import ConfigError
 
 # The sources whose behaviour a cached vLLM run records: the plugin, its launcher and the policies it calls.
@@ -66,15 +67,17 @@ def run_cell(cfg: VllmRunConfig, sl, policy: str, bs: int, work: Path, warmup: b
         spec["margins"] = True
     res_path, spec_path = work / "run.result.json", work / "run.spec.json"
     load_path, code_path = work / "run.load.json", work / "run.code.json"
-    same = res_path.is_file() and spec_path.is_file() and digest(json.loads(spec_path.read_text())) == digest(spec)
+    # the cell cache is read through the input layer (capped, strict JSON): a damaged or planted entry is one line
+    same = (res_path.is_file() and spec_path.is_file()
+            and digest(read_json(spec_path, CACHE, finite=False)) == digest(spec))
     if same:
-        made = json.loads(code_path.read_text()).get("code") if code_path.is_file() else None
+        made = read_json(code_path, CACHE, finite=False).get("code") if code_path.is_file() else None
         now = code_version()
         note = "" if made == now else f" (made by code {made or 'of unknown version'}, now {now})"
         print(f"cached  {work}{note}", file=sys.stderr)
-        res = json.loads(res_path.read_text())
+        res = read_json(res_path, CACHE, finite=False)
         if load_path.is_file():
-            res["load"] = json.loads(load_path.read_text())
+            res["load"] = read_json(load_path, CACHE, finite=False)
         return res
     if cached_only:
         why = "no cached result" if not res_path.is_file() else "its cached result was made for another spec"

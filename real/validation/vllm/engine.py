@@ -36,6 +36,7 @@ from sim.infra.errors import ConfigError, HybridSpecError
 from real.vllm_plugin.config import SUPPORTED_VLLM
 from real.validation.vllm.config import CPU_INSTALL_HINT, IGNORE_EOS, INSTALL_HINT, TEMPERATURE, VllmRunConfig
 from sim.infra import paths
+from sim.infra.inputs import RECORD, read_json
 
 ROOT = paths.REPO
 WARMUP_TOKENS = 16
@@ -91,7 +92,7 @@ def launch(spec: dict, work: Path, label: str, env: dict[str, str]) -> dict:
     write_whole(spec_path, json.dumps(spec) + "\n", overwrite=True)
     out_path.unlink(missing_ok=True)
     run_logged(child_argv(spec_path, out_path), env, log, f"vLLM run {label}", must_write=out_path)
-    return json.loads(out_path.read_text())
+    return read_json(out_path, RECORD, finite=False)  # the child's result, through the input layer (capped)
 
 
 def run_logged(argv: list[str], env: dict[str, str], log: Path, what: str, must_write: Path | None = None) -> None:

@@ -38,6 +38,7 @@ from real.validation.vllm.builds import VllmBuild, build_of, out_dir
 from real.validation.vllm.config import VllmRunConfig, shell_line
 from real.validation.vllm.slices import Slice, refuse_torch_flags, write_reference
 from sim.infra.errors import ConfigError
+from sim.infra.inputs import RECORD, read_json
 
 
 @dataclass(frozen=True)
@@ -363,7 +364,7 @@ def ensure_table(v: VllmValidation, machine: dict) -> dict:
     if other:
         raise ConfigError(f"{v.table} was profiled for another setup ({', '.join(other)}); delete it, or use "
                           "another --out or --cost-table")
-    return json.loads(v.table.read_text())
+    return read_json(v.table, RECORD)
 
 
 # ------------------------------------------------------------------------------------------- report
