@@ -153,16 +153,17 @@ def parse_text(cls, name: str, text: str, where: str, off: bool = True) -> Any:
         raise bad from None
 
 
-def build(cls, values: dict, where: str, what: str = "setting"):
+def build(cls, values: dict, where: str, what: str = "setting", named=None):
     """An instance of `cls` from a dict of some of its fields (the rest default), each checked (`check`, named
-    `where`.NAME); ConfigError (one line) for an unknown name or a bad value."""
+    `named(NAME)`, default `where`.NAME); ConfigError (one line) for an unknown name or a bad value."""
     if not isinstance(values, dict):
         raise ConfigError(f"{where}: expected a JSON object of settings, got {values!r}")
     known = setting_types(cls)
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise ConfigError(f"{where}: unknown {what}(s) {', '.join(unknown)} (known: {', '.join(known)})")
-    return cls(**{k: check(cls, k, v, f"{where}.{k}") for k, v in values.items()})
+    named = named or (lambda k: f"{where}.{k}")
+    return cls(**{k: check(cls, k, v, named(k)) for k, v in values.items()})
 
 
 def describe(cls) -> list[str]:

@@ -18,7 +18,6 @@ from typing import Any
 
 from sim.core import settings as _settings
 from sim.core.settings import setting, setting_types  # noqa: F401 (the drafters' import of the declaration)
-from sim.infra.errors import ConfigError
 
 
 def setting_flag(drafter: str, name: str) -> str:
@@ -34,11 +33,5 @@ def check_value(drafter: str, cls, name: str, value: Any) -> Any:
 
 def settings_from(drafter: str, cls, values: dict):
     """An instance of the settings class `cls` of `drafter` from a dict of some of its fields (the rest default);
-    ConfigError (one line) for an unknown name or a bad value."""
-    if not isinstance(values, dict):
-        raise ConfigError(f"--{drafter}-config: expected a JSON object of settings, got {values!r}")
-    known = setting_types(cls)
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ConfigError(f"drafter {drafter}: unknown setting(s) {', '.join(unknown)} (known: {', '.join(known)})")
-    return cls(**{k: check_value(drafter, cls, k, v) for k, v in values.items()})
+    ConfigError (one line, naming the flag) for an unknown name or a bad value."""
+    return _settings.build(cls, values, f"--{drafter}-config", named=lambda k: setting_flag(drafter, k))
