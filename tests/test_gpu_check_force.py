@@ -1,12 +1,26 @@
 """`real/gpu_check.py --force` replaces only the files it writes: the earlier validate/ folder (which may hold the
 user's files) is moved aside, never removed, and a user's folder at a file output's name is refused."""
+import os
+
 import pytest
 
-from real.validation.gpu_check import replace_earlier
 from sim.infra.errors import HybridSpecError
 
+OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 
-def test_force_moves_the_earlier_validation_aside_with_the_users_files(tmp_path):
+
+@pytest.fixture
+def replace_earlier(monkeypatch):
+    """gpu_check sets the Hugging Face offline switches when imported (nothing it runs may download): imported here
+    with the environment restored after the test, so no later test runs offline by accident."""
+    for k in OFFLINE:
+        monkeypatch.setenv(k, os.environ.get(k, ""))  # recorded: restored (or removed) after the test
+    from real.validation.gpu_check import replace_earlier as fn
+
+    return fn
+
+
+def test_force_moves_the_earlier_validation_aside_with_the_users_files(tmp_path, replace_earlier):
     (tmp_path / "validate" / "codeedit").mkdir(parents=True)
     (tmp_path / "validate" / "codeedit" / "fidelity.md").write_text("earlier run\n")
     (tmp_path / "validate" / "my-notes.txt").write_text("the user's\n")
@@ -23,7 +37,7 @@ def test_force_moves_the_earlier_validation_aside_with_the_users_files(tmp_path)
     assert len(again) == 1 and again[0] != moved[0] and moved[0].is_dir()
 
 
-def test_force_refuses_a_users_folder_at_a_file_output(tmp_path):
+def test_force_refuses_a_users_folder_at_a_file_output(tmp_path, replace_earlier):
     (tmp_path / "grid.csv").mkdir()
     (tmp_path / "grid.csv" / "mine.txt").write_text("x")
     with pytest.raises(HybridSpecError):

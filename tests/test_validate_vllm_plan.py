@@ -415,11 +415,12 @@ def test_table_from_bench_results_and_the_cell_report(tmp_path):
     assert json.loads((v.out / "fidelity.json").read_text())["cells"][1]["real"]["lossless_detail"]
 
 
-def test_the_cost_model_check_without_weights_plans_synthetic_cells(tmp_path):
+def test_the_cost_model_check_without_weights_plans_synthetic_cells(tmp_path, monkeypatch):
     """--dummy-weights --synthetic-acceptance-length L: every cell loads random weights and verifies with the rates
     resolved for its own K (7, or 32 for vLLM's n-gram at 32), the simulator is told the same rates, each cell is its
     own reference, and the checklist verifies as vLLM does by default (it checks losslessness). A W-slot hybrid cannot
     run it yet (flow.WIDE_SYNTHETIC): refused when asked for, left out of the defaults with a note."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # a machine that may fetch the target's config (offline: the test below)
     code, _, err = _run(validate_main, ["--engine", "vllm", "--dry-run", "--quick", "--synthetic-acceptance-length",
                                         "3", "--policy", "hybrid:slots=32", "--out", str(tmp_path / "w")])
     assert code == 2 and "policy 'hybrid:slots=32' with synthetic acceptance" in err and len(err.splitlines()) == 1
@@ -511,3 +512,20 @@ def test_a_cell_with_a_tie_flip_is_predicted_on_its_own_outputs(tmp_path):
     assert f"--trace {own} " in cell["sim_command"] and "7, 7" in own.read_text().replace(",7", ", 7")
     plain = flow.cell_record(v, sl, 2, "adaptive", {"none": none, "adaptive": run(ref)}, ref_path, None)
     assert plain["reference"] == "none's outputs" and f"--trace {ref_path} " in plain["sim_command"]
+
+
+def test_dummy_weights_offline_needs_the_targets_config_at_hand(tmp_path, monkeypatch):
+    """--dummy-weights builds the model from the target's config.json: offline with a hub id that is not cached, or a
+    local directory without one, is one line naming what to bring (python -m real.offline_bundle)."""
+    from real.validation.vllm.flow import check_dummy_model
+    from sim.infra.errors import ConfigError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # an empty hub cache
+    with pytest.raises(ConfigError, match="no config.json of Org/never-cached is cached.*real.offline_bundle"):
+        check_dummy_model("Org/never-cached")
+    (tmp_path / "m").mkdir()
+    with pytest.raises(ConfigError, match="has no config.json"):
+        check_dummy_model(str(tmp_path / "m"))
+    (tmp_path / "m" / "config.json").write_text("{}")
+    check_dummy_model(str(tmp_path / "m"))  # a directory with its config: fine
