@@ -10,13 +10,13 @@ OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 
 
 @pytest.fixture
-def replace_earlier(monkeypatch):
-    """gpu_check sets the Hugging Face offline switches when imported (nothing it runs may download): imported here
-    with the environment restored after the test, so no later test runs offline by accident."""
-    for k in OFFLINE:
-        monkeypatch.setenv(k, os.environ.get(k, ""))  # recorded: restored (or removed) after the test
+def replace_earlier():
+    """The function, and a check that importing gpu_check leaves the environment alone (its offline switches are set
+    by its main, so no later test of this process runs offline by accident)."""
+    before = {k: os.environ.get(k) for k in OFFLINE}
     from real.validation.gpu_check import replace_earlier as fn
 
+    assert {k: os.environ.get(k) for k in OFFLINE} == before
     return fn
 
 

@@ -49,9 +49,6 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-for _k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):  # nothing may download anything
-    os.environ.setdefault(_k, "1")
-
 from sim.infra.cli import SEED, ArgumentParser, check_out_dir, finite_float, write_whole
 from sim.infra.fsio import refuse_in_the_way, resolve_out
 from sim.infra.errors import ConfigError
@@ -725,5 +722,12 @@ def parse_args(argv: list[str] | None) -> GpuCheckOptions:
     return a
 
 
+OFFLINE_SWITCHES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
 def main(argv: list[str] | None = None) -> int:
+    # nothing the check runs may download anything: set when the command runs (before any model or tokenizer is
+    # built), not when the module is imported, so importing it changes no one else's environment
+    for k in OFFLINE_SWITCHES:
+        os.environ.setdefault(k, "1")
     return gpu_check(parse_args(argv))
