@@ -52,15 +52,11 @@ def cell_seconds(cost, n: int, bs: int, max_tokens: int, mean_prompt: float, pro
 
 
 def drafter_bytes(llm) -> float:
-    """The DSpark drafter's weights in bytes, from the cost shape the simulator models it with."""
-    import json
+    """The DSpark drafter's weights in bytes: the GEMM weights of the cost shape the simulator prices it with
+    (sim/core/models.py DrafterCostSpec.params), at the target's dtype."""
+    from sim.core.models import get_drafter_cost
 
-    from sim.core.models import models_dir
-
-    shape = json.loads((models_dir() / "drafters" / "dspark-cost.json").read_text())
-    params = shape["draft_layers"] * llm.layer_params + shape["fusion_inputs"] * llm.hidden_size ** 2 \
-        + (llm.vocab_size * llm.hidden_size if shape.get("include_lm_head") else 0)
-    return float(params) * llm.dtype_bytes
+    return float(get_drafter_cost().params(llm)) * llm.dtype_bytes
 
 
 def estimate(v, slices) -> dict:
