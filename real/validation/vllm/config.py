@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from sim.core.drafters.synthetic import check_rates, resolve_rates
+from sim.core.drafters.synthetic import check_rates, resolve_rates, split_rates
 from sim.core import settings
 from sim.core.deploy import DRAFTER_CHECKPOINTS, SERVE_ENV
 from sim.infra.errors import ConfigError
@@ -153,7 +153,7 @@ class VllmRunConfig:
         if L is not None and R is not None:
             raise ConfigError("--synthetic-acceptance-length and --synthetic-acceptance-rates: give one of them")
         if isinstance(R, str):
-            object.__setattr__(self, "synthetic_acceptance_rates", R := _rates_from_text(R))
+            object.__setattr__(self, "synthetic_acceptance_rates", R := split_rates(R, "--synthetic-acceptance-rates"))
         if L is not None and (not isinstance(L, (int, float)) or isinstance(L, bool)):
             raise ConfigError(f"--synthetic-acceptance-length must be a number, got {L!r}")
         if R is not None:
@@ -507,15 +507,6 @@ def sim_llm_for_dir(path: str) -> str:
             return name
     raise ConfigError(f"--vllm-model {path}: no models/llms spec has its shape (layers, hidden, vocab) "
                       f"{shape}; add one (models/README.md)")
-
-
-def _rates_from_text(text: str) -> tuple[float, ...]:
-    """--synthetic-acceptance-rates R1,R2,... as floats; one ConfigError line when it is not that."""
-    try:
-        return tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise ConfigError(f"--synthetic-acceptance-rates: expected rates separated by commas, e.g. 1,0.8,0.5; got "
-                          f"{text!r}") from None
 
 
 def _flag_of(name: str) -> str:

@@ -46,17 +46,20 @@ def check_rates(rates, what: str = "synthetic acceptance rates") -> tuple[float,
     return out
 
 
+def split_rates(text: str, flag: str) -> tuple[float, ...]:
+    """`R1,R2,...` as floats (checked by check_rates); ConfigError (one line naming `flag`) when it is not that."""
+    try:
+        return tuple(float(p) for p in str(text).split(","))
+    except ValueError:
+        raise ConfigError(f"{flag}: expected rates separated by commas, e.g. 1,0.8,0.5; got {text!r}") from None
+
+
 def parse_rates(text: str | None) -> str | None:
     """`R1,R2,...` (the simulator's --synthetic-acceptance) checked and normalised; None stays None."""
     if text is None or text == "":
         return None
-    parts = [p.strip() for p in str(text).split(",")]
-    try:
-        vals = [float(p) for p in parts]
-    except ValueError:
-        raise ConfigError(f"--synthetic-acceptance: expected rates separated by commas, e.g. 1,0.8,0.5; got {text!r}") \
-            from None
-    return ",".join(f"{r:g}" for r in check_rates(vals, "--synthetic-acceptance"))
+    flag = "--synthetic-acceptance"
+    return ",".join(f"{r:g}" for r in check_rates(split_rates(text, flag), flag))
 
 
 def rates_of(text: str | None) -> tuple[float, ...] | None:
