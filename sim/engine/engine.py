@@ -661,16 +661,24 @@ class Engine(HostHistory, LosslessChecks):
                                             cost.cpu_ms(*key))
         return hit
 
+    @staticmethod
+    def _known(stale: tuple, mean_ng, prices: StepPrices) -> tuple[dict, dict, dict]:
+        """The two default drafters' host-known entries, indexed by name: stale chains (stale = model conf, model
+        len, n-gram conf, n-gram len), means and prices, wrapped without copies in fresh dicts (the live drafters
+        add theirs)."""
+        from_numpy = torch.from_numpy
+        stale_chains = {"dspark": (from_numpy(stale[0]), from_numpy(stale[1])),
+                        "ngram": (from_numpy(stale[2]), from_numpy(stale[3]))}
+        means = {} if mean_ng is None else {"ngram": from_numpy(mean_ng)}
+        return stale_chains, means, {"dspark": prices.draft, "ngram": prices.ngram}
+
     @transcribed_by(ARRAY_FORM, *WHOLE_STEP)
     def _host_view(self, reqs: np.ndarray, stale: tuple, mean_ng, T: int, n_seqs: int, n_prefill_done: int,
                    prices: StepPrices) -> HostView:
         """The policy's view of the step before any drafter runs (sim.core.policies.base.HostView), as tensors
         wrapping the host arrays without copies; prices as if every drafter the policy uses runs."""
         from_numpy = torch.from_numpy
-        stale_chains = {"dspark": (from_numpy(stale[0]), from_numpy(stale[1])),
-                        "ngram": (from_numpy(stale[2]), from_numpy(stale[3]))}
-        draft_ms_of = {"dspark": prices.draft, "ngram": prices.ngram}
-        means = {} if mean_ng is None else {"ngram": from_numpy(mean_ng)}
+        stale_chains, means, draft_ms_of = self._known(stale, mean_ng, prices)
         self.live.host_entries(reqs, len(reqs), self.cost, stale_chains, means, draft_ms_of)
         return HostView(
             stale_chains=stale_chains, model_len=from_numpy(self._scheduled_model_len(reqs)), num_nondraft_tokens=T,
@@ -696,10 +704,7 @@ class Engine(HostHistory, LosslessChecks):
         # the request, not the previous step's if the pass was skipped)
         chains_t = {"dspark": (from_numpy(chains["model_conf"]), from_numpy(chains["model_len"])),
                     "ngram": (from_numpy(chains["ngram_conf"]), from_numpy(chains["ngram_len"]))}
-        stale_chains = {"dspark": (from_numpy(stale[0]), from_numpy(stale[1])),
-                        "ngram": (from_numpy(stale[2]), from_numpy(stale[3]))}
-        draft_ms_of = {"dspark": prices.draft, "ngram": prices.ngram}
-        means = {} if mean_ng is None else {"ngram": from_numpy(mean_ng)}
+        stale_chains, means, draft_ms_of = self._known(stale, mean_ng, prices)
         true_acc = {"dspark": from_numpy(tb.m_acc[rows]), "ngram": from_numpy(tb.ng_acc[rows])} \
             if pol.needs_truth else {}
         self.live.batch_entries(reqs, chains, pol.needs_truth, self.cost, chains_t, stale_chains, means, draft_ms_of,
