@@ -833,8 +833,9 @@ def _hybrid_price_plain(params: List[str]) -> Policy:
           "to the confidences it chooses with and publishes", adaptive_verification=True,
           settings=((PluginSettings, PLUGIN_OPTIONS), FillOption))
 def _hybrid_vllm(params: List[str]) -> Policy:
-    params, fill, tail, budget = split_fill(params)
-    method, margin, slots, skip, name, run = parse_hybrid_vllm(params)
+    params, fill, budget = split_fill(params)
+    v, name, run = parse_hybrid_vllm(params)
+    method, margin, slots, skip, tail = v.method, v.margin, v.slots or None, v.skip, v.tail
     name, past = fill_name(name, fill, budget), fill == "vllm" or bool(tail)
     k_run = dict(run.plugin_config).get("runcal")
     if not skip:
@@ -851,12 +852,11 @@ def _hybrid_vllm(params: List[str]) -> Policy:
     return dataclasses.replace(with_recal(pol, float(k_run), shared=True), name=name) if k_run is not None else pol
 
 
-def split_fill(params: List[str]) -> tuple[List[str], str, float, str]:
-    """The `fill=F` and `budget=B` options (FillOption) split off `hybrid-vllm`'s parameters, and the tail the rest
-    gives (PluginSettings.tail, left in them): (the other parameters, F, tail, B); ValueError if bad."""
+def split_fill(params: List[str]) -> tuple[List[str], str, str]:
+    """The simulator-only `fill=F` and `budget=B` options (FillOption) split off `hybrid-vllm`'s parameters: (the
+    other parameters, F, B); ValueError if bad."""
     rest, given = split_option(FillOption, params)
-    tail = parse_spec("hybrid-vllm", PluginSettings, [p for p in rest if p.startswith("tail=")], ("tail",))
-    return rest, given.get("fill", FILLS[0]), float(tail.get("tail", 0.0)), given.get("budget", BUDGETS[0])
+    return rest, given.get("fill", FILLS[0]), given.get("budget", BUDGETS[0])
 
 
 def fill_name(name: str, fill: str, budget: str = BUDGETS[0]) -> str:
@@ -866,7 +866,7 @@ def fill_name(name: str, fill: str, budget: str = BUDGETS[0]) -> str:
 
 def parse_hybrid_vllm(params: List[str], runcal: float | None = None) -> tuple:
     """`hybrid-vllm`'s parameters, the plugin's option settings (PluginSettings, PLUGIN_OPTIONS; `runcal`: a runcal=k
-    already split off): (method, margin, slots W or None, skip, canonical name, VllmRun); ValueError if bad."""
+    already split off): (the settings, a PluginSettings; canonical name; VllmRun); ValueError if bad."""
     given = parse_spec("hybrid-vllm", PluginSettings, params, PLUGIN_OPTIONS)
     if runcal is not None:
         given["runcal"] = float(runcal)
@@ -876,4 +876,4 @@ def parse_hybrid_vllm(params: List[str], runcal: float | None = None) -> tuple:
     written = tuple((k, int(x) if k == "runcal" and float(x).is_integer() else x)
                     for k, x in spec_written(PluginSettings, given))
     run = VllmRun("dspark", k=v.slots or None, adaptive=True, only_vllm=True, plugin=True, plugin_config=written)
-    return v.method, v.margin, v.slots or None, v.skip, spec_name("hybrid-vllm", PluginSettings, given), run
+    return v, spec_name("hybrid-vllm", PluginSettings, given), run

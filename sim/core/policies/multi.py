@@ -134,10 +134,12 @@ def _hybrid_vllm_n(params: List[str], names: tuple) -> Policy:
     if hybrid.split_recal(params, "runcal")[1] is not None:
         raise ValueError("runcal is the plugin's recalibration of its two chains (dspark, ngram): run it with "
                          "--drafters dspark,ngram")
-    if hybrid.split_fill(params)[1:] != (hybrid.FILLS[0], 0.0, hybrid.BUDGETS[0]):
+    params, fill, budget = hybrid.split_fill(params)
+    v, name, run = hybrid.parse_hybrid_vllm(params)
+    if (fill, budget) != (hybrid.FILLS[0], hybrid.BUDGETS[0]) or v.tail:
         raise ValueError("fill=, budget= and tail= (the slots vLLM verifies past the chosen chain) are modelled over "
                          "dspark,ngram only: run them with --drafters dspark,ngram")
-    method, margin, slots, skip, name, run = hybrid.parse_hybrid_vllm(params)
+    method, margin, slots, skip = v.method, v.margin, v.slots or None, v.skip
     if not skip:
         return Policy(name, lambda b: hybrid.alloc_hybrid_vllm(b, method, margin, slots, names), **_uses(names),
                       vllm=run)
