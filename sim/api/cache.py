@@ -30,7 +30,7 @@ from pathlib import Path
 
 from sim.infra.cli import ArgumentParser, finite_float
 from sim.infra.errors import ConfigError, did_you_mean
-from sim.infra.fsio import CACHE_KINDS, CACHE_MARK, ENV, cache_root, is_marked_cache, mark_cache
+from sim.infra.fsio import CACHE_KINDS, CACHE_MARK, ENV, cache_root, is_marked_cache, mark_cache, walk_entries
 from sim.infra.paths import REPO
 
 DAY_S = 86400.0
@@ -45,18 +45,6 @@ class KindSize:
     files: int
 
 
-def _entries(folder: Path):
-    """(path, lstat) of every file, link and folder under `folder`, children before their folder, links never
-    followed."""
-    for top, dirs, files in os.walk(folder, topdown=False, followlinks=False):
-        for name in files + dirs:
-            p = Path(top) / name
-            try:
-                yield p, p.lstat()
-            except OSError:  # removed meanwhile (another process's cache write)
-                continue
-
-
 def sizes(root: Path) -> list[KindSize]:
     """The size of each kind under `root`, largest first; loose files at the top count as the kind '(loose)'."""
     out: dict[str, list[int]] = {}
@@ -66,7 +54,7 @@ def sizes(root: Path) -> list[KindSize]:
         st = entry.lstat()
         kind = entry.name if stat.S_ISDIR(st.st_mode) else "(loose)"
         acc = out.setdefault(kind, [0, 0])
-        found = [(entry, st)] if not stat.S_ISDIR(st.st_mode) else list(_entries(entry))
+        found = [(entry, st)] if not stat.S_ISDIR(st.st_mode) else list(walk_entries(entry))
         for _, s in found:
             if not stat.S_ISDIR(s.st_mode):
                 acc[0] += s.st_size
@@ -129,7 +117,7 @@ def prune(root: Path, kinds: list[str] | None = None, older_than_days: float | N
             continue
         if kinds and entry.name not in kinds:
             continue
-        for p, s in (list(_entries(entry)) + [(entry, st)]) if is_dir else [(entry, st)]:
+        for p, s in (list(walk_entries(entry)) + [(entry, st)]) if is_dir else [(entry, st)]:
             try:
                 if stat.S_ISDIR(s.st_mode):
                     if p != entry or cutoff is None:  # a kind's own folder goes only when all of it goes

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -369,13 +370,9 @@ def _cache_note(root: Path | None) -> None:
     and the command that shows and prunes it (a user should not find hundreds of MB in ~/.cache by chance)."""
     if root is None or not root.is_dir():
         return
-    size = 0
-    for top, _dirs, files in os.walk(root, followlinks=False):
-        for name in files:
-            try:
-                size += os.lstat(os.path.join(top, name)).st_size
-            except OSError:  # removed meanwhile
-                continue
+    from sim.infra.fsio import walk_entries
+
+    size = sum(st.st_size for _, st in walk_entries(root) if not stat.S_ISDIR(st.st_mode))
     print(f"note: made the cache folder {root} ({size / 1e6:.1f} MB now: draft tables, token ids, compiled code; "
           "later runs reuse it); `python -m sim.cache` shows its size and prunes it, HYBRIDSPEC_CACHE_DIR=DIR moves "
           "it, HYBRIDSPEC_CACHE_DIR=off turns it off", file=sys.stderr)

@@ -104,6 +104,18 @@ def cache_root(create: bool = True) -> Path | None:
     return root
 
 
+def walk_entries(folder: Path):
+    """(path, lstat) of every file, link and folder under `folder`, children before their folder, links never
+    followed: what the cache's sizes and its pruning walk."""
+    for top, dirs, files in os.walk(folder, topdown=False, followlinks=False):
+        for name in files + dirs:
+            p = Path(top) / name
+            try:
+                yield p, p.lstat()
+            except OSError:  # removed meanwhile (another process's cache write)
+                continue
+
+
 def mark_cache(root: Path) -> None:
     """Write the project's mark into the cache folder `root` (whole: a temporary then a rename)."""
     tmp = root / f"{CACHE_MARK}.{os.getpid()}.{secrets.token_hex(4)}"
