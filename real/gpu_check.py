@@ -6,8 +6,8 @@ A thin command over its library, real/validation/gpu_check.py: the options, what
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # `python real/gpu_check.py`: Python put real/ first on sys.path; this checkout's root
-    sys.path[0] = str(Path(__file__).resolve().parents[1])  # instead (real/ on the path would shadow modules)
+if __package__ in (None, ""):  # `python real/gpu_check.py` put real/ first on sys.path: this checkout's root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])  # instead: its own real, sim; not an installed copy
 
 from real.validation.gpu_check import main  # noqa: E402
 from sim.infra.cli import run_cli  # noqa: E402

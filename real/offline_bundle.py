@@ -6,8 +6,8 @@ A thin command over its library, real/validation/offline.py: the options, what i
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # `python real/offline_bundle.py`: this checkout's root first, not real/
-    sys.path[0] = str(Path(__file__).resolve().parents[1])
+if __package__ in (None, ""):  # `python real/offline_bundle.py` put real/ first on sys.path: this checkout's root
+    sys.path[0] = str(Path(__file__).resolve().parents[1])  # instead: its own real, sim; not an installed copy
 
 from real.validation.offline import main  # noqa: E402
 from sim.infra.cli import run_cli  # noqa: E402

@@ -382,6 +382,15 @@ def test_a_policy_option_given_twice_is_refused(tmp_path, spec):
     refused(*RUN, "--policy", spec, cwd=tmp_path, says="is given twice")
 
 
+@pytest.mark.parametrize("spec,says", [
+    ("adaptive:nope", "variant must be one of early-stop, online, got 'nope'"),
+    ("hybrid-tree:discount=1.5", "discount must be a finite number in 0..1, got 1.5"),
+    ("ngram-mtp:b1=1", "b1 is a flag"), ("suffix:-1", "K must be an integer >= 0, got -1"),
+])
+def test_a_declared_policy_setting_out_of_its_range_is_one_line(tmp_path, spec, says):
+    refused(*RUN, "--policy", spec, "--drafters", "dspark,ngram,suffix", cwd=tmp_path, says=says)
+
+
 def test_a_bound_is_written_as_the_rule_is():
     from sim.core.policies import get_policy
 

@@ -107,6 +107,16 @@ def test_every_command_is_a_thin_top_level_module():
         assert p.name == "__main__.py" or not defs, f"{m} defines {[d.name for d in defs]}: move them to its library"
 
 
+def test_no_name_at_the_top_of_real_shadows_the_standard_library():
+    """`python real/X.py` puts real/ first on sys.path, where a module or package named like one of the standard
+    library's (real/profile.py once did: cProfile imports `profile`) would be imported in its place. (sim/'s commands
+    run as `python -m sim.X`, which puts the checkout's root there, not sim/.)"""
+    import sys
+
+    top = {p.stem for p in (ROOT / "real").iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()}
+    assert sorted(top & sys.stdlib_module_names) == []
+
+
 def test_no_module_imports_another_modules_private_name():
     paths = [*(ROOT / "sim").rglob("*.py"), *(ROOT / "real").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
     assert private_imports(paths) == []

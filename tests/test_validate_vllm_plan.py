@@ -1,4 +1,4 @@
-"""`real/validate.py --engine vllm` and `real/profile.py --engine vllm` without vLLM or a GPU: the --dry-run plan
+"""`real/validate.py --engine vllm` and `real/profile_costs.py --engine vllm` without vLLM or a GPU: the --dry-run plan
 (serve command, LLM kwargs, sim.api.run commands, checklist), one-line errors, and every piece that runs after vLLM
 returns (metric deltas, the checklist's verdicts, the cost table from bench results, the per-cell predictions
 and the report), fed with made-up vLLM results."""

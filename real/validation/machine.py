@@ -83,8 +83,8 @@ def gpu_models_name(device_name: str, given: str | None = None) -> str:
     known = ", ".join(f"{g.what} -> {g.spec}" for g in GPU_SPECS)
     raise ConfigError(f"no models/gpus spec is known for the GPU {device_name!r} (by name: {known}); name one with "
                       f"{GPU_SPEC_FLAG} NAME or models/gpus/NAME.json (one of {', '.join(list_gpus())}, or a file you "
-                      f"add there) to real/gpu_check.py or real/profile.py, and give real/validate.py that profile as "
-                      f"--cost-table")
+                      f"add there) to real/gpu_check.py or real/profile_costs.py, and give real/validate.py that "
+                      f"profile as --cost-table")
 
 
 def machine_info(device: torch.device, dtype: torch.dtype, model: str) -> dict:

@@ -169,7 +169,7 @@ def conclusion(res: dict | None, margin: float, repeats: int) -> str:
         return f"=> with this noise a {m} verdict needs about {res['repeats']} repeats per cell (--repeat {res['repeats']}){mins}"
     if res["verdict"] == "needs profile repeats":
         return (f"=> with this noise a {m} verdict needs about {res['pair_repeats']} repeats per cell and "
-                f"{res['profile_repeats']} runs per profile point (python -m real.profile --repeat "
+                f"{res['profile_repeats']} runs per profile point (python -m real.profile_costs --repeat "
                 f"{res['profile_repeats']} ... --out T.json, then real/validate.py --cost-table T.json --repeat "
                 f"{res['pair_repeats']}){mins}")
     return (f"=> with this noise a {m} verdict cannot be resolved: the band stays above {m} even with "

@@ -3,7 +3,7 @@ command's boundary and handed down unchanged (a value the pipeline resolves, suc
 a local of the flow that resolves it, never written back).
 
     ValidateOptions   python real/validate.py   (real/validation/validate.py's parser)
-    ProfileOptions    python real/profile.py    (real/validation/profile.py's parser)
+    ProfileOptions    python real/profile_costs.py    (real/validation/profile.py's parser)
 
 `vllm` holds the vLLM flags that were given, by VllmRunConfig field (real/validation/vllm/config.py: vllm_flags), so
 the vLLM flows build their config from it (config.from_args) and the torch flow refuses it (config.given_flags).

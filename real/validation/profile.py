@@ -1,9 +1,9 @@
 """Measure the real engine's step costs on the machine at hand and write a profiled cost table
 (sim/core/cost/profiled.py format) that the simulator loads with `--cost profiled --gpu PATH`.
 
-    python -m real.profile [--model smollm2-135m] [--random-weights] [--device cpu|cuda] [--out FILE]
+    python -m real.profile_costs [--model smollm2-135m] [--random-weights] [--device cpu|cuda] [--out FILE]
                            [--policy P ...] [--batch-size B ...] [--quick]
-    python real/profile.py --engine vllm [--vllm-model HF_ID] [--vllm-drafter HF_ID] [--batch-size B ...]
+    python real/profile_costs.py --engine vllm [--vllm-model HF_ID] [--vllm-drafter HF_ID] [--batch-size B ...]
                            [--out FILE] [--quick] [--dry-run]      (vLLM 0.33 on a CUDA GPU: real/validation/vllm/bench.py)
 
 The rest of this docstring is the torch engine's (--engine torch, the default).
@@ -473,7 +473,7 @@ def format_grid(rows: list[tuple], table: CostTable, roofline=None) -> str:
 
 
 def parse_args(argv):
-    ap = ArgumentParser(prog="python -m real.profile", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m real.profile_costs", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m", type=llm_name,
                     help="a models/llms name or its Hugging Face id, as in sim.api.run (real weights: smollm2-135m only)")
     ap.add_argument("--random-weights", action="store_true", help="random weights, teacher-forced (any models/llms name)")

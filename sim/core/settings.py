@@ -11,7 +11,8 @@ real/vllm_plugin/config.py, --additional-config and real/validate.py's `hybrid:F
 
 A field's type is its annotation (int, float, bool or str; `X | None` for a setting that may be absent). Its
 range: lo/hi (inclusive; strict=True makes lo exclusive), choices (for str), and `off`: one value accepted outside
-the range that means the setting is off (its meaning in `off_means`, e.g. runcal 0 = off); `what`: the value's
+the range that means the setting is off (its meaning in `off_means`, e.g. runcal 0 = off; also what a default of
+None means: suffix's K, the whole chain); `what`: the value's
 noun in errors ('a prior precision', default 'an integer' / 'a finite number'). Any other keyword is
 kept in the field's metadata for the declaration's own readers (the plugin's `counterpart`).
 """

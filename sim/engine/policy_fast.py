@@ -619,14 +619,13 @@ def ngram_threshold_arrays(native, threshold: float, a: Arrays) -> Optional[tupl
 
 @policy_form("ngram-threshold", simple.alloc_ngram_threshold, specs=("ngram-threshold", "ngram-threshold:0.5"))
 def _parse_ngram_threshold(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
-    from sim.core.policies.registry import parse_float
-
+    from sim.core.policies.registry import parse_spec
     from sim.engine.native import load
 
     native = load("hybrid_price")
     if native is None:
         return None
-    t = parse_float(params[0], "t") if params else simple.DEFAULT_NGRAM_THRESHOLD  # the spec is valid
+    t = simple.Threshold(**parse_spec("ngram-threshold", simple.Threshold, params)).t  # the spec is valid
     return _form(lambda a: ngram_threshold_arrays(native, t, a),
                  lambda batch: batch.ngram_conf.dtype == torch.float32 and batch.ngram_conf.is_cpu
                  and _int64_lengths(batch.model_len, batch.ngram_len),
@@ -660,9 +659,9 @@ def _parse_none(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]
 def _fixed_form(which: int):
     def parse(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
         """simple.alloc_fixed: min(K, the chain's length) slots of one chain."""
-        from sim.core.policies.registry import parse_int
+        from sim.core.settings import parse_text
 
-        k = parse_int(params[0], "K", lo=0)  # the spec is valid (get_policy parsed it first)
+        k = parse_text(simple.FixedK, "K", params[0], "K")  # the spec is valid (get_policy parsed it first)
         return _lengths_form(lambda ml, nl: (which, np.minimum(ml if which == CHAIN_MODEL else nl, k)),
                              lambda batch: simple.alloc_fixed(batch, k, which))
 

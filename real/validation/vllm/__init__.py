@@ -1,4 +1,4 @@
-"""Drive vLLM for the simulator's checks, on either build: `real/validate.py --engine vllm` and `real/profile.py
+"""Drive vLLM for the simulator's checks, on either build: `real/validate.py --engine vllm` and `real/profile_costs.py
 --engine vllm` (docs/real.md, "vLLM: one pipeline, two builds").
 
   config    VllmRunConfig: the one place every vLLM setting lives; LLM kwargs, `vllm serve` line, CLI flags

@@ -238,7 +238,7 @@ def profile(cfg: VllmRunConfig, batch_sizes: list[int], quick: bool, out: Path, 
 
     machine = machine_info(torch.device("cuda"), torch.bfloat16, llm.name)
     machine.update(engine=f"vllm {metadata.version('vllm')}", hf_model=cfg.model, drafter=cfg.drafter)
-    src = (f"real/profile.py --engine vllm on {machine['device']} (vLLM {metadata.version('vllm')}): `vllm bench "
+    src = (f"real/profile_costs.py --engine vllm on {machine['device']} (vLLM {metadata.version('vllm')}): `vllm bench "
            f"forward` of {cfg.model} with drafter {cfg.drafter} (K={cfg.num_speculative_tokens}; dummy weights, exact "
            f"shapes as CUDA graphs, KV jitter 0), {len(cases)} cases; LM head timed apart in torch; ngram, alloc, "
            "sample and cpu from the roofline model")

@@ -1,4 +1,4 @@
-"""Settings of the vLLM runs behind `real/validate.py --engine vllm` and `real/profile.py --engine vllm`.
+"""Settings of the vLLM runs behind `real/validate.py --engine vllm` and `real/profile_costs.py --engine vllm`.
 
 One frozen dataclass, `VllmRunConfig`, validated once at the boundary. Everything else is derived from it,
 so no setting is typed in two places:

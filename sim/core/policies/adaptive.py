@@ -31,6 +31,7 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import List
 
 import torch
@@ -38,7 +39,9 @@ import torch
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.core.policies.common import (CHAIN_MODEL, best_budget, early_stop_budget, finish, rank_scores,
                                  survival, top_b_counts)
-from sim.core.policies.registry import Policy, register, split_dyn, split_table, with_dynamic_k, with_table
+from sim.core.policies.registry import (DynOption, Policy, TableOption, parse_spec, register, spec_usage, split_dyn,
+                                        split_table, with_dynamic_k, with_table)
+from sim.core.settings import setting
 from sim.core.vllm import VllmRun
 
 
@@ -96,30 +99,47 @@ def alloc_adaptive_early_stop(batch: StepBatch) -> Allocation:
     return finish(torch.full_like(admitted, CHAIN_MODEL), admitted)
 
 
-@register("adaptive", "adaptive[:early-stop|:online][:table=T|:dyn=S-E@K,...]",
-          "DSpark/vLLM adaptive verification of the model chain (stale budget, current top-B); "
-          "':early-stop' = DSpark Algorithm 1; ':online' = on vLLM's online acceptance estimator's confidences (a "
-          "drafter without a confidence head: eagle, eagle3); dyn=: vLLM's num_speculative_tokens_per_batch_size "
-          "(K per number of scheduled requests); table=step: priced with the step's own verify table, not vLLM's "
-          "start-up profile (as hybrid's; T in startup, step)", adaptive_verification=True)
+def _adaptive_vllm() -> Policy:
+    return Policy("adaptive", alloc_adaptive, uses_model=True, uses_ngram=False, plan_fn=plan_adaptive,
+                  alloc_fn=allocate_adaptive, vllm=VllmRun("dspark", adaptive=True))
+
+
+def _adaptive_online() -> Policy:
+    from sim.core.drafters.acceptance_estimator import EstimatorState
+
+    return Policy("adaptive:online", alloc_online, uses_model=True, uses_ngram=False, plan_fn=plan_online,
+                  alloc_fn=allocate_online, online=EstimatorState, vllm=VllmRun("eagle", adaptive=True, estimator=True))
+
+
+def _adaptive_early_stop() -> Policy:
+    return Policy("adaptive:early-stop", alloc_adaptive_early_stop, uses_model=True, uses_ngram=False)
+
+
+# the variants (`adaptive[:VARIANT]`): None is vLLM 0.33's rule; each builds its Policy
+VARIANTS = {None: _adaptive_vllm, "early-stop": _adaptive_early_stop, "online": _adaptive_online}
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """`adaptive`'s own setting (its options table=T and dyn=: TableOption, DynOption)."""
+
+    variant: str | None = setting(None, "early-stop: DSpark's Algorithm 1 (current survivals, stop at the first "
+                                        "slot that does not raise goodput); online: on vLLM's online acceptance "
+                                        "estimator's confidences (a drafter without a confidence head: eagle, "
+                                        "eagle3)", choices=tuple(v for v in VARIANTS if v is not None),
+                                  positional=True, off_means="vLLM's rule")
+
+
+@register("adaptive", spec_usage("adaptive", AdaptiveSettings) + spec_usage("", TableOption)
+          + spec_usage("", DynOption),
+          "DSpark/vLLM adaptive verification of the model chain (stale budget, current top-B); dyn=: vLLM's "
+          "num_speculative_tokens_per_batch_size (K per number of scheduled requests); table=step: priced with the "
+          "step's own verify table, not vLLM's start-up profile (as hybrid's; not with dyn=)",
+          adaptive_verification=True, settings=(AdaptiveSettings, TableOption, DynOption))
 def _adaptive(params: List[str]) -> Policy:
     params, step = split_table(params)
     params, per_batch = split_dyn(params)
     if step and per_batch:
         raise ValueError("table=step has no vLLM counterpart, dyn= is vLLM's: give one")
-    return with_dynamic_k(with_table(_adaptive_plain(params), step), per_batch)
-
-
-def _adaptive_plain(params: List[str]) -> Policy:
-    if not params:
-        return Policy("adaptive", alloc_adaptive, uses_model=True, uses_ngram=False, plan_fn=plan_adaptive,
-                      alloc_fn=allocate_adaptive, vllm=VllmRun("dspark", adaptive=True))
-    if params == ["online"]:
-        from sim.core.drafters.acceptance_estimator import EstimatorState
-
-        return Policy("adaptive:online", alloc_online, uses_model=True, uses_ngram=False, plan_fn=plan_online,
-                      alloc_fn=allocate_online, online=EstimatorState,
-                      vllm=VllmRun("eagle", adaptive=True, estimator=True))
-    if params == ["early-stop"]:
-        return Policy("adaptive:early-stop", alloc_adaptive_early_stop, uses_model=True, uses_ngram=False)
-    raise ValueError(f"unknown adaptive variant '{':'.join(params)}' (only 'early-stop' or 'online')")
+    variant = parse_spec("adaptive", AdaptiveSettings, params).get("variant")
+    return with_dynamic_k(with_table(VARIANTS[variant](), step), per_batch)

@@ -17,6 +17,7 @@ the same functions given the run's drafters.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import List
 
 import torch
@@ -26,7 +27,8 @@ from sim.core.policies import hybrid
 from sim.core.policies.base import Allocation, StepBatch, host_view
 from sim.core.policies.common import arange, finish, goodput, top_b_counts
 from sim.core.policies.hybrid import chain_ids, others, parse_hybrid, parse_hybrid_price, split_options
-from sim.core.policies.registry import Policy, over_drafters, parse_int, register
+from sim.core.policies.registry import Policy, over_drafters, parse_spec, register, spec_name, spec_usage
+from sim.core.settings import setting
 from sim.core.vllm import VllmRun
 
 
@@ -116,13 +118,20 @@ def alloc_suffix(batch: StepBatch, k: int | None) -> Allocation:
     return finish(torch.full_like(length, chain_id("suffix")), length if k is None else length.clamp(max=k))
 
 
-@register("suffix", "suffix[:K]", "the suffix-tree drafter's whole chain, at most K tokens (vLLM's method "
-          "'suffix'; needs --drafters with suffix)")
+@dataclass(frozen=True)
+class SuffixK:
+    """The K of `suffix[:K]`: vLLM's num_speculative_tokens for method 'suffix' (its max_spec_tokens)."""
+
+    K: int | None = setting(None, "tokens of the suffix chain verified per request per step at most", lo=0,
+                            positional=True, metavar="K", off_means="the whole chain")
+
+
+@register("suffix", spec_usage("suffix", SuffixK), "the suffix-tree drafter's whole chain, at most K tokens (vLLM's "
+          "method 'suffix'; needs --drafters with suffix)", settings=(SuffixK,))
 def _suffix(params: List[str]) -> Policy:
-    if len(params) > 1:
-        raise ValueError("'suffix' takes at most one parameter K")
-    k = parse_int(params[0], "K", lo=0) if params else None
-    return Policy("suffix" + (f":{k}" if params else ""), lambda b: alloc_suffix(b, k), uses_model=False,
+    given = parse_spec("suffix", SuffixK, params)
+    k = SuffixK(**given).K
+    return Policy(spec_name("suffix", SuffixK, given), lambda b: alloc_suffix(b, k), uses_model=False,
                   uses_ngram=False, uses_extra=("suffix",), vllm=VllmRun("suffix", k=k))
 
 

@@ -22,17 +22,19 @@ and the verdict does not call it deployable (VllmRun.release).
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from sim.core.policies.base import Allocation, StepBatch
 from sim.core.policies.common import CHAIN_MODEL, CHAIN_NGRAM, finish
-from sim.core.policies.registry import Policy, register
+from sim.core.policies.registry import Policy, parse_spec, register, spec_name, spec_usage
+from sim.core.settings import setting
 from sim.core.vllm import VllmRun
 
 NGRAM = "ngram"  # the n-gram drafter's registered name, the key of AllMatched's flag in StepBatch.all_matched
 VLLM_MAIN = "vLLM main (Model Runner V2's NgramMTPSpeculator, not in 0.33)"
-BATCH1 = "b1"  # the option of the version that looks up only at batch 1
 
 
 class AllMatched:
@@ -73,12 +75,19 @@ def alloc_ngram_mtp(batch: StepBatch, batch1: bool) -> Allocation:
     return dataclasses.replace(finish(chain, admitted), model_steps=torch.where(skip, 1, K))
 
 
-@register("ngram-mtp", "ngram-mtp[:b1]", "vLLM main's NgramMTPSpeculator: the n-gram copy where the lookup matches, "
-          "else the MTP (model) drafter's K tokens, the MTP decode steps skipped when this and the previous lookup "
-          "matched every request; ':b1' = the version that looks up at batch 1 only; not in a vLLM release")
+@dataclass(frozen=True)
+class NgramMtpSettings:
+    """`ngram-mtp`'s setting: which version of vLLM main's speculator."""
+
+    b1: bool = setting(False, "the version that looks up at batch 1 only (larger batches draft with MTP alone, K "
+                              "steps)")
+
+
+@register("ngram-mtp", spec_usage("ngram-mtp", NgramMtpSettings), "vLLM main's NgramMTPSpeculator: the n-gram copy "
+          "where the lookup matches, else the MTP (model) drafter's K tokens, the MTP decode steps skipped when this "
+          "and the previous lookup matched every request; not in a vLLM release", settings=(NgramMtpSettings,))
 def _ngram_mtp(params: list[str]) -> Policy:
-    if params not in ([], [BATCH1]):
-        raise ValueError(f"'ngram-mtp' takes no parameter or '{BATCH1}'")
-    batch1 = bool(params)
-    return Policy("ngram-mtp" + (f":{BATCH1}" if batch1 else ""), lambda b: alloc_ngram_mtp(b, batch1),
+    given = parse_spec("ngram-mtp", NgramMtpSettings, params)
+    batch1 = NgramMtpSettings(**given).b1
+    return Policy(spec_name("ngram-mtp", NgramMtpSettings, given), lambda b: alloc_ngram_mtp(b, batch1),
                   uses_model=True, uses_ngram=True, online=AllMatched, vllm=VllmRun("mtp", release=VLLM_MAIN))

@@ -214,16 +214,24 @@ def spec_fields(cls, only: tuple | None = None) -> list:
 def spec_usage(family: str, cls, only: tuple | None = None) -> str:
     """The usage of a family's spec, made from its declaration: `family[:METHOD][:flag][:key=V]...`, a setting
     declared as an alternative of another (`alt=`) beside it, `[:recal=k|:runcal=k]`."""
-    types, parts, alts = settings.setting_types(cls), [], {}
+    parts, alts = [], {}
     for f in spec_fields(cls, only):
-        mv = f.metadata.get("metavar") or f.name.upper()
-        part = f":{mv}" if settings.is_positional(f) else f":{f.name}" if types[f.name] is bool else f":{f.name}={mv}"
+        part = ":" + "|:".join(_spelt(cls, f).split("|"))
         if f.metadata.get("alt") in alts:
             alts[f.metadata["alt"]].append(part)
             continue
         alts[f.name] = [part]
         parts.append(alts[f.name] if not f.metadata.get("required") else part)  # a required one: no brackets
     return family + "".join(p if isinstance(p, str) else f"[{'|'.join(p)}]" for p in parts)
+
+
+def _spelt(cls, f) -> str:
+    """How a spec spells the setting `f` of `cls`: its metavar (default NAME) where positional, or its choices
+    `a|b` where it has no metavar; `name` for a flag (a bool); `name=METAVAR` otherwise."""
+    mv = f.metadata.get("metavar") or f.name.upper()
+    if settings.is_positional(f):
+        return f.metadata.get("metavar") or "|".join(f.metadata.get("choices") or ()) or mv
+    return f.name if settings.setting_types(cls)[f.name] is bool else f"{f.name}={mv}"
 
 
 def parse_spec(family: str, cls, params: List[str], only: tuple | None = None) -> dict:
@@ -244,18 +252,21 @@ def parse_spec(family: str, cls, params: List[str], only: tuple | None = None) -
             name, text = key, "true"
         elif not eq and positional is not None:
             name, text = positional.name, p
+        elif eq and key in fields and types[key] is bool:
+            raise ValueError(f"'{family}': {key} is a flag, written bare (':{key}'), not with a value ('{p}')")
         else:
             usage = _REGISTRY[family].usage if family in _REGISTRY else spec_usage(family, cls, only)
             raise ValueError(f"'{family}' has no setting '{key}'; it takes {usage}")
+        try:  # the value first: a bare word that is no choice of the positional is named as such, not as twice
+            value = settings.parse_text(cls, name, text, name, off=False)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         if name in given:
             raise ValueError(f"'{family}': {name} is given twice")
         alt = fields[name].metadata.get("alt")
         if alt is not None and alt in given:
             raise ValueError(f"{alt} and {name} are alternatives: give one")
-        try:
-            given[name] = settings.parse_text(cls, name, text, name, off=False)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
+        given[name] = value
     missing = [f.name for f in fields.values() if f.metadata.get("required") and f.name not in given]
     if missing:  # a setting without a default (model-fixed's K)
         mv = fields[missing[0]].metadata.get("metavar") or missing[0]
@@ -269,37 +280,12 @@ def describe_settings(fam: _Family) -> list[str]:
     for cls, only in fam.settings:
         types = settings.setting_types(cls)
         for f in spec_fields(cls, only):
-            mv = f.metadata.get("metavar") or f.name.upper()
-            spelt = mv if settings.is_positional(f) else f.name if types[f.name] is bool else f"{f.name}={mv}"
-            default = "off" if f.default is None else f.metadata.get("off_means", "off") \
-                if f.default == f.metadata.get("off", object()) else f.default
-            rule = "a flag; default off" if types[f.name] is bool else \
-                f"{settings.rule(cls, f.name, off=False)}; default {default}"
-            out.append(f"{spelt}: {rule}: {f.metadata.get('help', '')}")
+            default = f.metadata.get("off_means", "off") if f.default is None \
+                or f.default == f.metadata.get("off", object()) else f.default
+            rule = "a flag; default off" if types[f.name] is bool else f"{settings.rule(cls, f.name, off=False)}; " \
+                + ("required" if f.metadata.get("required") else f"default {default}")
+            out.append(f"{_spelt(cls, f)}: {rule}: {f.metadata.get('help', '')}")
     return out
-
-
-def parse_int(text: str, what: str, lo: int = 0) -> int:
-    """Parse an integer parameter >= lo, ValueError otherwise."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{what} must be an integer, got '{text}'") from None
-    if value < lo:
-        raise ValueError(f"{what} must be >= {lo}, got {value}")
-    return value
-
-
-def parse_float(text: str, what: str, lo: float = 0.0, strict: bool = False) -> float:
-    """Parse a finite float parameter >= lo (strict: > lo), ValueError otherwise (the bound written as the rule
-    is: "> 0" where 0 is refused, never ">= 0.0")."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{what} must be a number, got '{text}'") from None
-    if not ((value > lo if strict else value >= lo) and value < float("inf")):
-        raise ValueError(f"{what} must be a finite number {'>' if strict else '>='} {lo:g}, got {text}")
-    return value
 
 
 TABLES = ("startup", "step")  # the `table=` option's values; the first is the default

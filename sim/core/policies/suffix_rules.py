@@ -32,12 +32,15 @@ Deployability: neither runs in a vLLM release the simulator models, so the 'vllm
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from sim.core.drafters.registry import chain_id
 from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
 from sim.core.policies.common import (CHAIN_MODEL, best_budget, finish, rank_scores, survival, top_b_counts)
-from sim.core.policies.registry import Policy, no_params, parse_int, register
+from sim.core.policies.registry import Policy, no_params, parse_spec, register, spec_name, spec_usage
+from sim.core.settings import setting
 from sim.core.vllm import VllmRun
 
 SUFFIX = "suffix"  # the suffix drafter's registered name (sim/core/drafters/registry.py)
@@ -85,12 +88,21 @@ def alloc_arctic(batch: StepBatch, k: int | None) -> Allocation:
     return finish(chain, torch.where(take, length, batch.model_len.clamp(max=K)))
 
 
-@register("arctic", "arctic[:K]", "Arctic Inference 0.1.1's hybrid (its vLLM plugin, on vLLM 0.10.1): per request "
-          "the suffix chain where its score (expected accepted length) >= K, else the model chain's K tokens, all "
-          "verified; exact with --suffix-confidence raw; refused by --scheduler vllm")
+@dataclass(frozen=True)
+class ArcticK:
+    """The K of `arctic[:K]`: the model drafter's num_speculative_tokens, and the score the suffix chain must reach."""
+
+    K: int | None = setting(None, "the model drafter's tokens per step, and the suffix chain's expected accepted "
+                                  "length [tokens] from which it is taken instead", lo=1, positional=True,
+                            metavar="K", off_means="the model drafter's whole block")
+
+
+@register("arctic", spec_usage("arctic", ArcticK), "Arctic Inference 0.1.1's hybrid (its vLLM plugin, on vLLM "
+          "0.10.1): per request the suffix chain where its score (expected accepted length) >= K, else the model "
+          "chain's K tokens, all verified; exact with --suffix-confidence raw; refused by --scheduler vllm",
+          settings=(ArcticK,))
 def _arctic(params: list[str]) -> Policy:
-    if len(params) > 1:
-        raise ValueError("'arctic' takes at most one parameter K")
-    k = parse_int(params[0], "K", lo=1) if params else None
-    return Policy("arctic" + (f":{k}" if params else ""), lambda b: alloc_arctic(b, k), uses_model=True,
+    given = parse_spec("arctic", ArcticK, params)
+    k = ArcticK(**given).K
+    return Policy(spec_name("arctic", ArcticK, given), lambda b: alloc_arctic(b, k), uses_model=True,
                   uses_ngram=False, uses_extra=(SUFFIX,), vllm=VllmRun(SUFFIX, k=k, release=ARCTIC))

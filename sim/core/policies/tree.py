@@ -21,14 +21,17 @@ tree attention (two branches off the last accepted token), which vLLM's tree spe
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import List
 
 import torch
 
 from sim.core.policies.base import Allocation, StepBatch
 from sim.core.policies.common import CHAIN_MODEL, CHAIN_NGRAM, finish, goodput, verify_ms
-from sim.core.policies.hybrid import DEFAULT_METHOD, LAMBDA_METHODS, METHODS, NGRAM_MARGIN, TWO, Chains, chain_ids
-from sim.core.policies.registry import Policy, over_drafters, parse_float, register
+from sim.core.policies.hybrid import (DEFAULT_METHOD, LAMBDA_METHODS, METHOD_HELP, METHODS, NGRAM_MARGIN, TWO, Chains,
+                                      chain_ids)
+from sim.core.policies.registry import Policy, over_drafters, parse_spec, register, spec_name, spec_usage
+from sim.core.settings import setting
 
 DISCOUNT = 0.5
 SECANT_MIN = 4
@@ -72,29 +75,30 @@ def _pad(x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, width - x.shape[-1]))
 
 
-@register("hybrid-tree", "hybrid-tree[:METHOD][:discount=D]",
+@dataclass(frozen=True)
+class TreeSettings:
+    """`hybrid-tree`'s settings: the primary branch's method (hybrid-price's) and the second branch's DISCOUNT."""
+
+    method: str = setting(DEFAULT_METHOD, METHOD_HELP, choices=METHODS, positional=True, metavar="METHOD")
+    discount: float = setting(DISCOUNT, "weight of a second-branch slot's expected tokens against the slot price, "
+                                        "hedging the branches' correlation (1 = independent)", lo=0.0, hi=1.0,
+                              metavar="D")
+
+
+@register("hybrid-tree", spec_usage("hybrid-tree", TreeSettings),
           "beyond the seed: hybrid-price's chain plus the other chain as a second tree branch where its "
-          f"slots pay for themselves (discount D for correlated branches, default {DISCOUNT})",
-          adaptive_verification=True)
+          "slots pay for themselves (discount D for correlated branches)", adaptive_verification=True,
+          settings=(TreeSettings,))
 def _hybrid_tree(params: List[str]) -> Policy:
     method, discount, name = parse_tree(params)
     return Policy(name, lambda b: tree_alloc(b, method, NGRAM_MARGIN, discount), uses_model=True, uses_ngram=True, tree=True)
 
 
 def parse_tree(params: List[str]) -> tuple[str, float, str]:
-    """(METHOD, discount, canonical name) of a hybrid-tree spec's parameters; ValueError if malformed."""
-    method, discount = DEFAULT_METHOD, DISCOUNT
-    rest = list(params)
-    if rest and rest[-1].startswith("discount="):
-        discount = parse_float(rest.pop()[len("discount="):], "discount")
-        if discount > 1:
-            raise ValueError("discount must be in [0, 1]")
-    if len(rest) > 1 or (rest and rest[0] not in METHODS):
-        raise ValueError(f"'hybrid-tree' takes [METHOD][:discount=D], METHOD in {', '.join(METHODS)}")
-    if rest:
-        method = rest[0]
-    name = "hybrid-tree" + (f":{method}" if rest else "") + ("" if discount == DISCOUNT else f":discount={discount:g}")
-    return method, discount, name
+    """(METHOD, discount, canonical name) of a hybrid-tree spec's parameters (TreeSettings); ValueError if bad."""
+    given = parse_spec("hybrid-tree", TreeSettings, params)
+    v = TreeSettings(**given)
+    return v.method, v.discount, spec_name("hybrid-tree", TreeSettings, given)
 
 
 def tree_alloc_n(batch: StepBatch, names: tuple, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
