@@ -14,7 +14,7 @@ from sim.engine.engine import Engine, EngineConfig
 from sim.core.policies import CHAIN_MODEL, CHAIN_NGRAM
 from sim.engine.policies import sim_policy
 from sim.core.policies.hybrid import free_budget, price_skip
-from sim.core.policies.testing import random_batch
+from sim.core.policies.testing import random_batch, replace_chain
 
 CFG = NgramConfig(n_min=1, n_max=3, k=8, ext_max=16)
 
@@ -23,13 +23,14 @@ def _batch(model_conf, ngram_conf, stale_model, stale_ngram, draft=1.0, model_dr
     mc, nc = torch.tensor(model_conf), torch.tensor(ngram_conf)
     R = mc.shape[0]
     from sim.core.policies import StepBatch
-    return StepBatch(model_conf=mc, model_len=torch.full((R,), mc.shape[1]), ngram_conf=nc,
-                     ngram_len=torch.full((R,), nc.shape[1]), stale_model_conf=torch.tensor(stale_model),
-                     stale_model_len=torch.full((R,), mc.shape[1]), stale_ngram_conf=torch.tensor(stale_ngram),
-                     stale_ngram_len=torch.full((R,), nc.shape[1]), num_nondraft_tokens=R,
+    return StepBatch(chains={"dspark": (mc, torch.full((R,), mc.shape[1])),
+                             "ngram": (nc, torch.full((R,), nc.shape[1]))},
+                     stale_chains={"dspark": (torch.tensor(stale_model), torch.full((R,), mc.shape[1])),
+                                   "ngram": (torch.tensor(stale_ngram), torch.full((R,), nc.shape[1]))},
+                     num_nondraft_tokens=R,
                      verify_cost_ms=torch.tensor(table if table is not None else [5.0 + 0.5 * t for t in range(64)],
                                                  dtype=torch.float64),
-                     draft_cost_ms=draft, model_draft_ms=model_draft, ngram_draft_ms=0.05)
+                     draft_cost_ms=draft, draft_ms_of={"dspark": model_draft, "ngram": 0.05})
 
 
 def test_skips_the_pass_when_stale_ngram_chains_beat_the_model():
@@ -39,7 +40,7 @@ def test_skips_the_pass_when_stale_ngram_chains_beat_the_model():
     assert not bool(a.model_ran)
     assert (a.chain == CHAIN_NGRAM).all() and (a.admitted > 0).all()
     # the current model chains were never drafted: changing them changes nothing
-    b2 = dataclasses.replace(b, model_conf=torch.ones_like(b.model_conf))
+    b2 = replace_chain(b, "dspark", conf=torch.ones_like(b.chains["dspark"][0]))
     a2 = price_skip(b2)
     assert torch.equal(a.chain, a2.chain) and torch.equal(a.admitted, a2.admitted) and not bool(a2.model_ran)
 

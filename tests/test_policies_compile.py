@@ -39,8 +39,7 @@ def _tensor_fn(fn):
 
 
 def _args(b):
-    return (b.model_conf, b.model_len, b.ngram_conf, b.ngram_len, b.stale_model_conf, b.stale_model_len,
-            b.stale_ngram_conf, b.stale_ngram_len, b.verify_cost_ms, b.true_model_acc, b.true_ngram_acc,
+    return (*b.chains["dspark"], *b.chains["ngram"], *b.stale_chains["dspark"], *b.stale_chains["ngram"], b.verify_cost_ms, b.true_acc.get("dspark"), b.true_acc.get("ngram"),
             b.num_nondraft_tokens, b.draft_cost_ms)
 
 

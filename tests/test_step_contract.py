@@ -11,7 +11,7 @@ import torch
 from sim.engine.engine import Engine, EngineConfig
 from sim.engine.policies import sim_policy
 from sim.core.policies.base import HostView, Plan, host_view
-from sim.core.policies.testing import random_batch
+from sim.core.policies.testing import random_batch, replace_chain
 from sim.api.run import SimSetup, prepare
 
 PHASED = ["adaptive", "hybrid", "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5", "hybrid:fixed-point",
@@ -23,8 +23,9 @@ def _batches(n, seed):
     for _ in range(n):
         R = int(rng.choice([1, 3, 4, 17, 64]))
         b = random_batch(rng, R, int(rng.choice([3, 7])), int(rng.choice([4, 32])), max_tokens=R * 40 + 2)
-        b = dataclasses.replace(b, model_draft_ms=float(rng.uniform(0, b.draft_cost_ms)),
-                                mean_ngram_conf=torch.tensor(rng.random(tuple(b.ngram_conf.shape))))
+        b = dataclasses.replace(b, draft_ms_of={**b.draft_ms_of, "dspark": float(rng.uniform(0, b.draft_cost_ms))},
+                                means={**b.means,
+                                       "ngram": torch.tensor(rng.random(tuple(b.chains["ngram"][0].shape)))})
         yield b
 
 
@@ -51,8 +52,8 @@ def test_a_skipped_model_pass_is_never_read(spec):
         kinds.add(plan.model)
         if plan.model:
             continue
-        poisoned = dataclasses.replace(b, model_conf=torch.full_like(b.model_conf, float("nan")),
-                                       model_len=torch.full_like(b.model_len, b.model_conf.shape[1]))
+        poisoned = replace_chain(b, "dspark", conf=torch.full_like(b.chains["dspark"][0], float("nan")),
+                                 length=torch.full_like(b.chains["dspark"][1], b.chains["dspark"][0].shape[1]))
         a, p = pol.allocate(b, plan), pol.allocate(poisoned, plan)
         assert torch.equal(a.chain, p.chain) and torch.equal(a.admitted, p.admitted)
         assert not (a.chain == 1).any()  # no model slot

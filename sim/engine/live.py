@@ -15,7 +15,7 @@ public step interface (sim/engine/api.py: LiveSteps), no private Engine member:
   * a finished request's drafter state is stopped (`stop`: its output may join a global tree);
   * a drafter with a `verdict(rids, verified, accepted)` method hears, after each step it ran, each request's
     slots of its chain that the step verified and, of those, the target accepted.
-Host history per drafter (the HostView's stale_extra and mean_extra): the chain last proposed for each request,
+Host history per drafter (its HostView.stale_chains and means entries): the chain last proposed for each request,
 and the mean of its proposals' confidences (0 past each chain's length), as the n-gram chain's. Before its
 first proposal for a request: the mean of every proposal it made in the run so far (all requests), and a
 whole chain of confidence 1 before its very first one (as vLLM resets a fresh request's model confidences),

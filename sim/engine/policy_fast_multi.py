@@ -40,7 +40,7 @@ import torch
 from sim.core.drafters.registry import chain_id
 from sim.engine.forms import policy_form
 from sim.core.policies import hybrid
-from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
+from sim.core.policies.base import MODEL, Allocation, HostView, Plan, StepBatch, host_view
 
 F32, I64 = np.float32, np.int64
 THREE = ("dspark", "ngram", "suffix")
@@ -195,7 +195,7 @@ def _cap(st: _Step, budget: int) -> int:
 def _forecast(v, name: str, forecast: str) -> Optional[np.ndarray]:
     """multi._forecast on numpy (float32 [R, K]); None where the mean chain holds a NaN or is not a CPU tensor."""
     conf = _f32(v.stale_chains[name][0])
-    mean = v.mean_ngram_conf if name == "ngram" else v.mean_extra.get(name)
+    mean = v.means.get(name)
     if mean is None or forecast == "stale":
         return conf
     if not (isinstance(mean, torch.Tensor) and mean.is_cpu and mean.is_floating_point()):

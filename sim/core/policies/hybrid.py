@@ -84,7 +84,7 @@ import torch
 from sim.core.drafters import DEFAULT_DRAFTERS
 from sim.core.drafters.recalibration import recalibrated
 from sim.core.policies.adaptive import alloc_adaptive, stale_model_budget
-from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
+from sim.core.policies.base import MODEL, NGRAM, Allocation, HostView, Plan, StepBatch, host_view
 from sim.core.policies.common import (CONST, best_budget, cap_budget, count_above, finish,
                                  goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
 from sim.core.policies.registry import (Policy, TableOption, parse_spec, register, spec_name, spec_usage, spec_written,
@@ -158,7 +158,6 @@ class FillOption:
 
 
 TWO = DEFAULT_DRAFTERS  # the default run's drafters: the two-drafter entry points' `names`
-MODEL = "dspark"  # the model drafter: its pass is what `hybrid` prices skipping, vLLM verifies its slots
 ALWAYS_RUNS = "ngram"  # a cheap GPU kernel that always runs (plan_skip never prices leaving it out)
 
 
@@ -554,8 +553,8 @@ def choose_chain(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float =
     """Per request, whether its n-gram chain is the one to verify (bool [R]), from the batch's current values:
     choose_chain_n over (model, n-gram). The chain-choice half of `price_with_budget`, without a budget: what the
     vLLM plugin runs per step."""
-    return choose_chain_n(batch, [batch.model_conf, batch.ngram_conf], [batch.model_len, batch.ngram_len], True,
-                          method, margin)
+    (mc, ml), (nc, nl) = batch.chains[MODEL], batch.chains[NGRAM]
+    return choose_chain_n(batch, [mc, nc], [ml, nl], True, method, margin)
 
 
 def published_view(batch: StepBatch, k: int, stale: bool = False, names: tuple = TWO) -> StepBatch:
@@ -661,7 +660,7 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     their output (model_len < K) are scheduled model_len slots, the others W. After a skipped model pass every
     request publishes a model-free chain (the current model chains were not drafted and are not read)."""
     ran = names if ran is None else ran
-    K = batch.model_conf.shape[1]
+    K = batch.chains[MODEL][0].shape[1]
     W = K if slots is None else max(int(slots), K)
     cur, old = published_view(batch, W, names=names), published_view(batch, W, stale=True, names=names)
     confs, lens = [cur.chains[n][0] for n in names], [cur.chains[n][1] for n in names]
@@ -673,7 +672,7 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     use_stale = choose_chain_n(old, oconfs, olens, True, method, margin)
     pub = publish_n(confs, lens, choice, W, tail)
     pub_stale = publish_n(oconfs, olens, use_stale, W, tail) if budget == "stale" else pub
-    sched = scheduled_slots(batch.model_len, K, W, MODEL in ran)
+    sched = scheduled_slots(batch.chains[MODEL][1], K, W, MODEL in ran)
     stale_m = batch.stale_chains[MODEL]
     view = dataclasses.replace(batch, chains={**batch.chains, MODEL: (pub, sched)},
                                stale_chains={**batch.stale_chains, MODEL: (pub_stale.to(stale_m[0].dtype), stale_m[1])})
@@ -681,7 +680,7 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     if fill == "cut" and not tail:
         admitted = alloc_adaptive(view).admitted
         return finish(chain_of(names, choice), torch.minimum(admitted, chosen_len))
-    verified = vllm_top_b(rank_scores(survival(pub, sched), sched), stale_model_budget(view), sched)
+    verified = vllm_top_b(rank_scores(survival(pub, sched), sched), stale_model_budget(view, sched), sched)
     out = finish(chain_of(names, choice), torch.minimum(verified, chosen_len))
     model_chain = choice == 0 if choice.dtype != torch.bool else ~choice
     past_model = ~model_chain & (MODEL in ran)  # DSpark's tokens lie past a chosen model-free chain
