@@ -229,7 +229,7 @@ def test_plan_skip_is_the_simulators_hybrid_decision_on_the_host_copies():
         slots = [0, 1, 2, 3]
         view = HostView(stale_chains={"dspark": (d.model_conf_last[slots], d.model_len_last[slots]),
                                       "ngram": (d.ngram_conf_last[slots], d.ngram_len_last[slots])},
-                        model_len=torch.full((4,), 7), num_nondraft_tokens=4, verify_cost_ms=d._table_host,
+                        scheduled_len={"dspark": torch.full((4,), 7)}, num_nondraft_tokens=4, verify_cost_ms=d._table_host,
                         draft_cost_ms=4.0, num_sampling_reqs=4, draft_ms_of={"dspark": 4.0 - skip_ms},
                         means={"ngram": d.ngram_conf_sum[slots] / d.ngram_steps[slots][:, None]})
         got = d.plan_skip(slots)

@@ -109,7 +109,7 @@ from sim.engine.live import LiveChains
 from sim.engine.stretch import steady_steps
 from sim.infra.errors import ConfigError, SimulatorBug
 from sim.engine.forms import ARRAY_FORM, NATIVE_STEP, WHOLE_STEP, transcribed_by
-from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
+from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, MODEL, Allocation, Decision, HostView, Plan, StepBatch
 from sim.core.policies.registry import Policy
 from sim.engine.policy_fast import Arrays
 from sim.core.scheduler import Scheduler, StepPlan, full_kv_need
@@ -681,7 +681,8 @@ class Engine(HostHistory, LosslessChecks):
         stale_chains, means, draft_ms_of = self._known(stale, mean_ng, prices)
         self.live.host_entries(reqs, len(reqs), self.cost, stale_chains, means, draft_ms_of)
         return HostView(
-            stale_chains=stale_chains, model_len=from_numpy(self._scheduled_model_len(reqs)), num_nondraft_tokens=T,
+            stale_chains=stale_chains, scheduled_len={MODEL: from_numpy(self._scheduled_model_len(reqs))},
+            num_nondraft_tokens=T,
             verify_cost_ms=self._table, draft_cost_ms=prices.total(), draft_ms_of=draft_ms_of, means=means,
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),

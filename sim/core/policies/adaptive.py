@@ -4,7 +4,7 @@
 (vllm/v1/worker/gpu/spec_decode/adaptive_verification.py, AdaptiveVerificationManager):
   1. Budget (`get_num_tokens`), on the CPU from one-step-old (stale) confidences, in float64 like vLLM:
        S = stale survivals cumprod(stale_chains[dspark] conf) of slots j < the scheduled model chain length
-         (HostView.model_len), sorted descending: the mask is this step's scheduled draft count, not the stale
+         (HostView.scheduled_len), sorted descending: the mask is this step's scheduled draft count, not the stale
          chain's length, as in vLLM
        C = min(|S|, max_draft_tokens)      (vLLM's logits-buffer cap, when the engine gives it)
        B* = argmax_{B = 0..C} (N + S_1 + ... + S_B) / (draft_ms + verify_ms[T + B])     [tokens/ms]
@@ -45,8 +45,8 @@ from sim.core.vllm import VllmRun
 
 def stale_model_budget(batch: HostView | StepBatch, scheduled: torch.Tensor) -> torch.Tensor:
     """B* from the stale model confidences (the part vLLM computes on the CPU), 0-d int64.
-    Stale survivals are masked with `scheduled` [R], this step's scheduled model draft count (HostView.model_len),
-    as vLLM masks them with this step's scheduled drafts."""
+    Stale survivals are masked with `scheduled` [R], this step's scheduled model draft count
+    (HostView.scheduled_len[dspark]), as vLLM masks them with this step's scheduled drafts."""
     surv = survival(batch.stale_chains[MODEL][0], scheduled, dtype=torch.float64)
     budget, _ = best_budget(batch, rank_scores(surv, scheduled))
     return budget
@@ -54,7 +54,7 @@ def stale_model_budget(batch: HostView | StepBatch, scheduled: torch.Tensor) -> 
 
 def plan_adaptive(view: HostView) -> Plan:
     """Host phase: the model drafter runs (not the n-gram one); budget B* from the stale confidences."""
-    return Plan(model=True, ngram=False, budget=stale_model_budget(view, view.model_len))
+    return Plan(model=True, ngram=False, budget=stale_model_budget(view, view.scheduled_len[MODEL]))
 
 
 def allocate_adaptive(batch: StepBatch, plan: Plan) -> Allocation:

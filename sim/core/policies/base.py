@@ -116,13 +116,15 @@ class HostView:
     StepBatch's names and meanings (see there), so the shared helpers (sim.core.policies.common: goodput,
     best_budget, ...) read either. No current chain is here: it is not drafted yet.
 
-    model_len[r]        the model chain length the step schedules (int64 [R]; min(K_m, output left)),
-                        known before the pass (vLLM masks its stale survivals with it).
+    scheduled_len[d]    the chain length the step schedules for drafter d (int64 [R]), known before its pass: for
+                        the model drafter min(K_m, output left, the step's draft cap) (vLLM masks its stale
+                        survivals with it); the engines give the model drafter's, a lookup's length being known only once
+                        it ran (host_view of a one-view batch gives every drafter's current length).
     recal, estimator, all_matched   the policy's online state one step older (StepBatch.stale_recal,
                         stale_estimator, stale_all_matched)."""
 
     stale_chains: dict = field(default_factory=dict)
-    model_len: Optional[torch.Tensor] = None
+    scheduled_len: dict = field(default_factory=dict)
     num_nondraft_tokens: int = 0
     verify_cost_ms: Optional[torch.Tensor] = None
     draft_cost_ms: Union[float, torch.Tensor] = 0.0
@@ -143,8 +145,9 @@ class HostView:
 
 
 def host_view(batch: StepBatch) -> HostView:
-    """The HostView of a StepBatch (its host-known fields, no copies)."""
-    return HostView(stale_chains=batch.stale_chains, model_len=batch.chains[MODEL][1],
+    """The HostView of a StepBatch (its host-known fields, no copies; the current chains' lengths are the scheduled
+    ones)."""
+    return HostView(stale_chains=batch.stale_chains, scheduled_len={d: c[1] for d, c in batch.chains.items()},
                     num_nondraft_tokens=batch.num_nondraft_tokens, verify_cost_ms=batch.verify_cost_ms,
                     draft_cost_ms=batch.draft_cost_ms, draft_ms_of=batch.draft_ms_of, means=batch.means,
                     num_sampling_reqs=batch.num_sampling_reqs, max_draft_tokens=batch.max_draft_tokens,
