@@ -43,16 +43,16 @@ def test_the_general_form_on_two_drafters_is_the_two_drafter_definition(spec):
         if defn.phased:
             p1, p2 = defn.plan(host_view(b)), general.plan(host_view(b))
             budget = lambda p: None if p.budget is None else int(p.budget)  # noqa: E731
-            assert (p1.model, p1.ngram, budget(p1)) == (p2.model, p2.ngram, budget(p2)), seed
+            assert (p1.drafters, budget(p1)) == (p2.drafters, budget(p2)), seed
         want, got = defn.fn(b), general.fn(b)
         assert torch.equal(want.chain, got.chain) and torch.equal(want.admitted, got.admitted), (spec, seed)
         if want.second is not None:  # the tree's second branch: the other chain, as many slots
             assert torch.equal(want.second, got.second), (spec, seed)
             other = torch.where(want.chain == 1, 2, 1)
             assert torch.equal(got.second_chain[want.second > 0], other[want.second > 0]), (spec, seed)
-        for said in ("model_ran", "ngram_ran"):
-            if getattr(want, said) is not None:
-                assert bool(getattr(want, said)) == bool(getattr(got, said)), (spec, seed, said)
+        for name in ("dspark", "ngram"):
+            if want.said(name) is not None:
+                assert bool(want.said(name)) == bool(got.said(name)), (spec, seed, name)
 
 
 def test_three_drafter_policies_choose_any_chain_and_the_oracle_bounds_them():
@@ -81,13 +81,12 @@ def test_three_drafter_policies_choose_any_chain_and_the_oracle_bounds_them():
         o = oracle_n(b, names)
         acc = {1: b.true_acc["dspark"], 2: b.true_acc["ngram"], 3: b.true_acc["suffix"]}
         got = sum(int(min(int(a.admitted[r]), int(acc[int(a.chain[r])][r]))) for r in range(R) if a.chain[r] > 0)
-        ran = [names[i] for i in range(3) if (i != 0 or bool(a.model_ran))]
-        cost = b.draft_cost_ms - (0 if bool(a.model_ran) else b.price("dspark"))
+        ran = [names[i] for i in range(3) if (i != 0 or bool(a.said("dspark")))]
+        cost = b.draft_cost_ms - (0 if bool(a.said("dspark")) else b.price("dspark"))
         t = dataclasses.replace(b, verify_cost_ms=b.verify_cost_ms)
         g_pol = float(goodput(t, torch.tensor(float(got)), a.admitted.sum(), cost))
         oacc = sum(min(int(o.admitted[r]), int(acc[int(o.chain[r])][r])) for r in range(R) if o.chain[r] > 0)
-        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool({"dspark": o.model_ran, "ngram": o.ngram_ran,
-                                                                   **o.extra_ran}[nm]))
+        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool(o.ran[nm]))
         alloc_ms = b.draft_cost_ms - b.price("dspark") - b.price("ngram") - 0.05
         ocost += alloc_ms if int(o.admitted.sum()) or ocost else 0.0
         g_or = float(goodput(t, torch.tensor(float(oacc)), o.admitted.sum(), ocost))
@@ -145,11 +144,10 @@ def test_tree_and_vllm_over_three_drafters(spec):
             second |= set(sc[a.second > 0].tolist())
             got = torch.maximum(got, _realised(b, sc, a.second))
             slots = slots + a.second.sum()
-        cost = b.draft_cost_ms - (0.0 if a.model_ran is None or bool(a.model_ran) else b.price("dspark"))
+        cost = b.draft_cost_ms - (0.0 if a.said("dspark") is None or bool(a.said("dspark")) else b.price("dspark"))
         g_pol = float(goodput(b, got.sum().to(torch.float64), slots, cost))
         o = oracle_n(b, names)
-        ran = {"dspark": o.model_ran, "ngram": o.ngram_ran, **o.extra_ran}
-        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool(ran[nm]))
+        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool(o.ran[nm]))
         ocost += (b.draft_cost_ms - sum(b.draft_ms_of.values())) if int(o.admitted.sum()) or ocost else 0.0
         g_or = float(goodput(b, o.admitted.sum().to(torch.float64), o.admitted.sum(), ocost))
         assert g_or >= g_pol - 1e-9, (spec, seed, g_or, g_pol)

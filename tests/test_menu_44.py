@@ -232,8 +232,7 @@ def test_the_per_step_oracle_over_three_drafters_bounds_each_new_rule(spec):
         g_pol = float(goodput(b, torch.tensor(float(got)), a.admitted.sum(), cost))
         o = oracle_n(b, names)
         oacc = sum(min(int(o.admitted[r]), int(acc[int(o.chain[r])][r])) for r in range(R) if o.chain[r] > 0)
-        said = {"dspark": o.model_ran, "ngram": o.ngram_ran, **o.extra_ran}
-        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool(said[nm]))
+        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool(o.ran[nm]))
         ocost += alloc_ms if int(o.admitted.sum()) or ocost else 0.0
         g_or = float(goodput(b, torch.tensor(float(oacc)), o.admitted.sum(), ocost))
         assert g_or >= g_pol - 1e-9, (spec, seed, g_or, g_pol)

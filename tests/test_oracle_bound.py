@@ -47,8 +47,8 @@ def _step_goodput(batch, alloc, uses_model=True, uses_ngram=True):
     adm_m = torch.where(chain == CHAIN_MODEL, adm, torch.where(chain == CHAIN_NGRAM, second, 0))
     adm_n = torch.where(chain == CHAIN_NGRAM, adm, torch.where(chain == CHAIN_MODEL, second, 0))
     tokens = torch.maximum(torch.minimum(adm_m, acc_m), torch.minimum(adm_n, acc_n)).sum() + batch.num_sampling
-    ran_m = uses_model if alloc.model_ran is None else bool(alloc.model_ran)
-    ran_n = uses_ngram if alloc.ngram_ran is None else bool(alloc.ngram_ran)
+    ran_m = uses_model if alloc.said("dspark") is None else bool(alloc.said("dspark"))
+    ran_n = uses_ngram if alloc.said("ngram") is None else bool(alloc.said("ngram"))
     alloc_ms = batch.draft_cost_ms - batch.price("dspark") - batch.price("ngram")
     draft = ran_m * batch.price("dspark") + ran_n * batch.price("ngram") + (ran_m or ran_n) * alloc_ms
     table = batch.true_verify_cost_ms if batch.true_verify_cost_ms is not None else batch.verify_cost_ms

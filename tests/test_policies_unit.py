@@ -131,12 +131,12 @@ def test_oracle_skips_the_model_pass_when_the_ngram_chains_are_enough():
     b = make_batch([[0.5] * 4] * 2, [[0.5] * 6] * 2, true_m=[2, 3], true_n=[6, 5], draft=1.0)
     b.draft_ms_of["dspark"] = 0.9  # the model chains add nothing: paying their pass only lowers the goodput
     a = get_policy("oracle")(b)
-    assert not bool(a.model_ran) and bool(a.ngram_ran)
+    assert not bool(a.said("dspark")) and bool(a.said("ngram"))
     assert lists(a) == ([CHAIN_NGRAM, CHAIN_NGRAM], [6, 5])
     b = make_batch([[0.5] * 4] * 2, [[0.5] * 6] * 2, true_m=[4, 4], true_n=[0, 0], draft=1.0)
     b.draft_ms_of["dspark"] = 0.9
     a = get_policy("oracle")(b)
-    assert bool(a.model_ran) and lists(a) == ([CHAIN_MODEL, CHAIN_MODEL], [4, 4])
+    assert bool(a.said("dspark")) and lists(a) == ([CHAIN_MODEL, CHAIN_MODEL], [4, 4])
 
 
 # --- adaptive -------------------------------------------------------------------------------------

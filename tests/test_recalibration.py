@@ -70,7 +70,7 @@ def test_the_policy_is_the_plain_policy_on_recalibrated_views():
             b = _batch(seed)
             p = rec.plan(host_view(b))
             want_p = plain.plan_fn(recalibrated(host_view(b)))  # the HostView's offsets: one step older
-            assert (p.model, int(p.budget)) == (want_p.model, int(want_p.budget))
+            assert (p.drafters, int(p.budget)) == (want_p.drafters, int(want_p.budget))
             got, want = rec.allocate(b, p), plain.alloc_fn(recalibrated(b), p)
             assert torch.equal(got.chain, want.chain) and torch.equal(got.admitted, want.admitted)
             one = rec.fn(b)

@@ -35,7 +35,7 @@ def test_fn_is_plan_then_allocate_and_the_plan_is_host_values(spec):
     assert pol.phased
     for b in _batches(60, 1):
         plan = pol.plan(host_view(b))
-        assert type(plan.model) is bool and type(plan.ngram) is bool
+        assert type(plan.drafters) is frozenset and plan.drafters <= set(pol.drafters)
         assert plan.budget is None or (plan.budget.device.type == "cpu" and plan.budget.dim() == 0)
         a, want = pol.allocate(b, plan), pol.fn(b)
         assert torch.equal(a.chain, want.chain) and torch.equal(a.admitted, want.admitted)
@@ -49,8 +49,8 @@ def test_a_skipped_model_pass_is_never_read(spec):
     kinds = set()
     for b in _batches(200, 2):
         plan = pol.plan(host_view(b))
-        kinds.add(plan.model)
-        if plan.model:
+        kinds.add(plan.runs("dspark"))
+        if plan.runs("dspark"):
             continue
         poisoned = replace_chain(b, "dspark", conf=torch.full_like(b.chains["dspark"][0], float("nan")),
                                  length=torch.full_like(b.chains["dspark"][1], b.chains["dspark"][0].shape[1]))
@@ -67,7 +67,7 @@ def test_single_phase_policies_plan_every_drafter_they_use():
         assert not pol.phased
         b = next(_batches(1, 3))
         plan = pol.plan(host_view(b))
-        assert (plan.model, plan.ngram) == want and plan.budget is None, spec
+        assert (plan.runs("dspark"), plan.runs("ngram")) == want and plan.budget is None, spec
 
 
 def test_a_copy_with_a_replaced_fn_is_single_phase():
@@ -75,7 +75,7 @@ def test_a_copy_with_a_replaced_fn_is_single_phase():
     policy's own phases."""
     pol = sim_policy("hybrid")
     bad = dataclasses.replace(pol, fn=lambda b: pol.fn(b))
-    assert pol.phased and not bad.phased and bad.plan(host_view(next(_batches(1, 4)))) == Plan(True, True)
+    assert pol.phased and not bad.phased and bad.plan(host_view(next(_batches(1, 4)))) == Plan(frozenset(("dspark", "ngram")))
 
 
 class _Phases(Engine):
@@ -109,11 +109,11 @@ def test_engine_plans_before_it_proposes_only_the_planned_drafters():
         assert len(eng.log) == dec.sum()
         for (tag, plan, tag2, chains, tag3), draft_ms in zip(eng.log, res.steps["draft_ms"][dec]):
             assert (tag, tag2, tag3) == ("plan", "propose", "allocate")
-            if not plan.model:
+            if not plan.runs("dspark"):
                 skipped += 1
                 assert (chains["model_len"] == 0).all() and draft_ms == 0.0
-            if not plan.ngram:
+            if not plan.runs("ngram"):
                 assert (chains["ngram_len"] == 0).all()
             if spec == "adaptive":
-                assert not plan.ngram and plan.budget is not None
+                assert not plan.runs("ngram") and plan.budget is not None
     assert skipped > 0

@@ -107,19 +107,19 @@ def test_the_skip_twin_runs_hybrid_vllm_when_the_pass_runs_and_publishes_ngram_c
 
     for seed in range(6):
         b = _skip_batch(seed)
-        ran = alloc_hybrid_vllm_skip(b, Plan(model=True, ngram=True), slots=16)
+        ran = alloc_hybrid_vllm_skip(b, Plan(frozenset(("dspark", "ngram"))), slots=16)
         want = alloc_hybrid_vllm(b, slots=16)
-        assert torch.equal(ran.chain, want.chain) and torch.equal(ran.admitted, want.admitted) and bool(ran.model_ran)
-        skipped = alloc_hybrid_vllm_skip(b, Plan(model=False, ngram=True), slots=16)
-        assert not bool(skipped.model_ran) and bool((skipped.admitted <= b.chains["ngram"][1]).all())
+        assert torch.equal(ran.chain, want.chain) and torch.equal(ran.admitted, want.admitted) and bool(ran.said("dspark"))
+        skipped = alloc_hybrid_vllm_skip(b, Plan(frozenset(("ngram",))), slots=16)
+        assert not bool(skipped.said("dspark")) and bool((skipped.admitted <= b.chains["ngram"][1]).all())
         assert bool((skipped.chain[skipped.admitted > 0] == CHAIN_NGRAM).all())
         # the current model chains were not drafted: changing them changes nothing
         b2 = replace_chain(b, "dspark", conf=torch.ones_like(b.chains["dspark"][0]))
-        again = alloc_hybrid_vllm_skip(b2, Plan(model=False, ngram=True), slots=16)
+        again = alloc_hybrid_vllm_skip(b2, Plan(frozenset(("ngram",))), slots=16)
         assert torch.equal(again.admitted, skipped.admitted)
         # the plan is plan_skip's decision (the plugin's HybridDrafter.plan_skip calls the same function), no budget
         p = plan_hybrid_vllm_skip(host_view(b))
-        assert p.budget is None and p.model == plan_skip(host_view(b)).model
+        assert p.budget is None and p.runs("dspark") == plan_skip(host_view(b)).runs("dspark")
 
 
 def test_the_skip_twin_skips_in_an_engine_run_and_is_charged_without_the_pass():

@@ -480,7 +480,7 @@ class HybridDrafter:
                         verify_cost_ms=self._table_host, draft_cost_ms=full,
                         means={NGRAM: torch.where(n_steps[:, None] > 0, mean, h["ngram_conf_last"].to(torch.float64))},
                         num_sampling_reqs=R, draft_ms_of={MODEL: saved})
-        return plan_skip(view, self.cfg.method, float(self.cfg.margin), hysteresis).model
+        return plan_skip(view, self.cfg.method, float(self.cfg.margin), hysteresis).runs(MODEL)
 
     # ------------------------------------------------------------------------------------------ stats
     def stats(self) -> dict:

@@ -94,13 +94,11 @@ class BoundCheckingEngine(Engine):
 
     def _allocate(self, batch: StepBatch, plan: Plan) -> Allocation:
         alloc = super()._allocate(batch, plan)
-        said = {"dspark": alloc.model_ran, "ngram": alloc.ngram_ran, **(alloc.extra_ran or {})}
-        ran = {n for n in plan.drafters if said.get(n) is None or bool(said[n])}
+        ran = {n for n in plan.drafters if alloc.said(n) is None or bool(alloc.said(n))}
         names = tuple(batch.chains)
         g_pol = step_goodput(batch, alloc, ran)
         o = oracle_n(batch, names)
-        o_said = {"dspark": o.model_ran, "ngram": o.ngram_ran, **o.extra_ran}
-        g_or = step_goodput(batch, o, {n for n in names if bool(o_said[n])})
+        g_or = step_goodput(batch, o, {n for n in names if bool(o.ran[n])})
         self.checked += 1
         if g_pol > g_or * (1 + EPS):
             self.beaten += 1

@@ -37,7 +37,7 @@ import torch
 
 from sim.engine.forms import policy_form, policy_form_of
 from sim.core.policies import adaptive, hybrid, simple, tree
-from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, MODEL, NGRAM, Allocation, StepBatch
+from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, MODEL, NGRAM, Allocation, Decision, StepBatch
 
 _CONST: dict = {}
 
@@ -275,12 +275,21 @@ class Arrays(NamedTuple):
 
 def _allocation(out: tuple) -> Allocation:
     """The Allocation of a form's (chain, admitted, second, model_ran, ngram_ran), as fresh tensors."""
-    chain, adm, sec, model_ran, ngram_ran = out
+    chain, adm, sec, ran = decision(out)
     return Allocation(chain=torch.from_numpy(np.array(chain, dtype=np.int64)),
                       admitted=torch.from_numpy(np.array(adm, dtype=np.int64)),
                       second=None if sec is None else torch.from_numpy(np.array(sec, dtype=np.int64)),
-                      model_ran=None if model_ran is None else torch.tensor(bool(model_ran)),
-                      ngram_ran=None if ngram_ran is None else torch.tensor(bool(ngram_ran)))
+                      ran=None if ran is None else {k: torch.tensor(bool(v)) for k, v in ran.items()})
+
+
+def decision(out: tuple) -> Decision:
+    """The Decision of a form's core result (chain, admitted, second, model_ran, ngram_ran): the two default
+    drafters' reports, the transcription's own columns, become Decision.ran (absent where None: as planned)."""
+    chain, adm, sec, model_ran, ngram_ran = out
+    if model_ran is None and ngram_ran is None:
+        return Decision(chain, adm, sec)
+    ran = {n: r for n, r in ((MODEL, model_ran), (NGRAM, ngram_ran)) if r is not None}
+    return Decision(chain, adm, sec, ran)
 
 
 def _has_nan(a: Arrays) -> bool:

@@ -54,7 +54,7 @@ def stale_model_budget(batch: HostView | StepBatch, scheduled: torch.Tensor) -> 
 
 def plan_adaptive(view: HostView) -> Plan:
     """Host phase: the model drafter runs (not the n-gram one); budget B* from the stale confidences."""
-    return Plan(model=True, ngram=False, budget=stale_model_budget(view, view.scheduled_len[MODEL]))
+    return Plan(frozenset((MODEL,)), budget=stale_model_budget(view, view.scheduled_len[MODEL]))
 
 
 def allocate_adaptive(batch: StepBatch, plan: Plan) -> Allocation:

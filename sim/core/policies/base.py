@@ -158,22 +158,18 @@ def host_view(batch: StepBatch) -> HostView:
 class Plan:
     """A policy's host-side decision for one step (phase 1, module docstring), made before any drafter runs.
 
-    model, ngram  whether the model (DSpark) and the n-gram drafter run this step (Python bools: the engine
-                  proposes and charges only those, without a device sync).
+    drafters      every drafter that runs this step, by registered name (sim/core/drafters/registry.py), a host
+                  frozenset: the engine proposes and charges only those, without a device sync.
     budget        the step's draft budget B, total draft slots (0-d int64 host tensor), which sizes the
                   verify pass before it is launched; None: the policy's allocate sizes the step itself.
-    extra         the run's other drafters that run this step (names, sim/core/drafters/registry.py).
     """
 
-    model: bool
-    ngram: bool
+    drafters: frozenset
     budget: Optional[torch.Tensor] = None
-    extra: frozenset = frozenset()
 
-    @property
-    def drafters(self) -> frozenset:
-        """Every drafter that runs this step, by name."""
-        return frozenset(("dspark",) * self.model + ("ngram",) * self.ngram) | self.extra
+    def runs(self, name: str) -> bool:
+        """Whether drafter `name` runs this step."""
+        return name in self.drafters
 
 
 @dataclass
@@ -188,14 +184,12 @@ class Allocation:
                  emits max(accepted of either branch) + 1 tokens. None for single-chain policies.
     second_chain[r]  optional: the chain id of the second branch (int64 [R]), where a run has more than two
                  drafters (sim/core/policies/multi.py's tree); None: the other of CHAIN_MODEL and CHAIN_NGRAM.
-    model_ran    optional 0-d bool, what `Policy.fn` reports of its Plan (Plan.model) so that one-view
-                 callers (tests, fast forms) see the drafters the step ran; an engine reads the Plan, not
-                 this. One exception: the `oracle`, a simulation-only bound that reads the true accepted
-                 lengths, chooses after the proposals which drafters it is charged for; an engine reads
-                 its model_ran / ngram_ran on the host copy of the Allocation (the truth is host data).
-                 None = as planned.
-    ngram_ran    likewise for the n-gram drafter.
-    extra_ran    likewise for the run's other drafters: name -> 0-d bool (None = as planned).
+    ran          optional, drafter name -> 0-d bool: what `Policy.fn` reports of its Plan (Plan.drafters) so
+                 that one-view callers (tests, fast forms) see the drafters the step ran; an engine reads the
+                 Plan, not this. One exception: the `oracle`, a simulation-only bound that reads the true
+                 accepted lengths, chooses after the proposals which drafters it is charged for; an engine reads
+                 its `ran` on the host copy of the Allocation (the truth is host data). None, or a drafter
+                 absent from it: as planned.
     model_steps  optional 0-d int64: the sequential steps the model drafter's pass ran where it is a sequential
                  head (an MTP or EAGLE-style profile: CostModel.draft_ms(R, steps)); vLLM main's NgramMTPSpeculator
                  skips the decode steps after the first when every request's n-gram lookup matched. Read on the
@@ -213,22 +207,23 @@ class Allocation:
     chain: torch.Tensor
     admitted: torch.Tensor
     second: Optional[torch.Tensor] = None
-    model_ran: Optional[torch.Tensor] = None
-    ngram_ran: Optional[torch.Tensor] = None
-    extra_ran: Optional[dict] = None
+    ran: Optional[dict] = None
     second_chain: Optional[torch.Tensor] = None
     model_steps: Optional[torch.Tensor] = None
     verified: Optional[torch.Tensor] = None
     past_model: Optional[torch.Tensor] = None
 
+    def said(self, name: str) -> Optional[torch.Tensor]:
+        """What the allocation reports of drafter `name` having run (`ran`; None: as planned)."""
+        return None if self.ran is None else self.ran.get(name)
+
 
 class Decision(NamedTuple):
     """An allocation as host arrays, what the simulator's native step commits (sim.engine.engine.Engine.decide, the
     fast forms' `arrays` cores of sim/engine/policy_fast.py): chain and admitted (int64 [R]), second (int64 [R]
-    or None), model_ran / ngram_ran (host bools, or None: as planned)."""
+    or None), ran (drafter name -> host bool, as Allocation.ran; None: as planned)."""
 
     chain: Any
     admitted: Any
     second: Any = None
-    model_ran: Optional[bool] = None
-    ngram_ran: Optional[bool] = None
+    ran: Optional[dict] = None

@@ -308,7 +308,7 @@ def chain_ids(names: tuple) -> torch.Tensor:
 
 
 def others(names: tuple) -> frozenset:
-    """The drafters of `names` beyond the two defaults (Plan.extra)."""
+    """The drafters of `names` beyond the two defaults (Policy.uses_extra)."""
     return frozenset(n for n in names if n not in TWO)
 
 
@@ -381,8 +381,7 @@ def plan_price(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGR
     st = view.stale_chains
     ch = Chains([st[n][0][None] for n in names], [st[n][1][None] for n in names], None, names[0] == MODEL)
     _, kept, _ = LAMBDA_METHODS[method](view, ch, margin)
-    return Plan(model=MODEL in names, ngram=ALWAYS_RUNS in names, budget=cap_budget(view, kept[0].sum()),
-                extra=others(names))
+    return Plan(frozenset(names), budget=cap_budget(view, kept[0].sum()))
 
 
 def allocate_price(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
@@ -434,7 +433,7 @@ def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
     """
     plan = plan_skip(host_view(batch), method, margin, hysteresis, forecast, names)
     out = allocate_skip(batch, plan, method, margin, names)
-    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(plan.model))
+    return Allocation(chain=out.chain, admitted=out.admitted, ran={MODEL: torch.tensor(plan.runs(MODEL))})
 
 
 def _forecast(view: HostView, name: str, forecast: str, dt) -> torch.Tensor:
@@ -507,8 +506,7 @@ def plan_skip(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRA
             run, total = with_d, kept[1].sum()
         else:
             total = kept[0].sum()
-    return Plan(model=MODEL in run, ngram=ALWAYS_RUNS in run, budget=cap_budget(view, free_budget(view, total)),
-                extra=others(run))
+    return Plan(frozenset(run), budget=cap_budget(view, free_budget(view, total)))
 
 
 def allocate_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
@@ -714,7 +712,7 @@ def plan_hybrid_vllm_skip(view: HostView, method: str = DEFAULT_METHOD, margin: 
     same function); the n-gram drafter always runs; no budget: vLLM's adaptive verification keeps its own (from the
     published confidences, charging DSpark's full profiled draft cost), which the allocate phase computes."""
     p = plan_skip(view, method, margin, 0.0, FORECASTS[0], names)
-    return Plan(model=p.model, ngram=True, extra=p.extra)
+    return Plan(p.drafters | {ALWAYS_RUNS})
 
 
 def alloc_hybrid_vllm_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
@@ -724,7 +722,7 @@ def alloc_hybrid_vllm_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_M
     so the engine charges the draft cost without the block pass when it was skipped."""
     out = alloc_hybrid_vllm(batch, method, margin, slots, names, tuple(n for n in names if n in plan.drafters),
                             fill, tail, budget)
-    return dataclasses.replace(out, model_ran=torch.tensor(plan.model))
+    return dataclasses.replace(out, ran={MODEL: torch.tensor(plan.runs(MODEL))})
 
 
 def split_recal(params: List[str], key: str = "recal") -> tuple[List[str], float | None]:
@@ -769,7 +767,7 @@ def with_recal(pol: Policy, k: float | None, shared: bool = False) -> Policy:
     def fn(batch: StepBatch) -> Allocation:
         p = plan(host_view(batch))
         out = alloc(batch, p)
-        return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(p.model))
+        return Allocation(chain=out.chain, admitted=out.admitted, ran={MODEL: torch.tensor(p.runs(MODEL))})
 
     return dataclasses.replace(pol, name=name, fn=fn, plan_fn=plan, alloc_fn=alloc, phases_of=fn, recal=k,
                                recal_shared=shared, sim_fn=None, sim_for=None)

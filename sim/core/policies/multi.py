@@ -63,10 +63,7 @@ def oracle_n(batch: StepBatch, names: tuple) -> Allocation:
     scores = torch.where(depth[None, :] < acc[:, None], (K - depth).to(torch.float64)[None, :].expand(acc.shape[0], -1),
                          torch.full((acc.shape[0], K), float("-inf"), dtype=torch.float64, device=dev))
     out = finish(chain_ids(names).to(dev)[choice], top_b_counts(scores, budget))
-    said = {n: ran[i] for i, n in enumerate(names)}
-    no = torch.tensor(False, device=dev)
-    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=said.get("dspark", no),
-                      ngram_ran=said.get("ngram", no), extra_ran={n: said[n] for n in others(names)})
+    return Allocation(chain=out.chain, admitted=out.admitted, ran={n: ran[i] for i, n in enumerate(names)})
 
 
 def _uses(names: tuple) -> dict:

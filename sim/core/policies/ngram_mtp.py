@@ -63,7 +63,7 @@ def alloc_ngram_mtp(batch: StepBatch, batch1: bool) -> Allocation:
     matched = batch.chains[NGRAM][1] > 0
     if batch1 and R != 1:  # no lookup: MTP drafts every request, all K steps
         out = finish(torch.full_like(batch.chains[MODEL][1], CHAIN_MODEL), batch.chains[MODEL][1].clamp(max=K))
-        return dataclasses.replace(out, model_steps=torch.tensor(K), ngram_ran=torch.tensor(False))
+        return dataclasses.replace(out, model_steps=torch.tensor(K), ran={NGRAM: torch.tensor(False)})
     everyone = matched.all()
     skip = everyone if batch1 else everyone & batch.all_matched.get(NGRAM, torch.tensor(False))
     chain = torch.where(matched, torch.full_like(matched, CHAIN_NGRAM, dtype=torch.int64),

@@ -83,8 +83,7 @@ class Policy:
     verifies_past: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_default_plan", Plan(self.uses_model, self.uses_ngram,
-                                                       extra=frozenset(self.uses_extra)))  # made once: per-step use
+        object.__setattr__(self, "_default_plan", Plan(frozenset(self.drafters)))  # made once: per-step use
         if (self.plan_fn is None) != (self.alloc_fn is None):
             raise TypeError(f"policy '{self.name}': plan_fn and alloc_fn go together")
         if self.plan_fn is not None and self.phases_of is None:

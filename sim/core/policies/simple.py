@@ -87,7 +87,7 @@ def alloc_oracle(batch: StepBatch) -> Allocation:
     where D_s = m * price(dspark) + n * price(ngram) + (m or n) * alloc_ms. The oracle takes the
     (s, B) of maximal G (first maximum; B admitted depth-first: slot j of every request before slot
     j + 1 of any), each request's chain with the larger A_s (ties: model), and reports which drafters
-    ran (Allocation.model_ran / ngram_ran) so the engine charges only those.
+    ran (Allocation.ran) so the engine charges only those.
 
     Bound (exact, per step): any single- or two-branch allocation of any policy on the same step emits
     N + (its accepted slots) tokens at a cost >= D_s' + verify_ms[T + its slots] for the drafters s' it
@@ -122,7 +122,7 @@ def alloc_oracle(batch: StepBatch) -> Allocation:
     scores = torch.where(depth[None, :] < acc[:, None], (K - depth).to(torch.float64)[None, :].expand(acc.shape[0], -1),
                          torch.full((acc.shape[0], K), float("-inf"), dtype=torch.float64, device=dev))
     out = finish(chain, top_b_counts(scores, budget))
-    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=m_s > 0, ngram_ran=n_s > 0)
+    return Allocation(chain=out.chain, admitted=out.admitted, ran={MODEL: m_s > 0, NGRAM: n_s > 0})
 
 
 @register("none", "none", "no speculation: one token per request per step")

@@ -49,7 +49,7 @@ def plan_suffix_adaptive(view: HostView) -> Plan:
     """Host phase: only the suffix drafter runs; budget B* from its stale chains' survivals."""
     conf, length = view.stale_chains[SUFFIX]
     budget, _ = best_budget(view, rank_scores(survival(conf, length, dtype=torch.float64), length))
-    return Plan(model=False, ngram=False, budget=budget, extra=frozenset((SUFFIX,)))
+    return Plan(frozenset((SUFFIX,)), budget=budget)
 
 
 def allocate_suffix_adaptive(batch: StepBatch, plan: Plan) -> Allocation:
