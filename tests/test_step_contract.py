@@ -117,3 +117,18 @@ def test_engine_plans_before_it_proposes_only_the_planned_drafters():
             if spec == "adaptive":
                 assert not plan.runs("ngram") and plan.budget is not None
     assert skipped > 0
+
+
+def test_each_drafter_prices_itself_through_the_registry(monkeypatch):
+    """The engine quotes a table drafter's price from its registry entry (DrafterSpec.price), not from a cost-model
+    method named for it: a changed entry changes the view's price of that drafter and of no other."""
+    from sim.core.drafters import registry
+    prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=4, seed=3))
+    pol = sim_policy("hybrid-price")
+    eng = Engine(prep.tables, prep.arrivals, pol, prep.cost, EngineConfig(batch_size=4))
+    before = eng.step_prices(3)
+    assert before.draft == prep.cost.draft_ms(3, prep.tables.k_model) and before.ngram == prep.cost.ngram_ms(3)
+    spec = registry.drafters()["ngram"]
+    monkeypatch.setitem(registry._REGISTRY, "ngram", dataclasses.replace(spec, price=lambda R, cost, p: 0.125 * R))
+    after = Engine(prep.tables, prep.arrivals, pol, prep.cost, EngineConfig(batch_size=4)).step_prices(3)
+    assert (after.draft, after.ngram) == (before.draft, 0.375)

@@ -98,7 +98,7 @@ import torch
 from sim.infra.progress import progress_bar
 
 from sim.core.cost.base import CostModel
-from sim.core.drafters.registry import chain_id
+from sim.core.drafters.registry import Pricing, chain_id, table_prices
 from sim.core.drafters.tables import ng_conf_zero_past_length
 from sim.engine.native_step import NativeScans, Unsupported, make_native_step
 from sim.engine.checks import LosslessChecks
@@ -369,10 +369,8 @@ class Engine(HostHistory, LosslessChecks):
         out = self._price_memo.get(R)
         if out is None:
             cost, pol, out = self.cost, self.policy, StepPrices()
-            if pol.uses_model:
-                out.draft = cost.draft_ms(R, self.tb.k_model)
-            if pol.uses_ngram:
-                out.ngram = cost.ngram_ms(R, on_gpu=not pol.host_sync)
+            quoted = table_prices(pol.drafters, R, cost, Pricing(self.tb.k_model, on_gpu=not pol.host_sync))
+            out.draft, out.ngram = quoted.get(MODEL, 0.0), quoted.get(NGRAM, 0.0)  # the native step's two columns
             if pol.uses_model or pol.uses_ngram or pol.uses_extra:
                 out.alloc = cost.alloc_ms(R, policy=pol.name, adaptive=pol.adaptive_verification) + \
                     (cost.plugin_ms(R) if pol.runs_plugin else 0.0)  # the plugin's own step (CostModel.plugin_ms)
