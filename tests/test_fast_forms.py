@@ -54,13 +54,18 @@ def _policy(spec):
 def _same(spec, pol, b, where):
     want = pol.fn(b)
     got = pol.sim_fn(b)
+    _same_fields(want, got, f"{spec}", where)
+
+
+def _same_fields(want, got, what: str, where: str) -> None:
+    """Every Allocation field equal (Allocation.ran, a dict of 0-d bools: the same drafters, the same reports)."""
     for f in dataclasses.fields(want):
         w, g = getattr(want, f.name), getattr(got, f.name)
-        if isinstance(w, dict) and isinstance(g, dict):  # Allocation.ran: the same drafters, the same reports
+        if isinstance(w, dict) and isinstance(g, dict):
             same = w.keys() == g.keys() and all(torch.equal(w[k], g[k]) for k in w)
         else:
             same = (w is None and g is None) or torch.equal(w, g)
-        assert same, f"{spec}: {f.name} differs on {where}: {w} vs {g}"
+        assert same, f"{what}: {f.name} differs on {where}: {w} vs {g}"
 
 
 def test_the_registry_names_families_and_their_definitions():
@@ -311,10 +316,7 @@ def _same_over(spec, names, pol, b, where, kind):
     assert (want_p.drafters, int(want_p.budget)) == (got_p.drafters, int(got_p.budget)), \
         f"{spec} {names}: plan differs on {where}"
     for want, got in ((pol.alloc_fn(b, want_p), form.allocate(b, want_p)), (pol.fn(b), form(b))):
-        for f in dataclasses.fields(want):
-            w, g = getattr(want, f.name), getattr(got, f.name)
-            assert (w is None and g is None) or torch.equal(w, g), \
-                f"{spec} {names}: {f.name} differs on {where}: {w} vs {g}"
+        _same_fields(want, got, f"{spec} {names}", where)
     # the transcription declines NaN confidences and float64 first chains (the definition runs), takes the rest
     ran = [n for n in names if n in want_p.drafters]
     assert (form.numpy_plan(view) is None) == _declined(b.stale_chains, names), f"{spec} {names}: {where}"
