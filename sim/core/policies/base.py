@@ -193,7 +193,7 @@ class Allocation:
     model_steps  optional 0-d int64: the sequential steps the model drafter's pass ran where it is a sequential
                  head (an MTP or EAGLE-style profile: CostModel.draft_ms(R, steps)); vLLM main's NgramMTPSpeculator
                  skips the decode steps after the first when every request's n-gram lookup matched. Read on the
-                 host copy, as model_ran; only the numpy step reads it (a policy reporting it keeps an online
+                 host copy, as ran; only the numpy step reads it (a policy reporting it keeps an online
                  state, Policy.online, which takes that step). None = the whole chain.
     verified     optional int64 [R]: the draft slots vLLM verifies in the row, >= admitted (the slots past the
                  chosen chain that vLLM's adaptive verification admits, hybrid-vllm's fill=vllm); the engine charges

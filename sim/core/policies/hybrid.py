@@ -486,7 +486,7 @@ def plan_skip(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRA
     """Host phase of `hybrid` over `names` (module docstring): first the two default drafters' decision
     (`skip_sides`: run the model pass unless the step earns more than G_all (1 + hysteresis) without it), then
     each further drafter in order joins iff the step with it earns more than G (1 + hysteresis) without it; B =
-    the chosen set's kept slots widened to the free ones, capped. Plan.model is read on the host: the view is
+    the chosen set's kept slots widened to the free ones, capped. Plan.drafters is read on the host: the view is
     host data."""
     base = tuple(n for n in names if n in TWO) or names[:1]
     sides = skip_sides(base)
@@ -718,7 +718,7 @@ def plan_hybrid_vllm_skip(view: HostView, method: str = DEFAULT_METHOD, margin: 
 def alloc_hybrid_vllm_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
                            slots: int | None = None, names: tuple = TWO, fill: str = "cut",
                            tail: float = 0.0, budget: str = "stale") -> Allocation:
-    """Device phase of `hybrid-vllm:...:skip`: `alloc_hybrid_vllm` over the chains that ran; model_ran = plan.model,
+    """Device phase of `hybrid-vllm:...:skip`: `alloc_hybrid_vllm` over the chains that ran; ran[dspark] = plan.runs(dspark),
     so the engine charges the draft cost without the block pass when it was skipped."""
     out = alloc_hybrid_vllm(batch, method, margin, slots, names, tuple(n for n in names if n in plan.drafters),
                             fill, tail, budget)
