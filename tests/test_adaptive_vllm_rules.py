@@ -29,9 +29,9 @@ def batch(cur, stale, model_len=None, T=None, table=None, draft=0.0, n_sampling=
     R, K = mc.shape
     ml = torch.tensor(model_len if model_len is not None else [K] * R)
     return StepBatch(
-        model_conf=mc, model_len=ml, ngram_conf=torch.zeros(R, 1), ngram_len=torch.zeros(R, dtype=torch.int64),
-        stale_model_conf=torch.tensor(stale, dtype=torch.float32), stale_model_len=torch.full((R,), K),
-        stale_ngram_conf=torch.zeros(R, 1), stale_ngram_len=torch.zeros(R, dtype=torch.int64),
+        chains={"dspark": (mc, ml), "ngram": (torch.zeros(R, 1), torch.zeros(R, dtype=torch.int64))},
+        stale_chains={"dspark": (torch.tensor(stale, dtype=torch.float32), torch.full((R,), K)),
+                      "ngram": (torch.zeros(R, 1), torch.zeros(R, dtype=torch.int64))},
         num_nondraft_tokens=R if T is None else T,
         verify_cost_ms=torch.tensor(table if table is not None else [10.0 + t for t in range(64)], dtype=torch.float64),
         draft_cost_ms=draft, num_sampling_reqs=n_sampling, max_draft_tokens=cap)
@@ -80,7 +80,7 @@ def test_b_budget_capped_by_logits_buffer():
     assert admitted(batch(conf, conf, table=flat, cap=0)) == [0, 0, 0]
     b = batch(conf, conf, table=flat, cap=5)
     b.chains["ngram"] = (torch.full((3, 6), 0.95), torch.tensor([6, 0, 0]))
-    b.stale_chains["ngram"] = (b.ngram_conf.clone(), b.ngram_len.clone())
+    b.stale_chains["ngram"] = (b.chains["ngram"][0].clone(), b.chains["ngram"][1].clone())
     assert sum(admitted(b, "hybrid-price")) == 5  # hybrid-price's stale budget is capped the same way
 
 
@@ -137,7 +137,7 @@ def test_d_stale_confidences_reset_on_admission_and_resume():
 
     def look(b):
         dec = scheduled["decoding"]  # the rows of this StepBatch, in order
-        stale = b.stale_model_conf.numpy()
+        stale = b.stale_chains["dspark"][0].numpy()
         for i, r in enumerate(dec):
             r = int(r)
             first = r not in last_preempt
@@ -272,12 +272,12 @@ def test_adaptive_equals_an_independent_vllm_reference():
         draft = float(rng.uniform(0.0, 3.0))
         verify = tables[bs]
         b = StepBatch(
-            model_conf=torch.from_numpy(cur), model_len=torch.from_numpy(scheduled.astype(np.int64)),
-            ngram_conf=torch.zeros(R, 1), ngram_len=torch.zeros(R, dtype=torch.int64),
-            stale_model_conf=torch.from_numpy(stale), stale_model_len=torch.full((R,), K),
-            stale_ngram_conf=torch.zeros(R, 1), stale_ngram_len=torch.zeros(R, dtype=torch.int64),
-            num_nondraft_tokens=T, verify_cost_ms=torch.from_numpy(verify), draft_cost_ms=draft,
-            num_sampling_reqs=n_sampling, max_draft_tokens=cap)
+            chains={"dspark": (torch.from_numpy(cur), torch.from_numpy(scheduled.astype(np.int64))),
+                    "ngram": (torch.zeros(R, 1), torch.zeros(R, dtype=torch.int64))},
+            stale_chains={"dspark": (torch.from_numpy(stale), torch.full((R,), K)),
+                          "ngram": (torch.zeros(R, 1), torch.zeros(R, dtype=torch.int64))}, num_nondraft_tokens=T,
+            verify_cost_ms=torch.from_numpy(verify), draft_cost_ms=draft, num_sampling_reqs=n_sampling,
+            max_draft_tokens=cap)
         a = pol(b)
         budget, counts, won = vllm_reference(stale, cur, scheduled, T, n_sampling, cap, verify, draft)
         got = a.admitted.numpy()

@@ -20,10 +20,12 @@ def _batch(seed):
     rng = np.random.default_rng(seed)
     R = int(rng.integers(1, 9))
     b = random_batch(rng, R, 7, int(rng.choice([4, 8, 32])), max_tokens=int(rng.choice([64, 400])))
-    mean = torch.tensor(rng.beta(4.0, 1.0, size=b.ngram_conf.shape), dtype=torch.float32)
+    mean = torch.tensor(rng.beta(4.0, 1.0, size=b.chains["ngram"][0].shape), dtype=torch.float32)
     d = float(b.draft_cost_ms)
-    return dataclasses.replace(b, mean_ngram_conf=mean, model_draft_ms=d * rng.uniform(0, 0.9),
-                               ngram_draft_ms=d * rng.uniform(0, 0.1), num_sampling_reqs=R + int(rng.integers(0, 3)))
+    return dataclasses.replace(b, means={**b.means, "ngram": mean}, draft_ms_of={**b.draft_ms_of,
+                                                                                 "dspark": d * rng.uniform(0, 0.9),
+                                                                                 "ngram": d * rng.uniform(0, 0.1)},
+                               num_sampling_reqs=R + int(rng.integers(0, 3)))
 
 
 @pytest.mark.parametrize("spec", ["hybrid", "hybrid:fixed-point", "hybrid:model-opt:hyst=0.1", "hybrid-price",
@@ -41,16 +43,16 @@ def test_the_general_form_on_two_drafters_is_the_two_drafter_definition(spec):
         if defn.phased:
             p1, p2 = defn.plan(host_view(b)), general.plan(host_view(b))
             budget = lambda p: None if p.budget is None else int(p.budget)  # noqa: E731
-            assert (p1.model, p1.ngram, budget(p1)) == (p2.model, p2.ngram, budget(p2)), seed
+            assert (p1.drafters, budget(p1)) == (p2.drafters, budget(p2)), seed
         want, got = defn.fn(b), general.fn(b)
         assert torch.equal(want.chain, got.chain) and torch.equal(want.admitted, got.admitted), (spec, seed)
         if want.second is not None:  # the tree's second branch: the other chain, as many slots
             assert torch.equal(want.second, got.second), (spec, seed)
             other = torch.where(want.chain == 1, 2, 1)
             assert torch.equal(got.second_chain[want.second > 0], other[want.second > 0]), (spec, seed)
-        for said in ("model_ran", "ngram_ran"):
-            if getattr(want, said) is not None:
-                assert bool(getattr(want, said)) == bool(getattr(got, said)), (spec, seed, said)
+        for name in ("dspark", "ngram"):
+            if want.said(name) is not None:
+                assert bool(want.said(name)) == bool(got.said(name)), (spec, seed, name)
 
 
 def test_three_drafter_policies_choose_any_chain_and_the_oracle_bounds_them():
@@ -67,24 +69,25 @@ def test_three_drafter_policies_choose_any_chain_and_the_oracle_bounds_them():
         R = b.num_reqs
         conf = torch.tensor(rng.beta(8.0, 1.0, size=(R, 16)))
         n = torch.tensor(rng.integers(0, 17, size=R))
-        b = dataclasses.replace(b, extra={"suffix": (conf, n)}, stale_extra={"suffix": (conf, n)},
-                                extra_draft_ms={"suffix": 0.05}, draft_cost_ms=b.draft_cost_ms + 0.05,
-                                true_extra_acc={"suffix": torch.tensor(rng.integers(0, 17, size=R))})
+        b = dataclasses.replace(b, chains={**b.chains, "suffix": (conf, n)},
+                                stale_chains={**b.stale_chains, "suffix": (conf, n)},
+                                draft_ms_of={**b.draft_ms_of, "suffix": 0.05},
+                                draft_cost_ms=b.draft_cost_ms + 0.05,
+                                true_acc={**b.true_acc, "suffix": torch.tensor(rng.integers(0, 17, size=R))})
         a = hyb.fn(b)
         assert ((a.chain == 0) == (a.admitted == 0)).all()
         chose |= set(a.chain.tolist())
         # the oracle's step goodput bounds the policy's realised one (accepted slots of its allocation)
         o = oracle_n(b, names)
-        acc = {1: b.true_model_acc, 2: b.true_ngram_acc, 3: b.true_extra_acc["suffix"]}
+        acc = {1: b.true_acc["dspark"], 2: b.true_acc["ngram"], 3: b.true_acc["suffix"]}
         got = sum(int(min(int(a.admitted[r]), int(acc[int(a.chain[r])][r]))) for r in range(R) if a.chain[r] > 0)
-        ran = [names[i] for i in range(3) if (i != 0 or bool(a.model_ran))]
-        cost = b.draft_cost_ms - (0 if bool(a.model_ran) else b.model_draft_ms)
+        ran = [names[i] for i in range(3) if (i != 0 or bool(a.said("dspark")))]
+        cost = b.draft_cost_ms - (0 if bool(a.said("dspark")) else b.price("dspark"))
         t = dataclasses.replace(b, verify_cost_ms=b.verify_cost_ms)
         g_pol = float(goodput(t, torch.tensor(float(got)), a.admitted.sum(), cost))
         oacc = sum(min(int(o.admitted[r]), int(acc[int(o.chain[r])][r])) for r in range(R) if o.chain[r] > 0)
-        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool({"dspark": o.model_ran, "ngram": o.ngram_ran,
-                                                                   **o.extra_ran}[nm]))
-        alloc_ms = b.draft_cost_ms - b.model_draft_ms - b.ngram_draft_ms - 0.05
+        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool(o.ran[nm]))
+        alloc_ms = b.draft_cost_ms - b.price("dspark") - b.price("ngram") - 0.05
         ocost += alloc_ms if int(o.admitted.sum()) or ocost else 0.0
         g_or = float(goodput(t, torch.tensor(float(oacc)), o.admitted.sum(), ocost))
         assert oacc == int(o.admitted.sum())  # the oracle admits accepted slots only
@@ -99,15 +102,16 @@ def _three(seed, suffix_hi=8.0):
     R = b.num_reqs
     conf = torch.tensor(rng.beta(suffix_hi, 1.0, size=(R, 16)), dtype=torch.float32)
     n = torch.tensor(rng.integers(0, 17, size=R))
-    return dataclasses.replace(b, extra={"suffix": (conf, n)}, stale_extra={"suffix": (conf, n)},
-                               mean_extra={"suffix": conf}, extra_draft_ms={"suffix": 0.05},
-                               draft_cost_ms=b.draft_cost_ms + 0.05,
-                               true_extra_acc={"suffix": torch.tensor(rng.integers(0, 17, size=R))})
+    return dataclasses.replace(b, chains={**b.chains, "suffix": (conf, n)},
+                               stale_chains={**b.stale_chains, "suffix": (conf, n)},
+                               means={**b.means, "suffix": conf},
+                               draft_ms_of={**b.draft_ms_of, "suffix": 0.05}, draft_cost_ms=b.draft_cost_ms + 0.05,
+                               true_acc={**b.true_acc, "suffix": torch.tensor(rng.integers(0, 17, size=R))})
 
 
 def _realised(b, chain, adm):
     """Tokens a single-chain allocation accepts (the true accepted lengths of its chains, capped)."""
-    acc = {0: torch.zeros_like(adm), 1: b.true_model_acc, 2: b.true_ngram_acc, 3: b.true_extra_acc["suffix"]}
+    acc = {0: torch.zeros_like(adm), 1: b.true_acc["dspark"], 2: b.true_acc["ngram"], 3: b.true_acc["suffix"]}
     return torch.stack([torch.minimum(adm[r], acc[int(chain[r])][r]) for r in range(len(adm))])
 
 
@@ -127,7 +131,8 @@ def test_tree_and_vllm_over_three_drafters(spec):
     for seed in range(120):
         b = _three(seed)
         a = pol.fn(b)
-        lens = {0: torch.zeros_like(b.model_len), 1: b.model_len, 2: b.ngram_len, 3: b.extra["suffix"][1]}
+        lens = {0: torch.zeros_like(b.chains["dspark"][1]),
+                **{i: b.chains[n][1] for i, n in ((1, "dspark"), (2, "ngram"), (3, "suffix"))}}
         assert ((a.admitted >= 0) & (a.admitted <= torch.stack([lens[int(c)][r] for r, c in enumerate(a.chain)]))).all()
         chose |= set(a.chain[a.admitted > 0].tolist())
         got = _realised(b, a.chain, a.admitted)
@@ -139,11 +144,10 @@ def test_tree_and_vllm_over_three_drafters(spec):
             second |= set(sc[a.second > 0].tolist())
             got = torch.maximum(got, _realised(b, sc, a.second))
             slots = slots + a.second.sum()
-        cost = b.draft_cost_ms - (0.0 if a.model_ran is None or bool(a.model_ran) else b.model_draft_ms)
+        cost = b.draft_cost_ms - (0.0 if a.said("dspark") is None or bool(a.said("dspark")) else b.price("dspark"))
         g_pol = float(goodput(b, got.sum().to(torch.float64), slots, cost))
         o = oracle_n(b, names)
-        ran = {"dspark": o.model_ran, "ngram": o.ngram_ran, **o.extra_ran}
-        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool(ran[nm]))
+        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool(o.ran[nm]))
         ocost += (b.draft_cost_ms - sum(b.draft_ms_of.values())) if int(o.admitted.sum()) or ocost else 0.0
         g_or = float(goodput(b, o.admitted.sum().to(torch.float64), o.admitted.sum(), ocost))
         assert g_or >= g_pol - 1e-9, (spec, seed, g_or, g_pol)
@@ -152,12 +156,13 @@ def test_tree_and_vllm_over_three_drafters(spec):
         assert {1, 2, 3} <= second, second
     # the suffix chain long and sure, the others short and unsure: it is the chain verified
     b = _three(7, suffix_hi=60.0)
-    b.extra["suffix"][1][:] = 16
-    b.model_conf.mul_(0.2)
-    b.ngram_conf.mul_(0.2)
-    b.stale_model_conf.mul_(0.2)
-    b.stale_ngram_conf.mul_(0.2)
-    b = dataclasses.replace(b, verify_cost_ms=torch.full_like(b.verify_cost_ms, 5.0), mean_ngram_conf=b.ngram_conf)
+    b.chains["suffix"][1][:] = 16
+    b.chains["dspark"][0].mul_(0.2)
+    b.chains["ngram"][0].mul_(0.2)
+    b.stale_chains["dspark"][0].mul_(0.2)
+    b.stale_chains["ngram"][0].mul_(0.2)
+    b = dataclasses.replace(b, verify_cost_ms=torch.full_like(b.verify_cost_ms, 5.0),
+                            means={**b.means, "ngram": b.chains["ngram"][0]})
     a = pol.fn(b)
     assert (a.chain == 3).all() and (a.admitted > 0).all(), (spec, a)
 

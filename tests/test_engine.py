@@ -167,7 +167,7 @@ def test_over_admitting_policy_is_caught(base, field):
         extra = (a.admitted > 0).long()
         if field == "admitted":
             return Allocation(a.chain, a.admitted + extra, a.second)
-        full = torch.where(a.chain == CHAIN_MODEL, batch.ngram_len, batch.model_len)
+        full = torch.where(a.chain == CHAIN_MODEL, batch.chains["ngram"][1], batch.chains["dspark"][1])
         return Allocation(a.chain, a.admitted, full + extra)
 
     res = _run(tb, dataclasses.replace(pol, fn=greedy))

@@ -54,9 +54,18 @@ def _policy(spec):
 def _same(spec, pol, b, where):
     want = pol.fn(b)
     got = pol.sim_fn(b)
+    _same_fields(want, got, f"{spec}", where)
+
+
+def _same_fields(want, got, what: str, where: str) -> None:
+    """Every Allocation field equal (Allocation.ran, a dict of 0-d bools: the same drafters, the same reports)."""
     for f in dataclasses.fields(want):
         w, g = getattr(want, f.name), getattr(got, f.name)
-        assert (w is None and g is None) or torch.equal(w, g), f"{spec}: {f.name} differs on {where}: {w} vs {g}"
+        if isinstance(w, dict) and isinstance(g, dict):
+            same = w.keys() == g.keys() and all(torch.equal(w[k], g[k]) for k in w)
+        else:
+            same = (w is None and g is None) or torch.equal(w, g)
+        assert same, f"{what}: {f.name} differs on {where}: {w} vs {g}"
 
 
 def test_the_registry_names_families_and_their_definitions():
@@ -89,18 +98,19 @@ def _random_batches(n: int, seed: int):
             b = dataclasses.replace(b, num_sampling_reqs=R + int(rng.integers(0, 4)),
                                     num_nondraft_tokens=R + int(rng.integers(0, 40)))
         if rng.random() < 0.2:  # stale model confidences exactly 1 (a fresh request), ties everywhere
-            b.stale_model_conf[: R // 2] = 1.0
-            b.model_conf[:, : km // 2] = 1.0
+            b.stale_chains["dspark"][0][: R // 2] = 1.0
+            b.chains["dspark"][0][:, : km // 2] = 1.0
         if rng.random() < 0.1:
-            b.ngram_len[:] = 0
+            b.chains["ngram"][1][:] = 0
         if rng.random() < 0.2:  # requests without a model chain (hybrid then takes the n-gram chain)
-            b.model_len[: R // 2] = 0
+            b.chains["dspark"][1][: R // 2] = 0
         # hybrid's inputs: the model pass's share of the drafter cost, the mean n-gram chain
-        b = dataclasses.replace(b, model_draft_ms=float(rng.uniform(0, b.draft_cost_ms)))
+        b = dataclasses.replace(b, draft_ms_of={**b.draft_ms_of, "dspark": float(rng.uniform(0, b.draft_cost_ms))})
         if rng.random() < 0.7:
-            b = dataclasses.replace(b, mean_ngram_conf=torch.tensor(rng.random((R, kn))))
+            b = dataclasses.replace(b, means={**b.means, "ngram": torch.tensor(rng.random((R, kn)))})
         if rng.random() < 0.5:  # the oracle's inputs: the n-gram pass's share, the engine's charged table
-            b = dataclasses.replace(b, ngram_draft_ms=float(rng.uniform(0, b.draft_cost_ms - b.model_draft_ms)),
+            b = dataclasses.replace(b, draft_ms_of={**b.draft_ms_of,
+                                                    "ngram": float(rng.uniform(0, b.draft_cost_ms - b.price("dspark")))},
                                     true_verify_cost_ms=random_cost_table(rng, b.verify_cost_ms.shape[0] - 1))
         yield b
 
@@ -167,12 +177,16 @@ def test_tied_confidences(spec):
         km, kn = int(rng.choice([3, 7])), int(rng.choice([4, 32]))
         b = random_batch(rng, R, km, kn, max_tokens=int(R * (1 + kn)) + 2)
         levels = torch.tensor([0.5, 0.75, 1.0])
-        for name in ("model_conf", "ngram_conf", "stale_model_conf", "stale_ngram_conf"):
-            t = getattr(b, name)
+        for t in _confs(b):
             t.copy_(levels[torch.from_numpy(rng.integers(0, 3, tuple(t.shape)))])
         if rng.random() < 0.5:
             b = dataclasses.replace(b, max_draft_tokens=int(rng.integers(0, 2 * R + 2)))
         _same(spec, pol, b, f"tied batch {i} (R={R})")
+
+
+def _confs(b) -> list:
+    """The default drafters' current and stale confidences of a batch (the tensors themselves, to change in place)."""
+    return [b.chains["dspark"][0], b.chains["ngram"][0], b.stale_chains["dspark"][0], b.stale_chains["ngram"][0]]
 
 
 @pytest.mark.parametrize("spec", [s for s in FAST if s.split(":")[0] in ("hybrid", "hybrid-price")])
@@ -186,9 +200,9 @@ def test_an_empty_model_chain_takes_the_other_chain(spec):
     for i in range(60):
         R = int(rng.choice([2, 5, 9]))
         b = random_batch(rng, R, 7, 8, max_tokens=R * 9 + 2)
-        b.model_len[0] = 0
-        b.ngram_len[0] = 4
-        b.ngram_conf[0, 0] = 0.0
+        b.chains["dspark"][1][0] = 0
+        b.chains["ngram"][1][0] = 4
+        b.chains["ngram"][0][0, 0] = 0.0
         b = dataclasses.replace(b, max_draft_tokens=None)
         _same(spec, pol, b, f"batch {i} (R={R})")
         out = pol.fn(b)
@@ -210,8 +224,7 @@ def test_out_of_range_confidences(spec):
         R = int(rng.choice([1, 3, 4, 9, 17, 64, 128]))
         km, kn = int(rng.choice([3, 7])), int(rng.choice([4, 9, 32]))
         b = random_batch(rng, R, km, kn, max_tokens=int(R * (1 + kn)) + 2)
-        for name in ("model_conf", "ngram_conf", "stale_model_conf", "stale_ngram_conf"):
-            t = getattr(b, name)
+        for t in _confs(b):
             hit = torch.from_numpy(rng.random(tuple(t.shape)) < rng.choice([0.02, 0.2]))
             if rng.random() < 0.5:  # no NaN: only the clamp and signed zeros
                 t[hit] = odd[torch.from_numpy(rng.integers(1, len(odd), tuple(t.shape)))][hit].to(t.dtype)
@@ -219,8 +232,7 @@ def test_out_of_range_confidences(spec):
                 t[hit] = odd[torch.from_numpy(rng.integers(0, len(odd), tuple(t.shape)))][hit].to(t.dtype)
         _same(spec, pol, b, f"odd batch {i} (R={R})")
         if reads_conf:  # a form that reads the confidences declines NaN (the definition runs) and takes the rest
-            nan = any(bool(torch.isnan(getattr(b, n)).any()) for n in (
-                "model_conf", "ngram_conf", "stale_model_conf", "stale_ngram_conf"))
+            nan = any(bool(torch.isnan(t).any()) for t in _confs(b))
             declined = pol.sim_fn.arrays(Arrays.of(b)) is None
             assert declined == nan, f"{spec}: odd batch {i}"
 
@@ -254,24 +266,24 @@ def _over_batch(rng, names, kind: str):
     conf = lambda hi: torch.tensor(rng.beta(hi, 1.0, size=(R, ks)), dtype=dt)  # noqa: E731
     n = lambda: torch.tensor(rng.integers(0, ks + 1, size=R))  # noqa: E731
     d = float(b.draft_cost_ms)
-    b = dataclasses.replace(b, extra={"suffix": (conf(8.0), n())}, stale_extra={"suffix": (conf(5.0), n())},
-                            mean_extra={"suffix": conf(6.0)} if rng.random() < 0.8 else {},
-                            model_draft_ms=d * rng.uniform(0, 0.8), ngram_draft_ms=d * rng.uniform(0, 0.1),
-                            extra_draft_ms={"suffix": float(rng.uniform(0, 0.5))},
+    b = dataclasses.replace(b, chains={**b.chains, "suffix": (conf(8.0), n())},
+                            stale_chains={**b.stale_chains, "suffix": (conf(5.0), n())},
+                            means={**b.means, **({"suffix": conf(6.0)} if rng.random() < 0.8 else {})},
+                            draft_ms_of={**b.draft_ms_of, "dspark": d * rng.uniform(0, 0.8),
+                                         "ngram": d * rng.uniform(0, 0.1), "suffix": float(rng.uniform(0, 0.5))},
                             draft_cost_ms=d + float(rng.uniform(0, 0.6)))
     if rng.random() < 0.7:
-        b = dataclasses.replace(b, mean_ngram_conf=torch.tensor(rng.random((R, kn)), dtype=dt))
+        b = dataclasses.replace(b, means={**b.means, "ngram": torch.tensor(rng.random((R, kn)), dtype=dt)})
     if rng.random() < 0.3:
         b = dataclasses.replace(b, max_draft_tokens=int(rng.integers(0, 3 * R + 2)))
     if rng.random() < 0.3:
         b = dataclasses.replace(b, num_sampling_reqs=R + int(rng.integers(0, 4)),
                                 num_nondraft_tokens=R + int(rng.integers(0, 40)))
     if rng.random() < 0.2:
-        b.model_len[: R // 2] = 0
+        b.chains["dspark"][1][: R // 2] = 0
     if rng.random() < 0.1:
-        b.ngram_len[:] = 0
-    confs = [b.model_conf, b.ngram_conf, b.stale_model_conf, b.stale_ngram_conf, b.extra["suffix"][0],
-             b.stale_extra["suffix"][0]]
+        b.chains["ngram"][1][:] = 0
+    confs = _confs(b) + [b.chains["suffix"][0], b.stale_chains["suffix"][0]]
     if kind == "tied":
         levels = torch.tensor([0.5, 0.75, 1.0])
         for t in confs:
@@ -301,13 +313,10 @@ def _same_over(spec, names, pol, b, where, kind):
     form = pol.sim_fn
     view = host_view(b)
     want_p, got_p = pol.plan_fn(view), form.plan(view)
-    assert (want_p.model, want_p.ngram, want_p.extra, int(want_p.budget)) == \
-        (got_p.model, got_p.ngram, got_p.extra, int(got_p.budget)), f"{spec} {names}: plan differs on {where}"
+    assert (want_p.drafters, int(want_p.budget)) == (got_p.drafters, int(got_p.budget)), \
+        f"{spec} {names}: plan differs on {where}"
     for want, got in ((pol.alloc_fn(b, want_p), form.allocate(b, want_p)), (pol.fn(b), form(b))):
-        for f in dataclasses.fields(want):
-            w, g = getattr(want, f.name), getattr(got, f.name)
-            assert (w is None and g is None) or torch.equal(w, g), \
-                f"{spec} {names}: {f.name} differs on {where}: {w} vs {g}"
+        _same_fields(want, got, f"{spec} {names}", where)
     # the transcription declines NaN confidences and float64 first chains (the definition runs), takes the rest
     ran = [n for n in names if n in want_p.drafters]
     assert (form.numpy_plan(view) is None) == _declined(b.stale_chains, names), f"{spec} {names}: {where}"

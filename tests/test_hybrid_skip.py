@@ -14,7 +14,7 @@ from sim.engine.engine import Engine, EngineConfig
 from sim.core.policies import CHAIN_MODEL, CHAIN_NGRAM
 from sim.engine.policies import sim_policy
 from sim.core.policies.hybrid import free_budget, price_skip
-from sim.core.policies.testing import random_batch
+from sim.core.policies.testing import random_batch, replace_chain
 
 CFG = NgramConfig(n_min=1, n_max=3, k=8, ext_max=16)
 
@@ -23,39 +23,40 @@ def _batch(model_conf, ngram_conf, stale_model, stale_ngram, draft=1.0, model_dr
     mc, nc = torch.tensor(model_conf), torch.tensor(ngram_conf)
     R = mc.shape[0]
     from sim.core.policies import StepBatch
-    return StepBatch(model_conf=mc, model_len=torch.full((R,), mc.shape[1]), ngram_conf=nc,
-                     ngram_len=torch.full((R,), nc.shape[1]), stale_model_conf=torch.tensor(stale_model),
-                     stale_model_len=torch.full((R,), mc.shape[1]), stale_ngram_conf=torch.tensor(stale_ngram),
-                     stale_ngram_len=torch.full((R,), nc.shape[1]), num_nondraft_tokens=R,
+    return StepBatch(chains={"dspark": (mc, torch.full((R,), mc.shape[1])),
+                             "ngram": (nc, torch.full((R,), nc.shape[1]))},
+                     stale_chains={"dspark": (torch.tensor(stale_model), torch.full((R,), mc.shape[1])),
+                                   "ngram": (torch.tensor(stale_ngram), torch.full((R,), nc.shape[1]))},
+                     num_nondraft_tokens=R,
                      verify_cost_ms=torch.tensor(table if table is not None else [5.0 + 0.5 * t for t in range(64)],
                                                  dtype=torch.float64),
-                     draft_cost_ms=draft, model_draft_ms=model_draft, ngram_draft_ms=0.05)
+                     draft_cost_ms=draft, draft_ms_of={"dspark": model_draft, "ngram": 0.05})
 
 
 def test_skips_the_pass_when_stale_ngram_chains_beat_the_model():
     # stale: long, sure n-gram chains vs weak model chains -> the model pass is not worth 0.9 ms
     b = _batch([[0.9] * 4] * 2, [[0.95] * 8] * 2, [[0.3] * 4] * 2, [[0.97] * 8] * 2)
     a = price_skip(b)
-    assert not bool(a.model_ran)
+    assert not bool(a.said("dspark"))
     assert (a.chain == CHAIN_NGRAM).all() and (a.admitted > 0).all()
     # the current model chains were never drafted: changing them changes nothing
-    b2 = dataclasses.replace(b, model_conf=torch.ones_like(b.model_conf))
+    b2 = replace_chain(b, "dspark", conf=torch.ones_like(b.chains["dspark"][0]))
     a2 = price_skip(b2)
-    assert torch.equal(a.chain, a2.chain) and torch.equal(a.admitted, a2.admitted) and not bool(a2.model_ran)
+    assert torch.equal(a.chain, a2.chain) and torch.equal(a.admitted, a2.admitted) and not bool(a2.said("dspark"))
 
 
 def test_runs_the_pass_when_the_stale_model_chains_pay_for_it():
     b = _batch([[0.9] * 4] * 2, [[0.2] * 8] * 2, [[0.9] * 4] * 2, [[0.2] * 8] * 2)
     a = price_skip(b)
-    assert bool(a.model_ran) and (a.chain == CHAIN_MODEL).all()
+    assert bool(a.said("dspark")) and (a.chain == CHAIN_MODEL).all()
 
 
 def test_mean_history_keeps_a_short_lived_match_from_skipping_the_pass():
     stale_ng = [[0.97] * 8] * 2
     b = _batch([[0.9] * 4] * 2, [[0.2] * 8] * 2, [[0.6] * 4] * 2, stale_ng)
-    assert not bool(price_skip(b).model_ran)
+    assert not bool(price_skip(b).said("dspark"))
     b.means["ngram"] = torch.full((2, 8), 0.2)  # the request rarely copies: do not bet the step on it
-    assert bool(price_skip(b).model_ran)
+    assert bool(price_skip(b).said("dspark"))
 
 
 def test_free_budget_widens_only_across_flat_cost():
@@ -89,7 +90,7 @@ def test_engine_flags_slots_of_a_drafter_that_did_not_run():
 
     def cheat(batch):  # claims the pass was skipped but admits model slots
         a = inner.fn(batch)
-        return dataclasses.replace(a, model_ran=torch.tensor(False))
+        return dataclasses.replace(a, ran={"dspark": torch.tensor(False)})
 
     pol = dataclasses.replace(inner, fn=cheat)
     res = Engine(tb, np.zeros(len(reqs)), pol, LinearCost(), EngineConfig(batch_size=2)).run()

@@ -58,9 +58,9 @@ def _stale_dspark_batch(R=3, K=7, W=16):
     sure n-gram chain: the one-step-old budget exceeds the positive slots now published."""
     mc = torch.full((R, K), 0.3)
     nc = torch.full((R, W), 0.99)
-    return StepBatch(model_conf=mc, model_len=torch.full((R,), K), ngram_conf=nc, ngram_len=torch.full((R,), 3),
-                     stale_model_conf=torch.full((R, K), 0.95), stale_model_len=torch.full((R,), K),
-                     stale_ngram_conf=nc, stale_ngram_len=torch.zeros(R, dtype=torch.int64), num_nondraft_tokens=R,
+    return StepBatch(chains={"dspark": (mc, torch.full((R,), K)), "ngram": (nc, torch.full((R,), 3))},
+                     stale_chains={"dspark": (torch.full((R, K), 0.95), torch.full((R,), K)),
+                                   "ngram": (nc, torch.zeros(R, dtype=torch.int64))}, num_nondraft_tokens=R,
                      verify_cost_ms=torch.full((R * (W + 1) + 2,), 5.0, dtype=torch.float64), draft_cost_ms=1.0)
 
 

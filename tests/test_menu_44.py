@@ -28,7 +28,7 @@ from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM
 from sim.core.policies.catalog import get_policy
 from sim.core.policies.ngram_mtp import AllMatched, alloc_ngram_mtp
 from sim.core.policies.suffix_rules import alloc_arctic, alloc_suffix_adaptive
-from sim.core.policies.testing import random_batch
+from sim.core.policies.testing import random_batch, replace_chain
 from sim.core.scheduler import SCHEDULED, Scheduler, SlotCharge
 from sim.core.vllm import (MTP_PROFILE, VLLM_VERSIONS, VllmRun, runs_sync, slot_charge, speculative_config,
                            vllm_slot_charge)
@@ -153,16 +153,18 @@ def test_suffix_runs_under_vllms_scheduler_at_its_proposals_lengths(tiny_tight):
 # ------------------------------------------------------------------------------------------ the rules
 def _with_suffix(batch, conf, length, stale=None):
     stale = (conf, length) if stale is None else stale
-    return dataclasses.replace(batch, extra={"suffix": (conf, length)}, stale_extra={"suffix": stale},
-                               extra_draft_ms={"suffix": 0.0})
+    return dataclasses.replace(batch, chains={**batch.chains, "suffix": (conf, length)},
+                               stale_chains={**batch.stale_chains, "suffix": stale},
+                               draft_ms_of={**batch.draft_ms_of, "suffix": 0.0})
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_suffix_adaptive_is_adaptive_verification_on_the_suffix_chain(seed):
     b = random_batch(np.random.default_rng(seed), 8, 7, 16)
-    b = dataclasses.replace(b, stale_model_len=b.model_len)  # vLLM masks the stale survivals with this step's count
+    # vLLM masks the stale survivals with this step's count
+    b = replace_chain(b, "dspark", length=b.chains["dspark"][1], stale=True)
     want = alloc_adaptive(b)
-    got = alloc_suffix_adaptive(_with_suffix(b, b.model_conf, b.model_len, (b.stale_model_conf, b.stale_model_len)))
+    got = alloc_suffix_adaptive(_with_suffix(b, *b.chains["dspark"], b.stale_chains["dspark"]))
     assert torch.equal(got.admitted, want.admitted)
     assert torch.equal(got.chain, torch.where(want.admitted > 0, SUFFIX_ID, 0))
 
@@ -178,11 +180,11 @@ def test_arctics_rule_takes_the_suffix_draft_where_its_score_reaches_k():
 
 def test_ngram_mtp_copies_where_it_matched_and_skips_the_decode_steps_only_after_two_full_matches():
     b = random_batch(np.random.default_rng(1), 2, 3, 16, lengths_vary=False)
-    part = dataclasses.replace(b, ngram_len=torch.tensor([2, 0]))
+    part = replace_chain(b, "ngram", length=torch.tensor([2, 0]))
     out = alloc_ngram_mtp(part, batch1=False)
     assert out.chain.tolist() == [CHAIN_NGRAM, CHAIN_MODEL] and out.admitted.tolist() == [2, 3]
     assert int(out.model_steps) == 3  # not every request matched
-    full = dataclasses.replace(b, ngram_len=torch.tensor([9, 4]))
+    full = replace_chain(b, "ngram", length=torch.tensor([9, 4]))
     assert alloc_ngram_mtp(full, batch1=False).admitted.tolist() == [3, 3]
     for prev, steps in ((False, 3), (True, 1)):
         got = alloc_ngram_mtp(dataclasses.replace(full, all_matched={"ngram": torch.tensor(prev)}), batch1=False)
@@ -190,7 +192,7 @@ def test_ngram_mtp_copies_where_it_matched_and_skips_the_decode_steps_only_after
     b1 = alloc_ngram_mtp(full, batch1=True)  # two requests: no lookup at all
     assert b1.chain.tolist() == [CHAIN_MODEL, CHAIN_MODEL] and int(b1.model_steps) == 3
     one = random_batch(np.random.default_rng(2), 1, 3, 16, lengths_vary=False)
-    assert int(alloc_ngram_mtp(dataclasses.replace(one, ngram_len=torch.tensor([5])), batch1=True).model_steps) == 1
+    assert int(alloc_ngram_mtp(replace_chain(one, "ngram", length=torch.tensor([5])), batch1=True).model_steps) == 1
     state = AllMatched(3)
     state.observe(np.array([0, 1]), {"ngram": (None, np.array([1, 2]))}, {}, None)
     state.observe(np.array([0, 1]), {"ngram": (None, np.array([0, 2]))}, {}, None)
@@ -215,21 +217,22 @@ def test_the_per_step_oracle_over_three_drafters_bounds_each_new_rule(spec):
         m_ms, n_ms, s_ms, alloc_ms = float(rng.uniform(0, 3)), float(rng.uniform(0, 0.2)), 0.05, 0.05
         conf = torch.tensor(rng.beta(8.0, 1.0, size=(R, 16)))
         n = torch.tensor(rng.integers(0, 17, size=R))
-        b = dataclasses.replace(b, model_draft_ms=m_ms, ngram_draft_ms=n_ms, extra_draft_ms={"suffix": s_ms},
-                                draft_cost_ms=m_ms + n_ms + s_ms + alloc_ms, extra={"suffix": (conf, n)},
-                                stale_extra={"suffix": (conf, n)}, mean_extra={"suffix": conf},
-                                true_extra_acc={"suffix": torch.tensor(rng.integers(0, 17, size=R))},
+        b = dataclasses.replace(b, draft_ms_of={**b.draft_ms_of, "dspark": m_ms, "ngram": n_ms, "suffix": s_ms},
+                                draft_cost_ms=m_ms + n_ms + s_ms + alloc_ms,
+                                chains={**b.chains, "suffix": (conf, n)},
+                                stale_chains={**b.stale_chains, "suffix": (conf, n)},
+                                means={**b.means, "suffix": conf},
+                                true_acc={**b.true_acc, "suffix": torch.tensor(rng.integers(0, 17, size=R))},
                                 all_matched={"ngram": torch.tensor(bool(rng.integers(2)))})
         a = pol.fn(b)
-        acc = {1: b.true_model_acc, 2: b.true_ngram_acc, 3: b.true_extra_acc["suffix"]}
+        acc = {1: b.true_acc["dspark"], 2: b.true_acc["ngram"], 3: b.true_acc["suffix"]}
         got = sum(min(int(a.admitted[r]), int(acc[int(a.chain[r])][r])) for r in range(R) if a.chain[r] > 0)
         steps = 7 if a.model_steps is None else int(a.model_steps)
         cost = alloc_ms + sum({"dspark": m_ms * steps / 7, "ngram": n_ms, "suffix": s_ms}[d] for d in pol.drafters)
         g_pol = float(goodput(b, torch.tensor(float(got)), a.admitted.sum(), cost))
         o = oracle_n(b, names)
         oacc = sum(min(int(o.admitted[r]), int(acc[int(o.chain[r])][r])) for r in range(R) if o.chain[r] > 0)
-        said = {"dspark": o.model_ran, "ngram": o.ngram_ran, **o.extra_ran}
-        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool(said[nm]))
+        ocost = sum(p for nm, p in b.draft_ms_of.items() if bool(o.ran[nm]))
         ocost += alloc_ms if int(o.admitted.sum()) or ocost else 0.0
         g_or = float(goodput(b, torch.tensor(float(oacc)), o.admitted.sum(), ocost))
         assert g_or >= g_pol - 1e-9, (spec, seed, g_or, g_pol)

@@ -19,7 +19,7 @@ from sim.core.policies import get_policy
 from sim.core.policies.adaptive import (alloc_online, allocate_adaptive, allocate_online, plan_adaptive,
                                         plan_online)
 from sim.core.policies.base import host_view
-from sim.core.policies.testing import random_batch
+from sim.core.policies.testing import random_batch, replace_chain
 from sim.core.scheduler import SCHEDULED, SlotCharge
 from sim.core.vllm import speculative_config
 from sim.infra.errors import ConfigError
@@ -137,7 +137,7 @@ def test_no_host_sync_on_the_allocation_path_nor_the_refit():
     plan = plan_online(view)  # the host's phase: its budget is host data by contract
     with _HostReads() as mode:
         alloc = allocate_online(b, plan)
-        stats = ae.statistics(coef, b.model_conf, alloc.admitted, b.model_len)
+        stats = ae.statistics(coef, b.chains["dspark"][0], alloc.admitted, b.chains["dspark"][1])
         ae.refit(coef, stats)
         ae.estimated(b)
     assert mode.seen == [], mode.seen
@@ -155,11 +155,11 @@ def test_the_policy_is_adaptive_verification_on_the_predictions():
         new, old = ae.cold_start(7) + 0.3, ae.cold_start(7)
         b = dataclasses.replace(b, estimator={"dspark": new}, stale_estimator={"dspark": old})
         p = pol.plan(host_view(b))
-        ref_p = plan_adaptive(dataclasses.replace(host_view(b), stale_model_conf=ae.predict(b.stale_model_conf, old),
-                                                  estimator={}))
+        ref_p = plan_adaptive(dataclasses.replace(replace_chain(
+            host_view(b), "dspark", conf=ae.predict(b.stale_chains["dspark"][0], old), stale=True), estimator={}))
         assert torch.equal(p.budget, ref_p.budget)
         got = pol.allocate(b, p)
-        ref = allocate_adaptive(dataclasses.replace(b, model_conf=ae.predict(b.model_conf, new)), p)
+        ref = allocate_adaptive(replace_chain(b, "dspark", conf=ae.predict(b.chains["dspark"][0], new)), p)
         assert torch.equal(got.admitted, ref.admitted) and torch.equal(got.chain, ref.chain)
         bare = dataclasses.replace(b, estimator={}, stale_estimator={})
         assert torch.equal(alloc_online(bare).admitted, alloc_online(dataclasses.replace(

@@ -40,17 +40,17 @@ def test_every_family_is_covered():
 
 def _step_goodput(batch, alloc, uses_model=True, uses_ngram=True):
     """Realised step goodput: emitted tokens / (drafters that ran + the verify time charged) [tok/ms]."""
-    acc_m = torch.minimum(batch.true_model_acc, batch.model_len)
-    acc_n = torch.minimum(batch.true_ngram_acc, batch.ngram_len)
+    acc_m = torch.minimum(batch.true_acc.get("dspark"), batch.chains["dspark"][1])
+    acc_n = torch.minimum(batch.true_acc.get("ngram"), batch.chains["ngram"][1])
     chain, adm = alloc.chain, alloc.admitted
     second = alloc.second if alloc.second is not None else torch.zeros_like(adm)
     adm_m = torch.where(chain == CHAIN_MODEL, adm, torch.where(chain == CHAIN_NGRAM, second, 0))
     adm_n = torch.where(chain == CHAIN_NGRAM, adm, torch.where(chain == CHAIN_MODEL, second, 0))
     tokens = torch.maximum(torch.minimum(adm_m, acc_m), torch.minimum(adm_n, acc_n)).sum() + batch.num_sampling
-    ran_m = uses_model if alloc.model_ran is None else bool(alloc.model_ran)
-    ran_n = uses_ngram if alloc.ngram_ran is None else bool(alloc.ngram_ran)
-    alloc_ms = batch.draft_cost_ms - batch.model_draft_ms - batch.ngram_draft_ms
-    draft = ran_m * batch.model_draft_ms + ran_n * batch.ngram_draft_ms + (ran_m or ran_n) * alloc_ms
+    ran_m = uses_model if alloc.said("dspark") is None else bool(alloc.said("dspark"))
+    ran_n = uses_ngram if alloc.said("ngram") is None else bool(alloc.said("ngram"))
+    alloc_ms = batch.draft_cost_ms - batch.price("dspark") - batch.price("ngram")
+    draft = ran_m * batch.price("dspark") + ran_n * batch.price("ngram") + (ran_m or ran_n) * alloc_ms
     table = batch.true_verify_cost_ms if batch.true_verify_cost_ms is not None else batch.verify_cost_ms
     t = min(batch.num_nondraft_tokens + int(adm_m.sum() + adm_n.sum()), table.shape[0] - 1)
     return float(tokens) / (draft + float(table[t]))
@@ -63,7 +63,7 @@ def test_oracle_beats_every_policy_on_random_steps(seed):
         R = int(rng.choice([1, 3, 8, 40]))
         b = random_batch(rng, R, 7, 32, max_tokens=R * 40 + R + 2)
         b.draft_ms_of.update(dspark=float(rng.uniform(0, 3)), ngram=float(rng.uniform(0, 0.2)))
-        b.draft_cost_ms = b.model_draft_ms + b.ngram_draft_ms + 0.05
+        b.draft_cost_ms = b.price("dspark") + b.price("ngram") + 0.05
         best = _step_goodput(b, sim_policy("oracle")(b))
         for spec in POLICIES:
             g = _step_goodput(b, sim_policy(spec)(b))
@@ -90,9 +90,10 @@ class _Shadow:
     def __call__(self, batch):
         alloc = self.inner.fn(batch)
         R = batch.num_reqs
-        full = dataclasses.replace(batch, model_draft_ms=self.cost.draft_ms(R, batch.model_conf.shape[1]),
-                                   ngram_draft_ms=self.cost.ngram_ms(R))
-        full.draft_cost_ms = full.model_draft_ms + full.ngram_draft_ms + self.cost.alloc_ms(R)
+        full = dataclasses.replace(batch, draft_ms_of={**batch.draft_ms_of,
+                                                       "dspark": self.cost.draft_ms(R, batch.chains["dspark"][0].shape[1]),
+                                                       "ngram": self.cost.ngram_ms(R)})
+        full.draft_cost_ms = full.price("dspark") + full.price("ngram") + self.cost.alloc_ms(R)
         self.pairs.append((_step_goodput(full, alloc, self.inner.uses_model, self.inner.uses_ngram),
                            _step_goodput(full, sim_policy("oracle")(full))))
         return alloc

@@ -39,8 +39,7 @@ def _tensor_fn(fn):
 
 
 def _args(b):
-    return (b.model_conf, b.model_len, b.ngram_conf, b.ngram_len, b.stale_model_conf, b.stale_model_len,
-            b.stale_ngram_conf, b.stale_ngram_len, b.verify_cost_ms, b.true_model_acc, b.true_ngram_acc,
+    return (*b.chains["dspark"], *b.chains["ngram"], *b.stale_chains["dspark"], *b.stale_chains["ngram"], b.verify_cost_ms, b.true_acc.get("dspark"), b.true_acc.get("ngram"),
             b.num_nondraft_tokens, b.draft_cost_ms)
 
 
@@ -50,8 +49,8 @@ FAST = {  # one fast compile check in the extended tier (-m extended); the rest:
 SLOW = {
     "adaptive": adaptive.alloc_adaptive,
     # hybrid's device phase under either plan (its plan runs on the host, from host data: not compiled)
-    "hybrid:allocate-with-model": lambda b: hybrid.allocate_skip(b, Plan(True, True, torch.tensor(6)), "sweep"),
-    "hybrid:allocate-skipped": lambda b: hybrid.allocate_skip(b, Plan(False, True, torch.tensor(6)), "sweep"),
+    "hybrid:allocate-with-model": lambda b: hybrid.allocate_skip(b, Plan(frozenset(("dspark", "ngram")), torch.tensor(6)), "sweep"),
+    "hybrid:allocate-skipped": lambda b: hybrid.allocate_skip(b, Plan(frozenset(("ngram",)), torch.tensor(6)), "sweep"),
     "hybrid-vllm": lambda b: hybrid.alloc_hybrid_vllm(b, "sweep"),
     "adaptive:early-stop": adaptive.alloc_adaptive_early_stop,
     "hybrid-price:sweep:current": lambda b: hybrid.price_core(b, "sweep"),

@@ -25,8 +25,8 @@ def _pad(b: StepBatch, rows: int) -> tuple:
         out[: t.shape[0]] = t
         return out
 
-    return (p(b.model_conf), p(b.model_len), p(b.ngram_conf), p(b.ngram_len), p(b.stale_model_conf),
-            p(b.stale_model_len), p(b.stale_ngram_conf), p(b.stale_ngram_len), b.verify_cost_ms,
+    return (*(p(t) for chains in (b.chains, b.stale_chains) for name in ("dspark", "ngram") for t in chains[name]),
+            b.verify_cost_ms,
             torch.tensor(b.num_nondraft_tokens), torch.tensor(float(b.draft_cost_ms)),
             torch.tensor(b.num_reqs))
 

@@ -23,7 +23,7 @@ def test_primary_is_hybrid_price_and_second_is_bounded(seed):
     t = tree_alloc(b)
     p = price_core(b)
     assert torch.equal(t.chain, p.chain) and torch.equal(t.admitted, p.admitted)
-    other_len = torch.where(t.chain == 2, b.model_len, b.ngram_len)
+    other_len = torch.where(t.chain == 2, b.chains["dspark"][1], b.chains["ngram"][1])
     assert (t.second >= 0).all() and (t.second <= other_len).all()
     assert (t.second[t.chain == CHAIN_NONE] == 0).all()
 
@@ -51,7 +51,7 @@ def test_compiles_fullgraph():
     compiled = torch.compile(fn, fullgraph=True, dynamic=False)
     rng = np.random.default_rng(1)
     b = random_batch(rng, 3, 4, 6, max_tokens=96)
-    args = (b.model_conf, b.model_len, b.ngram_conf, b.ngram_len, b.verify_cost_ms, b.num_nondraft_tokens, b.draft_cost_ms)
+    args = (*b.chains["dspark"], *b.chains["ngram"], b.verify_cost_ms, b.num_nondraft_tokens, b.draft_cost_ms)
     for want, got in zip(fn(*args), compiled(*args)):
         assert torch.equal(want, got)
 

@@ -17,13 +17,12 @@ def make_batch(model_conf, ngram_conf, model_len=None, ngram_len=None, table=Non
     nl = torch.tensor(ngram_len if ngram_len is not None else [nc.shape[1]] * R)
     smc = torch.tensor(stale_model_conf, dtype=torch.float32) if stale_model_conf is not None else mc.clone()
     return StepBatch(
-        model_conf=mc, model_len=ml, ngram_conf=nc, ngram_len=nl,
-        stale_model_conf=smc, stale_model_len=ml.clone(), stale_ngram_conf=nc.clone(), stale_ngram_len=nl.clone(),
+        chains={"dspark": (mc, ml), "ngram": (nc, nl)},
+        stale_chains={"dspark": (smc, ml.clone()), "ngram": (nc.clone(), nl.clone())},
         num_nondraft_tokens=R if T is None else T,
         verify_cost_ms=torch.tensor(table if table is not None else [10.0 + t for t in range(64)], dtype=torch.float64),
-        draft_cost_ms=draft,
-        true_model_acc=None if true_m is None else torch.tensor(true_m),
-        true_ngram_acc=None if true_n is None else torch.tensor(true_n),
+        draft_cost_ms=draft, true_acc={"dspark": None if true_m is None else torch.tensor(true_m),
+                                       "ngram": None if true_n is None else torch.tensor(true_n)},
     )
 
 
@@ -115,8 +114,8 @@ def test_oracle_admits_only_accepted_slots_and_all_of_them_when_slots_are_cheap(
     rng = np.random.default_rng(3)
     for _ in range(50):
         b = random_batch(rng, 6, 5, 9)
-        acc_m = torch.minimum(b.true_model_acc, b.model_len)
-        acc_n = torch.minimum(b.true_ngram_acc, b.ngram_len)
+        acc_m = torch.minimum(b.true_acc.get("dspark"), b.chains["dspark"][1])
+        acc_n = torch.minimum(b.true_acc.get("ngram"), b.chains["ngram"][1])
         a = get_policy("oracle")(b)
         best = torch.where(a.chain == CHAIN_NGRAM, acc_n, torch.where(a.chain == CHAIN_MODEL, acc_m, 0))
         assert bool((a.admitted <= best).all())  # never a rejected slot
@@ -132,12 +131,12 @@ def test_oracle_skips_the_model_pass_when_the_ngram_chains_are_enough():
     b = make_batch([[0.5] * 4] * 2, [[0.5] * 6] * 2, true_m=[2, 3], true_n=[6, 5], draft=1.0)
     b.draft_ms_of["dspark"] = 0.9  # the model chains add nothing: paying their pass only lowers the goodput
     a = get_policy("oracle")(b)
-    assert not bool(a.model_ran) and bool(a.ngram_ran)
+    assert not bool(a.said("dspark")) and bool(a.said("ngram"))
     assert lists(a) == ([CHAIN_NGRAM, CHAIN_NGRAM], [6, 5])
     b = make_batch([[0.5] * 4] * 2, [[0.5] * 6] * 2, true_m=[4, 4], true_n=[0, 0], draft=1.0)
     b.draft_ms_of["dspark"] = 0.9
     a = get_policy("oracle")(b)
-    assert bool(a.model_ran) and lists(a) == ([CHAIN_MODEL, CHAIN_MODEL], [4, 4])
+    assert bool(a.said("dspark")) and lists(a) == ([CHAIN_MODEL, CHAIN_MODEL], [4, 4])
 
 
 # --- adaptive -------------------------------------------------------------------------------------
@@ -172,15 +171,15 @@ def test_adaptive_matches_a_numpy_reference():
     for _ in range(100):
         b = random_batch(rng, int(rng.integers(1, 9)), int(rng.integers(1, 8)), 4, max_tokens=int(rng.integers(4, 60)))
         # numpy reference of vLLM's get_num_tokens (stale budget, masked with the current draft count) + top-k
-        st = np.cumprod(b.stale_model_conf.double().numpy(), 1)
-        valid = np.arange(st.shape[1])[None] < b.model_len.numpy()[:, None]
+        st = np.cumprod(b.stale_chains["dspark"][0].double().numpy(), 1)
+        valid = np.arange(st.shape[1])[None] < b.chains["dspark"][1].numpy()[:, None]
         scores = np.sort(st[valid])[::-1]
         table = b.verify_cost_ms.numpy()
         idx = np.minimum(b.num_nondraft_tokens + np.arange(len(scores) + 1), len(table) - 1)
         g = np.concatenate([[b.num_reqs], b.num_reqs + np.cumsum(scores)]) / (b.draft_cost_ms + table[idx])
         budget = int(np.argmax(g))
-        cur = np.cumprod(b.model_conf.double().numpy(), 1)
-        cur[np.arange(cur.shape[1])[None] >= b.model_len.numpy()[:, None]] = -np.inf
+        cur = np.cumprod(b.chains["dspark"][0].double().numpy(), 1)
+        cur[np.arange(cur.shape[1])[None] >= b.chains["dspark"][1].numpy()[:, None]] = -np.inf
         order = np.argsort(-cur.ravel(), kind="stable")[:budget]
         win = np.zeros(cur.size, bool)
         win[order] = True
@@ -215,7 +214,7 @@ def test_invariants(spec):
         b = random_batch(rng, int(rng.integers(1, 12)), int(rng.integers(1, 8)), int(rng.integers(1, 20)),
                          max_tokens=int(rng.integers(2, 200)))
         a = pol(b)
-        length = torch.where(a.chain == CHAIN_NGRAM, b.ngram_len, b.model_len)
+        length = torch.where(a.chain == CHAIN_NGRAM, b.chains["ngram"][1], b.chains["dspark"][1])
         assert bool((a.admitted >= 0).all()) and bool((a.admitted <= length).all())
         assert bool(((a.chain == CHAIN_NONE) == (a.admitted == 0)).all())
         assert set(a.chain.tolist()) <= {CHAIN_NONE, CHAIN_MODEL, CHAIN_NGRAM}
@@ -241,9 +240,9 @@ def test_hybrid_price_without_ngram_equals_adaptive():
     rng = np.random.default_rng(5)
     for _ in range(60):
         b = random_batch(rng, int(rng.integers(1, 9)), 7, 6, max_tokens=80)
-        b.chains["ngram"] = (b.ngram_conf, torch.zeros_like(b.ngram_len))
-        b.stale_chains["ngram"] = (b.stale_ngram_conf, torch.zeros_like(b.ngram_len))
-        b.stale_chains["dspark"] = (b.model_conf.clone(), b.model_len.clone())
+        b.chains["ngram"] = (b.chains["ngram"][0], torch.zeros_like(b.chains["ngram"][1]))
+        b.stale_chains["ngram"] = (b.stale_chains["ngram"][0], torch.zeros_like(b.chains["ngram"][1]))
+        b.stale_chains["dspark"] = (b.chains["dspark"][0].clone(), b.chains["dspark"][1].clone())
         ref = get_policy("adaptive")(b)
         for spec in ["hybrid-price:model-opt", "hybrid-price:model-opt:current", "hybrid-price"]:
             a = get_policy(spec)(b)
@@ -254,6 +253,6 @@ def test_hybrid_price_without_ngram_equals_adaptive():
 def test_hybrid_price_budget_comes_from_stale_values():
     # stale values say: spend nothing (all stale confidences ~0); the current ones are great.
     b = make_batch([[0.99] * 4] * 2, [[0.99] * 8] * 2, stale_model_conf=[[0.01] * 4] * 2)
-    b.stale_chains["ngram"] = (torch.full_like(b.ngram_conf, 0.01), b.stale_ngram_len)
+    b.stale_chains["ngram"] = (torch.full_like(b.chains["ngram"][0], 0.01), b.stale_chains["ngram"][1])
     assert get_policy("hybrid-price")(b).admitted.sum().tolist() == 0
     assert get_policy("hybrid-price:current")(b).admitted.sum().tolist() > 0

@@ -251,7 +251,7 @@ def test_hybrid_skips_the_model_pass_for_real_and_is_not_charged_for_it(greedy_w
 
     class Probe(RealEngine):
         def _propose(self, reqs, rows, plan):
-            self.proposed.append(plan.model)
+            self.proposed.append(plan.runs("dspark"))
             return super()._propose(reqs, rows, plan)
 
     skipped = ran = 0

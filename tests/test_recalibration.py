@@ -54,7 +54,8 @@ def _batch(seed, offsets=True):
     R = int(rng.integers(1, 9))
     b = random_batch(rng, R, 7, 16, max_tokens=int(rng.choice([64, 400])))
     d = float(b.draft_cost_ms)
-    b = dataclasses.replace(b, mean_ngram_conf=b.ngram_conf.clone(), model_draft_ms=d * 0.5, ngram_draft_ms=d * 0.05)
+    b = dataclasses.replace(b, means={**b.means, "ngram": b.chains["ngram"][0].clone()},
+                            draft_ms_of={**b.draft_ms_of, "dspark": d * 0.5, "ngram": d * 0.05})
     if offsets:
         off = lambda: torch.tensor(rng.normal(0, 2, size=R))  # noqa: E731
         b = dataclasses.replace(b, recal={"dspark": off(), "ngram": off()}, stale_recal={"dspark": off(), "ngram": off()})
@@ -69,13 +70,13 @@ def test_the_policy_is_the_plain_policy_on_recalibrated_views():
             b = _batch(seed)
             p = rec.plan(host_view(b))
             want_p = plain.plan_fn(recalibrated(host_view(b)))  # the HostView's offsets: one step older
-            assert (p.model, int(p.budget)) == (want_p.model, int(want_p.budget))
+            assert (p.drafters, int(p.budget)) == (want_p.drafters, int(want_p.budget))
             got, want = rec.allocate(b, p), plain.alloc_fn(recalibrated(b), p)
             assert torch.equal(got.chain, want.chain) and torch.equal(got.admitted, want.admitted)
             one = rec.fn(b)
             assert torch.equal(one.chain, got.chain) and torch.equal(one.admitted, got.admitted)
             twice = recalibrated(recalibrated(b))  # idempotent: the offsets are spent
-            assert torch.equal(twice.ngram_conf, recalibrated(b).ngram_conf) and not twice.recal
+            assert torch.equal(twice.chains["ngram"][0], recalibrated(b).chains["ngram"][0]) and not twice.recal
         # without offsets the views are the plain ones
         b = _batch(0, offsets=False)
         assert torch.equal(rec.fn(b).admitted, plain.fn(b).admitted)

@@ -11,7 +11,7 @@ import torch
 from sim.engine.engine import Engine, EngineConfig
 from sim.engine.policies import sim_policy
 from sim.core.policies.base import HostView, Plan, host_view
-from sim.core.policies.testing import random_batch
+from sim.core.policies.testing import random_batch, replace_chain
 from sim.api.run import SimSetup, prepare
 
 PHASED = ["adaptive", "hybrid", "hybrid:forecast=min", "hybrid:hyst=0.2:margin=0.5", "hybrid:fixed-point",
@@ -23,8 +23,9 @@ def _batches(n, seed):
     for _ in range(n):
         R = int(rng.choice([1, 3, 4, 17, 64]))
         b = random_batch(rng, R, int(rng.choice([3, 7])), int(rng.choice([4, 32])), max_tokens=R * 40 + 2)
-        b = dataclasses.replace(b, model_draft_ms=float(rng.uniform(0, b.draft_cost_ms)),
-                                mean_ngram_conf=torch.tensor(rng.random(tuple(b.ngram_conf.shape))))
+        b = dataclasses.replace(b, draft_ms_of={**b.draft_ms_of, "dspark": float(rng.uniform(0, b.draft_cost_ms))},
+                                means={**b.means,
+                                       "ngram": torch.tensor(rng.random(tuple(b.chains["ngram"][0].shape)))})
         yield b
 
 
@@ -34,7 +35,7 @@ def test_fn_is_plan_then_allocate_and_the_plan_is_host_values(spec):
     assert pol.phased
     for b in _batches(60, 1):
         plan = pol.plan(host_view(b))
-        assert type(plan.model) is bool and type(plan.ngram) is bool
+        assert type(plan.drafters) is frozenset and plan.drafters <= set(pol.drafters)
         assert plan.budget is None or (plan.budget.device.type == "cpu" and plan.budget.dim() == 0)
         a, want = pol.allocate(b, plan), pol.fn(b)
         assert torch.equal(a.chain, want.chain) and torch.equal(a.admitted, want.admitted)
@@ -48,11 +49,11 @@ def test_a_skipped_model_pass_is_never_read(spec):
     kinds = set()
     for b in _batches(200, 2):
         plan = pol.plan(host_view(b))
-        kinds.add(plan.model)
-        if plan.model:
+        kinds.add(plan.runs("dspark"))
+        if plan.runs("dspark"):
             continue
-        poisoned = dataclasses.replace(b, model_conf=torch.full_like(b.model_conf, float("nan")),
-                                       model_len=torch.full_like(b.model_len, b.model_conf.shape[1]))
+        poisoned = replace_chain(b, "dspark", conf=torch.full_like(b.chains["dspark"][0], float("nan")),
+                                 length=torch.full_like(b.chains["dspark"][1], b.chains["dspark"][0].shape[1]))
         a, p = pol.allocate(b, plan), pol.allocate(poisoned, plan)
         assert torch.equal(a.chain, p.chain) and torch.equal(a.admitted, p.admitted)
         assert not (a.chain == 1).any()  # no model slot
@@ -66,7 +67,7 @@ def test_single_phase_policies_plan_every_drafter_they_use():
         assert not pol.phased
         b = next(_batches(1, 3))
         plan = pol.plan(host_view(b))
-        assert (plan.model, plan.ngram) == want and plan.budget is None, spec
+        assert (plan.runs("dspark"), plan.runs("ngram")) == want and plan.budget is None, spec
 
 
 def test_a_copy_with_a_replaced_fn_is_single_phase():
@@ -74,7 +75,7 @@ def test_a_copy_with_a_replaced_fn_is_single_phase():
     policy's own phases."""
     pol = sim_policy("hybrid")
     bad = dataclasses.replace(pol, fn=lambda b: pol.fn(b))
-    assert pol.phased and not bad.phased and bad.plan(host_view(next(_batches(1, 4)))) == Plan(True, True)
+    assert pol.phased and not bad.phased and bad.plan(host_view(next(_batches(1, 4)))) == Plan(frozenset(("dspark", "ngram")))
 
 
 class _Phases(Engine):
@@ -108,11 +109,26 @@ def test_engine_plans_before_it_proposes_only_the_planned_drafters():
         assert len(eng.log) == dec.sum()
         for (tag, plan, tag2, chains, tag3), draft_ms in zip(eng.log, res.steps["draft_ms"][dec]):
             assert (tag, tag2, tag3) == ("plan", "propose", "allocate")
-            if not plan.model:
+            if not plan.runs("dspark"):
                 skipped += 1
                 assert (chains["model_len"] == 0).all() and draft_ms == 0.0
-            if not plan.ngram:
+            if not plan.runs("ngram"):
                 assert (chains["ngram_len"] == 0).all()
             if spec == "adaptive":
-                assert not plan.ngram and plan.budget is not None
+                assert not plan.runs("ngram") and plan.budget is not None
     assert skipped > 0
+
+
+def test_each_drafter_prices_itself_through_the_registry(monkeypatch):
+    """The engine quotes a table drafter's price from its registry entry (DrafterSpec.price), not from a cost-model
+    method named for it: a changed entry changes the view's price of that drafter and of no other."""
+    from sim.core.drafters import registry
+    prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=4, seed=3))
+    pol = sim_policy("hybrid-price")
+    eng = Engine(prep.tables, prep.arrivals, pol, prep.cost, EngineConfig(batch_size=4))
+    before = eng.step_prices(3)
+    assert before.draft == prep.cost.draft_ms(3, prep.tables.k_model) and before.ngram == prep.cost.ngram_ms(3)
+    spec = registry.drafters()["ngram"]
+    monkeypatch.setitem(registry._REGISTRY, "ngram", dataclasses.replace(spec, price=lambda R, cost, p: 0.125 * R))
+    after = Engine(prep.tables, prep.arrivals, pol, prep.cost, EngineConfig(batch_size=4)).step_prices(3)
+    assert (after.draft, after.ngram) == (before.draft, 0.375)

@@ -106,10 +106,10 @@ def test_adaptive_matches_vllm_on_random_batches():
         theirs = caps.numpy()[:R]
         # the simulator's view of the same step
         b = StepBatch(
-            model_conf=torch.from_numpy(cur[:R]), model_len=torch.from_numpy(sched.astype(np.int64)),
-            ngram_conf=torch.zeros(R, 1), ngram_len=torch.zeros(R, dtype=torch.int64),
-            stale_model_conf=torch.from_numpy(stale[:R]), stale_model_len=torch.full((R,), K),
-            stale_ngram_conf=torch.zeros(R, 1), stale_ngram_len=torch.zeros(R, dtype=torch.int64),
+            chains={"dspark": (torch.from_numpy(cur[:R]), torch.from_numpy(sched.astype(np.int64))),
+                    "ngram": (torch.zeros(R, 1), torch.zeros(R, dtype=torch.int64))},
+            stale_chains={"dspark": (torch.from_numpy(stale[:R]), torch.full((R,), K)),
+                          "ngram": (torch.zeros(R, 1), torch.zeros(R, dtype=torch.int64))},
             num_nondraft_tokens=R + int(chunks.sum()), verify_cost_ms=torch.from_numpy(verify),
             draft_cost_ms=float(draft[R + P]), num_sampling_reqs=R + int(finishing.sum()),
             max_draft_tokens=max(0, _rs.get_max_chunk_logits(VOCAB) - (R + P)))

@@ -154,9 +154,9 @@ def test_choice_and_published_confidences_are_the_simulators(seed, W, Kb):
     for rec in records:
         R, p = rec["R"], rec["p"]
         full = torch.full((R,), Kb, dtype=torch.int64)
-        batch = StepBatch(model_conf=rec["model_conf"], model_len=full, ngram_conf=rec["ng_conf"],
-                          ngram_len=rec["m"].length, stale_model_conf=rec["model_conf"], stale_model_len=full,
-                          stale_ngram_conf=rec["ng_conf"], stale_ngram_len=rec["m"].length, num_nondraft_tokens=R,
+        batch = StepBatch(chains={"dspark": (rec["model_conf"], full), "ngram": (rec["ng_conf"], rec["m"].length)},
+                          stale_chains={"dspark": (rec["model_conf"], full),
+                                        "ngram": (rec["ng_conf"], rec["m"].length)}, num_nondraft_tokens=R,
                           verify_cost_ms=rec["table"], draft_cost_ms=1.5)
         eligible = torch.as_tensor([True] * len(rec["slots"]) + [False] * (R - len(rec["slots"])))
         eligible &= rec["ns"] > 0
@@ -206,10 +206,10 @@ def test_hybrid_vllm_is_adaptive_without_ngram_matches_and_respects_chain_length
         conf = lambda k: torch.as_tensor(rng.uniform(0, 1, (R, k)), dtype=torch.float32)  # noqa: E731
         lm = torch.as_tensor(rng.integers(0, K + 1, R))
         ln = torch.as_tensor(rng.integers(0, kn + 1, R)) * (it % 3 != 0)
-        b = StepBatch(model_conf=conf(K), model_len=lm, ngram_conf=conf(kn), ngram_len=ln,
-                      stale_model_conf=conf(K), stale_model_len=lm, stale_ngram_conf=conf(kn),
-                      stale_ngram_len=ln, num_nondraft_tokens=R + int(rng.integers(0, 50)),
-                      verify_cost_ms=_table(R * (kn + K) + 80), draft_cost_ms=1.0)
+        b = StepBatch(chains={"dspark": (conf(K), lm), "ngram": (conf(kn), ln)},
+                      stale_chains={"dspark": (conf(K), lm), "ngram": (conf(kn), ln)},
+                      num_nondraft_tokens=R + int(rng.integers(0, 50)), verify_cost_ms=_table(R * (kn + K) + 80),
+                      draft_cost_ms=1.0)
         a = hv(b)
         use_n = a.chain == 2
         chain_len = torch.where(use_n, ln.clamp(max=K), lm)
@@ -335,10 +335,9 @@ def test_runcal_offsets_and_choices_are_the_simulators_rule(seed, W, Kb):
         full = torch.full((R,), Kb, dtype=torch.int64)
         mc = recalibrate(rec["model_conf"], b[0].expand(R))
         nc = recalibrate(rec["ng_conf"], b[1].expand(R))
-        batch = StepBatch(model_conf=mc, model_len=full, ngram_conf=nc, ngram_len=rec["m"].length,
-                          stale_model_conf=mc, stale_model_len=full, stale_ngram_conf=nc,
-                          stale_ngram_len=rec["m"].length, num_nondraft_tokens=R, verify_cost_ms=rec["table"],
-                          draft_cost_ms=1.5)
+        batch = StepBatch(chains={"dspark": (mc, full), "ngram": (nc, rec["m"].length)},
+                          stale_chains={"dspark": (mc, full), "ngram": (nc, rec["m"].length)}, num_nondraft_tokens=R,
+                          verify_cost_ms=rec["table"], draft_cost_ms=1.5)
         eligible = torch.as_tensor([True] * len(rec["slots"]) + [False] * (R - len(rec["slots"]))) & (rec["ns"] > 0)
         want = choose_chain(published_view(batch, W)) & eligible
         assert torch.equal(p.use_ngram, want)

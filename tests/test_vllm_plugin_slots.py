@@ -16,6 +16,7 @@ from sim.infra.errors import ConfigError
 from sim.engine.policies import sim_policy
 from sim.core.policies.base import CHAIN_NGRAM, HostView, host_view
 from sim.core.policies.hybrid import plan_skip
+from sim.core.policies.testing import replace_chain
 
 CAL = NgramCalibrator.load()
 
@@ -90,12 +91,14 @@ def _skip_batch(seed=0, R=5, K=7, W=16):
 
     g = torch.Generator().manual_seed(seed)
     mc, nc = torch.rand(R, K, generator=g), torch.rand(R, W, generator=g) ** 0.2
-    return StepBatch(model_conf=mc, model_len=torch.full((R,), K), ngram_conf=nc,
-                     ngram_len=torch.randint(0, W + 1, (R,), generator=g), stale_model_conf=torch.rand(R, K, generator=g),
-                     stale_model_len=torch.full((R,), K), stale_ngram_conf=nc.flip(0),
-                     stale_ngram_len=torch.randint(0, W + 1, (R,), generator=g), num_nondraft_tokens=R,
+    return StepBatch(chains={"dspark": (mc, torch.full((R,), K)),
+                             "ngram": (nc, torch.randint(0, W + 1, (R,), generator=g))},
+                     stale_chains={"dspark": (torch.rand(R, K, generator=g), torch.full((R,), K)),
+                                   "ngram": (nc.flip(0), torch.randint(0, W + 1, (R,), generator=g))},
+                     num_nondraft_tokens=R,
                      verify_cost_ms=torch.tensor([5.0 + 0.05 * t for t in range(R * (W + 1) + 2)], dtype=torch.float64),
-                     draft_cost_ms=1.0, model_draft_ms=0.8, ngram_draft_ms=0.05, mean_ngram_conf=nc.to(torch.float64))
+                     draft_cost_ms=1.0, draft_ms_of={"dspark": 0.8, "ngram": 0.05},
+                     means={"ngram": nc.to(torch.float64)})
 
 
 def test_the_skip_twin_runs_hybrid_vllm_when_the_pass_runs_and_publishes_ngram_chains_when_skipped():
@@ -104,19 +107,19 @@ def test_the_skip_twin_runs_hybrid_vllm_when_the_pass_runs_and_publishes_ngram_c
 
     for seed in range(6):
         b = _skip_batch(seed)
-        ran = alloc_hybrid_vllm_skip(b, Plan(model=True, ngram=True), slots=16)
+        ran = alloc_hybrid_vllm_skip(b, Plan(frozenset(("dspark", "ngram"))), slots=16)
         want = alloc_hybrid_vllm(b, slots=16)
-        assert torch.equal(ran.chain, want.chain) and torch.equal(ran.admitted, want.admitted) and bool(ran.model_ran)
-        skipped = alloc_hybrid_vllm_skip(b, Plan(model=False, ngram=True), slots=16)
-        assert not bool(skipped.model_ran) and bool((skipped.admitted <= b.ngram_len).all())
+        assert torch.equal(ran.chain, want.chain) and torch.equal(ran.admitted, want.admitted) and bool(ran.said("dspark"))
+        skipped = alloc_hybrid_vllm_skip(b, Plan(frozenset(("ngram",))), slots=16)
+        assert not bool(skipped.said("dspark")) and bool((skipped.admitted <= b.chains["ngram"][1]).all())
         assert bool((skipped.chain[skipped.admitted > 0] == CHAIN_NGRAM).all())
         # the current model chains were not drafted: changing them changes nothing
-        b2 = dataclasses.replace(b, model_conf=torch.ones_like(b.model_conf))
-        again = alloc_hybrid_vllm_skip(b2, Plan(model=False, ngram=True), slots=16)
+        b2 = replace_chain(b, "dspark", conf=torch.ones_like(b.chains["dspark"][0]))
+        again = alloc_hybrid_vllm_skip(b2, Plan(frozenset(("ngram",))), slots=16)
         assert torch.equal(again.admitted, skipped.admitted)
         # the plan is plan_skip's decision (the plugin's HybridDrafter.plan_skip calls the same function), no budget
         p = plan_hybrid_vllm_skip(host_view(b))
-        assert p.budget is None and p.model == plan_skip(host_view(b)).model
+        assert p.budget is None and p.runs("dspark") == plan_skip(host_view(b)).runs("dspark")
 
 
 def test_the_skip_twin_skips_in_an_engine_run_and_is_charged_without_the_pass():
@@ -155,7 +158,7 @@ def test_plan_skip_forecasts_the_dspark_chain_as_the_engine_does():
 
     def spy(view_fn):
         def plan(view, *a, **k):
-            seen.append(view.stale_model_conf.clone())
+            seen.append(view.stale_chains["dspark"][0].clone())
             return view_fn(view, *a, **k)
         return plan
 
@@ -224,13 +227,13 @@ def test_plan_skip_is_the_simulators_hybrid_decision_on_the_host_copies():
         _step(d, tok, plen, total, conf_m)
         total = total + 2
         slots = [0, 1, 2, 3]
-        view = HostView(stale_model_conf=d.model_conf_last[slots], stale_model_len=d.model_len_last[slots],
-                        stale_ngram_conf=d.ngram_conf_last[slots], stale_ngram_len=d.ngram_len_last[slots],
-                        model_len=torch.full((4,), 7), num_nondraft_tokens=4, verify_cost_ms=d._table_host,
-                        draft_cost_ms=4.0, num_sampling_reqs=4, model_draft_ms=4.0 - skip_ms,
-                        mean_ngram_conf=d.ngram_conf_sum[slots] / d.ngram_steps[slots][:, None])
+        view = HostView(stale_chains={"dspark": (d.model_conf_last[slots], d.model_len_last[slots]),
+                                      "ngram": (d.ngram_conf_last[slots], d.ngram_len_last[slots])},
+                        scheduled_len={"dspark": torch.full((4,), 7)}, num_nondraft_tokens=4, verify_cost_ms=d._table_host,
+                        draft_cost_ms=4.0, num_sampling_reqs=4, draft_ms_of={"dspark": 4.0 - skip_ms},
+                        means={"ngram": d.ngram_conf_sum[slots] / d.ngram_steps[slots][:, None]})
         got = d.plan_skip(slots)
-        assert got == plan_skip(view).model
+        assert got == plan_skip(view).runs("dspark")
         decisions.append(got)
     assert decisions == [True, False]
 
@@ -301,8 +304,8 @@ def test_plan_skip_reads_the_last_steps_host_copies_and_restarts_a_new_request(m
         d.plan_skip(slots, req_ids=ids)
     d.ngram_conf_last.fill_(0.123)  # the device state changes after the copy: plan_skip does not see it
     d.plan_skip(slots, req_ids=ids)
-    assert torch.equal(seen[-1].stale_ngram_conf, seen[-2].stale_ngram_conf)
-    assert not bool((seen[-1].stale_ngram_conf == 0.123).any())
+    assert torch.equal(seen[-1].stale_chains["ngram"][0], seen[-2].stale_chains["ngram"][0])
+    assert not bool((seen[-1].stale_chains["ngram"][0] == 0.123).any())
     d.ngram_conf_last.copy_(d._skip_host["ngram_conf_last"])
     # slot 0 gets request "e": observe restarts its history on the device; the host copies predate it
     total2 = total + 4
@@ -314,10 +317,10 @@ def test_plan_skip_reads_the_last_steps_host_copies_and_restarts_a_new_request(m
     d.plan_skip(slots, req_ids=["e", "b", "c", "d"])
     want = _live_view(d, slots)
     got = seen[-1]
-    for w, g in zip(want, (got.stale_model_conf, got.stale_model_len, got.stale_ngram_conf, got.mean_ngram_conf)):
+    for w, g in zip(want, (*got.stale_chains["dspark"], got.stale_chains["ngram"][0], got.means.get("ngram"))):
         assert torch.allclose(g.to(w.dtype), w)
     d.plan_skip(slots, req_ids=["e", "b", "c", "d"])  # the same requests again: no longer new, the copies stand
-    assert bool((seen[-1].mean_ngram_conf[0] != want[3][0]).any())
+    assert bool((seen[-1].means.get("ngram")[0] != want[3][0]).any())
 
 
 def test_the_plugin_publishes_its_tail_past_the_chosen_chain():

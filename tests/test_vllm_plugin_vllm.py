@@ -106,8 +106,8 @@ def _batch(rng, R):
     conf = lambda k: torch.as_tensor(rng.uniform(0.02, 1.0, (R, k)) ** 0.5, dtype=torch.float32)  # noqa: E731
     t = np.arange(R * (K + 1) + 64, dtype=np.float64)
     table = torch.as_tensor(8.0 + np.maximum(t - 32, 0) * rng.uniform(0.01, 0.2))
-    return StepBatch(model_conf=conf(K), model_len=lm, ngram_conf=conf(kn), ngram_len=ln, stale_model_conf=conf(K),
-                     stale_model_len=lm, stale_ngram_conf=conf(kn), stale_ngram_len=ln, num_nondraft_tokens=R,
+    return StepBatch(chains={"dspark": (conf(K), lm), "ngram": (conf(kn), ln)},
+                     stale_chains={"dspark": (conf(K), lm), "ngram": (conf(kn), ln)}, num_nondraft_tokens=R,
                      verify_cost_ms=table, draft_cost_ms=1.0, num_sampling_reqs=R,
                      max_draft_tokens=max(0, _rs.get_max_chunk_logits(VOCAB) - R))
 
@@ -125,8 +125,8 @@ def test_vllms_allocator_fed_the_published_confidences_admits_what_the_simulator
         ours = pol(b)
         cur, old = published_view(b, K), published_view(b, K, stale=True)
         use, use_old = choose_chain(cur), choose_chain(old)
-        pub = publish(b.model_conf, b.model_len, b.ngram_conf, b.ngram_len, use)
-        pub_old = publish(b.stale_model_conf, b.stale_model_len, b.stale_ngram_conf, b.stale_ngram_len, use_old)
+        pub = publish(*b.chains["dspark"], *b.chains["ngram"], use)
+        pub_old = publish(*b.stale_chains["dspark"], *b.stale_chains["ngram"], use_old)
         # vLLM's host budget from the stale published confidences
         m = object.__new__(av.AdaptiveVerificationManager)
         m.num_speculative_steps, m.num_bonus_tokens = K, 1
@@ -144,7 +144,7 @@ def test_vllms_allocator_fed_the_published_confidences_admits_what_the_simulator
             av._assign_draft_token_budget(pub.clone(), torch.arange(R), caps, budget, K)
         elif budget == 0:
             caps.zero_()
-        chain_len = torch.where(use, b.ngram_len.clamp(max=K), b.model_len)
+        chain_len = torch.where(use, b.chains["ngram"][1].clamp(max=K), b.chains["dspark"][1])
         theirs = torch.minimum(caps.to(torch.int64), chain_len)
         surv = torch.cumprod(pub, 1)
         top = surv.flatten().sort(descending=True).values

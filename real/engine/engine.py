@@ -62,7 +62,7 @@ from sim.core.drafters.tables import DraftTables
 from sim.engine.engine import Engine, EngineConfig
 from sim.engine.live import LiveChains
 from sim.infra.errors import ConfigError
-from sim.core.policies.base import Allocation, Plan, StepBatch
+from sim.core.policies.base import MODEL, NGRAM, Allocation, Plan, StepBatch
 from sim.core.scheduler import StepPlan
 from sim.engine.step_time import StepCharge, StepPrices
 from real.engine.model import SHORT_QUERY_MAX
@@ -218,7 +218,7 @@ class RealEngine(Engine):
         self._lap["cpu_pre"] = self._clock.lap()  # scheduling, the host history and the policy's plan
         self._m_tokens = None  # this step's live model chain only: never a chain an earlier step drafted
         chains = super()._propose(reqs, rows, plan)  # the stand-in model drafter: a replay of its chains
-        if plan.model:
+        if plan.runs(MODEL):
             if self.dcache is not None:
                 anchor = torch.tensor([self.out[int(r)][-1] for r in reqs], dtype=torch.int64, device=self.device)
                 out = self.dcache.draft(self._slots(reqs), anchor)
@@ -226,7 +226,7 @@ class RealEngine(Engine):
                 chains["model_conf"] = out.conf.float().cpu().numpy()
             self._lap["draft"] = self._clock.lap()
         self._ng_tokens = None
-        if plan.ngram:
+        if plan.runs(NGRAM):
             hist, lens = self.hist.view(self._slots(reqs))
             prop = propose_ngram(hist, lens, self.ngram_cfg)
             live_len = prop.length.cpu().numpy()

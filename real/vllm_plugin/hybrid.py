@@ -476,11 +476,11 @@ class HybridDrafter:
         stale_m = torch.where((m_steps == 0)[:, None], 1.0, stale_m)  # none drafted yet: vLLM's reset value
         stale_len = torch.where(m_steps == 0, self.block, h["model_len_last"])
         view = HostView(stale_chains={MODEL: (stale_m, stale_len), NGRAM: (h["ngram_conf_last"], h["ngram_len_last"])},
-                        model_len=torch.full((R,), self.block, dtype=torch.int64), num_nondraft_tokens=R,
+                        scheduled_len={MODEL: torch.full((R,), self.block, dtype=torch.int64)}, num_nondraft_tokens=R,
                         verify_cost_ms=self._table_host, draft_cost_ms=full,
                         means={NGRAM: torch.where(n_steps[:, None] > 0, mean, h["ngram_conf_last"].to(torch.float64))},
                         num_sampling_reqs=R, draft_ms_of={MODEL: saved})
-        return plan_skip(view, self.cfg.method, float(self.cfg.margin), hysteresis).model
+        return plan_skip(view, self.cfg.method, float(self.cfg.margin), hysteresis).runs(MODEL)
 
     # ------------------------------------------------------------------------------------------ stats
     def stats(self) -> dict:

@@ -52,7 +52,7 @@ EPS = 1e-9
 def step_goodput(batch: StepBatch, alloc: Allocation, ran: set) -> float:
     """Realised goodput of `alloc` on `batch` [tokens/ms]: accepted draft tokens by the true lengths, the drafters
     in `ran` priced (and the allocation kernel if any ran), verify at the engine's charged table."""
-    acc = {1: batch.true_model_acc, 2: batch.true_ngram_acc, 3: batch.true_extra_acc.get("suffix")}
+    acc = {1: batch.true_acc.get("dspark"), 2: batch.true_acc.get("ngram"), 3: batch.true_acc.get("suffix")}
     chain, adm = alloc.chain.numpy(), alloc.admitted.numpy()
     sec = None if alloc.second is None else alloc.second.numpy()
     got = 0
@@ -94,13 +94,11 @@ class BoundCheckingEngine(Engine):
 
     def _allocate(self, batch: StepBatch, plan: Plan) -> Allocation:
         alloc = super()._allocate(batch, plan)
-        said = {"dspark": alloc.model_ran, "ngram": alloc.ngram_ran, **(alloc.extra_ran or {})}
-        ran = {n for n in plan.drafters if said.get(n) is None or bool(said[n])}
-        names = ("dspark", "ngram") + tuple(batch.extra)
+        ran = {n for n in plan.drafters if alloc.said(n) is None or bool(alloc.said(n))}
+        names = tuple(batch.chains)
         g_pol = step_goodput(batch, alloc, ran)
         o = oracle_n(batch, names)
-        o_said = {"dspark": o.model_ran, "ngram": o.ngram_ran, **o.extra_ran}
-        g_or = step_goodput(batch, o, {n for n in names if bool(o_said[n])})
+        g_or = step_goodput(batch, o, {n for n in names if bool(o.ran[n])})
         self.checked += 1
         if g_pol > g_or * (1 + EPS):
             self.beaten += 1

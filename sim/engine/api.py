@@ -77,7 +77,7 @@ class EngineSteps(Protocol):
     def decide(self, form, g, T: int, kv_tokens: int, n_seqs: int, n_prefill_done: int, prices: StepPrices):
         """The policy's Decision on a gathered step (the array form, else the phases on a StepBatch)."""
 
-    def drafters_ran(self, said_model, said_ngram, prices: Optional[StepPrices], plan=None) -> tuple[bool, bool]:
+    def drafters_ran(self, said: Optional[dict], prices: Optional[StepPrices], plan=None) -> tuple[bool, bool]:
         """Which drafters ran (plan less what the allocation says), dropping the others' prices."""
 
     def counts_charge(self, running: int, total_tokens: int) -> tuple:

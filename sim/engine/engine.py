@@ -98,7 +98,7 @@ import torch
 from sim.infra.progress import progress_bar
 
 from sim.core.cost.base import CostModel
-from sim.core.drafters.registry import chain_id
+from sim.core.drafters.registry import Pricing, chain_id, table_prices
 from sim.core.drafters.tables import ng_conf_zero_past_length
 from sim.engine.native_step import NativeScans, Unsupported, make_native_step
 from sim.engine.checks import LosslessChecks
@@ -109,9 +109,9 @@ from sim.engine.live import LiveChains
 from sim.engine.stretch import steady_steps
 from sim.infra.errors import ConfigError, SimulatorBug
 from sim.engine.forms import ARRAY_FORM, NATIVE_STEP, WHOLE_STEP, transcribed_by
-from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, Decision, HostView, Plan, StepBatch
+from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, MODEL, NGRAM, Allocation, Decision, HostView, Plan, StepBatch
 from sim.core.policies.registry import Policy
-from sim.engine.policy_fast import Arrays
+from sim.engine.policy_fast import Arrays, decision
 from sim.core.scheduler import Scheduler, StepPlan, full_kv_need
 from sim.core.vllm import (DEFAULT_VLLM_VERSION, drafts_skip, filler_slots, parse_scheduler, parse_vllm_version,
                            runs_sync, slot_charge)
@@ -197,11 +197,11 @@ def planned_chains(chains: dict, plan: Plan) -> dict:
     a drafter the plan leaves out proposed nothing (length 0, confidence 0). Without this a policy whose allocate
     reads a skipped drafter's chain saw one there in the native step and none in the numpy step (hybrid-vllm:skip
     scheduled min(K, output left) slots after a skipped pass in one, W in the other)."""
-    if plan.model and plan.ngram:
+    if plan.runs(MODEL) and plan.runs(NGRAM):
         return chains
     out = dict(chains)
-    for ran, conf, length in ((plan.model, "model_conf", "model_len"), (plan.ngram, "ngram_conf", "ngram_len")):
-        if not ran:
+    for name, conf, length in ((MODEL, "model_conf", "model_len"), (NGRAM, "ngram_conf", "ngram_len")):
+        if not plan.runs(name):
             out[conf], out[length] = np.zeros_like(chains[conf]), np.zeros_like(chains[length])
     return out
 
@@ -369,10 +369,8 @@ class Engine(HostHistory, LosslessChecks):
         out = self._price_memo.get(R)
         if out is None:
             cost, pol, out = self.cost, self.policy, StepPrices()
-            if pol.uses_model:
-                out.draft = cost.draft_ms(R, self.tb.k_model)
-            if pol.uses_ngram:
-                out.ngram = cost.ngram_ms(R, on_gpu=not pol.host_sync)
+            quoted = table_prices(pol.drafters, R, cost, Pricing(self.tb.k_model, on_gpu=not pol.host_sync))
+            out.draft, out.ngram = quoted.get(MODEL, 0.0), quoted.get(NGRAM, 0.0)  # the native step's two columns
             if pol.uses_model or pol.uses_ngram or pol.uses_extra:
                 out.alloc = cost.alloc_ms(R, policy=pol.name, adaptive=pol.adaptive_verification) + \
                     (cost.plugin_ms(R) if pol.runs_plugin else 0.0)  # the plugin's own step (CostModel.plugin_ms)
@@ -564,11 +562,11 @@ class Engine(HostHistory, LosslessChecks):
         the plan leaves out proposes nothing (length 0, confidence 0)."""
         tb = self.tb
         R = len(reqs)
-        if plan.model:
+        if plan.runs(MODEL):
             m_conf, m_len = tb.m_conf[rows], self._scheduled_model_len(reqs)
         else:
             m_conf, m_len = np.zeros((R, tb.k_model), dtype=tb.m_conf.dtype), np.zeros(R, dtype=np.int64)
-        if plan.ngram:
+        if plan.runs(NGRAM):
             n_conf, n_len = tb.ng_conf[rows], tb.ng_len[rows]
             if self._draft_cap is not None:
                 n_len = np.minimum(n_len, self._draft_cap)
@@ -681,7 +679,8 @@ class Engine(HostHistory, LosslessChecks):
         stale_chains, means, draft_ms_of = self._known(stale, mean_ng, prices)
         self.live.host_entries(reqs, len(reqs), self.cost, stale_chains, means, draft_ms_of)
         return HostView(
-            stale_chains=stale_chains, model_len=from_numpy(self._scheduled_model_len(reqs)), num_nondraft_tokens=T,
+            stale_chains=stale_chains, scheduled_len={MODEL: from_numpy(self._scheduled_model_len(reqs))},
+            num_nondraft_tokens=T,
             verify_cost_ms=self._table, draft_cost_ms=prices.total(), draft_ms_of=draft_ms_of, means=means,
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
@@ -749,16 +748,17 @@ class Engine(HostHistory, LosslessChecks):
         self._record_drafts(reqs, rows, model_ran)
 
     @transcribed_by(*WHOLE_STEP)
-    def drafters_ran(self, said_model, said_ngram, prices: StepPrices | None,
+    def drafters_ran(self, said: dict | None, prices: StepPrices | None,
                       plan: Plan | None = None) -> tuple[bool, bool]:
-        """Which drafters ran this step: those of the plan (None: the policy's default plan, every drafter it
-        uses), less one whose Allocation says it ran not (model_ran / ngram_ran: the oracle's choice, or a
-        fast form's report of its fused plan; host values); drops the prices of those that did not run (from
-        `prices`, unless None)."""
+        """Whether the two default drafters ran this step (the native step's two columns): those of the plan
+        (None: the policy's default plan, every drafter it uses), less one whose Allocation says it ran not
+        (Allocation.ran / Decision.ran: the oracle's choice, or a fast form's report of its fused plan; host
+        values); drops the prices of those that did not run (from `prices`, unless None)."""
         if plan is None:
             plan = self.policy.default_plan
-        model_ran = plan.model and (said_model is None or bool(said_model))
-        ngram_ran = plan.ngram and (said_ngram is None or bool(said_ngram))
+        said_model, said_ngram = (None, None) if said is None else (said.get(MODEL), said.get(NGRAM))
+        model_ran = plan.runs(MODEL) and (said_model is None or bool(said_model))
+        ngram_ran = plan.runs(NGRAM) and (said_ngram is None or bool(said_ngram))
         if prices is not None:
             if not model_ran:
                 prices.draft = 0.0
@@ -773,7 +773,7 @@ class Engine(HostHistory, LosslessChecks):
         """Draft slots verified from each chain (a tree policy verifies the other chain as a second branch),
         after the Allocation contract check; drops the prices of drafters that did not run.
         Returns (adm_m, adm_n, model_ran)."""
-        model_ran, ngram_ran = self.drafters_ran(alloc.model_ran, alloc.ngram_ran, prices, plan)
+        model_ran, ngram_ran = self.drafters_ran(alloc.ran, prices, plan)
         self.ran = (model_ran, ngram_ran)
         if alloc.model_steps is not None and model_ran and getattr(self.cost, "draft_sequential", False):
             # a sequential head that ran fewer steps than its chain (Allocation.model_steps): priced at those
@@ -865,7 +865,7 @@ class Engine(HostHistory, LosslessChecks):
                               None if self.max_logits is None else max(0, self.max_logits - n_seqs),
                               self.decision_table, prices.ngram, *truth, has_nan=g.has_nan))
             if out is not None:
-                return Decision._make(out)
+                return decision(out)
         # the simulator's proposals are table reads, gathered with the history: plan, then allocate on them
         plan = self._plan(self._host_view(g.reqs, g.stale, g.mean_ng, T, n_seqs, n_prefill_done, prices))
         batch = self._step_batch(g.reqs, g.rows, planned_chains(g.chains, plan), g.stale, g.mean_ng, T, kv_tokens,
@@ -873,9 +873,9 @@ class Engine(HostHistory, LosslessChecks):
         alloc = self._allocate(batch, plan)
         if alloc.model_steps is not None:  # the native step's Decision has no room for it (base.Allocation)
             raise SimulatorBug(f"policy '{self.policy.name}' reports model_steps, which only the numpy step reads")
-        ran = self.drafters_ran(alloc.model_ran, alloc.ngram_ran, None, plan)
+        model_ran, ngram_ran = self.drafters_ran(alloc.ran, None, plan)
         second = None if alloc.second is None else alloc.second.numpy()
-        return Decision(alloc.chain.numpy(), alloc.admitted.numpy(), second, *ran)
+        return Decision(alloc.chain.numpy(), alloc.admitted.numpy(), second, {MODEL: model_ran, NGRAM: ngram_ran})
 
     @transcribed_by(*WHOLE_STEP)
     def _step(self, now_ms: float) -> tuple[float, list[int]]:
@@ -902,9 +902,8 @@ class Engine(HostHistory, LosslessChecks):
                 form = self.array_form()
                 g = fast.gather(reqs, pol.uses_ngram and (form is None or form.reads_mean), reuse=form is not None)
                 kv_tokens += g.kv
-                chain, adm, sec, said_model, said_ngram = self.decide(form, g, T, kv_tokens, n_seqs,
-                                                                       n_prefill_done, prices)
-                model_ran, ngram_ran = self.drafters_ran(said_model, said_ngram, prices)
+                chain, adm, sec, said = self.decide(form, g, T, kv_tokens, n_seqs, n_prefill_done, prices)
+                model_ran, ngram_ran = self.drafters_ran(said, prices)
                 sums, bad = fast.commit(g, chain, adm, sec, model_ran, ngram_ran)
                 for k, what in zip(bad, self.COMMIT_CHECKS):
                     if k >= 0 and not self.violation:
@@ -1021,7 +1020,8 @@ class Engine(HostHistory, LosslessChecks):
         already made (_proposal_lens) where they are this plan's and these requests', else made now; each cut to
         the drafts the budget scheduled for its request (StepPlan.draft_cap), as vLLM truncates them."""
         early, self._early = self._early, None
-        if early is not None and plan.extra == self.policy.default_plan.extra and len(early[0]) >= len(reqs) and \
+        same_live = (plan.drafters ^ self.policy.default_plan.drafters).isdisjoint(self.live.d)
+        if early is not None and same_live and len(early[0]) >= len(reqs) and \
                 np.array_equal(early[0][:len(reqs)], reqs):
             chains["live"] = {k: tuple(a[:len(reqs)] for a in v) for k, v in early[1].items()}
         else:

@@ -15,7 +15,7 @@ public step interface (sim/engine/api.py: LiveSteps), no private Engine member:
   * a finished request's drafter state is stopped (`stop`: its output may join a global tree);
   * a drafter with a `verdict(rids, verified, accepted)` method hears, after each step it ran, each request's
     slots of its chain that the step verified and, of those, the target accepted.
-Host history per drafter (the HostView's stale_extra and mean_extra): the chain last proposed for each request,
+Host history per drafter (its HostView.stale_chains and means entries): the chain last proposed for each request,
 and the mean of its proposals' confidences (0 past each chain's length), as the n-gram chain's. Before its
 first proposal for a request: the mean of every proposal it made in the run so far (all requests), and a
 whole chain of confidence 1 before its very first one (as vLLM resets a fresh request's model confidences),
@@ -110,7 +110,7 @@ class LiveChains:
         base = eng.out_base[reqs] + eng.pos[reqs]
         for k, x in self.d.items():
             K = x.width
-            if k in plan.extra:
+            if plan.runs(k):
                 tok, conf, n = self.propose_one(k, reqs)
             else:
                 tok, conf, n = np.zeros((R, K), np.int64), np.zeros((R, K)), np.zeros(R, np.int64)
@@ -158,8 +158,8 @@ class LiveChains:
     def admit(self, eng: LiveSteps, alloc, plan, reqs, chain: np.ndarray, adm: np.ndarray, chains: dict, prices) -> None:
         """The slots admitted from each live drafter's chain, after the Allocation contract check; its price
         kept only if it ran (and the allocation kernel's, which a step pays whenever any drafter runs)."""
-        said = alloc.extra_ran or {}
-        self.ran = frozenset(k for k in self.d if k in plan.extra and (k not in said or bool(said[k])))
+        said = alloc.ran or {}
+        self.ran = frozenset(k for k in self.d if plan.runs(k) and (k not in said or bool(said[k])))
         live, self.adm = chains["live"], {}
         sec = None
         if alloc.second is not None and alloc.second_chain is not None:  # a tree's second branch may be live

@@ -37,7 +37,7 @@ import torch
 
 from sim.engine.forms import policy_form, policy_form_of
 from sim.core.policies import adaptive, hybrid, simple, tree
-from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
+from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, MODEL, NGRAM, Allocation, Decision, StepBatch
 
 _CONST: dict = {}
 
@@ -219,14 +219,16 @@ def _workspace(native, S: int, R: int, Km: int, Kn: int) -> _Workspace:
 
 
 class Arrays(NamedTuple):
-    """A StepBatch as the faster forms read it: numpy arrays and Python scalars, no tensors. The native engine
+    """A StepBatch as the faster forms read it: numpy arrays and Python scalars, no tensors. These forms transcribe
+    the two default drafters' case, so the fields name them: an internal transcription of the StepBatch's entries
+    indexed by drafter (chains[dspark], chains[ngram], means[ngram], draft_ms_of, true_acc). The native engine
     step builds one per step from the arrays it gathers, with no StepBatch (sim/engine/engine.py); Arrays.of converts
     a StepBatch. packed = (model conf [2, R, K_m] float32, model len [2, R] int64, n-gram conf [2, R, K_n]
     float32, n-gram len [2, R] int64), the current chains (side 0) and the stale ones (side 1), C-contiguous;
-    ptrs: their C pointers, or None. The rest are the StepBatch's fields: mean_ngram_conf (float64 or None),
-    T = num_nondraft_tokens, N = num_sampling, draft = draft_cost_ms, model_draft = model_draft_ms,
-    cap = max_draft_tokens, table = verify_cost_ms (kept a tensor: a workspace keeps its pointer while it is
-    the same one); the oracle's: ngram_draft = ngram_draft_ms, true_model_acc, true_ngram_acc (int64 [R])
+    ptrs: their C pointers, or None. The rest are the StepBatch's fields: mean_ngram_conf = means[ngram]
+    (float64 or None), T = num_nondraft_tokens, N = num_sampling, draft = draft_cost_ms, model_draft =
+    price(dspark), cap = max_draft_tokens, table = verify_cost_ms (kept a tensor: a workspace keeps its pointer while it is
+    the same one); the oracle's: ngram_draft = price(ngram), true_model_acc, true_ngram_acc = true_acc (int64 [R])
     and true_table = true_verify_cost_ms (float64), None where the policy reads no ground truth; has_nan:
     whether the confidences or the mean hold a NaN, where the maker knows (the native step's gather), else
     None."""
@@ -249,15 +251,15 @@ class Arrays(NamedTuple):
     @classmethod
     def of(cls, batch: StepBatch) -> "Arrays":
         f32, i64 = np.float32, np.int64
-        mean = batch.mean_ngram_conf
-        return cls((np.stack([_arr(batch.model_conf, f32), _arr(batch.stale_model_conf, f32)]),
-                    np.stack([_arr(batch.model_len, i64), _arr(batch.stale_model_len, i64)]),
-                    np.stack([_arr(batch.ngram_conf, f32), _arr(batch.stale_ngram_conf, f32)]),
-                    np.stack([_arr(batch.ngram_len, i64), _arr(batch.stale_ngram_len, i64)])),
+        mean = batch.means.get(NGRAM)
+        (mc, ml), (smc, sml) = batch.chains[MODEL], batch.stale_chains[MODEL]
+        (nc, nl), (snc, snl) = batch.chains[NGRAM], batch.stale_chains[NGRAM]
+        return cls((np.stack([_arr(mc, f32), _arr(smc, f32)]), np.stack([_arr(ml, i64), _arr(sml, i64)]),
+                    np.stack([_arr(nc, f32), _arr(snc, f32)]), np.stack([_arr(nl, i64), _arr(snl, i64)])),
                    None, None if mean is None else _arr(mean, np.float64), int(batch.num_nondraft_tokens),
-                   int(batch.num_sampling), float(batch.draft_cost_ms), float(batch.model_draft_ms),
-                   batch.max_draft_tokens, batch.verify_cost_ms, float(batch.ngram_draft_ms),
-                   *(None if t is None else t.numpy() for t in (batch.true_model_acc, batch.true_ngram_acc,
+                   int(batch.num_sampling), float(batch.draft_cost_ms), float(batch.price(MODEL)),
+                   batch.max_draft_tokens, batch.verify_cost_ms, float(batch.price(NGRAM)),
+                   *(None if t is None else t.numpy() for t in (batch.true_acc.get(MODEL), batch.true_acc.get(NGRAM),
                                                               batch.true_verify_cost_ms)))
 
     def pointers(self, ws: "_Workspace") -> tuple:
@@ -273,12 +275,21 @@ class Arrays(NamedTuple):
 
 def _allocation(out: tuple) -> Allocation:
     """The Allocation of a form's (chain, admitted, second, model_ran, ngram_ran), as fresh tensors."""
-    chain, adm, sec, model_ran, ngram_ran = out
+    chain, adm, sec, ran = decision(out)
     return Allocation(chain=torch.from_numpy(np.array(chain, dtype=np.int64)),
                       admitted=torch.from_numpy(np.array(adm, dtype=np.int64)),
                       second=None if sec is None else torch.from_numpy(np.array(sec, dtype=np.int64)),
-                      model_ran=None if model_ran is None else torch.tensor(bool(model_ran)),
-                      ngram_ran=None if ngram_ran is None else torch.tensor(bool(ngram_ran)))
+                      ran=None if ran is None else {k: torch.tensor(bool(v)) for k, v in ran.items()})
+
+
+def decision(out: tuple) -> Decision:
+    """The Decision of a form's core result (chain, admitted, second, model_ran, ngram_ran): the two default
+    drafters' reports, the transcription's own columns, become Decision.ran (absent where None: as planned)."""
+    chain, adm, sec, model_ran, ngram_ran = out
+    if model_ran is None and ngram_ran is None:
+        return Decision(chain, adm, sec)
+    ran = {n: r for n, r in ((MODEL, model_ran), (NGRAM, ngram_ran)) if r is not None}
+    return Decision(chain, adm, sec, ran)
 
 
 def _has_nan(a: Arrays) -> bool:
@@ -319,17 +330,15 @@ def _form(core: Callable[[Arrays], Optional[tuple]], covered: Callable[[StepBatc
 def _transcribed(batch: StepBatch) -> bool:
     """Whether the native transcription covers the batch (float32 chains of width >= 1, CPU tensors);
     anything else runs the torch definition."""
-    return (all(t.dtype == torch.float32 for t in (batch.model_conf, batch.stale_model_conf, batch.ngram_conf,
-                                                   batch.stale_ngram_conf))
-            and batch.model_conf.shape[1] >= 1 and batch.ngram_conf.shape[1] >= 1
-            and all(isinstance(t, torch.Tensor) and t.is_cpu for t in (
-                batch.model_conf, batch.stale_model_conf, batch.ngram_conf, batch.stale_ngram_conf,
-                batch.model_len, batch.stale_model_len, batch.ngram_len, batch.stale_ngram_len)))
+    pairs = (batch.chains[MODEL], batch.stale_chains[MODEL], batch.chains[NGRAM], batch.stale_chains[NGRAM])
+    return (all(conf.dtype == torch.float32 for conf, _ in pairs)
+            and pairs[0][0].shape[1] >= 1 and pairs[2][0].shape[1] >= 1
+            and all(isinstance(t, torch.Tensor) and t.is_cpu for pair in pairs for t in pair))
 
 
 def _scalar_costs(batch: StepBatch) -> bool:
     """Whether the drafter costs are Python numbers (the transcriptions read them as such)."""
-    return not any(isinstance(x, torch.Tensor) for x in (batch.draft_cost_ms, batch.model_draft_ms))
+    return not any(isinstance(x, torch.Tensor) for x in (batch.draft_cost_ms, batch.price(MODEL)))
 
 
 def _cpu_table(batch: StepBatch) -> bool:
@@ -434,9 +443,9 @@ def _parse_adaptive(params: List[str]) -> Optional[Callable[[StepBatch], Allocat
         return None
 
     def covered(batch: StepBatch) -> bool:
-        return (batch.model_conf.dtype == torch.float32 and batch.stale_model_conf.dtype == torch.float32
-                and batch.model_conf.shape[1] >= 1 and all(isinstance(t, torch.Tensor) and t.is_cpu for t in (
-                    batch.model_conf, batch.stale_model_conf, batch.model_len)))
+        return (batch.chains[MODEL][0].dtype == torch.float32 and batch.stale_chains[MODEL][0].dtype == torch.float32
+                and batch.chains[MODEL][0].shape[1] >= 1 and all(isinstance(t, torch.Tensor) and t.is_cpu for t in (
+                    batch.chains[MODEL][0], batch.stale_chains[MODEL][0], batch.chains[MODEL][1])))
 
     return _form(lambda a: adaptive_arrays(native, a), covered, adaptive.alloc_adaptive, confidences=True)
 
@@ -554,10 +563,11 @@ def oracle_arrays(native, a: Arrays) -> tuple:
 def _parse_oracle(params: List[str]) -> Optional[Callable[[StepBatch], Allocation]]:
 
     def covered(batch: StepBatch) -> bool:
-        return (batch.true_model_acc is not None
-                and _int64_lengths(batch.model_len, batch.ngram_len, batch.true_model_acc, batch.true_ngram_acc)
-                and not any(isinstance(x, torch.Tensor) for x in (batch.draft_cost_ms, batch.model_draft_ms,
-                                                                  batch.ngram_draft_ms))
+        truth = batch.true_acc
+        return (truth.get(MODEL) is not None
+                and _int64_lengths(batch.chains[MODEL][1], batch.chains[NGRAM][1], truth.get(MODEL), truth.get(NGRAM))
+                and not any(isinstance(x, torch.Tensor) for x in (batch.draft_cost_ms, batch.price(MODEL),
+                                                                  batch.price(NGRAM)))
                 and (batch.true_verify_cost_ms if batch.true_verify_cost_ms is not None
                      else batch.verify_cost_ms).dtype == torch.float64)
 
@@ -627,8 +637,8 @@ def _parse_ngram_threshold(params: List[str]) -> Optional[Callable[[StepBatch], 
         return None
     t = simple.Threshold(**parse_spec("ngram-threshold", simple.Threshold, params)).t  # the spec is valid
     return _form(lambda a: ngram_threshold_arrays(native, t, a),
-                 lambda batch: batch.ngram_conf.dtype == torch.float32 and batch.ngram_conf.is_cpu
-                 and _int64_lengths(batch.model_len, batch.ngram_len),
+                 lambda batch: batch.chains[NGRAM][0].dtype == torch.float32 and batch.chains[NGRAM][0].is_cpu
+                 and _int64_lengths(batch.chains[MODEL][1], batch.chains[NGRAM][1]),
                  lambda batch: simple.alloc_ngram_threshold(batch, t), confidences=True)
 
 
@@ -646,7 +656,7 @@ def _lengths_form(core: Callable[[np.ndarray, np.ndarray], tuple], definition: C
         adm = np.asarray(adm, dtype=np.int64)
         return np.where(adm > 0, chain, 0), adm, None, None, None
 
-    return _form(arrays, lambda batch: _int64_lengths(batch.model_len, batch.ngram_len), definition)
+    return _form(arrays, lambda batch: _int64_lengths(batch.chains[MODEL][1], batch.chains[NGRAM][1]), definition)
 
 
 @policy_form("none", simple.alloc_none, specs=("none",))

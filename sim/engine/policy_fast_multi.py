@@ -40,7 +40,7 @@ import torch
 from sim.core.drafters.registry import chain_id
 from sim.engine.forms import policy_form
 from sim.core.policies import hybrid
-from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
+from sim.core.policies.base import MODEL, Allocation, HostView, Plan, StepBatch, host_view
 
 F32, I64 = np.float32, np.int64
 THREE = ("dspark", "ngram", "suffix")
@@ -195,7 +195,7 @@ def _cap(st: _Step, budget: int) -> int:
 def _forecast(v, name: str, forecast: str) -> Optional[np.ndarray]:
     """multi._forecast on numpy (float32 [R, K]); None where the mean chain holds a NaN or is not a CPU tensor."""
     conf = _f32(v.stale_chains[name][0])
-    mean = v.mean_ngram_conf if name == "ngram" else v.mean_extra.get(name)
+    mean = v.means.get(name)
     if mean is None or forecast == "stale":
         return conf
     if not (isinstance(mean, torch.Tensor) and mean.is_cpu and mean.is_floating_point()):
@@ -260,8 +260,7 @@ def plan_skip(v: HostView, names: tuple, margin: float, hysteresis: float, forec
         else:
             total = int(kept[0].sum())
     budget = _cap(st, _free_budget(st, total))
-    return Plan(model="dspark" in run, ngram="ngram" in run, budget=torch.tensor(budget, dtype=torch.int64),
-                extra=hybrid.others(run))
+    return Plan(frozenset(run), budget=torch.tensor(budget, dtype=torch.int64))
 
 
 def plan_price(v: HostView, names: tuple, margin: float) -> Optional[Plan]:
@@ -272,8 +271,7 @@ def plan_price(v: HostView, names: tuple, margin: float) -> Optional[Plan]:
     stale = v.stale_chains
     ch = _Chains([_f32(stale[n][0])[None] for n in names], [stale[n][1].numpy()[None] for n in names], None)
     _, kept, _ = ch.sweep(st, margin)
-    return Plan(model="dspark" in names, ngram="ngram" in names,
-                budget=torch.tensor(_cap(st, int(kept[0].sum())), dtype=torch.int64), extra=hybrid.others(names))
+    return Plan(frozenset(names), budget=torch.tensor(_cap(st, int(kept[0].sum())), dtype=torch.int64))
 
 
 def _allocate_chosen(b: StepBatch, st: _Step, names: tuple, draft: Optional[float], budget: Optional[int],
@@ -347,7 +345,7 @@ def _form(plan, alloc, definition_plan, definition_alloc, report_model: bool):
         p = plan_or_definition(host_view(b))
         out = allocate_or_definition(b, p)
         if report_model:  # hybrid.price_skip: the plan's model pass
-            return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(p.model))
+            return Allocation(chain=out.chain, admitted=out.admitted, ran={MODEL: torch.tensor(p.runs(MODEL))})
         return out
 
     fn.plan, fn.allocate = plan_or_definition, allocate_or_definition

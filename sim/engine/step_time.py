@@ -29,7 +29,10 @@ def step_time(draft: float, ngram: float, alloc: float, verify: float, sample: f
 @dataclass(slots=True)
 class StepPrices:
     """The prices of a step's drafters and allocation kernel [ms]: quoted (as if every drafter the policy uses
-    runs) for the policy's view, then 0 for each that did not run (Engine.drafters_ran) for the charge."""
+    runs) for the policy's view, then 0 for each that did not run (Engine.drafters_ran) for the charge. Each drafter
+    prices itself (sim/core/drafters/registry.py: DrafterSpec.price, Drafter.cost); these are the engine's internal
+    columns of those indexed prices (the native step's and the step log's), the policy sees them by name
+    (StepBatch.draft_ms_of)."""
 
     draft: float = 0.0  # the model drafter's pass
     ngram: float = 0.0  # the n-gram drafter

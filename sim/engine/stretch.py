@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Optional
 
 from sim.engine.api import EngineSteps
-from sim.engine.policy_fast import Arrays
+from sim.engine.policy_fast import Arrays, decision
 from sim.engine.step_log import make_record
 from sim.engine.step_time import host_syncs, step_time
 
@@ -48,7 +48,7 @@ def steady_steps(engine: EngineSteps, now_ms: float, next_event_ms: float, room:
     table = engine.decision_table
     direct = form is not None and not pol.needs_truth  # else Engine.decide builds what the policy reads
     fixed = base.copy()  # the prices of a step whose policy says nothing of the drafters it ran
-    fixed_ran = engine.drafters_ran(None, None, fixed)
+    fixed_ran = engine.drafters_ran(None, fixed)
     sync = host_syncs(pol, engine.cfg)
     verify_ms, charge = engine.cost.verify_ms, engine.counts_charge
     checks = engine.COMMIT_CHECKS
@@ -67,12 +67,14 @@ def steady_steps(engine: EngineSteps, now_ms: float, next_event_ms: float, room:
                           has_nan=g.has_nan)) if direct else None
         if out is None:  # the form declined (or reads what only Engine.decide builds): the definition's way
             out = engine.decide(None if direct else form, g, T, kv, n_seqs, 0, base)
-        chain, adm, sec, said_model, said_ngram = out
-        if said_model is None and said_ngram is None:
+        else:
+            out = decision(out)
+        chain, adm, sec, said = out
+        if said is None:
             prices, (model_ran, ngram_ran) = fixed, fixed_ran
         else:
             prices = base.copy()
-            model_ran, ngram_ran = engine.drafters_ran(said_model, said_ngram, prices)
+            model_ran, ngram_ran = engine.drafters_ran(said, prices)
         sums, bad = fast.commit(g, chain, adm, sec, model_ran, ngram_ran)
         for k, what in zip(bad, checks):
             if k >= 0 and not engine.violation:

@@ -41,11 +41,13 @@ class CostModel(ABC):
 
     @abstractmethod
     def draft_ms(self, num_reqs: int, block: int) -> float:
-        """Model-based drafter (DSpark) proposing a block of `block` tokens for each of `num_reqs` requests."""
+        """A neural drafter's pass proposing a block of `block` tokens for each of `num_reqs` requests. Named for
+        the kind of work, not for a drafter: each drafter prices itself from it (DrafterSpec.price, DSpark's)."""
 
     @abstractmethod
     def ngram_ms(self, num_reqs: int, on_gpu: bool = True) -> float:
-        """Model-free n-gram drafter for `num_reqs` requests (GPU kernel, or CPU lookup if not on_gpu)."""
+        """A model-free lookup over each of `num_reqs` requests' context (GPU kernel, or CPU lookup if not on_gpu):
+        the kind of work the n-gram drafter (DrafterSpec.price) and the suffix drafter's host lookup price from."""
 
     @abstractmethod
     def alloc_ms(self, num_reqs: int, policy: str | None = None, adaptive: bool = False) -> float:

@@ -69,11 +69,22 @@ class Drafter(Protocol):
 
 
 @dataclass(frozen=True)
+class Pricing:
+    """What a table drafter's price reads besides R and the cost model: the model drafter's block [tokens] and
+    whether a lookup runs as a GPU kernel (False: on the host, for a policy that syncs)."""
+
+    block: int
+    on_gpu: bool = True
+
+
+@dataclass(frozen=True)
 class DrafterSpec:
     """A registered drafter: name, kind ('table' or 'live'), chain id, one-line summary, for a live drafter its
     factory (its settings instance -> a fresh Drafter for one run), its settings class (a frozen dataclass of
-    sim/core/drafters/settings.py `setting` fields; None: no settings), and for a drafter whose memory grows with the
-    requests its up-front check (check_live_memory; None: none)."""
+    sim/core/drafters/settings.py `setting` fields; None: no settings), for a drafter whose memory grows with the
+    requests its up-front check (check_live_memory; None: none), and for a table drafter its price: (R, cost model,
+    Pricing) -> ms of its pass for R requests in one step, from the cost model's kind of work it does (a live
+    drafter prices itself: Drafter.cost)."""
 
     name: str
     kind: str
@@ -82,6 +93,7 @@ class DrafterSpec:
     factory: Optional[Callable[[Any], Drafter]] = None
     settings: Optional[type] = None
     memory: Optional[Callable[..., None]] = None  # (settings, contexts, outputs, batch) -> None or ConfigError
+    price: Optional[Callable[[int, Any, Pricing], float]] = None
 
 
 _REGISTRY: Registry[DrafterSpec] = Registry("drafter", unique=lambda spec: spec.chain)  # a chain id is one drafter's
@@ -249,10 +261,26 @@ def _suffix(settings: SuffixConfig) -> Drafter:
     return LiveSuffixDrafter(settings, SuffixCalibrator.load())
 
 
+def _neural_pass(num_reqs: int, cost_model, p: Pricing) -> float:
+    """A neural drafter's pass: a block of p.block tokens for each of `num_reqs` requests [ms]."""
+    return cost_model.draft_ms(num_reqs, p.block)
+
+
+def _lookup(num_reqs: int, cost_model, p: Pricing) -> float:
+    """A lookup over each request's context, as a GPU kernel or on the host (p.on_gpu) [ms]."""
+    return cost_model.ngram_ms(num_reqs, on_gpu=p.on_gpu)
+
+
+def table_prices(names, num_reqs: int, cost_model, pricing: Pricing) -> dict:
+    """The prices of the table drafters among `names` for `num_reqs` requests, name -> ms (DrafterSpec.price)."""
+    specs = [_REGISTRY[n] for n in names]
+    return {s.name: s.price(num_reqs, cost_model, pricing) for s in specs if s.price is not None}
+
+
 register_drafter(DrafterSpec("dspark", "table", 1, "the model drafter (DSpark block drafter profile or recorded "
-                             "drafts; --drafter)"))
+                             "drafts; --drafter)", price=_neural_pass))
 register_drafter(DrafterSpec("ngram", "table", 2, "the exact n-gram drafter over the request's context (vLLM's "
-                             "prompt lookup; --ngram-k)"))
+                             "prompt lookup; --ngram-k)", price=_lookup))
 register_drafter(DrafterSpec("suffix", "live", 3, "the suffix-tree drafter over the request's context and the "
                              "outputs of finished requests (sim/core/drafters/suffix.py)", _suffix, SuffixConfig,
                              check_memory))

@@ -3,14 +3,15 @@
 `adaptive` (the baseline every result is compared to), as vLLM 0.33's `enable_adaptive_verification`
 (vllm/v1/worker/gpu/spec_decode/adaptive_verification.py, AdaptiveVerificationManager):
   1. Budget (`get_num_tokens`), on the CPU from one-step-old (stale) confidences, in float64 like vLLM:
-       S = stale survivals cumprod(stale_model_conf) of slots j < model_len, sorted descending; the mask
-         is this step's scheduled draft count (model_len), not the stale chain's length, as in vLLM
+       S = stale survivals cumprod(stale_chains[dspark] conf) of slots j < the scheduled model chain length
+         (HostView.scheduled_len), sorted descending: the mask is this step's scheduled draft count, not the stale
+         chain's length, as in vLLM
        C = min(|S|, max_draft_tokens)      (vLLM's logits-buffer cap, when the engine gives it)
        B* = argmax_{B = 0..C} (N + S_1 + ... + S_B) / (draft_ms + verify_ms[T + B])     [tokens/ms]
      N = num_sampling (decoding requests + prefill chunks that complete their prefill this step), T =
      non-draft tokens, verify_ms the start-up profiled table (first maximum on ties; index clamped).
   2. Allocation (`reallocate_drafts`), on the GPU from the current confidences: survival
-     a = cumprod(model_conf), slots j >= model_len at -inf, global top-B* over the flattened [R, K_m]
+     a = cumprod(chains[dspark] conf), slots j >= its length at -inf, global top-B* over the flattened [R, K_m]
      matrix, admitted[r] = row count.
   Step 1 is the policy's plan (`plan_adaptive`: the host's Plan, budget B*), step 2 its allocate
   (`allocate_adaptive`). B* stays a 0-d tensor and top-B is "stable sort, rank < B*", so there is no host
@@ -36,7 +37,7 @@ from typing import List
 
 import torch
 
-from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
+from sim.core.policies.base import MODEL, Allocation, HostView, Plan, StepBatch, host_view
 from sim.core.policies.common import (CHAIN_MODEL, best_budget, early_stop_budget, finish, rank_scores,
                                  survival, top_b_counts)
 from sim.core.policies.registry import (DynOption, Policy, TableOption, parse_spec, register, spec_usage, split_dyn,
@@ -45,23 +46,23 @@ from sim.core.settings import setting
 from sim.core.vllm import VllmRun
 
 
-def stale_model_budget(batch: HostView | StepBatch) -> torch.Tensor:
+def stale_model_budget(batch: HostView | StepBatch, scheduled: torch.Tensor) -> torch.Tensor:
     """B* from the stale model confidences (the part vLLM computes on the CPU), 0-d int64.
-    Stale survivals are masked with the current draft count model_len, as vLLM masks them with this
-    step's scheduled drafts."""
-    surv = survival(batch.stale_model_conf, batch.model_len, dtype=torch.float64)
-    budget, _ = best_budget(batch, rank_scores(surv, batch.model_len))
+    Stale survivals are masked with `scheduled` [R], this step's scheduled model draft count
+    (HostView.scheduled_len[dspark]), as vLLM masks them with this step's scheduled drafts."""
+    surv = survival(batch.stale_chains[MODEL][0], scheduled, dtype=torch.float64)
+    budget, _ = best_budget(batch, rank_scores(surv, scheduled))
     return budget
 
 
 def plan_adaptive(view: HostView) -> Plan:
     """Host phase: the model drafter runs (not the n-gram one); budget B* from the stale confidences."""
-    return Plan(model=True, ngram=False, budget=stale_model_budget(view))
+    return Plan(frozenset((MODEL,)), budget=stale_model_budget(view, view.scheduled_len[MODEL]))
 
 
 def allocate_adaptive(batch: StepBatch, plan: Plan) -> Allocation:
     """Device phase: the global top-B (B = plan.budget) of the current model-chain survivals."""
-    scores = rank_scores(survival(batch.model_conf, batch.model_len), batch.model_len)
+    scores = rank_scores(survival(batch.chains[MODEL][0], batch.chains[MODEL][1]), batch.chains[MODEL][1])
     admitted = top_b_counts(scores, plan.budget)
     return finish(torch.full_like(admitted, CHAIN_MODEL), admitted)
 
@@ -93,7 +94,7 @@ def alloc_online(batch: StepBatch) -> Allocation:
 
 def alloc_adaptive_early_stop(batch: StepBatch) -> Allocation:
     """DSpark Algorithm 1: greedy over current survivals, stop at the first slot that does not raise G."""
-    scores = rank_scores(survival(batch.model_conf, batch.model_len), batch.model_len)
+    scores = rank_scores(survival(batch.chains[MODEL][0], batch.chains[MODEL][1]), batch.chains[MODEL][1])
     budget = early_stop_budget(batch, scores)
     admitted = top_b_counts(scores, budget)
     return finish(torch.full_like(admitted, CHAIN_MODEL), admitted)

@@ -30,69 +30,10 @@ import torch
 CHAIN_NONE = 0
 CHAIN_MODEL = 1  # the registry's chain ids (sim/core/drafters/registry.py): dspark, ngram, suffix, ...
 CHAIN_NGRAM = 2
-
-
 MODEL, NGRAM = "dspark", "ngram"  # the default drafters (sim.core.drafters.DEFAULT_DRAFTERS): CHAIN_MODEL, CHAIN_NGRAM
 
-# The per-drafter names the contract had before it was indexed by drafter: each is read (a property) and, while
-# callers move over, accepted by the constructors (and dataclasses.replace) as the entry of the indexed field it
-# names. name -> (indexed field, drafter, index in the (conf, len) pair or None for a plain entry).
-NAMED = {
-    "model_conf": ("chains", MODEL, 0), "model_len": ("chains", MODEL, 1),
-    "ngram_conf": ("chains", NGRAM, 0), "ngram_len": ("chains", NGRAM, 1),
-    "stale_model_conf": ("stale_chains", MODEL, 0), "stale_model_len": ("stale_chains", MODEL, 1),
-    "stale_ngram_conf": ("stale_chains", NGRAM, 0), "stale_ngram_len": ("stale_chains", NGRAM, 1),
-    "model_draft_ms": ("draft_ms_of", MODEL, None), "ngram_draft_ms": ("draft_ms_of", NGRAM, None),
-    "mean_ngram_conf": ("means", NGRAM, None),
-    "true_model_acc": ("true_acc", MODEL, None), "true_ngram_acc": ("true_acc", NGRAM, None),
-}
-# and the other drafters' entries of each indexed field (name -> indexed field)
-OTHERS = {"extra": "chains", "stale_extra": "stale_chains", "mean_extra": "means", "extra_draft_ms": "draft_ms_of",
-          "true_extra_acc": "true_acc"}
-_DEFAULT = {"draft_ms_of": 0.0}  # a drafter with no price in the view costs nothing (a policy that does not use it)
 
-
-def _indexed(indexed: dict, named: dict, where: str) -> dict:
-    """The indexed fields (field -> {drafter: entry}), copied, with the named arguments written into them."""
-    out = {k: dict(v or {}) for k, v in indexed.items()}
-    for key, value in named.items():
-        if key in OTHERS:
-            d = out[OTHERS[key]]
-            for name in [n for n in d if n not in (MODEL, NGRAM)]:  # `extra=` gives the other drafters whole
-                del d[name]
-            d.update(value or {})
-            continue
-        if key not in NAMED or NAMED[key][0] not in out:
-            raise TypeError(f"{where}: unexpected argument '{key}'")
-        fld, name, i = NAMED[key]
-        d = out[fld]
-        if i is None:
-            if value is None:
-                d.pop(name, None)
-            else:
-                d[name] = value
-        else:
-            pair = list(d.get(name, (None, None)))
-            pair[i] = value
-            d[name] = tuple(pair)
-    return out
-
-
-def _named(key: str) -> property:
-    fld, name, i = NAMED[key]
-    if i is None:
-        default = _DEFAULT.get(fld)
-        return property(lambda self: getattr(self, fld).get(name, default), doc=f"{fld}[{name!r}] (read-only)")
-    return property(lambda self: getattr(self, fld)[name][i], doc=f"{fld}[{name!r}][{i}] (read-only)")
-
-
-def _others(key: str) -> property:
-    fld = OTHERS[key]
-    return property(lambda self: {k: v for k, v in getattr(self, fld).items() if k not in (MODEL, NGRAM)},
-                    doc=f"{fld} of the drafters beyond the default two (read-only)")
-
-
-@dataclass(init=False)
+@dataclass
 class StepBatch:
     """Everything a policy may look at for one decode step. Every drafter travels it the same way: its entries are
     indexed by its registered name (sim/core/drafters/registry.py), the two defaults (dspark, ngram) included.
@@ -134,16 +75,14 @@ class StepBatch:
                         model drafter; Policy.online, `adaptive:online`, sim/core/drafters/acceptance_estimator.py).
     all_matched, stale_all_matched  name -> whether every decoding request's lookup of that drafter (the n-gram
                         one) matched (0-d bool; `ngram-mtp`, sim/core/policies/ngram_mtp.py).
-    The per-drafter names of the two defaults (model_conf, ngram_len, stale_model_conf, model_draft_ms,
-    mean_ngram_conf, true_model_acc, ... and extra, stale_extra, mean_extra, extra_draft_ms, true_extra_acc for
-    the others: NAMED, OTHERS) are read-only views of these entries; the constructor still accepts them.
+    No field is named for a drafter: a policy reads batch.chains[name] (hot paths bind the entries they read once).
     """
 
-    chains: dict
-    stale_chains: dict
-    num_nondraft_tokens: int
-    verify_cost_ms: torch.Tensor
-    draft_cost_ms: float
+    chains: dict = field(default_factory=dict)
+    stale_chains: dict = field(default_factory=dict)
+    num_nondraft_tokens: int = 0
+    verify_cost_ms: Optional[torch.Tensor] = None
+    draft_cost_ms: Union[float, torch.Tensor] = 0.0
     draft_ms_of: dict = field(default_factory=dict)
     means: dict = field(default_factory=dict)
     true_acc: dict = field(default_factory=dict)
@@ -156,31 +95,6 @@ class StepBatch:
     stale_estimator: dict = field(default_factory=dict)
     all_matched: dict = field(default_factory=dict)
     stale_all_matched: dict = field(default_factory=dict)
-
-    def __init__(self, chains: Optional[dict] = None, stale_chains: Optional[dict] = None,
-                 num_nondraft_tokens: int = 0, verify_cost_ms: Optional[torch.Tensor] = None,
-                 draft_cost_ms: Union[float, torch.Tensor] = 0.0, draft_ms_of: Optional[dict] = None,
-                 means: Optional[dict] = None, true_acc: Optional[dict] = None,
-                 true_verify_cost_ms: Optional[torch.Tensor] = None, num_sampling_reqs: Optional[int] = None,
-                 max_draft_tokens: Optional[int] = None, recal: Optional[dict] = None,
-                 stale_recal: Optional[dict] = None, estimator: Optional[dict] = None,
-                 stale_estimator: Optional[dict] = None, all_matched: Optional[dict] = None,
-                 stale_all_matched: Optional[dict] = None, **named) -> None:
-        ix = dict(chains=chains, stale_chains=stale_chains, draft_ms_of=draft_ms_of, means=means, true_acc=true_acc)
-        if named:
-            ix = _indexed(ix, named, "StepBatch")
-        self.chains, self.stale_chains = ix["chains"] or {}, ix["stale_chains"] or {}
-        self.draft_ms_of, self.means, self.true_acc = ix["draft_ms_of"] or {}, ix["means"] or {}, ix["true_acc"] or {}
-        self.num_nondraft_tokens, self.verify_cost_ms, self.draft_cost_ms = num_nondraft_tokens, verify_cost_ms, \
-            draft_cost_ms
-        self.true_verify_cost_ms, self.num_sampling_reqs = true_verify_cost_ms, num_sampling_reqs
-        self.max_draft_tokens = max_draft_tokens
-        self.recal = {} if recal is None else recal
-        self.stale_recal = {} if stale_recal is None else stale_recal
-        self.estimator = {} if estimator is None else estimator
-        self.stale_estimator = {} if stale_estimator is None else stale_estimator
-        self.all_matched = {} if all_matched is None else all_matched
-        self.stale_all_matched = {} if stale_all_matched is None else stale_all_matched
 
     @property
     def num_reqs(self) -> int:
@@ -196,28 +110,24 @@ class StepBatch:
         return self.num_reqs if self.num_sampling_reqs is None else self.num_sampling_reqs
 
 
-for _key in NAMED:
-    setattr(StepBatch, _key, _named(_key))
-for _key in OTHERS:
-    setattr(StepBatch, _key, _others(_key))
-
-
-@dataclass(init=False)
+@dataclass
 class HostView:
     """What the host knows of a step before any drafter runs: the input of `Policy.plan`. The fields have
     StepBatch's names and meanings (see there), so the shared helpers (sim.core.policies.common: goodput,
     best_budget, ...) read either. No current chain is here: it is not drafted yet.
 
-    model_len[r]        the model chain length the step schedules (int64 [R]; min(K_m, output left)),
-                        known before the pass (vLLM masks its stale survivals with it).
+    scheduled_len[d]    the chain length the step schedules for drafter d (int64 [R]), known before its pass: for
+                        the model drafter min(K_m, output left, the step's draft cap) (vLLM masks its stale
+                        survivals with it); the engines give the model drafter's, a lookup's length being known only once
+                        it ran (host_view of a one-view batch gives every drafter's current length).
     recal, estimator, all_matched   the policy's online state one step older (StepBatch.stale_recal,
                         stale_estimator, stale_all_matched)."""
 
-    stale_chains: dict
-    model_len: torch.Tensor
-    num_nondraft_tokens: int
-    verify_cost_ms: torch.Tensor
-    draft_cost_ms: float
+    stale_chains: dict = field(default_factory=dict)
+    scheduled_len: dict = field(default_factory=dict)
+    num_nondraft_tokens: int = 0
+    verify_cost_ms: Optional[torch.Tensor] = None
+    draft_cost_ms: Union[float, torch.Tensor] = 0.0
     draft_ms_of: dict = field(default_factory=dict)
     means: dict = field(default_factory=dict)
     num_sampling_reqs: Optional[int] = None
@@ -225,24 +135,6 @@ class HostView:
     recal: dict = field(default_factory=dict)
     estimator: dict = field(default_factory=dict)
     all_matched: dict = field(default_factory=dict)
-
-    def __init__(self, stale_chains: Optional[dict] = None, model_len: Optional[torch.Tensor] = None,
-                 num_nondraft_tokens: int = 0, verify_cost_ms: Optional[torch.Tensor] = None,
-                 draft_cost_ms: Union[float, torch.Tensor] = 0.0, draft_ms_of: Optional[dict] = None,
-                 means: Optional[dict] = None, num_sampling_reqs: Optional[int] = None,
-                 max_draft_tokens: Optional[int] = None, recal: Optional[dict] = None,
-                 estimator: Optional[dict] = None, all_matched: Optional[dict] = None, **named) -> None:
-        ix = dict(stale_chains=stale_chains, draft_ms_of=draft_ms_of, means=means)
-        if named:
-            ix = _indexed(ix, named, "HostView")
-        self.stale_chains, self.draft_ms_of, self.means = ix["stale_chains"] or {}, ix["draft_ms_of"] or {}, \
-            ix["means"] or {}
-        self.model_len, self.num_nondraft_tokens, self.verify_cost_ms = model_len, num_nondraft_tokens, verify_cost_ms
-        self.draft_cost_ms, self.num_sampling_reqs, self.max_draft_tokens = draft_cost_ms, num_sampling_reqs, \
-            max_draft_tokens
-        self.recal = {} if recal is None else recal
-        self.estimator = {} if estimator is None else estimator
-        self.all_matched = {} if all_matched is None else all_matched
 
     @property
     def num_reqs(self) -> int:
@@ -252,16 +144,10 @@ class HostView:
     price = StepBatch.price
 
 
-for _key, (_fld, _, _) in NAMED.items():
-    if _fld in ("stale_chains", "draft_ms_of", "means"):
-        setattr(HostView, _key, _named(_key))
-for _key in ("stale_extra", "mean_extra", "extra_draft_ms"):
-    setattr(HostView, _key, _others(_key))
-
-
 def host_view(batch: StepBatch) -> HostView:
-    """The HostView of a StepBatch (its host-known fields, no copies)."""
-    return HostView(stale_chains=batch.stale_chains, model_len=batch.model_len,
+    """The HostView of a StepBatch (its host-known fields, no copies; the current chains' lengths are the scheduled
+    ones)."""
+    return HostView(stale_chains=batch.stale_chains, scheduled_len={d: c[1] for d, c in batch.chains.items()},
                     num_nondraft_tokens=batch.num_nondraft_tokens, verify_cost_ms=batch.verify_cost_ms,
                     draft_cost_ms=batch.draft_cost_ms, draft_ms_of=batch.draft_ms_of, means=batch.means,
                     num_sampling_reqs=batch.num_sampling_reqs, max_draft_tokens=batch.max_draft_tokens,
@@ -272,22 +158,18 @@ def host_view(batch: StepBatch) -> HostView:
 class Plan:
     """A policy's host-side decision for one step (phase 1, module docstring), made before any drafter runs.
 
-    model, ngram  whether the model (DSpark) and the n-gram drafter run this step (Python bools: the engine
-                  proposes and charges only those, without a device sync).
+    drafters      every drafter that runs this step, by registered name (sim/core/drafters/registry.py), a host
+                  frozenset: the engine proposes and charges only those, without a device sync.
     budget        the step's draft budget B, total draft slots (0-d int64 host tensor), which sizes the
                   verify pass before it is launched; None: the policy's allocate sizes the step itself.
-    extra         the run's other drafters that run this step (names, sim/core/drafters/registry.py).
     """
 
-    model: bool
-    ngram: bool
+    drafters: frozenset
     budget: Optional[torch.Tensor] = None
-    extra: frozenset = frozenset()
 
-    @property
-    def drafters(self) -> frozenset:
-        """Every drafter that runs this step, by name."""
-        return frozenset(("dspark",) * self.model + ("ngram",) * self.ngram) | self.extra
+    def runs(self, name: str) -> bool:
+        """Whether drafter `name` runs this step."""
+        return name in self.drafters
 
 
 @dataclass
@@ -302,18 +184,16 @@ class Allocation:
                  emits max(accepted of either branch) + 1 tokens. None for single-chain policies.
     second_chain[r]  optional: the chain id of the second branch (int64 [R]), where a run has more than two
                  drafters (sim/core/policies/multi.py's tree); None: the other of CHAIN_MODEL and CHAIN_NGRAM.
-    model_ran    optional 0-d bool, what `Policy.fn` reports of its Plan (Plan.model) so that one-view
-                 callers (tests, fast forms) see the drafters the step ran; an engine reads the Plan, not
-                 this. One exception: the `oracle`, a simulation-only bound that reads the true accepted
-                 lengths, chooses after the proposals which drafters it is charged for; an engine reads
-                 its model_ran / ngram_ran on the host copy of the Allocation (the truth is host data).
-                 None = as planned.
-    ngram_ran    likewise for the n-gram drafter.
-    extra_ran    likewise for the run's other drafters: name -> 0-d bool (None = as planned).
+    ran          optional, drafter name -> 0-d bool: what `Policy.fn` reports of its Plan (Plan.drafters) so
+                 that one-view callers (tests, fast forms) see the drafters the step ran; an engine reads the
+                 Plan, not this. One exception: the `oracle`, a simulation-only bound that reads the true
+                 accepted lengths, chooses after the proposals which drafters it is charged for; an engine reads
+                 its `ran` on the host copy of the Allocation (the truth is host data). None, or a drafter
+                 absent from it: as planned.
     model_steps  optional 0-d int64: the sequential steps the model drafter's pass ran where it is a sequential
                  head (an MTP or EAGLE-style profile: CostModel.draft_ms(R, steps)); vLLM main's NgramMTPSpeculator
                  skips the decode steps after the first when every request's n-gram lookup matched. Read on the
-                 host copy, as model_ran; only the numpy step reads it (a policy reporting it keeps an online
+                 host copy, as ran; only the numpy step reads it (a policy reporting it keeps an online
                  state, Policy.online, which takes that step). None = the whole chain.
     verified     optional int64 [R]: the draft slots vLLM verifies in the row, >= admitted (the slots past the
                  chosen chain that vLLM's adaptive verification admits, hybrid-vllm's fill=vllm); the engine charges
@@ -327,22 +207,23 @@ class Allocation:
     chain: torch.Tensor
     admitted: torch.Tensor
     second: Optional[torch.Tensor] = None
-    model_ran: Optional[torch.Tensor] = None
-    ngram_ran: Optional[torch.Tensor] = None
-    extra_ran: Optional[dict] = None
+    ran: Optional[dict] = None
     second_chain: Optional[torch.Tensor] = None
     model_steps: Optional[torch.Tensor] = None
     verified: Optional[torch.Tensor] = None
     past_model: Optional[torch.Tensor] = None
 
+    def said(self, name: str) -> Optional[torch.Tensor]:
+        """What the allocation reports of drafter `name` having run (`ran`; None: as planned)."""
+        return None if self.ran is None else self.ran.get(name)
+
 
 class Decision(NamedTuple):
     """An allocation as host arrays, what the simulator's native step commits (sim.engine.engine.Engine.decide, the
     fast forms' `arrays` cores of sim/engine/policy_fast.py): chain and admitted (int64 [R]), second (int64 [R]
-    or None), model_ran / ngram_ran (host bools, or None: as planned)."""
+    or None), ran (drafter name -> host bool, as Allocation.ran; None: as planned)."""
 
     chain: Any
     admitted: Any
     second: Any = None
-    model_ran: Optional[bool] = None
-    ngram_ran: Optional[bool] = None
+    ran: Optional[dict] = None

@@ -84,7 +84,7 @@ import torch
 from sim.core.drafters import DEFAULT_DRAFTERS
 from sim.core.drafters.recalibration import recalibrated
 from sim.core.policies.adaptive import alloc_adaptive, stale_model_budget
-from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
+from sim.core.policies.base import MODEL, NGRAM, Allocation, HostView, Plan, StepBatch, host_view
 from sim.core.policies.common import (CONST, best_budget, cap_budget, count_above, finish,
                                  goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
 from sim.core.policies.registry import (Policy, TableOption, parse_spec, register, spec_name, spec_usage, spec_written,
@@ -158,7 +158,6 @@ class FillOption:
 
 
 TWO = DEFAULT_DRAFTERS  # the default run's drafters: the two-drafter entry points' `names`
-MODEL = "dspark"  # the model drafter: its pass is what `hybrid` prices skipping, vLLM verifies its slots
 ALWAYS_RUNS = "ngram"  # a cheap GPU kernel that always runs (plan_skip never prices leaving it out)
 
 
@@ -309,7 +308,7 @@ def chain_ids(names: tuple) -> torch.Tensor:
 
 
 def others(names: tuple) -> frozenset:
-    """The drafters of `names` beyond the two defaults (Plan.extra)."""
+    """The drafters of `names` beyond the two defaults (Policy.uses_extra)."""
     return frozenset(n for n in names if n not in TWO)
 
 
@@ -382,8 +381,7 @@ def plan_price(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGR
     st = view.stale_chains
     ch = Chains([st[n][0][None] for n in names], [st[n][1][None] for n in names], None, names[0] == MODEL)
     _, kept, _ = LAMBDA_METHODS[method](view, ch, margin)
-    return Plan(model=MODEL in names, ngram=ALWAYS_RUNS in names, budget=cap_budget(view, kept[0].sum()),
-                extra=others(names))
+    return Plan(frozenset(names), budget=cap_budget(view, kept[0].sum()))
 
 
 def allocate_price(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
@@ -435,7 +433,7 @@ def price_skip(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float = N
     """
     plan = plan_skip(host_view(batch), method, margin, hysteresis, forecast, names)
     out = allocate_skip(batch, plan, method, margin, names)
-    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(plan.model))
+    return Allocation(chain=out.chain, admitted=out.admitted, ran={MODEL: torch.tensor(plan.runs(MODEL))})
 
 
 def _forecast(view: HostView, name: str, forecast: str, dt) -> torch.Tensor:
@@ -488,7 +486,7 @@ def plan_skip(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRA
     """Host phase of `hybrid` over `names` (module docstring): first the two default drafters' decision
     (`skip_sides`: run the model pass unless the step earns more than G_all (1 + hysteresis) without it), then
     each further drafter in order joins iff the step with it earns more than G (1 + hysteresis) without it; B =
-    the chosen set's kept slots widened to the free ones, capped. Plan.model is read on the host: the view is
+    the chosen set's kept slots widened to the free ones, capped. Plan.drafters is read on the host: the view is
     host data."""
     base = tuple(n for n in names if n in TWO) or names[:1]
     sides = skip_sides(base)
@@ -508,8 +506,7 @@ def plan_skip(view: HostView, method: str = DEFAULT_METHOD, margin: float = NGRA
             run, total = with_d, kept[1].sum()
         else:
             total = kept[0].sum()
-    return Plan(model=MODEL in run, ngram=ALWAYS_RUNS in run, budget=cap_budget(view, free_budget(view, total)),
-                extra=others(run))
+    return Plan(frozenset(run), budget=cap_budget(view, free_budget(view, total)))
 
 
 def allocate_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
@@ -554,8 +551,8 @@ def choose_chain(batch: StepBatch, method: str = DEFAULT_METHOD, margin: float =
     """Per request, whether its n-gram chain is the one to verify (bool [R]), from the batch's current values:
     choose_chain_n over (model, n-gram). The chain-choice half of `price_with_budget`, without a budget: what the
     vLLM plugin runs per step."""
-    return choose_chain_n(batch, [batch.model_conf, batch.ngram_conf], [batch.model_len, batch.ngram_len], True,
-                          method, margin)
+    (mc, ml), (nc, nl) = batch.chains[MODEL], batch.chains[NGRAM]
+    return choose_chain_n(batch, [mc, nc], [ml, nl], True, method, margin)
 
 
 def published_view(batch: StepBatch, k: int, stale: bool = False, names: tuple = TWO) -> StepBatch:
@@ -661,7 +658,7 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     their output (model_len < K) are scheduled model_len slots, the others W. After a skipped model pass every
     request publishes a model-free chain (the current model chains were not drafted and are not read)."""
     ran = names if ran is None else ran
-    K = batch.model_conf.shape[1]
+    K = batch.chains[MODEL][0].shape[1]
     W = K if slots is None else max(int(slots), K)
     cur, old = published_view(batch, W, names=names), published_view(batch, W, stale=True, names=names)
     confs, lens = [cur.chains[n][0] for n in names], [cur.chains[n][1] for n in names]
@@ -673,7 +670,7 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     use_stale = choose_chain_n(old, oconfs, olens, True, method, margin)
     pub = publish_n(confs, lens, choice, W, tail)
     pub_stale = publish_n(oconfs, olens, use_stale, W, tail) if budget == "stale" else pub
-    sched = scheduled_slots(batch.model_len, K, W, MODEL in ran)
+    sched = scheduled_slots(batch.chains[MODEL][1], K, W, MODEL in ran)
     stale_m = batch.stale_chains[MODEL]
     view = dataclasses.replace(batch, chains={**batch.chains, MODEL: (pub, sched)},
                                stale_chains={**batch.stale_chains, MODEL: (pub_stale.to(stale_m[0].dtype), stale_m[1])})
@@ -681,7 +678,7 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     if fill == "cut" and not tail:
         admitted = alloc_adaptive(view).admitted
         return finish(chain_of(names, choice), torch.minimum(admitted, chosen_len))
-    verified = vllm_top_b(rank_scores(survival(pub, sched), sched), stale_model_budget(view), sched)
+    verified = vllm_top_b(rank_scores(survival(pub, sched), sched), stale_model_budget(view, sched), sched)
     out = finish(chain_of(names, choice), torch.minimum(verified, chosen_len))
     model_chain = choice == 0 if choice.dtype != torch.bool else ~choice
     past_model = ~model_chain & (MODEL in ran)  # DSpark's tokens lie past a chosen model-free chain
@@ -715,17 +712,17 @@ def plan_hybrid_vllm_skip(view: HostView, method: str = DEFAULT_METHOD, margin: 
     same function); the n-gram drafter always runs; no budget: vLLM's adaptive verification keeps its own (from the
     published confidences, charging DSpark's full profiled draft cost), which the allocate phase computes."""
     p = plan_skip(view, method, margin, 0.0, FORECASTS[0], names)
-    return Plan(model=p.model, ngram=True, extra=p.extra)
+    return Plan(p.drafters | {ALWAYS_RUNS})
 
 
 def alloc_hybrid_vllm_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
                            slots: int | None = None, names: tuple = TWO, fill: str = "cut",
                            tail: float = 0.0, budget: str = "stale") -> Allocation:
-    """Device phase of `hybrid-vllm:...:skip`: `alloc_hybrid_vllm` over the chains that ran; model_ran = plan.model,
+    """Device phase of `hybrid-vllm:...:skip`: `alloc_hybrid_vllm` over the chains that ran; ran[dspark] = plan.runs(dspark),
     so the engine charges the draft cost without the block pass when it was skipped."""
     out = alloc_hybrid_vllm(batch, method, margin, slots, names, tuple(n for n in names if n in plan.drafters),
                             fill, tail, budget)
-    return dataclasses.replace(out, model_ran=torch.tensor(plan.model))
+    return dataclasses.replace(out, ran={MODEL: torch.tensor(plan.runs(MODEL))})
 
 
 def split_recal(params: List[str], key: str = "recal") -> tuple[List[str], float | None]:
@@ -770,7 +767,7 @@ def with_recal(pol: Policy, k: float | None, shared: bool = False) -> Policy:
     def fn(batch: StepBatch) -> Allocation:
         p = plan(host_view(batch))
         out = alloc(batch, p)
-        return Allocation(chain=out.chain, admitted=out.admitted, model_ran=torch.tensor(p.model))
+        return Allocation(chain=out.chain, admitted=out.admitted, ran={MODEL: torch.tensor(p.runs(MODEL))})
 
     return dataclasses.replace(pol, name=name, fn=fn, plan_fn=plan, alloc_fn=alloc, phases_of=fn, recal=k,
                                recal_shared=shared, sim_fn=None, sim_for=None)

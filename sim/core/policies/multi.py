@@ -32,18 +32,12 @@ from sim.core.settings import setting
 from sim.core.vllm import VllmRun
 
 
-def true_acc(batch: StepBatch, name: str) -> torch.Tensor:
-    if name == "dspark":
-        return batch.true_model_acc
-    return batch.true_ngram_acc if name == "ngram" else batch.true_extra_acc[name]
-
-
 def oracle_n(batch: StepBatch, names: tuple) -> Allocation:
     """The per-step oracle over `names` (module docstring; simple.alloc_oracle for two drafters)."""
     if batch.true_verify_cost_ms is not None:  # bound what the engine charges, not the decision table
         batch = dataclasses.replace(batch, verify_cost_ms=batch.true_verify_cost_ms)
     ch = batch.chains
-    accs = [torch.minimum(true_acc(batch, n), ch[n][1]) for n in names]
+    accs = [torch.minimum(batch.true_acc[n], ch[n][1]) for n in names]
     dev, N = accs[0].device, len(names)
     # subsets, all drafters first, the empty set last; drafter i is bit i (two drafters: alloc_oracle's order)
     masks = torch.tensor([[(s >> i) & 1 for i in range(N)] for s in range(2 ** N - 1, -1, -1)], device=dev)
@@ -71,10 +65,7 @@ def oracle_n(batch: StepBatch, names: tuple) -> Allocation:
     scores = torch.where(depth[None, :] < acc[:, None], (K - depth).to(torch.float64)[None, :].expand(acc.shape[0], -1),
                          torch.full((acc.shape[0], K), float("-inf"), dtype=torch.float64, device=dev))
     out = finish(chain_ids(names).to(dev)[choice], top_b_counts(scores, budget))
-    said = {n: ran[i] for i, n in enumerate(names)}
-    no = torch.tensor(False, device=dev)
-    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=said.get("dspark", no),
-                      ngram_ran=said.get("ngram", no), extra_ran={n: said[n] for n in others(names)})
+    return Allocation(chain=out.chain, admitted=out.admitted, ran={n: ran[i] for i, n in enumerate(names)})
 
 
 def _uses(names: tuple) -> dict:
@@ -114,7 +105,7 @@ def _oracle_n(params: List[str], names: tuple) -> Policy:
 
 def alloc_suffix(batch: StepBatch, k: int | None) -> Allocation:
     """vLLM's suffix decoding: the whole suffix-tree chain (min(k, len) tokens), no budget."""
-    length = batch.extra["suffix"][1]
+    length = batch.chains["suffix"][1]
     return finish(torch.full_like(length, chain_id("suffix")), length if k is None else length.clamp(max=k))
 
 

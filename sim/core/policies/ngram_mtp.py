@@ -27,13 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from sim.core.policies.base import Allocation, StepBatch
+from sim.core.policies.base import MODEL, NGRAM, Allocation, StepBatch
 from sim.core.policies.common import CHAIN_MODEL, CHAIN_NGRAM, finish
 from sim.core.policies.registry import Policy, parse_spec, register, spec_name, spec_usage
 from sim.core.settings import setting
 from sim.core.vllm import VllmRun
 
-NGRAM = "ngram"  # the n-gram drafter's registered name, the key of AllMatched's flag in StepBatch.all_matched
 VLLM_MAIN = "vLLM main (Model Runner V2's NgramMTPSpeculator, not in 0.33)"
 
 
@@ -61,17 +60,17 @@ class AllMatched:
 
 def alloc_ngram_mtp(batch: StepBatch, batch1: bool) -> Allocation:
     """The module docstring's rule: each request's chain, and the MTP pass's steps (Allocation.model_steps)."""
-    K = batch.model_conf.shape[1]
+    K = batch.chains[MODEL][0].shape[1]
     R = batch.num_reqs
-    matched = batch.ngram_len > 0
+    matched = batch.chains[NGRAM][1] > 0
     if batch1 and R != 1:  # no lookup: MTP drafts every request, all K steps
-        out = finish(torch.full_like(batch.model_len, CHAIN_MODEL), batch.model_len.clamp(max=K))
-        return dataclasses.replace(out, model_steps=torch.tensor(K), ngram_ran=torch.tensor(False))
+        out = finish(torch.full_like(batch.chains[MODEL][1], CHAIN_MODEL), batch.chains[MODEL][1].clamp(max=K))
+        return dataclasses.replace(out, model_steps=torch.tensor(K), ran={NGRAM: torch.tensor(False)})
     everyone = matched.all()
     skip = everyone if batch1 else everyone & batch.all_matched.get(NGRAM, torch.tensor(False))
     chain = torch.where(matched, torch.full_like(matched, CHAIN_NGRAM, dtype=torch.int64),
                         torch.full_like(matched, CHAIN_MODEL, dtype=torch.int64))
-    admitted = torch.where(matched, batch.ngram_len.clamp(max=K), batch.model_len.clamp(max=K))
+    admitted = torch.where(matched, batch.chains[NGRAM][1].clamp(max=K), batch.chains[MODEL][1].clamp(max=K))
     return dataclasses.replace(finish(chain, admitted), model_steps=torch.where(skip, 1, K))
 
 

@@ -16,7 +16,7 @@ from sim.core.settings import setting, spec_name, spec_written  # noqa: F401 (th
 from sim.infra.errors import ConfigError
 from sim.infra.registry import Registry
 from sim.core.drafters.recalibration import RecalState
-from sim.core.policies.base import Allocation, HostView, Plan, StepBatch
+from sim.core.policies.base import MODEL, NGRAM, Allocation, HostView, Plan, StepBatch
 from sim.core.vllm import DYN_OPTION, VllmRun, parse_per_batch_option, per_batch_option
 
 
@@ -26,7 +26,7 @@ class Policy:
 
     uses_model / uses_ngram: which drafters must run this step (the engine charges their cost).
     uses_extra: the other registered drafters it uses (names, sim/core/drafters/registry.py); `drafters` is all of them.
-    needs_truth: reads true_model_acc / true_ngram_acc (only the oracle).
+    needs_truth: reads the true accepted lengths, StepBatch.true_acc (only the oracle).
     host_sync: needs a device-to-host copy of current-step values (False for every policy here).
     tree: may verify both chains as two branches (Allocation.second); engines that verify chains only
         (the real torch engine) refuse it.
@@ -83,8 +83,7 @@ class Policy:
     verifies_past: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_default_plan", Plan(self.uses_model, self.uses_ngram,
-                                                       extra=frozenset(self.uses_extra)))  # made once: per-step use
+        object.__setattr__(self, "_default_plan", Plan(frozenset(self.drafters)))  # made once: per-step use
         if (self.plan_fn is None) != (self.alloc_fn is None):
             raise TypeError(f"policy '{self.name}': plan_fn and alloc_fn go together")
         if self.plan_fn is not None and self.phases_of is None:
@@ -132,7 +131,7 @@ class Policy:
         return self.alloc_fn(batch, plan)
 
     def _check_truth(self, batch: StepBatch) -> None:
-        if self.needs_truth and (batch.true_model_acc is None or batch.true_ngram_acc is None):
+        if self.needs_truth and (batch.true_acc.get(MODEL) is None or batch.true_acc.get(NGRAM) is None):
             raise ConfigError(f"policy '{self.name}' needs the true accepted lengths, which this engine "
                               "does not provide")
 

@@ -11,7 +11,7 @@ from typing import List
 
 import torch
 
-from sim.core.policies.base import Allocation, StepBatch
+from sim.core.policies.base import MODEL, NGRAM, Allocation, StepBatch
 from sim.core.policies.common import CHAIN_MODEL, CHAIN_NGRAM, arange, finish, goodput, survival, top_b_counts
 from sim.core.policies.registry import (DynOption, Policy, deprecated_alias, no_params, parse_spec, register, spec_name,
                                         spec_usage, split_dyn, with_dynamic_k)
@@ -47,33 +47,33 @@ class Threshold:
 
 def alloc_none(batch: StepBatch) -> Allocation:
     """No speculation: admitted = 0 for every request; each emits exactly 1 token per step."""
-    return finish(torch.zeros_like(batch.model_len), torch.zeros_like(batch.model_len))
+    return finish(torch.zeros_like(batch.chains[MODEL][1]), torch.zeros_like(batch.chains[MODEL][1]))
 
 
 def alloc_fixed(batch: StepBatch, k: int, which: int) -> Allocation:
     """Classic fixed-length speculation: admitted[r] = min(K, len[r]) tokens of one drafter's chain."""
-    length = batch.model_len if which == CHAIN_MODEL else batch.ngram_len
+    length = batch.chains[MODEL][1] if which == CHAIN_MODEL else batch.chains[NGRAM][1]
     return finish(torch.full_like(length, which), length.clamp(max=k))
 
 
 def alloc_ngram_first(batch: StepBatch) -> Allocation:
-    """vLLM PR 24344's hybrid: the whole n-gram chain when it matched (ngram_len > 0), else the whole
-    model chain. admitted = ngram_len[r] or model_len[r]."""
-    use_ngram = batch.ngram_len > 0
-    chain = torch.where(use_ngram, torch.full_like(batch.ngram_len, CHAIN_NGRAM),
-                        torch.full_like(batch.model_len, CHAIN_MODEL))
-    return finish(chain, torch.where(use_ngram, batch.ngram_len, batch.model_len))
+    """vLLM PR 24344's hybrid: the whole n-gram chain when it matched (n-gram length > 0), else the
+    whole model chain. admitted = that chain's length."""
+    use_ngram = batch.chains[NGRAM][1] > 0
+    chain = torch.where(use_ngram, torch.full_like(batch.chains[NGRAM][1], CHAIN_NGRAM),
+                        torch.full_like(batch.chains[MODEL][1], CHAIN_MODEL))
+    return finish(chain, torch.where(use_ngram, batch.chains[NGRAM][1], batch.chains[MODEL][1]))
 
 
 def alloc_ngram_threshold(batch: StepBatch, threshold: float) -> Allocation:
     """Arctic Inference style: E_n[r] = sum_j a^n[r, j] (expected accepted n-gram tokens, from the
     calibrated n-gram confidences). If E_n >= threshold [tokens], verify the whole n-gram chain, else
     the whole model chain (fixed length, as Arctic's fallback to its model drafter does; no budget)."""
-    expected = survival(batch.ngram_conf, batch.ngram_len).sum(1)
-    use_ngram = (expected >= threshold) & (batch.ngram_len > 0)
-    chain = torch.where(use_ngram, torch.full_like(batch.ngram_len, CHAIN_NGRAM),
-                        torch.full_like(batch.model_len, CHAIN_MODEL))
-    return finish(chain, torch.where(use_ngram, batch.ngram_len, batch.model_len))
+    expected = survival(batch.chains[NGRAM][0], batch.chains[NGRAM][1]).sum(1)
+    use_ngram = (expected >= threshold) & (batch.chains[NGRAM][1] > 0)
+    chain = torch.where(use_ngram, torch.full_like(batch.chains[NGRAM][1], CHAIN_NGRAM),
+                        torch.full_like(batch.chains[MODEL][1], CHAIN_MODEL))
+    return finish(chain, torch.where(use_ngram, batch.chains[NGRAM][1], batch.chains[MODEL][1]))
 
 
 def alloc_oracle(batch: StepBatch) -> Allocation:
@@ -84,10 +84,10 @@ def alloc_oracle(batch: StepBatch) -> Allocation:
     n * acc_n[r]) tokens from one chain, and a step admitting B of those accepted slots (none rejected)
     earns exactly
         G_s(B) = (N + B) / (D_s + verify_ms[T + B]),   0 <= B <= sum_r A_s[r]          [tokens/ms]
-    where D_s = m * model_draft_ms + n * ngram_draft_ms + (m or n) * alloc_ms. The oracle takes the
+    where D_s = m * price(dspark) + n * price(ngram) + (m or n) * alloc_ms. The oracle takes the
     (s, B) of maximal G (first maximum; B admitted depth-first: slot j of every request before slot
     j + 1 of any), each request's chain with the larger A_s (ties: model), and reports which drafters
-    ran (Allocation.model_ran / ngram_ran) so the engine charges only those.
+    ran (Allocation.ran) so the engine charges only those.
 
     Bound (exact, per step): any single- or two-branch allocation of any policy on the same step emits
     N + (its accepted slots) tokens at a cost >= D_s' + verify_ms[T + its slots] for the drafters s' it
@@ -97,17 +97,17 @@ def alloc_oracle(batch: StepBatch) -> Allocation:
     """
     if batch.true_verify_cost_ms is not None:  # bound what the engine charges, not the decision table
         batch = dataclasses.replace(batch, verify_cost_ms=batch.true_verify_cost_ms)
-    acc_m = torch.minimum(batch.true_model_acc, batch.model_len)
-    acc_n = torch.minimum(batch.true_ngram_acc, batch.ngram_len)
+    acc_m = torch.minimum(batch.true_acc.get(MODEL), batch.chains[MODEL][1])
+    acc_n = torch.minimum(batch.true_acc.get(NGRAM), batch.chains[NGRAM][1])
     dev = acc_m.device
     # drafter sets: (model, ngram) = (1, 1), (0, 1), (1, 0), (0, 0)
     use_m = torch.tensor([1, 0, 1, 0], device=dev)
     use_n = torch.tensor([1, 1, 0, 0], device=dev)
-    alloc_ms = batch.draft_cost_ms - batch.model_draft_ms - batch.ngram_draft_ms
-    draft = (use_m * batch.model_draft_ms + use_n * batch.ngram_draft_ms
+    alloc_ms = batch.draft_cost_ms - batch.price(MODEL) - batch.price(NGRAM)
+    draft = (use_m * batch.price(MODEL) + use_n * batch.price(NGRAM)
              + (use_m | use_n) * alloc_ms).to(torch.float64)  # [4]
     a_s = torch.maximum(acc_m[None] * use_m[:, None], acc_n[None] * use_n[:, None])  # [4, R]
-    K = max(batch.model_conf.shape[-1], batch.ngram_conf.shape[-1])
+    K = max(batch.chains[MODEL][0].shape[-1], batch.chains[NGRAM][0].shape[-1])
     b = arange(acc_m.shape[0] * K + 1, dev)  # B = 0 .. R*K
     g = goodput(batch, b.to(torch.float64)[None, :], b[None, :], draft[:, None])  # [4, R*K+1]
     g = g.masked_fill(b[None, :] > a_s.sum(-1, keepdim=True), float("-inf"))
@@ -122,7 +122,7 @@ def alloc_oracle(batch: StepBatch) -> Allocation:
     scores = torch.where(depth[None, :] < acc[:, None], (K - depth).to(torch.float64)[None, :].expand(acc.shape[0], -1),
                          torch.full((acc.shape[0], K), float("-inf"), dtype=torch.float64, device=dev))
     out = finish(chain, top_b_counts(scores, budget))
-    return Allocation(chain=out.chain, admitted=out.admitted, model_ran=m_s > 0, ngram_ran=n_s > 0)
+    return Allocation(chain=out.chain, admitted=out.admitted, ran={MODEL: m_s > 0, NGRAM: n_s > 0})
 
 
 @register("none", "none", "no speculation: one token per request per step")

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from sim.core.drafters.registry import chain_id
-from sim.core.policies.base import Allocation, HostView, Plan, StepBatch, host_view
+from sim.core.policies.base import MODEL, Allocation, HostView, Plan, StepBatch, host_view
 from sim.core.policies.common import (CHAIN_MODEL, best_budget, finish, rank_scores, survival, top_b_counts)
 from sim.core.policies.registry import Policy, no_params, parse_spec, register, spec_name, spec_usage
 from sim.core.settings import setting
@@ -50,14 +50,14 @@ ARCTIC = "Arctic Inference 0.1.1's vLLM plugin (vLLM 0.10.1)"
 
 def plan_suffix_adaptive(view: HostView) -> Plan:
     """Host phase: only the suffix drafter runs; budget B* from its stale chains' survivals."""
-    conf, length = view.stale_extra[SUFFIX]
+    conf, length = view.stale_chains[SUFFIX]
     budget, _ = best_budget(view, rank_scores(survival(conf, length, dtype=torch.float64), length))
-    return Plan(model=False, ngram=False, budget=budget, extra=frozenset((SUFFIX,)))
+    return Plan(frozenset((SUFFIX,)), budget=budget)
 
 
 def allocate_suffix_adaptive(batch: StepBatch, plan: Plan) -> Allocation:
     """Device phase: the global top-B (B = plan.budget) of the current suffix survivals."""
-    conf, length = batch.extra[SUFFIX]
+    conf, length = batch.chains[SUFFIX]
     admitted = top_b_counts(rank_scores(survival(conf, length), length), plan.budget)
     return finish(torch.full_like(admitted, chain_id(SUFFIX)), admitted)
 
@@ -80,12 +80,12 @@ def _suffix_adaptive(params: list[str]) -> Policy:
 def alloc_arctic(batch: StepBatch, k: int | None) -> Allocation:
     """Arctic Inference's rule (module docstring): the suffix chain where its score >= K, else the model chain's
     first min(K, len) tokens."""
-    conf, length = batch.extra[SUFFIX]
-    K = batch.model_conf.shape[1] if k is None else min(k, batch.model_conf.shape[1])
+    conf, length = batch.chains[SUFFIX]
+    K = batch.chains[MODEL][0].shape[1] if k is None else min(k, batch.chains[MODEL][0].shape[1])
     score = survival(conf, length, dtype=torch.float64).sum(-1)
     take = (score >= K) & (length > 0)
     chain = torch.where(take, torch.full_like(length, chain_id(SUFFIX)), torch.full_like(length, CHAIN_MODEL))
-    return finish(chain, torch.where(take, length, batch.model_len.clamp(max=K)))
+    return finish(chain, torch.where(take, length, batch.chains[MODEL][1].clamp(max=K)))
 
 
 @dataclass(frozen=True)

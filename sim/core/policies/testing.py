@@ -1,6 +1,7 @@
 """Helpers to check and time policies: random StepBatches, expected goodput, brute-force optimum, timing."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from typing import Optional
@@ -8,7 +9,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, Allocation, StepBatch
+from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, MODEL, NGRAM, Allocation, StepBatch
 
 
 def random_cost_table(rng: np.random.Generator, max_tokens: int = 64, step: bool | None = None) -> torch.Tensor:
@@ -56,7 +57,7 @@ def _np_surv(conf: torch.Tensor, length: torch.Tensor) -> np.ndarray:
 
 def expected_goodput(batch: StepBatch, alloc: Allocation) -> float:
     """Expected goodput (tokens/ms) of an allocation under the batch's current confidences (numpy, float64)."""
-    sm, sn = _np_surv(batch.model_conf, batch.model_len), _np_surv(batch.ngram_conf, batch.ngram_len)
+    sm, sn = _np_surv(*batch.chains[MODEL]), _np_surv(*batch.chains[NGRAM])
     chain, adm = alloc.chain.numpy(), alloc.admitted.numpy()
     gain = 0.0
     for r in range(batch.num_reqs):
@@ -71,11 +72,11 @@ def expected_goodput(batch: StepBatch, alloc: Allocation) -> float:
 
 def brute_force_goodput(batch: StepBatch) -> float:
     """max over every chain choice and prefix length per request of the expected goodput (small R, K)."""
-    sm, sn = _np_surv(batch.model_conf, batch.model_len), _np_surv(batch.ngram_conf, batch.ngram_len)
+    sm, sn = _np_surv(*batch.chains[MODEL]), _np_surv(*batch.chains[NGRAM])
     options = []  # per request: list of (slots, gain)
     for r in range(batch.num_reqs):
         opts = {(0, 0.0)}
-        for surv, length in ((sm[r], int(batch.model_len[r])), (sn[r], int(batch.ngram_len[r]))):
+        for surv, length in ((sm[r], int(batch.chains[MODEL][1][r])), (sn[r], int(batch.chains[NGRAM][1][r]))):
             cs = np.cumsum(surv)
             opts.update((l, float(cs[l - 1])) for l in range(1, length + 1))
         options.append(sorted(opts))
@@ -128,3 +129,14 @@ def _timing_table(specs: Optional[list[str]], sizes) -> str:
         lines.append(f"| {spec} | " + " | ".join(f"{time_call(pol, b):.0f}" for b in batches) + " |")
     return "\n".join(lines)
 
+
+
+def replace_chain(batch: StepBatch, name: str, conf: Optional[torch.Tensor] = None,
+                  length: Optional[torch.Tensor] = None, stale: bool = False) -> StepBatch:
+    """A copy of `batch` whose drafter `name` has its current chain (its stale one where `stale`) given a new
+    conf and/or length; the other entries are shared."""
+    fld = "stale_chains" if stale else "chains"
+    chains = getattr(batch, fld)
+    old = chains.get(name, (None, None))
+    new = (old[0] if conf is None else conf, old[1] if length is None else length)
+    return dataclasses.replace(batch, **{fld: {**chains, name: new}})
