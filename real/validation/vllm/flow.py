@@ -95,14 +95,6 @@ class VllmValidation:
             a = dataclasses.replace(a, policy=(C.BASELINE,) + tuple(p for _, p in chosen),
                                     batch_size=tuple(b for b, _ in chosen))
         pols = list(dict.fromkeys(a.policy or build.policies))
-        if cfg.synthetic:  # W-slot hybrids cannot run synthetic acceptance yet (WIDE_SYNTHETIC)
-            wide = [p for p in pols if C.split_policy(p)[0] == C.HYBRID
-                    and cfg.cell(p).num_speculative_tokens != cfg.num_speculative_tokens]
-            if wide and a.policy:
-                raise ConfigError(f"policy '{wide[0]}' with synthetic acceptance: {WIDE_SYNTHETIC}")
-            if wide:
-                print(f"note: leaving out {', '.join(wide)}: {WIDE_SYNTHETIC}", file=sys.stderr)
-                pols = [p for p in pols if p not in wide]
         for p in pols:
             C.check_policy(p)
             cell = cfg.cell(p)  # a slot count the plugin cannot run is refused here (HybridSpecConfig)
@@ -141,14 +133,6 @@ class VllmValidation:
         from real.validation.pipeline.cells import policy_dir
 
         return self.out / sl.stem / f"bs{bs}" / policy_dir(policy)
-
-
-# Seen running it on the CPU build: the plugin builds DSpark from a copy of vLLM's config at DSpark's block
-# (real/vllm_plugin/speculator.py block_config), and vLLM re-validates the copy's W-long synthetic_acceptance_rates
-# against that block ("synthetic_acceptance_rates must have length 7"). The plugin has to cut the rates to the block
-# in that copy; until it does, a W-slot hybrid (W != K) is left out of a synthetic run.
-WIDE_SYNTHETIC = ("the plugin's DSpark copy at its block keeps vLLM's W-long synthetic_acceptance_rates, which vLLM "
-                  "refuses (real/vllm_plugin/speculator.py block_config must cut them to the block)")
 
 
 def check_dummy_model(model: str) -> None:
