@@ -527,3 +527,12 @@ def test_dummy_weights_offline_needs_the_targets_config_at_hand(tmp_path, monkey
         check_dummy_model(str(tmp_path / "m"))
     (tmp_path / "m" / "config.json").write_text("{}")
     check_dummy_model(str(tmp_path / "m"))  # a directory with its config: fine
+
+
+def test_the_report_counts_the_replayed_choices_where_the_simulators_own_rule_differs():
+    from real.validation.vllm.flow import replay_cell
+
+    assert replay_cell(None) == "-" and replay_cell({"replay": None}) == "-"
+    assert replay_cell({"replay": {"rows": 64, "rows_disagree": 1, "steps": 0, "steps_disagree": 0}}) == "64 / 1"
+    assert replay_cell({"replay": {"rows": 58, "rows_disagree": 0, "steps": 58, "steps_disagree": 28}}) == \
+        "58 / 0; 58 / 28"

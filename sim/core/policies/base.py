@@ -92,6 +92,27 @@ def _others(key: str) -> property:
                     doc=f"{fld} of the drafters beyond the default two (read-only)")
 
 
+FREE = -1  # Replay.chain: no recorded choice at this row; the policy chooses
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A real engine's recorded decisions, replayed as data (a recorded-drafts sidecar's `chosen` / `skipped`,
+    sim/core/drafters/model.py): per decoding request, host tensors.
+
+    chain[r]        the chain id the engine published at this step's row (CHAIN_MODEL, CHAIN_NGRAM, ...), FREE
+                    where none was recorded (int64 [R]).
+    skipped[r]      the engine's model pass was skipped at that row (bool [R]; False where none was recorded).
+    stale_chain[r]  chain at the request's previous step (the publication its stale budget came from), FREE where
+                    none was recorded (int64 [R]).
+    A policy that can take a recorded decision (hybrid-vllm) takes it where recorded and reports its own beside it
+    (Plan.own_model, Allocation.own_chain); the others ignore it."""
+
+    chain: torch.Tensor
+    skipped: torch.Tensor
+    stale_chain: torch.Tensor
+
+
 @dataclass(init=False)
 class StepBatch:
     """Everything a policy may look at for one decode step. Every drafter travels it the same way: its entries are
@@ -134,6 +155,7 @@ class StepBatch:
                         model drafter; Policy.online, `adaptive:online`, sim/core/drafters/acceptance_estimator.py).
     all_matched, stale_all_matched  name -> whether every decoding request's lookup of that drafter (the n-gram
                         one) matched (0-d bool; `ngram-mtp`, sim/core/policies/ngram_mtp.py).
+    replay              a real engine's recorded decisions at these rows (Replay), or None: the policy decides.
     The per-drafter names of the two defaults (model_conf, ngram_len, stale_model_conf, model_draft_ms,
     mean_ngram_conf, true_model_acc, ... and extra, stale_extra, mean_extra, extra_draft_ms, true_extra_acc for
     the others: NAMED, OTHERS) are read-only views of these entries; the constructor still accepts them.
@@ -156,6 +178,7 @@ class StepBatch:
     stale_estimator: dict = field(default_factory=dict)
     all_matched: dict = field(default_factory=dict)
     stale_all_matched: dict = field(default_factory=dict)
+    replay: Optional[Replay] = None
 
     def __init__(self, chains: Optional[dict] = None, stale_chains: Optional[dict] = None,
                  num_nondraft_tokens: int = 0, verify_cost_ms: Optional[torch.Tensor] = None,
@@ -165,7 +188,7 @@ class StepBatch:
                  max_draft_tokens: Optional[int] = None, recal: Optional[dict] = None,
                  stale_recal: Optional[dict] = None, estimator: Optional[dict] = None,
                  stale_estimator: Optional[dict] = None, all_matched: Optional[dict] = None,
-                 stale_all_matched: Optional[dict] = None, **named) -> None:
+                 stale_all_matched: Optional[dict] = None, replay: Optional[Replay] = None, **named) -> None:
         ix = dict(chains=chains, stale_chains=stale_chains, draft_ms_of=draft_ms_of, means=means, true_acc=true_acc)
         if named:
             ix = _indexed(ix, named, "StepBatch")
@@ -181,6 +204,7 @@ class StepBatch:
         self.stale_estimator = {} if stale_estimator is None else stale_estimator
         self.all_matched = {} if all_matched is None else all_matched
         self.stale_all_matched = {} if stale_all_matched is None else stale_all_matched
+        self.replay = replay
 
     @property
     def num_reqs(self) -> int:
@@ -211,7 +235,8 @@ class HostView:
     model_len[r]        the model chain length the step schedules (int64 [R]; min(K_m, output left)),
                         known before the pass (vLLM masks its stale survivals with it).
     recal, estimator, all_matched   the policy's online state one step older (StepBatch.stale_recal,
-                        stale_estimator, stale_all_matched)."""
+                        stale_estimator, stale_all_matched).
+    replay              StepBatch.replay (host data: the recorded decisions are known before the step)."""
 
     stale_chains: dict
     model_len: torch.Tensor
@@ -225,13 +250,15 @@ class HostView:
     recal: dict = field(default_factory=dict)
     estimator: dict = field(default_factory=dict)
     all_matched: dict = field(default_factory=dict)
+    replay: Optional[Replay] = None
 
     def __init__(self, stale_chains: Optional[dict] = None, model_len: Optional[torch.Tensor] = None,
                  num_nondraft_tokens: int = 0, verify_cost_ms: Optional[torch.Tensor] = None,
                  draft_cost_ms: Union[float, torch.Tensor] = 0.0, draft_ms_of: Optional[dict] = None,
                  means: Optional[dict] = None, num_sampling_reqs: Optional[int] = None,
                  max_draft_tokens: Optional[int] = None, recal: Optional[dict] = None,
-                 estimator: Optional[dict] = None, all_matched: Optional[dict] = None, **named) -> None:
+                 estimator: Optional[dict] = None, all_matched: Optional[dict] = None,
+                 replay: Optional[Replay] = None, **named) -> None:
         ix = dict(stale_chains=stale_chains, draft_ms_of=draft_ms_of, means=means)
         if named:
             ix = _indexed(ix, named, "HostView")
@@ -243,6 +270,7 @@ class HostView:
         self.recal = {} if recal is None else recal
         self.estimator = {} if estimator is None else estimator
         self.all_matched = {} if all_matched is None else all_matched
+        self.replay = replay
 
     @property
     def num_reqs(self) -> int:
@@ -265,7 +293,8 @@ def host_view(batch: StepBatch) -> HostView:
                     num_nondraft_tokens=batch.num_nondraft_tokens, verify_cost_ms=batch.verify_cost_ms,
                     draft_cost_ms=batch.draft_cost_ms, draft_ms_of=batch.draft_ms_of, means=batch.means,
                     num_sampling_reqs=batch.num_sampling_reqs, max_draft_tokens=batch.max_draft_tokens,
-                    recal=batch.stale_recal, estimator=batch.stale_estimator, all_matched=batch.stale_all_matched)
+                    recal=batch.stale_recal, estimator=batch.stale_estimator, all_matched=batch.stale_all_matched,
+                    replay=batch.replay)
 
 
 @dataclass(frozen=True)
@@ -277,12 +306,15 @@ class Plan:
     budget        the step's draft budget B, total draft slots (0-d int64 host tensor), which sizes the
                   verify pass before it is launched; None: the policy's allocate sizes the step itself.
     extra         the run's other drafters that run this step (names, sim/core/drafters/registry.py).
+    own_model     where a recorded decision (HostView.replay) set `model`: the policy's own decision (a Python
+                  bool), which the engine counts against it; None: `model` is the policy's own.
     """
 
     model: bool
     ngram: bool
     budget: Optional[torch.Tensor] = None
     extra: frozenset = frozenset()
+    own_model: Optional[bool] = None
 
     @property
     def drafters(self) -> frozenset:
@@ -321,6 +353,8 @@ class Allocation:
     past_model   optional bool [R] with `verified`: the slots past the admitted chain hold the model chain's own
                  tokens (at the same depths; a filler past its length), accepted where the chain before them is
                  accepted whole and the model chain's are (the trace's m_acc); False: fillers, never accepted.
+    own_chain    optional int64 [R], where the policy took recorded choices (StepBatch.replay): the chain it would
+                 have chosen itself (the engine counts the rows where it differs from `chain`). None: no replay.
     chain ids beyond CHAIN_NGRAM name the run's other drafters (sim/core/drafters/registry.py: chain_id).
     """
 
@@ -334,6 +368,7 @@ class Allocation:
     model_steps: Optional[torch.Tensor] = None
     verified: Optional[torch.Tensor] = None
     past_model: Optional[torch.Tensor] = None
+    own_chain: Optional[torch.Tensor] = None
 
 
 class Decision(NamedTuple):
