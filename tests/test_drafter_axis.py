@@ -167,6 +167,23 @@ def test_tree_and_vllm_over_three_drafters(spec):
     assert (a.chain == 3).all() and (a.admitted > 0).all(), (spec, a)
 
 
+@pytest.mark.parametrize("names", [("dspark", "suffix"), ("dspark", "ngram", "suffix")])
+def test_the_plugin_skip_runs_every_model_free_drafter(names):
+    """hybrid-vllm:...:skip plans only DSpark's pass: every model-free drafter runs every step (the plugin's n-gram
+    one always does), whatever the forecast says of it -- even a model-free chain that never ran before (empty stale
+    chain, no history) is drafted, so it can be chosen at all. (It was left out when the forecast did not want it,
+    and over dspark,suffix the step then never drafted the suffix chain: the policy equalled adaptive.)"""
+    from sim.core.policies.hybrid import plan_hybrid_vllm_skip
+
+    for seed in range(20):
+        b = _three(seed)
+        b = dataclasses.replace(b, chains={n: b.chains[n] for n in names},
+                                stale_chains={n: (c, torch.zeros_like(n_)) for n, (c, n_) in b.stale_chains.items()
+                                              if n in names},
+                                means={n: torch.zeros_like(m) for n, m in b.means.items() if n in names})
+        plan = plan_hybrid_vllm_skip(host_view(b), names=names)
+        assert set(names) - {"dspark"} <= plan.drafters <= set(names), (seed, plan.drafters)
+
 def test_drafter_names():
     assert parse_drafters("suffix, dspark") == ("dspark", "suffix")
     for bad in ("dspark,eagle", "", "ngram,ngram", "dspark,,ngram"):

@@ -59,3 +59,60 @@ def test_sidecar_must_match_the_trace(tmp_path):
     side = _sidecar(tmp_path / "e.jsonl", [{"id": r0.id, "model_conf": [[0.5] * 7] * 2, "model_acc": [1, 1]}])
     with pytest.raises(ConfigError, match="positions"):
         prepare(SimSetup(trace=TINY, drafts=side))
+
+
+@pytest.mark.parametrize("row,field", [
+    ({"id": "t0", "model_conf": [[0.5] * 7], "model_acc": [1], "chosen": [2]}, "chosen"),  # without skipped
+    ({"id": "t0", "model_conf": [[0.5] * 7], "model_acc": [1], "chosen": [0], "skipped": [0]}, "chosen"),
+    ({"id": "t0", "model_conf": [[0.5] * 7], "model_acc": [1], "chosen": [2, 2], "skipped": [0, 0]}, "chosen"),
+    ({"id": "t0", "model_conf": [[0.5] * 7], "model_acc": [1], "chosen": [2], "skipped": [2]}, "skipped"),
+])
+def test_bad_recorded_decisions_name_line_and_field(tmp_path, row, field):
+    with pytest.raises(TraceError) as ei:
+        load_recorded_drafts(_sidecar(tmp_path / "d.jsonl", [row]), block=7)
+    assert ei.value.line == 1 and ei.value.field == field
+
+
+def _decided(tmp_path, chosen: int, skipped: int, acc: int = 2):
+    """Every request of TINY with recorded model chains (confidence 0.9, `acc` accepted) and the same recorded
+    decision at every position."""
+    rows = [{"id": r.id, "model_conf": [[0.9] * 7] * r.output_len, "model_acc": [acc] * r.output_len,
+             "chosen": [chosen] * r.output_len, "skipped": [skipped] * r.output_len}
+            for r in load_trace(TINY).requests]
+    return prepare(SimSetup(trace=TINY, drafts=_sidecar(tmp_path / f"d{chosen}{skipped}.jsonl", rows)))
+
+
+def test_hybrid_vllm_replays_the_recorded_chain_and_skip_and_counts_its_own_disagreements(tmp_path):
+    """A recorded decision is data the policy takes (base.Replay): hybrid-vllm publishes the recorded chain and
+    hybrid-vllm:skip runs the model pass as recorded; RunResult.replay counts where the policy's own rule differs."""
+    free = prepare(SimSetup(trace=TINY))
+    _, own = run_one(free, "hybrid-vllm", 4)
+    assert own.replay is None and float(own.steps["accepted_model"].sum()) > 0
+    _, res = run_one(_decided(tmp_path, 2, 0), "hybrid-vllm", 4)  # the n-gram chain published everywhere
+    assert float(res.steps["accepted_model"].sum()) == 0 and res.replay["rows"] == int(res.steps["num_decode"].sum())
+    assert 0 < res.replay["rows_disagree"] <= res.replay["rows"] and res.replay["steps"] == 0
+    _, res = run_one(_decided(tmp_path, 1, 0), "hybrid-vllm", 4)  # the model chain published everywhere
+    assert float(res.steps["accepted_ngram"].sum()) == 0 and float(res.steps["accepted_model"].sum()) > 0
+    _, skip = run_one(_decided(tmp_path, 2, 1), "hybrid-vllm:skip", 4)  # the pass skipped at every recorded step
+    assert float(skip.steps["accepted_model"].sum()) == 0 and skip.replay["steps"] > 0
+    assert skip.replay["steps_disagree"] > 0  # 0.9-confident chains accepting 2: the rule itself would run the pass
+    _, ran = run_one(_decided(tmp_path, 1, 0), "hybrid-vllm:skip", 4)
+    assert ran.replay["steps"] > 0 and ran.replay["steps_disagree"] < ran.replay["steps"]
+    assert float(ran.steps["accepted_model"].sum()) > 0
+
+
+def test_sidecar_from_chains_writes_the_plugins_choices_and_marks_the_skip(tmp_path):
+    """The recorder's chain_choices become `chosen` per position; a choice with no DSpark chain recorded there is a
+    skip; the last choice at a position is kept; a position without one is -1."""
+    from real.validation.pipeline.drafts import sidecar_from_chains
+
+    ref = [[5, 6, 7, 8, 9]]
+    chains = [("a-1f", 0, [5, 6], [0.9, 0.8]), ("a-1f", 2, [7, 1], [0.5, 0.4])]
+    choices = [("a-1f", 0, False, 0), ("a-1f", 0, True, 3), ("a-1f", 2, False, 0), ("a", 3, True, 2)]
+    path = sidecar_from_chains(["a"], ref, chains, 2, tmp_path / "s.jsonl", choices)
+    (obj,) = [json.loads(ln) for ln in path.read_text().splitlines()]
+    assert obj["chosen"] == [2, -1, 1, 2, -1] and obj["skipped"] == [0, 0, 0, 1, 0]
+    assert obj["model_acc"] == [2, 0, 1, 0, 0]
+    assert "chosen" not in json.loads(sidecar_from_chains(["a"], ref, chains, 2, tmp_path / "t.jsonl").read_text())
+    rec = load_recorded_drafts(str(path), block=2)["a"]
+    assert rec.chosen.tolist() == [2, -1, 1, 2, -1] and rec.skipped.tolist() == [False] * 3 + [True, False]

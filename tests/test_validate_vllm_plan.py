@@ -418,19 +418,16 @@ def test_table_from_bench_results_and_the_cell_report(tmp_path):
 def test_the_cost_model_check_without_weights_plans_synthetic_cells(tmp_path, monkeypatch):
     """--dummy-weights --synthetic-acceptance-length L: every cell loads random weights and verifies with the rates
     resolved for its own K (7, or 32 for vLLM's n-gram at 32), the simulator is told the same rates, each cell is its
-    own reference, and the checklist verifies as vLLM does by default (it checks losslessness). A W-slot hybrid cannot
-    run it yet (flow.WIDE_SYNTHETIC): refused when asked for, left out of the defaults with a note."""
+    own reference, and the checklist verifies as vLLM does by default (it checks losslessness). A W-slot hybrid runs it
+    too: vLLM verifies its W slots with W rates (the plugin cuts its DSpark copy's to the block: config.block_config)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # a machine that may fetch the target's config (offline: the test below)
-    code, _, err = _run(validate_main, ["--engine", "vllm", "--dry-run", "--quick", "--synthetic-acceptance-length",
-                                        "3", "--policy", "hybrid:slots=32", "--out", str(tmp_path / "w")])
-    assert code == 2 and "policy 'hybrid:slots=32' with synthetic acceptance" in err and len(err.splitlines()) == 1
     code, text, err = _run(validate_main, ["--engine", "vllm", "--dry-run", "--quick", "--dummy-weights",
                                            "--synthetic-acceptance-length", "3", "--batch-size", "4",
                                            "--out", str(tmp_path / "o")])
     assert code == 0, err
-    assert "note: leaving out hybrid:slots=32, hybrid:slots=32:skip, hybrid:slots=32:runcal=64" in err
+    assert "leaving out" not in err
     assert "losslessness is not claimed" in text and "vllm" not in sys.modules
-    assert "hybrid:slots=32" not in text.split("policies (vLLM -> simulator): ")[1].splitlines()[0]
+    assert "hybrid:slots=32" in text.split("policies (vLLM -> simulator): ")[1].splitlines()[0]
     kw = [json.loads(ln.split("LLM(**", 1)[1][:-1]) for ln in text.splitlines() if ln.startswith("    LLM(**")]
     assert kw and all(k["load_format"] == "dummy" for k in kw)
     spec = {(k["speculative_config"]["method"], k["speculative_config"]["num_speculative_tokens"]):
@@ -438,6 +435,7 @@ def test_the_cost_model_check_without_weights_plans_synthetic_cells(tmp_path, mo
     assert spec["dspark", 7]["rejection_sample_method"] == "synthetic"
     assert spec["dspark", 7]["synthetic_acceptance_rates"] == [1, 1] + [0] * 5
     assert spec["ngram", 32]["synthetic_acceptance_rates"] == [1, 1] + [0] * 30
+    assert spec["dspark", 32]["synthetic_acceptance_rates"] == [1, 1] + [0] * 30  # hybrid:slots=32: W rates
     checklist = [ln for ln in text.splitlines() if ln.strip().startswith(("hybrid: LLM(", "none: LLM("))]
     assert len(checklist) == 2 and all("synthetic" not in ln and "dummy" in ln for ln in checklist)
     (pred,) = [ln for ln in text.splitlines() if "predicted:" in ln and "/ngram-32/" in ln]
@@ -529,3 +527,12 @@ def test_dummy_weights_offline_needs_the_targets_config_at_hand(tmp_path, monkey
         check_dummy_model(str(tmp_path / "m"))
     (tmp_path / "m" / "config.json").write_text("{}")
     check_dummy_model(str(tmp_path / "m"))  # a directory with its config: fine
+
+
+def test_the_report_counts_the_replayed_choices_where_the_simulators_own_rule_differs():
+    from real.validation.vllm.flow import replay_cell
+
+    assert replay_cell(None) == "-" and replay_cell({"replay": None}) == "-"
+    assert replay_cell({"replay": {"rows": 64, "rows_disagree": 1, "steps": 0, "steps_disagree": 0}}) == "64 / 1"
+    assert replay_cell({"replay": {"rows": 58, "rows_disagree": 0, "steps": 58, "steps_disagree": 28}}) == \
+        "58 / 0; 58 / 28"

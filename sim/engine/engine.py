@@ -99,7 +99,7 @@ from sim.infra.progress import progress_bar
 
 from sim.core.cost.base import CostModel
 from sim.core.drafters.registry import Pricing, chain_id, table_prices
-from sim.core.drafters.tables import ng_conf_zero_past_length
+from sim.core.drafters.tables import has_decisions, ng_conf_zero_past_length
 from sim.engine.native_step import NativeScans, Unsupported, make_native_step
 from sim.engine.checks import LosslessChecks
 from sim.engine.choice import array_form_of, choose, native_step_ok, plan_form_of
@@ -109,7 +109,8 @@ from sim.engine.live import LiveChains
 from sim.engine.stretch import steady_steps
 from sim.infra.errors import ConfigError, SimulatorBug
 from sim.engine.forms import ARRAY_FORM, NATIVE_STEP, WHOLE_STEP, transcribed_by
-from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, MODEL, NGRAM, Allocation, Decision, HostView, Plan, StepBatch
+from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, MODEL, NGRAM, Allocation, Decision, HostView, Plan, Replay, \
+    StepBatch
 from sim.core.policies.registry import Policy
 from sim.engine.policy_fast import Arrays, decision
 from sim.core.scheduler import Scheduler, StepPlan, full_kv_need
@@ -182,6 +183,10 @@ class RunResult:
     # the slots verified past the chosen chains (Allocation.verified, Policy.verifies_past): decode_steps, steps_with
     # (steps where vLLM's budget exceeded the positive slots, so it admitted some), slots, accepted; None: not modelled
     past_slots: dict | None = None
+    # a real engine's recorded decisions the policy took (Replay): rows (decode rows with a recorded chain),
+    # rows_disagree (of them, where the policy's own choice differs), steps (steps whose drafter plan was recorded),
+    # steps_disagree (where the policy's own plan differs); None: the tables hold none
+    replay: dict | None = None
 
     def raise_if_lossy(self, what: str = "") -> "RunResult":
         """Raise LosslessError (one line, prefixed by `what`) unless the run was lossless; else return self."""
@@ -283,6 +288,9 @@ class Engine(HostHistory, LosslessChecks):
         self._fill_from = None  # this step's n-gram copy lengths, past which accepted draft tokens are fillers
         # slots verified past the chosen chains (Allocation.verified): decode steps, steps with any, slots, accepted
         self.past_stats = np.zeros(4, dtype=np.int64)
+        # recorded decisions (RunResult.replay): rows, rows where the policy's own chain differs, steps, steps differing
+        self._replay = has_decisions(tables)
+        self.replay_stats = np.zeros(4, dtype=np.int64)
         st = self.sched.state
         self.pos, self.prefilled, self.prefill_target = st.pos, st.prefilled, st.prefill_target
         self.n_preempt, self.fresh = st.n_preempt, st.fresh
@@ -524,8 +532,10 @@ class Engine(HostHistory, LosslessChecks):
             steps.update(self.live.columns(len(steps["step_ms"])))
         past = dict(zip(("decode_steps", "steps_with", "slots", "accepted"), map(int, self.past_stats))) \
             if self.policy.verifies_past else None
+        replay = dict(zip(("rows", "rows_disagree", "steps", "steps_disagree"), map(int, self.replay_stats))) \
+            if self._replay else None
         return RunResult(requests=reqs, steps=steps, sim_time_s=sim_time, lossless=not violation, violation=violation,
-                         accepted_hist=self.acc_hist.copy(), past_slots=past)
+                         accepted_hist=self.acc_hist.copy(), past_slots=past, replay=replay)
 
     def _fast_forward(self, env: simpy.Environment) -> list:
         """The steps of a pure-decode stretch computed at once (sim.engine.fast_forward); their delays [ms], or []."""
@@ -684,7 +694,28 @@ class Engine(HostHistory, LosslessChecks):
             verify_cost_ms=self._table, draft_cost_ms=prices.total(), draft_ms_of=draft_ms_of, means=means,
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
+            replay=self._replay_at(reqs, self.tb.offsets[reqs] + self.pos[reqs]),
             **({} if self.recal is None else {self.recal.field: self.recal.offsets(reqs)[1]}))
+
+    def _replay_at(self, reqs: np.ndarray, rows: np.ndarray) -> Replay | None:
+        """The recorded decisions at the decoding requests' rows and at their previous step's (host tensors); None
+        when the tables hold none (has_decisions)."""
+        if not self._replay:
+            return None
+        tb, from_numpy = self.tb, torch.from_numpy
+        srows = tb.offsets[reqs] + self.prev_pos[reqs]
+        return Replay(chain=from_numpy(tb.rec_chain[rows].astype(np.int64)), skipped=from_numpy(tb.rec_skip[rows]),
+                      stale_chain=from_numpy(tb.rec_chain[srows].astype(np.int64)))
+
+    def _count_replay(self, batch: StepBatch, plan: Plan, alloc: Allocation) -> None:
+        """RunResult.replay's counts of one step: the recorded rows and steps the policy took, and where its own
+        decision (Allocation.own_chain, Plan.own_drafters) differs from the recorded one."""
+        if plan.own_drafters is not None:
+            self.replay_stats[2:] += (1, int((MODEL in plan.own_drafters) != (MODEL in plan.drafters)))
+        if alloc.own_chain is not None and batch.replay is not None:
+            rec = batch.replay.chain.numpy()
+            at = rec >= 0
+            self.replay_stats[:2] += (int(at.sum()), int((alloc.own_chain.numpy()[at] != rec[at]).sum()))
 
     @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _scheduled_model_len(self, reqs: np.ndarray) -> np.ndarray:
@@ -714,6 +745,7 @@ class Engine(HostHistory, LosslessChecks):
             true_verify_cost_ms=from_numpy(self._true_table(T, len(reqs), kv_tokens, n_seqs)) if pol.needs_truth else None,
             num_sampling_reqs=len(reqs) + n_prefill_done,
             max_draft_tokens=None if self.max_logits is None else max(0, self.max_logits - n_seqs),
+            replay=self._replay_at(reqs, rows),
             **({} if self.recal is None else dict(zip(self._online_fields, self.recal.offsets(reqs)))),
         )
 
@@ -871,6 +903,8 @@ class Engine(HostHistory, LosslessChecks):
         batch = self._step_batch(g.reqs, g.rows, planned_chains(g.chains, plan), g.stale, g.mean_ng, T, kv_tokens,
                                  n_seqs, n_prefill_done, prices)
         alloc = self._allocate(batch, plan)
+        if self._replay:
+            self._count_replay(batch, plan, alloc)
         if alloc.model_steps is not None:  # the native step's Decision has no room for it (base.Allocation)
             raise SimulatorBug(f"policy '{self.policy.name}' reports model_steps, which only the numpy step reads")
         model_ran, ngram_ran = self.drafters_ran(alloc.ran, None, plan)
@@ -937,6 +971,8 @@ class Engine(HostHistory, LosslessChecks):
                 self._live_proposals(reqs, drafting, chains)
             batch = self._step_batch(reqs, rows, chains, stale, mean_ng, T, kv_tokens, n_seqs, n_prefill_done, prices)
             alloc = self._allocate(batch, drafting)
+            if self._replay:
+                self._count_replay(batch, drafting, alloc)
             adm_m, adm_n, model_ran = self._admit(alloc, drafting, reqs, chains, prices)
         acc_m, acc_n = self._verify(plan, reqs, rows, adm_m, adm_n, chains)
         past_ver = past_acc = None

@@ -41,7 +41,9 @@ def run_summary(res, n_tokens: int) -> dict:
             "ngram_share_accepted": acc_n / (acc_m + acc_n) if acc_m + acc_n else 0.0,
             # accepted draft tokens per drafting request-step, as vLLM's spec-decode metrics count it
             "accepted_per_draft": (acc_m + acc_n) / dec if dec else float("nan"),
-            "step_ms": [float(x) for x in st["step_ms"]]}
+            "step_ms": [float(x) for x in st["step_ms"]],
+            # a real engine's recorded decisions the policy replayed, and where its own differ (RunResult.replay)
+            "replay": getattr(res, "replay", None)}
 
 
 def sim_command(setup, policy: str, bs: int) -> str:

@@ -177,13 +177,19 @@ def cost_table(cfg: VllmRunConfig, run: dict, path: Path, complement: dict | Non
 
 
 def drafts_file(sl, run: dict, ref: list[list[int]], k: int, path: Path) -> Path | None:
-    """The DSpark chains the run drafted (recorder.py), as the simulator's recorded-drafts sidecar."""
+    """The DSpark chains the run drafted and the plugin's chain choices (recorder.py), as the simulator's
+    recorded-drafts sidecar."""
     from real.validation.pipeline.drafts import sidecar_from_chains
 
     by_req = dict(zip(run.get("request_ids") or [], sl.ids))  # vLLM's request ids -> the slice's
-    chains = [(by_req.get(str(rid)) or by_req.get(str(rid).rsplit("-", 1)[0]) or str(rid), pos, toks, cs)
-              for rid, pos, toks, cs in run.get("drafts") or []]
-    return sidecar_from_chains(sl.ids, ref, chains, k, path)
+
+    def rid_of(rid) -> str:
+        return by_req.get(str(rid)) or by_req.get(str(rid).rsplit("-", 1)[0]) or str(rid)
+
+    chains = [(rid_of(rid), pos, toks, cs) for rid, pos, toks, cs in run.get("drafts") or []]
+    # the plugin's published chain per row and step (recorder.collect_choices), replayed by hybrid-vllm
+    choices = [(rid_of(rid), pos, ng, n) for rid, pos, ng, n in run.get("chain_choices") or []]
+    return sidecar_from_chains(sl.ids, ref, chains, k, path, choices)
 
 
 def sim_setup(cfg: VllmRunConfig, semantics: str, ref_path: Path, table: Path, drafts: Path | None, run: dict | None,

@@ -95,14 +95,6 @@ class VllmValidation:
             a = dataclasses.replace(a, policy=(C.BASELINE,) + tuple(p for _, p in chosen),
                                     batch_size=tuple(b for b, _ in chosen))
         pols = list(dict.fromkeys(a.policy or build.policies))
-        if cfg.synthetic:  # W-slot hybrids cannot run synthetic acceptance yet (WIDE_SYNTHETIC)
-            wide = [p for p in pols if C.split_policy(p)[0] == C.HYBRID
-                    and cfg.cell(p).num_speculative_tokens != cfg.num_speculative_tokens]
-            if wide and a.policy:
-                raise ConfigError(f"policy '{wide[0]}' with synthetic acceptance: {WIDE_SYNTHETIC}")
-            if wide:
-                print(f"note: leaving out {', '.join(wide)}: {WIDE_SYNTHETIC}", file=sys.stderr)
-                pols = [p for p in pols if p not in wide]
         for p in pols:
             C.check_policy(p)
             cell = cfg.cell(p)  # a slot count the plugin cannot run is refused here (HybridSpecConfig)
@@ -141,14 +133,6 @@ class VllmValidation:
         from real.validation.pipeline.cells import policy_dir
 
         return self.out / sl.stem / f"bs{bs}" / policy_dir(policy)
-
-
-# Seen running it on the CPU build: the plugin builds DSpark from a copy of vLLM's config at DSpark's block
-# (real/vllm_plugin/speculator.py block_config), and vLLM re-validates the copy's W-long synthetic_acceptance_rates
-# against that block ("synthetic_acceptance_rates must have length 7"). The plugin has to cut the rates to the block
-# in that copy; until it does, a W-slot hybrid (W != K) is left out of a synthetic run.
-WIDE_SYNTHETIC = ("the plugin's DSpark copy at its block keeps vLLM's W-long synthetic_acceptance_rates, which vLLM "
-                  "refuses (real/vllm_plugin/speculator.py block_config must cut them to the block)")
 
 
 def check_dummy_model(model: str) -> None:
@@ -386,7 +370,8 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
          "Predicted: the simulator with the cell's policy on `none`'s outputs (or the run's own: each cell's `reference`), pricing steps with the cost tables vLLM "
          "profiled in that run (with its CUDA-graph capture sizes"
          + (f"; the other parts from {meta['complement_table']}" if meta.get("complement_table") else "") +
-         ") and replaying the DSpark chains it drafted; synthetic: the synthetic DSpark profile instead of the chains."
+         ") and replaying the DSpark chains it drafted and the plugin's chain choices and skips (where the "
+         "simulator's own rule would differ is counted); synthetic: the synthetic DSpark profile instead of the chains."
          + ("" if timed else " **The CPU build runs through a test harness, not a performance model** (interpreted "
                              "Triton kernels): what it checks is the logic -- steps, tokens per step, acceptance, "
                              "chain choices, losslessness -- and its wall clock is recorded, not compared."), ""]
@@ -409,7 +394,7 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
              if timed else "") + ".**", ""]
     head = ["trace", "policy (simulator)", "bs", "reqs", "steps real / sim", "tok/engine step real / sim",
             "synthetic steps", "acceptance per depth (real)", "chains model / n-gram (plugin)",
-            "n-gram share of accepted real / sim"]
+            "n-gram share of accepted real / sim", "replayed choices / sim's own differ (rows; skip steps)"]
     head += ["real tok/s", "predicted tok/s", "error"] if timed else ["harness tok/s"]
     head.append("lossless")
     L += ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if h in ("bs", "reqs") or "tok" in h or h == "error"
@@ -422,7 +407,8 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
                f"{r['tokens_per_step']:.2f} / {p['tokens_per_step']:.2f}" if p else f"{r['tokens_per_step']:.2f} / -",
                str(syn["steps"]) if syn else "-", acc,
                f"{pl['chosen_model']:.0f} / {pl['chosen_ngram']:.0f}" if pl else "-",
-               f"{pl['ngram_share_accepted']:.2f} / {p['ngram_share_accepted']:.2f}" if pl and p else "-"]
+               f"{pl['ngram_share_accepted']:.2f} / {p['ngram_share_accepted']:.2f}" if pl and p else "-",
+               replay_cell(p)]
         if timed:
             row += [f"{r['tok_per_s']:.1f}", f"{p['tok_per_s']:.1f}" if p else "-",
                     f"{100 * c['predicted_error']:.1f}%" if p else "-"]
@@ -438,6 +424,17 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
           "Each predicted cell is reproduced by its `sim_command` in fidelity.json (the cell's cost_table.json and "
           "drafts.jsonl sit under the run's --out).", ""]
     return "\n".join(L + depth_section(agg.get("ngram_depths") or []))
+
+
+def replay_cell(p: dict | None) -> str:
+    """The report's replay column: the plugin's recorded choices the prediction took and how many of them the
+    simulator's own rule would have made otherwise (RunResult.replay): `rows / differ` of the chain choices, then the
+    skip's `steps / differ` where the drafter plan was recorded; '-' where nothing was replayed."""
+    rp = (p or {}).get("replay")
+    if not rp:
+        return "-"
+    out = f"{rp['rows']} / {rp['rows_disagree']}"
+    return out + (f"; {rp['steps']} / {rp['steps_disagree']}" if rp["steps"] else "")
 
 
 # ------------------------------------------------------------------------------------------- the plan

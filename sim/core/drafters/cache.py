@@ -86,6 +86,8 @@ def table_key(requests: list, ngram_cfg, profile, calibrator, seed: int, recorde
         for rid in sorted(recorded):
             ch = recorded[rid]
             put(rid, np.asarray(ch.conf), np.asarray(ch.acc_len))
+            if ch.chosen is not None:  # absent otherwise: keys of sidecars without decisions stay the same
+                put("decisions", np.asarray(ch.chosen), np.asarray(ch.skipped))
     if synthetic is not None:  # absent otherwise: every key made before it stays the same
         put("synthetic", tuple(float(r) for r in synthetic))
     return h.hexdigest()

@@ -194,10 +194,14 @@ def _tuples(v):
 
 @dataclass
 class ModelChains:
-    """Model-drafter chains at every output position of one request: conf [L, K] and acc_len [L]."""
+    """Model-drafter chains at every output position of one request: conf [L, K] and acc_len [L]; where a real
+    engine recorded its decisions too (a sidecar's `chosen` / `skipped`), chosen [L] (int8: the chain id it published
+    at that position, -1 where none was recorded) and skipped [L] (bool: its model pass was skipped there)."""
 
     conf: np.ndarray
     acc_len: np.ndarray
+    chosen: np.ndarray | None = None
+    skipped: np.ndarray | None = None
 
 
 def load_recorded_drafts(path: str, block: int | None = None) -> dict[str, ModelChains]:
@@ -205,7 +209,10 @@ def load_recorded_drafts(path: str, block: int | None = None) -> dict[str, Model
         {"id": "r1", "model_conf": [[c_1, ..., c_K], ...one row per output position...],
          "model_acc": [a_0, a_1, ...one accepted length per output position...]}
     model_conf[i][j] is the confidence the real drafter gave token j+1 of the chain it drafted at output
-    position i; model_acc[i] is how many of that chain's tokens the target accepted. Errors name the
+    position i; model_acc[i] is how many of that chain's tokens the target accepted. Optional, the engine's
+    decisions (a vLLM run's plugin, replayed by hybrid-vllm: sim/core/policies/base.py Replay):
+    "chosen": [the chain id published at each position (1 the model chain, 2 the n-gram chain), -1 where none was
+    recorded], "skipped": [1 where the model pass was skipped at that position, else 0]. Errors name the
     file, line and field (TraceError)."""
     from sim.infra.errors import TraceError
     from sim.core.trace.loader import file_lines, check_trace_file, decode_json_line
@@ -236,10 +243,34 @@ def load_recorded_drafts(path: str, block: int | None = None) -> dict[str, Model
         if acc.ndim != 1 or len(acc) != len(conf) or not np.all(np.isfinite(acc)) or np.any(acc < 0) \
                 or np.any(acc != np.round(acc)) or np.any(acc > conf.shape[1]):
             raise TraceError("must be one integer in [0, K] per row of model_conf", path, ln, "model_acc")
-        out[rid] = ModelChains(conf=conf.astype(np.float32), acc_len=acc.astype(np.int64))
+        rec = {k: _decisions(obj, k, len(conf), path, ln) for k in ("chosen", "skipped")}
+        if (rec["chosen"] is None) != (rec["skipped"] is None):
+            raise TraceError("'chosen' and 'skipped' come together", path, ln, "chosen")
+        out[rid] = ModelChains(conf=conf.astype(np.float32), acc_len=acc.astype(np.int64),
+                               chosen=None if rec["chosen"] is None else rec["chosen"].astype(np.int8),
+                               skipped=None if rec["skipped"] is None else rec["skipped"].astype(bool))
     if not out:  # an empty sidecar would silently fall back to the synthetic profile
         raise TraceError("no recorded drafts in the file (it is empty)", path)
     return out
+
+
+def _decisions(obj: dict, key: str, n: int, path, ln: int) -> np.ndarray | None:
+    """A sidecar line's optional per-position decisions (`chosen`: -1 or a chain id in 1..127; `skipped`: 0 or 1),
+    one integer per row of model_conf; None when absent."""
+    from sim.infra.errors import TraceError
+
+    if key not in obj:
+        return None
+    lo, hi = (-1, 127) if key == "chosen" else (0, 1)
+    try:
+        a = np.asarray(obj[key], dtype=np.float64)
+    except (TypeError, ValueError):
+        a = None
+    if a is None or a.ndim != 1 or len(a) != n or not np.all(np.isfinite(a)) or np.any(a != np.round(a)) \
+            or np.any((a < lo) | (a > hi)) or (key == "chosen" and np.any(a == 0)):
+        what = "-1 or a chain id (1 model, 2 n-gram)" if key == "chosen" else "0 or 1"
+        raise TraceError(f"must be one integer per row of model_conf, each {what}", path, ln, key)
+    return a.astype(np.int64)
 
 
 NO_TOKEN = -1  # a chain slot past the end of the output: there is no target token to propose

@@ -9,7 +9,7 @@ the live requests' rows, at arena offsets. A request's rows are `request_rows(..
 build_draft_tables calls, seeded by its id, so a run reads the same values either way (tests/test_stream.py).
 
 Memory: a row (one output position) takes ROW_BYTES(K_m, K_n) = 8*4 (ng_len, ng_acc, ng_start, m_acc)
-+ 4*K_n (ng_conf) + 4*K_m (m_conf) + 4*K_m (m_tok) + 8 (the engine's emitted token) bytes, plus 8 bytes per
++ 4*K_n (ng_conf) + 4*K_m (m_conf) + 4*K_m (m_tok) + 2 (rec_chain, rec_skip) + 8 (the engine's emitted token) bytes, plus 8 bytes per
 prompt or output token; the arena holds the live requests' rows and at most as many freed ones (it compacts
 when half of it is dead, and doubles when the live rows do not fit).
 
@@ -40,7 +40,7 @@ def parse_draft_tables(text: str) -> str:
 
 def row_bytes(k_model: int, k_ngram: int) -> int:
     """Bytes of one table row (module docstring), the engine's emitted-token slot included."""
-    return 8 * 4 + 4 * k_ngram + 8 * k_model + 8
+    return 8 * 4 + 4 * k_ngram + 8 * k_model + 2 + 8
 
 
 def whole_table_bytes(requests: list, k_model: int, k_ngram: int) -> int:

@@ -8,6 +8,9 @@ once per trace, for every request r and output position i (row = offsets[r] + i)
   m_conf [K_m], m_acc        model-drafter confidences and accepted length (synthetic profile or recorded)
   m_tok [K_m]                model-drafter proposed tokens (sim.core.drafters.model.chain_tokens): the target's
                              token on the accepted prefix, a wrong one from the first rejected slot on
+  rec_chain, rec_skip        a real engine's recorded decisions at the row (recorded drafts with `chosen` /
+                             `skipped`): the chain id it published (-1: none recorded), whether its model pass was
+                             skipped; replayed by the policies that take them (sim/core/policies/base.py Replay)
 An engine step then only gathers rows, which keeps policies comparable on identical draws.
 Length-only requests (no token ids) borrow contiguous segments of the tables of a bundled trace of the
 same workload (a block bootstrap of its empirical acceptance; `stat_profile` below).
@@ -28,7 +31,7 @@ from sim.infra import paths
 REPO = paths.REPO
 # The per-row columns and their dtypes (one row per output position); `tokens` (int64) is per token.
 ROW_DTYPES = {"ng_len": np.int64, "ng_acc": np.int64, "ng_start": np.int64, "ng_conf": np.float32,
-              "m_conf": np.float32, "m_acc": np.int64, "m_tok": np.int32}
+              "m_conf": np.float32, "m_acc": np.int64, "m_tok": np.int32, "rec_chain": np.int8, "rec_skip": np.bool_}
 ROW_COLUMNS = tuple(ROW_DTYPES)
 
 
@@ -47,6 +50,8 @@ class DraftTables:
     m_conf: np.ndarray
     m_acc: np.ndarray
     m_tok: np.ndarray  # [rows, K_m] int32
+    rec_chain: np.ndarray  # [rows] int8: the recorded chain id, -1 where none
+    rec_skip: np.ndarray  # [rows] bool: the recorded model pass was skipped
     tokens: np.ndarray
     tok_offsets: np.ndarray
     length_only: np.ndarray  # [n] bool: synthetic token ids (stat_profile); n-gram copies come from the output
@@ -68,7 +73,7 @@ class DraftTables:
         toks = _ranges(self.tok_offsets[idx], self.tok_offsets[idx + 1])
         out_len = self.out_len[idx]
         tok_len = self.tok_offsets[idx + 1] - self.tok_offsets[idx]
-        cols = {k: getattr(self, k)[rows] for k in ("ng_len", "ng_acc", "ng_start", "ng_conf", "m_conf", "m_acc", "m_tok")}
+        cols = {k: getattr(self, k)[rows] for k in ROW_COLUMNS}
         return DraftTables(offsets=np.concatenate([[0], np.cumsum(out_len)]).astype(np.int64), out_len=out_len,
                            prompt_len=self.prompt_len[idx], tokens=self.tokens[toks],
                            tok_offsets=np.concatenate([[0], np.cumsum(tok_len)]).astype(np.int64),
@@ -78,6 +83,15 @@ class DraftTables:
         """Per request: share of output positions whose n-gram proposal's first token is right [0, 1]."""
         hit = np.add.reduceat((self.ng_acc >= 1).astype(np.float64), self.offsets[:-1]) if len(self.out_len) else np.zeros(0)
         return hit / np.maximum(self.out_len, 1)
+
+
+def has_decisions(tb) -> bool:
+    """Whether the tables hold a real engine's recorded decisions (rec_chain >= 0 somewhere): whole tables by that
+    column, a streaming arena (sim.core.drafters.stream) by its recipe's recorded drafts."""
+    spec = getattr(tb, "spec", None)
+    if spec is not None:
+        return any(ch.chosen is not None for ch in (spec.recorded or {}).values())
+    return bool(np.any(tb.rec_chain >= 0))
 
 
 def zero_past_length(conf: np.ndarray, length: np.ndarray) -> bool:
@@ -172,6 +186,8 @@ def build_draft_tables(
         m_conf=np.concatenate(parts["m_conf"]).astype(np.float32),
         m_acc=np.concatenate(parts["m_acc"]).astype(np.int64),
         m_tok=np.concatenate(parts["m_tok"]).astype(np.int32),
+        rec_chain=np.concatenate(parts["rec_chain"]).astype(np.int8),
+        rec_skip=np.concatenate(parts["rec_skip"]).astype(bool),
         tokens=np.concatenate(parts["tokens"]).astype(np.int64),
         tok_offsets=np.concatenate([[0], np.cumsum(tok_lens)]).astype(np.int64),
         length_only=np.asarray(length_only, dtype=bool),
@@ -223,9 +239,12 @@ def _request_rows(req, ngram_cfg: NgramConfig, profile: ModelDrafterProfile, cal
     ng_acc = tab.acc_len
     if req.temperature > 0:
         ng_acc = _thin_acceptance(ng_acc, profile.temp_scale**req.temperature, request_seed(seed + 1, req.id))
+    L = len(chains.acc_len)
     return dict(ng_len=tab.length, ng_acc=ng_acc, ng_start=tab.start, ng_conf=calibrator.conditional(tab, ngram_cfg.k),
                 m_conf=chains.conf, m_acc=chains.acc_len, tokens=toks,
-                m_tok=chain_tokens(req.output_ids, chains.acc_len, profile.block))
+                m_tok=chain_tokens(req.output_ids, chains.acc_len, profile.block),
+                rec_chain=np.full(L, -1, dtype=np.int8) if chains.chosen is None else chains.chosen,
+                rec_skip=np.zeros(L, dtype=bool) if chains.skipped is None else chains.skipped)
 
 
 def _thin_acceptance(acc: np.ndarray, keep: float, rng: np.random.Generator) -> np.ndarray:
@@ -282,4 +301,5 @@ def stat_profile(req, ngram_cfg: NgramConfig, profile: ModelDrafterProfile, cali
     ng_start = np.where(ng_len > 0, P + pos, -1)
     m_acc = np.minimum(base.m_acc[idx], L - pos)  # a borrowed chain never reaches past this output's end
     return dict(ng_len=ng_len, ng_acc=ng_acc, ng_start=ng_start, ng_conf=base.ng_conf[idx], m_conf=base.m_conf[idx],
-                m_acc=m_acc, m_tok=chain_tokens(out_tokens, m_acc, base.k_model), tokens=toks)
+                m_acc=m_acc, m_tok=chain_tokens(out_tokens, m_acc, base.k_model), tokens=toks,
+                rec_chain=np.full(L, -1, dtype=np.int8), rec_skip=np.zeros(L, dtype=bool))

@@ -32,6 +32,26 @@ CHAIN_MODEL = 1  # the registry's chain ids (sim/core/drafters/registry.py): dsp
 CHAIN_NGRAM = 2
 MODEL, NGRAM = "dspark", "ngram"  # the default drafters (sim.core.drafters.DEFAULT_DRAFTERS): CHAIN_MODEL, CHAIN_NGRAM
 
+FREE = -1  # Replay.chain: no recorded choice at this row; the policy chooses
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A real engine's recorded decisions, replayed as data (a recorded-drafts sidecar's `chosen` / `skipped`,
+    sim/core/drafters/model.py): per decoding request, host tensors.
+
+    chain[r]        the chain id the engine published at this step's row (CHAIN_MODEL, CHAIN_NGRAM, ...), FREE
+                    where none was recorded (int64 [R]).
+    skipped[r]      the engine's model pass was skipped at that row (bool [R]; False where none was recorded).
+    stale_chain[r]  chain at the request's previous step (the publication its stale budget came from), FREE where
+                    none was recorded (int64 [R]).
+    A policy that can take a recorded decision (hybrid-vllm) takes it where recorded and reports its own beside it
+    (Plan.own_drafters, Allocation.own_chain); the others ignore it."""
+
+    chain: torch.Tensor
+    skipped: torch.Tensor
+    stale_chain: torch.Tensor
+
 
 @dataclass
 class StepBatch:
@@ -76,6 +96,7 @@ class StepBatch:
     all_matched, stale_all_matched  name -> whether every decoding request's lookup of that drafter (the n-gram
                         one) matched (0-d bool; `ngram-mtp`, sim/core/policies/ngram_mtp.py).
     No field is named for a drafter: a policy reads batch.chains[name] (hot paths bind the entries they read once).
+    replay              a real engine's recorded decisions at these rows (Replay), or None: the policy decides.
     """
 
     chains: dict = field(default_factory=dict)
@@ -95,6 +116,7 @@ class StepBatch:
     stale_estimator: dict = field(default_factory=dict)
     all_matched: dict = field(default_factory=dict)
     stale_all_matched: dict = field(default_factory=dict)
+    replay: Optional[Replay] = None
 
     @property
     def num_reqs(self) -> int:
@@ -121,7 +143,8 @@ class HostView:
                         survivals with it); the engines give the model drafter's, a lookup's length being known only once
                         it ran (host_view of a one-view batch gives every drafter's current length).
     recal, estimator, all_matched   the policy's online state one step older (StepBatch.stale_recal,
-                        stale_estimator, stale_all_matched)."""
+                        stale_estimator, stale_all_matched).
+    replay              StepBatch.replay (host data: the recorded decisions are known before the step)."""
 
     stale_chains: dict = field(default_factory=dict)
     scheduled_len: dict = field(default_factory=dict)
@@ -135,6 +158,7 @@ class HostView:
     recal: dict = field(default_factory=dict)
     estimator: dict = field(default_factory=dict)
     all_matched: dict = field(default_factory=dict)
+    replay: Optional[Replay] = None
 
     @property
     def num_reqs(self) -> int:
@@ -151,7 +175,8 @@ def host_view(batch: StepBatch) -> HostView:
                     num_nondraft_tokens=batch.num_nondraft_tokens, verify_cost_ms=batch.verify_cost_ms,
                     draft_cost_ms=batch.draft_cost_ms, draft_ms_of=batch.draft_ms_of, means=batch.means,
                     num_sampling_reqs=batch.num_sampling_reqs, max_draft_tokens=batch.max_draft_tokens,
-                    recal=batch.stale_recal, estimator=batch.stale_estimator, all_matched=batch.stale_all_matched)
+                    recal=batch.stale_recal, estimator=batch.stale_estimator, all_matched=batch.stale_all_matched,
+                    replay=batch.replay)
 
 
 @dataclass(frozen=True)
@@ -162,10 +187,13 @@ class Plan:
                   frozenset: the engine proposes and charges only those, without a device sync.
     budget        the step's draft budget B, total draft slots (0-d int64 host tensor), which sizes the
                   verify pass before it is launched; None: the policy's allocate sizes the step itself.
+    own_drafters  where a recorded decision (HostView.replay) set `drafters`: the policy's own set (a host
+                  frozenset), which the engine counts against it; None: `drafters` is the policy's own.
     """
 
     drafters: frozenset
     budget: Optional[torch.Tensor] = None
+    own_drafters: Optional[frozenset] = None
 
     def runs(self, name: str) -> bool:
         """Whether drafter `name` runs this step."""
@@ -201,6 +229,8 @@ class Allocation:
     past_model   optional bool [R] with `verified`: the slots past the admitted chain hold the model chain's own
                  tokens (at the same depths; a filler past its length), accepted where the chain before them is
                  accepted whole and the model chain's are (the trace's m_acc); False: fillers, never accepted.
+    own_chain    optional int64 [R], where the policy took recorded choices (StepBatch.replay): the chain it would
+                 have chosen itself (the engine counts the rows where it differs from `chain`). None: no replay.
     chain ids beyond CHAIN_NGRAM name the run's other drafters (sim/core/drafters/registry.py: chain_id).
     """
 
@@ -212,6 +242,7 @@ class Allocation:
     model_steps: Optional[torch.Tensor] = None
     verified: Optional[torch.Tensor] = None
     past_model: Optional[torch.Tensor] = None
+    own_chain: Optional[torch.Tensor] = None
 
     def said(self, name: str) -> Optional[torch.Tensor]:
         """What the allocation reports of drafter `name` having run (`ran`; None: as planned)."""

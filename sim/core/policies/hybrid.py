@@ -656,7 +656,9 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     exactly its block of K): vLLM schedules W draft slots per request, the model chain is padded with
     survival 0 and the model-free chains keep up to W tokens. Requests whose model chain is cut by the end of
     their output (model_len < K) are scheduled model_len slots, the others W. After a skipped model pass every
-    request publishes a model-free chain (the current model chains were not drafted and are not read)."""
+    request publishes a model-free chain (the current model chains were not drafted and are not read).
+    A real engine's recorded choices (StepBatch.replay) replace the current and the stale choice where recorded
+    (take_recorded); Allocation.own_chain keeps this rule's own current choice."""
     ran = names if ran is None else ran
     K = batch.chains[MODEL][0].shape[1]
     W = K if slots is None else max(int(slots), K)
@@ -668,6 +670,11 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
                          margin)
     choice = sub if len(idx) == len(names) else _index(idx)[sub.to(torch.int64)]
     use_stale = choose_chain_n(old, oconfs, olens, True, method, margin)
+    own = None
+    if batch.replay is not None:  # a real engine's recorded choices, taken where recorded (take_recorded)
+        own = chain_of(names, choice)
+        choice = take_recorded(names, choice, batch.replay.chain, idx)
+        use_stale = take_recorded(names, use_stale, batch.replay.stale_chain, list(range(len(names))))
     pub = publish_n(confs, lens, choice, W, tail)
     pub_stale = publish_n(oconfs, olens, use_stale, W, tail) if budget == "stale" else pub
     sched = scheduled_slots(batch.chains[MODEL][1], K, W, MODEL in ran)
@@ -677,12 +684,24 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     chosen_len = select(lens, choice)
     if fill == "cut" and not tail:
         admitted = alloc_adaptive(view).admitted
-        return finish(chain_of(names, choice), torch.minimum(admitted, chosen_len))
+        return dataclasses.replace(finish(chain_of(names, choice), torch.minimum(admitted, chosen_len)), own_chain=own)
     verified = vllm_top_b(rank_scores(survival(pub, sched), sched), stale_model_budget(view, sched), sched)
     out = finish(chain_of(names, choice), torch.minimum(verified, chosen_len))
     model_chain = choice == 0 if choice.dtype != torch.bool else ~choice
     past_model = ~model_chain & (MODEL in ran)  # DSpark's tokens lie past a chosen model-free chain
-    return dataclasses.replace(out, verified=verified, past_model=past_model)
+    return dataclasses.replace(out, verified=verified, past_model=past_model, own_chain=own)
+
+
+def take_recorded(names: tuple, choice: torch.Tensor, recorded: torch.Tensor, ran: list) -> torch.Tensor:
+    """`choice` (per request, as `evaluate`'s: an index into `names`) with a real engine's recorded chain taken where
+    one was recorded (recorded [R]: chain ids, base.FREE where none) and that chain is among the indices `ran` (a
+    recorded chain whose drafter did not run here, a schedule that drifted from the recorded one, keeps the
+    policy's own choice)."""
+    ok = torch.zeros(len(names), dtype=torch.bool)
+    ok[list(ran)] = True
+    hit = (recorded.to(torch.int64)[:, None] == chain_ids(names)[None, :]) & ok[None, :]  # [R, N]
+    has, at = hit.any(1), hit.to(torch.int64).argmax(1)
+    return torch.where(has, at == 1, choice) if choice.dtype == torch.bool else torch.where(has, at, choice)
 
 
 def _index(idx: list) -> torch.Tensor:
@@ -710,9 +729,16 @@ def plan_hybrid_vllm_skip(view: HostView, method: str = DEFAULT_METHOD, margin: 
     """Host phase of `hybrid-vllm:...:skip`: which drafters run, by `plan_skip` (the default `hybrid`'s rule,
     forecast `avg`, no hysteresis) on the stale values, as the plugin decides (HybridDrafter.plan_skip calls the
     same function); the n-gram drafter always runs; no budget: vLLM's adaptive verification keeps its own (from the
-    published confidences, charging DSpark's full profiled draft cost), which the allocate phase computes."""
+    published confidences, charging DSpark's full profiled draft cost), which the allocate phase computes. With a
+    real engine's recorded decisions (HostView.replay) the pass runs as recorded, Plan.own_drafters keeping this rule's."""
     p = plan_skip(view, method, margin, 0.0, FORECASTS[0], names)
-    return Plan(p.drafters | {ALWAYS_RUNS})
+    free = frozenset(n for n in names if n != MODEL)  # every model-free drafter runs (the plugin's: the n-gram one)
+    own = free | (p.drafters & {MODEL})
+    rp = view.replay
+    if rp is not None and bool((rp.chain >= 0).any()):  # a recorded step: its pass ran unless every recorded row skipped
+        ran = not bool(rp.skipped[rp.chain >= 0].all())
+        return Plan(free | ({MODEL} if ran else frozenset()), own_drafters=own)
+    return Plan(own)
 
 
 def alloc_hybrid_vllm_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
