@@ -123,7 +123,7 @@ def test_the_simulator_predicts_the_runs_steps(runs, policy):
     ref = runs["none"]["outputs"]
     write_reference(sl, ref, root / "reference.jsonl")
     run = runs[policy]
-    table = cost_table(cfg, run, root / policy / "cost_table.json")
+    table = cost_table(cfg, run, root / policy / "cost_table.json", block=K)  # DSpark drafts its block, K
     drafts = drafts_file(sl, run, ref, K, root / policy / "drafts.jsonl")
     pred, cmd = predict(cfg, "0.32", policy, BS, root / "reference.jsonl", table, drafts, run, 0)
     assert pred["lossless"]
@@ -142,7 +142,7 @@ def test_the_plugin_times_its_own_step_and_the_table_carries_it(runs, tmp_path):
         assert len(live["samples"]) == w["steps"] > 0
         assert all(1 <= R <= BS and ms > 0 for R, ms in live["samples"])
         assert prof["samples"] and live["fit"]["steps"] == w["steps"]
-    t = load_cost_table(cost_table(runs["cfg"], runs["hybrid"], tmp_path / "cost_table.json"))
+    t = load_cost_table(cost_table(runs["cfg"], runs["hybrid"], tmp_path / "cost_table.json", block=K))
     w = runs["hybrid"]["hybrid_stats"]["workers"][0]["plugin_ms"]
     assert t.plugin == {**w["live"]["fit"], "in_draft": w["profiled"]["fit"]}
     assert ProfiledCost(t).plugin_ms(BS) >= 0.0
