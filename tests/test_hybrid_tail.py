@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from sim.core.policies import StepBatch
-from sim.core.policies.common import rank_scores, survival, top_b_counts
+from sim.core.policies.common import CHAIN_MODEL, CHAIN_NGRAM, CHAIN_NONE, rank_scores, survival, top_b_counts
 from sim.core.policies.hybrid import alloc_hybrid_vllm, publish_n, vllm_top_b
 from sim.engine.engine import Engine
 from sim.engine.policies import sim_policy
-from sim.infra.errors import ConfigError
+from sim.infra.errors import ConfigError, SimulatorBug
 
 
 def _scores(seed: int, R: int = 6, W: int = 12):
@@ -75,7 +75,7 @@ def test_fill_vllm_reports_the_slots_vllm_verifies_past_the_chosen_chain():
     # now, so vLLM verifies 12 slots past the 3-slot chains, in whichever rows its topk picks among the zeros
     # (DSpark's own tokens there: the model pass ran)
     assert int(full.verified.sum()) == 3 * 7 and bool((full.verified >= full.admitted).all())
-    assert bool((full.verified > full.admitted).any()) and bool(full.past_model.all())
+    assert bool((full.verified > full.admitted).any()) and bool((full.past_chain == CHAIN_MODEL).all())
 
 
 def _engine_view(m_acc):
@@ -83,7 +83,8 @@ def _engine_view(m_acc):
 
 
 def test_the_engine_accepts_the_model_chains_own_tokens_past_a_whole_chain_only():
-    alloc = NS(verified=torch.tensor([6, 6, 6, 6, 2]), past_model=torch.tensor([True, True, False, True, True]))
+    fill = torch.tensor([CHAIN_MODEL, CHAIN_MODEL, CHAIN_NONE, CHAIN_MODEL, CHAIN_MODEL])
+    alloc = NS(verified=torch.tensor([6, 6, 6, 6, 2]), past_chain=fill)
     rows = np.arange(5)
     adm, acc = np.array([3, 3, 3, 3, 2]), np.array([3, 2, 3, 3, 2])
     chains = {"model_len": np.array([7, 7, 7, 4, 7])}
@@ -92,6 +93,14 @@ def test_the_engine_accepts_the_model_chains_own_tokens_past_a_whole_chain_only(
     # row 0: DSpark's tokens 3, 4 accepted (m_acc 5); row 1: the chain broke at 2; row 2: fillers; row 3: DSpark's
     # chain ends at 4; row 4: nothing past
     assert got.tolist() == [2, 0, 0, 1, 0]
+
+
+def test_the_engine_refuses_another_chains_tokens_past_the_chain():
+    alloc = NS(verified=torch.tensor([6, 6]), past_chain=torch.tensor([CHAIN_MODEL, CHAIN_NGRAM]))
+    view = NS(tb=NS(m_acc=np.array([7, 7])), policy=NS(name="p"))
+    with pytest.raises(SimulatorBug, match="chain 2's tokens"):
+        Engine._past_chain(view, alloc, np.arange(2), np.array([3, 3]), np.array([3, 3]),
+                           {"model_len": np.array([7, 7])})
 
 
 def test_a_run_charging_the_slots_past_the_chain_is_lossless_and_counts_them():

@@ -183,16 +183,16 @@ def test_ngram_mtp_copies_where_it_matched_and_skips_the_decode_steps_only_after
     part = replace_chain(b, "ngram", length=torch.tensor([2, 0]))
     out = alloc_ngram_mtp(part, batch1=False)
     assert out.chain.tolist() == [CHAIN_NGRAM, CHAIN_MODEL] and out.admitted.tolist() == [2, 3]
-    assert int(out.model_steps) == 3  # not every request matched
+    assert int(out.steps["dspark"]) == 3  # not every request matched
     full = replace_chain(b, "ngram", length=torch.tensor([9, 4]))
     assert alloc_ngram_mtp(full, batch1=False).admitted.tolist() == [3, 3]
     for prev, steps in ((False, 3), (True, 1)):
         got = alloc_ngram_mtp(dataclasses.replace(full, all_matched={"ngram": torch.tensor(prev)}), batch1=False)
-        assert int(got.model_steps) == steps
+        assert int(got.steps["dspark"]) == steps
     b1 = alloc_ngram_mtp(full, batch1=True)  # two requests: no lookup at all
-    assert b1.chain.tolist() == [CHAIN_MODEL, CHAIN_MODEL] and int(b1.model_steps) == 3
+    assert b1.chain.tolist() == [CHAIN_MODEL, CHAIN_MODEL] and int(b1.steps["dspark"]) == 3
     one = random_batch(np.random.default_rng(2), 1, 3, 16, lengths_vary=False)
-    assert int(alloc_ngram_mtp(replace_chain(one, "ngram", length=torch.tensor([5])), batch1=True).model_steps) == 1
+    assert int(alloc_ngram_mtp(replace_chain(one, "ngram", length=torch.tensor([5])), batch1=True).steps["dspark"]) == 1
     state = AllMatched(3)
     state.observe(np.array([0, 1]), {"ngram": (None, np.array([1, 2]))}, {}, None)
     state.observe(np.array([0, 1]), {"ngram": (None, np.array([0, 2]))}, {}, None)
@@ -227,7 +227,7 @@ def test_the_per_step_oracle_over_three_drafters_bounds_each_new_rule(spec):
         a = pol.fn(b)
         acc = {1: b.true_acc["dspark"], 2: b.true_acc["ngram"], 3: b.true_acc["suffix"]}
         got = sum(min(int(a.admitted[r]), int(acc[int(a.chain[r])][r])) for r in range(R) if a.chain[r] > 0)
-        steps = 7 if a.model_steps is None else int(a.model_steps)
+        steps = 7 if a.stepped("dspark") is None else int(a.stepped("dspark"))
         cost = alloc_ms + sum({"dspark": m_ms * steps / 7, "ngram": n_ms, "suffix": s_ms}[d] for d in pol.drafters)
         g_pol = float(goodput(b, torch.tensor(float(got)), a.admitted.sum(), cost))
         o = oracle_n(b, names)

@@ -49,8 +49,9 @@ item 3 compares them with the trace like any other (item 2 bounds the copy part 
 whole by K). The native step does not emit fillers, so such a run steps as defined.
 Slots verified past the admitted chain (Allocation.verified, `hybrid-vllm:...:fill=vllm`: what vLLM's top-B admits
 past the plugin's chosen chains) are charged as verify tokens; where they hold the model chain's own tokens
-(Allocation.past_model) and the chain before them is accepted whole, those the tables say the model chain gets
-right (m_acc) are accepted and emitted as the trace's tokens, before the bonus (`_past_chain`; numpy step only).
+(Allocation.past_chain == CHAIN_MODEL, the only chain modelled there) and the chain before them is accepted whole,
+those the tables say the model chain gets right (m_acc) are accepted and emitted as the trace's tokens, before the
+bonus (`_past_chain`; numpy step only).
 
 Lossless check (`check_lossless`; RunResult.lossless is its result and RunResult.violation names the
 first failure; the engine does not raise, callers do: `RunResult.raise_if_lossy`). A run is lossless iff
@@ -109,8 +110,8 @@ from sim.engine.live import LiveChains
 from sim.engine.stretch import steady_steps
 from sim.infra.errors import ConfigError, SimulatorBug
 from sim.engine.forms import ARRAY_FORM, NATIVE_STEP, WHOLE_STEP, transcribed_by
-from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, MODEL, NGRAM, Allocation, Decision, HostView, Plan, Replay, \
-    StepBatch
+from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, CHAIN_NONE, MODEL, NGRAM, Allocation, Decision, HostView, \
+    Plan, Replay, StepBatch
 from sim.core.policies.registry import Policy
 from sim.engine.policy_fast import Arrays, decision
 from sim.core.scheduler import Scheduler, StepPlan, full_kv_need
@@ -615,11 +616,17 @@ class Engine(HostHistory, LosslessChecks):
                     chains: dict) -> tuple[np.ndarray, np.ndarray]:
         """The slots vLLM verifies past each request's admitted chain (Allocation.verified - admitted) and those of
         them the target accepts (int64 [R] each): slot j >= adm holds the model chain's own token where
-        past_model (j < its length), accepted iff the admitted chain is accepted whole and j < the trace's m_acc
-        (the model chain matches the target through slot j, so its token j is the target's); a filler otherwise,
-        never accepted (a filler's token equal to the target's by chance is not modelled)."""
+        past_chain is CHAIN_MODEL (j < its length), accepted iff the admitted chain is accepted whole and j < the
+        trace's m_acc (the model chain matches the target through slot j, so its token j is the target's); a
+        filler where CHAIN_NONE (or past_chain None), never accepted (a filler's token equal to the target's by
+        chance is not modelled). Another chain's tokens there are not modelled: SimulatorBug."""
         past = np.maximum(alloc.verified.numpy().astype(np.int64) - adm, 0)
-        own = alloc.past_model.numpy() & (acc == adm)
+        fill = np.full(len(adm), CHAIN_NONE) if alloc.past_chain is None else alloc.past_chain.numpy()
+        other = (fill != CHAIN_NONE) & (fill != CHAIN_MODEL)
+        if other.any():
+            raise SimulatorBug(f"policy '{self.policy.name}' fills verified slots past its chain with chain "
+                               f"{int(fill[other][0])}'s tokens; the engine models only the model chain's there")
+        own = (fill == CHAIN_MODEL) & (acc == adm)
         reach = np.minimum(np.minimum(adm + past, chains["model_len"]), self.tb.m_acc[rows])
         return past, np.where(own, np.maximum(reach - adm, 0), 0)
 
@@ -807,9 +814,10 @@ class Engine(HostHistory, LosslessChecks):
         Returns (adm_m, adm_n, model_ran)."""
         model_ran, ngram_ran = self.drafters_ran(alloc.ran, prices, plan)
         self.ran = (model_ran, ngram_ran)
-        if alloc.model_steps is not None and model_ran and getattr(self.cost, "draft_sequential", False):
-            # a sequential head that ran fewer steps than its chain (Allocation.model_steps): priced at those
-            prices.draft = self.cost.draft_ms(len(reqs), min(self.tb.k_model, int(alloc.model_steps)))
+        steps = alloc.stepped(MODEL)
+        if steps is not None and model_ran and getattr(self.cost, "draft_sequential", False):
+            # a sequential head that ran fewer steps than its chain (Allocation.steps): priced at those
+            prices.draft = self.cost.draft_ms(len(reqs), min(self.tb.k_model, int(steps)))
         chain = alloc.chain.numpy()
         adm = alloc.admitted.numpy().astype(np.int64)
         is_m = chain == CHAIN_MODEL
@@ -905,8 +913,8 @@ class Engine(HostHistory, LosslessChecks):
         alloc = self._allocate(batch, plan)
         if self._replay:
             self._count_replay(batch, plan, alloc)
-        if alloc.model_steps is not None:  # the native step's Decision has no room for it (base.Allocation)
-            raise SimulatorBug(f"policy '{self.policy.name}' reports model_steps, which only the numpy step reads")
+        if alloc.steps:  # the native step's Decision has no room for them (base.Allocation)
+            raise SimulatorBug(f"policy '{self.policy.name}' reports drafter steps, which only the numpy step reads")
         model_ran, ngram_ran = self.drafters_ran(alloc.ran, None, plan)
         second = None if alloc.second is None else alloc.second.numpy()
         return Decision(alloc.chain.numpy(), alloc.admitted.numpy(), second, {MODEL: model_ran, NGRAM: ngram_ran})

@@ -218,17 +218,20 @@ class Allocation:
                  accepted lengths, chooses after the proposals which drafters it is charged for; an engine reads
                  its `ran` on the host copy of the Allocation (the truth is host data). None, or a drafter
                  absent from it: as planned.
-    model_steps  optional 0-d int64: the sequential steps the model drafter's pass ran where it is a sequential
-                 head (an MTP or EAGLE-style profile: CostModel.draft_ms(R, steps)); vLLM main's NgramMTPSpeculator
-                 skips the decode steps after the first when every request's n-gram lookup matched. Read on the
-                 host copy, as ran; only the numpy step reads it (a policy reporting it keeps an online
-                 state, Policy.online, which takes that step). None = the whole chain.
+    steps        optional, drafter name -> 0-d int64: the sequential steps that drafter's pass ran where it is a
+                 sequential head (an MTP or EAGLE-style profile: CostModel.draft_ms(R, steps)); vLLM main's
+                 NgramMTPSpeculator skips the model drafter's decode steps after the first when every request's
+                 n-gram lookup matched. Read on the host copy, as ran; only the numpy step reads it (a policy
+                 reporting it keeps an online state, Policy.online, which takes that step), and only the model
+                 drafter's entry today. None, or a drafter absent from it: the whole chain.
     verified     optional int64 [R]: the draft slots vLLM verifies in the row, >= admitted (the slots past the
                  chosen chain that vLLM's adaptive verification admits, hybrid-vllm's fill=vllm); the engine charges
                  them. None = admitted.
-    past_model   optional bool [R] with `verified`: the slots past the admitted chain hold the model chain's own
-                 tokens (at the same depths; a filler past its length), accepted where the chain before them is
-                 accepted whole and the model chain's are (the trace's m_acc); False: fillers, never accepted.
+    past_chain   optional int64 [R] with `verified`: the chain id whose own tokens fill the slots past the admitted
+                 chain (at the same depths; a filler past its length), accepted where the chain before them is
+                 accepted whole and that chain's are (the trace's acceptance); CHAIN_NONE: fillers, never accepted.
+                 The engine models only the model chain's tokens there (CHAIN_MODEL): any other chain id is a
+                 SimulatorBug (sim.engine.engine.Engine._past_chain). None = fillers everywhere.
     own_chain    optional int64 [R], where the policy took recorded choices (StepBatch.replay): the chain it would
                  have chosen itself (the engine counts the rows where it differs from `chain`). None: no replay.
     chain ids beyond CHAIN_NGRAM name the run's other drafters (sim/core/drafters/registry.py: chain_id).
@@ -239,14 +242,18 @@ class Allocation:
     second: Optional[torch.Tensor] = None
     ran: Optional[dict] = None
     second_chain: Optional[torch.Tensor] = None
-    model_steps: Optional[torch.Tensor] = None
+    steps: Optional[dict] = None
     verified: Optional[torch.Tensor] = None
-    past_model: Optional[torch.Tensor] = None
+    past_chain: Optional[torch.Tensor] = None
     own_chain: Optional[torch.Tensor] = None
 
     def said(self, name: str) -> Optional[torch.Tensor]:
         """What the allocation reports of drafter `name` having run (`ran`; None: as planned)."""
         return None if self.ran is None else self.ran.get(name)
+
+    def stepped(self, name: str) -> Optional[torch.Tensor]:
+        """The sequential steps drafter `name`'s pass ran (`steps`, 0-d int64; None: the whole chain)."""
+        return None if self.steps is None else self.steps.get(name)
 
 
 class Decision(NamedTuple):

@@ -85,7 +85,7 @@ from sim.core.drafters import DEFAULT_DRAFTERS
 from sim.core.drafters.recalibration import recalibrated
 from sim.core.policies.adaptive import alloc_adaptive, stale_model_budget
 from sim.core.policies.base import MODEL, NGRAM, Allocation, HostView, Plan, StepBatch, host_view
-from sim.core.policies.common import (CONST, best_budget, cap_budget, count_above, finish,
+from sim.core.policies.common import (CHAIN_MODEL, CHAIN_NONE, CONST, best_budget, cap_budget, count_above, finish,
                                  goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
 from sim.core.policies.registry import (Policy, TableOption, parse_spec, register, spec_name, spec_usage, spec_written,
                                         split_option, with_table)
@@ -647,10 +647,11 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     length, those slots neither charged nor accepted. fill="vllm" (`hybrid-vllm:...:fill=vllm`, implied by
     tail > 0): vLLM's own top-B over the published survivals (`vllm_top_b`, ties at 0 as the CPU topk picks them),
     every slot it verifies charged (Allocation.verified), and past a chosen model-free chain the plugin's tokens are
-    DSpark's own (slots < K_b when its pass ran: Allocation.past_model), which the engine accepts as the trace
-    replay says (a filler, past both chains, is never accepted). tail: the confidence the plugin publishes past its
-    chosen chain (publish_n), what vLLM budgets and ranks those slots by. budget="current" (a what-if no vLLM runs):
-    B* from this step's publication instead of the last step's, which measures what the stale budget loses.
+    DSpark's own (slots < K_b when its pass ran: Allocation.past_chain = CHAIN_MODEL), which the engine accepts as
+    the trace replay says (a filler, past both chains, CHAIN_NONE, is never accepted). tail: the confidence the
+    plugin publishes past its chosen chain (publish_n), what vLLM budgets and ranks those slots by.
+    budget="current" (a what-if no vLLM runs): B* from this step's publication instead of the last step's, which
+    measures what the stale budget loses.
 
     slots = W > K (`hybrid-vllm:slots=W`, a what-if the plugin cannot run today: DSpark's speculator drafts
     exactly its block of K): vLLM schedules W draft slots per request, the model chain is padded with
@@ -688,8 +689,8 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     verified = vllm_top_b(rank_scores(survival(pub, sched), sched), stale_model_budget(view, sched), sched)
     out = finish(chain_of(names, choice), torch.minimum(verified, chosen_len))
     model_chain = choice == 0 if choice.dtype != torch.bool else ~choice
-    past_model = ~model_chain & (MODEL in ran)  # DSpark's tokens lie past a chosen model-free chain
-    return dataclasses.replace(out, verified=verified, past_model=past_model, own_chain=own)
+    past = torch.where(~model_chain & (MODEL in ran), CHAIN_MODEL, CHAIN_NONE)  # DSpark's past a model-free chain
+    return dataclasses.replace(out, verified=verified, past_chain=past, own_chain=own)
 
 
 def take_recorded(names: tuple, choice: torch.Tensor, recorded: torch.Tensor, ran: list) -> torch.Tensor:

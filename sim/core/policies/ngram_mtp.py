@@ -11,7 +11,7 @@ The MTP pass behind the step's drafts always runs its first (prefill) step, whic
 complete; its K - 1 decode steps are skipped when
     all_r matched[r]  and  the previous step's lookup matched every request too
 (vLLM waits for this step's lookup only while the previous one matched every request, read without blocking), so
-the pass is priced CostModel.draft_ms(R, 1) instead of draft_ms(R, K) for a sequential head (Allocation.model_steps;
+the pass is priced CostModel.draft_ms(R, 1) instead of draft_ms(R, K) for a sequential head (Allocation.steps[MODEL];
 a block drafter such as DSpark has no decode steps to skip). The previous step's flag is host state the engine keeps
 (`AllMatched`, Policy.online), vLLM's double-buffered all_matched_cpu.
 `ngram-mtp:b1`, the other version in vLLM main's history: only a batch of one request looks up, waits for the
@@ -59,19 +59,19 @@ class AllMatched:
 
 
 def alloc_ngram_mtp(batch: StepBatch, batch1: bool) -> Allocation:
-    """The module docstring's rule: each request's chain, and the MTP pass's steps (Allocation.model_steps)."""
+    """The module docstring's rule: each request's chain, and the MTP pass's steps (Allocation.steps[MODEL])."""
     K = batch.chains[MODEL][0].shape[1]
     R = batch.num_reqs
     matched = batch.chains[NGRAM][1] > 0
     if batch1 and R != 1:  # no lookup: MTP drafts every request, all K steps
         out = finish(torch.full_like(batch.chains[MODEL][1], CHAIN_MODEL), batch.chains[MODEL][1].clamp(max=K))
-        return dataclasses.replace(out, model_steps=torch.tensor(K), ran={NGRAM: torch.tensor(False)})
+        return dataclasses.replace(out, steps={MODEL: torch.tensor(K)}, ran={NGRAM: torch.tensor(False)})
     everyone = matched.all()
     skip = everyone if batch1 else everyone & batch.all_matched.get(NGRAM, torch.tensor(False))
     chain = torch.where(matched, torch.full_like(matched, CHAIN_NGRAM, dtype=torch.int64),
                         torch.full_like(matched, CHAIN_MODEL, dtype=torch.int64))
     admitted = torch.where(matched, batch.chains[NGRAM][1].clamp(max=K), batch.chains[MODEL][1].clamp(max=K))
-    return dataclasses.replace(finish(chain, admitted), model_steps=torch.where(skip, 1, K))
+    return dataclasses.replace(finish(chain, admitted), steps={MODEL: torch.where(skip, 1, K)})
 
 
 @dataclass(frozen=True)

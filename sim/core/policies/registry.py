@@ -53,7 +53,7 @@ class Policy:
     step_table: the policy prices verify slots with the step's own table (the `table=step` option): the engine
         hands it verify_cost_ms = CostModel.charged_verify_table at the step's token count, KV context and
         sequences (host-known before launch) instead of vLLM's start-up profile, and runs the definitions.
-    verifies_past: its Allocations may carry `verified` / `past_model` (slots vLLM verifies past the chosen chain,
+    verifies_past: its Allocations may carry `verified` / `past_chain` (slots vLLM verifies past the chosen chain,
         hybrid-vllm's fill=vllm): the simulator then runs the numpy step, the one that charges and accepts them.
     plan_fn / alloc_fn: the policy's two phases (sim.core.policies.base: plan on the host from a HostView,
         allocate on the device from the StepBatch and the Plan); fn must then be alloc_fn(batch,
