@@ -53,7 +53,7 @@ def test_quick_cpu_run(tmp_path):
     assert any(ln.strip().startswith("PASS hybrid step on cpu == on cpu") for ln in lines)
     for part in ("## Preflight", "## The vLLM plugin's device code", "## Target forward alone vs the roofline",
                  "measured / roofline",
-                 "## Validation", "Median throughput error", "python real/gpu_check.py --device cpu"):
+                 "## Validation", "Median |throughput error|", "python real/gpu_check.py --device cpu"):
         assert part in md, part
     for trace in ("codeedit", "chat"):  # 2 traces x 2 policies x batch 1 and 2
         for pol in ("none", "hybrid-price"):

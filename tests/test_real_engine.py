@@ -129,7 +129,7 @@ def test_validate_quick_cli(tmp_path):
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "checks the pipeline, not fidelity" in r.stderr
-    runs = [ln.split()[1] + " " + ln.split()[4] for ln in r.stderr.splitlines() if " repeat " in ln and "real" in ln
+    runs = [ln.split()[1] + " " + ln.split()[4] for ln in r.stderr.splitlines() if " repeat " in ln and " ran " in ln
             and not ln.startswith(("warning", "cached"))]
     assert runs == ["none 1/2", "ngram-fixed:32 1/2", "ngram-fixed:32 2/2", "none 2/2"]  # ABBA
     fid = json.loads((out / "fidelity.json").read_text())
