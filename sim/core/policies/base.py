@@ -95,8 +95,8 @@ class StepBatch:
                         model drafter; Policy.online, `adaptive:online`, sim/core/drafters/acceptance_estimator.py).
     all_matched, stale_all_matched  name -> whether every decoding request's lookup of that drafter (the n-gram
                         one) matched (0-d bool; `ngram-mtp`, sim/core/policies/ngram_mtp.py).
-    No field is named for a drafter: a policy reads batch.chains[name] (hot paths bind the entries they read once).
     replay              a real engine's recorded decisions at these rows (Replay), or None: the policy decides.
+    No field is named for a drafter: a policy reads batch.chains[name] (hot paths bind the entries they read once).
     """
 
     chains: dict = field(default_factory=dict)
