@@ -13,7 +13,8 @@ vLLM's step, with this speculator (Model Runner V2, adaptive verification on):
 W slots (docs/real.md, "W slots"): vLLM runs with num_speculative_tokens = W, so everything it sizes per request (the
 scheduler's W + 1 tokens of a decode step, input buffers, target graphs, rejection sampler, adaptive verification's
 tables, KV lookahead) is W wide, while DSpark is built from a copy of the config at its trained block K_b <= W
-(`config.block_config`, which also cuts W-long synthetic acceptance rates to the block). DSpark then drafts K_b tokens into the first K_b columns of the plugin's W-wide buffers: during
+(`config.block_config`, which also cuts W-long synthetic acceptance rates to the block). DSpark then drafts K_b
+tokens into the first K_b columns of the plugin's W-wide buffers: during
 DSpark's own code (propose, capture) `draft_tokens` / `draft_token_confidence_probs` are K_b-wide views of them,
 outside it (what the model runner reads after propose) the W-wide buffers. The hybrid publishes W columns, 0
 confidence past each chosen chain. DSpark's pass reads the target's verified tokens of any count (its context K/V

@@ -110,8 +110,8 @@ from sim.engine.live import LiveChains
 from sim.engine.stretch import steady_steps
 from sim.infra.errors import ConfigError, SimulatorBug
 from sim.engine.forms import ARRAY_FORM, NATIVE_STEP, WHOLE_STEP, transcribed_by
-from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, CHAIN_NONE, MODEL, NGRAM, Allocation, Decision, HostView, \
-    Plan, Replay, StepBatch
+from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, CHAIN_NONE, FREE, MODEL, NGRAM, Allocation, Decision, \
+    HostView, Plan, Replay, StepBatch
 from sim.core.policies.registry import Policy
 from sim.engine.policy_fast import Arrays, decision
 from sim.core.scheduler import Scheduler, StepPlan, full_kv_need
@@ -721,7 +721,7 @@ class Engine(HostHistory, LosslessChecks):
             self.replay_stats[2:] += (1, int((MODEL in plan.own_drafters) != (MODEL in plan.drafters)))
         if alloc.own_chain is not None and batch.replay is not None:
             rec = batch.replay.chain.numpy()
-            at = rec >= 0
+            at = rec != FREE
             self.replay_stats[:2] += (int(at.sum()), int((alloc.own_chain.numpy()[at] != rec[at]).sum()))
 
     @transcribed_by(NATIVE_STEP, *WHOLE_STEP)

@@ -140,8 +140,8 @@ class HostView:
 
     scheduled_len[d]    the chain length the step schedules for drafter d (int64 [R]), known before its pass: for
                         the model drafter min(K_m, output left, the step's draft cap) (vLLM masks its stale
-                        survivals with it); the engines give the model drafter's, a lookup's length being known only once
-                        it ran (host_view of a one-view batch gives every drafter's current length).
+                        survivals with it); the engines give the model drafter's, a lookup's length being known
+                        only once it ran (host_view of a one-view batch gives every drafter's current length).
     recal, estimator, all_matched   the policy's online state one step older (StepBatch.stale_recal,
                         stale_estimator, stale_all_matched).
     replay              StepBatch.replay (host data: the recorded decisions are known before the step)."""

@@ -84,7 +84,7 @@ import torch
 from sim.core.drafters import DEFAULT_DRAFTERS
 from sim.core.drafters.recalibration import recalibrated
 from sim.core.policies.adaptive import alloc_adaptive, stale_model_budget
-from sim.core.policies.base import MODEL, NGRAM, Allocation, HostView, Plan, StepBatch, host_view
+from sim.core.policies.base import FREE, MODEL, NGRAM, Allocation, HostView, Plan, StepBatch, host_view
 from sim.core.policies.common import (CHAIN_MODEL, CHAIN_NONE, CONST, best_budget, cap_budget, count_above, finish,
                                  goodput, prefix_sum, rank_scores, slot_valid, survival, top_b_counts, verify_ms)
 from sim.core.policies.registry import (Policy, TableOption, parse_spec, register, spec_name, spec_usage, spec_written,
@@ -731,13 +731,15 @@ def plan_hybrid_vllm_skip(view: HostView, method: str = DEFAULT_METHOD, margin: 
     forecast `avg`, no hysteresis) on the stale values, as the plugin decides (HybridDrafter.plan_skip calls the
     same function); the n-gram drafter always runs; no budget: vLLM's adaptive verification keeps its own (from the
     published confidences, charging DSpark's full profiled draft cost), which the allocate phase computes. With a
-    real engine's recorded decisions (HostView.replay) the pass runs as recorded, Plan.own_drafters keeping this rule's."""
+    real engine's recorded decisions (HostView.replay) the pass runs as recorded, Plan.own_drafters keeping this
+    rule's."""
     p = plan_skip(view, method, margin, 0.0, FORECASTS[0], names)
     free = frozenset(n for n in names if n != MODEL)  # every model-free drafter runs (the plugin's: the n-gram one)
     own = free | (p.drafters & {MODEL})
     rp = view.replay
-    if rp is not None and bool((rp.chain >= 0).any()):  # a recorded step: its pass ran unless every recorded row skipped
-        ran = not bool(rp.skipped[rp.chain >= 0].all())
+    recorded = None if rp is None else rp.chain != FREE
+    if recorded is not None and bool(recorded.any()):  # a recorded step: its pass ran unless every recorded row skipped
+        ran = not bool(rp.skipped[recorded].all())
         return Plan(free | ({MODEL} if ran else frozenset()), own_drafters=own)
     return Plan(own)
 
@@ -745,8 +747,8 @@ def plan_hybrid_vllm_skip(view: HostView, method: str = DEFAULT_METHOD, margin: 
 def alloc_hybrid_vllm_skip(batch: StepBatch, plan: Plan, method: str = DEFAULT_METHOD, margin: float = NGRAM_MARGIN,
                            slots: int | None = None, names: tuple = TWO, fill: str = "cut",
                            tail: float = 0.0, budget: str = "stale") -> Allocation:
-    """Device phase of `hybrid-vllm:...:skip`: `alloc_hybrid_vllm` over the chains that ran; ran[dspark] = plan.runs(dspark),
-    so the engine charges the draft cost without the block pass when it was skipped."""
+    """Device phase of `hybrid-vllm:...:skip`: `alloc_hybrid_vllm` over the chains that ran; ran[dspark] =
+    plan.runs(dspark), so the engine charges the draft cost without the block pass when it was skipped."""
     out = alloc_hybrid_vllm(batch, method, margin, slots, names, tuple(n for n in names if n in plan.drafters),
                             fill, tail, budget)
     return dataclasses.replace(out, ran={MODEL: torch.tensor(plan.runs(MODEL))})
