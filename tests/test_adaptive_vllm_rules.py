@@ -9,6 +9,8 @@ plus: decisions use the start-up profiled verify table (independent of the step'
 engine charges the true cost, and `adaptive` equals an independent loop implementation of vLLM's
 get_num_tokens + top-k on random batches.
 """
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -162,6 +164,73 @@ def test_d_stale_confidences_reset_on_admission_and_resume():
     res = eng.run()
     assert res.lossless and res.requests["preemptions"].sum() > 0
     assert checks["admission"] > 0 and checks["resume"] > 0 and checks["steady"] > 0
+
+
+def test_d_a_prefill_in_chunks_reads_a_chunks_confidences_not_the_reset():
+    """vLLM's drafter runs on a partial prefill chunk's row too and publishes its confidences; the budget of the first
+    decode step reads the publication of the step before the last chunk, so under --scheduler vllm only a prefill
+    done in one step leaves the reset 1.0 (the engine's `fresh` mark is cleared by a chunk that does not finish it);
+    the project's engines reset the row whatever the chunks."""
+    rng = np.random.default_rng(7)
+    reqs = random_requests(rng, 6, max_prompt=90, max_out=40)
+    for scheduler in ("vllm", "hybridspec"):
+        tb = _tables(reqs)
+        tb.m_conf[:] = 0.3
+        chunks: dict = {}  # request -> prefill chunks since it was (re)admitted
+        seen = {"one": 0, "chunked": 0}
+        scheduled: dict = {}
+
+        def look(b):
+            stale = b.stale_chains["dspark"][0].numpy()
+            for i, r in enumerate(scheduled["decoding"]):
+                n = chunks.pop(int(r), None)
+                if n is None:
+                    continue  # not its first decode step
+                reset = n == 1 or scheduler == "hybridspec"
+                assert np.all(stale[i] == (1.0 if reset else np.float32(0.3))), (scheduler, r, n)
+                seen["one" if n == 1 else "chunked"] += 1
+
+        inner = sim_policy("adaptive")
+        spy = dataclasses.replace(inner, fn=lambda b: (look(b), inner.fn(b))[1])  # keeps its vLLM counterpart
+        eng = Engine(tb, np.zeros(len(reqs)), spy, LinearCost(),
+                     EngineConfig(batch_size=3, max_num_batched_tokens=48, kv_capacity_tokens=1 << 16,
+                                  scheduler=scheduler))
+        schedule = eng._schedule
+
+        def spy_schedule():
+            out = schedule()
+            scheduled["decoding"] = out.decoding
+            for r, _ in out.prefilling:
+                chunks[int(r)] = chunks.get(int(r), 0) + 1
+            return out
+        eng._schedule = spy_schedule
+        assert eng.run().lossless
+        assert seen["one"] > 0 and seen["chunked"] > 0, (scheduler, seen)
+
+
+def test_e_vllm_schedules_and_publishes_the_whole_model_chain_near_a_requests_end():
+    """vLLM's scheduler gives every decoding request its num_speculative_tokens and its drafter does not know
+    max_tokens: under --scheduler vllm the model chain's scheduled length and the stale chain's stay K near a
+    request's end (what is accepted still ends there); the project's engines cut both to the output left."""
+    rng = np.random.default_rng(3)
+    reqs = random_requests(rng, 5, max_prompt=40, max_out=30)
+    for scheduler, whole in (("vllm", True), ("hybridspec", False)):
+        tb = _tables(reqs)
+        K = tb.k_model
+        near_end = []
+
+        def look(b):
+            near_end.append((b.chains["dspark"][1].numpy().min(), b.stale_chains["dspark"][1].numpy().min()))
+
+        inner = sim_policy("adaptive")
+        spy = dataclasses.replace(inner, fn=lambda b: (look(b), inner.fn(b))[1])  # keeps its vLLM counterpart
+        res = Engine(tb, np.zeros(len(reqs)), spy, LinearCost(), EngineConfig(batch_size=2, scheduler=scheduler)).run()
+        assert res.lossless and int(res.steps["emitted"].sum()) == int(tb.out_len.sum())
+        shortest = min(c for c, _ in near_end), min(o for _, o in near_end)
+        if whole:
+            assert shortest == (K, K)
+        else:
+            assert shortest[0] < K and shortest[1] < K
 
 
 # --- decisions from the start-up table, true cost charged --------------------------------------------

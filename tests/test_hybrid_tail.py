@@ -193,3 +193,23 @@ def test_the_past_slots_command_tables_the_stale_budget_loss_and_refuses_bad_inp
         r = subprocess.run([sys.executable, "-m", "sim.past_slots", *extra], capture_output=True, text=True)
         assert r.returncode == 2 and needle in r.stderr, (extra, r.stderr)
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_new_requests_reset_row_is_w_wide():
+    """vLLM's add_request writes 1.0 into all W slots of a new request's stale row; the engine's K-wide model row of
+    exact 1.0s (its reset) stands for it, so at W > K the one-step-old budget sees W sure slots, not K and zeros."""
+    R, K, W = 2, 4, 16
+    mc = torch.full((R, K), 0.6)
+    stale = torch.tensor([[1.0] * K, [0.6] * K])  # row 0: the reset; row 1: a chain DSpark published
+    b = StepBatch(chains={"dspark": (mc, torch.full((R,), K)), "ngram": (torch.zeros(R, W), torch.zeros(R, dtype=torch.int64))},
+                  stale_chains={"dspark": (stale, torch.full((R,), K)),
+                                "ngram": (torch.zeros(R, W), torch.zeros(R, dtype=torch.int64))},
+                  num_nondraft_tokens=R, verify_cost_ms=10.0 + torch.arange(R * (W + 1) + 2, dtype=torch.float64),
+                  draft_cost_ms=0.0)
+    from sim.core.policies.hybrid import reset_rows
+
+    assert reset_rows(stale).tolist() == [True, False]
+    out = alloc_hybrid_vllm(b, slots=W, fill="vllm")
+    # every reset slot earns 1 for 1 ms, more than the step's goodput: B* = the W reset slots (5 while the reset
+    # row was K wide: K sure slots, then row 1's first)
+    assert int(out.verified.sum()) == W

@@ -52,3 +52,16 @@ def test_a_run_accepts_by_the_rates_whatever_the_drafter(tmp_path):
         assert out["1,1,0.5", pol] == pytest.approx(3.5, abs=0.08)
     assert out["1,1,0.5", "vllm-ngram:7"] < 3.5  # n-gram chains shorter than 3 cap what is accepted
     assert out[None, "adaptive"] != pytest.approx(out["1,1,0.5", "adaptive"], abs=0.01)
+
+
+def test_chains_keep_their_length_past_the_output_end():
+    """vLLM's drafters do not know max_tokens: the plugin publishes (and adaptive verification budgets on) whole
+    chains near a request's end, so synthetic acceptance cuts what is accepted there, not the chains' lengths."""
+    L, P = 5, 7
+    rows = {"m_acc": np.zeros(L, dtype=np.int64), "ng_len": np.full(L, 6, dtype=np.int64),
+            "m_conf": np.full((L, 4), 0.5), "tokens": np.arange(P + L)}
+    out = syn.apply(rows, (1.0, 1.0, 1.0, 1.0), np.random.default_rng(0))
+    left = L - np.arange(L)
+    assert out["ng_len"].tolist() == [6] * L  # was cut to the output left
+    assert out["ng_acc"].tolist() == np.minimum(4, left).tolist() and out["m_acc"].tolist() == out["ng_acc"].tolist()
+    assert out["ng_start"].tolist() == (P + np.arange(L)).tolist()

@@ -475,6 +475,18 @@ def test_a_synthetic_cell_is_its_own_reference_and_claims_no_losslessness(tmp_pa
                          "semantics": "0.32", "sim_model": "smollm2-135m", "hybrid_additional_config": {}, "limit": 2,
                          "max_prompt": 800, "max_tokens": 12, "tie_epsilon": 0.25, "checklist": []})
     assert "losslessness is not claimed" in md and "Lossless: not claimed" in md and "| not claimed |" in md
+    # vLLM's recorded budgets against the prediction's verified slots, step by step (real/validation/vllm/budgets.py)
+    sim_v = cell["predicted"]["verified_slots"]
+    budgets = [[["a", "b"], [8, 8], [7, 7], v, [[1.0] * 7] * 2] for v in sim_v]
+    budgets[1][3] = 99  # B above the drafts scheduled: every one verified, 14
+    cell2 = flow.cell_record(v, sl, 2, "adaptive", {**runs, "adaptive": dict(run, budgets=budgets)}, ref_path, None)
+    want = sum(x == (14 if i == 1 else x) for i, x in enumerate(sim_v))
+    assert cell2["budgets"] == {"steps": len(sim_v), "sim_steps": len(sim_v), "agree": want,
+                                "first_diff": None if sim_v[1] == 14 else 1}
+    write_reports(v.out, [cell2], {}, md=lambda *a: "", page=False)
+    assert "verified_slots" not in (v.out / "fidelity.json").read_text()
+    assert flow.budget_cell(None) == "-" and flow.budget_cell(cell2["budgets"]).startswith(f"{want} / {len(sim_v)}")
+    assert flow.budget_cell({"steps": 5, "sim_steps": 6, "agree": 5, "first_diff": 5}) == "5 / 5 (sim 6); from 5"
 
 
 def test_a_cell_with_a_tie_flip_is_predicted_on_its_own_outputs(tmp_path):

@@ -27,6 +27,9 @@ def steps_csv(steps: dict) -> str:
     return pd.DataFrame(steps).to_csv(index=False)
 
 
+PER_STEP = ("step_ms", "verified_slots")  # per-step lists of a summary, kept out of fidelity.json
+
+
 def write_reports(out: Path, cells: list[dict], meta: dict, md=None, plotly: str = "inline", page: bool = True) -> dict:
     """fidelity.json / .md / .html from the cells; returns the aggregate. md: the markdown formatter
     (default format_md, the torch engine's); plotly: the page's plotly.js inlined, or "shared" beside it
@@ -35,7 +38,7 @@ def write_reports(out: Path, cells: list[dict], meta: dict, md=None, plotly: str
     from sim.infra.html_page import write_page
 
     agg = aggregate(cells)
-    slim = [{k: ({kk: vv for kk, vv in v.items() if kk != "step_ms"} if isinstance(v, dict) else v)
+    slim = [{k: ({kk: vv for kk, vv in v.items() if kk not in PER_STEP} if isinstance(v, dict) else v)
              for k, v in c.items()} for c in cells]
     write_output(out / "fidelity.json", json.dumps({"meta": meta, "aggregate": agg, "cells": slim}, indent=1) + "\n")
     write_output(out / "fidelity.md", (md or format_md)(slim, agg, meta))

@@ -114,7 +114,7 @@ from sim.core.policies.base import CHAIN_MODEL, CHAIN_NGRAM, CHAIN_NONE, FREE, M
     HostView, Plan, Replay, StepBatch
 from sim.core.policies.registry import Policy
 from sim.engine.policy_fast import Arrays, decision
-from sim.core.scheduler import Scheduler, StepPlan, full_kv_need
+from sim.core.scheduler import SCHEDULED, Scheduler, StepPlan, full_kv_need
 from sim.core.vllm import (DEFAULT_VLLM_VERSION, drafts_skip, filler_slots, parse_scheduler, parse_vllm_version,
                            runs_sync, slot_charge)
 from sim.core.cost.padded import NO_SHAPE, SHAPE_COLUMNS, padded_shape
@@ -275,6 +275,12 @@ class Engine(HostHistory, LosslessChecks):
         self.sched = Scheduler(tables.prompt_len, cfg.batch_size, cfg.max_num_batched_tokens, cfg.block_size,
                                self.kv_cap, kmax, out_len=tables.out_len, charge=charge)
         self._draft_cap = None  # this step's StepPlan.draft_cap (drafts the budget left each decoding request)
+        # vLLM's drafter rows (a run charged as vLLM): its scheduler gives every decoding request its whole
+        # num_speculative_tokens and its drafter, which does not know max_tokens, publishes a whole chain, so near a
+        # request's end the model chain is not cut to the output left (what is accepted still is, by the tables'
+        # acceptances); and it drafts on a partial prefill chunk's row too (_prefill). The project's engines cut the
+        # chain and reset a new request's row whatever its chunks.
+        self.whole_model_chain = charge.rule == SCHEDULED
         # vLLM schedules each request its own proposal (SlotCharge.variable, suffix): the scheduler asks for the
         # live drafters' proposals as it splits the budget; kept here for the step (_live_proposals)
         self._early = None
@@ -727,8 +733,11 @@ class Engine(HostHistory, LosslessChecks):
     @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _scheduled_model_len(self, reqs: np.ndarray) -> np.ndarray:
         """The model chain length each decoding request is scheduled: min(K_m, output left, the drafts the
-        step's budget left it) (host-known)."""
-        out = np.minimum(self.tb.k_model, self.tb.out_len[reqs] - self.pos[reqs])
+        step's budget left it) (host-known); not cut to the output left under vLLM's scheduler
+        (whole_model_chain)."""
+        k = self.tb.k_model
+        out = np.full(len(reqs), k, dtype=np.int64) if self.whole_model_chain \
+            else np.minimum(k, self.tb.out_len[reqs] - self.pos[reqs])
         return out if self._draft_cap is None else np.minimum(out, self._draft_cap)
 
     @transcribed_by(ARRAY_FORM, *WHOLE_STEP)
@@ -846,7 +855,13 @@ class Engine(HostHistory, LosslessChecks):
     @transcribed_by(*WHOLE_STEP)
     def _prefill(self, plan: StepPlan) -> tuple[int, list[int], int]:
         """Advance the prefill chunks: (KV tokens they read, requests whose fresh prompt completes, chunks
-        that complete a prefill). The chunk that completes a fresh prompt samples output token 0."""
+        that complete a prefill). The chunk that completes a fresh prompt samples output token 0.
+
+        In a run charged as vLLM (whole_model_chain) a chunk that leaves the prefill unfinished clears the
+        request's `fresh` mark: vLLM's drafter runs on that chunk's row too and publishes its confidences, and
+        the budget of the first decode step reads the publication of the step before the last chunk -- the reset
+        1.0 only when the prefill took one step, else a chunk's confidences, for which the host history's row
+        stands in (its first chain)."""
         kv_tokens = 0
         first_tok = []
         n_prefill_done = 0  # chunks that complete their prefill: they sample a token in vLLM
@@ -857,6 +872,8 @@ class Engine(HostHistory, LosslessChecks):
                 n_prefill_done += 1
                 if self.pos[r] == 0:
                     first_tok.append(r)
+            elif self.whole_model_chain:
+                self.fresh[r] = False
         return kv_tokens, first_tok, n_prefill_done
 
     @transcribed_by(*WHOLE_STEP)

@@ -112,6 +112,8 @@ class HostHistory:
         srows = tb.offsets[reqs] + self.prev_pos[reqs]
         mrows = tb.offsets[reqs] + self.model_pos[reqs]
         stale_m_conf, mean_ng = self._host_history(reqs, srows, mrows)
-        stale = (stale_m_conf, np.minimum(tb.k_model, tb.out_len[reqs] - self.model_pos[reqs]), tb.ng_conf[srows],
+        stale_len = np.full(len(reqs), tb.k_model, dtype=np.int64) if self.whole_model_chain \
+            else np.minimum(tb.k_model, tb.out_len[reqs] - self.model_pos[reqs])
+        stale = (stale_m_conf, stale_len, tb.ng_conf[srows],
                  tb.ng_len[srows])
         return stale, mean_ng

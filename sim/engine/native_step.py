@@ -94,6 +94,7 @@ class NativeStep:
         b = self.ffi.new("es_bound *")  # the C's view of them (es_bound); self.t and self.s keep them alive
         b.Km, b.Kn, b.ntokens, b.nemitted = km, kn, self.ntok, self.nemit
         b.ng_clean = int(ng_conf_zero_past_length(tb))
+        b.whole = int(eng.whole_model_chain)
         for k in ("offsets", "out_len", "prompt_len", "tok_offsets", "m_acc", "ng_acc", "ng_start", "ng_len",
                   "tokens", "length_only", "m_tok", "m_conf", "ng_conf"):
             setattr(b, k, self.t[k])

@@ -22,6 +22,12 @@ def emitting_steps(steps: dict) -> int:
     return int(np.sum(np.asarray(steps["emitted"]) > 0))
 
 
+def verified_slots(steps: dict) -> np.ndarray:
+    """Draft slots verified per decoding step of a step record table: tokens - prefill tokens - decoding requests."""
+    dec = np.asarray(steps["num_decode"])
+    return (np.asarray(steps["tokens"]) - np.asarray(steps["prefill_tokens"]) - dec)[dec > 0]
+
+
 def run_summary(res, n_tokens: int) -> dict:
     """A run's summary in the report's terms, for a simulated run or the torch engine's (same step records):
     throughput [tok/s], steps (counted one way) and every step, tokens per engine step, latency, acceptance."""
@@ -42,6 +48,8 @@ def run_summary(res, n_tokens: int) -> dict:
             # accepted draft tokens per drafting request-step, as vLLM's spec-decode metrics count it
             "accepted_per_draft": (acc_m + acc_n) / dec if dec else float("nan"),
             "step_ms": [float(x) for x in st["step_ms"]],
+            # draft slots verified per decoding step (real/validation/vllm/budgets.py compares them with vLLM's)
+            "verified_slots": [int(x) for x in verified_slots(st)],
             # a real engine's recorded decisions the policy replayed, and where its own differ (RunResult.replay)
             "replay": getattr(res, "replay", None)}
 

@@ -333,6 +333,8 @@ def run_spec(spec: dict) -> dict:
     res["drafts"] = llm.collective_rpc(recorder.collect)[0] if recording else []
     # the plugin's chain per live row and step (recorder.collect_choices; [] where the plugin did not run)
     res["chain_choices"] = llm.collective_rpc(recorder.collect_choices)[0] if recording else []
+    # adaptive verification's schedule and budget per step (recorder.collect_budgets; [] without it)
+    res["budgets"] = llm.collective_rpc(recorder.collect_budgets)[0] if recording else []
     if outs is not None:
         res["request_ids"] = [str(o.request_id) for o in outs]
         if spec.get("margins"):  # untimed: the reference's top-2 margins (real/validation/pipeline/lossless.py)

@@ -185,6 +185,7 @@ def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref
                 complement: dict | None) -> dict:
     """A cell of fidelity.json: the real summary, the prediction from the engine's own tables and chains, the
     synthetic variant, the errors."""
+    from real.validation.vllm.budgets import agreement, real_verified
     from real.validation.vllm.cells import cost_table, drafts_file, predict, real_summary, rel_err
 
     run, ref = runs[pol], runs[C.NONE]["outputs"]
@@ -222,6 +223,8 @@ def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref
     cell["predicted"], cell["sim_command"] = predict(v.cfg, sem, pol, bs, ref_path, table, drafts, run, v.seed)
     cell["synthetic"], cell["synthetic_command"] = predict(v.cfg, sem, pol, bs, ref_path, table, None, run, v.seed + 1)
     cell["drafts_replayed"] = drafts is not None
+    if run.get("budgets"):  # vLLM's budget per step against the prediction's (real/validation/vllm/budgets.py)
+        cell["budgets"] = agreement(real_verified(run["budgets"]), cell["predicted"].get("verified_slots", []))
     r, p = cell["real"], cell["predicted"]
     cell["steps_error"] = rel_err(p["steps"], r["steps"])
     cell["tokens_per_step_error"] = rel_err(p["tokens_per_step"], r["tokens_per_step"])
@@ -394,7 +397,8 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
              if timed else "") + ".**", ""]
     head = ["trace", "policy (simulator)", "bs", "reqs", "steps real / sim", "tok/engine step real / sim",
             "synthetic steps", "acceptance per depth (real)", "chains model / n-gram (plugin)",
-            "n-gram share of accepted real / sim", "replayed choices / sim's own differ (rows; skip steps)"]
+            "n-gram share of accepted real / sim", "replayed choices / sim's own differ (rows; skip steps)",
+            "budgets equal / steps (first differing)"]
     head += ["real tok/s", "predicted tok/s", "error"] if timed else ["harness tok/s"]
     head.append("lossless")
     L += ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if h in ("bs", "reqs") or "tok" in h or h == "error"
@@ -408,7 +412,7 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
                str(syn["steps"]) if syn else "-", acc,
                f"{pl['chosen_model']:.0f} / {pl['chosen_ngram']:.0f}" if pl else "-",
                f"{pl['ngram_share_accepted']:.2f} / {p['ngram_share_accepted']:.2f}" if pl and p else "-",
-               replay_cell(p)]
+               replay_cell(p), budget_cell(c.get("budgets"))]
         if timed:
             row += [f"{r['tok_per_s']:.1f}", f"{p['tok_per_s']:.1f}" if p else "-",
                     f"{100 * c['predicted_error']:.1f}%" if p else "-"]
@@ -419,11 +423,23 @@ def format_md(cells: list[dict], agg: dict, meta: dict) -> str:
         L.append("| " + " | ".join(row) + " |")
     L += ["", "tok/engine step: output tokens per engine step that emitted tokens, across the whole batch (vLLM's "
           "`vllm:iteration_tokens_total` counts those steps; the simulator's are counted the same way).",
+          "budgets: the steps whose verified draft slots (min(vLLM's budget B, the drafts scheduled)) the prediction "
+          "equals, step by step, and the first that differs (real/validation/vllm/budgets.py); a plugin cell's "
+          "prediction (fill=cut, as the verdict's) leaves out the slots vLLM verifies past a chosen chain.",
           "First-run checklist: " + "; ".join(f"({i['key']}) {i.get('policy', 'hybrid')} {i['status']}"
                                                for i in meta["checklist"]) + ".",
           "Each predicted cell is reproduced by its `sim_command` in fidelity.json (the cell's cost_table.json and "
           "drafts.jsonl sit under the run's --out).", ""]
     return "\n".join(L + depth_section(agg.get("ngram_depths") or []))
+
+
+def budget_cell(b: dict | None) -> str:
+    """The report's budgets column: `equal / real steps` (and the simulated steps where their counts differ), then the
+    first differing step; '-' where vLLM's budgets were not recorded (no adaptive verification)."""
+    if not b:
+        return "-"
+    out = f"{b['agree']} / {b['steps']}" + (f" (sim {b['sim_steps']})" if b["sim_steps"] != b["steps"] else "")
+    return out + (f"; from {b['first_diff']}" if b["first_diff"] is not None else "")
 
 
 def replay_cell(p: dict | None) -> str:

@@ -17,13 +17,19 @@ HybridDrafter.propose (real/vllm_plugin/hybrid.py, unchanged) and keeps device c
 ngram_len with the row's output position; the rows' request ids are the step's batch, kept (host values) by the
 DSpark wrapper, which every live step calls, a skipped pass included (K = 0). Padded steps (warm-up, profiling) are
 left out. What the simulator would need to replay these choices is in docs/real.md ("The plugin").
+
+It also records each step's schedule as adaptive verification budgets it (`collect_budgets`): the scheduled
+requests, their scheduled tokens and drafts, the stale confidences it budgets on and the draft budget B it admits
+-- host values that
+AdaptiveVerificationManager.get_num_tokens already holds, so no copy and no sync. The prediction's step table is
+compared with it step by step (real/validation/vllm/budgets.py) to find where a simulated run leaves the real one.
 """
 from __future__ import annotations
 
 from typing import Any
 
 _STATE: dict[str, Any] = {"req_states": None, "rows": [], "installed": False, "choices": [], "batch": None,
-                          "padded": False}
+                          "padded": False, "budgets": []}
 
 
 def _record(speculator, input_batch) -> None:
@@ -58,6 +64,7 @@ def _install() -> None:
 
     dsp.DSparkSpeculator.propose = propose
     _install_choices()
+    _install_budgets()
     _STATE["installed"] = True
 
 
@@ -106,6 +113,28 @@ def _install_choices() -> None:
     HybridDrafter.propose, HybridDrafter.padded_step = propose, padded_step
 
 
+def _install_budgets() -> None:
+    """Wrap AdaptiveVerificationManager.get_num_tokens (the host-side budget; absent on a build without it)."""
+    try:
+        from vllm.v1.worker.gpu.spec_decode import adaptive_verification as av
+    except ImportError:
+        return
+    orig = av.AdaptiveVerificationManager.get_num_tokens
+
+    def get_num_tokens(self, num_tokens_per_req, draft_tokens):
+        n = orig(self, num_tokens_per_req, draft_tokens)
+        if not _STATE["padded"] and self._batch_budget is not None:
+            ids = list(num_tokens_per_req)
+            rows = [self.req_states.req_id_to_index[r] for r in ids]
+            stale = self._stale_confidences[self._stale_idx].np[rows]  # a host array already: no copy from the device
+            _STATE["budgets"].append([ids, [int(num_tokens_per_req[r]) for r in ids],
+                                      [len(draft_tokens.get(r, ())) for r in ids], int(self._batch_budget[2]),
+                                      stale.round(6).tolist()])
+        return n
+
+    av.AdaptiveVerificationManager.get_num_tokens = get_num_tokens
+
+
 def attach(worker) -> bool:
     """rpc: install the recorder in this worker and point it at the runner's request state; False when the
     runner has none (a run without a model drafter records nothing)."""
@@ -123,6 +152,16 @@ def clear(worker) -> None:
     """rpc: forget what was recorded so far (the warm-up's chains and choices)."""
     _STATE["rows"].clear()
     _STATE["choices"].clear()
+    _STATE["budgets"].clear()
+
+
+def collect_budgets(worker) -> list[list]:
+    """rpc: adaptive verification's budget per step since the last clear: [request ids, scheduled tokens per
+    request, scheduled drafts per request, admitted draft budget B (B >= the drafts scheduled: all verified), the stale
+    confidences B was chosen from, per request (W wide)]."""
+    out = list(_STATE["budgets"])
+    _STATE["budgets"].clear()
+    return out
 
 
 def collect_choices(worker) -> list[list]:

@@ -15,7 +15,8 @@ accepted length of any chain of length m verified from output position o (v slot
     A(o) = min { j >= 0 : u[o + j] >= c_j }      (n when every c_j passes)        [tokens]     `acceptance_lengths`
 
 a function of o alone, which is what the simulator's per-position tables hold: m_acc = min(A, K_m) and
-ng_acc = min(A, ng_len), both within the output left (`apply`); the confidences stay the drafters' own (recorded or modelled), so adaptive
+ng_acc = min(A, ng_len), both within the output left (`apply`; the chains' lengths are not cut there: vLLM's
+drafters do not know max_tokens and publish their whole chains); the confidences stay the drafters' own (recorded or modelled), so adaptive
 verification's budgets are priced as before. The u are drawn per request (request_seed), not vLLM's Philox stream:
 a prediction matches a synthetic run in distribution, not draw for draw. The drafts' content does not matter, so a
 run in this mode checks the cost and scheduling model apart from the acceptance model, and claims nothing about
@@ -111,7 +112,8 @@ def acceptance_lengths(n_out: int, rates, rng: np.random.Generator) -> np.ndarra
 
 def apply(rows: dict, rates, rng: np.random.Generator) -> dict:
     """One request's draft-table rows (sim.core.drafters.tables.request_rows) with synthetic acceptance: m_acc and
-    ng_acc replaced by min(A, the chain's length, the output left). The chains' lengths and confidences stay; what
+    ng_acc replaced by min(A, the chain's length, the output left). The chains' lengths (also past the output's
+    end) and confidences stay; what
     an accepted n-gram token says does not matter here, so each n-gram chain copies the output itself
     (ng_start = prompt + position, as a length-only request's do: the tables mark the request `length_only`, which
     exempts it from the engine's copy-source check and from vLLM's n-gram fillers) and is right by construction."""
@@ -119,7 +121,9 @@ def apply(rows: dict, rates, rng: np.random.Generator) -> dict:
     left = L - np.arange(L)
     A = np.minimum(acceptance_lengths(L, rates, rng), left)
     k_model = rows["m_conf"].shape[1]
-    ng_len = np.minimum(np.asarray(rows["ng_len"], dtype=np.int64), left)
+    # the chain keeps its own length past the output's end: vLLM's drafters do not know max_tokens, so the plugin
+    # publishes (and adaptive verification budgets on) the whole chain; only what can be accepted ends there (A)
+    ng_len = np.asarray(rows["ng_len"], dtype=np.int64)
     P = len(rows["tokens"]) - L
     return dict(rows, m_acc=np.minimum(A, k_model), ng_len=ng_len, ng_acc=np.minimum(A, ng_len),
                 ng_start=np.where(ng_len > 0, P + np.arange(L), -1).astype(np.int64))

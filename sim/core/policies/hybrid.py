@@ -678,6 +678,8 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
         use_stale = take_recorded(names, use_stale, batch.replay.stale_chain, list(range(len(names))))
     pub = publish_n(confs, lens, choice, W, tail)
     pub_stale = publish_n(oconfs, olens, use_stale, W, tail) if budget == "stale" else pub
+    if budget == "stale" and W > K:  # vLLM's reset (add_request) writes 1.0 into all W slots of a new request's row
+        pub_stale = torch.where(reset_rows(batch.stale_chains[MODEL][0])[:, None], _const(1.0, pub_stale), pub_stale)
     sched = scheduled_slots(batch.chains[MODEL][1], K, W, MODEL in ran)
     stale_m = batch.stale_chains[MODEL]
     view = dataclasses.replace(batch, chains={**batch.chains, MODEL: (pub, sched)},
@@ -691,6 +693,13 @@ def alloc_hybrid_vllm(batch: StepBatch, method: str = DEFAULT_METHOD, margin: fl
     model_chain = choice == 0 if choice.dtype != torch.bool else ~choice
     past = torch.where(~model_chain & (MODEL in ran), CHAIN_MODEL, CHAIN_NONE)  # DSpark's past a model-free chain
     return dataclasses.replace(out, verified=verified, past_chain=past, own_chain=own)
+
+
+def reset_rows(stale_model_conf: torch.Tensor) -> torch.Tensor:
+    """The requests whose stale model row is vLLM's reset (bool [R]): the engine's host history writes exactly 1.0
+    into every slot of a request's first decode step since admission (sim/engine/history.py), a row no drafter
+    publishes; vLLM resets all W = num_speculative_tokens slots of it, which the K-wide model row cannot hold."""
+    return (stale_model_conf == 1.0).all(1)
 
 
 def take_recorded(names: tuple, choice: torch.Tensor, recorded: torch.Tensor, ran: list) -> torch.Tensor:

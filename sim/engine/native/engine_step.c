@@ -19,7 +19,7 @@
  * ng_clean: whether every n-gram confidence past its chain's length is +0.0, bit for bit (then the n-gram
  * rows are read up to their length only: see NG_ROW). */
 typedef struct {
-    int64_t Km, Kn, ntokens, nemitted, ng_clean;
+    int64_t Km, Kn, ntokens, nemitted, ng_clean, whole;
     const int64_t *offsets, *out_len, *prompt_len, *tok_offsets, *m_acc, *ng_acc, *ng_start, *ng_len, *tokens;
     const uint8_t *length_only;
     const int32_t *m_tok;
@@ -38,12 +38,13 @@ static inline int64_t ng_span(int64_t len, int64_t Kn, int64_t ng_clean) {
 }
 
 /* Per request k (r = reqs[k], at output position pos[r], table row rows[k] = offsets[r] + pos[r]):
- *   model_conf[k] = m_conf[row], model_len[k] = min(Km, out_len[r] - pos[r]),
+ *   model_conf[k] = m_conf[row], model_len[k] = min(Km, out_len[r] - pos[r]) (Km where `whole`: vLLM's
+ *   drafter does not know the output's end),
  *   ngram_conf[k] = ng_conf[row], ngram_len[k] = ng_len[row]                        (_propose)
  *   stale rows: srow = offsets[r] + prev_pos[r], mrow = offsets[r] + model_pos[r]
  *   stale_m[k] = m_conf[mrow]; where model_pos != prev_pos and the request has drafted before, the mean
  *   of its model chains, m_sum / m_cnt (float64, rounded to float32); 1.0 when fresh (then fresh = 0);
- *   stale_mlen[k] = min(Km, out_len[r] - model_pos[r]); stale_ng[k] = ng_conf[srow],
+ *   stale_mlen[k] = min(Km, out_len[r] - model_pos[r]) (Km where `whole`); stale_ng[k] = ng_conf[srow],
  *   stale_nlen[k] = ng_len[srow]                                          (_build_batch/_host_history)
  *   mean_ng[k] (when mean_ng is not NULL): n_sum / n_cnt where the request has n-gram history, else the
  *   previous proposal ng_conf[srow] times (slot < ng_len[srow]), as float64. (The numpy step skips that mask
@@ -97,7 +98,7 @@ int64_t es_gather(int64_t R, const int64_t *reqs, const es_bound *b, int64_t *in
         __builtin_prefetch(b->m_tok + row * Km);
         __builtin_prefetch(b->tokens + b->tok_offsets[r] + prompt_len[r] + p);
         __builtin_prefetch(b->emitted + row, 1);
-        int64_t ml = out_len[r] - p;
+        int64_t ml = b->whole ? Km : out_len[r] - p;
         model_len[k] = ml < Km ? ml : Km;
         ngram_len[k] = ng_len[row];
         for (int64_t j = 0; j < Km; j++) {
@@ -117,7 +118,7 @@ int64_t es_gather(int64_t R, const int64_t *reqs, const es_bound *b, int64_t *in
         }
         for (int64_t j = 0; j < Km; j++) nan |= sm[j] != sm[j];
         fresh[r] = 0;
-        int64_t sl = out_len[r] - model_pos[r];
+        int64_t sl = b->whole ? Km : out_len[r] - model_pos[r];
         stale_mlen[k] = sl < Km ? sl : Km;
         int64_t snl = ng_len[srow];
         stale_nlen[k] = snl;
