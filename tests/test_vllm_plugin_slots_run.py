@@ -76,6 +76,9 @@ def test_report_names_each_cells_checkpoint():
     rows = [ln for ln in md.splitlines() if ln.startswith("| codeedit")]
     assert [r.split(" | ")[5] for r in rows] == ["dspark-rand-smollm2-135m", "dspark-v2-vllm", "-"]
     assert "`dspark-v2-vllm` (block 7, 2 layer(s); trained)" in md
+    assert [r.split(" | ")[10] for r in rows] == ["-"] * 3  # no budgets recorded
+    cells[0]["predicted"]["budgets"] = {"steps": 26, "sim_steps": 26, "agree": 25, "first_diff": 7}
+    assert "| 25 / 26; from 7 | yes |" in format_md(cells, meta)
 
 
 def test_cached_only_never_starts_vllm_and_names_a_stale_code_version(tmp_path, capsys, monkeypatch):

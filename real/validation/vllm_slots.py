@@ -234,8 +234,13 @@ def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: 
             width = block if pol == "hybrid" else cfg.num_speculative_tokens
             drafts = drafts_file(sl, run, ref, width, work / "drafts.jsonl")
         s, cmd = predict(cfg, semantics, pol, bs, ref_path, table, drafts, run, seed, width)
-        return {"steps": s["steps"], "tokens_per_step": s["tokens_per_step"], "lossless": s["lossless"],
-                "sim_policy": cfg.sim_policy(pol), "command": cmd}
+        out = {"steps": s["steps"], "tokens_per_step": s["tokens_per_step"], "lossless": s["lossless"],
+               "sim_policy": cfg.sim_policy(pol), "command": cmd}
+        if run.get("budgets"):  # vLLM's budgets against the prediction's, step by step (vllm/budgets.py)
+            from real.validation.vllm.budgets import agreement, real_verified
+
+            out["budgets"] = agreement(real_verified(run["budgets"]), s["verified_slots"])
+        return out
     except Exception as exc:  # noqa: BLE001 -- reported in the cell, never hidden
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
 
@@ -357,6 +362,8 @@ def drafters_md(drafters: list[dict]) -> str:
 
 
 def format_md(cells: list[dict], meta: dict, missing: list[str] = ()) -> str:
+    from real.validation.vllm.flow import budget_cell
+
     cmd = meta["command"]
     made = (f"Tabulated by `{cmd}` from the runs under its --out, which the same command without --cached-only "
             "makes (one vLLM process per cell, cached by its spec)") if "--cached-only" in cmd else f"Produced by `{cmd}`"
@@ -376,8 +383,8 @@ def format_md(cells: list[dict], meta: dict, missing: list[str] = ()) -> str:
              f"size above that: as many requests as the batch holds), "
              f"max_tokens {meta['max_tokens']}, temperature 0.", "",
              "| trace | bs | reqs | W | policy | drafter | steps real / sim | tok/step real / sim | steps (none) "
-             "| chains model / n-gram (hybrid) | lossless |",
-             "|---|---:|---:|---:|---|---|---:|---:|---:|---:|---|"]
+             "| chains model / n-gram (hybrid) | budgets equal / steps | lossless |",
+             "|---|---:|---:|---:|---|---|---:|---:|---:|---:|---|---|"]
     for c in cells:
         r, p = c["real"], c["predicted"]
         sim_steps = p.get("steps", "n/a")
@@ -387,7 +394,7 @@ def format_md(cells: list[dict], meta: dict, missing: list[str] = ()) -> str:
         lines.append(f"| {c['trace']} | {c['batch_size']} | {c['requests']} | {c['slots']} | {c['policy']} "
                      f"| {c.get('drafter') or '-'} | {r['steps']} / {sim_steps} "
                      f"| {r['tokens_per_step']:.2f} / {sim_tps} | {c['steps_none']} | {chains} | "
-                     f"{'yes' if r['lossless'] else 'NO'} |")
+                     f"{budget_cell(p.get('budgets'))} | {'yes' if r['lossless'] else 'NO'} |")
     errs = [f"- {c['trace']} bs {c['batch_size']} W {c['slots']} {c['policy']}"
             f"{' (' + c['drafter'] + ')' if c.get('drafter') else ''}: {c['predicted']['error']}"
             for c in cells if "error" in c["predicted"]]
