@@ -489,7 +489,8 @@ class HybridDrafter:
         reached, accepted, predicted = (t.cpu().tolist() for t in (self.reached, self.accepted, self.predicted))
         chosen = self.chosen.cpu().tolist()
         out = {"steps": self.steps, "k": self.k, "block": self.block, "skipped": self.skipped,
-               "config": self.cfg.to_additional_config(), "plugin_ms": self.clock.stats()}
+               "config": self.cfg.to_additional_config(), "plugin_ms": self.clock.stats(),
+               "skip_table": self.skip_table}  # the skipped pass's cost by requests [ms] (index R), or None
         if self.runcal:  # the learnt offsets [logits] and their precisions, DSpark then n-gram
             out["runcal"] = {"offset": self.rc_b.cpu().tolist(), "precision": self.rc_P.cpu().tolist()}
         for c, name in enumerate(CHAINS):

@@ -105,11 +105,15 @@ class StepClock:
 def table_field(hybrid_stats: dict | None) -> dict:
     """{"plugin": {...}} for a cost table of a run (module docstring), from its hybrid_stats RPC answer ({"workers":
     [stats, ...]}: the first worker's); in_draft from its profiling steps when it had any (a table vLLM profiled in
-    a hybrid run). {} when the plugin did not run or timed no live step."""
+    a hybrid run); and {"skip": {...}}, the plugin's skip table (the skipped pass's cost by requests) where it had
+    one. {} when the plugin did not run or timed no live step."""
     ws = (hybrid_stats or {}).get("workers") or []
-    pm = (ws[0].get("plugin_ms") if ws and isinstance(ws[0], dict) else None) or {}
+    w0 = ws[0] if ws and isinstance(ws[0], dict) else {}
+    skip = w0.get("skip_table") or []  # vLLM-style table by requests (index 0: none): the skipped pass's cost
+    out = {"skip": {"num_reqs": list(range(1, len(skip))), "ms": [float(x) for x in skip[1:]]}} if len(skip) > 1 else {}
+    pm = w0.get("plugin_ms") or {}
     live = (pm.get("live") or {}).get("fit")
     if not live:
-        return {}
+        return out
     held = (pm.get("profiled") or {}).get("fit")
-    return {"plugin": dict(live, **({"in_draft": held} if held else {}))}
+    return {**out, "plugin": dict(live, **({"in_draft": held} if held else {}))}

@@ -389,6 +389,9 @@ class Engine(HostHistory, LosslessChecks):
             if pol.uses_model or pol.uses_ngram or pol.uses_extra:
                 out.alloc = cost.alloc_ms(R, policy=pol.name, adaptive=pol.adaptive_verification) + \
                     (cost.plugin_ms(R) if pol.runs_plugin else 0.0)  # the plugin's own step (CostModel.plugin_ms)
+            if pol.runs_plugin and out.draft:  # the part of DSpark's step a skipped pass still runs: every step's,
+                res = min(cost.skip_residual_ms(R), out.draft)  # so a skip saves the rest (CostModel.skip_residual_ms)
+                out.draft, out.alloc = out.draft - res, out.alloc + res
             out.extra = self.live.prices(R, cost)
             self._price_memo[R] = out
         return out

@@ -55,6 +55,13 @@ class CostModel(ABC):
         a profiled table's per-policy measurement; None = unspecified); adaptive: the policy runs inside vLLM's
         adaptive verification and pays its per-step work (Policy.adaptive_verification)."""
 
+    def skip_residual_ms(self, num_reqs: int) -> float:
+        """What the model drafter still costs on a step of `num_reqs` requests whose block pass the vLLM plugin's skip
+        left out [ms] (its context K/V upkeep), charged every step to a policy that runs as the plugin and taken off
+        the pass's price, so a skip saves draft_ms - this. 0 here (the whole pass saved): a profiled table's "skip"
+        field, the plugin's measured skip table, gives it (sim/core/cost/profiled.py)."""
+        return 0.0
+
     def plugin_ms(self, num_reqs: int) -> float:
         """The vLLM plugin's own work in a step of `num_reqs` decoding requests [ms] (real/vllm_plugin: its observe,
         skip decision and chain choice around DSpark's pass), charged with alloc_ms for a policy that runs as the

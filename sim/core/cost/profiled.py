@@ -24,6 +24,8 @@ are required; every other key is optional and, when absent, its cost comes from 
                                                     # each row that needs logits costs this much
      "draft":  {"block": 7, "num_reqs": [...], "ms": [...]},   # model drafter by requests (block tokens each)
      "ngram":  {"num_reqs": [...], "ms": [...]},     # n-gram drafter by requests
+     "skip":   {"num_reqs": [...], "ms": [...]},     # the model drafter's step with its block pass skipped
+                                                    # (the vLLM plugin's skip table: the context work stays)
      "alloc":  {"<policy>": {"num_reqs": [...], "ms": [...]}, "*": {...}},  # allocation by requests, per
                                                     # policy name; "*" = any policy not listed
      "sample": {"num_tokens": [...], "ms": [...]},   # sampling + rejection by verified tokens
@@ -72,6 +74,9 @@ Costs (T tokens, K cached KV entries, S sequences, R requests; 0 when T (resp. R
   alloc_ms(R, policy)   = f_alloc[policy](R), else f_alloc["*"](R), else the fallback's
   sample_ms(T)          = f_sample(T)
   cpu_ms(R, T)          = base_ms + per_req_ms*R + per_token_ms*T
+  skip_residual_ms(R)   = f_skip(R): what the model drafter still costs on a step whose block pass is skipped
+                          (its context K/V upkeep; the plugin's profiled skip table, `plan_skip` saves draft - it);
+                          0 without the field
   plugin_ms(R)          = max(a_ms + b_ms_per_req*R - (a2 + b2*R), 0) for R > 0 (a2 = b2 = 0 without in_draft),
                           charged with alloc_ms to a policy that runs as the plugin (Policy.runs_plugin). in_draft: a
                           draft table vLLM profiled with the plugin's step inside its pass (a hybrid run's) holds
@@ -166,7 +171,7 @@ Curve = tuple  # (points, ms): two equal-length lists of numbers
 CPU_KEYS = ("base_ms", "per_req_ms", "per_token_ms")
 # keys of the JSON format that the CSV form does not hold (refused there rather than ignored)
 JSON_ONLY = ("machine", "seq_ms", "attn_ms_per_row_kv", "logits_ms_per_row", "ngram", "alloc", "sample", "cpu", "kv_capacity_tokens",
-             "vocab_size", "plugin")
+             "vocab_size", "plugin", "skip")
 PLUGIN_KEYS = ("a_ms", "b_ms_per_req")  # a fit of the "plugin" field (and of its in_draft); optional: steps
 
 
@@ -192,6 +197,7 @@ class CostTable:
     kv_view_ms_per_token: float = 0.0                   # padded form: ms per KV entry read in place
     logits_ms_per_row: float | None = None              # set: verify excludes the LM head
     ngram: Curve | None = None                          # (num_reqs, ms)
+    skip: Curve | None = None                           # (num_reqs, ms): the model drafter's skipped step
     alloc: dict[str, Curve] = field(default_factory=dict)  # policy name or "*" -> (num_reqs, ms)
     sample: Curve | None = None                         # (num_tokens, ms)
     cpu: dict[str, float] | None = None                 # base_ms, per_req_ms, per_token_ms
@@ -222,6 +228,8 @@ class CostTable:
             d["draft"] = {"block": int(self.draft_block), **curve("num_reqs", self.draft_reqs, self.draft_ms)}
         if self.ngram is not None:
             d["ngram"] = curve("num_reqs", *self.ngram)
+        if self.skip is not None:
+            d["skip"] = curve("num_reqs", *self.skip)
         if self.alloc:
             d["alloc"] = {name: curve("num_reqs", *xy) for name, xy in self.alloc.items()}
         if self.sample is not None:
@@ -293,7 +301,7 @@ def load_cost_table(path: str | Path) -> CostTable:
 # Every top-level field a JSON cost table may have (what cost_table_from_dict reads, plus documentation).
 TABLE_KEYS = frozenset({"format", "llm", "gpu", "source", "derived", "capture_sizes", "verify", "draft",
                         "kv_ms_per_token", "logits_ms_per_row", "seq_ms", "attn_ms_per_row_kv", "short_query_max", "kv_view_ms_per_token", "kv_capacity_tokens", "vocab_size", "ngram",
-                        "sample", "alloc", "cpu", "plugin", "machine", "name", "notes", "licence", "license",
+                        "skip", "sample", "alloc", "cpu", "plugin", "machine", "name", "notes", "licence", "license",
                         "command"})
 
 
@@ -332,6 +340,8 @@ def cost_table_from_dict(d: dict, where: str | Path = "<cost table>") -> CostTab
             setattr(t, k, _number(p, k, d[k], integer=True))
     if "ngram" in d:
         t.ngram = _curve(p, "ngram", d["ngram"], "num_reqs")
+    if "skip" in d:
+        t.skip = _curve(p, "skip", d["skip"], "num_reqs")
     if "sample" in d:
         t.sample = _curve(p, "sample", d["sample"], "num_tokens")
     if "alloc" in d:
@@ -481,6 +491,7 @@ class ProfiledCost(CostModel):
         self.verify_curve = curve((t.verify_tokens, t.verify_ms), "verify", t.capture_sizes)
         self.draft_curve = curve((t.draft_reqs, t.draft_ms), "draft", t.capture_sizes)
         self.ngram_curve = curve(t.ngram, "ngram")
+        self.skip_curve = curve(t.skip, "skip")
         self.sample_curve = curve(t.sample, "sample")
         self.alloc_curves = {name: curve(xy, f"alloc.{name}") for name, xy in t.alloc.items()}
         kv = t.kv_ms_per_token
@@ -610,6 +621,12 @@ class ProfiledCost(CostModel):
             return float(c(int(num_reqs)))
         fb = self._need("alloc")
         return fb.alloc_ms(num_reqs, policy, adaptive)
+
+    def skip_residual_ms(self, num_reqs: int) -> float:
+        """The table's "skip" curve at R requests (module docstring); 0 without it."""
+        if self.skip_curve is None or int(num_reqs) <= 0:
+            return 0.0
+        return float(self.skip_curve(int(num_reqs)))
 
     def plugin_ms(self, num_reqs: int) -> float:
         """The table's "plugin" field at R requests, less its in_draft part (module docstring); 0 without it."""
