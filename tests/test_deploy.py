@@ -26,7 +26,8 @@ ALL = ("dspark", "ngram", "suffix")
     ("none", "vllm"), ("adaptive", "vllm"), ("model-fixed:7", "vllm"), ("vllm-ngram:16", "vllm"), ("suffix", "vllm"),
     # over the suffix chain too, hybrid-vllm is more than the plugin runs (its two chains: the last test)
     ("hybrid-vllm", "engine"), ("hybrid-vllm:slots=32:skip", "engine"), ("hybrid", "engine"),
-    ("ngram-fixed:32", "engine"), ("hybrid-price", "engine"), ("hybrid-tree", "tree"), ("oracle", "bound")])
+    ("ngram-fixed:32", "engine"), ("hybrid-price", "engine"), ("hybrid-tree", "tree"), ("oracle", "bound"),
+    ("suffix-adaptive", "newer"), ("ngram-mtp", "newer"), ("arctic", "newer")])
 def test_tiers_follow_what_the_policy_declares(policy, want):
     assert tier(get_policy(policy, ALL)) == want
 
@@ -176,3 +177,49 @@ def test_a_policy_run_with_its_own_drafter_joins_its_workload():
     both = pd.concat([df, pd.DataFrame([row("hybrid-vllm:slots=32", WITH_SUFFIX, 950.0)])])
     names = [n for n, _ in workloads(both)]
     assert len(names) == 2 and all("drafters=" in n for n in names)
+
+
+def test_vllm_mains_tier_is_a_column_of_its_own_never_recommended():
+    """Issue 59 point 3: vLLM main's policies (Policy.vllm.main: suffix-adaptive, ngram-mtp; not Arctic's plugin) get
+    paper.md's column "best on vLLM main (unreleased)" with their ratio over adaptive, joined from the setup that
+    ran them with the suffix drafter; the recommendation stays among released vLLM and the plugin even where vLLM
+    main is faster; ngram-mtp is said to be absent by the target's MTP layers, not by its name."""
+    import pandas as pd
+
+    from sim.api.report import MAIN_COLUMN, main_tier_line, serve_table, workloads
+    from sim.core.config import DEFAULT_DRAFTERS, WITH_SUFFIX
+    from sim.core.deploy import on_vllm_main
+    from sim.core.vllm import VllmRun
+
+    assert [on_vllm_main(get_policy(p, ALL)) for p in ("suffix-adaptive", "ngram-mtp", "arctic", "suffix")] == [
+        True, True, False, False]
+    with pytest.raises(ConfigError, match="vLLM main"):
+        VllmRun("suffix", main=True)  # vLLM main is a build no release has: it names one
+
+    def row(policy, drafters, tok_s, batch):
+        return {"status": "ok", "trace": "traces/codeedit.jsonl", "model": "qwen3-8b", "drafters": drafters,
+                "policy": policy, "batch_size": batch, "output_throughput_tok_s": tok_s}
+
+    rows = []
+    for b, main in ((4, 1200.0), (128, 700.0)):  # vLLM main beats every other setup at 4, trails at 128
+        rows += [row("none", DEFAULT_DRAFTERS, 100.0, b), row("adaptive", DEFAULT_DRAFTERS, 400.0, b),
+                 row("vllm-ngram:32", DEFAULT_DRAFTERS, 1000.0, b), row("hybrid", DEFAULT_DRAFTERS, 1100.0, b),
+                 row("suffix", WITH_SUFFIX, 800.0, b), row("suffix-adaptive", WITH_SUFFIX, main, b),
+                 row("adaptive", WITH_SUFFIX, 400.0, b)]
+    ((_, g),) = workloads(pd.DataFrame(rows))
+    t = g.pivot_table(index="batch_size", columns="policy", values="output_throughput_tok_s", aggfunc="first")
+    lines = serve_table(t, dict(zip(g["policy"], g["drafters"]))).splitlines()
+    assert f"| best in vLLM as released | / adaptive | {MAIN_COLUMN} | / adaptive | best simulated-only" in lines[0]
+    assert lines[2] == ("| 4 | vllm-ngram:32 | 2.500 | vLLM | vllm-ngram:32 | 2.500 | suffix-adaptive | 3.000 | hybrid "
+                        "| 2.750 | 10.00 |")
+    assert lines[3].startswith("| 128 | vllm-ngram:32 | 2.500 | vLLM | vllm-ngram:32 | 2.500 | suffix-adaptive | 1.750 |")
+    (line, _) = main_tier_line(g)
+    assert "`suffix-adaptive`" in line and "never recommended" in line
+    assert "`ngram-mtp` needs a target with MTP layers, which qwen3-8b has not" in line
+    mtp = g.assign(model="deepseek-v4-flash")  # a target with an MTP layer: ngram-mtp was left out, not impossible
+    assert "`ngram-mtp` not run in this sweep" in main_tier_line(mtp)[0]
+    # a sweep that ran no vLLM main policy: neither the column nor the line
+    released = g[g["policy"] != "suffix-adaptive"]
+    t2 = released.pivot_table(index="batch_size", columns="policy", values="output_throughput_tok_s", aggfunc="first")
+    assert MAIN_COLUMN not in serve_table(t2, dict(zip(released["policy"], released["drafters"])))
+    assert main_tier_line(released) == []

@@ -1,5 +1,6 @@
 """README's headline table is the report it cites (issue 62, point 6): every figure of "What it predicts" equals
-reports/paper.md's cell for the same trace and batch size (its "What to serve" table and the table under it),
+reports/paper.md's cell for the same trace and batch size (its "What to serve" table, vLLM main's column included,
+and the table under it),
 and the anchor figures beside it equal reports/anchors.md's. A regenerated report that moves a figure fails here
 until README is updated with it."""
 from __future__ import annotations
@@ -59,6 +60,7 @@ def test_the_paper_tables_parse():
     paper = paper_tables()
     assert {t for t, _ in paper} == {"codeedit", "codeedit-model", "chat"}
     assert paper[("codeedit", 4)]["serve recommended"] and paper[("codeedit", 4)]["hybrid / adaptive"]
+    assert paper[("codeedit", 4)]["serve best on vLLM main (unreleased) / adaptive"]  # issue 59 point 3
 
 
 def test_readme_headline_equals_reports_paper():
@@ -81,6 +83,11 @@ def test_readme_headline_equals_reports_paper():
         else:
             r_ratio, r_policy = _ratio_policy(cell)
             assert (r_policy, r_ratio) == (released, want["serve best in vLLM as released / adaptive"]), (trace, batch)
+        # vLLM main's tier (issue 59 point 3): its best setup and ratio, never the recommendation
+        m_ratio, m_policy = _ratio_policy(row["vLLM main (unreleased)"])
+        assert (m_policy, m_ratio) == (want["serve best on vLLM main (unreleased)"],
+                                       want["serve best on vLLM main (unreleased) / adaptive"]), (trace, batch)
+        assert m_policy != policy
         assert row["`hybrid` (simulated only)"] == want["hybrid / adaptive"] + "x", (trace, batch)
         assert row["per-step oracle"] == want["oracle / adaptive"] + "x", (trace, batch)
         assert row["published (seed)"] == want["published"] + "x", (trace, batch)

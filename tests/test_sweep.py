@@ -153,12 +153,14 @@ def test_paper_preset_grid():
     from sim.core.config import DEFAULT_DRAFTERS, WITH_SUFFIX
 
     cells = expand(PRESETS["paper"])
-    # codeedit, codeedit-model, chat; suffix apart with its drafter, with that setup's baseline
-    assert len(cells) == (15 + 2) * 9 * 3
+    # codeedit, codeedit-model, chat; suffix and vLLM main's suffix-adaptive apart with their drafter, with that
+    # setup's baseline
+    assert len(cells) == (15 + 3) * 9 * 3
     assert {"hybrid", "hybrid-price", "oracle", "ngram-fixed:32", "none", "vllm-ngram:32", "suffix",
             "hybrid-vllm:slots=32", "hybrid-vllm:slots=32:runcal=64"} <= {c.policy for c in cells}  # every tier
-    assert {c.policy for c in cells if c.drafters == WITH_SUFFIX} == {"suffix", "adaptive"}
-    assert all(c.drafters == DEFAULT_DRAFTERS for c in cells if c.policy not in ("suffix", "adaptive"))
+    apart = {"suffix", "suffix-adaptive", "adaptive"}
+    assert {c.policy for c in cells if c.drafters == WITH_SUFFIX} == apart
+    assert all(c.drafters == DEFAULT_DRAFTERS for c in cells if c.policy not in apart)
     assert {c.batch_size for c in cells} == {1, 2, 4, 8, 16, 32, 64, 128, 256}
 
 

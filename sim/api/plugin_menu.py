@@ -31,6 +31,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from sim.core.config import WITH_SUFFIX
+from sim.core.deploy import MAIN_TIER
 from sim.infra.errors import ConfigError
 from sim.infra import paths
 from sim.infra.cli import ArgumentParser, check_out_file, flag_given, write_files
@@ -45,7 +46,6 @@ COMPARISON = ("none", "adaptive", "model-fixed:7", f"vllm-ngram:{W}", "suffix")
 PLUGIN = (f"hybrid-vllm:slots={W}", f"hybrid-vllm:slots={W}:skip", "hybrid-vllm:runcal=64",
           f"hybrid-vllm:slots={W}:runcal=64", f"hybrid-vllm:slots={W}:skip:runcal=64")
 MAIN = ("suffix-adaptive",)  # vLLM main, unreleased (--main)
-MAIN_TIER = "vLLM main, unreleased"
 HYBRID = "hybrid"
 DEFAULT_OUT = "reports/plugin-menu.md"
 MENU_TARGET = 0.99

@@ -510,42 +510,86 @@ def _best_single(t, b):
     return best, vals[best]
 
 
+MAIN_COLUMN = "best on vLLM main (unreleased)"  # serve_table's column of sim/core/deploy.py's MAIN_TIER
+
+
 def serve_table(t, drafters: dict | str | None) -> str:
     """What to serve per batch size (sim/core/deploy.py's tiers, as sim.run's verdict ranks them): the fastest
-    setup that runs in vLLM as released or with the plugin, the best in vLLM as released, the fastest
-    simulated-only design, and speculation's gain over `none`; ratios over adaptive. `t`: throughput by batch
-    size x policy; `drafters`: the drafters each policy ran with (policy -> `--drafters` value), or one value for
-    all of them."""
+    setup that runs in vLLM as released or with the plugin, the best in vLLM as released, the best on vLLM main
+    (MAIN_TIER: unreleased, never recommended; only where the sweep ran such a policy), the fastest simulated-only
+    design, and speculation's gain over `none`; ratios over adaptive [throughput / throughput]. `t`: throughput by
+    batch size x policy; `drafters`: the drafters each policy ran with (policy -> `--drafters` value), or one value
+    for all of them."""
     from sim.api.console import rank_key
-    from sim.core.deploy import DEPLOYABLE, tier
-    from sim.core.policies import get_policy
+    from sim.core.deploy import DEPLOYABLE, on_vllm_main, tier
 
-    def policy(p):
-        d = drafters.get(p) if isinstance(drafters, dict) else drafters
-        return get_policy(p, tuple(str(d).split(","))) if d and str(d) != "nan" else get_policy(p)
-
-    tiers = {p: tier(policy(p)) for p in t.columns}
+    pols = {p: _run_policy(p, drafters) for p in t.columns}
+    tiers = {p: tier(pol) for p, pol in pols.items()}
+    main = {p for p, pol in pols.items() if on_vllm_main(pol)}
+    deployable, today_set, designs = ({p for p in t.columns if tiers[p] in ts} for ts in (DEPLOYABLE, ("vllm",),
+                                                                                        ("engine",)))
     rows = []
     for b in t.index:
         base = t.at[b, BASE] if BASE in t else float("nan")
         ok = {p: t.at[b, p] for p in t.columns if not np.isnan(t.at[b, p])}
 
-        def best(tset):  # as the verdict ranks (sim/api/console.py rank_key)
-            cand = {p: v for p, v in ok.items() if tiers[p] in tset}
+        def best(names):  # as the verdict ranks (sim/api/console.py rank_key)
+            cand = {p: v for p, v in ok.items() if p in names}
             if not cand:
                 return None, float("nan")
             top = min(cand, key=lambda q: rank_key(cand[q], q, BASE))
             return top, cand[top]
 
-        rec, rv = best(DEPLOYABLE)
-        today, tv = best(("vllm",))
-        design, dv = best(("engine",))
+        rec, rv = best(deployable)
+        today, tv = best(today_set)
+        design, dv = best(designs)
+        newest = [best(main)] if main else []
         none = ok.get("none")
         rows.append([str(b), rec or "-", _fmt(rv / base, "{:.3f}"), "plugin" if tiers.get(rec) == "plugin" else
-                     "vLLM", today or "-", _fmt(tv / base, "{:.3f}"), design or "-", _fmt(dv / base, "{:.3f}"),
-                     _fmt(rv / none if none else None, "{:.2f}")])
-    return _md_table(["batch size", "recommended", "/ adaptive", "runs in", "best in vLLM as released",
-                      "/ adaptive", "best simulated-only design", "/ adaptive", "recommended / none"], rows)
+                     "vLLM", today or "-", _fmt(tv / base, "{:.3f}")]
+                    + [c for p, v in newest for c in (p or "-", _fmt(v / base, "{:.3f}"))]
+                    + [design or "-", _fmt(dv / base, "{:.3f}"), _fmt(rv / none if none else None, "{:.2f}")])
+    return _md_table(["batch size", "recommended", "/ adaptive", "runs in", "best in vLLM as released", "/ adaptive"]
+                     + ([MAIN_COLUMN, "/ adaptive"] if main else [])
+                     + ["best simulated-only design", "/ adaptive", "recommended / none"], rows)
+
+
+def _run_policy(name: str, drafters: dict | str | None):
+    """The Policy `name` as the sweep ran it: over the drafters it ran with (serve_table's `drafters`)."""
+    from sim.core.policies import get_policy
+
+    d = drafters.get(name) if isinstance(drafters, dict) else drafters
+    return get_policy(name, tuple(str(d).split(","))) if d and str(d) != "nan" else get_policy(name)
+
+
+def main_tier_line(g) -> list[str]:
+    """The paper's line under "What to serve" on vLLM main's tier (sim/core/deploy.py MAIN_TIER), for the rows `g`
+    of one workload: which of the registered vLLM main policies the sweep ran, and why each other is absent (a
+    policy on method 'mtp' needs a target with MTP layers, LLMSpec.mtp_layers); [] where it ran none."""
+    from sim.core.config import WITH_SUFFIX
+    from sim.core.deploy import MAIN_TIER, on_vllm_main
+    from sim.core.models import get_llm
+    from sim.core.policies.catalog import families, get_policy, split_spec
+    from sim.infra.errors import ConfigError
+
+    drafters = dict(zip(g["policy"], g["drafters"])) if "drafters" in g else None
+    ran = sorted(p for p in set(g["policy"]) if on_vllm_main(_run_policy(p, drafters)))
+    if not ran:
+        return []
+    model = str(g.iloc[0]["model"]) if "model" in g else None
+    others = []
+    for name in families():
+        try:
+            pol = get_policy(name, tuple(WITH_SUFFIX.split(",")))
+        except ConfigError:  # a family that needs parameters: not one the sweep can have left out by default
+            continue
+        if on_vllm_main(pol) and not any(split_spec(p)[0] == name for p in ran):
+            why = (f"needs a target with MTP layers, which {model} has not" if pol.vllm.method == "mtp" and model
+                   and not get_llm(model).mtp_layers else "not run in this sweep")
+            others.append(f"`{name}` {why}")
+    return [f"`{MAIN_COLUMN}`: the tier \"{MAIN_TIER}\", what vLLM's main branch runs and no release does: the best "
+            f"of {', '.join(f'`{p}`' for p in ran)}, under the project's own charge, never recommended"
+            + (f" ({'; '.join(others)})" if others else "") + ".", ""]
 
 
 def anchor_lines(anchors: list[dict] | None, trace_stem: str) -> list[str]:
@@ -612,6 +656,7 @@ def paper_md(df, command: str | None = None, anchors: list[dict] | None = None) 
             t = g.pivot_table(index="batch_size", columns="policy", values="output_throughput_tok_s", aggfunc="first")
             out += ["What to serve (the verdict of `python -m sim.run`; `vllm serve` flags: its output):", "",
                     serve_table(t, dict(zip(g["policy"], g["drafters"])) if "drafters" in g else None), ""]
+            out += main_tier_line(g)
             r_o = _ratio_table(g, ORACLE, BASE)
             r_s = _ratio_table(g, hyb, BASE, "steady_throughput_tok_s") if hyb else None
             rows = []

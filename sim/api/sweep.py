@@ -74,14 +74,18 @@ PAPER_POLICIES = ["adaptive", "hybrid", "hybrid-price", "hybrid-tree", "ngram-fi
                   "hybrid-vllm:slots=32:runcal=64", "hybrid-vllm:runcal=64", "hybrid-vllm:slots=32:skip:runcal=64"]
 # every verdict tier; the plugin's settings as sim.plugin_menu runs them (W = 32 and W = 7 with online
 # recalibration, W = 32 with the skip)
+# run apart with the suffix drafter (PRESETS["paper"]): vLLM's suffix decoding, and vLLM main's suffix-adaptive (the
+# tier "vLLM main, unreleased"; vLLM main's ngram-mtp needs a target with MTP layers, which qwen3-8b has not)
+PAPER_SUFFIX_POLICIES = ["suffix", "suffix-adaptive"]
 PRESETS: dict[str, dict] = {
     # reports/paper.md and reports/index.html: the bundled workloads (code editing as the copy-heavy bound and
     # with model-shaped outputs, chat) at temperature 0, qwen3-8b on H100.
-    # `suffix` (vLLM's suffix decoding) runs with its live drafter enabled, alone: enabling it for every policy
-    # would hand the hybrids' over-drafters forms a third chain (sim.report joins its rows to the workload).
+    # `suffix` (vLLM's suffix decoding) and vLLM main's `suffix-adaptive` run with the live suffix drafter enabled,
+    # apart: enabling it for every policy would hand the hybrids' over-drafters forms a third chain (sim.report
+    # joins their rows to the workload).
     "paper": {"trace": ["traces/codeedit.jsonl", "traces/codeedit-model.jsonl", "traces/chat.jsonl"],
               "model": ["qwen3-8b"], "gpu": ["h100-sxm"], "temperature": [0.0], "batch_size": PAPER_BATCH_SIZES,
-              "grid": [{"policy": PAPER_POLICIES}, {"policy": ["suffix"], "drafters": [WITH_SUFFIX]}]},
+              "grid": [{"policy": PAPER_POLICIES}, {"policy": PAPER_SUFFIX_POLICIES, "drafters": [WITH_SUFFIX]}]},
     # Tuning of the hybrids' knobs (docs/simulator.md, "Knobs and where they come from"): general text only,
     # a seeded sample, never the traces the reports evaluate: the n-gram margin (shared by hybrid and
     # hybrid-price; default 1) over {0, 0.25, 0.5, 1, 1.5, 2}, the n-gram chain length k over {16, 32, 64},

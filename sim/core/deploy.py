@@ -61,6 +61,7 @@ TIERS: Mapping[str, str] = {  # tier -> how the verdict names it ({version}: the
     "bound": "upper bound",
 }
 DEPLOYABLE = ("vllm", "plugin")  # the tiers a user can serve
+MAIN_TIER = "vLLM main, unreleased"  # the reports' name for the 'newer' policies of vLLM's main branch (on_vllm_main)
 
 # Published drafter checkpoints, by (models/llms name, vLLM method). A DSpark or EAGLE head reads its own target's
 # hidden states and vocabulary: a checkpoint never stands in for another target's.
@@ -98,6 +99,12 @@ def tier(policy) -> str:
     if policy.vllm.plugin and set(policy.drafters) - set(PLUGIN_DRAFTERS):
         return "engine"  # hybrid-vllm over a chain the plugin does not run (the suffix tree): simulated only
     return "plugin" if policy.vllm.plugin else "vllm"
+
+
+def on_vllm_main(policy) -> bool:
+    """Whether the policy runs in vLLM's main branch and no release (Policy.vllm.main): the reports' MAIN_TIER, a
+    tier of its own beside the verdict's, never recommended; `policy`: a sim.core.policies Policy."""
+    return tier(policy) == "newer" and policy.vllm.main
 
 
 @dataclass(frozen=True)

@@ -268,7 +268,8 @@ class VllmRun:
     per_batch: vLLM's num_speculative_tokens_per_batch_size, ((start, end, K), ...) as parse_per_batch returns it
     (dynamic speculation length: a run with one exists only as vLLM runs it, so only_vllm); release: the vLLM
     build that has the policy where no release in VLLM_VERSIONS does ('vLLM main', ...): the 'vllm' scheduler
-    refuses it and the verdict does not call it deployable (sim/core/deploy.py's 'newer' tier)."""
+    refuses it and the verdict does not call it deployable (sim/core/deploy.py's 'newer' tier); main: that build
+    is vLLM's main branch (the reports' tier sim/core/deploy.py MAIN_TIER), not another project's plugin."""
 
     method: str | None
     k: int | None = None
@@ -279,6 +280,7 @@ class VllmRun:
     estimator: bool = False
     per_batch: tuple = ()
     release: str | None = None
+    main: bool = False
 
     def __post_init__(self) -> None:
         if self.method is not None and self.method not in VLLM_METHOD_NAMES:
@@ -286,6 +288,8 @@ class VllmRun:
                               f"{', '.join(VLLM_METHOD_NAMES)})")
         if self.release is not None and (self.method is None or not str(self.release).strip()):
             raise ConfigError("a policy of another vLLM build names that build and its speculative method")
+        if self.main and self.release is None:
+            raise ConfigError("a policy of vLLM main names that build (release) besides main=True")
         if self.k is not None and (not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 0):
             raise ConfigError(f"num_speculative_tokens must be an integer >= 0, got {self.k!r}")
         if self.estimator and not self.adaptive:

@@ -89,4 +89,4 @@ def _ngram_mtp(params: list[str]) -> Policy:
     given = parse_spec("ngram-mtp", NgramMtpSettings, params)
     batch1 = NgramMtpSettings(**given).b1
     return Policy(spec_name("ngram-mtp", NgramMtpSettings, given), lambda b: alloc_ngram_mtp(b, batch1),
-                  uses_model=True, uses_ngram=True, online=AllMatched, vllm=VllmRun("mtp", release=VLLM_MAIN))
+                  uses_model=True, uses_ngram=True, online=AllMatched, vllm=VllmRun("mtp", release=VLLM_MAIN, main=True))

@@ -74,7 +74,7 @@ def _suffix_adaptive(params: list[str]) -> Policy:
     no_params("suffix-adaptive", params)
     return Policy("suffix-adaptive", alloc_suffix_adaptive, uses_model=False, uses_ngram=False, uses_extra=(SUFFIX,),
                   plan_fn=plan_suffix_adaptive, alloc_fn=allocate_suffix_adaptive,
-                  vllm=VllmRun(SUFFIX, adaptive=True, release=VLLM_MAIN))
+                  vllm=VllmRun(SUFFIX, adaptive=True, release=VLLM_MAIN, main=True))
 
 
 def alloc_arctic(batch: StepBatch, k: int | None) -> Allocation:
