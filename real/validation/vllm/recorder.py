@@ -20,9 +20,9 @@ left out. What the simulator would need to replay these choices is in docs/real.
 
 It also records each step's schedule as adaptive verification budgets it (`collect_budgets`): the scheduled
 requests, their scheduled tokens and drafts, the stale confidences it budgets on and the draft budget B it admits
--- host values that
-AdaptiveVerificationManager.get_num_tokens already holds, so no copy and no sync. The prediction's step table is
-compared with it step by step (real/validation/vllm/budgets.py) to find where a simulated run leaves the real one.
+-- host values that AdaptiveVerificationManager.get_num_tokens already holds, so no copy from the device and no sync
+(the rows are kept as a host array, made lists by `collect_budgets`). The prediction's step table is compared with it
+step by step (real/validation/vllm/budgets.py) to find where a simulated run leaves the real one.
 """
 from __future__ import annotations
 
@@ -126,10 +126,9 @@ def _install_budgets() -> None:
         if not _STATE["padded"] and self._batch_budget is not None:
             ids = list(num_tokens_per_req)
             rows = [self.req_states.req_id_to_index[r] for r in ids]
-            stale = self._stale_confidences[self._stale_idx].np[rows]  # a host array already: no copy from the device
+            stale = self._stale_confidences[self._stale_idx].np[rows]  # host rows (a fancy-indexed copy): no sync
             _STATE["budgets"].append([ids, [int(num_tokens_per_req[r]) for r in ids],
-                                      [len(draft_tokens.get(r, ())) for r in ids], int(self._batch_budget[2]),
-                                      stale.round(6).tolist()])
+                                      [len(draft_tokens.get(r, ())) for r in ids], int(self._batch_budget[2]), stale])
         return n
 
     av.AdaptiveVerificationManager.get_num_tokens = get_num_tokens
@@ -159,7 +158,7 @@ def collect_budgets(worker) -> list[list]:
     """rpc: adaptive verification's budget per step since the last clear: [request ids, scheduled tokens per
     request, scheduled drafts per request, admitted draft budget B (B >= the drafts scheduled: all verified), the stale
     confidences B was chosen from, per request (W wide)]."""
-    out = list(_STATE["budgets"])
+    out = [[ids, tok, drafts, b, stale.round(6).tolist()] for ids, tok, drafts, b, stale in _STATE["budgets"]]
     _STATE["budgets"].clear()
     return out
 
