@@ -236,11 +236,10 @@ def cell_prediction(cfg, sl, pol: str, bs: int, run: dict, ref: list, ref_path: 
         s, cmd = predict(cfg, semantics, pol, bs, ref_path, table, drafts, run, seed, width)
         out = {"steps": s["steps"], "tokens_per_step": s["tokens_per_step"], "lossless": s["lossless"],
                "sim_policy": cfg.sim_policy(pol), "command": cmd}
-        if run.get("budgets"):  # vLLM's budgets against the prediction's, step by step (vllm/budgets.py)
-            from real.validation.vllm.budgets import agreement, real_verified
+        from real.validation.vllm.budgets import of_run
 
-            out["budgets"] = agreement(real_verified(run["budgets"]), s["verified_slots"])
-        return out
+        budgets = of_run(run, s["verified_slots"])  # vLLM's budgets against the prediction's, step by step
+        return out if budgets is None else {**out, "budgets": budgets}
     except Exception as exc:  # noqa: BLE001 -- reported in the cell, never hidden
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
 

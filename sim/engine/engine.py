@@ -738,9 +738,7 @@ class Engine(HostHistory, LosslessChecks):
         """The model chain length each decoding request is scheduled: min(K_m, output left, the drafts the
         step's budget left it) (host-known); not cut to the output left under vLLM's scheduler
         (whole_model_chain)."""
-        k = self.tb.k_model
-        out = np.full(len(reqs), k, dtype=np.int64) if self.whole_model_chain \
-            else np.minimum(k, self.tb.out_len[reqs] - self.pos[reqs])
+        out = self._model_chain_len(reqs, self.pos[reqs])
         return out if self._draft_cap is None else np.minimum(out, self._draft_cap)
 
     @transcribed_by(ARRAY_FORM, *WHOLE_STEP)

@@ -104,6 +104,15 @@ class HostHistory:
                                        else tb.ng_conf[rows] * (np.arange(tb.k_ngram) < tb.ng_len[rows][:, None]))
             self.ng_conf_cnt[reqs] += 1
 
+    def _model_chain_len(self, reqs: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """The length of the model chains requests `reqs` drafted at output positions `at` (int64 [R]): K_m, cut to
+        the output left (out_len - at) unless the run is charged as vLLM (Engine.whole_model_chain: vLLM's drafter
+        does not know max_tokens); es_gather transcribes it."""
+        k = self.tb.k_model
+        if self.whole_model_chain:
+            return np.full(len(reqs), k, dtype=np.int64)
+        return np.minimum(k, self.tb.out_len[reqs] - at)
+
     @transcribed_by(NATIVE_STEP, *WHOLE_STEP)
     def _host_state(self, reqs: np.ndarray) -> tuple[tuple, np.ndarray | None]:
         """What the host knows of the decoding requests' chains before the step: stale = (model conf, model
@@ -112,8 +121,6 @@ class HostHistory:
         srows = tb.offsets[reqs] + self.prev_pos[reqs]
         mrows = tb.offsets[reqs] + self.model_pos[reqs]
         stale_m_conf, mean_ng = self._host_history(reqs, srows, mrows)
-        stale_len = np.full(len(reqs), tb.k_model, dtype=np.int64) if self.whole_model_chain \
-            else np.minimum(tb.k_model, tb.out_len[reqs] - self.model_pos[reqs])
-        stale = (stale_m_conf, stale_len, tb.ng_conf[srows],
+        stale = (stale_m_conf, self._model_chain_len(reqs, self.model_pos[reqs]), tb.ng_conf[srows],
                  tb.ng_len[srows])
         return stale, mean_ng

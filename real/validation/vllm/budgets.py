@@ -33,3 +33,9 @@ def agreement(real: Sequence[int], sim: Sequence[int]) -> dict:
     if first is None and len(real) != len(sim):
         first = n
     return {"steps": len(real), "sim_steps": len(sim), "agree": int(sum(same)), "first_diff": first}
+
+
+def of_run(run: dict, sim: Sequence[int]) -> dict | None:
+    """`agreement` of a real run's recorded budgets (its "budgets") with the prediction's verified slots per decoding
+    step; None where the run recorded none (no adaptive verification)."""
+    return agreement(real_verified(run["budgets"]), sim) if run.get("budgets") else None

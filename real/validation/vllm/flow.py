@@ -185,7 +185,7 @@ def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref
                 complement: dict | None) -> dict:
     """A cell of fidelity.json: the real summary, the prediction from the engine's own tables and chains, the
     synthetic variant, the errors."""
-    from real.validation.vllm.budgets import agreement, real_verified
+    from real.validation.vllm.budgets import of_run
     from real.validation.vllm.cells import cost_table, drafts_file, predict, real_summary, rel_err
 
     run, ref = runs[pol], runs[C.NONE]["outputs"]
@@ -223,8 +223,9 @@ def cell_record(v: VllmValidation, sl: Slice, bs: int, pol: str, runs: dict, ref
     cell["predicted"], cell["sim_command"] = predict(v.cfg, sem, pol, bs, ref_path, table, drafts, run, v.seed)
     cell["synthetic"], cell["synthetic_command"] = predict(v.cfg, sem, pol, bs, ref_path, table, None, run, v.seed + 1)
     cell["drafts_replayed"] = drafts is not None
-    if run.get("budgets"):  # vLLM's budget per step against the prediction's (real/validation/vllm/budgets.py)
-        cell["budgets"] = agreement(real_verified(run["budgets"]), cell["predicted"].get("verified_slots", []))
+    budgets = of_run(run, cell["predicted"].get("verified_slots", []))  # vLLM's budgets against the prediction's
+    if budgets is not None:
+        cell["budgets"] = budgets
     r, p = cell["real"], cell["predicted"]
     cell["steps_error"] = rel_err(p["steps"], r["steps"])
     cell["tokens_per_step_error"] = rel_err(p["tokens_per_step"], r["tokens_per_step"])
