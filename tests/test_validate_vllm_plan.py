@@ -178,7 +178,9 @@ def test_profile_dry_run():
     (["--engine", "vllm", "--dry-run", "--dummy-weights", "--vllm-model", "tests", "--vllm-drafter", "tests"],
      "--dummy-weights: --vllm-model tests has no config.json"),
     (["--synthetic-acceptance-length", "3"], "--synthetic-acceptance-length is for --engine vllm"),
-    (["--engine", "vllm", "--dry-run", "--vllm-device", "cpu", "--dummy-weights"], "--dummy-weights on the cpu build"),
+    # the CPU build takes --dummy-weights too (the harness's dummy-dflash-buffers shim): the same model check
+    (["--engine", "vllm", "--dry-run", "--vllm-device", "cpu", "--dummy-weights", "--vllm-model", "tests",
+      "--vllm-drafter", "tests"], "--dummy-weights: --vllm-model tests has no config.json"),
     (["--dry-run"], "--dry-run is for --engine vllm"),
     (["--hybrid-spec", "{}"], "--hybrid-spec is for --engine vllm"),
 ])

@@ -146,3 +146,34 @@ def test_the_plugin_times_its_own_step_and_the_table_carries_it(runs, tmp_path):
     w = runs["hybrid"]["hybrid_stats"]["workers"][0]["plugin_ms"]
     assert t.plugin == {**w["live"]["fit"], "in_draft": w["profiled"]["fit"]}
     assert ProfiledCost(t).plugin_ms(BS) >= 0.0
+
+
+def test_dummy_weights_with_synthetic_acceptance_are_predicted(tmp_path):
+    """The weightless check on this build (`--dummy-weights --synthetic-acceptance-length 3`): vLLM builds the
+    target and DSpark from their configs with random weights (the harness's dummy-dflash-buffers shim lets DSpark
+    run on them), verifies with synthetic rejection sampling, and the simulator, predicting on the run's own
+    outputs with the same rates, takes the engine's steps (within 3%)."""
+    from real.validation.vllm.cells import cost_table, drafts_file, predict
+    from real.validation.vllm.config import VllmRunConfig
+    from real.validation.vllm.engine import launch
+    from real.validation.vllm.slices import Slice, write_reference
+    from real.validation.vllm_cpu.checkpoints import write_random_dspark, write_tiny_target
+
+    target = write_tiny_target(tmp_path / "tiny")
+    drafter = write_random_dspark(tmp_path / "dspark", target, num_speculative_tokens=K)
+    cfg = VllmRunConfig(model=str(target), drafter=str(drafter), device="cpu", max_model_len=512,
+                        max_num_batched_tokens=256, dummy_weights=True, synthetic_acceptance_length=3)
+    r = random.Random(1)
+    prompts = [[r.randrange(512) for _ in range(r.randrange(8, 40))] for _ in range(4)]
+    ids = [str(i) for i in range(4)]
+    spec = {"config": cfg.to_json(), "policy": "hybrid", "batch_size": BS, "ids": ids, "prompts": prompts,
+            "max_tokens": [24] * 4, "warmup": False}
+    run = launch(spec, tmp_path / "hybrid", "run", cfg.env())
+    assert "dummy-dflash-buffers" in run["harness"]["shims"]
+    assert run["engine_kwargs"]["load_format"] == "dummy" and run["output_tokens"] == 4 * 24
+    sl = Slice("tiny", tuple(ids), tuple(tuple(p) for p in prompts), (24,) * 4, 0)
+    write_reference(sl, run["outputs"], tmp_path / "reference.jsonl")  # synthetic: the run is its own reference
+    table = cost_table(cfg, run, tmp_path / "cost_table.json", block=K)
+    drafts = drafts_file(sl, run, run["outputs"], K, tmp_path / "drafts.jsonl")
+    pred, cmd = predict(cfg, "0.32", "hybrid", BS, tmp_path / "reference.jsonl", table, drafts, run, 0)
+    assert abs(pred["steps"] - run["steps"]) <= 0.03 * run["steps"], (pred["steps"], run["steps"], cmd)

@@ -90,6 +90,13 @@ SHIMS = (
          "the same batches again with DSpark's block pass skipped give the plugin the skipped pass's cost. "
          "The tables are the harness's wall-clock costs: they price the budget consistently within "
          "the run (the simulator decides from the same tables) but are not a GPU's costs"),
+    Shim("dummy-dflash-buffers", "model_executor/model_loader/dummy_loader.py DummyModelLoader.load_weights: "
+         "DFlash/DSpark drafters build their fused context K/V buffers in load_weights (qwen3_dflash.py "
+         "_build_fused_kv_buffers), which dummy loading skips; they are then built lazily at the first step, after "
+         "the CPU platform's process_weights_after_loading has packed each linear weight away (an empty tensor in "
+         "its place), and the first step fails ('size mismatch ... vec (0)')",
+         "the shim builds them where the checkpoint path does, right after the random weights are written and "
+         "before they are packed: the same call on the same weights; models without that method are untouched"),
     Shim("greedy-sampler", "v1/worker/gpu/sample/sampler.py gumbel_sample (the target's sampling kernel, "
          "interpreted: about 90% of a step's time here)",
          "when every row of the step has temperature 0 and no logits cache is asked for, the kernel returns the "
@@ -285,6 +292,19 @@ def _patch_vllm() -> None:
 
     cpu_worker.CPUWorker.compile_or_warm_up_model = compile_or_warm_up_model
     _APPLIED.append("profile-cost-tables")
+
+    from vllm.model_executor.model_loader import dummy_loader
+
+    orig_dummy = dummy_loader.DummyModelLoader.load_weights
+
+    def dummy_load_weights(self, model, model_config) -> None:
+        orig_dummy(self, model, model_config)
+        inner = getattr(model, "model", None)
+        if hasattr(inner, "_build_fused_kv_buffers"):  # DFlash / DSpark: what their load_weights ends with
+            inner._build_fused_kv_buffers()
+
+    dummy_loader.DummyModelLoader.load_weights = dummy_load_weights
+    _APPLIED.append("dummy-dflash-buffers")
 
     kernel = sampler.gumbel_sample
 
