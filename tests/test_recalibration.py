@@ -105,3 +105,37 @@ def test_the_engine_keeps_the_state_and_runs_the_definitions():
     assert st.b[:, 1].mean() > 0
     plain = Engine(prep.tables, prep.arrivals, sim_policy("hybrid"), prep.cost, EngineConfig(batch_size=4))
     assert plain.recal is None and plain.run().lossless
+
+
+def test_a_run_starts_from_a_given_run_level_state():
+    """--runcal-start (a real run's state after its warm-up): the run-level offsets start there, not at the prior,
+    which changes what the policy publishes from the first step; per-request recalibration and policies without it
+    refuse the option in one line."""
+    from sim.api.run import SimSetup, prepare, run_one
+    from sim.core.drafters.recalibration import parse_runcal_start, runcal_start_of
+    from sim.engine.engine import Engine, EngineConfig
+
+    assert parse_runcal_start(" dspark=-0.5/90 , ngram=0.25/70") == "dspark=-0.5/90.0,ngram=0.25/70.0"
+    assert runcal_start_of(parse_runcal_start("ngram=1/2")) == {"ngram": (1.0, 2.0)}
+    for bad in ("dspark=-0.5", "dspark=x/3", "dspark=0/0", "dspark=0/-1", "=0/1", "dspark=inf/1",
+                "dspark=0/1,dspark=0/2"):
+        with pytest.raises(ConfigError, match="--runcal-start"):
+            parse_runcal_start(bad)
+    prep = prepare(SimSetup(trace="traces/codeedit.jsonl", sample=6, seed=0, scheduler="vllm"))
+    start = parse_runcal_start("dspark=-1.5/90,ngram=0.75/80")
+    cfg = EngineConfig(batch_size=4, scheduler="vllm", runcal_start=start)
+    eng = Engine(prep.tables, prep.arrivals, sim_policy("hybrid-vllm:runcal=64"), prep.cost, cfg)
+    assert eng.recal.b.tolist() == [[-1.5, 0.75]] and eng.recal.P.tolist() == [[90.0, 80.0]]
+    assert eng.recal.b_host.tolist() == [[-1.5, 0.75]]  # the host plans its first step from the same state
+    primed = run_one(dataclasses.replace(prep, setup=dataclasses.replace(prep.setup, runcal_start=start)),
+                     "hybrid-vllm:runcal=64", 4)[1]
+    fresh = run_one(prep, "hybrid-vllm:runcal=64", 4)[1]
+    assert primed.lossless and fresh.lossless
+    assert not np.array_equal(primed.steps["tokens"], fresh.steps["tokens"])  # another budget from step one
+    for pol, sched, msg in (("hybrid:recal=4", "hybridspec", "this policy's is per request"),
+                            ("hybrid-vllm", "vllm", "for a policy with runcal")):
+        with pytest.raises(ConfigError, match=msg):
+            Engine(prep.tables, prep.arrivals, sim_policy(pol), prep.cost, dataclasses.replace(cfg, scheduler=sched))
+    with pytest.raises(ConfigError, match="recalibrates dspark, ngram, not suffix"):
+        Engine(prep.tables, prep.arrivals, sim_policy("hybrid-vllm:runcal=64"), prep.cost,
+               dataclasses.replace(cfg, runcal_start="suffix=0.0/1.0"))

@@ -526,6 +526,22 @@ def test_a_cell_with_a_tie_flip_is_predicted_on_its_own_outputs(tmp_path):
     assert plain["reference"] == "none's outputs" and f"--trace {ref_path} " in plain["sim_command"]
 
 
+def test_the_prediction_starts_runcal_where_the_plugins_warm_up_left_it(tmp_path):
+    """The plugin learns runcal's offsets in the warm-up generate too: the prediction of the timed one starts from
+    the state recorded before it (hybrid_stats_before), in the command that reproduces it."""
+    from real.validation.pipeline.predict import sim_command
+    from real.validation.vllm.cells import sim_setup, warmup_runcal
+    from real.validation.vllm.config import VllmRunConfig
+
+    w = {"loaded": True, "runcal": {"offset": [-0.18, 0.02], "precision": [89.4, 74.3]}}
+    run = {"hybrid_stats_before": {"workers": [w]}}
+    assert warmup_runcal(run) == "dspark=-0.18/89.4,ngram=0.02/74.3"
+    assert warmup_runcal({}) is None and warmup_runcal({"hybrid_stats_before": {"workers": [{"loaded": True}]}}) is None
+    setup = sim_setup(VllmRunConfig(), "0.33", tmp_path / "ref.jsonl", tmp_path / "t.json", None, run, 0)
+    assert setup.runcal_start == "dspark=-0.18/89.4,ngram=0.02/74.3"
+    assert "--runcal-start dspark=-0.18/89.4,ngram=0.02/74.3" in sim_command(setup, "hybrid-vllm:runcal=64", 4)
+
+
 def test_dummy_weights_offline_needs_the_targets_config_at_hand(tmp_path, monkeypatch):
     """--dummy-weights builds the model from the target's config.json: offline with a hub id that is not cached, or a
     local directory without one, is one line naming what to bring (python -m real.offline_bundle)."""

@@ -174,7 +174,8 @@ def run_one(prep: Prepared, policy: str, batch_size: int, progress: bool = False
     live = live_drafters(pol.uses_extra, s.drafter_config)  # fresh per run
     cfg = EngineConfig(batch_size=batch_size, max_num_batched_tokens=s.max_num_batched_tokens,
                        kv_capacity_tokens=s.kv_capacity_tokens, rate=s.rate, seed=s.seed,
-                       async_scheduling=s.async_scheduling, scheduler=s.scheduler, vllm_version=s.vllm_version)
+                       async_scheduling=s.async_scheduling, scheduler=s.scheduler, vllm_version=s.vllm_version,
+                       runcal_start=s.runcal_start)
     t0 = time.perf_counter()
     res = Engine(prep.tables, prep.arrivals, pol, prep.cost, cfg, progress=progress, live=live).run()
     wall = time.perf_counter() - t0

@@ -33,6 +33,7 @@ from sim.core.drafters.calibration import DEFAULT_CALIBRATOR
 from sim.core.drafters.registry import (add_drafter_flags, collect_drafter_flags, parse_drafter_config,
                                         parse_drafter_list)
 from sim.core.drafters.stream import parse_draft_tables
+from sim.core.drafters.recalibration import parse_runcal_start
 from sim.core.drafters.synthetic import parse_rates
 from sim.core.models import gpu_name
 from sim.infra.errors import ConfigError
@@ -102,6 +103,10 @@ class DrafterConfig:
                                            "acceptance rates R1,R2,... (non-increasing, in [0, 1]; later positions 0) "
                                            "accept every drafter's chain by position, whatever it proposes "
                                            "(sim/core/drafters/synthetic.py)", grid=None, parse=parse_rates)
+    runcal_start: str | None = opt(None, "the run-level recalibration's start (runcal=k policies): NAME=OFFSET/PRECISION "
+                                   "per drafter, e.g. dspark=-0.19/89.4,ngram=0.02/74.3, instead of the prior (0, k): "
+                                   "a real run's state after its warm-up (sim/core/drafters/recalibration.py)",
+                                   grid=None, parse=parse_runcal_start)
     calibrator: str = opt(DEFAULT_CALIBRATOR, "n-gram calibrator in models/calibrators/ (or a file)")
     ngram_k: int = opt(32, "n-gram chain length", min=1, max=256)  # NgramConfig's bound (sim/core/drafters/ngram.py)
     draft_tables: str = opt("auto", "draft tables: whole (built for the whole trace up front, cached on disk), stream "

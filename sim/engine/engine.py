@@ -99,6 +99,7 @@ import torch
 from sim.infra.progress import progress_bar
 
 from sim.core.cost.base import CostModel
+from sim.core.drafters.recalibration import RecalState, runcal_start_of
 from sim.core.drafters.registry import Pricing, chain_id, table_prices
 from sim.core.drafters.tables import has_decisions, ng_conf_zero_past_length
 from sim.engine.native_step import NativeScans, Unsupported, make_native_step
@@ -150,6 +151,7 @@ class EngineConfig:
     seed: int = 0
     scheduler: str = "hybridspec"  # the token budget's rule: the project's engines', or "vllm" (sim.core.vllm)
     vllm_version: str = DEFAULT_VLLM_VERSION
+    runcal_start: str | None = None  # the run-level recalibration's start (recalibration.parse_runcal_start)
 
     def __post_init__(self) -> None:
         parse_scheduler(self.scheduler)
@@ -352,6 +354,10 @@ class Engine(HostHistory, LosslessChecks):
         # online recalibration (Policy.recal, sim/core/drafters/recalibration.py: per-request offsets) or another
         # online state of the policy (Policy.online: vLLM's acceptance estimator), kept here, fed by _recalibrate
         self.recal = policy.online_state(n, tables.k_model)
+        if cfg.runcal_start:  # a real run's state after its warm-up, not the prior (real/validation/vllm/cells.py)
+            if not isinstance(self.recal, RecalState):
+                raise ConfigError(f"--runcal-start is for a policy with runcal=k, not {policy.name}")
+            self.recal.start(runcal_start_of(cfg.runcal_start))
         # the StepBatch fields its values travel in (the state declares which: recal, estimator or all_matched)
         self._online_fields = None if self.recal is None else (self.recal.field, "stale_" + self.recal.field)
         # the verify table the policy decides with this step: the start-up profile, or (Policy.step_table) the

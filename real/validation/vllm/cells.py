@@ -120,6 +120,20 @@ def timed_plugin_stats(run: dict) -> dict | None:
     return out
 
 
+def warmup_runcal(run: dict | None) -> str | None:
+    """The plugin's run-level recalibration state when the timed generate began (what its warm-up learnt) as the
+    simulator's --runcal-start (DSpark's offset and precision, then the n-gram's: the plugin's order); None where
+    the run recorded none (runcal off, or no plugin)."""
+    from sim.core.drafters.recalibration import parse_runcal_start
+    from sim.core.policies.base import MODEL, NGRAM
+
+    rc = (_worker((run or {}).get("hybrid_stats_before")) or {}).get("runcal")
+    if not rc:
+        return None
+    return parse_runcal_start(",".join(f"{n}={b!r}/{P!r}" for n, b, P in
+                                       zip((MODEL, NGRAM), rc["offset"], rc["precision"])))
+
+
 def real_summary(run: dict, ref: list[list[int]], margins: list[list] | None = None,
                  epsilon: float = DEFAULT_TIE_EPSILON) -> dict:
     """A vLLM run in the report's terms: lossless against the reference (pipeline/lossless.py), steps (vLLM's
@@ -216,7 +230,7 @@ def sim_setup(cfg: VllmRunConfig, semantics: str, ref_path: Path, table: Path, d
                     seed=seed, temperature=C.TEMPERATURE, max_num_batched_tokens=cfg.max_num_batched_tokens,
                     kv_capacity_tokens=run.get("kv_capacity_tokens"), drafts=str(drafts) if drafts else None,
                     async_scheduling=run.get("async_scheduling") is not False, scheduler="vllm",
-                    vllm_version=semantics)
+                    vllm_version=semantics, runcal_start=warmup_runcal(run))
 
 
 def predict(cfg: VllmRunConfig, semantics: str, policy: str, bs: int, ref_path: Path, table: Path,

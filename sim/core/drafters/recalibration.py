@@ -46,7 +46,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+import math
+
 import torch
+
+from sim.infra.errors import ConfigError
 
 EPS = 1e-6  # confidences are clamped to [EPS, 1 - EPS] before the logit (a finite offset stays finite)
 
@@ -110,6 +114,35 @@ def recalibrated(view):
     return dataclasses.replace(view, **fix)
 
 
+RUNCAL_START_FLAG = "--runcal-start"
+
+
+def parse_runcal_start(text: str | None) -> str | None:
+    """`NAME=b/P,...` (the simulator's --runcal-start: the run-level state a run starts from, per drafter NAME its
+    offset b [logits] and precision P [1 / logit^2] > 0) checked and normalised; None stays None. A real vLLM run's
+    plugin learns runcal's state in its warm-up too, so its measured run starts from that state, not the prior
+    (real/validation/vllm/cells.py passes it)."""
+    return None if not text else ",".join(f"{n}={b!r}/{P!r}" for n, (b, P) in runcal_start_of(text).items())
+
+
+def runcal_start_of(text: str | None) -> dict[str, tuple[float, float]]:
+    """The drafters' (offset, precision) of a --runcal-start text (parse_runcal_start); {} when none. ConfigError
+    (one line naming the part) on a malformed one."""
+    out: dict[str, tuple[float, float]] = {}
+    for part in (text or "").split(","):
+        name, eq, rest = part.partition("=")
+        b, slash, P = rest.partition("/")
+        try:
+            got = (float(b), float(P)) if eq and slash and name.strip() else None
+        except ValueError:
+            got = None
+        if got is None or not all(math.isfinite(x) for x in got) or got[1] <= 0 or name.strip() in out:
+            raise ConfigError(f"{RUNCAL_START_FLAG} {text!r}: expected NAME=OFFSET/PRECISION per drafter, comma "
+                              f"separated, a finite offset, a precision > 0 and each drafter once; got {part!r}")
+        out[name.strip()] = got
+    return out
+
+
 class RecalState:
     """An engine's recalibration state (module docstring): per request r and drafter d, the offset b [logits] and
     precision P [1 / logit^2], host float64 arrays [n, D] (the trace's n requests, D = the policy's drafters), and
@@ -129,6 +162,20 @@ class RecalState:
         self.b = torch.zeros((rows, D), dtype=torch.float64)
         self.P = torch.full((rows, D), self.k, dtype=torch.float64)
         self.b_host = torch.zeros((rows, D), dtype=torch.float64)
+
+    def start(self, state: dict[str, tuple[float, float]]) -> None:
+        """Start the run-level state (shared=True only) from drafter -> (offset b, precision P) instead of the prior
+        (0, k): a real run's state after its warm-up (parse_runcal_start). ConfigError for per-request offsets or a
+        drafter the policy does not recalibrate."""
+        if not self.shared:
+            raise ConfigError(f"{RUNCAL_START_FLAG} starts the run-level recalibration (runcal=k); this policy's is "
+                              "per request")
+        for name, (b, P) in state.items():
+            if name not in self.names:
+                raise ConfigError(f"{RUNCAL_START_FLAG}: the policy recalibrates {', '.join(self.names)}, not {name}")
+            i = self.names.index(name)
+            self.b[0, i] = self.b_host[0, i] = float(b)
+            self.P[0, i] = float(P)
 
     def _rows(self, reqs) -> torch.Tensor:
         idx = torch.as_tensor(reqs)
