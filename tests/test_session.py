@@ -3,6 +3,7 @@ a missing C compiler is said in one line at the start of the run."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +14,17 @@ ROOT = Path(__file__).resolve().parents[1]
 CASE = ROOT / "tests" / "fixtures" / "interrupt" / "interrupted_case.py"
 
 
+def _default_sigint() -> None:
+    # a suite started in the background (`cmd &`, nohup) inherits SIGINT ignored, and Python then keeps it ignored:
+    # the child gets a terminal's default, so that its Ctrl-C is what a user's is
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _pytest(*args, env: dict | None = None) -> subprocess.CompletedProcess:
     # its own session (process group): its Ctrl-C, sent to the group, never reaches this run
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, start_new_session=True,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **(env or {})}, preexec_fn=_default_sigint)
 
 
 @pytest.mark.parametrize("test", ["test_ctrl_c_during_an_in_process_command", "test_ctrl_c_during_a_child_command"])
