@@ -225,9 +225,9 @@ def run_hybrid_cells(out: Path, traces: list[str], batch_size: int, limit: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    from sim.infra.cli import ArgumentParser  # notes the options given: a --report named is not a default output
 
-    ap = argparse.ArgumentParser(prog="python -m real.depth_calibration", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="python -m real.depth_calibration", description=__doc__.split("\n")[0])
     ap.add_argument("--run", action="append", default=[], help="a run directory to read (validate's layout)")
     ap.add_argument("--out", help="run the hybrid cells of --trace here first (then read it with the --run's)")
     ap.add_argument("--trace", action="append", help="with --out: trace(s) to slice")
