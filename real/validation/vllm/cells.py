@@ -124,14 +124,13 @@ def warmup_runcal(run: dict | None) -> str | None:
     """The plugin's run-level recalibration state when the timed generate began (what its warm-up learnt) as the
     simulator's --runcal-start (DSpark's offset and precision, then the n-gram's: the plugin's order); None where
     the run recorded none (runcal off, or no plugin)."""
-    from sim.core.drafters.recalibration import parse_runcal_start
+    from sim.core.drafters.recalibration import runcal_start_text
     from sim.core.policies.base import MODEL, NGRAM
 
     rc = (_worker((run or {}).get("hybrid_stats_before")) or {}).get("runcal")
     if not rc:
         return None
-    return parse_runcal_start(",".join(f"{n}={b!r}/{P!r}" for n, b, P in
-                                       zip((MODEL, NGRAM), rc["offset"], rc["precision"])))
+    return runcal_start_text(dict(zip((MODEL, NGRAM), zip(rc["offset"], rc["precision"]))))
 
 
 def real_summary(run: dict, ref: list[list[int]], margins: list[list] | None = None,

@@ -122,7 +122,12 @@ def parse_runcal_start(text: str | None) -> str | None:
     offset b [logits] and precision P [1 / logit^2] > 0) checked and normalised; None stays None. A real vLLM run's
     plugin learns runcal's state in its warm-up too, so its measured run starts from that state, not the prior
     (real/validation/vllm/cells.py passes it)."""
-    return None if not text else ",".join(f"{n}={b!r}/{P!r}" for n, (b, P) in runcal_start_of(text).items())
+    return None if not text else runcal_start_text(runcal_start_of(text))
+
+
+def runcal_start_text(state: dict[str, tuple[float, float]]) -> str:
+    """The --runcal-start text of drafter -> (offset, precision), the one spelling (runcal_start_of reads it)."""
+    return ",".join(f"{n}={float(b)!r}/{float(P)!r}" for n, (b, P) in state.items())
 
 
 def runcal_start_of(text: str | None) -> dict[str, tuple[float, float]]:
