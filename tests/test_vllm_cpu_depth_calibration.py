@@ -29,6 +29,17 @@ def test_plugin_depths_pools_counts_and_weights_the_calibrated_mean_by_reached(t
     assert D.mean_gap(rows) == pytest.approx(abs(23 / 40 - 32 / 40))
 
 
+def test_the_header_names_the_drafter_each_cell_recorded(tmp_path):
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    spec = {"engine_kwargs": {"speculative_config": {"method": "dspark", "model": "/x/hf/dspark-smollm2-135m"}}}
+    (a / "run.result.json").write_text(json.dumps(spec))
+    (b / "run.result.json").write_text("not json")
+    assert D.cell_drafters([str(a)]) == "`dspark-smollm2-135m`"
+    assert D.cell_drafters([str(a), str(b), str(c)]) == "`dspark-smollm2-135m`, not recorded"
+
+
 def test_slot_stats_counts_only_observed_slots_inside_the_output():
     # prompt "1 2 3 4 5 6 7 8" then the output repeats it: every n-gram proposal continues the copy exactly
     prompt = list(range(1, 9))

@@ -72,6 +72,20 @@ def plugin_depths(runs: list[Path]) -> tuple[list[dict], list[str]]:
     return rows, cells
 
 
+def cell_drafters(cells: list[str]) -> str:
+    """The DSpark drafter(s) the pooled cells ran, as their runs recorded them (run.result.json's engine arguments:
+    the drafter directory's name), for the report's header; "not recorded" where a cell has no record."""
+    names = set()
+    for c in cells:
+        rec = Path(c) / "run.result.json"
+        try:
+            spec = (json.loads(rec.read_text()).get("engine_kwargs") or {}).get("speculative_config") or {}
+        except (OSError, ValueError, AttributeError):  # no record, or not one a run wrote: the header says so
+            spec = {}
+        names.add(Path(spec["model"]).name if spec.get("model") else "not recorded")
+    return ", ".join(f"`{n}`" if n != "not recorded" else n for n in sorted(names))
+
+
 BINS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # table B's reliability bins of the calibrated p_ij
 
 
@@ -274,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
          f"through real/validation/vllm_cpu/harness.py, a test harness, one process per trace, cached under --out; with --run, "
          f"a validate run's). Hybrid cells pooled: {', '.join(cells)}. Requests: {len(refs)} "
          f"({', '.join(f'{s} {sum(1 for t, _ in refs if t == s)}' for s in stems)}), target SmolLM2-135M-Instruct "
-         f"fp32, temperature 0, random DSpark drafter, K = {K}; the reference text is the target's greedy output "
+         f"fp32, temperature 0, DSpark drafter {cell_drafters(cells)} (as the cells' runs recorded it; "
+         f"`dspark-smollm2-135m` is the bundled trained one), "
+         f"K = {K}; the reference text is the target's greedy output "
          f"(reference.jsonl: `none`'s in a validate run, the hybrid cell's own with --out, equal to `none`'s since "
          f"the hybrid is lossless); calibrator `{_cal_name()}` (fitted on traces/general.jsonl's recorded "
          f"outputs).", "",
