@@ -75,3 +75,40 @@ def test_vllm_main_is_a_tier_of_its_own_never_the_target():
     assert M.MAIN_TIER in text and "0.2500 (vs `suffix-adaptive`)" in text and "1 of 1 cells meet" in text
     (s0,) = M.summarize([r for r in rows if r["policy"] not in M.MAIN])
     assert "ratio_main" not in s0 and M.MAIN_TIER not in M.report([s0], "python -m sim.plugin_menu", 60.0)
+
+
+def test_any_trace_file_runs_and_a_bad_one_is_refused_before_any_work(tmp_path, monkeypatch):
+    assert M.trace_arg("traces/chat.jsonl") == "traces/chat.jsonl"  # bundled: repo-relative, runs from any folder
+    own = tmp_path / "own.jsonl"
+    own.write_text('{"id": "a", "prompt": "x y", "output": "y z"}\n')
+    monkeypatch.chdir(tmp_path)
+    assert M.trace_arg("own.jsonl") == str(own.resolve())
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "prompt": "x"}\n')
+    r = subprocess.run([sys.executable, "-m", "sim.plugin_menu", "--trace", str(bad), "--out", str(tmp_path / "m.md")],
+                       capture_output=True, text=True, cwd=M.REPO, timeout=120)
+    assert r.returncode == 2 and "bad.jsonl:1" in r.stderr and "output" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "m.md").exists()
+
+
+def test_a_stopped_menu_ends_its_workers_at_once_and_writes_nothing(tmp_path):
+    """SIGTERM (a timeout, docker stop) ends the run with its cells unfinished: the executor's default would run
+    every queued cell first (the old behaviour: minutes of work after the stop)."""
+    import signal
+    import time
+
+    out = tmp_path / "menu.md"
+    p = subprocess.Popen([sys.executable, "-m", "sim.plugin_menu", "--trace", "traces/codeedit.jsonl", "--batch-size",
+                          "1", "--limit", "60", "--workers", "2", "--out", str(out)], cwd=M.REPO, text=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    first = p.stderr.readline()  # the first finished cell
+    assert first.startswith("[1/"), first
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    rest = p.stderr.read()
+    p.wait(timeout=120)
+    total = int(first.split("/")[1].split("]")[0])
+    assert p.returncode == 130 and "Traceback" not in rest
+    waited = time.monotonic() - t0  # the queued cells of 60 requests at batch 1 take minutes; a stop, a second
+    assert rest.count("\n[") + 1 < total and waited < 15, waited
+    assert not out.exists()

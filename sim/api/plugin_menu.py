@@ -2,6 +2,8 @@
 
     python -m sim.plugin_menu [--out reports/plugin-menu.md] [--force] [--batch-size B ...] [--trace T ...] [--main]
 
+--trace takes any JSONL trace (the bundled three by default): your workload, or prompts the report does not use.
+
 Every cell is one simulation of qwen3-8b on H100 (roofline), temperature 0, whole trace, charged as vLLM's
 scheduler charges it (`--scheduler vllm`, the default `--vllm-version`). The comparison set is what vLLM runs
 without the plugin (COMPARISON: no speculation, DSpark with adaptive verification, DSpark at its fixed block, vLLM's
@@ -27,14 +29,14 @@ import argparse
 import functools
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from sim.core.config import WITH_SUFFIX
 from sim.core.deploy import MAIN_TIER
 from sim.infra.errors import ConfigError
 from sim.infra import paths
-from sim.infra.cli import ArgumentParser, check_out_file, flag_given, write_files
+from sim.infra.cli import ArgumentParser, check_in_file, check_out_file, flag_given, write_files
+from sim.infra.pool import run_local
 
 REPO = paths.REPO
 TRACES = ("traces/codeedit.jsonl", "traces/codeedit-model.jsonl", "traces/chat.jsonl")
@@ -43,8 +45,15 @@ BATCHES = (1, 4, 32, 128, 256)
 HYBRID_BATCHES = (4, 128)
 W = 32  # the plugin's slots; vLLM's n-gram runs at the same W
 COMPARISON = ("none", "adaptive", "model-fixed:7", f"vllm-ngram:{W}", "suffix")
+# the confidences the plugin publishes past its chosen chain (hybrid_spec.tail), tuned on general text, not on the
+# traces this report evaluates, with `python -m sim.past_slots --limit 400 --batch-size 1 --batch-size 4
+# --batch-size 32 --tail 0.02 --tail 0.05 --tail 0.1 --tail 0.2` and, at batch 1, `--tail 0.3 --tail 0.5`: 0.05 the
+# best mean gain over tail 0 at batch 1 and 4, 0.2 where batch 1's gain levels off (0.2, 0.3, 0.5 equal); every tail
+# is below tail 0 at batch 32: settings of their own, not defaults
+TAILS = (0.05, 0.2)
 PLUGIN = (f"hybrid-vllm:slots={W}", f"hybrid-vllm:slots={W}:skip", "hybrid-vllm:runcal=64",
-          f"hybrid-vllm:slots={W}:runcal=64", f"hybrid-vllm:slots={W}:skip:runcal=64")
+          f"hybrid-vllm:slots={W}:runcal=64", f"hybrid-vllm:slots={W}:skip:runcal=64") \
+    + tuple(f"hybrid-vllm:slots={W}:skip:runcal=64:tail={c:g}" for c in TAILS)
 MAIN = ("suffix-adaptive",)  # vLLM main, unreleased (--main)
 HYBRID = "hybrid"
 DEFAULT_OUT = "reports/plugin-menu.md"
@@ -81,6 +90,20 @@ def run_cell(cell: tuple[str, str, int, str], limit: int | None = None) -> dict:
     res.raise_if_lossy(f"{trace} {policy} batch {batch}")
     return {"trace": trace, "policy": policy, "batch_size": batch, "scheduler": scheduler,
             "tok_s": float(row["output_throughput_tok_s"])}
+
+
+def trace_arg(trace: str) -> str:
+    """--trace as the cells key it: a bundled trace's repo-relative name as given (it runs from any folder), any
+    other file its absolute path. Before any work: ConfigError naming --trace where it is no readable file, the
+    trace's first bad line as TraceError (sim.core.trace.scan_trace: file, line, field)."""
+    from sim.core.trace.loader import scan_trace
+
+    p = Path(trace)
+    if not p.is_absolute() and (REPO / p).is_file() and (not p.exists() or p.resolve() == (REPO / p).resolve()):
+        return trace
+    out = str(check_in_file(p, "--trace").resolve())
+    scan_trace(out)
+    return out
 
 
 def cells(traces: tuple[str, ...], batches: tuple[int, ...], main: bool = False) -> list[tuple[str, str, int, str]]:
@@ -149,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--out", default=DEFAULT_OUT, help="the Markdown report to write")
     ap.add_argument("--force", action="store_true", help="replace an existing --out")
-    ap.add_argument("--trace", action="append", default=None, choices=TRACES, help="a bundled trace (repeatable)")
+    ap.add_argument("--trace", action="append", default=None,
+                    help=f"a JSONL trace (repeatable; default the bundled {', '.join(TRACES)}): a workload of your "
+                         "own, or prompts the report does not use")
     ap.add_argument("--batch-size", action="append", type=int, default=None, help="repeatable")
     ap.add_argument("--workers", type=int, default=2, help="simulations run side by side")
     ap.add_argument("--limit", type=int, default=None, help="each trace's first N requests (a quick look; the "
@@ -164,19 +189,21 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--workers {a.workers}: give at least 1")
     if a.limit is not None and a.limit < 1:
         raise ConfigError(f"--limit {a.limit}: give at least 1 request")
+    traces = tuple(dict.fromkeys(trace_arg(t) for t in a.trace)) if a.trace else TRACES  # a repeat runs once
     check_out_file(out, a.force, "--out")  # before any work
-    traces, batches = tuple(a.trace or TRACES), tuple(a.batch_size or BATCHES)
+    batches = tuple(a.batch_size or BATCHES)
     todo = cells(traces, batches, a.main)
     t0, rows = time.perf_counter(), []
-    with ProcessPoolExecutor(a.workers) as ex:
-        futs = [ex.submit(run_cell, c, a.limit) for c in todo]
-        for i, f in enumerate(as_completed(futs), 1):
-            rows.append(f.result())
-            r = rows[-1]
-            print(f"[{i}/{len(todo)}] {Path(r['trace']).stem} {r['policy']} batch {r['batch_size']}: "
-                  f"{r['tok_s']:.0f} tok/s ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+
+    def done(_, r: dict) -> None:
+        rows.append(r)
+        print(f"[{len(rows)}/{len(todo)}] {Path(r['trace']).stem} {r['policy']} batch {r['batch_size']}: "
+              f"{r['tok_s']:.0f} tok/s ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+
+    # a stop or a failing cell ends every worker at once (sim.infra.pool), not after the queued cells
+    run_local(functools.partial(run_cell, limit=a.limit), [(c, c) for c in todo], a.workers, done)
     order = {c: i for i, c in enumerate(todo)}
-    rows.sort(key=lambda r: (TRACES.index(r["trace"]), r["batch_size"], order[(r["trace"], r["policy"],
+    rows.sort(key=lambda r: (traces.index(r["trace"]), r["batch_size"], order[(r["trace"], r["policy"],
                                                                                  r["batch_size"], r["scheduler"])]))
     summary = summarize(rows)
     wall = time.perf_counter() - t0

@@ -39,7 +39,6 @@ import sys
 import time
 import tomllib
 from collections import OrderedDict
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from itertools import product
 from pathlib import Path
@@ -49,7 +48,8 @@ import pandas as pd
 from sim.api.setups import join_setups, setup_values
 from sim.core.config import WITH_SUFFIX
 from sim.infra.cli import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least
-from sim.infra.fsio import clean_dead, commit_files, forking_workers, out_guard, own_path, refuse_in_the_way
+from sim.infra.fsio import clean_dead, commit_files, out_guard, own_path, refuse_in_the_way
+from sim.infra.pool import one_thread, run_local
 from sim.infra.errors import ConfigError
 from sim.infra import paths
 
@@ -310,21 +310,6 @@ _PREP_CACHE: OrderedDict = OrderedDict()
 _PREP_CACHE_SIZE = 2  # draft tables kept per worker process (a few hundred MB at most for the bundled traces)
 
 
-def _worker_init() -> None:
-    import torch
-
-    torch.set_num_threads(1)
-
-
-def _local_worker_init() -> None:
-    """A local worker process: dies with the sweep (a killed sweep never leaves workers computing or hanging
-    behind it), then the common set-up."""
-    from sim.infra.fsio import die_with_parent
-
-    die_with_parent()
-    _worker_init()
-
-
 def _prepared(cell: Cell):
     from sim.api.run import prepare
 
@@ -431,29 +416,14 @@ def _run_local(todo: list[tuple[str, Cell]], workers: int, on_done) -> None:
         import torch
 
         threads = torch.get_num_threads()
-        _worker_init()
+        one_thread()
         try:
             for cid, cell in todo:
                 on_done(cid, run_cell(cell))
         finally:
             torch.set_num_threads(threads)
         return
-    ex = ProcessPoolExecutor(max_workers=workers, initializer=_local_worker_init)
-    try:
-        with forking_workers():  # workers fork on submit: a stop signal during their start-up is not lost
-            pending = {ex.submit(run_cell, cell): cid for cid, cell in todo}
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                on_done(pending.pop(f), f.result())
-    except BaseException:
-        # interrupted (Ctrl-C, SIGTERM) or failed: stop the running cells now instead of waiting for them
-        # (the executor has no public way to end its workers; its process table is read, nothing else)
-        for p in list(getattr(ex, "_processes", {}).values()):
-            p.terminate()
-        ex.shutdown(wait=True, cancel_futures=True)
-        raise
-    ex.shutdown(wait=True, cancel_futures=True)
+    run_local(run_cell, todo, workers, on_done)
 
 
 def _run_ray(todo: list[tuple[str, Cell]], address: str | None, on_done) -> None:
@@ -466,7 +436,7 @@ def _run_ray(todo: list[tuple[str, Cell]], address: str | None, on_done) -> None
         ray.init(address=address or None, runtime_env=env, log_to_driver=False, include_dashboard=False)
 
     def task(cell: Cell) -> dict:
-        _worker_init()
+        one_thread()
         return run_cell(cell)
 
     remote = ray.remote(num_cpus=1)(task)
