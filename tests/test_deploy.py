@@ -7,6 +7,7 @@ import shlex
 
 import pytest
 
+from sim.api.plugin_menu import PLUGIN as PLUGIN_MENU
 from sim.core.deploy import Deployment, serve_flags, tier
 from sim.core.policies import get_policy
 from sim.core.vllm import plugin_settings, speculative_config
@@ -41,7 +42,8 @@ def _spec_args(line: str) -> tuple[str, str | None]:
 
 @pytest.mark.parametrize("policy", ["adaptive", "model-fixed:5", "vllm-ngram:16", "hybrid-vllm:slots=32",
                                     "hybrid-vllm:margin=0.5:slots=16:skip", "hybrid-vllm", "suffix:8",
-                                    "hybrid-vllm:slots=32:skip:runcal=64", "hybrid-vllm:runcal=0.5"])
+                                    "hybrid-vllm:slots=32:skip:runcal=64", "hybrid-vllm:runcal=0.5",
+                                    *PLUGIN_MENU])  # every setting the plugin menu reports, the tail ones too
 def test_the_printed_flags_map_back_onto_the_same_policy(policy):
     drafters = ALL if policy.startswith("suffix") else ("dspark", "ngram")  # the plugin runs two chains
     line, why = serve_flags(get_policy(policy, drafters), DEP, 4)
