@@ -38,7 +38,7 @@ import numpy as np
 
 from real.validation.fidelity import MIN_REACHED  # a depth counts as a measurement from this many slots on
 from sim.infra.cli import SEED
-from sim.infra.inputs import RECORD, Any, Dict, Int, List, Maybe, Obj, Opt, parse_json, read_json, read_text
+from sim.infra.inputs import CACHE, RECORD, Any, Dict, Int, List, Maybe, Obj, Opt, parse_json, read_json, read_text
 from sim.infra.errors import ConfigError
 
 K = 7  # the plugin's chain width in these runs (num_speculative_tokens)
@@ -77,10 +77,10 @@ def cell_drafters(cells: list[str]) -> str:
     the drafter directory's name), for the report's header; "not recorded" where a cell has no record."""
     names = set()
     for c in cells:
-        rec = Path(c) / "run.result.json"
-        try:
-            spec = (json.loads(rec.read_text()).get("engine_kwargs") or {}).get("speculative_config") or {}
-        except (OSError, ValueError, AttributeError):  # no record, or not one a run wrote: the header says so
+        try:  # the cell cache's own reader (vllm/cells.run_cell): capped, strict JSON
+            run = read_json(Path(c) / "run.result.json", CACHE, finite=False)
+            spec = (run.get("engine_kwargs") or {}).get("speculative_config") or {}
+        except (ConfigError, OSError, AttributeError):  # no record, or not one a run wrote: the header says so
             spec = {}
         names.add(Path(spec["model"]).name if spec.get("model") else "not recorded")
     return ", ".join(f"`{n}`" if n != "not recorded" else n for n in sorted(names))
