@@ -112,6 +112,22 @@ def test_verdict_recommends_what_a_server_can_run_and_names_the_rest_by_tier():
     assert "recommended vllm-ngram:8, 900 tok/s, in vLLM 0.33 today" in line and "hybrid-tree 1,200 tok/s" in rest
 
 
+def test_a_tie_at_four_digits_ranks_the_same_whatever_order_the_rows_come_in():
+    """The verdict and paper.md's "What to serve" rank one set of rows in different orders (the sweep's completion
+    order, the report's columns): a tie at 4 significant digits goes to the baseline, then to the better unrounded
+    figure, so both name the same setup (they named two at codeedit batch 256: 11,187 and 11,195 tok/s)."""
+    from sim.api.console import rank_key, verdicts
+
+    rows = [_row("adaptive", 1.0), _row("hybrid-vllm:slots=32:runcal=64", 11.18689),
+            _row("hybrid-vllm:slots=32:skip:runcal=64:tail=0.05", 11.19481)]
+    for order in (rows, rows[::-1]):
+        assert verdicts(order, "adaptive")[0].startswith("batch 4: recommended hybrid-vllm:slots=32:skip:runcal=64:"
+                                                         "tail=0.05, 11.195x adaptive"), verdicts(order, "adaptive")
+    # the baseline still wins its tie; a lower-is-better figure ranks the other way
+    assert min(["x", "adaptive"], key=lambda p: rank_key(1000.04 if p == "x" else 1000.0, p, "adaptive")) == "adaptive"
+    assert min(["a", "b"], key=lambda p: rank_key({"a": 2.0001, "b": 2.0002}[p], p, None, lower=True)) == "a"
+
+
 def test_verdict_prints_the_flags_that_run_the_recommendation():
     from sim.api.console import verdicts
     from sim.core.deploy import Deployment

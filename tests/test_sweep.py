@@ -155,9 +155,12 @@ def test_paper_preset_grid():
     cells = expand(PRESETS["paper"])
     # codeedit, codeedit-model, chat; suffix and vLLM main's suffix-adaptive apart with their drafter, with that
     # setup's baseline
-    assert len(cells) == (15 + 3) * 9 * 3
+    assert len(cells) == (17 + 3) * 9 * 3
     assert {"hybrid", "hybrid-price", "oracle", "ngram-fixed:32", "none", "vllm-ngram:32", "suffix",
             "hybrid-vllm:slots=32", "hybrid-vllm:slots=32:runcal=64"} <= {c.policy for c in cells}  # every tier
+    # every setting the verdict weighs (sim.run's defaults) is in the paper, so its "What to serve" is the verdict's
+    from sim.core.config import DEFAULT_POLICIES
+    assert set(DEFAULT_POLICIES) <= {c.policy for c in cells}
     apart = {"suffix", "suffix-adaptive", "adaptive"}
     assert {c.policy for c in cells if c.drafters == WITH_SUFFIX} == apart
     assert all(c.drafters == DEFAULT_DRAFTERS for c in cells if c.policy not in apart)

@@ -265,8 +265,10 @@ VERDICT_FIELDS = ("batch_size", "ranked_by", "reference", "recommended", "runner
 def rank_key(value: float, policy: str, baseline: str | None, lower: bool = False) -> tuple:
     """The order the verdict (and reports/paper.md's "What to serve") ranks setups in: by the figure to 4
     significant digits, better first (`lower`: a smaller figure is better), a tie going to the baseline (the
-    default a user already runs)."""
-    return float(f"{value:.4g}") * (1 if lower else -1), policy != baseline
+    default a user already runs), then to the better unrounded figure, then by name: the same order whatever order
+    the rows come in (the sweep's completion order, a report's columns)."""
+    sign = 1 if lower else -1
+    return float(f"{value:.4g}") * sign, policy != baseline, value * sign, policy
 
 
 def _flags_line(policy: str, flags: dict) -> str:

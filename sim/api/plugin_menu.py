@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from sim.core.config import WITH_SUFFIX
+from sim.core.config import PLUGIN_TAIL_SETTINGS, WITH_SUFFIX
 from sim.core.deploy import MAIN_TIER
 from sim.infra.errors import ConfigError
 from sim.infra import paths
@@ -45,15 +45,9 @@ BATCHES = (1, 4, 32, 128, 256)
 HYBRID_BATCHES = (4, 128)
 W = 32  # the plugin's slots; vLLM's n-gram runs at the same W
 COMPARISON = ("none", "adaptive", "model-fixed:7", f"vllm-ngram:{W}", "suffix")
-# the confidences the plugin publishes past its chosen chain (hybrid_spec.tail), tuned on general text, not on the
-# traces this report evaluates, with `python -m sim.past_slots --limit 400 --batch-size 1 --batch-size 4
-# --batch-size 32 --tail 0.02 --tail 0.05 --tail 0.1 --tail 0.2` and, at batch 1, `--tail 0.3 --tail 0.5`: 0.05 the
-# best mean gain over tail 0 at batch 1 and 4, 0.2 where batch 1's gain levels off (0.2, 0.3, 0.5 equal); every tail
-# is below tail 0 at batch 32: settings of their own, not defaults
-TAILS = (0.05, 0.2)
 PLUGIN = (f"hybrid-vllm:slots={W}", f"hybrid-vllm:slots={W}:skip", "hybrid-vllm:runcal=64",
           f"hybrid-vllm:slots={W}:runcal=64", f"hybrid-vllm:slots={W}:skip:runcal=64") \
-    + tuple(f"hybrid-vllm:slots={W}:skip:runcal=64:tail={c:g}" for c in TAILS)
+    + PLUGIN_TAIL_SETTINGS  # tuned on general text (sim/core/config.py)
 MAIN = ("suffix-adaptive",)  # vLLM main, unreleased (--main)
 HYBRID = "hybrid"
 DEFAULT_OUT = "reports/plugin-menu.md"
