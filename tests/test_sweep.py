@@ -158,9 +158,15 @@ def test_paper_preset_grid():
     assert len(cells) == (17 + 3) * 9 * 3
     assert {"hybrid", "hybrid-price", "oracle", "ngram-fixed:32", "none", "vllm-ngram:32", "suffix",
             "hybrid-vllm:slots=32", "hybrid-vllm:slots=32:runcal=64"} <= {c.policy for c in cells}  # every tier
-    # every setting the verdict weighs (sim.run's defaults) is in the paper, so its "What to serve" is the verdict's
+    # the verdict (sim.run's defaults) and the paper weigh the same plugin settings, so what the main job prints is
+    # the paper's "What to serve" (README's copy-heavy rows)
     from sim.core.config import DEFAULT_POLICIES
+    from sim.core.deploy import tier
+    from sim.core.policies.catalog import get_policy
+
     assert set(DEFAULT_POLICIES) <= {c.policy for c in cells}
+    plugin = {c.policy for c in cells if tier(get_policy(c.policy, c.drafters)) == "plugin"}
+    assert len(plugin) == 6 and plugin <= set(DEFAULT_POLICIES)
     apart = {"suffix", "suffix-adaptive", "adaptive"}
     assert {c.policy for c in cells if c.drafters == WITH_SUFFIX} == apart
     assert all(c.drafters == DEFAULT_DRAFTERS for c in cells if c.policy not in apart)

@@ -46,7 +46,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim.api.setups import join_setups, setup_values
-from sim.core.config import PLUGIN_TAIL_SETTINGS, WITH_SUFFIX
+from sim.core.config import PLUGIN_SETTINGS, WITH_SUFFIX
 from sim.infra.cli import ArgumentParser, check_in_file, check_out_dir, finite_float, int_at_least
 from sim.infra.fsio import clean_dead, commit_files, out_guard, own_path, refuse_in_the_way
 from sim.infra.pool import one_thread, run_local
@@ -70,11 +70,8 @@ def _defaults() -> dict[str, list]:
 # Preset grids (the same structure as a TOML grid file).
 PAPER_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 PAPER_POLICIES = ["adaptive", "hybrid", "hybrid-price", "hybrid-tree", "ngram-first", "ngram-threshold", "oracle",
-                  "model-fixed:7", "ngram-fixed:32", "none", "vllm-ngram:32", "hybrid-vllm:slots=32",
-                  "hybrid-vllm:slots=32:runcal=64", "hybrid-vllm:runcal=64", "hybrid-vllm:slots=32:skip:runcal=64",
-                  *PLUGIN_TAIL_SETTINGS]
-# every verdict tier; the plugin's settings as sim.plugin_menu runs them (W = 32 and W = 7 with online
-# recalibration, W = 32 with the skip, and its tail settings)
+                  "model-fixed:7", "ngram-fixed:32", "none", "vllm-ngram:32", *PLUGIN_SETTINGS]
+# every verdict tier, the plugin's settings the verdict weighs included (sim/core/config.py PLUGIN_SETTINGS)
 # run apart with the suffix drafter (PRESETS["paper"]): vLLM's suffix decoding, and vLLM main's suffix-adaptive (the
 # tier "vLLM main, unreleased"; vLLM main's ngram-mtp needs a target with MTP layers, which qwen3-8b has not)
 PAPER_SUFFIX_POLICIES = ["suffix", "suffix-adaptive"]

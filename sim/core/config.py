@@ -48,12 +48,15 @@ BASELINE = "adaptive"  # vLLM 0.33's adaptive verification: every speedup is tak
 # equal); every tail is below tail 0 at batch 32: settings of their own, not defaults
 PLUGIN_TAILS = (0.05, 0.2)
 PLUGIN_TAIL_SETTINGS = tuple(f"hybrid-vllm:slots=32:skip:runcal=64:tail={c:g}" for c in PLUGIN_TAILS)
+# the plugin's settings the verdict weighs (sim.run's defaults and the paper preset alike, so that what the main job
+# prints is paper.md's "What to serve"): W = 32 and W = 7, with and without online recalibration, W = 32 with the
+# skip, and the tail settings
+PLUGIN_SETTINGS = ("hybrid-vllm:slots=32", "hybrid-vllm:slots=32:runcal=64", "hybrid-vllm:runcal=64",
+                   "hybrid-vllm:slots=32:skip:runcal=64", *PLUGIN_TAIL_SETTINGS)
 # every tier of the verdict (sim/core/deploy.py): what vLLM runs as released (none, model-fixed:7, vllm-ngram:32,
-# adaptive), the plugin (hybrid-vllm:slots=32, with its online recalibration, and its tail settings), simulated-only
-# designs, tree attention and the bound
-DEFAULT_POLICIES = ("none", "model-fixed:7", "vllm-ngram:32", "ngram-fixed:32", "adaptive", "hybrid-vllm:slots=32",
-                    "hybrid-vllm:slots=32:runcal=64", *PLUGIN_TAIL_SETTINGS, "ngram-first", "ngram-threshold",
-                    "hybrid", "hybrid-price", "hybrid-tree", "oracle")
+# adaptive), the plugin, simulated-only designs, tree attention and the bound
+DEFAULT_POLICIES = ("none", "model-fixed:7", "vllm-ngram:32", "ngram-fixed:32", "adaptive", *PLUGIN_SETTINGS,
+                    "ngram-first", "ngram-threshold", "hybrid", "hybrid-price", "hybrid-tree", "oracle")
 DEFAULT_BATCH_SIZES = (4, 128)
 DEFAULT_DRAFTERS = "dspark,ngram"  # what a run enables unless --drafters says otherwise
 # the drafters a run of vLLM's suffix decoding (`suffix`, a live drafter) enables beside the default two; reports that
