@@ -167,6 +167,9 @@ def test_paper_preset_grid():
     assert set(DEFAULT_POLICIES) <= {c.policy for c in cells}
     plugin = {c.policy for c in cells if tier(get_policy(c.policy, c.drafters)) == "plugin"}
     assert len(plugin) == 6 and plugin <= set(DEFAULT_POLICIES)
+    from sim.api.plugin_menu import PLUGIN
+
+    assert plugin <= set(PLUGIN)  # and on reports/plugin-menu.md
     apart = {"suffix", "suffix-adaptive", "adaptive"}
     assert {c.policy for c in cells if c.drafters == WITH_SUFFIX} == apart
     assert all(c.drafters == DEFAULT_DRAFTERS for c in cells if c.policy not in apart)
