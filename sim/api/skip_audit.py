@@ -11,7 +11,9 @@ each run's step log (t: an engine step, ms):
                                                           the rest of its step is charged with the allocation)
     useful[t]  = verified_model[t] > 0  or  past[t] > 0   some request verified a DSpark token: in its chosen chain,
                                                           or past a chosen n-gram chain and accepted there
-                                                          (past[t] = emitted - accepted_model - accepted_ngram - num_decode)
+                                                          (past[t] = emitted - accepted_model - accepted_ngram - num_decode;
+                                                          a prefill completing at t emits its first token too, so
+                                                          such a step can count as useful: the bound errs low there)
     wasted_ms  = sum of draft_ms[t] over ran & ~useful    [ms]
     bound      = output tokens / (T - wasted_ms / 1e3)    [tok/s], T = the run's simulated time [s]
 
