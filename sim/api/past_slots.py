@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 
+from sim.core.config import PLUGIN_SKIP_SETTING
 from sim.infra.cli import ArgumentParser, check_in_file, finite_float, int_at_least
 
 DEFAULT_TRACE = "traces/general.jsonl"
-DEFAULT_SETTING = "hybrid-vllm:slots=32:skip:runcal=64"
+DEFAULT_SETTING = PLUGIN_SKIP_SETTING
 BATCHES = (1, 4, 64)
 TAILS = (0.05,)
 

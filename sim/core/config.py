@@ -47,12 +47,13 @@ BASELINE = "adaptive"  # vLLM 0.33's adaptive verification: every speedup is tak
 # 0.5`: 0.05 the best mean gain over tail 0 at batch 1 and 4, 0.2 where batch 1's gain levels off (0.2, 0.3, 0.5
 # equal); every tail is below tail 0 at batch 32: settings of their own, not defaults
 PLUGIN_TAILS = (0.05, 0.2)
-PLUGIN_TAIL_SETTINGS = tuple(f"hybrid-vllm:slots=32:skip:runcal=64:tail={c:g}" for c in PLUGIN_TAILS)
+PLUGIN_SKIP_SETTING = "hybrid-vllm:slots=32:skip:runcal=64"  # the setting the tail settings extend
+PLUGIN_TAIL_SETTINGS = tuple(f"{PLUGIN_SKIP_SETTING}:tail={c:g}" for c in PLUGIN_TAILS)
 # the plugin's settings the verdict weighs (sim.run's defaults and the paper preset alike, so that what the main job
 # prints is paper.md's "What to serve"): W = 32 and W = 7, with and without online recalibration, W = 32 with the
 # skip, and the tail settings
 PLUGIN_SETTINGS = ("hybrid-vllm:slots=32", "hybrid-vllm:slots=32:runcal=64", "hybrid-vllm:runcal=64",
-                   "hybrid-vllm:slots=32:skip:runcal=64", *PLUGIN_TAIL_SETTINGS)
+                   PLUGIN_SKIP_SETTING, *PLUGIN_TAIL_SETTINGS)
 # every tier of the verdict (sim/core/deploy.py): what vLLM runs as released (none, model-fixed:7, vllm-ngram:32,
 # adaptive), the plugin, simulated-only designs, tree attention and the bound
 DEFAULT_POLICIES = ("none", "model-fixed:7", "vllm-ngram:32", "ngram-fixed:32", "adaptive", *PLUGIN_SETTINGS,
